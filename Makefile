@@ -1,0 +1,30 @@
+# Entry points: `make demo` and `make test` work on a fresh Debian 12 machine as root.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
+PY := /usr/bin/python3
+
+.PHONY: deps build test unit integration demo clean
+
+deps:
+	@bash deploy/install-deps.sh
+
+$(BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+unit: build
+	cd $(BUILD) && ctest --output-on-failure
+
+integration: build
+	PTCFS_BUILD=$(abspath $(BUILD)) $(PY) -m pytest -q tests/integration
+
+test: unit integration
+
+demo: build
+	PTCFS_BUILD=$(abspath $(BUILD)) bash deploy/demo.sh
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,138 @@
+// ptcfs: the command-line client of a ptcfsd daemon. A thin client: every command is one
+// request to the control service (docs/FORMATS.md); output is human-readable, or the
+// daemon's JSON with --json.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "cli/output.h"
+#include "transport/rpc.h"
+
+namespace {
+
+using nlohmann::json;
+using ptcfs::cli::human_bytes;
+
+struct Globals {
+  std::string daemon;
+  bool json = false;
+};
+
+int fail(const ptc::Status& s) {
+  std::fprintf(stderr, "ptcfs: error: %s\n", s.message().c_str());
+  return 1;
+}
+
+ptc::Result<json> call(const Globals& g, const json& req, const ptcfs::transport::ProgressSink& progress = {}) {
+  PTC_ASSIGN_OR_RETURN(auto client, ptcfs::transport::RpcClient::connect(g.daemon));
+  return client->call(req, progress);
+}
+
+int print_json(const json& j) {
+  std::cout << j.dump(2) << "\n";
+  return 0;
+}
+
+int cmd_status(const Globals& g) {
+  auto r = call(g, {{"op", "status"}});
+  if (!r) return fail(r.status());
+  if (g.json) return print_json(*r);
+  const json& j = *r;
+  std::printf("daemon   %s (ptcfsd %s, up %.0f s)\n", j["listen"].get<std::string>().c_str(),
+              j["version"].get<std::string>().c_str(), j["uptime_s"].get<double>());
+  std::printf("data     %s\n", j["data"].get<std::string>().c_str());
+  std::printf("mount    %s\n", j["mount"].get<std::string>().c_str());
+  std::printf("stored   %zu jobs, %zu steps, %s\n", j["jobs"].get<size_t>(), j["steps"].get<size_t>(),
+              human_bytes(j["bytes_stored"].get<uint64_t>()).c_str());
+  return 0;
+}
+
+int cmd_ls(const Globals& g, const std::string& path) {
+  auto r = call(g, {{"op", "ls"}, {"path", path}});
+  if (!r) return fail(r.status());
+  if (g.json) return print_json(*r);
+  const json& j = *r;
+  if (j.contains("jobs")) {
+    if (j["jobs"].empty()) std::printf("no jobs\n");
+    for (const auto& job : j["jobs"]) {
+      std::string steps;
+      for (const auto& s : job["steps"]) steps += (steps.empty() ? "" : " ") + s.get<std::string>();
+      std::printf("%-24s %s\n", job["job"].get<std::string>().c_str(), steps.c_str());
+    }
+  } else if (j.contains("shards")) {
+    const auto& p = j["parallelism"];
+    std::printf("%s/%s  tp=%d,pp=%d,dp=%d  %zu tensors  %s\n", j["job"].get<std::string>().c_str(),
+                j["step"].get<std::string>().c_str(), p["tp"].get<int>(), p["pp"].get<int>(), p["dp"].get<int>(),
+                j["tensors"].get<size_t>(), human_bytes(j["bytes"].get<uint64_t>()).c_str());
+    for (const auto& s : j["shards"])
+      std::printf("  %-12s %6zu tensors  %10s\n", s["name"].get<std::string>().c_str(), s["tensors"].get<size_t>(),
+                  human_bytes(s["bytes"].get<uint64_t>()).c_str());
+  } else {
+    for (const auto& s : j["steps"]) std::printf("%s\n", s.get<std::string>().c_str());
+  }
+  return 0;
+}
+
+int cmd_import(const Globals& g, const std::string& dir, const std::string& job, const std::string& step) {
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(dir, ec);
+  if (ec) return fail(ptc::invalid(dir + ": " + ec.message()));
+  ptcfs::cli::ProgressLine line("importing " + job + "/" + step);
+  auto r = call(g, {{"op", "import"}, {"dir", abs.lexically_normal().string()}, {"job", job}, {"step", step}},
+                [&](const json& p) {
+                  if (!g.json) line.update(p.value("done", uint64_t{0}), p.value("total", uint64_t{0}));
+                });
+  line.finish();
+  if (!r) return fail(r.status());
+  if (g.json) return print_json(*r);
+  const json& j = *r;
+  std::printf("imported %s/%s: %zu shards, %zu tensors, %s in %.2f s\n", job.c_str(), step.c_str(),
+              j["shards"].get<size_t>(), j["tensors"].get<size_t>(), human_bytes(j["bytes"].get<uint64_t>()).c_str(),
+              j["seconds"].get<double>());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ptcfs: manage a ptcfs tensor store through its daemon (ptcfsd)."};
+  app.require_subcommand(1);
+  Globals g;
+  const char* env = std::getenv("PTCFS_DAEMON");
+  g.daemon = env && *env ? env : "127.0.0.1:7070";
+  app.add_option("--daemon", g.daemon, "Daemon control address HOST:PORT (default: $PTCFS_DAEMON, then 127.0.0.1:7070)");
+  app.set_version_flag("--version", PTCFS_VERSION);
+
+  std::string dir, job, step, path;
+  auto* imp = app.add_subcommand("import", "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors)");
+  imp->add_option("DIR", dir, "Checkpoint directory, readable by the daemon")->required();
+  imp->add_option("--job", job, "Job name")->required();
+  imp->add_option("--step", step, "Step name (e.g. the iteration)")->required();
+  imp->add_flag("--json", g.json, "Print the result as JSON");
+
+  auto* ls = app.add_subcommand("ls", "List jobs, the steps of a job, or the shards of a step");
+  ls->add_option("PATH", path, "JOB or JOB/STEP");
+  ls->add_flag("--json", g.json, "Print the result as JSON");
+
+  auto* status = app.add_subcommand("status", "Show the daemon's state");
+  status->add_flag("--json", g.json, "Print the result as JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  if (imp->parsed()) return cmd_import(g, dir, job, step);
+  if (ls->parsed()) return cmd_ls(g, path);
+  if (status->parsed()) return cmd_status(g);
+  return 2;
+}

@@ -1,0 +1,123 @@
+#include "daemon/control.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "daemon/importer.h"
+#include "ptc/json_util.h"
+#include "ptc/log.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+
+// Step names that are numbers sort numerically ("9" before "10"), others after, by text.
+bool step_less(const std::string& a, const std::string& b) {
+  auto numeric = [](const std::string& s) { return !s.empty() && std::all_of(s.begin(), s.end(), ::isdigit); };
+  const bool na = numeric(a), nb = numeric(b);
+  if (na != nb) return na;
+  if (na && a.size() != b.size()) return a.size() < b.size();
+  return a < b;
+}
+
+ptc::Result<std::string> required_string(const json& req, const char* key) {
+  if (!req.contains(key)) return ptc::invalid(std::string("request lacks '") + key + "'");
+  return ptc::get_string(req[key], std::string("request field '") + key + "'");
+}
+
+json step_summary(const StepVersion& v) {
+  const auto& layout = v.layout();
+  json shards = json::array();
+  for (const auto& s : layout.shards()) {
+    uint64_t bytes = 0;
+    for (const auto& sl : layout.slices(s)) bytes += layout.bytes(sl);
+    shards.push_back({{"name", s.name()}, {"tensors", layout.slices(s).size()}, {"bytes", bytes}});
+  }
+  const auto& par = layout.parallelism();
+  return {{"job", v.job()},
+          {"step", v.step()},
+          {"version", v.version()},
+          {"parallelism", {{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}}},
+          {"tensors", layout.ptc().tensors.size()},
+          {"bytes", v.total_bytes()},
+          {"shards", std::move(shards)}};
+}
+
+}  // namespace
+
+ptc::Result<json> ControlService::handle(const json& req, const transport::ProgressSink& progress) {
+  const std::string op = req.value("op", "");
+  if (op == "status") return status();
+  if (op == "ls") return ls(req);
+  if (op == "import") return import(req, progress);
+  return ptc::invalid("unknown operation '" + op + "'");
+}
+
+ptc::Result<json> ControlService::status() const {
+  auto snap = store_.snapshot();
+  std::set<std::string> jobs;
+  uint64_t bytes = 0;
+  for (const auto& [key, v] : snap->steps) {
+    jobs.insert(key.first);
+    bytes += v->total_bytes();
+  }
+  const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  return json{{"version", PTCFS_VERSION},
+              {"data", info_.data},
+              {"mount", info_.mount},
+              {"listen", info_.listen},
+              {"jobs", jobs.size()},
+              {"steps", snap->steps.size()},
+              {"bytes_stored", bytes},
+              {"uptime_s", up}};
+}
+
+ptc::Result<json> ControlService::ls(const json& req) const {
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "path"}, "ls request"));
+  const std::string path = req.contains("path") && req["path"].is_string() ? req["path"].get<std::string>() : "";
+  auto snap = store_.snapshot();
+  std::map<std::string, std::vector<std::string>> jobs;
+  for (const auto& [key, v] : snap->steps) jobs[key.first].push_back(key.second);
+  for (auto& [_, steps] : jobs) std::sort(steps.begin(), steps.end(), step_less);
+  if (path.empty()) {
+    json out = json::array();
+    for (const auto& [job, steps] : jobs) out.push_back({{"job", job}, {"steps", steps}});
+    return json{{"jobs", std::move(out)}};
+  }
+  const size_t slash = path.find('/');
+  const std::string job = path.substr(0, slash);
+  auto it = jobs.find(job);
+  if (it == jobs.end()) return ptc::not_found("no job '" + job + "'");
+  if (slash == std::string::npos) return json{{"job", job}, {"steps", it->second}};
+  const std::string step = path.substr(slash + 1);
+  auto sit = snap->steps.find({job, step});
+  if (sit == snap->steps.end()) return ptc::not_found("job '" + job + "' has no step '" + step + "'");
+  return step_summary(*sit->second);
+}
+
+ptc::Result<json> ControlService::import(const json& req, const transport::ProgressSink& progress) {
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "dir", "job", "step"}, "import request"));
+  PTC_ASSIGN_OR_RETURN(std::string dir, required_string(req, "dir"));
+  PTC_ASSIGN_OR_RETURN(std::string job, required_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(std::string step, required_string(req, "step"));
+  if (dir.empty() || dir[0] != '/') return ptc::invalid("import directory must be an absolute path, got '" + dir + "'");
+  auto last = std::chrono::steady_clock::now();
+  auto on_progress = [&](uint64_t done, uint64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (done != total && now - last < std::chrono::milliseconds(200)) return;
+    last = now;
+    if (progress) progress(json{{"phase", "copy"}, {"done", done}, {"total", total}});
+  };
+  auto r = import_checkpoint(store_, dir, job, step, on_progress);
+  if (!r) {
+    ptc::log::warn("import of {} as {}/{} refused: {}", dir, job, step, r.status().to_string());
+    return r.status();
+  }
+  return json{{"job", r->job},       {"step", r->step},   {"shards", r->shards},
+              {"tensors", r->tensors}, {"bytes", r->bytes}, {"seconds", r->seconds}};
+}
+
+}  // namespace ptcfs

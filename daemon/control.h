@@ -1,0 +1,36 @@
+// The control service: what `ptcfs` asks of a daemon (status, ls, import), as JSON
+// requests and results (docs/FORMATS.md lists them). Runs on the RPC server's workers.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/store.h"
+#include "transport/rpc.h"
+
+namespace ptcfs {
+
+struct DaemonInfo {
+  std::string data, mount, listen;
+};
+
+class ControlService {
+ public:
+  ControlService(Store& store, DaemonInfo info) : store_(store), info_(std::move(info)) {}
+  void set_listen(std::string addr) { info_.listen = std::move(addr); }
+
+  ptc::Result<nlohmann::json> handle(const nlohmann::json& request, const transport::ProgressSink& progress);
+
+ private:
+  ptc::Result<nlohmann::json> status() const;
+  ptc::Result<nlohmann::json> ls(const nlohmann::json& req) const;
+  ptc::Result<nlohmann::json> import(const nlohmann::json& req, const transport::ProgressSink& progress);
+
+  Store& store_;
+  DaemonInfo info_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace ptcfs

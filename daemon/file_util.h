@@ -1,0 +1,36 @@
+// Small POSIX file helpers that return Status instead of errno.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ptc/status.h"
+
+namespace ptcfs {
+
+// An owned read-only file descriptor.
+class File {
+ public:
+  static ptc::Result<File> open_read(const std::string& path);
+  File(File&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+  File(const File&) = delete;
+  ~File();
+  int fd() const { return fd_; }
+  ptc::Result<uint64_t> size() const;
+  // Reads up to len bytes at offset; fewer only at end of file.
+  ptc::Result<size_t> read_at(uint64_t offset, void* buf, size_t len) const;
+
+ private:
+  File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_;
+  std::string path_;
+};
+
+// Names in a directory (not "." or ".."), sorted.
+ptc::Result<std::vector<std::string>> list_dir(const std::string& dir);
+// The whole file; kInvalidArgument when larger than max_bytes.
+ptc::Result<std::string> read_small_file(const std::string& path, uint64_t max_bytes);
+ptc::Status sync_dir(const std::string& dir);
+
+}  // namespace ptcfs

@@ -1,0 +1,143 @@
+// ptcfsd: the node daemon. Opens the store, mounts the filesystem, serves the control
+// protocol, and stops cleanly (unmounting) on SIGINT or SIGTERM.
+#include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <thread>
+
+#include "daemon/control.h"
+#include "daemon/store.h"
+#include "fs/filesystem.h"
+#include "ptc/log.h"
+#include "transport/frame.h"
+#include "transport/rpc.h"
+
+namespace {
+
+struct Options {
+  std::string data, mount, listen = "127.0.0.1:7070", cluster, node, log_level = "info";
+  bool fuse_debug = false;
+  bool allow_other = true;
+};
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+void raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+int run(const Options& o) {
+  using namespace ptcfs;
+  std::string host;
+  uint16_t port = 0;
+  if (auto s = transport::parse_address(o.listen, host, port); !s) {
+    ptc::log::error("--listen: {}", s.message());
+    return 2;
+  }
+  if (!o.cluster.empty() || !o.node.empty()) {
+    ptc::log::error("--cluster/--node: cluster membership is not available in this version");
+    return 2;
+  }
+  if (!is_loopback(host)) {
+    ptc::log::error("--listen {}: without a cluster secret ptcfsd listens on loopback only", o.listen);
+    return 2;
+  }
+  raise_fd_limit();
+
+  // Signals are taken by sigwait in this thread only; every thread started below inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto store = Store::open(o.data);
+  if (!store) {
+    ptc::log::error("opening data directory {}: {}", o.data, store.status().to_string());
+    return 1;
+  }
+  Store& st = **store;
+  fs::MountOptions mo;
+  mo.mountpoint = o.mount;
+  mo.debug = o.fuse_debug;
+  mo.allow_other = o.allow_other;
+  auto source = [&st] {
+    std::vector<fs::StepEntry> steps;
+    for (const auto& [key, v] : st.snapshot()->steps) steps.push_back({key.first, key.second, v});
+    return steps;
+  };
+  auto fsr = fs::Filesystem::mount(mo, source);
+  if (!fsr) {
+    ptc::log::error("mounting {}: {}", o.mount, fsr.status().to_string());
+    return 1;
+  }
+  auto& filesystem = **fsr;
+  st.on_change([&filesystem] {
+    if (auto s = filesystem.refresh(); !s) ptc::log::error("refreshing the mount: {}", s.to_string());
+  });
+
+  ControlService control(st, DaemonInfo{o.data, o.mount, o.listen});
+  auto server = transport::RpcServer::start(
+      o.listen, [&control](const nlohmann::json& req, const transport::ProgressSink& p) { return control.handle(req, p); });
+  if (!server) {
+    ptc::log::error("{}", server.status().to_string());
+    return 1;
+  }
+  control.set_listen((*server)->address());
+  ptc::log::info("ptcfsd {} serving {} at {}, control on {}", PTCFS_VERSION, o.data, o.mount, (*server)->address());
+
+  std::atomic<bool> stopping{false};
+  std::thread fuse_thread([&] {
+    if (auto s = filesystem.run(); !s) ptc::log::error("{}", s.to_string());
+    if (!stopping) {
+      ptc::log::warn("the filesystem was unmounted from outside; stopping");
+      kill(getpid(), SIGTERM);
+    }
+  });
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  stopping = true;
+  ptc::log::info("received signal {}; stopping", sig);
+  (*server)->stop();
+  filesystem.stop();
+  fuse_thread.join();
+  fsr->reset();  // unmounts
+  ptc::log::info("stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"ptcfsd: the ptcfs node daemon. Mounts the node's tensor store as a FUSE filesystem and serves `ptcfs`."};
+  app.add_option("--data", o.data, "Data directory (blobs and metadata); created if missing")->required();
+  app.add_option("--mount", o.mount, "Mount point; created if missing; a stale mount there is recovered")->required();
+  app.add_option("--listen", o.listen, "Control address HOST:PORT (loopback only without a cluster secret)")
+      ->capture_default_str();
+  app.add_option("--cluster", o.cluster, "cluster.json (not available in this version)");
+  app.add_option("--node", o.node, "This node's id in cluster.json (not available in this version)");
+  app.add_option("--log-level", o.log_level, "debug, info, warn or error")->capture_default_str();
+  app.add_flag("--fuse-debug", o.fuse_debug, "Log every FUSE request (libfuse's -d)");
+  app.add_flag("--no-allow-other{false}", o.allow_other, "Only the mounting user may read the mount");
+  app.set_version_flag("--version", PTCFS_VERSION);
+  CLI11_PARSE(app, argc, argv);
+  ptc::log::Level level;
+  if (!ptc::log::parse_level(o.log_level, level)) {
+    std::fprintf(stderr, "--log-level: unknown level '%s'\n", o.log_level.c_str());
+    return 2;
+  }
+  ptc::log::set_level(level);
+  return run(o);
+}

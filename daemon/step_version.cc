@@ -1,0 +1,144 @@
+#include "daemon/step_version.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <set>
+
+#include "ptc/json_util.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+StepVersion::StepVersion(std::string job, std::string step, uint64_t version, int64_t created, ptc::Layout layout,
+                         std::vector<std::vector<StoredSlice>> stored, BlobStore* blobs)
+    : job_(std::move(job)),
+      step_(std::move(step)),
+      version_(version),
+      created_(created),
+      layout_(std::move(layout)),
+      stored_(std::move(stored)),
+      blobs_(blobs) {}
+
+size_t StepVersion::shard_index(const ptc::ShardId& s) const {
+  return static_cast<size_t>(s.p) * layout_.parallelism().tp + s.t;
+}
+
+const StoredSlice& StepVersion::stored(const ptc::ShardId& shard, size_t slice) const {
+  return stored_[shard_index(shard)][slice];
+}
+
+ptc::Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                                    fs::ReadBuffer& out) const {
+  const StoredSlice& ss = stored(shard, slice);
+  uint64_t pos = 0;  // slice offset of the current extent
+  for (const Extent& e : ss.extents) {
+    if (len == 0) break;
+    if (off < pos + e.len) {
+      const uint64_t skip = off - pos;
+      const uint64_t n = std::min(len, e.len - skip);
+      auto file = blobs_->file(e.blob);
+      if (!file) return file.status();
+      out.add_fd((*file)->fd(), e.offset + skip, n);
+      out.keep(*file);
+      off += n;
+      len -= n;
+    }
+    pos += e.len;
+  }
+  if (len != 0) return ptc::internal("read past the end of a stored slice");
+  return ptc::Status::ok();
+}
+
+uint64_t StepVersion::total_bytes() const {
+  uint64_t n = 0;
+  for (const auto& shard : stored_)
+    for (const auto& s : shard)
+      for (const auto& e : s.extents) n += e.len;
+  return n;
+}
+
+std::vector<uint64_t> StepVersion::blobs_used() const {
+  std::set<uint64_t> ids;
+  for (const auto& shard : stored_)
+    for (const auto& s : shard)
+      for (const auto& e : s.extents) ids.insert(e.blob);
+  return {ids.begin(), ids.end()};
+}
+
+std::string StepVersion::step_key(const std::string& job, const std::string& step) {
+  return std::string(kStepPrefix) + job + "/" + step;
+}
+
+namespace {
+std::string slices_key(const std::string& job, const std::string& step, uint64_t version,
+                       const std::string& shard) {
+  char v[24];
+  std::snprintf(v, sizeof v, "%020" PRIu64, version);
+  return "slices/" + job + "/" + step + "/" + v + "/" + shard;
+}
+}  // namespace
+
+void StepVersion::to_records(WriteBatch& batch) const {
+  const auto& shards = layout_.shards();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    json rec = json::object();
+    const auto& slices = layout_.slices(shards[i]);
+    for (size_t j = 0; j < slices.size(); ++j) {
+      json x = json::array();
+      for (const auto& e : stored_[i][j].extents) x.push_back({e.blob, e.offset, e.len});
+      rec[layout_.tensor(slices[j]).name] = {{"x", std::move(x)}, {"h", stored_[i][j].xxh3}};
+    }
+    batch.put(slices_key(job_, step_, version_, shards[i].name()), rec.dump());
+  }
+  json step = {{"version", version_}, {"created", created_}};
+  auto ptc_json = json::parse(ptc::ptc_to_json(layout_.ptc()));
+  step["ptc"] = std::move(ptc_json);
+  batch.put(step_key(job_, step_), step.dump());
+}
+
+ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const std::string& job,
+                                                            const std::string& step,
+                                                            std::string_view step_record, BlobStore* blobs) {
+  const std::string where = "metadata of " + job + "/" + step;
+  try {
+  PTC_ASSIGN_OR_RETURN(json rec, ptc::parse_json(step_record, where));
+  if (!rec.is_object() || !rec.contains("version") || !rec.contains("ptc"))
+    return ptc::corrupt(where + ": malformed step record");
+  PTC_ASSIGN_OR_RETURN(int64_t version, ptc::get_int(rec["version"], where + ": version", 0));
+  PTC_ASSIGN_OR_RETURN(int64_t created, ptc::get_int(rec.value("created", json(0)), where + ": created"));
+  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::parse_ptc_json(rec["ptc"].dump(), where));
+  PTC_ASSIGN_OR_RETURN(ptc::Layout layout, ptc::Layout::make(ptc, ptc.parallelism));
+  std::vector<std::vector<StoredSlice>> stored;
+  for (const auto& shard : layout.shards()) {
+    const std::string key = slices_key(job, step, static_cast<uint64_t>(version), shard.name());
+    PTC_ASSIGN_OR_RETURN(auto value, kv.get(key));
+    if (!value) return ptc::corrupt(where + ": missing record " + key);
+    PTC_ASSIGN_OR_RETURN(json sj, ptc::parse_json(*value, key));
+    const auto& slices = layout.slices(shard);
+    if (!sj.is_object() || sj.size() != slices.size()) return ptc::corrupt(key + ": wrong number of slices");
+    std::vector<StoredSlice> ss;
+    for (const auto& sl : slices) {
+      const std::string& name = layout.tensor(sl).name;
+      if (!sj.contains(name)) return ptc::corrupt(key + ": no slice for tensor '" + name + "'");
+      const json& o = sj[name];
+      StoredSlice s;
+      s.xxh3 = o.at("h").get<uint64_t>();
+      uint64_t total = 0;
+      for (const auto& e : o.at("x")) {
+        s.extents.push_back(Extent{e.at(0).get<uint64_t>(), e.at(1).get<uint64_t>(), e.at(2).get<uint64_t>()});
+        total += s.extents.back().len;
+      }
+      if (total != layout.bytes(sl)) return ptc::corrupt(key + ": extents of '" + name + "' do not add up");
+      ss.push_back(std::move(s));
+    }
+    stored.push_back(std::move(ss));
+  }
+  return std::make_shared<StepVersion>(job, step, static_cast<uint64_t>(version), created, std::move(layout),
+                                       std::move(stored), blobs);
+  } catch (const json::exception& e) {
+    return ptc::corrupt(where + ": malformed slice record: " + e.what());
+  }
+}
+
+}  // namespace ptcfs

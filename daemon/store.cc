@@ -1,0 +1,96 @@
+#include "daemon/store.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+
+#include "ptc/log.h"
+
+namespace ptcfs {
+
+ptc::Result<std::unique_ptr<Store>> Store::open(const std::string& data_dir) {
+  if (::mkdir(data_dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return ptc::io_error("creating data directory " + data_dir, errno);
+  PTC_ASSIGN_OR_RETURN(auto kv, open_rocksdb(data_dir + "/meta"));
+  PTC_ASSIGN_OR_RETURN(auto blobs, BlobStore::open(data_dir + "/blobs"));
+  std::unique_ptr<Store> s(new Store(data_dir, std::move(kv), std::move(blobs)));
+  PTC_RETURN_IF_ERROR(s->load());
+  PTC_RETURN_IF_ERROR(s->remove_orphan_blobs());
+  return s;
+}
+
+ptc::Status Store::load() {
+  auto snap = std::make_shared<Snapshot>();
+  std::vector<std::pair<std::string, std::string>> records;
+  PTC_RETURN_IF_ERROR(kv_->scan(StepVersion::kStepPrefix, [&](std::string_view key, std::string_view value) {
+    records.emplace_back(std::string(key.substr(StepVersion::kStepPrefix.size())), std::string(value));
+    return true;
+  }));
+  for (const auto& [name, value] : records) {
+    const size_t slash = name.find('/');
+    if (slash == std::string::npos) return ptc::corrupt("metadata: malformed step key '" + name + "'");
+    const std::string job = name.substr(0, slash), step = name.substr(slash + 1);
+    PTC_ASSIGN_OR_RETURN(auto v, StepVersion::load(*kv_, job, step, value, blobs_.get()));
+    snap->steps[{job, step}] = std::move(v);
+  }
+  std::lock_guard lock(mu_);
+  snap_ = std::move(snap);
+  ptc::log::info("store {}: {} steps loaded", data_dir_, snap_->steps.size());
+  return ptc::Status::ok();
+}
+
+ptc::Status Store::remove_orphan_blobs() {
+  std::set<uint64_t> used;
+  for (const auto& [_, v] : snapshot()->steps)
+    for (uint64_t b : v->blobs_used()) used.insert(b);
+  PTC_ASSIGN_OR_RETURN(auto all, blobs_->list());
+  for (uint64_t id : all) {
+    if (used.count(id)) continue;
+    ptc::log::info("removing blob {} that no step refers to (left by an interrupted import)", blobs_->path(id));
+    PTC_RETURN_IF_ERROR(blobs_->remove(id));
+  }
+  return ptc::Status::ok();
+}
+
+std::shared_ptr<const Snapshot> Store::snapshot() const {
+  std::lock_guard lock(mu_);
+  return snap_;
+}
+
+ptc::Status Store::reserve_name(const std::string& job, const std::string& step) {
+  std::lock_guard lock(mu_);
+  if (snap_->steps.count({job, step}))
+    return ptc::error(ptc::Code::kAlreadyExists, "step " + job + "/" + step + " already exists");
+  if (!reserved_.insert({job, step}).second)
+    return ptc::error(ptc::Code::kAlreadyExists, "step " + job + "/" + step + " is being imported");
+  return ptc::Status::ok();
+}
+
+void Store::release_name(const std::string& job, const std::string& step) {
+  std::lock_guard lock(mu_);
+  reserved_.erase({job, step});
+}
+
+ptc::Status Store::commit(std::shared_ptr<const StepVersion> v) {
+  std::lock_guard commit_lock(commit_mu_);
+  WriteBatch batch;
+  v->to_records(batch);
+  PTC_RETURN_IF_ERROR(kv_->write(batch));
+  std::vector<std::function<void()>> listeners;
+  {
+    std::lock_guard lock(mu_);
+    auto next = std::make_shared<Snapshot>(*snap_);
+    next->steps[{v->job(), v->step()}] = std::move(v);
+    snap_ = std::move(next);
+    listeners = listeners_;
+  }
+  for (auto& fn : listeners) fn();
+  return ptc::Status::ok();
+}
+
+void Store::on_change(std::function<void()> fn) {
+  std::lock_guard lock(mu_);
+  listeners_.push_back(std::move(fn));
+}
+
+}  // namespace ptcfs

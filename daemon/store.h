@@ -1,0 +1,63 @@
+// The node's local store: blob files under DATA/blobs and metadata in RocksDB under
+// DATA/meta. It keeps the current version of every step in memory as an immutable
+// snapshot; a commit writes metadata in one atomic batch, then publishes a new snapshot.
+//
+// Thread-safety: all methods may be called concurrently. Commits are serialized.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "daemon/blob_store.h"
+#include "daemon/kv.h"
+#include "daemon/step_version.h"
+
+namespace ptcfs {
+
+struct Snapshot {
+  // (job, step) -> current version
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const StepVersion>> steps;
+};
+
+class Store {
+ public:
+  // Opens DATA (creating it), loads every step, and removes blobs no step refers to.
+  static ptc::Result<std::unique_ptr<Store>> open(const std::string& data_dir);
+
+  std::shared_ptr<const Snapshot> snapshot() const;
+  BlobStore& blobs() { return *blobs_; }
+  const std::string& data_dir() const { return data_dir_; }
+
+  // Reserves (job, step) for a new import: kAlreadyExists when it exists or is being
+  // imported. Release with release_name.
+  ptc::Status reserve_name(const std::string& job, const std::string& step);
+  void release_name(const std::string& job, const std::string& step);
+
+  // Commits a new step (or a new version of one) atomically, then publishes it.
+  ptc::Status commit(std::shared_ptr<const StepVersion> v);
+
+  // Called after every published change (the filesystem refreshes its tree).
+  void on_change(std::function<void()> fn);
+
+ private:
+  Store(std::string data_dir, std::unique_ptr<KvStore> kv, std::unique_ptr<BlobStore> blobs)
+      : data_dir_(std::move(data_dir)), kv_(std::move(kv)), blobs_(std::move(blobs)) {}
+  ptc::Status load();
+  ptc::Status remove_orphan_blobs();
+
+  std::string data_dir_;
+  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<BlobStore> blobs_;
+  mutable std::mutex mu_;  // guards snap_, reserved_, listeners_; commits hold commit_mu_ first
+  std::mutex commit_mu_;
+  std::shared_ptr<const Snapshot> snap_ = std::make_shared<Snapshot>();
+  std::set<std::pair<std::string, std::string>> reserved_;
+  std::vector<std::function<void()>> listeners_;
+};
+
+}  // namespace ptcfs

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that building, testing and the demo need.
+# Idempotent and quiet when everything is already there. Run as root.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git
+  libfuse3-dev fuse3
+  libboost-dev libboost-system-dev
+  librocksdb-dev
+  nlohmann-json3-dev
+  catch2
+  libxxhash-dev
+  libcli11-dev
+  libfmt-dev
+  python3-numpy python3-pytest
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages: ${missing[*]} (run as root to install them)" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

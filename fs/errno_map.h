@@ -1,0 +1,10 @@
+// The one place where ptcfs error codes become errno values: the FUSE boundary.
+#pragma once
+
+#include "ptc/status.h"
+
+namespace ptcfs::fs {
+
+int to_errno(const ptc::Status& s);
+
+}  // namespace ptcfs::fs

@@ -1,0 +1,380 @@
+#define FUSE_USE_VERSION 312
+#include "fs/filesystem.h"
+
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+
+#include "fs/errno_map.h"
+#include "fs/tree.h"
+#include "ptc/log.h"
+
+namespace ptcfs::fs {
+
+// Files never change under an inode (a new version gets new inodes), so the kernel may
+// cache names, attributes and pages for long.
+constexpr double kTimeout = 3600.0;
+// Signal used to wake the loop thread when stopping.
+constexpr int kWakeSignal = SIGUSR1;
+
+class Filesystem::Impl {
+ public:
+  MountOptions opts;
+  Source source;
+  fuse_session* se = nullptr;
+  std::atomic<bool> loop_running{false};
+  pthread_t loop_thread{};
+  std::mutex mu;  // guards tree
+  std::shared_ptr<const Tree> tree = std::make_shared<Tree>();
+
+  std::shared_ptr<const Tree> current() {
+    std::lock_guard lock(mu);
+    return tree;
+  }
+};
+
+namespace {
+
+using Impl = Filesystem::Impl;
+
+Impl& impl_of(fuse_req_t req) { return *static_cast<Impl*>(fuse_req_userdata(req)); }
+
+struct OpenFile {
+  uint64_t ino;
+  int64_t mtime;
+  std::shared_ptr<const View> view;
+};
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino;
+  bool is_dir;
+};
+struct OpenDir {
+  std::vector<DirEntry> entries;  // ".", "..", then children in name order
+};
+
+void fill_attr(uint64_t ino, bool is_dir, uint64_t size, int64_t mtime, struct stat& st) {
+  std::memset(&st, 0, sizeof st);
+  st.st_ino = ino;
+  st.st_mode = is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  st.st_nlink = is_dir ? 2 : 1;
+  st.st_size = static_cast<off_t>(is_dir ? 4096 : size);
+  st.st_blksize = 1 << 20;
+  st.st_blocks = (st.st_size + 511) / 512;
+  st.st_mtim.tv_sec = st.st_ctim.tv_sec = st.st_atim.tv_sec = mtime;
+}
+
+void fill_node_attr(const Node& n, struct stat& st) {
+  fill_attr(n.ino, n.is_dir, n.view ? n.view->size() : 0, n.mtime, st);
+}
+
+// ---- logic: each returns 0 or an errno -----------------------------------------------
+
+int do_lookup(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e) {
+  auto tree = fs.current();
+  const Node* p = tree->find(parent);
+  if (!p) return ESTALE;
+  if (!p->is_dir) return ENOTDIR;
+  const Node* c = tree->child(*p, name);
+  if (!c) return ENOENT;
+  std::memset(&e, 0, sizeof e);
+  e.ino = c->ino;
+  e.attr_timeout = kTimeout;
+  e.entry_timeout = kTimeout;
+  fill_node_attr(*c, e.attr);
+  return 0;
+}
+
+int do_getattr(Impl& fs, uint64_t ino, fuse_file_info* fi, struct stat& st) {
+  if (fi && fi->fh) {
+    const auto* of = reinterpret_cast<const OpenFile*>(fi->fh);
+    fill_attr(of->ino, false, of->view->size(), of->mtime, st);
+    return 0;
+  }
+  auto tree = fs.current();
+  const Node* n = tree->find(ino);
+  if (!n) return ESTALE;
+  fill_node_attr(*n, st);
+  return 0;
+}
+
+int do_open(Impl& fs, uint64_t ino, fuse_file_info* fi) {
+  if ((fi->flags & O_ACCMODE) != O_RDONLY) return EROFS;
+  auto tree = fs.current();
+  const Node* n = tree->find(ino);
+  if (!n) return ESTALE;
+  if (n->is_dir) return EISDIR;
+  fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n->ino, n->mtime, n->view});
+  fi->keep_cache = 1;
+  return 0;
+}
+
+int do_read(uint64_t off, size_t size, fuse_file_info* fi, ReadBuffer& out) {
+  const auto* of = reinterpret_cast<const OpenFile*>(fi->fh);
+  const uint64_t total = of->view->size();
+  if (off >= total || size == 0) return 0;
+  const uint64_t len = std::min<uint64_t>(size, total - off);
+  const ptc::Status s = of->view->read(off, len, out);
+  if (!s) {
+    ptc::log::error("read of inode {} at {}+{} failed: {}", of->ino, off, len, s.to_string());
+    return to_errno(s);
+  }
+  return 0;
+}
+
+int do_opendir(Impl& fs, uint64_t ino, fuse_file_info* fi) {
+  auto tree = fs.current();
+  const Node* n = tree->find(ino);
+  if (!n) return ESTALE;
+  if (!n->is_dir) return ENOTDIR;
+  auto* od = new OpenDir;
+  od->entries.push_back({".", n->ino, true});
+  od->entries.push_back({"..", n->parent, true});
+  for (const auto& [name, cino] : n->children) od->entries.push_back({name, cino, tree->find(cino)->is_dir});
+  fi->fh = reinterpret_cast<uint64_t>(od);
+  return 0;
+}
+
+// ---- adapters: reply and nothing else ------------------------------------------------
+
+void op_init(void* userdata, fuse_conn_info* conn) {
+  (void)userdata;
+  // libfuse derives the kernel's max_pages from max_write; reads then go up to 1 MiB.
+  conn->max_write = 1 << 20;
+  conn->max_readahead = 1 << 20;
+  if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+  conn->want |= FUSE_CAP_ASYNC_READ;
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_AUTO_INVAL_DATA);  // files never change under an inode
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  fuse_entry_param e;
+  const int err = do_lookup(impl_of(req), parent, name, e);
+  if (err) fuse_reply_err(req, err);
+  else fuse_reply_entry(req, &e);
+}
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  struct stat st;
+  const int err = do_getattr(impl_of(req), ino, fi, st);
+  if (err) fuse_reply_err(req, err);
+  else fuse_reply_attr(req, &st, kTimeout);
+}
+
+void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  const int err = do_open(impl_of(req), ino, fi);
+  if (err) {
+    fuse_reply_err(req, err);
+  } else if (fuse_reply_open(req, fi) != 0) {
+    delete reinterpret_cast<OpenFile*>(fi->fh);  // the open was interrupted
+  }
+}
+
+void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  ReadBuffer rb;
+  const int err = do_read(static_cast<uint64_t>(off), size, fi, rb);
+  if (err) {
+    fuse_reply_err(req, err);
+    return;
+  }
+  const auto& segs = rb.segments();
+  if (segs.empty()) {
+    fuse_reply_buf(req, nullptr, 0);
+    return;
+  }
+  // fuse_bufvec holds one fuse_buf inline; allocate room for the rest.
+  std::vector<char> storage(sizeof(fuse_bufvec) + (segs.size() - 1) * sizeof(fuse_buf));
+  auto* bv = new (storage.data()) fuse_bufvec;
+  *bv = FUSE_BUFVEC_INIT(0);
+  bv->count = segs.size();
+  for (size_t i = 0; i < segs.size(); ++i) {
+    fuse_buf& b = bv->buf[i];
+    b = fuse_buf{};
+    b.size = segs[i].len;
+    if (segs[i].fd >= 0) {
+      b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+      b.fd = segs[i].fd;
+      b.pos = static_cast<off_t>(segs[i].off);
+    } else {
+      b.mem = const_cast<std::byte*>(segs[i].mem);
+    }
+  }
+  fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+}
+
+void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete reinterpret_cast<OpenFile*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  const int err = do_opendir(impl_of(req), ino, fi);
+  if (err) {
+    fuse_reply_err(req, err);
+  } else if (fuse_reply_open(req, fi) != 0) {
+    delete reinterpret_cast<OpenDir*>(fi->fh);
+  }
+}
+
+void op_readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  const auto* od = reinterpret_cast<const OpenDir*>(fi->fh);
+  std::vector<char> buf(size);
+  size_t used = 0;
+  for (size_t i = static_cast<size_t>(off); i < od->entries.size(); ++i) {
+    const DirEntry& d = od->entries[i];
+    struct stat st {};
+    st.st_ino = d.ino;
+    st.st_mode = d.is_dir ? S_IFDIR : S_IFREG;
+    const size_t n = fuse_add_direntry(req, buf.data() + used, size - used, d.name.c_str(), &st,
+                                       static_cast<off_t>(i + 1));
+    if (n > size - used) break;
+    used += n;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete reinterpret_cast<OpenDir*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void op_statfs(fuse_req_t req, fuse_ino_t) {
+  struct statvfs sv {};
+  sv.f_bsize = 1 << 20;
+  sv.f_frsize = 4096;
+  sv.f_namemax = 255;
+  fuse_reply_statfs(req, &sv);
+}
+
+const fuse_lowlevel_ops kOps = [] {
+  fuse_lowlevel_ops ops{};
+  ops.init = op_init;
+  ops.lookup = op_lookup;
+  ops.getattr = op_getattr;
+  ops.open = op_open;
+  ops.read = op_read;
+  ops.release = op_release;
+  ops.opendir = op_opendir;
+  ops.readdir = op_readdir;
+  ops.releasedir = op_releasedir;
+  ops.statfs = op_statfs;
+  return ops;
+}();
+
+void wake_handler(int) {}
+
+bool is_mounted(const std::string& path) {
+  std::ifstream in("/proc/self/mounts");
+  std::string dev, mnt, rest;
+  while (in >> dev >> mnt && std::getline(in, rest))
+    if (mnt == path) return true;
+  return false;
+}
+
+// Detaches a stale FUSE mount (its daemon died: every access fails with ENOTCONN).
+ptc::Status prepare_mountpoint(const std::string& mp) {
+  struct stat st {};
+  if (::stat(mp.c_str(), &st) != 0) {
+    if (errno == ENOTCONN) {
+      ptc::log::warn("{} is a stale mount (its daemon died); detaching it", mp);
+      if (::umount2(mp.c_str(), MNT_DETACH) != 0) {
+        const std::string cmd = "fusermount3 -u -z '" + mp + "' 2>/dev/null";
+        if (std::system(cmd.c_str()) != 0) return ptc::io_error("detaching stale mount " + mp, errno);
+      }
+      if (::stat(mp.c_str(), &st) != 0) return ptc::io_error("mount point " + mp, errno);
+    } else if (errno == ENOENT) {
+      if (::mkdir(mp.c_str(), 0755) != 0) return ptc::io_error("creating mount point " + mp, errno);
+      return ptc::Status::ok();
+    } else {
+      return ptc::io_error("mount point " + mp, errno);
+    }
+  }
+  if (!S_ISDIR(st.st_mode)) return ptc::invalid("mount point " + mp + " is not a directory");
+  char* real = ::realpath(mp.c_str(), nullptr);
+  const std::string rp = real ? real : mp;
+  std::free(real);
+  if (is_mounted(rp)) return ptc::error(ptc::Code::kFailedPrecondition, "mount point " + mp + " is already mounted");
+  return ptc::Status::ok();
+}
+
+}  // namespace
+
+Filesystem::Filesystem(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ptc::Result<std::unique_ptr<Filesystem>> Filesystem::mount(const MountOptions& opts, Source source) {
+  PTC_RETURN_IF_ERROR(prepare_mountpoint(opts.mountpoint));
+  auto impl = std::make_unique<Impl>();
+  impl->opts = opts;
+  impl->source = std::move(source);
+
+  std::string o = "ro,default_permissions,fsname=ptcfs,subtype=ptcfs";
+  if (opts.allow_other) o += ",allow_other";
+  std::vector<std::string> args = {"ptcfsd", "-o", o};
+  if (opts.debug) args.push_back("-d");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  impl->se = fuse_session_new(&fargs, &kOps, sizeof kOps, impl.get());
+  if (!impl->se) return ptc::internal("fuse_session_new failed (see the messages above)");
+  if (fuse_session_mount(impl->se, opts.mountpoint.c_str()) != 0) {
+    fuse_session_destroy(impl->se);
+    impl->se = nullptr;
+    return ptc::io_error("mounting FUSE at " + opts.mountpoint + " (is /dev/fuse there, are you root?)", EIO);
+  }
+  struct sigaction sa {};
+  sa.sa_handler = wake_handler;  // no SA_RESTART: the loop's wait returns EINTR
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(kWakeSignal, &sa, nullptr);
+  std::unique_ptr<Filesystem> fs(new Filesystem(std::move(impl)));
+  PTC_RETURN_IF_ERROR(fs->refresh());
+  ptc::log::info("mounted at {}", opts.mountpoint);
+  return fs;
+}
+
+Filesystem::~Filesystem() {
+  stop();
+  if (impl_->se) {
+    fuse_session_unmount(impl_->se);
+    fuse_session_destroy(impl_->se);
+    ptc::log::info("unmounted {}", impl_->opts.mountpoint);
+  }
+}
+
+ptc::Status Filesystem::refresh() {
+  PTC_ASSIGN_OR_RETURN(auto tree, Tree::build(impl_->source()));
+  std::lock_guard lock(impl_->mu);
+  impl_->tree = std::move(tree);
+  return ptc::Status::ok();
+}
+
+ptc::Status Filesystem::run() {
+  impl_->loop_thread = pthread_self();
+  impl_->loop_running = true;
+  fuse_loop_config* cfg = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(cfg, impl_->opts.max_threads);
+  fuse_loop_cfg_set_idle_threads(cfg, 4);
+  const int rc = fuse_session_loop_mt(impl_->se, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  impl_->loop_running = false;
+  if (rc < 0 && rc != -EINTR) return ptc::io_error("FUSE loop", -rc);
+  return ptc::Status::ok();
+}
+
+void Filesystem::stop() {
+  if (!impl_->se) return;
+  fuse_session_exit(impl_->se);
+  if (impl_->loop_running) pthread_kill(impl_->loop_thread, kWakeSignal);
+}
+
+}  // namespace ptcfs::fs

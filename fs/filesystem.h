@@ -1,0 +1,49 @@
+// The FUSE filesystem (libfuse3 low-level API, multithreaded loop), read-only.
+//
+// The filesystem serves the current Tree; refresh() builds a new one from the source and
+// swaps it in. Lookup counts are not tracked: a node lives as long as a tree holds it, and
+// a file handle holds its view, so forget() has nothing to free. An inode that is no longer
+// in the current tree answers ESTALE, except through handles opened before.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fs/content.h"
+#include "ptc/status.h"
+
+namespace ptcfs::fs {
+
+struct MountOptions {
+  std::string mountpoint;
+  bool allow_other = true;   // training processes may run as other users
+  unsigned max_threads = 16;
+  bool debug = false;        // libfuse's request log
+};
+
+class Filesystem {
+ public:
+  using Source = std::function<std::vector<StepEntry>()>;
+
+  // Mounts at opts.mountpoint. A stale mount there (a daemon that died) is detached first;
+  // a live one is an error.
+  static ptc::Result<std::unique_ptr<Filesystem>> mount(const MountOptions& opts, Source source);
+  ~Filesystem();  // stops the loop if running and unmounts
+
+  // Rebuilds the tree from the source; safe from any thread.
+  ptc::Status refresh();
+  // Serves requests until stop() or an external unmount; blocks.
+  ptc::Status run();
+  // Ends run() and unmounts; safe from any thread and from a signal-handling thread.
+  void stop();
+
+  class Impl;
+
+ private:
+  explicit Filesystem(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ptcfs::fs

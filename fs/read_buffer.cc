@@ -1,0 +1,66 @@
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "fs/content.h"
+
+namespace ptcfs::fs {
+namespace {
+constexpr uint64_t kZeroBlock = 1 << 20;
+const std::byte* zero_block() {
+  static const auto* z = new std::byte[kZeroBlock]();
+  return z;
+}
+}  // namespace
+
+void ReadBuffer::add_mem(const void* p, uint64_t len) {
+  if (len == 0) return;
+  segs_.push_back(Segment{static_cast<const std::byte*>(p), -1, 0, len});
+  size_ += len;
+}
+
+void ReadBuffer::add_zeros(uint64_t len) {
+  while (len > 0) {
+    const uint64_t n = std::min(len, kZeroBlock);
+    add_mem(zero_block(), n);
+    len -= n;
+  }
+}
+
+void ReadBuffer::add_fd(int fd, uint64_t off, uint64_t len) {
+  if (len == 0) return;
+  // Merge with the previous segment when it continues it.
+  if (!segs_.empty()) {
+    Segment& last = segs_.back();
+    if (last.fd == fd && last.off + last.len == off) {
+      last.len += len;
+      size_ += len;
+      return;
+    }
+  }
+  segs_.push_back(Segment{nullptr, fd, off, len});
+  size_ += len;
+}
+
+ptc::Status ReadBuffer::copy_to(std::byte* dst) const {
+  for (const auto& s : segs_) {
+    if (s.fd < 0) {
+      std::memcpy(dst, s.mem, s.len);
+    } else {
+      uint64_t done = 0;
+      while (done < s.len) {
+        const ssize_t n = ::pread(s.fd, dst + done, s.len - done, static_cast<off_t>(s.off + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return ptc::io_error("reading blob", errno);
+        if (n == 0) return ptc::corrupt("blob shorter than its metadata says");
+        done += static_cast<uint64_t>(n);
+      }
+    }
+    dst += s.len;
+  }
+  return ptc::Status::ok();
+}
+
+}  // namespace ptcfs::fs

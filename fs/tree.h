@@ -1,0 +1,51 @@
+// The namespace: an immutable tree of directories and file views built from the current
+// steps. A new tree is built when the steps change and swapped in whole; open files keep
+// their view, so they are unaffected.
+//
+//   /<job>/<step>/ptc.json
+//   /<job>/<step>/tp{t}-pp{p}.safetensors
+//   /<job>/<step>/tp{t}-pp{p}/<tensor>.npy     ('/' in a tensor name makes subfolders)
+//   /<job>/<step>/full/<tensor>.npy
+//
+// Inode numbers are stable across restarts: a directory's is a hash of its path; a file's
+// is a hash of its path and the step's version, so a file whose bytes change gets a new
+// inode and the kernel never serves stale cached pages for it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fs/content.h"
+#include "fs/views.h"
+
+namespace ptcfs::fs {
+
+inline constexpr uint64_t kRootIno = 1;
+
+struct Node {
+  uint64_t ino = 0;
+  uint64_t parent = 0;
+  bool is_dir = false;
+  int64_t mtime = 0;  // seconds since the epoch
+  std::shared_ptr<const View> view;          // files
+  std::map<std::string, uint64_t> children;  // directories: name -> ino
+};
+
+class Tree {
+ public:
+  // Builds the tree of the given steps.
+  static ptc::Result<std::shared_ptr<const Tree>> build(const std::vector<StepEntry>& steps);
+
+  const Node* find(uint64_t ino) const;
+  const Node* child(const Node& dir, const std::string& name) const;
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  std::unordered_map<uint64_t, Node> nodes_;
+};
+
+}  // namespace ptcfs::fs

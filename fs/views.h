@@ -1,0 +1,36 @@
+// File views: how the bytes of a file in the mount are composed from stored slices.
+//
+//   tp{t}-pp{p}.safetensors  canonical safetensors header (ptc/safetensors.h) + the shard's
+//                            slices, packed in name order
+//   tp{t}-pp{p}/<name>.npy   npy header + one stored slice (padding included)
+//   full/<name>.npy          npy header + the whole logical tensor, assembled from the
+//                            pieces of the shards that cover it (padding excluded)
+//
+// A view holds a shared_ptr to the StepContent it was built on, so it reads that version
+// for as long as it lives. Views are immutable and safe to read from many threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fs/content.h"
+
+namespace ptcfs::fs {
+
+class View {
+ public:
+  virtual ~View() = default;
+  virtual uint64_t size() const = 0;
+  // Appends bytes [off, off + len) to out; the range lies inside [0, size()).
+  virtual ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const = 0;
+};
+
+std::shared_ptr<const View> bytes_view(std::string bytes);
+ptc::Result<std::shared_ptr<const View>> shard_safetensors_view(std::shared_ptr<const StepContent> c,
+                                                                const ptc::ShardId& shard);
+std::shared_ptr<const View> slice_npy_view(std::shared_ptr<const StepContent> c, const ptc::ShardId& shard,
+                                           size_t slice);
+std::shared_ptr<const View> full_npy_view(std::shared_ptr<const StepContent> c, size_t tensor);
+
+}  // namespace ptcfs::fs

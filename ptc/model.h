@@ -1,0 +1,67 @@
+// The PTC model: the tensors of a job and how each is partitioned (ptc.json, DESIGN.md
+// "Checkpoint directory"). Parsing validates everything that does not depend on the parallel
+// degrees; make_layout (layout.h) validates the rest for one configuration.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ptc/dtype.h"
+#include "ptc/region.h"
+#include "ptc/status.h"
+
+namespace ptc {
+
+struct Parallelism {
+  int tp = 1, pp = 1, dp = 1;
+  int world() const { return tp * pp * dp; }
+  bool operator==(const Parallelism&) const = default;
+  std::string to_string() const;  // "tp=2,pp=2,dp=1"
+};
+
+// Parses "tp=4,pp=2,dp=1" (any order; each key once; all three required).
+Result<Parallelism> parse_parallelism(std::string_view text);
+
+// Which pipeline stages hold a tensor.
+struct Placement {
+  enum class Kind { kFirst, kLast, kAll, kList, kLayer };
+  Kind kind = Kind::kFirst;
+  int layer = -1;           // kLayer
+  std::vector<int> stages;  // kList, sorted, unique
+};
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  std::optional<int> tp_dim;  // none: replicated over TP
+  int parts = 1;              // fused parts along tp_dim, each split over TP on its own
+  int64_t pad_to = 0;         // 0: no padding; m: tp_dim padded to a multiple of m * tp
+  Placement placement;
+};
+
+struct Ptc {
+  Parallelism parallelism;
+  int num_layers = 0;
+  std::vector<TensorSpec> tensors;  // sorted by name, unique
+
+  const TensorSpec* find(std::string_view name) const;
+};
+
+// Parses and validates a ptc.json document; `file` names it in error messages. Unknown
+// members are errors at every level.
+Result<Ptc> parse_ptc_json(std::string_view text, const std::string& file);
+
+// The canonical JSON text of a PTC (keys sorted, two-space indent, trailing newline).
+std::string ptc_to_json(const Ptc& ptc);
+
+// A tensor name is '/'-separated components, none empty, "." or "..", none longer than
+// 250 bytes, no NUL; the whole at most 4096 bytes.
+Status validate_tensor_name(std::string_view name);
+
+// Job and step names: [A-Za-z0-9_.-]+, not starting with '.', at most 128 bytes.
+Status validate_id(std::string_view what, std::string_view id);
+
+}  // namespace ptc

@@ -1,0 +1,79 @@
+#include "transport/frame.h"
+
+#include <charconv>
+#include <cstring>
+
+namespace ptcfs::transport {
+namespace {
+constexpr char kMagic[4] = {'P', 'T', 'C', 'F'};
+
+void put16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+void put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint32_t get32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
+  return v;
+}
+}  // namespace
+
+std::array<uint8_t, kHeaderSize> encode_header(const FrameHeader& h) {
+  std::array<uint8_t, kHeaderSize> b{};
+  std::memcpy(b.data(), kMagic, 4);
+  put16(b.data() + 4, h.version);
+  put16(b.data() + 6, static_cast<uint16_t>(h.type));
+  put32(b.data() + 8, h.length);
+  put32(b.data() + 12, h.request_id);
+  return b;
+}
+
+ptc::Result<FrameHeader> decode_header(const uint8_t* p, uint32_t max_body) {
+  if (std::memcmp(p, kMagic, 4) != 0) return ptc::invalid("not a ptcfs frame (bad magic)");
+  FrameHeader h;
+  h.version = get16(p + 4);
+  if (h.version != kProtocolVersion)
+    return ptc::invalid("protocol version " + std::to_string(h.version) + " not supported (this build speaks " +
+                        std::to_string(kProtocolVersion) + ")");
+  const uint16_t type = get16(p + 6);
+  if (type < 1 || type > 3) return ptc::invalid("unknown frame type " + std::to_string(type));
+  h.type = static_cast<FrameType>(type);
+  h.length = get32(p + 8);
+  if (h.length > max_body)
+    return ptc::error(ptc::Code::kResourceExhausted, "frame of " + std::to_string(h.length) +
+                                                         " bytes exceeds the limit of " + std::to_string(max_body));
+  h.request_id = get32(p + 12);
+  return h;
+}
+
+std::string encode_frame(FrameType type, uint32_t request_id, const std::string& body) {
+  FrameHeader h;
+  h.type = type;
+  h.length = static_cast<uint32_t>(body.size());
+  h.request_id = request_id;
+  const auto hb = encode_header(h);
+  std::string out(reinterpret_cast<const char*>(hb.data()), hb.size());
+  out += body;
+  return out;
+}
+
+ptc::Status parse_address(const std::string& addr, std::string& host, uint16_t& port) {
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size())
+    return ptc::invalid("address '" + addr + "': expected HOST:PORT");
+  host = addr.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string p = addr.substr(colon + 1);
+  unsigned v = 0;
+  auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
+  if (ec != std::errc() || ptr != p.data() + p.size() || v > 65535)
+    return ptc::invalid("address '" + addr + "': bad port '" + p + "'");
+  port = static_cast<uint16_t>(v);
+  return ptc::Status::ok();
+}
+
+}  // namespace ptcfs::transport

@@ -1,0 +1,49 @@
+// Frames: the unit of every ptcfs connection (CLI to daemon, daemon to daemon).
+//
+//   offset 0  4 bytes  magic "PTCF"
+//          4  u16 LE   protocol version (kProtocolVersion)
+//          6  u16 LE   frame type
+//          8  u32 LE   body length (at most the receiver's limit)
+//         12  u32 LE   request id (a response or progress frame repeats its request's id)
+//         16  body
+//
+// Control frames carry JSON bodies. A receiver refuses a wrong magic, an unknown version
+// and a body longer than its limit, and closes the connection.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "ptc/status.h"
+
+namespace ptcfs::transport {
+
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr size_t kHeaderSize = 16;
+
+enum class FrameType : uint16_t {
+  kRequest = 1,   // JSON {"op": ..., ...}
+  kResponse = 2,  // JSON {"ok": true, "result": ...} or {"ok": false, "error": {"code", "message"}}
+  kProgress = 3,  // JSON, any number before the response
+};
+
+struct FrameHeader {
+  uint16_t version = kProtocolVersion;
+  FrameType type = FrameType::kRequest;
+  uint32_t length = 0;
+  uint32_t request_id = 0;
+};
+
+std::array<uint8_t, kHeaderSize> encode_header(const FrameHeader& h);
+// Checks magic, version, type and length <= max_body; kInvalidArgument or
+// kResourceExhausted with a message saying which.
+ptc::Result<FrameHeader> decode_header(const uint8_t* p, uint32_t max_body);
+
+// A whole frame (header + body) as bytes.
+std::string encode_frame(FrameType type, uint32_t request_id, const std::string& body);
+
+// Parses "HOST:PORT" (HOST may be a name or an IPv4 address, or [IPv6]).
+ptc::Status parse_address(const std::string& addr, std::string& host, uint16_t& port);
+
+}  // namespace ptcfs::transport

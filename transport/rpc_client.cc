@@ -1,0 +1,83 @@
+#include <utility>  // Boost 1.74's awaitable.hpp needs std::exchange declared first
+#include <boost/asio.hpp>
+
+#include "transport/frame.h"
+#include "transport/rpc.h"
+
+namespace ptcfs::transport {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using nlohmann::json;
+
+constexpr uint32_t kMaxResponse = 256 << 20;
+
+class SyncClient final : public RpcClient {
+ public:
+  SyncClient(std::string addr) : addr_(std::move(addr)), socket_(io_) {}
+
+  ptc::Status connect() {
+    std::string host;
+    uint16_t port = 0;
+    PTC_RETURN_IF_ERROR(parse_address(addr_, host, port));
+    boost::system::error_code ec;
+    tcp::resolver resolver(io_);
+    auto eps = resolver.resolve(host, std::to_string(port), ec);
+    if (ec) return ptc::error(ptc::Code::kUnavailable, "cannot resolve " + addr_ + ": " + ec.message());
+    asio::connect(socket_, eps, ec);
+    if (ec)
+      return ptc::error(ptc::Code::kUnavailable, "cannot reach the daemon at " + addr_ + ": " + ec.message() +
+                                                     " (is ptcfsd running? set --daemon or PTCFS_DAEMON)");
+    socket_.set_option(tcp::no_delay(true), ec);
+    return ptc::Status::ok();
+  }
+
+  ptc::Result<json> call(const json& request, const ProgressSink& progress) override {
+    const uint32_t id = ++next_id_;
+    const std::string frame = encode_frame(FrameType::kRequest, id, request.dump());
+    boost::system::error_code ec;
+    asio::write(socket_, asio::buffer(frame), ec);
+    if (ec) return lost(ec);
+    while (true) {
+      uint8_t hb[kHeaderSize];
+      asio::read(socket_, asio::buffer(hb), ec);
+      if (ec) return lost(ec);
+      PTC_ASSIGN_OR_RETURN(FrameHeader h, decode_header(hb, kMaxResponse));
+      std::string body(h.length, '\0');
+      asio::read(socket_, asio::buffer(body), ec);
+      if (ec) return lost(ec);
+      auto j = json::parse(body, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) return ptc::corrupt("daemon at " + addr_ + " sent malformed JSON");
+      if (h.type == FrameType::kProgress) {
+        if (progress) progress(j);
+        continue;
+      }
+      if (h.type != FrameType::kResponse || h.request_id != id)
+        return ptc::corrupt("daemon at " + addr_ + " sent an unexpected frame");
+      if (j.value("ok", false)) return j.contains("result") ? j["result"] : json::object();
+      const json err = j.value("error", json::object());
+      return ptc::Status(ptc::code_from_name(err.value("code", "internal")), err.value("message", "unknown error"));
+    }
+  }
+
+ private:
+  ptc::Status lost(const boost::system::error_code& ec) {
+    return ptc::error(ptc::Code::kUnavailable, "connection to the daemon at " + addr_ + " lost: " + ec.message());
+  }
+
+  std::string addr_;
+  asio::io_context io_;
+  tcp::socket socket_;
+  uint32_t next_id_ = 0;
+};
+
+}  // namespace
+
+ptc::Result<std::unique_ptr<RpcClient>> RpcClient::connect(const std::string& addr) {
+  auto c = std::make_unique<SyncClient>(addr);
+  PTC_RETURN_IF_ERROR(c->connect());
+  return std::unique_ptr<RpcClient>(std::move(c));
+}
+
+}  // namespace ptcfs::transport

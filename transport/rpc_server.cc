@@ -1,0 +1,289 @@
+// The RPC server: one io thread running Asio coroutines (an acceptor; per connection one
+// reader, one writer with a bounded queue, one idle watchdog) and a pool of worker threads
+// running the handler, so a long request never blocks the io thread.
+#include <utility>  // Boost 1.74's awaitable.hpp needs std::exchange declared first
+#include <boost/asio.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <set>
+#include <thread>
+
+#include "ptc/log.h"
+#include "transport/frame.h"
+#include "transport/rpc.h"
+
+namespace ptcfs::transport {
+namespace {
+
+namespace asio = boost::asio;
+using asio::awaitable;
+using asio::use_awaitable;
+using asio::ip::tcp;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string response_frame(uint32_t id, const ptc::Result<json>& r) {
+  json body;
+  if (r) {
+    body = {{"ok", true}, {"result", *r}};
+  } else {
+    body = {{"ok", false},
+            {"error", {{"code", ptc::code_name(r.status().code())}, {"message", r.status().message()}}}};
+  }
+  return encode_frame(FrameType::kResponse, id, body.dump());
+}
+
+class Server;
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket s, Server& server);
+  void start();
+  void close();
+  // On the io thread. Progress frames are dropped when the queue is full.
+  void send(std::string frame, bool droppable);
+
+ private:
+  awaitable<void> reader();
+  awaitable<void> writer();
+  awaitable<void> watchdog();
+  void dispatch(uint32_t id, json request);
+
+  tcp::socket socket_;
+  Server& server_;
+  std::string peer_;
+  asio::steady_timer signal_;
+  asio::steady_timer idle_;
+  Clock::time_point deadline_;
+  std::deque<std::string> out_;
+  size_t queued_progress_ = 0;
+  int inflight_ = 0;
+};
+
+class Server final : public RpcServer {
+ public:
+  Server(Handler h, ServerLimits l) : handler_(std::move(h)), limits_(l), pool_(l.workers), acceptor_(io_) {}
+  ~Server() override { stop(); }
+
+  ptc::Status listen(const std::string& addr) {
+    std::string host;
+    uint16_t port = 0;
+    PTC_RETURN_IF_ERROR(parse_address(addr, host, port));
+    boost::system::error_code ec;
+    tcp::resolver resolver(io_);
+    auto eps = resolver.resolve(host, std::to_string(port), ec);
+    if (ec || eps.empty()) return ptc::invalid("cannot resolve listen address " + addr + ": " + ec.message());
+    const tcp::endpoint ep = *eps.begin();
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return ptc::error(ptc::Code::kUnavailable, "cannot listen on " + addr + ": " + ec.message());
+    const auto bound = acceptor_.local_endpoint();
+    address_ = bound.address().to_string() + ":" + std::to_string(bound.port());
+    asio::co_spawn(io_, accept_loop(), [](std::exception_ptr e) {
+      if (e) ptc::log::error("control acceptor stopped by an exception");
+    });
+    io_thread_ = std::thread([this] { io_.run(); });
+    return ptc::Status::ok();
+  }
+
+  std::string address() const override { return address_; }
+
+  void stop() override {
+    if (stopped_.exchange(true)) return;
+    asio::post(io_, [this] {
+      boost::system::error_code ec;
+      acceptor_.close(ec);
+      for (auto& w : conns_)
+        if (auto c = w.lock()) c->close();
+    });
+    pool_.join();  // running handlers finish; their replies go nowhere once io stops
+    io_.stop();
+    if (io_thread_.joinable()) io_thread_.join();
+  }
+
+  const ServerLimits& limits() const { return limits_; }
+  const Handler& handler() const { return handler_; }
+  asio::thread_pool& pool() { return pool_; }
+  void forget(Connection* c) {
+    for (auto it = conns_.begin(); it != conns_.end();)
+      it = (it->expired() || it->lock().get() == c) ? conns_.erase(it) : std::next(it);
+  }
+
+ private:
+  awaitable<void> accept_loop() {
+    while (acceptor_.is_open()) {
+      boost::system::error_code ec;
+      tcp::socket s = co_await acceptor_.async_accept(asio::redirect_error(use_awaitable, ec));
+      if (ec) {
+        if (!acceptor_.is_open()) break;
+        ptc::log::warn("control accept failed: {}", ec.message());
+        continue;
+      }
+      forget(nullptr);
+      if (conns_.size() >= limits_.max_connections) {
+        ptc::log::warn("refusing a control connection: {} connections already open", conns_.size());
+        s.close(ec);
+        continue;
+      }
+      auto c = std::make_shared<Connection>(std::move(s), *this);
+      conns_.push_back(c);
+      c->start();
+    }
+  }
+
+  Handler handler_;
+  ServerLimits limits_;
+  asio::io_context io_;
+  asio::thread_pool pool_;
+  tcp::acceptor acceptor_;
+  std::thread io_thread_;
+  std::string address_;
+  std::atomic<bool> stopped_{false};
+  std::vector<std::weak_ptr<Connection>> conns_;  // io thread only
+};
+
+Connection::Connection(tcp::socket s, Server& server)
+    : socket_(std::move(s)), server_(server), signal_(socket_.get_executor()), idle_(socket_.get_executor()) {
+  boost::system::error_code ec;
+  auto ep = socket_.remote_endpoint(ec);
+  peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+  signal_.expires_at(Clock::time_point::max());
+  deadline_ = Clock::now() + std::chrono::seconds(server_.limits().idle_timeout_s);
+}
+
+void Connection::start() {
+  auto self = shared_from_this();
+  auto log_end = [peer = peer_](std::exception_ptr e) {
+    if (e) ptc::log::warn("control connection {} ended by an exception", peer);
+  };
+  asio::co_spawn(socket_.get_executor(), [self] { return self->reader(); }, log_end);
+  asio::co_spawn(socket_.get_executor(), [self] { return self->writer(); }, log_end);
+  asio::co_spawn(socket_.get_executor(), [self] { return self->watchdog(); }, log_end);
+}
+
+void Connection::close() {
+  boost::system::error_code ec;
+  socket_.close(ec);
+  signal_.cancel();
+  idle_.cancel();
+}
+
+void Connection::send(std::string frame, bool droppable) {
+  if (droppable) {
+    if (queued_progress_ >= server_.limits().max_queued_progress) return;
+    ++queued_progress_;
+  } else {
+    --inflight_;
+    deadline_ = Clock::now() + std::chrono::seconds(server_.limits().idle_timeout_s);
+  }
+  out_.push_back(std::move(frame));
+  signal_.cancel_one();
+}
+
+void Connection::dispatch(uint32_t id, json request) {
+  ++inflight_;
+  auto self = shared_from_this();
+  auto ex = socket_.get_executor();
+  asio::post(server_.pool(), [self, ex, id, request = std::move(request)] {
+    auto progress = [self, ex, id](const json& p) {
+      asio::post(ex, [self, f = encode_frame(FrameType::kProgress, id, p.dump())]() mutable {
+        self->send(std::move(f), true);
+      });
+    };
+    ptc::Result<json> r = ptc::internal("handler did not run");
+    try {
+      r = self->server_.handler()(request, progress);
+    } catch (const std::exception& e) {
+      r = ptc::internal(std::string("handler threw: ") + e.what());
+    }
+    asio::post(ex, [self, f = response_frame(id, r)]() mutable { self->send(std::move(f), false); });
+  });
+}
+
+awaitable<void> Connection::reader() {
+  try {
+    while (socket_.is_open()) {
+      uint8_t hb[kHeaderSize];
+      co_await asio::async_read(socket_, asio::buffer(hb), use_awaitable);
+      auto h = decode_header(hb, server_.limits().max_frame);
+      if (!h) {
+        ptc::log::warn("control connection {}: {}; closing it", peer_, h.status().to_string());
+        send(response_frame(0, h.status()), false);
+        ++inflight_;
+        break;
+      }
+      std::string body(h->length, '\0');
+      co_await asio::async_read(socket_, asio::buffer(body), use_awaitable);
+      if (h->type != FrameType::kRequest) {
+        ptc::log::warn("control connection {}: unexpected frame type; closing it", peer_);
+        break;
+      }
+      auto j = json::parse(body, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("op") || !j["op"].is_string()) {
+        ++inflight_;
+        send(response_frame(h->request_id, ptc::invalid("request is not a JSON object with a string 'op'")), false);
+        continue;
+      }
+      dispatch(h->request_id, std::move(j));
+    }
+  } catch (const boost::system::system_error&) {
+    // The peer went away; nothing to report.
+  }
+  // Let the writer flush what is queued, then close.
+  if (out_.empty() && inflight_ <= 0) close();
+}
+
+awaitable<void> Connection::writer() {
+  try {
+    while (socket_.is_open()) {
+      if (out_.empty()) {
+        if (inflight_ <= 0 && !socket_.is_open()) break;
+        boost::system::error_code ec;
+        co_await signal_.async_wait(asio::redirect_error(use_awaitable, ec));
+        continue;
+      }
+      std::string f = std::move(out_.front());
+      out_.pop_front();
+      if (queued_progress_ > 0 && f.size() >= kHeaderSize && f[6] == static_cast<char>(FrameType::kProgress))
+        --queued_progress_;
+      co_await asio::async_write(socket_, asio::buffer(f), use_awaitable);
+    }
+  } catch (const boost::system::system_error&) {
+  }
+  close();
+  server_.forget(this);
+}
+
+awaitable<void> Connection::watchdog() {
+  while (socket_.is_open()) {
+    idle_.expires_at(deadline_);
+    boost::system::error_code ec;
+    co_await idle_.async_wait(asio::redirect_error(use_awaitable, ec));
+    if (!socket_.is_open()) break;
+    if (inflight_ <= 0 && Clock::now() >= deadline_) {
+      ptc::log::info("control connection {} idle for {} s; closing it", peer_, server_.limits().idle_timeout_s);
+      close();
+    } else if (Clock::now() >= deadline_) {
+      deadline_ = Clock::now() + std::chrono::seconds(server_.limits().idle_timeout_s);
+    }
+  }
+}
+
+}  // namespace
+
+ptc::Result<std::unique_ptr<RpcServer>> RpcServer::start(const std::string& listen, Handler handler,
+                                                         ServerLimits limits) {
+  auto s = std::make_unique<Server>(std::move(handler), limits);
+  PTC_RETURN_IF_ERROR(s->listen(listen));
+  return std::unique_ptr<RpcServer>(std::move(s));
+}
+
+}  // namespace ptcfs::transport
