@@ -1,6 +1,7 @@
 #define FUSE_USE_VERSION 312
 #include "fs/filesystem.h"
 
+#include <dirent.h>
 #include <fuse_lowlevel.h>
 #include <pthread.h>
 #include <sys/mount.h>
@@ -282,29 +283,49 @@ bool is_mounted(const std::string& path) {
   return false;
 }
 
-// Detaches a stale FUSE mount (its daemon died: every access fails with ENOTCONN).
+// True when the FUSE mount at path has lost its daemon. A stat of the mount point may still
+// be answered from the kernel's attribute cache, so this reads the directory, which needs
+// the daemon.
+bool is_stale(const std::string& path) {
+  DIR* d = ::opendir(path.c_str());
+  if (!d) return errno == ENOTCONN;
+  errno = 0;
+  const bool dead = ::readdir(d) == nullptr && errno == ENOTCONN;
+  ::closedir(d);
+  return dead;
+}
+
+ptc::Status detach(const std::string& mp) {
+  ptc::log::warn("{} is a stale mount (its daemon died); detaching it", mp);
+  if (::umount2(mp.c_str(), MNT_DETACH) == 0) return ptc::Status::ok();
+  const int err = errno;
+  const std::string cmd = "fusermount3 -u -z '" + mp + "' 2>/dev/null";
+  if (std::system(cmd.c_str()) != 0) return ptc::io_error("detaching stale mount " + mp, err);
+  return ptc::Status::ok();
+}
+
+// Makes mp ready to mount on: creates it when missing, detaches a stale mount (a daemon
+// that died), refuses a live one.
 ptc::Status prepare_mountpoint(const std::string& mp) {
   struct stat st {};
   if (::stat(mp.c_str(), &st) != 0) {
-    if (errno == ENOTCONN) {
-      ptc::log::warn("{} is a stale mount (its daemon died); detaching it", mp);
-      if (::umount2(mp.c_str(), MNT_DETACH) != 0) {
-        const std::string cmd = "fusermount3 -u -z '" + mp + "' 2>/dev/null";
-        if (std::system(cmd.c_str()) != 0) return ptc::io_error("detaching stale mount " + mp, errno);
-      }
-      if (::stat(mp.c_str(), &st) != 0) return ptc::io_error("mount point " + mp, errno);
-    } else if (errno == ENOENT) {
+    if (errno == ENOENT) {
       if (::mkdir(mp.c_str(), 0755) != 0) return ptc::io_error("creating mount point " + mp, errno);
       return ptc::Status::ok();
-    } else {
-      return ptc::io_error("mount point " + mp, errno);
     }
+    if (errno != ENOTCONN) return ptc::io_error("mount point " + mp, errno);
+    PTC_RETURN_IF_ERROR(detach(mp));
+    if (::stat(mp.c_str(), &st) != 0) return ptc::io_error("mount point " + mp, errno);
   }
   if (!S_ISDIR(st.st_mode)) return ptc::invalid("mount point " + mp + " is not a directory");
   char* real = ::realpath(mp.c_str(), nullptr);
   const std::string rp = real ? real : mp;
   std::free(real);
-  if (is_mounted(rp)) return ptc::error(ptc::Code::kFailedPrecondition, "mount point " + mp + " is already mounted");
+  if (is_mounted(rp)) {
+    if (!is_stale(rp))
+      return ptc::error(ptc::Code::kFailedPrecondition, "mount point " + mp + " is already mounted (another ptcfsd?)");
+    PTC_RETURN_IF_ERROR(detach(rp));
+  }
   return ptc::Status::ok();
 }
 
