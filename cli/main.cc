@@ -94,6 +94,38 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
   return 0;
 }
 
+int cmd_repartition(const Globals& g, const std::string& job, const std::string& step, const std::string& to,
+                    bool dry_run) {
+  ptcfs::cli::ProgressLine line("repartition " + job + "/" + step);
+  auto r = call(g, {{"op", "repartition"}, {"job", job}, {"step", step}, {"to", to}, {"dry_run", dry_run}},
+                [&](const json& p) {
+                  if (g.json || p.value("phase", "") != "compact") return;
+                  line.update(p.value("done", uint64_t{0}), p.value("total", uint64_t{0}));
+                });
+  line.finish();
+  if (!r) return fail(r.status());
+  if (g.json) return print_json(*r);
+  const json& j = *r;
+  auto par = [](const json& p) {
+    return "tp=" + std::to_string(p["tp"].get<int>()) + ",pp=" + std::to_string(p["pp"].get<int>()) +
+           ",dp=" + std::to_string(p["dp"].get<int>());
+  };
+  const std::string what = job + "/" + step + " " + par(j["from"]) + " -> " + par(j["to"]);
+  if (j["unchanged"].get<bool>()) {
+    std::printf("%s: already in that configuration, nothing to do\n", what.c_str());
+    return 0;
+  }
+  std::printf("%s%s\n", dry_run ? "plan for " : "repartitioned ", what.c_str());
+  std::printf("  %zu shards, %zu tensors, %s\n", j["shards"].get<size_t>(), j["tensors"].get<size_t>(),
+              human_bytes(j["bytes_total"].get<uint64_t>()).c_str());
+  std::printf("  %zu copies -> %zu extents: %s remapped without copying, %s compacted (%zu slices), %s padding\n",
+              j["copies"].get<size_t>(), j["extents"].get<size_t>(), human_bytes(j["bytes_remapped"].get<uint64_t>()).c_str(),
+              human_bytes(j["bytes_compacted"].get<uint64_t>()).c_str(), j["compacted_slices"].get<size_t>(),
+              human_bytes(j["bytes_fill"].get<uint64_t>()).c_str());
+  if (!dry_run) std::printf("  version %llu in %.3f s\n", j["version"].get<unsigned long long>(), j["seconds"].get<double>());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,6 +148,15 @@ int main(int argc, char** argv) {
   ls->add_option("PATH", path, "JOB or JOB/STEP");
   ls->add_flag("--json", g.json, "Print the result as JSON");
 
+  std::string to;
+  bool dry_run = false;
+  auto* rep = app.add_subcommand("repartition", "Re-split a step for a new parallel configuration");
+  rep->add_option("--job", job, "Job name")->required();
+  rep->add_option("--step", step, "Step name")->required();
+  rep->add_option("--to", to, "New configuration, e.g. tp=2,pp=4,dp=1")->required();
+  rep->add_flag("--dry-run", dry_run, "Print the plan summary without changing anything");
+  rep->add_flag("--json", g.json, "Print the result as JSON");
+
   auto* status = app.add_subcommand("status", "Show the daemon's state");
   status->add_flag("--json", g.json, "Print the result as JSON");
 
@@ -134,5 +175,6 @@ int main(int argc, char** argv) {
   if (imp->parsed()) return cmd_import(g, dir, job, step);
   if (ls->parsed()) return cmd_ls(g, path);
   if (status->parsed()) return cmd_status(g);
+  if (rep->parsed()) return cmd_repartition(g, job, step, to, dry_run);
   return 2;
 }

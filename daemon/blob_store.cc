@@ -17,11 +17,15 @@ BlobFile::~BlobFile() { ::close(fd_); }
 
 BlobWriter::~BlobWriter() {
   if (fd_ >= 0) ::close(fd_);
-  if (!finished_ && !path_.empty()) ::unlink(path_.c_str());
+  if (!finished_ && !path_.empty()) {
+    ::unlink(path_.c_str());
+    store_->settle(id_);
+  }
 }
 
 BlobWriter::BlobWriter(BlobWriter&& o) noexcept
-    : id_(o.id_), fd_(o.fd_), path_(std::move(o.path_)), size_(o.size_), finished_(o.finished_) {
+    : store_(o.store_),
+      id_(o.id_), fd_(o.fd_), path_(std::move(o.path_)), size_(o.size_), finished_(o.finished_) {
   o.fd_ = -1;
   o.path_.clear();
 }
@@ -37,6 +41,21 @@ ptc::Status BlobWriter::append(const void* data, size_t len) {
     p += n;
     len -= static_cast<size_t>(n);
     size_ += static_cast<uint64_t>(n);
+  }
+  return ptc::Status::ok();
+}
+
+ptc::Status BlobWriter::write_at(uint64_t offset, const void* data, size_t len) const {
+  auto* p = static_cast<const char*>(data);
+  while (len > 0) {
+    const ssize_t n = ::pwrite(fd_, p, len, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ptc::io_error("writing blob " + path_, errno);
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
   }
   return ptc::Status::ok();
 }
@@ -67,13 +86,27 @@ ptc::Result<BlobWriter> BlobStore::create() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   for (int attempt = 0; attempt < 16; ++attempt) {
     const uint64_t id = rng();
-    if (id == 0) continue;
+    if (id == 0) continue;  // the zero blob
     const std::string p = path(id);
     const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0) return BlobWriter(id, fd, p);
+    if (fd >= 0) {
+      std::lock_guard lock(mu_);
+      pending_.insert(id);
+      return BlobWriter(this, id, fd, p);
+    }
     if (errno != EEXIST) return ptc::io_error("creating blob " + p, errno);
   }
   return ptc::internal("could not pick a fresh blob id");
+}
+
+void BlobStore::settle(uint64_t id) {
+  std::lock_guard lock(mu_);
+  pending_.erase(id);
+}
+
+bool BlobStore::is_pending(uint64_t id) const {
+  std::lock_guard lock(mu_);
+  return pending_.count(id) > 0;
 }
 
 ptc::Result<std::shared_ptr<const BlobFile>> BlobStore::file(uint64_t id) {

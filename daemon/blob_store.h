@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "ptc/status.h"
@@ -32,20 +33,26 @@ class BlobFile {
   int fd_;
 };
 
-// A blob being written: sequential appends, then finish() syncs and closes it. Destroying
-// an unfinished writer removes the file.
+class BlobStore;
+
+// A blob being written: appends (or positioned writes), then finish() syncs and closes it.
+// Destroying an unfinished writer removes the file.
 class BlobWriter {
  public:
-  BlobWriter(uint64_t id, int fd, std::string path) : id_(id), fd_(fd), path_(std::move(path)) {}
+  BlobWriter(BlobStore* store, uint64_t id, int fd, std::string path)
+      : store_(store), id_(id), fd_(fd), path_(std::move(path)) {}
   ~BlobWriter();
   BlobWriter(BlobWriter&&) noexcept;
   BlobWriter(const BlobWriter&) = delete;
   uint64_t id() const { return id_; }
   uint64_t size() const { return size_; }
   ptc::Status append(const void* data, size_t len);
+  // Writes at an offset; safe from several threads at once for disjoint ranges.
+  ptc::Status write_at(uint64_t offset, const void* data, size_t len) const;
   ptc::Status finish();
 
  private:
+  BlobStore* store_;
   uint64_t id_;
   int fd_;
   std::string path_;
@@ -58,8 +65,11 @@ class BlobStore {
   // Creates DIR if missing.
   static ptc::Result<std::unique_ptr<BlobStore>> open(const std::string& dir);
 
-  // A new blob with a fresh random id.
+  // A new blob with a fresh random id. It stays pending (garbage collection leaves it
+  // alone) until settle(id) is called, after its metadata is committed or it is removed.
   ptc::Result<BlobWriter> create();
+  void settle(uint64_t id);
+  bool is_pending(uint64_t id) const;
   // The open blob (cached).
   ptc::Result<std::shared_ptr<const BlobFile>> file(uint64_t id);
   ptc::Status remove(uint64_t id);
@@ -71,8 +81,9 @@ class BlobStore {
  private:
   explicit BlobStore(std::string dir) : dir_(std::move(dir)) {}
   std::string dir_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<const BlobFile>> open_;
+  std::unordered_set<uint64_t> pending_;
 };
 
 }  // namespace ptcfs

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "daemon/importer.h"
+#include "daemon/repartition.h"
 #include "ptc/json_util.h"
 #include "ptc/log.h"
 
@@ -53,6 +54,7 @@ ptc::Result<json> ControlService::handle(const json& req, const transport::Progr
   if (op == "status") return status();
   if (op == "ls") return ls(req);
   if (op == "import") return import(req, progress);
+  if (op == "repartition") return repartition(req, progress);
   return ptc::invalid("unknown operation '" + op + "'");
 }
 
@@ -118,6 +120,33 @@ ptc::Result<json> ControlService::import(const json& req, const transport::Progr
   }
   return json{{"job", r->job},       {"step", r->step},   {"shards", r->shards},
               {"tensors", r->tensors}, {"bytes", r->bytes}, {"seconds", r->seconds}};
+}
+
+}  // namespace ptcfs
+
+namespace ptcfs {
+
+ptc::Result<json> ControlService::repartition(const json& req, const transport::ProgressSink& progress) {
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "to", "dry_run"}, "repartition request"));
+  RepartitionRequest r;
+  PTC_ASSIGN_OR_RETURN(r.job, required_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(r.step, required_string(req, "step"));
+  PTC_ASSIGN_OR_RETURN(std::string to, required_string(req, "to"));
+  PTC_ASSIGN_OR_RETURN(r.to, ptc::parse_parallelism(to));
+  r.dry_run = req.value("dry_run", false);
+  auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  auto on_progress = [&](const std::string& phase, uint64_t done, uint64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (done != total && now - last < std::chrono::milliseconds(200)) return;
+    last = now;
+    if (progress) progress(json{{"phase", phase}, {"done", done}, {"total", total}});
+  };
+  auto res = ptcfs::repartition(store_, r, policy_, on_progress);
+  if (!res) {
+    ptc::log::warn("repartition of {}/{} to {} refused: {}", r.job, r.step, to, res.status().to_string());
+    return res.status();
+  }
+  return res->to_json();
 }
 
 }  // namespace ptcfs

@@ -1,4 +1,4 @@
-// The control service: what `ptcfs` asks of a daemon (status, ls, import), as JSON
+// The control service: what `ptcfs` asks of a daemon (status, ls, import, repartition), as JSON
 // requests and results (docs/FORMATS.md lists them). Runs on the RPC server's workers.
 #pragma once
 
@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/compactor.h"
 #include "daemon/store.h"
 #include "transport/rpc.h"
 
@@ -20,6 +21,7 @@ class ControlService {
  public:
   ControlService(Store& store, DaemonInfo info) : store_(store), info_(std::move(info)) {}
   void set_listen(std::string addr) { info_.listen = std::move(addr); }
+  void set_compaction(CompactionPolicy p) { policy_ = p; }
 
   ptc::Result<nlohmann::json> handle(const nlohmann::json& request, const transport::ProgressSink& progress);
 
@@ -27,9 +29,11 @@ class ControlService {
   ptc::Result<nlohmann::json> status() const;
   ptc::Result<nlohmann::json> ls(const nlohmann::json& req) const;
   ptc::Result<nlohmann::json> import(const nlohmann::json& req, const transport::ProgressSink& progress);
+  ptc::Result<nlohmann::json> repartition(const nlohmann::json& req, const transport::ProgressSink& progress);
 
   Store& store_;
   DaemonInfo info_;
+  CompactionPolicy policy_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

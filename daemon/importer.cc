@@ -206,7 +206,10 @@ Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, co
   }
   for (auto& t : workers) t.join();
   auto discard = [&] {
-    for (const auto& b : finished) (void)store.blobs().remove(b.id());
+    for (const auto& b : finished) {
+      (void)store.blobs().remove(b.id());
+      store.blobs().settle(b.id());
+    }
   };
   if (!first_error.is_ok()) {
     discard();

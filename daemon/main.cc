@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "daemon/control.h"
@@ -105,9 +107,24 @@ int run(const Options& o) {
     }
   });
 
+  // Blobs of replaced versions are freed once the last reader closes them.
+  std::mutex gc_mu;
+  std::condition_variable gc_cv;
+  std::thread gc_thread([&] {
+    std::unique_lock lock(gc_mu);
+    while (!gc_cv.wait_for(lock, std::chrono::seconds(5), [&] { return stopping.load(); })) {
+      if (auto r = st.collect_garbage(); !r) ptc::log::warn("collecting blobs: {}", r.status().to_string());
+    }
+  });
+
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  stopping = true;
+  {
+    std::lock_guard lock(gc_mu);
+    stopping = true;
+  }
+  gc_cv.notify_all();
+  gc_thread.join();
   ptc::log::info("received signal {}; stopping", sig);
   (*server)->stop();
   filesystem.stop();

@@ -37,10 +37,14 @@ ptc::Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uin
     if (off < pos + e.len) {
       const uint64_t skip = off - pos;
       const uint64_t n = std::min(len, e.len - skip);
-      auto file = blobs_->file(e.blob);
-      if (!file) return file.status();
-      out.add_fd((*file)->fd(), e.offset + skip, n);
-      out.keep(*file);
+      if (e.blob == kZeroBlob) {
+        out.add_zeros(n);
+      } else {
+        auto file = blobs_->file(e.blob);
+        if (!file) return file.status();
+        out.add_fd((*file)->fd(), e.offset + skip, n);
+        out.keep(*file);
+      }
       off += n;
       len -= n;
     }
@@ -62,7 +66,8 @@ std::vector<uint64_t> StepVersion::blobs_used() const {
   std::set<uint64_t> ids;
   for (const auto& shard : stored_)
     for (const auto& s : shard)
-      for (const auto& e : s.extents) ids.insert(e.blob);
+      for (const auto& e : s.extents)
+        if (e.blob != kZeroBlob) ids.insert(e.blob);
   return {ids.begin(), ids.end()};
 }
 
@@ -87,7 +92,9 @@ void StepVersion::to_records(WriteBatch& batch) const {
     for (size_t j = 0; j < slices.size(); ++j) {
       json x = json::array();
       for (const auto& e : stored_[i][j].extents) x.push_back({e.blob, e.offset, e.len});
-      rec[layout_.tensor(slices[j]).name] = {{"x", std::move(x)}, {"h", stored_[i][j].xxh3}};
+      json o = {{"x", std::move(x)}};
+      if (stored_[i][j].xxh3) o["h"] = *stored_[i][j].xxh3;
+      rec[layout_.tensor(slices[j]).name] = std::move(o);
     }
     batch.put(slices_key(job_, step_, version_, shards[i].name()), rec.dump());
   }
@@ -95,6 +102,10 @@ void StepVersion::to_records(WriteBatch& batch) const {
   auto ptc_json = json::parse(ptc::ptc_to_json(layout_.ptc()));
   step["ptc"] = std::move(ptc_json);
   batch.put(step_key(job_, step_), step.dump());
+}
+
+void StepVersion::delete_slice_records(WriteBatch& batch) const {
+  for (const auto& shard : layout_.shards()) batch.del(slices_key(job_, step_, version_, shard.name()));
 }
 
 ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const std::string& job,
@@ -123,7 +134,7 @@ ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const s
       if (!sj.contains(name)) return ptc::corrupt(key + ": no slice for tensor '" + name + "'");
       const json& o = sj[name];
       StoredSlice s;
-      s.xxh3 = o.at("h").get<uint64_t>();
+      if (o.contains("h")) s.xxh3 = o.at("h").get<uint64_t>();
       uint64_t total = 0;
       for (const auto& e : o.at("x")) {
         s.extents.push_back(Extent{e.at(0).get<uint64_t>(), e.at(1).get<uint64_t>(), e.at(2).get<uint64_t>()});

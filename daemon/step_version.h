@@ -4,11 +4,15 @@
 // Metadata records (values are JSON):
 //   step/<job>/<step>                      {"version": v, "created": unix seconds, "ptc": <ptc.json object>}
 //   slices/<job>/<step>/<v as 20 digits>/<shard>  {"<tensor>": {"x": [[blob, offset, len], ...], "h": xxh3}}
-// The step record names the current version; writing it is the commit.
+// The step record names the current version; writing it is the commit. Blob id 0 is the
+// zero blob: an extent of it reads as zeros (padding) and has no file. "h" is present when
+// the slice's checksum is known: import computes it; a slice remapped from extents of
+// others has none until its bytes are read in full (a peer transfer hashes what it sends).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,9 +29,11 @@ struct Extent {
   uint64_t len = 0;
 };
 
+inline constexpr uint64_t kZeroBlob = 0;
+
 struct StoredSlice {
   std::vector<Extent> extents;  // in slice byte order; lengths sum to the slice's bytes
-  uint64_t xxh3 = 0;            // of the slice's bytes
+  std::optional<uint64_t> xxh3;  // of the slice's bytes, when known
 };
 
 class StepVersion final : public fs::StepContent {
@@ -49,6 +55,8 @@ class StepVersion final : public fs::StepContent {
 
   // Adds this version's records to a batch.
   void to_records(WriteBatch& batch) const;
+  // Adds deletions of this version's slice records to a batch (not the step record).
+  void delete_slice_records(WriteBatch& batch) const;
   // Loads the current version of a step from its step record value.
   static ptc::Result<std::shared_ptr<StepVersion>> load(KvStore& kv, const std::string& job,
                                                         const std::string& step,

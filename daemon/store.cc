@@ -15,7 +15,8 @@ ptc::Result<std::unique_ptr<Store>> Store::open(const std::string& data_dir) {
   PTC_ASSIGN_OR_RETURN(auto blobs, BlobStore::open(data_dir + "/blobs"));
   std::unique_ptr<Store> s(new Store(data_dir, std::move(kv), std::move(blobs)));
   PTC_RETURN_IF_ERROR(s->load());
-  PTC_RETURN_IF_ERROR(s->remove_orphan_blobs());
+  // Blobs left by an interrupted import or repartition belong to no version.
+  PTC_RETURN_IF_ERROR(s->collect_garbage().status());
   return s;
 }
 
@@ -39,19 +40,6 @@ ptc::Status Store::load() {
   return ptc::Status::ok();
 }
 
-ptc::Status Store::remove_orphan_blobs() {
-  std::set<uint64_t> used;
-  for (const auto& [_, v] : snapshot()->steps)
-    for (uint64_t b : v->blobs_used()) used.insert(b);
-  PTC_ASSIGN_OR_RETURN(auto all, blobs_->list());
-  for (uint64_t id : all) {
-    if (used.count(id)) continue;
-    ptc::log::info("removing blob {} that no step refers to (left by an interrupted import)", blobs_->path(id));
-    PTC_RETURN_IF_ERROR(blobs_->remove(id));
-  }
-  return ptc::Status::ok();
-}
-
 std::shared_ptr<const Snapshot> Store::snapshot() const {
   std::lock_guard lock(mu_);
   return snap_;
@@ -71,21 +59,71 @@ void Store::release_name(const std::string& job, const std::string& step) {
   reserved_.erase({job, step});
 }
 
-ptc::Status Store::commit(std::shared_ptr<const StepVersion> v) {
+ptc::Status Store::begin_change(const std::string& job, const std::string& step) {
+  std::lock_guard lock(mu_);
+  if (!changing_.insert({job, step}).second)
+    return ptc::error(ptc::Code::kFailedPrecondition, "step " + job + "/" + step + " is already being repartitioned");
+  return ptc::Status::ok();
+}
+
+void Store::end_change(const std::string& job, const std::string& step) {
+  std::lock_guard lock(mu_);
+  changing_.erase({job, step});
+}
+
+ptc::Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced) {
   std::lock_guard commit_lock(commit_mu_);
+  {
+    std::lock_guard lock(mu_);
+    auto it = snap_->steps.find({v->job(), v->step()});
+    const StepVersion* current = it == snap_->steps.end() ? nullptr : it->second.get();
+    if (current != replaced.get())
+      return ptc::error(ptc::Code::kFailedPrecondition,
+                        "step " + v->job() + "/" + v->step() + " changed while the new version was prepared");
+  }
   WriteBatch batch;
+  if (replaced) replaced->delete_slice_records(batch);
   v->to_records(batch);
   PTC_RETURN_IF_ERROR(kv_->write(batch));
+  for (uint64_t id : v->blobs_used()) blobs_->settle(id);
   std::vector<std::function<void()>> listeners;
   {
     std::lock_guard lock(mu_);
     auto next = std::make_shared<Snapshot>(*snap_);
     next->steps[{v->job(), v->step()}] = std::move(v);
     snap_ = std::move(next);
+    if (replaced) retired_.push_back(replaced);
     listeners = listeners_;
   }
   for (auto& fn : listeners) fn();
   return ptc::Status::ok();
+}
+
+ptc::Result<size_t> Store::collect_garbage() {
+  // Under the commit lock, no blob can move from pending to referenced meanwhile.
+  std::lock_guard commit_lock(commit_mu_);
+  std::set<uint64_t> used;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [_, v] : snap_->steps)
+      for (uint64_t b : v->blobs_used()) used.insert(b);
+    std::vector<std::weak_ptr<const StepVersion>> alive;
+    for (auto& w : retired_)
+      if (auto v = w.lock()) {
+        for (uint64_t b : v->blobs_used()) used.insert(b);
+        alive.push_back(w);
+      }
+    retired_ = std::move(alive);
+  }
+  PTC_ASSIGN_OR_RETURN(auto all, blobs_->list());
+  size_t removed = 0;
+  for (uint64_t id : all) {
+    if (used.count(id) || blobs_->is_pending(id)) continue;
+    PTC_RETURN_IF_ERROR(blobs_->remove(id));
+    ++removed;
+  }
+  if (removed) ptc::log::info("removed {} blobs that no version uses any more", removed);
+  return removed;
 }
 
 void Store::on_change(std::function<void()> fn) {

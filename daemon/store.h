@@ -26,7 +26,8 @@ struct Snapshot {
 
 class Store {
  public:
-  // Opens DATA (creating it), loads every step, and removes blobs no step refers to.
+  // Opens DATA (creating it), loads every step, and removes blobs no step refers to
+  // (left by an interrupted import or repartition).
   static ptc::Result<std::unique_ptr<Store>> open(const std::string& data_dir);
 
   std::shared_ptr<const Snapshot> snapshot() const;
@@ -38,8 +39,19 @@ class Store {
   ptc::Status reserve_name(const std::string& job, const std::string& step);
   void release_name(const std::string& job, const std::string& step);
 
-  // Commits a new step (or a new version of one) atomically, then publishes it.
-  ptc::Status commit(std::shared_ptr<const StepVersion> v);
+  // Marks (job, step) busy for a repartition; kFailedPrecondition when it already is.
+  ptc::Status begin_change(const std::string& job, const std::string& step);
+  void end_change(const std::string& job, const std::string& step);
+
+  // Commits a new step, or a new version replacing `replaced` (the current one), in one
+  // atomic metadata write, then publishes it. The new version's blobs are settled; a
+  // replaced version stays readable by those who hold it and its blobs are collected
+  // once nobody does. kFailedPrecondition when `replaced` is no longer current.
+  ptc::Status commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced = nullptr);
+
+  // Removes blob files that no live version refers to (current, or replaced but still held
+  // by a reader) and that are not pending. Returns how many were removed.
+  ptc::Result<size_t> collect_garbage();
 
   // Called after every published change (the filesystem refreshes its tree).
   void on_change(std::function<void()> fn);
@@ -48,7 +60,6 @@ class Store {
   Store(std::string data_dir, std::unique_ptr<KvStore> kv, std::unique_ptr<BlobStore> blobs)
       : data_dir_(std::move(data_dir)), kv_(std::move(kv)), blobs_(std::move(blobs)) {}
   ptc::Status load();
-  ptc::Status remove_orphan_blobs();
 
   std::string data_dir_;
   std::unique_ptr<KvStore> kv_;
@@ -57,6 +68,8 @@ class Store {
   std::mutex commit_mu_;
   std::shared_ptr<const Snapshot> snap_ = std::make_shared<Snapshot>();
   std::set<std::pair<std::string, std::string>> reserved_;
+  std::set<std::pair<std::string, std::string>> changing_;
+  std::vector<std::weak_ptr<const StepVersion>> retired_;  // replaced versions, maybe still held
   std::vector<std::function<void()>> listeners_;
 };
 

@@ -374,8 +374,30 @@ Filesystem::~Filesystem() {
 
 ptc::Status Filesystem::refresh() {
   PTC_ASSIGN_OR_RETURN(auto tree, Tree::build(impl_->source()));
-  std::lock_guard lock(impl_->mu);
-  impl_->tree = std::move(tree);
+  std::shared_ptr<const Tree> old;
+  {
+    std::lock_guard lock(impl_->mu);
+    old = std::move(impl_->tree);
+    impl_->tree = tree;
+  }
+  // The kernel caches names for kTimeout: drop every cached name whose inode changed or
+  // went away (a repartition gives a step's files new inodes), so the next lookup sees
+  // the new tree. Never called from a request handler, as libfuse requires.
+  if (!impl_->loop_running || !old) return ptc::Status::ok();
+  size_t dropped = 0;
+  old->for_each_dir([&](const Node& dir) {
+    const Node* now = tree->find(dir.ino);
+    for (const auto& [name, ino] : dir.children) {
+      if (now && now->is_dir) {
+        auto it = now->children.find(name);
+        if (it != now->children.end() && it->second == ino) continue;
+      }
+      const int rc = fuse_lowlevel_notify_inval_entry(impl_->se, dir.ino, name.c_str(), name.size());
+      if (rc != 0 && rc != -ENOENT) ptc::log::debug("invalidating {}: {}", name, std::strerror(-rc));
+      ++dropped;
+    }
+  });
+  if (dropped) ptc::log::debug("refresh invalidated {} names", dropped);
   return ptc::Status::ok();
 }
 

@@ -43,6 +43,11 @@ class Tree {
   const Node* find(uint64_t ino) const;
   const Node* child(const Node& dir, const std::string& name) const;
   size_t size() const { return nodes_.size(); }
+  template <class F>
+  void for_each_dir(F&& f) const {
+    for (const auto& [_, n] : nodes_)
+      if (n.is_dir) f(n);
+  }
 
  private:
   std::unordered_map<uint64_t, Node> nodes_;

@@ -10,6 +10,8 @@ std::string ShardId::name() const { return "tp" + std::to_string(t) + "-pp" + st
 std::optional<ShardId> parse_shard_name(std::string_view name) {
   auto num = [](std::string_view s, int& out) {
     if (s.empty() || s.size() > 6 || (s.size() > 1 && s[0] == '0')) return false;
+    // from_chars would take a leading '-' ("tp-1-pp0"); only digits are a shard index.
+    if (!std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
     auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
     return ec == std::errc() && ptr == s.data() + s.size();
   };

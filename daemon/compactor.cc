@@ -1,0 +1,169 @@
+#include "daemon/compactor.h"
+
+#include <sys/mman.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace ptcfs {
+namespace {
+
+constexpr uint64_t kChunk = 16 << 20;
+
+// A read-only mapping of a whole blob.
+class Mapping {
+ public:
+  static ptc::Result<std::shared_ptr<Mapping>> of(BlobStore& blobs, uint64_t id) {
+    PTC_ASSIGN_OR_RETURN(auto file, blobs.file(id));
+    PTC_ASSIGN_OR_RETURN(uint64_t size, blobs.size_of(id));
+    auto m = std::shared_ptr<Mapping>(new Mapping);
+    m->size_ = size;
+    if (size == 0) return m;
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file->fd(), 0);
+    if (p == MAP_FAILED) return ptc::io_error("mapping blob " + blobs.path(id), errno);
+    ::madvise(p, size, MADV_WILLNEED);
+    m->data_ = static_cast<const std::byte*>(p);
+    return m;
+  }
+  ~Mapping() {
+    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+  }
+  const std::byte* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  Mapping() = default;
+  const std::byte* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+struct Job {
+  const StoredSlice* slice;  // its old extents
+  uint64_t slice_off;        // first byte of the slice this job copies
+  uint64_t len;
+  size_t blob;               // index into result.blobs
+  uint64_t blob_off;         // where that byte goes
+  std::optional<uint64_t>* hash;  // set when the job is the whole slice
+};
+
+}  // namespace
+
+bool should_compact(const StoredSlice& s, const CompactionPolicy& p) {
+  if (s.extents.size() <= 1) return false;
+  uint64_t bytes = 0;
+  for (const auto& e : s.extents) bytes += e.len;
+  return bytes / s.extents.size() < p.min_avg_extent;
+}
+
+ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<StoredSlice>>& stored,
+                                      const CompactionPolicy& policy,
+                                      const std::function<void(uint64_t, uint64_t)>& progress) {
+  CompactionResult res;
+  // Plan the new blobs: one per shard that has slices to compact, slices packed in order.
+  std::vector<std::vector<StoredSlice>> old = stored;  // the extents to read from
+  std::vector<Job> jobs;
+  std::vector<std::optional<uint64_t>> hashes;
+  struct Target {
+    size_t s, j, blob;
+    uint64_t off, bytes;
+  };
+  std::vector<Target> targets;
+  for (size_t s = 0; s < stored.size(); ++s) {
+    std::optional<size_t> blob;
+    uint64_t off = 0;
+    for (size_t j = 0; j < stored[s].size(); ++j) {
+      if (!should_compact(stored[s][j], policy)) continue;
+      if (!blob) {
+        PTC_ASSIGN_OR_RETURN(BlobWriter w, blobs.create());
+        res.blobs.push_back(std::move(w));
+        blob = res.blobs.size() - 1;
+      }
+      uint64_t bytes = 0;
+      for (const auto& e : stored[s][j].extents) bytes += e.len;
+      targets.push_back(Target{s, j, *blob, off, bytes});
+      off += bytes;
+      res.bytes += bytes;
+      ++res.slices;
+    }
+  }
+  if (targets.empty()) return res;
+  hashes.resize(targets.size());
+  for (size_t t = 0; t < targets.size(); ++t) {
+    const Target& tg = targets[t];
+    for (uint64_t o = 0; o < tg.bytes; o += kChunk) {
+      const uint64_t n = std::min(kChunk, tg.bytes - o);
+      jobs.push_back(Job{&old[tg.s][tg.j], o, n, tg.blob, tg.off + o, tg.bytes <= kChunk ? &hashes[t] : nullptr});
+    }
+  }
+
+  // Map every source blob once.
+  std::map<uint64_t, std::shared_ptr<Mapping>> maps;
+  for (const auto& tg : targets)
+    for (const auto& e : old[tg.s][tg.j].extents)
+      if (e.blob != kZeroBlob && !maps.count(e.blob)) {
+        PTC_ASSIGN_OR_RETURN(auto m, Mapping::of(blobs, e.blob));
+        maps.emplace(e.blob, std::move(m));
+      }
+
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  ptc::Status first_error;
+  uint64_t done = 0;
+  const unsigned nthreads = std::max(1u, policy.threads ? policy.threads : std::thread::hardware_concurrency());
+  auto work = [&] {
+    std::vector<std::byte> buf(kChunk);
+    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+      const Job& jb = jobs[i];
+      // Gather [slice_off, slice_off + len) of the slice into buf.
+      uint64_t pos = 0, filled = 0;
+      for (const Extent& e : jb.slice->extents) {
+        if (filled == jb.len) break;
+        const uint64_t lo = std::max(pos, jb.slice_off), hi = std::min(pos + e.len, jb.slice_off + jb.len);
+        if (lo < hi) {
+          std::byte* dst = buf.data() + (lo - jb.slice_off);
+          if (e.blob == kZeroBlob) {
+            std::memset(dst, 0, hi - lo);
+          } else {
+            const Mapping& m = *maps.at(e.blob);
+            const uint64_t src = e.offset + (lo - pos);
+            if (src + (hi - lo) > m.size()) {
+              std::lock_guard lock(mu);
+              if (first_error.is_ok()) first_error = ptc::corrupt("blob " + blobs.path(e.blob) + " is shorter than its extents");
+              return;
+            }
+            std::memcpy(dst, m.data() + src, hi - lo);
+          }
+          filled += hi - lo;
+        }
+        pos += e.len;
+      }
+      if (jb.hash) *jb.hash = XXH3_64bits(buf.data(), jb.len);
+      auto st = res.blobs[jb.blob].write_at(jb.blob_off, buf.data(), jb.len);
+      std::lock_guard lock(mu);
+      if (!st && first_error.is_ok()) first_error = st;
+      if (!first_error.is_ok()) return;
+      done += jb.len;
+      if (progress) progress(done, res.bytes);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < nthreads; ++t) threads.emplace_back(work);
+  for (auto& t : threads) t.join();
+  PTC_RETURN_IF_ERROR(first_error);
+  for (auto& w : res.blobs) PTC_RETURN_IF_ERROR(w.finish());
+
+  for (size_t t = 0; t < targets.size(); ++t) {
+    const Target& tg = targets[t];
+    StoredSlice& s = stored[tg.s][tg.j];
+    s.extents = {Extent{res.blobs[tg.blob].id(), tg.off, tg.bytes}};
+    if (hashes[t]) s.xxh3 = hashes[t];
+  }
+  return res;
+}
+
+}  // namespace ptcfs

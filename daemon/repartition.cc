@@ -1,0 +1,151 @@
+#include "daemon/repartition.h"
+
+#include <chrono>
+#include <ctime>
+
+#include "daemon/extent_map.h"
+#include "daemon/file_util.h"
+#include "ptc/log.h"
+#include "ptc/plan.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+json par_json(const ptc::Parallelism& p) { return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}}; }
+}  // namespace
+
+json RepartitionResult::to_json() const {
+  return {{"job", job},
+          {"step", step},
+          {"from", par_json(from)},
+          {"to", par_json(to)},
+          {"dry_run", dry_run},
+          {"unchanged", unchanged},
+          {"version", version},
+          {"shards", shards},
+          {"tensors", tensors},
+          {"copies", copies},
+          {"fills", fills},
+          {"extents", extents},
+          {"compacted_slices", compacted_slices},
+          {"bytes_total", bytes_total},
+          {"bytes_remapped", bytes_remapped},
+          {"bytes_compacted", bytes_compacted},
+          {"bytes_fill", bytes_fill},
+          {"bytes_moved", bytes_moved},
+          {"bytes_min", bytes_min},
+          {"seconds", seconds}};
+}
+
+ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& req,
+                                           const CompactionPolicy& policy, const PhaseProgress& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto report = [&](const char* phase, uint64_t done, uint64_t total) {
+    if (progress) progress(phase, done, total);
+  };
+  const std::string name = req.job + "/" + req.step;
+  auto snap = store.snapshot();
+  auto it = snap->steps.find({req.job, req.step});
+  if (it == snap->steps.end()) {
+    bool job_exists = false;
+    for (const auto& [key, _] : snap->steps) job_exists = job_exists || key.first == req.job;
+    return ptc::not_found(job_exists ? "job '" + req.job + "' has no step '" + req.step + "'"
+                                     : "no job '" + req.job + "'");
+  }
+  std::shared_ptr<const StepVersion> old = it->second;
+  const ptc::Layout& from = old->layout();
+
+  RepartitionResult res;
+  res.job = req.job;
+  res.step = req.step;
+  res.from = from.parallelism();
+  res.to = req.to;
+  res.dry_run = req.dry_run;
+  res.version = old->version();
+
+  auto to_r = ptc::Layout::make(from.ptc(), req.to);
+  if (!to_r) return to_r.status().with_context("cannot repartition " + name + " to " + req.to.to_string());
+  ptc::Layout to = std::move(to_r).value();
+  res.shards = to.shards().size();
+  res.tensors = to.ptc().tensors.size();
+  if (req.to == from.parallelism()) {
+    res.unchanged = true;
+    res.bytes_total = old->total_bytes();
+    return res;
+  }
+
+  report("plan", 0, 1);
+  PTC_ASSIGN_OR_RETURN(ptc::Plan plan, ptc::make_plan(from, to, ptc::Holdings::single_node(from, to)));
+  res.copies = plan.copies.size();
+  res.fills = plan.fills.size();
+  res.bytes_total = plan.bytes_total;
+  res.bytes_fill = plan.bytes_fill;
+
+  report("map", 0, 1);
+  auto stored = map_extents(from, to, plan, [&](uint32_t shard, uint32_t slice) -> const StoredSlice& {
+    return old->stored(from.shards()[shard], slice);
+  });
+  for (const auto& shard : stored)
+    for (const auto& s : shard) {
+      res.extents += s.extents.size();
+      if (should_compact(s, policy)) {
+        ++res.compacted_slices;
+        for (const auto& e : s.extents) res.bytes_compacted += e.len;
+      }
+    }
+  res.bytes_remapped = res.bytes_total - res.bytes_fill - res.bytes_compacted;
+  if (req.dry_run) {
+    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return res;
+  }
+
+  PTC_RETURN_IF_ERROR(store.begin_change(req.job, req.step));
+  struct End {
+    Store& s;
+    const RepartitionRequest& r;
+    ~End() { s.end_change(r.job, r.step); }
+  } end{store, req};
+
+  PTC_ASSIGN_OR_RETURN(CompactionResult comp,
+                       compact(store.blobs(), stored, policy, [&](uint64_t d, uint64_t t) { report("compact", d, t); }));
+  auto discard = [&] {
+    for (auto& w : comp.blobs) {
+      (void)store.blobs().remove(w.id());
+      store.blobs().settle(w.id());
+    }
+  };
+  if (!comp.blobs.empty()) {
+    if (auto s = sync_dir(store.blobs().dir()); !s) {
+      discard();
+      return s;
+    }
+  }
+  // Recount extents after compaction.
+  res.extents = 0;
+  for (const auto& shard : stored)
+    for (const auto& s : shard) res.extents += s.extents.size();
+
+  report("commit", 0, 1);
+  auto next = std::make_shared<StepVersion>(req.job, req.step, old->version() + 1,
+                                            static_cast<int64_t>(::time(nullptr)), std::move(to), std::move(stored),
+                                            &store.blobs());
+  if (auto s = store.commit(next, old); !s) {
+    discard();
+    return s;
+  }
+  res.version = next->version();
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ptc::log::info("repartitioned {} {} -> {} (version {}): {} copies, {} extents, {} bytes remapped, {} compacted "
+                 "in {:.3f} s",
+                 name, res.from.to_string(), res.to.to_string(), res.version, res.copies, res.extents,
+                 res.bytes_remapped, res.bytes_compacted, res.seconds);
+  // Blobs only the old version used go as soon as no reader holds it.
+  snap.reset();
+  old.reset();
+  if (auto gc = store.collect_garbage(); !gc) ptc::log::warn("collecting blobs: {}", gc.status().to_string());
+  return res;
+}
+
+}  // namespace ptcfs

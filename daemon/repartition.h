@@ -1,0 +1,47 @@
+// Repartition of a step on one node: plan (ptc/plan.h), map the new slices onto extents of
+// the blobs already stored (no tensor byte is copied), compact slices too fragmented to
+// read fast, then commit the new version in one atomic metadata write. The old version
+// stays complete until the commit, and readable afterwards by files opened before it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/compactor.h"
+#include "daemon/store.h"
+#include "ptc/model.h"
+
+namespace ptcfs {
+
+struct RepartitionRequest {
+  std::string job, step;
+  ptc::Parallelism to;
+  bool dry_run = false;
+};
+
+struct RepartitionResult {
+  std::string job, step;
+  ptc::Parallelism from, to;
+  bool dry_run = false;
+  bool unchanged = false;   // the step already has this configuration
+  uint64_t version = 0;     // the new version (the current one for a dry run or no change)
+  size_t shards = 0, tensors = 0, copies = 0, fills = 0, extents = 0, compacted_slices = 0;
+  uint64_t bytes_total = 0;      // bytes of the new shards
+  uint64_t bytes_remapped = 0;   // served from old blobs without a copy
+  uint64_t bytes_compacted = 0;  // copied into new blobs by compaction
+  uint64_t bytes_fill = 0;       // padding (zeros, stored as nothing)
+  uint64_t bytes_moved = 0;      // received from peers (0 on one node)
+  uint64_t bytes_min = 0;        // the least any plan must receive from peers
+  double seconds = 0;
+  nlohmann::json to_json() const;
+};
+
+using PhaseProgress = std::function<void(const std::string& phase, uint64_t done, uint64_t total)>;
+
+ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& req,
+                                           const CompactionPolicy& policy = {}, const PhaseProgress& progress = {});
+
+}  // namespace ptcfs
