@@ -87,10 +87,14 @@ std::vector<std::vector<StoredSlice>> map_extents(
         if (!p.src) push_extent(ext, Extent{kZeroBlob, 0, static_cast<uint64_t>(p.len)});
         else map_range(*p.src, index.starts(*p.src), static_cast<uint64_t>(p.src_off), static_cast<uint64_t>(p.len), ext);
       }
-      // A slice that is one whole source slice keeps that source's checksum.
-      if (v.size() == 1 && v[0].src && v[0].src_off == 0 &&
-          static_cast<uint64_t>(v[0].len) == index.starts(*v[0].src).back())
-        out[s][j].xxh3 = v[0].src->xxh3;
+      // A slice whose extents are exactly one source slice's keeps its checksum.
+      const StoredSlice* only = v.empty() ? nullptr : v[0].src;
+      for (const Part& p : v) only = p.src == only ? only : nullptr;
+      if (only && ext.size() == only->extents.size() &&
+          std::equal(ext.begin(), ext.end(), only->extents.begin(), [](const Extent& a, const Extent& b) {
+            return a.blob == b.blob && a.offset == b.offset && a.len == b.len;
+          }))
+        out[s][j].xxh3 = only->xxh3;
     }
   }
   return out;

@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstring>
 #include <ctime>
 #include <atomic>
 #include <chrono>
@@ -18,6 +19,7 @@
 
 #include "daemon/file_util.h"
 #include "ptc/log.h"
+#include "ptc/plan.h"
 #include "ptc/safetensors.h"
 
 namespace ptcfs {
@@ -32,7 +34,33 @@ struct RankFile {
   std::string path;
   ptc::SafetensorsHeader header;
   std::vector<size_t> entry_of_slice;  // header entry index of each layout slice
+  // Per header entry: byte ranges (offset in the slice, length) that are padding, sorted.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> padding;
 };
+
+// Records where each slice's padding lies: the fills of the layout's plan onto itself.
+ptc::Status find_padding(const ptc::Layout& layout, std::vector<RankFile>& files) {
+  PTC_ASSIGN_OR_RETURN(ptc::Plan self, ptc::make_plan(layout, layout, ptc::Holdings::single_node(layout, layout)));
+  for (auto& rf : files) rf.padding.resize(rf.header.entries.size());
+  for (const ptc::Fill& f : self.fills) {
+    RankFile& rf = files[f.dst_shard];
+    auto& ranges = rf.padding[rf.entry_of_slice[f.dst_slice]];
+    ptc::for_each_fill_run(layout, f, [&](const ptc::Run& r) {
+      ranges.emplace_back(static_cast<uint64_t>(r.dst), static_cast<uint64_t>(r.len));
+    });
+  }
+  for (auto& rf : files)
+    for (auto& ranges : rf.padding) std::sort(ranges.begin(), ranges.end());
+  return ptc::Status::ok();
+}
+
+// Zeroes the padding that falls in bytes [pos, pos + n) of a slice, held in buf.
+void zero_padding(const std::vector<std::pair<uint64_t, uint64_t>>& ranges, uint64_t pos, uint64_t n, char* buf) {
+  for (const auto& [off, len] : ranges) {
+    const uint64_t lo = std::max(off, pos), hi = std::min(off + len, pos + n);
+    if (lo < hi) std::memset(buf + (lo - pos), 0, hi - lo);
+  }
+}
 
 Result<RankFile> check_rank_file(const ptc::Layout& layout, const ptc::ShardId& shard, const std::string& path) {
   PTC_ASSIGN_OR_RETURN(auto file, File::open_read(path));
@@ -46,7 +74,7 @@ Result<RankFile> check_rank_file(const ptc::Layout& layout, const ptc::ShardId& 
   prefix.resize(got);
   PTC_ASSIGN_OR_RETURN(auto header, ptc::parse_safetensors(prefix, size, path));
 
-  RankFile rf{shard, path, std::move(header), {}};
+  RankFile rf{shard, path, std::move(header), {}, {}};
   const auto& slices = layout.slices(shard);
   std::map<std::string_view, size_t> by_name;
   for (size_t i = 0; i < rf.header.entries.size(); ++i) by_name[rf.header.entries[i].name] = i;
@@ -121,6 +149,8 @@ Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, const RankFile
       auto got = file.read_at(rf.header.data_start + pos, buf.data(), n);
       if (!got) { XXH3_freeState(st); return got.status(); }
       if (*got != n) { XXH3_freeState(st); return ptc::corrupt(rf.path + ": file shrank while importing"); }
+      // Padding is stored as zeros whatever the rank file holds there (views show zeros).
+      zero_padding(rf.padding[i], pos - e.begin, n, buf.data());
       XXH3_64bits_update(st, buf.data(), n);
       if (auto s = w.append(buf.data(), n); !s) { XXH3_freeState(st); return s; }
       pos += n;
@@ -163,6 +193,7 @@ Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, co
     files.push_back(std::move(rf));
   }
 
+  PTC_RETURN_IF_ERROR(find_padding(layout, files));
   PTC_RETURN_IF_ERROR(store.reserve_name(job, step));
   struct Release {
     Store& s;

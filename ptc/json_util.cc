@@ -1,12 +1,40 @@
 #include "ptc/json_util.h"
 
+#include <functional>
+#include <optional>
+#include <set>
+#include <vector>
+
 namespace ptc {
 
-Result<nlohmann::json> parse_json(std::string_view text, const std::string& where) {
-  // nlohmann stops at a NUL byte and would accept "{}\0garbage".
-  if (text.find('\0') != std::string_view::npos) return invalid(where + ": contains a NUL byte");
-  auto j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalid(where + ": not valid JSON");
+namespace {
+
+// Records the first key repeated within one object.
+struct DuplicateKeyCheck {
+  std::vector<std::set<std::string>> open;  // keys seen in each enclosing object
+  std::optional<std::string> duplicate;
+
+  bool operator()(int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) {
+      open.emplace_back();
+    } else if (event == E::object_end) {
+      if (!open.empty()) open.pop_back();
+    } else if (event == E::key && !open.empty() && !duplicate) {
+      if (!open.back().insert(parsed.get<std::string>()).second) duplicate = parsed.get<std::string>();
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+Result<nlohmann::json> parse_json(std::string_view text, const std::string& where, Code code) {
+  if (text.find('\0') != std::string_view::npos) return Status(code, where + ": not valid JSON (contains a NUL byte)");
+  DuplicateKeyCheck dup;
+  auto j = nlohmann::json::parse(text.begin(), text.end(), std::ref(dup), /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status(code, where + ": not valid JSON");
+  if (dup.duplicate) return Status(code, where + ": duplicate key '" + *dup.duplicate + "'");
   return j;
 }
 

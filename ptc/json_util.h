@@ -13,8 +13,12 @@
 
 namespace ptc {
 
-// Parses text into JSON without exceptions; kInvalidArgument naming `where` on bad syntax.
-Result<nlohmann::json> parse_json(std::string_view text, const std::string& where);
+// Parses text into JSON without exceptions. Refuses, with `code` and a message naming
+// `where`: bad syntax ("not valid JSON"), a raw NUL byte (nlohmann would stop reading
+// there, letting what follows pass unread), and a key repeated in one object (nlohmann
+// keeps the last one silently; other readers may keep the first).
+Result<nlohmann::json> parse_json(std::string_view text, const std::string& where,
+                                  Code code = Code::kInvalidArgument);
 
 // kInvalidArgument when `obj` is not an object or holds a member not in `allowed`.
 Status check_members(const nlohmann::json& obj, std::initializer_list<std::string_view> allowed,

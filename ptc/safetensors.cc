@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ptc/json_util.h"
+
 namespace ptc {
 namespace {
 
@@ -25,34 +27,6 @@ bool byte_size(DType dtype, const Shape& shape, uint64_t& out) {
   out = static_cast<uint64_t>(n);
   return true;
 }
-
-// nlohmann keeps the last of duplicate keys silently; a header with duplicates is ambiguous
-// (other readers may keep the first), so the parse callback records them to be refused.
-struct DuplicateKeyCheck {
-  std::vector<std::set<std::string>> open;  // keys seen in each enclosing object
-  std::string duplicate;                    // first duplicate key found, if any
-  bool found = false;
-
-  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        open.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        if (!open.empty()) open.pop_back();
-        break;
-      case json::parse_event_t::key:
-        if (!open.empty() && !open.back().insert(parsed.get<std::string>()).second && !found) {
-          found = true;
-          duplicate = parsed.get<std::string>();
-        }
-        break;
-      default:
-        break;
-    }
-    return true;
-  }
-};
 
 // A JSON number that is a non-negative integer fitting in int64.
 bool as_index(const json& v, uint64_t& out) {
@@ -162,13 +136,7 @@ Result<SafetensorsHeader> parse_safetensors(std::string_view prefix, uint64_t fi
   const uint64_t data_size = file_size - h.data_start;
 
   const std::string_view text = prefix.substr(8, h.header_len);
-  // nlohmann stops at a NUL as if the input ended there, which would let bytes after it
-  // pass unread; valid JSON never holds a raw NUL (strings must escape it).
-  if (text.find('\0') != std::string_view::npos) return corrupt(file + ": header is not valid JSON (NUL byte)");
-  DuplicateKeyCheck dup;
-  const json root = json::parse(text.begin(), text.end(), std::ref(dup), /*allow_exceptions=*/false);
-  if (root.is_discarded()) return corrupt(file + ": header is not valid JSON");
-  if (dup.found) return corrupt(file + ": header has duplicate key '" + dup.duplicate + "'");
+  PTC_ASSIGN_OR_RETURN(const json root, parse_json(text, file + ": header", Code::kCorrupt));
   if (!root.is_object()) return corrupt(file + ": header is a JSON " + root.type_name() + ", not an object");
 
   for (const auto& [name, v] : root.items()) {
