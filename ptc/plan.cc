@@ -70,6 +70,13 @@ Result<Plan> make_plan(const Layout& from, const Layout& to, const Holdings& h) 
       return invalid("plan: tensor '" + tt[i].name + "' differs between the two layouts");
   if (h.src_nodes.size() != from.shards().size() || h.dst_node.size() != to.shards().size())
     return invalid("plan: holdings do not match the layouts' shards");
+  // Node ids index the per-node load below.
+  auto bad_node = [&](int n) { return n < 0 || n >= h.num_nodes; };
+  for (const auto& nodes : h.src_nodes)
+    if (std::any_of(nodes.begin(), nodes.end(), bad_node))
+      return invalid("plan: a source shard is held on a node outside [0, " + std::to_string(h.num_nodes) + ")");
+  if (std::any_of(h.dst_node.begin(), h.dst_node.end(), bad_node))
+    return invalid("plan: a destination shard is on a node outside [0, " + std::to_string(h.num_nodes) + ")");
 
   // Source pieces by tensor, skipping shards that no node holds.
   std::vector<std::vector<Candidate>> cands(ft.size());
@@ -127,7 +134,7 @@ Result<Plan> make_plan(const Layout& from, const Layout& to, const Holdings& h) 
             }
           }
           if (!best)
-            return internal("plan: no source holds element " + std::to_string(x) + " of tensor '" + spec.name +
+            return error(Code::kUnavailable, "plan: no source holds element " + std::to_string(x) + " of tensor '" + spec.name +
                             "' (a shard is held by no node)");
           const int64_t end = std::min(best->iv.ghi, piece.ghi);
           Copy c;
