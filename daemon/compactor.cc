@@ -7,8 +7,10 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <set>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 namespace ptcfs {
 namespace {
@@ -42,6 +44,14 @@ class Mapping {
   uint64_t size_ = 0;
 };
 
+struct ExtentsLess {
+  bool operator()(const std::vector<Extent>& a, const std::vector<Extent>& b) const {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](const Extent& x, const Extent& y) {
+      return std::tie(x.blob, x.offset, x.len) < std::tie(y.blob, y.offset, y.len);
+    });
+  }
+};
+
 struct Job {
   const StoredSlice* slice;  // its old extents
   uint64_t slice_off;        // first byte of the slice this job copies
@@ -53,15 +63,67 @@ struct Job {
 
 }  // namespace
 
-bool should_compact(const StoredSlice& s, const CompactionPolicy& p) {
-  if (s.extents.size() <= 1) return false;
-  uint64_t bytes = 0;
-  for (const auto& e : s.extents) bytes += e.len;
-  return bytes / s.extents.size() < p.min_avg_extent;
+ptc::Result<Selection> select_compaction(const std::vector<std::vector<StoredSlice>>& stored,
+                                         const CompactionPolicy& policy,
+                                         const std::function<ptc::Result<uint64_t>(uint64_t)>& blob_size) {
+  // Bytes of each blob that the new version uses: the union of its extents' ranges
+  // (replicated slices may share bytes).
+  std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> ranges;
+  for (const auto& shard : stored)
+    for (const auto& s : shard)
+      for (const auto& e : s.extents)
+        if (e.blob != kZeroBlob) ranges[e.blob].emplace_back(e.offset, e.offset + e.len);
+  std::set<uint64_t> mostly_dead;
+  for (auto& [id, rs] : ranges) {
+    std::sort(rs.begin(), rs.end());
+    uint64_t live = 0, end = 0;
+    for (auto [lo, hi] : rs) {
+      lo = std::max(lo, end);
+      if (hi > lo) live += hi - lo;
+      end = std::max(end, hi);
+    }
+    PTC_ASSIGN_OR_RETURN(uint64_t size, blob_size(id));
+    if (static_cast<double>(live) < policy.min_blob_live * static_cast<double>(size)) mostly_dead.insert(id);
+  }
+  Selection sel(stored.size());
+  for (size_t i = 0; i < stored.size(); ++i) {
+    sel[i].resize(stored[i].size());
+    for (size_t j = 0; j < stored[i].size(); ++j) {
+      const auto& ex = stored[i][j].extents;
+      uint64_t bytes = 0;
+      bool dead = false;
+      for (const auto& e : ex) {
+        bytes += e.len;
+        dead = dead || mostly_dead.count(e.blob) > 0;
+      }
+      const bool fragmented = ex.size() > 1 && bytes / ex.size() < policy.min_avg_extent;
+      sel[i][j] = fragmented || dead;
+    }
+  }
+  return sel;
+}
+
+CompactionStats compaction_stats(const std::vector<std::vector<StoredSlice>>& stored, const Selection& selection) {
+  CompactionStats st;
+  std::set<std::vector<Extent>, ExtentsLess> seen;
+  for (size_t i = 0; i < stored.size(); ++i)
+    for (size_t j = 0; j < stored[i].size(); ++j) {
+      const auto& ex = stored[i][j].extents;
+      if (!selection[i][j]) {
+        st.extents += ex.size();
+        continue;
+      }
+      ++st.extents;
+      ++st.slices;
+      if (!seen.insert(ex).second) continue;  // shares an earlier identical slice's copy
+      for (const auto& e : ex)
+        if (e.blob != kZeroBlob) st.bytes_from_blobs += e.len;
+    }
+  return st;
 }
 
 ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<StoredSlice>>& stored,
-                                      const CompactionPolicy& policy,
+                                      const Selection& selection, const CompactionPolicy& policy,
                                       const std::function<void(uint64_t, uint64_t)>& progress) {
   CompactionResult res;
   // Plan the new blobs: one per shard that has slices to compact, slices packed in order.
@@ -73,11 +135,20 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
     uint64_t off, bytes;
   };
   std::vector<Target> targets;
+  // Slices with identical extents (a replicated tensor on several TP ranks) are copied once
+  // and share the copy.
+  std::map<std::vector<Extent>, size_t, ExtentsLess> first;
+  std::vector<std::pair<std::pair<size_t, size_t>, size_t>> aliases;  // (s, j) -> target
   for (size_t s = 0; s < stored.size(); ++s) {
     std::optional<size_t> blob;
     uint64_t off = 0;
     for (size_t j = 0; j < stored[s].size(); ++j) {
-      if (!should_compact(stored[s][j], policy)) continue;
+      if (!selection[s][j]) continue;
+      if (auto it = first.find(stored[s][j].extents); it != first.end()) {
+        aliases.push_back({{s, j}, it->second});
+        continue;
+      }
+      first.emplace(stored[s][j].extents, targets.size());
       if (!blob) {
         PTC_ASSIGN_OR_RETURN(BlobWriter w, blobs.create());
         res.blobs.push_back(std::move(w));
@@ -163,6 +234,7 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
     s.extents = {Extent{res.blobs[tg.blob].id(), tg.off, tg.bytes}};
     if (hashes[t]) s.xxh3 = hashes[t];
   }
+  for (const auto& [sj, t] : aliases) stored[sj.first][sj.second] = stored[targets[t].s][targets[t].j];
   return res;
 }
 

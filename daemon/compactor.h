@@ -1,7 +1,10 @@
-// Compaction: copies the bytes of fragmented slices into one new blob per shard, so that
-// reading them is a few large reads instead of many small ones. The copy runs on every
-// core: work is cut into chunks of at most 16 MiB of destination bytes, and source blobs
-// are memory-mapped.
+// Compaction: copies the bytes of selected slices into one new blob per shard. A slice is
+// selected when it is too fragmented to read fast (many small extents: a split along the
+// last dimension cuts slices into row-sized pieces), or when it refers to a blob that is
+// mostly dead (less than half its bytes used by the new version), so that once the old
+// version is gone every blob is at least half live: stored bytes stay under twice the
+// bytes of the current versions. The copy runs on every core: work is cut into chunks of
+// at most 16 MiB of destination bytes, and source blobs are memory-mapped.
 #pragma once
 
 #include <cstdint>
@@ -17,10 +20,25 @@ struct CompactionPolicy {
   // A slice is compacted when it has more than one extent and its average extent is
   // shorter than this (bench/ measures the read cost of small extents).
   uint64_t min_avg_extent = 256 << 10;
+  // A slice referring to a blob whose used fraction is below this is compacted.
+  double min_blob_live = 0.5;
   unsigned threads = 0;  // 0: every core
 };
 
-bool should_compact(const StoredSlice& s, const CompactionPolicy& p);
+// Which slices to compact, indexed like `stored`; pure over its inputs. `blob_size(id)`
+// gives a blob file's size.
+using Selection = std::vector<std::vector<bool>>;
+ptc::Result<Selection> select_compaction(const std::vector<std::vector<StoredSlice>>& stored,
+                                         const CompactionPolicy& policy,
+                                         const std::function<ptc::Result<uint64_t>(uint64_t)>& blob_size);
+
+struct CompactionStats {
+  size_t slices = 0;              // slices compacted
+  size_t extents = 0;             // extents of all slices after compaction
+  uint64_t bytes_from_blobs = 0;  // bytes copied out of blobs (not zeros), each once
+};
+// What compact() will do with a selection; pure.
+CompactionStats compaction_stats(const std::vector<std::vector<StoredSlice>>& stored, const Selection& selection);
 
 struct CompactionResult {
   std::vector<BlobWriter> blobs;  // finished (synced) blobs, pending until committed
@@ -28,11 +46,10 @@ struct CompactionResult {
   size_t slices = 0;
 };
 
-// Rewrites in place the extents of every slice that should_compact() selects in `stored`
-// (indexed by shard, then slice) to point at new blobs. `progress(done, total)` reports
-// bytes copied.
+// Rewrites in place the extents of every selected slice of `stored` (indexed by shard,
+// then slice) to point at new blobs. Selected slices with identical extents share one copy. `progress(done, total)` reports bytes copied.
 ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<StoredSlice>>& stored,
-                                      const CompactionPolicy& policy,
+                                      const Selection& selection, const CompactionPolicy& policy,
                                       const std::function<void(uint64_t, uint64_t)>& progress);
 
 }  // namespace ptcfs

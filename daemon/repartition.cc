@@ -87,14 +87,14 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
   auto stored = map_extents(from, to, plan, [&](uint32_t shard, uint32_t slice) -> const StoredSlice& {
     return old->stored(from.shards()[shard], slice);
   });
-  for (const auto& shard : stored)
-    for (const auto& s : shard) {
-      res.extents += s.extents.size();
-      if (should_compact(s, policy)) {
-        ++res.compacted_slices;
-        for (const auto& e : s.extents) res.bytes_compacted += e.len;
-      }
-    }
+  PTC_ASSIGN_OR_RETURN(Selection selection,
+                       select_compaction(stored, policy, [&](uint64_t id) { return store.blobs().size_of(id); }));
+  // Counted as they will be after compaction: a compacted slice is one extent; its bytes
+  // from blobs are copied (its padding is counted in bytes_fill).
+  const CompactionStats cs = compaction_stats(stored, selection);
+  res.extents = cs.extents;
+  res.compacted_slices = cs.slices;
+  res.bytes_compacted = cs.bytes_from_blobs;
   res.bytes_remapped = res.bytes_total - res.bytes_fill - res.bytes_compacted;
   if (req.dry_run) {
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -109,7 +109,7 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
   } end{store, req};
 
   PTC_ASSIGN_OR_RETURN(CompactionResult comp,
-                       compact(store.blobs(), stored, policy, [&](uint64_t d, uint64_t t) { report("compact", d, t); }));
+                       compact(store.blobs(), stored, selection, policy, [&](uint64_t d, uint64_t t) { report("compact", d, t); }));
   auto discard = [&] {
     for (auto& w : comp.blobs) {
       (void)store.blobs().remove(w.id());
@@ -122,11 +122,6 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
       return s;
     }
   }
-  // Recount extents after compaction.
-  res.extents = 0;
-  for (const auto& shard : stored)
-    for (const auto& s : shard) res.extents += s.extents.size();
-
   report("commit", 0, 1);
   auto next = std::make_shared<StepVersion>(req.job, req.step, old->version() + 1,
                                             static_cast<int64_t>(::time(nullptr)), std::move(to), std::move(stored),

@@ -32,7 +32,7 @@ struct RepartitionResult {
   uint64_t bytes_total = 0;      // bytes of the new shards
   uint64_t bytes_remapped = 0;   // served from old blobs without a copy
   uint64_t bytes_compacted = 0;  // copied into new blobs by compaction
-  uint64_t bytes_fill = 0;       // padding (zeros, stored as nothing)
+  uint64_t bytes_fill = 0;       // padding (zeros; remapped + compacted + fill == total)
   uint64_t bytes_moved = 0;      // received from peers (0 on one node)
   uint64_t bytes_min = 0;        // the least any plan must receive from peers
   double seconds = 0;

@@ -1,2 +1,11 @@
-#define CATCH_CONFIG_MAIN
+// Catch2 main for the unit tests: the library's info logs are silenced so that test
+// output shows only failures.
+#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "ptc/log.h"
+
+int main(int argc, char** argv) {
+  ptc::log::set_level(ptc::log::Level::kWarn);
+  return Catch::Session().run(argc, argv);
+}

@@ -1,0 +1,87 @@
+"""kill -9 of the daemon at a random moment of a repartition: after a restart the step shows one
+complete layout, the old or the new one (the new one whenever the CLI had received the reply), every
+view verifies against that layout's oracle, and no blob of the interrupted attempt is left behind."""
+
+import json
+import random
+import subprocess
+import time
+
+from ptcfs_harness import PTCFS, verify_step
+from repartition_util import (BLOB_NAME, Oracles, blob_usage, check_current, import_step, par_of, par_str,
+                              read_ptc_json, reference_blob_usage, repartition, step_version, wait_for)
+
+SEED = 20241121
+# GPT, 24 layers, hidden 256: about 51 MB in 221 tensors of at most 1 MiB, so most repartitions
+# compact (copy) tens of MB and take tens of milliseconds.
+MODEL = dict(style="gpt", layers=24, hidden=256, vocab=1000)
+START = (2, 2, 1)
+TARGETS = [(4, 3, 1), (8, 1, 2), (1, 4, 1), (2, 6, 1), (8, 2, 1), (4, 8, 2), (1, 1, 1), (2, 2, 1)]
+
+
+def test_kill9_during_repartition_leaves_old_or_new(daemon, make_ckpt, tmp_path):
+    rng = random.Random(SEED)
+    ck = make_ckpt("big", tp=START[0], pp=START[1], dp=START[2], seed=51, **MODEL)
+    assert 40e6 < ck.summary["bytes"] < 70e6
+    imported = ck.summary["bytes"]
+    import_step(daemon, ck, "big", "1")
+    oracles = Oracles(str(tmp_path / "oracles"), ck, seed=51)
+    cur, version = START, 1
+    committed = []  # the configurations that took effect, in order
+    outcomes, usage = [], []
+
+    for i, to in enumerate(TARGETS):
+        # Skewed towards short delays (a repartition of this size takes ~30-100 ms), all in 0-300 ms.
+        delay = 0.3 * rng.random() ** 2
+        cmd = [PTCFS, "--daemon", daemon.addr, "repartition", "--job", "big", "--step", "1", "--to", par_str(to),
+               "--json"]
+        cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        daemon.kill9()
+        out, err = cli.communicate(timeout=60)
+        replied = cli.returncode == 0
+        if replied:
+            reply = json.loads(out)
+            assert reply["to"] == {"tp": to[0], "pp": to[1], "dp": to[2]} and reply["version"] == version + 1, reply
+        else:
+            assert "ptcfs: error:" in err, f"the CLI failed without an error line: rc={cli.returncode}\n{err}"
+
+        daemon.start()
+        now = par_of(read_ptc_json(daemon, "big", "1"))
+        what = (f"iteration {i}: {par_str(cur)} -> {par_str(to)}, killed after {delay * 1000:.0f} ms, "
+                f"CLI rc={cli.returncode}: the restarted daemon shows {par_str(now)}")
+        assert now in (cur, to), what
+        if replied:
+            assert now == to, what + " although the CLI had received the reply"
+        if now == to:
+            version += 1
+            committed.append(to)
+        assert step_version(daemon, "big", "1") == version, what
+        outcomes.append((par_str(cur), par_str(to), round(delay * 1000), cli.returncode, "new" if now == to else "old"))
+        cur = now
+        check_current(daemon, "big", "1", oracles(cur), version, full_views=False)
+        count, total, names = blob_usage(daemon)
+        stray = sorted(n for n in names if not BLOB_NAME.match(n))
+        assert not stray, f"{what}; files in the blob directory that are not blobs: {stray}"
+        usage.append((count, total))
+
+    print("kill outcomes (from, to, delay ms, CLI rc, layout after restart):", *outcomes, sep="\n  ")
+    verify_step(daemon, "big", "1", oracles(cur))
+    # The interrupted attempts have the layout they should have; a clean repartition still works after them.
+    nxt = (4, 2, 1) if cur != (4, 2, 1) else (2, 4, 1)
+    repartition(daemon, "big", "1", nxt, frm=cur, ptc=ck.ptc, version=version)
+    version += 1
+    committed.append(nxt)
+    check_current(daemon, "big", "1", oracles(nxt), version, full_views=False)
+
+    # No orphans: after a restart the blobs are exactly (in number and bytes) those of a daemon that
+    # made only the repartitions that took effect, without interruptions.
+    daemon.restart()
+    got = blob_usage(daemon)[:2]
+    want = reference_blob_usage(str(tmp_path / "ref"), ck, committed, job="big")
+    assert got == want, (f"blobs (count, bytes) after the kills {got}, after the same repartitions without kills "
+                         f"{want}; committed {committed}; outcomes {outcomes}")
+    wait_for(lambda: blob_usage(daemon)[1] <= 2 * imported, 15,
+             lambda: f"blobs hold {blob_usage(daemon)[1]} bytes, more than 2 x the {imported} imported; "
+                     f"(count, bytes) after each restart: {usage}")
+    check_current(daemon, "big", "1", oracles(nxt), version, full_views=False)
