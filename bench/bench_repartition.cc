@@ -6,7 +6,7 @@
 // Two scenarios: a Megatron-style model tp=4,pp=2 -> tp=2,pp=4, and a model whose tensors
 // are all split along their last dimension, tp=4 -> tp=2 (fragmented: compaction runs).
 //
-// Usage: ptcfs_bench_repartition [--gib 1.0] [--threads N] [--dir DIR] [--json FILE]
+// Usage: ptcfs_bench_repartition [--gib 1.0] [--threads N] [--dir DIR] [--json FILE] [--min-avg-extent B]
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -81,6 +81,8 @@ uint64_t write_checkpoint(const std::string& dir, const std::string& ptc_text, c
   return total;
 }
 
+uint64_t g_min_avg_extent = CompactionPolicy{}.min_avg_extent;
+
 struct Row {
   std::string what, ours, base;
   double ratio;
@@ -134,6 +136,7 @@ json run_scenario(const std::string& name, const std::string& root, int layers, 
   std::thread loop([&] { (void)(*fsys)->run(); });
 
   CompactionPolicy policy;
+  policy.min_avg_extent = g_min_avg_extent;
   policy.threads = threads;
   RepartitionRequest req{"bench", "1", to, false};
   auto res = repartition(st, req, policy);
@@ -204,6 +207,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "Threads for compaction and the memcpy baseline")->capture_default_str();
   app.add_option("--dir", dir, "Scratch directory on the disk under test")->capture_default_str();
   app.add_option("--json", json_out, "Also write the results as JSON to this file");
+  app.add_option("--min-avg-extent", g_min_avg_extent, "Compaction threshold (bytes; 0: compact only mostly dead blobs)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   ptc::log::set_level(ptc::log::Level::kWarn);
 

@@ -31,23 +31,28 @@ const StoredSlice& StepVersion::stored(const ptc::ShardId& shard, size_t slice) 
 ptc::Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
                                     fs::ReadBuffer& out) const {
   const StoredSlice& ss = stored(shard, slice);
-  uint64_t pos = 0;  // slice offset of the current extent
-  for (const Extent& e : ss.extents) {
-    if (len == 0) break;
-    if (off < pos + e.len) {
-      const uint64_t skip = off - pos;
-      const uint64_t n = std::min(len, e.len - skip);
-      if (e.blob == kZeroBlob) {
-        out.add_zeros(n);
-      } else {
-        auto file = blobs_->file(e.blob);
-        if (!file) return file.status();
-        out.add_fd((*file)->fd(), e.offset + skip, n);
-        out.keep(*file);
+  // The first extent that ends after off (extents are in slice byte order).
+  uint64_t pos = 0;
+  size_t i = 0;
+  while (i < ss.extents.size() && pos + ss.extents[i].len <= off) pos += ss.extents[i++].len;
+  std::shared_ptr<const BlobFile> file;  // the last blob opened, reused across extents
+  for (; len > 0 && i < ss.extents.size(); ++i) {
+    const Extent& e = ss.extents[i];
+    const uint64_t skip = off - pos;
+    const uint64_t n = std::min(len, e.len - skip);
+    if (e.blob == kZeroBlob) {
+      out.add_zeros(n);
+    } else {
+      if (!file || file->id() != e.blob) {
+        auto f = blobs_->file(e.blob);
+        if (!f) return f.status();
+        file = std::move(f).value();
+        out.keep(file);
       }
-      off += n;
-      len -= n;
+      out.add_fd(file->fd(), e.offset + skip, n);
     }
+    off += n;
+    len -= n;
     pos += e.len;
   }
   if (len != 0) return ptc::internal("read past the end of a stored slice");

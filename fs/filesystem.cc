@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <mutex>
 
 #include "fs/errno_map.h"
@@ -275,6 +276,28 @@ const fuse_lowlevel_ops kOps = [] {
 
 void wake_handler(int) {}
 
+// The kernel caps FUSE readahead at the bdi default (128 KiB), so sequential reads arrive
+// as 128 KiB requests even though max_pages allows 1 MiB. Raising the mount's bdi
+// read_ahead_kb lets them arrive as 1 MiB requests (8x fewer round trips). The device
+// number comes from mountinfo: a stat of the mount point would need the loop running.
+void raise_readahead(const std::string& mountpoint, unsigned kb) {
+  char* real = ::realpath(mountpoint.c_str(), nullptr);
+  const std::string mp = real ? real : mountpoint;
+  std::free(real);
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line, dev;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string id, parent, majmin, root, point;
+    ls >> id >> parent >> majmin >> root >> point;
+    if (point == mp) dev = majmin;  // the last match is the newest mount
+  }
+  if (dev.empty()) return;
+  std::ofstream ra("/sys/class/bdi/" + dev + "/read_ahead_kb");
+  ra << kb << "\n";
+  if (!ra) ptc::log::debug("could not raise readahead of {} (bdi {})", mp, dev);
+}
+
 bool is_mounted(const std::string& path) {
   std::ifstream in("/proc/self/mounts");
   std::string dev, mnt, rest;
@@ -353,6 +376,7 @@ ptc::Result<std::unique_ptr<Filesystem>> Filesystem::mount(const MountOptions& o
     impl->se = nullptr;
     return ptc::io_error("mounting FUSE at " + opts.mountpoint + " (is /dev/fuse there, are you root?)", EIO);
   }
+  raise_readahead(opts.mountpoint, 1024);
   struct sigaction sa {};
   sa.sa_handler = wake_handler;  // no SA_RESTART: the loop's wait returns EINTR
   sigemptyset(&sa.sa_mask);
