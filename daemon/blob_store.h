@@ -36,6 +36,8 @@ class BlobFile {
 class BlobStore;
 
 // A blob being written: appends (or positioned writes), then finish() syncs and closes it.
+// Every write starts writeback of its range (sync_file_range), so the disk works while the
+// writer goes on, and finish()'s fsync has little left to wait for.
 // Destroying an unfinished writer removes the file.
 class BlobWriter {
  public:
