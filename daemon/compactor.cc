@@ -66,39 +66,54 @@ struct Job {
 ptc::Result<Selection> select_compaction(const std::vector<std::vector<StoredSlice>>& stored,
                                          const CompactionPolicy& policy,
                                          const std::function<ptc::Result<uint64_t>(uint64_t)>& blob_size) {
-  // Bytes of each blob that the new version uses: the union of its extents' ranges
-  // (replicated slices may share bytes).
-  std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> ranges;
-  for (const auto& shard : stored)
-    for (const auto& s : shard)
-      for (const auto& e : s.extents)
-        if (e.blob != kZeroBlob) ranges[e.blob].emplace_back(e.offset, e.offset + e.len);
-  std::set<uint64_t> mostly_dead;
-  for (auto& [id, rs] : ranges) {
-    std::sort(rs.begin(), rs.end());
-    uint64_t live = 0, end = 0;
-    for (auto [lo, hi] : rs) {
-      lo = std::max(lo, end);
-      if (hi > lo) live += hi - lo;
-      end = std::max(end, hi);
-    }
-    PTC_ASSIGN_OR_RETURN(uint64_t size, blob_size(id));
-    if (static_cast<double>(live) < policy.min_blob_live * static_cast<double>(size)) mostly_dead.insert(id);
-  }
   Selection sel(stored.size());
   for (size_t i = 0; i < stored.size(); ++i) {
     sel[i].resize(stored[i].size());
     for (size_t j = 0; j < stored[i].size(); ++j) {
       const auto& ex = stored[i][j].extents;
       uint64_t bytes = 0;
-      bool dead = false;
-      for (const auto& e : ex) {
-        bytes += e.len;
-        dead = dead || mostly_dead.count(e.blob) > 0;
-      }
-      const bool fragmented = ex.size() > 1 && bytes / ex.size() < policy.min_avg_extent;
-      sel[i][j] = fragmented || dead;
+      for (const auto& e : ex) bytes += e.len;
+      sel[i][j] = ex.size() > 1 && bytes / ex.size() < policy.min_avg_extent;  // fragmented
     }
+  }
+  // Slices moved out of a blob lower its live fraction, which may select more slices:
+  // iterate to a fixed point, so that every blob the result keeps is at least
+  // min_blob_live used by the slices that stay.
+  std::map<uint64_t, uint64_t> sizes;
+  for (bool changed = true; changed;) {
+    changed = false;
+    // Live bytes of each blob: the union of the ranges the unselected slices use
+    // (replicated slices may share bytes).
+    std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> ranges;
+    for (size_t i = 0; i < stored.size(); ++i)
+      for (size_t j = 0; j < stored[i].size(); ++j)
+        if (!sel[i][j])
+          for (const auto& e : stored[i][j].extents)
+            if (e.blob != kZeroBlob) ranges[e.blob].emplace_back(e.offset, e.offset + e.len);
+    std::set<uint64_t> mostly_dead;
+    for (auto& [id, rs] : ranges) {
+      std::sort(rs.begin(), rs.end());
+      uint64_t live = 0, end = 0;
+      for (auto [lo, hi] : rs) {
+        lo = std::max(lo, end);
+        if (hi > lo) live += hi - lo;
+        end = std::max(end, hi);
+      }
+      if (!sizes.count(id)) {
+        PTC_ASSIGN_OR_RETURN(sizes[id], blob_size(id));
+      }
+      if (static_cast<double>(live) < policy.min_blob_live * static_cast<double>(sizes[id])) mostly_dead.insert(id);
+    }
+    for (size_t i = 0; i < stored.size(); ++i)
+      for (size_t j = 0; j < stored[i].size(); ++j) {
+        if (sel[i][j]) continue;
+        for (const auto& e : stored[i][j].extents)
+          if (mostly_dead.count(e.blob)) {
+            sel[i][j] = true;
+            changed = true;
+            break;
+          }
+      }
   }
   return sel;
 }
