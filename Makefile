@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 PY := /usr/bin/python3
 
-.PHONY: deps build test unit integration demo clean
+.PHONY: deps build test unit integration demo bench clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -25,6 +25,10 @@ test: unit integration
 
 demo: build
 	PTCFS_BUILD=$(abspath $(BUILD)) bash deploy/demo.sh
+
+# Benchmarks against same-run baselines (DESIGN.md "Budgets"); a few minutes, writes bench/results.json.
+bench: build
+	$(BUILD)/bench/ptcfs_bench_repartition --gib 1 --json bench/results.json
 
 clean:
 	rm -rf $(BUILD)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ptcfs demo (what `make demo` runs): start a daemon on a temporary data dir and mount point,
-# generate a GPT-style checkpoint of about 100 MB (tp=2, pp=2), import it, list it, and read
-# tensors back through the FUSE mount, checking them against the generator's reference output.
+# generate a GPT-style checkpoint of about 100 MB (tp=2, pp=2), import it, list it, read
+# tensors back through the FUSE mount, checking them against the generator's reference output,
+# then repartition it to tp=4,pp=1,dp=2 and check every new shard byte for byte.
 #
 # Environment: PTCFS_BUILD (build dir, default <repo>/build), PTCFS_DEMO_PORT (default 7071),
 # PTCFS_DEMO_MB (checkpoint size in MB, default 100), PTCFS_DEMO_KEEP=1 keeps the temp dirs.
@@ -201,6 +202,52 @@ sys.exit(1 if failed else 0)
 EOF
 }
 run_step "read tensors through the mount and compare with the reference" check_views
+
+TO="tp=4,pp=1,dp=2"
+run_step "plan a repartition of $JOB/$STEP to $TO (dry run)" cli repartition --job "$JOB" --step "$STEP" --to "$TO" --dry-run
+run_step "repartition $JOB/$STEP to $TO" cli repartition --job "$JOB" --step "$STEP" --to "$TO"
+run_step "list step $JOB/$STEP after the repartition" cli ls "$JOB/$STEP"
+
+check_repartitioned() {
+  "$PY" - "$MNT/$JOB/$STEP" "$REF" "$REPO/tests/tools" <<'EOF'
+import json, os, sys, time
+import numpy as np
+step, ref, tools = sys.argv[1:4]
+sys.path.insert(0, tools)
+import ptcgen
+
+with open(os.path.join(step, "ptc.json")) as f:
+    ptc = json.load(f)
+par = ptc["parallelism"]
+full = ptcgen.load_reference(ref, ptc)
+want = ptcgen.shard_slices(ptc, tensors=full)
+failed = 0
+ok = par == {"tp": 4, "pp": 1, "dp": 2}
+print(f"    {'PASS' if ok else 'FAIL'}  ptc.json shows the new parallelism ({par})")
+failed += not ok
+for (t, p), slices in sorted(want.items()):
+    path = os.path.join(step, f"tp{t}-pp{p}.safetensors")
+    t0 = time.monotonic()
+    with open(path, "rb") as f:
+        got = f.read()
+    dt = max(time.monotonic() - t0, 1e-9)
+    expect = ptcgen.safetensors_bytes({n: (ptc["tensors"][n]["dtype"], a) for n, a in slices.items()})
+    ok = got == expect
+    failed += not ok
+    print(f"    {'PASS' if ok else 'FAIL'}  tp{t}-pp{p}.safetensors == the file tp=4,pp=1 would have saved "
+          f"({len(got)} bytes, {len(got) / 1e6 / dt:.0f} MB/s)")
+name = "embedding.word_embeddings.weight"
+got = np.load(os.path.join(step, "tp3-pp0", name + ".npy"))
+rows = full[name].shape[0] - 3 * got.shape[0]  # logical rows on rank 3; the rest is padding
+ok = np.array_equal(got, want[(3, 0)][name]) and not got[rows:].any()
+failed += not ok
+print(f"    {'PASS' if ok else 'FAIL'}  tp3-pp0/{name}.npy: {rows} logical rows, {got.shape[0] - rows} zero rows "
+      f"of padding recomputed for tp=4")
+sys.exit(1 if failed else 0)
+EOF
+}
+run_step "read the repartitioned shards through the mount and compare with what tp=4,pp=1 would save" \
+  check_repartitioned
 
 stop_daemon() {
   kill -TERM "$DAEMON_PID"
