@@ -31,20 +31,8 @@ BlobWriter::BlobWriter(BlobWriter&& o) noexcept
 }
 
 ptc::Status BlobWriter::append(const void* data, size_t len) {
-  const uint64_t start = size_, total = len;
-  auto* p = static_cast<const char*>(data);
-  while (len > 0) {
-    const ssize_t n = ::write(fd_, p, len);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ptc::io_error("writing blob " + path_, errno);
-    }
-    p += n;
-    len -= static_cast<size_t>(n);
-    size_ += static_cast<uint64_t>(n);
-  }
-  // Start writeback now so that finish()'s fsync has little left to wait for.
-  ::sync_file_range(fd_, static_cast<off_t>(start), static_cast<off_t>(total), SYNC_FILE_RANGE_WRITE);
+  PTC_RETURN_IF_ERROR(write_at(size_, data, len));
+  size_ += len;
   return ptc::Status::ok();
 }
 
@@ -61,6 +49,7 @@ ptc::Status BlobWriter::write_at(uint64_t offset, const void* data, size_t len) 
     len -= static_cast<size_t>(n);
     offset += static_cast<uint64_t>(n);
   }
+  // Start writeback now so that finish()'s fsync has little left to wait for.
   ::sync_file_range(fd_, static_cast<off_t>(start), static_cast<off_t>(total), SYNC_FILE_RANGE_WRITE);
   return ptc::Status::ok();
 }

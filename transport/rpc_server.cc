@@ -63,7 +63,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Clock::time_point deadline_;
   std::deque<std::string> out_;
   size_t queued_progress_ = 0;
-  int inflight_ = 0;
+  int inflight_ = 0;           // requests whose response is not queued yet
+  bool reader_done_ = false;   // the peer closed or sent a bad frame: close once flushed
 };
 
 class Server final : public RpcServer {
@@ -216,8 +217,8 @@ awaitable<void> Connection::reader() {
       auto h = decode_header(hb, server_.limits().max_frame);
       if (!h) {
         ptc::log::warn("control connection {}: {}; closing it", peer_, h.status().to_string());
-        send(response_frame(0, h.status()), false);
         ++inflight_;
+        send(response_frame(0, h.status()), false);
         break;
       }
       std::string body(h->length, '\0');
@@ -237,15 +238,17 @@ awaitable<void> Connection::reader() {
   } catch (const boost::system::system_error&) {
     // The peer went away; nothing to report.
   }
-  // Let the writer flush what is queued, then close.
+  // Let the writer flush what is queued and the responses still to come, then close.
+  reader_done_ = true;
   if (out_.empty() && inflight_ <= 0) close();
+  else signal_.cancel_one();
 }
 
 awaitable<void> Connection::writer() {
   try {
     while (socket_.is_open()) {
       if (out_.empty()) {
-        if (inflight_ <= 0 && !socket_.is_open()) break;
+        if (reader_done_ && inflight_ <= 0) break;
         boost::system::error_code ec;
         co_await signal_.async_wait(asio::redirect_error(use_awaitable, ec));
         continue;

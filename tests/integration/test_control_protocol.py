@@ -1,0 +1,85 @@
+"""The control protocol refuses malformed frames and keeps serving others (docs/FORMATS.md)."""
+
+import json
+import socket
+import struct
+
+import pytest
+
+HEADER = struct.Struct("<4sHHII")  # magic, version, type, body length, request id
+
+
+def frame(body: bytes, *, magic=b"PTCF", version=1, ftype=1, rid=7, length=None) -> bytes:
+    return HEADER.pack(magic, version, ftype, len(body) if length is None else length, rid) + body
+
+
+def read_frame(s: socket.socket):
+    head = b""
+    while len(head) < HEADER.size:
+        chunk = s.recv(HEADER.size - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    magic, version, ftype, length, rid = HEADER.unpack(head)
+    body = b""
+    while len(body) < length:
+        chunk = s.recv(length - len(body))
+        assert chunk, "connection closed inside a frame"
+        body += chunk
+    return magic, version, ftype, rid, json.loads(body)
+
+
+def connect(daemon) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", daemon.port), timeout=10)
+    return s
+
+
+def closed_by_daemon(s: socket.socket) -> bool:
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_a_request_gets_a_response_with_its_id(daemon):
+    with connect(daemon) as s:
+        s.sendall(frame(json.dumps({"op": "status"}).encode(), rid=42))
+        magic, version, ftype, rid, body = read_frame(s)
+        assert (magic, version, ftype, rid) == (b"PTCF", 1, 2, 42)
+        assert body["ok"] is True and body["result"]["listen"] == daemon.addr
+
+
+@pytest.mark.parametrize("bad, why", [
+    (frame(b"{}", magic=b"HTTP"), "bad magic"),
+    (frame(b"{}", version=9), "protocol version 9 not supported"),
+    (frame(b"{}", ftype=77), "unknown frame type 77"),
+    (frame(b"", length=(1 << 20) + 1), "exceeds the limit"),
+])
+def test_malformed_frames_are_refused_and_the_connection_closed(daemon, bad, why):
+    with connect(daemon) as s:
+        s.sendall(bad)
+        _, _, ftype, _, body = read_frame(s)
+        assert ftype == 2 and body["ok"] is False
+        assert why in body["error"]["message"], body
+        assert closed_by_daemon(s)
+    # The daemon keeps serving.
+    assert daemon.cli_json("status", "--json")["listen"] == daemon.addr
+
+
+@pytest.mark.parametrize("body, code, text", [
+    (b"not json", "invalid_argument", "request is not a JSON object"),
+    (b"[1, 2]", "invalid_argument", "request is not a JSON object"),
+    (json.dumps({"op": "launch"}).encode(), "invalid_argument", "unknown operation 'launch'"),
+    (json.dumps({"op": "ls", "extra": 1}).encode(), "invalid_argument", "unknown key 'extra'"),
+    (json.dumps({"op": "import", "dir": "relative", "job": "j", "step": "1"}).encode(), "invalid_argument",
+     "must be an absolute path"),
+])
+def test_bad_requests_get_an_error_and_the_connection_stays_usable(daemon, body, code, text):
+    with connect(daemon) as s:
+        s.sendall(frame(body, rid=1))
+        _, _, ftype, rid, resp = read_frame(s)
+        assert (ftype, rid) == (2, 1)
+        assert resp["ok"] is False and resp["error"]["code"] == code and text in resp["error"]["message"], resp
+        s.sendall(frame(json.dumps({"op": "ls"}).encode(), rid=2))
+        _, _, _, rid, resp = read_frame(s)
+        assert rid == 2 and resp == {"ok": True, "result": {"jobs": []}}
