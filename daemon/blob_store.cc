@@ -82,13 +82,17 @@ ptc::Result<BlobWriter> BlobStore::create() {
     const uint64_t id = rng();
     if (id == 0) continue;  // the zero blob
     const std::string p = path(id);
-    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0) {
+    // Pending before the file exists: a garbage collection listing the directory between
+    // the two would otherwise delete the new blob.
+    {
       std::lock_guard lock(mu_);
-      pending_.insert(id);
-      return BlobWriter(this, id, fd, p);
+      if (!pending_.insert(id).second) continue;
     }
-    if (errno != EEXIST) return ptc::io_error("creating blob " + p, errno);
+    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) return BlobWriter(this, id, fd, p);
+    const int err = errno;
+    settle(id);
+    if (err != EEXIST) return ptc::io_error("creating blob " + p, err);
   }
   return ptc::internal("could not pick a fresh blob id");
 }
