@@ -241,7 +241,16 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
   for (unsigned t = 0; t < nthreads; ++t) threads.emplace_back(work);
   for (auto& t : threads) t.join();
   PTC_RETURN_IF_ERROR(first_error);
-  for (auto& w : res.blobs) PTC_RETURN_IF_ERROR(w.finish());
+  for (auto& w : res.blobs) {
+    if (auto st = w.finish(); !st) {
+      // Blobs already finished would outlive this failure: remove them all.
+      for (auto& x : res.blobs) {
+        (void)blobs.remove(x.id());
+        blobs.settle(x.id());
+      }
+      return st;
+    }
+  }
 
   for (size_t t = 0; t < targets.size(); ++t) {
     const Target& tg = targets[t];

@@ -134,6 +134,7 @@ Result<std::vector<std::string>> rank_file_paths(const std::string& dir, const p
 Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, const RankFile& rf, const ptc::Layout& layout,
                                                 std::vector<BlobWriter>& finished,
                                                 const std::function<void(uint64_t)>& advance) {
+  if (rf.header.entries.empty()) return std::vector<StoredSlice>();  // a shard holding no tensor
   PTC_ASSIGN_OR_RETURN(auto file, File::open_read(rf.path));
   PTC_ASSIGN_OR_RETURN(BlobWriter w, blobs.create());
   const auto& entries = rf.header.entries;  // sorted by begin, contiguous from 0
@@ -255,6 +256,7 @@ Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, co
     discard();
     return s;
   }
+  for (const auto& b : finished) store.blobs().settle(b.id());  // the commit settled those it uses
   ImportSummary sum;
   sum.job = job;
   sum.step = step;

@@ -101,3 +101,23 @@ def test_import_other_layouts(daemon, make_ckpt, kind):
     check_status(daemon, 1, 1, ck.summary["bytes"])
     with open(os.path.join(daemon.step_dir("j-" + kind, "1"), "ptc.json")) as f:
         assert json.load(f) == ck.ptc
+
+
+def test_a_shard_holding_no_tensor_imports_without_a_blob(daemon, make_ckpt):
+    """pp=2 with every tensor on the first stage: tp*-pp1 hold nothing. They import, show as empty
+    safetensors files, and store no blob; a repartition to pp=1 and back works."""
+    ptc = {"parallelism": {"tp": 2, "pp": 2, "dp": 1}, "num_layers": 2, "tensors": {
+        "a": {"dtype": "F32", "shape": [8, 4], "tp_dim": 0, "stage": "first"},
+        "b": {"dtype": "BF16", "shape": [6], "stage": "first"},
+    }}
+    ck = make_ckpt("empty-stage", ptc=ptc)
+    daemon.cli("import", ck.path, "--job", "e", "--step", "1")
+    verify_step(daemon, "e", "1", ck)
+    blobs = os.listdir(os.path.join(daemon.data, "blobs"))
+    assert len(blobs) == 2, blobs  # one per non-empty shard
+    with open(os.path.join(daemon.step_dir("e", "1"), "tp1-pp1.safetensors"), "rb") as f:
+        assert f.read() == ptcgen.safetensors_bytes({})
+    for par in ({"tp": 1, "pp": 1, "dp": 1}, {"tp": 2, "pp": 2, "dp": 1}):
+        daemon.cli("repartition", "--job", "e", "--step", "1", "--to", f"tp={par['tp']},pp={par['pp']},dp=1")
+        p2 = dict(ptc, parallelism=par)
+        verify_step(daemon, "e", "1", make_ckpt(f"e-{par['tp']}-{par['pp']}", ptc=p2))
