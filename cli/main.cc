@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "cli/output.h"
+#include "transport/auth.h"
 #include "transport/rpc.h"
 
 namespace {
@@ -17,6 +18,7 @@ using ptcfs::cli::human_bytes;
 
 struct Globals {
   std::string daemon;
+  std::string secret_file;
   bool json = false;
 };
 
@@ -26,7 +28,11 @@ int fail(const ptc::Status& s) {
 }
 
 ptc::Result<json> call(const Globals& g, const json& req, const ptcfs::transport::ProgressSink& progress = {}) {
-  PTC_ASSIGN_OR_RETURN(auto client, ptcfs::transport::RpcClient::connect(g.daemon));
+  std::string secret;
+  if (!g.secret_file.empty()) {
+    PTC_ASSIGN_OR_RETURN(secret, ptcfs::transport::read_secret_file(g.secret_file));
+  }
+  PTC_ASSIGN_OR_RETURN(auto client, ptcfs::transport::RpcClient::connect(g.daemon, secret));
   return client->call(req, progress);
 }
 
@@ -135,6 +141,9 @@ int main(int argc, char** argv) {
   const char* env = std::getenv("PTCFS_DAEMON");
   g.daemon = env && *env ? env : "127.0.0.1:7070";
   app.add_option("--daemon", g.daemon, "Daemon control address HOST:PORT (default: $PTCFS_DAEMON, then 127.0.0.1:7070)");
+  const char* sf = std::getenv("PTCFS_SECRET_FILE");
+  g.secret_file = sf ? sf : "";
+  app.add_option("--secret-file", g.secret_file, "The cluster secret, when the daemon requires it (default: $PTCFS_SECRET_FILE)");
   app.set_version_flag("--version", PTCFS_VERSION);
 
   std::string dir, job, step, path;

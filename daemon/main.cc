@@ -14,13 +14,14 @@
 #include "daemon/store.h"
 #include "fs/filesystem.h"
 #include "ptc/log.h"
+#include "transport/auth.h"
 #include "transport/frame.h"
 #include "transport/rpc.h"
 
 namespace {
 
 struct Options {
-  std::string data, mount, listen = "127.0.0.1:7070", cluster, node, log_level = "info";
+  std::string data, mount, listen = "127.0.0.1:7070", cluster, node, secret_file, log_level = "info";
   bool fuse_debug = false;
   bool allow_other = true;
 };
@@ -49,8 +50,17 @@ int run(const Options& o) {
     ptc::log::error("--cluster/--node: cluster membership is not available in this version");
     return 2;
   }
-  if (!is_loopback(host)) {
-    ptc::log::error("--listen {}: without a cluster secret ptcfsd listens on loopback only", o.listen);
+  std::string secret;
+  if (!o.secret_file.empty()) {
+    auto sr = transport::read_secret_file(o.secret_file);
+    if (!sr) {
+      ptc::log::error("--secret-file: {}", sr.status().message());
+      return 2;
+    }
+    secret = std::move(sr).value();
+  }
+  if (secret.empty() && !is_loopback(host)) {
+    ptc::log::error("--listen {}: without a cluster secret (--secret-file) ptcfsd listens on loopback only", o.listen);
     return 2;
   }
   raise_fd_limit();
@@ -90,13 +100,15 @@ int run(const Options& o) {
 
   ControlService control(st, DaemonInfo{o.data, o.mount, o.listen});
   auto server = transport::RpcServer::start(
-      o.listen, [&control](const nlohmann::json& req, const transport::ProgressSink& p) { return control.handle(req, p); });
+      o.listen, [&control](const nlohmann::json& req, const transport::ProgressSink& p) { return control.handle(req, p); },
+      transport::ServerLimits{}, secret);
   if (!server) {
     ptc::log::error("{}", server.status().to_string());
     return 1;
   }
   control.set_listen((*server)->address());
-  ptc::log::info("ptcfsd {} serving {} at {}, control on {}", PTCFS_VERSION, o.data, o.mount, (*server)->address());
+  ptc::log::info("ptcfsd {} serving {} at {}, control on {}{}", PTCFS_VERSION, o.data, o.mount, (*server)->address(),
+                 secret.empty() ? "" : " (clients must prove the cluster secret)");
 
   std::atomic<bool> stopping{false};
   std::thread fuse_thread([&] {
@@ -145,6 +157,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cluster", o.cluster, "cluster.json (not available in this version)");
   app.add_option("--node", o.node, "This node's id in cluster.json (not available in this version)");
+  app.add_option("--secret-file", o.secret_file,
+                 "Cluster secret: every client must prove it holds it; allows a non-loopback --listen");
   app.add_option("--log-level", o.log_level, "debug, info, warn or error")->capture_default_str();
   app.add_flag("--fuse-debug", o.fuse_debug, "Log every FUSE request (libfuse's -d)");
   app.add_flag("--no-allow-other{false}", o.allow_other, "Only the mounting user may read the mount");

@@ -13,6 +13,7 @@ PACKAGES=(
   libxxhash-dev
   libcli11-dev
   libfmt-dev
+  libssl-dev
   python3-numpy python3-pytest
 )
 

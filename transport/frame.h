@@ -26,6 +26,9 @@ enum class FrameType : uint16_t {
   kRequest = 1,   // JSON {"op": ..., ...}
   kResponse = 2,  // JSON {"ok": true, "result": ...} or {"ok": false, "error": {"code", "message"}}
   kProgress = 3,  // JSON, any number before the response
+  kHello = 4,     // server -> client, first frame: {"auth": "none"} or {"auth": "hmac-sha256", "nonce": hex}
+  kAuth = 5,      // client -> server: {"nonce": hex, "proof": hex}
+  kAuthOk = 6,    // server -> client: {"proof": hex}
 };
 
 struct FrameHeader {

@@ -20,6 +20,7 @@ namespace ptcfs::transport {
 using ProgressSink = std::function<void(const nlohmann::json&)>;
 
 struct ServerLimits {
+  int auth_timeout_s = 10;        // a connection that has not authenticated by then is closed
   uint32_t max_frame = 1 << 20;   // bytes of one request body
   size_t max_connections = 64;    // more are accepted and closed at once
   int idle_timeout_s = 600;       // a connection with no complete request for this long is closed
@@ -33,9 +34,11 @@ class RpcServer {
   using Handler = std::function<ptc::Result<nlohmann::json>(const nlohmann::json& request,
                                                              const ProgressSink& progress)>;
 
-  // Listens on "HOST:PORT" (port 0 picks a free one) and serves until stop().
+  // Listens on "HOST:PORT" (port 0 picks a free one) and serves until stop(). With a
+  // non-empty secret, a connection is served only after it proves it holds the secret
+  // (transport/auth.h); a failed proof is answered with permission_denied and closed.
   static ptc::Result<std::unique_ptr<RpcServer>> start(const std::string& listen, Handler handler,
-                                                       ServerLimits limits = {});
+                                                       ServerLimits limits = {}, std::string secret = {});
   virtual ~RpcServer() = default;
   // The bound address, "HOST:PORT".
   virtual std::string address() const = 0;
@@ -45,8 +48,10 @@ class RpcServer {
 
 class RpcClient {
  public:
-  // Connects to "HOST:PORT"; kUnavailable with a hint when nothing listens there.
-  static ptc::Result<std::unique_ptr<RpcClient>> connect(const std::string& addr);
+  // Connects to "HOST:PORT"; kUnavailable with a hint when nothing listens there. When the
+  // server asks for authentication, proves it holds `secret` and checks that the server
+  // does too; kPermissionDenied when the secret is missing or wrong.
+  static ptc::Result<std::unique_ptr<RpcClient>> connect(const std::string& addr, const std::string& secret = {});
   virtual ~RpcClient() = default;
   // Sends a request and waits for its response, passing progress frames to `progress`.
   virtual ptc::Result<nlohmann::json> call(const nlohmann::json& request, const ProgressSink& progress = {}) = 0;

@@ -1,6 +1,7 @@
 #include <utility>  // Boost 1.74's awaitable.hpp needs std::exchange declared first
 #include <boost/asio.hpp>
 
+#include "transport/auth.h"
 #include "transport/frame.h"
 #include "transport/rpc.h"
 
@@ -15,7 +16,8 @@ constexpr uint32_t kMaxResponse = 256 << 20;
 
 class SyncClient final : public RpcClient {
  public:
-  SyncClient(std::string addr) : addr_(std::move(addr)), socket_(io_) {}
+  SyncClient(std::string addr, std::string secret)
+      : addr_(std::move(addr)), secret_(std::move(secret)), socket_(io_) {}
 
   ptc::Status connect() {
     std::string host;
@@ -30,7 +32,56 @@ class SyncClient final : public RpcClient {
       return ptc::error(ptc::Code::kUnavailable, "cannot reach the daemon at " + addr_ + ": " + ec.message() +
                                                      " (is ptcfsd running? set --daemon or PTCFS_DAEMON)");
     socket_.set_option(tcp::no_delay(true), ec);
+    return handshake();
+  }
+
+  // The server speaks first (transport/auth.h).
+  ptc::Status handshake() {
+    PTC_ASSIGN_OR_RETURN(auto hello, read_frame());
+    if (hello.type != FrameType::kHello) return ptc::corrupt("daemon at " + addr_ + " did not say hello");
+    const std::string auth = hello.body.value("auth", "");
+    if (auth == "none") return ptc::Status::ok();
+    if (auth != "hmac-sha256")
+      return ptc::corrupt("daemon at " + addr_ + " asks for unknown authentication '" + auth + "'");
+    if (secret_.empty())
+      return ptc::error(ptc::Code::kPermissionDenied,
+                        "the daemon at " + addr_ + " requires the cluster secret (give --secret-file or set PTCFS_SECRET_FILE)");
+    const std::string ns = hello.body.value("nonce", ""), nc = make_nonce();
+    const json req = {{"nonce", nc}, {"proof", auth_proof(secret_, Role::kClient, nc, ns)}};
+    boost::system::error_code ec;
+    asio::write(socket_, asio::buffer(encode_frame(FrameType::kAuth, 0, req.dump())), ec);
+    if (ec) return lost(ec);
+    PTC_ASSIGN_OR_RETURN(auto reply, read_frame());
+    if (reply.type == FrameType::kResponse) return error_of(reply.body);
+    if (reply.type != FrameType::kAuthOk) return ptc::corrupt("daemon at " + addr_ + " sent an unexpected frame");
+    if (!proof_matches(reply.body.value("proof", ""), auth_proof(secret_, Role::kServer, ns, nc)))
+      return ptc::error(ptc::Code::kPermissionDenied, "the daemon at " + addr_ + " does not hold the cluster secret");
     return ptc::Status::ok();
+  }
+
+  struct Frame {
+    FrameType type;
+    uint32_t id;
+    json body;
+  };
+
+  ptc::Result<Frame> read_frame() {
+    boost::system::error_code ec;
+    uint8_t hb[kHeaderSize];
+    asio::read(socket_, asio::buffer(hb), ec);
+    if (ec) return lost(ec);
+    PTC_ASSIGN_OR_RETURN(FrameHeader h, decode_header(hb, kMaxResponse));
+    std::string body(h.length, '\0');
+    asio::read(socket_, asio::buffer(body), ec);
+    if (ec) return lost(ec);
+    auto j = json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return ptc::corrupt("daemon at " + addr_ + " sent malformed JSON");
+    return Frame{h.type, h.request_id, std::move(j)};
+  }
+
+  static ptc::Status error_of(const json& j) {
+    const json err = j.value("error", json::object());
+    return ptc::Status(ptc::code_from_name(err.value("code", "internal")), err.value("message", "unknown error"));
   }
 
   ptc::Result<json> call(const json& request, const ProgressSink& progress) override {
@@ -40,24 +91,16 @@ class SyncClient final : public RpcClient {
     asio::write(socket_, asio::buffer(frame), ec);
     if (ec) return lost(ec);
     while (true) {
-      uint8_t hb[kHeaderSize];
-      asio::read(socket_, asio::buffer(hb), ec);
-      if (ec) return lost(ec);
-      PTC_ASSIGN_OR_RETURN(FrameHeader h, decode_header(hb, kMaxResponse));
-      std::string body(h.length, '\0');
-      asio::read(socket_, asio::buffer(body), ec);
-      if (ec) return lost(ec);
-      auto j = json::parse(body, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) return ptc::corrupt("daemon at " + addr_ + " sent malformed JSON");
-      if (h.type == FrameType::kProgress) {
+      auto f = read_frame();
+      if (!f) return f.status();
+      auto& [type, rid, j] = *f;
+      if (type == FrameType::kProgress) {
         if (progress) progress(j);
         continue;
       }
-      if (h.type != FrameType::kResponse || h.request_id != id)
-        return ptc::corrupt("daemon at " + addr_ + " sent an unexpected frame");
+      if (type != FrameType::kResponse || rid != id) return ptc::corrupt("daemon at " + addr_ + " sent an unexpected frame");
       if (j.value("ok", false)) return j.contains("result") ? j["result"] : json::object();
-      const json err = j.value("error", json::object());
-      return ptc::Status(ptc::code_from_name(err.value("code", "internal")), err.value("message", "unknown error"));
+      return error_of(j);
     }
   }
 
@@ -67,6 +110,7 @@ class SyncClient final : public RpcClient {
   }
 
   std::string addr_;
+  std::string secret_;
   asio::io_context io_;
   tcp::socket socket_;
   uint32_t next_id_ = 0;
@@ -74,8 +118,8 @@ class SyncClient final : public RpcClient {
 
 }  // namespace
 
-ptc::Result<std::unique_ptr<RpcClient>> RpcClient::connect(const std::string& addr) {
-  auto c = std::make_unique<SyncClient>(addr);
+ptc::Result<std::unique_ptr<RpcClient>> RpcClient::connect(const std::string& addr, const std::string& secret) {
+  auto c = std::make_unique<SyncClient>(addr, secret);
   PTC_RETURN_IF_ERROR(c->connect());
   return std::unique_ptr<RpcClient>(std::move(c));
 }

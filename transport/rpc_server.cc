@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "ptc/log.h"
+#include "transport/auth.h"
 #include "transport/frame.h"
 #include "transport/rpc.h"
 
@@ -48,8 +49,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close();
   // On the io thread. Progress frames are dropped when the queue is full.
   void send(std::string frame, bool droppable);
+  // Queues a handshake frame (no request behind it).
+  void send_control(std::string frame);
 
  private:
+  // Runs the server's side of transport/auth.h; false when the peer failed it.
+  awaitable<bool> authenticate();
   awaitable<void> reader();
   awaitable<void> writer();
   awaitable<void> watchdog();
@@ -64,12 +69,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<std::string> out_;
   size_t queued_progress_ = 0;
   int inflight_ = 0;           // requests whose response is not queued yet
+  std::string nonce_;          // sent in hello when the server has a secret
   bool reader_done_ = false;   // the peer closed or sent a bad frame: close once flushed
 };
 
 class Server final : public RpcServer {
  public:
-  Server(Handler h, ServerLimits l) : handler_(std::move(h)), limits_(l), pool_(l.workers), acceptor_(io_) {}
+  Server(Handler h, ServerLimits l, std::string secret)
+      : handler_(std::move(h)), limits_(l), secret_(std::move(secret)), pool_(l.workers), acceptor_(io_) {}
   ~Server() override { stop(); }
 
   ptc::Status listen(const std::string& addr) {
@@ -111,6 +118,7 @@ class Server final : public RpcServer {
   }
 
   const ServerLimits& limits() const { return limits_; }
+  const std::string& secret() const { return secret_; }
   const Handler& handler() const { return handler_; }
   asio::thread_pool& pool() { return pool_; }
   void forget(Connection* c) {
@@ -142,6 +150,7 @@ class Server final : public RpcServer {
 
   Handler handler_;
   ServerLimits limits_;
+  std::string secret_;  // empty: no authentication
   asio::io_context io_;
   asio::thread_pool pool_;
   tcp::acceptor acceptor_;
@@ -157,11 +166,18 @@ Connection::Connection(tcp::socket s, Server& server)
   auto ep = socket_.remote_endpoint(ec);
   peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
   signal_.expires_at(Clock::time_point::max());
-  deadline_ = Clock::now() + std::chrono::seconds(server_.limits().idle_timeout_s);
+  deadline_ = Clock::now() + std::chrono::seconds(server_.secret().empty() ? server_.limits().idle_timeout_s
+                                                                            : server_.limits().auth_timeout_s);
 }
 
 void Connection::start() {
   auto self = shared_from_this();
+  json hello = {{"auth", "none"}};
+  if (!server_.secret().empty()) {
+    nonce_ = make_nonce();
+    hello = {{"auth", "hmac-sha256"}, {"nonce", nonce_}};
+  }
+  send_control(encode_frame(FrameType::kHello, 0, hello.dump()));
   auto log_end = [peer = peer_](std::exception_ptr e) {
     if (e) ptc::log::warn("control connection {} ended by an exception", peer);
   };
@@ -189,6 +205,41 @@ void Connection::send(std::string frame, bool droppable) {
   signal_.cancel_one();
 }
 
+void Connection::send_control(std::string frame) {
+  out_.push_back(std::move(frame));
+  signal_.cancel_one();
+}
+
+awaitable<bool> Connection::authenticate() {
+  auto refuse = [&](const std::string& why) {
+    ptc::log::warn("control connection {}: authentication failed: {}", peer_, why);
+    ++inflight_;
+    send(response_frame(0, ptc::error(ptc::Code::kPermissionDenied,
+                                      "authentication failed: " + why + " (is the cluster secret the same?)")),
+         false);
+    return false;
+  };
+  uint8_t hb[kHeaderSize];
+  co_await asio::async_read(socket_, asio::buffer(hb), use_awaitable);
+  auto h = decode_header(hb, 4096);
+  if (!h) co_return refuse(h.status().message());
+  std::string body(h->length, '\0');
+  co_await asio::async_read(socket_, asio::buffer(body), use_awaitable);
+  if (h->type != FrameType::kAuth) co_return refuse("the client did not authenticate");
+  auto j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.value("nonce", json()).is_string() ||
+      !j.value("proof", json()).is_string())
+    co_return refuse("malformed authentication frame");
+  const std::string nc = j["nonce"].get<std::string>();
+  if (nc.size() != nonce_.size() || nc == nonce_) co_return refuse("bad client nonce");
+  const std::string& secret = server_.secret();
+  if (!proof_matches(j["proof"].get<std::string>(), auth_proof(secret, Role::kClient, nc, nonce_)))
+    co_return refuse("wrong proof");
+  send_control(encode_frame(FrameType::kAuthOk, 0, json{{"proof", auth_proof(secret, Role::kServer, nonce_, nc)}}.dump()));
+  deadline_ = Clock::now() + std::chrono::seconds(server_.limits().idle_timeout_s);
+  co_return true;
+}
+
 void Connection::dispatch(uint32_t id, json request) {
   ++inflight_;
   auto self = shared_from_this();
@@ -211,7 +262,8 @@ void Connection::dispatch(uint32_t id, json request) {
 
 awaitable<void> Connection::reader() {
   try {
-    while (socket_.is_open()) {
+    const bool authed = server_.secret().empty() || co_await authenticate();
+    while (authed && socket_.is_open()) {
       uint8_t hb[kHeaderSize];
       co_await asio::async_read(socket_, asio::buffer(hb), use_awaitable);
       auto h = decode_header(hb, server_.limits().max_frame);
@@ -283,8 +335,8 @@ awaitable<void> Connection::watchdog() {
 }  // namespace
 
 ptc::Result<std::unique_ptr<RpcServer>> RpcServer::start(const std::string& listen, Handler handler,
-                                                         ServerLimits limits) {
-  auto s = std::make_unique<Server>(std::move(handler), limits);
+                                                         ServerLimits limits, std::string secret) {
+  auto s = std::make_unique<Server>(std::move(handler), limits, std::move(secret));
   PTC_RETURN_IF_ERROR(s->listen(listen));
   return std::unique_ptr<RpcServer>(std::move(s));
 }

@@ -102,8 +102,11 @@ def require_binaries() -> None:
 class Daemon:
     """One ptcfsd process on its own data dir, mount point and port."""
 
-    def __init__(self, root: str, name: str = "d0"):
+    def __init__(self, root: str, name: str = "d0", secret_file: Optional[str] = None,
+                 listen_host: str = "127.0.0.1"):
+        """secret_file: the daemon requires the cluster secret, and cli() gives it."""
         root = os.path.realpath(root)
+        self.secret_file = secret_file
         self.root = root
         self.data = os.path.join(root, "data")
         self.mnt = os.path.join(root, "mnt")
@@ -111,6 +114,7 @@ class Daemon:
         os.makedirs(self.mnt, exist_ok=True)
         self.log_path = os.path.join(root, f"{name}.log")
         self.port = free_port()
+        self.listen = f"{listen_host}:{self.port}"
         self.addr = f"127.0.0.1:{self.port}"
         self.proc: Optional[subprocess.Popen] = None
         self.starts = 0
@@ -125,7 +129,8 @@ class Daemon:
         log.flush()
         try:
             self.proc = subprocess.Popen(
-                [PTCFSD, "--data", self.data, "--mount", self.mnt, "--listen", self.addr],
+                [PTCFSD, "--data", self.data, "--mount", self.mnt, "--listen", self.listen,
+                 *(["--secret-file", self.secret_file] if self.secret_file else [])],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         finally:
             log.close()
@@ -148,7 +153,7 @@ class Daemon:
                 pytest.fail(f"ptcfsd exited with status {self.proc.returncode} while starting; log:\n"
                             f"{tail(self.log_path)}", pytrace=False)
             try:
-                r = subprocess.run([PTCFS, "--daemon", self.addr, "status", "--json"],
+                r = subprocess.run([PTCFS, "--daemon", self.addr, *self._secret_args(), "status", "--json"],
                                    capture_output=True, text=True, timeout=5)
                 last = r
                 if r.returncode == 0 and self._mount_live():
@@ -197,8 +202,11 @@ class Daemon:
 
     # -- CLI
 
+    def _secret_args(self) -> List[str]:
+        return ["--secret-file", self.secret_file] if self.secret_file else []
+
     def cli(self, *args, check: bool = True, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
-        cmd = [PTCFS, "--daemon", self.addr, *[str(a) for a in args]]
+        cmd = [PTCFS, "--daemon", self.addr, *self._secret_args(), *[str(a) for a in args]]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if check and r.returncode != 0:
             pytest.fail(f"{' '.join(cmd)} exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}\n"

@@ -30,7 +30,10 @@ def read_frame(s: socket.socket):
 
 
 def connect(daemon) -> socket.socket:
+    """A connection past the daemon's hello (a daemon without a secret asks for no authentication)."""
     s = socket.create_connection(("127.0.0.1", daemon.port), timeout=10)
+    _, version, ftype, _, hello = read_frame(s)
+    assert (version, ftype, hello) == (1, 4, {"auth": "none"})
     return s
 
 
