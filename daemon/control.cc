@@ -67,7 +67,7 @@ ptc::Result<json> ControlService::status() const {
     bytes += v->total_bytes();
   }
   const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  return json{{"version", PTCFS_VERSION},
+  json out = {{"version", PTCFS_VERSION},
               {"data", info_.data},
               {"mount", info_.mount},
               {"listen", info_.listen},
@@ -75,6 +75,13 @@ ptc::Result<json> ControlService::status() const {
               {"steps", snap->steps.size()},
               {"bytes_stored", bytes},
               {"uptime_s", up}};
+  if (info_.cluster) {
+    json nodes = json::array();
+    for (const auto& n : info_.cluster->nodes) nodes.push_back({{"id", n.id}, {"addr", n.addr}, {"gpus", n.gpus}});
+    out["node"] = info_.node;
+    out["cluster"] = {{"nodes", std::move(nodes)}};
+  }
+  return out;
 }
 
 ptc::Result<json> ControlService::ls(const json& req) const {

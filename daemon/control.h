@@ -7,7 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
+
 #include "daemon/compactor.h"
+#include "ptc/cluster.h"
 #include "daemon/store.h"
 #include "transport/rpc.h"
 
@@ -15,6 +18,8 @@ namespace ptcfs {
 
 struct DaemonInfo {
   std::string data, mount, listen;
+  std::string node;                          // with --cluster: this node's id
+  std::optional<ptc::ClusterConfig> cluster;
 };
 
 class ControlService {

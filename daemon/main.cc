@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "daemon/control.h"
+#include "daemon/daemon_config.h"
 #include "daemon/store.h"
 #include "fs/filesystem.h"
 #include "ptc/log.h"
@@ -26,10 +27,6 @@ struct Options {
   bool allow_other = true;
 };
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
 void raise_fd_limit() {
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -38,31 +35,16 @@ void raise_fd_limit() {
   }
 }
 
-int run(const Options& o) {
+int run(const Options& o, bool listen_given) {
   using namespace ptcfs;
-  std::string host;
-  uint16_t port = 0;
-  if (auto s = transport::parse_address(o.listen, host, port); !s) {
-    ptc::log::error("--listen: {}", s.message());
+  auto cfg_r = resolve_daemon_config(
+      DaemonFlags{o.data, o.mount, o.listen, o.cluster, o.node, o.secret_file, listen_given});
+  if (!cfg_r) {
+    ptc::log::error("{}", cfg_r.status().message());
     return 2;
   }
-  if (!o.cluster.empty() || !o.node.empty()) {
-    ptc::log::error("--cluster/--node: cluster membership is not available in this version");
-    return 2;
-  }
-  std::string secret;
-  if (!o.secret_file.empty()) {
-    auto sr = transport::read_secret_file(o.secret_file);
-    if (!sr) {
-      ptc::log::error("--secret-file: {}", sr.status().message());
-      return 2;
-    }
-    secret = std::move(sr).value();
-  }
-  if (secret.empty() && !is_loopback(host)) {
-    ptc::log::error("--listen {}: without a cluster secret (--secret-file) ptcfsd listens on loopback only", o.listen);
-    return 2;
-  }
+  const DaemonConfig& cfg = *cfg_r;
+  const std::string& secret = cfg.secret;
   raise_fd_limit();
 
   // Signals are taken by sigwait in this thread only; every thread started below inherits the mask.
@@ -98,9 +80,14 @@ int run(const Options& o) {
     if (auto s = filesystem.refresh(); !s) ptc::log::error("refreshing the mount: {}", s.to_string());
   });
 
-  ControlService control(st, DaemonInfo{o.data, o.mount, o.listen});
+  DaemonInfo info{o.data, o.mount, cfg.listen, {}, {}};
+  if (cfg.cluster) {
+    info.node = cfg.cluster->nodes[static_cast<size_t>(cfg.node)].id;
+    info.cluster = *cfg.cluster;
+  }
+  ControlService control(st, info);
   auto server = transport::RpcServer::start(
-      o.listen, [&control](const nlohmann::json& req, const transport::ProgressSink& p) { return control.handle(req, p); },
+      cfg.listen, [&control](const nlohmann::json& req, const transport::ProgressSink& p) { return control.handle(req, p); },
       transport::ServerLimits{}, secret);
   if (!server) {
     ptc::log::error("{}", server.status().to_string());
@@ -109,6 +96,9 @@ int run(const Options& o) {
   control.set_listen((*server)->address());
   ptc::log::info("ptcfsd {} serving {} at {}, control on {}{}", PTCFS_VERSION, o.data, o.mount, (*server)->address(),
                  secret.empty() ? "" : " (clients must prove the cluster secret)");
+  if (cfg.cluster)
+    ptc::log::info("node {} of a {}-node cluster ({} GPUs); membership only: peer transfers are not available yet",
+                   info.node, cfg.cluster->nodes.size(), cfg.cluster->total_gpus());
 
   std::atomic<bool> stopping{false};
   std::thread fuse_thread([&] {
@@ -153,10 +143,13 @@ int main(int argc, char** argv) {
   CLI::App app{"ptcfsd: the ptcfs node daemon. Mounts the node's tensor store as a FUSE filesystem and serves `ptcfs`."};
   app.add_option("--data", o.data, "Data directory (blobs and metadata); created if missing")->required();
   app.add_option("--mount", o.mount, "Mount point; created if missing; a stale mount there is recovered")->required();
-  app.add_option("--listen", o.listen, "Control address HOST:PORT (loopback only without a cluster secret)")
-      ->capture_default_str();
-  app.add_option("--cluster", o.cluster, "cluster.json (not available in this version)");
-  app.add_option("--node", o.node, "This node's id in cluster.json (not available in this version)");
+  auto* listen = app.add_option("--listen", o.listen,
+                                "Control address HOST:PORT (loopback only without a cluster secret)")
+                    ->capture_default_str();
+  app.add_option("--cluster", o.cluster,
+                 "cluster.json: the nodes, their addresses and GPUs, the secret file (membership only in this "
+                 "version: peer transfers come later)");
+  app.add_option("--node", o.node, "This node's id in cluster.json; the daemon listens on its addr");
   app.add_option("--secret-file", o.secret_file,
                  "Cluster secret: every client must prove it holds it; allows a non-loopback --listen");
   app.add_option("--log-level", o.log_level, "debug, info, warn or error")->capture_default_str();
@@ -170,5 +163,5 @@ int main(int argc, char** argv) {
     return 2;
   }
   ptc::log::set_level(level);
-  return run(o);
+  return run(o, listen->count() > 0);
 }

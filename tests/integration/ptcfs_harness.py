@@ -103,8 +103,11 @@ class Daemon:
     """One ptcfsd process on its own data dir, mount point and port."""
 
     def __init__(self, root: str, name: str = "d0", secret_file: Optional[str] = None,
-                 listen_host: str = "127.0.0.1"):
-        """secret_file: the daemon requires the cluster secret, and cli() gives it."""
+                 listen_host: str = "127.0.0.1", port: Optional[int] = None,
+                 flags: Optional[List[str]] = None):
+        """secret_file: the daemon requires the cluster secret, and cli() gives it.
+        flags: ptcfsd flags instead of --listen/--secret-file (e.g. --cluster F --node N)."""
+        self.flags = flags
         root = os.path.realpath(root)
         self.secret_file = secret_file
         self.root = root
@@ -113,7 +116,7 @@ class Daemon:
         os.makedirs(self.data, exist_ok=True)
         os.makedirs(self.mnt, exist_ok=True)
         self.log_path = os.path.join(root, f"{name}.log")
-        self.port = free_port()
+        self.port = port if port is not None else free_port()
         self.listen = f"{listen_host}:{self.port}"
         self.addr = f"127.0.0.1:{self.port}"
         self.proc: Optional[subprocess.Popen] = None
@@ -129,8 +132,9 @@ class Daemon:
         log.flush()
         try:
             self.proc = subprocess.Popen(
-                [PTCFSD, "--data", self.data, "--mount", self.mnt, "--listen", self.listen,
-                 *(["--secret-file", self.secret_file] if self.secret_file else [])],
+                [PTCFSD, "--data", self.data, "--mount", self.mnt,
+                 *(self.flags if self.flags is not None else
+                   ["--listen", self.listen, *(["--secret-file", self.secret_file] if self.secret_file else [])])],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         finally:
             log.close()

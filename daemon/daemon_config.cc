@@ -1,0 +1,56 @@
+#include "daemon/daemon_config.h"
+
+#include <filesystem>
+
+#include "daemon/file_util.h"
+#include "transport/auth.h"
+#include "transport/frame.h"
+
+namespace ptcfs {
+namespace {
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+}  // namespace
+
+ptc::Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f) {
+  DaemonConfig c;
+  c.data = f.data;
+  c.mount = f.mount;
+  c.listen = f.listen;
+  std::string secret_file = f.secret_file;
+  if (f.cluster.empty() != f.node.empty()) return ptc::invalid("--cluster and --node go together");
+  if (!f.cluster.empty()) {
+    PTC_ASSIGN_OR_RETURN(std::string text, read_small_file(f.cluster, 16 << 20));
+    PTC_ASSIGN_OR_RETURN(ptc::ClusterConfig cluster, ptc::parse_cluster_json(text, f.cluster));
+    c.node = cluster.find(f.node);
+    if (c.node < 0) {
+      std::string ids;
+      for (const auto& n : cluster.nodes) ids += (ids.empty() ? "" : ", ") + n.id;
+      return ptc::invalid("--node " + f.node + ": not in " + f.cluster + " (nodes: " + ids + ")");
+    }
+    const std::string& addr = cluster.nodes[static_cast<size_t>(c.node)].addr;
+    if (f.listen_given && f.listen != addr)
+      return ptc::invalid("--listen " + f.listen + " differs from node " + f.node + "'s addr " + addr + " in " +
+                          f.cluster);
+    c.listen = addr;
+    if (secret_file.empty() && !cluster.secret_file.empty()) {
+      const std::filesystem::path p(cluster.secret_file);
+      secret_file = p.is_absolute() ? p.string() : (std::filesystem::path(f.cluster).parent_path() / p).string();
+    }
+    c.cluster = std::move(cluster);
+  }
+  if (!secret_file.empty()) {
+    PTC_ASSIGN_OR_RETURN(c.secret, transport::read_secret_file(secret_file));
+  }
+  std::string host;
+  uint16_t port = 0;
+  PTC_RETURN_IF_ERROR(transport::parse_address(c.listen, host, port).with_context("listen address"));
+  if (c.secret.empty() && !is_loopback(host))
+    return ptc::invalid("listen address " + c.listen +
+                        ": without a cluster secret (--secret-file or cluster.json's secret_file) ptcfsd listens on "
+                        "loopback only");
+  return c;
+}
+
+}  // namespace ptcfs

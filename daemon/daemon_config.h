@@ -1,0 +1,30 @@
+// ptcfsd's configuration, resolved once from its flags: where to listen, the cluster
+// secret, and, with --cluster/--node, the cluster and this node's place in it.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "ptc/cluster.h"
+#include "ptc/status.h"
+
+namespace ptcfs {
+
+struct DaemonFlags {
+  std::string data, mount, listen, cluster, node, secret_file;
+  bool listen_given = false;  // --listen was on the command line
+};
+
+struct DaemonConfig {
+  std::string data, mount, listen, secret;
+  std::optional<ptc::ClusterConfig> cluster;
+  int node = -1;  // index into cluster->nodes
+};
+
+// Validates the flags: --cluster and --node go together; the node must be in cluster.json
+// and the daemon listens on its addr (a different --listen is an error); the secret comes
+// from --secret-file, else from cluster.json's secret_file (relative to cluster.json's
+// folder); without a secret only a loopback address is allowed.
+ptc::Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f);
+
+}  // namespace ptcfs
