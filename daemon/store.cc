@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
+
 #include <cerrno>
 
 #include "ptc/log.h"
@@ -9,8 +11,9 @@
 namespace ptcfs {
 
 ptc::Result<std::unique_ptr<Store>> Store::open(const std::string& data_dir) {
-  if (::mkdir(data_dir.c_str(), 0755) != 0 && errno != EEXIST)
-    return ptc::io_error("creating data directory " + data_dir, errno);
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) return ptc::error(ptc::Code::kIo, "creating data directory " + data_dir + ": " + ec.message());
   PTC_ASSIGN_OR_RETURN(auto kv, open_rocksdb(data_dir + "/meta"));
   PTC_ASSIGN_OR_RETURN(auto blobs, BlobStore::open(data_dir + "/blobs"));
   std::unique_ptr<Store> s(new Store(data_dir, std::move(kv), std::move(blobs)));

@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <mutex>
@@ -333,7 +334,9 @@ ptc::Status prepare_mountpoint(const std::string& mp) {
   struct stat st {};
   if (::stat(mp.c_str(), &st) != 0) {
     if (errno == ENOENT) {
-      if (::mkdir(mp.c_str(), 0755) != 0) return ptc::io_error("creating mount point " + mp, errno);
+      std::error_code ec;
+      std::filesystem::create_directories(mp, ec);
+      if (ec) return ptc::error(ptc::Code::kIo, "creating mount point " + mp + ": " + ec.message());
       return ptc::Status::ok();
     }
     if (errno != ENOTCONN) return ptc::io_error("mount point " + mp, errno);
