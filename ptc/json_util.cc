@@ -9,31 +9,48 @@ namespace ptc {
 
 namespace {
 
-// Records the first key repeated within one object.
-struct DuplicateKeyCheck {
-  std::vector<std::set<std::string>> open;  // keys seen in each enclosing object
+// A SAX pass that records the first key repeated within one object. (nlohmann's parse
+// callback would do, but its parser rescans the enclosing object at every object end:
+// quadratic in the number of tensors.)
+class DuplicateKeyCheck final : public nlohmann::json_sax<nlohmann::json> {
+ public:
   std::optional<std::string> duplicate;
 
-  bool operator()(int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (event == E::object_start) {
-      open.emplace_back();
-    } else if (event == E::object_end) {
-      if (!open.empty()) open.pop_back();
-    } else if (event == E::key && !open.empty() && !duplicate) {
-      if (!open.back().insert(parsed.get<std::string>()).second) duplicate = parsed.get<std::string>();
-    }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open_.emplace_back();
     return true;
   }
+  bool key(string_t& k) override {
+    if (!open_.back().insert(k).second && !duplicate) duplicate = k;
+    return true;
+  }
+  bool end_object() override {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  std::vector<std::set<std::string>> open_;  // keys seen in each enclosing object
 };
 
 }  // namespace
 
 Result<nlohmann::json> parse_json(std::string_view text, const std::string& where, Code code) {
   if (text.find('\0') != std::string_view::npos) return Status(code, where + ": not valid JSON (contains a NUL byte)");
-  DuplicateKeyCheck dup;
-  auto j = nlohmann::json::parse(text.begin(), text.end(), std::ref(dup), /*allow_exceptions=*/false);
+  auto j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(code, where + ": not valid JSON");
+  DuplicateKeyCheck dup;
+  nlohmann::json::sax_parse(text.begin(), text.end(), &dup);
   if (dup.duplicate) return Status(code, where + ": duplicate key '" + *dup.duplicate + "'");
   return j;
 }
