@@ -52,13 +52,21 @@ struct ExtentsLess {
   }
 };
 
-struct Job {
-  const StoredSlice* slice;  // its old extents
-  uint64_t slice_off;        // first byte of the slice this job copies
+// A part of one slice to copy.
+struct Part {
+  const StoredSlice* slice;       // its old extents
+  uint64_t slice_off;             // first byte of the slice copied
   uint64_t len;
-  size_t blob;               // index into result.blobs
-  uint64_t blob_off;         // where that byte goes
-  std::optional<uint64_t>* hash;  // set when the job is the whole slice
+  std::optional<uint64_t>* hash;  // set when the part is the whole slice
+};
+
+// One write of at most kChunk contiguous bytes of a new blob, gathered from parts (many
+// small slices share a job, so each costs no write of its own).
+struct Job {
+  size_t blob;        // index into result.blobs
+  uint64_t blob_off;  // where the first part goes
+  uint64_t len = 0;
+  std::vector<Part> parts;
 };
 
 }  // namespace
@@ -183,7 +191,11 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
     const Target& tg = targets[t];
     for (uint64_t o = 0; o < tg.bytes; o += kChunk) {
       const uint64_t n = std::min(kChunk, tg.bytes - o);
-      jobs.push_back(Job{&old[tg.s][tg.j], o, n, tg.blob, tg.off + o, tg.bytes <= kChunk ? &hashes[t] : nullptr});
+      const bool joins = !jobs.empty() && jobs.back().blob == tg.blob &&
+                         jobs.back().blob_off + jobs.back().len == tg.off + o && jobs.back().len + n <= kChunk;
+      if (!joins) jobs.push_back(Job{tg.blob, tg.off + o, 0, {}});
+      jobs.back().parts.push_back(Part{&old[tg.s][tg.j], o, n, tg.bytes <= kChunk ? &hashes[t] : nullptr});
+      jobs.back().len += n;
     }
   }
 
@@ -205,30 +217,35 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
     std::vector<std::byte> buf(kChunk);
     for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
       const Job& jb = jobs[i];
-      // Gather [slice_off, slice_off + len) of the slice into buf.
-      uint64_t pos = 0, filled = 0;
-      for (const Extent& e : jb.slice->extents) {
-        if (filled == jb.len) break;
-        const uint64_t lo = std::max(pos, jb.slice_off), hi = std::min(pos + e.len, jb.slice_off + jb.len);
-        if (lo < hi) {
-          std::byte* dst = buf.data() + (lo - jb.slice_off);
-          if (e.blob == kZeroBlob) {
-            std::memset(dst, 0, hi - lo);
-          } else {
-            const Mapping& m = *maps.at(e.blob);
-            const uint64_t src = e.offset + (lo - pos);
-            if (src + (hi - lo) > m.size()) {
-              std::lock_guard lock(mu);
-              if (first_error.is_ok()) first_error = ptc::corrupt("blob " + blobs.path(e.blob) + " is shorter than its extents");
-              return;
+      std::byte* out = buf.data();
+      for (const Part& part : jb.parts) {
+        // Gather [slice_off, slice_off + len) of the slice into out.
+        uint64_t pos = 0, filled = 0;
+        for (const Extent& e : part.slice->extents) {
+          if (filled == part.len) break;
+          const uint64_t lo = std::max(pos, part.slice_off), hi = std::min(pos + e.len, part.slice_off + part.len);
+          if (lo < hi) {
+            std::byte* dst = out + (lo - part.slice_off);
+            if (e.blob == kZeroBlob) {
+              std::memset(dst, 0, hi - lo);
+            } else {
+              const Mapping& m = *maps.at(e.blob);
+              const uint64_t src = e.offset + (lo - pos);
+              if (src + (hi - lo) > m.size()) {
+                std::lock_guard lock(mu);
+                if (first_error.is_ok())
+                  first_error = ptc::corrupt("blob " + blobs.path(e.blob) + " is shorter than its extents");
+                return;
+              }
+              std::memcpy(dst, m.data() + src, hi - lo);
             }
-            std::memcpy(dst, m.data() + src, hi - lo);
+            filled += hi - lo;
           }
-          filled += hi - lo;
+          pos += e.len;
         }
-        pos += e.len;
+        if (part.hash) *part.hash = XXH3_64bits(out, part.len);
+        out += part.len;
       }
-      if (jb.hash) *jb.hash = XXH3_64bits(buf.data(), jb.len);
       auto st = res.blobs[jb.blob].write_at(jb.blob_off, buf.data(), jb.len);
       std::lock_guard lock(mu);
       if (!st && first_error.is_ok()) first_error = st;
