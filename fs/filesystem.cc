@@ -400,7 +400,7 @@ Filesystem::~Filesystem() {
 }
 
 ptc::Status Filesystem::refresh() {
-  PTC_ASSIGN_OR_RETURN(auto tree, Tree::build(impl_->source()));
+  PTC_ASSIGN_OR_RETURN(auto tree, Tree::build(impl_->source(), impl_->current().get()));
   std::shared_ptr<const Tree> old;
   {
     std::lock_guard lock(impl_->mu);

@@ -7,15 +7,16 @@
 namespace ptcfs::fs {
 namespace {
 
+uint64_t ino_of(const std::string& path, const std::string& tag) {
+  const std::string key = tag.empty() ? path : path + '\0' + tag;
+  uint64_t ino = XXH3_64bits(key.data(), key.size());
+  return ino <= kRootIno ? ino + 2 : ino;
+}
+
+// Adds directories and files to one node map (the root and job folders, or one step).
 class Builder {
  public:
-  explicit Builder(std::unordered_map<uint64_t, Node>& nodes) : nodes_(nodes) {
-    Node root;
-    root.ino = kRootIno;
-    root.parent = kRootIno;
-    root.is_dir = true;
-    nodes_.emplace(kRootIno, std::move(root));
-  }
+  explicit Builder(std::unordered_map<uint64_t, Node>& nodes) : nodes_(nodes) {}
 
   // The directory at `path` (components joined by '/'), created with its parents.
   ptc::Result<uint64_t> dir(uint64_t parent, const std::string& parent_path, const std::string& rel, int64_t mtime) {
@@ -65,9 +66,7 @@ class Builder {
  private:
   ptc::Result<uint64_t> add(uint64_t parent, const std::string& name, const std::string& path,
                             const std::string& tag) {
-    const std::string key = tag.empty() ? path : path + '\0' + tag;
-    uint64_t ino = XXH3_64bits(key.data(), key.size());
-    if (ino <= kRootIno) ino += 2;
+    const uint64_t ino = ino_of(path, tag);
     if (nodes_.count(ino)) return ptc::internal("inode number collision at '" + path + "'");
     Node n;
     n.ino = ino;
@@ -80,18 +79,27 @@ class Builder {
   std::unordered_map<uint64_t, Node>& nodes_;
 };
 
-ptc::Status add_step(Builder& b, const StepEntry& e) {
+// The nodes of one step: its folder (a child of its job's folder) and everything below.
+ptc::Result<std::shared_ptr<const StepTree>> build_step(const StepEntry& e, uint64_t job_ino) {
+  auto st = std::make_shared<StepTree>();
+  st->content = e.content;
   const auto& c = e.content;
   const auto& layout = c->layout();
   const int64_t mtime = c->mtime();
   const std::string tag = "v" + std::to_string(c->version());
-  const std::string step_rel = e.job + "/" + e.step;
-  PTC_ASSIGN_OR_RETURN(uint64_t step_dir, b.dir(kRootIno, "", step_rel, mtime));
-  const std::string sp = "/" + step_rel;
+  const std::string sp = "/" + e.job + "/" + e.step;
+  Node dir;
+  dir.ino = st->step_ino = ino_of(sp, "");
+  dir.parent = job_ino;
+  dir.is_dir = true;
+  dir.mtime = mtime;
+  st->nodes.emplace(dir.ino, std::move(dir));
+  Builder b(st->nodes);
+  const uint64_t step_dir = st->step_ino;
   PTC_RETURN_IF_ERROR(b.file(step_dir, sp, "ptc.json", bytes_view(ptc::ptc_to_json(layout.ptc())), tag, mtime));
   for (const auto& shard : layout.shards()) {
-    PTC_ASSIGN_OR_RETURN(auto st, shard_safetensors_view(c, shard));
-    PTC_RETURN_IF_ERROR(b.file(step_dir, sp, shard.name() + ".safetensors", std::move(st), tag, mtime));
+    PTC_ASSIGN_OR_RETURN(auto view, shard_safetensors_view(c, shard));
+    PTC_RETURN_IF_ERROR(b.file(step_dir, sp, shard.name() + ".safetensors", std::move(view), tag, mtime));
     PTC_ASSIGN_OR_RETURN(uint64_t sd, b.dir(step_dir, sp, shard.name(), mtime));
     const auto& slices = layout.slices(shard);
     for (size_t i = 0; i < slices.size(); ++i)
@@ -102,26 +110,50 @@ ptc::Status add_step(Builder& b, const StepEntry& e) {
   for (size_t i = 0; i < layout.ptc().tensors.size(); ++i)
     PTC_RETURN_IF_ERROR(
         b.file(full, sp + "/full", layout.ptc().tensors[i].name + ".npy", full_npy_view(c, i), tag, mtime));
-  return ptc::Status::ok();
+  return std::shared_ptr<const StepTree>(std::move(st));
 }
 
 }  // namespace
 
-ptc::Result<std::shared_ptr<const Tree>> Tree::build(const std::vector<StepEntry>& steps) {
+ptc::Result<std::shared_ptr<const Tree>> Tree::build(const std::vector<StepEntry>& steps, const Tree* previous) {
   auto t = std::make_shared<Tree>();
-  Builder b(t->nodes_);
+  Node root;
+  root.ino = kRootIno;
+  root.parent = kRootIno;
+  root.is_dir = true;
+  t->top_.emplace(kRootIno, std::move(root));
+  Builder top(t->top_);
   for (const auto& e : steps) {
-    if (auto s = add_step(b, e); !s) {
-      // One bad step must not hide the others: it is logged, and what of it was added stays.
-      ptc::log::error("not showing {}/{}: {}", e.job, e.step, s.to_string());
+    const std::pair<std::string, std::string> key{e.job, e.step};
+    PTC_ASSIGN_OR_RETURN(uint64_t job_ino, top.dir(kRootIno, "", e.job, e.content->mtime()));
+    std::shared_ptr<const StepTree> st;
+    if (previous) {
+      auto it = previous->steps_.find(key);
+      if (it != previous->steps_.end() && it->second->content == e.content) st = it->second;  // unchanged
     }
+    if (!st) {
+      auto built = build_step(e, job_ino);
+      if (!built) {
+        // One bad step must not hide the others.
+        ptc::log::error("not showing {}/{}: {}", e.job, e.step, built.status().to_string());
+        continue;
+      }
+      st = std::move(built).value();
+    }
+    t->top_.at(job_ino).children.emplace(e.step, st->step_ino);
+    t->steps_.emplace(key, std::move(st));
   }
+  for (const auto& [ino, n] : t->top_) t->index_.emplace(ino, &n);
+  for (const auto& [key, st] : t->steps_)
+    for (const auto& [ino, n] : st->nodes)
+      if (!t->index_.emplace(ino, &n).second)
+        ptc::log::error("inode number collision in {}/{}: a file is hidden", key.first, key.second);
   return std::shared_ptr<const Tree>(std::move(t));
 }
 
 const Node* Tree::find(uint64_t ino) const {
-  auto it = nodes_.find(ino);
-  return it == nodes_.end() ? nullptr : &it->second;
+  auto it = index_.find(ino);
+  return it == index_.end() ? nullptr : it->second;
 }
 
 const Node* Tree::child(const Node& dir, const std::string& name) const {

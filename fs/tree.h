@@ -7,6 +7,9 @@
 //   /<job>/<step>/tp{t}-pp{p}/<tensor>.npy     ('/' in a tensor name makes subfolders)
 //   /<job>/<step>/full/<tensor>.npy
 //
+// A step's nodes are built once per version and shared by later trees while the version
+// is current, so a commit costs the nodes of the steps it changed, not of every step.
+//
 // Inode numbers are stable across restarts: a directory's is a hash of its path; a file's
 // is a hash of its path and the step's version, so a file whose bytes change gets a new
 // inode and the kernel never serves stale cached pages for it.
@@ -35,22 +38,33 @@ struct Node {
   std::map<std::string, uint64_t> children;  // directories: name -> ino
 };
 
+// The nodes of one version of one step.
+struct StepTree {
+  std::shared_ptr<const StepContent> content;
+  uint64_t step_ino = 0;
+  std::unordered_map<uint64_t, Node> nodes;  // the step's folder and everything below
+};
+
 class Tree {
  public:
-  // Builds the tree of the given steps.
-  static ptc::Result<std::shared_ptr<const Tree>> build(const std::vector<StepEntry>& steps);
+  // Builds the tree of the given steps, reusing the step trees of `previous` whose
+  // version is unchanged.
+  static ptc::Result<std::shared_ptr<const Tree>> build(const std::vector<StepEntry>& steps,
+                                                        const Tree* previous = nullptr);
 
   const Node* find(uint64_t ino) const;
   const Node* child(const Node& dir, const std::string& name) const;
-  size_t size() const { return nodes_.size(); }
+  size_t size() const { return index_.size(); }
   template <class F>
   void for_each_dir(F&& f) const {
-    for (const auto& [_, n] : nodes_)
-      if (n.is_dir) f(n);
+    for (const auto& [_, n] : index_)
+      if (n->is_dir) f(*n);
   }
 
  private:
-  std::unordered_map<uint64_t, Node> nodes_;
+  std::unordered_map<uint64_t, Node> top_;  // the root and the job folders
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const StepTree>> steps_;
+  std::unordered_map<uint64_t, const Node*> index_;  // every node by inode
 };
 
 }  // namespace ptcfs::fs
