@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,7 +14,22 @@
 
 namespace ptcfs {
 
-BlobFile::~BlobFile() { ::close(fd_); }
+BlobFile::~BlobFile() {
+  if (map_) ::munmap(const_cast<std::byte*>(map_), map_len_);
+  ::close(fd_);
+}
+
+const std::byte* BlobFile::data() const {
+  std::call_once(mapped_, [this] {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || st.st_size == 0) return;
+    void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd_, 0);
+    if (p == MAP_FAILED) return;
+    map_ = static_cast<const std::byte*>(p);
+    map_len_ = static_cast<size_t>(st.st_size);
+  });
+  return map_;
+}
 
 BlobWriter::~BlobWriter() {
   if (fd_ >= 0) ::close(fd_);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <cstddef>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -27,10 +28,16 @@ class BlobFile {
   BlobFile& operator=(const BlobFile&) = delete;
   uint64_t id() const { return id_; }
   int fd() const { return fd_; }
+  // The whole blob mapped read-only (mapped on first use; blobs never change), or nullptr
+  // when it cannot be mapped.
+  const std::byte* data() const;
 
  private:
   uint64_t id_;
   int fd_;
+  mutable std::once_flag mapped_;
+  mutable const std::byte* map_ = nullptr;
+  mutable size_t map_len_ = 0;
 };
 
 class BlobStore;

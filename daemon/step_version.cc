@@ -10,6 +10,10 @@ namespace ptcfs {
 
 using nlohmann::json;
 
+namespace {
+constexpr uint64_t kGatherBelow = 64 << 10;
+}  // namespace
+
 StepVersion::StepVersion(std::string job, std::string step, uint64_t version, int64_t created, ptc::Layout layout,
                          std::vector<std::vector<StoredSlice>> stored, BlobStore* blobs)
     : job_(std::move(job)),
@@ -49,7 +53,11 @@ ptc::Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uin
         file = std::move(f).value();
         out.keep(file);
       }
-      out.add_fd(file->fd(), e.offset + skip, n);
+      // Small pieces (a slice re-cut along a later dimension) are gathered from the mapped
+      // blob; large ones go to the kernel as file ranges (spliced).
+      const std::byte* map = n < kGatherBelow ? file->data() : nullptr;
+      if (map) out.add_mem(map + e.offset + skip, n);
+      else out.add_fd(file->fd(), e.offset + skip, n);
     }
     off += n;
     len -= n;
