@@ -44,10 +44,20 @@ class Mapping {
   uint64_t size_ = 0;
 };
 
+// Two slices with the same key hold the same bytes. A strided slice's key carries its row
+// count as a leading pseudo-extent.
+std::vector<Extent> dedupe_key(const StoredSlice& s) {
+  std::vector<Extent> k;
+  k.reserve(s.extents.size() + 1);
+  k.push_back(Extent{~uint64_t{0}, s.rows, 0, 0});
+  k.insert(k.end(), s.extents.begin(), s.extents.end());
+  return k;
+}
+
 struct ExtentsLess {
   bool operator()(const std::vector<Extent>& a, const std::vector<Extent>& b) const {
     return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](const Extent& x, const Extent& y) {
-      return std::tie(x.blob, x.offset, x.len) < std::tie(y.blob, y.offset, y.len);
+      return std::tie(x.blob, x.offset, x.len, x.stride) < std::tie(y.blob, y.offset, y.len, y.stride);
     });
   }
 };
@@ -78,10 +88,9 @@ ptc::Result<Selection> select_compaction(const std::vector<std::vector<StoredSli
   for (size_t i = 0; i < stored.size(); ++i) {
     sel[i].resize(stored[i].size());
     for (size_t j = 0; j < stored[i].size(); ++j) {
-      const auto& ex = stored[i][j].extents;
-      uint64_t bytes = 0;
-      for (const auto& e : ex) bytes += e.len;
-      sel[i][j] = ex.size() > 1 && bytes / ex.size() < policy.min_avg_extent;  // fragmented
+      const StoredSlice& s = stored[i][j];
+      const uint64_t pieces = s.rows * s.extents.size();
+      sel[i][j] = pieces > 1 && slice_bytes(s) / pieces < policy.min_avg_extent;  // fragmented
     }
   }
   // Slices moved out of a blob lower its live fraction, which may select more slices:
@@ -95,9 +104,18 @@ ptc::Result<Selection> select_compaction(const std::vector<std::vector<StoredSli
     std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> ranges;
     for (size_t i = 0; i < stored.size(); ++i)
       for (size_t j = 0; j < stored[i].size(); ++j)
-        if (!sel[i][j])
-          for (const auto& e : stored[i][j].extents)
-            if (e.blob != kZeroBlob) ranges[e.blob].emplace_back(e.offset, e.offset + e.len);
+        if (!sel[i][j]) {
+          const StoredSlice& s = stored[i][j];
+          for (const auto& e : s.extents) {
+            if (e.blob == kZeroBlob) continue;
+            if (s.rows == 1 || e.stride == e.len) {
+              ranges[e.blob].emplace_back(e.offset, e.offset + s.rows * e.len);
+            } else {
+              for (uint64_t r = 0; r < s.rows; ++r)
+                ranges[e.blob].emplace_back(e.offset + r * e.stride, e.offset + r * e.stride + e.len);
+            }
+          }
+        }
     std::set<uint64_t> mostly_dead;
     for (auto& [id, rs] : ranges) {
       std::sort(rs.begin(), rs.end());
@@ -131,16 +149,16 @@ CompactionStats compaction_stats(const std::vector<std::vector<StoredSlice>>& st
   std::set<std::vector<Extent>, ExtentsLess> seen;
   for (size_t i = 0; i < stored.size(); ++i)
     for (size_t j = 0; j < stored[i].size(); ++j) {
-      const auto& ex = stored[i][j].extents;
+      const StoredSlice& s = stored[i][j];
       if (!selection[i][j]) {
-        st.extents += ex.size();
+        st.extents += s.extents.size();
         continue;
       }
       ++st.extents;
       ++st.slices;
-      if (!seen.insert(ex).second) continue;  // shares an earlier identical slice's copy
-      for (const auto& e : ex)
-        if (e.blob != kZeroBlob) st.bytes_from_blobs += e.len;
+      if (!seen.insert(dedupe_key(s)).second) continue;  // shares an earlier identical slice's copy
+      for (const auto& e : s.extents)
+        if (e.blob != kZeroBlob) st.bytes_from_blobs += s.rows * e.len;
     }
   return st;
 }
@@ -167,18 +185,18 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
     uint64_t off = 0;
     for (size_t j = 0; j < stored[s].size(); ++j) {
       if (!selection[s][j]) continue;
-      if (auto it = first.find(stored[s][j].extents); it != first.end()) {
+      const auto key = dedupe_key(stored[s][j]);
+      if (auto it = first.find(key); it != first.end()) {
         aliases.push_back({{s, j}, it->second});
         continue;
       }
-      first.emplace(stored[s][j].extents, targets.size());
+      first.emplace(key, targets.size());
       if (!blob) {
         PTC_ASSIGN_OR_RETURN(BlobWriter w, blobs.create());
         res.blobs.push_back(std::move(w));
         blob = res.blobs.size() - 1;
       }
-      uint64_t bytes = 0;
-      for (const auto& e : stored[s][j].extents) bytes += e.len;
+      const uint64_t bytes = slice_bytes(stored[s][j]);
       targets.push_back(Target{s, j, *blob, off, bytes});
       off += bytes;
       res.bytes += bytes;
@@ -220,28 +238,25 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
       std::byte* out = buf.data();
       for (const Part& part : jb.parts) {
         // Gather [slice_off, slice_off + len) of the slice into out.
-        uint64_t pos = 0, filled = 0;
-        for (const Extent& e : part.slice->extents) {
-          if (filled == part.len) break;
-          const uint64_t lo = std::max(pos, part.slice_off), hi = std::min(pos + e.len, part.slice_off + part.len);
-          if (lo < hi) {
-            std::byte* dst = out + (lo - part.slice_off);
-            if (e.blob == kZeroBlob) {
-              std::memset(dst, 0, hi - lo);
-            } else {
-              const Mapping& m = *maps.at(e.blob);
-              const uint64_t src = e.offset + (lo - pos);
-              if (src + (hi - lo) > m.size()) {
-                std::lock_guard lock(mu);
-                if (first_error.is_ok())
-                  first_error = ptc::corrupt("blob " + blobs.path(e.blob) + " is shorter than its extents");
-                return;
-              }
-              std::memcpy(dst, m.data() + src, hi - lo);
+        std::byte* dst = out;
+        bool short_blob = false;
+        for_each_piece(*part.slice, part.slice_off, part.len, [&](uint64_t blob, uint64_t boff, uint64_t n) {
+          if (blob == kZeroBlob) {
+            std::memset(dst, 0, n);
+          } else {
+            const Mapping& m = *maps.at(blob);
+            if (boff + n > m.size()) {
+              short_blob = true;
+              return;
             }
-            filled += hi - lo;
+            std::memcpy(dst, m.data() + boff, n);
           }
-          pos += e.len;
+          dst += n;
+        });
+        if (short_blob || dst != out + part.len) {
+          std::lock_guard lock(mu);
+          if (first_error.is_ok()) first_error = ptc::corrupt("a blob is shorter than the extents that refer to it");
+          return;
         }
         if (part.hash) *part.hash = XXH3_64bits(out, part.len);
         out += part.len;
@@ -272,7 +287,8 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
   for (size_t t = 0; t < targets.size(); ++t) {
     const Target& tg = targets[t];
     StoredSlice& s = stored[tg.s][tg.j];
-    s.extents = {Extent{res.blobs[tg.blob].id(), tg.off, tg.bytes}};
+    s.extents = {Extent{res.blobs[tg.blob].id(), tg.off, tg.bytes, 0}};
+    s.rows = 1;
     if (hashes[t]) s.xxh3 = hashes[t];
   }
   for (const auto& [sj, t] : aliases) stored[sj.first][sj.second] = stored[targets[t].s][targets[t].j];

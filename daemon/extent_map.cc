@@ -1,7 +1,7 @@
 #include "daemon/extent_map.h"
 
 #include <algorithm>
-#include <unordered_map>
+#include <optional>
 
 namespace ptcfs {
 namespace {
@@ -13,11 +13,30 @@ struct Part {
   int64_t src_off;
 };
 
-void push_extent(std::vector<Extent>& out, Extent e) {
+
+// A slice in row form: `rows` rows of `lanes` (Extent with a stride).
+struct RowForm {
+  uint64_t rows = 1;
+  std::vector<Extent> lanes;
+};
+
+// `s` seen as `rows` rows of `row` bytes each, or nullopt when its extents do not split
+// into rows that way (then the flat path is taken).
+std::optional<RowForm> as_rows(const StoredSlice& s, uint64_t rows, uint64_t row) {
+  if (s.rows == rows) return RowForm{rows, s.extents};
+  if (s.rows != 1 || s.extents.size() != 1 || s.extents[0].len != rows * row) return std::nullopt;
+  const Extent& e = s.extents[0];
+  return RowForm{rows, {Extent{e.blob, e.offset, row, e.blob == kZeroBlob ? 0 : row}}};
+}
+
+// Appends an extent, merged into the last when it continues it (same blob and stride,
+// adjacent bytes; zeros always merge).
+void push_lane(std::vector<Extent>& out, Extent e) {
   if (e.len == 0) return;
   if (!out.empty()) {
     Extent& last = out.back();
-    if (last.blob == e.blob && (e.blob == kZeroBlob || last.offset + last.len == e.offset)) {
+    const bool zero = last.blob == kZeroBlob && e.blob == kZeroBlob;
+    if (zero || (last.blob == e.blob && last.stride == e.stride && last.offset + last.len == e.offset)) {
       last.len += e.len;
       return;
     }
@@ -25,76 +44,130 @@ void push_extent(std::vector<Extent>& out, Extent e) {
   out.push_back(e);
 }
 
-// Start offsets of a stored slice's extents, so a range is found by binary search.
-class ExtentIndex {
- public:
-  const std::vector<uint64_t>& starts(const StoredSlice& s) {
-    auto [it, fresh] = cache_.try_emplace(&s);
-    if (fresh) {
-      uint64_t pos = 0;
-      for (const Extent& e : s.extents) {
-        it->second.push_back(pos);
-        pos += e.len;
-      }
-      it->second.push_back(pos);  // the total
-    }
-    return it->second;
-  }
-
- private:
-  std::unordered_map<const StoredSlice*, std::vector<uint64_t>> cache_;
-};
-
-// Appends the extents holding bytes [off, off + len) of a stored slice.
-void map_range(const StoredSlice& s, const std::vector<uint64_t>& starts, uint64_t off, uint64_t len,
-               std::vector<Extent>& out) {
-  size_t i = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end() - 1, off) - starts.begin()) - 1;
-  for (; len > 0 && i < s.extents.size(); ++i) {
-    const Extent& e = s.extents[i];
-    const uint64_t skip = off - starts[i];
-    const uint64_t n = std::min(len, e.len - skip);
-    push_extent(out, Extent{e.blob, e.blob == kZeroBlob ? 0 : e.offset + skip, n});
-    off += n;
-    len -= n;
-  }
+bool same_extents(const StoredSlice& a, const StoredSlice& b) {
+  return a.rows == b.rows && a.extents.size() == b.extents.size() &&
+         std::equal(a.extents.begin(), a.extents.end(), b.extents.begin(), [](const Extent& x, const Extent& y) {
+           return x.blob == y.blob && x.offset == y.offset && x.len == y.len && x.stride == y.stride;
+         });
 }
+
+// A destination slice in row form: parts are row byte ranges taken from source slices.
+struct RowPart {
+  uint64_t dst, len;
+  const StoredSlice* src;  // nullptr: zeros
+  uint64_t src_off;
+};
 
 }  // namespace
 
 std::vector<std::vector<StoredSlice>> map_extents(
     const ptc::Layout& from, const ptc::Layout& to, const ptc::Plan& plan,
     const std::function<const StoredSlice&(uint32_t shard, uint32_t slice)>& source) {
-  std::vector<std::vector<std::vector<Part>>> parts(to.shards().size());
-  for (size_t s = 0; s < to.shards().size(); ++s) parts[s].resize(to.slices(to.shards()[s]).size());
+  // Row geometry of a slice: rows = product of the dimensions before the slab dimension k,
+  // inner = bytes of one index along k within a row.
+  auto geometry = [](const ptc::TensorSpec& t, const ptc::Shape& local, uint64_t& rows, uint64_t& inner) {
+    const int k = ptc::slab_dim(t);
+    rows = 1;
+    inner = ptc::dtype_size(t.dtype);
+    for (int d = 0; d < static_cast<int>(local.size()); ++d) {
+      if (d < k) rows *= static_cast<uint64_t>(local[d]);
+      if (d > k) inner *= static_cast<uint64_t>(local[d]);
+    }
+  };
+  std::vector<std::vector<std::vector<RowPart>>> rparts(to.shards().size());
+  for (size_t s = 0; s < to.shards().size(); ++s) rparts[s].resize(to.slices(to.shards()[s]).size());
   for (const ptc::Copy& c : plan.copies) {
-    const StoredSlice* src = &source(c.src_shard, c.src_slice);
-    auto& v = parts[c.dst_shard][c.dst_slice];
-    ptc::for_each_copy_run(from, to, c, [&](const ptc::Run& r) { v.push_back(Part{r.dst, r.len, src, r.src}); });
+    const auto& ds = to.slices(to.shards()[c.dst_shard])[c.dst_slice];
+    uint64_t rows, inner;
+    geometry(to.ptc().tensors[c.tensor], ds.local_shape, rows, inner);
+    rparts[c.dst_shard][c.dst_slice].push_back(RowPart{static_cast<uint64_t>(c.dst_lo) * inner,
+                                                       static_cast<uint64_t>(c.len) * inner,
+                                                       &source(c.src_shard, c.src_slice),
+                                                       static_cast<uint64_t>(c.src_lo) * inner});
   }
   for (const ptc::Fill& f : plan.fills) {
-    auto& v = parts[f.dst_shard][f.dst_slice];
-    ptc::for_each_fill_run(to, f, [&](const ptc::Run& r) { v.push_back(Part{r.dst, r.len, nullptr, 0}); });
+    const auto& ds = to.slices(to.shards()[f.dst_shard])[f.dst_slice];
+    uint64_t rows, inner;
+    geometry(to.ptc().tensors[f.tensor], ds.local_shape, rows, inner);
+    rparts[f.dst_shard][f.dst_slice].push_back(
+        RowPart{static_cast<uint64_t>(f.dst_lo) * inner, static_cast<uint64_t>(f.len) * inner, nullptr, 0});
   }
-  ExtentIndex index;
-  std::vector<std::vector<StoredSlice>> out(parts.size());
-  for (size_t s = 0; s < parts.size(); ++s) {
-    out[s].resize(parts[s].size());
-    for (size_t j = 0; j < parts[s].size(); ++j) {
-      auto& v = parts[s][j];
-      std::sort(v.begin(), v.end(), [](const Part& a, const Part& b) { return a.dst < b.dst; });
-      auto& ext = out[s][j].extents;
-      for (const Part& p : v) {
-        if (!p.src) push_extent(ext, Extent{kZeroBlob, 0, static_cast<uint64_t>(p.len)});
-        else map_range(*p.src, index.starts(*p.src), static_cast<uint64_t>(p.src_off), static_cast<uint64_t>(p.len), ext);
+
+  std::vector<std::vector<StoredSlice>> out(rparts.size());
+  for (size_t s = 0; s < rparts.size(); ++s) {
+    const auto& slices = to.slices(to.shards()[s]);
+    out[s].resize(rparts[s].size());
+    for (size_t j = 0; j < rparts[s].size(); ++j) {
+      auto& v = rparts[s][j];
+      std::sort(v.begin(), v.end(), [](const RowPart& a, const RowPart& b) { return a.dst < b.dst; });
+      uint64_t rows, inner;
+      geometry(to.tensor(slices[j]), slices[j].local_shape, rows, inner);
+      StoredSlice& result = out[s][j];
+      // Row form when every source splits into the same rows; each part then maps once.
+      bool row_form = rows > 0;
+      std::vector<std::optional<RowForm>> forms;
+      for (const RowPart& p : v) {
+        if (!p.src) {
+          forms.emplace_back();
+          continue;
+        }
+        const uint64_t src_row = rows ? slice_bytes(*p.src) / rows : 0;
+        forms.push_back(as_rows(*p.src, rows, src_row));
+        row_form = row_form && forms.back().has_value();
+      }
+      if (row_form) {
+        result.rows = rows;
+        for (size_t i = 0; i < v.size(); ++i) {
+          const RowPart& p = v[i];
+          if (!p.src) {
+            push_lane(result.extents, Extent{kZeroBlob, 0, p.len, 0});
+            continue;
+          }
+          uint64_t pos = 0;  // row offset of the current source lane
+          for (const Extent& lane : forms[i]->lanes) {
+            const uint64_t lo = std::max(pos, p.src_off), hi = std::min(pos + lane.len, p.src_off + p.len);
+            if (lo < hi)
+              push_lane(result.extents, Extent{lane.blob, lane.blob == kZeroBlob ? 0 : lane.offset + (lo - pos),
+                                               hi - lo, lane.blob == kZeroBlob ? 0 : lane.stride});
+            pos += lane.len;
+          }
+        }
+        // One lane whose rows follow each other is one flat extent.
+        if (result.rows > 1 && result.extents.size() == 1 &&
+            (result.extents[0].stride == result.extents[0].len || result.extents[0].blob == kZeroBlob)) {
+          result.extents[0].len *= result.rows;
+          result.extents[0].stride = 0;
+          result.rows = 1;
+        }
+        if (result.rows == 1)
+          for (auto& e : result.extents) e.stride = 0;
+      } else {
+        // Flat: a source that does not split into rows (not produced by ptcfs today; kept
+        // for robustness) is mapped byte run by byte run.
+        std::vector<Part> flat;
+        for (const ptc::Copy& c : plan.copies) {
+          if (c.dst_shard != s || c.dst_slice != j) continue;
+          const StoredSlice* src = &source(c.src_shard, c.src_slice);
+          ptc::for_each_copy_run(from, to, c, [&](const ptc::Run& r) { flat.push_back(Part{r.dst, r.len, src, r.src}); });
+        }
+        for (const ptc::Fill& f : plan.fills) {
+          if (f.dst_shard != s || f.dst_slice != j) continue;
+          ptc::for_each_fill_run(to, f, [&](const ptc::Run& r) { flat.push_back(Part{r.dst, r.len, nullptr, 0}); });
+        }
+        std::sort(flat.begin(), flat.end(), [](const Part& a, const Part& b) { return a.dst < b.dst; });
+        for (const Part& p : flat) {
+          if (!p.src) push_lane(result.extents, Extent{kZeroBlob, 0, static_cast<uint64_t>(p.len), 0});
+          else
+            for_each_piece(*p.src, static_cast<uint64_t>(p.src_off), static_cast<uint64_t>(p.len),
+                           [&](uint64_t blob, uint64_t boff, uint64_t n) {
+                             push_lane(result.extents, Extent{blob, boff, n, 0});
+                           });
+        }
       }
       // A slice whose extents are exactly one source slice's keeps its checksum.
       const StoredSlice* only = v.empty() ? nullptr : v[0].src;
-      for (const Part& p : v) only = p.src == only ? only : nullptr;
-      if (only && ext.size() == only->extents.size() &&
-          std::equal(ext.begin(), ext.end(), only->extents.begin(), [](const Extent& a, const Extent& b) {
-            return a.blob == b.blob && a.offset == b.offset && a.len == b.len;
-          }))
-        out[s][j].xxh3 = only->xxh3;
+      for (const RowPart& p : v) only = p.src == only ? only : nullptr;
+      if (only && same_extents(result, *only)) result.xxh3 = only->xxh3;
     }
   }
   return out;

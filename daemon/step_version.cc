@@ -1,5 +1,6 @@
 #include "daemon/step_version.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <set>
@@ -13,6 +14,36 @@ using nlohmann::json;
 namespace {
 constexpr uint64_t kGatherBelow = 64 << 10;
 }  // namespace
+
+uint64_t row_bytes(const StoredSlice& s) {
+  uint64_t n = 0;
+  for (const auto& e : s.extents) n += e.len;
+  return n;
+}
+
+uint64_t slice_bytes(const StoredSlice& s) { return s.rows * row_bytes(s); }
+
+void for_each_piece(const StoredSlice& s, uint64_t off, uint64_t len,
+                    const std::function<void(uint64_t, uint64_t, uint64_t)>& fn) {
+  const uint64_t rb = row_bytes(s);
+  if (rb == 0) return;
+  uint64_t row = off / rb, in = off % rb;
+  while (len > 0 && row < s.rows) {
+    uint64_t pos = 0;
+    for (const Extent& e : s.extents) {
+      if (len == 0) break;
+      if (in < pos + e.len) {
+        const uint64_t skip = in - pos, n = std::min(len, e.len - skip);
+        fn(e.blob, e.blob == kZeroBlob ? 0 : e.offset + row * e.stride + skip, n);
+        in += n;
+        len -= n;
+      }
+      pos += e.len;
+    }
+    ++row;
+    in = 0;
+  }
+}
 
 StepVersion::StepVersion(std::string job, std::string step, uint64_t version, int64_t created, ptc::Layout layout,
                          std::vector<std::vector<StoredSlice>> stored, BlobStore* blobs)
@@ -35,43 +66,37 @@ const StoredSlice& StepVersion::stored(const ptc::ShardId& shard, size_t slice) 
 ptc::Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
                                     fs::ReadBuffer& out) const {
   const StoredSlice& ss = stored(shard, slice);
-  // The first extent that ends after off (extents are in slice byte order).
-  uint64_t pos = 0;
-  size_t i = 0;
-  while (i < ss.extents.size() && pos + ss.extents[i].len <= off) pos += ss.extents[i++].len;
-  std::shared_ptr<const BlobFile> file;  // the last blob opened, reused across extents
-  for (; len > 0 && i < ss.extents.size(); ++i) {
-    const Extent& e = ss.extents[i];
-    const uint64_t skip = off - pos;
-    const uint64_t n = std::min(len, e.len - skip);
-    if (e.blob == kZeroBlob) {
+  if (off + len > slice_bytes(ss)) return ptc::internal("read past the end of a stored slice");
+  std::shared_ptr<const BlobFile> file;  // the last blob opened, reused across pieces
+  ptc::Status st;
+  for_each_piece(ss, off, len, [&](uint64_t blob, uint64_t boff, uint64_t n) {
+    if (!st) return;
+    if (blob == kZeroBlob) {
       out.add_zeros(n);
-    } else {
-      if (!file || file->id() != e.blob) {
-        auto f = blobs_->file(e.blob);
-        if (!f) return f.status();
-        file = std::move(f).value();
-        out.keep(file);
-      }
-      // Small pieces (a slice re-cut along a later dimension) are gathered from the mapped
-      // blob; large ones go to the kernel as file ranges (spliced).
-      const std::byte* map = n < kGatherBelow ? file->data() : nullptr;
-      if (map) out.add_mem(map + e.offset + skip, n);
-      else out.add_fd(file->fd(), e.offset + skip, n);
+      return;
     }
-    off += n;
-    len -= n;
-    pos += e.len;
-  }
-  if (len != 0) return ptc::internal("read past the end of a stored slice");
-  return ptc::Status::ok();
+    if (!file || file->id() != blob) {
+      auto f = blobs_->file(blob);
+      if (!f) {
+        st = f.status();
+        return;
+      }
+      file = std::move(f).value();
+      out.keep(file);
+    }
+    // Small pieces (a slice re-cut along a later dimension) are gathered from the mapped
+    // blob; large ones go to the kernel as file ranges (spliced).
+    const std::byte* map = n < kGatherBelow ? file->data() : nullptr;
+    if (map) out.add_mem(map + boff, n);
+    else out.add_fd(file->fd(), boff, n);
+  });
+  return st;
 }
 
 uint64_t StepVersion::total_bytes() const {
   uint64_t n = 0;
   for (const auto& shard : stored_)
-    for (const auto& s : shard)
-      for (const auto& e : s.extents) n += e.len;
+    for (const auto& s : shard) n += slice_bytes(s);
   return n;
 }
 
@@ -104,8 +129,13 @@ void StepVersion::to_records(WriteBatch& batch) const {
     const auto& slices = layout_.slices(shards[i]);
     for (size_t j = 0; j < slices.size(); ++j) {
       json x = json::array();
-      for (const auto& e : stored_[i][j].extents) x.push_back({e.blob, e.offset, e.len});
+      const StoredSlice& ss = stored_[i][j];
+      for (const auto& e : ss.extents) {
+        if (ss.rows > 1) x.push_back({e.blob, e.offset, e.len, e.stride});
+        else x.push_back({e.blob, e.offset, e.len});
+      }
       json o = {{"x", std::move(x)}};
+      if (ss.rows > 1) o["r"] = ss.rows;
       if (stored_[i][j].xxh3) o["h"] = *stored_[i][j].xxh3;
       rec[layout_.tensor(slices[j]).name] = std::move(o);
     }
@@ -150,9 +180,11 @@ ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const s
       if (o.contains("h")) s.xxh3 = o.at("h").get<uint64_t>();
       uint64_t total = 0;
       for (const auto& e : o.at("x")) {
-        s.extents.push_back(Extent{e.at(0).get<uint64_t>(), e.at(1).get<uint64_t>(), e.at(2).get<uint64_t>()});
-        total += s.extents.back().len;
+        s.extents.push_back(Extent{e.at(0).get<uint64_t>(), e.at(1).get<uint64_t>(), e.at(2).get<uint64_t>(),
+                                   e.size() > 3 ? e.at(3).get<uint64_t>() : 0});
       }
+      if (o.contains("r")) s.rows = o.at("r").get<uint64_t>();
+      total = slice_bytes(s);
       if (total != layout.bytes(sl)) return ptc::corrupt(key + ": extents of '" + name + "' do not add up");
       ss.push_back(std::move(s));
     }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,16 +26,30 @@ namespace ptcfs {
 
 struct Extent {
   uint64_t blob = 0;
-  uint64_t offset = 0;  // in the blob
-  uint64_t len = 0;
+  uint64_t offset = 0;  // in the blob, of row 0
+  uint64_t len = 0;     // bytes per row
+  uint64_t stride = 0;  // blob bytes from one row to the next (slices of more than one row)
 };
 
 inline constexpr uint64_t kZeroBlob = 0;
 
+// The bytes of a stored slice: `rows` rows, row r the concatenation of its extents, extent e
+// holding blob bytes [e.offset + r * e.stride, + e.len). A slice of a tensor split along
+// dimension k > 0 re-cut by a repartition keeps one row per index of the dimensions before
+// k ("strided extents"), so its metadata grows with the pieces, not with the rows.
 struct StoredSlice {
-  std::vector<Extent> extents;  // in slice byte order; lengths sum to the slice's bytes
+  std::vector<Extent> extents;
   std::optional<uint64_t> xxh3;  // of the slice's bytes, when known
+  uint64_t rows = 1;
 };
+
+uint64_t row_bytes(const StoredSlice& s);
+uint64_t slice_bytes(const StoredSlice& s);
+
+// Calls fn(blob, blob_offset, n) for the pieces holding bytes [off, off + len) of the
+// slice, in slice order; len must lie inside it.
+void for_each_piece(const StoredSlice& s, uint64_t off, uint64_t len,
+                    const std::function<void(uint64_t blob, uint64_t blob_off, uint64_t n)>& fn);
 
 class StepVersion final : public fs::StepContent {
  public:
