@@ -9,6 +9,7 @@
 // and the Megatron-style model tp=4,pp=2 -> tp=4,pp=4 (layers move: a pure remap).
 //
 // Usage: ptcfs_bench_repartition [--gib 1.0] [--threads N] [--dir DIR] [--json FILE] [--min-avg-extent B]
+//                                [--min-piece B]
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -85,6 +86,7 @@ uint64_t write_checkpoint(const std::string& dir, const std::string& ptc_text, c
 }
 
 uint64_t g_min_avg_extent = CompactionPolicy{}.min_avg_extent;
+uint64_t g_min_piece = CompactionPolicy{}.min_piece;
 
 struct Row {
   std::string what, ours, base;
@@ -140,6 +142,7 @@ json run_scenario(const std::string& name, const std::string& root, int layers, 
 
   CompactionPolicy policy;
   policy.min_avg_extent = g_min_avg_extent;
+  policy.min_piece = g_min_piece;
   policy.threads = threads;
   RepartitionRequest req{"bench", "1", to, false};
   auto res = repartition(st, req, policy);
@@ -225,7 +228,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "Threads for compaction and the memcpy baseline")->capture_default_str();
   app.add_option("--dir", dir, "Scratch directory on the disk under test")->capture_default_str();
   app.add_option("--json", json_out, "Also write the results as JSON to this file");
-  app.add_option("--min-avg-extent", g_min_avg_extent, "Compaction threshold (bytes; 0: compact only mostly dead blobs)")
+  app.add_option("--min-avg-extent", g_min_avg_extent, "Compaction threshold for flat slices (bytes)")
+      ->capture_default_str();
+  app.add_option("--min-piece", g_min_piece, "Compaction threshold for strided slices (bytes per piece)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   ptc::log::set_level(ptc::log::Level::kWarn);

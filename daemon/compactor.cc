@@ -89,8 +89,9 @@ ptc::Result<Selection> select_compaction(const std::vector<std::vector<StoredSli
     sel[i].resize(stored[i].size());
     for (size_t j = 0; j < stored[i].size(); ++j) {
       const StoredSlice& s = stored[i][j];
-      const uint64_t pieces = s.rows * s.extents.size();
-      sel[i][j] = pieces > 1 && slice_bytes(s) / pieces < policy.min_avg_extent;  // fragmented
+      const uint64_t n = s.extents.size();
+      if (s.rows > 1) sel[i][j] = n > 0 && row_bytes(s) / n < policy.min_piece;  // tiny pieces
+      else sel[i][j] = n > 1 && row_bytes(s) / n < policy.min_avg_extent;       // fragmented
     }
   }
   // Slices moved out of a blob lower its live fraction, which may select more slices:

@@ -1,6 +1,6 @@
 // Compaction: copies the bytes of selected slices into one new blob per shard. A slice is
-// selected when it is too fragmented to read fast (many small extents: a split along the
-// last dimension cuts slices into row-sized pieces), or when it refers to a blob that is
+// selected when it is too fragmented to read fast (pieces of a few hundred bytes), or when
+// it refers to a blob that is
 // mostly dead (less than half its bytes used by the new version), so that once the old
 // version is gone every blob is at least half live: stored bytes stay under twice the
 // bytes of the current versions. The copy runs on every core: work is cut into chunks of
@@ -17,9 +17,13 @@
 namespace ptcfs {
 
 struct CompactionPolicy {
-  // A slice is compacted when it has more than one extent and its average extent is
-  // shorter than this (bench/ measures the read cost of small extents).
+  // A flat slice (one row) is compacted when it has more than one extent and its average
+  // extent is shorter than this.
   uint64_t min_avg_extent = 256 << 10;
+  // A strided slice (many rows) is compacted when its pieces (bytes per extent per row)
+  // are shorter than this. Reads gather small pieces from mapped blobs: 1 KiB pieces read
+  // as fast as compacted slices (docs/BENCHMARKS.md), so only tiny ones are worth a copy.
+  uint64_t min_piece = 512;
   // A slice referring to a blob whose used fraction is below this is compacted.
   double min_blob_live = 0.5;
   unsigned threads = 0;  // 0: every core

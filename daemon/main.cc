@@ -23,6 +23,7 @@ namespace {
 
 struct Options {
   std::string data, mount, listen = "127.0.0.1:7070", cluster, node, secret_file, log_level = "info";
+  uint64_t compact_below = ptcfs::CompactionPolicy{}.min_piece;
   bool fuse_debug = false;
   bool allow_other = true;
 };
@@ -86,6 +87,9 @@ int run(const Options& o, bool listen_given) {
     info.cluster = *cfg.cluster;
   }
   ControlService control(st, info);
+  CompactionPolicy policy;
+  policy.min_piece = o.compact_below;
+  control.set_compaction(policy);
   auto server = transport::RpcServer::start(
       cfg.listen, [&control](const nlohmann::json& req, const transport::ProgressSink& p) { return control.handle(req, p); },
       transport::ServerLimits{}, secret);
@@ -152,6 +156,10 @@ int main(int argc, char** argv) {
   app.add_option("--node", o.node, "This node's id in cluster.json; the daemon listens on its addr");
   app.add_option("--secret-file", o.secret_file,
                  "Cluster secret: every client must prove it holds it; allows a non-loopback --listen");
+  app.add_option("--compact-below", o.compact_below,
+                 "Repartition copies a re-cut slice into a blob of its own when its pieces are smaller than this "
+                 "many bytes; larger pieces are remapped")
+      ->capture_default_str();
   app.add_option("--log-level", o.log_level, "debug, info, warn or error")->capture_default_str();
   app.add_flag("--fuse-debug", o.fuse_debug, "Log every FUSE request (libfuse's -d)");
   app.add_flag("--no-allow-other{false}", o.allow_other, "Only the mounting user may read the mount");

@@ -16,9 +16,9 @@ sys.path.insert(0, _HERE)  # ptcfs_harness
 from ptcfs_harness import Checkpoint, Daemon, require_binaries  # noqa: E402
 
 
-def _daemon(root):
+def _daemon(root, **kw):
     require_binaries()
-    d = Daemon(str(root))
+    d = Daemon(str(root), **kw)
     try:
         d.start()
         yield d
@@ -30,6 +30,12 @@ def _daemon(root):
 def daemon(tmp_path):
     """A started daemon, private to the test; stopped (and its mount removed) afterwards."""
     yield from _daemon(tmp_path / "daemon")
+
+
+@pytest.fixture
+def remap_daemon(tmp_path):
+    """A daemon that never compacts re-cut slices (--compact-below 1): they stay strided."""
+    yield from _daemon(tmp_path / "daemon", extra_flags=["--compact-below", "1"])
 
 
 @pytest.fixture(scope="module")

@@ -104,10 +104,11 @@ class Daemon:
 
     def __init__(self, root: str, name: str = "d0", secret_file: Optional[str] = None,
                  listen_host: str = "127.0.0.1", port: Optional[int] = None,
-                 flags: Optional[List[str]] = None):
+                 flags: Optional[List[str]] = None, extra_flags: Optional[List[str]] = None):
         """secret_file: the daemon requires the cluster secret, and cli() gives it.
         flags: ptcfsd flags instead of --listen/--secret-file (e.g. --cluster F --node N)."""
         self.flags = flags
+        self.extra_flags = extra_flags or []
         root = os.path.realpath(root)
         self.secret_file = secret_file
         self.root = root
@@ -134,7 +135,8 @@ class Daemon:
             self.proc = subprocess.Popen(
                 [PTCFSD, "--data", self.data, "--mount", self.mnt,
                  *(self.flags if self.flags is not None else
-                   ["--listen", self.listen, *(["--secret-file", self.secret_file] if self.secret_file else [])])],
+                   ["--listen", self.listen, *(["--secret-file", self.secret_file] if self.secret_file else [])]),
+                 *self.extra_flags],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         finally:
             log.close()

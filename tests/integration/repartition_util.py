@@ -8,7 +8,7 @@ import json
 import os
 import re
 import time
-from typing import Callable, Dict, Tuple
+from typing import Optional, Callable, Dict, Tuple
 
 import pytest
 
@@ -149,10 +149,12 @@ def wait_for(pred: Callable[[], object], timeout: float, what: Callable[[], str]
         time.sleep(interval)
 
 
-def reference_blob_usage(root: str, ck: Checkpoint, chain, job: str = "j", step: str = "1") -> Tuple[int, int]:
-    """(count, bytes) of the blobs of a fresh daemon under `root` that imported `ck`, repartitioned it
-    through `chain` with nothing open, and restarted (a start keeps only blobs the current version uses)."""
-    ref = Daemon(root, name="ref")
+def reference_blob_usage(root: str, ck: Checkpoint, chain, job: str = "j", step: str = "1",
+                         like: Optional[Daemon] = None) -> Tuple[int, int]:
+    """(count, bytes) of the blobs of a fresh daemon under `root` (with the flags of `like`) that imported
+    `ck`, repartitioned it through `chain` with nothing open, and restarted (a start keeps only blobs the
+    current version uses)."""
+    ref = Daemon(root, name="ref", extra_flags=like.extra_flags if like else None)
     try:
         ref.start()
         import_step(ref, ck, job, step)

@@ -144,7 +144,7 @@ def test_open_files_keep_old_version_and_its_blobs_are_freed(daemon, make_ckpt, 
     A, B = (2, 2, 1), (4, 1, 1)
     ck, oracles = _setup(daemon, make_ckpt, tmp_path, "gpt", A, seed=26, **GPT)
     # A daemon that does the same repartitions with nothing open shows what our blobs must come to.
-    ref_count, ref_bytes = reference_blob_usage(str(tmp_path / "ref"), ck, [B, A])
+    ref_count, ref_bytes = reference_blob_usage(str(tmp_path / "ref"), ck, [B, A], like=daemon)
 
     repartition(daemon, "j", "1", B, frm=A, ptc=ck.ptc, version=1)
     ob = oracles(B)
@@ -220,7 +220,7 @@ def test_files_held_across_several_repartitions(daemon, make_ckpt, tmp_path):
         for fd, _, _ in held:
             os.close(fd)
     # With nothing open, the blobs come down to what the current version needs: a restart frees nothing more.
-    want = reference_blob_usage(str(tmp_path / "ref"), ck, chain)
+    want = reference_blob_usage(str(tmp_path / "ref"), ck, chain, like=daemon)
     wait_for(lambda: blob_usage(daemon)[:2] == want, 15,
              lambda: f"blobs (count, bytes) {blob_usage(daemon)[:2]}, want {want} as a daemon that held nothing")
     names = set(blob_usage(daemon)[2])
@@ -387,3 +387,25 @@ def test_concurrent_readers_see_whole_versions(daemon, make_ckpt, tmp_path):
     assert not bad, f"reads that matched no whole version: {bad[:10]} ({len(bad)} in all; reads: {seen})"
     assert all(n >= 10 for n in seen.values()), seen
     check_current(daemon, "j", "1", oracles(cur), version)
+
+
+# The same chains with re-cut slices left strided (never compacted): every read of a re-cut
+# slice walks strided extents, and later re-cuts compose them.
+def test_gpt_round_trip_with_strided_slices(remap_daemon, make_ckpt, tmp_path):
+    test_gpt_every_tp_pp_and_round_trip(remap_daemon, make_ckpt, tmp_path)
+
+
+def test_llama_round_trip_with_strided_slices(remap_daemon, make_ckpt, tmp_path):
+    test_llama_chain_with_dp_changes_round_trip(remap_daemon, make_ckpt, tmp_path)
+
+
+def test_padding_with_strided_slices(remap_daemon, make_ckpt, tmp_path):
+    test_vocab_padding_recomputed(remap_daemon, make_ckpt, tmp_path)
+
+
+def test_open_files_and_blobs_with_strided_slices(remap_daemon, make_ckpt, tmp_path):
+    test_open_files_keep_old_version_and_its_blobs_are_freed(remap_daemon, make_ckpt, tmp_path)
+
+
+def test_blob_bytes_bounded_with_strided_slices(remap_daemon, make_ckpt, tmp_path):
+    test_blob_bytes_bounded_over_round_trips(remap_daemon, make_ckpt, tmp_path)
