@@ -78,10 +78,15 @@ def test_kill9_during_repartition_leaves_old_or_new(daemon, make_ckpt, tmp_path)
     # made only the repartitions that took effect, without interruptions.
     daemon.restart()
     got = blob_usage(daemon)[:2]
-    want = reference_blob_usage(str(tmp_path / "ref"), ck, committed, job="big")
+    want = reference_blob_usage(str(tmp_path / "ref"), ck, committed, job="big", like=daemon)
     assert got == want, (f"blobs (count, bytes) after the kills {got}, after the same repartitions without kills "
                          f"{want}; committed {committed}; outcomes {outcomes}")
     wait_for(lambda: blob_usage(daemon)[1] <= 2 * imported, 15,
              lambda: f"blobs hold {blob_usage(daemon)[1]} bytes, more than 2 x the {imported} imported; "
                      f"(count, bytes) after each restart: {usage}")
     check_current(daemon, "big", "1", oracles(nxt), version, full_views=False)
+
+
+def test_kill9_during_repartition_with_strided_slices(remap_daemon, make_ckpt, tmp_path):
+    """The same, with every re-cut slice left strided (no compaction): old or new, never a mix."""
+    test_kill9_during_repartition_leaves_old_or_new(remap_daemon, make_ckpt, tmp_path)
