@@ -3,6 +3,7 @@ under the same inode numbers."""
 
 import errno
 import os
+import signal
 import time
 
 from ptcfs_harness import check_ls_step, is_mounted, ls_jobs, snapshot, verify_step
@@ -87,3 +88,14 @@ def test_restart_after_kill9_stale_mount(daemon, make_ckpt):
     assert _wait_unmounted(daemon.mnt), "a mount is left at the mount point after a clean stop"
     daemon.start()
     _compare(before, snapshot(daemon.mnt))
+
+
+def test_sigint_stops_cleanly_and_unmounts(daemon, make_ckpt):
+    ck = make_ckpt(tp=1, pp=1, layers=2, hidden=64, vocab=300)
+    daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    daemon.proc.send_signal(signal.SIGINT)
+    assert daemon.proc.wait(timeout=10) == 0
+    assert not is_mounted(daemon.mnt)
+    daemon.proc = None
+    daemon.start()  # and the store is intact
+    verify_step(daemon, "j", "1", ck)
