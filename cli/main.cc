@@ -52,6 +52,12 @@ int cmd_status(const Globals& g) {
   std::printf("mount    %s\n", j["mount"].get<std::string>().c_str());
   std::printf("stored   %zu jobs, %zu steps, %s\n", j["jobs"].get<size_t>(), j["steps"].get<size_t>(),
               human_bytes(j["bytes_stored"].get<uint64_t>()).c_str());
+  if (j.contains("node")) {
+    std::string nodes;
+    for (const auto& n : j["cluster"]["nodes"]) nodes += (nodes.empty() ? "" : ", ") + n["id"].get<std::string>();
+    std::printf("node     %s of a %zu-node cluster (%s)\n", j["node"].get<std::string>().c_str(),
+                j["cluster"]["nodes"].size(), nodes.c_str());
+  }
   return 0;
 }
 
