@@ -31,6 +31,8 @@ class BlobFile {
   // The whole blob mapped read-only (mapped on first use; blobs never change), or nullptr
   // when it cannot be mapped.
   const std::byte* data() const;
+  // Bytes mapped by data() (the blob's size; 0 before data() or when it could not map).
+  uint64_t mapped_size() const { return data() ? map_len_ : 0; }
 
  private:
   uint64_t id_;

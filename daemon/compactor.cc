@@ -1,6 +1,5 @@
 #include "daemon/compactor.h"
 
-#include <sys/mman.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -16,33 +15,6 @@ namespace ptcfs {
 namespace {
 
 constexpr uint64_t kChunk = 16 << 20;
-
-// A read-only mapping of a whole blob.
-class Mapping {
- public:
-  static ptc::Result<std::shared_ptr<Mapping>> of(BlobStore& blobs, uint64_t id) {
-    PTC_ASSIGN_OR_RETURN(auto file, blobs.file(id));
-    PTC_ASSIGN_OR_RETURN(uint64_t size, blobs.size_of(id));
-    auto m = std::shared_ptr<Mapping>(new Mapping);
-    m->size_ = size;
-    if (size == 0) return m;
-    void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file->fd(), 0);
-    if (p == MAP_FAILED) return ptc::io_error("mapping blob " + blobs.path(id), errno);
-    ::madvise(p, size, MADV_WILLNEED);
-    m->data_ = static_cast<const std::byte*>(p);
-    return m;
-  }
-  ~Mapping() {
-    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
-  }
-  const std::byte* data() const { return data_; }
-  uint64_t size() const { return size_; }
-
- private:
-  Mapping() = default;
-  const std::byte* data_ = nullptr;
-  uint64_t size_ = 0;
-};
 
 // Two slices with the same key hold the same bytes. A strided slice's key carries its row
 // count as a leading pseudo-extent.
@@ -219,12 +191,13 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
   }
 
   // Map every source blob once.
-  std::map<uint64_t, std::shared_ptr<Mapping>> maps;
+  std::map<uint64_t, std::shared_ptr<const BlobFile>> maps;
   for (const auto& tg : targets)
     for (const auto& e : old[tg.s][tg.j].extents)
       if (e.blob != kZeroBlob && !maps.count(e.blob)) {
-        PTC_ASSIGN_OR_RETURN(auto m, Mapping::of(blobs, e.blob));
-        maps.emplace(e.blob, std::move(m));
+        PTC_ASSIGN_OR_RETURN(auto f, blobs.file(e.blob));
+        if (!f->data()) return ptc::io_error("mapping blob " + blobs.path(e.blob), errno);
+        maps.emplace(e.blob, std::move(f));
       }
 
   std::atomic<size_t> next{0};
@@ -245,8 +218,8 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
           if (blob == kZeroBlob) {
             std::memset(dst, 0, n);
           } else {
-            const Mapping& m = *maps.at(blob);
-            if (boff + n > m.size()) {
+            const BlobFile& m = *maps.at(blob);
+            if (boff + n > m.mapped_size()) {
               short_blob = true;
               return;
             }

@@ -1,6 +1,7 @@
 #include "daemon/control.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -23,6 +24,25 @@ bool step_less(const std::string& a, const std::string& b) {
   if (na && a.size() != b.size()) return a.size() < b.size();
   return a < b;
 }
+
+// Forwards progress at most every 200 ms (and always the last report of a phase), so a
+// long copy does not flood the connection.
+class ThrottledProgress {
+ public:
+  explicit ThrottledProgress(const transport::ProgressSink& sink) : sink_(sink) {}
+  void operator()(const std::string& phase, uint64_t done, uint64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!sink_ || (started_ && done != total && now - last_ < std::chrono::milliseconds(200))) return;
+    started_ = true;
+    last_ = now;
+    sink_(json{{"phase", phase}, {"done", done}, {"total", total}});
+  }
+
+ private:
+  const transport::ProgressSink& sink_;
+  bool started_ = false;
+  std::chrono::steady_clock::time_point last_;
+};
 
 ptc::Result<std::string> required_string(const json& req, const char* key) {
   if (!req.contains(key)) return ptc::invalid(std::string("request lacks '") + key + "'");
@@ -113,14 +133,8 @@ ptc::Result<json> ControlService::import(const json& req, const transport::Progr
   PTC_ASSIGN_OR_RETURN(std::string job, required_string(req, "job"));
   PTC_ASSIGN_OR_RETURN(std::string step, required_string(req, "step"));
   if (dir.empty() || dir[0] != '/') return ptc::invalid("import directory must be an absolute path, got '" + dir + "'");
-  auto last = std::chrono::steady_clock::now();
-  auto on_progress = [&](uint64_t done, uint64_t total) {
-    const auto now = std::chrono::steady_clock::now();
-    if (done != total && now - last < std::chrono::milliseconds(200)) return;
-    last = now;
-    if (progress) progress(json{{"phase", "copy"}, {"done", done}, {"total", total}});
-  };
-  auto r = import_checkpoint(store_, dir, job, step, on_progress);
+  ThrottledProgress report(progress);
+  auto r = import_checkpoint(store_, dir, job, step, [&](uint64_t done, uint64_t total) { report("copy", done, total); });
   if (!r) {
     ptc::log::warn("import of {} as {}/{} refused: {}", dir, job, step, r.status().to_string());
     return r.status();
@@ -128,10 +142,6 @@ ptc::Result<json> ControlService::import(const json& req, const transport::Progr
   return json{{"job", r->job},       {"step", r->step},   {"shards", r->shards},
               {"tensors", r->tensors}, {"bytes", r->bytes}, {"seconds", r->seconds}};
 }
-
-}  // namespace ptcfs
-
-namespace ptcfs {
 
 ptc::Result<json> ControlService::repartition(const json& req, const transport::ProgressSink& progress) {
   PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "to", "dry_run"}, "repartition request"));
@@ -141,14 +151,8 @@ ptc::Result<json> ControlService::repartition(const json& req, const transport::
   PTC_ASSIGN_OR_RETURN(std::string to, required_string(req, "to"));
   PTC_ASSIGN_OR_RETURN(r.to, ptc::parse_parallelism(to));
   r.dry_run = req.value("dry_run", false);
-  auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
-  auto on_progress = [&](const std::string& phase, uint64_t done, uint64_t total) {
-    const auto now = std::chrono::steady_clock::now();
-    if (done != total && now - last < std::chrono::milliseconds(200)) return;
-    last = now;
-    if (progress) progress(json{{"phase", phase}, {"done", done}, {"total", total}});
-  };
-  auto res = ptcfs::repartition(store_, r, policy_, on_progress);
+  ThrottledProgress report(progress);
+  auto res = ptcfs::repartition(store_, r, policy_, std::ref(report));
   if (!res) {
     ptc::log::warn("repartition of {}/{} to {} refused: {}", r.job, r.step, to, res.status().to_string());
     return res.status();

@@ -15,8 +15,6 @@
 #include "daemon/store.h"
 #include "fs/filesystem.h"
 #include "ptc/log.h"
-#include "transport/auth.h"
-#include "transport/frame.h"
 #include "transport/rpc.h"
 
 namespace {
