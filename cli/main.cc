@@ -57,6 +57,16 @@ int cmd_status(const Globals& g) {
     for (const auto& n : j["cluster"]["nodes"]) nodes += (nodes.empty() ? "" : ", ") + n["id"].get<std::string>();
     std::printf("node     %s of a %zu-node cluster (%s)\n", j["node"].get<std::string>().c_str(),
                 j["cluster"]["nodes"].size(), nodes.c_str());
+    for (const auto& n : j["cluster"]["nodes"]) {
+      if (!n.contains("up")) continue;
+      if (n["up"].get<bool>())
+        std::printf("  %-10s %-22s up    sent %10s  received %10s\n", n["id"].get<std::string>().c_str(),
+                    n["addr"].get<std::string>().c_str(), human_bytes(n["bytes_sent"].get<uint64_t>()).c_str(),
+                    human_bytes(n["bytes_received"].get<uint64_t>()).c_str());
+      else
+        std::printf("  %-10s %-22s DOWN  %s\n", n["id"].get<std::string>().c_str(), n["addr"].get<std::string>().c_str(),
+                    n.value("error", "").c_str());
+    }
   }
   return 0;
 }
@@ -87,12 +97,28 @@ int cmd_ls(const Globals& g, const std::string& path) {
   return 0;
 }
 
-int cmd_import(const Globals& g, const std::string& dir, const std::string& job, const std::string& step) {
+// --nodes n0,n1: the node ids to place the job's ranks on, in order.
+void add_nodes(json& req, const std::string& nodes) {
+  if (nodes.empty()) return;
+  json list = json::array();
+  size_t at = 0;
+  while (at <= nodes.size()) {
+    const size_t comma = std::min(nodes.find(',', at), nodes.size());
+    list.push_back(nodes.substr(at, comma - at));
+    at = comma + 1;
+  }
+  req["nodes"] = std::move(list);
+}
+
+int cmd_import(const Globals& g, const std::string& dir, const std::string& job, const std::string& step,
+               const std::string& nodes) {
   std::error_code ec;
   const auto abs = std::filesystem::absolute(dir, ec);
   if (ec) return fail(ptc::invalid(dir + ": " + ec.message()));
   ptcfs::cli::ProgressLine line("importing " + job + "/" + step);
-  auto r = call(g, {{"op", "import"}, {"dir", abs.lexically_normal().string()}, {"job", job}, {"step", step}},
+  json req = {{"op", "import"}, {"dir", abs.lexically_normal().string()}, {"job", job}, {"step", step}};
+  add_nodes(req, nodes);
+  auto r = call(g, req,
                 [&](const json& p) {
                   if (!g.json) line.update(p.value("done", uint64_t{0}), p.value("total", uint64_t{0}));
                 });
@@ -107,9 +133,11 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
 }
 
 int cmd_repartition(const Globals& g, const std::string& job, const std::string& step, const std::string& to,
-                    bool dry_run) {
+                    bool dry_run, const std::string& nodes) {
   ptcfs::cli::ProgressLine line("repartition " + job + "/" + step);
-  auto r = call(g, {{"op", "repartition"}, {"job", job}, {"step", step}, {"to", to}, {"dry_run", dry_run}},
+  json req = {{"op", "repartition"}, {"job", job}, {"step", step}, {"to", to}, {"dry_run", dry_run}};
+  add_nodes(req, nodes);
+  auto r = call(g, req,
                 [&](const json& p) {
                   if (g.json || p.value("phase", "") != "compact") return;
                   line.update(p.value("done", uint64_t{0}), p.value("total", uint64_t{0}));
@@ -134,6 +162,16 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
               j["copies"].get<size_t>(), j["extents"].get<size_t>(), human_bytes(j["bytes_remapped"].get<uint64_t>()).c_str(),
               human_bytes(j["bytes_compacted"].get<uint64_t>()).c_str(), j["compacted_slices"].get<size_t>(),
               human_bytes(j["bytes_fill"].get<uint64_t>()).c_str());
+  if (j.contains("nodes")) {
+    std::printf("  %s moved between nodes (the minimum: %s)\n", human_bytes(j["bytes_moved"].get<uint64_t>()).c_str(),
+                human_bytes(j["bytes_min"].get<uint64_t>()).c_str());
+    for (const auto& n : j["nodes"])
+      std::printf("    %-10s received %s\n", n["node"].get<std::string>().c_str(),
+                  human_bytes(n["bytes_received"].get<uint64_t>()).c_str());
+  } else if (j["bytes_min"].get<uint64_t>() > 0) {
+    std::printf("  %s to move between nodes (the minimum: %s)\n", human_bytes(j["bytes_moved"].get<uint64_t>()).c_str(),
+                human_bytes(j["bytes_min"].get<uint64_t>()).c_str());
+  }
   if (!dry_run) std::printf("  version %llu in %.3f s\n", j["version"].get<unsigned long long>(), j["seconds"].get<double>());
   return 0;
 }
@@ -152,11 +190,14 @@ int main(int argc, char** argv) {
   app.add_option("--secret-file", g.secret_file, "The cluster secret, when the daemon requires it (default: $PTCFS_SECRET_FILE)");
   app.set_version_flag("--version", PTCFS_VERSION);
 
-  std::string dir, job, step, path;
+  std::string dir, job, step, path, nodes;
   auto* imp = app.add_subcommand("import", "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors)");
   imp->add_option("DIR", dir, "Checkpoint directory, readable by the daemon")->required();
   imp->add_option("--job", job, "Job name")->required();
   imp->add_option("--step", step, "Step name (e.g. the iteration)")->required();
+  imp->add_option("--nodes", nodes,
+                  "In a cluster: the node ids to place the ranks on, in order (default: every node). Each node reads "
+                  "DIR on its own filesystem; '{node}' in DIR stands for its id");
   imp->add_flag("--json", g.json, "Print the result as JSON");
 
   auto* ls = app.add_subcommand("ls", "List jobs, the steps of a job, or the shards of a step");
@@ -170,6 +211,9 @@ int main(int argc, char** argv) {
   rep->add_option("--step", step, "Step name")->required();
   rep->add_option("--to", to, "New configuration, e.g. tp=2,pp=4,dp=1")->required();
   rep->add_flag("--dry-run", dry_run, "Print the plan summary without changing anything");
+  rep->add_option("--nodes", nodes,
+                  "In a cluster: the node ids to place the new ranks on, in order (default: every node); leave out "
+                  "a node to shrink, add one to grow");
   rep->add_flag("--json", g.json, "Print the result as JSON");
 
   auto* status = app.add_subcommand("status", "Show the daemon's state");
@@ -187,9 +231,9 @@ int main(int argc, char** argv) {
     app.exit(e);
     return 2;
   }
-  if (imp->parsed()) return cmd_import(g, dir, job, step);
+  if (imp->parsed()) return cmd_import(g, dir, job, step, nodes);
   if (ls->parsed()) return cmd_ls(g, path);
   if (status->parsed()) return cmd_status(g);
-  if (rep->parsed()) return cmd_repartition(g, job, step, to, dry_run);
+  if (rep->parsed()) return cmd_repartition(g, job, step, to, dry_run, nodes);
   return 2;
 }

@@ -69,14 +69,34 @@ json step_summary(const StepVersion& v) {
 
 }  // namespace
 
-ptc::Result<json> ControlService::handle(const json& req, const transport::ProgressSink& progress) {
+ptc::Result<transport::Reply> ControlService::handle(const json& req, const transport::ProgressSink& progress) {
   const std::string op = req.value("op", "");
-  if (op == "status") return status();
-  if (op == "ls") return ls(req);
-  if (op == "import") return import(req, progress);
-  if (op == "repartition") return repartition(req, progress);
-  return ptc::invalid("unknown operation '" + op + "'");
+  if (op.rfind("peer.", 0) == 0) {
+    if (!cluster_) return ptc::invalid("'" + op + "' is a peer operation and this daemon is in no cluster");
+    return cluster_->handle_peer(req);
+  }
+  ptc::Result<json> r = ptc::invalid("unknown operation '" + op + "'");
+  if (op == "status") r = status();
+  else if (op == "ls") r = ls(req);
+  else if (op == "import") r = import(req, progress);
+  else if (op == "repartition") r = repartition(req, progress);
+  if (!r) return r.status();
+  return transport::Reply(std::move(r).value());
 }
+
+namespace {
+// The optional "nodes" member of a request: node ids to place the job on.
+ptc::Result<std::vector<std::string>> nodes_of(const json& req) {
+  std::vector<std::string> out;
+  if (!req.contains("nodes")) return out;
+  if (!req["nodes"].is_array()) return ptc::invalid("request field 'nodes' must be a list of node ids");
+  for (const auto& n : req["nodes"]) {
+    if (!n.is_string()) return ptc::invalid("request field 'nodes' must be a list of node ids");
+    out.push_back(n.get<std::string>());
+  }
+  return out;
+}
+}  // namespace
 
 ptc::Result<json> ControlService::status() const {
   auto snap = store_.snapshot();
@@ -99,7 +119,17 @@ ptc::Result<json> ControlService::status() const {
     json nodes = json::array();
     for (const auto& n : info_.cluster->nodes) nodes.push_back({{"id", n.id}, {"addr", n.addr}, {"gpus", n.gpus}});
     out["node"] = info_.node;
-    out["cluster"] = {{"nodes", std::move(nodes)}};
+    out["cluster"] = {{"nodes", cluster_ ? cluster_->nodes_status() : std::move(nodes)}};
+    if (cluster_) {
+      for (const auto& n : out["cluster"]["nodes"])
+        if (n["id"] == info_.node && n.contains("bytes_sent")) {
+          out["bytes_sent"] = n["bytes_sent"];
+          out["bytes_received"] = n["bytes_received"];
+        }
+    }
+  } else {
+    out["bytes_sent"] = 0;
+    out["bytes_received"] = 0;
   }
   return out;
 }
@@ -128,11 +158,20 @@ ptc::Result<json> ControlService::ls(const json& req) const {
 }
 
 ptc::Result<json> ControlService::import(const json& req, const transport::ProgressSink& progress) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "dir", "job", "step"}, "import request"));
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "dir", "job", "step", "nodes"}, "import request"));
   PTC_ASSIGN_OR_RETURN(std::string dir, required_string(req, "dir"));
   PTC_ASSIGN_OR_RETURN(std::string job, required_string(req, "job"));
   PTC_ASSIGN_OR_RETURN(std::string step, required_string(req, "step"));
+  PTC_ASSIGN_OR_RETURN(auto nodes, nodes_of(req));
   if (dir.empty() || dir[0] != '/') return ptc::invalid("import directory must be an absolute path, got '" + dir + "'");
+  if (cluster_) {
+    PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
+    PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
+    auto r = cluster_->import(dir, job, step, nodes, progress);
+    if (!r) ptc::log::warn("import of {} as {}/{} refused: {}", dir, job, step, r.status().to_string());
+    return r;
+  }
+  if (!nodes.empty()) return ptc::invalid("--nodes needs a daemon in a cluster");
   ThrottledProgress report(progress);
   auto r = import_checkpoint(store_, dir, job, step, [&](uint64_t done, uint64_t total) { report("copy", done, total); });
   if (!r) {
@@ -144,7 +183,8 @@ ptc::Result<json> ControlService::import(const json& req, const transport::Progr
 }
 
 ptc::Result<json> ControlService::repartition(const json& req, const transport::ProgressSink& progress) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "to", "dry_run"}, "repartition request"));
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "to", "dry_run", "nodes"}, "repartition request"));
+  PTC_ASSIGN_OR_RETURN(auto nodes, nodes_of(req));
   RepartitionRequest r;
   PTC_ASSIGN_OR_RETURN(r.job, required_string(req, "job"));
   PTC_ASSIGN_OR_RETURN(r.step, required_string(req, "step"));
@@ -152,7 +192,8 @@ ptc::Result<json> ControlService::repartition(const json& req, const transport::
   PTC_ASSIGN_OR_RETURN(r.to, ptc::parse_parallelism(to));
   r.dry_run = req.value("dry_run", false);
   ThrottledProgress report(progress);
-  auto res = ptcfs::repartition(store_, r, policy_, std::ref(report));
+  if (!cluster_ && !nodes.empty()) return ptc::invalid("--nodes needs a daemon in a cluster");
+  auto res = cluster_ ? cluster_->repartition(r, nodes, progress) : ptcfs::repartition(store_, r, policy_, std::ref(report));
   if (!res) {
     ptc::log::warn("repartition of {}/{} to {} refused: {}", r.job, r.step, to, res.status().to_string());
     return res.status();

@@ -9,6 +9,7 @@
 
 #include <optional>
 
+#include "daemon/cluster_node.h"
 #include "daemon/compactor.h"
 #include "ptc/cluster.h"
 #include "daemon/store.h"
@@ -27,8 +28,11 @@ class ControlService {
   ControlService(Store& store, DaemonInfo info) : store_(store), info_(std::move(info)) {}
   void set_listen(std::string addr) { info_.listen = std::move(addr); }
   void set_compaction(CompactionPolicy p) { policy_ = p; }
+  // In a cluster: imports and repartitions go through the node's coordinator, and peer ops
+  // ("peer.*") are served.
+  void set_cluster(ClusterNode* node) { cluster_ = node; }
 
-  ptc::Result<nlohmann::json> handle(const nlohmann::json& request, const transport::ProgressSink& progress);
+  ptc::Result<transport::Reply> handle(const nlohmann::json& request, const transport::ProgressSink& progress);
 
  private:
   ptc::Result<nlohmann::json> status() const;
@@ -39,6 +43,7 @@ class ControlService {
   Store& store_;
   DaemonInfo info_;
   CompactionPolicy policy_;
+  ClusterNode* cluster_ = nullptr;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

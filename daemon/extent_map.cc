@@ -63,16 +63,20 @@ struct RowPart {
 std::vector<std::vector<StoredSlice>> map_extents(
     const ptc::Layout& from, const ptc::Layout& to, const ptc::Plan& plan,
     const std::function<const StoredSlice&(uint32_t shard, uint32_t slice)>& source) {
+  return map_extents(from, to, plan, [&](const ptc::Copy& c) {
+    return CopySource{&source(c.src_shard, c.src_slice), 0};
+  });
+}
+
+std::vector<std::vector<StoredSlice>> map_extents(const ptc::Layout& from, const ptc::Layout& to,
+                                                  const ptc::Plan& plan,
+                                                  const std::function<CopySource(const ptc::Copy&)>& source) {
   // Row geometry of a slice: rows = product of the dimensions before the slab dimension k,
   // inner = bytes of one index along k within a row.
   auto geometry = [](const ptc::TensorSpec& t, const ptc::Shape& local, uint64_t& rows, uint64_t& inner) {
-    const int k = ptc::slab_dim(t);
-    rows = 1;
-    inner = ptc::dtype_size(t.dtype);
-    for (int d = 0; d < static_cast<int>(local.size()); ++d) {
-      if (d < k) rows *= static_cast<uint64_t>(local[d]);
-      if (d > k) inner *= static_cast<uint64_t>(local[d]);
-    }
+    const ptc::SlabGeometry g = ptc::slab_geometry(t, local);
+    rows = g.rows;
+    inner = g.inner;
   };
   std::vector<std::vector<std::vector<RowPart>>> rparts(to.shards().size());
   for (size_t s = 0; s < to.shards().size(); ++s) rparts[s].resize(to.slices(to.shards()[s]).size());
@@ -80,10 +84,10 @@ std::vector<std::vector<StoredSlice>> map_extents(
     const auto& ds = to.slices(to.shards()[c.dst_shard])[c.dst_slice];
     uint64_t rows, inner;
     geometry(to.ptc().tensors[c.tensor], ds.local_shape, rows, inner);
+    const CopySource src = source(c);
     rparts[c.dst_shard][c.dst_slice].push_back(RowPart{static_cast<uint64_t>(c.dst_lo) * inner,
-                                                       static_cast<uint64_t>(c.len) * inner,
-                                                       &source(c.src_shard, c.src_slice),
-                                                       static_cast<uint64_t>(c.src_lo) * inner});
+                                                       static_cast<uint64_t>(c.len) * inner, src.slice,
+                                                       static_cast<uint64_t>(c.src_lo - src.lo) * inner});
   }
   for (const ptc::Fill& f : plan.fills) {
     const auto& ds = to.slices(to.shards()[f.dst_shard])[f.dst_slice];
@@ -147,8 +151,19 @@ std::vector<std::vector<StoredSlice>> map_extents(
         std::vector<Part> flat;
         for (const ptc::Copy& c : plan.copies) {
           if (c.dst_shard != s || c.dst_slice != j) continue;
-          const StoredSlice* src = &source(c.src_shard, c.src_slice);
-          ptc::for_each_copy_run(from, to, c, [&](const ptc::Run& r) { flat.push_back(Part{r.dst, r.len, src, r.src}); });
+          const CopySource src = source(c);
+          // Runs are in the source slice's bytes; a slab starting at lo != 0 is narrower
+          // than its slice (and then no run spans two rows).
+          const auto& ss = from.slices(from.shards()[c.src_shard])[c.src_slice];
+          const ptc::SlabGeometry g = ptc::slab_geometry(from.tensor(ss), ss.local_shape);
+          const int64_t slice_row = g.extent * static_cast<int64_t>(g.inner);
+          const int64_t slab_row = g.rows ? static_cast<int64_t>(slice_bytes(*src.slice) / g.rows) : 0;
+          ptc::for_each_copy_run(from, to, c, [&](const ptc::Run& r) {
+            const int64_t at = src.lo == 0 ? r.src
+                                           : (r.src / slice_row) * slab_row + r.src % slice_row -
+                                                 src.lo * static_cast<int64_t>(g.inner);
+            flat.push_back(Part{r.dst, r.len, src.slice, at});
+          });
         }
         for (const ptc::Fill& f : plan.fills) {
           if (f.dst_shard != s || f.dst_slice != j) continue;

@@ -44,6 +44,7 @@ ptc::Status find_padding(const ptc::Layout& layout, std::vector<RankFile>& files
   for (auto& rf : files) rf.padding.resize(rf.header.entries.size());
   for (const ptc::Fill& f : self.fills) {
     RankFile& rf = files[f.dst_shard];
+    if (rf.path.empty()) continue;  // not held here
     auto& ranges = rf.padding[rf.entry_of_slice[f.dst_slice]];
     ptc::for_each_fill_run(layout, f, [&](const ptc::Run& r) {
       ranges.emplace_back(static_cast<uint64_t>(r.dst), static_cast<uint64_t>(r.len));
@@ -104,8 +105,10 @@ Result<RankFile> check_rank_file(const ptc::Layout& layout, const ptc::ShardId& 
   return rf;
 }
 
-// Lists the rank files of dir and checks that they are exactly the layout's shards.
-Result<std::vector<std::string>> rank_file_paths(const std::string& dir, const ptc::Layout& layout) {
+// Lists the rank files of dir and checks that they are the layout's shards: all of them, or
+// (in a cluster) at least those this node holds. Paths are empty for shards not held.
+Result<std::vector<std::string>> rank_file_paths(const std::string& dir, const ptc::Layout& layout,
+                                                 const StepPlacement& placement) {
   PTC_ASSIGN_OR_RETURN(auto names, list_dir(dir));
   std::set<std::string> expected;
   for (const auto& s : layout.shards()) expected.insert(s.name() + ".safetensors");
@@ -120,11 +123,17 @@ Result<std::vector<std::string>> rank_file_paths(const std::string& dir, const p
     return ptc::invalid(dir + "/" + n + ": unexpected file (rank files are named tp{t}-pp{p}.safetensors)");
   }
   std::vector<std::string> paths;
-  for (const auto& s : layout.shards()) {
+  for (size_t i = 0; i < layout.shards().size(); ++i) {
+    const auto& s = layout.shards()[i];
     const std::string n = s.name() + ".safetensors";
+    if (!placement.holds(i)) {
+      paths.emplace_back();
+      continue;
+    }
     if (std::find(names.begin(), names.end(), n) == names.end())
       return ptc::invalid(dir + "/" + n + ": missing rank file for shard " + s.name() + " of " +
-                          layout.parallelism().to_string());
+                          layout.parallelism().to_string() +
+                          (placement.nodes.empty() ? "" : " (placed on this node)"));
     paths.push_back(dir + "/" + n);
   }
   return paths;
@@ -175,6 +184,22 @@ Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, const RankFile
 
 Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, const std::string& job,
                                         const std::string& step, const ProgressFn& progress) {
+  ImportSummary sum;
+  PTC_ASSIGN_OR_RETURN(
+      PreparedChange change,
+      prepare_import(store, dir, job, step, [](const ptc::Layout&) -> Result<StepPlacement> { return StepPlacement{}; },
+                     sum, progress));
+  const auto t0 = std::chrono::steady_clock::now();
+  PTC_RETURN_IF_ERROR(commit_change(store, change));
+  sum.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ptc::log::info("imported {}/{} from {}: {} shards, {} tensors, {} bytes in {:.2f} s", job, step, dir, sum.shards,
+                 sum.tensors, sum.bytes, sum.seconds);
+  return sum;
+}
+
+Result<PreparedChange> prepare_import(Store& store, const std::string& dir, const std::string& job,
+                                      const std::string& step, const PlaceFn& place, ImportSummary& sum,
+                                      const ProgressFn& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
   PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
@@ -184,22 +209,33 @@ Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, co
   auto layout_r = ptc::Layout::make(ptc, ptc.parallelism);
   if (!layout_r) return layout_r.status().with_context(ptc_path);
   ptc::Layout layout = std::move(layout_r).value();
+  PTC_ASSIGN_OR_RETURN(StepPlacement placement, place(layout));
 
-  PTC_ASSIGN_OR_RETURN(auto paths, rank_file_paths(dir, layout));
+  PTC_ASSIGN_OR_RETURN(auto paths, rank_file_paths(dir, layout, placement));
   std::vector<RankFile> files;
+  std::vector<size_t> held;  // indices into files of the shards copied here
   uint64_t total = 0;
   for (size_t i = 0; i < paths.size(); ++i) {
+    if (paths[i].empty()) {
+      files.push_back(RankFile{layout.shards()[i], {}, {}, {}, {}});
+      continue;
+    }
     PTC_ASSIGN_OR_RETURN(RankFile rf, check_rank_file(layout, layout.shards()[i], paths[i]));
     for (const auto& e : rf.header.entries) total += e.end - e.begin;
     files.push_back(std::move(rf));
+    held.push_back(i);
   }
 
   PTC_RETURN_IF_ERROR(find_padding(layout, files));
   PTC_RETURN_IF_ERROR(store.reserve_name(job, step));
+  // Until the change is handed out, an error releases the name.
   struct Release {
     Store& s;
     const std::string &j, &st;
-    ~Release() { s.release_name(j, st); }
+    bool armed = true;
+    ~Release() {
+      if (armed) s.release_name(j, st);
+    }
   } release{store, job, step};
 
   // Copy the rank files in parallel, one blob each.
@@ -214,12 +250,13 @@ Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, co
   std::vector<BlobWriter> finished;
   Status first_error;
   std::atomic<size_t> next{0};
-  const size_t nthreads = std::max<size_t>(1, std::min<size_t>(files.size(), std::thread::hardware_concurrency()));
+  const size_t nthreads = std::max<size_t>(1, std::min<size_t>(held.size(), std::thread::hardware_concurrency()));
   std::vector<std::thread> workers;
   for (size_t w = 0; w < nthreads; ++w) {
     workers.emplace_back([&] {
       std::vector<BlobWriter> mine;
-      for (size_t i; (i = next.fetch_add(1)) < files.size();) {
+      for (size_t k; (k = next.fetch_add(1)) < held.size();) {
+        const size_t i = held[k];
         {
           std::lock_guard lock(mu);
           if (!first_error.is_ok()) break;
@@ -237,36 +274,25 @@ Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, co
     });
   }
   for (auto& t : workers) t.join();
-  auto discard = [&] {
-    for (const auto& b : finished) {
-      (void)store.blobs().remove(b.id());
-      store.blobs().settle(b.id());
-    }
-  };
+  PreparedChange change;
+  for (const auto& b : finished) change.blobs.push_back(b.id());
   if (!first_error.is_ok()) {
-    discard();
+    for (uint64_t id : change.blobs) {
+      (void)store.blobs().remove(id);
+      store.blobs().settle(id);
+    }
     return first_error;
   }
-  if (auto s = sync_dir(store.blobs().dir()); !s) {
-    discard();
-    return s;
-  }
-  auto version = std::make_shared<StepVersion>(job, step, 1, static_cast<int64_t>(::time(nullptr)), std::move(layout), std::move(stored), &store.blobs());
-  if (auto s = store.commit(version); !s) {
-    discard();
-    return s;
-  }
-  for (const auto& b : finished) store.blobs().settle(b.id());  // the commit settled those it uses
-  ImportSummary sum;
   sum.job = job;
   sum.step = step;
-  sum.shards = files.size();
-  sum.tensors = version->layout().ptc().tensors.size();
+  sum.shards = held.size();
+  sum.tensors = layout.ptc().tensors.size();
   sum.bytes = total;
+  change.next = std::make_shared<StepVersion>(job, step, 1, static_cast<int64_t>(::time(nullptr)), std::move(layout),
+                                              std::move(stored), &store.blobs(), std::move(placement), store.remote());
+  release.armed = false;
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ptc::log::info("imported {}/{} from {}: {} shards, {} tensors, {} bytes in {:.2f} s", job, step, dir, sum.shards,
-                 sum.tensors, sum.bytes, sum.seconds);
-  return sum;
+  return change;
 }
 
 }  // namespace ptcfs

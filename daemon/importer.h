@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "daemon/prepared.h"
 #include "daemon/store.h"
 
 namespace ptcfs {
@@ -26,5 +27,16 @@ using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
 ptc::Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, const std::string& job,
                                              const std::string& step, const ProgressFn& progress = {});
+
+// Where the shards of a layout go: which this node holds. Called once ptc.json is read.
+using PlaceFn = std::function<ptc::Result<StepPlacement>(const ptc::Layout&)>;
+
+// The first phase of an import on a cluster node: validates ptc.json and the rank files of
+// the shards `place` gives this node (other shards' files may be absent; present ones
+// are not read), copies them into pending blobs and reserves the name. Commit or abort
+// the change (daemon/prepared.h); nothing is visible before.
+ptc::Result<PreparedChange> prepare_import(Store& store, const std::string& dir, const std::string& job,
+                                           const std::string& step, const PlaceFn& place, ImportSummary& summary,
+                                           const ProgressFn& progress = {});
 
 }  // namespace ptcfs

@@ -54,7 +54,10 @@ int run(const Options& o, bool listen_given) {
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  auto store = Store::open(o.data);
+  // In a cluster the node reads other nodes' shards for the mount and serves theirs.
+  std::unique_ptr<ClusterNode> cluster_node;
+  if (cfg.cluster) cluster_node = std::make_unique<ClusterNode>(*cfg.cluster, cfg.node, secret);
+  auto store = Store::open(o.data, cluster_node.get());
   if (!store) {
     ptc::log::error("opening data directory {}: {}", o.data, store.status().to_string());
     return 1;
@@ -88,6 +91,12 @@ int run(const Options& o, bool listen_given) {
   CompactionPolicy policy;
   policy.min_piece = o.compact_below;
   control.set_compaction(policy);
+  if (cluster_node) {
+    PrepareOptions prep;
+    prep.policy = policy;
+    cluster_node->attach(st, prep);
+    control.set_cluster(cluster_node.get());
+  }
   auto server = transport::RpcServer::start(
       cfg.listen, [&control](const nlohmann::json& req, const transport::ProgressSink& p) { return control.handle(req, p); },
       transport::ServerLimits{}, secret);
@@ -99,8 +108,8 @@ int run(const Options& o, bool listen_given) {
   ptc::log::info("ptcfsd {} serving {} at {}, control on {}{}", PTCFS_VERSION, o.data, o.mount, (*server)->address(),
                  secret.empty() ? "" : " (clients must prove the cluster secret)");
   if (cfg.cluster)
-    ptc::log::info("node {} of a {}-node cluster ({} GPUs); membership only: peer transfers are not available yet",
-                   info.node, cfg.cluster->nodes.size(), cfg.cluster->total_gpus());
+    ptc::log::info("node {} of a {}-node cluster ({} GPUs)", info.node, cfg.cluster->nodes.size(),
+                   cfg.cluster->total_gpus());
 
   std::atomic<bool> stopping{false};
   std::thread fuse_thread([&] {
@@ -149,8 +158,7 @@ int main(int argc, char** argv) {
                                 "Control address HOST:PORT (loopback only without a cluster secret)")
                     ->capture_default_str();
   app.add_option("--cluster", o.cluster,
-                 "cluster.json: the nodes, their addresses and GPUs, the secret file (membership only in this "
-                 "version: peer transfers come later)");
+                 "cluster.json: the nodes, their addresses and GPUs, the secret file; the node joins that cluster");
   app.add_option("--node", o.node, "This node's id in cluster.json; the daemon listens on its addr");
   app.add_option("--secret-file", o.secret_file,
                  "Cluster secret: every client must prove it holds it; allows a non-loopback --listen");

@@ -17,7 +17,9 @@ json par_json(const ptc::Parallelism& p) { return {{"tp", p.tp}, {"pp", p.pp}, {
 }  // namespace
 
 json RepartitionResult::to_json() const {
-  return {{"job", job},
+  json nodes = json::array();
+  for (const auto& n : per_node) nodes.push_back({{"node", n.node}, {"bytes_received", n.received}, {"bytes_min", n.min}});
+  json out = {{"job", job},
           {"step", step},
           {"from", par_json(from)},
           {"to", par_json(to)},
@@ -37,6 +39,8 @@ json RepartitionResult::to_json() const {
           {"bytes_moved", bytes_moved},
           {"bytes_min", bytes_min},
           {"seconds", seconds}};
+  if (!per_node.empty()) out["nodes"] = std::move(nodes);
+  return out;
 }
 
 ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& req,
@@ -55,6 +59,8 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
                                      : "no job '" + req.job + "'");
   }
   std::shared_ptr<const StepVersion> old = it->second;
+  if (!old->placement().nodes.empty())
+    return ptc::error(ptc::Code::kFailedPrecondition, name + " is placed on a cluster: repartition it through a cluster daemon");
   const ptc::Layout& from = old->layout();
 
   RepartitionResult res;
@@ -125,7 +131,7 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
   report("commit", 0, 1);
   auto next = std::make_shared<StepVersion>(req.job, req.step, old->version() + 1,
                                             static_cast<int64_t>(::time(nullptr)), std::move(to), std::move(stored),
-                                            &store.blobs());
+                                            &store.blobs(), old->placement(), store.remote());
   if (auto s = store.commit(next, old); !s) {
     discard();
     return s;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,11 @@ struct RepartitionResult {
   uint64_t bytes_fill = 0;       // padding (zeros; remapped + compacted + fill == total)
   uint64_t bytes_moved = 0;      // received from peers (0 on one node)
   uint64_t bytes_min = 0;        // the least any plan must receive from peers
+  struct NodeBytes {
+    std::string node;
+    uint64_t received = 0, min = 0;
+  };
+  std::vector<NodeBytes> per_node;  // in a cluster: what each node received, and its minimum
   double seconds = 0;
   nlohmann::json to_json() const;
 };

@@ -46,14 +46,17 @@ void for_each_piece(const StoredSlice& s, uint64_t off, uint64_t len,
 }
 
 StepVersion::StepVersion(std::string job, std::string step, uint64_t version, int64_t created, ptc::Layout layout,
-                         std::vector<std::vector<StoredSlice>> stored, BlobStore* blobs)
+                         std::vector<std::vector<StoredSlice>> stored, BlobStore* blobs, StepPlacement placement,
+                         const RemoteSlices* remote)
     : job_(std::move(job)),
       step_(std::move(step)),
       version_(version),
       created_(created),
       layout_(std::move(layout)),
       stored_(std::move(stored)),
-      blobs_(blobs) {}
+      blobs_(blobs),
+      placement_(std::move(placement)),
+      remote_(remote) {}
 
 size_t StepVersion::shard_index(const ptc::ShardId& s) const {
   return static_cast<size_t>(s.p) * layout_.parallelism().tp + s.t;
@@ -65,6 +68,10 @@ const StoredSlice& StepVersion::stored(const ptc::ShardId& shard, size_t slice) 
 
 ptc::Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
                                     fs::ReadBuffer& out) const {
+  if (!holds(shard)) {
+    if (!remote_) return ptc::error(ptc::Code::kUnavailable, "shard " + shard.name() + " is not held on this node");
+    return remote_->read(*this, shard, slice, off, len, out);
+  }
   const StoredSlice& ss = stored(shard, slice);
   if (off + len > slice_bytes(ss)) return ptc::internal("read past the end of a stored slice");
   std::shared_ptr<const BlobFile> file;  // the last blob opened, reused across pieces
@@ -125,6 +132,7 @@ std::string slices_key(const std::string& job, const std::string& step, uint64_t
 void StepVersion::to_records(WriteBatch& batch) const {
   const auto& shards = layout_.shards();
   for (size_t i = 0; i < shards.size(); ++i) {
+    if (!placement_.holds(i)) continue;
     json rec = json::object();
     const auto& slices = layout_.slices(shards[i]);
     for (size_t j = 0; j < slices.size(); ++j) {
@@ -144,16 +152,26 @@ void StepVersion::to_records(WriteBatch& batch) const {
   json step = {{"version", version_}, {"created", created_}};
   auto ptc_json = json::parse(ptc::ptc_to_json(layout_.ptc()));
   step["ptc"] = std::move(ptc_json);
+  if (!placement_.nodes.empty()) {
+    step["nodes"] = placement_.nodes;
+    json held = json::array();
+    for (size_t i = 0; i < shards.size(); ++i)
+      if (placement_.holds(i)) held.push_back(shards[i].name());
+    step["held"] = std::move(held);
+  }
   batch.put(step_key(job_, step_), step.dump());
 }
 
 void StepVersion::delete_slice_records(WriteBatch& batch) const {
-  for (const auto& shard : layout_.shards()) batch.del(slices_key(job_, step_, version_, shard.name()));
+  const auto& shards = layout_.shards();
+  for (size_t i = 0; i < shards.size(); ++i)
+    if (placement_.holds(i)) batch.del(slices_key(job_, step_, version_, shards[i].name()));
 }
 
 ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const std::string& job,
                                                             const std::string& step,
-                                                            std::string_view step_record, BlobStore* blobs) {
+                                                            std::string_view step_record, BlobStore* blobs,
+                                                            const RemoteSlices* remote) {
   const std::string where = "metadata of " + job + "/" + step;
   try {
   PTC_ASSIGN_OR_RETURN(json rec, ptc::parse_json(step_record, where));
@@ -163,8 +181,25 @@ ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const s
   PTC_ASSIGN_OR_RETURN(int64_t created, ptc::get_int(rec.value("created", json(0)), where + ": created"));
   PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::parse_ptc_json(rec["ptc"].dump(), where));
   PTC_ASSIGN_OR_RETURN(ptc::Layout layout, ptc::Layout::make(ptc, ptc.parallelism));
+  StepPlacement placement;
+  if (rec.contains("nodes")) {
+    for (const auto& n : rec.at("nodes")) placement.nodes.push_back(n.get<std::string>());
+    placement.held.assign(layout.shards().size(), false);
+    for (const auto& h : rec.at("held")) {
+      const auto id = ptc::parse_shard_name(h.get<std::string>());
+      const auto& sh = layout.shards();
+      const auto it = id ? std::find(sh.begin(), sh.end(), *id) : sh.end();
+      if (it == sh.end()) return ptc::corrupt(where + ": holds unknown shard " + h.dump());
+      placement.held[static_cast<size_t>(it - sh.begin())] = true;
+    }
+  }
   std::vector<std::vector<StoredSlice>> stored;
-  for (const auto& shard : layout.shards()) {
+  for (size_t si = 0; si < layout.shards().size(); ++si) {
+    const auto& shard = layout.shards()[si];
+    if (!placement.holds(si)) {
+      stored.emplace_back();
+      continue;
+    }
     const std::string key = slices_key(job, step, static_cast<uint64_t>(version), shard.name());
     PTC_ASSIGN_OR_RETURN(auto value, kv.get(key));
     if (!value) return ptc::corrupt(where + ": missing record " + key);
@@ -191,7 +226,7 @@ ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const s
     stored.push_back(std::move(ss));
   }
   return std::make_shared<StepVersion>(job, step, static_cast<uint64_t>(version), created, std::move(layout),
-                                       std::move(stored), blobs);
+                                       std::move(stored), blobs, std::move(placement), remote);
   } catch (const json::exception& e) {
     return ptc::corrupt(where + ": malformed slice record: " + e.what());
   }

@@ -2,7 +2,9 @@
 // the extents of blobs that hold its bytes, plus a checksum of those bytes.
 //
 // Metadata records (values are JSON):
-//   step/<job>/<step>                      {"version": v, "created": unix seconds, "ptc": <ptc.json object>}
+//   step/<job>/<step>                      {"version": v, "created": unix seconds, "ptc": <ptc.json object>,
+//                                           in a cluster also "nodes": [node ids in rank order],
+//                                           "held": [names of the shards this node holds]}
 //   slices/<job>/<step>/<v as 20 digits>/<shard>  {"<tensor>": {"x": [[blob, offset, len], ...], "h": xxh3}}
 // The step record names the current version; writing it is the commit. Blob id 0 is the
 // zero blob: an extent of it reads as zeros (padding) and has no file. "h" is present when
@@ -51,10 +53,32 @@ uint64_t slice_bytes(const StoredSlice& s);
 void for_each_piece(const StoredSlice& s, uint64_t off, uint64_t len,
                     const std::function<void(uint64_t blob, uint64_t blob_off, uint64_t n)>& fn);
 
+// Where a version's shards live in a cluster: the nodes its ranks are placed on (ids, in
+// rank order: DESIGN.md "Placement") and which of its shards this node holds. No nodes: a
+// single node that holds every shard.
+struct StepPlacement {
+  std::vector<std::string> nodes;
+  std::vector<bool> held;  // per shard of the layout; empty: all
+  bool holds(size_t shard) const { return held.empty() || held[shard]; }
+};
+
+class StepVersion;
+
+// Reads slices this node does not hold from a peer that does (daemon/cluster_node.h).
+class RemoteSlices {
+ public:
+  virtual ~RemoteSlices() = default;
+  // Appends bytes [off, off + len) of slice `slice` of `shard` of version v to out.
+  virtual ptc::Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off,
+                           uint64_t len, fs::ReadBuffer& out) const = 0;
+};
+
 class StepVersion final : public fs::StepContent {
  public:
+  // `stored` has an empty list for every shard this node does not hold.
   StepVersion(std::string job, std::string step, uint64_t version, int64_t created, ptc::Layout layout,
-              std::vector<std::vector<StoredSlice>> stored, BlobStore* blobs);
+              std::vector<std::vector<StoredSlice>> stored, BlobStore* blobs, StepPlacement placement = {},
+              const RemoteSlices* remote = nullptr);
 
   const std::string& job() const { return job_; }
   const std::string& step() const { return step_; }
@@ -64,8 +88,13 @@ class StepVersion final : public fs::StepContent {
   ptc::Status read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
                          fs::ReadBuffer& out) const override;
 
+  // The stored slice of a shard this node holds.
   const StoredSlice& stored(const ptc::ShardId& shard, size_t slice) const;
-  uint64_t total_bytes() const;  // of all stored slices
+  const std::vector<std::vector<StoredSlice>>& all_stored() const { return stored_; }
+  const StepPlacement& placement() const { return placement_; }
+  bool holds(const ptc::ShardId& shard) const { return placement_.holds(shard_index(shard)); }
+  size_t shard_index(const ptc::ShardId& s) const;
+  uint64_t total_bytes() const;  // of all stored slices (held here)
   std::vector<uint64_t> blobs_used() const;
 
   // Adds this version's records to a batch.
@@ -75,19 +104,21 @@ class StepVersion final : public fs::StepContent {
   // Loads the current version of a step from its step record value.
   static ptc::Result<std::shared_ptr<StepVersion>> load(KvStore& kv, const std::string& job,
                                                         const std::string& step,
-                                                        std::string_view step_record, BlobStore* blobs);
+                                                        std::string_view step_record, BlobStore* blobs,
+                                                        const RemoteSlices* remote = nullptr);
 
   static std::string step_key(const std::string& job, const std::string& step);
   static constexpr std::string_view kStepPrefix = "step/";
 
  private:
-  size_t shard_index(const ptc::ShardId& s) const;
   std::string job_, step_;
   uint64_t version_;
   int64_t created_;  // seconds since the epoch
   ptc::Layout layout_;
   std::vector<std::vector<StoredSlice>> stored_;  // like layout_.shards(), then slices
   BlobStore* blobs_;
+  StepPlacement placement_;
+  const RemoteSlices* remote_;
 };
 
 }  // namespace ptcfs

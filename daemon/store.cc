@@ -10,13 +10,13 @@
 
 namespace ptcfs {
 
-ptc::Result<std::unique_ptr<Store>> Store::open(const std::string& data_dir) {
+ptc::Result<std::unique_ptr<Store>> Store::open(const std::string& data_dir, const RemoteSlices* remote) {
   std::error_code ec;
   std::filesystem::create_directories(data_dir, ec);
   if (ec) return ptc::error(ptc::Code::kIo, "creating data directory " + data_dir + ": " + ec.message());
   PTC_ASSIGN_OR_RETURN(auto kv, open_rocksdb(data_dir + "/meta"));
   PTC_ASSIGN_OR_RETURN(auto blobs, BlobStore::open(data_dir + "/blobs"));
-  std::unique_ptr<Store> s(new Store(data_dir, std::move(kv), std::move(blobs)));
+  std::unique_ptr<Store> s(new Store(data_dir, std::move(kv), std::move(blobs), remote));
   PTC_RETURN_IF_ERROR(s->load());
   // Blobs left by an interrupted import or repartition belong to no version.
   PTC_RETURN_IF_ERROR(s->collect_garbage().status());
@@ -34,7 +34,7 @@ ptc::Status Store::load() {
     const size_t slash = name.find('/');
     if (slash == std::string::npos) return ptc::corrupt("metadata: malformed step key '" + name + "'");
     const std::string job = name.substr(0, slash), step = name.substr(slash + 1);
-    PTC_ASSIGN_OR_RETURN(auto v, StepVersion::load(*kv_, job, step, value, blobs_.get()));
+    PTC_ASSIGN_OR_RETURN(auto v, StepVersion::load(*kv_, job, step, value, blobs_.get(), remote_));
     snap->steps[{job, step}] = std::move(v);
   }
   std::lock_guard lock(mu_);
@@ -46,6 +46,16 @@ ptc::Status Store::load() {
 std::shared_ptr<const Snapshot> Store::snapshot() const {
   std::lock_guard lock(mu_);
   return snap_;
+}
+
+std::shared_ptr<const StepVersion> Store::find_version(const std::string& job, const std::string& step,
+                                                       uint64_t version) const {
+  std::lock_guard lock(mu_);
+  auto it = snap_->steps.find({job, step});
+  if (it != snap_->steps.end() && it->second->version() == version) return it->second;
+  for (const auto& w : retired_)
+    if (auto v = w.lock(); v && v->job() == job && v->step() == step && v->version() == version) return v;
+  return nullptr;
 }
 
 ptc::Status Store::reserve_name(const std::string& job, const std::string& step) {

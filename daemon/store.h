@@ -28,9 +28,16 @@ class Store {
  public:
   // Opens DATA (creating it), loads every step, and removes blobs no step refers to
   // (left by an interrupted import or repartition).
-  static ptc::Result<std::unique_ptr<Store>> open(const std::string& data_dir);
+  // `remote` (may be null; must outlive the store) reads the slices of shards held by
+  // other nodes; every version the store loads or is given refers to it.
+  static ptc::Result<std::unique_ptr<Store>> open(const std::string& data_dir, const RemoteSlices* remote = nullptr);
+  const RemoteSlices* remote() const { return remote_; }
 
   std::shared_ptr<const Snapshot> snapshot() const;
+  // Version `version` of a step: the current one, or a replaced one still held by a reader;
+  // nullptr when neither.
+  std::shared_ptr<const StepVersion> find_version(const std::string& job, const std::string& step,
+                                                  uint64_t version) const;
   BlobStore& blobs() { return *blobs_; }
   const std::string& data_dir() const { return data_dir_; }
 
@@ -57,13 +64,14 @@ class Store {
   void on_change(std::function<void()> fn);
 
  private:
-  Store(std::string data_dir, std::unique_ptr<KvStore> kv, std::unique_ptr<BlobStore> blobs)
-      : data_dir_(std::move(data_dir)), kv_(std::move(kv)), blobs_(std::move(blobs)) {}
+  Store(std::string data_dir, std::unique_ptr<KvStore> kv, std::unique_ptr<BlobStore> blobs, const RemoteSlices* remote)
+      : data_dir_(std::move(data_dir)), kv_(std::move(kv)), blobs_(std::move(blobs)), remote_(remote) {}
   ptc::Status load();
 
   std::string data_dir_;
   std::unique_ptr<KvStore> kv_;
   std::unique_ptr<BlobStore> blobs_;
+  const RemoteSlices* remote_;
   mutable std::mutex mu_;  // guards snap_, reserved_, listeners_; commits hold commit_mu_ first
   std::mutex commit_mu_;
   std::shared_ptr<const Snapshot> snap_ = std::make_shared<Snapshot>();

@@ -82,4 +82,24 @@ Result<std::vector<std::vector<int>>> shard_nodes(const Layout& layout, const Cl
   return out;
 }
 
+Result<std::vector<std::vector<int>>> shard_nodes_on(const Layout& layout, const ClusterConfig& cluster,
+                                                      const std::vector<std::string>& ids) {
+  ClusterConfig sub;
+  std::vector<int> global;
+  for (const auto& id : ids) {
+    const int i = cluster.find(id);
+    if (i < 0) return invalid("node '" + id + "' is not in the cluster");
+    if (std::find(global.begin(), global.end(), i) != global.end()) return invalid("node '" + id + "' is named twice");
+    global.push_back(i);
+    sub.nodes.push_back(cluster.nodes[static_cast<size_t>(i)]);
+  }
+  if (sub.nodes.empty()) return invalid("a job needs at least one node");
+  PTC_ASSIGN_OR_RETURN(auto local, shard_nodes(layout, sub));
+  for (auto& nodes : local) {
+    for (int& n : nodes) n = global[static_cast<size_t>(n)];
+    std::sort(nodes.begin(), nodes.end());
+  }
+  return local;
+}
+
 }  // namespace ptc

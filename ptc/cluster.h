@@ -40,4 +40,10 @@ Result<std::vector<int>> place_ranks(const Parallelism& par, const ClusterConfig
 // For each shard of `layout` (layout.shards() order), the nodes holding it, ascending.
 Result<std::vector<std::vector<int>>> shard_nodes(const Layout& layout, const ClusterConfig& cluster);
 
+// The same with the ranks placed on the nodes `ids` only, in that order (a job on part of
+// the cluster); node numbers are still indices into cluster.nodes. kInvalidArgument for an
+// unknown or repeated id, or too few GPUs.
+Result<std::vector<std::vector<int>>> shard_nodes_on(const Layout& layout, const ClusterConfig& cluster,
+                                                      const std::vector<std::string>& ids);
+
 }  // namespace ptc

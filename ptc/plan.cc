@@ -26,6 +26,19 @@ uint64_t slab_unit_bytes(const TensorSpec& t, const Shape& local_shape) {
   return n;
 }
 
+SlabGeometry slab_geometry(const TensorSpec& t, const Shape& local_shape) {
+  const int k = slab_dim(t);
+  SlabGeometry g;
+  g.inner = dtype_size(t.dtype);
+  for (int d = 0; d < static_cast<int>(local_shape.size()); ++d) {
+    const auto n = static_cast<uint64_t>(local_shape[static_cast<size_t>(d)]);
+    if (d < k) g.rows *= n;
+    else if (d > k) g.inner *= n;
+    else g.extent = local_shape[static_cast<size_t>(d)];
+  }
+  return g;
+}
+
 namespace {
 
 // A piece as an interval along the slab dimension.
@@ -105,7 +118,7 @@ Result<Plan> make_plan(const Layout& from, const Layout& to, const Holdings& h) 
       int64_t at = 0;
       auto fill_to = [&](int64_t end) {
         if (end > at) {
-          plan.fills.push_back(Fill{static_cast<uint32_t>(sl.tensor), d, j, at, end - at});
+          plan.fills.push_back(Fill{static_cast<uint32_t>(sl.tensor), d, j, at, end - at, dnode});
           plan.bytes_fill += static_cast<uint64_t>(end - at) * unit;
         }
       };
@@ -143,6 +156,7 @@ Result<Plan> make_plan(const Layout& from, const Layout& to, const Holdings& h) 
           c.src_slice = best->slice;
           c.dst_shard = d;
           c.dst_slice = j;
+          c.dst_node = dnode;
           c.src_node = best_node;
           c.src_lo = best->iv.llo + (x - best->iv.glo);
           c.dst_lo = piece.llo + (x - piece.glo);

@@ -38,12 +38,27 @@ struct Copy {
   uint32_t dst_shard = 0, dst_slice = 0;  // to.shards() index, index in to.slices(shard)
   int32_t src_node = 0;
   int64_t src_lo = 0, dst_lo = 0, len = 0;  // along the slab dimension
+  // Cluster plans (ptc/cluster_plan.h) only: the node that builds the destination, and the
+  // transfer whose received slab supplies the bytes (-1: a source on dst_node itself).
+  int32_t dst_node = 0;
+  int32_t transfer = -1;
 };
 
 struct Fill {
   uint32_t tensor = 0;
   uint32_t dst_shard = 0, dst_slice = 0;
   int64_t dst_lo = 0, len = 0;
+  int32_t dst_node = 0;  // cluster plans only
+};
+
+// Cluster plans only: a slab of a source slice sent once from src_node to dst_node, where
+// every copy that needs those elements reads it. `glo` is its start in the global tensor.
+struct Transfer {
+  uint32_t tensor = 0;
+  int32_t src_node = 0, dst_node = 0;
+  uint32_t src_shard = 0, src_slice = 0;
+  int64_t src_lo = 0, glo = 0, len = 0;  // along the slab dimension
+  uint64_t bytes = 0;
 };
 
 struct Plan {
@@ -53,12 +68,22 @@ struct Plan {
   uint64_t bytes_local = 0;   // copied from a source on the destination's node
   uint64_t bytes_remote = 0;  // copied from another node
   uint64_t bytes_fill = 0;    // zeros (padding)
+  std::vector<Transfer> transfers;  // cluster plans only (bytes_remote is then their sum)
 };
 
 // The slab dimension of a tensor: its tp_dim, else 0; -1 for a scalar.
 int slab_dim(const TensorSpec& t);
 // Bytes of one unit along the slab dimension (the product of the other dimensions).
 uint64_t slab_unit_bytes(const TensorSpec& t, const Shape& local_shape);
+
+// A slice seen along its slab dimension k: `rows` rows (every index of the dimensions
+// before k), each `extent` units along k of `inner` bytes (the dimensions after k). A slab
+// [lo, lo + len) of it is, row by row, bytes [r * extent * inner + lo * inner, + len * inner).
+struct SlabGeometry {
+  uint64_t rows = 1, inner = 0;
+  int64_t extent = 1;
+};
+SlabGeometry slab_geometry(const TensorSpec& t, const Shape& local_shape);
 
 // Plans `to` from `from`. Both must be layouts of the same tensors (same names, dtypes,
 // shapes and partitioning); kInvalidArgument otherwise.

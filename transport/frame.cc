@@ -40,7 +40,7 @@ ptc::Result<FrameHeader> decode_header(const uint8_t* p, uint32_t max_body) {
     return ptc::invalid("protocol version " + std::to_string(h.version) + " not supported (this build speaks " +
                         std::to_string(kProtocolVersion) + ")");
   const uint16_t type = get16(p + 6);
-  if (type < 1 || type > 6) return ptc::invalid("unknown frame type " + std::to_string(type));
+  if (type < 1 || type > 7) return ptc::invalid("unknown frame type " + std::to_string(type));
   h.type = static_cast<FrameType>(type);
   h.length = get32(p + 8);
   if (h.length > max_body)

@@ -29,6 +29,7 @@ enum class FrameType : uint16_t {
   kHello = 4,     // server -> client, first frame: {"auth": "none"} or {"auth": "hmac-sha256", "nonce": hex}
   kAuth = 5,      // client -> server: {"nonce": hex, "proof": hex}
   kAuthOk = 6,    // server -> client: {"proof": hex}
+  kData = 7,      // a response with bytes: u32 LE JSON length, the JSON response, the bytes
 };
 
 struct FrameHeader {

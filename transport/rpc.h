@@ -3,13 +3,17 @@
 // A client sends a request frame {"op": ..., ...}; the server answers with any number of
 // progress frames and then one response frame carrying the same request id. Errors travel
 // as {"ok": false, "error": {"code": "<ptc::code_name>", "message": ...}} and come back to
-// the caller as the same Status.
+// the caller as the same Status. A reply that carries bytes (a peer's region of a tensor)
+// is one data frame instead: u32 LE length of the JSON, the JSON response, the bytes. The
+// server writes those bytes straight from where they lie (a mapped blob), without a copy.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,20 +23,41 @@ namespace ptcfs::transport {
 
 using ProgressSink = std::function<void(const nlohmann::json&)>;
 
+// Bytes a reply carries: spans of memory kept alive by `keep` until they are sent.
+struct Payload {
+  std::vector<std::pair<const void*, size_t>> spans;
+  std::vector<std::shared_ptr<const void>> keep;
+  uint64_t size = 0;
+  void add(const void* p, size_t n) {
+    if (n == 0) return;
+    spans.emplace_back(p, n);
+    size += n;
+  }
+};
+
+// A handler's answer: its JSON result and, optionally, bytes.
+struct Reply {
+  nlohmann::json result;
+  Payload payload;
+  Reply(nlohmann::json r = nlohmann::json::object()) : result(std::move(r)) {}  // NOLINT: implicit by design
+};
+
 struct ServerLimits {
   int auth_timeout_s = 10;        // a connection that has not authenticated by then is closed
   uint32_t max_frame = 1 << 20;   // bytes of one request body
   size_t max_connections = 64;    // more are accepted and closed at once
   int idle_timeout_s = 600;       // a connection with no complete request for this long is closed
-  size_t workers = 4;             // handler threads
+  size_t workers = 8;             // handler threads
+  int max_inflight = 8;           // requests of one connection running at once; its next
+                                  // request is read only when one finishes (backpressure)
+  uint64_t max_payload = 64 << 20;  // bytes of one data reply
   size_t max_queued_progress = 64;  // progress frames beyond this are dropped (the response never is)
 };
 
 class RpcServer {
  public:
   // Runs on a worker thread; may call progress any number of times before returning.
-  using Handler = std::function<ptc::Result<nlohmann::json>(const nlohmann::json& request,
-                                                             const ProgressSink& progress)>;
+  using Handler = std::function<ptc::Result<Reply>(const nlohmann::json& request, const ProgressSink& progress)>;
 
   // Listens on "HOST:PORT" (port 0 picks a free one) and serves until stop(). With a
   // non-empty secret, a connection is served only after it proves it holds the secret
@@ -55,6 +80,10 @@ class RpcClient {
   virtual ~RpcClient() = default;
   // Sends a request and waits for its response, passing progress frames to `progress`.
   virtual ptc::Result<nlohmann::json> call(const nlohmann::json& request, const ProgressSink& progress = {}) = 0;
+  // Like call, for a request answered with bytes: they are read into `out` (resized), at
+  // most `max_bytes` of them; kCorrupt when the reply carries more.
+  virtual ptc::Result<nlohmann::json> call_data(const nlohmann::json& request, std::string& out,
+                                                uint64_t max_bytes) = 0;
 };
 
 }  // namespace ptcfs::transport

@@ -65,15 +65,36 @@ class SyncClient final : public RpcClient {
     json body;
   };
 
-  ptc::Result<Frame> read_frame() {
+  // Reads one frame; a data frame's bytes go to `data` (refused when there is none or
+  // they exceed max_data).
+  ptc::Result<Frame> read_frame(std::string* data = nullptr, uint64_t max_data = 0) {
     boost::system::error_code ec;
     uint8_t hb[kHeaderSize];
     asio::read(socket_, asio::buffer(hb), ec);
     if (ec) return lost(ec);
     PTC_ASSIGN_OR_RETURN(FrameHeader h, decode_header(hb, kMaxResponse));
-    std::string body(h.length, '\0');
+    uint32_t json_len = h.length;
+    if (h.type == FrameType::kData) {
+      uint8_t lb[4];
+      if (h.length < 4) return ptc::corrupt("daemon at " + addr_ + " sent a truncated data frame");
+      asio::read(socket_, asio::buffer(lb), ec);
+      if (ec) return lost(ec);
+      json_len = static_cast<uint32_t>(lb[0] | lb[1] << 8 | lb[2] << 16 | static_cast<uint32_t>(lb[3]) << 24);
+      if (json_len > h.length - 4) return ptc::corrupt("daemon at " + addr_ + " sent a malformed data frame");
+      const uint64_t n = h.length - 4 - json_len;
+      if (!data || n > max_data)
+        return ptc::corrupt("daemon at " + addr_ + " sent " + std::to_string(n) + " bytes where at most " +
+                            std::to_string(data ? max_data : 0) + " were asked for");
+    }
+    std::string body(json_len, '\0');
     asio::read(socket_, asio::buffer(body), ec);
     if (ec) return lost(ec);
+    if (h.type == FrameType::kData) {
+      data->resize(h.length - 4 - json_len);
+      asio::read(socket_, asio::buffer(*data), ec);
+      if (ec) return lost(ec);
+      h.type = FrameType::kResponse;
+    }
     auto j = json::parse(body, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return ptc::corrupt("daemon at " + addr_ + " sent malformed JSON");
     return Frame{h.type, h.request_id, std::move(j)};
@@ -85,13 +106,22 @@ class SyncClient final : public RpcClient {
   }
 
   ptc::Result<json> call(const json& request, const ProgressSink& progress) override {
+    return exchange(request, progress, nullptr, 0);
+  }
+
+  ptc::Result<json> call_data(const json& request, std::string& out, uint64_t max_bytes) override {
+    out.clear();
+    return exchange(request, {}, &out, max_bytes);
+  }
+
+  ptc::Result<json> exchange(const json& request, const ProgressSink& progress, std::string* data, uint64_t max_data) {
     const uint32_t id = ++next_id_;
     const std::string frame = encode_frame(FrameType::kRequest, id, request.dump());
     boost::system::error_code ec;
     asio::write(socket_, asio::buffer(frame), ec);
     if (ec) return lost(ec);
     while (true) {
-      auto f = read_frame();
+      auto f = read_frame(data, max_data);
       if (!f) return f.status();
       auto& [type, rid, j] = *f;
       if (type == FrameType::kProgress) {

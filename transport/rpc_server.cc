@@ -40,6 +40,33 @@ std::string response_frame(uint32_t id, const ptc::Result<json>& r) {
   return encode_frame(FrameType::kResponse, id, body.dump());
 }
 
+// A frame to send: its bytes, then (data frames) the payload's spans.
+struct Outgoing {
+  std::string head;
+  Payload payload;
+  bool progress = false;
+};
+
+// The reply to a request: a response frame, or a data frame when it carries bytes.
+Outgoing reply_frame(uint32_t id, ptc::Result<Reply> r, uint64_t max_payload) {
+  if (r && r->payload.size > max_payload)
+    r = ptc::internal("a reply of " + std::to_string(r->payload.size) + " bytes exceeds the limit of " +
+                      std::to_string(max_payload));
+  if (!r || r->payload.size == 0)
+    return Outgoing{response_frame(id, r ? ptc::Result<json>(std::move(r->result)) : ptc::Result<json>(r.status())), {}};
+  const std::string body = json{{"ok", true}, {"result", r->result}}.dump();
+  FrameHeader h;
+  h.type = FrameType::kData;
+  h.request_id = id;
+  h.length = static_cast<uint32_t>(4 + body.size() + r->payload.size);
+  const auto hb = encode_header(h);
+  std::string head(reinterpret_cast<const char*>(hb.data()), hb.size());
+  const uint32_t n = static_cast<uint32_t>(body.size());
+  for (int i = 0; i < 4; ++i) head.push_back(static_cast<char>(n >> (8 * i)));
+  head += body;
+  return Outgoing{std::move(head), std::move(r->payload)};
+}
+
 class Server;
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -48,7 +75,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start();
   void close();
   // On the io thread. Progress frames are dropped when the queue is full.
-  void send(std::string frame, bool droppable);
+  void send(std::string frame, bool droppable) { send(Outgoing{std::move(frame), {}, droppable}); }
+  void send(Outgoing frame);
   // Queues a handshake frame (no request behind it).
   void send_control(std::string frame);
 
@@ -65,8 +93,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string peer_;
   asio::steady_timer signal_;
   asio::steady_timer idle_;
+  asio::steady_timer slot_;   // cancelled when a request finishes (the reader may go on)
   Clock::time_point deadline_;
-  std::deque<std::string> out_;
+  std::deque<Outgoing> out_;
   size_t queued_progress_ = 0;
   int inflight_ = 0;           // requests whose response is not queued yet
   std::string nonce_;          // sent in hello when the server has a secret
@@ -161,7 +190,8 @@ class Server final : public RpcServer {
 };
 
 Connection::Connection(tcp::socket s, Server& server)
-    : socket_(std::move(s)), server_(server), signal_(socket_.get_executor()), idle_(socket_.get_executor()) {
+    : socket_(std::move(s)), server_(server), signal_(socket_.get_executor()), idle_(socket_.get_executor()),
+      slot_(socket_.get_executor()) {
   boost::system::error_code ec;
   auto ep = socket_.remote_endpoint(ec);
   peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
@@ -191,22 +221,24 @@ void Connection::close() {
   socket_.close(ec);
   signal_.cancel();
   idle_.cancel();
+  slot_.cancel();
 }
 
-void Connection::send(std::string frame, bool droppable) {
-  if (droppable) {
+void Connection::send(Outgoing frame) {
+  if (frame.progress) {
     if (queued_progress_ >= server_.limits().max_queued_progress) return;
     ++queued_progress_;
   } else {
     --inflight_;
     deadline_ = Clock::now() + std::chrono::seconds(server_.limits().idle_timeout_s);
+    slot_.cancel_one();
   }
   out_.push_back(std::move(frame));
   signal_.cancel_one();
 }
 
 void Connection::send_control(std::string frame) {
-  out_.push_back(std::move(frame));
+  out_.push_back(Outgoing{std::move(frame), {}});
   signal_.cancel_one();
 }
 
@@ -250,13 +282,15 @@ void Connection::dispatch(uint32_t id, json request) {
         self->send(std::move(f), true);
       });
     };
-    ptc::Result<json> r = ptc::internal("handler did not run");
+    ptc::Result<Reply> r = ptc::internal("handler did not run");
     try {
       r = self->server_.handler()(request, progress);
     } catch (const std::exception& e) {
       r = ptc::internal(std::string("handler threw: ") + e.what());
     }
-    asio::post(ex, [self, f = response_frame(id, r)]() mutable { self->send(std::move(f), false); });
+    asio::post(ex, [self, f = reply_frame(id, std::move(r), self->server_.limits().max_payload)]() mutable {
+      self->send(std::move(f));
+    });
   });
 }
 
@@ -264,6 +298,12 @@ awaitable<void> Connection::reader() {
   try {
     const bool authed = server_.secret().empty() || co_await authenticate();
     while (authed && socket_.is_open()) {
+      // At most max_inflight requests of this connection run at once.
+      while (inflight_ >= server_.limits().max_inflight && socket_.is_open()) {
+        slot_.expires_at(Clock::time_point::max());
+        boost::system::error_code ec;
+        co_await slot_.async_wait(asio::redirect_error(use_awaitable, ec));
+      }
       uint8_t hb[kHeaderSize];
       co_await asio::async_read(socket_, asio::buffer(hb), use_awaitable);
       auto h = decode_header(hb, server_.limits().max_frame);
@@ -305,11 +345,14 @@ awaitable<void> Connection::writer() {
         co_await signal_.async_wait(asio::redirect_error(use_awaitable, ec));
         continue;
       }
-      std::string f = std::move(out_.front());
+      Outgoing f = std::move(out_.front());
       out_.pop_front();
-      if (queued_progress_ > 0 && f.size() >= kHeaderSize && f[6] == static_cast<char>(FrameType::kProgress))
-        --queued_progress_;
-      co_await asio::async_write(socket_, asio::buffer(f), use_awaitable);
+      if (f.progress) --queued_progress_;
+      std::vector<asio::const_buffer> bufs;
+      bufs.reserve(1 + f.payload.spans.size());
+      bufs.push_back(asio::buffer(f.head));
+      for (const auto& [p, n] : f.payload.spans) bufs.push_back(asio::buffer(p, n));
+      co_await asio::async_write(socket_, bufs, use_awaitable);
     }
   } catch (const boost::system::system_error&) {
   }

@@ -1,0 +1,261 @@
+// The coordinator half of ClusterNode: imports and repartitions across every node, in two
+// phases (daemon/cluster_node.h).
+#include <chrono>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "daemon/cluster_node.h"
+#include "ptc/log.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+
+std::string new_tx() {
+  std::random_device rd;
+  std::mt19937_64 g((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(g()));
+  return buf;
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::vector<ClusterNode::Answer> ClusterNode::ask_all(const std::vector<int>& nodes,
+                                                      const std::function<json(int)>& request) {
+  std::vector<Answer> out(nodes.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    threads.emplace_back([&, i] {
+      const json req = request(nodes[i]);
+      if (nodes[i] == self_) {
+        auto r = handle_peer(req);
+        out[i].result = r ? ptc::Result<json>(std::move(r->result)) : ptc::Result<json>(r.status());
+      } else {
+        out[i].result = peers_.call(nodes[i], req);
+      }
+    });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+ptc::Status ClusterNode::finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit) {
+  const auto answers = ask_all(nodes, [&](int) { return json{{"op", commit ? "peer.commit" : "peer.abort"}, {"tx", tx}}; });
+  ptc::Status first;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (!answers[i].result && first.is_ok()) first = answers[i].result.status();
+  return first;
+}
+
+std::vector<std::string> ClusterNode::placement_or_all(const std::vector<std::string>& nodes) const {
+  if (!nodes.empty()) return nodes;
+  std::vector<std::string> all;
+  for (const auto& n : cluster().nodes) all.push_back(n.id);
+  return all;
+}
+
+ptc::Result<json> ClusterNode::import(const std::string& dir, const std::string& job, const std::string& step,
+                                      const std::vector<std::string>& nodes_arg,
+                                      const transport::ProgressSink& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto nodes = placement_or_all(nodes_arg);
+  for (const auto& n : nodes)
+    if (cluster().find(n) < 0) return ptc::invalid("node '" + n + "' is not in the cluster");
+  // Every node records the step (all mounts show the whole namespace), so every node takes part.
+  std::vector<int> all;
+  for (size_t i = 0; i < cluster().nodes.size(); ++i) all.push_back(static_cast<int>(i));
+  const std::string tx = new_tx();
+  if (progress) progress(json{{"phase", "prepare"}, {"done", 0}, {"total", all.size()}});
+  const auto answers = ask_all(all, [&](int) {
+    return json{{"op", "peer.prepare"}, {"tx", tx}, {"kind", "import"}, {"dir", dir}, {"job", job}, {"step", step},
+                {"nodes", nodes}};
+  });
+  ptc::Status failed;
+  std::set<uint64_t> digests;
+  size_t shards = 0;
+  uint64_t bytes = 0;
+  json per_node = json::array();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const auto& r = answers[i].result;
+    if (!r) {
+      if (failed.is_ok()) failed = r.status();
+      continue;
+    }
+    digests.insert((*r)["ptc_digest"].get<uint64_t>());
+    shards += (*r)["shards"].get<size_t>();
+    bytes += (*r)["bytes"].get<uint64_t>();
+    per_node.push_back({{"node", cluster().nodes[static_cast<size_t>(all[i])].id}, {"shards", (*r)["shards"]},
+                        {"bytes", (*r)["bytes"]}});
+  }
+  if (failed.is_ok() && digests.size() > 1)
+    failed = ptc::invalid("ptc.json differs between the nodes' copies of " + dir);
+  if (!failed.is_ok()) {
+    (void)finish_all(all, tx, false);
+    ptc::log::warn("import of {}/{} aborted on every node: {}", job, step, failed.to_string());
+    return failed;
+  }
+  if (auto s = finish_all(all, tx, true); !s) return s.with_context("import of " + job + "/" + step + " committed partly");
+  auto snap = store_->snapshot();
+  auto it = snap->steps.find({job, step});
+  const size_t tensors = it == snap->steps.end() ? 0 : it->second->layout().ptc().tensors.size();
+  ptc::log::info("imported {}/{} on {} nodes: {} shard copies, {} bytes", job, step, all.size(), shards, bytes);
+  return json{{"job", job},       {"step", step},         {"shards", shards},        {"tensors", tensors},
+              {"bytes", bytes}, {"seconds", since(t0)}, {"nodes", std::move(per_node)}};
+}
+
+ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest& req,
+                                                        const std::vector<std::string>& nodes_arg,
+                                                        const transport::ProgressSink& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string name = req.job + "/" + req.step;
+  auto report = [&](const char* phase, uint64_t done, uint64_t total) {
+    if (progress) progress(json{{"phase", phase}, {"done", done}, {"total", total}});
+  };
+  auto snap = store_->snapshot();
+  auto it = snap->steps.find({req.job, req.step});
+  if (it == snap->steps.end()) return ptc::not_found("no step " + name + " on node " + id());
+  std::shared_ptr<const StepVersion> old = it->second;
+  snap.reset();
+  const ptc::Layout& from = old->layout();
+
+  ClusterChange c;
+  c.job = req.job;
+  c.step = req.step;
+  c.from_version = old->version();
+  c.ptc = from.ptc();
+  c.from_nodes = old->placement().nodes;
+  if (c.from_nodes.empty()) return ptc::error(ptc::Code::kFailedPrecondition, name + " was imported outside the cluster");
+  c.to = req.to;
+  c.to_nodes = placement_or_all(nodes_arg);
+
+  RepartitionResult res;
+  res.job = req.job;
+  res.step = req.step;
+  res.from = from.parallelism();
+  res.to = req.to;
+  res.dry_run = req.dry_run;
+  res.version = old->version();
+  auto to_r = ptc::Layout::make(from.ptc(), req.to);
+  if (!to_r) return to_r.status().with_context("cannot repartition " + name + " to " + req.to.to_string());
+  const ptc::Layout to = std::move(to_r).value();
+  res.shards = to.shards().size();
+  res.tensors = to.ptc().tensors.size();
+  if (req.to == from.parallelism() && c.to_nodes == c.from_nodes) {
+    res.unchanged = true;
+    res.bytes_total = old->total_bytes();
+    return res;
+  }
+
+  // Who is up, and at which version.
+  report("state", 0, 1);
+  std::vector<int> all;
+  for (size_t i = 0; i < cluster().nodes.size(); ++i) all.push_back(static_cast<int>(i));
+  const auto states = ask_all(all, [&](int) { return json{{"op", "peer.state"}, {"job", req.job}, {"step", req.step}}; });
+  std::vector<int> up;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const std::string& nid = cluster().nodes[static_cast<size_t>(all[i])].id;
+    const auto& r = states[i].result;
+    if (!r) {
+      if (r.status().code() == ptc::Code::kNotFound) {
+        up.push_back(all[i]);  // up, without the step (a node that joined later)
+        if (std::find(c.from_nodes.begin(), c.from_nodes.end(), nid) != c.from_nodes.end()) c.down.push_back(nid);
+        continue;
+      }
+      ptc::log::warn("repartition of {}: node {} is unreachable: {}", name, nid, r.status().to_string());
+      c.down.push_back(nid);
+      continue;
+    }
+    const uint64_t v = (*r)["version"].get<uint64_t>();
+    if (v != old->version())
+      return ptc::error(ptc::Code::kFailedPrecondition, "node " + nid + " has version " + std::to_string(v) + " of " +
+                                                            name + ", this node " + std::to_string(old->version()) +
+                                                            " (a change is under way or a node missed one)");
+    up.push_back(all[i]);
+  }
+  for (const auto& nid : c.to_nodes)
+    if (std::find(c.down.begin(), c.down.end(), nid) != c.down.end() &&
+        std::find(up.begin(), up.end(), cluster().find(nid)) == up.end())
+      return ptc::error(ptc::Code::kUnavailable, "node " + nid + " is down but the new layout places ranks on it "
+                                                 "(leave it out with --nodes)");
+
+  report("plan", 0, 1);
+  PTC_ASSIGN_OR_RETURN(ptc::ClusterHoldings h, cluster_holdings(from, to, c, cluster()));
+  auto plan_r = ptc::make_cluster_plan(from, to, h);
+  if (!plan_r) return plan_r.status().with_context("cannot repartition " + name);
+  const ptc::Plan& plan = *plan_r;
+  std::vector<uint64_t> min_per_node;
+  res.bytes_min = ptc::min_transfer_bytes(from, to, h, &min_per_node);
+  res.copies = plan.copies.size();
+  res.fills = plan.fills.size();
+  res.bytes_total = plan.bytes_total;
+  res.bytes_fill = plan.bytes_fill;
+  res.bytes_remapped = plan.bytes_local;
+  if (req.dry_run) {
+    res.bytes_moved = plan.bytes_remote;
+    res.seconds = since(t0);
+    return res;
+  }
+
+  const std::string tx = new_tx();
+  const uint64_t digest = plan_digest(plan);
+  json ptc_json = json::parse(ptc::ptc_to_json(c.ptc));
+  report("prepare", 0, up.size());
+  const auto answers = ask_all(up, [&](int) {
+    return json{{"op", "peer.prepare"}, {"tx", tx},           {"kind", "repartition"},   {"job", c.job},
+                {"step", c.step},       {"from_version", c.from_version}, {"ptc", ptc_json}, {"from_nodes", c.from_nodes},
+                {"to", c.to.to_string()}, {"to_nodes", c.to_nodes},      {"down", c.down},  {"digest", digest}};
+  });
+  ptc::Status failed;
+  for (size_t i = 0; i < up.size(); ++i) {
+    const auto& r = answers[i].result;
+    if (!r) {
+      if (failed.is_ok()) failed = r.status();
+      continue;
+    }
+    const uint64_t got = (*r)["bytes_received"].get<uint64_t>();
+    res.bytes_moved += got;
+    res.per_node.push_back({cluster().nodes[static_cast<size_t>(up[i])].id, got,
+                            min_per_node[static_cast<size_t>(up[i])]});
+  }
+  if (!failed.is_ok()) {
+    (void)finish_all(up, tx, false);
+    ptc::log::warn("repartition of {} aborted on every node; the old layout stays: {}", name, failed.to_string());
+    return failed.with_context("repartition of " + name + " aborted, the old layout stays");
+  }
+  report("commit", 0, up.size());
+  if (auto s = finish_all(up, tx, true); !s) return s.with_context("repartition of " + name + " committed partly");
+  res.version = old->version() + 1;
+  res.seconds = since(t0);
+  ptc::log::info("repartitioned {} {} -> {} on {} nodes (version {}): {} bytes moved, {} the minimum, in {:.3f} s", name,
+                 res.from.to_string(), res.to.to_string(), up.size(), res.version, res.bytes_moved, res.bytes_min,
+                 res.seconds);
+  return res;
+}
+
+json ClusterNode::nodes_status() {
+  std::vector<int> all;
+  for (size_t i = 0; i < cluster().nodes.size(); ++i) all.push_back(static_cast<int>(i));
+  const auto answers = ask_all(all, [](int) { return json{{"op", "peer.stats"}}; });
+  json out = json::array();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const auto& n = cluster().nodes[static_cast<size_t>(all[i])];
+    json j = {{"id", n.id}, {"addr", n.addr}, {"gpus", n.gpus}, {"up", answers[i].result.is_ok()}};
+    if (answers[i].result) {
+      j["bytes_sent"] = (*answers[i].result)["bytes_sent"];
+      j["bytes_received"] = (*answers[i].result)["bytes_received"];
+    } else {
+      j["error"] = answers[i].result.status().message();
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace ptcfs

@@ -1,0 +1,79 @@
+// This node's part in a cluster (DESIGN.md "Placement", "Reliability rules"):
+//
+// - it reads the slices of shards other nodes hold, for the mount (RemoteSlices);
+// - it answers its peers: peer.read (daemon/slab_read.h), peer.state, peer.stats, and the
+//   two phases of a change: peer.prepare (import or repartition), peer.commit, peer.abort;
+// - the node the CLI talks to coordinates imports and repartitions: it asks every node for
+//   its state, computes one plan, has every live node prepare its part in parallel, and
+//   only when all are ready tells them all to commit; any failure aborts everywhere, and
+//   every node keeps the old version, complete.
+//
+// Peer ops are accepted from any authenticated connection: holding the cluster secret is
+// what makes a peer.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/cluster_prepare.h"
+#include "daemon/peers.h"
+#include "daemon/prepared.h"
+#include "daemon/repartition.h"
+#include "daemon/store.h"
+#include "transport/rpc.h"
+
+namespace ptcfs {
+
+class ClusterNode final : public RemoteSlices {
+ public:
+  ClusterNode(ptc::ClusterConfig cluster, int self, std::string secret);
+  // Before serving: the node's store (created with this object as its RemoteSlices).
+  void attach(Store& store, PrepareOptions options);
+
+  const ptc::ClusterConfig& cluster() const { return peers_.cluster(); }
+  const std::string& id() const { return cluster().nodes[static_cast<size_t>(self_)].id; }
+
+  ptc::Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                   fs::ReadBuffer& out) const override;
+
+  // Ops named "peer.*".
+  ptc::Result<transport::Reply> handle_peer(const nlohmann::json& request);
+
+  // Coordinator side. `nodes`: the node ids to place ranks on (empty: all, in cluster.json
+  // order).
+  ptc::Result<nlohmann::json> import(const std::string& dir, const std::string& job, const std::string& step,
+                                     const std::vector<std::string>& nodes, const transport::ProgressSink& progress);
+  ptc::Result<RepartitionResult> repartition(const RepartitionRequest& req, const std::vector<std::string>& nodes,
+                                             const transport::ProgressSink& progress);
+  // Per node: reachable, bytes_sent, bytes_received.
+  nlohmann::json nodes_status();
+
+ private:
+  struct Answer {
+    ptc::Result<nlohmann::json> result = ptc::internal("not asked");
+  };
+  // Sends `request(node)` to every node in `nodes` at once (this node's own answer comes from
+  // handle_peer directly); answers in the same order.
+  std::vector<Answer> ask_all(const std::vector<int>& nodes, const std::function<nlohmann::json(int)>& request);
+  ptc::Result<nlohmann::json> prepare(const nlohmann::json& req);
+  ptc::Result<nlohmann::json> finish(const nlohmann::json& req, bool commit);
+  ptc::Result<nlohmann::json> state(const nlohmann::json& req) const;
+  // Commits (or aborts) transaction `tx` on every node of `nodes`; the first error.
+  ptc::Status finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit);
+  std::vector<std::string> placement_or_all(const std::vector<std::string>& nodes) const;
+
+  mutable PeerPool peers_;
+  int self_;
+  Store* store_ = nullptr;
+  PrepareOptions options_;
+  std::atomic<uint64_t> sent_{0};
+  mutable std::atomic<uint64_t> remote_reads_{0};
+  std::mutex mu_;
+  std::map<std::string, PreparedChange> prepared_;  // by transaction id
+};
+
+}  // namespace ptcfs

@@ -1,0 +1,31 @@
+// A new version of a step built beside the current one and not yet visible: its blobs are
+// pending (garbage collection leaves them alone) and the step is reserved (an import) or
+// marked as changing (a repartition) until the change is committed or aborted. A cluster
+// prepares on every node, then commits everywhere (two-phase); one node prepares and
+// commits at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "daemon/store.h"
+
+namespace ptcfs {
+
+struct PreparedChange {
+  std::shared_ptr<StepVersion> next;
+  std::shared_ptr<const StepVersion> replaced;  // null for an import
+  std::vector<uint64_t> blobs;                  // new, synced, pending
+  uint64_t bytes_received = 0;                  // from peers
+};
+
+// Commits the new version in one metadata write and releases the step. On error the
+// change is aborted.
+ptc::Status commit_change(Store& store, PreparedChange& change);
+// Removes the new blobs and releases the step; the current version stays as it was.
+void abort_change(Store& store, PreparedChange& change);
+// Removes the new blobs only (the step stays reserved or changing).
+void abort_blobs(Store& store, PreparedChange& change);
+
+}  // namespace ptcfs

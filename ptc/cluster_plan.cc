@@ -1,0 +1,283 @@
+#include "ptc/cluster_plan.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace ptc {
+namespace {
+
+// Sorted, disjoint, non-empty half-open intervals.
+using Intervals = std::vector<std::pair<int64_t, int64_t>>;
+
+Intervals normalize(Intervals v) {
+  std::sort(v.begin(), v.end());
+  Intervals out;
+  for (const auto& [lo, hi] : v) {
+    if (lo >= hi) continue;
+    if (!out.empty() && lo <= out.back().second) out.back().second = std::max(out.back().second, hi);
+    else out.emplace_back(lo, hi);
+  }
+  return out;
+}
+
+// a - b, both normalized.
+Intervals subtract(const Intervals& a, const Intervals& b) {
+  Intervals out;
+  size_t j = 0;
+  for (auto [lo, hi] : a) {
+    while (j < b.size() && b[j].second <= lo) ++j;
+    for (size_t k = j; k < b.size() && b[k].first < hi; ++k) {
+      if (b[k].first > lo) out.emplace_back(lo, b[k].first);
+      lo = std::max(lo, b[k].second);
+    }
+    if (lo < hi) out.emplace_back(lo, hi);
+  }
+  return out;
+}
+
+int64_t length(const Intervals& v) {
+  int64_t n = 0;
+  for (const auto& [lo, hi] : v) n += hi - lo;
+  return n;
+}
+
+// A piece of a slice as an interval along the slab dimension.
+struct PieceIv {
+  uint32_t shard, slice;
+  int64_t glo, ghi, llo;
+};
+
+std::vector<PieceIv> piece_intervals(const Layout& l, uint32_t shard, uint32_t slice) {
+  const Slice& s = l.slices(l.shards()[shard])[slice];
+  const int k = slab_dim(l.tensor(s));
+  std::vector<PieceIv> out;
+  for (const auto& p : s.pieces) {
+    if (k < 0) out.push_back({shard, slice, 0, 1, 0});
+    else out.push_back({shard, slice, p.global.lo[k], p.global.hi[k], p.local.lo[k]});
+  }
+  return out;
+}
+
+bool holds(const std::vector<int>& nodes, int n) { return std::find(nodes.begin(), nodes.end(), n) != nodes.end(); }
+
+// Global unit bytes of a tensor along its slab dimension.
+uint64_t global_unit(const TensorSpec& t) { return slab_unit_bytes(t, t.shape); }
+
+Status check(const Layout& from, const Layout& to, const ClusterHoldings& h) {
+  const auto& ft = from.ptc().tensors;
+  const auto& tt = to.ptc().tensors;
+  if (ft.size() != tt.size()) return invalid("plan: the two layouts hold different tensors");
+  for (size_t i = 0; i < ft.size(); ++i)
+    if (ft[i].name != tt[i].name || ft[i].dtype != tt[i].dtype || ft[i].shape != tt[i].shape ||
+        ft[i].tp_dim != tt[i].tp_dim || ft[i].parts != tt[i].parts || ft[i].pad_to != tt[i].pad_to)
+      return invalid("plan: tensor '" + tt[i].name + "' differs between the two layouts");
+  if (h.num_nodes < 1) return invalid("plan: a cluster has at least one node");
+  if (h.src_nodes.size() != from.shards().size() || h.dst_nodes.size() != to.shards().size())
+    return invalid("plan: holdings do not match the layouts' shards");
+  auto bad = [&](const std::vector<std::vector<int>>& v) {
+    for (const auto& nodes : v)
+      for (int n : nodes)
+        if (n < 0 || n >= h.num_nodes) return true;
+    return false;
+  };
+  if (bad(h.src_nodes) || bad(h.dst_nodes))
+    return invalid("plan: a shard is placed on a node outside [0, " + std::to_string(h.num_nodes) + ")");
+  return Status::ok();
+}
+
+// Per tensor: the pieces of every old shard some live node holds.
+std::vector<std::vector<PieceIv>> source_pieces(const Layout& from, const ClusterHoldings& h) {
+  std::vector<std::vector<PieceIv>> out(from.ptc().tensors.size());
+  for (uint32_t s = 0; s < from.shards().size(); ++s) {
+    if (h.src_nodes[s].empty()) continue;
+    const auto& slices = from.slices(from.shards()[s]);
+    for (uint32_t j = 0; j < slices.size(); ++j)
+      for (const auto& iv : piece_intervals(from, s, j)) out[slices[j].tensor].push_back(iv);
+  }
+  return out;
+}
+
+// need(n, X) or have(n, X) for every tensor X: the union of the pieces of the shards `on`.
+std::vector<Intervals> unions(const Layout& l, const std::vector<std::vector<int>>& nodes_of, int n) {
+  std::vector<Intervals> out(l.ptc().tensors.size());
+  for (uint32_t s = 0; s < l.shards().size(); ++s) {
+    if (!holds(nodes_of[s], n)) continue;
+    const auto& slices = l.slices(l.shards()[s]);
+    for (uint32_t j = 0; j < slices.size(); ++j)
+      for (const auto& iv : piece_intervals(l, s, j)) out[slices[j].tensor].emplace_back(iv.glo, iv.ghi);
+  }
+  for (auto& v : out) v = normalize(std::move(v));
+  return out;
+}
+
+}  // namespace
+
+uint64_t min_transfer_bytes(const Layout& from, const Layout& to, const ClusterHoldings& h,
+                            std::vector<uint64_t>* per_node) {
+  if (per_node) per_node->assign(static_cast<size_t>(std::max(1, h.num_nodes)), 0);
+  uint64_t total = 0;
+  for (int n = 0; n < h.num_nodes; ++n) {
+    const auto need = unions(to, h.dst_nodes, n);
+    const auto have = unions(from, h.src_nodes, n);
+    for (size_t x = 0; x < need.size(); ++x) {
+      const uint64_t b = static_cast<uint64_t>(length(subtract(need[x], have[x]))) * global_unit(to.ptc().tensors[x]);
+      total += b;
+      if (per_node) (*per_node)[static_cast<size_t>(n)] += b;
+    }
+  }
+  return total;
+}
+
+Result<Plan> make_cluster_plan(const Layout& from, const Layout& to, const ClusterHoldings& h) {
+  PTC_RETURN_IF_ERROR(check(from, to, h));
+  const auto& tensors = to.ptc().tensors;
+  const auto sources = source_pieces(from, h);
+  Plan plan;
+  std::vector<uint64_t> load(static_cast<size_t>(h.num_nodes), 0);
+
+  for (int n = 0; n < h.num_nodes; ++n) {
+    const auto need = unions(to, h.dst_nodes, n);
+    const auto have = unions(from, h.src_nodes, n);
+    // Transfers into n, per tensor (sorted by glo within a tensor).
+    std::vector<std::pair<size_t, size_t>> tr_range(tensors.size(), {0, 0});  // [first, last) in plan.transfers
+    for (size_t x = 0; x < tensors.size(); ++x) {
+      tr_range[x].first = plan.transfers.size();
+      const uint64_t unit = global_unit(tensors[x]);
+      for (auto [lo, hi] : subtract(need[x], have[x])) {
+        for (int64_t at = lo; at < hi;) {
+          const PieceIv* best = nullptr;
+          int best_node = -1;
+          std::tuple<uint64_t, int, uint32_t> best_key{};
+          for (const PieceIv& c : sources[x]) {
+            if (c.glo > at || c.ghi <= at) continue;
+            int node = -1;
+            for (int m : h.src_nodes[c.shard])
+              if (node < 0 || load[static_cast<size_t>(m)] < load[static_cast<size_t>(node)]) node = m;
+            const std::tuple<uint64_t, int, uint32_t> key{load[static_cast<size_t>(node)], node, c.shard};
+            if (!best || key < best_key) {
+              best = &c;
+              best_key = key;
+              best_node = node;
+            }
+          }
+          if (!best)
+            return error(Code::kUnavailable, "plan: no live node holds element " + std::to_string(at) + " of tensor '" +
+                                                 tensors[x].name + "' (its shards' nodes are all down)");
+          const int64_t end = std::min(best->ghi, hi);
+          Transfer t;
+          t.tensor = static_cast<uint32_t>(x);
+          t.src_node = best_node;
+          t.dst_node = n;
+          t.src_shard = best->shard;
+          t.src_slice = best->slice;
+          t.src_lo = best->llo + (at - best->glo);
+          t.glo = at;
+          t.len = end - at;
+          t.bytes = static_cast<uint64_t>(t.len) * unit;
+          load[static_cast<size_t>(best_node)] += t.bytes;
+          plan.bytes_remote += t.bytes;
+          plan.transfers.push_back(t);
+          at = end;
+        }
+      }
+      tr_range[x].second = plan.transfers.size();
+    }
+
+    // Copies into every new shard n holds: a local source where there is one, else the
+    // transfer that brought the element.
+    for (uint32_t d = 0; d < to.shards().size(); ++d) {
+      if (!holds(h.dst_nodes[d], n)) continue;
+      const ShardId did = to.shards()[d];
+      const auto& slices = to.slices(did);
+      for (uint32_t j = 0; j < slices.size(); ++j) {
+        const Slice& sl = slices[j];
+        const TensorSpec& spec = tensors[sl.tensor];
+        const uint64_t unit = slab_unit_bytes(spec, sl.local_shape);
+        plan.bytes_total += to.bytes(sl);
+        auto ivs = piece_intervals(to, d, j);
+        std::sort(ivs.begin(), ivs.end(), [](const PieceIv& a, const PieceIv& b) { return a.llo < b.llo; });
+        const int64_t extent = slab_dim(spec) < 0 ? 1 : sl.local_shape[static_cast<size_t>(slab_dim(spec))];
+        int64_t at = 0;
+        auto fill_to = [&](int64_t end) {
+          if (end > at) {
+            plan.fills.push_back(Fill{static_cast<uint32_t>(sl.tensor), d, j, at, end - at, n});
+            plan.bytes_fill += static_cast<uint64_t>(end - at) * unit;
+          }
+        };
+        for (const PieceIv& piece : ivs) {
+          fill_to(piece.llo);
+          for (int64_t x = piece.glo; x < piece.ghi;) {
+            Copy c;
+            c.tensor = static_cast<uint32_t>(sl.tensor);
+            c.dst_shard = d;
+            c.dst_slice = j;
+            c.dst_node = n;
+            c.dst_lo = piece.llo + (x - piece.glo);
+            const PieceIv* best = nullptr;
+            std::pair<int, uint32_t> best_key{};
+            for (const PieceIv& s : sources[sl.tensor]) {
+              if (s.glo > x || s.ghi <= x || !holds(h.src_nodes[s.shard], n)) continue;
+              const std::pair<int, uint32_t> key{from.shards()[s.shard] == did ? 0 : 1, s.shard};
+              if (!best || key < best_key) {
+                best = &s;
+                best_key = key;
+              }
+            }
+            int64_t end;
+            if (best) {
+              end = std::min(best->ghi, piece.ghi);
+              c.src_shard = best->shard;
+              c.src_slice = best->slice;
+              c.src_node = n;
+              c.src_lo = best->llo + (x - best->glo);
+              plan.bytes_local += static_cast<uint64_t>(end - x) * unit;
+            } else {
+              // need - have is covered by the transfers into n, which are sorted and disjoint.
+              const auto first = plan.transfers.begin() + static_cast<std::ptrdiff_t>(tr_range[sl.tensor].first);
+              const auto last = plan.transfers.begin() + static_cast<std::ptrdiff_t>(tr_range[sl.tensor].second);
+              auto it = std::upper_bound(first, last, x, [](int64_t v, const Transfer& t) { return v < t.glo; });
+              if (it == first || std::prev(it)->glo + std::prev(it)->len <= x)
+                return internal("plan: element " + std::to_string(x) + " of tensor '" + spec.name +
+                                "' is neither held nor received by node " + std::to_string(n));
+              const Transfer& t = *std::prev(it);
+              end = std::min(t.glo + t.len, piece.ghi);
+              c.src_shard = t.src_shard;
+              c.src_slice = t.src_slice;
+              c.src_node = t.src_node;
+              c.src_lo = t.src_lo + (x - t.glo);
+              c.transfer = static_cast<int32_t>(std::prev(it) - plan.transfers.begin());
+            }
+            c.len = end - x;
+            plan.copies.push_back(c);
+            x = end;
+          }
+          at = piece.llo + (piece.ghi - piece.glo);
+        }
+        fill_to(extent);
+      }
+    }
+  }
+  return plan;
+}
+
+Plan node_part(const Plan& plan, int node) {
+  Plan out;
+  std::vector<int32_t> renum(plan.transfers.size(), -1);
+  for (size_t i = 0; i < plan.transfers.size(); ++i) {
+    if (plan.transfers[i].dst_node != node) continue;
+    renum[i] = static_cast<int32_t>(out.transfers.size());
+    out.transfers.push_back(plan.transfers[i]);
+    out.bytes_remote += plan.transfers[i].bytes;
+  }
+  for (const Copy& c : plan.copies) {
+    if (c.dst_node != node) continue;
+    Copy k = c;
+    if (k.transfer >= 0) k.transfer = renum[static_cast<size_t>(k.transfer)];
+    out.copies.push_back(k);
+  }
+  for (const Fill& f : plan.fills)
+    if (f.dst_node == node) out.fills.push_back(f);
+  return out;
+}
+
+}  // namespace ptc

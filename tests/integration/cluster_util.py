@@ -1,0 +1,58 @@
+"""Helpers for tests with several daemons on loopback forming one cluster."""
+
+import json
+import os
+from typing import List, Optional
+
+from ptcfs_harness import Daemon, free_port
+
+SECRET = "a cluster secret of some length\n"
+
+
+class Cluster:
+    """n daemons (n0, n1, ...) on loopback, each with its own port, data dir and mount."""
+
+    def __init__(self, root: str, n: int, gpus: int = 2, extra_flags: Optional[List[str]] = None):
+        self.root = root
+        self.ports = [free_port() for _ in range(n)]
+        self.secret = os.path.join(root, "secret")
+        with open(self.secret, "w") as f:
+            f.write(SECRET)
+        self.config = os.path.join(root, "cluster.json")
+        with open(self.config, "w") as f:
+            json.dump({"nodes": [{"id": f"n{i}", "addr": f"127.0.0.1:{p}", "gpus": gpus}
+                                 for i, p in enumerate(self.ports)],
+                       "secret_file": self.secret}, f)
+        self.nodes = [Daemon(os.path.join(root, f"n{i}"), name=f"n{i}", port=self.ports[i], secret_file=self.secret,
+                             flags=["--cluster", self.config, "--node", f"n{i}"], extra_flags=extra_flags)
+                      for i in range(n)]
+
+    def __enter__(self):
+        for d in self.nodes:
+            d.start()
+        return self
+
+    def __exit__(self, *exc):
+        for d in self.nodes:
+            d.stop(cleanup_mount=True)
+
+    def __getitem__(self, i: int) -> Daemon:
+        return self.nodes[i]
+
+    def counters(self, via: Daemon) -> dict:
+        """{node id: (bytes_sent, bytes_received)} from `ptcfs status --json`."""
+        st = via.cli_json("status", "--json")
+        return {n["id"]: (n["bytes_sent"], n["bytes_received"]) for n in st["cluster"]["nodes"] if n["up"]}
+
+
+def rank_nodes(tp: int, pp: int, dp: int, gpus: List[int]) -> dict:
+    """The oracle for placement: {(t, p): sorted node indices holding shard tp{t}-pp{p}}."""
+    owner = []
+    for n, g in enumerate(gpus):
+        owner += [n] * g
+    held = {}
+    for p in range(pp):
+        for d in range(dp):
+            for t in range(tp):
+                held.setdefault((t, p), set()).add(owner[t + tp * (d + dp * p)])
+    return {k: sorted(v) for k, v in held.items()}
