@@ -56,3 +56,50 @@ def rank_nodes(tp: int, pp: int, dp: int, gpus: List[int]) -> dict:
             for t in range(tp):
                 held.setdefault((t, p), set()).add(owner[t + tp * (d + dp * p)])
     return {k: sorted(v) for k, v in held.items()}
+
+
+def element_ids(ptc: dict) -> dict:
+    """Every tensor as int64 ids 1..N (0 is left for padding), for placement oracles."""
+    import numpy as np
+    out = {}
+    for name, spec in ptc["tensors"].items():
+        n = 1
+        for s in spec["shape"]:
+            n *= s
+        out[name] = np.arange(1, n + 1, dtype=np.int64).reshape(spec["shape"])
+    return out
+
+
+def min_bytes_oracle(ptc: dict, frm, frm_gpus, to, to_gpus) -> dict:
+    """{node index: bytes it must receive}: the elements of its new shards that none of its old
+    shards holds, each counted once per node. frm/to are (tp, pp, dp); *_gpus the GPUs of the
+    nodes the ranks are placed on, in order (a node with 0 takes no rank)."""
+    import ptcgen
+    from repartition_util import retarget
+    ids = element_ids(ptc)
+
+    import numpy as np
+
+    def held(par, gpus):
+        # {node: {tensor: mask over ids 0..N}} (id 0, padding, is never counted)
+        tp, pp, dp = par
+        slices = ptcgen.shard_slices(retarget(ptc, par), tensors=ids)
+        per_node = {}
+        for (t, p), nodes in rank_nodes(tp, pp, dp, gpus).items():
+            for n in nodes:
+                for name, arr in slices[(t, p)].items():
+                    mask = per_node.setdefault(n, {}).setdefault(name, np.zeros(ids[name].size + 1, dtype=bool))
+                    mask[arr.ravel()] = True
+        return per_node
+
+    have, need = held(frm, frm_gpus), held(to, to_gpus)
+    out = {}
+    for n, tensors in need.items():
+        total = 0
+        for name, mask in tensors.items():
+            size = ptcgen.DTYPES[ptc["tensors"][name]["dtype"]].itemsize
+            old = have.get(n, {}).get(name)
+            missing = mask[1:] if old is None else (mask[1:] & ~old[1:])
+            total += int(missing.sum()) * size
+        out[n] = total
+    return out

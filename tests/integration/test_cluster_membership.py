@@ -32,8 +32,14 @@ def test_three_daemons_join_and_report_the_cluster(tmp_path):
         for i, d in enumerate(nodes):
             st = d.cli_json("status", "--json")
             assert st["node"] == f"n{i}" and st["listen"] == f"127.0.0.1:{ports[i]}"
-            assert st["cluster"] == {"nodes": [{"id": f"n{j}", "addr": f"127.0.0.1:{p}", "gpus": 2}
+            assert st["cluster"] == {"nodes": [{"id": f"n{j}", "addr": f"127.0.0.1:{p}", "gpus": 2, "up": True,
+                                                "bytes_sent": 0, "bytes_received": 0}
                                                for j, p in enumerate(ports)]}
+            assert (st["bytes_sent"], st["bytes_received"]) == (0, 0)
+        # A node that is down is reported so.
+        nodes[2].stop(cleanup_mount=True)
+        down = nodes[0].cli_json("status", "--json")["cluster"]["nodes"][2]
+        assert down["up"] is False and "node n2" in down["error"], down
         # The secret comes from cluster.json: a client without it is refused.
         r = subprocess.run([PTCFS, "--daemon", nodes[1].addr, "status"], capture_output=True, text=True,
                            env={k: v for k, v in os.environ.items() if k != "PTCFS_SECRET_FILE"})
