@@ -39,7 +39,7 @@ std::vector<ClusterNode::Answer> ClusterNode::ask_all(const std::vector<int>& no
         auto r = handle_peer(req);
         out[i].result = r ? ptc::Result<json>(std::move(r->result)) : ptc::Result<json>(r.status());
       } else {
-        out[i].result = peers_.call(nodes[i], req);
+        out[i].result = peers_->call(nodes[i], req);
       }
     });
   for (auto& t : threads) t.join();

@@ -12,7 +12,7 @@ namespace ptcfs {
 using nlohmann::json;
 
 ClusterNode::ClusterNode(ptc::ClusterConfig cluster, int self, std::string secret)
-    : peers_(std::move(cluster), std::move(secret)), self_(self) {}
+    : peers_(transport::make_tcp_backend(std::move(cluster), std::move(secret))), self_(self) {}
 
 void ClusterNode::attach(Store& store, PrepareOptions options) {
   store_ = &store;
@@ -36,7 +36,7 @@ ptc::Status ClusterNode::read(const StepVersion& v, const ptc::ShardId& shard, s
     const json req = {{"op", "peer.read"}, {"job", v.job()},      {"step", v.step()}, {"version", v.version()},
                       {"shard", shard.name()}, {"tensor", spec.name}, {"lo", 0},         {"len", g.extent},
                       {"off", off},         {"n", len}};
-    auto r = peers_.call_data(node, req, *buf, len);
+    auto r = peers_->call_data(node, req, *buf, len);
     if (r && buf->size() == len && r->contains("xxh3") && (*r)["xxh3"].get<uint64_t>() == xxh3_of(buf->data(), len)) {
       out.add_mem(buf->data(), buf->size());
       out.keep(buf);
@@ -61,7 +61,7 @@ ptc::Result<transport::Reply> ClusterNode::handle_peer(const json& req) {
   }
   ptc::Result<json> r = ptc::invalid("unknown peer operation '" + op + "'");
   if (op == "peer.state") r = state(req);
-  else if (op == "peer.stats") r = json{{"bytes_sent", sent_.load()}, {"bytes_received", peers_.bytes_received()}};
+  else if (op == "peer.stats") r = json{{"bytes_sent", sent_.load()}, {"bytes_received", peers_->bytes_received()}};
   else if (op == "peer.prepare") r = prepare(req);
   else if (op == "peer.commit") r = finish(req, true);
   else if (op == "peer.abort") r = finish(req, false);
@@ -138,7 +138,7 @@ ptc::Result<json> ClusterNode::prepare(const json& req) {
     PTC_ASSIGN_OR_RETURN(c.to_nodes, strings(req, "to_nodes"));
     PTC_ASSIGN_OR_RETURN(c.down, strings(req, "down"));
     PTC_ASSIGN_OR_RETURN(c.to, ptc::parse_parallelism(req.value("to", "")));
-    auto r = prepare_cluster_part(*store_, peers_, self_, c, req.value("digest", uint64_t{0}), options_);
+    auto r = prepare_cluster_part(*store_, *peers_, self_, c, req.value("digest", uint64_t{0}), options_);
     if (!r) return r.status().with_context("node " + id());
     change = std::move(r).value();
     reply = {{"bytes_received", change.bytes_received}};

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/cluster_prepare.h"
-#include "daemon/peers.h"
+#include "transport/backend.h"
 #include "daemon/prepared.h"
 #include "daemon/repartition.h"
 #include "daemon/store.h"
@@ -34,7 +34,7 @@ class ClusterNode final : public RemoteSlices {
   // Before serving: the node's store (created with this object as its RemoteSlices).
   void attach(Store& store, PrepareOptions options);
 
-  const ptc::ClusterConfig& cluster() const { return peers_.cluster(); }
+  const ptc::ClusterConfig& cluster() const { return peers_->cluster(); }
   const std::string& id() const { return cluster().nodes[static_cast<size_t>(self_)].id; }
 
   ptc::Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
@@ -66,7 +66,7 @@ class ClusterNode final : public RemoteSlices {
   ptc::Status finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit);
   std::vector<std::string> placement_or_all(const std::vector<std::string>& nodes) const;
 
-  mutable PeerPool peers_;
+  std::unique_ptr<transport::PeerBackend> peers_;
   int self_;
   Store* store_ = nullptr;
   PrepareOptions options_;

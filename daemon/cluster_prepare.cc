@@ -58,7 +58,7 @@ struct Chunk {
 };
 
 // Pulls every transfer into `w` (transfer i at offsets[i]); all or nothing.
-ptc::Status fetch_transfers(PeerPool& peers, const ClusterChange& c, const ptc::Layout& from, const ptc::Plan& part,
+ptc::Status fetch_transfers(transport::PeerBackend& peers, const ClusterChange& c, const ptc::Layout& from, const ptc::Plan& part,
                             const std::vector<uint64_t>& offsets, const BlobWriter& w, const PrepareOptions& opt) {
   std::vector<Chunk> chunks;
   for (size_t i = 0; i < part.transfers.size(); ++i)
@@ -101,7 +101,7 @@ ptc::Status fetch_transfers(PeerPool& peers, const ClusterChange& c, const ptc::
 
 }  // namespace
 
-ptc::Result<PreparedChange> prepare_cluster_part(Store& store, PeerPool& peers, int self, const ClusterChange& c,
+ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBackend& peers, int self, const ClusterChange& c,
                                                  uint64_t digest, const PrepareOptions& opt) {
   const std::string name = c.job + "/" + c.step;
   const auto& cluster = peers.cluster();

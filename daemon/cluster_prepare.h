@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "daemon/compactor.h"
-#include "daemon/peers.h"
+#include "transport/backend.h"
 #include "daemon/prepared.h"
 #include "ptc/cluster_plan.h"
 
@@ -43,7 +43,7 @@ struct PrepareOptions {
 
 // Prepares this node's part (node index `self`). `digest` (0: not checked) must equal the
 // plan's. The step is marked as changing until the change is committed or aborted.
-ptc::Result<PreparedChange> prepare_cluster_part(Store& store, PeerPool& peers, int self, const ClusterChange& c,
+ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBackend& peers, int self, const ClusterChange& c,
                                                  uint64_t digest, const PrepareOptions& opt);
 
 }  // namespace ptcfs

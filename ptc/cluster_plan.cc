@@ -152,7 +152,9 @@ Result<Plan> make_cluster_plan(const Layout& from, const Layout& to, const Clust
             if (c.glo > at || c.ghi <= at) continue;
             int node = -1;
             for (int m : h.src_nodes[c.shard])
-              if (node < 0 || load[static_cast<size_t>(m)] < load[static_cast<size_t>(node)]) node = m;
+              if (node < 0 || load[static_cast<size_t>(m)] < load[static_cast<size_t>(node)] ||
+                  (load[static_cast<size_t>(m)] == load[static_cast<size_t>(node)] && m < node))
+                node = m;
             const std::tuple<uint64_t, int, uint32_t> key{load[static_cast<size_t>(node)], node, c.shard};
             if (!best || key < best_key) {
               best = &c;

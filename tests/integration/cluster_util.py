@@ -14,6 +14,7 @@ class Cluster:
 
     def __init__(self, root: str, n: int, gpus: int = 2, extra_flags: Optional[List[str]] = None):
         self.root = root
+        os.makedirs(root, exist_ok=True)
         self.ports = [free_port() for _ in range(n)]
         self.secret = os.path.join(root, "secret")
         with open(self.secret, "w") as f:

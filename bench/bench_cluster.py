@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""Three-daemon repartition against a plain loopback TCP copy of the same bytes, in one run.
+
+A checkpoint of about --mb MB is imported on n0 (tp=2 on its two GPUs); the repartition to
+tp=2,pp=1,dp=3 puts a replica on n1 and on n2, which pull every byte of it from n0. Printed:
+the repartition's throughput (bytes_moved / wall time of `ptcfs repartition`) over the
+throughput of a plain TCP copy of bytes_moved bytes over loopback (two streams, like the two
+receivers; sender and receiver in this process), and bytes_moved / bytes_min.
+
+    /usr/bin/python3 bench/bench_cluster.py [--mb 1100] [--json FILE] [--keep DIR]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "tests", "tools"))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+os.environ.setdefault("PTCFS_BUILD", os.path.join(REPO, "build"))
+
+import ptcgen  # noqa: E402
+from cluster_util import Cluster  # noqa: E402
+
+
+def tcp_copy(total: int, streams: int = 2, chunk: int = 16 << 20, sink_dir: str = "") -> float:
+    """Seconds to send `total` bytes over loopback in `streams` parallel connections; with
+    sink_dir, each receiver also writes what it gets to a file there and fsyncs it."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(streams)
+    port = srv.getsockname()[1]
+    per = total // streams
+    payload = memoryview(os.urandom(chunk))
+
+    def receive(conn, k):
+        buf = bytearray(chunk)
+        view = memoryview(buf)
+        fd = os.open(os.path.join(sink_dir, f"sink{k}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if sink_dir else -1
+        got = 0
+        while got < per:
+            n = conn.recv_into(view, min(chunk, per - got))
+            if n == 0:
+                break
+            if fd >= 0:
+                os.write(fd, view[:n])
+            got += n
+        if fd >= 0:
+            os.fsync(fd)
+            os.close(fd)
+            os.unlink(os.path.join(sink_dir, f"sink{k}"))
+        conn.close()
+
+    def send():
+        s = socket.create_connection(("127.0.0.1", port))
+        left = per
+        while left > 0:
+            n = min(chunk, left)
+            s.sendall(payload[:n])
+            left -= n
+        s.close()
+
+    t0 = time.perf_counter()
+    senders = [threading.Thread(target=send) for _ in range(streams)]
+    for t in senders:
+        t.start()
+    receivers = []
+    for k in range(streams):
+        conn, _ = srv.accept()
+        th = threading.Thread(target=receive, args=(conn, k))
+        th.start()
+        receivers.append(th)
+    for t in senders + receivers:
+        t.join()
+    srv.close()
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mb", type=float, default=1100, help="checkpoint size in MB (10^6 bytes)")
+    ap.add_argument("--rounds", type=int, default=2, help="repartitions timed (each from a fresh import)")
+    ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
+    ap.add_argument("--tmpfs", action="store_true",
+                    help="put the daemons' data dirs on /dev/shm (no disk: the transport's own throughput)")
+    a = ap.parse_args()
+    root = a.keep or tempfile.mkdtemp(prefix="ptcfs-bench-cluster-")
+    os.makedirs(root, exist_ok=True)
+    try:
+        hidden = ptcgen.hidden_for_target("gpt", 2, 1, 1, 8, 32000, int(a.mb * 1e6))
+        ptc = ptcgen.make_ptc("gpt", 2, 1, 1, 8, hidden, 32000)
+        ck = os.path.join(root, "ck")
+        summary = ptcgen.write_checkpoint(ck, ptc, ptcgen.full_tensors(ptc, 0))
+        print(f"checkpoint: {summary['bytes'] / 1e6:.0f} MB, hidden {hidden}, tp=2,pp=1 on n0", flush=True)
+        results = []
+        croot = tempfile.mkdtemp(prefix="ptcfs-bench-", dir="/dev/shm") if a.tmpfs else os.path.join(root, "cluster")
+        with Cluster(croot, 3) as c:
+            for i in range(a.rounds):
+                step = str(i + 1)
+                c[0].cli("import", ck, "--job", "bench", "--step", step)
+                subprocess.run(["sync"], check=True)
+                t0 = time.perf_counter()
+                r = c[0].cli_json("repartition", "--job", "bench", "--step", step, "--to", "tp=2,pp=1,dp=3", "--json")
+                wall = time.perf_counter() - t0
+                tcp = tcp_copy(r["bytes_moved"])
+                disk = tcp_copy(r["bytes_moved"], sink_dir=c[1].data)
+                ours = r["bytes_moved"] / wall
+                results.append({"bytes_moved": r["bytes_moved"], "bytes_min": r["bytes_min"], "repartition_s": wall,
+                                "tcp_copy_s": tcp, "tcp_to_disk_s": disk, "throughput_ratio": tcp / wall,
+                                "ratio_vs_tcp_to_disk": disk / wall,
+                                "moved_over_min": r["bytes_moved"] / r["bytes_min"]})
+                print(f"round {i + 1}: moved {r['bytes_moved'] / 1e6:.0f} MB (min {r['bytes_min'] / 1e6:.0f} MB) in "
+                      f"{wall:.2f} s = {ours / 1e9:.2f} GB/s; loopback TCP copy {tcp:.2f} s; "
+                      f"TCP copy into fsynced files on the same disk {disk:.2f} s", flush=True)
+                c[0].cli("ls")
+        best = max(results, key=lambda x: x["throughput_ratio"])
+        print()
+        print(f"{'metric':<44} {'value':>8} {'target':>8}")
+        print(f"{'3-node repartition / loopback TCP (best)':<44} {best['throughput_ratio']:>8.2f} {'>= 0.50':>8}")
+        print(f"{'3-node repartition / TCP copy to disk + fsync':<44} {best['ratio_vs_tcp_to_disk']:>8.2f} {'':>8}")
+        print(f"{'bytes_moved / bytes_min':<44} {best['moved_over_min']:>8.2f} {'1.00':>8}")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"checkpoint_bytes": summary["bytes"], "rounds": results}, f, indent=2)
+        if a.tmpfs:
+            shutil.rmtree(croot, ignore_errors=True)
+        return 0
+    finally:
+        if not a.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+// The peer transport behind one interface: how a node sends requests to the other nodes of
+// its cluster and pulls bytes from them. Callers (daemon/) see only this interface; TCP is
+// the backend built today (make_tcp_backend). An NCCL backend (GPU-direct, when CUDA and
+// NCCL are found) would implement call_data for the bulk bytes beside it, and
+// CMake would add it only where they are found, without touching a caller.
+//
+// Thread-safety: every method may be called from any thread; calls to one node run in
+// parallel.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ptc/cluster.h"
+#include "transport/rpc.h"
+
+namespace ptcfs::transport {
+
+class PeerBackend {
+ public:
+  virtual ~PeerBackend() = default;
+  virtual const char* name() const = 0;
+  virtual const ptc::ClusterConfig& cluster() const = 0;
+  // A request to node `node` (an index into cluster().nodes); errors name the node.
+  virtual ptc::Result<nlohmann::json> call(int node, const nlohmann::json& request,
+                                           const ProgressSink& progress = {}) = 0;
+  // A request answered with bytes (into out, at most max_bytes), counted in bytes_received.
+  virtual ptc::Result<nlohmann::json> call_data(int node, const nlohmann::json& request, std::string& out,
+                                                uint64_t max_bytes) = 0;
+  virtual uint64_t bytes_received() const = 0;
+};
+
+// TCP: connections authenticated with the cluster secret and reused. A call takes an idle
+// connection to the node (or opens one) and gives it back when the call succeeds or fails
+// with the peer's own error reply; a connection that broke is dropped, and a reused one
+// that turns out closed is retried once on a new connection.
+std::unique_ptr<PeerBackend> make_tcp_backend(ptc::ClusterConfig cluster, std::string secret);
+
+}  // namespace ptcfs::transport

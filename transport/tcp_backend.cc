@@ -1,0 +1,89 @@
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "transport/backend.h"
+
+namespace ptcfs::transport {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kMaxIdlePerNode = 16;
+
+class TcpBackend final : public PeerBackend {
+ public:
+  TcpBackend(ptc::ClusterConfig cluster, std::string secret)
+      : cluster_(std::move(cluster)), secret_(std::move(secret)), idle_(cluster_.nodes.size()) {}
+  const char* name() const override { return "tcp"; }
+  const ptc::ClusterConfig& cluster() const override { return cluster_; }
+  ptc::Result<json> call(int node, const json& request, const ProgressSink& progress) override;
+  ptc::Result<json> call_data(int node, const json& request, std::string& out, uint64_t max_bytes) override;
+  uint64_t bytes_received() const override { return received_.load(); }
+
+ private:
+  template <class Fn>
+  ptc::Result<json> with_client(int node, Fn&& fn);
+
+  ptc::ClusterConfig cluster_;
+  std::string secret_;
+  std::mutex mu_;
+  std::vector<std::vector<std::unique_ptr<RpcClient>>> idle_;  // per node
+  std::atomic<uint64_t> received_{0};
+};
+
+template <class Fn>
+ptc::Result<json> TcpBackend::with_client(int node, Fn&& fn) {
+  if (node < 0 || static_cast<size_t>(node) >= cluster_.nodes.size()) return ptc::internal("no node " + std::to_string(node));
+  const auto& spec = cluster_.nodes[static_cast<size_t>(node)];
+  // An idle connection may have been closed by the peer meanwhile (it restarted, or its
+  // idle timer ran out): such a failure is retried once on a new connection.
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<RpcClient> client;
+    if (attempt == 0) {
+      std::lock_guard lock(mu_);
+      auto& idle = idle_[static_cast<size_t>(node)];
+      if (!idle.empty()) {
+        client = std::move(idle.back());
+        idle.pop_back();
+      }
+    }
+    const bool reused = client != nullptr;
+    if (!client) {
+      auto c = RpcClient::connect(spec.addr, secret_);
+      if (!c) return c.status().with_context("node " + spec.id);
+      client = std::move(c).value();
+    }
+    ptc::Result<json> r = fn(*client);
+    const bool broken = !r && (r.status().code() == ptc::Code::kUnavailable || r.status().code() == ptc::Code::kCorrupt);
+    if (broken && reused && r.status().code() == ptc::Code::kUnavailable) continue;
+    if (!broken) {
+      std::lock_guard lock(mu_);
+      auto& idle = idle_[static_cast<size_t>(node)];
+      if (idle.size() < kMaxIdlePerNode) idle.push_back(std::move(client));
+    }
+    if (!r) return r.status().with_context("node " + spec.id);
+    return r;
+  }
+}
+
+ptc::Result<json> TcpBackend::call(int node, const json& request, const ProgressSink& progress) {
+  return with_client(node, [&](RpcClient& c) { return c.call(request, progress); });
+}
+
+ptc::Result<json> TcpBackend::call_data(int node, const json& request, std::string& out, uint64_t max_bytes) {
+  return with_client(node, [&](RpcClient& c) {
+    auto r = c.call_data(request, out, max_bytes);
+    if (r) received_ += out.size();
+    return r;
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<PeerBackend> make_tcp_backend(ptc::ClusterConfig cluster, std::string secret) {
+  return std::make_unique<TcpBackend>(std::move(cluster), std::move(secret));
+}
+
+}  // namespace ptcfs::transport
