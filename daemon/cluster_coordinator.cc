@@ -1,6 +1,7 @@
 // The coordinator half of ClusterNode: imports and repartitions across every node, in two
 // phases (daemon/cluster_node.h).
 #include <chrono>
+#include <ctime>
 #include <random>
 #include <set>
 #include <thread>
@@ -237,6 +238,46 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
                  res.from.to_string(), res.to.to_string(), up.size(), res.version, res.bytes_moved, res.bytes_min,
                  res.seconds);
   return res;
+}
+
+size_t ClusterNode::catch_up() {
+  std::vector<int> others;
+  for (size_t i = 0; i < cluster().nodes.size(); ++i)
+    if (static_cast<int>(i) != self_) others.push_back(static_cast<int>(i));
+  size_t caught = 0;
+  const auto snap = store_->snapshot();  // commits below publish new snapshots; this one stays valid
+  for (const auto& [key, v] : snap->steps) {
+    if (v->placement().nodes.empty()) continue;
+    const auto answers =
+        ask_all(others, [&](int) { return json{{"op", "peer.state"}, {"job", key.first}, {"step", key.second}}; });
+    const json* newest = nullptr;
+    for (const auto& a : answers)
+      if (a.result && (*a.result)["version"].get<uint64_t>() > (newest ? (*newest)["version"].get<uint64_t>() : v->version()))
+        newest = &*a.result;
+    if (!newest || !newest->contains("ptc")) continue;
+    auto ptc = ptc::parse_ptc_json((*newest)["ptc"].dump(), "peer state of " + key.first + "/" + key.second);
+    if (!ptc) continue;
+    auto layout = ptc::Layout::make(*ptc, ptc->parallelism);
+    if (!layout) continue;
+    StepPlacement placement;
+    for (const auto& n : (*newest)["nodes"]) placement.nodes.push_back(n.get<std::string>());
+    placement.held.assign(layout->shards().size(), false);
+    const size_t nshards = layout->shards().size();
+    auto next = std::make_shared<StepVersion>(key.first, key.second, (*newest)["version"].get<uint64_t>(),
+                                              static_cast<int64_t>(::time(nullptr)), std::move(layout).value(),
+                                              std::vector<std::vector<StoredSlice>>(nshards), &store_->blobs(),
+                                              std::move(placement), store_->remote());
+    if (auto s = store_->commit(next, v); !s) {
+      ptc::log::warn("catching up {}/{}: {}", key.first, key.second, s.to_string());
+      continue;
+    }
+    ptc::log::info("{}/{} moved to version {} while this node was down; caught up (this node holds none of it)",
+                   key.first, key.second, next->version());
+    ++caught;
+  }
+  if (caught)
+    if (auto gc = store_->collect_garbage(); !gc) ptc::log::warn("collecting blobs: {}", gc.status().to_string());
+  return caught;
 }
 
 json ClusterNode::nodes_status() {

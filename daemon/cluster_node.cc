@@ -78,7 +78,10 @@ ptc::Result<json> ClusterNode::state(const json& req) const {
   json held = json::array();
   for (const auto& s : v.layout().shards())
     if (v.holds(s)) held.push_back(s.name());
-  return json{{"version", v.version()}, {"nodes", v.placement().nodes}, {"held", held}};
+  return json{{"version", v.version()},
+              {"nodes", v.placement().nodes},
+              {"held", held},
+              {"ptc", json::parse(ptc::ptc_to_json(v.layout().ptc()))}};
 }
 
 namespace {

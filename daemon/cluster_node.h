@@ -51,6 +51,10 @@ class ClusterNode final : public RemoteSlices {
                                              const transport::ProgressSink& progress);
   // Per node: reachable, bytes_sent, bytes_received.
   nlohmann::json nodes_status();
+  // After a restart: a step that peers moved to a newer version while this node was down
+  // (a repartition cannot place shards on a down node) is brought to that version, holding
+  // no shard; its old blobs are then collected. Returns how many steps were caught up.
+  size_t catch_up();
 
  private:
   struct Answer {

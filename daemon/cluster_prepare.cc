@@ -107,7 +107,10 @@ ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBa
   const auto& cluster = peers.cluster();
   // The old version: this node's, or (a node that has never held the step) an empty one.
   std::shared_ptr<const StepVersion> old;
-  if (auto it = store.snapshot()->steps.find({c.job, c.step}); it != store.snapshot()->steps.end()) old = it->second;
+  {
+    const auto snap = store.snapshot();
+    if (auto it = snap->steps.find({c.job, c.step}); it != snap->steps.end()) old = it->second;
+  }
   if (old && old->version() != c.from_version)
     return ptc::error(ptc::Code::kFailedPrecondition, name + " is at version " + std::to_string(old->version()) +
                                                           " on node " + cluster.nodes[static_cast<size_t>(self)].id +

@@ -111,6 +111,10 @@ int run(const Options& o, bool listen_given) {
     ptc::log::info("node {} of a {}-node cluster ({} GPUs)", info.node, cfg.cluster->nodes.size(),
                    cfg.cluster->total_gpus());
 
+  // A node that was down while its peers repartitioned catches up with them.
+  std::thread catch_up;
+  if (cluster_node) catch_up = std::thread([&cn = *cluster_node] { cn.catch_up(); });
+
   std::atomic<bool> stopping{false};
   std::thread fuse_thread([&] {
     if (auto s = filesystem.run(); !s) ptc::log::error("{}", s.to_string());
@@ -139,6 +143,7 @@ int run(const Options& o, bool listen_given) {
   gc_cv.notify_all();
   gc_thread.join();
   ptc::log::info("received signal {}; stopping", sig);
+  if (catch_up.joinable()) catch_up.join();
   (*server)->stop();
   filesystem.stop();
   fuse_thread.join();

@@ -10,7 +10,7 @@ import pytest
 import ptcgen
 from cluster_util import Cluster, min_bytes_oracle, rank_nodes
 from ptcfs_harness import Checkpoint, ls_jobs, require_binaries, verify_step
-from repartition_util import Oracles, par_dict, par_str
+from repartition_util import Oracles, par_dict, par_str, wait_for
 
 
 def per_node_dirs(root: str, ck: Checkpoint, tp: int, pp: int, dp: int, gpus) -> str:
@@ -150,6 +150,12 @@ def test_a_dead_node_is_replaced_by_its_replica(tmp_path):
         assert r["bytes_moved"] == r["bytes_min"], r
         for i in (0, 2, 3):
             verify_step(c[i], "j", "1", oracles((1, 1, 3)), full_views=(i == 0))
+        # n1 comes back: it catches up with the version its peers committed, holding none of it.
+        c[1].stop(cleanup_mount=True)
+        c[1].start()
+        wait_for(lambda: c[1].cli_json("ls", "j/1", "--json")["version"] == 2, 30, "n1 to catch up")
+        verify_step(c[1], "j", "1", oracles((1, 1, 3)), full_views=False)
+        wait_for(lambda: os.listdir(os.path.join(c[1].data, "blobs")) == [], 30, "n1's old blobs to go")
 
 
 def test_no_live_replica_refuses_the_repartition_and_changes_nothing(tmp_path):
