@@ -119,11 +119,7 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
   auto report = [&](const char* phase, uint64_t done, uint64_t total) {
     if (progress) progress(json{{"phase", phase}, {"done", done}, {"total", total}});
   };
-  auto snap = store_->snapshot();
-  auto it = snap->steps.find({req.job, req.step});
-  if (it == snap->steps.end()) return ptc::not_found("no step " + name + " on node " + id());
-  std::shared_ptr<const StepVersion> old = it->second;
-  snap.reset();
+  PTC_ASSIGN_OR_RETURN(std::shared_ptr<const StepVersion> old, current_version(*store_, req.job, req.step));
   const ptc::Layout& from = old->layout();
 
   ClusterChange c;
@@ -137,17 +133,7 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
   c.to_nodes = placement_or_all(nodes_arg);
 
   RepartitionResult res;
-  res.job = req.job;
-  res.step = req.step;
-  res.from = from.parallelism();
-  res.to = req.to;
-  res.dry_run = req.dry_run;
-  res.version = old->version();
-  auto to_r = ptc::Layout::make(from.ptc(), req.to);
-  if (!to_r) return to_r.status().with_context("cannot repartition " + name + " to " + req.to.to_string());
-  const ptc::Layout to = std::move(to_r).value();
-  res.shards = to.shards().size();
-  res.tensors = to.ptc().tensors.size();
+  PTC_ASSIGN_OR_RETURN(const ptc::Layout to, start_result(req, *old, res));
   if (req.to == from.parallelism() && c.to_nodes == c.from_nodes) {
     res.unchanged = true;
     res.bytes_total = old->total_bytes();

@@ -166,7 +166,6 @@ ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBa
       StoredSlice& r = received[i];
       r.rows = g.rows;
       r.extents = {Extent{w.id(), offsets[i], row, g.rows > 1 ? row : 0}};
-      if (g.rows > 1 && row == 0) r.rows = 1;
     }
   }
   change.bytes_received = total;

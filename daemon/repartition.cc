@@ -43,6 +43,32 @@ json RepartitionResult::to_json() const {
   return out;
 }
 
+ptc::Result<std::shared_ptr<const StepVersion>> current_version(const Store& store, const std::string& job,
+                                                                const std::string& step) {
+  auto snap = store.snapshot();
+  auto it = snap->steps.find({job, step});
+  if (it != snap->steps.end()) return std::shared_ptr<const StepVersion>(it->second);
+  bool job_exists = false;
+  for (const auto& [key, _] : snap->steps) job_exists = job_exists || key.first == job;
+  return ptc::not_found(job_exists ? "job '" + job + "' has no step '" + step + "'" : "no job '" + job + "'");
+}
+
+ptc::Result<ptc::Layout> start_result(const RepartitionRequest& req, const StepVersion& old, RepartitionResult& res) {
+  const ptc::Layout& from = old.layout();
+  res.job = req.job;
+  res.step = req.step;
+  res.from = from.parallelism();
+  res.to = req.to;
+  res.dry_run = req.dry_run;
+  res.version = old.version();
+  auto to = ptc::Layout::make(from.ptc(), req.to);
+  if (!to)
+    return to.status().with_context("cannot repartition " + req.job + "/" + req.step + " to " + req.to.to_string());
+  res.shards = to->shards().size();
+  res.tensors = to->ptc().tensors.size();
+  return to;
+}
+
 ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& req,
                                            const CompactionPolicy& policy, const PhaseProgress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -50,32 +76,13 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
     if (progress) progress(phase, done, total);
   };
   const std::string name = req.job + "/" + req.step;
-  auto snap = store.snapshot();
-  auto it = snap->steps.find({req.job, req.step});
-  if (it == snap->steps.end()) {
-    bool job_exists = false;
-    for (const auto& [key, _] : snap->steps) job_exists = job_exists || key.first == req.job;
-    return ptc::not_found(job_exists ? "job '" + req.job + "' has no step '" + req.step + "'"
-                                     : "no job '" + req.job + "'");
-  }
-  std::shared_ptr<const StepVersion> old = it->second;
+  PTC_ASSIGN_OR_RETURN(std::shared_ptr<const StepVersion> old, current_version(store, req.job, req.step));
   if (!old->placement().nodes.empty())
     return ptc::error(ptc::Code::kFailedPrecondition, name + " is placed on a cluster: repartition it through a cluster daemon");
   const ptc::Layout& from = old->layout();
 
   RepartitionResult res;
-  res.job = req.job;
-  res.step = req.step;
-  res.from = from.parallelism();
-  res.to = req.to;
-  res.dry_run = req.dry_run;
-  res.version = old->version();
-
-  auto to_r = ptc::Layout::make(from.ptc(), req.to);
-  if (!to_r) return to_r.status().with_context("cannot repartition " + name + " to " + req.to.to_string());
-  ptc::Layout to = std::move(to_r).value();
-  res.shards = to.shards().size();
-  res.tensors = to.ptc().tensors.size();
+  PTC_ASSIGN_OR_RETURN(ptc::Layout to, start_result(req, *old, res));
   if (req.to == from.parallelism()) {
     res.unchanged = true;
     res.bytes_total = old->total_bytes();
@@ -143,7 +150,6 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
                  name, res.from.to_string(), res.to.to_string(), res.version, res.copies, res.extents,
                  res.bytes_remapped, res.bytes_compacted, res.seconds);
   // Blobs only the old version used go as soon as no reader holds it.
-  snap.reset();
   old.reset();
   if (auto gc = store.collect_garbage(); !gc) ptc::log::warn("collecting blobs: {}", gc.status().to_string());
   return res;

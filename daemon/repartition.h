@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,13 @@ struct RepartitionResult {
   double seconds = 0;
   nlohmann::json to_json() const;
 };
+
+// The current version of a step; kNotFound naming the job or the step that is missing.
+ptc::Result<std::shared_ptr<const StepVersion>> current_version(const Store& store, const std::string& job,
+                                                                const std::string& step);
+// Fills the fields of `res` that the request and the old version fix, and builds the target
+// layout (which validates the new config against the PTC).
+ptc::Result<ptc::Layout> start_result(const RepartitionRequest& req, const StepVersion& old, RepartitionResult& res);
 
 using PhaseProgress = std::function<void(const std::string& phase, uint64_t done, uint64_t total)>;
 

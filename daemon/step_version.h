@@ -90,7 +90,6 @@ class StepVersion final : public fs::StepContent {
 
   // The stored slice of a shard this node holds.
   const StoredSlice& stored(const ptc::ShardId& shard, size_t slice) const;
-  const std::vector<std::vector<StoredSlice>>& all_stored() const { return stored_; }
   const StepPlacement& placement() const { return placement_; }
   bool holds(const ptc::ShardId& shard) const { return placement_.holds(shard_index(shard)); }
   size_t shard_index(const ptc::ShardId& s) const;

@@ -22,7 +22,6 @@ namespace ptcfs::transport {
 class PeerBackend {
  public:
   virtual ~PeerBackend() = default;
-  virtual const char* name() const = 0;
   virtual const ptc::ClusterConfig& cluster() const = 0;
   // A request to node `node` (an index into cluster().nodes); errors name the node.
   virtual ptc::Result<nlohmann::json> call(int node, const nlohmann::json& request,

@@ -16,7 +16,6 @@ class TcpBackend final : public PeerBackend {
  public:
   TcpBackend(ptc::ClusterConfig cluster, std::string secret)
       : cluster_(std::move(cluster)), secret_(std::move(secret)), idle_(cluster_.nodes.size()) {}
-  const char* name() const override { return "tcp"; }
   const ptc::ClusterConfig& cluster() const override { return cluster_; }
   ptc::Result<json> call(int node, const json& request, const ProgressSink& progress) override;
   ptc::Result<json> call_data(int node, const json& request, std::string& out, uint64_t max_bytes) override;
