@@ -131,11 +131,7 @@ json run_scenario(const std::string& name, const std::string& root, int layers, 
   fs::MountOptions mo;
   mo.mountpoint = dir + "/mnt";
   Store& st = **store;
-  auto fsys = fs::Filesystem::mount(mo, [&st] {
-    std::vector<fs::StepEntry> v;
-    for (const auto& [k, s] : st.snapshot()->steps) v.push_back({k.first, k.second, s});
-    return v;
-  });
+  auto fsys = fs::Filesystem::mount(mo, [&st] { return mount_contents(st); });
   if (!fsys) throw std::runtime_error(fsys.status().to_string());
   st.on_change([&] { (void)(*fsys)->refresh(); });
   std::thread loop([&] { (void)(*fsys)->run(); });

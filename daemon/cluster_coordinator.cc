@@ -13,15 +13,15 @@ namespace ptcfs {
 
 using nlohmann::json;
 
-namespace {
-
-std::string new_tx() {
+std::string new_transaction_id() {
   std::random_device rd;
   std::mt19937_64 g((static_cast<uint64_t>(rd()) << 32) ^ rd());
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(g()));
   return buf;
 }
+
+namespace {
 
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -69,10 +69,11 @@ ptc::Result<json> ClusterNode::import(const std::string& dir, const std::string&
   const auto nodes = placement_or_all(nodes_arg);
   for (const auto& n : nodes)
     if (cluster().find(n) < 0) return ptc::invalid("node '" + n + "' is not in the cluster");
+  if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
   // Every node records the step (all mounts show the whole namespace), so every node takes part.
   std::vector<int> all;
   for (size_t i = 0; i < cluster().nodes.size(); ++i) all.push_back(static_cast<int>(i));
-  const std::string tx = new_tx();
+  const std::string tx = new_transaction_id();
   if (progress) progress(json{{"phase", "prepare"}, {"done", 0}, {"total", all.size()}});
   const auto answers = ask_all(all, [&](int) {
     return json{{"op", "peer.prepare"}, {"tx", tx}, {"kind", "import"}, {"dir", dir}, {"job", job}, {"step", step},
@@ -134,7 +135,11 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
 
   RepartitionResult res;
   PTC_ASSIGN_OR_RETURN(const ptc::Layout to, start_result(req, *old, res));
-  if (req.to == from.parallelism() && c.to_nodes == c.from_nodes) {
+  // Every node re-splits the job's datasets in its prepare; refuse here when one cannot be.
+  auto datasets = resplit_datasets(*store_, req.job, req.to.dp);
+  if (!datasets) return datasets.status().with_context("cannot repartition " + name + " to " + req.to.to_string());
+  note_datasets(*datasets, res);
+  if (req.to == from.parallelism() && c.to_nodes == c.from_nodes && datasets->empty()) {
     res.unchanged = true;
     res.bytes_total = old->total_bytes();
     return res;
@@ -190,7 +195,7 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
     return res;
   }
 
-  const std::string tx = new_tx();
+  const std::string tx = new_transaction_id();
   const uint64_t digest = plan_digest(plan);
   json ptc_json = json::parse(ptc::ptc_to_json(c.ptc));
   report("prepare", 0, up.size());
@@ -261,6 +266,7 @@ size_t ClusterNode::catch_up() {
                    key.first, key.second, next->version());
     ++caught;
   }
+  caught += catch_up_datasets();
   if (caught)
     if (auto gc = store_->collect_garbage(); !gc) ptc::log::warn("collecting blobs: {}", gc.status().to_string());
   return caught;

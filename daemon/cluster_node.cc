@@ -59,8 +59,14 @@ ptc::Result<transport::Reply> ClusterNode::handle_peer(const json& req) {
     else ptc::log::warn("refused a peer read: {}", r.status().to_string());
     return r;
   }
+  if (op == "peer.samples" || op == "peer.dataset_table") {
+    auto r = op == "peer.samples" ? serve_samples(req) : serve_table(req);
+    if (!r) ptc::log::warn("refused {}: {}", op, r.status().to_string());
+    return r;
+  }
   ptc::Result<json> r = ptc::invalid("unknown peer operation '" + op + "'");
   if (op == "peer.state") r = state(req);
+  else if (op == "peer.dataset_state") r = dataset_state(req);
   else if (op == "peer.stats") r = json{{"bytes_sent", sent_.load()}, {"bytes_received", peers_->bytes_received()}};
   else if (op == "peer.prepare") r = prepare(req);
   else if (op == "peer.commit") r = finish(req, true);
@@ -141,10 +147,18 @@ ptc::Result<json> ClusterNode::prepare(const json& req) {
     PTC_ASSIGN_OR_RETURN(c.to_nodes, strings(req, "to_nodes"));
     PTC_ASSIGN_OR_RETURN(c.down, strings(req, "down"));
     PTC_ASSIGN_OR_RETURN(c.to, ptc::parse_parallelism(req.value("to", "")));
+    // The job's datasets follow its dp, in the same commit.
+    auto datasets = resplit_datasets(*store_, c.job, c.to.dp);
+    if (!datasets) return datasets.status().with_context("node " + id());
     auto r = prepare_cluster_part(*store_, *peers_, self_, c, req.value("digest", uint64_t{0}), options_);
     if (!r) return r.status().with_context("node " + id());
     change = std::move(r).value();
+    change.datasets = std::move(datasets).value();
     reply = {{"bytes_received", change.bytes_received}};
+  } else if (kind == "dataset_add" || kind == "dataset_progress") {
+    auto r = prepare_dataset_part(req);
+    if (!r) return r.status().with_context("node " + id());
+    change = std::move(r).value();
   } else {
     return ptc::invalid("peer.prepare: unknown kind '" + kind + "'");
   }
@@ -166,7 +180,7 @@ ptc::Result<json> ClusterNode::finish(const json& req, bool commit) {
     change = std::move(it->second);
     prepared_.erase(it);
   }
-  const std::string name = change.next->job() + "/" + change.next->step();
+  const std::string name = describe(change);
   if (!commit) {
     abort_change(*store_, change);
     ptc::log::info("aborted the change of {} (transaction {})", name, tx);
@@ -174,7 +188,7 @@ ptc::Result<json> ClusterNode::finish(const json& req, bool commit) {
   }
   auto replaced = change.replaced;
   PTC_RETURN_IF_ERROR(commit_change(*store_, change).with_context("node " + id()));
-  ptc::log::info("committed {} version {} (transaction {})", name, change.next->version(), tx);
+  ptc::log::info("committed {} (transaction {})", name, tx);
   change = {};
   replaced.reset();
   if (auto gc = store_->collect_garbage(); !gc) ptc::log::warn("collecting blobs: {}", gc.status().to_string());

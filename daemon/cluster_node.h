@@ -3,6 +3,8 @@
 // - it reads the slices of shards other nodes hold, for the mount (RemoteSlices);
 // - it answers its peers: peer.read (daemon/slab_read.h), peer.state, peer.stats, and the
 //   two phases of a change: peer.prepare (import or repartition), peer.commit, peer.abort;
+// - it reads dataset samples whose files another node holds, and serves its own
+//   (daemon/cluster_datasets.cc);
 // - the node the CLI talks to coordinates imports and repartitions: it asks every node for
 //   its state, computes one plan, has every live node prepare its part in parallel, and
 //   only when all are ready tells them all to commit; any failure aborts everywhere, and
@@ -20,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/cluster_prepare.h"
+#include "daemon/dataset_ops.h"
 #include "transport/backend.h"
 #include "daemon/prepared.h"
 #include "daemon/repartition.h"
@@ -28,7 +31,10 @@
 
 namespace ptcfs {
 
-class ClusterNode final : public RemoteSlices {
+// A fresh random transaction id (16 hex digits).
+std::string new_transaction_id();
+
+class ClusterNode final : public RemoteSlices, public RemoteSamples {
  public:
   ClusterNode(ptc::ClusterConfig cluster, int self, std::string secret);
   // Before serving: the node's store (created with this object as its RemoteSlices).
@@ -40,6 +46,11 @@ class ClusterNode final : public RemoteSlices {
   ptc::Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
                    fs::ReadBuffer& out) const override;
 
+  // RemoteSamples (daemon/cluster_datasets.cc).
+  const std::string& self_id() const override;
+  ptc::Status read_samples(const DatasetVersion& v, const std::vector<fs::DatasetContent::Piece>& pieces,
+                           fs::ReadBuffer& out) const override;
+
   // Ops named "peer.*".
   ptc::Result<transport::Reply> handle_peer(const nlohmann::json& request);
 
@@ -49,6 +60,10 @@ class ClusterNode final : public RemoteSlices {
                                      const std::vector<std::string>& nodes, const transport::ProgressSink& progress);
   ptc::Result<RepartitionResult> repartition(const RepartitionRequest& req, const std::vector<std::string>& nodes,
                                              const transport::ProgressSink& progress);
+  // Datasets (daemon/cluster_datasets.cc): this node is the home of the files it adds.
+  ptc::Result<nlohmann::json> dataset_add(const DatasetAddRequest& req, int dp, const IndexProgress& progress);
+  ptc::Result<nlohmann::json> dataset_progress(const std::string& job, const std::string& name,
+                                               std::optional<uint64_t> epoch, uint64_t consumed);
   // Per node: reachable, bytes_sent, bytes_received.
   nlohmann::json nodes_status();
   // After a restart: a step that peers moved to a newer version while this node was down
@@ -69,6 +84,12 @@ class ClusterNode final : public RemoteSlices {
   // Commits (or aborts) transaction `tx` on every node of `nodes`; the first error.
   ptc::Status finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit);
   std::vector<std::string> placement_or_all(const std::vector<std::string>& nodes) const;
+  ptc::Result<transport::Reply> serve_samples(const nlohmann::json& req);
+  ptc::Result<transport::Reply> serve_table(const nlohmann::json& req);
+  ptc::Result<nlohmann::json> dataset_state(const nlohmann::json& req) const;
+  ptc::Result<PreparedChange> prepare_dataset_part(const nlohmann::json& req);
+  // Datasets whose position peers moved while this node was down take the newest one.
+  size_t catch_up_datasets();
 
   std::unique_ptr<transport::PeerBackend> peers_;
   int self_;

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "daemon/control_util.h"
 #include "daemon/importer.h"
 #include "daemon/repartition.h"
 #include "ptc/json_util.h"
@@ -23,30 +24,6 @@ bool step_less(const std::string& a, const std::string& b) {
   if (na != nb) return na;
   if (na && a.size() != b.size()) return a.size() < b.size();
   return a < b;
-}
-
-// Forwards progress at most every 200 ms (and always the last report of a phase), so a
-// long copy does not flood the connection.
-class ThrottledProgress {
- public:
-  explicit ThrottledProgress(const transport::ProgressSink& sink) : sink_(sink) {}
-  void operator()(const std::string& phase, uint64_t done, uint64_t total) {
-    const auto now = std::chrono::steady_clock::now();
-    if (!sink_ || (started_ && done != total && now - last_ < std::chrono::milliseconds(200))) return;
-    started_ = true;
-    last_ = now;
-    sink_(json{{"phase", phase}, {"done", done}, {"total", total}});
-  }
-
- private:
-  const transport::ProgressSink& sink_;
-  bool started_ = false;
-  std::chrono::steady_clock::time_point last_;
-};
-
-ptc::Result<std::string> required_string(const json& req, const char* key) {
-  if (!req.contains(key)) return ptc::invalid(std::string("request lacks '") + key + "'");
-  return ptc::get_string(req[key], std::string("request field '") + key + "'");
 }
 
 json step_summary(const StepVersion& v) {
@@ -80,23 +57,13 @@ ptc::Result<transport::Reply> ControlService::handle(const json& req, const tran
   else if (op == "ls") r = ls(req);
   else if (op == "import") r = import(req, progress);
   else if (op == "repartition") r = repartition(req, progress);
+  else if (op == "dataset.add") r = dataset_add(req, progress);
+  else if (op == "dataset.progress") r = dataset_progress(req);
+  else if (op == "dataset.ls") r = dataset_ls(req);
   if (!r) return r.status();
   return transport::Reply(std::move(r).value());
 }
 
-namespace {
-// The optional "nodes" member of a request: node ids to place the job on.
-ptc::Result<std::vector<std::string>> nodes_of(const json& req) {
-  std::vector<std::string> out;
-  if (!req.contains("nodes")) return out;
-  if (!req["nodes"].is_array()) return ptc::invalid("request field 'nodes' must be a list of node ids");
-  for (const auto& n : req["nodes"]) {
-    if (!n.is_string()) return ptc::invalid("request field 'nodes' must be a list of node ids");
-    out.push_back(n.get<std::string>());
-  }
-  return out;
-}
-}  // namespace
 
 ptc::Result<json> ControlService::status() const {
   auto snap = store_.snapshot();
@@ -139,18 +106,26 @@ ptc::Result<json> ControlService::ls(const json& req) const {
   const std::string path = req.contains("path") && req["path"].is_string() ? req["path"].get<std::string>() : "";
   auto snap = store_.snapshot();
   std::map<std::string, std::vector<std::string>> jobs;
+  std::map<std::string, std::vector<std::string>> datasets;
   for (const auto& [key, v] : snap->steps) jobs[key.first].push_back(key.second);
+  for (const auto& [key, v] : snap->datasets) {
+    jobs[key.first];
+    datasets[key.first].push_back(key.second);
+  }
   for (auto& [_, steps] : jobs) std::sort(steps.begin(), steps.end(), step_less);
+  auto job_json = [&](const std::string& job, const std::vector<std::string>& steps) {
+    return json{{"job", job}, {"steps", steps}, {"datasets", datasets[job]}};
+  };
   if (path.empty()) {
     json out = json::array();
-    for (const auto& [job, steps] : jobs) out.push_back({{"job", job}, {"steps", steps}});
+    for (const auto& [job, steps] : jobs) out.push_back(job_json(job, steps));
     return json{{"jobs", std::move(out)}};
   }
   const size_t slash = path.find('/');
   const std::string job = path.substr(0, slash);
   auto it = jobs.find(job);
   if (it == jobs.end()) return ptc::not_found("no job '" + job + "'");
-  if (slash == std::string::npos) return json{{"job", job}, {"steps", it->second}};
+  if (slash == std::string::npos) return job_json(job, it->second);
   const std::string step = path.substr(slash + 1);
   auto sit = snap->steps.find({job, step});
   if (sit == snap->steps.end()) return ptc::not_found("job '" + job + "' has no step '" + step + "'");

@@ -1,4 +1,5 @@
-// The control service: what `ptcfs` asks of a daemon (status, ls, import, repartition), as JSON
+// The control service: what `ptcfs` asks of a daemon (status, ls, import, repartition, the
+// dataset requests), as JSON
 // requests and results (docs/FORMATS.md lists them). Runs on the RPC server's workers.
 #pragma once
 
@@ -11,6 +12,7 @@
 
 #include "daemon/cluster_node.h"
 #include "daemon/compactor.h"
+#include "daemon/dataset_ops.h"
 #include "ptc/cluster.h"
 #include "daemon/store.h"
 #include "transport/rpc.h"
@@ -39,6 +41,11 @@ class ControlService {
   ptc::Result<nlohmann::json> ls(const nlohmann::json& req) const;
   ptc::Result<nlohmann::json> import(const nlohmann::json& req, const transport::ProgressSink& progress);
   ptc::Result<nlohmann::json> repartition(const nlohmann::json& req, const transport::ProgressSink& progress);
+  // daemon/control_dataset.cc
+  ptc::Result<DatasetAddRequest> parse_dataset_add(const nlohmann::json& req) const;
+  ptc::Result<nlohmann::json> dataset_add(const nlohmann::json& req, const transport::ProgressSink& progress);
+  ptc::Result<nlohmann::json> dataset_progress(const nlohmann::json& req);
+  ptc::Result<nlohmann::json> dataset_ls(const nlohmann::json& req) const;
 
   Store& store_;
   DaemonInfo info_;

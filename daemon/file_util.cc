@@ -34,6 +34,12 @@ ptc::Result<uint64_t> File::size() const {
   return static_cast<uint64_t>(st.st_size);
 }
 
+ptc::Result<int64_t> File::mtime_ns() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return ptc::io_error("stat " + path_, errno);
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
 ptc::Result<size_t> File::read_at(uint64_t offset, void* buf, size_t len) const {
   size_t done = 0;
   while (done < len) {

@@ -18,6 +18,9 @@ class File {
   ~File();
   int fd() const { return fd_; }
   ptc::Result<uint64_t> size() const;
+  // Last modification, in nanoseconds since the epoch.
+  ptc::Result<int64_t> mtime_ns() const;
+  const std::string& path() const { return path_; }
   // Reads up to len bytes at offset; fewer only at end of file.
   ptc::Result<size_t> read_at(uint64_t offset, void* buf, size_t len) const;
 

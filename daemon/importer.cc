@@ -203,6 +203,7 @@ Result<PreparedChange> prepare_import(Store& store, const std::string& dir, cons
   const auto t0 = std::chrono::steady_clock::now();
   PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
   PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
+  if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
   const std::string ptc_path = dir + "/ptc.json";
   PTC_ASSIGN_OR_RETURN(std::string text, read_small_file(ptc_path, 64 << 20));
   PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::parse_ptc_json(text, ptc_path));

@@ -57,7 +57,7 @@ int run(const Options& o, bool listen_given) {
   // In a cluster the node reads other nodes' shards for the mount and serves theirs.
   std::unique_ptr<ClusterNode> cluster_node;
   if (cfg.cluster) cluster_node = std::make_unique<ClusterNode>(*cfg.cluster, cfg.node, secret);
-  auto store = Store::open(o.data, cluster_node.get());
+  auto store = Store::open(o.data, cluster_node.get(), cluster_node.get());
   if (!store) {
     ptc::log::error("opening data directory {}: {}", o.data, store.status().to_string());
     return 1;
@@ -67,11 +67,7 @@ int run(const Options& o, bool listen_given) {
   mo.mountpoint = o.mount;
   mo.debug = o.fuse_debug;
   mo.allow_other = o.allow_other;
-  auto source = [&st] {
-    std::vector<fs::StepEntry> steps;
-    for (const auto& [key, v] : st.snapshot()->steps) steps.push_back({key.first, key.second, v});
-    return steps;
-  };
+  auto source = [&st] { return mount_contents(st); };
   auto fsr = fs::Filesystem::mount(mo, source);
   if (!fsr) {
     ptc::log::error("mounting {}: {}", o.mount, fsr.status().to_string());

@@ -5,12 +5,23 @@
 
 namespace ptcfs {
 namespace {
-void release(Store& store, const PreparedChange& c) {
+void release(Store& store, PreparedChange& c) {
+  for (const auto& [job, name] : c.reserved_datasets) store.release_dataset(job, name);
+  c.reserved_datasets.clear();
   if (!c.next) return;
   if (c.replaced) store.end_change(c.next->job(), c.next->step());
   else store.release_name(c.next->job(), c.next->step());
 }
 }  // namespace
+
+std::string describe(const PreparedChange& c) {
+  if (c.next) return "step " + c.next->job() + "/" + c.next->step() + " version " + std::to_string(c.next->version());
+  std::string out;
+  for (const auto& d : c.datasets)
+    out += (out.empty() ? "dataset " : ", ") + d.next->job() + "/" + d.next->name() + " version " +
+           std::to_string(d.next->version());
+  return out.empty() ? "an empty change" : out;
+}
 
 ptc::Status commit_change(Store& store, PreparedChange& c) {
   if (!c.blobs.empty()) {
@@ -19,7 +30,8 @@ ptc::Status commit_change(Store& store, PreparedChange& c) {
       return s;
     }
   }
-  if (auto s = store.commit(c.next, c.replaced); !s) {
+  const ptc::Status s = c.next ? store.commit(c.next, c.replaced, c.datasets) : store.commit_datasets(c.datasets);
+  if (!s) {
     abort_change(store, c);
     return s;
   }

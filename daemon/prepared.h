@@ -14,13 +14,19 @@
 namespace ptcfs {
 
 struct PreparedChange {
-  std::shared_ptr<StepVersion> next;
+  std::shared_ptr<StepVersion> next;            // null for a change of datasets alone
   std::shared_ptr<const StepVersion> replaced;  // null for an import
+  std::vector<DatasetChange> datasets;          // committed in the same write
+  // Dataset names reserved for an add (released at commit or abort).
+  std::vector<std::pair<std::string, std::string>> reserved_datasets;
   std::vector<uint64_t> blobs;                  // new, synced, pending
   uint64_t bytes_received = 0;                  // from peers
 };
 
-// Commits the new version in one metadata write and releases the step. On error the
+// "step J/S version V" or "dataset J/N version V", for logs.
+std::string describe(const PreparedChange& change);
+// Commits the new version (and dataset versions) in one metadata write and releases the
+// step and the dataset names. On error the
 // change is aborted.
 ptc::Status commit_change(Store& store, PreparedChange& change);
 // Removes the new blobs and releases the step; the current version stays as it was.

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <ctime>
 
+#include "daemon/dataset_ops.h"
 #include "daemon/extent_map.h"
 #include "daemon/file_util.h"
 #include "ptc/log.h"
@@ -40,7 +41,15 @@ json RepartitionResult::to_json() const {
           {"bytes_min", bytes_min},
           {"seconds", seconds}};
   if (!per_node.empty()) out["nodes"] = std::move(nodes);
+  json ds = json::array();
+  for (const auto& d : datasets) ds.push_back({{"name", d.name}, {"from_dp", d.from_dp}, {"to_dp", d.to_dp}});
+  out["datasets"] = std::move(ds);
   return out;
+}
+
+void note_datasets(const std::vector<DatasetChange>& datasets, RepartitionResult& res) {
+  for (const auto& d : datasets)
+    res.datasets.push_back({d.next->name(), d.replaced->position().dp, d.next->position().dp});
 }
 
 ptc::Result<std::shared_ptr<const StepVersion>> current_version(const Store& store, const std::string& job,
@@ -83,9 +92,14 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
 
   RepartitionResult res;
   PTC_ASSIGN_OR_RETURN(ptc::Layout to, start_result(req, *old, res));
+  // The job's datasets follow its dp; a dp that does not divide a global batch refuses all.
+  auto datasets = resplit_datasets(store, req.job, req.to.dp);
+  if (!datasets) return datasets.status().with_context("cannot repartition " + name + " to " + req.to.to_string());
+  note_datasets(*datasets, res);
   if (req.to == from.parallelism()) {
     res.unchanged = true;
     res.bytes_total = old->total_bytes();
+    if (!req.dry_run && !datasets->empty()) PTC_RETURN_IF_ERROR(store.commit_datasets(*datasets));
     return res;
   }
 
@@ -139,7 +153,7 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
   auto next = std::make_shared<StepVersion>(req.job, req.step, old->version() + 1,
                                             static_cast<int64_t>(::time(nullptr)), std::move(to), std::move(stored),
                                             &store.blobs(), old->placement(), store.remote());
-  if (auto s = store.commit(next, old); !s) {
+  if (auto s = store.commit(next, old, *datasets); !s) {
     discard();
     return s;
   }

@@ -42,6 +42,11 @@ struct RepartitionResult {
     uint64_t received = 0, min = 0;
   };
   std::vector<NodeBytes> per_node;  // in a cluster: what each node received, and its minimum
+  struct DatasetSplit {
+    std::string name;
+    int from_dp = 0, to_dp = 0;
+  };
+  std::vector<DatasetSplit> datasets;  // the job's datasets re-split for the new dp
   double seconds = 0;
   nlohmann::json to_json() const;
 };
@@ -52,6 +57,9 @@ ptc::Result<std::shared_ptr<const StepVersion>> current_version(const Store& sto
 // Fills the fields of `res` that the request and the old version fix, and builds the target
 // layout (which validates the new config against the PTC).
 ptc::Result<ptc::Layout> start_result(const RepartitionRequest& req, const StepVersion& old, RepartitionResult& res);
+
+// Records the dataset re-splits of a repartition in its result.
+void note_datasets(const std::vector<DatasetChange>& datasets, RepartitionResult& res);
 
 using PhaseProgress = std::function<void(const std::string& phase, uint64_t done, uint64_t total)>;
 

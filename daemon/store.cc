@@ -10,13 +10,14 @@
 
 namespace ptcfs {
 
-ptc::Result<std::unique_ptr<Store>> Store::open(const std::string& data_dir, const RemoteSlices* remote) {
+ptc::Result<std::unique_ptr<Store>> Store::open(const std::string& data_dir, const RemoteSlices* remote,
+                                                const RemoteSamples* samples) {
   std::error_code ec;
   std::filesystem::create_directories(data_dir, ec);
   if (ec) return ptc::error(ptc::Code::kIo, "creating data directory " + data_dir + ": " + ec.message());
   PTC_ASSIGN_OR_RETURN(auto kv, open_rocksdb(data_dir + "/meta"));
   PTC_ASSIGN_OR_RETURN(auto blobs, BlobStore::open(data_dir + "/blobs"));
-  std::unique_ptr<Store> s(new Store(data_dir, std::move(kv), std::move(blobs), remote));
+  std::unique_ptr<Store> s(new Store(data_dir, std::move(kv), std::move(blobs), remote, samples));
   PTC_RETURN_IF_ERROR(s->load());
   // Blobs left by an interrupted import or repartition belong to no version.
   PTC_RETURN_IF_ERROR(s->collect_garbage().status());
@@ -37,9 +38,21 @@ ptc::Status Store::load() {
     PTC_ASSIGN_OR_RETURN(auto v, StepVersion::load(*kv_, job, step, value, blobs_.get(), remote_));
     snap->steps[{job, step}] = std::move(v);
   }
+  records.clear();
+  PTC_RETURN_IF_ERROR(kv_->scan(DatasetVersion::kPrefix, [&](std::string_view key, std::string_view value) {
+    records.emplace_back(std::string(key.substr(DatasetVersion::kPrefix.size())), std::string(value));
+    return true;
+  }));
+  for (const auto& [name, value] : records) {
+    const size_t slash = name.find('/');
+    if (slash == std::string::npos) return ptc::corrupt("metadata: malformed dataset key '" + name + "'");
+    const std::string job = name.substr(0, slash), ds = name.substr(slash + 1);
+    PTC_ASSIGN_OR_RETURN(auto v, DatasetVersion::load(job, ds, value, *blobs_, samples_));
+    snap->datasets[{job, ds}] = std::move(v);
+  }
   std::lock_guard lock(mu_);
   snap_ = std::move(snap);
-  ptc::log::info("store {}: {} steps loaded", data_dir_, snap_->steps.size());
+  ptc::log::info("store {}: {} steps and {} datasets loaded", data_dir_, snap_->steps.size(), snap_->datasets.size());
   return ptc::Status::ok();
 }
 
@@ -72,6 +85,20 @@ void Store::release_name(const std::string& job, const std::string& step) {
   reserved_.erase({job, step});
 }
 
+ptc::Status Store::reserve_dataset(const std::string& job, const std::string& name) {
+  std::lock_guard lock(mu_);
+  if (snap_->datasets.count({job, name}))
+    return ptc::error(ptc::Code::kAlreadyExists, "dataset " + job + "/" + name + " already exists");
+  if (!reserved_datasets_.insert({job, name}).second)
+    return ptc::error(ptc::Code::kAlreadyExists, "dataset " + job + "/" + name + " is being added");
+  return ptc::Status::ok();
+}
+
+void Store::release_dataset(const std::string& job, const std::string& name) {
+  std::lock_guard lock(mu_);
+  reserved_datasets_.erase({job, name});
+}
+
 ptc::Status Store::begin_change(const std::string& job, const std::string& step) {
   std::lock_guard lock(mu_);
   if (!changing_.insert({job, step}).second)
@@ -84,26 +111,53 @@ void Store::end_change(const std::string& job, const std::string& step) {
   changing_.erase({job, step});
 }
 
-ptc::Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced) {
+ptc::Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced,
+                          const std::vector<DatasetChange>& datasets) {
+  return commit_all(std::move(v), std::move(replaced), datasets);
+}
+
+ptc::Status Store::commit_datasets(const std::vector<DatasetChange>& datasets) {
+  return commit_all(nullptr, nullptr, datasets);
+}
+
+ptc::Status Store::commit_all(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced,
+                              const std::vector<DatasetChange>& datasets) {
   std::lock_guard commit_lock(commit_mu_);
   {
     std::lock_guard lock(mu_);
-    auto it = snap_->steps.find({v->job(), v->step()});
-    const StepVersion* current = it == snap_->steps.end() ? nullptr : it->second.get();
-    if (current != replaced.get())
-      return ptc::error(ptc::Code::kFailedPrecondition,
-                        "step " + v->job() + "/" + v->step() + " changed while the new version was prepared");
+    if (v) {
+      auto it = snap_->steps.find({v->job(), v->step()});
+      const StepVersion* current = it == snap_->steps.end() ? nullptr : it->second.get();
+      if (current != replaced.get())
+        return ptc::error(ptc::Code::kFailedPrecondition,
+                          "step " + v->job() + "/" + v->step() + " changed while the new version was prepared");
+    }
+    for (const auto& d : datasets) {
+      auto it = snap_->datasets.find({d.next->job(), d.next->name()});
+      const DatasetVersion* current = it == snap_->datasets.end() ? nullptr : it->second.get();
+      if (current != d.replaced.get())
+        return ptc::error(ptc::Code::kFailedPrecondition, "dataset " + d.next->job() + "/" + d.next->name() +
+                                                              " changed while its new version was prepared");
+    }
   }
   WriteBatch batch;
   if (replaced) replaced->delete_slice_records(batch);
-  v->to_records(batch);
+  if (v) v->to_records(batch);
+  for (const auto& d : datasets) d.next->to_records(batch);
   PTC_RETURN_IF_ERROR(kv_->write(batch));
-  for (uint64_t id : v->blobs_used()) blobs_->settle(id);
+  if (v)
+    for (uint64_t id : v->blobs_used()) blobs_->settle(id);
+  for (const auto& d : datasets)
+    for (uint64_t id : d.next->blobs_used()) blobs_->settle(id);
   std::vector<std::function<void()>> listeners;
   {
     std::lock_guard lock(mu_);
     auto next = std::make_shared<Snapshot>(*snap_);
-    next->steps[{v->job(), v->step()}] = std::move(v);
+    if (v) next->steps[{v->job(), v->step()}] = std::move(v);
+    for (const auto& d : datasets) {
+      next->datasets[{d.next->job(), d.next->name()}] = d.next;
+      if (d.replaced) retired_datasets_.push_back(d.replaced);
+    }
     snap_ = std::move(next);
     if (replaced) retired_.push_back(replaced);
     listeners = listeners_;
@@ -127,6 +181,15 @@ ptc::Result<size_t> Store::collect_garbage() {
         alive.push_back(w);
       }
     retired_ = std::move(alive);
+    for (const auto& [_, d] : snap_->datasets)
+      for (uint64_t b : d->blobs_used()) used.insert(b);
+    std::vector<std::weak_ptr<const DatasetVersion>> alive_datasets;
+    for (auto& w : retired_datasets_)
+      if (auto d = w.lock()) {
+        for (uint64_t b : d->blobs_used()) used.insert(b);
+        alive_datasets.push_back(w);
+      }
+    retired_datasets_ = std::move(alive_datasets);
   }
   PTC_ASSIGN_OR_RETURN(auto all, blobs_->list());
   size_t removed = 0;
@@ -142,6 +205,14 @@ ptc::Result<size_t> Store::collect_garbage() {
 void Store::on_change(std::function<void()> fn) {
   std::lock_guard lock(mu_);
   listeners_.push_back(std::move(fn));
+}
+
+fs::Contents mount_contents(const Store& store) {
+  fs::Contents c;
+  const auto snap = store.snapshot();
+  for (const auto& [key, v] : snap->steps) c.steps.push_back({key.first, key.second, v});
+  for (const auto& [key, v] : snap->datasets) c.datasets.push_back({key.first, key.second, v});
+  return c;
 }
 
 }  // namespace ptcfs

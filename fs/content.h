@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ptc/dataset.h"
 #include "ptc/layout.h"
 #include "ptc/status.h"
 
@@ -64,6 +65,42 @@ class StepContent {
 struct StepEntry {
   std::string job, step;
   std::shared_ptr<const StepContent> content;
+};
+
+// One immutable version of a dataset (ptc/dataset.h): its spec, its position, and the
+// bytes of its records. A record is what a rank view holds per sample: for JSONL the line
+// with its newline (one is supplied when the file's last line lacks it), for Megatron the
+// sequence's elements.
+class DatasetContent {
+ public:
+  virtual ~DatasetContent() = default;
+  virtual const ptc::DatasetSpec& spec() const = 0;
+  virtual const ptc::DatasetPosition& position() const = 0;
+  // Megatron datasets: the MMIDIDX dtype code of every sequence.
+  virtual int dtype_code() const = 0;
+  virtual uint64_t version() const = 0;
+  virtual int64_t mtime() const = 0;
+  // The sample order of the current epoch (computed once per version).
+  virtual const std::vector<uint32_t>& order() const = 0;
+  virtual uint64_t record_bytes(uint32_t sample) const = 0;
+
+  struct Piece {
+    uint32_t sample = 0;
+    uint64_t off = 0, len = 0;  // inside the record
+  };
+  // Appends the bytes of each piece, in order.
+  virtual ptc::Status read_records(const std::vector<Piece>& pieces, ReadBuffer& out) const = 0;
+};
+
+struct DatasetEntry {
+  std::string job, name;
+  std::shared_ptr<const DatasetContent> content;
+};
+
+// Everything the mount shows.
+struct Contents {
+  std::vector<StepEntry> steps;
+  std::vector<DatasetEntry> datasets;
 };
 
 }  // namespace ptcfs::fs

@@ -25,7 +25,7 @@ struct MountOptions {
 
 class Filesystem {
  public:
-  using Source = std::function<std::vector<StepEntry>()>;
+  using Source = std::function<Contents()>;
 
   // Mounts at opts.mountpoint. A stale mount there (a daemon that died) is detached first;
   // a live one is an error.

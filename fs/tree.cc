@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include "fs/dataset_views.h"
 #include "ptc/log.h"
 
 namespace ptcfs::fs {
@@ -80,22 +81,29 @@ class Builder {
 };
 
 // The nodes of one step: its folder (a child of its job's folder) and everything below.
-ptc::Result<std::shared_ptr<const StepTree>> build_step(const StepEntry& e, uint64_t job_ino) {
-  auto st = std::make_shared<StepTree>();
-  st->content = e.content;
+// A subtree's folder at path sp, a child of parent.
+std::shared_ptr<SubTree> new_subtree(std::shared_ptr<const void> content, const std::string& sp, uint64_t parent,
+                                     int64_t mtime) {
+  auto st = std::make_shared<SubTree>();
+  st->content = std::move(content);
+  Node dir;
+  dir.ino = st->root_ino = ino_of(sp, "");
+  dir.parent = parent;
+  dir.is_dir = true;
+  dir.mtime = mtime;
+  st->nodes.emplace(dir.ino, std::move(dir));
+  return st;
+}
+
+ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint64_t job_ino) {
   const auto& c = e.content;
   const auto& layout = c->layout();
   const int64_t mtime = c->mtime();
   const std::string tag = "v" + std::to_string(c->version());
   const std::string sp = "/" + e.job + "/" + e.step;
-  Node dir;
-  dir.ino = st->step_ino = ino_of(sp, "");
-  dir.parent = job_ino;
-  dir.is_dir = true;
-  dir.mtime = mtime;
-  st->nodes.emplace(dir.ino, std::move(dir));
+  auto st = new_subtree(c, sp, job_ino, mtime);
   Builder b(st->nodes);
-  const uint64_t step_dir = st->step_ino;
+  const uint64_t step_dir = st->root_ino;
   PTC_RETURN_IF_ERROR(b.file(step_dir, sp, "ptc.json", bytes_view(ptc::ptc_to_json(layout.ptc())), tag, mtime));
   for (const auto& shard : layout.shards()) {
     PTC_ASSIGN_OR_RETURN(auto view, shard_safetensors_view(c, shard));
@@ -110,12 +118,23 @@ ptc::Result<std::shared_ptr<const StepTree>> build_step(const StepEntry& e, uint
   for (size_t i = 0; i < layout.ptc().tensors.size(); ++i)
     PTC_RETURN_IF_ERROR(
         b.file(full, sp + "/full", layout.ptc().tensors[i].name + ".npy", full_npy_view(c, i), tag, mtime));
-  return std::shared_ptr<const StepTree>(std::move(st));
+  return std::shared_ptr<const SubTree>(std::move(st));
+}
+
+ptc::Result<std::shared_ptr<const SubTree>> build_dataset(const DatasetEntry& e, uint64_t data_ino) {
+  const auto& c = e.content;
+  const std::string tag = "v" + std::to_string(c->version());
+  const std::string dp = "/" + e.job + "/" + kDataDir + "/" + e.name;
+  auto st = new_subtree(c, dp, data_ino, c->mtime());
+  Builder b(st->nodes);
+  for (auto& [name, view] : dataset_views(c))
+    PTC_RETURN_IF_ERROR(b.file(st->root_ino, dp, name, std::move(view), tag, c->mtime()));
+  return std::shared_ptr<const SubTree>(std::move(st));
 }
 
 }  // namespace
 
-ptc::Result<std::shared_ptr<const Tree>> Tree::build(const std::vector<StepEntry>& steps, const Tree* previous) {
+ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, const Tree* previous) {
   auto t = std::make_shared<Tree>();
   Node root;
   root.ino = kRootIno;
@@ -123,28 +142,42 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const std::vector<StepEntry
   root.is_dir = true;
   t->top_.emplace(kRootIno, std::move(root));
   Builder top(t->top_);
-  for (const auto& e : steps) {
-    const std::pair<std::string, std::string> key{e.job, e.step};
-    PTC_ASSIGN_OR_RETURN(uint64_t job_ino, top.dir(kRootIno, "", e.job, e.content->mtime()));
-    std::shared_ptr<const StepTree> st;
+  // Adds the subtree of `key` under `parent` as `name`: the previous tree's when it shows
+  // the same content, else a new one. One bad step or dataset must not hide the others.
+  auto attach = [&](std::pair<std::string, std::string> key, const std::shared_ptr<const void>& content,
+                    uint64_t parent, const std::string& name, const auto& build) {
+    std::shared_ptr<const SubTree> st;
     if (previous) {
-      auto it = previous->steps_.find(key);
-      if (it != previous->steps_.end() && it->second->content == e.content) st = it->second;  // unchanged
+      auto it = previous->subtrees_.find(key);
+      if (it != previous->subtrees_.end() && it->second->content == content) st = it->second;  // unchanged
     }
     if (!st) {
-      auto built = build_step(e, job_ino);
+      auto built = build();
       if (!built) {
-        // One bad step must not hide the others.
-        ptc::log::error("not showing {}/{}: {}", e.job, e.step, built.status().to_string());
-        continue;
+        ptc::log::error("not showing {}/{}: {}", key.first, key.second, built.status().to_string());
+        return;
       }
       st = std::move(built).value();
     }
-    t->top_.at(job_ino).children.emplace(e.step, st->step_ino);
-    t->steps_.emplace(key, std::move(st));
+    t->top_.at(parent).children.emplace(name, st->root_ino);
+    t->subtrees_.emplace(std::move(key), std::move(st));
+  };
+  for (const auto& e : contents.steps) {
+    if (e.step == kDataDir) {
+      ptc::log::error("not showing {}/{}: '{}' is the folder of the job's datasets", e.job, e.step, kDataDir);
+      continue;
+    }
+    PTC_ASSIGN_OR_RETURN(uint64_t job_ino, top.dir(kRootIno, "", e.job, e.content->mtime()));
+    attach({e.job, e.step}, e.content, job_ino, e.step, [&] { return build_step(e, job_ino); });
+  }
+  for (const auto& e : contents.datasets) {
+    PTC_ASSIGN_OR_RETURN(uint64_t data_ino,
+                         top.dir(kRootIno, "", e.job + "/" + kDataDir, e.content->mtime()));
+    attach({e.job, std::string(kDataDir) + "/" + e.name}, e.content, data_ino, e.name,
+           [&] { return build_dataset(e, data_ino); });
   }
   for (const auto& [ino, n] : t->top_) t->index_.emplace(ino, &n);
-  for (const auto& [key, st] : t->steps_)
+  for (const auto& [key, st] : t->subtrees_)
     for (const auto& [ino, n] : st->nodes)
       if (!t->index_.emplace(ino, &n).second)
         ptc::log::error("inode number collision in {}/{}: a file is hidden", key.first, key.second);

@@ -6,9 +6,11 @@
 //   /<job>/<step>/tp{t}-pp{p}.safetensors
 //   /<job>/<step>/tp{t}-pp{p}/<tensor>.npy     ('/' in a tensor name makes subfolders)
 //   /<job>/<step>/full/<tensor>.npy
+//   /<job>/data/<dataset>/...                 (fs/dataset_views.h)
 //
-// A step's nodes are built once per version and shared by later trees while the version
-// is current, so a commit costs the nodes of the steps it changed, not of every step.
+// A step's nodes (and a dataset's) are built once per version and shared by later trees
+// while the version is current, so a commit costs the nodes of what it changed, not of
+// every step.
 //
 // Inode numbers are stable across restarts: a directory's is a hash of its path; a file's
 // is a hash of its path and the step's version, so a file whose bytes change gets a new
@@ -38,19 +40,21 @@ struct Node {
   std::map<std::string, uint64_t> children;  // directories: name -> ino
 };
 
-// The nodes of one version of one step.
-struct StepTree {
-  std::shared_ptr<const StepContent> content;
-  uint64_t step_ino = 0;
-  std::unordered_map<uint64_t, Node> nodes;  // the step's folder and everything below
+// The nodes of one version of one step or dataset.
+struct SubTree {
+  std::shared_ptr<const void> content;  // the StepContent or DatasetContent it shows
+  uint64_t root_ino = 0;
+  std::unordered_map<uint64_t, Node> nodes;  // the step's (dataset's) folder and everything below
 };
+
+// The folder of a job that holds its datasets.
+inline constexpr const char* kDataDir = "data";
 
 class Tree {
  public:
-  // Builds the tree of the given steps, reusing the step trees of `previous` whose
-  // version is unchanged.
-  static ptc::Result<std::shared_ptr<const Tree>> build(const std::vector<StepEntry>& steps,
-                                                        const Tree* previous = nullptr);
+  // Builds the tree of the given steps and datasets, reusing the subtrees of `previous`
+  // whose version is unchanged.
+  static ptc::Result<std::shared_ptr<const Tree>> build(const Contents& contents, const Tree* previous = nullptr);
 
   const Node* find(uint64_t ino) const;
   const Node* child(const Node& dir, const std::string& name) const;
@@ -62,8 +66,9 @@ class Tree {
   }
 
  private:
-  std::unordered_map<uint64_t, Node> top_;  // the root and the job folders
-  std::map<std::pair<std::string, std::string>, std::shared_ptr<const StepTree>> steps_;
+  std::unordered_map<uint64_t, Node> top_;  // the root, the job folders and their data folders
+  // By (job, step) and by (job, "data/" + dataset).
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const SubTree>> subtrees_;
   std::unordered_map<uint64_t, const Node*> index_;  // every node by inode
 };
 

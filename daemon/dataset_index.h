@@ -1,0 +1,56 @@
+// Indexing a dataset's source files (`ptcfs dataset add`): where every sample lies. Sample
+// bytes stay in their files; the index is a table of (file, offset, bytes) per sample.
+//
+//   jsonl     every non-blank line is a sample and must be valid JSON; blank lines (only
+//             spaces, tabs or '\r') are skipped. A record is the line with its '\n'; a
+//             last line without one gets it supplied by the views.
+//   megatron  FILES name indexed datasets as PREFIX, PREFIX.bin or PREFIX.idx; every
+//             sequence of every .idx (ptc/mmidx.h) is a sample, read from its .bin. All
+//             must share one dtype.
+// Samples are numbered in the order of FILES, then within each file.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ptc/dataset.h"
+#include "ptc/status.h"
+
+namespace ptcfs {
+
+struct SourceFile {
+  std::string path;      // absolute
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;  // when indexed: a file that changes afterwards is refused at read
+  uint64_t blob = 0;     // non-zero when its bytes were copied into the store (--copy)
+};
+
+// One entry of the sample table, as stored (24 bytes, little-endian).
+struct SampleRecord {
+  uint64_t offset = 0;  // in its file
+  uint64_t bytes = 0;   // in the file (a JSONL line with its '\n' when it has one)
+  uint32_t file = 0;
+  uint32_t flags = 0;   // kSupplyNewline
+};
+static_assert(sizeof(SampleRecord) == 24);
+inline constexpr uint32_t kSupplyNewline = 1;
+
+inline uint64_t record_bytes(const SampleRecord& r) { return r.bytes + ((r.flags & kSupplyNewline) ? 1 : 0); }
+
+struct DatasetIndex {
+  ptc::DatasetFormat format = ptc::DatasetFormat::kJsonl;
+  int dtype_code = 0;  // megatron
+  std::vector<SourceFile> files;
+  std::vector<SampleRecord> samples;
+};
+
+// Called with bytes read so far and the total.
+using IndexProgress = std::function<void(uint64_t done, uint64_t total)>;
+
+// Reads and validates the files; errors name the file and the line or sequence at fault.
+ptc::Result<DatasetIndex> index_dataset(ptc::DatasetFormat format, const std::vector<std::string>& files,
+                                        const IndexProgress& progress = {});
+
+}  // namespace ptcfs

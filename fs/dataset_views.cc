@@ -1,0 +1,83 @@
+#include "fs/dataset_views.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "ptc/mmidx.h"
+
+namespace ptcfs::fs {
+namespace {
+
+// The records of one rank's samples, back to back.
+class RecordsView final : public View {
+ public:
+  RecordsView(std::shared_ptr<const DatasetContent> c, std::vector<uint32_t> samples)
+      : c_(std::move(c)), samples_(std::move(samples)), starts_(samples_.size() + 1, 0) {
+    for (size_t i = 0; i < samples_.size(); ++i) starts_[i + 1] = starts_[i] + c_->record_bytes(samples_[i]);
+  }
+  uint64_t size() const override { return starts_.back(); }
+  const std::vector<uint32_t>& samples() const { return samples_; }
+
+  ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
+    // The last record starting at or before off.
+    size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), off) - starts_.begin()) - 1;
+    std::vector<DatasetContent::Piece> pieces;
+    for (; len > 0 && i < samples_.size(); ++i) {
+      const uint64_t in = off - starts_[i];
+      const uint64_t take = std::min(len, starts_[i + 1] - off);
+      if (take > 0) pieces.push_back({samples_[i], in, take});
+      off += take;
+      len -= take;
+    }
+    if (len != 0) return ptc::internal("dataset view read past its end");
+    return c_->read_records(pieces, out);
+  }
+
+ private:
+  std::shared_ptr<const DatasetContent> c_;
+  std::vector<uint32_t> samples_;
+  std::vector<uint64_t> starts_;  // of each record in the file, then the file's size
+};
+
+}  // namespace
+
+std::string dataset_state_json(const DatasetContent& c) {
+  const auto& s = c.spec();
+  const auto& p = c.position();
+  nlohmann::json j = {{"format", ptc::format_name(s.format)},
+                      {"num_samples", s.num_samples},
+                      {"seed", s.seed},
+                      {"global_batch", s.global_batch},
+                      {"dp", p.dp},
+                      {"epoch", p.epoch},
+                      {"consumed", p.consumed},
+                      {"dropped", s.dropped()},
+                      {"samples_per_epoch", s.samples_per_epoch()},
+                      {"version", c.version()}};
+  return j.dump(2) + "\n";
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<const View>>> dataset_views(
+    const std::shared_ptr<const DatasetContent>& c) {
+  std::vector<std::pair<std::string, std::shared_ptr<const View>>> files;
+  files.emplace_back("state.json", bytes_view(dataset_state_json(*c)));
+  const auto& spec = c->spec();
+  const auto& pos = c->position();
+  for (int d = 0; d < pos.dp; ++d) {
+    auto view = std::make_shared<RecordsView>(c, ptc::rank_samples(c->order(), spec, pos.dp, d, pos.consumed));
+    const std::string stem = "dp" + std::to_string(d);
+    if (spec.format == ptc::DatasetFormat::kJsonl) {
+      files.emplace_back(stem + ".jsonl", std::move(view));
+      continue;
+    }
+    std::vector<uint64_t> bytes;
+    bytes.reserve(view->samples().size());
+    for (uint32_t s : view->samples()) bytes.push_back(c->record_bytes(s));
+    files.emplace_back(stem + ".idx", bytes_view(ptc::render_mmidx(c->dtype_code(), bytes)));
+    files.emplace_back(stem + ".bin", std::move(view));
+  }
+  return files;
+}
+
+}  // namespace ptcfs::fs

@@ -1,0 +1,114 @@
+#include <algorithm>
+#include <numeric>
+
+#include <catch2/catch.hpp>
+
+#include "ptc/dataset.h"
+#include "ptc/mmidx.h"
+
+using namespace ptc;
+
+namespace {
+std::vector<uint32_t> first10(const std::vector<uint32_t>& v) { return {v.begin(), v.begin() + 10}; }
+}  // namespace
+
+TEST_CASE("the epoch order is the documented one, fixed for every later version", "[dataset]") {
+  // Golden values from tests/tools/ptcds.py, an independent Python implementation of the
+  // algorithm in ptc/dataset.h; a change here breaks every stored dataset position.
+  CHECK(epoch_order(0, 0, 10) == std::vector<uint32_t>{6, 8, 3, 7, 9, 1, 0, 4, 5, 2});
+  CHECK(epoch_order(42, 0, 10) == std::vector<uint32_t>{6, 9, 0, 7, 1, 3, 8, 4, 5, 2});
+  CHECK(epoch_order(42, 1, 10) == std::vector<uint32_t>{9, 3, 1, 2, 8, 4, 0, 7, 5, 6});
+  CHECK(first10(epoch_order(7, 3, 1000)) == std::vector<uint32_t>{66, 506, 392, 130, 850, 32, 90, 145, 159, 919});
+}
+
+TEST_CASE("an epoch order is a permutation, and epochs differ", "[dataset]") {
+  for (uint64_t n : {1u, 2u, 3u, 97u, 4096u}) {
+    auto o = epoch_order(5, 2, n);
+    std::sort(o.begin(), o.end());
+    std::vector<uint32_t> ids(n);
+    std::iota(ids.begin(), ids.end(), 0u);
+    CHECK(o == ids);
+  }
+  CHECK(epoch_order(5, 0, 1000) != epoch_order(5, 1, 1000));
+  CHECK(epoch_order(5, 0, 1000) != epoch_order(6, 0, 1000));
+}
+
+TEST_CASE("uniform draws stay in range, including the largest bound", "[dataset]") {
+  SplitMix64 g(1);
+  for (uint64_t m : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{1} << 63, ~uint64_t{0}})
+    for (int i = 0; i < 100; ++i) CHECK(g.uniform(m) < m);
+}
+
+TEST_CASE("interleaving the rank chunks batch by batch gives the global order", "[dataset]") {
+  DatasetSpec spec;
+  spec.global_batch = 12;
+  spec.num_samples = 100;  // 8 batches, 4 dropped
+  CHECK(spec.dropped() == 4);
+  const auto order = epoch_order(3, 0, spec.num_samples);
+  for (int dp : {1, 2, 3, 4, 6, 12})
+    for (uint64_t consumed : {uint64_t{0}, uint64_t{24}, uint64_t{96}}) {
+      std::vector<std::vector<uint32_t>> ranks;
+      for (int d = 0; d < dp; ++d) ranks.push_back(rank_samples(order, spec, dp, d, consumed));
+      std::vector<uint32_t> merged;
+      const size_t chunk = 12 / static_cast<size_t>(dp);
+      for (size_t b = 0; b < ranks[0].size() / chunk; ++b)
+        for (int d = 0; d < dp; ++d)
+          merged.insert(merged.end(), ranks[static_cast<size_t>(d)].begin() + static_cast<ptrdiff_t>(b * chunk),
+                        ranks[static_cast<size_t>(d)].begin() + static_cast<ptrdiff_t>((b + 1) * chunk));
+      const std::vector<uint32_t> expect(order.begin() + static_cast<ptrdiff_t>(consumed), order.begin() + 96);
+      CHECK(merged == expect);
+    }
+}
+
+TEST_CASE("positions are validated and the end of an epoch starts the next", "[dataset]") {
+  DatasetSpec spec;
+  spec.global_batch = 8;
+  spec.num_samples = 50;  // 48 per epoch
+  REQUIRE(check_spec(spec).is_ok());
+  DatasetPosition pos{4, 0, 0};
+  CHECK(check_position(spec, pos).is_ok());
+  CHECK(check_dp(spec, 3).code() == Code::kInvalidArgument);
+  CHECK(check_dp(spec, 3).message() == "the global batch 8 is not divisible by dp=3");
+  CHECK(progressed(spec, pos, 0, 12).status().code() == Code::kInvalidArgument);
+  CHECK(progressed(spec, pos, 0, 56).status().code() == Code::kOutOfRange);
+  auto p = progressed(spec, pos, 0, 40);
+  REQUIRE(p.is_ok());
+  CHECK(*p == DatasetPosition{4, 0, 40});
+  p = progressed(spec, pos, 0, 48);
+  REQUIRE(p.is_ok());
+  CHECK(*p == DatasetPosition{4, 1, 0});
+  spec.num_samples = 7;
+  CHECK(check_spec(spec).code() == Code::kInvalidArgument);
+  spec.num_samples = 0;
+  CHECK(check_spec(spec).message() == "the dataset is empty: no samples");
+}
+
+TEST_CASE("MMIDIDX indexes round-trip and malformed ones are refused with the reason", "[dataset]") {
+  const std::string idx = render_mmidx(4, {8, 0, 12});  // int32: 2, 0 and 3 elements
+  REQUIRE(idx.size() == mmidx_size(3));
+  auto m = parse_mmidx(idx, 20, "a.idx");
+  REQUIRE(m.is_ok());
+  CHECK(m->dtype_code == 4);
+  CHECK(m->offsets == std::vector<uint64_t>{0, 8, 8});
+  CHECK(m->bytes == std::vector<uint64_t>{8, 0, 12});
+  CHECK(m->documents == 3);
+
+  auto err = [&](std::string bytes, uint64_t bin) { return parse_mmidx(bytes, bin, "a.idx").status(); };
+  CHECK(err(idx, 19).message().find("sequence 2 (bytes [8, 20)) lies past the end of the .bin file (19 bytes)") !=
+        std::string::npos);
+  std::string bad = idx;
+  bad[0] = 'X';
+  CHECK(err(bad, 20).message() == "a.idx: not an MMIDIDX index (bad magic)");
+  bad = idx;
+  bad[17] = 9;
+  CHECK(err(bad, 20).message() == "a.idx: unknown dtype code 9");
+  CHECK(err(idx.substr(0, idx.size() - 1), 20).code() == Code::kCorrupt);
+  CHECK(err(idx + "x", 20).message().find("does not match") != std::string::npos);
+  CHECK(err(idx.substr(0, 20), 20).message() == "a.idx: shorter than the 34-byte MMIDIDX header");
+  bad = idx;
+  bad[34] = '\xff';  // length of sequence 0 becomes negative
+  bad[35] = '\xff';
+  bad[36] = '\xff';
+  bad[37] = '\xff';
+  CHECK(err(bad, 20).message() == "a.idx: sequence 0 has a negative length -1");
+}
