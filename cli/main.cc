@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include "cli/client.h"
+#include "cli/dataset_cmd.h"
 #include "cli/output.h"
 #include "transport/auth.h"
 #include "transport/rpc.h"
@@ -14,32 +16,11 @@
 namespace {
 
 using nlohmann::json;
+using ptcfs::cli::call;
+using ptcfs::cli::fail;
+using ptcfs::cli::Globals;
 using ptcfs::cli::human_bytes;
-
-struct Globals {
-  std::string daemon;
-  std::string secret_file;
-  bool json = false;
-};
-
-int fail(const ptc::Status& s) {
-  std::fprintf(stderr, "ptcfs: error: %s\n", s.message().c_str());
-  return 1;
-}
-
-ptc::Result<json> call(const Globals& g, const json& req, const ptcfs::transport::ProgressSink& progress = {}) {
-  std::string secret;
-  if (!g.secret_file.empty()) {
-    PTC_ASSIGN_OR_RETURN(secret, ptcfs::transport::read_secret_file(g.secret_file));
-  }
-  PTC_ASSIGN_OR_RETURN(auto client, ptcfs::transport::RpcClient::connect(g.daemon, secret));
-  return client->call(req, progress);
-}
-
-int print_json(const json& j) {
-  std::cout << j.dump(2) << "\n";
-  return 0;
-}
+using ptcfs::cli::print_json;
 
 int cmd_status(const Globals& g) {
   auto r = call(g, {{"op", "status"}});
@@ -151,8 +132,14 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
            ",dp=" + std::to_string(p["dp"].get<int>());
   };
   const std::string what = job + "/" + step + " " + par(j["from"]) + " -> " + par(j["to"]);
+  auto print_datasets = [&] {
+    for (const auto& d : j.value("datasets", json::array()))
+      std::printf("  dataset %s %s dp=%d -> dp=%d\n", d["name"].get<std::string>().c_str(),
+                  dry_run ? "would be re-split" : "re-split", d["from_dp"].get<int>(), d["to_dp"].get<int>());
+  };
   if (j["unchanged"].get<bool>()) {
     std::printf("%s: already in that configuration, nothing to do\n", what.c_str());
+    print_datasets();
     return 0;
   }
   std::printf("%s%s\n", dry_run ? "plan for " : "repartitioned ", what.c_str());
@@ -172,6 +159,7 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
     std::printf("  %s to move between nodes (the minimum: %s)\n", human_bytes(j["bytes_moved"].get<uint64_t>()).c_str(),
                 human_bytes(j["bytes_min"].get<uint64_t>()).c_str());
   }
+  print_datasets();
   if (!dry_run) std::printf("  version %llu in %.3f s\n", j["version"].get<unsigned long long>(), j["seconds"].get<double>());
   return 0;
 }
@@ -217,6 +205,9 @@ int main(int argc, char** argv) {
   rep->add_flag("--json", g.json, "Print the result as JSON");
 
   auto* status = app.add_subcommand("status", "Show the daemon's state");
+  auto* dataset = app.add_subcommand("dataset", "Add datasets, record training progress, list datasets");
+  ptcfs::cli::DatasetArgs ds;
+  ptcfs::cli::add_dataset_commands(*dataset, ds, g);
   status->add_flag("--json", g.json, "Print the result as JSON");
 
   try {
@@ -235,5 +226,6 @@ int main(int argc, char** argv) {
   if (ls->parsed()) return cmd_ls(g, path);
   if (status->parsed()) return cmd_status(g);
   if (rep->parsed()) return cmd_repartition(g, job, step, to, dry_run, nodes);
+  if (dataset->parsed()) return ptcfs::cli::run_dataset_command(*dataset, ds, g);
   return 2;
 }

@@ -42,7 +42,7 @@ ptc::Result<std::shared_ptr<const DatasetSource>> DatasetSource::open(BlobStore&
     if (f.blob != 0) {
       auto b = blobs.file(f.blob);
       if (!b) {
-        o.error = "the copy of " + f.path + " is unreadable: " + b.status().message();
+        o.error = ptc::error(ptc::Code::kIo, "the copy of " + f.path + " is unreadable: " + b.status().message());
         continue;
       }
       o.fd = (*b)->fd();
@@ -51,22 +51,22 @@ ptc::Result<std::shared_ptr<const DatasetSource>> DatasetSource::open(BlobStore&
     }
     auto opened = File::open_read(f.path);
     if (!opened) {
-      o.error = "dataset file " + f.path + " cannot be opened: " + opened.status().message();
+      o.error = ptc::error(ptc::Code::kIo, "dataset file " + f.path + " cannot be opened: " + opened.status().message());
       continue;
     }
     auto file = std::make_shared<File>(std::move(opened).value());
     auto size = file->size();
     auto mtime = file->mtime_ns();
     if (!size || !mtime || *size != f.size || *mtime != f.mtime_ns) {
-      o.error = "dataset file " + f.path + " changed since it was added (it had " + std::to_string(f.size) +
-                " bytes; add the dataset again, or use --copy to keep a copy)";
+      o.error = ptc::corrupt("dataset file " + f.path + " changed since it was added (it had " +
+                             std::to_string(f.size) + " bytes; add the dataset again, or use --copy to keep a copy)");
       continue;
     }
     o.fd = file->fd();
     o.owner = std::move(file);
   }
   for (const auto& o : s->opened_)
-    if (!o.error.empty()) ptc::log::warn("{}", o.error);
+    if (!o.error) ptc::log::warn("{}", o.error.message());
   return std::shared_ptr<const DatasetSource>(std::move(s));
 }
 
@@ -83,7 +83,7 @@ ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pi
     if (p.off + p.len > ptcfs::record_bytes(r) || p.off + p.len < p.off)
       return ptc::error(ptc::Code::kOutOfRange, "bytes past the end of sample " + std::to_string(p.sample));
     const Opened& o = opened_[r.file];
-    if (o.fd < 0) return ptc::error(ptc::Code::kUnavailable, o.error.empty() ? "dataset file not open" : o.error);
+    if (o.fd < 0) return o.error.is_ok() ? ptc::internal("dataset file not open") : o.error;
     if (p.off < r.bytes) out.add_fd(o.fd, r.offset + p.off, std::min(p.len, r.bytes - p.off));
     if (p.off + p.len > r.bytes) out.add_mem(&kNewline, 1);  // the supplied newline
     if (o.owner.get() != kept) {

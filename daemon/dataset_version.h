@@ -61,7 +61,7 @@ class DatasetSource {
   struct Opened {
     int fd = -1;
     std::shared_ptr<const void> owner;  // keeps fd open
-    std::string error;                  // why its samples cannot be read
+    ptc::Status error;                  // why its samples cannot be read
   };
   uint64_t table_id_ = 0, table_xxh3_ = 0, num_samples_ = 0;
   std::shared_ptr<const BlobFile> table_;

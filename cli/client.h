@@ -1,0 +1,26 @@
+// The CLI's connection to the daemon: global flags, one request per command, errors.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "transport/rpc.h"
+
+namespace ptcfs::cli {
+
+struct Globals {
+  std::string daemon;
+  std::string secret_file;
+  bool json = false;
+};
+
+// Prints "ptcfs: error: <message>" to stderr; returns the exit code 1.
+int fail(const ptc::Status& s);
+// Sends one request to the daemon and waits for its result.
+ptc::Result<nlohmann::json> call(const Globals& g, const nlohmann::json& req,
+                                 const transport::ProgressSink& progress = {});
+// Prints JSON (two-space indent); returns 0.
+int print_json(const nlohmann::json& j);
+
+}  // namespace ptcfs::cli
