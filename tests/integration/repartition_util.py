@@ -20,7 +20,7 @@ Par = Tuple[int, int, int]  # (tp, pp, dp)
 # The fields of `repartition --json` that describe the plan, identical for a dry run and the real run.
 PLAN_KEYS = ("shards", "tensors", "copies", "fills", "extents", "compacted_slices", "bytes_total",
              "bytes_remapped", "bytes_compacted", "bytes_fill", "bytes_moved", "bytes_min")
-REPLY_KEYS = {"job", "step", "from", "to", "dry_run", "unchanged", "version", "seconds", *PLAN_KEYS}
+REPLY_KEYS = {"job", "step", "from", "to", "dry_run", "unchanged", "version", "seconds", "datasets", *PLAN_KEYS}
 BLOB_NAME = re.compile(r"^[0-9a-f]{16}$")
 
 
