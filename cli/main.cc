@@ -62,7 +62,10 @@ int cmd_ls(const Globals& g, const std::string& path) {
     for (const auto& job : j["jobs"]) {
       std::string steps;
       for (const auto& s : job["steps"]) steps += (steps.empty() ? "" : " ") + s.get<std::string>();
-      std::printf("%-24s %s\n", job["job"].get<std::string>().c_str(), steps.c_str());
+      std::string datasets;
+      for (const auto& s : job.value("datasets", json::array()))
+        datasets += (datasets.empty() ? "  datasets: " : " ") + s.get<std::string>();
+      std::printf("%-24s %s%s\n", job["job"].get<std::string>().c_str(), steps.c_str(), datasets.c_str());
     }
   } else if (j.contains("shards")) {
     const auto& p = j["parallelism"];

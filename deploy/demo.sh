@@ -2,7 +2,9 @@
 # ptcfs demo (what `make demo` runs): start a daemon on a temporary data dir and mount point,
 # generate a GPT-style checkpoint of about 100 MB (tp=2, pp=2), import it, list it, read
 # tensors back through the FUSE mount, checking them against the generator's reference output,
-# then repartition it to tp=4,pp=1,dp=2 and check every new shard byte for byte.
+# add a JSONL dataset and record some training progress, then repartition it to
+# tp=4,pp=1,dp=2 and check every new shard byte for byte and the dataset's two rank views
+# against the documented sample order.
 #
 # Environment: PTCFS_BUILD (build dir, default <repo>/build), PTCFS_DEMO_PORT (default 7071),
 # PTCFS_DEMO_MB (checkpoint size in MB, default 100), PTCFS_DEMO_KEEP=1 keeps the temp dirs.
@@ -203,6 +205,21 @@ EOF
 }
 run_step "read tensors through the mount and compare with the reference" check_views
 
+DATASET="$WORK/train.jsonl"
+make_dataset() {
+  "$PY" - "$DATASET" <<'EOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(1000):
+        f.write(json.dumps({"id": i, "text": "sample %d " % i * (1 + i % 7)}) + "\n")
+print("    1000 JSON lines")
+EOF
+}
+run_step "write a JSONL dataset of 1000 samples" make_dataset
+run_step "add it to $JOB: seed 7, global batch 8, dp from the job (1)" \
+  cli dataset add --job "$JOB" --name train --format jsonl --seed 7 --global-batch 8 "$DATASET"
+run_step "training consumed 10 global batches" cli dataset progress --job "$JOB" --name train --consumed 80
+
 TO="tp=4,pp=1,dp=2"
 run_step "plan a repartition of $JOB/$STEP to $TO (dry run)" cli repartition --job "$JOB" --step "$STEP" --to "$TO" --dry-run
 run_step "repartition $JOB/$STEP to $TO" cli repartition --job "$JOB" --step "$STEP" --to "$TO"
@@ -248,6 +265,32 @@ EOF
 }
 run_step "read the repartitioned shards through the mount and compare with what tp=4,pp=1 would save" \
   check_repartitioned
+
+check_dataset() {
+  "$PY" - "$MNT/$JOB/data/train" "$DATASET" "$REPO/tests/tools" <<'EOF'
+import json, os, sys
+folder, src, tools = sys.argv[1:4]
+sys.path.insert(0, tools)
+import ptcds
+with open(src, "rb") as f:
+    samples = f.read().split(b"\n")[:-1]
+with open(os.path.join(folder, "state.json")) as f:
+    st = json.load(f)
+ranks = []
+for d in range(2):
+    with open(os.path.join(folder, f"dp{d}.jsonl"), "rb") as f:
+        ranks.append(f.read().split(b"\n")[:-1])
+merged = [x for b in range(len(ranks[0]) // 4) for r in ranks for x in r[b * 4:(b + 1) * 4]]
+order = ptcds.epoch_order(7, 0, 1000)
+checks = [(st["dp"] == 2 and st["consumed"] == 80, f"state.json: dp {st['dp']}, consumed {st['consumed']}"),
+          (merged == [samples[i] for i in order[80:1000]],
+           f"dp0.jsonl and dp1.jsonl interleaved = the remaining {len(merged)} samples in the global order")]
+for ok, what in checks:
+    print(f"    {'PASS' if ok else 'FAIL'}  {what}")
+sys.exit(0 if all(ok for ok, _ in checks) else 1)
+EOF
+}
+run_step "the dataset was re-split for dp=2: read both rank views and check the global order" check_dataset
 
 stop_daemon() {
   kill -TERM "$DAEMON_PID"
