@@ -1,5 +1,8 @@
 #include "daemon/dataset_version.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <ctime>
 
 #include "daemon/file_util.h"
@@ -74,23 +77,58 @@ std::string_view DatasetSource::table_bytes() const {
   return {reinterpret_cast<const char*>(records_), num_samples_ * sizeof(SampleRecord)};
 }
 
+namespace {
+// Pieces smaller than this are read into one buffer, so that a read of many short records
+// is one memory segment rather than a splice per record.
+constexpr uint64_t kGatherBelow = 64 << 10;
+}  // namespace
+
 ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pieces, fs::ReadBuffer& out) const {
   static const char kNewline = '\n';
-  const void* kept = nullptr;
+  uint64_t small = 0;
   for (const auto& p : pieces) {
     if (p.sample >= num_samples_) return ptc::error(ptc::Code::kOutOfRange, "no sample " + std::to_string(p.sample));
     const SampleRecord& r = records_[p.sample];
     if (p.off + p.len > ptcfs::record_bytes(r) || p.off + p.len < p.off)
       return ptc::error(ptc::Code::kOutOfRange, "bytes past the end of sample " + std::to_string(p.sample));
+    small += ptcfs::record_bytes(r) - r.bytes;
+    if (p.off < r.bytes && std::min(p.len, r.bytes - p.off) < kGatherBelow) small += std::min(p.len, r.bytes - p.off);
+  }
+  auto gather = std::make_shared<std::string>(small, '\0');  // sized first: pointers into it stay valid
+  size_t used = 0;
+  const void* kept = nullptr;
+  for (const auto& p : pieces) {
+    const SampleRecord& r = records_[p.sample];
     const Opened& o = opened_[r.file];
     if (o.fd < 0) return o.error.is_ok() ? ptc::internal("dataset file not open") : o.error;
-    if (p.off < r.bytes) out.add_fd(o.fd, r.offset + p.off, std::min(p.len, r.bytes - p.off));
-    if (p.off + p.len > r.bytes) out.add_mem(&kNewline, 1);  // the supplied newline
+    if (p.off < r.bytes) {
+      const uint64_t n = std::min(p.len, r.bytes - p.off);
+      if (n >= kGatherBelow) {
+        out.add_fd(o.fd, r.offset + p.off, n);
+      } else {
+        for (uint64_t done = 0; done < n;) {
+          const ssize_t got = ::pread(o.fd, gather->data() + used + done, n - done,
+                                      static_cast<off_t>(r.offset + p.off + done));
+          if (got < 0 && errno == EINTR) continue;
+          if (got < 0) return ptc::io_error("reading dataset file " + files_[r.file].path, errno);
+          if (got == 0) return ptc::corrupt("dataset file " + files_[r.file].path + " is shorter than when it was added");
+          done += static_cast<uint64_t>(got);
+        }
+        out.add_mem(gather->data() + used, n);
+        used += n;
+      }
+    }
+    if (p.off + p.len > r.bytes) {  // the supplied newline
+      gather->at(used) = kNewline;
+      out.add_mem(gather->data() + used, 1);
+      ++used;
+    }
     if (o.owner.get() != kept) {
       out.keep(o.owner);
       kept = o.owner.get();
     }
   }
+  if (used) out.keep(std::move(gather));
   return ptc::Status::ok();
 }
 

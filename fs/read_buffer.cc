@@ -17,6 +17,15 @@ const std::byte* zero_block() {
 
 void ReadBuffer::add_mem(const void* p, uint64_t len) {
   if (len == 0) return;
+  // Merge with the previous segment when it continues it in memory.
+  if (!segs_.empty()) {
+    Segment& last = segs_.back();
+    if (last.fd < 0 && last.mem + last.len == static_cast<const std::byte*>(p)) {
+      last.len += len;
+      size_ += len;
+      return;
+    }
+  }
   segs_.push_back(Segment{static_cast<const std::byte*>(p), -1, 0, len});
   size_ += len;
 }
