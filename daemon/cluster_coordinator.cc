@@ -55,6 +55,19 @@ ptc::Status ClusterNode::finish_all(const std::vector<int>& nodes, const std::st
   return first;
 }
 
+std::vector<int> ClusterNode::all_nodes() const {
+  std::vector<int> out;
+  for (size_t i = 0; i < cluster().nodes.size(); ++i) out.push_back(static_cast<int>(i));
+  return out;
+}
+
+std::vector<int> ClusterNode::other_nodes() const {
+  std::vector<int> out;
+  for (int n : all_nodes())
+    if (n != self_) out.push_back(n);
+  return out;
+}
+
 std::vector<std::string> ClusterNode::placement_or_all(const std::vector<std::string>& nodes) const {
   if (!nodes.empty()) return nodes;
   std::vector<std::string> all;
@@ -71,8 +84,7 @@ ptc::Result<json> ClusterNode::import(const std::string& dir, const std::string&
     if (cluster().find(n) < 0) return ptc::invalid("node '" + n + "' is not in the cluster");
   if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
   // Every node records the step (all mounts show the whole namespace), so every node takes part.
-  std::vector<int> all;
-  for (size_t i = 0; i < cluster().nodes.size(); ++i) all.push_back(static_cast<int>(i));
+  const std::vector<int> all = all_nodes();
   const std::string tx = new_transaction_id();
   if (progress) progress(json{{"phase", "prepare"}, {"done", 0}, {"total", all.size()}});
   const auto answers = ask_all(all, [&](int) {
@@ -147,8 +159,7 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
 
   // Who is up, and at which version.
   report("state", 0, 1);
-  std::vector<int> all;
-  for (size_t i = 0; i < cluster().nodes.size(); ++i) all.push_back(static_cast<int>(i));
+  const std::vector<int> all = all_nodes();
   const auto states = ask_all(all, [&](int) { return json{{"op", "peer.state"}, {"job", req.job}, {"step", req.step}}; });
   std::vector<int> up;
   for (size_t i = 0; i < all.size(); ++i) {
@@ -232,9 +243,7 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
 }
 
 size_t ClusterNode::catch_up() {
-  std::vector<int> others;
-  for (size_t i = 0; i < cluster().nodes.size(); ++i)
-    if (static_cast<int>(i) != self_) others.push_back(static_cast<int>(i));
+  const std::vector<int> others = other_nodes();
   size_t caught = 0;
   const auto snap = store_->snapshot();  // commits below publish new snapshots; this one stays valid
   for (const auto& [key, v] : snap->steps) {
@@ -273,8 +282,7 @@ size_t ClusterNode::catch_up() {
 }
 
 json ClusterNode::nodes_status() {
-  std::vector<int> all;
-  for (size_t i = 0; i < cluster().nodes.size(); ++i) all.push_back(static_cast<int>(i));
+  const std::vector<int> all = all_nodes();
   const auto answers = ask_all(all, [](int) { return json{{"op", "peer.stats"}}; });
   json out = json::array();
   for (size_t i = 0; i < all.size(); ++i) {

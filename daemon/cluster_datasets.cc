@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "daemon/cluster_node.h"
+#include "daemon/control_util.h"
 #include "daemon/dataset_ops.h"
 #include "daemon/slab_read.h"
 #include "ptc/json_util.h"
@@ -25,17 +26,6 @@ namespace {
 constexpr uint64_t kTableChunk = 16 << 20;
 constexpr size_t kPiecesPerRequest = 4096;
 constexpr uint64_t kMaxSampleReply = 64 << 20;
-
-ptc::Result<std::string> str_field(const json& req, const char* key, const char* op) {
-  if (!req.contains(key)) return ptc::invalid(std::string(op) + " lacks '" + key + "'");
-  return ptc::get_string(req[key], std::string(op) + " '" + key + "'");
-}
-
-ptc::Result<uint64_t> u64_field(const json& req, const char* key, const char* op) {
-  if (!req.contains(key) || !req[key].is_number_unsigned())
-    return ptc::invalid(std::string(op) + " lacks the number '" + key + "'");
-  return req[key].get<uint64_t>();
-}
 
 }  // namespace
 
@@ -69,9 +59,9 @@ ptc::Status ClusterNode::read_samples(const DatasetVersion& v, const std::vector
 
 ptc::Result<transport::Reply> ClusterNode::serve_samples(const json& req) {
   PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "name", "table_xxh3", "pieces"}, "peer.samples request"));
-  PTC_ASSIGN_OR_RETURN(std::string job, str_field(req, "job", "peer.samples"));
-  PTC_ASSIGN_OR_RETURN(std::string name, str_field(req, "name", "peer.samples"));
-  PTC_ASSIGN_OR_RETURN(uint64_t digest, u64_field(req, "table_xxh3", "peer.samples"));
+  PTC_ASSIGN_OR_RETURN(std::string job, required_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(std::string name, required_string(req, "name"));
+  PTC_ASSIGN_OR_RETURN(uint64_t digest, required_u64(req, "table_xxh3"));
   PTC_ASSIGN_OR_RETURN(auto v, current_dataset(*store_, job, name));
   if (v->source().table_xxh3() != digest)
     return ptc::not_found("dataset " + job + "/" + name + " on node " + id() + " has other samples (it was re-added)");
@@ -103,9 +93,9 @@ ptc::Result<transport::Reply> ClusterNode::serve_samples(const json& req) {
 
 ptc::Result<transport::Reply> ClusterNode::serve_table(const json& req) {
   PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "tx", "off", "n"}, "peer.dataset_table request"));
-  PTC_ASSIGN_OR_RETURN(std::string tx, str_field(req, "tx", "peer.dataset_table"));
-  PTC_ASSIGN_OR_RETURN(uint64_t off, u64_field(req, "off", "peer.dataset_table"));
-  PTC_ASSIGN_OR_RETURN(uint64_t n, u64_field(req, "n", "peer.dataset_table"));
+  PTC_ASSIGN_OR_RETURN(std::string tx, required_string(req, "tx"));
+  PTC_ASSIGN_OR_RETURN(uint64_t off, required_u64(req, "off"));
+  PTC_ASSIGN_OR_RETURN(uint64_t n, required_u64(req, "n"));
   std::shared_ptr<const DatasetVersion> v;
   {
     std::lock_guard lock(mu_);
@@ -126,16 +116,16 @@ ptc::Result<transport::Reply> ClusterNode::serve_table(const json& req) {
 
 ptc::Result<PreparedChange> ClusterNode::prepare_dataset_part(const json& req) {
   const std::string kind = req.value("kind", "");
-  PTC_ASSIGN_OR_RETURN(std::string job, str_field(req, "job", "peer.prepare"));
-  PTC_ASSIGN_OR_RETURN(std::string name, str_field(req, "name", "peer.prepare"));
+  PTC_ASSIGN_OR_RETURN(std::string job, required_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(std::string name, required_string(req, "name"));
   if (kind == "dataset_progress") {
-    PTC_ASSIGN_OR_RETURN(uint64_t from, u64_field(req, "from_version", "peer.prepare"));
-    PTC_ASSIGN_OR_RETURN(uint64_t epoch, u64_field(req, "epoch", "peer.prepare"));
-    PTC_ASSIGN_OR_RETURN(uint64_t consumed, u64_field(req, "consumed", "peer.prepare"));
+    PTC_ASSIGN_OR_RETURN(uint64_t from, required_u64(req, "from_version"));
+    PTC_ASSIGN_OR_RETURN(uint64_t epoch, required_u64(req, "epoch"));
+    PTC_ASSIGN_OR_RETURN(uint64_t consumed, required_u64(req, "consumed"));
     return prepare_dataset_progress(*store_, job, name, epoch, consumed, from);
   }
   // dataset_add: pull the home's sample table into a blob of our own.
-  PTC_ASSIGN_OR_RETURN(std::string tx, str_field(req, "tx", "peer.prepare"));
+  PTC_ASSIGN_OR_RETURN(std::string tx, required_string(req, "tx"));
   if (!req.contains("record") || !req["record"].is_object()) return ptc::invalid("peer.prepare lacks 'record'");
   const json& record = req["record"];
   const int home = cluster().find(record.value("home", ""));
@@ -173,8 +163,7 @@ ptc::Result<PreparedChange> ClusterNode::prepare_dataset_part(const json& req) {
 }
 
 ptc::Result<json> ClusterNode::dataset_add(const DatasetAddRequest& req, int dp, const IndexProgress& progress) {
-  std::vector<int> all;
-  for (size_t i = 0; i < cluster().nodes.size(); ++i) all.push_back(static_cast<int>(i));
+  const std::vector<int> all = all_nodes();
   json summary;
   PTC_ASSIGN_OR_RETURN(PreparedChange mine, prepare_dataset_add(*store_, req, dp, id(), summary, progress));
   const json record = mine.datasets.front().next->to_json();
@@ -183,9 +172,7 @@ ptc::Result<json> ClusterNode::dataset_add(const DatasetAddRequest& req, int dp,
     std::lock_guard lock(mu_);
     prepared_.emplace(tx, std::move(mine));
   }
-  std::vector<int> others;
-  for (int n : all)
-    if (n != self_) others.push_back(n);
+  const std::vector<int> others = other_nodes();
   const auto answers = ask_all(others, [&](int) {
     return json{{"op", "peer.prepare"}, {"tx", tx}, {"kind", "dataset_add"}, {"job", req.job}, {"name", req.name},
                 {"record", record}};
@@ -208,8 +195,7 @@ ptc::Result<json> ClusterNode::dataset_progress(const std::string& job, const st
   // Validate here first: a bad request is refused before any node is asked.
   PTC_ASSIGN_OR_RETURN(PreparedChange check, prepare_dataset_progress(*store_, job, name, epoch, consumed));
   const json next = dataset_json(*check.datasets.front().next);
-  std::vector<int> all;
-  for (size_t i = 0; i < cluster().nodes.size(); ++i) all.push_back(static_cast<int>(i));
+  const std::vector<int> all = all_nodes();
   const std::string tx = new_transaction_id();
   const auto answers = ask_all(all, [&](int) {
     return json{{"op", "peer.prepare"}, {"tx", tx}, {"kind", "dataset_progress"}, {"job", job}, {"name", name},
@@ -236,9 +222,7 @@ ptc::Result<json> ClusterNode::dataset_progress(const std::string& job, const st
 }
 
 size_t ClusterNode::catch_up_datasets() {
-  std::vector<int> others;
-  for (size_t i = 0; i < cluster().nodes.size(); ++i)
-    if (static_cast<int>(i) != self_) others.push_back(static_cast<int>(i));
+  const std::vector<int> others = other_nodes();
   size_t caught = 0;
   const auto snap = store_->snapshot();
   for (const auto& [key, v] : snap->datasets) {
@@ -271,8 +255,8 @@ size_t ClusterNode::catch_up_datasets() {
 }
 
 ptc::Result<json> ClusterNode::dataset_state(const json& req) const {
-  PTC_ASSIGN_OR_RETURN(std::string job, str_field(req, "job", "peer.dataset_state"));
-  PTC_ASSIGN_OR_RETURN(std::string name, str_field(req, "name", "peer.dataset_state"));
+  PTC_ASSIGN_OR_RETURN(std::string job, required_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(std::string name, required_string(req, "name"));
   PTC_ASSIGN_OR_RETURN(auto v, current_dataset(*store_, job, name));
   return json{{"version", v->version()},       {"dp", v->position().dp}, {"epoch", v->position().epoch},
               {"consumed", v->position().consumed}, {"table_xxh3", v->source().table_xxh3()}};

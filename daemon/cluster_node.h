@@ -84,6 +84,9 @@ class ClusterNode final : public RemoteSlices, public RemoteSamples {
   // Commits (or aborts) transaction `tx` on every node of `nodes`; the first error.
   ptc::Status finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit);
   std::vector<std::string> placement_or_all(const std::vector<std::string>& nodes) const;
+  // Every node's index, and every other node's, in cluster.json order.
+  std::vector<int> all_nodes() const;
+  std::vector<int> other_nodes() const;
   ptc::Result<transport::Reply> serve_samples(const nlohmann::json& req);
   ptc::Result<transport::Reply> serve_table(const nlohmann::json& req);
   ptc::Result<nlohmann::json> dataset_state(const nlohmann::json& req) const;

@@ -14,12 +14,6 @@ using nlohmann::json;
 
 namespace {
 
-ptc::Result<uint64_t> required_u64(const json& req, const char* key) {
-  if (!req.contains(key)) return ptc::invalid(std::string("request lacks '") + key + "'");
-  PTC_ASSIGN_OR_RETURN(int64_t v, ptc::get_int(req[key], std::string("request field '") + key + "'", 0));
-  return static_cast<uint64_t>(v);
-}
-
 // A path inside `root` (after resolving symbolic links), or root itself.
 bool inside(const std::string& path, const std::string& root) {
   if (root.empty()) return false;

@@ -43,14 +43,6 @@ ptc::Result<uint64_t> write_table(Store& store, const std::vector<SampleRecord>&
   return w.id();
 }
 
-// Removes the blobs of a change that failed before it became a PreparedChange.
-void drop_blobs(Store& store, const std::vector<uint64_t>& blobs) {
-  for (uint64_t id : blobs) {
-    (void)store.blobs().remove(id);
-    store.blobs().settle(id);
-  }
-}
-
 }  // namespace
 
 ptc::Result<int> job_dp(const Store& store, const std::string& job) {
@@ -83,7 +75,7 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> current_dataset(const Store& 
 }
 
 json dataset_json(const DatasetVersion& v) {
-  json j = json::parse(fs::dataset_state_json(v));
+  json j = fs::dataset_state(v);
   j["job"] = v.job();
   j["name"] = v.name();
   if (v.spec().format == ptc::DatasetFormat::kMegatron) j["dtype"] = ptc::mmidx_dtype_name(v.dtype_code());
@@ -153,7 +145,7 @@ ptc::Result<PreparedChange> prepare_dataset_copy(Store& store, const std::string
   if (s && (*v)->source().local()) s = ptc::internal("a copied dataset record names this node as its home");
   if (s) s = store.reserve_dataset(job, name);
   if (!s) {
-    drop_blobs(store, change.blobs);
+    abort_blobs(store, change);
     return s;
   }
   change.reserved_datasets.emplace_back(job, name);

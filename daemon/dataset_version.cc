@@ -85,26 +85,34 @@ constexpr uint64_t kGatherBelow = 64 << 10;
 
 ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pieces, fs::ReadBuffer& out) const {
   static const char kNewline = '\n';
-  uint64_t small = 0;
+  // The bytes of a piece that lie in its file; past them is the supplied newline.
+  auto in_file = [&](const fs::DatasetContent::Piece& p, const SampleRecord& r) {
+    return p.off < r.bytes ? std::min(p.len, r.bytes - p.off) : 0;
+  };
+  uint64_t small = 0;  // bytes to gather
   for (const auto& p : pieces) {
     if (p.sample >= num_samples_) return ptc::error(ptc::Code::kOutOfRange, "no sample " + std::to_string(p.sample));
     const SampleRecord& r = records_[p.sample];
     if (p.off + p.len > ptcfs::record_bytes(r) || p.off + p.len < p.off)
       return ptc::error(ptc::Code::kOutOfRange, "bytes past the end of sample " + std::to_string(p.sample));
-    small += ptcfs::record_bytes(r) - r.bytes;
-    if (p.off < r.bytes && std::min(p.len, r.bytes - p.off) < kGatherBelow) small += std::min(p.len, r.bytes - p.off);
+    const uint64_t n = in_file(p, r);
+    small += (n < kGatherBelow ? n : 0) + (p.len - n);
   }
-  auto gather = std::make_shared<std::string>(small, '\0');  // sized first: pointers into it stay valid
+  // Sized once, so that pointers into it stay valid.
+  auto gather = small ? std::make_shared<std::string>(small, '\0') : nullptr;
   size_t used = 0;
   const void* kept = nullptr;
   for (const auto& p : pieces) {
     const SampleRecord& r = records_[p.sample];
     const Opened& o = opened_[r.file];
     if (o.fd < 0) return o.error.is_ok() ? ptc::internal("dataset file not open") : o.error;
-    if (p.off < r.bytes) {
-      const uint64_t n = std::min(p.len, r.bytes - p.off);
+    if (const uint64_t n = in_file(p, r); n > 0) {
       if (n >= kGatherBelow) {
         out.add_fd(o.fd, r.offset + p.off, n);
+        if (o.owner.get() != kept) {  // the segment reads the fd after this returns
+          out.keep(o.owner);
+          kept = o.owner.get();
+        }
       } else {
         for (uint64_t done = 0; done < n;) {
           const ssize_t got = ::pread(o.fd, gather->data() + used + done, n - done,
@@ -119,16 +127,12 @@ ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pi
       }
     }
     if (p.off + p.len > r.bytes) {  // the supplied newline
-      gather->at(used) = kNewline;
+      (*gather)[used] = kNewline;
       out.add_mem(gather->data() + used, 1);
       ++used;
     }
-    if (o.owner.get() != kept) {
-      out.keep(o.owner);
-      kept = o.owner.get();
-    }
   }
-  if (used) out.keep(std::move(gather));
+  if (gather) out.keep(std::move(gather));
   return ptc::Status::ok();
 }
 
@@ -219,6 +223,7 @@ ptc::Result<std::shared_ptr<DatasetVersion>> DatasetVersion::load(const std::str
   PTC_ASSIGN_OR_RETURN(pos.consumed, u64("consumed"));
   PTC_ASSIGN_OR_RETURN(uint64_t table, u64("table"));
   PTC_ASSIGN_OR_RETURN(uint64_t table_xxh3, u64("table_xxh3"));
+  if (dp > INT32_MAX) return ptc::corrupt(where + ": bad 'dp'");
   pos.dp = static_cast<int>(dp);
   if (!j.contains("format") || !j["format"].is_string()) return ptc::corrupt(where + ": bad 'format'");
   auto format = ptc::parse_dataset_format(j["format"].get<std::string>());

@@ -30,8 +30,7 @@ ptc::Status commit_change(Store& store, PreparedChange& c) {
       return s;
     }
   }
-  const ptc::Status s = c.next ? store.commit(c.next, c.replaced, c.datasets) : store.commit_datasets(c.datasets);
-  if (!s) {
+  if (auto s = store.commit(c.next, c.replaced, c.datasets); !s) {
     abort_change(store, c);
     return s;
   }

@@ -24,31 +24,41 @@ ptc::Result<std::unique_ptr<Store>> Store::open(const std::string& data_dir, con
   return s;
 }
 
+namespace {
+struct Record {
+  std::string job, name, value;
+};
+
+// The records under `prefix`, keyed "<prefix><job>/<name>".
+ptc::Result<std::vector<Record>> scan_records(KvStore& kv, std::string_view prefix, const char* what) {
+  std::vector<Record> out;
+  ptc::Status bad;
+  PTC_RETURN_IF_ERROR(kv.scan(prefix, [&](std::string_view key, std::string_view value) {
+    const std::string_view rest = key.substr(prefix.size());
+    const size_t slash = rest.find('/');
+    if (slash == std::string_view::npos) {
+      bad = ptc::corrupt(std::string("metadata: malformed ") + what + " key '" + std::string(rest) + "'");
+      return false;
+    }
+    out.push_back({std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1)), std::string(value)});
+    return true;
+  }));
+  PTC_RETURN_IF_ERROR(bad);
+  return out;
+}
+}  // namespace
+
 ptc::Status Store::load() {
   auto snap = std::make_shared<Snapshot>();
-  std::vector<std::pair<std::string, std::string>> records;
-  PTC_RETURN_IF_ERROR(kv_->scan(StepVersion::kStepPrefix, [&](std::string_view key, std::string_view value) {
-    records.emplace_back(std::string(key.substr(StepVersion::kStepPrefix.size())), std::string(value));
-    return true;
-  }));
-  for (const auto& [name, value] : records) {
-    const size_t slash = name.find('/');
-    if (slash == std::string::npos) return ptc::corrupt("metadata: malformed step key '" + name + "'");
-    const std::string job = name.substr(0, slash), step = name.substr(slash + 1);
-    PTC_ASSIGN_OR_RETURN(auto v, StepVersion::load(*kv_, job, step, value, blobs_.get(), remote_));
-    snap->steps[{job, step}] = std::move(v);
+  PTC_ASSIGN_OR_RETURN(auto steps, scan_records(*kv_, StepVersion::kStepPrefix, "step"));
+  for (const auto& r : steps) {
+    PTC_ASSIGN_OR_RETURN(auto v, StepVersion::load(*kv_, r.job, r.name, r.value, blobs_.get(), remote_));
+    snap->steps[{r.job, r.name}] = std::move(v);
   }
-  records.clear();
-  PTC_RETURN_IF_ERROR(kv_->scan(DatasetVersion::kPrefix, [&](std::string_view key, std::string_view value) {
-    records.emplace_back(std::string(key.substr(DatasetVersion::kPrefix.size())), std::string(value));
-    return true;
-  }));
-  for (const auto& [name, value] : records) {
-    const size_t slash = name.find('/');
-    if (slash == std::string::npos) return ptc::corrupt("metadata: malformed dataset key '" + name + "'");
-    const std::string job = name.substr(0, slash), ds = name.substr(slash + 1);
-    PTC_ASSIGN_OR_RETURN(auto v, DatasetVersion::load(job, ds, value, *blobs_, samples_));
-    snap->datasets[{job, ds}] = std::move(v);
+  PTC_ASSIGN_OR_RETURN(auto datasets, scan_records(*kv_, DatasetVersion::kPrefix, "dataset"));
+  for (const auto& r : datasets) {
+    PTC_ASSIGN_OR_RETURN(auto v, DatasetVersion::load(r.job, r.name, r.value, *blobs_, samples_));
+    snap->datasets[{r.job, r.name}] = std::move(v);
   }
   std::lock_guard lock(mu_);
   snap_ = std::move(snap);
@@ -113,15 +123,6 @@ void Store::end_change(const std::string& job, const std::string& step) {
 
 ptc::Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced,
                           const std::vector<DatasetChange>& datasets) {
-  return commit_all(std::move(v), std::move(replaced), datasets);
-}
-
-ptc::Status Store::commit_datasets(const std::vector<DatasetChange>& datasets) {
-  return commit_all(nullptr, nullptr, datasets);
-}
-
-ptc::Status Store::commit_all(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced,
-                              const std::vector<DatasetChange>& datasets) {
   std::lock_guard commit_lock(commit_mu_);
   {
     std::lock_guard lock(mu_);

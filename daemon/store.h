@@ -73,10 +73,10 @@ class Store {
   // once nobody does. kFailedPrecondition when `replaced` is no longer current.
   // `datasets` are committed in the same write (a repartition re-splits the job's datasets);
   // each fails the whole commit like `replaced` when its replaced version is not current.
+  // A null `v` commits the datasets alone.
   ptc::Status commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced = nullptr,
                      const std::vector<DatasetChange>& datasets = {});
-  // Commits dataset changes alone, in one write.
-  ptc::Status commit_datasets(const std::vector<DatasetChange>& datasets);
+  ptc::Status commit_datasets(const std::vector<DatasetChange>& datasets) { return commit(nullptr, nullptr, datasets); }
 
   // Removes blob files that no live version refers to (current, or replaced but still held
   // by a reader) and that are not pending. Returns how many were removed.
@@ -90,8 +90,6 @@ class Store {
         const RemoteSamples* samples)
       : data_dir_(std::move(data_dir)), kv_(std::move(kv)), blobs_(std::move(blobs)), remote_(remote), samples_(samples) {}
   ptc::Status load();
-  ptc::Status commit_all(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced,
-                         const std::vector<DatasetChange>& datasets);
 
   std::string data_dir_;
   std::unique_ptr<KvStore> kv_;

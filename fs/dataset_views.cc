@@ -17,7 +17,12 @@ class RecordsView final : public View {
     for (size_t i = 0; i < samples_.size(); ++i) starts_[i + 1] = starts_[i] + c_->record_bytes(samples_[i]);
   }
   uint64_t size() const override { return starts_.back(); }
-  const std::vector<uint32_t>& samples() const { return samples_; }
+  // The size of each record, in file order.
+  std::vector<uint64_t> record_sizes() const {
+    std::vector<uint64_t> out(samples_.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = starts_[i + 1] - starts_[i];
+    return out;
+  }
 
   ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
     // The last record starting at or before off.
@@ -42,21 +47,22 @@ class RecordsView final : public View {
 
 }  // namespace
 
-std::string dataset_state_json(const DatasetContent& c) {
+nlohmann::json dataset_state(const DatasetContent& c) {
   const auto& s = c.spec();
   const auto& p = c.position();
-  nlohmann::json j = {{"format", ptc::format_name(s.format)},
-                      {"num_samples", s.num_samples},
-                      {"seed", s.seed},
-                      {"global_batch", s.global_batch},
-                      {"dp", p.dp},
-                      {"epoch", p.epoch},
-                      {"consumed", p.consumed},
-                      {"dropped", s.dropped()},
-                      {"samples_per_epoch", s.samples_per_epoch()},
-                      {"version", c.version()}};
-  return j.dump(2) + "\n";
+  return {{"format", ptc::format_name(s.format)},
+          {"num_samples", s.num_samples},
+          {"seed", s.seed},
+          {"global_batch", s.global_batch},
+          {"dp", p.dp},
+          {"epoch", p.epoch},
+          {"consumed", p.consumed},
+          {"dropped", s.dropped()},
+          {"samples_per_epoch", s.samples_per_epoch()},
+          {"version", c.version()}};
 }
+
+std::string dataset_state_json(const DatasetContent& c) { return dataset_state(c).dump(2) + "\n"; }
 
 std::vector<std::pair<std::string, std::shared_ptr<const View>>> dataset_views(
     const std::shared_ptr<const DatasetContent>& c) {
@@ -71,10 +77,7 @@ std::vector<std::pair<std::string, std::shared_ptr<const View>>> dataset_views(
       files.emplace_back(stem + ".jsonl", std::move(view));
       continue;
     }
-    std::vector<uint64_t> bytes;
-    bytes.reserve(view->samples().size());
-    for (uint32_t s : view->samples()) bytes.push_back(c->record_bytes(s));
-    files.emplace_back(stem + ".idx", bytes_view(ptc::render_mmidx(c->dtype_code(), bytes)));
+    files.emplace_back(stem + ".idx", bytes_view(ptc::render_mmidx(c->dtype_code(), view->record_sizes())));
     files.emplace_back(stem + ".bin", std::move(view));
   }
   return files;

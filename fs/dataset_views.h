@@ -16,12 +16,15 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "fs/content.h"
 #include "fs/views.h"
 
 namespace ptcfs::fs {
 
-// The state.json document (with a trailing newline).
+// The state.json document, and its text (with a trailing newline).
+nlohmann::json dataset_state(const DatasetContent& c);
 std::string dataset_state_json(const DatasetContent& c);
 
 // Every file of the dataset's folder, by name.

@@ -10,28 +10,13 @@
 
 #include "daemon/dataset_ops.h"
 #include "daemon/store.h"
+#include "tests/daemon/temp_dir.h"
 
 using namespace ptcfs;
-namespace stdfs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ptcfs-dataset-test-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    stdfs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::string read_records(const DatasetVersion& v, std::vector<fs::DatasetContent::Piece> pieces) {
   fs::ReadBuffer rb;

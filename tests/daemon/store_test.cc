@@ -18,30 +18,14 @@
 
 #include "daemon/importer.h"
 #include "ptc/safetensors.h"
+#include "tests/daemon/temp_dir.h"
 
 using namespace ptcfs;
 namespace stdfs = std::filesystem;
 
 namespace {
 
-// A fresh directory under /tmp, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ptcfs-store-test-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    stdfs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 // tp=2, pp=2 over two layers, with a padded vocabulary, fused parts, a column split, a
 // replicated layer tensor, a last-stage tensor and a scalar on every stage.

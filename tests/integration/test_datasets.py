@@ -180,13 +180,12 @@ def test_bad_input_is_refused_and_leaves_nothing(daemon, tmp_path, case):
         args, expect = [p + ".nope", "--dp", 2], ["m.nope", "no such file"]
     elif case == "relative":
         write_jsonl(p, 30)
-        args = ["--dp", 2, p]
-        cwd_rel = os.path.relpath(p)  # the CLI makes it absolute: this one must work
-        args = ["--dp", 2, cwd_rel]
+        args = ["--dp", 2, os.path.relpath(p)]  # the CLI makes it absolute: this one must work
     r = daemon.cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", fmt, "--seed", 1,
                    "--global-batch", 12, *args, check=False)
     if case == "relative":
         assert r.returncode == 0, r.stderr
+        assert state(daemon, "gpt", "train")["num_samples"] == 30
         return
     assert_error(r, *expect)
     assert [x["name"] for x in daemon.cli_json("dataset", "ls", "--json")["datasets"]] == ["other"]
