@@ -11,10 +11,6 @@ namespace ptcfs {
 
 using nlohmann::json;
 
-namespace {
-constexpr uint64_t kGatherBelow = 64 << 10;
-}  // namespace
-
 uint64_t row_bytes(const StoredSlice& s) {
   uint64_t n = 0;
   for (const auto& e : s.extents) n += e.len;
@@ -91,10 +87,10 @@ ptc::Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uin
       file = std::move(f).value();
       out.keep(file);
     }
-    // Small pieces (a slice re-cut along a later dimension) are gathered from the mapped
-    // blob; large ones go to the kernel as file ranges (spliced).
-    const std::byte* map = n < kGatherBelow ? file->data() : nullptr;
-    if (map) out.add_mem(map + boff, n);
+    // Pieces are handed over as memory of the mapped blob: the kernel then copies them
+    // straight into its page cache (fs/filesystem.cc), with no read into a buffer first.
+    // A file range is the fallback for a blob that cannot be mapped.
+    if (const std::byte* map = file->data()) out.add_mem(map + boff, n);
     else out.add_fd(file->fd(), boff, n);
   });
   return st;

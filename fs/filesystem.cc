@@ -6,8 +6,10 @@
 #include <pthread.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -29,6 +31,8 @@ namespace ptcfs::fs {
 constexpr double kTimeout = 3600.0;
 // Signal used to wake the loop thread when stopping.
 constexpr int kWakeSignal = SIGUSR1;
+// At most this many memory pieces go to the kernel as one writev (IOV_MAX, less the header).
+constexpr size_t kMaxReplyIov = 1023;
 
 class Filesystem::Impl {
  public:
@@ -204,6 +208,17 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
       return;
     }
     fuse_reply_buf(req, reinterpret_cast<const char*>(out.data()), out.size());
+    return;
+  }
+  // Every piece in memory (mapped blobs): one writev from those pages, so the only copy is
+  // the kernel's into its page cache. libfuse's splice path would need a pipe larger than
+  // 1 MiB for a 1 MiB reply, which an unprivileged or containerised root cannot get, and
+  // its fallback reads every file range into a buffer first (docs/BENCHMARKS.md).
+  if (segs.size() < kMaxReplyIov &&
+      std::all_of(segs.begin(), segs.end(), [](const ReadBuffer::Segment& s) { return s.fd < 0; })) {
+    std::vector<iovec> iov(segs.size());
+    for (size_t i = 0; i < segs.size(); ++i) iov[i] = {const_cast<std::byte*>(segs[i].mem), segs[i].len};
+    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
     return;
   }
   // fuse_bufvec holds one fuse_buf inline; allocate room for the rest.
