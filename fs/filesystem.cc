@@ -66,9 +66,11 @@ struct DirEntry {
   std::string name;
   uint64_t ino;
   bool is_dir;
+  const Node* node;  // nullptr for "." and "..", which readdirplus returns without attributes
 };
 struct OpenDir {
-  std::vector<DirEntry> entries;  // ".", "..", then children in name order
+  std::shared_ptr<const Tree> tree;  // keeps the entries' nodes alive
+  std::vector<DirEntry> entries;     // ".", "..", then children in name order
 };
 
 void fill_attr(uint64_t ino, bool is_dir, uint64_t size, int64_t mtime, struct stat& st) {
@@ -86,6 +88,14 @@ void fill_node_attr(const Node& n, struct stat& st) {
   fill_attr(n.ino, n.is_dir, n.view ? n.view->size() : 0, n.mtime, st);
 }
 
+void fill_entry(const Node& n, fuse_entry_param& e) {
+  std::memset(&e, 0, sizeof e);
+  e.ino = n.ino;
+  e.attr_timeout = kTimeout;
+  e.entry_timeout = kTimeout;
+  fill_node_attr(n, e.attr);
+}
+
 // ---- logic: each returns 0 or an errno -----------------------------------------------
 
 int do_lookup(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e) {
@@ -95,11 +105,7 @@ int do_lookup(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e) 
   if (!p->is_dir) return ENOTDIR;
   const Node* c = tree->child(*p, name);
   if (!c) return ENOENT;
-  std::memset(&e, 0, sizeof e);
-  e.ino = c->ino;
-  e.attr_timeout = kTimeout;
-  e.entry_timeout = kTimeout;
-  fill_node_attr(*c, e.attr);
+  fill_entry(*c, e);
   return 0;
 }
 
@@ -146,9 +152,13 @@ int do_opendir(Impl& fs, uint64_t ino, fuse_file_info* fi) {
   if (!n) return ESTALE;
   if (!n->is_dir) return ENOTDIR;
   auto* od = new OpenDir;
-  od->entries.push_back({".", n->ino, true});
-  od->entries.push_back({"..", n->parent, true});
-  for (const auto& [name, cino] : n->children) od->entries.push_back({name, cino, tree->find(cino)->is_dir});
+  od->entries.push_back({".", n->ino, true, nullptr});
+  od->entries.push_back({"..", n->parent, true, nullptr});
+  for (const auto& [name, cino] : n->children) {
+    const Node* c = tree->find(cino);
+    od->entries.push_back({name, cino, c->is_dir, c});
+  }
+  od->tree = std::move(tree);
   fi->fh = reinterpret_cast<uint64_t>(od);
   return 0;
 }
@@ -162,6 +172,9 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   conn->max_readahead = 1 << 20;
   if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   conn->want |= FUSE_CAP_ASYNC_READ;
+  // Always readdirplus (not only for a folder's first entries): names come with attributes.
+  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_READDIRPLUS_AUTO);
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_AUTO_INVAL_DATA);  // files never change under an inode
 }
 
@@ -255,21 +268,38 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
 }
 
-void op_readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+// One page of a folder's entries from `off`; with `plus` (readdirplus) each comes with its
+// attributes, so `ls -l` of a folder of 10,000 tensors needs no lookup per file.
+void reply_dir(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus) {
   const auto* od = reinterpret_cast<const OpenDir*>(fi->fh);
   std::vector<char> buf(size);
   size_t used = 0;
   for (size_t i = static_cast<size_t>(off); i < od->entries.size(); ++i) {
     const DirEntry& d = od->entries[i];
-    struct stat st {};
-    st.st_ino = d.ino;
-    st.st_mode = d.is_dir ? S_IFDIR : S_IFREG;
-    const size_t n = fuse_add_direntry(req, buf.data() + used, size - used, d.name.c_str(), &st,
-                                       static_cast<off_t>(i + 1));
+    fuse_entry_param e;
+    if (plus && d.node) {
+      fill_entry(*d.node, e);
+    } else {  // for readdirplus, ino 0: the kernel takes no attributes (nor a lookup) for "." and ".."
+      std::memset(&e, 0, sizeof e);
+      e.attr.st_ino = d.ino;
+      e.attr.st_mode = d.is_dir ? S_IFDIR : S_IFREG;
+    }
+    char* at = buf.data() + used;
+    const auto next = static_cast<off_t>(i + 1);
+    const size_t n = plus ? fuse_add_direntry_plus(req, at, size - used, d.name.c_str(), &e, next)
+                          : fuse_add_direntry(req, at, size - used, d.name.c_str(), &e.attr, next);
     if (n > size - used) break;
     used += n;
   }
   fuse_reply_buf(req, buf.data(), used);
+}
+
+void op_readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  reply_dir(req, size, off, fi, false);
+}
+
+void op_readdirplus(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  reply_dir(req, size, off, fi, true);
 }
 
 void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
@@ -295,6 +325,7 @@ const fuse_lowlevel_ops kOps = [] {
   ops.release = op_release;
   ops.opendir = op_opendir;
   ops.readdir = op_readdir;
+  ops.readdirplus = op_readdirplus;
   ops.releasedir = op_releasedir;
   ops.statfs = op_statfs;
   return ops;
