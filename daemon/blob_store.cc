@@ -21,12 +21,11 @@ BlobFile::~BlobFile() {
 
 const std::byte* BlobFile::data() const {
   std::call_once(mapped_, [this] {
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0 || st.st_size == 0) return;
-    void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd_, 0);
+    if (size_ == 0) return;
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0);
     if (p == MAP_FAILED) return;
     map_ = static_cast<const std::byte*>(p);
-    map_len_ = static_cast<size_t>(st.st_size);
+    map_len_ = size_;
   });
   return map_;
 }
@@ -129,7 +128,13 @@ ptc::Result<std::shared_ptr<const BlobFile>> BlobStore::file(uint64_t id) {
   const std::string p = path(id);
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ptc::io_error("opening blob " + p, errno);
-  auto f = std::make_shared<const BlobFile>(id, fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return ptc::io_error("opening blob " + p, e);
+  }
+  auto f = std::make_shared<const BlobFile>(id, fd, static_cast<uint64_t>(st.st_size));
   open_.emplace(id, f);
   return f;
 }

@@ -22,12 +22,14 @@ namespace ptcfs {
 // An open, read-only blob. The fd stays valid while the object lives.
 class BlobFile {
  public:
-  BlobFile(uint64_t id, int fd) : id_(id), fd_(fd) {}
+  BlobFile(uint64_t id, int fd, uint64_t size) : id_(id), fd_(fd), size_(size) {}
   ~BlobFile();
   BlobFile(const BlobFile&) = delete;
   BlobFile& operator=(const BlobFile&) = delete;
   uint64_t id() const { return id_; }
   int fd() const { return fd_; }
+  // Its size when opened (blobs never change).
+  uint64_t size() const { return size_; }
   // The whole blob mapped read-only (mapped on first use; blobs never change), or nullptr
   // when it cannot be mapped.
   const std::byte* data() const;
@@ -37,6 +39,7 @@ class BlobFile {
  private:
   uint64_t id_;
   int fd_;
+  uint64_t size_;
   mutable std::once_flag mapped_;
   mutable const std::byte* map_ = nullptr;
   mutable size_t map_len_ = 0;

@@ -87,6 +87,13 @@ ptc::Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uin
       file = std::move(f).value();
       out.keep(file);
     }
+    // A blob cut short behind our back: say so, rather than reply with fewer bytes (which
+    // the kernel would take for the end of the file) or touch its mapping past the end.
+    if (boff + n > file->size()) {
+      st = ptc::corrupt("blob " + blobs_->path(blob) + " is shorter than its metadata says (" +
+                        std::to_string(file->size()) + " bytes, a piece ends at " + std::to_string(boff + n) + ")");
+      return;
+    }
     // Pieces are handed over as memory of the mapped blob: the kernel then copies them
     // straight into its page cache (fs/filesystem.cc), with no read into a buffer first.
     // A file range is the fallback for a blob that cannot be mapped.
