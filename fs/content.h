@@ -19,7 +19,7 @@
 namespace ptcfs::fs {
 
 // The bytes of one read reply, as a list of segments: memory, or a range of a file
-// descriptor (sent with splice where the kernel allows). Segments are in reply order.
+// descriptor (libfuse splices it where it can, else reads it). Segments are in reply order.
 class ReadBuffer {
  public:
   struct Segment {

@@ -213,7 +213,7 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
     fuse_reply_buf(req, nullptr, 0);
     return;
   }
-  // Many small pieces: one gathered buffer and one write beat a pipe of tiny splices.
+  // Many small pieces: one gathered buffer and one write beat the kernel pinning each one.
   if (segs.size() > 16 && rb.size() / segs.size() < (64 << 10)) {
     std::vector<std::byte> out(rb.size());
     if (auto s = rb.copy_to(out.data()); !s) {
