@@ -26,10 +26,11 @@ test: unit integration
 demo: build
 	PTCFS_BUILD=$(abspath $(BUILD)) bash deploy/demo.sh
 
-# Benchmarks against same-run baselines (DESIGN.md "Budgets"); a few minutes, writes bench/*results.json.
+# Benchmarks against same-run baselines (DESIGN.md "Budgets"): one table, bench/results.json
+# and docs/repartition-vs-size.png; a few minutes (docs/BENCHMARKS.md).
 bench: build
-	$(BUILD)/bench/ptcfs_bench_repartition --gib 1 --json bench/results.json
-	PTCFS_BUILD=$(abspath $(BUILD)) $(PY) bench/bench_cluster.py --mb 1100 --json bench/cluster_results.json
+	@bash deploy/install-deps.sh bench
+	PTCFS_BUILD=$(abspath $(BUILD)) $(PY) bench/run.py
 
 clean:
 	rm -rf $(BUILD)

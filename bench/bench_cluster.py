@@ -7,11 +7,9 @@ the repartition's throughput (bytes_moved / wall time of `ptcfs repartition`) ov
 throughput of a plain TCP copy of bytes_moved bytes over loopback (two streams, like the two
 receivers; sender and receiver in this process), and bytes_moved / bytes_min.
 
-    /usr/bin/python3 bench/bench_cluster.py [--mb 1100] [--json FILE] [--keep DIR]
+    /usr/bin/python3 bench/bench_cluster.py [--mb 1100] [--rounds 2] [--tmpfs] [--json FILE]
 """
 
-import argparse
-import json
 import os
 import shutil
 import socket
@@ -21,14 +19,10 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "tests", "tools"))
-sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-os.environ.setdefault("PTCFS_BUILD", os.path.join(REPO, "build"))
-
-import ptcgen  # noqa: E402
+from bench_lib import gbps, ptcgen, row, standalone  # noqa: E402  (also puts tests/ on the path)
 from cluster_util import Cluster  # noqa: E402
+
+SECTION = "cluster"
 
 
 def tcp_copy(total: int, streams: int = 2, chunk: int = 16 << 20, sink_dir: str = "") -> float:
@@ -84,27 +78,18 @@ def tcp_copy(total: int, streams: int = 2, chunk: int = 16 << 20, sink_dir: str 
     return time.perf_counter() - t0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mb", type=float, default=1100, help="checkpoint size in MB (10^6 bytes)")
-    ap.add_argument("--rounds", type=int, default=2, help="repartitions timed (each from a fresh import)")
-    ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
-    ap.add_argument("--tmpfs", action="store_true",
-                    help="put the daemons' data dirs on /dev/shm (no disk: the transport's own throughput)")
-    a = ap.parse_args()
-    root = a.keep or tempfile.mkdtemp(prefix="ptcfs-bench-cluster-")
-    os.makedirs(root, exist_ok=True)
+def run(mb: float, rounds: int, root: str, tmpfs: bool = False) -> tuple:
+    """Returns (table rows, per-round results)."""
+    hidden = ptcgen.hidden_for_target("gpt", 2, 1, 1, 8, 32000, int(mb * 1e6))
+    ptc = ptcgen.make_ptc("gpt", 2, 1, 1, 8, hidden, 32000)
+    ck = os.path.join(root, "ck")
+    summary = ptcgen.write_checkpoint(ck, ptc, ptcgen.full_tensors(ptc, 0))
+    print(f"checkpoint: {summary['bytes'] / 1e6:.0f} MB, hidden {hidden}, tp=2,pp=1 on n0", flush=True)
+    results = []
+    croot = tempfile.mkdtemp(prefix="ptcfs-bench-", dir="/dev/shm") if tmpfs else os.path.join(root, "cluster")
     try:
-        hidden = ptcgen.hidden_for_target("gpt", 2, 1, 1, 8, 32000, int(a.mb * 1e6))
-        ptc = ptcgen.make_ptc("gpt", 2, 1, 1, 8, hidden, 32000)
-        ck = os.path.join(root, "ck")
-        summary = ptcgen.write_checkpoint(ck, ptc, ptcgen.full_tensors(ptc, 0))
-        print(f"checkpoint: {summary['bytes'] / 1e6:.0f} MB, hidden {hidden}, tp=2,pp=1 on n0", flush=True)
-        results = []
-        croot = tempfile.mkdtemp(prefix="ptcfs-bench-", dir="/dev/shm") if a.tmpfs else os.path.join(root, "cluster")
         with Cluster(croot, 3) as c:
-            for i in range(a.rounds):
+            for i in range(rounds):
                 step = str(i + 1)
                 c[0].cli("import", ck, "--job", "bench", "--step", step)
                 subprocess.run(["sync"], check=True)
@@ -113,30 +98,37 @@ def main() -> int:
                 wall = time.perf_counter() - t0
                 tcp = tcp_copy(r["bytes_moved"])
                 disk = tcp_copy(r["bytes_moved"], sink_dir=c[1].data)
-                ours = r["bytes_moved"] / wall
                 results.append({"bytes_moved": r["bytes_moved"], "bytes_min": r["bytes_min"], "repartition_s": wall,
                                 "tcp_copy_s": tcp, "tcp_to_disk_s": disk, "throughput_ratio": tcp / wall,
                                 "ratio_vs_tcp_to_disk": disk / wall,
                                 "moved_over_min": r["bytes_moved"] / r["bytes_min"]})
                 print(f"round {i + 1}: moved {r['bytes_moved'] / 1e6:.0f} MB (min {r['bytes_min'] / 1e6:.0f} MB) in "
-                      f"{wall:.2f} s = {ours / 1e9:.2f} GB/s; loopback TCP copy {tcp:.2f} s; "
+                      f"{wall:.2f} s = {r['bytes_moved'] / wall / 1e9:.2f} GB/s; loopback TCP copy {tcp:.2f} s; "
                       f"TCP copy into fsynced files on the same disk {disk:.2f} s", flush=True)
-                c[0].cli("ls")
-        best = max(results, key=lambda x: x["throughput_ratio"])
-        print()
-        print(f"{'metric':<44} {'value':>8} {'target':>8}")
-        print(f"{'3-node repartition / loopback TCP (best)':<44} {best['throughput_ratio']:>8.2f} {'>= 0.50':>8}")
-        print(f"{'3-node repartition / TCP copy to disk + fsync':<44} {best['ratio_vs_tcp_to_disk']:>8.2f} {'':>8}")
-        print(f"{'bytes_moved / bytes_min':<44} {best['moved_over_min']:>8.2f} {'1.00':>8}")
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump({"checkpoint_bytes": summary["bytes"], "rounds": results}, f, indent=2)
-        if a.tmpfs:
-            shutil.rmtree(croot, ignore_errors=True)
-        return 0
     finally:
-        if not a.keep:
-            shutil.rmtree(root, ignore_errors=True)
+        if tmpfs:
+            shutil.rmtree(croot, ignore_errors=True)
+    b = max(results, key=lambda x: x["throughput_ratio"])
+    moved = b["bytes_moved"]
+    where = " (data on tmpfs)" if tmpfs else ""
+    rows = [
+        row(SECTION, f"3-daemon repartition{where} vs loopback TCP copy", gbps(moved, b["repartition_s"]),
+            gbps(moved, b["tcp_copy_s"]), b["throughput_ratio"], ">= 0.5", b["throughput_ratio"] >= 0.5),
+        row(SECTION, f"3-daemon repartition{where} vs TCP copy into fsynced files", gbps(moved, b["repartition_s"]),
+            gbps(moved, b["tcp_to_disk_s"]), b["ratio_vs_tcp_to_disk"], "", None),
+        row(SECTION, "3-daemon repartition: bytes_moved / bytes_min", f"{moved / 1e6:.0f} MB",
+            f"{b['bytes_min'] / 1e6:.0f} MB", b["moved_over_min"], "1.00", b["moved_over_min"] == 1.0),
+    ]
+    return rows, results
+
+
+def main() -> int:
+    def configure(ap):
+        ap.add_argument("--mb", type=float, default=1100, help="checkpoint size in MB (10^6 bytes)")
+        ap.add_argument("--rounds", type=int, default=2, help="repartitions timed (each from a fresh import)")
+        ap.add_argument("--tmpfs", action="store_true",
+                        help="put the daemons' data dirs on /dev/shm (no disk: the transport's own throughput)")
+    return standalone(__doc__, configure, lambda a, root: run(a.mb, a.rounds, root, a.tmpfs))
 
 
 if __name__ == "__main__":

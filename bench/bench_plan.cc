@@ -5,13 +5,15 @@
 // row-parallel matrices, fused parts, replicated norms), plus a padded embedding. Timed,
 // each on its own: the two layouts, the single-node plan (make_plan), and on a cluster of
 // 128 nodes of 8 GPUs, the cluster plan (make_cluster_plan) and bytes_min computed on its
-// own. Memory: the growth of the peak resident set while planning, against the bytes the
-// plan's vectors hold.
+// own. Memory: the most heap in use while planning (sampled every millisecond) above what
+// was in use before, against the bytes the plan's vectors hold.
 //
 // Usage: ptcfs_bench_plan [--tensors 100000] [--json FILE]
-#include <sys/resource.h>
+#include <malloc.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -50,10 +52,32 @@ std::string moe_ptc_json(int layers, int per_layer, Parallelism par) {
   return j.dump();
 }
 
-long peak_rss_kb() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss;
+// Bytes the heap holds in use now.
+uint64_t heap_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;  // chunks in the arenas, and chunks mapped on their own
+}
+
+// The most heap in use while fn() runs, above what was in use before it (sampled every
+// millisecond), and fn's seconds.
+template <typename F>
+std::pair<uint64_t, double> peak_heap_growth(F&& fn) {
+  const uint64_t base = heap_in_use();
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> peak{base};
+  std::thread sampler([&] {
+    while (!done) {
+      peak = std::max<uint64_t>(peak, heap_in_use());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  const double t0 = ptcfs::bench::now_s();
+  fn();
+  const double s = ptcfs::bench::now_s() - t0;
+  done = true;
+  sampler.join();
+  peak = std::max<uint64_t>(peak, heap_in_use());
+  return {peak - base, s};
 }
 
 uint64_t plan_bytes(const Plan& p) {
@@ -85,17 +109,14 @@ int main(int argc, char** argv) {
   std::printf("PTC: %zu tensors, %d layers; %s -> %s (1,024 GPUs)\n", model.tensors.size(), layers,
               from.to_string().c_str(), to.to_string().c_str());
 
-  const long rss0 = peak_rss_kb();
   double t0 = ptcfs::bench::now_s();
   const Layout a = must(Layout::make(model, from), "layout from");
   const Layout b = must(Layout::make(model, to), "layout to");
   const double layouts_s = ptcfs::bench::now_s() - t0;
-  const long rss_layouts = peak_rss_kb();
 
-  t0 = ptcfs::bench::now_s();
-  const Plan single = must(make_plan(a, b, Holdings::single_node(a, b)), "make_plan");
-  const double single_s = ptcfs::bench::now_s() - t0;
-  const long rss_single = peak_rss_kb();
+  Plan single;
+  const auto [single_heap, single_s] =
+      peak_heap_growth([&] { single = must(make_plan(a, b, Holdings::single_node(a, b)), "make_plan"); });
 
   // 128 nodes of 8 GPUs; the new config is placed on the same nodes.
   ClusterConfig cluster;
@@ -104,21 +125,19 @@ int main(int argc, char** argv) {
   holdings.src_nodes = must(shard_nodes(a, cluster), "placement from");
   holdings.dst_nodes = must(shard_nodes(b, cluster), "placement to");
   holdings.num_nodes = 128;
-  t0 = ptcfs::bench::now_s();
-  const Plan cplan = must(make_cluster_plan(a, b, holdings), "make_cluster_plan");
-  const double cluster_s = ptcfs::bench::now_s() - t0;
-  const long rss_cluster = peak_rss_kb();
+  Plan cplan;
+  const auto [cluster_heap, cluster_s] =
+      peak_heap_growth([&] { cplan = must(make_cluster_plan(a, b, holdings), "make_cluster_plan"); });
   t0 = ptcfs::bench::now_s();
   const uint64_t bmin = min_transfer_bytes(a, b, holdings);
   const double min_s = ptcfs::bench::now_s() - t0;
 
-  auto mib = [](double kb) { return kb / 1024.0; };
+  auto mib = [](double bytes) { return bytes / 1048576.0; };
   std::printf("layouts            %.3f s\n", layouts_s);
-  std::printf("single-node plan   %.3f s  %zu copies, %zu fills: %.1f MiB of plan, peak RSS +%.1f MiB\n", single_s,
-              single.copies.size(), single.fills.size(), plan_bytes(single) / 1048576.0, mib(rss_single - rss_layouts));
-  std::printf("cluster plan       %.3f s  %zu copies, %zu transfers: %.1f MiB of plan, peak RSS +%.1f MiB\n",
-              cluster_s, cplan.copies.size(), cplan.transfers.size(), plan_bytes(cplan) / 1048576.0,
-              mib(rss_cluster - rss_single));
+  std::printf("single-node plan   %.3f s  %zu copies, %zu fills: %.1f MiB of plan, peak heap +%.1f MiB\n", single_s,
+              single.copies.size(), single.fills.size(), mib(plan_bytes(single)), mib(single_heap));
+  std::printf("cluster plan       %.3f s  %zu copies, %zu transfers: %.1f MiB of plan, peak heap +%.1f MiB\n",
+              cluster_s, cplan.copies.size(), cplan.transfers.size(), mib(plan_bytes(cplan)), mib(cluster_heap));
   std::printf("bytes_min          %.3f s  %.1f GB to move (plan moves %.1f GB)\n", min_s, bmin / 1e9,
               cplan.bytes_remote / 1e9);
   if (bmin != cplan.bytes_remote) {
@@ -131,19 +150,18 @@ int main(int argc, char** argv) {
               {"gpus", from.world()},
               {"from", from.to_string()},
               {"to", to.to_string()},
-              {"layouts_s", layouts_s},
               {"single_plan_s", single_s},
               {"single_copies", single.copies.size()},
               {"single_plan_bytes", plan_bytes(single)},
-              {"single_rss_growth_bytes", (rss_single - rss_layouts) * 1024},
+              {"single_peak_heap_bytes", single_heap},
               {"cluster_plan_s", cluster_s},
               {"cluster_copies", cplan.copies.size()},
               {"cluster_transfers", cplan.transfers.size()},
               {"cluster_plan_bytes", plan_bytes(cplan)},
-              {"cluster_rss_growth_bytes", (rss_cluster - rss_single) * 1024},
+              {"cluster_peak_heap_bytes", cluster_heap},
               {"bytes_min", bmin},
               {"bytes_min_s", min_s},
-              {"layouts_rss_bytes", (rss_layouts - rss0) * 1024}};
+              {"layouts_s", layouts_s}};
     std::ofstream(json_out) << j.dump(2) << "\n";
   }
   return 0;

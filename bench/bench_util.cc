@@ -42,6 +42,13 @@ double read_file(const std::string& path, size_t block, uint64_t* bytes) {
   return now_s() - t0;
 }
 
+void drop_page_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw std::runtime_error("open " + path + ": " + std::strerror(errno));
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
 void write_pattern_file(const std::string& path, const void* data, size_t n) {
   FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw std::runtime_error("create " + path);

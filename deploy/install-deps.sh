@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package that building, testing and the demo need.
-# Idempotent and quiet when everything is already there. Run as root.
+# Installs every Debian 12 package that building, testing and the demo need; with the
+# argument `bench`, also what `make bench` needs (Debian's torch for the baseline script,
+# gnuplot for the plot). Idempotent and quiet when everything is already there. Run as root.
 set -euo pipefail
 
 PACKAGES=(
@@ -16,6 +17,12 @@ PACKAGES=(
   libssl-dev
   python3-numpy python3-pytest
 )
+if [ "${1:-}" = "bench" ]; then
+  PACKAGES+=(python3-torch gnuplot-nox)
+elif [ $# -gt 0 ]; then
+  echo "usage: install-deps.sh [bench]" >&2
+  exit 2
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

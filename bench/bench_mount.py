@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""One daemon and its mount against tmpfs and cp, in one run:
+
+- import of a checkpoint of about --mb MB (one rank file) against `cp -r` of the same files
+  to the same disk followed by `sync` of the copies (import also validates, hashes and fsyncs);
+- that rank file read through the mount with 1 MiB and 128 KiB reads, on first read (its
+  cached pages dropped first) and re-read, against the same bytes read from tmpfs;
+- `ls -l` and `stat` of the full/ folder of a step holding 10,000 tensors, with the kernel's
+  cached names dropped first and again warm, against the same folder copied to tmpfs.
+
+    /usr/bin/python3 bench/bench_mount.py [--mb 1200] [--json FILE]
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench_lib import (Daemon, best, drop_dentries, drop_page_cache, gbps, ptcgen, read_secs, row, secs, standalone,
+                       timed)
+
+SECTION = "mount"
+
+
+def ten_thousand_tensors() -> dict:
+    """10,000 small tensors over 100 layers (half split along dimension 0, half along 1)."""
+    tensors = {}
+    for i in range(10000):
+        tensors[f"layers.{i // 100}.t{i % 100:02d}.weight"] = {"dtype": "F32", "shape": [64, 32],
+                                                               "tp_dim": i % 2, "layer": i // 100}
+    return {"parallelism": {"tp": 2, "pp": 2, "dp": 1}, "num_layers": 100, "tensors": tensors}
+
+
+def reads(d: Daemon, ck: str, shm: str, rows: list, out: dict) -> None:
+    nbytes = os.path.getsize(os.path.join(ck, "tp0-pp0.safetensors"))
+    r = d.cli_json("import", ck, "--job", "bench", "--step", "1", "--json")  # warm-up: blob and rank file cached
+    dst = os.path.join(d.root, "cp")
+
+    def cp_sync():
+        shutil.rmtree(dst, ignore_errors=True)
+        t = timed(["cp", "-r", ck, dst])
+        return t + timed(["sync", *glob.glob(dst + "/*")])
+
+    steps = iter(range(2, 100))
+
+    def imp():
+        t0 = time.perf_counter()
+        d.cli("import", ck, "--job", "bench", "--step", str(next(steps)))
+        return time.perf_counter() - t0
+
+    t_imp, t_cp = best(3, imp), best(3, cp_sync)
+    shutil.rmtree(dst, ignore_errors=True)
+    rows.append(row(SECTION, f"import {nbytes / 1e9:.2f} GB vs cp -r + sync", gbps(r["bytes"], t_imp),
+                    gbps(nbytes, t_cp), t_cp / t_imp, "> 1", t_cp / t_imp > 1))
+    out["import_s"], out["cp_sync_s"] = t_imp, t_cp
+
+    f = os.path.join(d.mnt, "bench", "1", "tp0-pp0.safetensors")
+    tm = os.path.join(shm, "tp0-pp0.safetensors")
+    shutil.copyfile(f, tm)
+    subprocess.run(["sync"], check=True)
+    for block, label in ((1 << 20, "1 MiB"), (128 << 10, "128 KiB")):
+        first = best(3, lambda: read_secs(f, block), before=lambda: drop_page_cache(f))
+        read_secs(f, block)  # a second read also moves fresh pages to the active list: untimed
+        again = best(3, lambda: read_secs(f, block))
+        base = best(3, lambda: read_secs(tm, block))
+        rows.append(row(SECTION, f"{nbytes / 2**30:.2f} GiB view, first read ({label}) vs tmpfs", gbps(nbytes, first),
+                        gbps(nbytes, base), base / first, ">= 0.6", base / first >= 0.6))
+        rows.append(row(SECTION, f"{nbytes / 2**30:.2f} GiB view, re-read ({label}) vs tmpfs", gbps(nbytes, again),
+                        gbps(nbytes, base), base / again, ">= 0.9", base / again >= 0.9))
+        out[f"read_{block}"] = {"first_s": first, "again_s": again, "tmpfs_s": base, "bytes": nbytes}
+
+
+def many_tensors(d: Daemon, root: str, shm: str, rows: list, out: dict) -> None:
+    ptc = ten_thousand_tensors()
+    ck = os.path.join(root, "ck10k")
+    ptcgen.write_checkpoint(ck, ptc, ptcgen.full_tensors(ptc, 0))
+    d.cli("import", ck, "--job", "many", "--step", "1")
+    full = os.path.join(d.mnt, "many", "1", "full")
+    tm = os.path.join(shm, "full")
+    shutil.copytree(full, tm)
+    names = sorted(os.listdir(full))
+    assert len(names) == 10000, len(names)
+    ls = ["ls", "-l"]
+    st = ["stat", "--format=%s"]
+    for what, cmd in (("ls -l", ls), ("stat", st)):
+        def run(folder):
+            if cmd is ls:
+                return timed([*ls, folder])
+            return timed([*st, *[os.path.join(folder, n) for n in names]])
+        cold = best(3, lambda: run(full), before=drop_dentries)
+        warm = best(3, lambda: run(full))
+        base = best(3, lambda: run(tm))
+        rows.append(row(SECTION, f"{what} of 10,000 tensor files, cold vs tmpfs", secs(cold), secs(base), base / cold,
+                        "", None))
+        rows.append(row(SECTION, f"{what} of 10,000 tensor files, warm vs tmpfs", secs(warm), secs(base), base / warm,
+                        "", None))
+        out[what] = {"cold_s": cold, "warm_s": warm, "tmpfs_s": base}
+
+
+def run(mb: float, root: str) -> tuple:
+    rows, out = [], {}
+    shm = tempfile.mkdtemp(prefix="ptcfs-bench-", dir="/dev/shm")
+    try:
+        ck = os.path.join(root, "ck")
+        ptc = ptcgen.make_ptc("gpt", 1, 1, 1, 8, ptcgen.hidden_for_target("gpt", 1, 1, 1, 8, 32000, int(mb * 1e6)),
+                              32000)
+        ptcgen.write_checkpoint(ck, ptc, ptcgen.full_tensors(ptc, 0))
+        d = Daemon(os.path.join(root, "d"))
+        d.start()
+        try:
+            reads(d, ck, shm, rows, out)
+            shutil.rmtree(ck)
+            many_tensors(d, root, shm, rows, out)
+        finally:
+            d.stop()
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+    return rows, out
+
+
+def main() -> int:
+    def configure(ap):
+        ap.add_argument("--mb", type=float, default=1200, help="size of the read file in MB (at least 1 GiB)")
+    return standalone(__doc__, configure, lambda a, root: run(a.mb, root))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""`make bench`: every benchmark of ptcfs against a baseline measured in the same run, as one
+table (DESIGN.md "Budgets"), also written as JSON, plus a plot of re-sharding time against
+model size. A few minutes on a 2-core machine; needs root (FUSE) and the build.
+
+    /usr/bin/python3 bench/run.py [--json bench/results.json] [--plot docs/repartition-vs-size.png]
+                                  [--quick] [--only SECTION,...]
+
+Sections: mount (reads, import, 10,000 tensors), repartition (single node, in process),
+plan (1,024 GPUs, 100,000 tensors), torch (the re-sharding script users run today),
+cluster (three daemons). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
+except bytes_moved / bytes_min.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from bench_lib import BUILD, REPO, print_rows, row, secs
+
+SECTIONS = ["mount", "repartition", "plan", "torch", "cluster"]
+
+
+def cpp_repartition(gib: float) -> tuple:
+    out = tempfile.mktemp(suffix=".json")
+    subprocess.run([os.path.join(BUILD, "bench", "ptcfs_bench_repartition"), "--gib", str(gib), "--json", out],
+                   check=True)
+    with open(out) as f:
+        raw = json.load(f)
+    os.unlink(out)
+    rows = []
+    for sc in raw:
+        name, r = sc["scenario"], sc["result"]
+        par = lambda p: f"tp={p['tp']},pp={p['pp']}"  # noqa: E731
+        what = f"{name} {par(r['from'])} -> {par(r['to'])}"
+        ratio = sc["memcpy_s"] / sc["repartition_s"]
+        rows.append(row("repartition", f"{what}: {sc['bytes'] / 2**30:.2f} GiB vs memcpy ({sc['threads']} threads)",
+                        secs(sc["repartition_s"]), secs(sc["memcpy_s"]), ratio, "> 1", ratio > 1))
+        for k, label, target in (("read_first_gib_s", "first read", 0.6), ("read_again_gib_s", "re-read", 0.9)):
+            ratio = sc[k] / sc["tmpfs_gib_s"]
+            rows.append(row("repartition", f"{name}: new views, {label} (1 MiB) vs tmpfs", f"{sc[k]:.2f} GiB/s",
+                            f"{sc['tmpfs_gib_s']:.2f} GiB/s", ratio, f">= {target}", ratio >= target))
+    return rows, raw
+
+
+def cpp_plan() -> tuple:
+    out = tempfile.mktemp(suffix=".json")
+    subprocess.run([os.path.join(BUILD, "bench", "ptcfs_bench_plan"), "--json", out], check=True)
+    with open(out) as f:
+        raw = json.load(f)
+    os.unlink(out)
+    rows = []
+    n = f"{raw['tensors']:,} tensors, {raw['gpus']:,} GPUs"
+    for key, label, plan_bytes, rss in (("single_plan_s", "plan", "single_plan_bytes", "single_peak_heap_bytes"),
+                                        ("cluster_plan_s", "cluster plan (128 nodes)", "cluster_plan_bytes",
+                                         "cluster_peak_heap_bytes")):
+        rows.append(row("plan", f"{label}, {n} vs the 1 s budget", secs(raw[key]), "1.000 s", 1.0 / raw[key], "> 1",
+                        raw[key] < 1.0))
+        rows.append(row("plan", f"{label}: peak heap while planning / plan size", f"{raw[rss] / 2**20:.0f} MiB",
+                        f"{raw[plan_bytes] / 2**20:.0f} MiB", raw[rss] / raw[plan_bytes], "linear", None))
+    return rows, raw
+
+
+def machine() -> dict:
+    cpu = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem = int(f.readline().split()[1]) * 1024
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_bytes": mem, "kernel": platform.release(),
+            "date": datetime.datetime.now().isoformat(timespec="seconds")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", default=os.path.join(REPO, "bench", "results.json"), metavar="FILE")
+    ap.add_argument("--plot", default=os.path.join(REPO, "docs", "repartition-vs-size.png"), metavar="PNG")
+    ap.add_argument("--only", default=",".join(SECTIONS), help="sections to run, comma-separated")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run, not for quoting)")
+    a = ap.parse_args()
+    if a.quick:  # a smoke run leaves the quoted results alone
+        a.json = a.json.replace("results.json", "results-quick.json")
+        a.plot = os.path.join(REPO, "bench", "repartition-vs-size-quick.png")
+    only = a.only.split(",")
+    for s in only:
+        if s not in SECTIONS:
+            ap.error(f"unknown section '{s}' (one of {', '.join(SECTIONS)})")
+    if os.geteuid() != 0:
+        ap.error("needs root (the benchmarks mount FUSE)")
+
+    import bench_cluster
+    import bench_mount
+    import bench_torch
+
+    rows, raw = [], {"machine": machine()}
+    root = tempfile.mkdtemp(prefix="ptcfs-bench-", dir="/var/tmp")
+    for s in only:
+        os.makedirs(os.path.join(root, s))
+    try:
+        if "mount" in only:
+            print("== mount: reads, import, 10,000 tensors", flush=True)
+            r, raw["mount"] = bench_mount.run(300 if a.quick else 1200, os.path.join(root, "mount"))
+            rows += r
+        if "repartition" in only:
+            print("== repartition: single node, in process", flush=True)
+            r, raw["repartition"] = cpp_repartition(0.25 if a.quick else 1.0)
+            rows += r
+        if "plan" in only:
+            print("== plan: 1,024 GPUs, 100,000 tensors", flush=True)
+            r, raw["plan"] = cpp_plan()
+            rows += r
+        if "torch" in only:
+            print("== torch: the re-sharding script users run today", flush=True)
+            sizes = [0.1, 0.2] if a.quick else [0.25, 0.5, 1.0, 2.0]
+            r, raw["torch"] = bench_torch.run(sizes, os.path.join(root, "torch"), a.plot)
+            rows += r
+        if "cluster" in only:
+            print("== cluster: three daemons on loopback", flush=True)
+            r, raw["cluster"] = bench_cluster.run(200 if a.quick else 1100, 1 if a.quick else 2,
+                                                  os.path.join(root, "cluster"))
+            rows += r
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print_rows(rows)
+    raw["rows"] = rows
+    with open(a.json, "w") as f:
+        json.dump(raw, f, indent=2)
+    print(f"\nwritten: {a.json}" + (f", {a.plot}" if "torch" in only else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
