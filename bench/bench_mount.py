@@ -6,12 +6,15 @@
 - that rank file read through the mount with 1 MiB and 128 KiB reads, on first read (its
   cached pages dropped first) and re-read, against the same bytes read from tmpfs;
 - `ls -l` and `stat` of the full/ folder of a step holding 10,000 tensors, with the kernel's
-  cached names dropped first and again warm, against the same folder copied to tmpfs.
+  cached names dropped first and again warm, against the same folder copied to tmpfs;
+- a 200 MB JSONL dataset: `dataset add` against `cat` of the file, and its rank view (every
+  record, in the shuffled order) read through the mount against the same bytes on tmpfs.
 
     /usr/bin/python3 bench/bench_mount.py [--mb 1200] [--json FILE]
 """
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -100,6 +103,39 @@ def many_tensors(d: Daemon, root: str, shm: str, rows: list, out: dict) -> None:
         out[what] = {"cold_s": cold, "warm_s": warm, "tmpfs_s": base}
 
 
+def dataset(d: Daemon, root: str, shm: str, rows: list, out: dict, lines: int = 200000) -> None:
+    """A JSONL dataset of `lines` records of 0.5-1.5 kB: `dataset add` (every line parsed as
+    JSON) against reading the file, and its rank view (every record, shuffled) against the
+    same bytes on tmpfs."""
+    src = os.path.join(root, "train.jsonl")
+    text = "abcdefghijklmnopqrstuvwxyz" * 60
+    with open(src, "w") as f:
+        for i in range(lines):
+            f.write(json.dumps({"id": i, "text": text[:500 + (i * 7919) % 1000]}) + "\n")
+    nbytes = os.path.getsize(src)
+    cat = best(3, lambda: timed(["cat", src]))
+    t0 = time.perf_counter()
+    d.cli("dataset", "add", "--job", "data", "--name", "train", "--format", "jsonl", "--seed", "1",
+          "--global-batch", "64", "--dp", "1", src)
+    add = time.perf_counter() - t0
+    rows.append(row(SECTION, f"dataset add, {nbytes / 1e6:.0f} MB JSONL vs cat of the file", gbps(nbytes, add),
+                    gbps(nbytes, cat), cat / add, "", None))
+    view = os.path.join(d.mnt, "data", "data", "train", "dp0.jsonl")
+    vbytes = os.path.getsize(view)
+    tm = os.path.join(shm, "dp0.jsonl")
+    shutil.copyfile(view, tm)
+    first = best(3, lambda: read_secs(view, 1 << 20), before=lambda: drop_page_cache(view))
+    read_secs(view, 1 << 20)
+    again = best(3, lambda: read_secs(view, 1 << 20))
+    base = best(3, lambda: read_secs(tm, 1 << 20))
+    rows.append(row(SECTION, "dataset rank view (shuffled records), first read vs tmpfs", gbps(vbytes, first),
+                    gbps(vbytes, base), base / first, "", None))
+    rows.append(row(SECTION, "dataset rank view (shuffled records), re-read vs tmpfs", gbps(vbytes, again),
+                    gbps(vbytes, base), base / again, "", None))
+    out["dataset"] = {"bytes": nbytes, "view_bytes": vbytes, "add_s": add, "cat_s": cat, "first_s": first,
+                      "again_s": again, "tmpfs_s": base}
+
+
 def run(mb: float, root: str) -> tuple:
     rows, out = [], {}
     shm = tempfile.mkdtemp(prefix="ptcfs-bench-", dir="/dev/shm")
@@ -114,6 +150,7 @@ def run(mb: float, root: str) -> tuple:
             reads(d, ck, shm, rows, out)
             shutil.rmtree(ck)
             many_tensors(d, root, shm, rows, out)
+            dataset(d, root, shm, rows, out)
         finally:
             d.stop()
     finally:
