@@ -3,10 +3,11 @@
 //   - repartition time vs a parallel memcpy of the bytes it re-lays out (same threads);
 //   - reading the new shard files through the mount (1 MiB reads), first read and
 //     re-read, vs reading the same bytes from tmpfs.
-// Three scenarios: a Megatron-style model tp=4,pp=2 -> tp=2,pp=4 (its row-parallel tensors,
-// split along dimension 1, are re-cut into row-sized pieces and compacted); a model whose
-// tensors are all split along their last dimension, tp=4 -> tp=2 (everything compacted);
-// and the Megatron-style model tp=4,pp=2 -> tp=4,pp=4 (layers move: a pure remap).
+// Three scenarios: a Megatron-style model tp=4,pp=2 -> tp=2,pp=4 (column-parallel tensors are
+// re-cut into ranges, row-parallel ones, split along dimension 1, into strided 1 KiB row
+// pieces); a model whose tensors are all split along their last dimension, tp=4 -> tp=2
+// (every slice strided); and the Megatron-style model tp=4,pp=2 -> tp=4,pp=4 (layers move:
+// a pure remap).
 //
 // Usage: ptcfs_bench_repartition [--gib 1.0] [--threads N] [--dir DIR] [--json FILE] [--min-avg-extent B]
 //                                [--min-piece B] [--scenarios megatron,pp-only,last-dim]
