@@ -21,9 +21,10 @@ import ptcgen  # noqa: E402,F401  (re-exported for the benchmarks)
 from ptcfs_harness import Daemon  # noqa: E402,F401
 
 
-def row(section: str, measure: str, ours: str, base: str, ratio: float, target: str, met=None) -> dict:
+def row(section: str, measure: str, ours: str, base: str, ratio, target: str, met=None) -> dict:
     """One line of the table. ratio > 1 means ptcfs is faster (baseline time / ptcfs time),
-    except where the measure says otherwise; met is None where there is no budget."""
+    except where the measure says otherwise (None: no baseline); met is None where there is
+    no budget."""
     return {"section": section, "measure": measure, "ptcfs": ours, "baseline": base, "ratio": ratio,
             "target": target, "met": met}
 
@@ -79,7 +80,8 @@ def print_rows(rows: list) -> None:
     print(f"\n{'section':<12} {'measure':<{w}} {'ptcfs':>12} {'baseline':>12} {'ratio':>7}  target")
     for r in rows:
         mark = "" if r["met"] is None else ("  ok" if r["met"] else "  MISSED")
-        print(f"{r['section']:<12} {r['measure']:<{w}} {r['ptcfs']:>12} {r['baseline']:>12} {r['ratio']:>7.2f}  "
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        print(f"{r['section']:<12} {r['measure']:<{w}} {r['ptcfs']:>12} {r['baseline']:>12} {ratio:>7}  "
               f"{r['target']}{mark}")
 
 

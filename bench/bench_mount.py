@@ -145,8 +145,8 @@ def run(mb: float, root: str) -> tuple:
                               32000)
         ptcgen.write_checkpoint(ck, ptc, ptcgen.full_tensors(ptc, 0))
         d = Daemon(os.path.join(root, "d"))
-        d.start()
         try:
+            d.start()
             reads(d, ck, shm, rows, out)
             shutil.rmtree(ck)
             many_tensors(d, root, shm, rows, out)

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -134,6 +135,17 @@ json run_scenario(const std::string& name, const std::string& root, int layers, 
   if (!fsys) throw std::runtime_error(fsys.status().to_string());
   st.on_change([&] { (void)(*fsys)->refresh(); });
   std::thread loop([&] { (void)(*fsys)->run(); });
+  const std::string shm = "/dev/shm/ptcfs-bench-" + name;
+  // Whatever happens below: stop and unmount, and remove the tmpfs copies.
+  struct Teardown {
+    std::function<void()> fn;
+    ~Teardown() { fn(); }
+  } teardown{[&] {
+    (*fsys)->stop();
+    loop.join();
+    fsys->reset();
+    stdfs::remove_all(shm);
+  }};
 
   CompactionPolicy policy;
   policy.min_avg_extent = g_min_avg_extent;
@@ -163,7 +175,6 @@ json run_scenario(const std::string& name, const std::string& root, int layers, 
     return s;
   };
   ::sync();  // let writeback of the import and of compaction finish before timing reads
-  const std::string shm = "/dev/shm/ptcfs-bench-" + name;
   stdfs::create_directories(shm);
   std::vector<std::string> shm_files;
   for (const auto& f : files) {
@@ -188,18 +199,12 @@ json run_scenario(const std::string& name, const std::string& root, int layers, 
     n3 = 0;
     tmpfs = std::min(tmpfs, read_all(shm_files, &n3));
   }
-  stdfs::remove_all(shm);
   rows.push_back({name + ": new views, first read (1 MiB) vs tmpfs", bench::gib_per_s(n1, first),
                   bench::gib_per_s(n3, tmpfs), tmpfs / first, ">= 0.6"});
   rows.push_back({name + ": new views, re-read (1 MiB) vs tmpfs", bench::gib_per_s(n2, again),
                   bench::gib_per_s(n3, tmpfs), tmpfs / again, ">= 0.9"});
 
-  (*fsys)->stop();
-  loop.join();
-  fsys->reset();
-  store->reset();
-  stdfs::remove_all(dir);
-  return {{"scenario", name},
+  json out = {{"scenario", name},
           {"bytes", moved},
           {"repartition_s", res->seconds},
           {"memcpy_s", mc},
@@ -208,6 +213,11 @@ json run_scenario(const std::string& name, const std::string& root, int layers, 
           {"read_again_gib_s", static_cast<double>(n2) / (1 << 30) / again},
           {"tmpfs_gib_s", static_cast<double>(n3) / (1 << 30) / tmpfs},
           {"result", res->to_json()}};
+  teardown.fn();
+  teardown.fn = [] {};
+  store->reset();
+  stdfs::remove_all(dir);
+  return out;
 }
 
 }  // namespace

@@ -66,7 +66,7 @@ def plot(points: list, path: str) -> None:
     script = f"""
 set terminal pngcairo size 800,500 font ",11"
 set output "{path}"
-set title "Re-sharding tp=4,pp=2 -> tp=2,pp=4 (2-core VM, same disk)"
+set title "Re-sharding tp=4,pp=2 -> tp=2,pp=4 (same machine, same disk)"
 set xlabel "model size (GB)"
 set ylabel "seconds (log scale)"
 set logscale y
@@ -83,8 +83,8 @@ plot "{data}" using 1:2 with linespoints lw 2 title "torch script (load, concate
 def run(sizes: list, root: str, plot_path: str) -> tuple:
     rows, points = [], []
     d = Daemon(os.path.join(root, "d"))
-    d.start()
     try:
+        d.start()
         for i, gb in enumerate(sizes):
             p = one_size(d, root, gb, str(i + 1))
             points.append(p)

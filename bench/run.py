@@ -27,13 +27,12 @@ from bench_lib import BUILD, REPO, print_rows, row, secs
 SECTIONS = ["mount", "repartition", "plan", "torch", "cluster"]
 
 
-def cpp_repartition(gib: float) -> tuple:
-    out = tempfile.mktemp(suffix=".json")
-    subprocess.run([os.path.join(BUILD, "bench", "ptcfs_bench_repartition"), "--gib", str(gib), "--json", out],
-                   check=True)
+def cpp_repartition(gib: float, root: str) -> tuple:
+    out = os.path.join(root, "results.json")
+    subprocess.run([os.path.join(BUILD, "bench", "ptcfs_bench_repartition"), "--gib", str(gib), "--dir", root,
+                    "--json", out], check=True)
     with open(out) as f:
         raw = json.load(f)
-    os.unlink(out)
     rows = []
     for sc in raw:
         name, r = sc["scenario"], sc["result"]
@@ -49,21 +48,21 @@ def cpp_repartition(gib: float) -> tuple:
     return rows, raw
 
 
-def cpp_plan() -> tuple:
-    out = tempfile.mktemp(suffix=".json")
+def cpp_plan(root: str) -> tuple:
+    out = os.path.join(root, "results.json")
     subprocess.run([os.path.join(BUILD, "bench", "ptcfs_bench_plan"), "--json", out], check=True)
     with open(out) as f:
         raw = json.load(f)
-    os.unlink(out)
-    rows = []
     n = f"{raw['tensors']:,} tensors, {raw['gpus']:,} GPUs"
+    rows = [row("plan", f"layouts of both configs, {n} (not in the plan times)", secs(raw["layouts_s"]), "", None,
+                "", None)]
     for key, label, plan_bytes, rss in (("single_plan_s", "plan", "single_plan_bytes", "single_peak_heap_bytes"),
                                         ("cluster_plan_s", "cluster plan (128 nodes)", "cluster_plan_bytes",
                                          "cluster_peak_heap_bytes")):
         rows.append(row("plan", f"{label}, {n} vs the 1 s budget", secs(raw[key]), "1.000 s", 1.0 / raw[key], "> 1",
                         raw[key] < 1.0))
         rows.append(row("plan", f"{label}: peak heap while planning / plan size", f"{raw[rss] / 2**20:.0f} MiB",
-                        f"{raw[plan_bytes] / 2**20:.0f} MiB", raw[rss] / raw[plan_bytes], "linear", None))
+                        f"{raw[plan_bytes] / 2**20:.0f} MiB", raw[rss] / raw[plan_bytes], "", None))
     return rows, raw
 
 
@@ -112,11 +111,11 @@ def main() -> int:
             rows += r
         if "repartition" in only:
             print("== repartition: single node, in process", flush=True)
-            r, raw["repartition"] = cpp_repartition(0.25 if a.quick else 1.0)
+            r, raw["repartition"] = cpp_repartition(0.25 if a.quick else 1.0, os.path.join(root, "repartition"))
             rows += r
         if "plan" in only:
             print("== plan: 1,024 GPUs, 100,000 tensors", flush=True)
-            r, raw["plan"] = cpp_plan()
+            r, raw["plan"] = cpp_plan(os.path.join(root, "plan"))
             rows += r
         if "torch" in only:
             print("== torch: the re-sharding script users run today", flush=True)

@@ -31,7 +31,7 @@ namespace ptcfs::fs {
 constexpr double kTimeout = 3600.0;
 // Signal used to wake the loop thread when stopping.
 constexpr int kWakeSignal = SIGUSR1;
-// At most this many memory pieces go to the kernel as one writev (IOV_MAX, less the header).
+// Fewer memory pieces than this go to the kernel as one writev (IOV_MAX, with the header).
 constexpr size_t kMaxReplyIov = 1023;
 
 class Filesystem::Impl {
@@ -269,17 +269,20 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 // One page of a folder's entries from `off`; with `plus` (readdirplus) each comes with its
-// attributes, so `ls -l` of a folder of 10,000 tensors needs no lookup per file.
+// attributes, so `ls -l` of a folder of 10,000 tensors needs no LOOKUP per file. Attributes
+// go only from the current tree: a folder opened before a commit must not put the old
+// version's names back into the kernel's cache after refresh() dropped them.
 void reply_dir(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus) {
   const auto* od = reinterpret_cast<const OpenDir*>(fi->fh);
+  const bool attrs = plus && od->tree == impl_of(req).current();
   std::vector<char> buf(size);
   size_t used = 0;
   for (size_t i = static_cast<size_t>(off); i < od->entries.size(); ++i) {
     const DirEntry& d = od->entries[i];
     fuse_entry_param e;
-    if (plus && d.node) {
+    if (attrs && d.node) {
       fill_entry(*d.node, e);
-    } else {  // for readdirplus, ino 0: the kernel takes no attributes (nor a lookup) for "." and ".."
+    } else {  // for readdirplus, ino 0: the kernel takes no attributes (nor a lookup) for the entry
       std::memset(&e, 0, sizeof e);
       e.attr.st_ino = d.ino;
       e.attr.st_mode = d.is_dir ? S_IFDIR : S_IFREG;

@@ -29,8 +29,12 @@ class Cluster:
                       for i in range(n)]
 
     def __enter__(self):
-        for d in self.nodes:
-            d.start()
+        try:
+            for d in self.nodes:
+                d.start()
+        except BaseException:  # pytest.fail is not an Exception: stop the nodes that did start
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc):
