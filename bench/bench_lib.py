@@ -74,6 +74,16 @@ def best(n: int, fn, before=None) -> float:
     return out
 
 
+def first_and_reread(path: str, tmpfs_copy: str, block: int) -> tuple:
+    """Best-of-three seconds to read path with `block`-byte reads: first read (its cached pages
+    dropped before each), re-read (after one untimed re-read: the second read of fresh pages
+    also moves them to the kernel's active list), and the same bytes on tmpfs."""
+    first = best(3, lambda: read_secs(path, block), before=lambda: drop_page_cache(path))
+    read_secs(path, block)
+    again = best(3, lambda: read_secs(path, block))
+    return first, again, best(3, lambda: read_secs(tmpfs_copy, block))
+
+
 def print_rows(rows: list) -> None:
     """The table: one line per row, 'MISSED' where a budget is not met."""
     w = max(len(r["measure"]) for r in rows)

@@ -22,8 +22,7 @@ import sys
 import tempfile
 import time
 
-from bench_lib import (Daemon, best, drop_dentries, drop_page_cache, gbps, ptcgen, read_secs, row, secs, standalone,
-                       timed)
+from bench_lib import Daemon, best, drop_dentries, first_and_reread, gbps, ptcgen, row, secs, standalone, timed
 
 SECTION = "mount"
 
@@ -65,10 +64,7 @@ def reads(d: Daemon, ck: str, shm: str, rows: list, out: dict) -> None:
     shutil.copyfile(f, tm)
     subprocess.run(["sync"], check=True)
     for block, label in ((1 << 20, "1 MiB"), (128 << 10, "128 KiB")):
-        first = best(3, lambda: read_secs(f, block), before=lambda: drop_page_cache(f))
-        read_secs(f, block)  # a second read also moves fresh pages to the active list: untimed
-        again = best(3, lambda: read_secs(f, block))
-        base = best(3, lambda: read_secs(tm, block))
+        first, again, base = first_and_reread(f, tm, block)
         rows.append(row(SECTION, f"{nbytes / 2**30:.2f} GiB view, first read ({label}) vs tmpfs", gbps(nbytes, first),
                         gbps(nbytes, base), base / first, ">= 0.6", base / first >= 0.6))
         rows.append(row(SECTION, f"{nbytes / 2**30:.2f} GiB view, re-read ({label}) vs tmpfs", gbps(nbytes, again),
@@ -86,16 +82,12 @@ def many_tensors(d: Daemon, root: str, shm: str, rows: list, out: dict) -> None:
     shutil.copytree(full, tm)
     names = sorted(os.listdir(full))
     assert len(names) == 10000, len(names)
-    ls = ["ls", "-l"]
-    st = ["stat", "--format=%s"]
-    for what, cmd in (("ls -l", ls), ("stat", st)):
-        def run(folder):
-            if cmd is ls:
-                return timed([*ls, folder])
-            return timed([*st, *[os.path.join(folder, n) for n in names]])
-        cold = best(3, lambda: run(full), before=drop_dentries)
-        warm = best(3, lambda: run(full))
-        base = best(3, lambda: run(tm))
+    commands = {"ls -l": lambda folder: timed(["ls", "-l", folder]),
+                "stat": lambda folder: timed(["stat", "--format=%s", *[os.path.join(folder, n) for n in names]])}
+    for what, cmd in commands.items():
+        cold = best(3, lambda: cmd(full), before=drop_dentries)
+        warm = best(3, lambda: cmd(full))
+        base = best(3, lambda: cmd(tm))
         rows.append(row(SECTION, f"{what} of 10,000 tensor files, cold vs tmpfs", secs(cold), secs(base), base / cold,
                         "", None))
         rows.append(row(SECTION, f"{what} of 10,000 tensor files, warm vs tmpfs", secs(warm), secs(base), base / warm,
@@ -124,10 +116,7 @@ def dataset(d: Daemon, root: str, shm: str, rows: list, out: dict, lines: int = 
     vbytes = os.path.getsize(view)
     tm = os.path.join(shm, "dp0.jsonl")
     shutil.copyfile(view, tm)
-    first = best(3, lambda: read_secs(view, 1 << 20), before=lambda: drop_page_cache(view))
-    read_secs(view, 1 << 20)
-    again = best(3, lambda: read_secs(view, 1 << 20))
-    base = best(3, lambda: read_secs(tm, 1 << 20))
+    first, again, base = first_and_reread(view, tm, 1 << 20)
     rows.append(row(SECTION, "dataset rank view (shuffled records), first read vs tmpfs", gbps(vbytes, first),
                     gbps(vbytes, base), base / first, "", None))
     rows.append(row(SECTION, "dataset rank view (shuffled records), re-read vs tmpfs", gbps(vbytes, again),

@@ -35,9 +35,13 @@ def test_ls_attributes_match_stat_and_content(daemon, make_ckpt):
     daemon.cli("import", ck.path, "--job", "gpt", "--step", "1")
     full = os.path.join(daemon.step_dir("gpt", "1"), "full")
     files = _files(full)
-    assert sorted(files) == sorted(n + ".npy" for n in ck.ptc["tensors"])
+    specs = ck.ptc["tensors"]
+    assert sorted(files) == sorted(n + ".npy" for n in specs)
     for name, (ino, size) in files.items():
         path = os.path.join(full, name)
+        spec = specs[name[:-len(".npy")]]
+        # The listing's size is the whole tensor's .npy, as numpy writes it.
+        assert size == _npy_size(spec["dtype"], spec["shape"]), name
         st = os.stat(path)
         assert stat.S_ISREG(st.st_mode) and (st.st_ino, st.st_size) == (ino, size), name
         assert len(read_all(path)) == size, name
