@@ -23,9 +23,9 @@
 #include <thread>
 
 #include "bench/bench_util.h"
-#include "daemon/importer.h"
-#include "daemon/repartition.h"
-#include "daemon/store.h"
+#include "daemon/reshard/importer.h"
+#include "daemon/reshard/repartition.h"
+#include "daemon/store/store.h"
 #include "fs/filesystem.h"
 #include "ptc/log.h"
 #include "ptc/safetensors.h"

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "daemon/file_util.h"
+#include "daemon/store/file_util.h"
 #include "transport/auth.h"
 #include "transport/frame.h"
 

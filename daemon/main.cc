@@ -10,9 +10,9 @@
 #include <mutex>
 #include <thread>
 
-#include "daemon/control.h"
+#include "daemon/control/control.h"
 #include "daemon/daemon_config.h"
-#include "daemon/store.h"
+#include "daemon/store/store.h"
 #include "fs/filesystem.h"
 #include "ptc/log.h"
 #include "transport/rpc.h"

@@ -1,0 +1,207 @@
+#include "daemon/cluster/prepare.h"
+
+#include <xxhash.h>
+
+#include <atomic>
+#include <ctime>
+#include <mutex>
+#include <thread>
+
+#include "daemon/reshard/extent_map.h"
+#include "daemon/cluster/slab_read.h"
+#include "ptc/log.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+ptc::Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, const ptc::Layout& to,
+                                                   const ClusterChange& c, const ptc::ClusterConfig& cluster) {
+  ptc::ClusterHoldings h;
+  h.num_nodes = static_cast<int>(cluster.nodes.size());
+  PTC_ASSIGN_OR_RETURN(h.src_nodes, ptc::shard_nodes_on(from, cluster, c.from_nodes));
+  PTC_ASSIGN_OR_RETURN(h.dst_nodes, ptc::shard_nodes_on(to, cluster, c.to_nodes));
+  for (const auto& id : c.down) {
+    const int n = cluster.find(id);
+    for (auto& nodes : h.src_nodes) std::erase(nodes, n);
+  }
+  return h;
+}
+
+uint64_t plan_digest(const ptc::Plan& p) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  for (const auto& c : p.copies) {
+    const int64_t v[] = {c.tensor, c.src_shard, c.src_slice, c.dst_shard, c.dst_slice, c.src_node,
+                         c.src_lo, c.dst_lo,  c.len,       c.dst_node,  c.transfer};
+    XXH3_64bits_update(st, v, sizeof v);
+  }
+  for (const auto& f : p.fills) {
+    const int64_t v[] = {f.tensor, f.dst_shard, f.dst_slice, f.dst_lo, f.len, f.dst_node};
+    XXH3_64bits_update(st, v, sizeof v);
+  }
+  for (const auto& t : p.transfers) {
+    const int64_t v[] = {t.tensor, t.src_node, t.dst_node, t.src_shard, t.src_slice, t.src_lo, t.glo, t.len};
+    XXH3_64bits_update(st, v, sizeof v);
+  }
+  const uint64_t d = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return d;
+}
+
+namespace {
+
+// A piece of work: bytes [off, off + n) of transfer t's slab.
+struct Chunk {
+  size_t transfer;
+  uint64_t off, n;
+};
+
+// Pulls every transfer into `w` (transfer i at offsets[i]); all or nothing.
+ptc::Status fetch_transfers(transport::PeerBackend& peers, const ClusterChange& c, const ptc::Layout& from, const ptc::Plan& part,
+                            const std::vector<uint64_t>& offsets, const BlobWriter& w, const PrepareOptions& opt) {
+  std::vector<Chunk> chunks;
+  for (size_t i = 0; i < part.transfers.size(); ++i)
+    for (uint64_t off = 0; off < part.transfers[i].bytes; off += opt.chunk)
+      chunks.push_back({i, off, std::min(opt.chunk, part.transfers[i].bytes - off)});
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  ptc::Status first;
+  std::atomic<bool> failed{false};
+  auto work = [&] {
+    std::string buf;
+    for (size_t k; !failed && (k = next.fetch_add(1)) < chunks.size();) {
+      const Chunk& ch = chunks[k];
+      const ptc::Transfer& t = part.transfers[ch.transfer];
+      const ptc::ShardId src = from.shards()[t.src_shard];
+      const std::string& tensor = from.ptc().tensors[t.tensor].name;
+      const json req = {{"op", "peer.read"}, {"job", c.job},   {"step", c.step}, {"version", c.from_version},
+                        {"shard", src.name()}, {"tensor", tensor}, {"lo", t.src_lo}, {"len", t.len},
+                        {"off", ch.off},      {"n", ch.n}};
+      ptc::Status st;
+      auto r = peers.call_data(t.src_node, req, buf, ch.n);
+      if (!r) st = r.status();
+      else if (buf.size() != ch.n || !r->contains("xxh3") || (*r)["xxh3"].get<uint64_t>() != xxh3_of(buf.data(), buf.size()))
+        st = ptc::corrupt("bytes of '" + tensor + "' from node " + peers.cluster().nodes[static_cast<size_t>(t.src_node)].id +
+                          " fail their checksum");
+      else st = w.write_at(offsets[ch.transfer] + ch.off, buf.data(), buf.size());
+      if (!st) {
+        std::lock_guard lock(mu);
+        if (first.is_ok()) first = st.with_context("pulling '" + tensor + "' of shard " + src.name());
+        failed = true;
+      }
+    }
+  };
+  const unsigned n = std::max(1u, std::min<unsigned>(opt.fetchers, static_cast<unsigned>(chunks.size())));
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < n; ++i) threads.emplace_back(work);
+  for (auto& t : threads) t.join();
+  return first;
+}
+
+}  // namespace
+
+ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBackend& peers, int self, const ClusterChange& c,
+                                                 uint64_t digest, const PrepareOptions& opt) {
+  const std::string name = c.job + "/" + c.step;
+  const auto& cluster = peers.cluster();
+  // The old version: this node's, or (a node that has never held the step) an empty one.
+  std::shared_ptr<const StepVersion> old;
+  {
+    const auto snap = store.snapshot();
+    if (auto it = snap->steps.find({c.job, c.step}); it != snap->steps.end()) old = it->second;
+  }
+  if (old && old->version() != c.from_version)
+    return ptc::error(ptc::Code::kFailedPrecondition, name + " is at version " + std::to_string(old->version()) +
+                                                          " on node " + cluster.nodes[static_cast<size_t>(self)].id +
+                                                          ", not " + std::to_string(c.from_version));
+  PTC_ASSIGN_OR_RETURN(ptc::Layout from, ptc::Layout::make(c.ptc, c.ptc.parallelism));
+  PTC_ASSIGN_OR_RETURN(ptc::Layout to, ptc::Layout::make(c.ptc, c.to));
+  PTC_ASSIGN_OR_RETURN(ptc::ClusterHoldings h, cluster_holdings(from, to, c, cluster));
+  if (!old)
+    for (auto& nodes : h.src_nodes)
+      if (std::find(nodes.begin(), nodes.end(), self) != nodes.end())
+        return ptc::error(ptc::Code::kFailedPrecondition, name + " is placed on node " +
+                                                              cluster.nodes[static_cast<size_t>(self)].id +
+                                                              " but that node does not hold it");
+  PTC_ASSIGN_OR_RETURN(ptc::Plan plan, ptc::make_cluster_plan(from, to, h));
+  if (digest != 0 && plan_digest(plan) != digest)
+    return ptc::internal("node " + cluster.nodes[static_cast<size_t>(self)].id + " computed a different plan for " + name);
+  const ptc::Plan part = ptc::node_part(plan, self);
+
+  PTC_RETURN_IF_ERROR(old ? store.begin_change(c.job, c.step) : store.reserve_name(c.job, c.step));
+  PreparedChange change;
+  change.replaced = old;
+  bool handed_out = false;
+  struct Guard {
+    Store& s;
+    const ClusterChange& c;
+    bool old;
+    bool& done;
+    ~Guard() {
+      if (done) return;
+      if (old) s.end_change(c.job, c.step);
+      else s.release_name(c.job, c.step);
+    }
+  } guard{store, c, old != nullptr, handed_out};
+
+  // Received slabs, one after another in one blob.
+  std::vector<uint64_t> offsets;
+  uint64_t total = 0;
+  for (const auto& t : part.transfers) {
+    offsets.push_back(total);
+    total += t.bytes;
+  }
+  std::vector<StoredSlice> received(part.transfers.size());
+  if (total > 0) {
+    PTC_ASSIGN_OR_RETURN(BlobWriter w, store.blobs().create());
+    PTC_RETURN_IF_ERROR(fetch_transfers(peers, c, from, part, offsets, w, opt));
+    PTC_RETURN_IF_ERROR(w.finish());
+    change.blobs.push_back(w.id());
+    for (size_t i = 0; i < part.transfers.size(); ++i) {
+      const ptc::Transfer& t = part.transfers[i];
+      const auto& ss = from.slices(from.shards()[t.src_shard])[t.src_slice];
+      const ptc::SlabGeometry g = ptc::slab_geometry(from.tensor(ss), ss.local_shape);
+      const uint64_t row = static_cast<uint64_t>(t.len) * g.inner;
+      StoredSlice& r = received[i];
+      r.rows = g.rows;
+      r.extents = {Extent{w.id(), offsets[i], row, g.rows > 1 ? row : 0}};
+    }
+  }
+  change.bytes_received = total;
+  auto discard = [&] { abort_blobs(store, change); };
+
+  auto stored = map_extents(from, to, part, [&](const ptc::Copy& cp) {
+    if (cp.transfer >= 0)
+      return CopySource{&received[static_cast<size_t>(cp.transfer)], part.transfers[static_cast<size_t>(cp.transfer)].src_lo};
+    return CopySource{&old->stored(from.shards()[cp.src_shard], cp.src_slice), 0};
+  });
+  StepPlacement placement;
+  placement.nodes = c.to_nodes;
+  placement.held.assign(to.shards().size(), false);
+  for (size_t s = 0; s < to.shards().size(); ++s) {
+    placement.held[s] = std::find(h.dst_nodes[s].begin(), h.dst_nodes[s].end(), self) != h.dst_nodes[s].end();
+    if (!placement.held[s]) stored[s].clear();
+  }
+  auto sel = select_compaction(stored, opt.policy, [&](uint64_t id) { return store.blobs().size_of(id); });
+  if (!sel) {
+    discard();
+    return sel.status();
+  }
+  auto comp = compact(store.blobs(), stored, *sel, opt.policy, {});
+  if (!comp) {
+    discard();
+    return comp.status();
+  }
+  for (const auto& b : comp->blobs) change.blobs.push_back(b.id());
+  change.next = std::make_shared<StepVersion>(c.job, c.step, c.from_version + 1, static_cast<int64_t>(::time(nullptr)),
+                                              std::move(to), std::move(stored), &store.blobs(), std::move(placement),
+                                              store.remote());
+  handed_out = true;
+  ptc::log::info("prepared {} version {} on node {}: {} transfers, {} bytes received, {} compacted", name,
+                 c.from_version + 1, cluster.nodes[static_cast<size_t>(self)].id, part.transfers.size(), total,
+                 comp->bytes);
+  return change;
+}
+
+}  // namespace ptcfs

@@ -1,0 +1,49 @@
+// One node's part of a repartition across the cluster: the first phase of the two-phase
+// change. The node computes the same cluster plan as every other node (ptc/cluster_plan.h,
+// checked by digest), pulls its transfers from the peers that send them (in parallel,
+// chunk by chunk, each chunk's XXH3 verified) into one new blob, maps its new shards onto
+// extents of its old blobs and of the received slabs (nothing local is copied, as on one
+// node), compacts what is too fragmented, and returns the change, not yet visible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/reshard/compactor.h"
+#include "transport/backend.h"
+#include "daemon/store/prepared.h"
+#include "ptc/cluster_plan.h"
+
+namespace ptcfs {
+
+// What every node needs to compute the same plan.
+struct ClusterChange {
+  std::string job, step;
+  uint64_t from_version = 0;
+  ptc::Ptc ptc;                        // the step's PTC (its parallelism is the old config)
+  std::vector<std::string> from_nodes;  // the old placement (node ids in rank order)
+  ptc::Parallelism to;
+  std::vector<std::string> to_nodes;   // the new placement
+  std::vector<std::string> down;       // nodes that cannot serve as sources
+};
+
+// The holdings of a change: old shards on the old placement's live nodes, new shards on
+// the new placement.
+ptc::Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, const ptc::Layout& to,
+                                                   const ClusterChange& c, const ptc::ClusterConfig& cluster);
+// A digest of a plan (copies, fills, transfers): nodes check they computed the same one.
+uint64_t plan_digest(const ptc::Plan& plan);
+
+struct PrepareOptions {
+  CompactionPolicy policy;
+  uint64_t chunk = 16 << 20;  // bytes per peer read
+  unsigned fetchers = 8;      // parallel peer reads
+};
+
+// Prepares this node's part (node index `self`). `digest` (0: not checked) must equal the
+// plan's. The step is marked as changing until the change is committed or aborted.
+ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBackend& peers, int self, const ClusterChange& c,
+                                                 uint64_t digest, const PrepareOptions& opt);
+
+}  // namespace ptcfs

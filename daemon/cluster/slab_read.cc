@@ -1,0 +1,135 @@
+#include "daemon/cluster/slab_read.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "ptc/json_util.h"
+#include "ptc/plan.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kZeroBlock = 1 << 20;
+const std::byte* zero_block() {
+  static const auto* z = new std::byte[kZeroBlock]();
+  return z;
+}
+
+ptc::Result<std::string> str(const json& req, const char* key) {
+  if (!req.contains(key)) return ptc::invalid(std::string("peer.read lacks '") + key + "'");
+  return ptc::get_string(req[key], std::string("peer.read '") + key + "'");
+}
+
+ptc::Result<int64_t> num(const json& req, const char* key) {
+  if (!req.contains(key)) return ptc::invalid(std::string("peer.read lacks '") + key + "'");
+  return ptc::get_int(req[key], std::string("peer.read '") + key + "'", 0);
+}
+
+}  // namespace
+
+uint64_t xxh3_of(const void* data, size_t len) { return XXH3_64bits(data, len); }
+
+ptc::Result<transport::Reply> serve_slab_read(Store& store, const json& req, uint64_t max_bytes) {
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "version", "shard", "tensor", "lo", "len", "off", "n"},
+                                         "peer.read request"));
+  PTC_ASSIGN_OR_RETURN(std::string job, str(req, "job"));
+  PTC_ASSIGN_OR_RETURN(std::string step, str(req, "step"));
+  PTC_ASSIGN_OR_RETURN(std::string shard_name, str(req, "shard"));
+  PTC_ASSIGN_OR_RETURN(std::string tensor, str(req, "tensor"));
+  PTC_ASSIGN_OR_RETURN(int64_t version, num(req, "version"));
+  PTC_ASSIGN_OR_RETURN(int64_t lo, num(req, "lo"));
+  PTC_ASSIGN_OR_RETURN(int64_t len, num(req, "len"));
+  PTC_ASSIGN_OR_RETURN(int64_t off, num(req, "off"));
+  PTC_ASSIGN_OR_RETURN(int64_t n, num(req, "n"));
+  const std::string name = job + "/" + step;
+  if (static_cast<uint64_t>(n) > max_bytes)
+    return ptc::error(ptc::Code::kResourceExhausted, "peer.read of " + std::to_string(n) + " bytes exceeds the limit of " +
+                                                         std::to_string(max_bytes));
+  auto v = store.find_version(job, step, static_cast<uint64_t>(version));
+  if (!v) return ptc::not_found("version " + std::to_string(version) + " of " + name + " is not on this node");
+  const auto id = ptc::parse_shard_name(shard_name);
+  const ptc::Layout& layout = v->layout();
+  const auto& shards = layout.shards();
+  if (!id || std::find(shards.begin(), shards.end(), *id) == shards.end())
+    return ptc::not_found(name + " has no shard '" + shard_name + "'");
+  const ptc::TensorSpec* spec = layout.ptc().find(tensor);
+  if (!spec) return ptc::not_found(name + " has no tensor '" + tensor + "'");
+  const int j = layout.find_slice(*id, static_cast<size_t>(spec - layout.ptc().tensors.data()));
+  if (j < 0) return ptc::not_found("shard " + shard_name + " of " + name + " does not hold tensor '" + tensor + "'");
+  if (!v->holds(*id)) return ptc::error(ptc::Code::kUnavailable, "shard " + shard_name + " of " + name + " is not held on this node");
+
+  const ptc::Slice& sl = layout.slices(*id)[static_cast<size_t>(j)];
+  const ptc::SlabGeometry g = ptc::slab_geometry(*spec, sl.local_shape);
+  if (lo + len > g.extent)
+    return ptc::error(ptc::Code::kOutOfRange, "slab [" + std::to_string(lo) + ", " + std::to_string(lo + len) +
+                                                  ") of tensor '" + tensor + "' lies outside its slice of " +
+                                                  std::to_string(g.extent) + " along the split dimension");
+  const uint64_t slab_row = static_cast<uint64_t>(len) * g.inner, slice_row = static_cast<uint64_t>(g.extent) * g.inner;
+  const uint64_t slab_bytes = g.rows * slab_row;
+  if (static_cast<uint64_t>(off) + static_cast<uint64_t>(n) > slab_bytes)
+    return ptc::error(ptc::Code::kOutOfRange, "bytes [" + std::to_string(off) + ", " + std::to_string(off + n) +
+                                                  ") lie outside the " + std::to_string(slab_bytes) +
+                                                  "-byte slab of tensor '" + tensor + "'");
+
+  const StoredSlice& ss = v->stored(*id, static_cast<size_t>(j));
+  transport::Reply reply;
+  transport::Payload& p = reply.payload;
+  p.keep.push_back(v);  // the version's blobs stay while the reply is sent
+  std::shared_ptr<const BlobFile> file;
+  ptc::Status st;
+  auto piece = [&](uint64_t blob, uint64_t boff, uint64_t count) {
+    if (!st) return;
+    if (blob == kZeroBlob) {
+      for (uint64_t z = 0; z < count; z += kZeroBlock) p.add(zero_block(), std::min(kZeroBlock, count - z));
+      return;
+    }
+    if (!file || file->id() != blob) {
+      auto f = store.blobs().file(blob);
+      if (!f) {
+        st = f.status();
+        return;
+      }
+      file = std::move(f).value();
+      p.keep.push_back(file);
+    }
+    const std::byte* map = file->data();
+    if (!map || boff + count > file->mapped_size()) {
+      st = ptc::corrupt("blob " + std::to_string(blob) + " is shorter than the metadata of '" + tensor + "' says");
+      return;
+    }
+    p.add(map + boff, count);
+  };
+  // Row by row: window bytes [off, off + n) of the slab.
+  for (uint64_t at = static_cast<uint64_t>(off), end = at + static_cast<uint64_t>(n); at < end && st;) {
+    const uint64_t r = at / slab_row, col = at % slab_row, take = std::min(slab_row - col, end - at);
+    for_each_piece(ss, r * slice_row + static_cast<uint64_t>(lo) * g.inner + col, take, piece);
+    at += take;
+  }
+  PTC_RETURN_IF_ERROR(st);
+  // Many small pieces (a slice re-cut along a later dimension) go as one gathered buffer.
+  if (p.spans.size() > 64 && p.size / p.spans.size() < (64 << 10)) {
+    auto buf = std::make_shared<std::string>(p.size, '\0');
+    size_t at = 0;
+    for (const auto& [ptr, cnt] : p.spans) {
+      std::memcpy(buf->data() + at, ptr, cnt);
+      at += cnt;
+    }
+    p.spans.clear();
+    p.keep = {buf};
+    p.size = 0;
+    p.add(buf->data(), buf->size());
+  }
+  XXH3_state_t* h = XXH3_createState();
+  XXH3_64bits_reset(h);
+  for (const auto& [ptr, cnt] : p.spans) XXH3_64bits_update(h, ptr, cnt);
+  reply.result = json{{"xxh3", XXH3_64bits_digest(h)}, {"n", p.size}};
+  XXH3_freeState(h);
+  return reply;
+}
+
+}  // namespace ptcfs

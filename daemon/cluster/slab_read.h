@@ -1,0 +1,26 @@
+// Serving a peer's read: a window of bytes of a slab [lo, lo + len) (along the slab
+// dimension) of a slice stored on this node, as spans of mapped blobs and zeros (no copy)
+// with the XXH3 of those bytes. A whole slice is the slab [0, extent).
+//
+// Request {"op": "peer.read", "job", "step", "version", "shard", "tensor", "lo", "len",
+//          "off", "n"}; reply {"xxh3": h} with n bytes: bytes [off, off + n) of the slab
+// laid out row by row (ptc::SlabGeometry). Refused: an unknown step, version, shard or
+// tensor (not_found), a shard this node does not hold (unavailable), a slab or window
+// outside the slice (out_of_range), more than max_bytes (resource_exhausted).
+#pragma once
+
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/store/store.h"
+#include "transport/rpc.h"
+
+namespace ptcfs {
+
+ptc::Result<transport::Reply> serve_slab_read(Store& store, const nlohmann::json& request, uint64_t max_bytes);
+
+// The XXH3 of bytes (what a receiver checks a reply against).
+uint64_t xxh3_of(const void* data, size_t len);
+
+}  // namespace ptcfs

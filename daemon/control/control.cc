@@ -1,0 +1,179 @@
+#include "daemon/control/control.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "daemon/control/util.h"
+#include "daemon/reshard/importer.h"
+#include "daemon/reshard/repartition.h"
+#include "ptc/json_util.h"
+#include "ptc/log.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+
+// Step names that are numbers sort numerically ("9" before "10"), others after, by text.
+bool step_less(const std::string& a, const std::string& b) {
+  auto numeric = [](const std::string& s) { return !s.empty() && std::all_of(s.begin(), s.end(), ::isdigit); };
+  const bool na = numeric(a), nb = numeric(b);
+  if (na != nb) return na;
+  if (na && a.size() != b.size()) return a.size() < b.size();
+  return a < b;
+}
+
+json step_summary(const StepVersion& v) {
+  const auto& layout = v.layout();
+  json shards = json::array();
+  for (const auto& s : layout.shards()) {
+    uint64_t bytes = 0;
+    for (const auto& sl : layout.slices(s)) bytes += layout.bytes(sl);
+    shards.push_back({{"name", s.name()}, {"tensors", layout.slices(s).size()}, {"bytes", bytes}});
+  }
+  const auto& par = layout.parallelism();
+  return {{"job", v.job()},
+          {"step", v.step()},
+          {"version", v.version()},
+          {"parallelism", {{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}}},
+          {"tensors", layout.ptc().tensors.size()},
+          {"bytes", v.total_bytes()},
+          {"shards", std::move(shards)}};
+}
+
+}  // namespace
+
+ptc::Result<transport::Reply> ControlService::handle(const json& req, const transport::ProgressSink& progress) {
+  const std::string op = req.value("op", "");
+  if (op.rfind("peer.", 0) == 0) {
+    if (!cluster_) return ptc::invalid("'" + op + "' is a peer operation and this daemon is in no cluster");
+    return cluster_->handle_peer(req);
+  }
+  ptc::Result<json> r = ptc::invalid("unknown operation '" + op + "'");
+  if (op == "status") r = status();
+  else if (op == "ls") r = ls(req);
+  else if (op == "import") r = import(req, progress);
+  else if (op == "repartition") r = repartition(req, progress);
+  else if (op == "dataset.add") r = dataset_add(req, progress);
+  else if (op == "dataset.progress") r = dataset_progress(req);
+  else if (op == "dataset.ls") r = dataset_ls(req);
+  if (!r) return r.status();
+  return transport::Reply(std::move(r).value());
+}
+
+
+ptc::Result<json> ControlService::status() const {
+  auto snap = store_.snapshot();
+  std::set<std::string> jobs;
+  uint64_t bytes = 0;
+  for (const auto& [key, v] : snap->steps) {
+    jobs.insert(key.first);
+    bytes += v->total_bytes();
+  }
+  const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  json out = {{"version", PTCFS_VERSION},
+              {"data", info_.data},
+              {"mount", info_.mount},
+              {"listen", info_.listen},
+              {"jobs", jobs.size()},
+              {"steps", snap->steps.size()},
+              {"bytes_stored", bytes},
+              {"uptime_s", up}};
+  if (info_.cluster) {
+    json nodes = json::array();
+    for (const auto& n : info_.cluster->nodes) nodes.push_back({{"id", n.id}, {"addr", n.addr}, {"gpus", n.gpus}});
+    out["node"] = info_.node;
+    out["cluster"] = {{"nodes", cluster_ ? cluster_->nodes_status() : std::move(nodes)}};
+    if (cluster_) {
+      for (const auto& n : out["cluster"]["nodes"])
+        if (n["id"] == info_.node && n.contains("bytes_sent")) {
+          out["bytes_sent"] = n["bytes_sent"];
+          out["bytes_received"] = n["bytes_received"];
+        }
+    }
+  } else {
+    out["bytes_sent"] = 0;
+    out["bytes_received"] = 0;
+  }
+  return out;
+}
+
+ptc::Result<json> ControlService::ls(const json& req) const {
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "path"}, "ls request"));
+  const std::string path = req.contains("path") && req["path"].is_string() ? req["path"].get<std::string>() : "";
+  auto snap = store_.snapshot();
+  std::map<std::string, std::vector<std::string>> jobs;
+  std::map<std::string, std::vector<std::string>> datasets;
+  for (const auto& [key, v] : snap->steps) jobs[key.first].push_back(key.second);
+  for (const auto& [key, v] : snap->datasets) {
+    jobs[key.first];
+    datasets[key.first].push_back(key.second);
+  }
+  for (auto& [_, steps] : jobs) std::sort(steps.begin(), steps.end(), step_less);
+  auto job_json = [&](const std::string& job, const std::vector<std::string>& steps) {
+    return json{{"job", job}, {"steps", steps}, {"datasets", datasets[job]}};
+  };
+  if (path.empty()) {
+    json out = json::array();
+    for (const auto& [job, steps] : jobs) out.push_back(job_json(job, steps));
+    return json{{"jobs", std::move(out)}};
+  }
+  const size_t slash = path.find('/');
+  const std::string job = path.substr(0, slash);
+  auto it = jobs.find(job);
+  if (it == jobs.end()) return ptc::not_found("no job '" + job + "'");
+  if (slash == std::string::npos) return job_json(job, it->second);
+  const std::string step = path.substr(slash + 1);
+  auto sit = snap->steps.find({job, step});
+  if (sit == snap->steps.end()) return ptc::not_found("job '" + job + "' has no step '" + step + "'");
+  return step_summary(*sit->second);
+}
+
+ptc::Result<json> ControlService::import(const json& req, const transport::ProgressSink& progress) {
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "dir", "job", "step", "nodes"}, "import request"));
+  PTC_ASSIGN_OR_RETURN(std::string dir, required_string(req, "dir"));
+  PTC_ASSIGN_OR_RETURN(std::string job, required_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(std::string step, required_string(req, "step"));
+  PTC_ASSIGN_OR_RETURN(auto nodes, nodes_of(req));
+  if (dir.empty() || dir[0] != '/') return ptc::invalid("import directory must be an absolute path, got '" + dir + "'");
+  if (cluster_) {
+    PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
+    PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
+    auto r = cluster_->import(dir, job, step, nodes, progress);
+    if (!r) ptc::log::warn("import of {} as {}/{} refused: {}", dir, job, step, r.status().to_string());
+    return r;
+  }
+  if (!nodes.empty()) return ptc::invalid("--nodes needs a daemon in a cluster");
+  ThrottledProgress report(progress);
+  auto r = import_checkpoint(store_, dir, job, step, [&](uint64_t done, uint64_t total) { report("copy", done, total); });
+  if (!r) {
+    ptc::log::warn("import of {} as {}/{} refused: {}", dir, job, step, r.status().to_string());
+    return r.status();
+  }
+  return json{{"job", r->job},       {"step", r->step},   {"shards", r->shards},
+              {"tensors", r->tensors}, {"bytes", r->bytes}, {"seconds", r->seconds}};
+}
+
+ptc::Result<json> ControlService::repartition(const json& req, const transport::ProgressSink& progress) {
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "to", "dry_run", "nodes"}, "repartition request"));
+  PTC_ASSIGN_OR_RETURN(auto nodes, nodes_of(req));
+  RepartitionRequest r;
+  PTC_ASSIGN_OR_RETURN(r.job, required_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(r.step, required_string(req, "step"));
+  PTC_ASSIGN_OR_RETURN(std::string to, required_string(req, "to"));
+  PTC_ASSIGN_OR_RETURN(r.to, ptc::parse_parallelism(to));
+  r.dry_run = req.value("dry_run", false);
+  ThrottledProgress report(progress);
+  if (!cluster_ && !nodes.empty()) return ptc::invalid("--nodes needs a daemon in a cluster");
+  auto res = cluster_ ? cluster_->repartition(r, nodes, progress) : ptcfs::repartition(store_, r, policy_, std::ref(report));
+  if (!res) {
+    ptc::log::warn("repartition of {}/{} to {} refused: {}", r.job, r.step, to, res.status().to_string());
+    return res.status();
+  }
+  return res->to_json();
+}
+
+}  // namespace ptcfs

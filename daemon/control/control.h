@@ -1,0 +1,57 @@
+// The control service: what `ptcfs` asks of a daemon (status, ls, import, repartition, the
+// dataset requests), as JSON
+// requests and results (docs/FORMATS.md lists them). Runs on the RPC server's workers.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+
+#include "daemon/cluster/node.h"
+#include "daemon/reshard/compactor.h"
+#include "daemon/dataset/dataset_ops.h"
+#include "ptc/cluster.h"
+#include "daemon/store/store.h"
+#include "transport/rpc.h"
+
+namespace ptcfs {
+
+struct DaemonInfo {
+  std::string data, mount, listen;
+  std::string node;                          // with --cluster: this node's id
+  std::optional<ptc::ClusterConfig> cluster;
+};
+
+class ControlService {
+ public:
+  ControlService(Store& store, DaemonInfo info) : store_(store), info_(std::move(info)) {}
+  void set_listen(std::string addr) { info_.listen = std::move(addr); }
+  void set_compaction(CompactionPolicy p) { policy_ = p; }
+  // In a cluster: imports and repartitions go through the node's coordinator, and peer ops
+  // ("peer.*") are served.
+  void set_cluster(ClusterNode* node) { cluster_ = node; }
+
+  ptc::Result<transport::Reply> handle(const nlohmann::json& request, const transport::ProgressSink& progress);
+
+ private:
+  ptc::Result<nlohmann::json> status() const;
+  ptc::Result<nlohmann::json> ls(const nlohmann::json& req) const;
+  ptc::Result<nlohmann::json> import(const nlohmann::json& req, const transport::ProgressSink& progress);
+  ptc::Result<nlohmann::json> repartition(const nlohmann::json& req, const transport::ProgressSink& progress);
+  // daemon/control/dataset.cc
+  ptc::Result<DatasetAddRequest> parse_dataset_add(const nlohmann::json& req) const;
+  ptc::Result<nlohmann::json> dataset_add(const nlohmann::json& req, const transport::ProgressSink& progress);
+  ptc::Result<nlohmann::json> dataset_progress(const nlohmann::json& req);
+  ptc::Result<nlohmann::json> dataset_ls(const nlohmann::json& req) const;
+
+  Store& store_;
+  DaemonInfo info_;
+  CompactionPolicy policy_;
+  ClusterNode* cluster_ = nullptr;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace ptcfs

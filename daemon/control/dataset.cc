@@ -1,0 +1,118 @@
+// The dataset requests of the control service: dataset.add, dataset.progress, dataset.ls
+// (docs/FORMATS.md "Control protocol").
+#include <filesystem>
+
+#include "daemon/control/control.h"
+#include "daemon/control/util.h"
+#include "daemon/dataset/dataset_ops.h"
+#include "ptc/log.h"
+#include "ptc/model.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+
+// A path inside `root` (after resolving symbolic links), or root itself.
+bool inside(const std::string& path, const std::string& root) {
+  if (root.empty()) return false;
+  std::error_code ec;
+  const auto p = std::filesystem::weakly_canonical(path, ec).string();
+  const auto r = std::filesystem::weakly_canonical(root, ec).string();
+  return p == r || p.rfind(r + "/", 0) == 0;
+}
+
+}  // namespace
+
+ptc::Result<DatasetAddRequest> ControlService::parse_dataset_add(const json& req) const {
+  PTC_RETURN_IF_ERROR(ptc::check_members(
+      req, {"op", "job", "name", "format", "seed", "global_batch", "dp", "files", "copy"}, "dataset.add request"));
+  DatasetAddRequest r;
+  PTC_ASSIGN_OR_RETURN(r.job, required_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(r.name, required_string(req, "name"));
+  PTC_RETURN_IF_ERROR(ptc::validate_id("job", r.job));
+  PTC_RETURN_IF_ERROR(ptc::validate_id("dataset name", r.name));
+  PTC_ASSIGN_OR_RETURN(std::string format, required_string(req, "format"));
+  PTC_ASSIGN_OR_RETURN(r.format, ptc::parse_dataset_format(format));
+  PTC_ASSIGN_OR_RETURN(r.seed, required_u64(req, "seed"));
+  PTC_ASSIGN_OR_RETURN(r.global_batch, required_u64(req, "global_batch"));
+  if (r.global_batch == 0) return ptc::invalid("the global batch must be at least 1");
+  if (req.contains("dp")) {
+    PTC_ASSIGN_OR_RETURN(int64_t dp, ptc::get_int(req["dp"], "request field 'dp'", 1, 1 << 20));
+    r.dp = static_cast<int>(dp);
+  }
+  if (!req.contains("files") || !req["files"].is_array() || req["files"].empty())
+    return ptc::invalid("request field 'files' must be a non-empty list of paths");
+  for (const auto& f : req["files"]) {
+    PTC_ASSIGN_OR_RETURN(std::string path, ptc::get_string(f, "request field 'files'"));
+    if (path.empty() || path[0] != '/') return ptc::invalid("dataset file '" + path + "' is not an absolute path");
+    if (inside(path, info_.mount) || inside(path, info_.data))
+      return ptc::invalid("dataset file '" + path + "' lies inside this daemon's mount or data directory");
+    r.files.push_back(std::move(path));
+  }
+  r.copy = req.value("copy", false);
+  return r;
+}
+
+ptc::Result<json> ControlService::dataset_add(const json& req, const transport::ProgressSink& progress) {
+  PTC_ASSIGN_OR_RETURN(DatasetAddRequest r, parse_dataset_add(req));
+  const int given_dp = r.dp.value_or(0);
+  if (!r.dp) {
+    auto dp = job_dp(store_, r.job);
+    if (!dp) return dp.status();
+    r.dp = *dp;
+  }
+  ThrottledProgress report(progress);
+  auto index_progress = [&](uint64_t done, uint64_t total) { report("index", done, total); };
+  ptc::Result<json> out = ptc::internal("unset");
+  if (cluster_) {
+    out = cluster_->dataset_add(r, *r.dp, index_progress);
+  } else {
+    json summary;
+    auto change = prepare_dataset_add(store_, r, *r.dp, "", summary, index_progress);
+    if (!change) {
+      out = change.status();
+    } else if (auto s = commit_change(store_, *change); !s) {
+      out = s;
+    } else {
+      out = std::move(summary);
+    }
+  }
+  if (!out) {
+    ptc::log::warn("dataset add {}/{} refused: {}", r.job, r.name, out.status().to_string());
+    return out;
+  }
+  ptc::log::info("added dataset {}/{}: {} samples (dp {}{})", r.job, r.name, (*out)["num_samples"].get<uint64_t>(),
+                 *r.dp, given_dp ? ", given" : ", the job's");
+  return out;
+}
+
+ptc::Result<json> ControlService::dataset_progress(const json& req) {
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "name", "consumed", "epoch"}, "dataset.progress request"));
+  PTC_ASSIGN_OR_RETURN(std::string job, required_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(std::string name, required_string(req, "name"));
+  PTC_ASSIGN_OR_RETURN(uint64_t consumed, required_u64(req, "consumed"));
+  std::optional<uint64_t> epoch;
+  if (req.contains("epoch")) {
+    PTC_ASSIGN_OR_RETURN(epoch, required_u64(req, "epoch"));
+  }
+  if (cluster_) return cluster_->dataset_progress(job, name, epoch, consumed);
+  PTC_ASSIGN_OR_RETURN(PreparedChange change, prepare_dataset_progress(store_, job, name, epoch, consumed));
+  PTC_RETURN_IF_ERROR(commit_change(store_, change));
+  return dataset_json(*change.datasets.front().next);
+}
+
+ptc::Result<json> ControlService::dataset_ls(const json& req) const {
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job"}, "dataset.ls request"));
+  std::string job;
+  if (req.contains("job")) {
+    PTC_ASSIGN_OR_RETURN(job, required_string(req, "job"));
+  }
+  json out = json::array();
+  for (const auto& [key, v] : store_.snapshot()->datasets)
+    if (job.empty() || key.first == job) out.push_back(dataset_json(*v));
+  return json{{"datasets", std::move(out)}};
+}
+
+}  // namespace ptcfs

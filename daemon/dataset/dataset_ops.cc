@@ -1,0 +1,185 @@
+#include "daemon/dataset/dataset_ops.h"
+
+#include <chrono>
+#include <ctime>
+
+#include "daemon/store/file_util.h"
+#include "daemon/cluster/slab_read.h"
+#include "fs/dataset_views.h"
+#include "ptc/mmidx.h"
+#include "ptc/log.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kCopyChunk = 8 << 20;
+
+// Copies a source file into a new pending blob; checks it did not change meanwhile.
+ptc::Result<uint64_t> copy_into_blob(Store& store, const SourceFile& f, std::vector<uint64_t>& blobs) {
+  PTC_ASSIGN_OR_RETURN(File in, File::open_read(f.path));
+  PTC_ASSIGN_OR_RETURN(BlobWriter w, store.blobs().create());
+  blobs.push_back(w.id());
+  std::string buf(kCopyChunk, '\0');
+  for (uint64_t pos = 0; pos < f.size;) {
+    PTC_ASSIGN_OR_RETURN(size_t got, in.read_at(pos, buf.data(), std::min<uint64_t>(kCopyChunk, f.size - pos)));
+    if (got == 0) return ptc::corrupt(f.path + ": changed while it was copied");
+    PTC_RETURN_IF_ERROR(w.append(buf.data(), got));
+    pos += got;
+  }
+  PTC_ASSIGN_OR_RETURN(int64_t mtime, in.mtime_ns());
+  if (mtime != f.mtime_ns) return ptc::corrupt(f.path + ": changed while it was copied");
+  PTC_RETURN_IF_ERROR(w.finish());
+  return w.id();
+}
+
+ptc::Result<uint64_t> write_table(Store& store, const std::vector<SampleRecord>& samples, std::vector<uint64_t>& blobs) {
+  PTC_ASSIGN_OR_RETURN(BlobWriter w, store.blobs().create());
+  blobs.push_back(w.id());
+  PTC_RETURN_IF_ERROR(w.append(samples.data(), samples.size() * sizeof(SampleRecord)));
+  PTC_RETURN_IF_ERROR(w.finish());
+  return w.id();
+}
+
+}  // namespace
+
+ptc::Result<int> job_dp(const Store& store, const std::string& job) {
+  auto snap = store.snapshot();
+  int dp = 0;
+  std::string first;
+  for (const auto& [key, v] : snap->steps) {
+    if (key.first != job) continue;
+    const int d = v->layout().parallelism().dp;
+    if (dp == 0) {
+      dp = d;
+      first = key.second;
+    } else if (d != dp) {
+      return ptc::error(ptc::Code::kFailedPrecondition, "steps of job '" + job + "' differ in dp (" + first + ": " +
+                                                            std::to_string(dp) + ", " + key.second + ": " +
+                                                            std::to_string(d) + "); give --dp");
+    }
+  }
+  if (dp == 0)
+    return ptc::error(ptc::Code::kFailedPrecondition, "job '" + job + "' has no checkpoint step to take dp from; give --dp");
+  return dp;
+}
+
+ptc::Result<std::shared_ptr<const DatasetVersion>> current_dataset(const Store& store, const std::string& job,
+                                                                   const std::string& name) {
+  auto snap = store.snapshot();
+  auto it = snap->datasets.find({job, name});
+  if (it != snap->datasets.end()) return std::shared_ptr<const DatasetVersion>(it->second);
+  return ptc::not_found("job '" + job + "' has no dataset '" + name + "'");
+}
+
+json dataset_json(const DatasetVersion& v) {
+  json j = fs::dataset_state(v);
+  j["job"] = v.job();
+  j["name"] = v.name();
+  if (v.spec().format == ptc::DatasetFormat::kMegatron) j["dtype"] = ptc::mmidx_dtype_name(v.dtype_code());
+  j["files"] = v.source().files().size();
+  if (!v.home().empty()) j["home"] = v.home();
+  return j;
+}
+
+ptc::Result<PreparedChange> prepare_dataset_add(Store& store, const DatasetAddRequest& req, int dp,
+                                                const std::string& home, json& summary,
+                                                const IndexProgress& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string name = req.job + "/" + req.name;
+  PTC_ASSIGN_OR_RETURN(DatasetIndex index, index_dataset(req.format, req.files, progress));
+  ptc::DatasetSpec spec;
+  spec.format = req.format;
+  spec.seed = req.seed;
+  spec.global_batch = req.global_batch;
+  spec.num_samples = index.samples.size();
+  if (auto s = ptc::check_spec(spec); !s) return s.with_context("dataset " + name);
+  ptc::DatasetPosition pos;
+  pos.dp = dp;
+  if (auto s = ptc::check_dp(spec, dp); !s) return s.with_context("dataset " + name);
+
+  PTC_RETURN_IF_ERROR(store.reserve_dataset(req.job, req.name));
+  PreparedChange change;
+  change.reserved_datasets.emplace_back(req.job, req.name);
+  auto fail = [&](const ptc::Status& s) {
+    abort_change(store, change);
+    return s;
+  };
+  uint64_t copied = 0, bytes = 0;
+  for (auto& f : index.files) {
+    bytes += f.size;
+    if (!req.copy) continue;
+    auto id = copy_into_blob(store, f, change.blobs);
+    if (!id) return fail(id.status());
+    f.blob = *id;
+    copied += f.size;
+  }
+  auto table = write_table(store, index.samples, change.blobs);
+  if (!table) return fail(table.status());
+  const uint64_t digest = xxh3_of(index.samples.data(), index.samples.size() * sizeof(SampleRecord));
+  auto source = DatasetSource::open(store.blobs(), *table, digest, index.files, spec.num_samples,
+                                    is_local_home(home, store.remote_samples()));
+  if (!source) return fail(source.status());
+  auto next = std::make_shared<DatasetVersion>(req.job, req.name, 1, static_cast<int64_t>(::time(nullptr)), spec,
+                                               index.dtype_code, pos, std::move(source).value(), home,
+                                               store.remote_samples());
+  change.datasets.push_back({next, nullptr});
+  summary = dataset_json(*next);
+  summary["bytes"] = bytes;
+  summary["bytes_copied"] = copied;
+  summary["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return change;
+}
+
+ptc::Result<PreparedChange> prepare_dataset_copy(Store& store, const std::string& job, const std::string& name,
+                                                 const json& record, uint64_t table) {
+  json local = record;
+  local["table"] = table;
+  for (auto& f : local["files"]) f["blob"] = 0;  // the home's copies stay on the home
+  PreparedChange change;
+  change.blobs.push_back(table);
+  auto v = DatasetVersion::load(job, name, local.dump(), store.blobs(), store.remote_samples());
+  ptc::Status s = v ? ptc::Status::ok() : v.status();
+  if (s && (*v)->source().local()) s = ptc::internal("a copied dataset record names this node as its home");
+  if (s) s = store.reserve_dataset(job, name);
+  if (!s) {
+    abort_blobs(store, change);
+    return s;
+  }
+  change.reserved_datasets.emplace_back(job, name);
+  change.datasets.push_back({std::move(v).value(), nullptr});
+  return change;
+}
+
+ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const std::string& job,
+                                                     const std::string& name, std::optional<uint64_t> epoch,
+                                                     uint64_t consumed, std::optional<uint64_t> from_version) {
+  PTC_ASSIGN_OR_RETURN(auto cur, current_dataset(store, job, name));
+  if (from_version && cur->version() != *from_version)
+    return ptc::error(ptc::Code::kFailedPrecondition, "dataset " + job + "/" + name + " is at version " +
+                                                          std::to_string(cur->version()) + ", not " +
+                                                          std::to_string(*from_version));
+  auto pos = ptc::progressed(cur->spec(), cur->position(), epoch.value_or(cur->position().epoch), consumed);
+  if (!pos) return pos.status().with_context("dataset " + job + "/" + name);
+  PreparedChange change;
+  change.datasets.push_back({cur->with_position(*pos), cur});
+  return change;
+}
+
+ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, const std::string& job, int dp) {
+  std::vector<DatasetChange> out;
+  auto snap = store.snapshot();
+  for (const auto& [key, v] : snap->datasets) {
+    if (key.first != job || v->position().dp == dp) continue;
+    if (auto s = ptc::check_dp(v->spec(), dp); !s)
+      return ptc::invalid("cannot re-split dataset " + job + "/" + key.second + ": " + s.message());
+    ptc::DatasetPosition pos = v->position();
+    pos.dp = dp;
+    out.push_back({v->with_position(pos), v});
+  }
+  return out;
+}
+
+}  // namespace ptcfs

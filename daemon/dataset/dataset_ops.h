@@ -1,0 +1,61 @@
+// Dataset changes on one node: add (index the files, write the sample table), progress,
+// and the re-split a repartition makes. Each builds a PreparedChange (daemon/store/prepared.h),
+// so a cluster prepares the same change on every node and commits it everywhere.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/dataset/dataset_index.h"
+#include "daemon/store/prepared.h"
+#include "daemon/store/store.h"
+
+namespace ptcfs {
+
+struct DatasetAddRequest {
+  std::string job, name;
+  ptc::DatasetFormat format = ptc::DatasetFormat::kJsonl;
+  uint64_t seed = 0, global_batch = 0;
+  std::optional<int> dp;  // none: the dp of the job's steps
+  std::vector<std::string> files;
+  bool copy = false;      // copy the files into the store instead of reading them where they are
+};
+
+// The dp a new dataset of `job` gets when none is given: the dp every step of the job has.
+// kFailedPrecondition when the job has no step, or steps of different dp (naming two).
+ptc::Result<int> job_dp(const Store& store, const std::string& job);
+
+// Indexes and validates the files, copies them with `copy`, writes the sample table into a
+// pending blob and reserves the name. `home`: the node holding the files ("" outside a
+// cluster). `summary` gets the add's JSON result.
+ptc::Result<PreparedChange> prepare_dataset_add(Store& store, const DatasetAddRequest& req, int dp,
+                                                const std::string& home, nlohmann::json& summary,
+                                                const IndexProgress& progress = {});
+
+// A dataset built on this node from another node's sample table (a cluster add): `record`
+// is the home's record (its "table" is replaced by the local blob `table`).
+ptc::Result<PreparedChange> prepare_dataset_copy(Store& store, const std::string& job, const std::string& name,
+                                                 const nlohmann::json& record, uint64_t table);
+
+// The next version of a dataset at `epoch` (none: its current epoch) after `consumed`
+// samples; `from_version` (when given) must be the current version.
+ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const std::string& job,
+                                                     const std::string& name, std::optional<uint64_t> epoch,
+                                                     uint64_t consumed, std::optional<uint64_t> from_version = {});
+
+// The new versions of every dataset of `job` whose dp is not `dp`; kInvalidArgument naming
+// the dataset when dp does not divide its global batch (then nothing is to change).
+ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, const std::string& job, int dp);
+
+// The current version; kNotFound naming the job or the dataset.
+ptc::Result<std::shared_ptr<const DatasetVersion>> current_dataset(const Store& store, const std::string& job,
+                                                                   const std::string& name);
+
+// The state of a version, as in its state.json, with its job and name.
+nlohmann::json dataset_json(const DatasetVersion& v);
+
+}  // namespace ptcfs

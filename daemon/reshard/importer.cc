@@ -1,0 +1,299 @@
+#include "daemon/reshard/importer.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <atomic>
+#include <chrono>
+#include <cerrno>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "daemon/store/file_util.h"
+#include "ptc/log.h"
+#include "ptc/plan.h"
+#include "ptc/safetensors.h"
+
+namespace ptcfs {
+namespace {
+
+using ptc::Result;
+using ptc::Status;
+
+// A rank file whose header has been validated against the layout.
+struct RankFile {
+  ptc::ShardId shard;
+  std::string path;
+  ptc::SafetensorsHeader header;
+  std::vector<size_t> entry_of_slice;  // header entry index of each layout slice
+  // Per header entry: byte ranges (offset in the slice, length) that are padding, sorted.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> padding;
+};
+
+// Records where each slice's padding lies: the fills of the layout's plan onto itself.
+ptc::Status find_padding(const ptc::Layout& layout, std::vector<RankFile>& files) {
+  PTC_ASSIGN_OR_RETURN(ptc::Plan self, ptc::make_plan(layout, layout, ptc::Holdings::single_node(layout, layout)));
+  for (auto& rf : files) rf.padding.resize(rf.header.entries.size());
+  for (const ptc::Fill& f : self.fills) {
+    RankFile& rf = files[f.dst_shard];
+    if (rf.path.empty()) continue;  // not held here
+    auto& ranges = rf.padding[rf.entry_of_slice[f.dst_slice]];
+    ptc::for_each_fill_run(layout, f, [&](const ptc::Run& r) {
+      ranges.emplace_back(static_cast<uint64_t>(r.dst), static_cast<uint64_t>(r.len));
+    });
+  }
+  for (auto& rf : files)
+    for (auto& ranges : rf.padding) std::sort(ranges.begin(), ranges.end());
+  return ptc::Status::ok();
+}
+
+// Zeroes the padding that falls in bytes [pos, pos + n) of a slice, held in buf.
+void zero_padding(const std::vector<std::pair<uint64_t, uint64_t>>& ranges, uint64_t pos, uint64_t n, char* buf) {
+  for (const auto& [off, len] : ranges) {
+    const uint64_t lo = std::max(off, pos), hi = std::min(off + len, pos + n);
+    if (lo < hi) std::memset(buf + (lo - pos), 0, hi - lo);
+  }
+}
+
+Result<RankFile> check_rank_file(const ptc::Layout& layout, const ptc::ShardId& shard, const std::string& path) {
+  PTC_ASSIGN_OR_RETURN(auto file, File::open_read(path));
+  PTC_ASSIGN_OR_RETURN(uint64_t size, file.size());
+  std::string first8(8, '\0');
+  PTC_ASSIGN_OR_RETURN(size_t got, file.read_at(0, first8.data(), 8));
+  first8.resize(got);
+  PTC_ASSIGN_OR_RETURN(uint64_t n, ptc::safetensors_header_len(first8, size, path));
+  std::string prefix(8 + n, '\0');
+  PTC_ASSIGN_OR_RETURN(got, file.read_at(0, prefix.data(), prefix.size()));
+  prefix.resize(got);
+  PTC_ASSIGN_OR_RETURN(auto header, ptc::parse_safetensors(prefix, size, path));
+
+  RankFile rf{shard, path, std::move(header), {}, {}};
+  const auto& slices = layout.slices(shard);
+  std::map<std::string_view, size_t> by_name;
+  for (size_t i = 0; i < rf.header.entries.size(); ++i) by_name[rf.header.entries[i].name] = i;
+  for (const auto& sl : slices) {
+    const auto& spec = layout.tensor(sl);
+    auto it = by_name.find(spec.name);
+    if (it == by_name.end())
+      return ptc::invalid(path + ": tensor '" + spec.name + "' is missing (ptc.json places it in shard " +
+                          shard.name() + ")");
+    const auto& e = rf.header.entries[it->second];
+    if (e.dtype != spec.dtype)
+      return ptc::invalid(path + ": tensor '" + spec.name + "' has dtype " + ptc::dtype_name(e.dtype) +
+                          " but ptc.json says " + ptc::dtype_name(spec.dtype));
+    if (e.shape != sl.local_shape)
+      return ptc::invalid(path + ": tensor '" + spec.name + "' has shape " + ptc::shape_string(e.shape) +
+                          " but shard " + shard.name() + " of " + layout.parallelism().to_string() +
+                          " holds a slice of shape " + ptc::shape_string(sl.local_shape));
+    rf.entry_of_slice.push_back(it->second);
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) {
+    const std::string name(by_name.begin()->first);
+    if (!layout.ptc().find(name)) return ptc::invalid(path + ": tensor '" + name + "' is not in ptc.json");
+    return ptc::invalid(path + ": tensor '" + name + "' does not belong to shard " + shard.name() +
+                        " (wrong pipeline stage)");
+  }
+  return rf;
+}
+
+// Lists the rank files of dir and checks that they are the layout's shards: all of them, or
+// (in a cluster) at least those this node holds. Paths are empty for shards not held.
+Result<std::vector<std::string>> rank_file_paths(const std::string& dir, const ptc::Layout& layout,
+                                                 const StepPlacement& placement) {
+  PTC_ASSIGN_OR_RETURN(auto names, list_dir(dir));
+  std::set<std::string> expected;
+  for (const auto& s : layout.shards()) expected.insert(s.name() + ".safetensors");
+  for (const auto& n : names) {
+    const std::string suffix = ".safetensors";
+    if (n.size() < suffix.size() || n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    if (expected.count(n)) continue;
+    const auto id = ptc::parse_shard_name(n.substr(0, n.size() - suffix.size()));
+    if (id)
+      return ptc::invalid(dir + "/" + n + ": extra rank file: " + layout.parallelism().to_string() +
+                          " has no shard " + id->name());
+    return ptc::invalid(dir + "/" + n + ": unexpected file (rank files are named tp{t}-pp{p}.safetensors)");
+  }
+  std::vector<std::string> paths;
+  for (size_t i = 0; i < layout.shards().size(); ++i) {
+    const auto& s = layout.shards()[i];
+    const std::string n = s.name() + ".safetensors";
+    if (!placement.holds(i)) {
+      paths.emplace_back();
+      continue;
+    }
+    if (std::find(names.begin(), names.end(), n) == names.end())
+      return ptc::invalid(dir + "/" + n + ": missing rank file for shard " + s.name() + " of " +
+                          layout.parallelism().to_string() +
+                          (placement.nodes.empty() ? "" : " (placed on this node)"));
+    paths.push_back(dir + "/" + n);
+  }
+  return paths;
+}
+
+// Copies the data area of a validated rank file into a new blob, hashing every slice.
+Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, const RankFile& rf, const ptc::Layout& layout,
+                                                std::vector<BlobWriter>& finished,
+                                                const std::function<void(uint64_t)>& advance) {
+  if (rf.header.entries.empty()) return std::vector<StoredSlice>();  // a shard holding no tensor
+  PTC_ASSIGN_OR_RETURN(auto file, File::open_read(rf.path));
+  PTC_ASSIGN_OR_RETURN(BlobWriter w, blobs.create());
+  const auto& entries = rf.header.entries;  // sorted by begin, contiguous from 0
+  std::vector<uint64_t> hashes(entries.size());
+  constexpr size_t kChunk = 4 << 20;
+  std::vector<char> buf(kChunk);
+  XXH3_state_t* st = XXH3_createState();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
+    XXH3_64bits_reset(st);
+    for (uint64_t pos = e.begin; pos < e.end;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, e.end - pos));
+      auto got = file.read_at(rf.header.data_start + pos, buf.data(), n);
+      if (!got) { XXH3_freeState(st); return got.status(); }
+      if (*got != n) { XXH3_freeState(st); return ptc::corrupt(rf.path + ": file shrank while importing"); }
+      // Padding is stored as zeros whatever the rank file holds there (views show zeros).
+      zero_padding(rf.padding[i], pos - e.begin, n, buf.data());
+      XXH3_64bits_update(st, buf.data(), n);
+      if (auto s = w.append(buf.data(), n); !s) { XXH3_freeState(st); return s; }
+      pos += n;
+      advance(n);
+    }
+    hashes[i] = XXH3_64bits_digest(st);
+  }
+  XXH3_freeState(st);
+  PTC_RETURN_IF_ERROR(w.finish());
+  std::vector<StoredSlice> stored;
+  const auto& slices = layout.slices(rf.shard);
+  for (size_t j = 0; j < slices.size(); ++j) {
+    const auto& e = entries[rf.entry_of_slice[j]];
+    stored.push_back(StoredSlice{{Extent{w.id(), e.begin, e.end - e.begin}}, hashes[rf.entry_of_slice[j]]});
+  }
+  finished.push_back(std::move(w));
+  return stored;
+}
+
+}  // namespace
+
+Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, const std::string& job,
+                                        const std::string& step, const ProgressFn& progress) {
+  ImportSummary sum;
+  PTC_ASSIGN_OR_RETURN(
+      PreparedChange change,
+      prepare_import(store, dir, job, step, [](const ptc::Layout&) -> Result<StepPlacement> { return StepPlacement{}; },
+                     sum, progress));
+  const auto t0 = std::chrono::steady_clock::now();
+  PTC_RETURN_IF_ERROR(commit_change(store, change));
+  sum.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ptc::log::info("imported {}/{} from {}: {} shards, {} tensors, {} bytes in {:.2f} s", job, step, dir, sum.shards,
+                 sum.tensors, sum.bytes, sum.seconds);
+  return sum;
+}
+
+Result<PreparedChange> prepare_import(Store& store, const std::string& dir, const std::string& job,
+                                      const std::string& step, const PlaceFn& place, ImportSummary& sum,
+                                      const ProgressFn& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
+  PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
+  if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
+  const std::string ptc_path = dir + "/ptc.json";
+  PTC_ASSIGN_OR_RETURN(std::string text, read_small_file(ptc_path, 64 << 20));
+  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::parse_ptc_json(text, ptc_path));
+  auto layout_r = ptc::Layout::make(ptc, ptc.parallelism);
+  if (!layout_r) return layout_r.status().with_context(ptc_path);
+  ptc::Layout layout = std::move(layout_r).value();
+  PTC_ASSIGN_OR_RETURN(StepPlacement placement, place(layout));
+
+  PTC_ASSIGN_OR_RETURN(auto paths, rank_file_paths(dir, layout, placement));
+  std::vector<RankFile> files;
+  std::vector<size_t> held;  // indices into files of the shards copied here
+  uint64_t total = 0;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (paths[i].empty()) {
+      files.push_back(RankFile{layout.shards()[i], {}, {}, {}, {}});
+      continue;
+    }
+    PTC_ASSIGN_OR_RETURN(RankFile rf, check_rank_file(layout, layout.shards()[i], paths[i]));
+    for (const auto& e : rf.header.entries) total += e.end - e.begin;
+    files.push_back(std::move(rf));
+    held.push_back(i);
+  }
+
+  PTC_RETURN_IF_ERROR(find_padding(layout, files));
+  PTC_RETURN_IF_ERROR(store.reserve_name(job, step));
+  // Until the change is handed out, an error releases the name.
+  struct Release {
+    Store& s;
+    const std::string &j, &st;
+    bool armed = true;
+    ~Release() {
+      if (armed) s.release_name(j, st);
+    }
+  } release{store, job, step};
+
+  // Copy the rank files in parallel, one blob each.
+  std::mutex mu;
+  uint64_t done = 0;
+  auto advance = [&](uint64_t n) {
+    std::lock_guard lock(mu);
+    done += n;
+    if (progress) progress(done, total);
+  };
+  std::vector<std::vector<StoredSlice>> stored(files.size());
+  std::vector<BlobWriter> finished;
+  Status first_error;
+  std::atomic<size_t> next{0};
+  const size_t nthreads = std::max<size_t>(1, std::min<size_t>(held.size(), std::thread::hardware_concurrency()));
+  std::vector<std::thread> workers;
+  for (size_t w = 0; w < nthreads; ++w) {
+    workers.emplace_back([&] {
+      std::vector<BlobWriter> mine;
+      for (size_t k; (k = next.fetch_add(1)) < held.size();) {
+        const size_t i = held[k];
+        {
+          std::lock_guard lock(mu);
+          if (!first_error.is_ok()) break;
+        }
+        auto r = copy_rank_file(store.blobs(), files[i], layout, mine, advance);
+        std::lock_guard lock(mu);
+        if (!r) {
+          if (first_error.is_ok()) first_error = r.status();
+        } else {
+          stored[i] = std::move(r).value();
+        }
+      }
+      std::lock_guard lock(mu);
+      for (auto& b : mine) finished.push_back(std::move(b));
+    });
+  }
+  for (auto& t : workers) t.join();
+  PreparedChange change;
+  for (const auto& b : finished) change.blobs.push_back(b.id());
+  if (!first_error.is_ok()) {
+    for (uint64_t id : change.blobs) {
+      (void)store.blobs().remove(id);
+      store.blobs().settle(id);
+    }
+    return first_error;
+  }
+  sum.job = job;
+  sum.step = step;
+  sum.shards = held.size();
+  sum.tensors = layout.ptc().tensors.size();
+  sum.bytes = total;
+  change.next = std::make_shared<StepVersion>(job, step, 1, static_cast<int64_t>(::time(nullptr)), std::move(layout),
+                                              std::move(stored), &store.blobs(), std::move(placement), store.remote());
+  release.armed = false;
+  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return change;
+}
+
+}  // namespace ptcfs

@@ -1,0 +1,42 @@
+// Import of a checkpoint directory (DESIGN.md "Checkpoint directory") into the store.
+//
+// All or nothing: every file is validated (ptc.json, the set of rank files, every header,
+// every slice's dtype and shape) before a byte is copied; the data is then copied into new
+// blobs, synced, and the step is committed in one metadata write. On any error the new
+// blobs are removed and the store is as it was.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "daemon/store/prepared.h"
+#include "daemon/store/store.h"
+
+namespace ptcfs {
+
+struct ImportSummary {
+  std::string job, step;
+  size_t shards = 0, tensors = 0;
+  uint64_t bytes = 0;  // tensor data copied
+  double seconds = 0;
+};
+
+// Called with bytes copied so far and the total, from any thread, never concurrently.
+using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+
+ptc::Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, const std::string& job,
+                                             const std::string& step, const ProgressFn& progress = {});
+
+// Where the shards of a layout go: which this node holds. Called once ptc.json is read.
+using PlaceFn = std::function<ptc::Result<StepPlacement>(const ptc::Layout&)>;
+
+// The first phase of an import on a cluster node: validates ptc.json and the rank files of
+// the shards `place` gives this node (other shards' files may be absent; present ones
+// are not read), copies them into pending blobs and reserves the name. Commit or abort
+// the change (daemon/store/prepared.h); nothing is visible before.
+ptc::Result<PreparedChange> prepare_import(Store& store, const std::string& dir, const std::string& job,
+                                           const std::string& step, const PlaceFn& place, ImportSummary& summary,
+                                           const ProgressFn& progress = {});
+
+}  // namespace ptcfs

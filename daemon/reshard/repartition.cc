@@ -1,0 +1,172 @@
+#include "daemon/reshard/repartition.h"
+
+#include <chrono>
+#include <ctime>
+
+#include "daemon/dataset/dataset_ops.h"
+#include "daemon/reshard/extent_map.h"
+#include "daemon/store/file_util.h"
+#include "ptc/log.h"
+#include "ptc/plan.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+json par_json(const ptc::Parallelism& p) { return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}}; }
+}  // namespace
+
+json RepartitionResult::to_json() const {
+  json nodes = json::array();
+  for (const auto& n : per_node) nodes.push_back({{"node", n.node}, {"bytes_received", n.received}, {"bytes_min", n.min}});
+  json out = {{"job", job},
+          {"step", step},
+          {"from", par_json(from)},
+          {"to", par_json(to)},
+          {"dry_run", dry_run},
+          {"unchanged", unchanged},
+          {"version", version},
+          {"shards", shards},
+          {"tensors", tensors},
+          {"copies", copies},
+          {"fills", fills},
+          {"extents", extents},
+          {"compacted_slices", compacted_slices},
+          {"bytes_total", bytes_total},
+          {"bytes_remapped", bytes_remapped},
+          {"bytes_compacted", bytes_compacted},
+          {"bytes_fill", bytes_fill},
+          {"bytes_moved", bytes_moved},
+          {"bytes_min", bytes_min},
+          {"seconds", seconds}};
+  if (!per_node.empty()) out["nodes"] = std::move(nodes);
+  json ds = json::array();
+  for (const auto& d : datasets) ds.push_back({{"name", d.name}, {"from_dp", d.from_dp}, {"to_dp", d.to_dp}});
+  out["datasets"] = std::move(ds);
+  return out;
+}
+
+void note_datasets(const std::vector<DatasetChange>& datasets, RepartitionResult& res) {
+  for (const auto& d : datasets)
+    res.datasets.push_back({d.next->name(), d.replaced->position().dp, d.next->position().dp});
+}
+
+ptc::Result<std::shared_ptr<const StepVersion>> current_version(const Store& store, const std::string& job,
+                                                                const std::string& step) {
+  auto snap = store.snapshot();
+  auto it = snap->steps.find({job, step});
+  if (it != snap->steps.end()) return std::shared_ptr<const StepVersion>(it->second);
+  bool job_exists = false;
+  for (const auto& [key, _] : snap->steps) job_exists = job_exists || key.first == job;
+  return ptc::not_found(job_exists ? "job '" + job + "' has no step '" + step + "'" : "no job '" + job + "'");
+}
+
+ptc::Result<ptc::Layout> start_result(const RepartitionRequest& req, const StepVersion& old, RepartitionResult& res) {
+  const ptc::Layout& from = old.layout();
+  res.job = req.job;
+  res.step = req.step;
+  res.from = from.parallelism();
+  res.to = req.to;
+  res.dry_run = req.dry_run;
+  res.version = old.version();
+  auto to = ptc::Layout::make(from.ptc(), req.to);
+  if (!to)
+    return to.status().with_context("cannot repartition " + req.job + "/" + req.step + " to " + req.to.to_string());
+  res.shards = to->shards().size();
+  res.tensors = to->ptc().tensors.size();
+  return to;
+}
+
+ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& req,
+                                           const CompactionPolicy& policy, const PhaseProgress& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto report = [&](const char* phase, uint64_t done, uint64_t total) {
+    if (progress) progress(phase, done, total);
+  };
+  const std::string name = req.job + "/" + req.step;
+  PTC_ASSIGN_OR_RETURN(std::shared_ptr<const StepVersion> old, current_version(store, req.job, req.step));
+  if (!old->placement().nodes.empty())
+    return ptc::error(ptc::Code::kFailedPrecondition, name + " is placed on a cluster: repartition it through a cluster daemon");
+  const ptc::Layout& from = old->layout();
+
+  RepartitionResult res;
+  PTC_ASSIGN_OR_RETURN(ptc::Layout to, start_result(req, *old, res));
+  // The job's datasets follow its dp; a dp that does not divide a global batch refuses all.
+  auto datasets = resplit_datasets(store, req.job, req.to.dp);
+  if (!datasets) return datasets.status().with_context("cannot repartition " + name + " to " + req.to.to_string());
+  note_datasets(*datasets, res);
+  if (req.to == from.parallelism()) {
+    res.unchanged = true;
+    res.bytes_total = old->total_bytes();
+    if (!req.dry_run && !datasets->empty()) PTC_RETURN_IF_ERROR(store.commit_datasets(*datasets));
+    return res;
+  }
+
+  report("plan", 0, 1);
+  PTC_ASSIGN_OR_RETURN(ptc::Plan plan, ptc::make_plan(from, to, ptc::Holdings::single_node(from, to)));
+  res.copies = plan.copies.size();
+  res.fills = plan.fills.size();
+  res.bytes_total = plan.bytes_total;
+  res.bytes_fill = plan.bytes_fill;
+
+  report("map", 0, 1);
+  auto stored = map_extents(from, to, plan, [&](uint32_t shard, uint32_t slice) -> const StoredSlice& {
+    return old->stored(from.shards()[shard], slice);
+  });
+  PTC_ASSIGN_OR_RETURN(Selection selection,
+                       select_compaction(stored, policy, [&](uint64_t id) { return store.blobs().size_of(id); }));
+  // Counted as they will be after compaction: a compacted slice is one extent; its bytes
+  // from blobs are copied (its padding is counted in bytes_fill).
+  const CompactionStats cs = compaction_stats(stored, selection);
+  res.extents = cs.extents;
+  res.compacted_slices = cs.slices;
+  res.bytes_compacted = cs.bytes_from_blobs;
+  res.bytes_remapped = res.bytes_total - res.bytes_fill - res.bytes_compacted;
+  if (req.dry_run) {
+    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return res;
+  }
+
+  PTC_RETURN_IF_ERROR(store.begin_change(req.job, req.step));
+  struct End {
+    Store& s;
+    const RepartitionRequest& r;
+    ~End() { s.end_change(r.job, r.step); }
+  } end{store, req};
+
+  PTC_ASSIGN_OR_RETURN(CompactionResult comp,
+                       compact(store.blobs(), stored, selection, policy, [&](uint64_t d, uint64_t t) { report("compact", d, t); }));
+  auto discard = [&] {
+    for (auto& w : comp.blobs) {
+      (void)store.blobs().remove(w.id());
+      store.blobs().settle(w.id());
+    }
+  };
+  if (!comp.blobs.empty()) {
+    if (auto s = sync_dir(store.blobs().dir()); !s) {
+      discard();
+      return s;
+    }
+  }
+  report("commit", 0, 1);
+  auto next = std::make_shared<StepVersion>(req.job, req.step, old->version() + 1,
+                                            static_cast<int64_t>(::time(nullptr)), std::move(to), std::move(stored),
+                                            &store.blobs(), old->placement(), store.remote());
+  if (auto s = store.commit(next, old, *datasets); !s) {
+    discard();
+    return s;
+  }
+  res.version = next->version();
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ptc::log::info("repartitioned {} {} -> {} (version {}): {} copies, {} extents, {} bytes remapped, {} compacted "
+                 "in {:.3f} s",
+                 name, res.from.to_string(), res.to.to_string(), res.version, res.copies, res.extents,
+                 res.bytes_remapped, res.bytes_compacted, res.seconds);
+  // Blobs only the old version used go as soon as no reader holds it.
+  old.reset();
+  if (auto gc = store.collect_garbage(); !gc) ptc::log::warn("collecting blobs: {}", gc.status().to_string());
+  return res;
+}
+
+}  // namespace ptcfs

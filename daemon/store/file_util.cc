@@ -1,0 +1,93 @@
+#include "daemon/store/file_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace ptcfs {
+
+ptc::Result<File> File::open_read(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return ptc::not_found(path + ": no such file");
+    return ptc::io_error("opening " + path, errno);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return ptc::invalid(path + ": not a regular file");
+  }
+  return File(fd, path);
+}
+
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+ptc::Result<uint64_t> File::size() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return ptc::io_error("stat " + path_, errno);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+ptc::Result<int64_t> File::mtime_ns() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return ptc::io_error("stat " + path_, errno);
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+ptc::Result<size_t> File::read_at(uint64_t offset, void* buf, size_t len) const {
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::pread(fd_, static_cast<char*>(buf) + done, len - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ptc::io_error("reading " + path_, errno);
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
+ptc::Result<std::vector<std::string>> list_dir(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) {
+    if (errno == ENOENT) return ptc::not_found(dir + ": no such directory");
+    return ptc::io_error("listing " + dir, errno);
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+ptc::Result<std::string> read_small_file(const std::string& path, uint64_t max_bytes) {
+  PTC_ASSIGN_OR_RETURN(File f, File::open_read(path));
+  PTC_ASSIGN_OR_RETURN(uint64_t size, f.size());
+  if (size > max_bytes) return ptc::invalid(path + ": larger than " + std::to_string(max_bytes) + " bytes");
+  std::string s(size, '\0');
+  PTC_ASSIGN_OR_RETURN(size_t got, f.read_at(0, s.data(), size));
+  s.resize(got);
+  return s;
+}
+
+ptc::Status sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ptc::io_error("opening " + dir, errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return ptc::io_error("syncing " + dir, err);
+  return ptc::Status::ok();
+}
+
+}  // namespace ptcfs

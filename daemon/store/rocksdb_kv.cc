@@ -1,0 +1,70 @@
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include "daemon/store/kv.h"
+
+namespace ptcfs {
+namespace {
+
+ptc::Status convert(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return ptc::Status::ok();
+  if (s.IsNotFound()) return ptc::not_found(what + ": " + s.ToString());
+  if (s.IsCorruption()) return ptc::corrupt(what + ": " + s.ToString());
+  if (s.IsIOError()) return ptc::error(ptc::Code::kIo, what + ": " + s.ToString());
+  return ptc::internal(what + ": " + s.ToString());
+}
+
+class RocksKv final : public KvStore {
+ public:
+  explicit RocksKv(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+
+  ptc::Result<std::optional<std::string>> get(std::string_view key) override {
+    std::string value;
+    auto s = db_->Get(rocksdb::ReadOptions(), rocksdb::Slice(key.data(), key.size()), &value);
+    if (s.IsNotFound()) return std::optional<std::string>();
+    if (!s.ok()) return convert(s, "metadata get '" + std::string(key) + "'");
+    return std::optional<std::string>(std::move(value));
+  }
+
+  ptc::Status write(const WriteBatch& batch) override {
+    rocksdb::WriteBatch wb;
+    for (const auto& [k, v] : batch.ops()) {
+      auto s = v ? wb.Put(k, *v) : wb.Delete(k);
+      if (!s.ok()) return convert(s, "metadata batch");
+    }
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    return convert(db_->Write(wo, &wb), "metadata write");
+  }
+
+  ptc::Status scan(std::string_view prefix,
+                   const std::function<bool(std::string_view, std::string_view)>& fn) override {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    const rocksdb::Slice p(prefix.data(), prefix.size());
+    for (it->Seek(p); it->Valid() && it->key().starts_with(p); it->Next()) {
+      if (!fn(std::string_view(it->key().data(), it->key().size()),
+              std::string_view(it->value().data(), it->value().size())))
+        break;
+    }
+    return convert(it->status(), "metadata scan");
+  }
+
+ private:
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+}  // namespace
+
+ptc::Result<std::unique_ptr<KvStore>> open_rocksdb(const std::string& path) {
+  rocksdb::Options opts;
+  opts.create_if_missing = true;
+  opts.keep_log_file_num = 4;
+  opts.max_log_file_size = 8 << 20;
+  rocksdb::DB* raw = nullptr;
+  auto s = rocksdb::DB::Open(opts, path, &raw);
+  if (!s.ok()) return convert(s, "opening metadata database " + path);
+  return std::unique_ptr<KvStore>(new RocksKv(std::unique_ptr<rocksdb::DB>(raw)));
+}
+
+}  // namespace ptcfs

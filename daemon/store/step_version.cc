@@ -1,0 +1,238 @@
+#include "daemon/store/step_version.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <set>
+
+#include "ptc/json_util.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+uint64_t row_bytes(const StoredSlice& s) {
+  uint64_t n = 0;
+  for (const auto& e : s.extents) n += e.len;
+  return n;
+}
+
+uint64_t slice_bytes(const StoredSlice& s) { return s.rows * row_bytes(s); }
+
+void for_each_piece(const StoredSlice& s, uint64_t off, uint64_t len,
+                    const std::function<void(uint64_t, uint64_t, uint64_t)>& fn) {
+  const uint64_t rb = row_bytes(s);
+  if (rb == 0) return;
+  uint64_t row = off / rb, in = off % rb;
+  while (len > 0 && row < s.rows) {
+    uint64_t pos = 0;
+    for (const Extent& e : s.extents) {
+      if (len == 0) break;
+      if (in < pos + e.len) {
+        const uint64_t skip = in - pos, n = std::min(len, e.len - skip);
+        fn(e.blob, e.blob == kZeroBlob ? 0 : e.offset + row * e.stride + skip, n);
+        in += n;
+        len -= n;
+      }
+      pos += e.len;
+    }
+    ++row;
+    in = 0;
+  }
+}
+
+StepVersion::StepVersion(std::string job, std::string step, uint64_t version, int64_t created, ptc::Layout layout,
+                         std::vector<std::vector<StoredSlice>> stored, BlobStore* blobs, StepPlacement placement,
+                         const RemoteSlices* remote)
+    : job_(std::move(job)),
+      step_(std::move(step)),
+      version_(version),
+      created_(created),
+      layout_(std::move(layout)),
+      stored_(std::move(stored)),
+      blobs_(blobs),
+      placement_(std::move(placement)),
+      remote_(remote) {}
+
+size_t StepVersion::shard_index(const ptc::ShardId& s) const {
+  return static_cast<size_t>(s.p) * layout_.parallelism().tp + s.t;
+}
+
+const StoredSlice& StepVersion::stored(const ptc::ShardId& shard, size_t slice) const {
+  return stored_[shard_index(shard)][slice];
+}
+
+ptc::Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                                    fs::ReadBuffer& out) const {
+  if (!holds(shard)) {
+    if (!remote_) return ptc::error(ptc::Code::kUnavailable, "shard " + shard.name() + " is not held on this node");
+    return remote_->read(*this, shard, slice, off, len, out);
+  }
+  const StoredSlice& ss = stored(shard, slice);
+  if (off + len > slice_bytes(ss)) return ptc::internal("read past the end of a stored slice");
+  std::shared_ptr<const BlobFile> file;  // the last blob opened, reused across pieces
+  ptc::Status st;
+  for_each_piece(ss, off, len, [&](uint64_t blob, uint64_t boff, uint64_t n) {
+    if (!st) return;
+    if (blob == kZeroBlob) {
+      out.add_zeros(n);
+      return;
+    }
+    if (!file || file->id() != blob) {
+      auto f = blobs_->file(blob);
+      if (!f) {
+        st = f.status();
+        return;
+      }
+      file = std::move(f).value();
+      out.keep(file);
+    }
+    // A blob cut short behind our back: say so, rather than reply with fewer bytes (which
+    // the kernel would take for the end of the file) or touch its mapping past the end.
+    if (boff + n > file->size()) {
+      st = ptc::corrupt("blob " + blobs_->path(blob) + " is shorter than its metadata says (" +
+                        std::to_string(file->size()) + " bytes, a piece ends at " + std::to_string(boff + n) + ")");
+      return;
+    }
+    // Pieces are handed over as memory of the mapped blob: the kernel then copies them
+    // straight into its page cache (fs/filesystem.cc), with no read into a buffer first.
+    // A file range is the fallback for a blob that cannot be mapped.
+    if (const std::byte* map = file->data()) out.add_mem(map + boff, n);
+    else out.add_fd(file->fd(), boff, n);
+  });
+  return st;
+}
+
+uint64_t StepVersion::total_bytes() const {
+  uint64_t n = 0;
+  for (const auto& shard : stored_)
+    for (const auto& s : shard) n += slice_bytes(s);
+  return n;
+}
+
+std::vector<uint64_t> StepVersion::blobs_used() const {
+  std::set<uint64_t> ids;
+  for (const auto& shard : stored_)
+    for (const auto& s : shard)
+      for (const auto& e : s.extents)
+        if (e.blob != kZeroBlob) ids.insert(e.blob);
+  return {ids.begin(), ids.end()};
+}
+
+std::string StepVersion::step_key(const std::string& job, const std::string& step) {
+  return std::string(kStepPrefix) + job + "/" + step;
+}
+
+namespace {
+std::string slices_key(const std::string& job, const std::string& step, uint64_t version,
+                       const std::string& shard) {
+  char v[24];
+  std::snprintf(v, sizeof v, "%020" PRIu64, version);
+  return "slices/" + job + "/" + step + "/" + v + "/" + shard;
+}
+}  // namespace
+
+void StepVersion::to_records(WriteBatch& batch) const {
+  const auto& shards = layout_.shards();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (!placement_.holds(i)) continue;
+    json rec = json::object();
+    const auto& slices = layout_.slices(shards[i]);
+    for (size_t j = 0; j < slices.size(); ++j) {
+      json x = json::array();
+      const StoredSlice& ss = stored_[i][j];
+      for (const auto& e : ss.extents) {
+        if (ss.rows > 1) x.push_back({e.blob, e.offset, e.len, e.stride});
+        else x.push_back({e.blob, e.offset, e.len});
+      }
+      json o = {{"x", std::move(x)}};
+      if (ss.rows > 1) o["r"] = ss.rows;
+      if (stored_[i][j].xxh3) o["h"] = *stored_[i][j].xxh3;
+      rec[layout_.tensor(slices[j]).name] = std::move(o);
+    }
+    batch.put(slices_key(job_, step_, version_, shards[i].name()), rec.dump());
+  }
+  json step = {{"version", version_}, {"created", created_}};
+  auto ptc_json = json::parse(ptc::ptc_to_json(layout_.ptc()));
+  step["ptc"] = std::move(ptc_json);
+  if (!placement_.nodes.empty()) {
+    step["nodes"] = placement_.nodes;
+    json held = json::array();
+    for (size_t i = 0; i < shards.size(); ++i)
+      if (placement_.holds(i)) held.push_back(shards[i].name());
+    step["held"] = std::move(held);
+  }
+  batch.put(step_key(job_, step_), step.dump());
+}
+
+void StepVersion::delete_slice_records(WriteBatch& batch) const {
+  const auto& shards = layout_.shards();
+  for (size_t i = 0; i < shards.size(); ++i)
+    if (placement_.holds(i)) batch.del(slices_key(job_, step_, version_, shards[i].name()));
+}
+
+ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const std::string& job,
+                                                            const std::string& step,
+                                                            std::string_view step_record, BlobStore* blobs,
+                                                            const RemoteSlices* remote) {
+  const std::string where = "metadata of " + job + "/" + step;
+  try {
+  PTC_ASSIGN_OR_RETURN(json rec, ptc::parse_json(step_record, where));
+  if (!rec.is_object() || !rec.contains("version") || !rec.contains("ptc"))
+    return ptc::corrupt(where + ": malformed step record");
+  PTC_ASSIGN_OR_RETURN(int64_t version, ptc::get_int(rec["version"], where + ": version", 0));
+  PTC_ASSIGN_OR_RETURN(int64_t created, ptc::get_int(rec.value("created", json(0)), where + ": created"));
+  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::parse_ptc_json(rec["ptc"].dump(), where));
+  PTC_ASSIGN_OR_RETURN(ptc::Layout layout, ptc::Layout::make(ptc, ptc.parallelism));
+  StepPlacement placement;
+  if (rec.contains("nodes")) {
+    for (const auto& n : rec.at("nodes")) placement.nodes.push_back(n.get<std::string>());
+    placement.held.assign(layout.shards().size(), false);
+    for (const auto& h : rec.at("held")) {
+      const auto id = ptc::parse_shard_name(h.get<std::string>());
+      const auto& sh = layout.shards();
+      const auto it = id ? std::find(sh.begin(), sh.end(), *id) : sh.end();
+      if (it == sh.end()) return ptc::corrupt(where + ": holds unknown shard " + h.dump());
+      placement.held[static_cast<size_t>(it - sh.begin())] = true;
+    }
+  }
+  std::vector<std::vector<StoredSlice>> stored;
+  for (size_t si = 0; si < layout.shards().size(); ++si) {
+    const auto& shard = layout.shards()[si];
+    if (!placement.holds(si)) {
+      stored.emplace_back();
+      continue;
+    }
+    const std::string key = slices_key(job, step, static_cast<uint64_t>(version), shard.name());
+    PTC_ASSIGN_OR_RETURN(auto value, kv.get(key));
+    if (!value) return ptc::corrupt(where + ": missing record " + key);
+    PTC_ASSIGN_OR_RETURN(json sj, ptc::parse_json(*value, key));
+    const auto& slices = layout.slices(shard);
+    if (!sj.is_object() || sj.size() != slices.size()) return ptc::corrupt(key + ": wrong number of slices");
+    std::vector<StoredSlice> ss;
+    for (const auto& sl : slices) {
+      const std::string& name = layout.tensor(sl).name;
+      if (!sj.contains(name)) return ptc::corrupt(key + ": no slice for tensor '" + name + "'");
+      const json& o = sj[name];
+      StoredSlice s;
+      if (o.contains("h")) s.xxh3 = o.at("h").get<uint64_t>();
+      uint64_t total = 0;
+      for (const auto& e : o.at("x")) {
+        s.extents.push_back(Extent{e.at(0).get<uint64_t>(), e.at(1).get<uint64_t>(), e.at(2).get<uint64_t>(),
+                                   e.size() > 3 ? e.at(3).get<uint64_t>() : 0});
+      }
+      if (o.contains("r")) s.rows = o.at("r").get<uint64_t>();
+      total = slice_bytes(s);
+      if (total != layout.bytes(sl)) return ptc::corrupt(key + ": extents of '" + name + "' do not add up");
+      ss.push_back(std::move(s));
+    }
+    stored.push_back(std::move(ss));
+  }
+  return std::make_shared<StepVersion>(job, step, static_cast<uint64_t>(version), created, std::move(layout),
+                                       std::move(stored), blobs, std::move(placement), remote);
+  } catch (const json::exception& e) {
+    return ptc::corrupt(where + ": malformed slice record: " + e.what());
+  }
+}
+
+}  // namespace ptcfs

@@ -1,0 +1,123 @@
+// One immutable version of a stored step: its layout and, for every slice of every shard,
+// the extents of blobs that hold its bytes, plus a checksum of those bytes.
+//
+// Metadata records (values are JSON):
+//   step/<job>/<step>                      {"version": v, "created": unix seconds, "ptc": <ptc.json object>,
+//                                           in a cluster also "nodes": [node ids in rank order],
+//                                           "held": [names of the shards this node holds]}
+//   slices/<job>/<step>/<v as 20 digits>/<shard>  {"<tensor>": {"x": [[blob, offset, len], ...], "h": xxh3}}
+// The step record names the current version; writing it is the commit. Blob id 0 is the
+// zero blob: an extent of it reads as zeros (padding) and has no file. "h" is present when
+// the slice's checksum is known: import computes it; a slice remapped from extents of
+// others has none until its bytes are read in full (a peer transfer hashes what it sends).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/store/blob_store.h"
+#include "daemon/store/kv.h"
+#include "fs/content.h"
+#include "ptc/layout.h"
+
+namespace ptcfs {
+
+struct Extent {
+  uint64_t blob = 0;
+  uint64_t offset = 0;  // in the blob, of row 0
+  uint64_t len = 0;     // bytes per row
+  uint64_t stride = 0;  // blob bytes from one row to the next (slices of more than one row)
+};
+
+inline constexpr uint64_t kZeroBlob = 0;
+
+// The bytes of a stored slice: `rows` rows, row r the concatenation of its extents, extent e
+// holding blob bytes [e.offset + r * e.stride, + e.len). A slice of a tensor split along
+// dimension k > 0 re-cut by a repartition keeps one row per index of the dimensions before
+// k ("strided extents"), so its metadata grows with the pieces, not with the rows.
+struct StoredSlice {
+  std::vector<Extent> extents;
+  std::optional<uint64_t> xxh3;  // of the slice's bytes, when known
+  uint64_t rows = 1;
+};
+
+uint64_t row_bytes(const StoredSlice& s);
+uint64_t slice_bytes(const StoredSlice& s);
+
+// Calls fn(blob, blob_offset, n) for the pieces holding bytes [off, off + len) of the
+// slice, in slice order; len must lie inside it.
+void for_each_piece(const StoredSlice& s, uint64_t off, uint64_t len,
+                    const std::function<void(uint64_t blob, uint64_t blob_off, uint64_t n)>& fn);
+
+// Where a version's shards live in a cluster: the nodes its ranks are placed on (ids, in
+// rank order: DESIGN.md "Placement") and which of its shards this node holds. No nodes: a
+// single node that holds every shard.
+struct StepPlacement {
+  std::vector<std::string> nodes;
+  std::vector<bool> held;  // per shard of the layout; empty: all
+  bool holds(size_t shard) const { return held.empty() || held[shard]; }
+};
+
+class StepVersion;
+
+// Reads slices this node does not hold from a peer that does (daemon/cluster/node.h).
+class RemoteSlices {
+ public:
+  virtual ~RemoteSlices() = default;
+  // Appends bytes [off, off + len) of slice `slice` of `shard` of version v to out.
+  virtual ptc::Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off,
+                           uint64_t len, fs::ReadBuffer& out) const = 0;
+};
+
+class StepVersion final : public fs::StepContent {
+ public:
+  // `stored` has an empty list for every shard this node does not hold.
+  StepVersion(std::string job, std::string step, uint64_t version, int64_t created, ptc::Layout layout,
+              std::vector<std::vector<StoredSlice>> stored, BlobStore* blobs, StepPlacement placement = {},
+              const RemoteSlices* remote = nullptr);
+
+  const std::string& job() const { return job_; }
+  const std::string& step() const { return step_; }
+  const ptc::Layout& layout() const override { return layout_; }
+  uint64_t version() const override { return version_; }
+  int64_t mtime() const override { return created_; }
+  ptc::Status read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                         fs::ReadBuffer& out) const override;
+
+  // The stored slice of a shard this node holds.
+  const StoredSlice& stored(const ptc::ShardId& shard, size_t slice) const;
+  const StepPlacement& placement() const { return placement_; }
+  bool holds(const ptc::ShardId& shard) const { return placement_.holds(shard_index(shard)); }
+  size_t shard_index(const ptc::ShardId& s) const;
+  uint64_t total_bytes() const;  // of all stored slices (held here)
+  std::vector<uint64_t> blobs_used() const;
+
+  // Adds this version's records to a batch.
+  void to_records(WriteBatch& batch) const;
+  // Adds deletions of this version's slice records to a batch (not the step record).
+  void delete_slice_records(WriteBatch& batch) const;
+  // Loads the current version of a step from its step record value.
+  static ptc::Result<std::shared_ptr<StepVersion>> load(KvStore& kv, const std::string& job,
+                                                        const std::string& step,
+                                                        std::string_view step_record, BlobStore* blobs,
+                                                        const RemoteSlices* remote = nullptr);
+
+  static std::string step_key(const std::string& job, const std::string& step);
+  static constexpr std::string_view kStepPrefix = "step/";
+
+ private:
+  std::string job_, step_;
+  uint64_t version_;
+  int64_t created_;  // seconds since the epoch
+  ptc::Layout layout_;
+  std::vector<std::vector<StoredSlice>> stored_;  // like layout_.shards(), then slices
+  BlobStore* blobs_;
+  StepPlacement placement_;
+  const RemoteSlices* remote_;
+};
+
+}  // namespace ptcfs

@@ -1,0 +1,219 @@
+#include "daemon/store/store.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include <cerrno>
+
+#include "ptc/log.h"
+
+namespace ptcfs {
+
+ptc::Result<std::unique_ptr<Store>> Store::open(const std::string& data_dir, const RemoteSlices* remote,
+                                                const RemoteSamples* samples) {
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) return ptc::error(ptc::Code::kIo, "creating data directory " + data_dir + ": " + ec.message());
+  PTC_ASSIGN_OR_RETURN(auto kv, open_rocksdb(data_dir + "/meta"));
+  PTC_ASSIGN_OR_RETURN(auto blobs, BlobStore::open(data_dir + "/blobs"));
+  std::unique_ptr<Store> s(new Store(data_dir, std::move(kv), std::move(blobs), remote, samples));
+  PTC_RETURN_IF_ERROR(s->load());
+  // Blobs left by an interrupted import or repartition belong to no version.
+  PTC_RETURN_IF_ERROR(s->collect_garbage().status());
+  return s;
+}
+
+namespace {
+struct Record {
+  std::string job, name, value;
+};
+
+// The records under `prefix`, keyed "<prefix><job>/<name>".
+ptc::Result<std::vector<Record>> scan_records(KvStore& kv, std::string_view prefix, const char* what) {
+  std::vector<Record> out;
+  ptc::Status bad;
+  PTC_RETURN_IF_ERROR(kv.scan(prefix, [&](std::string_view key, std::string_view value) {
+    const std::string_view rest = key.substr(prefix.size());
+    const size_t slash = rest.find('/');
+    if (slash == std::string_view::npos) {
+      bad = ptc::corrupt(std::string("metadata: malformed ") + what + " key '" + std::string(rest) + "'");
+      return false;
+    }
+    out.push_back({std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1)), std::string(value)});
+    return true;
+  }));
+  PTC_RETURN_IF_ERROR(bad);
+  return out;
+}
+}  // namespace
+
+ptc::Status Store::load() {
+  auto snap = std::make_shared<Snapshot>();
+  PTC_ASSIGN_OR_RETURN(auto steps, scan_records(*kv_, StepVersion::kStepPrefix, "step"));
+  for (const auto& r : steps) {
+    PTC_ASSIGN_OR_RETURN(auto v, StepVersion::load(*kv_, r.job, r.name, r.value, blobs_.get(), remote_));
+    snap->steps[{r.job, r.name}] = std::move(v);
+  }
+  PTC_ASSIGN_OR_RETURN(auto datasets, scan_records(*kv_, DatasetVersion::kPrefix, "dataset"));
+  for (const auto& r : datasets) {
+    PTC_ASSIGN_OR_RETURN(auto v, DatasetVersion::load(r.job, r.name, r.value, *blobs_, samples_));
+    snap->datasets[{r.job, r.name}] = std::move(v);
+  }
+  std::lock_guard lock(mu_);
+  snap_ = std::move(snap);
+  ptc::log::info("store {}: {} steps and {} datasets loaded", data_dir_, snap_->steps.size(), snap_->datasets.size());
+  return ptc::Status::ok();
+}
+
+std::shared_ptr<const Snapshot> Store::snapshot() const {
+  std::lock_guard lock(mu_);
+  return snap_;
+}
+
+std::shared_ptr<const StepVersion> Store::find_version(const std::string& job, const std::string& step,
+                                                       uint64_t version) const {
+  std::lock_guard lock(mu_);
+  auto it = snap_->steps.find({job, step});
+  if (it != snap_->steps.end() && it->second->version() == version) return it->second;
+  for (const auto& w : retired_)
+    if (auto v = w.lock(); v && v->job() == job && v->step() == step && v->version() == version) return v;
+  return nullptr;
+}
+
+ptc::Status Store::reserve_name(const std::string& job, const std::string& step) {
+  std::lock_guard lock(mu_);
+  if (snap_->steps.count({job, step}))
+    return ptc::error(ptc::Code::kAlreadyExists, "step " + job + "/" + step + " already exists");
+  if (!reserved_.insert({job, step}).second)
+    return ptc::error(ptc::Code::kAlreadyExists, "step " + job + "/" + step + " is being imported");
+  return ptc::Status::ok();
+}
+
+void Store::release_name(const std::string& job, const std::string& step) {
+  std::lock_guard lock(mu_);
+  reserved_.erase({job, step});
+}
+
+ptc::Status Store::reserve_dataset(const std::string& job, const std::string& name) {
+  std::lock_guard lock(mu_);
+  if (snap_->datasets.count({job, name}))
+    return ptc::error(ptc::Code::kAlreadyExists, "dataset " + job + "/" + name + " already exists");
+  if (!reserved_datasets_.insert({job, name}).second)
+    return ptc::error(ptc::Code::kAlreadyExists, "dataset " + job + "/" + name + " is being added");
+  return ptc::Status::ok();
+}
+
+void Store::release_dataset(const std::string& job, const std::string& name) {
+  std::lock_guard lock(mu_);
+  reserved_datasets_.erase({job, name});
+}
+
+ptc::Status Store::begin_change(const std::string& job, const std::string& step) {
+  std::lock_guard lock(mu_);
+  if (!changing_.insert({job, step}).second)
+    return ptc::error(ptc::Code::kFailedPrecondition, "step " + job + "/" + step + " is already being repartitioned");
+  return ptc::Status::ok();
+}
+
+void Store::end_change(const std::string& job, const std::string& step) {
+  std::lock_guard lock(mu_);
+  changing_.erase({job, step});
+}
+
+ptc::Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced,
+                          const std::vector<DatasetChange>& datasets) {
+  std::lock_guard commit_lock(commit_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (v) {
+      auto it = snap_->steps.find({v->job(), v->step()});
+      const StepVersion* current = it == snap_->steps.end() ? nullptr : it->second.get();
+      if (current != replaced.get())
+        return ptc::error(ptc::Code::kFailedPrecondition,
+                          "step " + v->job() + "/" + v->step() + " changed while the new version was prepared");
+    }
+    for (const auto& d : datasets) {
+      auto it = snap_->datasets.find({d.next->job(), d.next->name()});
+      const DatasetVersion* current = it == snap_->datasets.end() ? nullptr : it->second.get();
+      if (current != d.replaced.get())
+        return ptc::error(ptc::Code::kFailedPrecondition, "dataset " + d.next->job() + "/" + d.next->name() +
+                                                              " changed while its new version was prepared");
+    }
+  }
+  WriteBatch batch;
+  if (replaced) replaced->delete_slice_records(batch);
+  if (v) v->to_records(batch);
+  for (const auto& d : datasets) d.next->to_records(batch);
+  PTC_RETURN_IF_ERROR(kv_->write(batch));
+  if (v)
+    for (uint64_t id : v->blobs_used()) blobs_->settle(id);
+  for (const auto& d : datasets)
+    for (uint64_t id : d.next->blobs_used()) blobs_->settle(id);
+  std::vector<std::function<void()>> listeners;
+  {
+    std::lock_guard lock(mu_);
+    auto next = std::make_shared<Snapshot>(*snap_);
+    if (v) next->steps[{v->job(), v->step()}] = std::move(v);
+    for (const auto& d : datasets) {
+      next->datasets[{d.next->job(), d.next->name()}] = d.next;
+      if (d.replaced) retired_datasets_.push_back(d.replaced);
+    }
+    snap_ = std::move(next);
+    if (replaced) retired_.push_back(replaced);
+    listeners = listeners_;
+  }
+  for (auto& fn : listeners) fn();
+  return ptc::Status::ok();
+}
+
+ptc::Result<size_t> Store::collect_garbage() {
+  // Under the commit lock, no blob can move from pending to referenced meanwhile.
+  std::lock_guard commit_lock(commit_mu_);
+  std::set<uint64_t> used;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [_, v] : snap_->steps)
+      for (uint64_t b : v->blobs_used()) used.insert(b);
+    std::vector<std::weak_ptr<const StepVersion>> alive;
+    for (auto& w : retired_)
+      if (auto v = w.lock()) {
+        for (uint64_t b : v->blobs_used()) used.insert(b);
+        alive.push_back(w);
+      }
+    retired_ = std::move(alive);
+    for (const auto& [_, d] : snap_->datasets)
+      for (uint64_t b : d->blobs_used()) used.insert(b);
+    std::vector<std::weak_ptr<const DatasetVersion>> alive_datasets;
+    for (auto& w : retired_datasets_)
+      if (auto d = w.lock()) {
+        for (uint64_t b : d->blobs_used()) used.insert(b);
+        alive_datasets.push_back(w);
+      }
+    retired_datasets_ = std::move(alive_datasets);
+  }
+  PTC_ASSIGN_OR_RETURN(auto all, blobs_->list());
+  size_t removed = 0;
+  for (uint64_t id : all) {
+    if (used.count(id) || blobs_->is_pending(id)) continue;
+    PTC_RETURN_IF_ERROR(blobs_->remove(id));
+    ++removed;
+  }
+  if (removed) ptc::log::info("removed {} blobs that no version uses any more", removed);
+  return removed;
+}
+
+void Store::on_change(std::function<void()> fn) {
+  std::lock_guard lock(mu_);
+  listeners_.push_back(std::move(fn));
+}
+
+fs::Contents mount_contents(const Store& store) {
+  fs::Contents c;
+  const auto snap = store.snapshot();
+  for (const auto& [key, v] : snap->steps) c.steps.push_back({key.first, key.second, v});
+  for (const auto& [key, v] : snap->datasets) c.datasets.push_back({key.first, key.second, v});
+  return c;
+}
+
+}  // namespace ptcfs

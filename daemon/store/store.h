@@ -1,0 +1,113 @@
+// The node's local store: blob files under DATA/blobs and metadata in RocksDB under
+// DATA/meta. It keeps the current version of every step in memory as an immutable
+// snapshot; a commit writes metadata in one atomic batch, then publishes a new snapshot.
+//
+// Thread-safety: all methods may be called concurrently. Commits are serialized.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "daemon/store/blob_store.h"
+#include "daemon/store/dataset_version.h"
+#include "daemon/store/kv.h"
+#include "daemon/store/step_version.h"
+
+namespace ptcfs {
+
+struct Snapshot {
+  // (job, step) -> current version
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const StepVersion>> steps;
+  // (job, dataset name) -> current version
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const DatasetVersion>> datasets;
+};
+
+// A new version of a dataset replacing `replaced` (null: a new dataset).
+struct DatasetChange {
+  std::shared_ptr<const DatasetVersion> next;
+  std::shared_ptr<const DatasetVersion> replaced;
+};
+
+class Store {
+ public:
+  // Opens DATA (creating it), loads every step, and removes blobs no step refers to
+  // (left by an interrupted import or repartition).
+  // `remote` (may be null; must outlive the store) reads the slices of shards held by
+  // other nodes; every version the store loads or is given refers to it. `samples` (may be
+  // null; must outlive the store) likewise reads the samples of datasets whose files are
+  // on other nodes.
+  static ptc::Result<std::unique_ptr<Store>> open(const std::string& data_dir, const RemoteSlices* remote = nullptr,
+                                                  const RemoteSamples* samples = nullptr);
+  const RemoteSlices* remote() const { return remote_; }
+  const RemoteSamples* remote_samples() const { return samples_; }
+
+  std::shared_ptr<const Snapshot> snapshot() const;
+  // Version `version` of a step: the current one, or a replaced one still held by a reader;
+  // nullptr when neither.
+  std::shared_ptr<const StepVersion> find_version(const std::string& job, const std::string& step,
+                                                  uint64_t version) const;
+  BlobStore& blobs() { return *blobs_; }
+  const std::string& data_dir() const { return data_dir_; }
+
+  // Reserves (job, step) for a new import: kAlreadyExists when it exists or is being
+  // imported. Release with release_name.
+  ptc::Status reserve_name(const std::string& job, const std::string& step);
+  void release_name(const std::string& job, const std::string& step);
+
+  // Reserves a dataset name for an add, like reserve_name.
+  ptc::Status reserve_dataset(const std::string& job, const std::string& name);
+  void release_dataset(const std::string& job, const std::string& name);
+
+  // Marks (job, step) busy for a repartition; kFailedPrecondition when it already is.
+  ptc::Status begin_change(const std::string& job, const std::string& step);
+  void end_change(const std::string& job, const std::string& step);
+
+  // Commits a new step, or a new version replacing `replaced` (the current one), in one
+  // atomic metadata write, then publishes it. The new version's blobs are settled; a
+  // replaced version stays readable by those who hold it and its blobs are collected
+  // once nobody does. kFailedPrecondition when `replaced` is no longer current.
+  // `datasets` are committed in the same write (a repartition re-splits the job's datasets);
+  // each fails the whole commit like `replaced` when its replaced version is not current.
+  // A null `v` commits the datasets alone.
+  ptc::Status commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced = nullptr,
+                     const std::vector<DatasetChange>& datasets = {});
+  ptc::Status commit_datasets(const std::vector<DatasetChange>& datasets) { return commit(nullptr, nullptr, datasets); }
+
+  // Removes blob files that no live version refers to (current, or replaced but still held
+  // by a reader) and that are not pending. Returns how many were removed.
+  ptc::Result<size_t> collect_garbage();
+
+  // Called after every published change (the filesystem refreshes its tree).
+  void on_change(std::function<void()> fn);
+
+ private:
+  Store(std::string data_dir, std::unique_ptr<KvStore> kv, std::unique_ptr<BlobStore> blobs, const RemoteSlices* remote,
+        const RemoteSamples* samples)
+      : data_dir_(std::move(data_dir)), kv_(std::move(kv)), blobs_(std::move(blobs)), remote_(remote), samples_(samples) {}
+  ptc::Status load();
+
+  std::string data_dir_;
+  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<BlobStore> blobs_;
+  const RemoteSlices* remote_;
+  const RemoteSamples* samples_;
+  mutable std::mutex mu_;  // guards snap_, reserved_, listeners_; commits hold commit_mu_ first
+  std::mutex commit_mu_;
+  std::shared_ptr<const Snapshot> snap_ = std::make_shared<Snapshot>();
+  std::set<std::pair<std::string, std::string>> reserved_;
+  std::set<std::pair<std::string, std::string>> reserved_datasets_;
+  std::set<std::pair<std::string, std::string>> changing_;
+  std::vector<std::weak_ptr<const StepVersion>> retired_;  // replaced versions, maybe still held
+  std::vector<std::weak_ptr<const DatasetVersion>> retired_datasets_;
+  std::vector<std::function<void()>> listeners_;
+};
+
+// What the mount shows of a store: its current steps and datasets.
+fs::Contents mount_contents(const Store& store);
+
+}  // namespace ptcfs

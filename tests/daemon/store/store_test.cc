@@ -1,0 +1,443 @@
+// The local store with real RocksDB and real blob files in a temporary directory: import
+// of a checkpoint directory, reads of every slice, restart, and the all-or-nothing rules.
+#include "daemon/store/store.h"
+
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/reshard/importer.h"
+#include "ptc/safetensors.h"
+#include "tests/daemon/temp_dir.h"
+
+using namespace ptcfs;
+namespace stdfs = std::filesystem;
+
+namespace {
+
+using testing::TempDir;
+
+// tp=2, pp=2 over two layers, with a padded vocabulary, fused parts, a column split, a
+// replicated layer tensor, a last-stage tensor and a scalar on every stage.
+const std::string kPtcJson = R"({
+  "parallelism": {"tp": 2, "pp": 2, "dp": 1},
+  "num_layers": 2,
+  "tensors": {
+    "emb": {"dtype": "BF16", "shape": [10, 4], "tp_dim": 0, "pad_to": 4},
+    "layers.0.qkv": {"dtype": "F32", "shape": [8, 3], "tp_dim": 0, "parts": 2, "layer": 0},
+    "layers.1.dense": {"dtype": "F16", "shape": [3, 4], "tp_dim": 1, "layer": 1},
+    "layers.1.ln": {"dtype": "F32", "shape": [5], "layer": 1},
+    "final.w": {"dtype": "F32", "shape": [2, 2], "stage": "last"},
+    "step": {"dtype": "I64", "shape": [], "stage": "all"}
+  }
+})";
+
+using SliceBytes = std::map<std::pair<std::string, std::string>, std::string>;  // (shard, tensor) -> bytes
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(f.good());
+}
+
+// The bytes of one stored slice: a pattern unique to (shard, tensor) in the elements that
+// pieces cover, zeros in the padding.
+std::string slice_bytes(const ptc::Layout& l, const ptc::ShardId& shard, const ptc::Slice& s, uint32_t salt) {
+  const size_t elem = ptc::dtype_size(l.tensor(s).dtype);
+  std::string out(l.bytes(s), '\0');
+  const ptc::Shape& shape = s.local_shape;
+  uint32_t x = salt * 2654435761u + static_cast<uint32_t>(shard.t * 7919 + shard.p * 104729) +
+               static_cast<uint32_t>(s.tensor) * 31337u;
+  for (const auto& pc : s.pieces) {
+    ptc::for_each_run(pc.local, pc.local, ptc::Box::of_shape(shape), elem, [&](const ptc::Run& r) {
+      for (int64_t i = 0; i < r.len; ++i) {
+        x = x * 1664525u + 1013904223u;
+        out[static_cast<size_t>(r.dst + i)] = static_cast<char>((x >> 24) | 1);  // never zero
+      }
+    });
+  }
+  return out;
+}
+
+// Writes ckpt/ptc.json and one rank file per shard (tensors written in reverse name order,
+// so file order differs from the layout's). Returns every slice's bytes.
+SliceBytes write_checkpoint(const std::string& dir, const std::string& ptc_json, uint32_t salt = 1) {
+  stdfs::create_directories(dir);
+  write_file(dir + "/ptc.json", ptc_json);
+  auto p = ptc::parse_ptc_json(ptc_json, "ptc.json");
+  REQUIRE(p.is_ok());
+  auto l = ptc::Layout::make(*p, p->parallelism);
+  REQUIRE(l.is_ok());
+  SliceBytes bytes;
+  for (const auto& shard : l->shards()) {
+    std::vector<ptc::TensorDecl> decls;
+    std::map<std::string, std::string> data;
+    const auto& slices = l->slices(shard);
+    for (auto it = slices.rbegin(); it != slices.rend(); ++it) {
+      const auto& spec = l->tensor(*it);
+      decls.push_back({spec.name, spec.dtype, it->local_shape});
+      data[spec.name] = slice_bytes(*l, shard, *it, salt);
+      bytes[{shard.name(), spec.name}] = data[spec.name];
+    }
+    auto sl = ptc::layout_safetensors(decls);
+    REQUIRE(sl.is_ok());
+    std::string file = sl->header;
+    for (const auto& e : sl->entries) {
+      REQUIRE(e.begin == file.size() - sl->header.size());
+      file += data[e.name];
+    }
+    REQUIRE(file.size() == sl->file_size());
+    write_file(dir + "/" + shard.name() + ".safetensors", file);
+  }
+  return bytes;
+}
+
+std::set<std::string> blob_files(const std::string& data_dir) {
+  std::set<std::string> out;
+  for (const auto& e : stdfs::directory_iterator(data_dir + "/blobs")) out.insert(e.path().filename().string());
+  return out;
+}
+
+std::unique_ptr<Store> open_store(const std::string& data_dir) {
+  auto s = Store::open(data_dir);
+  INFO(s.status().to_string());
+  REQUIRE(s.is_ok());
+  return std::move(s).value();
+}
+
+std::string read_all(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len) {
+  fs::ReadBuffer buf;
+  const ptc::Status s = v.read_slice(shard, slice, off, len, buf);
+  INFO(s.to_string());
+  REQUIRE(s.is_ok());
+  REQUIRE(buf.size() == len);
+  std::string out(len, '\0');
+  REQUIRE(buf.copy_to(reinterpret_cast<std::byte*>(out.data())).is_ok());
+  return out;
+}
+
+std::shared_ptr<const StepVersion> find_step(const Store& store, const std::string& job, const std::string& step) {
+  auto snap = store.snapshot();
+  auto it = snap->steps.find({job, step});
+  REQUIRE(it != snap->steps.end());
+  return it->second;
+}
+
+// Checks that (job, step) is version 1 of kPtcJson and every slice reads back as `want`,
+// with a checksum of its bytes.
+void check_step(const Store& store, const std::string& job, const std::string& step, const SliceBytes& want) {
+  INFO("step " << job << "/" << step);
+  const auto v = find_step(store, job, step);
+  CHECK(v->job() == job);
+  CHECK(v->step() == step);
+  CHECK(v->version() == 1);
+  const ptc::Layout& l = v->layout();
+  CHECK(l.parallelism() == ptc::Parallelism{2, 2, 1});
+  auto expected_ptc = ptc::parse_ptc_json(kPtcJson, "ptc.json");
+  REQUIRE(expected_ptc.is_ok());
+  CHECK(ptc::ptc_to_json(l.ptc()) == ptc::ptc_to_json(*expected_ptc));
+  REQUIRE(l.shards().size() == 4);
+
+  size_t seen = 0;
+  uint64_t total = 0;
+  for (const auto& shard : l.shards()) {
+    const auto& slices = l.slices(shard);
+    for (size_t j = 0; j < slices.size(); ++j) {
+      const std::string& name = l.tensor(slices[j]).name;
+      INFO("shard " << shard.name() << " tensor " << name);
+      auto w = want.find({shard.name(), name});
+      REQUIRE(w != want.end());
+      const std::string& bytes = w->second;
+      REQUIRE(l.bytes(slices[j]) == bytes.size());
+      CHECK(read_all(*v, shard, j, 0, bytes.size()) == bytes);
+      // A read that starts and ends inside the slice.
+      if (bytes.size() > 5) CHECK(read_all(*v, shard, j, 3, bytes.size() - 5) == bytes.substr(3, bytes.size() - 5));
+      const StoredSlice& ss = v->stored(shard, j);
+      REQUIRE(ss.xxh3.has_value());
+      CHECK(*ss.xxh3 == XXH3_64bits(bytes.data(), bytes.size()));
+      uint64_t sum = 0;
+      for (const auto& e : ss.extents) sum += e.len;
+      CHECK(sum == bytes.size());
+      total += bytes.size();
+      ++seen;
+    }
+  }
+  CHECK(seen == want.size());
+  CHECK(v->total_bytes() == total);
+}
+
+}  // namespace
+
+TEST_CASE("import stores every slice with its checksum and a restart reads the same", "[store]") {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
+  const SliceBytes want = write_checkpoint(ckpt, kPtcJson);
+  // Shards hold: pp0 {emb, layers.0.qkv, step}, pp1 {final.w, layers.1.dense, layers.1.ln, step}.
+  REQUIRE(want.size() == 2 * 3 + 2 * 4);
+  uint64_t want_bytes = 0;
+  for (const auto& [_, b] : want) want_bytes += b.size();
+  // emb 8x4 BF16 = 64, qkv 4x3 F32 = 48, step 8; final 16, dense 3x2 F16 = 12, ln 20, step 8.
+  CHECK(want_bytes == 2 * (64 + 48 + 8) + 2 * (16 + 12 + 20 + 8));
+
+  std::vector<uint64_t> blobs_before_restart;
+  int64_t created = 0;
+  {
+    auto store = open_store(data);
+    CHECK(stdfs::is_directory(data + "/meta"));
+    CHECK(blob_files(data).empty());
+    CHECK(store->snapshot()->steps.empty());
+    int changes = 0;
+    store->on_change([&] { ++changes; });
+
+    uint64_t last_done = 0, last_total = 0;
+    const int64_t t0 = ::time(nullptr);
+    bool monotonic = true;  // checked here: Catch2 assertions are not for worker threads
+    auto r = import_checkpoint(*store, ckpt, "gpt", "100", [&](uint64_t done, uint64_t total) {
+      monotonic = monotonic && done >= last_done;
+      last_done = done;
+      last_total = total;
+    });
+    const int64_t t1 = ::time(nullptr);
+    INFO(r.status().to_string());
+    REQUIRE(r.is_ok());
+    CHECK(r->job == "gpt");
+    CHECK(r->step == "100");
+    CHECK(r->shards == 4);
+    CHECK(r->tensors == 6);
+    CHECK(r->bytes == want_bytes);
+    CHECK(monotonic);
+    CHECK(last_done == want_bytes);
+    CHECK(last_total == want_bytes);
+    CHECK(changes == 1);
+
+    CHECK(store->snapshot()->steps.size() == 1);
+    check_step(*store, "gpt", "100", want);
+    const auto v = find_step(*store, "gpt", "100");
+    created = v->mtime();
+    CHECK(created >= t0);
+    CHECK(created <= t1);
+    // One blob per rank file, and those are the only blob files.
+    blobs_before_restart = v->blobs_used();
+    CHECK(blobs_before_restart.size() == 4);
+    std::set<std::string> names;
+    for (uint64_t id : blobs_before_restart) names.insert(stdfs::path(store->blobs().path(id)).filename().string());
+    CHECK(blob_files(data) == names);
+  }
+
+  // Restart: a new Store on the same directory loads the same step.
+  auto store = open_store(data);
+  CHECK(store->snapshot()->steps.size() == 1);
+  check_step(*store, "gpt", "100", want);
+  const auto v = find_step(*store, "gpt", "100");
+  CHECK(v->mtime() == created);
+  CHECK(v->blobs_used() == blobs_before_restart);
+  CHECK(blob_files(data).size() == 4);
+}
+
+TEST_CASE("a rank file with a wrong slice shape fails naming file and tensor and imports nothing", "[store]") {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
+  write_checkpoint(ckpt, kPtcJson);
+  // tp1-pp0 holds emb as 8x4 (padded); write it as 5x4 instead (the unpadded rows).
+  auto sl = ptc::layout_safetensors({{"emb", ptc::DType::BF16, {5, 4}},
+                                     {"layers.0.qkv", ptc::DType::F32, {4, 3}},
+                                     {"step", ptc::DType::I64, {}}});
+  REQUIRE(sl.is_ok());
+  write_file(ckpt + "/tp1-pp0.safetensors", sl->header + std::string(sl->file_size() - sl->header.size(), 'x'));
+
+  auto store = open_store(data);
+  auto r = import_checkpoint(*store, ckpt, "gpt", "100");
+  REQUIRE_FALSE(r.is_ok());
+  INFO(r.status().to_string());
+  CHECK(r.status().code() == ptc::Code::kInvalidArgument);
+  CHECK_THAT(r.status().message(), Catch::Contains(ckpt + "/tp1-pp0.safetensors"));
+  CHECK_THAT(r.status().message(), Catch::Contains("tensor 'emb' has shape [5, 4]"));
+  CHECK_THAT(r.status().message(), Catch::Contains("[8, 4]"));
+  CHECK(store->snapshot()->steps.empty());
+  CHECK(blob_files(data).empty());
+
+  // The name is free again: a good import under it succeeds.
+  const SliceBytes want = write_checkpoint(ckpt, kPtcJson);
+  auto ok = import_checkpoint(*store, ckpt, "gpt", "100");
+  INFO(ok.status().to_string());
+  REQUIRE(ok.is_ok());
+  check_step(*store, "gpt", "100", want);
+}
+
+TEST_CASE("a rank file with a wrong dtype fails naming file and tensor", "[store]") {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
+  write_checkpoint(ckpt, kPtcJson);
+  auto sl = ptc::layout_safetensors({{"final.w", ptc::DType::F16, {2, 2}},
+                                     {"layers.1.dense", ptc::DType::F16, {3, 2}},
+                                     {"layers.1.ln", ptc::DType::F32, {5}},
+                                     {"step", ptc::DType::I64, {}}});
+  REQUIRE(sl.is_ok());
+  write_file(ckpt + "/tp0-pp1.safetensors", sl->header + std::string(sl->file_size() - sl->header.size(), 'x'));
+
+  auto store = open_store(data);
+  auto r = import_checkpoint(*store, ckpt, "gpt", "7");
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().code() == ptc::Code::kInvalidArgument);
+  CHECK_THAT(r.status().message(), Catch::Contains(ckpt + "/tp0-pp1.safetensors"));
+  CHECK_THAT(r.status().message(), Catch::Contains("tensor 'final.w' has dtype F16 but ptc.json says F32"));
+  CHECK(store->snapshot()->steps.empty());
+  CHECK(blob_files(data).empty());
+}
+
+TEST_CASE("a missing rank file fails naming it and imports nothing", "[store]") {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
+  write_checkpoint(ckpt, kPtcJson);
+  REQUIRE(stdfs::remove(ckpt + "/tp1-pp1.safetensors"));
+
+  auto store = open_store(data);
+  auto r = import_checkpoint(*store, ckpt, "gpt", "100");
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(r.status().message() ==
+        ckpt + "/tp1-pp1.safetensors: missing rank file for shard tp1-pp1 of tp=2,pp=2,dp=1");
+  CHECK(store->snapshot()->steps.empty());
+  CHECK(blob_files(data).empty());
+}
+
+TEST_CASE("an extra rank file fails naming it and imports nothing", "[store]") {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
+  write_checkpoint(ckpt, kPtcJson);
+  stdfs::copy_file(ckpt + "/tp1-pp1.safetensors", ckpt + "/tp2-pp1.safetensors");
+
+  auto store = open_store(data);
+  auto r = import_checkpoint(*store, ckpt, "gpt", "100");
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(r.status().message() == ckpt + "/tp2-pp1.safetensors: extra rank file: tp=2,pp=2,dp=1 has no shard tp2-pp1");
+  CHECK(store->snapshot()->steps.empty());
+  CHECK(blob_files(data).empty());
+}
+
+TEST_CASE("a rank file with truncated data fails as corrupt naming it and imports nothing", "[store]") {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
+  write_checkpoint(ckpt, kPtcJson);
+  const std::string path = ckpt + "/tp0-pp0.safetensors";
+  stdfs::resize_file(path, stdfs::file_size(path) - 1);
+
+  auto store = open_store(data);
+  auto r = import_checkpoint(*store, ckpt, "gpt", "100");
+  REQUIRE_FALSE(r.is_ok());
+  INFO(r.status().to_string());
+  CHECK(r.status().code() == ptc::Code::kCorrupt);
+  CHECK_THAT(r.status().message(), Catch::Contains(path));
+  CHECK(store->snapshot()->steps.empty());
+  CHECK(blob_files(data).empty());
+}
+
+TEST_CASE("a bad ptc.json or job name fails before anything is read", "[store]") {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
+  write_checkpoint(ckpt, kPtcJson);
+  auto store = open_store(data);
+
+  auto bad_job = import_checkpoint(*store, ckpt, "../evil", "100");
+  REQUIRE_FALSE(bad_job.is_ok());
+  CHECK(bad_job.status().code() == ptc::Code::kInvalidArgument);
+  CHECK_THAT(bad_job.status().message(), Catch::Contains("job name '../evil'"));
+
+  write_file(ckpt + "/ptc.json", R"({"parallelism": {"tp": 3, "pp": 2, "dp": 1}, "num_layers": 2,
+      "tensors": {"w": {"dtype": "F32", "shape": [4], "tp_dim": 0}}})");
+  auto r = import_checkpoint(*store, ckpt, "gpt", "100");
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().code() == ptc::Code::kInvalidArgument);
+  CHECK_THAT(r.status().message(), Catch::Contains(ckpt + "/ptc.json"));
+  CHECK_THAT(r.status().message(), Catch::Contains("tensor 'w'"));
+  CHECK(store->snapshot()->steps.empty());
+  CHECK(blob_files(data).empty());
+}
+
+TEST_CASE("importing the same job and step twice fails with already_exists and keeps the first", "[store]") {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt", other = tmp.path() + "/other";
+  const SliceBytes want = write_checkpoint(ckpt, kPtcJson);
+  write_checkpoint(other, kPtcJson, /*salt=*/2);
+  auto store = open_store(data);
+  REQUIRE(import_checkpoint(*store, ckpt, "gpt", "100").is_ok());
+  const auto blobs = blob_files(data);
+  REQUIRE(blobs.size() == 4);
+
+  auto again = import_checkpoint(*store, other, "gpt", "100");
+  REQUIRE_FALSE(again.is_ok());
+  CHECK(again.status().code() == ptc::Code::kAlreadyExists);
+  CHECK_THAT(again.status().message(), Catch::Contains("gpt/100"));
+  CHECK(blob_files(data) == blobs);
+  CHECK(store->snapshot()->steps.size() == 1);
+  check_step(*store, "gpt", "100", want);
+}
+
+TEST_CASE("Store::open removes blob files no step refers to", "[store]") {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
+  const SliceBytes want = write_checkpoint(ckpt, kPtcJson);
+  std::set<std::string> kept;
+  {
+    auto store = open_store(data);
+    REQUIRE(import_checkpoint(*store, ckpt, "gpt", "100").is_ok());
+    kept = blob_files(data);
+    REQUIRE(kept.size() == 4);
+  }
+  // As left by an import that crashed before its commit.
+  write_file(data + "/blobs/00000000deadbeef", "half a blob");
+  write_file(data + "/blobs/ffffffffffffffff", "");
+  REQUIRE(blob_files(data).size() == 6);
+
+  auto store = open_store(data);
+  CHECK(blob_files(data) == kept);
+  check_step(*store, "gpt", "100", want);
+}
+
+TEST_CASE("Store::open on an empty data directory removes every blob file", "[store]") {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  stdfs::create_directories(data + "/blobs");
+  write_file(data + "/blobs/0123456789abcdef", "orphan");
+  auto store = open_store(data);
+  CHECK(blob_files(data).empty());
+  CHECK(store->snapshot()->steps.empty());
+}
+
+TEST_CASE("one checkpoint imported under two names reads back under both", "[store]") {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
+  const SliceBytes want = write_checkpoint(ckpt, kPtcJson);
+  {
+    auto store = open_store(data);
+    auto a = import_checkpoint(*store, ckpt, "gpt", "100");
+    auto b = import_checkpoint(*store, ckpt, "bert", "100");
+    auto c = import_checkpoint(*store, ckpt, "gpt", "200");
+    REQUIRE(a.is_ok());
+    REQUIRE(b.is_ok());
+    REQUIRE(c.is_ok());
+    CHECK(store->snapshot()->steps.size() == 3);
+    check_step(*store, "gpt", "100", want);
+    check_step(*store, "bert", "100", want);
+    check_step(*store, "gpt", "200", want);
+    // Each import wrote its own blobs.
+    CHECK(blob_files(data).size() == 12);
+  }
+  auto store = open_store(data);
+  CHECK(store->snapshot()->steps.size() == 3);
+  check_step(*store, "gpt", "100", want);
+  check_step(*store, "bert", "100", want);
+  check_step(*store, "gpt", "200", want);
+  CHECK(blob_files(data).size() == 12);
+}
