@@ -1,0 +1,17 @@
+"""ptcfs: what a training process uses of ptcfs (the mount's files and the daemon's control
+protocol). numpy is required; torch is optional and imported only where a function takes or
+gives torch tensors. See docs/PYTHON.md."""
+
+from .errors import Error
+from . import dtypes, safetensors, ptc, megatron, checkpoint, control, elastic
+from .checkpoint import load_full, load_ptc, load_shard, save_ptc, save_shard, shard_file, step_dir
+from .control import Client, connect
+from .elastic import ensure_layout
+from .megatron import infer_megatron
+from .ptc import gather, shard_tensors, split
+
+__version__ = "0.2.0"
+
+__all__ = ["Error", "Client", "connect", "ensure_layout", "infer_megatron", "split", "gather", "shard_tensors",
+           "save_shard", "save_ptc", "load_shard", "load_full", "load_ptc", "shard_file", "step_dir",
+           "dtypes", "safetensors", "ptc", "megatron", "checkpoint", "control", "elastic", "__version__"]

@@ -1,0 +1,115 @@
+"""Saving and loading a rank's tensors as a ptcfs checkpoint directory.
+
+The same functions work on a plain directory (then `ptcfs import` it) and on the mount's
+step folder ``MNT/<job>/<step>/``. Saving into the mount follows its write contract: each
+file is written at its final name (the mount has no rename), front to back, by one writer;
+only DP rank 0 of each (t, p) writes a shard, and the step commits when every shard of the
+layout is complete and closed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+
+from . import ptc as _ptc
+from . import safetensors as _st
+from .errors import Error, invalid
+
+
+def shard_file(t: int, p: int) -> str:
+    return f"tp{t}-pp{p}.safetensors"
+
+
+def step_dir(root: str, job: str, step: Any, create: bool = False) -> str:
+    """ROOT/<job>/<step>. With create, makes the folders; an existing one is fine (several
+    ranks create it at once; in the mount mkdir of an existing job or step is EEXIST)."""
+    _ptc.check_id("job", job)
+    _ptc.check_id("step", str(step))
+    path = os.path.join(root, job, str(step))
+    if create:
+        for d in (os.path.join(root, job), path):
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                pass
+    return path
+
+
+def save_ptc(dir: str, ptc: Mapping) -> str:
+    """Writes DIR/ptc.json (the normalized form the mount shows); returns its path."""
+    _ptc.check_layout(ptc)
+    path = os.path.join(dir, "ptc.json")
+    with open(path, "w") as f:
+        f.write(_ptc.dumps(ptc))
+    return path
+
+
+def save_shard(dir: str, ptc: Mapping, t: int, p: int, tensors: Mapping[str, Any]) -> str:
+    """Writes DIR/tp{t}-pp{p}.safetensors from {global name: local slice} (numpy arrays or
+    torch tensors; BF16 as torch.bfloat16 or uint16 bits). The tensors must be exactly those
+    the PTC places on shard (t, p), each with its slice shape and the PTC's dtype: anything
+    else is an error naming the tensor, raised before a byte is written. Returns the path."""
+    want = _ptc.shard_tensors(ptc, t, p)
+    path = os.path.join(dir, shard_file(t, p))
+    missing = sorted(set(want) - set(tensors))
+    extra = sorted(set(tensors) - set(want))
+    if missing or extra:
+        raise invalid(f"{path}: shard tp{t}-pp{p} of {_ptc.parallelism(ptc)} "
+                      + (f"lacks {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}" if missing else "")
+                      + ("; " if missing and extra else "")
+                      + (f"has tensors the PTC does not place there: {', '.join(extra[:5])}" if extra else ""))
+    for name, (dtype, shape) in want.items():
+        got = list(np.shape(tensors[name]))
+        if got != list(shape):
+            raise invalid(f"{path}: tensor '{name}': slice shape {got}, the PTC gives {list(shape)}")
+    _st.save(path, tensors, {name: dtype for name, (dtype, _) in want.items()})
+    return path
+
+
+def load_ptc(dir: str) -> dict:
+    """DIR/ptc.json, validated."""
+    return _ptc.load(os.path.join(dir, "ptc.json"))
+
+
+def load_shard(dir: str, t: int, p: int, ptc: Optional[Mapping] = None) -> Dict[str, np.ndarray]:
+    """{name: array} of DIR/tp{t}-pp{p}.safetensors: views of a read-only mapping (zero-copy;
+    BF16 as uint16 bits). With `ptc`, checks that the file holds exactly that shard."""
+    path = os.path.join(dir, shard_file(t, p))
+    try:
+        f = _st.SafetensorsFile(path)
+    except FileNotFoundError:
+        raise Error("not_found", f"{path}: no such shard") from None
+    if ptc is not None:
+        want = _ptc.shard_tensors(ptc, t, p)
+        if set(want) != set(f.entries):
+            raise invalid(f"{path}: holds {len(f.entries)} tensors, the PTC places {len(want)} on it "
+                          f"(e.g. {sorted(set(want) ^ set(f.entries))[:3]})")
+        for name, (dtype, shape) in want.items():
+            if (f.dtype(name), list(f.shape(name))) != (dtype, list(shape)):
+                raise invalid(f"{path}: tensor '{name}' is {f.dtype(name)} {list(f.shape(name))}, "
+                              f"the PTC gives {dtype} {list(shape)}")
+    return f.tensors()
+
+
+def load_full(dir: str, name: str, ptc: Optional[Mapping] = None) -> np.ndarray:
+    """The whole logical tensor `name` (no padding). In the mount that is the view
+    DIR/full/<name>.npy (mapped, zero-copy); in a plain directory, where there is no such
+    view, it is gathered from the shards ptc.json (or `ptc`) lays out."""
+    view = os.path.join(dir, "full", name + ".npy")
+    if os.path.exists(view):
+        try:
+            return np.load(view, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError):
+            return np.load(view, allow_pickle=False)
+    ptc = ptc if ptc is not None else load_ptc(dir)
+    if name not in ptc["tensors"]:
+        raise Error("not_found", f"{dir}: no tensor '{name}' in ptc.json")
+    spec = ptc["tensors"][name]
+    tp, pp, _ = _ptc.parallelism(ptc)
+    p = _ptc.stages_of(spec, ptc.get("num_layers", 0), pp)[0]
+    ranks = tp if "tp_dim" in spec else 1
+    slices = [_st.SafetensorsFile(os.path.join(dir, shard_file(t, p)))[name] for t in range(ranks)]
+    return _ptc.gather(slices, spec, ranks if "tp_dim" in spec else 1)

@@ -1,0 +1,99 @@
+"""ensure_layout: make a saved step show the parallel config a (re)started job runs with.
+
+Every rank of a job calls it at start. It is idempotent and safe to call from all of them
+at once: the daemon runs at most one repartition of a step at a time (a second is refused
+with failed_precondition, "already being repartitioned"; one prepared against a version
+that changed meanwhile is refused at commit), and a repartition to the layout a step
+already has changes nothing. So each caller asks once, and a refused caller waits for the
+mount to show the target, asking again now and then (in case the running repartition
+failed, or went to another target).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Optional
+
+from . import ptc as _ptc
+from .control import Client
+from .errors import Error
+
+# Refusals that mean "another repartition of this step is under way or just won": wait.
+_TRANSIENT = ("already being repartitioned", "changed while")
+
+
+def _mount_parallelism(mount: str, job: str, step: str) -> Optional[dict]:
+    """The parallelism MNT/job/step/ptc.json shows, or None when it cannot be read yet."""
+    try:
+        with open(os.path.join(mount, job, step, "ptc.json"), "rb") as f:
+            return json.loads(f.read())["parallelism"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def default_mount(client: Client) -> str:
+    """$PTCFS_MOUNT, else the mount the daemon reports."""
+    return os.environ.get("PTCFS_MOUNT") or client.status()["mount"]
+
+
+def ensure_layout(job: str, step: Any, tp: int, pp: int, dp: int, mount: Optional[str] = None,
+                  daemon: Optional[str] = None, secret_file: Optional[str] = None,
+                  timeout: float = 600.0, poll: float = 0.05, retry: float = 2.0) -> dict:
+    """Returns once MNT/<job>/<step>/ptc.json shows tp, pp, dp, repartitioning the step if it
+    does not. `mount` defaults to $PTCFS_MOUNT, then the daemon's own mount; `daemon` and
+    `secret_file` as for Client.
+
+    Returns {"repartitioned": True when this call committed the new layout, "result": the
+    daemon's repartition result or None, "ptc": the step's PTC as the mount shows it}.
+    Raises Error: the daemon's own error for a real refusal (no such step, a config the PTC
+    cannot split into, ...), deadline_exceeded when the mount does not show the layout
+    within `timeout` seconds."""
+    step = str(step)
+    _ptc.check_id("job", job)
+    _ptc.check_id("step", step)
+    target = {"tp": int(tp), "pp": int(pp), "dp": int(dp)}
+    to = f"tp={tp},pp={pp},dp={dp}"
+    deadline = time.monotonic() + timeout
+
+    def shown(mnt):
+        return _mount_parallelism(mnt, job, step) == target
+
+    def result(mnt, repartitioned, res):
+        return {"repartitioned": repartitioned, "result": res,
+                "ptc": _ptc.load(os.path.join(mnt, job, step, "ptc.json"))}
+
+    if mount is not None and shown(mount):
+        return result(mount, False, None)
+    with Client(daemon, secret_file, timeout=None) as c:
+        mount = mount or default_mount(c)
+        if shown(mount):
+            return result(mount, False, None)
+        last_error: Optional[Error] = None
+        next_ask = time.monotonic()
+        wait = poll
+        while True:
+            if time.monotonic() >= next_ask:
+                try:
+                    res = c.repartition(job, step, to)
+                    # Done (by this call, or unchanged because another caller got there).
+                    while not shown(mount):
+                        if time.monotonic() > deadline:
+                            raise Error("deadline_exceeded", f"{job}/{step} was repartitioned to {to} but "
+                                        f"{mount}/{job}/{step}/ptc.json does not show it")
+                        time.sleep(poll)
+                    return result(mount, not res.get("unchanged", False), res)
+                except Error as e:
+                    if e.code != "failed_precondition" or not any(s in e.message for s in _TRANSIENT):
+                        raise
+                    last_error = e
+                    next_ask = time.monotonic() + retry
+            if shown(mount):
+                return result(mount, False, None)
+            if time.monotonic() > deadline:
+                raise Error("deadline_exceeded",
+                            f"{mount}/{job}/{step} does not show {to} after {timeout:g} s"
+                            + (f" (last refusal: {last_error.message})" if last_error else ""))
+            time.sleep(wait)
+            wait = min(wait * 2, 0.5)
