@@ -46,7 +46,8 @@ def ensure_layout(job: str, step: Any, tp: int, pp: int, dp: int, mount: Optiona
     `secret_file` as for Client.
 
     Returns {"repartitioned": True when this call committed the new layout, "result": the
-    daemon's repartition result or None, "ptc": the step's PTC as the mount shows it}.
+    daemon's repartition result or None, "refused": how many times the daemon said another
+    repartition was under way, "ptc": the step's PTC as the mount shows it}.
     Raises Error: the daemon's own error for a real refusal (no such step, a config the PTC
     cannot split into, ...), deadline_exceeded when the mount does not show the layout
     within `timeout` seconds."""
@@ -60,8 +61,10 @@ def ensure_layout(job: str, step: Any, tp: int, pp: int, dp: int, mount: Optiona
     def shown(mnt):
         return _mount_parallelism(mnt, job, step) == target
 
+    refused = 0
+
     def result(mnt, repartitioned, res):
-        return {"repartitioned": repartitioned, "result": res,
+        return {"repartitioned": repartitioned, "result": res, "refused": refused,
                 "ptc": _ptc.load(os.path.join(mnt, job, step, "ptc.json"))}
 
     if mount is not None and shown(mount):
@@ -88,6 +91,7 @@ def ensure_layout(job: str, step: Any, tp: int, pp: int, dp: int, mount: Optiona
                     if e.code != "failed_precondition" or not any(s in e.message for s in _TRANSIENT):
                         raise
                     last_error = e
+                    refused += 1
                     next_ask = time.monotonic() + retry
             if shown(mount):
                 return result(mount, False, None)

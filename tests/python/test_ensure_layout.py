@@ -1,0 +1,84 @@
+"""ensure_layout against a real daemon: idempotent, and from four processes at once exactly
+one repartition happens."""
+
+import json
+import multiprocessing as mp
+import os
+import time
+
+import pytest
+
+import ptcfs
+import ptcgen
+
+
+def import_step(daemon, tmp_path, target_mb=None, tp=2, pp=2):
+    ck = str(tmp_path / "ck")
+    ptc = ptcgen.make_ptc("gpt", tp, pp, 1, layers=4, hidden=ptcgen.hidden_for_target(
+        "gpt", tp, pp, 1, 4, 1000, int(target_mb * 1e6)) if target_mb else 64, vocab=1000)
+    ptcgen.write_checkpoint(ck, ptc, ptcgen.full_tensors(ptc, 0))
+    with daemon.client() as c:
+        c.import_dir(ck, "j", "10")
+    return ptc
+
+
+def _rank(addr, mount, barrier, out):
+    barrier.wait()
+    t0 = time.monotonic()
+    try:
+        r = ptcfs.ensure_layout("j", 10, 1, 2, 2, mount=mount, daemon=addr, timeout=60)
+        out.put({"repartitioned": r["repartitioned"], "refused": r["refused"],
+                 "par": r["ptc"]["parallelism"], "s": time.monotonic() - t0})
+    except Exception as e:  # reported to the test, which fails on it
+        out.put({"error": repr(e)})
+
+
+def test_four_ranks_at_once_repartition_exactly_once(daemon, tmp_path):
+    import_step(daemon, tmp_path, target_mb=60)  # large enough that the callers overlap
+    with daemon.client() as c:
+        assert c.ls("j/10")["version"] == 1
+    ctx = mp.get_context("fork")
+    barrier, out = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(daemon.addr, daemon.mnt if i % 2 else None, barrier, out))
+             for i in range(4)]  # half find the mount through the daemon's status
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    print("ensure_layout from 4 processes:", results)
+    assert all("error" not in r for r in results), results
+    assert all(r["par"] == {"tp": 1, "pp": 2, "dp": 2} for r in results)
+    assert sum(r["repartitioned"] for r in results) == 1, results
+    with daemon.client() as c:
+        assert c.ls("j/10")["version"] == 2  # exactly one new version
+    with open(os.path.join(daemon.mnt, "j", "10", "ptc.json")) as f:
+        assert json.load(f)["parallelism"] == {"tp": 1, "pp": 2, "dp": 2}
+
+
+def test_idempotent_and_clear_errors(daemon, tmp_path):
+    import_step(daemon, tmp_path)
+    first = ptcfs.ensure_layout("j", "10", 4, 1, 1, daemon=daemon.addr)
+    assert first["repartitioned"] is True and first["result"]["to"] == {"tp": 4, "pp": 1, "dp": 1}
+    again = ptcfs.ensure_layout("j", "10", 4, 1, 1, mount=daemon.mnt, daemon=daemon.addr)
+    assert again["repartitioned"] is False and again["result"] is None
+    with daemon.client() as c:
+        assert c.ls("j/10")["version"] == 2
+    with pytest.raises(ptcfs.Error) as e:
+        ptcfs.ensure_layout("j", "11", 1, 1, 1, daemon=daemon.addr)
+    assert e.value.code == "not_found" and "'11'" in e.value.message
+    with pytest.raises(ptcfs.Error) as e:
+        ptcfs.ensure_layout("j", "10", 1, 8, 1, daemon=daemon.addr)
+    assert e.value.code == "invalid_argument" and "more pipeline stages (8) than layers (4)" in e.value.message
+
+
+def test_a_mount_that_never_shows_the_layout_times_out(daemon, tmp_path):
+    import_step(daemon, tmp_path)
+    fake = tmp_path / "fake" / "j" / "10"
+    fake.mkdir(parents=True)
+    (fake / "ptc.json").write_text(json.dumps({"parallelism": {"tp": 2, "pp": 2, "dp": 1}}))
+    t0 = time.monotonic()
+    with pytest.raises(ptcfs.Error) as e:
+        ptcfs.ensure_layout("j", "10", 1, 1, 1, mount=str(tmp_path / "fake"), daemon=daemon.addr, timeout=1)
+    assert e.value.code == "deadline_exceeded" and "does not show it" in e.value.message
+    assert 1 <= time.monotonic() - t0 < 10
