@@ -1,0 +1,47 @@
+"""A DP rank's samples, from its view in the mount.
+
+MNT/<job>/data/<name>/dp{d}.jsonl holds, in order, the samples rank d reads from the
+dataset's `consumed` position to the end of the epoch: of every global batch, the d-th
+chunk of global_batch / dp samples (docs/FORMATS.md "Datasets"). So iteration i of a run
+that starts at iteration `start` takes lines [(i - start) * B/dp, (i - start + 1) * B/dp)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import List
+
+import torch
+
+
+def read_state(mount: str, job: str, name: str) -> dict:
+    with open(os.path.join(mount, job, "data", name, "state.json")) as f:
+        return json.load(f)
+
+
+def load_rank_samples(mount: str, job: str, name: str, dp: int, d: int, global_batch: int,
+                      start_iter: int, iters: int, seq: int) -> List[torch.Tensor]:
+    """The rank's token tensors, one [B/dp, seq + 1] per iteration start_iter.. start_iter +
+    iters - 1. Everything is read up front: recording progress later re-cuts the view."""
+    st = read_state(mount, job, name)
+    where = f"{mount}/{job}/data/{name}"
+    if st["dp"] != dp:
+        raise RuntimeError(f"{where} is split for dp={st['dp']}, this run has dp={dp} (repartition first)")
+    if st["global_batch"] != global_batch:
+        raise RuntimeError(f"{where} has global batch {st['global_batch']}, the model {global_batch}")
+    if st["epoch"] != 0 or st["consumed"] != start_iter * global_batch:
+        raise RuntimeError(f"{where} starts at sample {st['consumed']} of epoch {st['epoch']}, but this run "
+                           f"starts at iteration {start_iter} (sample {start_iter * global_batch} of epoch 0)")
+    if (start_iter + iters) * global_batch > st["samples_per_epoch"]:
+        raise RuntimeError(f"{where}: {st['samples_per_epoch']} samples per epoch are too few for "
+                           f"{start_iter + iters} iterations of {global_batch}")
+    chunk = global_batch // dp
+    out = []
+    with open(os.path.join(mount, job, "data", name, f"dp{d}.jsonl")) as f:
+        for _ in range(iters):
+            rows = [json.loads(f.readline())["tokens"] for _ in range(chunk)]
+            for r in rows:
+                if len(r) != seq + 1:
+                    raise RuntimeError(f"{where}/dp{d}.jsonl: a sample of {len(r)} tokens, want {seq + 1}")
+            out.append(torch.tensor(rows, dtype=torch.long))
+    return out
