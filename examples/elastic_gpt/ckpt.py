@@ -46,8 +46,11 @@ def save(stage: Stage, opt: Adam, root: str, mount: str, job: str, step: int, cl
     if g.d == 0:  # DP replicas are identical: one writer per shard, front to back
         ptcfs.save_shard(sd, stage.ptc, g.t, g.p, shard_state(stage, opt))
     dist.barrier()
-    if g.rank == 0 and not into_mount:
-        client.import_dir(sd, job, step)  # a plain directory: hand it to the daemon
+    if g.rank == 0:
+        if into_mount:
+            ptcfs.wait_committed(job, step, client=client)  # commits once every shard is closed
+        else:
+            client.import_dir(sd, job, step)  # a plain directory: hand it to the daemon
 
 
 def resume(stage: Stage, opt: Adam, mount: str, job: str, step: int, daemon: Optional[str],

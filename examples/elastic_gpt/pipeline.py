@@ -25,7 +25,7 @@ def train_iteration(stage: Stage, tokens: torch.Tensor) -> Optional[float]:
     act_shape = (cfg.micro_batch, cfg.seq, cfg.hidden)
     inputs: List[torch.Tensor] = []
     outputs: List[torch.Tensor] = []
-    loss_sum = torch.zeros((), dtype=torch.float64)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=stage.device)  # NCCL reduces device tensors
     for mb in tokens.split(cfg.micro_batch):
         mb = mb.to(stage.device)
         if g.first_stage:

@@ -9,7 +9,7 @@ samples from a ptcfs mount and saving into / resuming from ptcfs, at any (tp, pp
 
 Prints one JSON line per iteration on stdout: {"iter": i, "loss": x, "tp", "pp", "dp"},
 where iteration i's loss is computed with the weights after i updates. One process per rank
-(tp*pp*dp of them) is spawned here; gloo on CPU, NCCL on GPUs when torch sees them.
+(tp*pp*dp of them) is spawned here; gloo on CPU, NCCL when there is a GPU for every rank.
 See README.md.
 """
 
@@ -42,8 +42,9 @@ from pipeline import train_iteration  # noqa: E402
 
 def worker(rank: int, a: argparse.Namespace, port: int) -> None:
     torch.set_num_threads(1)  # many ranks on few cores: no oversubscription
-    cuda = torch.cuda.is_available() and not a.cpu
-    device = torch.device(f"cuda:{rank % torch.cuda.device_count()}") if cuda else torch.device("cpu")
+    # One GPU per rank (NCCL refuses two ranks on one GPU); too few GPUs: gloo on CPU.
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= a.tp * a.pp * a.dp and not a.cpu
+    device = torch.device(f"cuda:{rank}") if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # all ranks on this host

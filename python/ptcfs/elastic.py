@@ -101,3 +101,33 @@ def ensure_layout(job: str, step: Any, tp: int, pp: int, dp: int, mount: Optiona
                             + (f" (last refusal: {last_error.message})" if last_error else ""))
             time.sleep(wait)
             wait = min(wait * 2, 0.5)
+
+
+def wait_committed(job: str, step: Any, client: Optional[Client] = None, daemon: Optional[str] = None,
+                   secret_file: Optional[str] = None, timeout: float = 600.0, poll: float = 0.05) -> dict:
+    """Waits until JOB/STEP is a committed step (after saving into the mount: the daemon
+    commits once every shard is complete and closed, which may land just after the last
+    close returns). A step still `pending`, or not listed yet, is waited for. Returns the
+    step's `ls` entry; Error(deadline_exceeded) after `timeout` seconds."""
+    path = f"{job}/{step}"
+    deadline = time.monotonic() + timeout
+    own = client is None
+    c = client or Client(daemon, secret_file)
+    try:
+        while True:
+            try:
+                info = c.ls(path)
+                if info.get("state", "committed") == "committed":
+                    return info
+                what = f"pending ({info.get('bytes_written', '?')} of {info.get('bytes_total', '?')} bytes)"
+            except Error as e:
+                if e.code != "not_found":
+                    raise
+                what = "not listed"
+            if time.monotonic() > deadline:
+                raise Error("deadline_exceeded", f"{path} is still {what} after {timeout:g} s")
+            time.sleep(poll)
+            poll = min(poll * 2, 0.5)
+    finally:
+        if own:
+            c.close()

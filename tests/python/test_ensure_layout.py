@@ -82,3 +82,32 @@ def test_a_mount_that_never_shows_the_layout_times_out(daemon, tmp_path):
         ptcfs.ensure_layout("j", "10", 1, 1, 1, mount=str(tmp_path / "fake"), daemon=daemon.addr, timeout=1)
     assert e.value.code == "deadline_exceeded" and "does not show it" in e.value.message
     assert 1 <= time.monotonic() - t0 < 10
+
+
+class FakeLs:
+    """A client whose `ls` answers from a script (the v1 daemon has no pending steps)."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+
+    def ls(self, path):
+        a = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+
+def test_wait_committed(daemon, tmp_path):
+    import_step(daemon, tmp_path)
+    assert ptcfs.wait_committed("j", 10, daemon=daemon.addr)["version"] == 1
+    with pytest.raises(ptcfs.Error) as e:
+        ptcfs.wait_committed("j", 99, daemon=daemon.addr, timeout=0.3)
+    assert e.value.code == "deadline_exceeded" and "j/99 is still not listed" in e.value.message
+    fake = FakeLs([ptcfs.Error("not_found", "x"), {"state": "pending"}, {"state": "committed", "version": 1}])
+    assert ptcfs.wait_committed("j", 5, client=fake, poll=0.001)["version"] == 1
+    fake = FakeLs([{"state": "pending", "bytes_written": 3, "bytes_total": 9}])
+    with pytest.raises(ptcfs.Error, match=r"j/5 is still pending \(3 of 9 bytes\)"):
+        ptcfs.wait_committed("j", 5, client=fake, timeout=0.2, poll=0.001)
+    with pytest.raises(ptcfs.Error) as e:
+        ptcfs.wait_committed("j", 5, client=FakeLs([ptcfs.Error("permission_denied", "no")]))
+    assert e.value.code == "permission_denied"
