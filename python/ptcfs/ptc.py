@@ -79,9 +79,12 @@ def check_tensor_name(name: str, where: str = "ptc.json") -> None:
 
 
 def check_id(what: str, ident: str) -> None:
-    """Job, step and dataset names: [A-Za-z0-9_.-]+, not starting with '.', at most 128 bytes."""
+    """Job, step and dataset names: [A-Za-z0-9_.-]+, not starting with '.', at most 128 bytes;
+    no step called 'data'."""
     if not isinstance(ident, str) or not _ID.fullmatch(ident) or ident.startswith(".") or len(ident) > 128:
         raise invalid(f"{what} name {ident!r} must be [A-Za-z0-9_.-]+, not start with '.', at most 128 bytes")
+    if what == "step" and ident == "data":
+        raise invalid("a step may not be called 'data': that folder of a job holds its datasets")
 
 
 def _check_spec(name: str, spec: Any, num_layers: int, where: str) -> None:

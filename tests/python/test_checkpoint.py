@@ -95,3 +95,5 @@ def test_step_dir_creates_once_and_checks_names(tmp_path):
     assert ptcfs.step_dir(str(tmp_path), "job", "12", create=True) == d  # again: fine
     with pytest.raises(ptcfs.Error, match="step name '..'"):
         ptcfs.step_dir(str(tmp_path), "job", "..")
+    with pytest.raises(ptcfs.Error, match="may not be called 'data'"):
+        ptcfs.step_dir(str(tmp_path), "job", "data")
