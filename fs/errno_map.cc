@@ -18,6 +18,7 @@ int to_errno(const ptc::Status& s) {
     case Code::kFailedPrecondition: return EBUSY;
     case Code::kOutOfRange: return EINVAL;
     case Code::kResourceExhausted: return ENOSPC;
+    case Code::kDeadlineExceeded: return EIO;  // a peer that stopped answering
     case Code::kInternal: return EIO;
   }
   return EIO;

@@ -86,4 +86,60 @@ Result<std::string> get_string(const nlohmann::json& v, const std::string& where
   return v.get<std::string>();
 }
 
+namespace {
+const nlohmann::json* member(const nlohmann::json& obj, const char* key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+Status absent(const char* key, const std::string& where) { return invalid(where + " lacks '" + key + "'"); }
+Status wrong(const char* key, const std::string& where, const char* what) {
+  return invalid(where + " field '" + key + "' must be " + what);
+}
+}  // namespace
+
+Result<std::string> member_string(const nlohmann::json& obj, const char* key, const std::string& where) {
+  const auto* v = member(obj, key);
+  if (!v) return absent(key, where);
+  if (!v->is_string()) return wrong(key, where, "a string");
+  return v->get<std::string>();
+}
+
+Result<uint64_t> member_u64(const nlohmann::json& obj, const char* key, const std::string& where) {
+  const auto* v = member(obj, key);
+  if (!v) return absent(key, where);
+  if (!v->is_number_unsigned()) return wrong(key, where, "a non-negative integer");
+  return v->get<uint64_t>();
+}
+
+Result<std::vector<std::string>> member_strings(const nlohmann::json& obj, const char* key, const std::string& where) {
+  const auto* v = member(obj, key);
+  if (!v) return absent(key, where);
+  if (!v->is_array()) return wrong(key, where, "a list of strings");
+  std::vector<std::string> out;
+  for (const auto& e : *v) {
+    if (!e.is_string()) return wrong(key, where, "a list of strings");
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+Result<std::string> member_string_or(const nlohmann::json& obj, const char* key, std::string fallback,
+                                     const std::string& where) {
+  if (!member(obj, key)) return fallback;
+  return member_string(obj, key, where);
+}
+
+Result<uint64_t> member_u64_or(const nlohmann::json& obj, const char* key, uint64_t fallback, const std::string& where) {
+  if (!member(obj, key)) return fallback;
+  return member_u64(obj, key, where);
+}
+
+Result<bool> member_bool_or(const nlohmann::json& obj, const char* key, bool fallback, const std::string& where) {
+  const auto* v = member(obj, key);
+  if (!v) return fallback;
+  if (!v->is_boolean()) return wrong(key, where, "true or false");
+  return v->get<bool>();
+}
+
 }  // namespace ptc

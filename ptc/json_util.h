@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,5 +29,20 @@ Status check_members(const nlohmann::json& obj, std::initializer_list<std::strin
 Result<int64_t> get_int(const nlohmann::json& v, const std::string& where, int64_t lo = INT64_MIN,
                         int64_t hi = INT64_MAX);
 Result<std::string> get_string(const nlohmann::json& v, const std::string& where);
+
+// Members of a request or a reply (`where`: "request", "reply of node n1"), read without
+// exceptions: kInvalidArgument "<where> lacks 'key'" when absent, "<where> field 'key' must
+// be ..." when of another type. The *_or forms give `fallback` when the member is absent
+// (and still refuse a member of the wrong type).
+Result<std::string> member_string(const nlohmann::json& obj, const char* key, const std::string& where = "request");
+Result<uint64_t> member_u64(const nlohmann::json& obj, const char* key, const std::string& where = "request");
+Result<std::vector<std::string>> member_strings(const nlohmann::json& obj, const char* key,
+                                                const std::string& where = "request");
+Result<std::string> member_string_or(const nlohmann::json& obj, const char* key, std::string fallback,
+                                     const std::string& where = "request");
+Result<uint64_t> member_u64_or(const nlohmann::json& obj, const char* key, uint64_t fallback,
+                               const std::string& where = "request");
+Result<bool> member_bool_or(const nlohmann::json& obj, const char* key, bool fallback,
+                            const std::string& where = "request");
 
 }  // namespace ptc

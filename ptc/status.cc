@@ -9,18 +9,9 @@ struct CodeName {
   const char* name;
 };
 constexpr CodeName kNames[] = {
-    {Code::kOk, "ok"},
-    {Code::kInvalidArgument, "invalid_argument"},
-    {Code::kNotFound, "not_found"},
-    {Code::kAlreadyExists, "already_exists"},
-    {Code::kCorrupt, "corrupt"},
-    {Code::kIo, "io"},
-    {Code::kPermissionDenied, "permission_denied"},
-    {Code::kUnavailable, "unavailable"},
-    {Code::kFailedPrecondition, "failed_precondition"},
-    {Code::kOutOfRange, "out_of_range"},
-    {Code::kResourceExhausted, "resource_exhausted"},
-    {Code::kInternal, "internal"},
+#define PTC_STATUS_NAME(e, name) {Code::e, name},
+    PTC_STATUS_CODES(PTC_STATUS_NAME)
+#undef PTC_STATUS_NAME
 };
 }  // namespace
 

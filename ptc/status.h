@@ -11,19 +11,27 @@
 
 namespace ptc {
 
+// The one table of error codes: enumerator, stable lower-case name (logs, JSON errors:
+// "not_found"), meaning. The enum and both name functions are generated from it.
+#define PTC_STATUS_CODES(X)                                                                          \
+  X(kOk, "ok")                                    /* success */                                      \
+  X(kInvalidArgument, "invalid_argument")         /* malformed input: bad ptc.json, shape, flag */   \
+  X(kNotFound, "not_found")                       /* an unknown job, step, tensor, file */           \
+  X(kAlreadyExists, "already_exists")             /* import over an existing step */                 \
+  X(kCorrupt, "corrupt")                          /* bytes fail validation: truncated, checksum */   \
+  X(kIo, "io")                                    /* the OS refused: open, read, write, fsync */     \
+  X(kPermissionDenied, "permission_denied")       /* authentication failed, path escapes its root */ \
+  X(kUnavailable, "unavailable")                  /* a peer or the daemon cannot be reached */       \
+  X(kFailedPrecondition, "failed_precondition")   /* well formed, but the state does not allow it */ \
+  X(kOutOfRange, "out_of_range")                  /* a region or offset outside its tensor or file */\
+  X(kResourceExhausted, "resource_exhausted")     /* a limit was hit: frame size, concurrency */     \
+  X(kDeadlineExceeded, "deadline_exceeded")       /* a peer did not answer in time */                \
+  X(kInternal, "internal")                        /* a bug: an invariant did not hold */
+
 enum class Code {
-  kOk = 0,
-  kInvalidArgument,    // the caller's input is malformed (bad ptc.json, bad shape, bad flag)
-  kNotFound,           // an unknown job, step, tensor, file
-  kAlreadyExists,      // import over an existing step
-  kCorrupt,            // stored or received bytes fail validation (truncated, lying header, checksum)
-  kIo,                 // the OS refused (open, read, write, fsync)
-  kPermissionDenied,   // authentication failed, path escapes its root
-  kUnavailable,        // a peer or the daemon cannot be reached
-  kFailedPrecondition, // the request is well formed but the state does not allow it
-  kOutOfRange,         // a region or offset outside its tensor or file
-  kResourceExhausted,  // a limit was hit (frame size, concurrency)
-  kInternal,           // a bug: an invariant did not hold
+#define PTC_STATUS_ENUM(e, name) e,
+  PTC_STATUS_CODES(PTC_STATUS_ENUM)
+#undef PTC_STATUS_ENUM
 };
 
 // Stable lower-case name of a code, used in logs and in JSON errors ("not_found").
@@ -64,7 +72,12 @@ template <class T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}
-  Result(Status status) : v_(std::move(status)) { assert(!std::get<Status>(v_).is_ok()); }
+  // An OK status carries no value: that is a bug, turned into kInternal in every build
+  // (asserted in debug builds) so that a caller never reads a value that is not there.
+  Result(Status status) : v_(std::move(status)) {
+    assert(!std::get<Status>(v_).is_ok());
+    if (std::get<Status>(v_).is_ok()) v_ = Status(Code::kInternal, "a Result was made from an OK status");
+  }
 
   bool is_ok() const { return v_.index() == 0; }
   explicit operator bool() const { return is_ok(); }
@@ -75,6 +88,8 @@ class [[nodiscard]] Result {
   T& value() & { assert(is_ok()); return std::get<T>(v_); }
   const T& value() const& { assert(is_ok()); return std::get<T>(v_); }
   T&& value() && { assert(is_ok()); return std::get<T>(std::move(v_)); }
+  // The value, or `fallback` on an error.
+  T value_or(T fallback) const& { return is_ok() ? std::get<T>(v_) : std::move(fallback); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -89,17 +104,32 @@ class [[nodiscard]] Result {
 #define PTC_CONCAT_INNER(a, b) a##b
 #define PTC_CONCAT(a, b) PTC_CONCAT_INNER(a, b)
 
-// Returns the Status from the enclosing function when `expr` (a Status) is an error.
-#define PTC_RETURN_IF_ERROR(expr)                 \
-  do {                                            \
-    ::ptc::Status _ptc_st = (expr);               \
-    if (!_ptc_st.is_ok()) return _ptc_st;         \
+// Returns the Status from the enclosing function when `expr` (a Status) is an error;
+// an optional second argument (a std::string) is prefixed as context:
+//   PTC_RETURN_IF_ERROR(sync_dir(d));
+//   PTC_RETURN_IF_ERROR(sync_dir(d), "committing " + name);
+#define PTC_RETURN_IF_ERROR(...) PTC_RIE_PICK(__VA_ARGS__, PTC_RIE_CTX, PTC_RIE_PLAIN, )(__VA_ARGS__)
+#define PTC_RIE_PICK(a, b, name, ...) name
+#define PTC_RIE_PLAIN(expr) PTC_RIE_CTX(expr, std::string())
+#define PTC_RIE_CTX(expr, context)                                                  \
+  do {                                                                              \
+    ::ptc::Status _ptc_st = (expr);                                                 \
+    if (!_ptc_st.is_ok()) return ::ptc::detail::add_context(std::move(_ptc_st), context); \
   } while (0)
 
-// `PTC_ASSIGN_OR_RETURN(auto x, f());` declares x from a Result or returns its error.
-#define PTC_ASSIGN_OR_RETURN(lhs, expr) \
-  PTC_ASSIGN_OR_RETURN_IMPL(PTC_CONCAT(_ptc_res_, __LINE__), lhs, expr)
-#define PTC_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                              \
-  if (!tmp.is_ok()) return tmp.status();          \
+// `PTC_ASSIGN_OR_RETURN(auto x, f());` declares x from a Result or returns its error;
+// `PTC_ASSIGN_OR_RETURN(auto x, f(), "reading " + path);` prefixes context to the error.
+#define PTC_ASSIGN_OR_RETURN(...) PTC_AOR_PICK(__VA_ARGS__, PTC_AOR_CTX, PTC_AOR_PLAIN, )(__VA_ARGS__)
+#define PTC_AOR_PICK(a, b, c, name, ...) name
+#define PTC_AOR_PLAIN(lhs, expr) PTC_AOR_CTX(lhs, expr, std::string())
+#define PTC_AOR_CTX(lhs, expr, context) PTC_AOR_IMPL(PTC_CONCAT(_ptc_res_, __LINE__), lhs, expr, context)
+#define PTC_AOR_IMPL(tmp, lhs, expr, context)                                     \
+  auto tmp = (expr);                                                              \
+  if (!tmp.is_ok()) return ::ptc::detail::add_context(tmp.status(), context);     \
   lhs = std::move(tmp).value()
+
+namespace ptc::detail {
+inline Status add_context(Status s, const std::string& context) {
+  return context.empty() ? s : s.with_context(context);
+}
+}  // namespace ptc::detail

@@ -8,6 +8,7 @@
 // parallel.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,10 +33,20 @@ class PeerBackend {
   virtual uint64_t bytes_received() const = 0;
 };
 
+// Every peer call has deadlines (transport/rpc.h Deadlines): a peer that stops answering
+// fails the call with kDeadlineExceeded naming the node, within `idle` of its last frame.
+struct PeerDeadlines {
+  std::chrono::milliseconds connect{5000};  // connect and authenticate
+  std::chrono::milliseconds idle{10000};    // silence while waiting (servers send keepalives every second)
+  std::chrono::milliseconds call{0};        // a whole call(): 0, none (a prepare may run long; idle bounds it)
+  std::chrono::milliseconds data{60000};    // a whole call_data(): one chunk of bytes
+};
+
 // TCP: connections authenticated with the cluster secret and reused. A call takes an idle
 // connection to the node (or opens one) and gives it back when the call succeeds or fails
 // with the peer's own error reply; a connection that broke is dropped, and a reused one
 // that turns out closed is retried once on a new connection.
-std::unique_ptr<PeerBackend> make_tcp_backend(ptc::ClusterConfig cluster, std::string secret);
+std::unique_ptr<PeerBackend> make_tcp_backend(ptc::ClusterConfig cluster, std::string secret,
+                                              PeerDeadlines deadlines = {});
 
 }  // namespace ptcfs::transport

@@ -40,7 +40,7 @@ ptc::Result<FrameHeader> decode_header(const uint8_t* p, uint32_t max_body) {
     return ptc::invalid("protocol version " + std::to_string(h.version) + " not supported (this build speaks " +
                         std::to_string(kProtocolVersion) + ")");
   const uint16_t type = get16(p + 6);
-  if (type < 1 || type > 7) return ptc::invalid("unknown frame type " + std::to_string(type));
+  if (type < 1 || type > kMaxFrameType) return ptc::invalid("unknown frame type " + std::to_string(type));
   h.type = static_cast<FrameType>(type);
   h.length = get32(p + 8);
   if (h.length > max_body)
@@ -59,6 +59,27 @@ std::string encode_frame(FrameType type, uint32_t request_id, const std::string&
   std::string out(reinterpret_cast<const char*>(hb.data()), hb.size());
   out += body;
   return out;
+}
+
+std::string encode_data_head(uint32_t request_id, const std::string& json_body, uint64_t payload_size) {
+  FrameHeader h;
+  h.type = FrameType::kData;
+  h.request_id = request_id;
+  h.length = static_cast<uint32_t>(4 + json_body.size() + payload_size);
+  const auto hb = encode_header(h);
+  std::string out(reinterpret_cast<const char*>(hb.data()), hb.size());
+  uint8_t lb[4];
+  put32(lb, static_cast<uint32_t>(json_body.size()));
+  out.append(reinterpret_cast<const char*>(lb), 4);
+  out += json_body;
+  return out;
+}
+
+ptc::Result<uint32_t> decode_data_json_length(const uint8_t* p, uint32_t body_length) {
+  if (body_length < 4) return ptc::corrupt("truncated data frame");
+  const uint32_t n = get32(p);
+  if (n > body_length - 4) return ptc::corrupt("malformed data frame: its JSON is longer than the frame");
+  return n;
 }
 
 ptc::Status parse_address(const std::string& addr, std::string& host, uint16_t& port) {

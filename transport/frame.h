@@ -30,7 +30,11 @@ enum class FrameType : uint16_t {
   kAuth = 5,      // client -> server: {"nonce": hex, "proof": hex}
   kAuthOk = 6,    // server -> client: {"proof": hex}
   kData = 7,      // a response with bytes: u32 LE JSON length, the JSON response, the bytes
+  kKeepalive = 8, // server -> client, empty: the request is still running (sent every
+                  // ServerLimits::keepalive_ms while it works), so a client can tell a slow
+                  // request from a peer that stopped answering
 };
+inline constexpr uint16_t kMaxFrameType = 8;
 
 struct FrameHeader {
   uint16_t version = kProtocolVersion;
@@ -46,6 +50,13 @@ ptc::Result<FrameHeader> decode_header(const uint8_t* p, uint32_t max_body);
 
 // A whole frame (header + body) as bytes.
 std::string encode_frame(FrameType type, uint32_t request_id, const std::string& body);
+
+// A data frame without its payload: the header (body length 4 + JSON + payload_size), the
+// u32 LE JSON length and the JSON. The payload's bytes follow on the wire.
+std::string encode_data_head(uint32_t request_id, const std::string& json_body, uint64_t payload_size);
+// The JSON length of a data frame from its first 4 body bytes, checked against the body
+// length from its header; kCorrupt when it does not fit.
+ptc::Result<uint32_t> decode_data_json_length(const uint8_t* p, uint32_t body_length);
 
 // Parses "HOST:PORT" (HOST may be a name or an IPv4 address, or [IPv6]).
 ptc::Status parse_address(const std::string& addr, std::string& host, uint16_t& port);

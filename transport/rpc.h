@@ -8,6 +8,7 @@
 // server writes those bytes straight from where they lie (a mapped blob), without a copy.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -52,6 +53,17 @@ struct ServerLimits {
                                   // request is read only when one finishes (backpressure)
   uint64_t max_payload = 64 << 20;  // bytes of one data reply
   size_t max_queued_progress = 64;  // progress frames beyond this are dropped (the response never is)
+  int keepalive_ms = 1000;          // a running request sends a keepalive frame this often (0: never)
+};
+
+// How long a client waits. Every wait has a deadline: a peer that stops answering without
+// closing its socket (SIGSTOPped, wedged, partitioned) fails the call with
+// kDeadlineExceeded instead of hanging it. The server sends keepalive frames while a request
+// runs, so `idle` bounds the silence, not the length of a long request.
+struct Deadlines {
+  std::chrono::milliseconds connect{5000};  // TCP connect and the authentication handshake
+  std::chrono::milliseconds idle{30000};    // the longest wait for the next frame (or bytes of one)
+  std::chrono::milliseconds total{0};       // a whole request, from send to response; 0: no limit
 };
 
 class RpcServer {
@@ -71,12 +83,21 @@ class RpcServer {
   virtual void stop() = 0;
 };
 
+// One handler made of several, chosen by the prefix of the request's op: the first route
+// whose prefix starts the op handles it (prefix "" matches every op). An op no route takes
+// is refused as unknown. The daemon routes "peer." to its peer service, the rest to the
+// control service.
+using Route = std::pair<std::string, RpcServer::Handler>;
+RpcServer::Handler route(std::vector<Route> routes);
+
 class RpcClient {
  public:
   // Connects to "HOST:PORT"; kUnavailable with a hint when nothing listens there. When the
   // server asks for authentication, proves it holds `secret` and checks that the server
   // does too; kPermissionDenied when the secret is missing or wrong.
-  static ptc::Result<std::unique_ptr<RpcClient>> connect(const std::string& addr, const std::string& secret = {});
+  // `deadlines` bound the connect and handshake, and every call.
+  static ptc::Result<std::unique_ptr<RpcClient>> connect(const std::string& addr, const std::string& secret = {},
+                                                         Deadlines deadlines = {});
   virtual ~RpcClient() = default;
   // Sends a request and waits for its response, passing progress frames to `progress`.
   virtual ptc::Result<nlohmann::json> call(const nlohmann::json& request, const ProgressSink& progress = {}) = 0;
@@ -84,6 +105,10 @@ class RpcClient {
   // most `max_bytes` of them; kCorrupt when the reply carries more.
   virtual ptc::Result<nlohmann::json> call_data(const nlohmann::json& request, std::string& out,
                                                 uint64_t max_bytes) = 0;
+  // The calls below use these deadlines (a peer backend tightens `total` per request).
+  virtual void set_deadlines(Deadlines d) = 0;
+  // The connection broke (lost, timed out, or the daemon sent garbage): it must not be reused.
+  virtual bool broken() const = 0;
 };
 
 }  // namespace ptcfs::transport

@@ -1,6 +1,13 @@
+// The blocking RPC client. Every socket operation runs as an Asio async operation on the
+// client's own io_context, driven by run_until(deadline): a wait that outlives its deadline
+// closes the socket and fails with kDeadlineExceeded (Deadlines in transport/rpc.h). Plain
+// blocking reads cannot do this: Asio's synchronous ops poll without a timeout.
 #include <utility>  // Boost 1.74's awaitable.hpp needs std::exchange declared first
 #include <boost/asio.hpp>
 
+#include <algorithm>
+
+#include "ptc/json_util.h"
 #include "transport/auth.h"
 #include "transport/frame.h"
 #include "transport/rpc.h"
@@ -11,13 +18,24 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using nlohmann::json;
+using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kMaxResponse = 256 << 20;
 
+std::string seconds_text(Clock::duration d) {
+  const double s = std::chrono::duration<double>(d).count();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g s", s);
+  return buf;
+}
+
 class SyncClient final : public RpcClient {
  public:
-  SyncClient(std::string addr, std::string secret)
-      : addr_(std::move(addr)), secret_(std::move(secret)), socket_(io_) {}
+  SyncClient(std::string addr, std::string secret, Deadlines d)
+      : addr_(std::move(addr)), secret_(std::move(secret)), deadlines_(d), socket_(io_) {}
+
+  void set_deadlines(Deadlines d) override { deadlines_ = d; }
+  bool broken() const override { return broken_; }
 
   ptc::Status connect() {
     std::string host;
@@ -27,83 +45,18 @@ class SyncClient final : public RpcClient {
     tcp::resolver resolver(io_);
     auto eps = resolver.resolve(host, std::to_string(port), ec);
     if (ec) return ptc::error(ptc::Code::kUnavailable, "cannot resolve " + addr_ + ": " + ec.message());
-    asio::connect(socket_, eps, ec);
+    const auto deadline = Clock::now() + deadlines_.connect;
+    ec = run_until(deadline, [&](auto handler) {
+      asio::async_connect(socket_, eps, [handler](const boost::system::error_code& e, const tcp::endpoint&) { handler(e); });
+    });
+    if (ec == asio::error::timed_out)
+      return ptc::error(ptc::Code::kDeadlineExceeded,
+                        "the daemon at " + addr_ + " did not accept a connection within " + seconds_text(deadlines_.connect));
     if (ec)
       return ptc::error(ptc::Code::kUnavailable, "cannot reach the daemon at " + addr_ + ": " + ec.message() +
                                                      " (is ptcfsd running? set --daemon or PTCFS_DAEMON)");
     socket_.set_option(tcp::no_delay(true), ec);
-    return handshake();
-  }
-
-  // The server speaks first (transport/auth.h).
-  ptc::Status handshake() {
-    PTC_ASSIGN_OR_RETURN(auto hello, read_frame());
-    if (hello.type != FrameType::kHello) return ptc::corrupt("daemon at " + addr_ + " did not say hello");
-    const std::string auth = hello.body.value("auth", "");
-    if (auth == "none") return ptc::Status::ok();
-    if (auth != "hmac-sha256")
-      return ptc::corrupt("daemon at " + addr_ + " asks for unknown authentication '" + auth + "'");
-    if (secret_.empty())
-      return ptc::error(ptc::Code::kPermissionDenied,
-                        "the daemon at " + addr_ + " requires the cluster secret (give --secret-file or set PTCFS_SECRET_FILE)");
-    const std::string ns = hello.body.value("nonce", ""), nc = make_nonce();
-    const json req = {{"nonce", nc}, {"proof", auth_proof(secret_, Role::kClient, nc, ns)}};
-    boost::system::error_code ec;
-    asio::write(socket_, asio::buffer(encode_frame(FrameType::kAuth, 0, req.dump())), ec);
-    if (ec) return lost(ec);
-    PTC_ASSIGN_OR_RETURN(auto reply, read_frame());
-    if (reply.type == FrameType::kResponse) return error_of(reply.body);
-    if (reply.type != FrameType::kAuthOk) return ptc::corrupt("daemon at " + addr_ + " sent an unexpected frame");
-    if (!proof_matches(reply.body.value("proof", ""), auth_proof(secret_, Role::kServer, ns, nc)))
-      return ptc::error(ptc::Code::kPermissionDenied, "the daemon at " + addr_ + " does not hold the cluster secret");
-    return ptc::Status::ok();
-  }
-
-  struct Frame {
-    FrameType type;
-    uint32_t id;
-    json body;
-  };
-
-  // Reads one frame; a data frame's bytes go to `data` (refused when there is none or
-  // they exceed max_data).
-  ptc::Result<Frame> read_frame(std::string* data = nullptr, uint64_t max_data = 0) {
-    boost::system::error_code ec;
-    uint8_t hb[kHeaderSize];
-    asio::read(socket_, asio::buffer(hb), ec);
-    if (ec) return lost(ec);
-    PTC_ASSIGN_OR_RETURN(FrameHeader h, decode_header(hb, kMaxResponse));
-    uint32_t json_len = h.length;
-    if (h.type == FrameType::kData) {
-      uint8_t lb[4];
-      if (h.length < 4) return ptc::corrupt("daemon at " + addr_ + " sent a truncated data frame");
-      asio::read(socket_, asio::buffer(lb), ec);
-      if (ec) return lost(ec);
-      json_len = static_cast<uint32_t>(lb[0] | lb[1] << 8 | lb[2] << 16 | static_cast<uint32_t>(lb[3]) << 24);
-      if (json_len > h.length - 4) return ptc::corrupt("daemon at " + addr_ + " sent a malformed data frame");
-      const uint64_t n = h.length - 4 - json_len;
-      if (!data || n > max_data)
-        return ptc::corrupt("daemon at " + addr_ + " sent " + std::to_string(n) + " bytes where at most " +
-                            std::to_string(data ? max_data : 0) + " were asked for");
-    }
-    std::string body(json_len, '\0');
-    asio::read(socket_, asio::buffer(body), ec);
-    if (ec) return lost(ec);
-    if (data && h.type != FrameType::kData) data->clear();
-    if (h.type == FrameType::kData) {
-      data->resize(h.length - 4 - json_len);
-      asio::read(socket_, asio::buffer(*data), ec);
-      if (ec) return lost(ec);
-      h.type = FrameType::kResponse;
-    }
-    auto j = json::parse(body, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return ptc::corrupt("daemon at " + addr_ + " sent malformed JSON");
-    return Frame{h.type, h.request_id, std::move(j)};
-  }
-
-  static ptc::Status error_of(const json& j) {
-    const json err = j.value("error", json::object());
-    return ptc::Status(ptc::code_from_name(err.value("code", "internal")), err.value("message", "unknown error"));
+    return handshake(deadline);
   }
 
   ptc::Result<json> call(const json& request, const ProgressSink& progress) override {
@@ -116,42 +69,169 @@ class SyncClient final : public RpcClient {
     return exchange(request, {}, &out, max_bytes);
   }
 
-  ptc::Result<json> exchange(const json& request, const ProgressSink& progress, std::string* data, uint64_t max_data) {
-    const uint32_t id = ++next_id_;
-    const std::string frame = encode_frame(FrameType::kRequest, id, request.dump());
-    boost::system::error_code ec;
-    asio::write(socket_, asio::buffer(frame), ec);
-    if (ec) return lost(ec);
-    while (true) {
-      auto f = read_frame(data, max_data);
-      if (!f) return f.status();
-      auto& [type, rid, j] = *f;
-      if (type == FrameType::kProgress) {
-        if (progress) progress(j);
-        continue;
-      }
-      if (type != FrameType::kResponse || rid != id) return ptc::corrupt("daemon at " + addr_ + " sent an unexpected frame");
-      if (j.value("ok", false)) return j.contains("result") ? j["result"] : json::object();
-      return error_of(j);
+ private:
+  struct Frame {
+    FrameType type;
+    uint32_t id;
+    json body;
+  };
+
+  // Runs one async operation started by `start(handler)` until it completes or `deadline`
+  // passes; on timeout the socket is closed (the connection is broken) and the result is
+  // asio::error::timed_out.
+  template <class Start>
+  boost::system::error_code run_until(Clock::time_point deadline, Start&& start) {
+    boost::system::error_code result = asio::error::would_block;
+    bool done = false;
+    start([&](const boost::system::error_code& ec) {
+      result = ec;
+      done = true;
+    });
+    io_.restart();
+    io_.run_until(deadline);
+    if (!done) {
+      boost::system::error_code ignored;
+      socket_.close(ignored);
+      io_.restart();
+      io_.run();  // lets the cancelled operation finish
+      broken_ = true;
+      return asio::error::timed_out;
     }
+    return result;
   }
 
- private:
-  ptc::Status lost(const boost::system::error_code& ec) {
+  // Reads exactly `n` bytes into p, waiting at most until the earlier of the idle deadline
+  // (from now) and `until`.
+  ptc::Status read_exact(void* p, size_t n, Clock::time_point until) {
+    const auto deadline = std::min(Clock::now() + deadlines_.idle, until);
+    auto ec = run_until(deadline, [&](auto handler) {
+      asio::async_read(socket_, asio::buffer(p, n),
+                       [handler](const boost::system::error_code& e, size_t) { handler(e); });
+    });
+    return check(ec, until);
+  }
+
+  ptc::Status write_all(const std::string& bytes, Clock::time_point until) {
+    const auto deadline = std::min(Clock::now() + deadlines_.idle, until);
+    auto ec = run_until(deadline, [&](auto handler) {
+      asio::async_write(socket_, asio::buffer(bytes),
+                        [handler](const boost::system::error_code& e, size_t) { handler(e); });
+    });
+    return check(ec, until);
+  }
+
+  ptc::Status check(const boost::system::error_code& ec, Clock::time_point until) {
+    if (!ec) return ptc::Status::ok();
+    broken_ = true;
+    if (ec == asio::error::timed_out) {
+      if (Clock::now() >= until)
+        return ptc::error(ptc::Code::kDeadlineExceeded, "the daemon at " + addr_ + " did not finish the request in time");
+      return ptc::error(ptc::Code::kDeadlineExceeded,
+                        "the daemon at " + addr_ + " stopped answering (nothing for " + seconds_text(deadlines_.idle) + ")");
+    }
     return ptc::error(ptc::Code::kUnavailable, "connection to the daemon at " + addr_ + " lost: " + ec.message());
+  }
+
+  // The server speaks first (transport/auth.h).
+  ptc::Status handshake(Clock::time_point until) {
+    PTC_ASSIGN_OR_RETURN(auto hello, read_frame(until));
+    if (hello.type != FrameType::kHello) return bad("did not say hello");
+    const std::string auth = ptc::member_string_or(hello.body, "auth", "", "hello").value_or("");
+    if (auth == "none") return ptc::Status::ok();
+    if (auth != "hmac-sha256") return bad("asks for unknown authentication '" + auth + "'");
+    if (secret_.empty())
+      return ptc::error(ptc::Code::kPermissionDenied,
+                        "the daemon at " + addr_ + " requires the cluster secret (give --secret-file or set PTCFS_SECRET_FILE)");
+    const std::string ns = ptc::member_string_or(hello.body, "nonce", "", "hello").value_or(""), nc = make_nonce();
+    const json req = {{"nonce", nc}, {"proof", auth_proof(secret_, Role::kClient, nc, ns)}};
+    PTC_RETURN_IF_ERROR(write_all(encode_frame(FrameType::kAuth, 0, req.dump()), until));
+    PTC_ASSIGN_OR_RETURN(auto reply, read_frame(until));
+    if (reply.type == FrameType::kResponse) return error_of(reply.body);
+    if (reply.type != FrameType::kAuthOk) return bad("sent an unexpected frame");
+    if (!proof_matches(ptc::member_string_or(reply.body, "proof", "", "auth_ok").value_or(""), auth_proof(secret_, Role::kServer, ns, nc)))
+      return ptc::error(ptc::Code::kPermissionDenied, "the daemon at " + addr_ + " does not hold the cluster secret");
+    return ptc::Status::ok();
+  }
+
+  ptc::Status bad(const std::string& what) {
+    broken_ = true;
+    return ptc::corrupt("daemon at " + addr_ + " " + what);
+  }
+
+  // Reads one frame; a data frame's bytes go to `data` (refused when there is none or
+  // they exceed max_data), and it is returned as a response.
+  ptc::Result<Frame> read_frame(Clock::time_point until, std::string* data = nullptr, uint64_t max_data = 0) {
+    uint8_t hb[kHeaderSize];
+    PTC_RETURN_IF_ERROR(read_exact(hb, sizeof hb, until));
+    auto h = decode_header(hb, kMaxResponse);
+    if (!h) return bad("sent a bad frame: " + h.status().message());
+    uint32_t json_len = h->length;
+    if (h->type == FrameType::kData) {
+      uint8_t lb[4];
+      if (h->length < 4) return bad("sent a truncated data frame");
+      PTC_RETURN_IF_ERROR(read_exact(lb, 4, until));
+      auto n = decode_data_json_length(lb, h->length);
+      if (!n) return bad("sent a malformed data frame");
+      json_len = *n;
+      const uint64_t bytes = h->length - 4 - json_len;
+      if (!data || bytes > max_data)
+        return bad("sent " + std::to_string(bytes) + " bytes where at most " + std::to_string(data ? max_data : 0) +
+                   " were asked for");
+    }
+    std::string body(json_len, '\0');
+    if (json_len) PTC_RETURN_IF_ERROR(read_exact(body.data(), body.size(), until));
+    if (h->type == FrameType::kKeepalive) return Frame{h->type, h->request_id, json::object()};
+    if (data && h->type != FrameType::kData) data->clear();
+    if (h->type == FrameType::kData) {
+      data->resize(h->length - 4 - json_len);
+      if (!data->empty()) PTC_RETURN_IF_ERROR(read_exact(data->data(), data->size(), until));
+      h->type = FrameType::kResponse;
+    }
+    auto j = json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return bad("sent malformed JSON");
+    return Frame{h->type, h->request_id, std::move(j)};
+  }
+
+  static ptc::Status error_of(const json& j) {
+    const auto err = j.find("error");
+    if (err == j.end() || !err->is_object()) return ptc::internal("the daemon sent an error without a code");
+    return ptc::Status(ptc::code_from_name(ptc::member_string_or(*err, "code", "internal").value_or("internal")),
+                       ptc::member_string_or(*err, "message", "unknown error").value_or("unknown error"));
+  }
+
+  ptc::Result<json> exchange(const json& request, const ProgressSink& progress, std::string* data, uint64_t max_data) {
+    if (broken_) return ptc::error(ptc::Code::kUnavailable, "connection to the daemon at " + addr_ + " is broken");
+    const auto until = deadlines_.total.count() > 0 ? Clock::now() + deadlines_.total : Clock::time_point::max();
+    const uint32_t id = ++next_id_;
+    PTC_RETURN_IF_ERROR(write_all(encode_frame(FrameType::kRequest, id, request.dump()), until));
+    while (true) {
+      PTC_ASSIGN_OR_RETURN(Frame f, read_frame(until, data, max_data));
+      if (f.type == FrameType::kKeepalive) continue;
+      if (f.type == FrameType::kProgress) {
+        if (progress) progress(f.body);
+        continue;
+      }
+      if (f.type != FrameType::kResponse || f.id != id) return bad("sent an unexpected frame");
+      if (ptc::member_bool_or(f.body, "ok", false).value_or(false))
+        return f.body.contains("result") ? f.body["result"] : json::object();
+      return error_of(f.body);
+    }
   }
 
   std::string addr_;
   std::string secret_;
+  Deadlines deadlines_;
   asio::io_context io_;
   tcp::socket socket_;
   uint32_t next_id_ = 0;
+  bool broken_ = false;
 };
 
 }  // namespace
 
-ptc::Result<std::unique_ptr<RpcClient>> RpcClient::connect(const std::string& addr, const std::string& secret) {
-  auto c = std::make_unique<SyncClient>(addr, secret);
+ptc::Result<std::unique_ptr<RpcClient>> RpcClient::connect(const std::string& addr, const std::string& secret,
+                                                           Deadlines deadlines) {
+  auto c = std::make_unique<SyncClient>(addr, secret, deadlines);
   PTC_RETURN_IF_ERROR(c->connect());
   return std::unique_ptr<RpcClient>(std::move(c));
 }

@@ -54,16 +54,7 @@ Outgoing reply_frame(uint32_t id, ptc::Result<Reply> r, uint64_t max_payload) {
                       std::to_string(max_payload));
   if (!r || r->payload.size == 0)
     return Outgoing{response_frame(id, r ? ptc::Result<json>(std::move(r->result)) : ptc::Result<json>(r.status())), {}};
-  const std::string body = json{{"ok", true}, {"result", r->result}}.dump();
-  FrameHeader h;
-  h.type = FrameType::kData;
-  h.request_id = id;
-  h.length = static_cast<uint32_t>(4 + body.size() + r->payload.size);
-  const auto hb = encode_header(h);
-  std::string head(reinterpret_cast<const char*>(hb.data()), hb.size());
-  const uint32_t n = static_cast<uint32_t>(body.size());
-  for (int i = 0; i < 4; ++i) head.push_back(static_cast<char>(n >> (8 * i)));
-  head += body;
+  std::string head = encode_data_head(id, json{{"ok", true}, {"result", r->result}}.dump(), r->payload.size);
   return Outgoing{std::move(head), std::move(r->payload)};
 }
 
@@ -272,11 +263,42 @@ awaitable<bool> Connection::authenticate() {
   co_return true;
 }
 
+// While a request runs, a keepalive frame goes out every keepalive_ms, so that the client's
+// idle deadline tells a long request (a repartition's prepare) from a peer that stopped.
+// Lives on the io thread: armed by dispatch, stopped when the reply is queued.
+class Keepalive : public std::enable_shared_from_this<Keepalive> {
+ public:
+  Keepalive(std::shared_ptr<Connection> conn, asio::any_io_executor ex, uint32_t id, std::chrono::milliseconds every)
+      : conn_(std::move(conn)), timer_(ex), id_(id), every_(every) {}
+  void arm() {
+    if (every_.count() <= 0) return;
+    timer_.expires_after(every_);
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->done_) return;
+      self->conn_->send(encode_frame(FrameType::kKeepalive, self->id_, ""), true);
+      self->arm();
+    });
+  }
+  void stop() {
+    done_ = true;
+    timer_.cancel();
+  }
+
+ private:
+  std::shared_ptr<Connection> conn_;
+  asio::steady_timer timer_;
+  uint32_t id_;
+  std::chrono::milliseconds every_;
+  bool done_ = false;
+};
+
 void Connection::dispatch(uint32_t id, json request) {
   ++inflight_;
   auto self = shared_from_this();
   auto ex = socket_.get_executor();
-  asio::post(server_.pool(), [self, ex, id, request = std::move(request)] {
+  auto alive = std::make_shared<Keepalive>(self, ex, id, std::chrono::milliseconds(server_.limits().keepalive_ms));
+  alive->arm();
+  asio::post(server_.pool(), [self, ex, id, alive, request = std::move(request)] {
     auto progress = [self, ex, id](const json& p) {
       asio::post(ex, [self, f = encode_frame(FrameType::kProgress, id, p.dump())]() mutable {
         self->send(std::move(f), true);
@@ -288,7 +310,8 @@ void Connection::dispatch(uint32_t id, json request) {
     } catch (const std::exception& e) {
       r = ptc::internal(std::string("handler threw: ") + e.what());
     }
-    asio::post(ex, [self, f = reply_frame(id, std::move(r), self->server_.limits().max_payload)]() mutable {
+    asio::post(ex, [self, alive, f = reply_frame(id, std::move(r), self->server_.limits().max_payload)]() mutable {
+      alive->stop();
       self->send(std::move(f));
     });
   });
@@ -376,6 +399,16 @@ awaitable<void> Connection::watchdog() {
 }
 
 }  // namespace
+
+RpcServer::Handler route(std::vector<Route> routes) {
+  return [routes = std::move(routes)](const json& request, const ProgressSink& progress) -> ptc::Result<Reply> {
+    const auto op = request.find("op");
+    const std::string name = op != request.end() && op->is_string() ? op->get<std::string>() : "";
+    for (const auto& [prefix, handler] : routes)
+      if (name.rfind(prefix, 0) == 0) return handler(request, progress);
+    return ptc::invalid("unknown operation '" + name + "'");
+  };
+}
 
 ptc::Result<std::unique_ptr<RpcServer>> RpcServer::start(const std::string& listen, Handler handler,
                                                          ServerLimits limits, std::string secret) {

@@ -14,8 +14,8 @@ constexpr size_t kMaxIdlePerNode = 16;
 
 class TcpBackend final : public PeerBackend {
  public:
-  TcpBackend(ptc::ClusterConfig cluster, std::string secret)
-      : cluster_(std::move(cluster)), secret_(std::move(secret)), idle_(cluster_.nodes.size()) {}
+  TcpBackend(ptc::ClusterConfig cluster, std::string secret, PeerDeadlines deadlines)
+      : cluster_(std::move(cluster)), secret_(std::move(secret)), deadlines_(deadlines), idle_(cluster_.nodes.size()) {}
   const ptc::ClusterConfig& cluster() const override { return cluster_; }
   ptc::Result<json> call(int node, const json& request, const ProgressSink& progress) override;
   ptc::Result<json> call_data(int node, const json& request, std::string& out, uint64_t max_bytes) override;
@@ -27,6 +27,7 @@ class TcpBackend final : public PeerBackend {
 
   ptc::ClusterConfig cluster_;
   std::string secret_;
+  PeerDeadlines deadlines_;
   std::mutex mu_;
   std::vector<std::vector<std::unique_ptr<RpcClient>>> idle_;  // per node
   std::atomic<uint64_t> received_{0};
@@ -34,6 +35,9 @@ class TcpBackend final : public PeerBackend {
 
 template <class Fn>
 ptc::Result<json> TcpBackend::with_client(int node, Fn&& fn) {
+  Deadlines d;
+  d.connect = deadlines_.connect;
+  d.idle = deadlines_.idle;
   if (node < 0 || static_cast<size_t>(node) >= cluster_.nodes.size()) return ptc::internal("no node " + std::to_string(node));
   const auto& spec = cluster_.nodes[static_cast<size_t>(node)];
   // An idle connection may have been closed by the peer meanwhile (it restarted, or its
@@ -50,12 +54,14 @@ ptc::Result<json> TcpBackend::with_client(int node, Fn&& fn) {
     }
     const bool reused = client != nullptr;
     if (!client) {
-      auto c = RpcClient::connect(spec.addr, secret_);
+      auto c = RpcClient::connect(spec.addr, secret_, d);
       if (!c) return c.status().with_context("node " + spec.id);
       client = std::move(c).value();
     }
     ptc::Result<json> r = fn(*client);
-    const bool broken = !r && (r.status().code() == ptc::Code::kUnavailable || r.status().code() == ptc::Code::kCorrupt);
+    const bool broken = client->broken();
+    // A reused connection found closed is retried; one that timed out is not (the peer is
+    // slow or stopped, and a second wait would double the deadline).
     if (broken && reused && r.status().code() == ptc::Code::kUnavailable) continue;
     if (!broken) {
       std::lock_guard lock(mu_);
@@ -68,11 +74,15 @@ ptc::Result<json> TcpBackend::with_client(int node, Fn&& fn) {
 }
 
 ptc::Result<json> TcpBackend::call(int node, const json& request, const ProgressSink& progress) {
-  return with_client(node, [&](RpcClient& c) { return c.call(request, progress); });
+  return with_client(node, [&](RpcClient& c) {
+    c.set_deadlines({deadlines_.connect, deadlines_.idle, deadlines_.call});
+    return c.call(request, progress);
+  });
 }
 
 ptc::Result<json> TcpBackend::call_data(int node, const json& request, std::string& out, uint64_t max_bytes) {
   return with_client(node, [&](RpcClient& c) {
+    c.set_deadlines({deadlines_.connect, deadlines_.idle, deadlines_.data});
     auto r = c.call_data(request, out, max_bytes);
     if (r) received_ += out.size();
     return r;
@@ -81,8 +91,8 @@ ptc::Result<json> TcpBackend::call_data(int node, const json& request, std::stri
 
 }  // namespace
 
-std::unique_ptr<PeerBackend> make_tcp_backend(ptc::ClusterConfig cluster, std::string secret) {
-  return std::make_unique<TcpBackend>(std::move(cluster), std::move(secret));
+std::unique_ptr<PeerBackend> make_tcp_backend(ptc::ClusterConfig cluster, std::string secret, PeerDeadlines deadlines) {
+  return std::make_unique<TcpBackend>(std::move(cluster), std::move(secret), deadlines);
 }
 
 }  // namespace ptcfs::transport

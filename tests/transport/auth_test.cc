@@ -66,6 +66,6 @@ TEST_CASE("frame headers round-trip and refuse bad magic, versions, types and si
   bad[4] = 2;
   CHECK(decode_header(bad.data(), 2000).status().message().find("version 2 not supported") != std::string::npos);
   bad = b;
-  bad[6] = 8;  // 7 is kData
-  CHECK(decode_header(bad.data(), 2000).status().message().find("unknown frame type 8") != std::string::npos);
+  bad[6] = 9;  // 8 is kKeepalive, the last
+  CHECK(decode_header(bad.data(), 2000).status().message().find("unknown frame type 9") != std::string::npos);
 }

@@ -1,0 +1,149 @@
+// The RPC layer over real loopback sockets: data frames, routing by op prefix, and the
+// deadlines that keep a client from waiting forever on a peer that stopped answering.
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "transport/frame.h"
+#include "transport/rpc.h"
+
+using namespace ptcfs::transport;
+using nlohmann::json;
+
+namespace {
+
+std::unique_ptr<RpcServer> serve(RpcServer::Handler h, ServerLimits limits = {}) {
+  auto s = RpcServer::start("127.0.0.1:0", std::move(h), limits);
+  REQUIRE(s);
+  return std::move(s).value();
+}
+
+// A socket that listens (the kernel completes connections into its backlog) but never
+// accepts or answers: what a SIGSTOPped daemon looks like from outside.
+struct SilentListener {
+  int fd = -1;
+  int port = 0;
+  SilentListener() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 16) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port = ntohs(a.sin_port);
+  }
+  ~SilentListener() { ::close(fd); }
+};
+
+}  // namespace
+
+TEST_CASE("a data frame's head is coded once: the JSON length and the payload size add up") {
+  const std::string head = encode_data_head(7, R"({"ok":true})", 100);
+  auto h = decode_header(reinterpret_cast<const uint8_t*>(head.data()), 1 << 20);
+  REQUIRE(h);
+  CHECK(h->type == FrameType::kData);
+  CHECK(h->request_id == 7);
+  CHECK(h->length == 4 + 11 + 100);
+  auto n = decode_data_json_length(reinterpret_cast<const uint8_t*>(head.data()) + kHeaderSize, h->length);
+  REQUIRE(n);
+  CHECK(*n == 11);
+  CHECK(head.substr(kHeaderSize + 4) == R"({"ok":true})");
+  CHECK(decode_data_json_length(reinterpret_cast<const uint8_t*>(head.data()) + kHeaderSize, 10).status().code() ==
+        ptc::Code::kCorrupt);
+  CHECK(decode_data_json_length(reinterpret_cast<const uint8_t*>(head.data()) + kHeaderSize, 3).status().code() ==
+        ptc::Code::kCorrupt);
+}
+
+TEST_CASE("routes pick the handler by the op's prefix, and bytes come back in a data frame") {
+  static const std::string bytes = "0123456789";
+  auto server = serve(route({{"peer.", [](const json& r, const ProgressSink&) -> ptc::Result<Reply> {
+                                Reply rep(json{{"who", "peer"}, {"op", r["op"]}});
+                                rep.payload.add(bytes.data(), bytes.size());
+                                return rep;
+                              }},
+                             {"", [](const json& r, const ProgressSink&) -> ptc::Result<Reply> {
+                                return Reply(json{{"who", "control"}, {"op", r["op"]}});
+                              }}}));
+  auto c = RpcClient::connect(server->address());
+  REQUIRE(c);
+  auto a = (*c)->call(json{{"op", "status"}});
+  REQUIRE(a);
+  CHECK((*a)["who"] == "control");
+  std::string out;
+  auto b = (*c)->call_data(json{{"op", "peer.read"}}, out, 100);
+  REQUIRE(b);
+  CHECK((*b)["who"] == "peer");
+  CHECK(out == bytes);
+  auto small = (*c)->call_data(json{{"op", "peer.read"}}, out, 4);
+  CHECK(small.status().code() == ptc::Code::kCorrupt);
+  CHECK((*c)->broken());
+}
+
+TEST_CASE("a request that runs longer than the idle deadline succeeds while the server sends keepalives") {
+  ServerLimits limits;
+  limits.keepalive_ms = 100;
+  auto server = serve(
+      [](const json&, const ProgressSink&) -> ptc::Result<Reply> {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+        return Reply(json{{"slept", true}});
+      },
+      limits);
+  Deadlines d;
+  d.idle = std::chrono::milliseconds(400);
+  auto c = RpcClient::connect(server->address(), "", d);
+  REQUIRE(c);
+  auto r = (*c)->call(json{{"op", "slow"}});
+  REQUIRE(r);
+  CHECK((*r)["slept"] == true);
+}
+
+TEST_CASE("a server that stops answering fails the call with deadline_exceeded, and the total deadline holds") {
+  ServerLimits limits;
+  limits.keepalive_ms = 0;  // a wedged handler: nothing more on the wire
+  auto server = serve(
+      [](const json&, const ProgressSink&) -> ptc::Result<Reply> {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        return Reply(json::object());
+      },
+      limits);
+  Deadlines d;
+  d.idle = std::chrono::milliseconds(300);
+  auto c = RpcClient::connect(server->address(), "", d);
+  REQUIRE(c);
+  auto r = (*c)->call(json{{"op", "wedged"}});
+  CHECK(r.status().code() == ptc::Code::kDeadlineExceeded);
+  CHECK(r.status().message().find("stopped answering") != std::string::npos);
+  CHECK((*c)->broken());
+
+  ServerLimits alive;
+  alive.keepalive_ms = 50;
+  auto slow = serve(
+      [](const json&, const ProgressSink&) -> ptc::Result<Reply> {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        return Reply(json::object());
+      },
+      alive);
+  Deadlines t;
+  t.idle = std::chrono::milliseconds(1000);
+  t.total = std::chrono::milliseconds(300);
+  auto c2 = RpcClient::connect(slow->address(), "", t);
+  REQUIRE(c2);
+  auto r2 = (*c2)->call(json{{"op", "slow"}});
+  CHECK(r2.status().code() == ptc::Code::kDeadlineExceeded);
+  CHECK(r2.status().message().find("did not finish the request in time") != std::string::npos);
+}
+
+TEST_CASE("connecting to a daemon that never says hello fails with deadline_exceeded") {
+  SilentListener silent;
+  Deadlines d;
+  d.connect = std::chrono::milliseconds(300);
+  auto c = RpcClient::connect("127.0.0.1:" + std::to_string(silent.port), "", d);
+  CHECK(c.status().code() == ptc::Code::kDeadlineExceeded);
+}
