@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 PY := /usr/bin/python3
 
-.PHONY: deps build test unit integration demo bench clean
+.PHONY: deps build python test unit integration demo bench clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -18,12 +18,17 @@ build: deps $(BUILD)/CMakeCache.txt
 unit: build
 	cd $(BUILD) && ctest --output-on-failure
 
-integration: build
-	PTCFS_BUILD=$(abspath $(BUILD)) $(PY) -m pytest -q tests/integration
+# `import ptcfs` works with /usr/bin/python3: a .pth file puts <repo>/python on its path.
+python: deps
+	@d="$$($(PY) -c 'import site; print(site.getsitepackages()[0])')" && mkdir -p "$$d" && \
+	  echo "$(abspath python)" > "$$d/ptcfs.pth"
+
+integration: build python
+	PTCFS_BUILD=$(abspath $(BUILD)) $(PY) -m pytest -q tests/python tests/integration
 
 test: unit integration
 
-demo: build
+demo: build python
 	PTCFS_BUILD=$(abspath $(BUILD)) bash deploy/demo.sh
 
 # Benchmarks against same-run baselines (DESIGN.md "Budgets"): one table, bench/results.json

@@ -1,6 +1,8 @@
 #include "cli/dataset_cmd.h"
 
 #include <cstdio>
+
+#include <fmt/core.h>
 #include <filesystem>
 
 #include "cli/output.h"
@@ -44,12 +46,12 @@ void add_dataset_commands(CLI::App& dataset, DatasetArgs& a, Globals& g) {
 namespace {
 
 void print_state(const json& d) {
-  std::printf("%s/%s  %s  %llu samples (%llu per epoch, %llu dropped)  batch %llu  dp %d  epoch %llu  consumed %llu\n",
-              d["job"].get<std::string>().c_str(), d["name"].get<std::string>().c_str(),
-              d["format"].get<std::string>().c_str(), d["num_samples"].get<unsigned long long>(),
-              d["samples_per_epoch"].get<unsigned long long>(), d["dropped"].get<unsigned long long>(),
-              d["global_batch"].get<unsigned long long>(), d["dp"].get<int>(), d["epoch"].get<unsigned long long>(),
-              d["consumed"].get<unsigned long long>());
+  fmt::print("{}/{}  {}  {} samples ({} per epoch, {} dropped)  batch {}  dp {}  epoch {}  consumed {}\n",
+              d["job"].get<std::string>(), d["name"].get<std::string>(),
+              d["format"].get<std::string>(), d["num_samples"].get<uint64_t>(),
+              d["samples_per_epoch"].get<uint64_t>(), d["dropped"].get<uint64_t>(),
+              d["global_batch"].get<uint64_t>(), d["dp"].get<int>(), d["epoch"].get<uint64_t>(),
+              d["consumed"].get<uint64_t>());
 }
 
 int add(const DatasetArgs& a, const Globals& g) {
@@ -70,9 +72,9 @@ int add(const DatasetArgs& a, const Globals& g) {
   line.finish();
   if (!r) return fail(r.status());
   if (g.json) return print_json(*r);
-  std::printf("added ");
+  fmt::print("added ");
   print_state(*r);
-  std::printf("  %s in %zu files%s, indexed in %.2f s\n", human_bytes((*r)["bytes"].get<uint64_t>()).c_str(),
+  fmt::print("  {} in {} files{}, indexed in {:.2f} s\n", human_bytes((*r)["bytes"].get<uint64_t>()),
               (*r)["files"].get<size_t>(), (*r)["bytes_copied"].get<uint64_t>() ? ", copied into the store" : "",
               (*r)["seconds"].get<double>());
   return 0;
@@ -96,7 +98,7 @@ int run_dataset_command(const CLI::App&, const DatasetArgs& a, const Globals& g)
   auto r = call(g, req);
   if (!r) return fail(r.status());
   if (g.json) return print_json(*r);
-  if ((*r)["datasets"].empty()) std::printf("no datasets\n");
+  if ((*r)["datasets"].empty()) fmt::print("no datasets\n");
   for (const auto& d : (*r)["datasets"]) print_state(d);
   return 0;
 }

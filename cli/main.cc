@@ -2,6 +2,7 @@
 // request to the control service (docs/FORMATS.md); output is human-readable, or the
 // daemon's JSON with --json.
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -27,26 +28,26 @@ int cmd_status(const Globals& g) {
   if (!r) return fail(r.status());
   if (g.json) return print_json(*r);
   const json& j = *r;
-  std::printf("daemon   %s (ptcfsd %s, up %.0f s)\n", j["listen"].get<std::string>().c_str(),
-              j["version"].get<std::string>().c_str(), j["uptime_s"].get<double>());
-  std::printf("data     %s\n", j["data"].get<std::string>().c_str());
-  std::printf("mount    %s\n", j["mount"].get<std::string>().c_str());
-  std::printf("stored   %zu jobs, %zu steps, %s\n", j["jobs"].get<size_t>(), j["steps"].get<size_t>(),
-              human_bytes(j["bytes_stored"].get<uint64_t>()).c_str());
+  fmt::print("daemon   {} (ptcfsd {}, up {:.0f} s)\n", j["listen"].get<std::string>(),
+              j["version"].get<std::string>(), j["uptime_s"].get<double>());
+  fmt::print("data     {}\n", j["data"].get<std::string>());
+  fmt::print("mount    {}\n", j["mount"].get<std::string>());
+  fmt::print("stored   {} jobs, {} steps, {}\n", j["jobs"].get<size_t>(), j["steps"].get<size_t>(),
+              human_bytes(j["bytes_stored"].get<uint64_t>()));
   if (j.contains("node")) {
     std::string nodes;
     for (const auto& n : j["cluster"]["nodes"]) nodes += (nodes.empty() ? "" : ", ") + n["id"].get<std::string>();
-    std::printf("node     %s of a %zu-node cluster (%s)\n", j["node"].get<std::string>().c_str(),
-                j["cluster"]["nodes"].size(), nodes.c_str());
+    fmt::print("node     {} of a {}-node cluster ({})\n", j["node"].get<std::string>(),
+                j["cluster"]["nodes"].size(), nodes);
     for (const auto& n : j["cluster"]["nodes"]) {
       if (!n.contains("up")) continue;
       if (n["up"].get<bool>())
-        std::printf("  %-10s %-22s up    sent %10s  received %10s\n", n["id"].get<std::string>().c_str(),
-                    n["addr"].get<std::string>().c_str(), human_bytes(n["bytes_sent"].get<uint64_t>()).c_str(),
-                    human_bytes(n["bytes_received"].get<uint64_t>()).c_str());
+        fmt::print("  {:<10} {:<22} up    sent {:>10}  received {:>10}\n", n["id"].get<std::string>(),
+                    n["addr"].get<std::string>(), human_bytes(n["bytes_sent"].get<uint64_t>()),
+                    human_bytes(n["bytes_received"].get<uint64_t>()));
       else
-        std::printf("  %-10s %-22s DOWN  %s\n", n["id"].get<std::string>().c_str(), n["addr"].get<std::string>().c_str(),
-                    n.value("error", "").c_str());
+        fmt::print("  {:<10} {:<22} DOWN  {}\n", n["id"].get<std::string>(), n["addr"].get<std::string>(),
+                    n.value("error", ""));
     }
   }
   return 0;
@@ -58,44 +59,36 @@ int cmd_ls(const Globals& g, const std::string& path) {
   if (g.json) return print_json(*r);
   const json& j = *r;
   if (j.contains("jobs")) {
-    if (j["jobs"].empty()) std::printf("no jobs\n");
+    if (j["jobs"].empty()) fmt::print("no jobs\n");
     for (const auto& job : j["jobs"]) {
       std::string steps;
       for (const auto& s : job["steps"]) steps += (steps.empty() ? "" : " ") + s.get<std::string>();
       std::string datasets;
       for (const auto& s : job.value("datasets", json::array()))
         datasets += (datasets.empty() ? "  datasets: " : " ") + s.get<std::string>();
-      std::printf("%-24s %s%s\n", job["job"].get<std::string>().c_str(), steps.c_str(), datasets.c_str());
+      fmt::print("{:<24} {}{}\n", job["job"].get<std::string>(), steps, datasets);
     }
   } else if (j.contains("shards")) {
     const auto& p = j["parallelism"];
-    std::printf("%s/%s  tp=%d,pp=%d,dp=%d  %zu tensors  %s\n", j["job"].get<std::string>().c_str(),
-                j["step"].get<std::string>().c_str(), p["tp"].get<int>(), p["pp"].get<int>(), p["dp"].get<int>(),
-                j["tensors"].get<size_t>(), human_bytes(j["bytes"].get<uint64_t>()).c_str());
+    fmt::print("{}/{}  tp={},pp={},dp={}  {} tensors  {}\n", j["job"].get<std::string>(),
+                j["step"].get<std::string>(), p["tp"].get<int>(), p["pp"].get<int>(), p["dp"].get<int>(),
+                j["tensors"].get<size_t>(), human_bytes(j["bytes"].get<uint64_t>()));
     for (const auto& s : j["shards"])
-      std::printf("  %-12s %6zu tensors  %10s\n", s["name"].get<std::string>().c_str(), s["tensors"].get<size_t>(),
-                  human_bytes(s["bytes"].get<uint64_t>()).c_str());
+      fmt::print("  {:<12} {:>6} tensors  {:>10}\n", s["name"].get<std::string>(), s["tensors"].get<size_t>(),
+                  human_bytes(s["bytes"].get<uint64_t>()));
   } else {
-    for (const auto& s : j["steps"]) std::printf("%s\n", s.get<std::string>().c_str());
+    for (const auto& s : j["steps"]) fmt::print("{}\n", s.get<std::string>());
   }
   return 0;
 }
 
-// --nodes n0,n1: the node ids to place the job's ranks on, in order.
-void add_nodes(json& req, const std::string& nodes) {
-  if (nodes.empty()) return;
-  json list = json::array();
-  size_t at = 0;
-  while (at <= nodes.size()) {
-    const size_t comma = std::min(nodes.find(',', at), nodes.size());
-    list.push_back(nodes.substr(at, comma - at));
-    at = comma + 1;
-  }
-  req["nodes"] = std::move(list);
+// --nodes n0,n1 (split by CLI11): the node ids to place the job's ranks on, in order.
+void add_nodes(json& req, const std::vector<std::string>& nodes) {
+  if (!nodes.empty()) req["nodes"] = nodes;
 }
 
 int cmd_import(const Globals& g, const std::string& dir, const std::string& job, const std::string& step,
-               const std::string& nodes) {
+               const std::vector<std::string>& nodes) {
   std::error_code ec;
   const auto abs = std::filesystem::absolute(dir, ec);
   if (ec) return fail(ptc::invalid(dir + ": " + ec.message()));
@@ -110,14 +103,14 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
   if (!r) return fail(r.status());
   if (g.json) return print_json(*r);
   const json& j = *r;
-  std::printf("imported %s/%s: %zu shards, %zu tensors, %s in %.2f s\n", job.c_str(), step.c_str(),
-              j["shards"].get<size_t>(), j["tensors"].get<size_t>(), human_bytes(j["bytes"].get<uint64_t>()).c_str(),
+  fmt::print("imported {}/{}: {} shards, {} tensors, {} in {:.2f} s\n", job, step,
+              j["shards"].get<size_t>(), j["tensors"].get<size_t>(), human_bytes(j["bytes"].get<uint64_t>()),
               j["seconds"].get<double>());
   return 0;
 }
 
 int cmd_repartition(const Globals& g, const std::string& job, const std::string& step, const std::string& to,
-                    bool dry_run, const std::string& nodes) {
+                    bool dry_run, const std::vector<std::string>& nodes) {
   ptcfs::cli::ProgressLine line("repartition " + job + "/" + step);
   json req = {{"op", "repartition"}, {"job", job}, {"step", step}, {"to", to}, {"dry_run", dry_run}};
   add_nodes(req, nodes);
@@ -137,33 +130,33 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
   const std::string what = job + "/" + step + " " + par(j["from"]) + " -> " + par(j["to"]);
   auto print_datasets = [&] {
     for (const auto& d : j.value("datasets", json::array()))
-      std::printf("  dataset %s %s dp=%d -> dp=%d\n", d["name"].get<std::string>().c_str(),
+      fmt::print("  dataset {} {} dp={} -> dp={}\n", d["name"].get<std::string>(),
                   dry_run ? "would be re-split" : "re-split", d["from_dp"].get<int>(), d["to_dp"].get<int>());
   };
   if (j["unchanged"].get<bool>()) {
-    std::printf("%s: already in that configuration, nothing to do\n", what.c_str());
+    fmt::print("{}: already in that configuration, nothing to do\n", what);
     print_datasets();
     return 0;
   }
-  std::printf("%s%s\n", dry_run ? "plan for " : "repartitioned ", what.c_str());
-  std::printf("  %zu shards, %zu tensors, %s\n", j["shards"].get<size_t>(), j["tensors"].get<size_t>(),
-              human_bytes(j["bytes_total"].get<uint64_t>()).c_str());
-  std::printf("  %zu copies -> %zu extents: %s remapped without copying, %s compacted (%zu slices), %s padding\n",
-              j["copies"].get<size_t>(), j["extents"].get<size_t>(), human_bytes(j["bytes_remapped"].get<uint64_t>()).c_str(),
-              human_bytes(j["bytes_compacted"].get<uint64_t>()).c_str(), j["compacted_slices"].get<size_t>(),
-              human_bytes(j["bytes_fill"].get<uint64_t>()).c_str());
+  fmt::print("{}{}\n", dry_run ? "plan for " : "repartitioned ", what);
+  fmt::print("  {} shards, {} tensors, {}\n", j["shards"].get<size_t>(), j["tensors"].get<size_t>(),
+              human_bytes(j["bytes_total"].get<uint64_t>()));
+  fmt::print("  {} copies -> {} extents: {} remapped without copying, {} compacted ({} slices), {} padding\n",
+              j["copies"].get<size_t>(), j["extents"].get<size_t>(), human_bytes(j["bytes_remapped"].get<uint64_t>()),
+              human_bytes(j["bytes_compacted"].get<uint64_t>()), j["compacted_slices"].get<size_t>(),
+              human_bytes(j["bytes_fill"].get<uint64_t>()));
   if (j.contains("nodes")) {
-    std::printf("  %s moved between nodes (the minimum: %s)\n", human_bytes(j["bytes_moved"].get<uint64_t>()).c_str(),
-                human_bytes(j["bytes_min"].get<uint64_t>()).c_str());
+    fmt::print("  {} moved between nodes (the minimum: {})\n", human_bytes(j["bytes_moved"].get<uint64_t>()),
+                human_bytes(j["bytes_min"].get<uint64_t>()));
     for (const auto& n : j["nodes"])
-      std::printf("    %-10s received %s\n", n["node"].get<std::string>().c_str(),
-                  human_bytes(n["bytes_received"].get<uint64_t>()).c_str());
+      fmt::print("    {:<10} received {}\n", n["node"].get<std::string>(),
+                  human_bytes(n["bytes_received"].get<uint64_t>()));
   } else if (j["bytes_min"].get<uint64_t>() > 0) {
-    std::printf("  %s to move between nodes (the minimum: %s)\n", human_bytes(j["bytes_moved"].get<uint64_t>()).c_str(),
-                human_bytes(j["bytes_min"].get<uint64_t>()).c_str());
+    fmt::print("  {} to move between nodes (the minimum: {})\n", human_bytes(j["bytes_moved"].get<uint64_t>()),
+                human_bytes(j["bytes_min"].get<uint64_t>()));
   }
   print_datasets();
-  if (!dry_run) std::printf("  version %llu in %.3f s\n", j["version"].get<unsigned long long>(), j["seconds"].get<double>());
+  if (!dry_run) fmt::print("  version {} in {:.3f} s\n", j["version"].get<uint64_t>(), j["seconds"].get<double>());
   return 0;
 }
 
@@ -181,14 +174,16 @@ int main(int argc, char** argv) {
   app.add_option("--secret-file", g.secret_file, "The cluster secret, when the daemon requires it (default: $PTCFS_SECRET_FILE)");
   app.set_version_flag("--version", PTCFS_VERSION);
 
-  std::string dir, job, step, path, nodes;
+  std::string dir, job, step, path;
+  std::vector<std::string> nodes;
   auto* imp = app.add_subcommand("import", "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors)");
   imp->add_option("DIR", dir, "Checkpoint directory, readable by the daemon")->required();
   imp->add_option("--job", job, "Job name")->required();
   imp->add_option("--step", step, "Step name (e.g. the iteration)")->required();
   imp->add_option("--nodes", nodes,
                   "In a cluster: the node ids to place the ranks on, in order (default: every node). Each node reads "
-                  "DIR on its own filesystem; '{node}' in DIR stands for its id");
+                  "DIR on its own filesystem; '{node}' in DIR stands for its id")
+      ->delimiter(',');
   imp->add_flag("--json", g.json, "Print the result as JSON");
 
   auto* ls = app.add_subcommand("ls", "List jobs, the steps of a job, or the shards of a step");
@@ -204,7 +199,8 @@ int main(int argc, char** argv) {
   rep->add_flag("--dry-run", dry_run, "Print the plan summary without changing anything");
   rep->add_option("--nodes", nodes,
                   "In a cluster: the node ids to place the new ranks on, in order (default: every node); leave out "
-                  "a node to shrink, add one to grow");
+                  "a node to shrink, add one to grow")
+      ->delimiter(',');
   rep->add_flag("--json", g.json, "Print the result as JSON");
 
   auto* status = app.add_subcommand("status", "Show the daemon's state");

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include <fmt/core.h>
+
 namespace ptcfs::cli {
 
 std::string human_bytes(uint64_t n) {
@@ -14,10 +16,8 @@ std::string human_bytes(uint64_t n) {
     v /= 1000;
     ++u;
   }
-  char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
-  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
-  return buf;
+  if (u == 0) return fmt::format("{} B", n);
+  return fmt::format("{:.1f} {}", v, units[u]);
 }
 
 ProgressLine::ProgressLine(std::string label) : label_(std::move(label)), tty_(isatty(STDERR_FILENO) == 1) {}
@@ -27,14 +27,14 @@ ProgressLine::~ProgressLine() { finish(); }
 void ProgressLine::update(uint64_t done, uint64_t total) {
   if (!tty_) return;
   const int pct = total ? static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total)) : 100;
-  std::fprintf(stderr, "\r\033[K%s %3d%%  %s / %s", label_.c_str(), pct, human_bytes(done).c_str(),
-               human_bytes(total).c_str());
+  fmt::print(stderr, "\r\033[K{} {:>3}%  {} / {}", label_, pct, human_bytes(done),
+               human_bytes(total));
   std::fflush(stderr);
   drawn_ = true;
 }
 
 void ProgressLine::finish() {
-  if (tty_ && drawn_) std::fprintf(stderr, "\r\033[K");
+  if (tty_ && drawn_) fmt::print(stderr, "\r\033[K");
   drawn_ = false;
 }
 

@@ -10,6 +10,9 @@
 #include <mutex>
 #include <thread>
 
+#include "daemon/cluster/coordinator.h"
+#include "daemon/cluster/peer_reader.h"
+#include "daemon/cluster/peer_service.h"
 #include "daemon/control/control.h"
 #include "daemon/daemon_config.h"
 #include "daemon/store/store.h"
@@ -22,6 +25,7 @@ namespace {
 struct Options {
   std::string data, mount, listen = "127.0.0.1:7070", cluster, node, secret_file, log_level = "info";
   uint64_t compact_below = ptcfs::CompactionPolicy{}.min_piece;
+  double peer_timeout_s = 10;
   bool fuse_debug = false;
   bool allow_other = true;
 };
@@ -54,15 +58,38 @@ int run(const Options& o, bool listen_given) {
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  // In a cluster the node reads other nodes' shards for the mount and serves theirs.
-  std::unique_ptr<ClusterNode> cluster_node;
-  if (cfg.cluster) cluster_node = std::make_unique<ClusterNode>(*cfg.cluster, cfg.node, secret);
-  auto store = Store::open(o.data, cluster_node.get(), cluster_node.get());
+  CompactionPolicy policy;
+  policy.min_piece = o.compact_below;
+
+  // In a cluster: the peer backend (every call with deadlines), the reader of other nodes'
+  // shards and samples for the mount (the store's versions refer to it), then, over the
+  // store, the service answering peers and the coordinator of changes. Built in that order,
+  // each complete when made.
+  std::unique_ptr<transport::PeerBackend> peers;
+  std::unique_ptr<PeerReader> reader;
+  if (cfg.cluster) {
+    transport::PeerDeadlines deadlines;
+    deadlines.idle = std::chrono::milliseconds(static_cast<int64_t>(o.peer_timeout_s * 1000));
+    deadlines.connect = std::min(deadlines.connect, deadlines.idle);
+    deadlines.data = std::max(deadlines.data, deadlines.idle);
+    peers = transport::make_tcp_backend(*cfg.cluster, secret, deadlines);
+    reader = std::make_unique<PeerReader>(*peers, cfg.node);
+  }
+  auto store = Store::open(o.data, reader.get(), reader.get());
   if (!store) {
     ptc::log::error("opening data directory {}: {}", o.data, store.status().to_string());
     return 1;
   }
   Store& st = **store;
+  std::unique_ptr<PeerService> peer_service;
+  std::unique_ptr<Coordinator> coordinator;
+  if (cfg.cluster) {
+    PrepareOptions prep;
+    prep.policy = policy;
+    peer_service = std::make_unique<PeerService>(st, *peers, cfg.node, prep);
+    coordinator = std::make_unique<Coordinator>(st, *peers, cfg.node, *peer_service);
+  }
+
   fs::MountOptions mo;
   mo.mountpoint = o.mount;
   mo.debug = o.fuse_debug;
@@ -83,18 +110,21 @@ int run(const Options& o, bool listen_given) {
     info.node = cfg.cluster->nodes[static_cast<size_t>(cfg.node)].id;
     info.cluster = *cfg.cluster;
   }
-  ControlService control(st, info);
-  CompactionPolicy policy;
-  policy.min_piece = o.compact_below;
+  ControlService control(st, info, coordinator.get());
   control.set_compaction(policy);
-  if (cluster_node) {
-    PrepareOptions prep;
-    prep.policy = policy;
-    cluster_node->attach(st, prep);
-    control.set_cluster(cluster_node.get());
-  }
+  // Peer operations go to the peer service, everything else to the control service.
+  transport::RpcServer::Handler peer_handler = [&](const nlohmann::json& req, const transport::ProgressSink&) {
+    if (!peer_service)
+      return ptc::Result<transport::Reply>(ptc::invalid("'" + req.value("op", std::string()) +
+                                                        "' is a peer operation and this daemon is in no cluster"));
+    return peer_service->handle(req);
+  };
   auto server = transport::RpcServer::start(
-      cfg.listen, [&control](const nlohmann::json& req, const transport::ProgressSink& p) { return control.handle(req, p); },
+      cfg.listen,
+      transport::route({{"peer.", peer_handler},
+                        {"", [&control](const nlohmann::json& req, const transport::ProgressSink& p) {
+                           return control.handle(req, p);
+                         }}}),
       transport::ServerLimits{}, secret);
   if (!server) {
     ptc::log::error("{}", server.status().to_string());
@@ -109,7 +139,7 @@ int run(const Options& o, bool listen_given) {
 
   // A node that was down while its peers repartitioned catches up with them.
   std::thread catch_up;
-  if (cluster_node) catch_up = std::thread([&cn = *cluster_node] { cn.catch_up(); });
+  if (coordinator) catch_up = std::thread([&c = *coordinator] { c.catch_up(); });
 
   std::atomic<bool> stopping{false};
   std::thread fuse_thread([&] {
@@ -127,6 +157,7 @@ int run(const Options& o, bool listen_given) {
     std::unique_lock lock(gc_mu);
     while (!gc_cv.wait_for(lock, std::chrono::seconds(5), [&] { return stopping.load(); })) {
       if (auto r = st.collect_garbage(); !r) ptc::log::warn("collecting blobs: {}", r.status().to_string());
+      if (coordinator) coordinator->retry_aborts();
     }
   });
 
@@ -166,6 +197,11 @@ int main(int argc, char** argv) {
   app.add_option("--compact-below", o.compact_below,
                  "Repartition copies a re-cut slice into a blob of its own when its pieces are smaller than this "
                  "many bytes; larger pieces are remapped")
+      ->capture_default_str();
+  app.add_option("--peer-timeout", o.peer_timeout_s,
+                 "Seconds a peer may stay silent (no reply, no keepalive) before its call fails: a read of its "
+                 "shard with EIO, a change with an error")
+      ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   app.add_option("--log-level", o.log_level, "debug, info, warn or error")->capture_default_str();
   app.add_flag("--fuse-debug", o.fuse_debug, "Log every FUSE request (libfuse's -d)");

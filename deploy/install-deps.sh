@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package that building, testing and the demo need; with the
-# argument `bench`, also what `make bench` needs (Debian's torch for the baseline script,
-# gnuplot for the plot). Idempotent and quiet when everything is already there. Run as root.
+# Installs every Debian 12 package that building, testing and the demo need (Debian's torch
+# trains the elastic GPT example in the tests); with the argument `bench`, also what
+# `make bench` needs (gnuplot for the plot). Idempotent and quiet when everything is already there. Run as root.
 set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config git
-  libfuse3-dev fuse3
+  libfuse3-dev fuse3 libmount-dev
   libboost-dev libboost-system-dev
   librocksdb-dev
   nlohmann-json3-dev
@@ -15,10 +15,10 @@ PACKAGES=(
   libcli11-dev
   libfmt-dev
   libssl-dev
-  python3-numpy python3-pytest
+  python3-numpy python3-pytest python3-torch
 )
 if [ "${1:-}" = "bench" ]; then
-  PACKAGES+=(python3-torch gnuplot-nox)
+  PACKAGES+=(gnuplot-nox)
 elif [ $# -gt 0 ]; then
   echo "usage: install-deps.sh [bench]" >&2
   exit 2

@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <fuse_lowlevel.h>
 #include <pthread.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -15,12 +14,10 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <mutex>
 
 #include "fs/errno_map.h"
+#include "fs/mountpoint.h"
 #include "fs/tree.h"
 #include "ptc/log.h"
 
@@ -335,84 +332,6 @@ const fuse_lowlevel_ops kOps = [] {
 }();
 
 void wake_handler(int) {}
-
-// The kernel caps FUSE readahead at the bdi default (128 KiB), so sequential reads arrive
-// as 128 KiB requests even though max_pages allows 1 MiB. Raising the mount's bdi
-// read_ahead_kb lets them arrive as 1 MiB requests (8x fewer round trips). The device
-// number comes from mountinfo: a stat of the mount point would need the loop running.
-void raise_readahead(const std::string& mountpoint, unsigned kb) {
-  char* real = ::realpath(mountpoint.c_str(), nullptr);
-  const std::string mp = real ? real : mountpoint;
-  std::free(real);
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line, dev;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string id, parent, majmin, root, point;
-    ls >> id >> parent >> majmin >> root >> point;
-    if (point == mp) dev = majmin;  // the last match is the newest mount
-  }
-  if (dev.empty()) return;
-  std::ofstream ra("/sys/class/bdi/" + dev + "/read_ahead_kb");
-  ra << kb << "\n";
-  if (!ra) ptc::log::debug("could not raise readahead of {} (bdi {})", mp, dev);
-}
-
-bool is_mounted(const std::string& path) {
-  std::ifstream in("/proc/self/mounts");
-  std::string dev, mnt, rest;
-  while (in >> dev >> mnt && std::getline(in, rest))
-    if (mnt == path) return true;
-  return false;
-}
-
-// True when the FUSE mount at path has lost its daemon. A stat of the mount point may still
-// be answered from the kernel's attribute cache, so this reads the directory, which needs
-// the daemon.
-bool is_stale(const std::string& path) {
-  DIR* d = ::opendir(path.c_str());
-  if (!d) return errno == ENOTCONN;
-  errno = 0;
-  const bool dead = ::readdir(d) == nullptr && errno == ENOTCONN;
-  ::closedir(d);
-  return dead;
-}
-
-ptc::Status detach(const std::string& mp) {
-  ptc::log::warn("{} is a stale mount (its daemon died); detaching it", mp);
-  if (::umount2(mp.c_str(), MNT_DETACH) == 0) return ptc::Status::ok();
-  const int err = errno;
-  const std::string cmd = "fusermount3 -u -z '" + mp + "' 2>/dev/null";
-  if (std::system(cmd.c_str()) != 0) return ptc::io_error("detaching stale mount " + mp, err);
-  return ptc::Status::ok();
-}
-
-// Makes mp ready to mount on: creates it when missing, detaches a stale mount (a daemon
-// that died), refuses a live one.
-ptc::Status prepare_mountpoint(const std::string& mp) {
-  struct stat st {};
-  if (::stat(mp.c_str(), &st) != 0) {
-    if (errno == ENOENT) {
-      std::error_code ec;
-      std::filesystem::create_directories(mp, ec);
-      if (ec) return ptc::error(ptc::Code::kIo, "creating mount point " + mp + ": " + ec.message());
-      return ptc::Status::ok();
-    }
-    if (errno != ENOTCONN) return ptc::io_error("mount point " + mp, errno);
-    PTC_RETURN_IF_ERROR(detach(mp));
-    if (::stat(mp.c_str(), &st) != 0) return ptc::io_error("mount point " + mp, errno);
-  }
-  if (!S_ISDIR(st.st_mode)) return ptc::invalid("mount point " + mp + " is not a directory");
-  char* real = ::realpath(mp.c_str(), nullptr);
-  const std::string rp = real ? real : mp;
-  std::free(real);
-  if (is_mounted(rp)) {
-    if (!is_stale(rp))
-      return ptc::error(ptc::Code::kFailedPrecondition, "mount point " + mp + " is already mounted (another ptcfsd?)");
-    PTC_RETURN_IF_ERROR(detach(rp));
-  }
-  return ptc::Status::ok();
-}
 
 }  // namespace
 

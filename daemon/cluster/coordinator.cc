@@ -1,25 +1,20 @@
-// The coordinator half of ClusterNode: imports and repartitions across every node, in two
-// phases (daemon/cluster/node.h).
+// The coordinator (daemon/cluster/coordinator.h): imports and repartitions across every
+// node, in two phases; the state of every node; catching up after a restart.
+#include "daemon/cluster/coordinator.h"
+
 #include <chrono>
 #include <ctime>
-#include <random>
 #include <set>
 #include <thread>
 
-#include "daemon/cluster/node.h"
+#include "daemon/cluster/change_record.h"
+#include "daemon/cluster/nodes.h"
+#include "daemon/cluster/prepare.h"
 #include "ptc/log.h"
 
 namespace ptcfs {
 
 using nlohmann::json;
-
-std::string new_transaction_id() {
-  std::random_device rd;
-  std::mt19937_64 g((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(g()));
-  return buf;
-}
 
 namespace {
 
@@ -29,53 +24,67 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-std::vector<ClusterNode::Answer> ClusterNode::ask_all(const std::vector<int>& nodes,
-                                                      const std::function<json(int)>& request) {
-  std::vector<Answer> out(nodes.size());
+const std::string& Coordinator::id() const { return node_id(cluster(), self_); }
+
+std::vector<ptc::Result<json>> Coordinator::ask_all(const std::vector<int>& nodes,
+                                                    const std::function<json(int)>& request) {
+  std::vector<ptc::Result<json>> out(nodes.size(), ptc::internal("not asked"));
   std::vector<std::thread> threads;
   for (size_t i = 0; i < nodes.size(); ++i)
     threads.emplace_back([&, i] {
       const json req = request(nodes[i]);
       if (nodes[i] == self_) {
-        auto r = handle_peer(req);
-        out[i].result = r ? ptc::Result<json>(std::move(r->result)) : ptc::Result<json>(r.status());
+        auto r = local_.handle(req);
+        out[i] = r ? ptc::Result<json>(std::move(r->result)) : ptc::Result<json>(r.status());
       } else {
-        out[i].result = peers_->call(nodes[i], req);
+        out[i] = peers_.call(nodes[i], req);
       }
     });
   for (auto& t : threads) t.join();
   return out;
 }
 
-ptc::Status ClusterNode::finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit) {
+ptc::Status Coordinator::finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit) {
   const auto answers = ask_all(nodes, [&](int) { return json{{"op", commit ? "peer.commit" : "peer.abort"}, {"tx", tx}}; });
   ptc::Status first;
-  for (size_t i = 0; i < nodes.size(); ++i)
-    if (!answers[i].result && first.is_ok()) first = answers[i].result.status();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (answers[i]) continue;
+    if (first.is_ok()) first = answers[i].status();
+    if (!commit) {
+      ptc::log::warn("node {} missed the abort of transaction {} ({}); it is sent again until the node answers",
+                     node_id(cluster(), nodes[i]), tx, answers[i].status().to_string());
+      std::lock_guard lock(mu_);
+      unaborted_.emplace_back(nodes[i], tx);
+    }
+  }
   return first;
 }
 
-std::vector<int> ClusterNode::all_nodes() const {
-  std::vector<int> out;
-  for (size_t i = 0; i < cluster().nodes.size(); ++i) out.push_back(static_cast<int>(i));
-  return out;
+size_t Coordinator::retry_aborts() {
+  std::vector<std::pair<int, std::string>> owed;
+  {
+    std::lock_guard lock(mu_);
+    owed.swap(unaborted_);
+  }
+  std::vector<std::pair<int, std::string>> still;
+  for (const auto& [node, tx] : owed) {
+    auto r = peers_.call(node, json{{"op", "peer.abort"}, {"tx", tx}});
+    if (r) ptc::log::info("node {} took the abort of transaction {} it had missed", node_id(cluster(), node), tx);
+    else still.emplace_back(node, tx);
+  }
+  std::lock_guard lock(mu_);
+  unaborted_.insert(unaborted_.end(), still.begin(), still.end());
+  return unaborted_.size();
 }
 
-std::vector<int> ClusterNode::other_nodes() const {
-  std::vector<int> out;
-  for (int n : all_nodes())
-    if (n != self_) out.push_back(n);
-  return out;
-}
-
-std::vector<std::string> ClusterNode::placement_or_all(const std::vector<std::string>& nodes) const {
+std::vector<std::string> Coordinator::placement_or_all(const std::vector<std::string>& nodes) const {
   if (!nodes.empty()) return nodes;
   std::vector<std::string> all;
   for (const auto& n : cluster().nodes) all.push_back(n.id);
   return all;
 }
 
-ptc::Result<json> ClusterNode::import(const std::string& dir, const std::string& job, const std::string& step,
+ptc::Result<json> Coordinator::import(const std::string& dir, const std::string& job, const std::string& step,
                                       const std::vector<std::string>& nodes_arg,
                                       const transport::ProgressSink& progress) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -84,29 +93,27 @@ ptc::Result<json> ClusterNode::import(const std::string& dir, const std::string&
     if (cluster().find(n) < 0) return ptc::invalid("node '" + n + "' is not in the cluster");
   if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
   // Every node records the step (all mounts show the whole namespace), so every node takes part.
-  const std::vector<int> all = all_nodes();
+  const std::vector<int> all = all_nodes(cluster());
   const std::string tx = new_transaction_id();
   if (progress) progress(json{{"phase", "prepare"}, {"done", 0}, {"total", all.size()}});
-  const auto answers = ask_all(all, [&](int) {
-    return json{{"op", "peer.prepare"}, {"tx", tx}, {"kind", "import"}, {"dir", dir}, {"job", job}, {"step", step},
-                {"nodes", nodes}};
-  });
+  const json prepare = to_json(PrepareRequest{tx, ImportChange{dir, job, step, nodes}});
+  const auto answers = ask_all(all, [&](int) { return prepare; });
   ptc::Status failed;
   std::set<uint64_t> digests;
   size_t shards = 0;
   uint64_t bytes = 0;
   json per_node = json::array();
   for (size_t i = 0; i < all.size(); ++i) {
-    const auto& r = answers[i].result;
+    const std::string& nid = node_id(cluster(), all[i]);
+    auto r = answers[i] ? prepare_reply_from_json(*answers[i], "prepare reply of node " + nid) : answers[i].status();
     if (!r) {
       if (failed.is_ok()) failed = r.status();
       continue;
     }
-    digests.insert((*r)["ptc_digest"].get<uint64_t>());
-    shards += (*r)["shards"].get<size_t>();
-    bytes += (*r)["bytes"].get<uint64_t>();
-    per_node.push_back({{"node", cluster().nodes[static_cast<size_t>(all[i])].id}, {"shards", (*r)["shards"]},
-                        {"bytes", (*r)["bytes"]}});
+    digests.insert(r->ptc_digest);
+    shards += r->shards;
+    bytes += r->bytes;
+    per_node.push_back({{"node", nid}, {"shards", r->shards}, {"bytes", r->bytes}});
   }
   if (failed.is_ok() && digests.size() > 1)
     failed = ptc::invalid("ptc.json differs between the nodes' copies of " + dir);
@@ -116,7 +123,7 @@ ptc::Result<json> ClusterNode::import(const std::string& dir, const std::string&
     return failed;
   }
   if (auto s = finish_all(all, tx, true); !s) return s.with_context("import of " + job + "/" + step + " committed partly");
-  auto snap = store_->snapshot();
+  auto snap = store_.snapshot();
   auto it = snap->steps.find({job, step});
   const size_t tensors = it == snap->steps.end() ? 0 : it->second->layout().ptc().tensors.size();
   ptc::log::info("imported {}/{} on {} nodes: {} shard copies, {} bytes", job, step, all.size(), shards, bytes);
@@ -124,7 +131,7 @@ ptc::Result<json> ClusterNode::import(const std::string& dir, const std::string&
               {"bytes", bytes}, {"seconds", since(t0)}, {"nodes", std::move(per_node)}};
 }
 
-ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest& req,
+ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest& req,
                                                         const std::vector<std::string>& nodes_arg,
                                                         const transport::ProgressSink& progress) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -132,7 +139,7 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
   auto report = [&](const char* phase, uint64_t done, uint64_t total) {
     if (progress) progress(json{{"phase", phase}, {"done", done}, {"total", total}});
   };
-  PTC_ASSIGN_OR_RETURN(std::shared_ptr<const StepVersion> old, current_version(*store_, req.job, req.step));
+  PTC_ASSIGN_OR_RETURN(std::shared_ptr<const StepVersion> old, current_version(store_, req.job, req.step));
   const ptc::Layout& from = old->layout();
 
   ClusterChange c;
@@ -148,7 +155,7 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
   RepartitionResult res;
   PTC_ASSIGN_OR_RETURN(const ptc::Layout to, start_result(req, *old, res));
   // Every node re-splits the job's datasets in its prepare; refuse here when one cannot be.
-  auto datasets = resplit_datasets(*store_, req.job, req.to.dp);
+  auto datasets = resplit_datasets(store_, req.job, req.to.dp);
   if (!datasets) return datasets.status().with_context("cannot repartition " + name + " to " + req.to.to_string());
   note_datasets(*datasets, res);
   if (req.to == from.parallelism() && c.to_nodes == c.from_nodes && datasets->empty()) {
@@ -159,12 +166,12 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
 
   // Who is up, and at which version.
   report("state", 0, 1);
-  const std::vector<int> all = all_nodes();
+  const std::vector<int> all = all_nodes(cluster());
   const auto states = ask_all(all, [&](int) { return json{{"op", "peer.state"}, {"job", req.job}, {"step", req.step}}; });
   std::vector<int> up;
   for (size_t i = 0; i < all.size(); ++i) {
-    const std::string& nid = cluster().nodes[static_cast<size_t>(all[i])].id;
-    const auto& r = states[i].result;
+    const std::string& nid = node_id(cluster(), all[i]);
+    auto r = states[i] ? step_state_from_json(*states[i], "state of node " + nid) : states[i].status();
     if (!r) {
       if (r.status().code() == ptc::Code::kNotFound) {
         up.push_back(all[i]);  // up, without the step (a node that joined later)
@@ -175,7 +182,7 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
       c.down.push_back(nid);
       continue;
     }
-    const uint64_t v = (*r)["version"].get<uint64_t>();
+    const uint64_t v = r->version;
     if (v != old->version())
       return ptc::error(ptc::Code::kFailedPrecondition, "node " + nid + " has version " + std::to_string(v) + " of " +
                                                             name + ", this node " + std::to_string(old->version()) +
@@ -207,25 +214,20 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
   }
 
   const std::string tx = new_transaction_id();
-  const uint64_t digest = plan_digest(plan);
-  json ptc_json = json::parse(ptc::ptc_to_json(c.ptc));
+  c.digest = plan_digest(plan);
   report("prepare", 0, up.size());
-  const auto answers = ask_all(up, [&](int) {
-    return json{{"op", "peer.prepare"}, {"tx", tx},           {"kind", "repartition"},   {"job", c.job},
-                {"step", c.step},       {"from_version", c.from_version}, {"ptc", ptc_json}, {"from_nodes", c.from_nodes},
-                {"to", c.to.to_string()}, {"to_nodes", c.to_nodes},      {"down", c.down},  {"digest", digest}};
-  });
+  const json prepare = to_json(PrepareRequest{tx, c});
+  const auto answers = ask_all(up, [&](int) { return prepare; });
   ptc::Status failed;
   for (size_t i = 0; i < up.size(); ++i) {
-    const auto& r = answers[i].result;
+    const std::string& nid = node_id(cluster(), up[i]);
+    auto r = answers[i] ? prepare_reply_from_json(*answers[i], "prepare reply of node " + nid) : answers[i].status();
     if (!r) {
       if (failed.is_ok()) failed = r.status();
       continue;
     }
-    const uint64_t got = (*r)["bytes_received"].get<uint64_t>();
-    res.bytes_moved += got;
-    res.per_node.push_back({cluster().nodes[static_cast<size_t>(up[i])].id, got,
-                            min_per_node[static_cast<size_t>(up[i])]});
+    res.bytes_moved += r->bytes_received;
+    res.per_node.push_back({nid, r->bytes_received, min_per_node[static_cast<size_t>(up[i])]});
   }
   if (!failed.is_ok()) {
     (void)finish_all(up, tx, false);
@@ -242,57 +244,66 @@ ptc::Result<RepartitionResult> ClusterNode::repartition(const RepartitionRequest
   return res;
 }
 
-size_t ClusterNode::catch_up() {
-  const std::vector<int> others = other_nodes();
+size_t Coordinator::catch_up() {
+  const std::vector<int> others = other_nodes(cluster(), self_);
   size_t caught = 0;
-  const auto snap = store_->snapshot();  // commits below publish new snapshots; this one stays valid
+  const auto snap = store_.snapshot();  // commits below publish new snapshots; this one stays valid
   for (const auto& [key, v] : snap->steps) {
     if (v->placement().nodes.empty()) continue;
+    const std::string name = key.first + "/" + key.second;
     const auto answers =
         ask_all(others, [&](int) { return json{{"op", "peer.state"}, {"job", key.first}, {"step", key.second}}; });
-    const json* newest = nullptr;
-    for (const auto& a : answers)
-      if (a.result && (*a.result)["version"].get<uint64_t>() > (newest ? (*newest)["version"].get<uint64_t>() : v->version()))
-        newest = &*a.result;
-    if (!newest || !newest->contains("ptc")) continue;
-    auto ptc = ptc::parse_ptc_json((*newest)["ptc"].dump(), "peer state of " + key.first + "/" + key.second);
-    if (!ptc) continue;
-    auto layout = ptc::Layout::make(*ptc, ptc->parallelism);
+    std::optional<StepState> newest;
+    for (size_t i = 0; i < answers.size(); ++i) {
+      if (!answers[i]) continue;
+      auto s = step_state_from_json(*answers[i], "state of " + name + " from node " + node_id(cluster(), others[i]));
+      if (!s) {
+        ptc::log::warn("catching up {}: {}", name, s.status().to_string());
+        continue;
+      }
+      if (s->version > (newest ? newest->version : v->version())) newest = std::move(s).value();
+    }
+    if (!newest) continue;
+    auto layout = ptc::Layout::make(newest->ptc, newest->ptc.parallelism);
     if (!layout) continue;
     StepPlacement placement;
-    for (const auto& n : (*newest)["nodes"]) placement.nodes.push_back(n.get<std::string>());
+    placement.nodes = newest->nodes;
     placement.held.assign(layout->shards().size(), false);
     const size_t nshards = layout->shards().size();
-    auto next = std::make_shared<StepVersion>(key.first, key.second, (*newest)["version"].get<uint64_t>(),
-                                              static_cast<int64_t>(::time(nullptr)), std::move(layout).value(),
-                                              std::vector<std::vector<StoredSlice>>(nshards), &store_->blobs(),
-                                              std::move(placement), store_->remote());
-    if (auto s = store_->commit(next, v); !s) {
-      ptc::log::warn("catching up {}/{}: {}", key.first, key.second, s.to_string());
+    PreparedChange change;
+    change.replaced = v;
+    change.next = std::make_shared<StepVersion>(key.first, key.second, newest->version,
+                                                static_cast<int64_t>(::time(nullptr)), std::move(layout).value(),
+                                                std::vector<std::vector<StoredSlice>>(nshards), &store_.blobs(),
+                                                std::move(placement), store_.remote());
+    if (auto s = store_.begin_change(key.first, key.second); !s) {
+      ptc::log::warn("catching up {}: {}", name, s.to_string());
       continue;
     }
-    ptc::log::info("{}/{} moved to version {} while this node was down; caught up (this node holds none of it)",
-                   key.first, key.second, next->version());
+    if (auto s = commit_change(store_, change); !s) {
+      ptc::log::warn("catching up {}: {}", name, s.to_string());
+      continue;
+    }
+    ptc::log::info("{} moved to version {} while this node was down; caught up (this node holds none of it)", name,
+                   newest->version);
     ++caught;
   }
-  caught += catch_up_datasets();
-  if (caught)
-    if (auto gc = store_->collect_garbage(); !gc) ptc::log::warn("collecting blobs: {}", gc.status().to_string());
-  return caught;
+  return caught + catch_up_datasets();
 }
 
-json ClusterNode::nodes_status() {
-  const std::vector<int> all = all_nodes();
+json Coordinator::nodes_status() {
+  const std::vector<int> all = all_nodes(cluster());
   const auto answers = ask_all(all, [](int) { return json{{"op", "peer.stats"}}; });
   json out = json::array();
   for (size_t i = 0; i < all.size(); ++i) {
     const auto& n = cluster().nodes[static_cast<size_t>(all[i])];
-    json j = {{"id", n.id}, {"addr", n.addr}, {"gpus", n.gpus}, {"up", answers[i].result.is_ok()}};
-    if (answers[i].result) {
-      j["bytes_sent"] = (*answers[i].result)["bytes_sent"];
-      j["bytes_received"] = (*answers[i].result)["bytes_received"];
+    auto stats = answers[i] ? peer_stats_from_json(*answers[i], "stats of node " + n.id) : answers[i].status();
+    json j = {{"id", n.id}, {"addr", n.addr}, {"gpus", n.gpus}, {"up", stats.is_ok()}};
+    if (stats) {
+      j["bytes_sent"] = stats->bytes_sent;
+      j["bytes_received"] = stats->bytes_received;
     } else {
-      j["error"] = answers[i].result.status().message();
+      j["error"] = stats.status().message();
     }
     out.push_back(std::move(j));
   }

@@ -2,13 +2,12 @@
 
 #include <xxhash.h>
 
-#include <atomic>
 #include <ctime>
-#include <mutex>
-#include <thread>
 
 #include "daemon/reshard/extent_map.h"
-#include "daemon/cluster/slab_read.h"
+#include "daemon/store/checksum.h"
+#include "daemon/store/parallel.h"
+#include "ptc/json_util.h"
 #include "ptc/log.h"
 
 namespace ptcfs {
@@ -64,45 +63,32 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const ClusterChange& 
   for (size_t i = 0; i < part.transfers.size(); ++i)
     for (uint64_t off = 0; off < part.transfers[i].bytes; off += opt.chunk)
       chunks.push_back({i, off, std::min(opt.chunk, part.transfers[i].bytes - off)});
-  std::atomic<size_t> next{0};
-  std::mutex mu;
-  ptc::Status first;
-  std::atomic<bool> failed{false};
-  auto work = [&] {
-    std::string buf;
-    for (size_t k; !failed && (k = next.fetch_add(1)) < chunks.size();) {
+  return parallel_for(chunks.size(), opt.fetchers, [&]() -> Worker {
+    auto buf = std::make_shared<std::string>();
+    return [&, buf](size_t k) -> ptc::Status {
       const Chunk& ch = chunks[k];
       const ptc::Transfer& t = part.transfers[ch.transfer];
       const ptc::ShardId src = from.shards()[t.src_shard];
       const std::string& tensor = from.ptc().tensors[t.tensor].name;
+      const std::string context = "pulling '" + tensor + "' of shard " + src.name();
       const json req = {{"op", "peer.read"}, {"job", c.job},   {"step", c.step}, {"version", c.from_version},
                         {"shard", src.name()}, {"tensor", tensor}, {"lo", t.src_lo}, {"len", t.len},
                         {"off", ch.off},      {"n", ch.n}};
-      ptc::Status st;
-      auto r = peers.call_data(t.src_node, req, buf, ch.n);
-      if (!r) st = r.status();
-      else if (buf.size() != ch.n || !r->contains("xxh3") || (*r)["xxh3"].get<uint64_t>() != xxh3_of(buf.data(), buf.size()))
-        st = ptc::corrupt("bytes of '" + tensor + "' from node " + peers.cluster().nodes[static_cast<size_t>(t.src_node)].id +
-                          " fail their checksum");
-      else st = w.write_at(offsets[ch.transfer] + ch.off, buf.data(), buf.size());
-      if (!st) {
-        std::lock_guard lock(mu);
-        if (first.is_ok()) first = st.with_context("pulling '" + tensor + "' of shard " + src.name());
-        failed = true;
-      }
-    }
-  };
-  const unsigned n = std::max(1u, std::min<unsigned>(opt.fetchers, static_cast<unsigned>(chunks.size())));
-  std::vector<std::thread> threads;
-  for (unsigned i = 0; i < n; ++i) threads.emplace_back(work);
-  for (auto& t : threads) t.join();
-  return first;
+      PTC_ASSIGN_OR_RETURN(json r, peers.call_data(t.src_node, req, *buf, ch.n), context);
+      if (buf->size() != ch.n || ptc::member_u64_or(r, "xxh3", 0).value_or(0) != xxh3_of(buf->data(), buf->size()))
+        return ptc::corrupt("bytes of '" + tensor + "' from node " +
+                            peers.cluster().nodes[static_cast<size_t>(t.src_node)].id + " fail their checksum")
+            .with_context(context);
+      return w.write_at(offsets[ch.transfer] + ch.off, buf->data(), buf->size()).with_context(context);
+    };
+  });
 }
 
 }  // namespace
 
-ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBackend& peers, int self, const ClusterChange& c,
-                                                 uint64_t digest, const PrepareOptions& opt) {
+ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBackend& peers, int self,
+                                                 const ClusterChange& c, const PrepareOptions& opt) {
+  const uint64_t digest = c.digest;
   const std::string name = c.job + "/" + c.step;
   const auto& cluster = peers.cluster();
   // The old version: this node's, or (a node that has never held the step) an empty one.

@@ -10,23 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cluster/change_record.h"
 #include "daemon/reshard/compactor.h"
 #include "transport/backend.h"
 #include "daemon/store/prepared.h"
 #include "ptc/cluster_plan.h"
 
 namespace ptcfs {
-
-// What every node needs to compute the same plan.
-struct ClusterChange {
-  std::string job, step;
-  uint64_t from_version = 0;
-  ptc::Ptc ptc;                        // the step's PTC (its parallelism is the old config)
-  std::vector<std::string> from_nodes;  // the old placement (node ids in rank order)
-  ptc::Parallelism to;
-  std::vector<std::string> to_nodes;   // the new placement
-  std::vector<std::string> down;       // nodes that cannot serve as sources
-};
 
 // The holdings of a change: old shards on the old placement's live nodes, new shards on
 // the new placement.
@@ -41,9 +31,9 @@ struct PrepareOptions {
   unsigned fetchers = 8;      // parallel peer reads
 };
 
-// Prepares this node's part (node index `self`). `digest` (0: not checked) must equal the
+// Prepares this node's part (node index `self`). `c.digest` (0: not checked) must equal the
 // plan's. The step is marked as changing until the change is committed or aborted.
-ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBackend& peers, int self, const ClusterChange& c,
-                                                 uint64_t digest, const PrepareOptions& opt);
+ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBackend& peers, int self,
+                                                 const ClusterChange& c, const PrepareOptions& opt);
 
 }  // namespace ptcfs

@@ -1,5 +1,7 @@
 #include "daemon/cluster/slab_read.h"
 
+#include "daemon/store/checksum.h"
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -31,8 +33,6 @@ ptc::Result<int64_t> num(const json& req, const char* key) {
 }
 
 }  // namespace
-
-uint64_t xxh3_of(const void* data, size_t len) { return XXH3_64bits(data, len); }
 
 ptc::Result<transport::Reply> serve_slab_read(Store& store, const json& req, uint64_t max_bytes) {
   PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "version", "shard", "tensor", "lo", "len", "off", "n"},

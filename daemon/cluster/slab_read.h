@@ -20,7 +20,4 @@ namespace ptcfs {
 
 ptc::Result<transport::Reply> serve_slab_read(Store& store, const nlohmann::json& request, uint64_t max_bytes);
 
-// The XXH3 of bytes (what a receiver checks a reply against).
-uint64_t xxh3_of(const void* data, size_t len);
-
 }  // namespace ptcfs

@@ -47,11 +47,7 @@ json step_summary(const StepVersion& v) {
 }  // namespace
 
 ptc::Result<transport::Reply> ControlService::handle(const json& req, const transport::ProgressSink& progress) {
-  const std::string op = req.value("op", "");
-  if (op.rfind("peer.", 0) == 0) {
-    if (!cluster_) return ptc::invalid("'" + op + "' is a peer operation and this daemon is in no cluster");
-    return cluster_->handle_peer(req);
-  }
+  PTC_ASSIGN_OR_RETURN(const std::string op, ptc::member_string(req, "op"));
   ptc::Result<json> r = ptc::invalid("unknown operation '" + op + "'");
   if (op == "status") r = status();
   else if (op == "ls") r = ls(req);
@@ -86,8 +82,8 @@ ptc::Result<json> ControlService::status() const {
     json nodes = json::array();
     for (const auto& n : info_.cluster->nodes) nodes.push_back({{"id", n.id}, {"addr", n.addr}, {"gpus", n.gpus}});
     out["node"] = info_.node;
-    out["cluster"] = {{"nodes", cluster_ ? cluster_->nodes_status() : std::move(nodes)}};
-    if (cluster_) {
+    out["cluster"] = {{"nodes", coordinator_ ? coordinator_->nodes_status() : std::move(nodes)}};
+    if (coordinator_) {
       for (const auto& n : out["cluster"]["nodes"])
         if (n["id"] == info_.node && n.contains("bytes_sent")) {
           out["bytes_sent"] = n["bytes_sent"];
@@ -134,15 +130,15 @@ ptc::Result<json> ControlService::ls(const json& req) const {
 
 ptc::Result<json> ControlService::import(const json& req, const transport::ProgressSink& progress) {
   PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "dir", "job", "step", "nodes"}, "import request"));
-  PTC_ASSIGN_OR_RETURN(std::string dir, required_string(req, "dir"));
-  PTC_ASSIGN_OR_RETURN(std::string job, required_string(req, "job"));
-  PTC_ASSIGN_OR_RETURN(std::string step, required_string(req, "step"));
+  PTC_ASSIGN_OR_RETURN(std::string dir, ptc::member_string(req, "dir"));
+  PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(std::string step, ptc::member_string(req, "step"));
   PTC_ASSIGN_OR_RETURN(auto nodes, nodes_of(req));
   if (dir.empty() || dir[0] != '/') return ptc::invalid("import directory must be an absolute path, got '" + dir + "'");
-  if (cluster_) {
+  if (coordinator_) {
     PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
     PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
-    auto r = cluster_->import(dir, job, step, nodes, progress);
+    auto r = coordinator_->import(dir, job, step, nodes, progress);
     if (!r) ptc::log::warn("import of {} as {}/{} refused: {}", dir, job, step, r.status().to_string());
     return r;
   }
@@ -161,14 +157,14 @@ ptc::Result<json> ControlService::repartition(const json& req, const transport::
   PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "to", "dry_run", "nodes"}, "repartition request"));
   PTC_ASSIGN_OR_RETURN(auto nodes, nodes_of(req));
   RepartitionRequest r;
-  PTC_ASSIGN_OR_RETURN(r.job, required_string(req, "job"));
-  PTC_ASSIGN_OR_RETURN(r.step, required_string(req, "step"));
-  PTC_ASSIGN_OR_RETURN(std::string to, required_string(req, "to"));
+  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(req, "step"));
+  PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string(req, "to"));
   PTC_ASSIGN_OR_RETURN(r.to, ptc::parse_parallelism(to));
   r.dry_run = req.value("dry_run", false);
   ThrottledProgress report(progress);
-  if (!cluster_ && !nodes.empty()) return ptc::invalid("--nodes needs a daemon in a cluster");
-  auto res = cluster_ ? cluster_->repartition(r, nodes, progress) : ptcfs::repartition(store_, r, policy_, std::ref(report));
+  if (!coordinator_ && !nodes.empty()) return ptc::invalid("--nodes needs a daemon in a cluster");
+  auto res = coordinator_ ? coordinator_->repartition(r, nodes, progress) : ptcfs::repartition(store_, r, policy_, std::ref(report));
   if (!res) {
     ptc::log::warn("repartition of {}/{} to {} refused: {}", r.job, r.step, to, res.status().to_string());
     return res.status();

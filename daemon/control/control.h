@@ -10,7 +10,7 @@
 
 #include <optional>
 
-#include "daemon/cluster/node.h"
+#include "daemon/cluster/coordinator.h"
 #include "daemon/reshard/compactor.h"
 #include "daemon/dataset/dataset_ops.h"
 #include "ptc/cluster.h"
@@ -27,12 +27,14 @@ struct DaemonInfo {
 
 class ControlService {
  public:
-  ControlService(Store& store, DaemonInfo info) : store_(store), info_(std::move(info)) {}
+  // In a cluster (`coordinator` not null; it must outlive this object) imports,
+  // repartitions and dataset changes go through the node's coordinator. Peer operations
+  // ("peer.*") never come here: the transport routes them to the peer service.
+  ControlService(Store& store, DaemonInfo info, Coordinator* coordinator = nullptr)
+      : store_(store), info_(std::move(info)), coordinator_(coordinator) {}
   void set_listen(std::string addr) { info_.listen = std::move(addr); }
   void set_compaction(CompactionPolicy p) { policy_ = p; }
-  // In a cluster: imports and repartitions go through the node's coordinator, and peer ops
-  // ("peer.*") are served.
-  void set_cluster(ClusterNode* node) { cluster_ = node; }
+
 
   ptc::Result<transport::Reply> handle(const nlohmann::json& request, const transport::ProgressSink& progress);
 
@@ -50,7 +52,7 @@ class ControlService {
   Store& store_;
   DaemonInfo info_;
   CompactionPolicy policy_;
-  ClusterNode* cluster_ = nullptr;
+  Coordinator* coordinator_ = nullptr;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

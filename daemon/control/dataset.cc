@@ -29,14 +29,14 @@ ptc::Result<DatasetAddRequest> ControlService::parse_dataset_add(const json& req
   PTC_RETURN_IF_ERROR(ptc::check_members(
       req, {"op", "job", "name", "format", "seed", "global_batch", "dp", "files", "copy"}, "dataset.add request"));
   DatasetAddRequest r;
-  PTC_ASSIGN_OR_RETURN(r.job, required_string(req, "job"));
-  PTC_ASSIGN_OR_RETURN(r.name, required_string(req, "name"));
+  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(r.name, ptc::member_string(req, "name"));
   PTC_RETURN_IF_ERROR(ptc::validate_id("job", r.job));
   PTC_RETURN_IF_ERROR(ptc::validate_id("dataset name", r.name));
-  PTC_ASSIGN_OR_RETURN(std::string format, required_string(req, "format"));
+  PTC_ASSIGN_OR_RETURN(std::string format, ptc::member_string(req, "format"));
   PTC_ASSIGN_OR_RETURN(r.format, ptc::parse_dataset_format(format));
-  PTC_ASSIGN_OR_RETURN(r.seed, required_u64(req, "seed"));
-  PTC_ASSIGN_OR_RETURN(r.global_batch, required_u64(req, "global_batch"));
+  PTC_ASSIGN_OR_RETURN(r.seed, ptc::member_u64(req, "seed"));
+  PTC_ASSIGN_OR_RETURN(r.global_batch, ptc::member_u64(req, "global_batch"));
   if (r.global_batch == 0) return ptc::invalid("the global batch must be at least 1");
   if (req.contains("dp")) {
     PTC_ASSIGN_OR_RETURN(int64_t dp, ptc::get_int(req["dp"], "request field 'dp'", 1, 1 << 20));
@@ -66,8 +66,8 @@ ptc::Result<json> ControlService::dataset_add(const json& req, const transport::
   ThrottledProgress report(progress);
   auto index_progress = [&](uint64_t done, uint64_t total) { report("index", done, total); };
   ptc::Result<json> out = ptc::internal("unset");
-  if (cluster_) {
-    out = cluster_->dataset_add(r, *r.dp, index_progress);
+  if (coordinator_) {
+    out = coordinator_->dataset_add(r, *r.dp, index_progress);
   } else {
     json summary;
     auto change = prepare_dataset_add(store_, r, *r.dp, "", summary, index_progress);
@@ -90,14 +90,14 @@ ptc::Result<json> ControlService::dataset_add(const json& req, const transport::
 
 ptc::Result<json> ControlService::dataset_progress(const json& req) {
   PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "name", "consumed", "epoch"}, "dataset.progress request"));
-  PTC_ASSIGN_OR_RETURN(std::string job, required_string(req, "job"));
-  PTC_ASSIGN_OR_RETURN(std::string name, required_string(req, "name"));
-  PTC_ASSIGN_OR_RETURN(uint64_t consumed, required_u64(req, "consumed"));
+  PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(std::string name, ptc::member_string(req, "name"));
+  PTC_ASSIGN_OR_RETURN(uint64_t consumed, ptc::member_u64(req, "consumed"));
   std::optional<uint64_t> epoch;
   if (req.contains("epoch")) {
-    PTC_ASSIGN_OR_RETURN(epoch, required_u64(req, "epoch"));
+    PTC_ASSIGN_OR_RETURN(epoch, ptc::member_u64(req, "epoch"));
   }
-  if (cluster_) return cluster_->dataset_progress(job, name, epoch, consumed);
+  if (coordinator_) return coordinator_->dataset_progress(job, name, epoch, consumed);
   PTC_ASSIGN_OR_RETURN(PreparedChange change, prepare_dataset_progress(store_, job, name, epoch, consumed));
   PTC_RETURN_IF_ERROR(commit_change(store_, change));
   return dataset_json(*change.datasets.front().next);
@@ -107,7 +107,7 @@ ptc::Result<json> ControlService::dataset_ls(const json& req) const {
   PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job"}, "dataset.ls request"));
   std::string job;
   if (req.contains("job")) {
-    PTC_ASSIGN_OR_RETURN(job, required_string(req, "job"));
+    PTC_ASSIGN_OR_RETURN(job, ptc::member_string(req, "job"));
   }
   json out = json::array();
   for (const auto& [key, v] : store_.snapshot()->datasets)

@@ -31,19 +31,6 @@ class ThrottledProgress {
   std::chrono::steady_clock::time_point last_;
 };
 
-inline ptc::Result<std::string> required_string(const nlohmann::json& req, const char* key) {
-  if (!req.contains(key)) return ptc::invalid(std::string("request lacks '") + key + "'");
-  return ptc::get_string(req[key], std::string("request field '") + key + "'");
-}
-
-// A request member that must be an unsigned 64-bit integer.
-inline ptc::Result<uint64_t> required_u64(const nlohmann::json& req, const char* key) {
-  if (!req.contains(key)) return ptc::invalid(std::string("request lacks '") + key + "'");
-  if (!req[key].is_number_unsigned())
-    return ptc::invalid(std::string("request field '") + key + "' must be a non-negative integer");
-  return req[key].get<uint64_t>();
-}
-
 // The optional "nodes" member of a request: node ids to place the job on.
 inline ptc::Result<std::vector<std::string>> nodes_of(const nlohmann::json& req) {
   std::vector<std::string> out;

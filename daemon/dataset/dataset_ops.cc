@@ -4,7 +4,7 @@
 #include <ctime>
 
 #include "daemon/store/file_util.h"
-#include "daemon/cluster/slab_read.h"
+#include "daemon/store/checksum.h"
 #include "fs/dataset_views.h"
 #include "ptc/mmidx.h"
 #include "ptc/log.h"

@@ -1,5 +1,7 @@
 #include "daemon/reshard/compactor.h"
 
+#include "daemon/store/parallel.h"
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -200,53 +202,46 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
         maps.emplace(e.blob, std::move(f));
       }
 
-  std::atomic<size_t> next{0};
-  std::mutex mu;
-  ptc::Status first_error;
+  std::mutex mu;  // guards done and progress
   uint64_t done = 0;
-  const unsigned nthreads = std::max(1u, policy.threads ? policy.threads : std::thread::hardware_concurrency());
-  auto work = [&] {
-    std::vector<std::byte> buf(kChunk);
-    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
-      const Job& jb = jobs[i];
-      std::byte* out = buf.data();
-      for (const Part& part : jb.parts) {
-        // Gather [slice_off, slice_off + len) of the slice into out.
-        std::byte* dst = out;
-        bool short_blob = false;
-        for_each_piece(*part.slice, part.slice_off, part.len, [&](uint64_t blob, uint64_t boff, uint64_t n) {
-          if (blob == kZeroBlob) {
-            std::memset(dst, 0, n);
-          } else {
-            const BlobFile& m = *maps.at(blob);
-            if (boff + n > m.mapped_size()) {
-              short_blob = true;
-              return;
-            }
-            std::memcpy(dst, m.data() + boff, n);
+  auto copy_job = [&](std::vector<std::byte>& buf, size_t i) -> ptc::Status {
+    const Job& jb = jobs[i];
+    std::byte* out = buf.data();
+    for (const Part& part : jb.parts) {
+      // Gather [slice_off, slice_off + len) of the slice into out.
+      std::byte* dst = out;
+      bool short_blob = false;
+      for_each_piece(*part.slice, part.slice_off, part.len, [&](uint64_t blob, uint64_t boff, uint64_t n) {
+        if (blob == kZeroBlob) {
+          std::memset(dst, 0, n);
+        } else {
+          const BlobFile& m = *maps.at(blob);
+          if (boff + n > m.mapped_size()) {
+            short_blob = true;
+            return;
           }
-          dst += n;
-        });
-        if (short_blob || dst != out + part.len) {
-          std::lock_guard lock(mu);
-          if (first_error.is_ok()) first_error = ptc::corrupt("a blob is shorter than the extents that refer to it");
-          return;
+          std::memcpy(dst, m.data() + boff, n);
         }
-        if (part.hash) *part.hash = XXH3_64bits(out, part.len);
-        out += part.len;
-      }
-      auto st = res.blobs[jb.blob].write_at(jb.blob_off, buf.data(), jb.len);
-      std::lock_guard lock(mu);
-      if (!st && first_error.is_ok()) first_error = st;
-      if (!first_error.is_ok()) return;
-      done += jb.len;
-      if (progress) progress(done, res.bytes);
+        dst += n;
+      });
+      if (short_blob || dst != out + part.len) return ptc::corrupt("a blob is shorter than the extents that refer to it");
+      if (part.hash) *part.hash = XXH3_64bits(out, part.len);
+      out += part.len;
     }
+    PTC_RETURN_IF_ERROR(res.blobs[jb.blob].write_at(jb.blob_off, buf.data(), jb.len));
+    std::lock_guard lock(mu);
+    done += jb.len;
+    if (progress) progress(done, res.bytes);
+    return ptc::Status::ok();
   };
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < nthreads; ++t) threads.emplace_back(work);
-  for (auto& t : threads) t.join();
-  PTC_RETURN_IF_ERROR(first_error);
+  const ptc::Status copied = parallel_for(jobs.size(), policy.threads, [&]() -> Worker {
+    auto buf = std::make_shared<std::vector<std::byte>>(kChunk);
+    return [&, buf](size_t i) { return copy_job(*buf, i); };
+  });
+  if (!copied) {
+    // Unfinished writers remove their files when res goes.
+    return copied;
+  }
   for (auto& w : res.blobs) {
     if (auto st = w.finish(); !st) {
       // Blobs already finished would outlive this failure: remove them all.

@@ -1,10 +1,13 @@
 #include "daemon/reshard/importer.h"
 
+#include "daemon/store/checksum.h"
+#include "daemon/store/failpoint.h"
+#include "daemon/store/parallel.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -150,25 +153,22 @@ Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, const RankFile
   std::vector<uint64_t> hashes(entries.size());
   constexpr size_t kChunk = 4 << 20;
   std::vector<char> buf(kChunk);
-  XXH3_state_t* st = XXH3_createState();
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
-    XXH3_64bits_reset(st);
+    Xxh3Stream hash;
     for (uint64_t pos = e.begin; pos < e.end;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, e.end - pos));
-      auto got = file.read_at(rf.header.data_start + pos, buf.data(), n);
-      if (!got) { XXH3_freeState(st); return got.status(); }
-      if (*got != n) { XXH3_freeState(st); return ptc::corrupt(rf.path + ": file shrank while importing"); }
+      PTC_ASSIGN_OR_RETURN(size_t got, file.read_at(rf.header.data_start + pos, buf.data(), n));
+      if (got != n) return ptc::corrupt(rf.path + ": file shrank while importing");
       // Padding is stored as zeros whatever the rank file holds there (views show zeros).
       zero_padding(rf.padding[i], pos - e.begin, n, buf.data());
-      XXH3_64bits_update(st, buf.data(), n);
-      if (auto s = w.append(buf.data(), n); !s) { XXH3_freeState(st); return s; }
+      hash.update(buf.data(), n);
+      PTC_RETURN_IF_ERROR(w.append(buf.data(), n));
       pos += n;
       advance(n);
     }
-    hashes[i] = XXH3_64bits_digest(st);
+    hashes[i] = hash.digest();
   }
-  XXH3_freeState(st);
   PTC_RETURN_IF_ERROR(w.finish());
   std::vector<StoredSlice> stored;
   const auto& slices = layout.slices(rf.shard);
@@ -248,33 +248,19 @@ Result<PreparedChange> prepare_import(Store& store, const std::string& dir, cons
     if (progress) progress(done, total);
   };
   std::vector<std::vector<StoredSlice>> stored(files.size());
-  std::vector<BlobWriter> finished;
-  Status first_error;
-  std::atomic<size_t> next{0};
-  const size_t nthreads = std::max<size_t>(1, std::min<size_t>(held.size(), std::thread::hardware_concurrency()));
-  std::vector<std::thread> workers;
-  for (size_t w = 0; w < nthreads; ++w) {
-    workers.emplace_back([&] {
+  std::vector<BlobWriter> finished;  // guarded by mu
+  const ptc::Status first_error = parallel_for(held.size(), 0, [&]() -> Worker {
+    return [&](size_t k) -> ptc::Status {
+      const size_t i = held[k];
       std::vector<BlobWriter> mine;
-      for (size_t k; (k = next.fetch_add(1)) < held.size();) {
-        const size_t i = held[k];
-        {
-          std::lock_guard lock(mu);
-          if (!first_error.is_ok()) break;
-        }
-        auto r = copy_rank_file(store.blobs(), files[i], layout, mine, advance);
-        std::lock_guard lock(mu);
-        if (!r) {
-          if (first_error.is_ok()) first_error = r.status();
-        } else {
-          stored[i] = std::move(r).value();
-        }
-      }
+      auto r = copy_rank_file(store.blobs(), files[i], layout, mine, advance);
       std::lock_guard lock(mu);
       for (auto& b : mine) finished.push_back(std::move(b));
-    });
-  }
-  for (auto& t : workers) t.join();
+      if (!r) return r.status();
+      stored[i] = std::move(r).value();
+      return ptc::Status::ok();
+    };
+  });
   PreparedChange change;
   for (const auto& b : finished) change.blobs.push_back(b.id());
   if (!first_error.is_ok()) {
@@ -292,6 +278,7 @@ Result<PreparedChange> prepare_import(Store& store, const std::string& dir, cons
   change.next = std::make_shared<StepVersion>(job, step, 1, static_cast<int64_t>(::time(nullptr)), std::move(layout),
                                               std::move(stored), &store.blobs(), std::move(placement), store.remote());
   release.armed = false;
+  failpoint("import.copied");
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return change;
 }

@@ -5,7 +5,7 @@
 
 #include "daemon/dataset/dataset_ops.h"
 #include "daemon/reshard/extent_map.h"
-#include "daemon/store/file_util.h"
+#include "daemon/store/prepared.h"
 #include "ptc/log.h"
 #include "ptc/plan.h"
 
@@ -99,7 +99,11 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
   if (req.to == from.parallelism()) {
     res.unchanged = true;
     res.bytes_total = old->total_bytes();
-    if (!req.dry_run && !datasets->empty()) PTC_RETURN_IF_ERROR(store.commit_datasets(*datasets));
+    if (!req.dry_run && !datasets->empty()) {
+      PreparedChange change;
+      change.datasets = std::move(datasets).value();
+      PTC_RETURN_IF_ERROR(commit_change(store, change));
+    }
     return res;
   }
 
@@ -128,44 +132,31 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
     return res;
   }
 
+  // Built beside the old version and committed through the one commit path
+  // (daemon/store/prepared.h), as a cluster node's part is.
   PTC_RETURN_IF_ERROR(store.begin_change(req.job, req.step));
-  struct End {
-    Store& s;
-    const RepartitionRequest& r;
-    ~End() { s.end_change(r.job, r.step); }
-  } end{store, req};
-
-  PTC_ASSIGN_OR_RETURN(CompactionResult comp,
-                       compact(store.blobs(), stored, selection, policy, [&](uint64_t d, uint64_t t) { report("compact", d, t); }));
-  auto discard = [&] {
-    for (auto& w : comp.blobs) {
-      (void)store.blobs().remove(w.id());
-      store.blobs().settle(w.id());
-    }
-  };
-  if (!comp.blobs.empty()) {
-    if (auto s = sync_dir(store.blobs().dir()); !s) {
-      discard();
-      return s;
-    }
+  PreparedChange change;
+  change.replaced = old;
+  change.datasets = std::move(datasets).value();
+  auto comp = compact(store.blobs(), stored, selection, policy, [&](uint64_t d, uint64_t t) { report("compact", d, t); });
+  if (!comp) {  // compaction removed what it wrote
+    store.end_change(req.job, req.step);
+    return comp.status();
   }
+  for (const auto& w : comp->blobs) change.blobs.push_back(w.id());
   report("commit", 0, 1);
   auto next = std::make_shared<StepVersion>(req.job, req.step, old->version() + 1,
                                             static_cast<int64_t>(::time(nullptr)), std::move(to), std::move(stored),
                                             &store.blobs(), old->placement(), store.remote());
-  if (auto s = store.commit(next, old, *datasets); !s) {
-    discard();
-    return s;
-  }
+  change.next = next;
+  old.reset();  // the change holds it until the commit; then its blobs may go
+  PTC_RETURN_IF_ERROR(commit_change(store, change));
   res.version = next->version();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ptc::log::info("repartitioned {} {} -> {} (version {}): {} copies, {} extents, {} bytes remapped, {} compacted "
                  "in {:.3f} s",
                  name, res.from.to_string(), res.to.to_string(), res.version, res.copies, res.extents,
                  res.bytes_remapped, res.bytes_compacted, res.seconds);
-  // Blobs only the old version used go as soon as no reader holds it.
-  old.reset();
-  if (auto gc = store.collect_garbage(); !gc) ptc::log::warn("collecting blobs: {}", gc.status().to_string());
   return res;
 }
 

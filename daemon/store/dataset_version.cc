@@ -6,7 +6,7 @@
 #include <ctime>
 
 #include "daemon/store/file_util.h"
-#include "daemon/cluster/slab_read.h"
+#include "daemon/store/checksum.h"
 #include "ptc/json_util.h"
 #include "ptc/log.h"
 

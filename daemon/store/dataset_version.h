@@ -8,7 +8,7 @@
 //                          "num_samples", "dtype_code", "dp", "epoch", "consumed",
 //                          "files": [{"path", "size", "mtime_ns", "blob"}], "table": blob id,
 //                          "table_xxh3", in a cluster also "home": the node holding the files}
-// The sample table blob holds one SampleRecord (daemon/dataset/dataset_index.h) per sample.
+// The sample table blob holds one SampleRecord (daemon/store/dataset_records.h) per sample.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/store/blob_store.h"
-#include "daemon/dataset/dataset_index.h"
+#include "daemon/store/dataset_records.h"
 #include "daemon/store/kv.h"
 #include "fs/content.h"
 

@@ -1,5 +1,6 @@
 #include "daemon/store/prepared.h"
 
+#include "daemon/store/failpoint.h"
 #include "daemon/store/file_util.h"
 #include "ptc/log.h"
 
@@ -30,13 +31,19 @@ ptc::Status commit_change(Store& store, PreparedChange& c) {
       return s;
     }
   }
+  failpoint("commit.before");
   if (auto s = store.commit(c.next, c.replaced, c.datasets); !s) {
     abort_change(store, c);
     return s;
   }
+  failpoint("commit.after");
   for (uint64_t id : c.blobs) store.blobs().settle(id);  // the commit settled those the version uses
   release(store, c);
   c.blobs.clear();
+  // Blobs only the replaced versions used go as soon as no reader holds them.
+  c.replaced.reset();
+  for (auto& d : c.datasets) d.replaced.reset();
+  if (auto gc = store.collect_garbage(); !gc) ptc::log::warn("collecting blobs: {}", gc.status().to_string());
   return ptc::Status::ok();
 }
 

@@ -25,9 +25,11 @@ struct PreparedChange {
 
 // "step J/S version V" or "dataset J/N version V", for logs.
 std::string describe(const PreparedChange& change);
-// Commits the new version (and dataset versions) in one metadata write and releases the
-// step and the dataset names. On error the
-// change is aborted.
+// The one commit path of every change (import, repartition, dataset changes, on one node
+// or as a cluster's second phase): syncs the blob folder, commits the new version (and
+// dataset versions) in one metadata write, releases the step and the dataset names, drops
+// the change's hold on the replaced versions and collects the blobs nobody uses any more.
+// On error the change is aborted.
 ptc::Status commit_change(Store& store, PreparedChange& change);
 // Removes the new blobs and releases the step; the current version stays as it was.
 void abort_change(Store& store, PreparedChange& change);

@@ -1,5 +1,7 @@
 #include "daemon/store/store.h"
 
+#include "daemon/store/failpoint.h"
+
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -146,6 +148,7 @@ ptc::Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<
   if (v) v->to_records(batch);
   for (const auto& d : datasets) d.next->to_records(batch);
   PTC_RETURN_IF_ERROR(kv_->write(batch));
+  failpoint("commit.written");
   if (v)
     for (uint64_t id : v->blobs_used()) blobs_->settle(id);
   for (const auto& d : datasets)

@@ -23,7 +23,7 @@ from .errors import Error
 HEADER = struct.Struct("<4sHHII")
 MAGIC = b"PTCF"
 VERSION = 1
-REQUEST, RESPONSE, PROGRESS, HELLO, AUTH, AUTH_OK, DATA = 1, 2, 3, 4, 5, 6, 7
+REQUEST, RESPONSE, PROGRESS, HELLO, AUTH, AUTH_OK, DATA, KEEPALIVE = 1, 2, 3, 4, 5, 6, 7, 8
 MAX_REQUEST = 1 << 20     # the daemon refuses larger request frames
 MAX_RESPONSE = 256 << 20  # as the CLI: a reply larger than this is a broken stream
 DEFAULT_DAEMON = "127.0.0.1:7070"
@@ -111,18 +111,20 @@ class Client:
         """(type, request id, JSON body, data bytes of a data frame or None)."""
         magic, version, ftype, length, rid = HEADER.unpack(self._recv(HEADER.size))
         if magic != MAGIC or version != VERSION:
-            raise Error("data_loss", f"the daemon at {self.addr} sent a bad frame header")
+            raise Error("corrupt", f"the daemon at {self.addr} sent a bad frame header")
         if length > MAX_RESPONSE:
-            raise Error("data_loss", f"the daemon at {self.addr} sent a frame of {length} bytes")
+            raise Error("corrupt", f"the daemon at {self.addr} sent a frame of {length} bytes")
         body = self._recv(length)
         data = None
+        if ftype == KEEPALIVE:  # the request is still running: nothing in it
+            return ftype, rid, {}, None
         if ftype == DATA:
             # u32 JSON length, the JSON response, then the bytes.
             if length < 4:
-                raise Error("data_loss", f"the daemon at {self.addr} sent a truncated data frame")
+                raise Error("corrupt", f"the daemon at {self.addr} sent a truncated data frame")
             (jlen,) = struct.unpack("<I", body[:4])
             if jlen > length - 4:
-                raise Error("data_loss", f"the daemon at {self.addr} sent a malformed data frame")
+                raise Error("corrupt", f"the daemon at {self.addr} sent a malformed data frame")
             body, data = body[4:4 + jlen], body[4 + jlen:]
             ftype = RESPONSE
         try:
@@ -130,7 +132,7 @@ class Client:
         except ValueError:
             obj = None
         if not isinstance(obj, dict):
-            raise Error("data_loss", f"the daemon at {self.addr} sent malformed JSON")
+            raise Error("corrupt", f"the daemon at {self.addr} sent malformed JSON")
         return ftype, rid, obj, data
 
     @staticmethod
@@ -143,12 +145,12 @@ class Client:
     def _handshake(self) -> None:
         ftype, _, hello, _ = self._read_frame()
         if ftype != HELLO:
-            raise Error("data_loss", f"the daemon at {self.addr} did not say hello")
+            raise Error("corrupt", f"the daemon at {self.addr} did not say hello")
         auth = hello.get("auth")
         if auth == "none":
             return
         if auth != "hmac-sha256":
-            raise Error("data_loss", f"the daemon at {self.addr} asks for unknown authentication {auth!r}")
+            raise Error("corrupt", f"the daemon at {self.addr} asks for unknown authentication {auth!r}")
         if not self.secret_file:
             raise Error("permission_denied", f"the daemon at {self.addr} requires the cluster secret "
                                              "(give secret_file or set PTCFS_SECRET_FILE)")
@@ -159,7 +161,7 @@ class Client:
         if ftype == RESPONSE:
             raise self._error_of(reply)
         if ftype != AUTH_OK:
-            raise Error("data_loss", f"the daemon at {self.addr} sent an unexpected frame")
+            raise Error("corrupt", f"the daemon at {self.addr} sent an unexpected frame")
         if not hmac.compare_digest(str(reply.get("proof", "")), proof(secret, "server", nc, ns)):
             raise Error("permission_denied", f"the daemon at {self.addr} does not hold the cluster secret")
 
@@ -174,12 +176,14 @@ class Client:
         self._send(REQUEST, rid, {"op": op, **{k: v for k, v in fields.items() if v is not None}})
         while True:
             ftype, got, body, data = self._read_frame()
+            if ftype == KEEPALIVE:
+                continue
             if ftype == PROGRESS and got == rid:
                 if progress:
                     progress(body)
                 continue
             if ftype != RESPONSE or got != rid:
-                raise Error("data_loss", f"the daemon at {self.addr} sent an unexpected frame (type {ftype})")
+                raise Error("corrupt", f"the daemon at {self.addr} sent an unexpected frame (type {ftype})")
             if body.get("ok") is True:
                 return body.get("result", {}), data
             raise self._error_of(body)

@@ -122,6 +122,7 @@ class Daemon:
         self.addr = f"127.0.0.1:{self.port}"
         self.proc: Optional[subprocess.Popen] = None
         self.starts = 0
+        self.env: Dict[str, str] = {}  # added to the daemon's environment at the next start()
 
     # -- control
 
@@ -137,7 +138,8 @@ class Daemon:
                  *(self.flags if self.flags is not None else
                    ["--listen", self.listen, *(["--secret-file", self.secret_file] if self.secret_file else [])]),
                  *self.extra_flags],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                env={**os.environ, **self.env})
         finally:
             log.close()
         self.wait_ready()
@@ -202,6 +204,20 @@ class Daemon:
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def wait_log(self, text: str, timeout: float = 60.0) -> None:
+        """Waits until the log of the current start holds `text` (e.g. "failpoint commit.before reached")."""
+        deadline = time.time() + timeout
+        marker = f"===== start #{self.starts}:"
+        while time.time() < deadline:
+            with open(self.log_path, errors="replace") as f:
+                log = f.read()
+            if text in log[log.rfind(marker):]:
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        pytest.fail(f"the daemon's log never showed {text!r}; log:\n{self.log_tail()}", pytrace=False)
 
     def log_tail(self, n: int = 8000) -> str:
         return tail(self.log_path, n)

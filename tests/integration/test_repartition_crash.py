@@ -1,11 +1,19 @@
-"""kill -9 of the daemon at a random moment of a repartition: after a restart the step shows one
-complete layout, the old or the new one (the new one whenever the CLI had received the reply), every
-view verifies against that layout's oracle, and no blob of the interrupted attempt is left behind."""
+"""kill -9 of the daemon during a repartition: after a restart the step shows one complete layout, the
+old or the new one, every view verifies against that layout's oracle, and no blob of the interrupted
+attempt is left behind.
+
+test_kill9_at_each_window_of_a_repartition stops the daemon at each named point of the commit path
+(PTCFS_FAILPOINT, daemon/store/failpoint.h) and asserts the outcome of that window: the old layout before
+the metadata batch is written, the new one from then on. The random-moment test below adds kills at
+arbitrary moments (planning, compaction, the commit, after the reply); it asserts old-or-new for each
+and that the new layout is there whenever the CLI had the reply, and prints which it was."""
 
 import json
 import random
 import subprocess
 import time
+
+import pytest
 
 from ptcfs_harness import PTCFS, verify_step
 from repartition_util import (BLOB_NAME, Oracles, blob_usage, check_current, import_step, par_of, par_str,
@@ -17,6 +25,40 @@ SEED = 20241121
 MODEL = dict(style="gpt", layers=24, hidden=256, vocab=1000)
 START = (2, 2, 1)
 TARGETS = [(4, 3, 1), (8, 1, 2), (1, 4, 1), (2, 6, 1), (8, 2, 1), (4, 8, 2), (1, 1, 1), (2, 2, 1)]
+
+
+WINDOWS = [
+    ("commit.before", "old"),   # compacted blobs written and synced; the metadata batch not written
+    ("commit.written", "new"),  # inside the commit: batch written, the version not yet published
+    ("commit.after", "new"),    # published; the old blobs not yet collected, the CLI not answered
+]
+
+
+@pytest.mark.parametrize("point,outcome", WINDOWS)
+def test_kill9_at_each_window_of_a_repartition(daemon, make_ckpt, tmp_path, point, outcome):
+    ck = make_ckpt("small", tp=2, pp=2, dp=1, seed=52, style="gpt", layers=4, hidden=128, vocab=500)
+    import_step(daemon, ck, "w", "1")
+    oracles = Oracles(str(tmp_path / "oracles"), ck, seed=52)
+    to = (4, 1, 2)
+    daemon.stop(cleanup_mount=False)
+    daemon.env = {"PTCFS_FAILPOINT": point}
+    daemon.start()
+    cli = subprocess.Popen([PTCFS, "--daemon", daemon.addr, "repartition", "--job", "w", "--step", "1", "--to",
+                            par_str(to)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    daemon.wait_log(f"failpoint {point} reached")
+    daemon.kill9()
+    _, err = cli.communicate(timeout=30)
+    assert cli.returncode != 0 and "ptcfs: error:" in err, err
+    daemon.env = {}
+    daemon.start()
+    want = START if outcome == "old" else to
+    assert par_of(read_ptc_json(daemon, "w", "1")) == want, point
+    check_current(daemon, "w", "1", oracles(want), 1 if outcome == "old" else 2, full_views=False)
+    # A restart keeps exactly the blobs of the layout it shows: those of a daemon that made only the
+    # repartitions that took effect.
+    got = blob_usage(daemon)[:2]
+    ref = reference_blob_usage(str(tmp_path / "ref"), ck, [] if outcome == "old" else [to], job="w", like=daemon)
+    assert got == ref, (point, got, ref)
 
 
 def test_kill9_during_repartition_leaves_old_or_new(daemon, make_ckpt, tmp_path):

@@ -1,0 +1,152 @@
+#include "daemon/cluster/change_record.h"
+
+#include "ptc/json_util.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kKinds[] = {"import", "repartition", "dataset_add", "dataset_progress"};
+
+ptc::Result<ptc::Ptc> ptc_of(const json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_object()) return ptc::invalid(where + " lacks the object '" + key + "'");
+  return ptc::parse_ptc_json(it->dump(), where + " " + key);
+}
+
+json ptc_json(const ptc::Ptc& p) {
+  auto j = ptc::parse_json(ptc::ptc_to_json(p), "ptc");
+  return j ? std::move(j).value() : json::object();
+}
+
+}  // namespace
+
+json to_json(const PrepareRequest& r) {
+  json j = {{"op", "peer.prepare"}, {"tx", r.tx}, {"kind", kKinds[r.change.index()]}};
+  std::visit(
+      [&](const auto& c) {
+        using T = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<T, ImportChange>) {
+          j.update({{"dir", c.dir}, {"job", c.job}, {"step", c.step}, {"nodes", c.nodes}});
+        } else if constexpr (std::is_same_v<T, ClusterChange>) {
+          j.update({{"job", c.job}, {"step", c.step}, {"from_version", c.from_version}, {"ptc", ptc_json(c.ptc)},
+                    {"from_nodes", c.from_nodes}, {"to", c.to.to_string()}, {"to_nodes", c.to_nodes},
+                    {"down", c.down}, {"digest", c.digest}});
+        } else if constexpr (std::is_same_v<T, DatasetAddChange>) {
+          j.update({{"job", c.job}, {"name", c.name}, {"record", c.record}});
+        } else {
+          j.update({{"job", c.job}, {"name", c.name}, {"from_version", c.from_version}, {"epoch", c.epoch},
+                    {"consumed", c.consumed}});
+        }
+      },
+      r.change);
+  return j;
+}
+
+ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
+  const std::string w = "peer.prepare";
+  PrepareRequest r;
+  PTC_ASSIGN_OR_RETURN(r.tx, ptc::member_string(j, "tx", w));
+  if (r.tx.empty()) return ptc::invalid("peer.prepare has an empty 'tx'");
+  PTC_ASSIGN_OR_RETURN(std::string kind, ptc::member_string(j, "kind", w));
+  if (kind == "import") {
+    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "dir", "job", "step", "nodes"}, w));
+    ImportChange c;
+    PTC_ASSIGN_OR_RETURN(c.dir, ptc::member_string(j, "dir", w));
+    PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
+    PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
+    PTC_ASSIGN_OR_RETURN(c.nodes, ptc::member_strings(j, "nodes", w));
+    r.change = std::move(c);
+  } else if (kind == "repartition") {
+    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "job", "step", "from_version", "ptc", "from_nodes",
+                                               "to", "to_nodes", "down", "digest"}, w));
+    ClusterChange c;
+    PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
+    PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
+    PTC_ASSIGN_OR_RETURN(c.from_version, ptc::member_u64(j, "from_version", w));
+    PTC_ASSIGN_OR_RETURN(c.ptc, ptc_of(j, "ptc", w));
+    PTC_ASSIGN_OR_RETURN(c.from_nodes, ptc::member_strings(j, "from_nodes", w));
+    PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string(j, "to", w));
+    PTC_ASSIGN_OR_RETURN(c.to, ptc::parse_parallelism(to));
+    PTC_ASSIGN_OR_RETURN(c.to_nodes, ptc::member_strings(j, "to_nodes", w));
+    PTC_ASSIGN_OR_RETURN(c.down, ptc::member_strings(j, "down", w));
+    PTC_ASSIGN_OR_RETURN(c.digest, ptc::member_u64_or(j, "digest", 0, w));
+    r.change = std::move(c);
+  } else if (kind == "dataset_add") {
+    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "job", "name", "record"}, w));
+    DatasetAddChange c;
+    PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
+    PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
+    auto it = j.find("record");
+    if (it == j.end() || !it->is_object()) return ptc::invalid("peer.prepare lacks 'record'");
+    c.record = *it;
+    r.change = std::move(c);
+  } else if (kind == "dataset_progress") {
+    PTC_RETURN_IF_ERROR(
+        ptc::check_members(j, {"op", "tx", "kind", "job", "name", "from_version", "epoch", "consumed"}, w));
+    DatasetProgressChange c;
+    PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
+    PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
+    PTC_ASSIGN_OR_RETURN(c.from_version, ptc::member_u64(j, "from_version", w));
+    PTC_ASSIGN_OR_RETURN(c.epoch, ptc::member_u64(j, "epoch", w));
+    PTC_ASSIGN_OR_RETURN(c.consumed, ptc::member_u64(j, "consumed", w));
+    r.change = std::move(c);
+  } else {
+    return ptc::invalid("peer.prepare: unknown kind '" + kind + "'");
+  }
+  return r;
+}
+
+json to_json(const PrepareReply& r) {
+  return {{"shards", r.shards}, {"bytes", r.bytes}, {"ptc_digest", r.ptc_digest}, {"bytes_received", r.bytes_received}};
+}
+
+ptc::Result<PrepareReply> prepare_reply_from_json(const json& j, const std::string& where) {
+  PrepareReply r;
+  PTC_ASSIGN_OR_RETURN(r.shards, ptc::member_u64_or(j, "shards", 0, where));
+  PTC_ASSIGN_OR_RETURN(r.bytes, ptc::member_u64_or(j, "bytes", 0, where));
+  PTC_ASSIGN_OR_RETURN(r.ptc_digest, ptc::member_u64_or(j, "ptc_digest", 0, where));
+  PTC_ASSIGN_OR_RETURN(r.bytes_received, ptc::member_u64_or(j, "bytes_received", 0, where));
+  return r;
+}
+
+json to_json(const StepState& s) {
+  return {{"version", s.version}, {"nodes", s.nodes}, {"held", s.held}, {"ptc", ptc_json(s.ptc)}};
+}
+
+ptc::Result<StepState> step_state_from_json(const json& j, const std::string& where) {
+  StepState s;
+  PTC_ASSIGN_OR_RETURN(s.version, ptc::member_u64(j, "version", where));
+  PTC_ASSIGN_OR_RETURN(s.nodes, ptc::member_strings(j, "nodes", where));
+  PTC_ASSIGN_OR_RETURN(s.held, ptc::member_strings(j, "held", where));
+  PTC_ASSIGN_OR_RETURN(s.ptc, ptc_of(j, "ptc", where));
+  return s;
+}
+
+json to_json(const DatasetState& s) {
+  return {{"version", s.version}, {"dp", s.dp}, {"epoch", s.epoch}, {"consumed", s.consumed},
+          {"table_xxh3", s.table_xxh3}};
+}
+
+ptc::Result<DatasetState> dataset_state_from_json(const json& j, const std::string& where) {
+  DatasetState s;
+  PTC_ASSIGN_OR_RETURN(s.version, ptc::member_u64(j, "version", where));
+  PTC_ASSIGN_OR_RETURN(s.dp, ptc::member_u64(j, "dp", where));
+  PTC_ASSIGN_OR_RETURN(s.epoch, ptc::member_u64(j, "epoch", where));
+  PTC_ASSIGN_OR_RETURN(s.consumed, ptc::member_u64(j, "consumed", where));
+  PTC_ASSIGN_OR_RETURN(s.table_xxh3, ptc::member_u64(j, "table_xxh3", where));
+  return s;
+}
+
+json to_json(const PeerStats& s) { return {{"bytes_sent", s.bytes_sent}, {"bytes_received", s.bytes_received}}; }
+
+ptc::Result<PeerStats> peer_stats_from_json(const json& j, const std::string& where) {
+  PeerStats s;
+  PTC_ASSIGN_OR_RETURN(s.bytes_sent, ptc::member_u64(j, "bytes_sent", where));
+  PTC_ASSIGN_OR_RETURN(s.bytes_received, ptc::member_u64(j, "bytes_received", where));
+  return s;
+}
+
+}  // namespace ptcfs

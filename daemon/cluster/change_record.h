@@ -1,0 +1,91 @@
+// The records nodes exchange about a change: what a coordinator asks every node to prepare
+// (an import, a repartition, a dataset add or progress), what each node answers, and what a
+// node reports of its state. One typed struct per record and one JSON codec for each, so a
+// field is written in one place and read in one place; decoding never throws and names the
+// member at fault (docs/FORMATS.md "Data frames and peer operations" lists the fields).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ptc/model.h"
+#include "ptc/status.h"
+
+namespace ptcfs {
+
+// A repartition, as every node needs it to compute the same plan.
+struct ClusterChange {
+  std::string job, step;
+  uint64_t from_version = 0;
+  ptc::Ptc ptc;                         // the step's PTC (its parallelism is the old config)
+  std::vector<std::string> from_nodes;  // the old placement (node ids in rank order)
+  ptc::Parallelism to;
+  std::vector<std::string> to_nodes;    // the new placement
+  std::vector<std::string> down;        // nodes that cannot serve as sources
+  uint64_t digest = 0;                  // of the coordinator's plan (0: not checked)
+};
+
+// An import: every node reads the rank files of the shards it is placed to hold from `dir`
+// ("{node}" in it stands for the node's id).
+struct ImportChange {
+  std::string dir, job, step;
+  std::vector<std::string> nodes;  // the placement
+};
+
+// A dataset added on its home node: the others pull its sample table from the home.
+struct DatasetAddChange {
+  std::string job, name;
+  nlohmann::json record;  // the home's metadata record of the dataset
+};
+
+struct DatasetProgressChange {
+  std::string job, name;
+  uint64_t from_version = 0, epoch = 0, consumed = 0;
+};
+
+// peer.prepare: transaction `tx` and its change.
+struct PrepareRequest {
+  std::string tx;
+  std::variant<ImportChange, ClusterChange, DatasetAddChange, DatasetProgressChange> change;
+};
+nlohmann::json to_json(const PrepareRequest& r);
+ptc::Result<PrepareRequest> prepare_request_from_json(const nlohmann::json& j);
+
+// What a node answers to peer.prepare (fields of the other kinds stay 0).
+struct PrepareReply {
+  uint64_t shards = 0, bytes = 0, ptc_digest = 0;  // an import
+  uint64_t bytes_received = 0;                      // a repartition
+};
+nlohmann::json to_json(const PrepareReply& r);
+ptc::Result<PrepareReply> prepare_reply_from_json(const nlohmann::json& j, const std::string& where);
+
+// peer.state: this node's current version of a step.
+struct StepState {
+  uint64_t version = 0;
+  std::vector<std::string> nodes;  // the placement
+  std::vector<std::string> held;   // shards this node holds
+  ptc::Ptc ptc;
+};
+nlohmann::json to_json(const StepState& s);
+ptc::Result<StepState> step_state_from_json(const nlohmann::json& j, const std::string& where);
+
+// peer.dataset_state: this node's current version of a dataset.
+struct DatasetState {
+  uint64_t version = 0, dp = 1, epoch = 0, consumed = 0, table_xxh3 = 0;
+};
+nlohmann::json to_json(const DatasetState& s);
+ptc::Result<DatasetState> dataset_state_from_json(const nlohmann::json& j, const std::string& where);
+
+// peer.stats.
+struct PeerStats {
+  uint64_t bytes_sent = 0, bytes_received = 0;
+};
+nlohmann::json to_json(const PeerStats& s);
+ptc::Result<PeerStats> peer_stats_from_json(const nlohmann::json& j, const std::string& where);
+
+}  // namespace ptcfs

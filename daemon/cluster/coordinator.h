@@ -1,0 +1,78 @@
+// The coordinator: the node the CLI talks to runs a change across the cluster in two phases
+// (DESIGN.md "Reliability rules"). It asks every node for its state, computes one plan, has
+// every live node prepare its part at once (peer.prepare, daemon/cluster/peer_service.h;
+// its own part directly, without the network), and only when all are ready tells them all
+// to commit; any failure aborts everywhere, and every node keeps the old version, complete.
+// Every peer call has the backend's deadlines, so a stopped peer fails a change rather
+// than hanging it.
+//
+// Thread-safety: methods may be called concurrently; the store serializes changes of one
+// step (a second repartition of a step under change is refused by its nodes).
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/cluster/peer_service.h"
+#include "daemon/dataset/dataset_ops.h"
+#include "daemon/reshard/repartition.h"
+#include "daemon/store/store.h"
+#include "transport/backend.h"
+
+namespace ptcfs {
+
+class Coordinator {
+ public:
+  // Everything must outlive this object; `local` serves this node's own part.
+  Coordinator(Store& store, transport::PeerBackend& peers, int self, PeerService& local)
+      : store_(store), peers_(peers), self_(self), local_(local) {}
+
+  const ptc::ClusterConfig& cluster() const { return peers_.cluster(); }
+  const std::string& id() const;
+
+  // `nodes`: the node ids to place ranks on (empty: all, in cluster.json order).
+  ptc::Result<nlohmann::json> import(const std::string& dir, const std::string& job, const std::string& step,
+                                     const std::vector<std::string>& nodes, const transport::ProgressSink& progress);
+  ptc::Result<RepartitionResult> repartition(const RepartitionRequest& req, const std::vector<std::string>& nodes,
+                                             const transport::ProgressSink& progress);
+  // Datasets (daemon/cluster/coordinator_datasets.cc): this node is the home of the files it adds.
+  ptc::Result<nlohmann::json> dataset_add(const DatasetAddRequest& req, int dp, const IndexProgress& progress);
+  ptc::Result<nlohmann::json> dataset_progress(const std::string& job, const std::string& name,
+                                               std::optional<uint64_t> epoch, uint64_t consumed);
+  // Per node: reachable, bytes_sent, bytes_received.
+  nlohmann::json nodes_status();
+  // After a restart: a step that peers moved to a newer version while this node was down
+  // (a repartition cannot place shards on a down node) is brought to that version, holding
+  // no shard; its old blobs are then collected. Datasets whose position moved take the
+  // newest one. Returns how many steps and datasets were caught up.
+  size_t catch_up();
+  // A node that missed an abort (it stopped answering in the middle of a change) still
+  // holds its prepared part, and its step stays marked as changing. Aborts are idempotent:
+  // each missed one is sent again by this call (main.cc calls it every few seconds) until
+  // the node answers. Returns how many are still owed.
+  size_t retry_aborts();
+
+ private:
+  // Sends `request(node)` to every node in `nodes` at once (this node's own answer comes
+  // from the local peer service); answers in the same order.
+  std::vector<ptc::Result<nlohmann::json>> ask_all(const std::vector<int>& nodes,
+                                                   const std::function<nlohmann::json(int)>& request);
+  // Commits (or aborts) transaction `tx` on every node of `nodes`; the first error.
+  ptc::Status finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit);
+  std::vector<std::string> placement_or_all(const std::vector<std::string>& nodes) const;
+  size_t catch_up_datasets();
+
+  Store& store_;
+  transport::PeerBackend& peers_;
+  int self_;
+  PeerService& local_;
+  std::mutex mu_;                                     // guards unaborted_
+  std::vector<std::pair<int, std::string>> unaborted_;  // (node, transaction)
+};
+
+}  // namespace ptcfs

@@ -1,0 +1,33 @@
+#include "daemon/cluster/nodes.h"
+
+#include <cstdio>
+#include <random>
+
+namespace ptcfs {
+
+std::vector<int> all_nodes(const ptc::ClusterConfig& cluster) {
+  std::vector<int> out;
+  for (size_t i = 0; i < cluster.nodes.size(); ++i) out.push_back(static_cast<int>(i));
+  return out;
+}
+
+std::vector<int> other_nodes(const ptc::ClusterConfig& cluster, int self) {
+  std::vector<int> out;
+  for (int n : all_nodes(cluster))
+    if (n != self) out.push_back(n);
+  return out;
+}
+
+const std::string& node_id(const ptc::ClusterConfig& cluster, int node) {
+  return cluster.nodes[static_cast<size_t>(node)].id;
+}
+
+std::string new_transaction_id() {
+  std::random_device rd;
+  std::mt19937_64 g((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(g()));
+  return buf;
+}
+
+}  // namespace ptcfs

@@ -1,0 +1,19 @@
+// Small helpers over a cluster's node list shared by the peer service and the coordinator.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ptc/cluster.h"
+
+namespace ptcfs {
+
+// Every node's index, in cluster.json order; and every node's but `self`.
+std::vector<int> all_nodes(const ptc::ClusterConfig& cluster);
+std::vector<int> other_nodes(const ptc::ClusterConfig& cluster, int self);
+// The id of node `node` (an index into cluster.nodes).
+const std::string& node_id(const ptc::ClusterConfig& cluster, int node);
+// A fresh random transaction id (16 hex digits).
+std::string new_transaction_id();
+
+}  // namespace ptcfs

@@ -1,0 +1,96 @@
+#include "daemon/cluster/peer_reader.h"
+
+#include <algorithm>
+
+#include "daemon/cluster/nodes.h"
+#include "daemon/store/checksum.h"
+#include "ptc/json_util.h"
+#include "ptc/plan.h"
+#include "ptc/log.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+constexpr size_t kPiecesPerRequest = 4096;  // peer.samples' limit
+constexpr size_t kMaxCachedVersions = 256;
+}  // namespace
+
+ptc::Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(const StepVersion& v) const {
+  const auto key = std::make_tuple(v.job(), v.step(), v.version());
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = holders_.find(key); it != holders_.end()) return it->second;
+  }
+  PTC_ASSIGN_OR_RETURN(auto h, ptc::shard_nodes_on(v.layout(), peers_.cluster(), v.placement().nodes));
+  auto shared = std::make_shared<const Holders>(std::move(h));
+  std::lock_guard lock(mu_);
+  // Versions come and go with repartitions; a bound keeps the cache small (an evicted
+  // version still read is recomputed).
+  if (holders_.size() >= kMaxCachedVersions) holders_.clear();
+  holders_.emplace(key, shared);
+  return shared;
+}
+
+ptc::Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                             fs::ReadBuffer& out) const {
+  PTC_ASSIGN_OR_RETURN(auto holders, this->holders(v));
+  const auto& nodes = (*holders)[v.shard_index(shard)];
+  if (nodes.empty()) return ptc::error(ptc::Code::kUnavailable, "shard " + shard.name() + " is held by no node");
+  const ptc::Slice& sl = v.layout().slices(shard)[slice];
+  const ptc::TensorSpec& spec = v.layout().tensor(sl);
+  const ptc::SlabGeometry g = ptc::slab_geometry(spec, sl.local_shape);
+  const json req = {{"op", "peer.read"}, {"job", v.job()},      {"step", v.step()}, {"version", v.version()},
+                    {"shard", shard.name()}, {"tensor", spec.name}, {"lo", 0},         {"len", g.extent},
+                    {"off", off},         {"n", len}};
+  auto buf = std::make_shared<std::string>();
+  ptc::Status last;
+  // Spread readers over the replicas; go on to the next when one fails.
+  const size_t start = reads_.fetch_add(1) % nodes.size();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const int node = nodes[(start + i) % nodes.size()];
+    auto r = peers_.call_data(node, req, *buf, len);
+    if (r && buf->size() == len && ptc::member_u64_or(*r, "xxh3", 0).value_or(0) == xxh3_of(buf->data(), len)) {
+      out.add_mem(buf->data(), buf->size());
+      out.keep(buf);
+      return ptc::Status::ok();
+    }
+    last = r ? ptc::corrupt("bytes of '" + spec.name + "' from node " + node_id(peers_.cluster(), node) +
+                            " fail their checksum")
+             : r.status();
+    ptc::log::warn("reading {} of {}/{} from a peer: {}", shard.name(), v.job(), v.step(), last.to_string());
+  }
+  return last;
+}
+
+const std::string& PeerReader::self_id() const { return node_id(peers_.cluster(), self_); }
+
+ptc::Status PeerReader::read_samples(const DatasetVersion& v, const std::vector<fs::DatasetContent::Piece>& pieces,
+                                     fs::ReadBuffer& out) const {
+  const std::string name = v.job() + "/" + v.name();
+  const int home = peers_.cluster().find(v.home());
+  if (home < 0)
+    return ptc::error(ptc::Code::kUnavailable, "dataset " + name + ": its home node '" + v.home() + "' is not in the cluster");
+  for (size_t first = 0; first < pieces.size(); first += kPiecesPerRequest) {
+    const size_t last = std::min(pieces.size(), first + kPiecesPerRequest);
+    json list = json::array();
+    uint64_t total = 0;
+    for (size_t i = first; i < last; ++i) {
+      list.push_back({pieces[i].sample, pieces[i].off, pieces[i].len});
+      total += pieces[i].len;
+    }
+    const json req = {{"op", "peer.samples"}, {"job", v.job()}, {"name", v.name()},
+                      {"table_xxh3", v.source().table_xxh3()}, {"pieces", std::move(list)}};
+    auto buf = std::make_shared<std::string>();
+    PTC_ASSIGN_OR_RETURN(json r, peers_.call_data(home, req, *buf, total),
+                         "reading samples of " + name + " from node " + v.home());
+    if (buf->size() != total || ptc::member_u64_or(r, "xxh3", 0).value_or(0) != xxh3_of(buf->data(), total))
+      return ptc::corrupt("samples of " + name + " from node " + v.home() + " fail their checksum");
+    out.add_mem(buf->data(), buf->size());
+    out.keep(std::move(buf));
+  }
+  return ptc::Status::ok();
+}
+
+}  // namespace ptcfs

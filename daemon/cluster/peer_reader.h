@@ -1,0 +1,48 @@
+// What the mount needs of the cluster: the bytes of slices and samples this node does not
+// hold, read from a peer that does (DESIGN.md "On a cluster every node's mount shows the
+// whole namespace"). A slice read is a peer.read to a node holding the shard, verified by
+// XXH3, trying the replicas in turn; which nodes hold each shard is computed once per step
+// version, not per read. A sample read is a peer.samples to the dataset's home node. Every
+// call has the backend's deadlines: a peer that stops answering fails the read (EIO at the
+// mount) and the log names it.
+//
+// Thread-safety: all methods may be called concurrently (FUSE workers).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "daemon/store/dataset_version.h"
+#include "daemon/store/step_version.h"
+#include "transport/backend.h"
+
+namespace ptcfs {
+
+class PeerReader final : public RemoteSlices, public RemoteSamples {
+ public:
+  // `peers` must outlive this object; `self` is this node's index in peers.cluster().
+  PeerReader(transport::PeerBackend& peers, int self) : peers_(peers), self_(self) {}
+
+  ptc::Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                   fs::ReadBuffer& out) const override;
+  const std::string& self_id() const override;
+  ptc::Status read_samples(const DatasetVersion& v, const std::vector<fs::DatasetContent::Piece>& pieces,
+                           fs::ReadBuffer& out) const override;
+
+ private:
+  using Holders = std::vector<std::vector<int>>;  // per shard of the version's layout: node indices
+  ptc::Result<std::shared_ptr<const Holders>> holders(const StepVersion& v) const;
+
+  transport::PeerBackend& peers_;
+  int self_;
+  mutable std::atomic<uint64_t> reads_{0};  // spreads readers over replicas
+  mutable std::mutex mu_;                   // guards holders_
+  mutable std::map<std::tuple<std::string, std::string, uint64_t>, std::shared_ptr<const Holders>> holders_;
+};
+
+}  // namespace ptcfs

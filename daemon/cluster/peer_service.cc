@@ -1,0 +1,146 @@
+#include "daemon/cluster/peer_service.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "daemon/cluster/nodes.h"
+#include "daemon/cluster/slab_read.h"
+#include "daemon/dataset/dataset_ops.h"
+#include "daemon/reshard/importer.h"
+#include "ptc/json_util.h"
+#include "ptc/log.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kMaxPeerRead = 64 << 20;
+
+// "{node}" in an import directory is this node's id.
+std::string node_dir(std::string dir, const std::string& id) {
+  for (size_t at; (at = dir.find("{node}")) != std::string::npos;) dir.replace(at, 6, id);
+  return dir;
+}
+
+}  // namespace
+
+const std::string& PeerService::id() const { return node_id(peers_.cluster(), self_); }
+
+void PeerService::hold(const std::string& tx, PreparedChange change) {
+  std::lock_guard lock(mu_);
+  prepared_.emplace(tx, std::move(change));
+}
+
+ptc::Result<transport::Reply> PeerService::handle(const json& req) {
+  PTC_ASSIGN_OR_RETURN(const std::string op, ptc::member_string(req, "op", "peer request"));
+  if (op == "peer.read") {
+    auto r = serve_slab_read(store_, req, kMaxPeerRead);
+    if (r) sent_ += r->payload.size;
+    else ptc::log::warn("refused a peer read: {}", r.status().to_string());
+    return r;
+  }
+  if (op == "peer.samples" || op == "peer.dataset_table") {
+    auto r = op == "peer.samples" ? serve_samples(req) : serve_table(req);
+    if (!r) ptc::log::warn("refused {}: {}", op, r.status().to_string());
+    return r;
+  }
+  ptc::Result<json> r = ptc::invalid("unknown peer operation '" + op + "'");
+  if (op == "peer.state") r = state(req);
+  else if (op == "peer.dataset_state") r = dataset_state(req);
+  else if (op == "peer.stats") r = to_json(PeerStats{sent_.load(), peers_.bytes_received()});
+  else if (op == "peer.prepare") r = prepare(req);
+  else if (op == "peer.commit") r = finish(req, true);
+  else if (op == "peer.abort") r = finish(req, false);
+  if (!r) return r.status();
+  return transport::Reply(std::move(r).value());
+}
+
+ptc::Result<json> PeerService::state(const json& req) const {
+  PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job", "peer.state"));
+  PTC_ASSIGN_OR_RETURN(std::string step, ptc::member_string(req, "step", "peer.state"));
+  auto snap = store_.snapshot();
+  auto it = snap->steps.find({job, step});
+  if (it == snap->steps.end()) return ptc::not_found("no step " + job + "/" + step + " on node " + id());
+  const StepVersion& v = *it->second;
+  StepState s{v.version(), v.placement().nodes, {}, v.layout().ptc()};
+  for (const auto& sh : v.layout().shards())
+    if (v.holds(sh)) s.held.push_back(sh.name());
+  return to_json(s);
+}
+
+ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, PrepareReply& reply) {
+  ImportSummary sum;
+  ptc::Ptc seen;
+  auto place = [&](const ptc::Layout& layout) -> ptc::Result<StepPlacement> {
+    seen = layout.ptc();
+    PTC_ASSIGN_OR_RETURN(auto holders, ptc::shard_nodes_on(layout, peers_.cluster(), c.nodes));
+    StepPlacement p{c.nodes, {}};
+    for (const auto& h : holders) p.held.push_back(std::find(h.begin(), h.end(), self_) != h.end());
+    return p;
+  };
+  PTC_ASSIGN_OR_RETURN(PreparedChange change, ptcfs::prepare_import(store_, node_dir(c.dir, id()), c.job, c.step, place, sum));
+  const std::string text = ptc::ptc_to_json(seen);
+  reply.shards = sum.shards;
+  reply.bytes = sum.bytes;
+  reply.ptc_digest = XXH3_64bits(text.data(), text.size());
+  return change;
+}
+
+ptc::Result<json> PeerService::prepare(const json& j) {
+  PTC_ASSIGN_OR_RETURN(PrepareRequest req, prepare_request_from_json(j));
+  {
+    std::lock_guard lock(mu_);
+    if (prepared_.count(req.tx))
+      return ptc::error(ptc::Code::kAlreadyExists, "transaction " + req.tx + " is already prepared");
+  }
+  PrepareReply reply;
+  ptc::Result<PreparedChange> change = ptc::internal("no change");
+  if (const auto* c = std::get_if<ImportChange>(&req.change)) {
+    change = prepare_import(*c, reply);
+  } else if (const auto* c = std::get_if<ClusterChange>(&req.change)) {
+    // The job's datasets follow its dp, in the same commit.
+    auto datasets = resplit_datasets(store_, c->job, c->to.dp);
+    if (!datasets) return datasets.status().with_context("node " + id());
+    change = prepare_cluster_part(store_, peers_, self_, *c, options_);
+    if (change) {
+      change->datasets = std::move(datasets).value();
+      reply.bytes_received = change->bytes_received;
+    }
+  } else if (const auto* c = std::get_if<DatasetAddChange>(&req.change)) {
+    change = prepare_dataset_add(req.tx, *c);
+  } else if (const auto* c = std::get_if<DatasetProgressChange>(&req.change)) {
+    change = prepare_dataset_progress(store_, c->job, c->name, c->epoch, c->consumed, c->from_version);
+  }
+  if (!change) return change.status().with_context("node " + id());
+  hold(req.tx, std::move(change).value());
+  return to_json(reply);
+}
+
+ptc::Result<json> PeerService::finish(const json& req, bool commit) {
+  PTC_ASSIGN_OR_RETURN(const std::string tx, ptc::member_string(req, "tx", commit ? "peer.commit" : "peer.abort"));
+  PreparedChange change;
+  {
+    std::lock_guard lock(mu_);
+    auto it = prepared_.find(tx);
+    if (it == prepared_.end()) {
+      if (commit) return ptc::not_found("no prepared transaction " + tx + " on node " + id());
+      return json::object();  // aborting what was never prepared (or already aborted) is fine
+    }
+    change = std::move(it->second);
+    prepared_.erase(it);
+  }
+  const std::string name = describe(change);
+  if (!commit) {
+    abort_change(store_, change);
+    ptc::log::info("aborted the change of {} (transaction {})", name, tx);
+    return json::object();
+  }
+  PTC_RETURN_IF_ERROR(commit_change(store_, change), "node " + id());
+  ptc::log::info("committed {} (transaction {})", name, tx);
+  return json::object();
+}
+
+}  // namespace ptcfs

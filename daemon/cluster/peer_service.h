@@ -1,0 +1,63 @@
+// What this node answers its peers (the `peer.*` operations, docs/FORMATS.md): reads of
+// slices it holds (peer.read, daemon/cluster/slab_read.h), dataset samples and tables,
+// its state and counters, and its side of every two-phase change: peer.prepare builds the
+// change beside the current version and holds it under its transaction id, peer.commit
+// commits it (daemon/store/prepared.h), peer.abort drops it. The transport routes every
+// `peer.*` request here (main.cc); the control service never sees them.
+//
+// Peer ops are accepted from any authenticated connection: holding the cluster secret is
+// what makes a peer. Thread-safety: handle() may be called concurrently.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/cluster/change_record.h"
+#include "daemon/cluster/prepare.h"
+#include "daemon/store/prepared.h"
+#include "daemon/store/store.h"
+#include "transport/backend.h"
+#include "transport/rpc.h"
+
+namespace ptcfs {
+
+class PeerService {
+ public:
+  // `store` and `peers` must outlive this object; `self` is this node's index.
+  PeerService(Store& store, transport::PeerBackend& peers, int self, PrepareOptions options)
+      : store_(store), peers_(peers), self_(self), options_(options) {}
+
+  // Every `peer.*` operation.
+  ptc::Result<transport::Reply> handle(const nlohmann::json& request);
+
+  // Holds a change this node prepared itself under `tx` (the home node of a dataset add:
+  // its peers pull the sample table from it before anyone commits).
+  void hold(const std::string& tx, PreparedChange change);
+  const std::string& id() const;
+  uint64_t bytes_sent() const { return sent_.load(); }
+
+ private:
+  ptc::Result<nlohmann::json> prepare(const nlohmann::json& req);
+  ptc::Result<nlohmann::json> finish(const nlohmann::json& req, bool commit);
+  ptc::Result<nlohmann::json> state(const nlohmann::json& req) const;
+  ptc::Result<PreparedChange> prepare_import(const ImportChange& c, PrepareReply& reply);
+  // daemon/cluster/peer_service_datasets.cc
+  ptc::Result<transport::Reply> serve_samples(const nlohmann::json& req);
+  ptc::Result<transport::Reply> serve_table(const nlohmann::json& req);
+  ptc::Result<nlohmann::json> dataset_state(const nlohmann::json& req) const;
+  ptc::Result<PreparedChange> prepare_dataset_add(const std::string& tx, const DatasetAddChange& c);
+
+  Store& store_;
+  transport::PeerBackend& peers_;
+  int self_;
+  PrepareOptions options_;
+  std::atomic<uint64_t> sent_{0};
+  std::mutex mu_;                                   // guards prepared_
+  std::map<std::string, PreparedChange> prepared_;  // by transaction id
+};
+
+}  // namespace ptcfs

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Checks that #include dependencies point down the layers of DESIGN.md and docs/ARCHITECTURE.md.
+
+Modules, bottom to top: ptc < fs, transport < daemon/store < daemon/dataset < daemon/reshard
+< daemon/cluster < daemon/control < daemon (main.cc, its config); cli uses ptc and transport only.
+A file may include its own layer and those below it, never one above. Prints every violation
+(file:line and the include) and exits 1 if there is any.
+"""
+import os
+import re
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RANK = {
+    "ptc": 0,
+    "fs": 1,
+    "transport": 1,
+    "gpu": 1,
+    "daemon/store": 2,
+    "daemon/dataset": 3,
+    "daemon/reshard": 4,
+    "daemon/cluster": 5,
+    "daemon/control": 6,
+    "daemon": 7,
+}
+# Modules of the same rank that must not see each other.
+SIBLINGS_APART = {("fs", "transport"), ("transport", "fs")}
+CLI_MAY_USE = {"ptc", "transport", "cli"}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def module_of(path):
+    parts = path.split("/")
+    if parts[0] == "daemon" and len(parts) > 2:
+        return "daemon/" + parts[1]
+    return parts[0]
+
+
+def main():
+    bad = []
+    for top in ("ptc", "fs", "transport", "daemon", "cli", "gpu"):
+        root = os.path.join(REPO, top)
+        if not os.path.isdir(root):
+            continue
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                if not name.endswith((".h", ".cc")):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, name), REPO)
+                mine = module_of(rel)
+                with open(os.path.join(REPO, rel)) as f:
+                    for lineno, line in enumerate(f, 1):
+                        m = INCLUDE.match(line)
+                        if not m or "/" not in m.group(1):
+                            continue
+                        theirs = module_of(m.group(1))
+                        if theirs not in RANK:
+                            continue
+                        if mine == "cli":
+                            ok = theirs in CLI_MAY_USE
+                        else:
+                            ok = RANK[theirs] <= RANK[mine] and (mine, theirs) not in SIBLINGS_APART
+                            if RANK[theirs] == RANK[mine] and theirs != mine and mine.startswith("daemon/"):
+                                ok = False
+                        if not ok:
+                            bad.append(f"{rel}:{lineno}: {mine} includes {m.group(1)} ({theirs} is not below it)")
+    for b in bad:
+        print(b)
+    if bad:
+        print(f"{len(bad)} include(s) point up the layers")
+        return 1
+    print("layers: every include points down")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
