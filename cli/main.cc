@@ -68,6 +68,11 @@ int cmd_ls(const Globals& g, const std::string& path) {
         datasets += (datasets.empty() ? "  datasets: " : " ") + s.get<std::string>();
       fmt::print("{:<24} {}{}\n", job["job"].get<std::string>(), steps, datasets);
     }
+  } else if (j.value("state", "") == "pending") {
+    fmt::print("{}/{}  pending: {} of {} written, {} files\n", j["job"].get<std::string>(), j["step"].get<std::string>(),
+               human_bytes(j["bytes_written"].get<uint64_t>()), human_bytes(j["bytes_total"].get<uint64_t>()),
+               j["files"].get<size_t>());
+    for (const auto& e : j["errors"]) fmt::print("  error: {}\n", e.get<std::string>());
   } else if (j.contains("shards")) {
     const auto& p = j["parallelism"];
     fmt::print("{}/{}  tp={},pp={},dp={}  {} tensors  {}\n", j["job"].get<std::string>(),
@@ -85,6 +90,14 @@ int cmd_ls(const Globals& g, const std::string& path) {
 // --nodes n0,n1 (split by CLI11): the node ids to place the job's ranks on, in order.
 void add_nodes(json& req, const std::vector<std::string>& nodes) {
   if (!nodes.empty()) req["nodes"] = nodes;
+}
+
+int cmd_rm(const Globals& g, const std::string& path) {
+  auto r = call(g, {{"op", "rm"}, {"path", path}});
+  if (!r) return fail(r.status());
+  if (g.json) return print_json(*r);
+  fmt::print("removed {} ({})\n", path, (*r)["removed"].get<std::string>());
+  return 0;
 }
 
 int cmd_import(const Globals& g, const std::string& dir, const std::string& job, const std::string& step,
@@ -203,6 +216,10 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   rep->add_flag("--json", g.json, "Print the result as JSON");
 
+  auto* rm = app.add_subcommand("rm", "Remove a step, committed or still being saved (files open keep reading it)");
+  rm->add_option("JOB/STEP", path, "The step")->required();
+  rm->add_flag("--json", g.json, "Print the result as JSON");
+
   auto* status = app.add_subcommand("status", "Show the daemon's state");
   auto* dataset = app.add_subcommand("dataset", "Add datasets, record training progress, list datasets");
   ptcfs::cli::DatasetArgs ds;
@@ -223,6 +240,7 @@ int main(int argc, char** argv) {
   }
   if (imp->parsed()) return cmd_import(g, dir, job, step, nodes);
   if (ls->parsed()) return cmd_ls(g, path);
+  if (rm->parsed()) return cmd_rm(g, path);
   if (status->parsed()) return cmd_status(g);
   if (rep->parsed()) return cmd_repartition(g, job, step, to, dry_run, nodes);
   if (dataset->parsed()) return ptcfs::cli::run_dataset_command(*dataset, ds, g);

@@ -14,6 +14,7 @@
 #include "daemon/cluster/peer_reader.h"
 #include "daemon/cluster/peer_service.h"
 #include "daemon/control/control.h"
+#include "daemon/save/save_service.h"
 #include "daemon/daemon_config.h"
 #include "daemon/store/store.h"
 #include "fs/filesystem.h"
@@ -90,12 +91,20 @@ int run(const Options& o, bool listen_given) {
     coordinator = std::make_unique<Coordinator>(st, *peers, cfg.node, *peer_service);
   }
 
+  // Steps saved into the mount (single node; a cluster's mounts stay read-only for now).
+  std::unique_ptr<SaveService> saves;
+  if (!cfg.cluster) saves = std::make_unique<SaveService>(st);
+
   fs::MountOptions mo;
   mo.mountpoint = o.mount;
   mo.debug = o.fuse_debug;
   mo.allow_other = o.allow_other;
-  auto source = [&st] { return mount_contents(st); };
-  auto fsr = fs::Filesystem::mount(mo, source);
+  auto source = [&st, &saves] {
+    fs::Contents c = mount_contents(st);
+    if (saves) saves->add_to(c);
+    return c;
+  };
+  auto fsr = fs::Filesystem::mount(mo, source, saves.get());
   if (!fsr) {
     ptc::log::error("mounting {}: {}", o.mount, fsr.status().to_string());
     return 1;
@@ -104,13 +113,17 @@ int run(const Options& o, bool listen_given) {
   st.on_change([&filesystem] {
     if (auto s = filesystem.refresh(); !s) ptc::log::error("refreshing the mount: {}", s.to_string());
   });
+  if (saves)
+    saves->on_change([&filesystem] {
+      if (auto s = filesystem.refresh(); !s) ptc::log::error("refreshing the mount: {}", s.to_string());
+    });
 
   DaemonInfo info{o.data, o.mount, cfg.listen, {}, {}};
   if (cfg.cluster) {
     info.node = cfg.cluster->nodes[static_cast<size_t>(cfg.node)].id;
     info.cluster = *cfg.cluster;
   }
-  ControlService control(st, info, coordinator.get());
+  ControlService control(st, info, coordinator.get(), saves.get());
   control.set_compaction(policy);
   // Peer operations go to the peer service, everything else to the control service.
   transport::RpcServer::Handler peer_handler = [&](const nlohmann::json& req, const transport::ProgressSink&) {
@@ -174,6 +187,7 @@ int run(const Options& o, bool listen_given) {
   (*server)->stop();
   filesystem.stop();
   fuse_thread.join();
+  saves.reset();  // its commit thread refreshes the mount: stop it first
   fsr->reset();  // unmounts
   ptc::log::info("stopped");
   return 0;

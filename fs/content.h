@@ -97,10 +97,54 @@ struct DatasetEntry {
   std::shared_ptr<const DatasetContent> content;
 };
 
+// A file of a pending step, written through the mount (DESIGN.md "Saving into the mount").
+// The daemon's save path implements it; the filesystem passes it each writer's requests.
+// Thread-safety: every method may be called concurrently (several writers of one file).
+class WriteFile {
+ public:
+  virtual ~WriteFile() = default;
+  // Bytes written so far extend the file to this size (the largest end of a write or truncate).
+  virtual uint64_t size() const = 0;
+  // One more writer has the file open (each is matched by one release()).
+  virtual void open_writer() = 0;
+  virtual ptc::Status write(uint64_t off, const void* data, size_t len) = 0;
+  // ftruncate, or open with O_TRUNC.
+  virtual ptc::Status truncate(uint64_t size) = 0;
+  // close(): what is known to contradict ptc.json is reported here (close() returns it).
+  virtual ptc::Status flush() = 0;
+  // The last reference of one writer went.
+  virtual void release() = 0;
+};
+
+// What the filesystem needs to take writes: the node's pending steps. `rel` is a path
+// inside the step's folder ("ptc.json", "tp0-pp1.safetensors", "tp0-pp1/<tensor>.npy").
+class WriteTarget {
+ public:
+  virtual ~WriteTarget() = default;
+  virtual ptc::Status make_job(const std::string& job) = 0;                            // mkdir MNT/<job>
+  virtual ptc::Status make_step(const std::string& job, const std::string& step) = 0;  // mkdir MNT/<job>/<step>
+  virtual ptc::Status make_dir(const std::string& job, const std::string& step, const std::string& rel) = 0;
+  // A new file, opened for writing by its creator.
+  virtual ptc::Result<std::shared_ptr<WriteFile>> create(const std::string& job, const std::string& step,
+                                                         const std::string& rel) = 0;
+  virtual ptc::Status unlink(const std::string& job, const std::string& step, const std::string& rel) = 0;
+};
+
+// A step being saved: the folders and files written into it so far.
+struct PendingEntry {
+  std::string job, step;
+  int64_t mtime = 0;
+  std::shared_ptr<const void> stamp;  // a new one whenever a folder or file is added or removed
+  std::vector<std::string> dirs;      // relative paths
+  std::vector<std::pair<std::string, std::shared_ptr<WriteFile>>> files;
+};
+
 // Everything the mount shows.
 struct Contents {
   std::vector<StepEntry> steps;
   std::vector<DatasetEntry> datasets;
+  std::vector<PendingEntry> pending;
+  std::vector<std::string> jobs;  // jobs made by mkdir that have no step yet
 };
 
 }  // namespace ptcfs::fs

@@ -17,47 +17,16 @@
 #include <mutex>
 
 #include "fs/errno_map.h"
+#include "fs/fs_impl.h"
 #include "fs/mountpoint.h"
 #include "fs/tree.h"
 #include "ptc/log.h"
 
 namespace ptcfs::fs {
 
-// Files never change under an inode (a new version gets new inodes), so the kernel may
-// cache names, attributes and pages for long.
-constexpr double kTimeout = 3600.0;
-// Signal used to wake the loop thread when stopping.
-constexpr int kWakeSignal = SIGUSR1;
-// Fewer memory pieces than this go to the kernel as one writev (IOV_MAX, with the header).
-constexpr size_t kMaxReplyIov = 1023;
-
-class Filesystem::Impl {
- public:
-  MountOptions opts;
-  Source source;
-  fuse_session* se = nullptr;
-  std::atomic<bool> loop_running{false};
-  pthread_t loop_thread{};
-  std::mutex mu;  // guards tree
-  std::shared_ptr<const Tree> tree = std::make_shared<Tree>();
-
-  std::shared_ptr<const Tree> current() {
-    std::lock_guard lock(mu);
-    return tree;
-  }
-};
-
 namespace {
 
 using Impl = Filesystem::Impl;
-
-Impl& impl_of(fuse_req_t req) { return *static_cast<Impl*>(fuse_req_userdata(req)); }
-
-struct OpenFile {
-  uint64_t ino;
-  int64_t mtime;
-  std::shared_ptr<const View> view;
-};
 
 struct DirEntry {
   std::string name;
@@ -69,29 +38,6 @@ struct OpenDir {
   std::shared_ptr<const Tree> tree;  // keeps the entries' nodes alive
   std::vector<DirEntry> entries;     // ".", "..", then children in name order
 };
-
-void fill_attr(uint64_t ino, bool is_dir, uint64_t size, int64_t mtime, struct stat& st) {
-  std::memset(&st, 0, sizeof st);
-  st.st_ino = ino;
-  st.st_mode = is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
-  st.st_nlink = is_dir ? 2 : 1;
-  st.st_size = static_cast<off_t>(is_dir ? 4096 : size);
-  st.st_blksize = 1 << 20;
-  st.st_blocks = (st.st_size + 511) / 512;
-  st.st_mtim.tv_sec = st.st_ctim.tv_sec = st.st_atim.tv_sec = mtime;
-}
-
-void fill_node_attr(const Node& n, struct stat& st) {
-  fill_attr(n.ino, n.is_dir, n.view ? n.view->size() : 0, n.mtime, st);
-}
-
-void fill_entry(const Node& n, fuse_entry_param& e) {
-  std::memset(&e, 0, sizeof e);
-  e.ino = n.ino;
-  e.attr_timeout = kTimeout;
-  e.entry_timeout = kTimeout;
-  fill_node_attr(n, e.attr);
-}
 
 // ---- logic: each returns 0 or an errno -----------------------------------------------
 
@@ -109,7 +55,7 @@ int do_lookup(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e) 
 int do_getattr(Impl& fs, uint64_t ino, fuse_file_info* fi, struct stat& st) {
   if (fi && fi->fh) {
     const auto* of = reinterpret_cast<const OpenFile*>(fi->fh);
-    fill_attr(of->ino, false, of->view->size(), of->mtime, st);
+    fill_attr(of->ino, false, of->view->size(), of->mtime, of->writer != nullptr, st);
     return 0;
   }
   auto tree = fs.current();
@@ -120,12 +66,13 @@ int do_getattr(Impl& fs, uint64_t ino, fuse_file_info* fi, struct stat& st) {
 }
 
 int do_open(Impl& fs, uint64_t ino, fuse_file_info* fi) {
-  if ((fi->flags & O_ACCMODE) != O_RDONLY) return EROFS;
   auto tree = fs.current();
   const Node* n = tree->find(ino);
   if (!n) return ESTALE;
   if (n->is_dir) return EISDIR;
-  fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n->ino, n->mtime, n->view});
+  if ((fi->flags & O_ACCMODE) != O_RDONLY) return n->file ? do_open_for_write(*n, fi) : EROFS;
+  if (n->file) return EACCES;  // a pending file is written, not read, until its step commits
+  fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n->ino, n->mtime, n->view, nullptr});
   fi->keep_cache = 1;
   return 0;
 }
@@ -186,7 +133,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   struct stat st;
   const int err = do_getattr(impl_of(req), ino, fi, st);
   if (err) fuse_reply_err(req, err);
-  else fuse_reply_attr(req, &st, kTimeout);
+  else fuse_reply_attr(req, &st, fi && fi->fh && reinterpret_cast<const OpenFile*>(fi->fh)->writer ? 0.0 : kTimeout);
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -252,7 +199,9 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  delete reinterpret_cast<OpenFile*>(fi->fh);
+  auto* of = reinterpret_cast<OpenFile*>(fi->fh);
+  if (of->writer) of->writer->release();
+  delete of;
   fuse_reply_err(req, 0);
 }
 
@@ -328,6 +277,15 @@ const fuse_lowlevel_ops kOps = [] {
   ops.readdirplus = op_readdirplus;
   ops.releasedir = op_releasedir;
   ops.statfs = op_statfs;
+  ops.mkdir = op_mkdir;
+  ops.create = op_create;
+  ops.write = op_write;
+  ops.flush = op_flush;
+  ops.fsync = op_fsync;
+  ops.setattr = op_setattr;
+  ops.unlink = op_unlink;
+  ops.rmdir = op_rmdir;
+  ops.rename = op_rename;
   return ops;
 }();
 
@@ -337,13 +295,15 @@ void wake_handler(int) {}
 
 Filesystem::Filesystem(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-ptc::Result<std::unique_ptr<Filesystem>> Filesystem::mount(const MountOptions& opts, Source source) {
+ptc::Result<std::unique_ptr<Filesystem>> Filesystem::mount(const MountOptions& opts, Source source,
+                                                           WriteTarget* target) {
   PTC_RETURN_IF_ERROR(prepare_mountpoint(opts.mountpoint));
   auto impl = std::make_unique<Impl>();
   impl->opts = opts;
   impl->source = std::move(source);
+  impl->target = target;
 
-  std::string o = "ro,default_permissions,fsname=ptcfs,subtype=ptcfs";
+  std::string o = std::string(target ? "rw" : "ro") + ",default_permissions,fsname=ptcfs,subtype=ptcfs";
   if (opts.allow_other) o += ",allow_other";
   std::vector<std::string> args = {"ptcfsd", "-o", o};
   if (opts.debug) args.push_back("-d");
@@ -375,6 +335,13 @@ Filesystem::~Filesystem() {
     fuse_session_destroy(impl_->se);
     ptc::log::info("unmounted {}", impl_->opts.mountpoint);
   }
+}
+
+ptc::Status Filesystem::Impl::rebuild() {
+  PTC_ASSIGN_OR_RETURN(auto next, Tree::build(source(), current().get()));
+  std::lock_guard lock(mu);
+  tree = std::move(next);
+  return ptc::Status::ok();
 }
 
 ptc::Status Filesystem::refresh() {

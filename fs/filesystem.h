@@ -1,4 +1,6 @@
-// The FUSE filesystem (libfuse3 low-level API, multithreaded loop), read-only.
+// The FUSE filesystem (libfuse3 low-level API, multithreaded loop). Committed steps are
+// read-only; with a WriteTarget, new jobs and steps can be made and pending steps written
+// (DESIGN.md "Saving into the mount"; fs/write_ops.cc).
 //
 // The filesystem serves the current Tree; refresh() builds a new one from the source and
 // swaps it in. Lookup counts are not tracked: a node lives as long as a tree holds it, and
@@ -28,8 +30,10 @@ class Filesystem {
   using Source = std::function<Contents()>;
 
   // Mounts at opts.mountpoint. A stale mount there (a daemon that died) is detached first;
-  // a live one is an error.
-  static ptc::Result<std::unique_ptr<Filesystem>> mount(const MountOptions& opts, Source source);
+  // a live one is an error. `target` (may be null: read-only; must outlive the mount) takes
+  // the writes; the source then shows its pending steps too.
+  static ptc::Result<std::unique_ptr<Filesystem>> mount(const MountOptions& opts, Source source,
+                                                        WriteTarget* target = nullptr);
   ~Filesystem();  // stops the loop if running and unmounts
 
   // Rebuilds the tree from the source; safe from any thread.

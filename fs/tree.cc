@@ -17,7 +17,9 @@ uint64_t ino_of(const std::string& path, const std::string& tag) {
 // Adds directories and files to one node map (the root and job folders, or one step).
 class Builder {
  public:
-  explicit Builder(std::unordered_map<uint64_t, Node>& nodes) : nodes_(nodes) {}
+  // `writable`: the folders it makes take new entries (a pending step's).
+  explicit Builder(std::unordered_map<uint64_t, Node>& nodes, bool writable = false)
+      : nodes_(nodes), writable_(writable) {}
 
   // The directory at `path` (components joined by '/'), created with its parents.
   ptc::Result<uint64_t> dir(uint64_t parent, const std::string& parent_path, const std::string& rel, int64_t mtime) {
@@ -39,6 +41,8 @@ class Builder {
         Node& n = nodes_.at(ino);
         n.is_dir = true;
         n.mtime = mtime;
+        n.path = path.substr(1);
+        n.writable = writable_;
         cur = ino;
       }
       pos = slash + 1;
@@ -78,6 +82,20 @@ class Builder {
   }
 
   std::unordered_map<uint64_t, Node>& nodes_;
+  bool writable_;
+};
+
+// A pending file: its live size; it is written, not read, until its step commits.
+class PendingView final : public View {
+ public:
+  explicit PendingView(std::shared_ptr<const WriteFile> f) : f_(std::move(f)) {}
+  uint64_t size() const override { return f_->size(); }
+  ptc::Status read(uint64_t, uint64_t, ReadBuffer&) const override {
+    return ptc::error(ptc::Code::kPermissionDenied, "the file belongs to a step still being saved");
+  }
+
+ private:
+  std::shared_ptr<const WriteFile> f_;
 };
 
 // The nodes of one step: its folder (a child of its job's folder) and everything below.
@@ -91,8 +109,37 @@ std::shared_ptr<SubTree> new_subtree(std::shared_ptr<const void> content, const 
   dir.parent = parent;
   dir.is_dir = true;
   dir.mtime = mtime;
+  dir.path = sp.substr(1);
   st->nodes.emplace(dir.ino, std::move(dir));
   return st;
+}
+
+// A pending step: inode tags "pending", so that the committed files (tag "v<version>")
+// get new inodes and the kernel drops what it cached of the pending ones.
+ptc::Result<std::shared_ptr<const SubTree>> build_pending(const PendingEntry& e, uint64_t job_ino) {
+  const std::string sp = "/" + e.job + "/" + e.step;
+  auto st = new_subtree(e.stamp, sp, job_ino, e.mtime);
+  st->nodes.at(st->root_ino).writable = true;
+  Builder b(st->nodes, true);
+  for (const auto& d : e.dirs) PTC_RETURN_IF_ERROR(b.dir(st->root_ino, sp, d, e.mtime).status());
+  for (const auto& [rel, f] : e.files) {
+    PTC_RETURN_IF_ERROR(b.file(st->root_ino, sp, rel, std::make_shared<PendingView>(f), "pending", e.mtime));
+    const size_t slash = rel.rfind('/');
+    const std::string dir = slash == std::string::npos ? "" : rel.substr(0, slash);
+    // The node just made: find it through its folder.
+    const Node* parent = &st->nodes.at(st->root_ino);
+    size_t pos = 0;
+    while (pos < dir.size()) {
+      size_t next = dir.find('/', pos);
+      if (next == std::string::npos) next = dir.size();
+      parent = &st->nodes.at(parent->children.at(dir.substr(pos, next - pos)));
+      pos = next + 1;
+    }
+    Node& n = st->nodes.at(parent->children.at(rel.substr(slash == std::string::npos ? 0 : slash + 1)));
+    n.file = f;
+    n.writable = true;
+  }
+  return std::shared_ptr<const SubTree>(std::move(st));
 }
 
 ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint64_t job_ino) {
@@ -140,8 +187,9 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, c
   root.ino = kRootIno;
   root.parent = kRootIno;
   root.is_dir = true;
+  root.writable = true;
   t->top_.emplace(kRootIno, std::move(root));
-  Builder top(t->top_);
+  Builder top(t->top_, true);  // the root and job folders take new jobs and steps
   // Adds the subtree of `key` under `parent` as `name`: the previous tree's when it shows
   // the same content, else a new one. One bad step or dataset must not hide the others.
   auto attach = [&](std::pair<std::string, std::string> key, const std::shared_ptr<const void>& content,
@@ -169,6 +217,11 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, c
     }
     PTC_ASSIGN_OR_RETURN(uint64_t job_ino, top.dir(kRootIno, "", e.job, e.content->mtime()));
     attach({e.job, e.step}, e.content, job_ino, e.step, [&] { return build_step(e, job_ino); });
+  }
+  for (const auto& job : contents.jobs) PTC_RETURN_IF_ERROR(top.dir(kRootIno, "", job, 0).status());
+  for (const auto& e : contents.pending) {
+    PTC_ASSIGN_OR_RETURN(uint64_t job_ino, top.dir(kRootIno, "", e.job, e.mtime));
+    attach({e.job, e.step}, e.stamp, job_ino, e.step, [&] { return build_pending(e, job_ino); });
   }
   for (const auto& e : contents.datasets) {
     PTC_ASSIGN_OR_RETURN(uint64_t data_ino,

@@ -7,6 +7,7 @@
 //   /<job>/<step>/tp{t}-pp{p}/<tensor>.npy     ('/' in a tensor name makes subfolders)
 //   /<job>/<step>/full/<tensor>.npy
 //   /<job>/data/<dataset>/...                 (fs/dataset_views.h)
+//   /<job>/<step>/...                         a pending step: the folders and files written so far
 //
 // A step's nodes (and a dataset's) are built once per version and shared by later trees
 // while the version is current, so a commit costs the nodes of what it changed, not of
@@ -35,8 +36,13 @@ struct Node {
   uint64_t ino = 0;
   uint64_t parent = 0;
   bool is_dir = false;
+  // Directories: new entries may be made in it (the root: jobs; a job: steps; a pending
+  // step and its folders: folders and files). Files: part of a pending step.
+  bool writable = false;
   int64_t mtime = 0;  // seconds since the epoch
+  std::string path;   // directories: relative to the mount root ("" for the root, "job/step/tp0-pp0")
   std::shared_ptr<const View> view;          // files
+  std::shared_ptr<WriteFile> file;           // files of a pending step
   std::map<std::string, uint64_t> children;  // directories: name -> ino
 };
 

@@ -204,7 +204,26 @@ std::string npy_header(DType dtype, const Shape& shape) {
   return out;
 }
 
+namespace {
+Result<NpyHeader> parse_header(std::string_view prefix, uint64_t file_size, const std::string& file);
+}  // namespace
+
 Result<NpyHeader> parse_npy(std::string_view prefix, uint64_t file_size, const std::string& file) {
+  PTC_ASSIGN_OR_RETURN(NpyHeader h, parse_header(prefix, file_size, file));
+  const uint64_t data = file_size - h.data_start;
+  if (data != h.data_bytes)
+    return corrupt(file + ": data area holds " + std::to_string(data) + " bytes but " + h.descr + " " +
+                   shape_string(h.shape) + " needs " + std::to_string(h.data_bytes));
+  return h;
+}
+
+Result<NpyHeader> parse_npy_header(std::string_view prefix, const std::string& file) {
+  return parse_header(prefix, UINT64_MAX, file);
+}
+
+namespace {
+// The header, checked against the bytes given and the file's size (UINT64_MAX: unknown).
+Result<NpyHeader> parse_header(std::string_view prefix, uint64_t file_size, const std::string& file) {
   const uint64_t have = std::min<uint64_t>(prefix.size(), file_size);
   const std::string_view magic(kMagic, kMagicLen);
   const size_t m = std::min<uint64_t>(have, kMagicLen);
@@ -239,11 +258,9 @@ Result<NpyHeader> parse_npy(std::string_view prefix, uint64_t file_size, const s
   for (int64_t d : h.shape)
     if (__builtin_mul_overflow(n, d, &n))
       return corrupt(file + ": shape " + shape_string(h.shape) + " is too large");
-  const uint64_t data = file_size - h.data_start;
-  if (data != static_cast<uint64_t>(n))
-    return corrupt(file + ": data area holds " + std::to_string(data) + " bytes but " + h.descr + " " +
-                   shape_string(h.shape) + " needs " + std::to_string(n));
+  h.data_bytes = static_cast<uint64_t>(n);
   return h;
 }
+}  // namespace
 
 }  // namespace ptc

@@ -23,6 +23,7 @@ struct NpyHeader {
   bool fortran_order = false;
   Shape shape;
   uint64_t data_start = 0;
+  uint64_t data_bytes = 0;  // shape * itemsize(descr)
 };
 
 // Parses an npy header from the first bytes of a file and checks that the data area
@@ -30,5 +31,8 @@ struct NpyHeader {
 // 2.0; descr must be one that dtype_npy_descr produces or a plain numeric one of known size.
 // Errors (kCorrupt) name `file`.
 Result<NpyHeader> parse_npy(std::string_view prefix, uint64_t file_size, const std::string& file);
+// The header alone, from a prefix holding at least all of it (the data may not be there
+// yet: a file being written); data_bytes says how much data must follow.
+Result<NpyHeader> parse_npy_header(std::string_view prefix, const std::string& file);
 
 }  // namespace ptc

@@ -51,6 +51,7 @@ ptc::Result<transport::Reply> ControlService::handle(const json& req, const tran
   ptc::Result<json> r = ptc::invalid("unknown operation '" + op + "'");
   if (op == "status") r = status();
   else if (op == "ls") r = ls(req);
+  else if (op == "rm") r = rm(req);
   else if (op == "import") r = import(req, progress);
   else if (op == "repartition") r = repartition(req, progress);
   else if (op == "dataset.add") r = dataset_add(req, progress);
@@ -99,18 +100,26 @@ ptc::Result<json> ControlService::status() const {
 
 ptc::Result<json> ControlService::ls(const json& req) const {
   PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "path"}, "ls request"));
-  const std::string path = req.contains("path") && req["path"].is_string() ? req["path"].get<std::string>() : "";
+  PTC_ASSIGN_OR_RETURN(const std::string path, ptc::member_string_or(req, "path", ""));
   auto snap = store_.snapshot();
   std::map<std::string, std::vector<std::string>> jobs;
-  std::map<std::string, std::vector<std::string>> datasets;
+  std::map<std::string, std::vector<std::string>> datasets, pending;
   for (const auto& [key, v] : snap->steps) jobs[key.first].push_back(key.second);
   for (const auto& [key, v] : snap->datasets) {
     jobs[key.first];
     datasets[key.first].push_back(key.second);
   }
+  std::vector<SaveService::Progress> saving = saves_ ? saves_->pending() : std::vector<SaveService::Progress>{};
+  if (saves_)
+    for (const auto& j : saves_->jobs()) jobs[j];
+  for (const auto& p : saving) {
+    if (snap->steps.count({p.job, p.step})) continue;  // committed meanwhile
+    jobs[p.job].push_back(p.step);
+    pending[p.job].push_back(p.step);
+  }
   for (auto& [_, steps] : jobs) std::sort(steps.begin(), steps.end(), step_less);
   auto job_json = [&](const std::string& job, const std::vector<std::string>& steps) {
-    return json{{"job", job}, {"steps", steps}, {"datasets", datasets[job]}};
+    return json{{"job", job}, {"steps", steps}, {"datasets", datasets[job]}, {"pending", pending[job]}};
   };
   if (path.empty()) {
     json out = json::array();
@@ -124,8 +133,38 @@ ptc::Result<json> ControlService::ls(const json& req) const {
   if (slash == std::string::npos) return job_json(job, it->second);
   const std::string step = path.substr(slash + 1);
   auto sit = snap->steps.find({job, step});
-  if (sit == snap->steps.end()) return ptc::not_found("job '" + job + "' has no step '" + step + "'");
-  return step_summary(*sit->second);
+  if (sit != snap->steps.end()) {
+    json out = step_summary(*sit->second);
+    out["state"] = "committed";
+    return out;
+  }
+  if (saves_)
+    if (auto p = saves_->progress(job, step))
+      return json{{"job", job},       {"step", step},         {"state", "pending"},
+                  {"bytes_written", p->bytes_written}, {"bytes_total", p->bytes_total},
+                  {"files", p->files}, {"errors", p->errors}};
+  return ptc::not_found("job '" + job + "' has no step '" + step + "'");
+}
+
+ptc::Result<json> ControlService::rm(const json& req) {
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "path"}, "rm request"));
+  PTC_ASSIGN_OR_RETURN(const std::string path, ptc::member_string(req, "path"));
+  const size_t slash = path.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == path.size())
+    return ptc::invalid("rm takes JOB/STEP, got '" + path + "'");
+  const std::string job = path.substr(0, slash), step = path.substr(slash + 1);
+  if (saves_ && saves_->progress(job, step)) {
+    PTC_RETURN_IF_ERROR(saves_->remove(job, step));
+    return json{{"job", job}, {"step", step}, {"removed", "pending"}};
+  }
+  PTC_RETURN_IF_ERROR(current_version(store_, job, step).status());
+  if (coordinator_)
+    return ptc::error(ptc::Code::kFailedPrecondition,
+                      "removing a committed step of a cluster is not supported yet (" + job + "/" + step + " is kept)");
+  PTC_RETURN_IF_ERROR(store_.remove_step(job, step));
+  if (auto gc = store_.collect_garbage(); !gc) ptc::log::warn("collecting blobs: {}", gc.status().to_string());
+  ptc::log::info("removed step {}/{}", job, step);
+  return json{{"job", job}, {"step", step}, {"removed", "committed"}};
 }
 
 ptc::Result<json> ControlService::import(const json& req, const transport::ProgressSink& progress) {

@@ -13,6 +13,7 @@
 #include "daemon/cluster/coordinator.h"
 #include "daemon/reshard/compactor.h"
 #include "daemon/dataset/dataset_ops.h"
+#include "daemon/save/save_service.h"
 #include "ptc/cluster.h"
 #include "daemon/store/store.h"
 #include "transport/rpc.h"
@@ -30,8 +31,10 @@ class ControlService {
   // In a cluster (`coordinator` not null; it must outlive this object) imports,
   // repartitions and dataset changes go through the node's coordinator. Peer operations
   // ("peer.*") never come here: the transport routes them to the peer service.
-  ControlService(Store& store, DaemonInfo info, Coordinator* coordinator = nullptr)
-      : store_(store), info_(std::move(info)), coordinator_(coordinator) {}
+  // `saves` (may be null) are the steps being saved through the mount: `ls` shows them and
+  // `rm` removes them.
+  ControlService(Store& store, DaemonInfo info, Coordinator* coordinator = nullptr, SaveService* saves = nullptr)
+      : store_(store), info_(std::move(info)), coordinator_(coordinator), saves_(saves) {}
   void set_listen(std::string addr) { info_.listen = std::move(addr); }
   void set_compaction(CompactionPolicy p) { policy_ = p; }
 
@@ -41,6 +44,7 @@ class ControlService {
  private:
   ptc::Result<nlohmann::json> status() const;
   ptc::Result<nlohmann::json> ls(const nlohmann::json& req) const;
+  ptc::Result<nlohmann::json> rm(const nlohmann::json& req);
   ptc::Result<nlohmann::json> import(const nlohmann::json& req, const transport::ProgressSink& progress);
   ptc::Result<nlohmann::json> repartition(const nlohmann::json& req, const transport::ProgressSink& progress);
   // daemon/control/dataset.cc
@@ -53,6 +57,7 @@ class ControlService {
   DaemonInfo info_;
   CompactionPolicy policy_;
   Coordinator* coordinator_ = nullptr;
+  SaveService* saves_ = nullptr;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

@@ -1,4 +1,5 @@
 #include "daemon/reshard/importer.h"
+#include "daemon/reshard/rank_file.h"
 
 #include "daemon/store/checksum.h"
 #include "daemon/store/failpoint.h"
@@ -41,20 +42,15 @@ struct RankFile {
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> padding;
 };
 
-// Records where each slice's padding lies: the fills of the layout's plan onto itself.
+// Records where each slice's padding lies, per header entry of each rank file.
 ptc::Status find_padding(const ptc::Layout& layout, std::vector<RankFile>& files) {
-  PTC_ASSIGN_OR_RETURN(ptc::Plan self, ptc::make_plan(layout, layout, ptc::Holdings::single_node(layout, layout)));
-  for (auto& rf : files) rf.padding.resize(rf.header.entries.size());
-  for (const ptc::Fill& f : self.fills) {
-    RankFile& rf = files[f.dst_shard];
+  PTC_ASSIGN_OR_RETURN(PaddingRanges pad, layout_padding(layout));
+  for (size_t s = 0; s < files.size(); ++s) {
+    RankFile& rf = files[s];
+    rf.padding.resize(rf.header.entries.size());
     if (rf.path.empty()) continue;  // not held here
-    auto& ranges = rf.padding[rf.entry_of_slice[f.dst_slice]];
-    ptc::for_each_fill_run(layout, f, [&](const ptc::Run& r) {
-      ranges.emplace_back(static_cast<uint64_t>(r.dst), static_cast<uint64_t>(r.len));
-    });
+    for (size_t j = 0; j < pad[s].size(); ++j) rf.padding[rf.entry_of_slice[j]] = pad[s][j];
   }
-  for (auto& rf : files)
-    for (auto& ranges : rf.padding) std::sort(ranges.begin(), ranges.end());
   return ptc::Status::ok();
 }
 
@@ -79,32 +75,7 @@ Result<RankFile> check_rank_file(const ptc::Layout& layout, const ptc::ShardId& 
   PTC_ASSIGN_OR_RETURN(auto header, ptc::parse_safetensors(prefix, size, path));
 
   RankFile rf{shard, path, std::move(header), {}, {}};
-  const auto& slices = layout.slices(shard);
-  std::map<std::string_view, size_t> by_name;
-  for (size_t i = 0; i < rf.header.entries.size(); ++i) by_name[rf.header.entries[i].name] = i;
-  for (const auto& sl : slices) {
-    const auto& spec = layout.tensor(sl);
-    auto it = by_name.find(spec.name);
-    if (it == by_name.end())
-      return ptc::invalid(path + ": tensor '" + spec.name + "' is missing (ptc.json places it in shard " +
-                          shard.name() + ")");
-    const auto& e = rf.header.entries[it->second];
-    if (e.dtype != spec.dtype)
-      return ptc::invalid(path + ": tensor '" + spec.name + "' has dtype " + ptc::dtype_name(e.dtype) +
-                          " but ptc.json says " + ptc::dtype_name(spec.dtype));
-    if (e.shape != sl.local_shape)
-      return ptc::invalid(path + ": tensor '" + spec.name + "' has shape " + ptc::shape_string(e.shape) +
-                          " but shard " + shard.name() + " of " + layout.parallelism().to_string() +
-                          " holds a slice of shape " + ptc::shape_string(sl.local_shape));
-    rf.entry_of_slice.push_back(it->second);
-    by_name.erase(it);
-  }
-  if (!by_name.empty()) {
-    const std::string name(by_name.begin()->first);
-    if (!layout.ptc().find(name)) return ptc::invalid(path + ": tensor '" + name + "' is not in ptc.json");
-    return ptc::invalid(path + ": tensor '" + name + "' does not belong to shard " + shard.name() +
-                        " (wrong pipeline stage)");
-  }
+  PTC_ASSIGN_OR_RETURN(rf.entry_of_slice, match_rank_header(layout, shard, rf.header, path));
   return rf;
 }
 

@@ -58,6 +58,8 @@ ptc::Status BlobWriter::write_at(uint64_t offset, const void* data, size_t len) 
     const ssize_t n = ::pwrite(fd_, p, len, static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == ENOSPC || errno == EDQUOT)
+        return ptc::error(ptc::Code::kResourceExhausted, "the disk holding " + path_ + " is full");
       return ptc::io_error("writing blob " + path_, errno);
     }
     p += n;
@@ -67,6 +69,20 @@ ptc::Status BlobWriter::write_at(uint64_t offset, const void* data, size_t len) 
   // Start writeback now so that finish()'s fsync has little left to wait for.
   ::sync_file_range(fd_, static_cast<off_t>(start), static_cast<off_t>(total), SYNC_FILE_RANGE_WRITE);
   return ptc::Status::ok();
+}
+
+ptc::Result<size_t> BlobWriter::read_at(uint64_t offset, void* data, size_t len) const {
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::pread(fd_, static_cast<char*>(data) + done, len - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ptc::io_error("reading blob " + path_, errno);
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
 }
 
 ptc::Status BlobWriter::finish() {
@@ -103,7 +119,7 @@ ptc::Result<BlobWriter> BlobStore::create() {
       std::lock_guard lock(mu_);
       if (!pending_.insert(id).second) continue;
     }
-    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) return BlobWriter(this, id, fd, p);
     const int err = errno;
     settle(id);

@@ -61,8 +61,11 @@ class BlobWriter {
   uint64_t id() const { return id_; }
   uint64_t size() const { return size_; }
   ptc::Status append(const void* data, size_t len);
-  // Writes at an offset; safe from several threads at once for disjoint ranges.
+  // Writes at an offset; safe from several threads at once for disjoint ranges. A full
+  // disk is kResourceExhausted (ENOSPC at the mount).
   ptc::Status write_at(uint64_t offset, const void* data, size_t len) const;
+  // Reads back what was written (fewer bytes past the end); before finish() only.
+  ptc::Result<size_t> read_at(uint64_t offset, void* data, size_t len) const;
   ptc::Status finish();
 
  private:

@@ -123,6 +123,34 @@ void Store::end_change(const std::string& job, const std::string& step) {
   changing_.erase({job, step});
 }
 
+ptc::Status Store::remove_step(const std::string& job, const std::string& step) {
+  std::lock_guard commit_lock(commit_mu_);
+  std::shared_ptr<const StepVersion> current;
+  {
+    std::lock_guard lock(mu_);
+    auto it = snap_->steps.find({job, step});
+    if (it == snap_->steps.end()) return ptc::not_found("no step " + job + "/" + step);
+    if (changing_.count({job, step}))
+      return ptc::error(ptc::Code::kFailedPrecondition, "step " + job + "/" + step + " is being repartitioned");
+    current = it->second;
+  }
+  WriteBatch batch;
+  current->delete_slice_records(batch);
+  batch.del(StepVersion::step_key(job, step));
+  PTC_RETURN_IF_ERROR(kv_->write(batch));
+  std::vector<std::function<void()>> listeners;
+  {
+    std::lock_guard lock(mu_);
+    auto next = std::make_shared<Snapshot>(*snap_);
+    next->steps.erase({job, step});
+    snap_ = std::move(next);
+    retired_.push_back(current);  // open files keep reading it; its blobs go when they close
+    listeners = listeners_;
+  }
+  for (auto& fn : listeners) fn();
+  return ptc::Status::ok();
+}
+
 ptc::Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced,
                           const std::vector<DatasetChange>& datasets) {
   std::lock_guard commit_lock(commit_mu_);

@@ -78,6 +78,11 @@ class Store {
                      const std::vector<DatasetChange>& datasets = {});
   ptc::Status commit_datasets(const std::vector<DatasetChange>& datasets) { return commit(nullptr, nullptr, datasets); }
 
+  // Removes a step in one atomic metadata write (`ptcfs rm`); files opened before keep
+  // reading it, and its blobs are collected once they close. kNotFound when there is no
+  // such step; kFailedPrecondition while it is being repartitioned.
+  ptc::Status remove_step(const std::string& job, const std::string& step);
+
   // Removes blob files that no live version refers to (current, or replaced but still held
   // by a reader) and that are not pending. Returns how many were removed.
   ptc::Result<size_t> collect_garbage();

@@ -2,7 +2,8 @@
 """Checks that #include dependencies point down the layers of DESIGN.md and docs/ARCHITECTURE.md.
 
 Modules, bottom to top: ptc < fs, transport < daemon/store < daemon/dataset < daemon/reshard
-< daemon/cluster < daemon/control < daemon (main.cc, its config); cli uses ptc and transport only.
+< daemon/save < daemon/cluster < daemon/control < daemon (main.cc, its config); cli uses ptc and
+transport only.
 A file may include its own layer and those below it, never one above. Prints every violation
 (file:line and the include) and exits 1 if there is any.
 """
@@ -19,9 +20,10 @@ RANK = {
     "daemon/store": 2,
     "daemon/dataset": 3,
     "daemon/reshard": 4,
-    "daemon/cluster": 5,
-    "daemon/control": 6,
-    "daemon": 7,
+    "daemon/save": 5,
+    "daemon/cluster": 6,
+    "daemon/control": 7,
+    "daemon": 8,
 }
 # Modules of the same rank that must not see each other.
 SIBLINGS_APART = {("fs", "transport"), ("transport", "fs")}

@@ -1,0 +1,248 @@
+#include "daemon/save/pending_step.h"
+
+#include <algorithm>
+
+#include "daemon/reshard/rank_file.h"
+#include "ptc/log.h"
+#include "ptc/model.h"
+
+namespace ptcfs {
+
+namespace {
+
+constexpr uint64_t kMaxPtcJson = 64 << 20;
+
+std::string range_text(uint64_t lo, uint64_t hi) { return "[" + std::to_string(lo) + ", " + std::to_string(hi) + ")"; }
+
+}  // namespace
+
+PendingFile::PendingFile(std::shared_ptr<PendingStep> step, Kind kind, std::string rel, ptc::ShardId shard,
+                         std::string tensor, std::optional<BlobWriter> blob)
+    : kind(kind), rel(std::move(rel)), shard(shard), tensor(std::move(tensor)), blob(std::move(blob)),
+      step_(std::move(step)) {}
+
+uint64_t PendingFile::size() const {
+  std::lock_guard lock(step_->mu);
+  return end;
+}
+
+void PendingFile::open_writer() {
+  std::lock_guard lock(step_->mu);
+  ++writers;
+}
+
+bool PendingFile::complete() const {
+  if (dead || writers > 0 || !error.empty()) return false;
+  if (kind == Kind::kPtcJson) return true;
+  return expected && end == *expected && written.covers(0, *expected);
+}
+
+uint64_t PendingFile::data_written() const {
+  if (kind == Kind::kPtcJson) return 0;
+  const uint64_t start = kind == Kind::kShard ? header.data_start : npy.data_start;
+  return expected ? written.covered(start, *expected) : 0;
+}
+
+ptc::Status PendingFile::write(uint64_t off, const void* data, size_t len) {
+  const std::string where = step_->name() + "/" + rel;
+  {
+    std::lock_guard lock(step_->mu);
+    if (dead) return ptc::not_found(where + " was removed");
+    if (step_->committing) return ptc::error(ptc::Code::kPermissionDenied, where + ": its step is committing");
+    if (!error.empty()) return ptc::invalid(error);
+    if (kind == Kind::kPtcJson) {
+      if (off + len > kMaxPtcJson) return ptc::invalid(where + ": larger than " + std::to_string(kMaxPtcJson) + " bytes");
+      if (text.size() < off + len) text.resize(off + len);
+      std::copy_n(static_cast<const char*>(data), len, text.begin() + static_cast<std::ptrdiff_t>(off));
+      end = std::max<uint64_t>(end, off + len);
+      written.add(off, off + len);
+      return ptc::Status::ok();
+    }
+    if (expected && off + len > *expected)
+      return ptc::invalid(where + ": a write of " + range_text(off, off + len) + " goes past the end of the file, " +
+                          std::to_string(*expected) + " bytes as its header says");
+  }
+  // The bytes go to the blob outside the lock: writers of disjoint ranges run at once.
+  PTC_RETURN_IF_ERROR(blob->write_at(off, data, len), where);
+  std::lock_guard lock(step_->mu);
+  written.add(off, off + len);
+  end = std::max<uint64_t>(end, off + len);
+  if (kind == Kind::kTensor && !expected) {
+    // The npy header is short: parse it as soon as its bytes are there.
+    const uint64_t have = std::min<uint64_t>(written.prefix(), 1 << 20);
+    if (have >= 10) {
+      std::string prefix(have, '\0');
+      PTC_ASSIGN_OR_RETURN(size_t got, blob->read_at(0, prefix.data(), prefix.size()));
+      prefix.resize(got);
+      auto h = ptc::parse_npy_header(prefix, where);
+      if (h) {
+        npy = *h;
+        expected = h->data_start + h->data_bytes;
+        PTC_RETURN_IF_ERROR(step_->check(*this));
+        if (end > *expected)
+          return ptc::invalid(error = where + ": holds " + std::to_string(end) + " bytes, its header says " +
+                                      std::to_string(*expected));
+      } else if (h.status().message().find("truncated") == std::string::npos) {
+        return ptc::invalid(error = h.status().message());  // not an npy header, however long
+      }
+    }
+  }
+  return ptc::Status::ok();
+}
+
+ptc::Status PendingFile::truncate(uint64_t size) {
+  std::lock_guard lock(step_->mu);
+  const std::string where = step_->name() + "/" + rel;
+  if (dead) return ptc::not_found(where + " was removed");
+  if (size < written.end()) {
+    if (size != 0) return ptc::error(ptc::Code::kPermissionDenied, where + ": cannot cut written bytes off a file being saved");
+    // Start again (open with O_TRUNC over a file written before).
+    written.clear();
+    text.clear();
+    expected.reset();
+    error.clear();
+    end = 0;
+    return ptc::Status::ok();
+  }
+  if (expected && size > *expected)
+    return ptc::invalid(where + ": " + std::to_string(size) + " bytes is past its end, " + std::to_string(*expected));
+  end = std::max(end, size);
+  return ptc::Status::ok();
+}
+
+ptc::Status PendingFile::flush() {
+  std::lock_guard lock(step_->mu);
+  const std::string where = step_->name() + "/" + rel;
+  if (dead) return ptc::Status::ok();
+  if (!error.empty()) return ptc::invalid(error);
+  // Checks run when the file's last writer closes it; other writers may still come.
+  if (writers > 1) return ptc::Status::ok();
+  if (kind == Kind::kPtcJson) return step_->take_ptc(*this);
+  if (kind == Kind::kShard) {
+    // One writer, front to back: closed, the file must be whole.
+    if (!written.covers(0, end)) {
+      error = where + ": closed with bytes never written (a shard file is written front to back by one writer)";
+      return ptc::invalid(error);
+    }
+    const uint64_t n = std::min<uint64_t>(end, 8);
+    std::string first8(n, '\0');
+    PTC_ASSIGN_OR_RETURN(size_t got, blob->read_at(0, first8.data(), n));
+    first8.resize(got);
+    auto len = ptc::safetensors_header_len(first8, end, where);
+    if (!len) return ptc::invalid(error = len.status().message());
+    std::string prefix(8 + *len, '\0');
+    PTC_ASSIGN_OR_RETURN(got, blob->read_at(0, prefix.data(), prefix.size()));
+    prefix.resize(got);
+    auto h = ptc::parse_safetensors(prefix, end, where);
+    if (!h) return ptc::invalid(error = h.status().message());
+    header = std::move(h).value();
+    expected = end;
+    return step_->check(*this);
+  }
+  // kTensor: the header was checked as it came; a file closed short is fine while other
+  // writers of its ranges are still to come.
+  return ptc::Status::ok();
+}
+
+void PendingFile::release() {
+  std::shared_ptr<PendingStep> step;
+  {
+    std::lock_guard lock(step_->mu);
+    if (--writers > 0 || dead) return;
+    step = step_;
+  }
+  if (step->on_closed) step->on_closed(step);
+}
+
+ptc::Status PendingStep::check(PendingFile& f) {
+  if (!layout || f.kind == PendingFile::Kind::kPtcJson) return ptc::Status::ok();
+  const std::string where = name() + "/" + f.rel;
+  const auto& shards = layout->shards();
+  if (std::find(shards.begin(), shards.end(), f.shard) == shards.end()) {
+    f.error = where + ": " + layout->parallelism().to_string() + " has no shard " + f.shard.name();
+    return ptc::invalid(f.error);
+  }
+  if (f.kind == PendingFile::Kind::kShard) {
+    if (!f.expected) return ptc::Status::ok();
+    auto m = match_rank_header(*layout, f.shard, f.header, where);
+    if (!m) return ptc::invalid(f.error = m.status().message());
+    f.entry_of_slice = std::move(m).value();
+    return ptc::Status::ok();
+  }
+  const ptc::TensorSpec* spec = layout->ptc().find(f.tensor);
+  if (!spec) return ptc::invalid(f.error = where + ": tensor '" + f.tensor + "' is not in ptc.json");
+  const int j = layout->find_slice(f.shard, static_cast<size_t>(spec - layout->ptc().tensors.data()));
+  if (j < 0)
+    return ptc::invalid(f.error = where + ": tensor '" + f.tensor + "' does not belong to shard " + f.shard.name() +
+                                  " (wrong pipeline stage)");
+  if (!f.expected) return ptc::Status::ok();
+  const ptc::Slice& sl = layout->slices(f.shard)[static_cast<size_t>(j)];
+  if (f.npy.descr != ptc::dtype_npy_descr(spec->dtype))
+    return ptc::invalid(f.error = where + ": tensor '" + f.tensor + "' is stored as " + f.npy.descr +
+                                  " but ptc.json says " + ptc::dtype_name(spec->dtype) + " (" +
+                                  ptc::dtype_npy_descr(spec->dtype) + ")");
+  if (f.npy.shape != sl.local_shape)
+    return ptc::invalid(f.error = where + ": tensor '" + f.tensor + "' has shape " + ptc::shape_string(f.npy.shape) +
+                                  " but shard " + f.shard.name() + " of " + layout->parallelism().to_string() +
+                                  " holds a slice of shape " + ptc::shape_string(sl.local_shape));
+  return ptc::Status::ok();
+}
+
+ptc::Status PendingStep::take_ptc(PendingFile& f) {
+  const std::string where = name() + "/ptc.json";
+  if (!f.written.covers(0, f.end)) return ptc::invalid(f.error = where + ": closed with bytes never written");
+  auto p = ptc::parse_ptc_json(f.text, where);
+  if (!p) return ptc::invalid(f.error = p.status().message());
+  auto l = ptc::Layout::make(*p, p->parallelism);
+  if (!l) return ptc::invalid(f.error = l.status().with_context(where).message());
+  if (layout && ptc_text != f.text) {
+    // Written again: it must say the same, or the files checked against it would not hold.
+    if (ptc::ptc_to_json(*p) != ptc::ptc_to_json(layout->ptc()))
+      return ptc::invalid(f.error = where + ": differs from the ptc.json this step was written with");
+  }
+  layout = std::move(l).value();
+  ptc_text = f.text;
+  // Every file written so far, against it: the first contradiction fails this close too.
+  ptc::Status first;
+  for (auto& [rel, g] : files) {
+    if (g.get() == &f || g->dead) continue;
+    if (auto s = check(*g); !s && first.is_ok()) first = s;
+  }
+  return first;
+}
+
+bool PendingStep::complete() const {
+  if (!layout || removed || committing || !failure.empty()) return false;
+  auto ptc_it = files.find("ptc.json");
+  if (ptc_it == files.end() || !ptc_it->second->complete()) return false;
+  for (const auto& shard : layout->shards()) {
+    auto it = files.find(shard.name() + ".safetensors");
+    if (it != files.end()) {
+      if (!it->second->complete() || it->second->entry_of_slice.size() != layout->slices(shard).size()) return false;
+      continue;
+    }
+    for (const auto& sl : layout->slices(shard)) {
+      auto t = files.find(shard.name() + "/" + layout->tensor(sl).name + ".npy");
+      if (t == files.end() || !t->second->complete()) return false;
+    }
+  }
+  for (const auto& [rel, f] : files)
+    if (f->writers > 0 || !f->error.empty()) return false;
+  return true;
+}
+
+uint64_t PendingStep::bytes_written() const {
+  uint64_t n = 0;
+  for (const auto& [rel, f] : files) n += f->data_written();
+  return n;
+}
+
+uint64_t PendingStep::bytes_total() const {
+  if (!layout) return 0;
+  uint64_t n = 0;
+  for (const auto& shard : layout->shards())
+    for (const auto& sl : layout->slices(shard)) n += layout->bytes(sl);
+  return n;
+}
+
+}  // namespace ptcfs

@@ -1,0 +1,115 @@
+// A step being saved through the mount (DESIGN.md "Saving into the mount"): the files
+// written into MNT/<job>/<step>/ so far, each straight into the blob that will hold it.
+//
+//   ptc.json                      kept in memory (at most 64 MiB), parsed when closed
+//   tp{t}-pp{p}.safetensors       a whole shard, one writer front to back; checked against
+//                                 ptc.json with import's rules when closed
+//   tp{t}-pp{p}/<tensor>.npy      one tensor of a shard; several writers may write disjoint
+//                                 ranges (pwrite); its header is checked as soon as written
+//
+// A shard is written one way or the other, not both. Checks run as soon as both a file and
+// ptc.json are known; a contradiction fails the write or the close and is kept as the
+// file's error, so the step cannot commit until the file is removed and written again.
+// The step is complete when ptc.json and every shard of its layout are written in full
+// and every file is closed; SaveService then commits it.
+//
+// Thread-safety: one mutex per step guards the step and its files; the bytes of a write
+// go to the blob outside it (disjoint ranges of one file are written at once).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/save/byte_ranges.h"
+#include "daemon/store/blob_store.h"
+#include "fs/content.h"
+#include "ptc/layout.h"
+#include "ptc/npy.h"
+#include "ptc/safetensors.h"
+
+namespace ptcfs {
+
+class PendingStep;
+
+class PendingFile final : public fs::WriteFile {
+ public:
+  enum class Kind { kPtcJson, kShard, kTensor };
+
+  PendingFile(std::shared_ptr<PendingStep> step, Kind kind, std::string rel, ptc::ShardId shard, std::string tensor,
+              std::optional<BlobWriter> blob);
+
+  uint64_t size() const override;
+  void open_writer() override;
+  ptc::Status write(uint64_t off, const void* data, size_t len) override;
+  ptc::Status truncate(uint64_t size) override;
+  ptc::Status flush() override;
+  void release() override;
+
+  // The rest is used under the step's lock (PendingStep::mu).
+  Kind kind;
+  std::string rel;       // in the step's folder
+  ptc::ShardId shard;    // kShard, kTensor
+  std::string tensor;    // kTensor
+  std::string text;      // kPtcJson
+  std::optional<BlobWriter> blob;
+  ByteRanges written;
+  uint64_t end = 0;      // the file's size: the largest end of a write or truncate
+  int writers = 0;
+  bool dead = false;     // unlinked, or its step removed
+  // Known once the header is written (and, for a shard, the file closed): where the data
+  // starts and the size the header declares.
+  std::optional<uint64_t> expected;
+  ptc::SafetensorsHeader header;  // kShard
+  ptc::NpyHeader npy;             // kTensor
+  std::vector<size_t> entry_of_slice;  // kShard, once checked against the layout
+  std::string error;              // why the file contradicts ptc.json or itself ("" if it does not)
+
+  // Written in full, closed, and (with the layout known) checked.
+  bool complete() const;
+  // Data bytes written (for `ls`).
+  uint64_t data_written() const;
+
+ private:
+  std::shared_ptr<PendingStep> step_;
+};
+
+class PendingStep : public std::enable_shared_from_this<PendingStep> {
+ public:
+  PendingStep(std::string job, std::string step, int64_t created) : job(std::move(job)), step(std::move(step)), created(created) {}
+
+  const std::string job, step;
+  const int64_t created;
+
+  mutable std::mutex mu;  // guards everything below and the files' fields
+  std::shared_ptr<const void> stamp = std::make_shared<int>(0);  // new on every add or remove
+  std::set<std::string> dirs;
+  std::map<std::string, std::shared_ptr<PendingFile>> files;
+  std::optional<ptc::Layout> layout;
+  std::string ptc_text;  // of the parsed ptc.json
+  bool removed = false;
+  bool committing = false;
+  std::string failure;  // a commit that failed: the step can only be removed
+
+  std::string name() const { return job + "/" + step; }
+  // Checks a file against the layout (when known) and records its error. Locked.
+  ptc::Status check(PendingFile& f);
+  // Parses ptc.json (closed by its last writer) and checks every file against it. Locked.
+  ptc::Status take_ptc(PendingFile& f);
+  // ptc.json and every shard of the layout written in full and closed. Locked.
+  bool complete() const;
+  // Bytes of tensor data written, and the total the layout needs (0 before ptc.json). Locked.
+  uint64_t bytes_written() const;
+  uint64_t bytes_total() const;
+  // Set by the save service: called (outside the lock) when the last writer of a file
+  // closes it, so that a complete step gets committed.
+  std::function<void(const std::shared_ptr<PendingStep>&)> on_closed;
+};
+
+}  // namespace ptcfs

@@ -1,0 +1,387 @@
+#include "daemon/save/save_service.h"
+
+#include <ctime>
+
+#include "daemon/reshard/rank_file.h"
+#include "daemon/store/checksum.h"
+#include "daemon/store/prepared.h"
+#include "ptc/log.h"
+#include "ptc/model.h"
+
+namespace ptcfs {
+
+namespace {
+
+// What a path inside a step's folder is: ptc.json, a shard file or a tensor of a shard.
+struct FileKind {
+  PendingFile::Kind kind = PendingFile::Kind::kPtcJson;
+  ptc::ShardId shard;
+  std::string tensor;
+};
+
+const char* kLayoutHint = " (a step holds ptc.json, tp{t}-pp{p}.safetensors and tp{t}-pp{p}/<tensor>.npy)";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+ptc::Status check_components(const std::string& where, const std::string& rel) {
+  size_t pos = 0;
+  while (pos <= rel.size()) {
+    size_t slash = rel.find('/', pos);
+    if (slash == std::string::npos) slash = rel.size();
+    const std::string c = rel.substr(pos, slash - pos);
+    if (c.empty() || c == "." || c == ".." || c.size() > 250) return ptc::invalid(where + ": bad path component '" + c + "'");
+    pos = slash + 1;
+  }
+  return ptc::Status::ok();
+}
+
+ptc::Result<FileKind> classify(const std::string& where, const std::string& rel) {
+  PTC_RETURN_IF_ERROR(check_components(where, rel));
+  FileKind k;
+  if (rel == "ptc.json") return k;
+  const size_t slash = rel.find('/');
+  if (slash == std::string::npos) {
+    if (ends_with(rel, ".safetensors")) {
+      auto id = ptc::parse_shard_name(rel.substr(0, rel.size() - 12));
+      if (id) {
+        k.kind = PendingFile::Kind::kShard;
+        k.shard = *id;
+        return k;
+      }
+    }
+    return ptc::invalid(where + ": unexpected file" + kLayoutHint);
+  }
+  auto id = ptc::parse_shard_name(rel.substr(0, slash));
+  if (!id || !ends_with(rel, ".npy") || rel.size() <= slash + 1 + 4)
+    return ptc::invalid(where + ": unexpected file" + kLayoutHint);
+  k.kind = PendingFile::Kind::kTensor;
+  k.shard = *id;
+  k.tensor = rel.substr(slash + 1, rel.size() - slash - 1 - 4);
+  return k;
+}
+
+}  // namespace
+
+SaveService::SaveService(Store& store) : store_(store), worker_([this] { run(); }) {}
+
+SaveService::~SaveService() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+  std::lock_guard lock(mu_);
+  for (auto& [key, s] : steps_) store_.release_name(key.first, key.second);
+}
+
+void SaveService::on_change(std::function<void()> fn) {
+  std::lock_guard lock(mu_);
+  listeners_.push_back(std::move(fn));
+}
+
+void SaveService::changed() {
+  std::vector<std::function<void()>> fns;
+  {
+    std::lock_guard lock(mu_);
+    fns = listeners_;
+  }
+  for (auto& fn : fns) fn();
+}
+
+std::shared_ptr<PendingStep> SaveService::find(const std::string& job, const std::string& step) const {
+  std::lock_guard lock(mu_);
+  auto it = steps_.find({job, step});
+  return it == steps_.end() ? nullptr : it->second;
+}
+
+ptc::Status SaveService::make_job(const std::string& job) {
+  PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
+  auto snap = store_.snapshot();
+  std::lock_guard lock(mu_);
+  bool exists = jobs_.count(job) > 0;
+  for (const auto& [key, _] : snap->steps) exists = exists || key.first == job;
+  for (const auto& [key, _] : snap->datasets) exists = exists || key.first == job;
+  for (const auto& [key, _] : steps_) exists = exists || key.first == job;
+  if (exists) return ptc::error(ptc::Code::kAlreadyExists, "job '" + job + "' exists");
+  jobs_.insert(job);
+  ptc::log::info("made job {}", job);
+  return ptc::Status::ok();
+}
+
+ptc::Status SaveService::make_step(const std::string& job, const std::string& step) {
+  PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
+  if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
+  PTC_RETURN_IF_ERROR(store_.reserve_name(job, step));  // kAlreadyExists when committed or being made
+  auto s = std::make_shared<PendingStep>(job, step, static_cast<int64_t>(::time(nullptr)));
+  s->on_closed = [this](const std::shared_ptr<PendingStep>& st) { closed(st); };
+  std::lock_guard lock(mu_);
+  steps_[{job, step}] = std::move(s);
+  jobs_.insert(job);
+  ptc::log::info("saving {}/{}: pending", job, step);
+  return ptc::Status::ok();
+}
+
+ptc::Status SaveService::make_dir(const std::string& job, const std::string& step, const std::string& rel) {
+  const std::string where = job + "/" + step + "/" + rel;
+  auto s = find(job, step);
+  if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
+  PTC_RETURN_IF_ERROR(check_components(where, rel));
+  const std::string first = rel.substr(0, rel.find('/'));
+  if (!ptc::parse_shard_name(first))
+    return ptc::invalid(where + ": unexpected folder (a step's folders are its shards, tp{t}-pp{p})");
+  std::lock_guard lock(s->mu);
+  if (s->committing || s->removed) return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is no longer pending");
+  if (s->files.count(first + ".safetensors"))
+    return ptc::invalid(where + ": shard " + first + " is being written as a safetensors file, not per tensor");
+  for (size_t at = 0; at != std::string::npos;) {
+    at = rel.find('/', at + 1);
+    if (!s->dirs.insert(rel.substr(0, at)).second && at == std::string::npos)
+      return ptc::error(ptc::Code::kAlreadyExists, where + " exists");
+  }
+  s->stamp = std::make_shared<int>(0);
+  return ptc::Status::ok();
+}
+
+ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::string& job, const std::string& step,
+                                                                const std::string& rel) {
+  const std::string where = job + "/" + step + "/" + rel;
+  auto s = find(job, step);
+  if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
+  PTC_ASSIGN_OR_RETURN(FileKind k, classify(where, rel));
+  std::optional<BlobWriter> blob;
+  if (k.kind != PendingFile::Kind::kPtcJson) {
+    PTC_ASSIGN_OR_RETURN(BlobWriter w, store_.blobs().create());
+    blob.emplace(std::move(w));
+  }
+  std::lock_guard lock(s->mu);
+  if (s->committing || s->removed) return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is no longer pending");
+  if (s->files.count(rel)) return ptc::error(ptc::Code::kAlreadyExists, where + " exists");
+  const std::string shard_file = k.shard.name() + ".safetensors";
+  if (k.kind == PendingFile::Kind::kTensor && s->files.count(shard_file))
+    return ptc::invalid(where + ": shard " + k.shard.name() + " is being written as " + shard_file + ", not per tensor");
+  if (k.kind == PendingFile::Kind::kShard) {
+    const std::string prefix = k.shard.name() + "/";
+    for (const auto& [other, f] : s->files)
+      if (other.compare(0, prefix.size(), prefix) == 0)
+        return ptc::invalid(where + ": shard " + k.shard.name() + " is being written per tensor (" + other + ")");
+  }
+  // A tensor's folders come with it (cp -r makes them first; a writer may not).
+  if (k.kind == PendingFile::Kind::kTensor)
+    for (size_t at = rel.find('/'); at != std::string::npos; at = rel.find('/', at + 1)) s->dirs.insert(rel.substr(0, at));
+  auto f = std::make_shared<PendingFile>(s, k.kind, rel, k.shard, k.tensor, std::move(blob));
+  f->writers = 1;
+  if (auto st = s->check(*f); !st) return st;  // a shard or tensor the known layout does not have
+  s->files[rel] = f;
+  s->stamp = std::make_shared<int>(0);
+  return std::shared_ptr<fs::WriteFile>(f);
+}
+
+ptc::Status SaveService::unlink(const std::string& job, const std::string& step, const std::string& rel) {
+  auto s = find(job, step);
+  if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
+  std::lock_guard lock(s->mu);
+  if (s->committing) return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is committing");
+  auto it = s->files.find(rel);
+  if (it == s->files.end()) return ptc::not_found(s->name() + "/" + rel + " does not exist");
+  it->second->dead = true;  // its blob goes with the last handle
+  if (rel == "ptc.json") {
+    s->layout.reset();
+    s->ptc_text.clear();
+  }
+  s->files.erase(it);
+  s->stamp = std::make_shared<int>(0);
+  return ptc::Status::ok();
+}
+
+void SaveService::add_to(fs::Contents& c) const {
+  std::vector<std::shared_ptr<PendingStep>> steps;
+  {
+    std::lock_guard lock(mu_);
+    c.jobs.insert(c.jobs.end(), jobs_.begin(), jobs_.end());
+    for (const auto& [_, s] : steps_) steps.push_back(s);
+  }
+  auto snap = store_.snapshot();
+  for (const auto& s : steps) {
+    if (snap->steps.count({s->job, s->step})) continue;  // committed: the store shows it
+    fs::PendingEntry e;
+    e.job = s->job;
+    e.step = s->step;
+    e.mtime = s->created;
+    std::lock_guard lock(s->mu);
+    if (s->removed) continue;
+    e.stamp = s->stamp;
+    e.dirs.assign(s->dirs.begin(), s->dirs.end());
+    for (const auto& [rel, f] : s->files) e.files.emplace_back(rel, f);
+    c.pending.push_back(std::move(e));
+  }
+}
+
+std::optional<SaveService::Progress> SaveService::progress(const std::string& job, const std::string& step) const {
+  auto s = find(job, step);
+  if (!s) return std::nullopt;
+  std::lock_guard lock(s->mu);
+  Progress p{s->job, s->step, s->bytes_written(), s->bytes_total(), s->files.size(), {}};
+  for (const auto& [rel, f] : s->files)
+    if (!f->error.empty()) p.errors.push_back(f->error);
+  if (!s->failure.empty()) p.errors.push_back(s->failure);
+  return p;
+}
+
+std::vector<SaveService::Progress> SaveService::pending() const {
+  std::vector<std::pair<std::string, std::string>> keys;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, _] : steps_) keys.push_back(key);
+  }
+  std::vector<Progress> out;
+  for (const auto& [job, step] : keys)
+    if (auto p = progress(job, step)) out.push_back(std::move(*p));
+  return out;
+}
+
+std::vector<std::string> SaveService::jobs() const {
+  std::lock_guard lock(mu_);
+  return {jobs_.begin(), jobs_.end()};
+}
+
+ptc::Status SaveService::remove(const std::string& job, const std::string& step) {
+  std::shared_ptr<PendingStep> s;
+  {
+    std::lock_guard lock(mu_);
+    auto it = steps_.find({job, step});
+    if (it == steps_.end()) return ptc::not_found("no step " + job + "/" + step + " is being saved");
+    s = it->second;
+    {
+      std::lock_guard slock(s->mu);
+      if (s->committing) return ptc::error(ptc::Code::kFailedPrecondition, s->name() + " is committing");
+      s->removed = true;
+      for (auto& [rel, f] : s->files) f->dead = true;
+      s->files.clear();
+    }
+    steps_.erase(it);
+  }
+  store_.release_name(job, step);
+  ptc::log::info("removed pending step {}/{}", job, step);
+  changed();
+  return ptc::Status::ok();
+}
+
+void SaveService::closed(const std::shared_ptr<PendingStep>& step) {
+  {
+    std::lock_guard slock(step->mu);
+    if (!step->complete()) return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(step);
+  }
+  cv_.notify_all();
+}
+
+void SaveService::run() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    auto step = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    commit(step);
+    lock.lock();
+  }
+}
+
+void SaveService::commit(const std::shared_ptr<PendingStep>& s) {
+  std::vector<std::shared_ptr<PendingFile>> files;
+  ptc::Layout layout;
+  {
+    std::lock_guard lock(s->mu);
+    if (!s->complete()) return;  // changed since it was queued
+    s->committing = true;  // no more writes, creates or removals
+    layout = *s->layout;
+    for (const auto& [rel, f] : s->files) files.push_back(f);
+  }
+  const std::string name = s->name();
+  auto fail = [&](const ptc::Status& st) {
+    ptc::log::error("committing {}: {}; the step stays pending (remove it with ptcfs rm)", name, st.to_string());
+    std::lock_guard lock(s->mu);
+    s->failure = "the commit failed: " + st.message();
+    s->committing = false;
+  };
+  auto padding = layout_padding(layout);
+  if (!padding) return fail(padding.status());
+
+  // Every slice's extent in its blob; padding zeroed in place (views show zeros there).
+  std::vector<std::vector<StoredSlice>> stored(layout.shards().size());
+  PreparedChange change;
+  std::map<std::string, const PendingFile*> by_rel;
+  for (const auto& f : files) by_rel[f->rel] = f.get();
+  for (size_t si = 0; si < layout.shards().size(); ++si) {
+    const auto& shard = layout.shards()[si];
+    const auto& slices = layout.slices(shard);
+    const PendingFile* whole = by_rel.count(shard.name() + ".safetensors") ? by_rel[shard.name() + ".safetensors"] : nullptr;
+    for (size_t j = 0; j < slices.size(); ++j) {
+      const PendingFile* f = whole ? whole : by_rel.at(shard.name() + "/" + layout.tensor(slices[j]).name + ".npy");
+      uint64_t off = 0, len = 0;
+      if (whole) {
+        const auto& e = whole->header.entries[whole->entry_of_slice[j]];
+        off = whole->header.data_start + e.begin;
+        len = e.end - e.begin;
+      } else {
+        off = f->npy.data_start;
+        len = f->npy.data_bytes;
+      }
+      static const std::vector<char> zeros(1 << 20, 0);
+      for (const auto& [poff, plen] : (*padding)[si][j])
+        for (uint64_t done = 0; done < plen;) {
+          const uint64_t n = std::min<uint64_t>(plen - done, zeros.size());
+          if (auto st = f->blob->write_at(off + poff + done, zeros.data(), n); !st) return fail(st);
+          done += n;
+        }
+      stored[si].push_back(StoredSlice{{Extent{f->blob->id(), off, len, 0}}, std::nullopt, 1});
+    }
+  }
+  for (const auto& f : files) {
+    if (!f->blob) continue;
+    if (auto st = f->blob->finish(); !st) return fail(st);
+    change.blobs.push_back(f->blob->id());
+  }
+  // Checksums, as import computes them, from the synced blobs' mappings.
+  for (auto& shard : stored)
+    for (auto& sl : shard) {
+      const Extent& x = sl.extents.front();
+      auto b = store_.blobs().file(x.blob);
+      if (!b || !(*b)->data() || x.offset + x.len > (*b)->mapped_size())
+        return fail(b ? ptc::corrupt("blob of " + name + " is shorter than written") : b.status());
+      sl.xxh3 = xxh3_of((*b)->data() + x.offset, x.len);
+    }
+  change.next = std::make_shared<StepVersion>(s->job, s->step, 1, static_cast<int64_t>(::time(nullptr)), layout,
+                                              std::move(stored), &store_.blobs(), StepPlacement{}, store_.remote());
+  uint64_t bytes = 0;
+  {
+    std::lock_guard lock(s->mu);
+    bytes = s->bytes_total();
+  }
+  if (auto st = commit_change(store_, change); !st) {
+    // commit_change released the name and removed the blobs: nothing of it is left.
+    ptc::log::error("committing {}: {}", name, st.to_string());
+    {
+      std::lock_guard lock(mu_);
+      steps_.erase({s->job, s->step});
+    }
+    changed();
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    steps_.erase({s->job, s->step});
+  }
+  ptc::log::info("saved {}: {} shards, {} tensors, {} bytes, committed as version 1", name, layout.shards().size(),
+                 layout.ptc().tensors.size(), bytes);
+  changed();
+}
+
+}  // namespace ptcfs

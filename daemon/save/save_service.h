@@ -1,0 +1,81 @@
+// Saving into the mount, on one node (DESIGN.md "Saving into the mount"): the WriteTarget
+// the filesystem passes mkdir, create, write and unlink to. It keeps the pending steps
+// (daemon/save/pending_step.h) in memory: a step reserves its name in the store when made,
+// and commits through the one commit path (daemon/store/prepared.h) as version 1 once it is
+// complete, on its own thread (a commit refreshes the mount, which a FUSE request handler
+// must not do). Blobs of a pending step are pending in the blob store: a restart removes
+// them and the step with them (never half-committed).
+//
+// Thread-safety: every method may be called concurrently.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/save/pending_step.h"
+#include "daemon/store/store.h"
+#include "fs/content.h"
+
+namespace ptcfs {
+
+class SaveService final : public fs::WriteTarget {
+ public:
+  explicit SaveService(Store& store);
+  ~SaveService() override;  // stops the commit thread; pending steps are dropped
+
+  ptc::Status make_job(const std::string& job) override;
+  ptc::Status make_step(const std::string& job, const std::string& step) override;
+  ptc::Status make_dir(const std::string& job, const std::string& step, const std::string& rel) override;
+  ptc::Result<std::shared_ptr<fs::WriteFile>> create(const std::string& job, const std::string& step,
+                                                     const std::string& rel) override;
+  ptc::Status unlink(const std::string& job, const std::string& step, const std::string& rel) override;
+
+  // What the mount shows besides the store: pending steps and jobs made by mkdir.
+  void add_to(fs::Contents& contents) const;
+
+  struct Progress {
+    std::string job, step;
+    uint64_t bytes_written = 0, bytes_total = 0;  // total: 0 until ptc.json is there
+    size_t files = 0;
+    std::vector<std::string> errors;  // files that contradict ptc.json or themselves, a failed commit
+  };
+  std::optional<Progress> progress(const std::string& job, const std::string& step) const;
+  std::vector<Progress> pending() const;
+  // Jobs made by mkdir (whether they have steps yet or not).
+  std::vector<std::string> jobs() const;
+
+  // Removes a pending step: its files go (a writer still at it gets errors), its name is free.
+  // kNotFound when there is no such pending step.
+  ptc::Status remove(const std::string& job, const std::string& step);
+
+  // Called after a commit or a removal (the mount refreshes), from the service's threads.
+  void on_change(std::function<void()> fn);
+
+ private:
+  std::shared_ptr<PendingStep> find(const std::string& job, const std::string& step) const;
+  void closed(const std::shared_ptr<PendingStep>& step);
+  void run();
+  void commit(const std::shared_ptr<PendingStep>& step);
+  void changed();
+
+  Store& store_;
+  mutable std::mutex mu_;  // guards steps_, jobs_, queue_, listeners_, stopping_
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<PendingStep>> steps_;
+  std::set<std::string> jobs_;
+  std::deque<std::shared_ptr<PendingStep>> queue_;  // steps to commit
+  std::vector<std::function<void()>> listeners_;
+  bool stopping_ = false;
+  std::condition_variable cv_;
+  std::thread worker_;
+};
+
+}  // namespace ptcfs

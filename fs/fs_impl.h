@@ -1,0 +1,100 @@
+// Internal to fs/: the state the FUSE operations share (filesystem.cc: the namespace and
+// reads; write_ops.cc: the save path), and the helpers both reply with. Not a public header.
+#pragma once
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "fs/filesystem.h"
+#include "fs/tree.h"
+
+namespace ptcfs::fs {
+
+// Committed files never change under an inode (a new version gets new inodes), so the
+// kernel may cache names, attributes and pages for long. A pending step's names and sizes
+// change as it is written: they are not cached.
+constexpr double kTimeout = 3600.0;
+// Signal used to wake the loop thread when stopping.
+constexpr int kWakeSignal = SIGUSR1;
+// Fewer memory pieces than this go to the kernel as one writev (IOV_MAX, with the header).
+constexpr size_t kMaxReplyIov = 1023;
+
+class Filesystem::Impl {
+ public:
+  MountOptions opts;
+  Source source;
+  WriteTarget* target = nullptr;  // null: read-only
+  fuse_session* se = nullptr;
+  std::atomic<bool> loop_running{false};
+  pthread_t loop_thread{};
+  std::mutex mu;  // guards tree
+  std::shared_ptr<const Tree> tree = std::make_shared<Tree>();
+
+  std::shared_ptr<const Tree> current() {
+    std::lock_guard lock(mu);
+    return tree;
+  }
+  // Rebuilds the tree from the source and swaps it in, without invalidating the kernel's
+  // names: for a write operation's own additions and removals, from inside its handler.
+  ptc::Status rebuild();
+};
+
+inline Filesystem::Impl& impl_of(fuse_req_t req) { return *static_cast<Filesystem::Impl*>(fuse_req_userdata(req)); }
+
+// An open file: a view to read and, for a file of a pending step opened for writing, the
+// file that takes the writes.
+struct OpenFile {
+  uint64_t ino;
+  int64_t mtime;
+  std::shared_ptr<const View> view;
+  std::shared_ptr<WriteFile> writer;
+};
+
+inline void fill_attr(uint64_t ino, bool is_dir, uint64_t size, int64_t mtime, bool writable, struct stat& st) {
+  std::memset(&st, 0, sizeof st);
+  st.st_ino = ino;
+  st.st_mode = is_dir ? (S_IFDIR | (writable ? 0755 : 0555)) : (S_IFREG | (writable ? 0644 : 0444));
+  st.st_nlink = is_dir ? 2 : 1;
+  st.st_size = static_cast<off_t>(is_dir ? 4096 : size);
+  st.st_blksize = 1 << 20;
+  st.st_blocks = (st.st_size + 511) / 512;
+  st.st_mtim.tv_sec = st.st_ctim.tv_sec = st.st_atim.tv_sec = mtime;
+}
+
+inline void fill_node_attr(const Node& n, struct stat& st) {
+  fill_attr(n.ino, n.is_dir, n.view ? n.view->size() : 0, n.mtime, n.writable, st);
+}
+
+inline double timeout_of(const Node& n) { return n.writable ? 0.0 : kTimeout; }
+
+inline void fill_entry(const Node& n, fuse_entry_param& e) {
+  std::memset(&e, 0, sizeof e);
+  e.ino = n.ino;
+  e.attr_timeout = timeout_of(n);
+  e.entry_timeout = timeout_of(n);
+  fill_node_attr(n, e.attr);
+}
+
+// The write operations (fs/write_ops.cc).
+void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode);
+void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi);
+void op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info* fi);
+void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
+void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi);
+void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name);
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name);
+void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+               unsigned int flags);
+// Opening a pending file for writing (from op_open).
+int do_open_for_write(const Node& n, fuse_file_info* fi);
+
+}  // namespace ptcfs::fs

@@ -1,0 +1,227 @@
+// The save path's FUSE operations (DESIGN.md "Saving into the mount"): mkdir of a job, a
+// step or a folder of a pending step; create, write, flush, release, truncate and unlink of
+// its files. Each is a logic function returning an errno and an adapter that replies, as in
+// filesystem.cc. The daemon's WriteTarget owns the pending steps; here a folder's path says
+// what it is: the root takes jobs, a job takes steps, a pending step takes folders and files.
+// Committed steps stay read-only (EROFS).
+#include <fcntl.h>
+
+#include <cerrno>
+#include <string>
+
+#include "fs/errno_map.h"
+#include "fs/fs_impl.h"
+#include "ptc/log.h"
+
+namespace ptcfs::fs {
+namespace {
+
+using Impl = Filesystem::Impl;
+
+// Where a new entry `name` in folder `dir` goes: job and step ("" when it is the job or the
+// step being made) and the path inside the step.
+struct Place {
+  std::string job, step, rel;
+};
+
+Place place_of(const Node& dir, const std::string& name) {
+  const std::string full = dir.path.empty() ? name : dir.path + "/" + name;
+  Place p;
+  const size_t a = full.find('/');
+  p.job = full.substr(0, a);
+  if (a == std::string::npos) return p;
+  const size_t b = full.find('/', a + 1);
+  p.step = full.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1);
+  if (b != std::string::npos) p.rel = full.substr(b + 1);
+  return p;
+}
+
+int fail(const char* what, const Place& p, const ptc::Status& s) {
+  ptc::log::warn("{} {}/{}/{} refused: {}", what, p.job, p.step, p.rel, s.to_string());
+  return to_errno(s);
+}
+
+// The writable folder `parent` of the current tree, or an errno.
+int writable_dir(Impl& fs, uint64_t parent, std::shared_ptr<const Tree>& tree, const Node*& dir) {
+  if (!fs.target) return EROFS;
+  tree = fs.current();
+  dir = tree->find(parent);
+  if (!dir) return ESTALE;
+  if (!dir->is_dir) return ENOTDIR;
+  if (!dir->writable) return EROFS;  // a committed step, or a folder of one
+  return 0;
+}
+
+// After a change of names: the new tree, and the entry of `name` in `parent`.
+int entry_after(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e, const Node** out = nullptr) {
+  if (auto s = fs.rebuild(); !s) return to_errno(s);
+  auto tree = fs.current();
+  const Node* dir = tree->find(parent);
+  const Node* n = dir ? tree->child(*dir, name) : nullptr;
+  if (!n) return EIO;  // made, but not shown: the log says why
+  fill_entry(*n, e);
+  if (out) *out = n;
+  return 0;
+}
+
+int do_mkdir(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e) {
+  std::shared_ptr<const Tree> tree;
+  const Node* dir = nullptr;
+  if (int err = writable_dir(fs, parent, tree, dir)) return err;
+  if (tree->child(*dir, name)) return EEXIST;
+  const Place p = place_of(*dir, name);
+  ptc::Status s = p.step.empty()  ? fs.target->make_job(p.job)
+                  : p.rel.empty() ? fs.target->make_step(p.job, p.step)
+                                  : fs.target->make_dir(p.job, p.step, p.rel);
+  if (!s) return fail("mkdir", p, s);
+  return entry_after(fs, parent, name, e);
+}
+
+int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, fuse_entry_param& e) {
+  std::shared_ptr<const Tree> tree;
+  const Node* dir = nullptr;
+  if (int err = writable_dir(fs, parent, tree, dir)) return err;
+  const Place p = place_of(*dir, name);
+  if (p.rel.empty()) return EPERM;  // files live in a step's folder, not beside jobs or steps
+  if (const Node* old = tree->child(*dir, name)) {
+    if (fi->flags & O_EXCL) return EEXIST;
+    if (old->is_dir) return EISDIR;
+    fill_entry(*old, e);
+    return do_open_for_write(*old, fi);
+  }
+  auto f = fs.target->create(p.job, p.step, p.rel);
+  if (!f) return fail("create", p, f.status());
+  const Node* n = nullptr;
+  if (int err = entry_after(fs, parent, name, e, &n)) {
+    (*f)->release();
+    return err;
+  }
+  fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n->ino, n->mtime, n->view, *f});
+  return 0;
+}
+
+int do_write(fuse_file_info* fi, const char* buf, size_t size, off_t off) {
+  auto* of = reinterpret_cast<OpenFile*>(fi->fh);
+  if (!of->writer) return EBADF;
+  if (off < 0) return EINVAL;
+  if (auto s = of->writer->write(static_cast<uint64_t>(off), buf, size); !s) {
+    ptc::log::warn("write of {} bytes at {} refused: {}", size, off, s.to_string());
+    return to_errno(s);
+  }
+  return 0;
+}
+
+int do_unlink(Impl& fs, uint64_t parent, const char* name) {
+  std::shared_ptr<const Tree> tree;
+  const Node* dir = nullptr;
+  if (int err = writable_dir(fs, parent, tree, dir)) return err;
+  const Node* n = tree->child(*dir, name);
+  if (!n) return ENOENT;
+  if (n->is_dir) return EISDIR;
+  const Place p = place_of(*dir, name);
+  if (p.rel.empty()) return EPERM;
+  if (auto s = fs.target->unlink(p.job, p.step, p.rel); !s) return fail("unlink", p, s);
+  if (auto s = fs.rebuild(); !s) return to_errno(s);
+  return 0;
+}
+
+}  // namespace
+
+int do_open_for_write(const Node& n, fuse_file_info* fi) {
+  if (!n.file) return EROFS;
+  if (fi->flags & O_TRUNC) {
+    if (auto s = n.file->truncate(0); !s) return to_errno(s);
+  }
+  n.file->open_writer();
+  fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n.ino, n.mtime, n.view, n.file});
+  fi->direct_io = 0;
+  return 0;
+}
+
+void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t) {
+  fuse_entry_param e;
+  const int err = do_mkdir(impl_of(req), parent, name, e);
+  if (err) fuse_reply_err(req, err);
+  else fuse_reply_entry(req, &e);
+}
+
+void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t, fuse_file_info* fi) {
+  fuse_entry_param e;
+  const int err = do_create(impl_of(req), parent, name, fi, e);
+  if (err) {
+    fuse_reply_err(req, err);
+  } else if (fuse_reply_create(req, &e, fi) != 0) {  // interrupted: the writer never got it
+    auto* of = reinterpret_cast<OpenFile*>(fi->fh);
+    of->writer->release();
+    delete of;
+  }
+}
+
+void op_write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+  const int err = do_write(fi, buf, size, off);
+  if (err) fuse_reply_err(req, err);
+  else fuse_reply_write(req, size);
+}
+
+void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  const auto* of = reinterpret_cast<const OpenFile*>(fi->fh);
+  int err = 0;
+  if (of->writer) {
+    if (auto s = of->writer->flush(); !s) {
+      ptc::log::warn("close of a file being saved: {}", s.to_string());
+      err = to_errno(s);
+    }
+  }
+  fuse_reply_err(req, err);
+}
+
+// Written bytes are synced when their step commits (before it becomes visible).
+void op_fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(req, 0); }
+
+void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+  Impl& fs = impl_of(req);
+  auto tree = fs.current();
+  const Node* n = tree->find(ino);
+  if (!n) {
+    fuse_reply_err(req, ESTALE);
+    return;
+  }
+  if (!n->writable) {
+    fuse_reply_err(req, EROFS);
+    return;
+  }
+  if ((to_set & FUSE_SET_ATTR_SIZE) && n->file) {
+    if (auto s = n->file->truncate(static_cast<uint64_t>(attr->st_size)); !s) {
+      ptc::log::warn("truncate to {} refused: {}", attr->st_size, s.to_string());
+      fuse_reply_err(req, to_errno(s));
+      return;
+    }
+  }
+  // Modes, owners and times of pending entries are not kept (cp -p, shutil.copy ask).
+  (void)fi;
+  struct stat st;
+  fill_node_attr(*n, st);
+  fuse_reply_attr(req, &st, 0.0);
+}
+
+void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  fuse_reply_err(req, do_unlink(impl_of(req), parent, name));
+}
+
+// Folders of a pending step go with the step (`ptcfs rm JOB/STEP`); committed ones are read-only.
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char*) {
+  Impl& fs = impl_of(req);
+  auto tree = fs.current();
+  const Node* dir = tree->find(parent);
+  fuse_reply_err(req, dir && dir->writable && fs.target ? EPERM : EROFS);
+}
+
+// Files are written in place (no temporary file and rename).
+void op_rename(fuse_req_t req, fuse_ino_t parent, const char*, fuse_ino_t, const char*, unsigned int) {
+  Impl& fs = impl_of(req);
+  auto tree = fs.current();
+  const Node* dir = tree->find(parent);
+  fuse_reply_err(req, dir && dir->writable && fs.target ? EPERM : EROFS);
+}
+
+}  // namespace ptcfs::fs

@@ -1,0 +1,268 @@
+"""Saving into the mount (DESIGN.md "Saving into the mount"), on one node: a checkpoint copied in with
+`cp -r`, written per tensor with numpy, or by several writers of disjoint ranges, commits as one version
+that every view reads exactly and a repartition works on; bad writes get a clear error and leave committed
+steps untouched; a killed writer or daemon never leaves a half-committed step."""
+
+import errno
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from ptcfs_harness import PTCFS, errno_of, ls_jobs, verify_step
+from repartition_util import Oracles, blob_usage, wait_for
+
+
+def step_info(d, job, step):
+    return d.cli_json("ls", f"{job}/{step}", "--json")
+
+
+def wait_committed(d, job, step, timeout=30):
+    def committed():
+        info = step_info(d, job, step)
+        return info if info["state"] == "committed" else None
+    return wait_for(committed, timeout,
+                    lambda: f"{job}/{step} never committed: {step_info(d, job, step)}\n{d.log_tail()}", interval=0.05)
+
+
+def copy_in(ck, sd, order=None):
+    """cp of every file of a checkpoint directory into the step folder `sd`, in `order` (default cp -r)."""
+    if order is None:
+        subprocess.run(["cp", "-r", ck.path + "/.", sd], check=True)
+        return
+    for name in order:
+        shutil.copyfile(os.path.join(ck.path, name), os.path.join(sd, name))
+
+
+def test_cp_r_saves_a_checkpoint_that_reads_like_an_import_and_repartitions(daemon, make_ckpt, tmp_path):
+    ck = make_ckpt(tp=2, pp=2, layers=4, hidden=256, vocab=1000)
+    os.mkdir(os.path.join(daemon.mnt, "gpt"))
+    sd = os.path.join(daemon.mnt, "gpt", "100")
+    os.mkdir(sd)
+    assert step_info(daemon, "gpt", "100") == {"job": "gpt", "step": "100", "state": "pending", "bytes_written": 0,
+                                               "bytes_total": 0, "files": 0, "errors": []}
+    copy_in(ck, sd)
+    info = wait_committed(daemon, "gpt", "100")
+    assert info["version"] == 1 and info["bytes"] == ck.summary["bytes"], info
+    verify_step(daemon, "gpt", "100", ck)
+    for (t, p) in ck.slices:  # byte for byte what was written (ptcgen writes the canonical form)
+        with open(ck.shard_path(t, p), "rb") as a, open(os.path.join(sd, f"tp{t}-pp{p}.safetensors"), "rb") as b:
+            assert a.read() == b.read()
+    # One blob per shard file; a repartition works on it like on an imported step.
+    assert blob_usage(daemon)[0] == 4
+    r = daemon.cli_json("repartition", "--job", "gpt", "--step", "100", "--to", "tp=1,pp=4,dp=1", "--json")
+    assert r["version"] == 2
+    verify_step(daemon, "gpt", "100", Oracles(str(tmp_path / "o"), ck, 0)((1, 4, 1)), full_views=False)
+    # The step is read-only once committed.
+    assert errno_of(open, os.path.join(sd, "ptc.json"), "w") in (errno.EROFS, errno.EACCES, errno.EPERM)
+    assert errno_of(os.mkdir, os.path.join(sd, "x")) == errno.EROFS
+
+
+def test_files_in_any_order_and_pending_progress(daemon, make_ckpt):
+    ck = make_ckpt(tp=2, pp=1, layers=2, hidden=128, vocab=500)
+    os.makedirs(os.path.join(daemon.mnt, "j", "7"))
+    sd = daemon.step_dir("j", "7")
+    copy_in(ck, sd, ["tp1-pp0.safetensors"])  # a shard before ptc.json
+    info = step_info(daemon, "j", "7")
+    assert info["state"] == "pending" and info["bytes_total"] == 0 and info["files"] == 1, info
+    copy_in(ck, sd, ["ptc.json"])
+    info = step_info(daemon, "j", "7")
+    half = sum(a.nbytes for a in ck.slices[(1, 0)].values())
+    assert info["state"] == "pending" and info["bytes_total"] == ck.summary["bytes"], info
+    assert info["bytes_written"] == half, info
+    assert "7" in ls_jobs(daemon)["j"]
+    assert daemon.cli_json("ls", "j", "--json")["pending"] == ["7"]
+    # Committed steps of other jobs do not change meanwhile; the pending files are not readable.
+    assert errno_of(lambda p: open(p, "rb").read(), os.path.join(sd, "tp1-pp0.safetensors")) == errno.EACCES
+    copy_in(ck, sd, ["tp0-pp0.safetensors"])
+    wait_committed(daemon, "j", "7")
+    verify_step(daemon, "j", "7", ck)
+
+
+def test_per_tensor_npy_files_and_a_zero_style_range_per_writer(daemon, make_ckpt):
+    ck = make_ckpt(tp=2, pp=2, layers=4, hidden=128, vocab=500)
+    os.makedirs(os.path.join(daemon.mnt, "z", "1"))
+    sd = daemon.step_dir("z", "1")
+    with open(os.path.join(sd, "ptc.json"), "w") as f:
+        json.dump(ck.ptc, f)
+    # Shards tp0-pp*: one np.save per tensor. Shards tp1-pp*: every tensor file written by 3 processes at
+    # once, each its contiguous third of the data (pwrite), the first also the header.
+    for (t, p), tensors in ck.slices.items():
+        for name, arr in tensors.items():
+            path = os.path.join(sd, f"tp{t}-pp{p}", name + ".npy")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if t == 0:
+                np.save(path, arr)
+                continue
+            header = npy_header(arr)
+            data = np.ascontiguousarray(arr).tobytes()
+            cuts = [0, len(data) // 3, 2 * len(data) // 3, len(data)]
+            with open(path, "wb"):
+                pass
+            procs = [multiprocessing.Process(target=pwrite_range, args=(path, header if i == 0 else b"",
+                                                                          len(header) + cuts[i], data[cuts[i]:cuts[i + 1]]))
+                     for i in range(3)]
+            for pr in procs:
+                pr.start()
+            for pr in procs:
+                pr.join()
+                assert pr.exitcode == 0
+    wait_committed(daemon, "z", "1")
+    verify_step(daemon, "z", "1", ck)
+
+
+def npy_header(arr):
+    import io
+    b = io.BytesIO()
+    np.lib.format.write_array_header_1_0(b, np.lib.format.header_data_from_array_1_0(arr))
+    return b.getvalue()
+
+
+def pwrite_range(path, header, off, data):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if header:
+            os.pwrite(fd, header, 0)
+        os.pwrite(fd, data, off)
+    finally:
+        os.close(fd)
+
+
+def test_bad_writes_get_clear_errors_and_nothing_commits(daemon, make_ckpt):
+    ck = make_ckpt(tp=2, pp=1, layers=2, hidden=128, vocab=500)
+    daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    before = blob_usage(daemon)[2]
+    mnt = daemon.mnt
+    # No job: ENOENT; a second mkdir of a step: EEXIST; a step over a committed one: EEXIST.
+    assert errno_of(os.mkdir, os.path.join(mnt, "nojob", "1")) == errno.ENOENT
+    assert errno_of(os.mkdir, os.path.join(mnt, "j", "1")) == errno.EEXIST
+    os.mkdir(os.path.join(mnt, "j", "2"))
+    assert errno_of(os.mkdir, os.path.join(mnt, "j", "2")) == errno.EEXIST
+    assert errno_of(os.mkdir, os.path.join(mnt, "j", "data")) == errno.EINVAL
+    sd = daemon.step_dir("j", "2")
+    # Files that are not part of a checkpoint, and files beside jobs.
+    assert errno_of(open, os.path.join(sd, "notes.txt"), "w") == errno.EINVAL
+    assert errno_of(open, os.path.join(mnt, "j", "x.safetensors"), "w") == errno.EPERM
+    # Writes into a committed step.
+    assert errno_of(open, os.path.join(daemon.step_dir("j", "1"), "tp0-pp0.safetensors"), "r+b") in (errno.EROFS,
+                                                                                                      errno.EACCES)
+    # An invalid ptc.json fails its close, and the log names the file.
+    with pytest.raises(OSError) as e:
+        with open(os.path.join(sd, "ptc.json"), "w") as f:
+            f.write('{"parallelism": {"tp": 2, "pp": 1, "dp": 1}, "tensors": {}, "bogus": 1}')
+    assert e.value.errno == errno.EINVAL
+    assert "j/2/ptc.json" in daemon.log_tail()
+    os.unlink(os.path.join(sd, "ptc.json"))
+    copy_in(ck, sd, ["ptc.json"])
+    # A shard that contradicts ptc.json (a shard of a smaller model under this name): its close fails,
+    # the error names the file and the tensor, and `ls` shows it.
+    other = make_ckpt("other", tp=2, pp=1, layers=2, hidden=64, vocab=500)
+    with pytest.raises(OSError) as e:
+        shutil.copyfile(other.shard_path(0, 0), os.path.join(sd, "tp0-pp0.safetensors"))
+    assert e.value.errno == errno.EINVAL
+    info = step_info(daemon, "j", "2")
+    assert info["state"] == "pending" and len(info["errors"]) == 1, info
+    assert "j/2/tp0-pp0.safetensors: tensor '" in info["errors"][0] and "has shape" in info["errors"][0], info
+    # A shard file cut short.
+    with pytest.raises(OSError):
+        with open(ck.shard_path(1, 0), "rb") as src, open(os.path.join(sd, "tp1-pp0.safetensors"), "wb") as dst:
+            dst.write(src.read()[:-10])
+    # A shard the layout does not have; a shard written both ways.
+    assert errno_of(open, os.path.join(sd, "tp5-pp0.safetensors"), "w") == errno.EINVAL
+    assert errno_of(os.mkdir, os.path.join(sd, "tp0-pp0")) == errno.EINVAL
+    # Nothing committed; once the bad files are replaced, it commits.
+    assert step_info(daemon, "j", "2")["state"] == "pending"
+    for name in ("tp0-pp0.safetensors", "tp1-pp0.safetensors"):
+        os.unlink(os.path.join(sd, name))
+        copy_in(ck, sd, [name])
+    wait_committed(daemon, "j", "2")
+    verify_step(daemon, "j", "2", ck)
+    verify_step(daemon, "j", "1", ck)
+    assert set(before) <= set(blob_usage(daemon)[2])
+
+
+def test_npy_writes_past_the_end_and_wrong_shapes_are_refused(daemon, make_ckpt):
+    ck = make_ckpt(tp=1, pp=1, layers=1, hidden=64, vocab=128)
+    os.makedirs(os.path.join(daemon.mnt, "n", "1"))
+    sd = daemon.step_dir("n", "1")
+    copy_in(ck, sd, ["ptc.json"])
+    name, arr = next(iter(ck.slices[(0, 0)].items()))
+    path = os.path.join(sd, "tp0-pp0", name + ".npy")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    header = npy_header(arr)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        os.pwrite(fd, header, 0)
+        with pytest.raises(OSError) as e:
+            os.pwrite(fd, b"x" * 16, len(header) + arr.nbytes - 8)
+        assert e.value.errno == errno.EINVAL
+    finally:
+        os.close(fd)
+    name2, arr2 = list(ck.slices[(0, 0)].items())[1]
+    with pytest.raises(OSError) as e:
+        np.save(os.path.join(sd, "tp0-pp0", name2 + ".npy"), np.zeros((3, 5), dtype=arr2.dtype))
+    assert e.value.errno == errno.EINVAL
+    assert "has shape [3, 5]" in json.dumps(step_info(daemon, "n", "1")["errors"])
+
+
+def test_a_killed_writer_leaves_the_step_pending_and_rm_removes_it(daemon, make_ckpt):
+    ck = make_ckpt(tp=1, pp=1, layers=2, hidden=512, vocab=4000)
+    os.makedirs(os.path.join(daemon.mnt, "k", "1"))
+    sd = daemon.step_dir("k", "1")
+    copy_in(ck, sd, ["ptc.json"])
+    # A writer that stops half way and is killed.
+    code = (f"import os,signal\nsrc=open({ck.shard_path(0, 0)!r},'rb').read()\n"
+            f"f=open({os.path.join(sd, 'tp0-pp0.safetensors')!r},'wb')\nf.write(src[:len(src)//2]); f.flush()\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    p = subprocess.run(["/usr/bin/python3", "-c", code])
+    assert p.returncode == -signal.SIGKILL
+    info = step_info(daemon, "k", "1")
+    assert info["state"] == "pending" and info["errors"], info
+    blobs_while = blob_usage(daemon)[0]
+    assert blobs_while == 1
+    r = daemon.cli_json("rm", "k/1", "--json")
+    assert r == {"job": "k", "step": "1", "removed": "pending"}
+    assert not os.path.exists(sd)
+    wait_for(lambda: blob_usage(daemon)[0] == 0, 10, "the removed step's blob is still there")
+    # The name is free again.
+    os.mkdir(sd)
+    copy_in(ck, sd)
+    wait_committed(daemon, "k", "1")
+    verify_step(daemon, "k", "1", ck)
+
+
+def test_the_daemon_killed_mid_save_keeps_committed_steps_and_drops_the_pending_one(daemon, make_ckpt):
+    ck = make_ckpt(tp=2, pp=1, layers=2, hidden=128, vocab=500)
+    os.makedirs(os.path.join(daemon.mnt, "d", "1"))
+    copy_in(ck, daemon.step_dir("d", "1"))
+    wait_committed(daemon, "d", "1")
+    os.mkdir(daemon.step_dir("d", "2"))
+    copy_in(ck, daemon.step_dir("d", "2"), ["ptc.json", "tp0-pp0.safetensors"])
+    daemon.kill9()
+    daemon.stop(cleanup_mount=True)
+    daemon.start()
+    assert ls_jobs(daemon) == {"d": ["1"]}
+    verify_step(daemon, "d", "1", ck)
+    assert blob_usage(daemon)[0] == 2  # the committed step's; the pending step's blobs are gone
+
+
+def test_rm_of_a_committed_step_keeps_open_files_readable(daemon, make_ckpt):
+    ck = make_ckpt(tp=1, pp=1, layers=1, hidden=64, vocab=128)
+    daemon.cli("import", ck.path, "--job", "r", "--step", "1")
+    f = open(os.path.join(daemon.step_dir("r", "1"), "tp0-pp0.safetensors"), "rb")
+    try:
+        assert daemon.cli_json("rm", "r/1", "--json")["removed"] == "committed"
+        assert not os.path.exists(daemon.step_dir("r", "1"))
+        with open(ck.shard_path(0, 0), "rb") as want:
+            assert f.read() == want.read()
+    finally:
+        f.close()
+    wait_for(lambda: blob_usage(daemon)[0] == 0, 15, "the removed step's blob is still there")
+    r = daemon.cli("rm", "r/1", check=False)
+    assert r.returncode == 1 and "no job 'r'" in r.stderr, r.stderr
