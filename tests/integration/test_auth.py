@@ -41,7 +41,7 @@ def test_the_secret_opens_the_daemon(secret_daemon, make_ckpt):
     secret_daemon.cli("import", ck.path, "--job", "j", "--step", "1")  # cli() passes --secret-file
     r = ptcfs(secret_daemon.addr, "ls", "--json", env_secret=secret_daemon.secret_file)  # or the environment
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == {"jobs": [{"job": "j", "steps": ["1"], "datasets": []}]}
+    assert json.loads(r.stdout) == {"jobs": [{"job": "j", "steps": ["1"], "datasets": [], "pending": []}]}
 
 
 def test_a_client_without_the_secret_is_refused(secret_daemon):

@@ -7,8 +7,9 @@ resumed at others from ptcfs, and its losses continue those of a run that never 
     C = tp=4,pp=1,dp=1 resumes step 8 (tp, pp and dp all change), trains 8..11
     reference: A's config, iterations 0..11 without stopping
 
-The v1 daemon's mount takes no writes, so a save goes to a plain directory that the
-trainer imports; the line marked SAVE-INTO-MOUNT switches it to the mount.
+Every save goes straight into the mount (MNT/gpt/<step>/), and the trainer waits for the
+daemon to commit it; the trainer's --save-dir (a plain directory, then `ptcfs import`) is
+the other way in.
 """
 
 import hashlib
@@ -97,7 +98,7 @@ def test_stop_at_one_config_resume_at_others(daemon, tmp_path):
     data = str(tmp_path / "train.jsonl")
     subprocess.run([PY, os.path.join(EXAMPLE, "make_data.py"), data, "--samples", "256"], check=True,
                    capture_output=True)
-    save_dir = str(tmp_path / "ckpt")  # SAVE-INTO-MOUNT: save_dir = None (the trainer then writes into the mount)
+    save_dir = None  # the trainer saves into the mount; a plain directory + import also works (--save-dir)
     with daemon.client() as c:
         for job in ("ref", "gpt"):  # the same samples and seed: the same global batches
             c.dataset_add(job, "train", "jsonl", seed=1, global_batch=GLOBAL_BATCH, files=[data], dp=A[2])
