@@ -2,6 +2,7 @@
 # ptcfs demo (what `make demo` runs): start a daemon on a temporary data dir and mount point,
 # generate a GPT-style checkpoint of about 100 MB (tp=2, pp=2), import it, list it, read
 # tensors back through the FUSE mount, checking them against the generator's reference output,
+# save the same checkpoint into the mount with cp -r and read it back,
 # add a JSONL dataset and record some training progress, then repartition it to
 # tp=4,pp=1,dp=2 and check every new shard byte for byte and the dataset's two rank views
 # against the documented sample order.
@@ -204,6 +205,23 @@ sys.exit(1 if failed else 0)
 EOF
 }
 run_step "read tensors through the mount and compare with the reference" check_views
+
+SAVED=2000
+save_into_mount() {
+  mkdir "$MNT/$JOB/$SAVED" && cp -r "$CKPT/." "$MNT/$JOB/$SAVED/" || return 1
+  # The daemon commits once every shard is complete and closed (just after the last close).
+  local deadline=$((SECONDS + 30))
+  until cli ls "$JOB/$SAVED" --json | "$PY" -c 'import json,sys; sys.exit(json.load(sys.stdin)["state"] != "committed")'; do
+    (( SECONDS < deadline )) || { echo "    $JOB/$SAVED never committed" >&2; return 1; }
+    sleep 0.1
+  done
+  local f
+  for f in "$CKPT"/*.safetensors; do cmp "$f" "$MNT/$JOB/$SAVED/$(basename "$f")" || return 1; done
+  echo "    committed; every shard reads back byte for byte"
+}
+run_step "save the same checkpoint into the mount as $JOB/$SAVED (mkdir, cp -r)" save_into_mount
+run_step "list step $JOB/$SAVED" cli ls "$JOB/$SAVED"
+run_step "remove it again" cli rm "$JOB/$SAVED"
 
 DATASET="$WORK/train.jsonl"
 make_dataset() {
