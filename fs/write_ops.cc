@@ -90,6 +90,16 @@ int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, f
     return do_open_for_write(*old, fi);
   }
   auto f = fs.target->create(p.job, p.step, p.rel);
+  if (!f && f.status().code() == ptc::Code::kAlreadyExists && !(fi->flags & O_EXCL)) {
+    // Another writer created it in the meantime (several ranks open one tensor file at once).
+    if (auto s = fs.rebuild(); !s) return to_errno(s);
+    tree = fs.current();
+    const Node* d = tree->find(parent);
+    const Node* old = d ? tree->child(*d, name) : nullptr;
+    if (!old || old->is_dir) return EEXIST;
+    fill_entry(*old, e);
+    return do_open_for_write(*old, fi);
+  }
   if (!f) return fail("create", p, f.status());
   const Node* n = nullptr;
   if (int err = entry_after(fs, parent, name, e, &n)) {

@@ -9,6 +9,7 @@ layout is complete and closed.
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Any, Dict, Mapping, Optional
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from . import ptc as _ptc
 from . import safetensors as _st
+from .dtypes import as_storage, numpy_dtype
 from .errors import Error, invalid
 
 
@@ -66,6 +68,41 @@ def save_shard(dir: str, ptc: Mapping, t: int, p: int, tensors: Mapping[str, Any
         if got != list(shape):
             raise invalid(f"{path}: tensor '{name}': slice shape {got}, the PTC gives {list(shape)}")
     _st.save(path, tensors, {name: dtype for name, (dtype, _) in want.items()})
+    return path
+
+
+def save_tensor_range(dir: str, ptc: Mapping, t: int, p: int, name: str, start: int, values: Any) -> str:
+    """Writes elements [start, start + values.size) of tensor `name`'s slice on shard (t, p),
+    counted flat in C order, into DIR/tp{t}-pp{p}/<name>.npy: what one DP rank of a ZeRO-style
+    distributed optimizer holds. Every writer of the tensor calls it for its own range, at the
+    same time or one after another; each also writes the npy header (the same bytes), so no
+    writer waits for another. The file is complete when the ranges cover the slice. Returns
+    the path."""
+    want = _ptc.shard_tensors(ptc, t, p)
+    path = os.path.join(dir, f"tp{t}-pp{p}", name + ".npy")
+    if name not in want:
+        raise invalid(f"{path}: the PTC does not place tensor '{name}' on shard tp{t}-pp{p}")
+    dtype, shape = want[name]
+    arr = np.ascontiguousarray(as_storage(values, dtype, f"{path}: tensor '{name}'")[0]).reshape(-1)
+    total = int(np.prod(shape, dtype=np.int64))
+    if start < 0 or start + arr.size > total:
+        raise invalid(f"{path}: elements [{start}, {start + arr.size}) lie outside the slice of {total} elements")
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": np.lib.format.dtype_to_descr(numpy_dtype(dtype)), "fortran_order": False,
+                 "shape": tuple(shape)})
+    head = header.getvalue()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, head, 0)
+        view = memoryview(arr.view(np.uint8))
+        off = len(head) + start * arr.itemsize
+        while view:
+            n = os.pwrite(fd, view[:64 << 20], off)
+            view, off = view[n:], off + n
+    finally:
+        os.close(fd)
     return path
 
 
