@@ -73,7 +73,7 @@ inline void fill_node_attr(const Node& n, struct stat& st) {
   fill_attr(n.ino, n.is_dir, n.view ? n.view->size() : 0, n.mtime, n.writable, st);
 }
 
-inline double timeout_of(const Node& n) { return n.writable ? 0.0 : kTimeout; }
+inline double timeout_of(const Node& n) { return n.pending ? 0.0 : kTimeout; }
 
 inline void fill_entry(const Node& n, fuse_entry_param& e) {
   std::memset(&e, 0, sizeof e);

@@ -50,8 +50,9 @@ class Builder {
     return cur;
   }
 
-  ptc::Status file(uint64_t dir_ino, const std::string& dir_path, const std::string& rel,
-                   std::shared_ptr<const View> view, const std::string& version_tag, int64_t mtime) {
+  // The new file's inode.
+  ptc::Result<uint64_t> file(uint64_t dir_ino, const std::string& dir_path, const std::string& rel,
+                             std::shared_ptr<const View> view, const std::string& version_tag, int64_t mtime) {
     uint64_t parent = dir_ino;
     std::string parent_path = dir_path;
     std::string name = rel;
@@ -65,7 +66,7 @@ class Builder {
     Node& n = nodes_.at(ino);
     n.view = std::move(view);
     n.mtime = mtime;
-    return ptc::Status::ok();
+    return ino;
   }
 
  private:
@@ -123,22 +124,12 @@ ptc::Result<std::shared_ptr<const SubTree>> build_pending(const PendingEntry& e,
   Builder b(st->nodes, true);
   for (const auto& d : e.dirs) PTC_RETURN_IF_ERROR(b.dir(st->root_ino, sp, d, e.mtime).status());
   for (const auto& [rel, f] : e.files) {
-    PTC_RETURN_IF_ERROR(b.file(st->root_ino, sp, rel, std::make_shared<PendingView>(f), "pending", e.mtime));
-    const size_t slash = rel.rfind('/');
-    const std::string dir = slash == std::string::npos ? "" : rel.substr(0, slash);
-    // The node just made: find it through its folder.
-    const Node* parent = &st->nodes.at(st->root_ino);
-    size_t pos = 0;
-    while (pos < dir.size()) {
-      size_t next = dir.find('/', pos);
-      if (next == std::string::npos) next = dir.size();
-      parent = &st->nodes.at(parent->children.at(dir.substr(pos, next - pos)));
-      pos = next + 1;
-    }
-    Node& n = st->nodes.at(parent->children.at(rel.substr(slash == std::string::npos ? 0 : slash + 1)));
+    PTC_ASSIGN_OR_RETURN(uint64_t ino, b.file(st->root_ino, sp, rel, std::make_shared<PendingView>(f), "pending", e.mtime));
+    Node& n = st->nodes.at(ino);
     n.file = f;
     n.writable = true;
   }
+  for (auto& [ino, n] : st->nodes) n.pending = true;
   return std::shared_ptr<const SubTree>(std::move(st));
 }
 
@@ -151,20 +142,20 @@ ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint6
   auto st = new_subtree(c, sp, job_ino, mtime);
   Builder b(st->nodes);
   const uint64_t step_dir = st->root_ino;
-  PTC_RETURN_IF_ERROR(b.file(step_dir, sp, "ptc.json", bytes_view(ptc::ptc_to_json(layout.ptc())), tag, mtime));
+  PTC_RETURN_IF_ERROR(b.file(step_dir, sp, "ptc.json", bytes_view(ptc::ptc_to_json(layout.ptc())), tag, mtime).status());
   for (const auto& shard : layout.shards()) {
     PTC_ASSIGN_OR_RETURN(auto view, shard_safetensors_view(c, shard));
-    PTC_RETURN_IF_ERROR(b.file(step_dir, sp, shard.name() + ".safetensors", std::move(view), tag, mtime));
+    PTC_RETURN_IF_ERROR(b.file(step_dir, sp, shard.name() + ".safetensors", std::move(view), tag, mtime).status());
     PTC_ASSIGN_OR_RETURN(uint64_t sd, b.dir(step_dir, sp, shard.name(), mtime));
     const auto& slices = layout.slices(shard);
     for (size_t i = 0; i < slices.size(); ++i)
       PTC_RETURN_IF_ERROR(b.file(sd, sp + "/" + shard.name(), layout.tensor(slices[i]).name + ".npy",
-                                 slice_npy_view(c, shard, i), tag, mtime));
+                                 slice_npy_view(c, shard, i), tag, mtime).status());
   }
   PTC_ASSIGN_OR_RETURN(uint64_t full, b.dir(step_dir, sp, "full", mtime));
   for (size_t i = 0; i < layout.ptc().tensors.size(); ++i)
     PTC_RETURN_IF_ERROR(
-        b.file(full, sp + "/full", layout.ptc().tensors[i].name + ".npy", full_npy_view(c, i), tag, mtime));
+        b.file(full, sp + "/full", layout.ptc().tensors[i].name + ".npy", full_npy_view(c, i), tag, mtime).status());
   return std::shared_ptr<const SubTree>(std::move(st));
 }
 
@@ -175,7 +166,7 @@ ptc::Result<std::shared_ptr<const SubTree>> build_dataset(const DatasetEntry& e,
   auto st = new_subtree(c, dp, data_ino, c->mtime());
   Builder b(st->nodes);
   for (auto& [name, view] : dataset_views(c))
-    PTC_RETURN_IF_ERROR(b.file(st->root_ino, dp, name, std::move(view), tag, c->mtime()));
+    PTC_RETURN_IF_ERROR(b.file(st->root_ino, dp, name, std::move(view), tag, c->mtime()).status());
   return std::shared_ptr<const SubTree>(std::move(st));
 }
 

@@ -39,6 +39,7 @@ struct Node {
   // Directories: new entries may be made in it (the root: jobs; a job: steps; a pending
   // step and its folders: folders and files). Files: part of a pending step.
   bool writable = false;
+  bool pending = false;  // part of a pending step: names and sizes change, so the kernel caches none
   int64_t mtime = 0;  // seconds since the epoch
   std::string path;   // directories: relative to the mount root ("" for the root, "job/step/tp0-pp0")
   std::shared_ptr<const View> view;          // files

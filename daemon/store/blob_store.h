@@ -48,7 +48,7 @@ class BlobFile {
 class BlobStore;
 
 // A blob being written: appends (or positioned writes), then finish() syncs and closes it.
-// Every write starts writeback of its range (sync_file_range), so the disk works while the
+// Every write of 4 MiB or more starts writeback of its range (sync_file_range), so the disk works while the
 // writer goes on, and finish()'s fsync has little left to wait for.
 // Destroying an unfinished writer removes the file.
 class BlobWriter {
