@@ -91,9 +91,14 @@ int run(const Options& o, bool listen_given) {
     coordinator = std::make_unique<Coordinator>(st, *peers, cfg.node, *peer_service);
   }
 
-  // Steps saved into the mount (single node; a cluster's mounts stay read-only for now).
-  std::unique_ptr<SaveService> saves;
-  if (!cfg.cluster) saves = std::make_unique<SaveService>(st);
+  // Steps saved into the mount; in a cluster they commit on every node together.
+  auto saves = std::make_unique<SaveService>(st);
+  if (coordinator) {
+    peer_service->set_saves(saves.get(), [&c = *coordinator](const std::string& job, const std::string& step) {
+      c.save_ready(job, step);
+    });
+    saves->set_cluster([&c = *coordinator](const std::string& job, const std::string& step) { c.save_ready(job, step); });
+  }
 
   fs::MountOptions mo;
   mo.mountpoint = o.mount;
@@ -170,7 +175,10 @@ int run(const Options& o, bool listen_given) {
     std::unique_lock lock(gc_mu);
     while (!gc_cv.wait_for(lock, std::chrono::seconds(5), [&] { return stopping.load(); })) {
       if (auto r = st.collect_garbage(); !r) ptc::log::warn("collecting blobs: {}", r.status().to_string());
-      if (coordinator) coordinator->retry_aborts();
+      if (coordinator) {
+        coordinator->retry_aborts();
+        coordinator->retry_saves();
+      }
     }
   });
 

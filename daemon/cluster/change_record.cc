@@ -8,7 +8,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kKinds[] = {"import", "repartition", "dataset_add", "dataset_progress"};
+constexpr const char* kKinds[] = {"import", "repartition", "dataset_add", "dataset_progress", "save"};
 
 ptc::Result<ptc::Ptc> ptc_of(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
@@ -34,6 +34,9 @@ json to_json(const PrepareRequest& r) {
           j.update({{"job", c.job}, {"step", c.step}, {"from_version", c.from_version}, {"ptc", ptc_json(c.ptc)},
                     {"from_nodes", c.from_nodes}, {"to", c.to.to_string()}, {"to_nodes", c.to_nodes},
                     {"down", c.down}, {"digest", c.digest}});
+          if (!c.from_holders.empty()) j["from_holders"] = c.from_holders;
+        } else if constexpr (std::is_same_v<T, SaveChange>) {
+          j.update({{"job", c.job}, {"step", c.step}, {"ptc", ptc_json(c.ptc)}, {"holders", c.holders}});
         } else if constexpr (std::is_same_v<T, DatasetAddChange>) {
           j.update({{"job", c.job}, {"name", c.name}, {"record", c.record}});
         } else {
@@ -61,7 +64,7 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     r.change = std::move(c);
   } else if (kind == "repartition") {
     PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "job", "step", "from_version", "ptc", "from_nodes",
-                                               "to", "to_nodes", "down", "digest"}, w));
+                                               "from_holders", "to", "to_nodes", "down", "digest"}, w));
     ClusterChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
@@ -73,6 +76,26 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(c.to_nodes, ptc::member_strings(j, "to_nodes", w));
     PTC_ASSIGN_OR_RETURN(c.down, ptc::member_strings(j, "down", w));
     PTC_ASSIGN_OR_RETURN(c.digest, ptc::member_u64_or(j, "digest", 0, w));
+    if (auto it = j.find("from_holders"); it != j.end()) {
+      if (!it->is_array()) return ptc::invalid("peer.prepare field 'from_holders' must be a list");
+      for (const auto& ids : *it) {
+        PTC_ASSIGN_OR_RETURN(auto v, ptc::member_strings(json{{"h", ids}}, "h", w + " from_holders"));
+        c.from_holders.push_back(std::move(v));
+      }
+    }
+    r.change = std::move(c);
+  } else if (kind == "save") {
+    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "job", "step", "ptc", "holders"}, w));
+    SaveChange c;
+    PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
+    PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
+    PTC_ASSIGN_OR_RETURN(c.ptc, ptc_of(j, "ptc", w));
+    auto it = j.find("holders");
+    if (it == j.end() || !it->is_array()) return ptc::invalid("peer.prepare lacks the list 'holders'");
+    for (const auto& ids : *it) {
+      PTC_ASSIGN_OR_RETURN(auto v, ptc::member_strings(json{{"h", ids}}, "h", w + " holders"));
+      c.holders.push_back(std::move(v));
+    }
     r.change = std::move(c);
   } else if (kind == "dataset_add") {
     PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "job", "name", "record"}, w));
@@ -100,7 +123,8 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
 }
 
 json to_json(const PrepareReply& r) {
-  return {{"shards", r.shards}, {"bytes", r.bytes}, {"ptc_digest", r.ptc_digest}, {"bytes_received", r.bytes_received}};
+  return {{"shards", r.shards}, {"bytes", r.bytes}, {"ptc_digest", r.ptc_digest}, {"bytes_received", r.bytes_received},
+          {"shard_digests", r.shard_digests}};
 }
 
 ptc::Result<PrepareReply> prepare_reply_from_json(const json& j, const std::string& where) {
@@ -109,7 +133,33 @@ ptc::Result<PrepareReply> prepare_reply_from_json(const json& j, const std::stri
   PTC_ASSIGN_OR_RETURN(r.bytes, ptc::member_u64_or(j, "bytes", 0, where));
   PTC_ASSIGN_OR_RETURN(r.ptc_digest, ptc::member_u64_or(j, "ptc_digest", 0, where));
   PTC_ASSIGN_OR_RETURN(r.bytes_received, ptc::member_u64_or(j, "bytes_received", 0, where));
+  if (auto it = j.find("shard_digests"); it != j.end()) {
+    if (!it->is_object()) return ptc::invalid(where + " field 'shard_digests' must be an object");
+    for (const auto& [shard, d] : it->items()) {
+      if (!d.is_number_unsigned()) return ptc::invalid(where + " field 'shard_digests' holds a non-integer");
+      r.shard_digests[shard] = d.get<uint64_t>();
+    }
+  }
   return r;
+}
+
+json to_json(const SaveState& s) {
+  json j = {{"pending", s.pending}, {"ready", s.ready}, {"ptc_digest", s.ptc_digest}, {"complete", s.complete}};
+  if (s.ptc) j["ptc"] = ptc_json(*s.ptc);
+  return j;
+}
+
+ptc::Result<SaveState> save_state_from_json(const json& j, const std::string& where) {
+  SaveState s;
+  PTC_ASSIGN_OR_RETURN(s.pending, ptc::member_bool_or(j, "pending", false, where));
+  PTC_ASSIGN_OR_RETURN(s.ready, ptc::member_bool_or(j, "ready", false, where));
+  PTC_ASSIGN_OR_RETURN(s.ptc_digest, ptc::member_u64_or(j, "ptc_digest", 0, where));
+  PTC_ASSIGN_OR_RETURN(s.complete, ptc::member_strings(j, "complete", where));
+  if (j.contains("ptc")) {
+    PTC_ASSIGN_OR_RETURN(ptc::Ptc p, ptc_of(j, "ptc", where));
+    s.ptc = std::move(p);
+  }
+  return s;
 }
 
 json to_json(const StepState& s) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -24,6 +25,7 @@ struct ClusterChange {
   uint64_t from_version = 0;
   ptc::Ptc ptc;                         // the step's PTC (its parallelism is the old config)
   std::vector<std::string> from_nodes;  // the old placement (node ids in rank order)
+  std::vector<std::vector<std::string>> from_holders;  // per old shard, its nodes, when not by rank (a saved step)
   ptc::Parallelism to;
   std::vector<std::string> to_nodes;    // the new placement
   std::vector<std::string> down;        // nodes that cannot serve as sources
@@ -43,6 +45,14 @@ struct DatasetAddChange {
   nlohmann::json record;  // the home's metadata record of the dataset
 };
 
+// A step saved into the mounts: each node commits the shards it wrote; `holders` (per shard
+// of the layout, node ids) says who holds what, the same on every node.
+struct SaveChange {
+  std::string job, step;
+  ptc::Ptc ptc;
+  std::vector<std::vector<std::string>> holders;
+};
+
 struct DatasetProgressChange {
   std::string job, name;
   uint64_t from_version = 0, epoch = 0, consumed = 0;
@@ -51,7 +61,7 @@ struct DatasetProgressChange {
 // peer.prepare: transaction `tx` and its change.
 struct PrepareRequest {
   std::string tx;
-  std::variant<ImportChange, ClusterChange, DatasetAddChange, DatasetProgressChange> change;
+  std::variant<ImportChange, ClusterChange, DatasetAddChange, DatasetProgressChange, SaveChange> change;
 };
 nlohmann::json to_json(const PrepareRequest& r);
 ptc::Result<PrepareRequest> prepare_request_from_json(const nlohmann::json& j);
@@ -60,6 +70,7 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const nlohmann::json& j);
 struct PrepareReply {
   uint64_t shards = 0, bytes = 0, ptc_digest = 0;  // an import
   uint64_t bytes_received = 0;                      // a repartition
+  std::map<std::string, uint64_t> shard_digests;    // a save: per shard held, a digest of its slices' XXH3s
 };
 nlohmann::json to_json(const PrepareReply& r);
 ptc::Result<PrepareReply> prepare_reply_from_json(const nlohmann::json& j, const std::string& where);
@@ -80,6 +91,16 @@ struct DatasetState {
 };
 nlohmann::json to_json(const DatasetState& s);
 ptc::Result<DatasetState> dataset_state_from_json(const nlohmann::json& j, const std::string& where);
+
+// peer.save_state: this node's part of a step being saved.
+struct SaveState {
+  bool pending = false, ready = false;
+  uint64_t ptc_digest = 0;
+  std::optional<ptc::Ptc> ptc;        // once its ptc.json is written
+  std::vector<std::string> complete;  // shards written in full here
+};
+nlohmann::json to_json(const SaveState& s);
+ptc::Result<SaveState> save_state_from_json(const nlohmann::json& j, const std::string& where);
 
 // peer.stats.
 struct PeerStats {

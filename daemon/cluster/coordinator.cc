@@ -148,6 +148,7 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   c.from_version = old->version();
   c.ptc = from.ptc();
   c.from_nodes = old->placement().nodes;
+  c.from_holders = old->placement().holders;
   if (c.from_nodes.empty()) return ptc::error(ptc::Code::kFailedPrecondition, name + " was imported outside the cluster");
   c.to = req.to;
   c.to_nodes = placement_or_all(nodes_arg);

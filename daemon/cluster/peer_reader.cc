@@ -23,7 +23,17 @@ ptc::Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(cons
     std::lock_guard lock(mu_);
     if (auto it = holders_.find(key); it != holders_.end()) return it->second;
   }
-  PTC_ASSIGN_OR_RETURN(auto h, ptc::shard_nodes_on(v.layout(), peers_.cluster(), v.placement().nodes));
+  Holders h;
+  if (!v.placement().holders.empty()) {  // held where it was written (a step saved into the mounts)
+    for (const auto& ids : v.placement().holders) {
+      std::vector<int> nodes;
+      for (const auto& id : ids)
+        if (const int n = peers_.cluster().find(id); n >= 0) nodes.push_back(n);
+      h.push_back(std::move(nodes));
+    }
+  } else {
+    PTC_ASSIGN_OR_RETURN(h, ptc::shard_nodes_on(v.layout(), peers_.cluster(), v.placement().nodes));
+  }
   auto shared = std::make_shared<const Holders>(std::move(h));
   std::lock_guard lock(mu_);
   // Versions come and go with repartitions; a bound keeps the cache small (an evicted

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "daemon/cluster/nodes.h"
 #include "daemon/cluster/slab_read.h"
@@ -49,6 +50,13 @@ ptc::Result<transport::Reply> PeerService::handle(const json& req) {
   }
   ptc::Result<json> r = ptc::invalid("unknown peer operation '" + op + "'");
   if (op == "peer.state") r = state(req);
+  else if (op == "peer.save_state") r = save_state(req);
+  else if (op == "peer.save_ready") {
+    PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job", "peer.save_ready"));
+    PTC_ASSIGN_OR_RETURN(std::string step, ptc::member_string(req, "step", "peer.save_ready"));
+    if (save_ready_) save_ready_(job, step);
+    r = json::object();
+  }
   else if (op == "peer.dataset_state") r = dataset_state(req);
   else if (op == "peer.stats") r = to_json(PeerStats{sent_.load(), peers_.bytes_received()});
   else if (op == "peer.prepare") r = prepare(req);
@@ -77,7 +85,7 @@ ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, P
   auto place = [&](const ptc::Layout& layout) -> ptc::Result<StepPlacement> {
     seen = layout.ptc();
     PTC_ASSIGN_OR_RETURN(auto holders, ptc::shard_nodes_on(layout, peers_.cluster(), c.nodes));
-    StepPlacement p{c.nodes, {}};
+    StepPlacement p{c.nodes, {}, {}};
     for (const auto& h : holders) p.held.push_back(std::find(h.begin(), h.end(), self_) != h.end());
     return p;
   };
@@ -113,6 +121,12 @@ ptc::Result<json> PeerService::prepare(const json& j) {
     change = prepare_dataset_add(req.tx, *c);
   } else if (const auto* c = std::get_if<DatasetProgressChange>(&req.change)) {
     change = prepare_dataset_progress(store_, c->job, c->name, c->epoch, c->consumed, c->from_version);
+  } else if (const auto* c = std::get_if<SaveChange>(&req.change)) {
+    change = prepare_save(*c, reply);
+    if (change) {
+      std::lock_guard lock(mu_);
+      saving_[req.tx] = {c->job, c->step};
+    }
   }
   if (!change) return change.status().with_context("node " + id());
   hold(req.tx, std::move(change).value());
@@ -132,13 +146,24 @@ ptc::Result<json> PeerService::finish(const json& req, bool commit) {
     change = std::move(it->second);
     prepared_.erase(it);
   }
+  std::optional<std::pair<std::string, std::string>> saved;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = saving_.find(tx); it != saving_.end()) {
+      saved = it->second;
+      saving_.erase(it);
+    }
+  }
   const std::string name = describe(change);
   if (!commit) {
     abort_change(store_, change);
+    if (saved && saves_) saves_->part_done(saved->first, saved->second, false);
     ptc::log::info("aborted the change of {} (transaction {})", name, tx);
     return json::object();
   }
-  PTC_RETURN_IF_ERROR(commit_change(store_, change), "node " + id());
+  const ptc::Status committed = commit_change(store_, change);
+  if (saved && saves_) saves_->part_done(saved->first, saved->second, committed.is_ok());
+  PTC_RETURN_IF_ERROR(committed, "node " + id());
   ptc::log::info("committed {} (transaction {})", name, tx);
   return json::object();
 }

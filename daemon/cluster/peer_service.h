@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -18,6 +19,7 @@
 
 #include "daemon/cluster/change_record.h"
 #include "daemon/cluster/prepare.h"
+#include "daemon/save/save_service.h"
 #include "daemon/store/prepared.h"
 #include "daemon/store/store.h"
 #include "transport/backend.h"
@@ -34,6 +36,13 @@ class PeerService {
   // Every `peer.*` operation.
   ptc::Result<transport::Reply> handle(const nlohmann::json& request);
 
+  // Steps saved into this node's mount (may stay null: no saves) and the coordinator's hook
+  // for peer.save_ready (another node's part of a save is complete).
+  void set_saves(SaveService* saves, std::function<void(const std::string&, const std::string&)> save_ready) {
+    saves_ = saves;
+    save_ready_ = std::move(save_ready);
+  }
+
   // Holds a change this node prepared itself under `tx` (the home node of a dataset add:
   // its peers pull the sample table from it before anyone commits).
   void hold(const std::string& tx, PreparedChange change);
@@ -45,6 +54,9 @@ class PeerService {
   ptc::Result<nlohmann::json> finish(const nlohmann::json& req, bool commit);
   ptc::Result<nlohmann::json> state(const nlohmann::json& req) const;
   ptc::Result<PreparedChange> prepare_import(const ImportChange& c, PrepareReply& reply);
+  // daemon/cluster/peer_service_saves.cc
+  ptc::Result<nlohmann::json> save_state(const nlohmann::json& req) const;
+  ptc::Result<PreparedChange> prepare_save(const SaveChange& c, PrepareReply& reply);
   // daemon/cluster/peer_service_datasets.cc
   ptc::Result<transport::Reply> serve_samples(const nlohmann::json& req);
   ptc::Result<transport::Reply> serve_table(const nlohmann::json& req);
@@ -58,6 +70,9 @@ class PeerService {
   std::atomic<uint64_t> sent_{0};
   std::mutex mu_;                                   // guards prepared_
   std::map<std::string, PreparedChange> prepared_;  // by transaction id
+  std::map<std::string, std::pair<std::string, std::string>> saving_;  // tx -> (job, step) of a save prepared here
+  SaveService* saves_ = nullptr;
+  std::function<void(const std::string&, const std::string&)> save_ready_;
 };
 
 }  // namespace ptcfs

@@ -18,7 +18,18 @@ ptc::Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, cons
                                                    const ClusterChange& c, const ptc::ClusterConfig& cluster) {
   ptc::ClusterHoldings h;
   h.num_nodes = static_cast<int>(cluster.nodes.size());
-  PTC_ASSIGN_OR_RETURN(h.src_nodes, ptc::shard_nodes_on(from, cluster, c.from_nodes));
+  if (!c.from_holders.empty()) {  // a saved step: held where it was written
+    if (c.from_holders.size() != from.shards().size()) return ptc::invalid("the holders do not match the layout");
+    for (const auto& ids : c.from_holders) {
+      std::vector<int> nodes;
+      for (const auto& id : ids)
+        if (const int n = cluster.find(id); n >= 0) nodes.push_back(n);
+      std::sort(nodes.begin(), nodes.end());
+      h.src_nodes.push_back(std::move(nodes));
+    }
+  } else {
+    PTC_ASSIGN_OR_RETURN(h.src_nodes, ptc::shard_nodes_on(from, cluster, c.from_nodes));
+  }
   PTC_ASSIGN_OR_RETURN(h.dst_nodes, ptc::shard_nodes_on(to, cluster, c.to_nodes));
   for (const auto& id : c.down) {
     const int n = cluster.find(id);

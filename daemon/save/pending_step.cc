@@ -211,24 +211,47 @@ ptc::Status PendingStep::take_ptc(PendingFile& f) {
   return first;
 }
 
-bool PendingStep::complete() const {
+std::vector<bool> PendingStep::complete_shards() const {
+  std::vector<bool> out;
+  if (!layout) return out;
+  for (const auto& shard : layout->shards()) {
+    bool whole = false;
+    if (auto it = files.find(shard.name() + ".safetensors"); it != files.end()) {
+      whole = it->second->complete() && it->second->entry_of_slice.size() == layout->slices(shard).size();
+    } else {
+      whole = true;
+      for (const auto& sl : layout->slices(shard)) {
+        auto t = files.find(shard.name() + "/" + layout->tensor(sl).name + ".npy");
+        whole = whole && t != files.end() && t->second->complete();
+      }
+      // A shard holding no tensor is written by nobody: it is complete wherever ptc.json is.
+    }
+    out.push_back(whole);
+  }
+  return out;
+}
+
+bool PendingStep::part_complete() const {
   if (!layout || removed || committing || !failure.empty()) return false;
   auto ptc_it = files.find("ptc.json");
   if (ptc_it == files.end() || !ptc_it->second->complete()) return false;
-  for (const auto& shard : layout->shards()) {
-    auto it = files.find(shard.name() + ".safetensors");
-    if (it != files.end()) {
-      if (!it->second->complete() || it->second->entry_of_slice.size() != layout->slices(shard).size()) return false;
-      continue;
-    }
-    for (const auto& sl : layout->slices(shard)) {
-      auto t = files.find(shard.name() + "/" + layout->tensor(sl).name + ".npy");
-      if (t == files.end() || !t->second->complete()) return false;
-    }
-  }
   for (const auto& [rel, f] : files)
     if (f->writers > 0 || !f->error.empty()) return false;
+  // Every data file belongs to a shard written in full here.
+  const std::vector<bool> whole = complete_shards();
+  for (const auto& [rel, f] : files) {
+    if (f->kind == PendingFile::Kind::kPtcJson) continue;
+    const auto& sh = layout->shards();
+    const size_t i = static_cast<size_t>(std::find(sh.begin(), sh.end(), f->shard) - sh.begin());
+    if (i >= sh.size() || !whole[i]) return false;
+  }
   return true;
+}
+
+bool PendingStep::complete() const {
+  if (!part_complete()) return false;
+  const std::vector<bool> whole = complete_shards();
+  return std::all_of(whole.begin(), whole.end(), [](bool b) { return b; });
 }
 
 uint64_t PendingStep::bytes_written() const {

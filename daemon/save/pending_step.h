@@ -104,6 +104,11 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   ptc::Status take_ptc(PendingFile& f);
   // ptc.json and every shard of the layout written in full and closed. Locked.
   bool complete() const;
+  // In a cluster, this node's part: ptc.json written, every file closed and checked, and every
+  // shard it has files of written in full (other shards may come from other nodes). Locked.
+  bool part_complete() const;
+  // The shards of the layout this node has written in full (layout order). Locked.
+  std::vector<bool> complete_shards() const;
   // Bytes of tensor data written, and the total the layout needs (0 before ptc.json). Locked.
   uint64_t bytes_written() const;
   uint64_t bytes_total() const;

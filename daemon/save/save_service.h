@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "daemon/save/pending_step.h"
+#include "daemon/store/prepared.h"
 #include "daemon/store/store.h"
 #include "fs/content.h"
 
@@ -60,11 +61,31 @@ class SaveService final : public fs::WriteTarget {
   // Called after a commit or a removal (the mount refreshes), from the service's threads.
   void on_change(std::function<void()> fn);
 
+  // In a cluster the step commits on every node together (daemon/cluster/coordinator.h):
+  // `part_ready(job, step)` is called, on the service's thread, when this node's part of a
+  // pending step is complete, instead of committing it here.
+  void set_cluster(std::function<void(const std::string& job, const std::string& step)> part_ready);
+  struct PartState {
+    bool pending = false;  // this node has the step pending
+    bool ready = false;    // and its part is complete
+    std::string ptc_text;  // canonical ptc.json, once written
+    uint64_t ptc_digest = 0;
+    std::vector<std::string> complete;  // shards written in full here
+  };
+  PartState part_state(const std::string& job, const std::string& step) const;
+  // This node's part as a change to commit, holding the shards `placement` says; the step is
+  // committing (no more writes) until part_done.
+  ptc::Result<PreparedChange> prepare_part(const std::string& job, const std::string& step, StepPlacement placement);
+  // After the cluster committed (the pending step goes) or aborted (it stays, failed: remove it).
+  void part_done(const std::string& job, const std::string& step, bool committed);
+
  private:
   std::shared_ptr<PendingStep> find(const std::string& job, const std::string& step) const;
   void closed(const std::shared_ptr<PendingStep>& step);
   void run();
   void commit(const std::shared_ptr<PendingStep>& step);
+  ptc::Result<PreparedChange> build_change(const std::shared_ptr<PendingStep>& step, StepPlacement placement);
+  void forget(const std::string& job, const std::string& step);
   void changed();
 
   Store& store_;
@@ -74,6 +95,7 @@ class SaveService final : public fs::WriteTarget {
   std::deque<std::shared_ptr<PendingStep>> queue_;  // steps to commit
   std::vector<std::function<void()>> listeners_;
   bool stopping_ = false;
+  std::function<void(const std::string&, const std::string&)> part_ready_;  // set in a cluster
   std::condition_variable cv_;
   std::thread worker_;
 };

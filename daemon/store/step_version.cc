@@ -161,6 +161,11 @@ void StepVersion::to_records(WriteBatch& batch) const {
     for (size_t i = 0; i < shards.size(); ++i)
       if (placement_.holds(i)) held.push_back(shards[i].name());
     step["held"] = std::move(held);
+    if (!placement_.holders.empty()) {
+      json holders = json::object();
+      for (size_t i = 0; i < shards.size(); ++i) holders[shards[i].name()] = placement_.holders[i];
+      step["holders"] = std::move(holders);
+    }
   }
   batch.put(step_key(job_, step_), step.dump());
 }
@@ -194,6 +199,16 @@ ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const s
       const auto it = id ? std::find(sh.begin(), sh.end(), *id) : sh.end();
       if (it == sh.end()) return ptc::corrupt(where + ": holds unknown shard " + h.dump());
       placement.held[static_cast<size_t>(it - sh.begin())] = true;
+    }
+    if (rec.contains("holders")) {
+      const json& hs = rec.at("holders");
+      if (!hs.is_object()) return ptc::corrupt(where + ": malformed holders");
+      for (const auto& sh : layout.shards()) {
+        auto it = hs.find(sh.name());
+        if (it == hs.end()) return ptc::corrupt(where + ": no holders of shard " + sh.name());
+        PTC_ASSIGN_OR_RETURN(auto ids, ptc::member_strings(json{{"h", *it}}, "h", where + ": holders"));
+        placement.holders.push_back(std::move(ids));
+      }
     }
   }
   std::vector<std::vector<StoredSlice>> stored;

@@ -59,6 +59,10 @@ void for_each_piece(const StoredSlice& s, uint64_t off, uint64_t len,
 struct StepPlacement {
   std::vector<std::string> nodes;
   std::vector<bool> held;  // per shard of the layout; empty: all
+  // Per shard of the layout, the ids of the nodes holding it, when that does not follow from
+  // the rank placement: a step saved into the mounts of a cluster is held where it was written.
+  // Empty: the rank placement of `nodes` says it (ptc/cluster.h).
+  std::vector<std::vector<std::string>> holders;
   bool holds(size_t shard) const { return held.empty() || held[shard]; }
 };
 

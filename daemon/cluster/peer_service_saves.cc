@@ -1,0 +1,74 @@
+// The save half of the peer service (daemon/cluster/peer_service.h): a node reports its part
+// of a step being saved into its mount (peer.save_state), and prepares it as its part of the
+// cluster's commit (peer.prepare of kind "save"): the shards it wrote, or, when it wrote none,
+// a version that holds nothing (every mount shows every step).
+#include <algorithm>
+#include <ctime>
+#include <set>
+
+#include "daemon/cluster/nodes.h"
+#include "daemon/cluster/peer_service.h"
+#include "daemon/store/checksum.h"
+#include "ptc/json_util.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+ptc::Result<json> PeerService::save_state(const json& req) const {
+  PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job", "peer.save_state"));
+  PTC_ASSIGN_OR_RETURN(std::string step, ptc::member_string(req, "step", "peer.save_state"));
+  SaveState st;
+  if (saves_) {
+    const auto p = saves_->part_state(job, step);
+    st.pending = p.pending;
+    st.ready = p.ready;
+    st.ptc_digest = p.ptc_digest;
+    st.complete = p.complete;
+    if (!p.ptc_text.empty()) {
+      auto parsed = ptc::parse_ptc_json(p.ptc_text, job + "/" + step + "/ptc.json");
+      if (parsed) st.ptc = std::move(parsed).value();
+    }
+  }
+  return to_json(st);
+}
+
+ptc::Result<PreparedChange> PeerService::prepare_save(const SaveChange& c, PrepareReply& reply) {
+  PTC_ASSIGN_OR_RETURN(ptc::Layout layout, ptc::Layout::make(c.ptc, c.ptc.parallelism));
+  if (c.holders.size() != layout.shards().size())
+    return ptc::invalid("peer.prepare: the holders do not match the layout of " + c.job + "/" + c.step);
+  StepPlacement placement;
+  placement.holders = c.holders;
+  std::set<std::string> nodes;
+  for (const auto& ids : c.holders) nodes.insert(ids.begin(), ids.end());
+  placement.nodes.assign(nodes.begin(), nodes.end());
+  for (const auto& ids : c.holders) placement.held.push_back(std::find(ids.begin(), ids.end(), id()) != ids.end());
+  const bool wrote = saves_ && saves_->part_state(c.job, c.step).pending;
+  if (!wrote) {
+    for (bool h : placement.held)
+      if (h) return ptc::internal("node " + id() + " is named a holder of " + c.job + "/" + c.step + " but has no part");
+    PTC_RETURN_IF_ERROR(store_.reserve_name(c.job, c.step));
+    PreparedChange change;
+    const size_t n = layout.shards().size();
+    change.next = std::make_shared<StepVersion>(c.job, c.step, 1, static_cast<int64_t>(::time(nullptr)),
+                                                std::move(layout), std::vector<std::vector<StoredSlice>>(n),
+                                                &store_.blobs(), std::move(placement), store_.remote());
+    return change;
+  }
+  PTC_ASSIGN_OR_RETURN(PreparedChange change, saves_->prepare_part(c.job, c.step, placement));
+  // What the coordinator compares between replicas: the slices' checksums, per shard held.
+  const auto& v = *change.next;
+  for (size_t s = 0; s < v.layout().shards().size(); ++s) {
+    if (!v.placement().holds(s)) continue;
+    Xxh3Stream d;
+    const auto& shard = v.layout().shards()[s];
+    for (size_t j = 0; j < v.layout().slices(shard).size(); ++j) {
+      const uint64_t h = v.stored(shard, j).xxh3.value_or(0);
+      d.update(&h, sizeof h);
+    }
+    reply.shard_digests[shard.name()] = d.digest();
+  }
+  return change;
+}
+
+}  // namespace ptcfs
