@@ -8,7 +8,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kKinds[] = {"import", "repartition", "dataset_add", "dataset_progress", "save"};
+constexpr const char* kKinds[] = {"import", "repartition", "dataset_add", "dataset_progress", "save", "remove"};
 
 ptc::Result<ptc::Ptc> ptc_of(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
@@ -35,6 +35,8 @@ json to_json(const PrepareRequest& r) {
                     {"from_nodes", c.from_nodes}, {"to", c.to.to_string()}, {"to_nodes", c.to_nodes},
                     {"down", c.down}, {"digest", c.digest}});
           if (!c.from_holders.empty()) j["from_holders"] = c.from_holders;
+        } else if constexpr (std::is_same_v<T, RemoveChange>) {
+          j.update({{"job", c.job}, {"step", c.step}});
         } else if constexpr (std::is_same_v<T, SaveChange>) {
           j.update({{"job", c.job}, {"step", c.step}, {"ptc", ptc_json(c.ptc)}, {"holders", c.holders}});
         } else if constexpr (std::is_same_v<T, DatasetAddChange>) {
@@ -83,6 +85,12 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
         c.from_holders.push_back(std::move(v));
       }
     }
+    r.change = std::move(c);
+  } else if (kind == "remove") {
+    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "job", "step"}, w));
+    RemoveChange c;
+    PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
+    PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
     r.change = std::move(c);
   } else if (kind == "save") {
     PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "job", "step", "ptc", "holders"}, w));

@@ -53,6 +53,11 @@ struct SaveChange {
   std::vector<std::vector<std::string>> holders;
 };
 
+// `ptcfs rm` of a committed step: every node removes it together.
+struct RemoveChange {
+  std::string job, step;
+};
+
 struct DatasetProgressChange {
   std::string job, name;
   uint64_t from_version = 0, epoch = 0, consumed = 0;
@@ -61,7 +66,7 @@ struct DatasetProgressChange {
 // peer.prepare: transaction `tx` and its change.
 struct PrepareRequest {
   std::string tx;
-  std::variant<ImportChange, ClusterChange, DatasetAddChange, DatasetProgressChange, SaveChange> change;
+  std::variant<ImportChange, ClusterChange, DatasetAddChange, DatasetProgressChange, SaveChange, RemoveChange> change;
 };
 nlohmann::json to_json(const PrepareRequest& r);
 ptc::Result<PrepareRequest> prepare_request_from_json(const nlohmann::json& j);

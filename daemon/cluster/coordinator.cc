@@ -292,6 +292,22 @@ size_t Coordinator::catch_up() {
   return caught + catch_up_datasets();
 }
 
+ptc::Status Coordinator::remove(const std::string& job, const std::string& step) {
+  const std::string name = job + "/" + step;
+  const std::vector<int> all = all_nodes(cluster());
+  const std::string tx = new_transaction_id();
+  const json prepare = to_json(PrepareRequest{tx, RemoveChange{job, step}});
+  const auto answers = ask_all(all, [&](int) { return prepare; });
+  for (const auto& a : answers) {
+    if (a) continue;
+    (void)finish_all(all, tx, false);
+    return a.status().with_context("removing " + name + ": nothing was removed");
+  }
+  PTC_RETURN_IF_ERROR(finish_all(all, tx, true), "removing " + name + " removed it partly");
+  ptc::log::info("removed {} on {} nodes", name, all.size());
+  return ptc::Status::ok();
+}
+
 json Coordinator::nodes_status() {
   const std::vector<int> all = all_nodes(cluster());
   const auto answers = ask_all(all, [](int) { return json{{"op", "peer.stats"}}; });

@@ -45,6 +45,9 @@ class Coordinator {
   ptc::Result<nlohmann::json> dataset_add(const DatasetAddRequest& req, int dp, const IndexProgress& progress);
   ptc::Result<nlohmann::json> dataset_progress(const std::string& job, const std::string& name,
                                                std::optional<uint64_t> epoch, uint64_t consumed);
+  // `ptcfs rm` of a committed step: every node removes it, or (one does not answer, or refuses)
+  // none does.
+  ptc::Status remove(const std::string& job, const std::string& step);
   // Per node: reachable, bytes_sent, bytes_received.
   nlohmann::json nodes_status();
   // After a restart: a step that peers moved to a newer version while this node was down

@@ -121,6 +121,9 @@ ptc::Result<json> PeerService::prepare(const json& j) {
     change = prepare_dataset_add(req.tx, *c);
   } else if (const auto* c = std::get_if<DatasetProgressChange>(&req.change)) {
     change = prepare_dataset_progress(store_, c->job, c->name, c->epoch, c->consumed, c->from_version);
+  } else if (const auto* c = std::get_if<RemoveChange>(&req.change)) {
+    change = prepare_removal(store_, c->job, c->step);
+    if (!change && change.status().code() == ptc::Code::kNotFound) change = PreparedChange{};  // never had it
   } else if (const auto* c = std::get_if<SaveChange>(&req.change)) {
     change = prepare_save(*c, reply);
     if (change) {

@@ -158,12 +158,13 @@ ptc::Result<json> ControlService::rm(const json& req) {
     return json{{"job", job}, {"step", step}, {"removed", "pending"}};
   }
   PTC_RETURN_IF_ERROR(current_version(store_, job, step).status());
-  if (coordinator_)
-    return ptc::error(ptc::Code::kFailedPrecondition,
-                      "removing a committed step of a cluster is not supported yet (" + job + "/" + step + " is kept)");
-  PTC_RETURN_IF_ERROR(store_.remove_step(job, step));
-  if (auto gc = store_.collect_garbage(); !gc) ptc::log::warn("collecting blobs: {}", gc.status().to_string());
-  ptc::log::info("removed step {}/{}", job, step);
+  if (coordinator_) {
+    PTC_RETURN_IF_ERROR(coordinator_->remove(job, step));
+  } else {
+    PTC_ASSIGN_OR_RETURN(PreparedChange change, prepare_removal(store_, job, step));
+    PTC_RETURN_IF_ERROR(commit_change(store_, change));
+    ptc::log::info("removed step {}/{}", job, step);
+  }
   return json{{"job", job}, {"step", step}, {"removed", "committed"}};
 }
 

@@ -9,13 +9,27 @@ namespace {
 void release(Store& store, PreparedChange& c) {
   for (const auto& [job, name] : c.reserved_datasets) store.release_dataset(job, name);
   c.reserved_datasets.clear();
+  if (c.removes_step && c.replaced) store.end_change(c.replaced->job(), c.replaced->step());
   if (!c.next) return;
   if (c.replaced) store.end_change(c.next->job(), c.next->step());
   else store.release_name(c.next->job(), c.next->step());
 }
 }  // namespace
 
+ptc::Result<PreparedChange> prepare_removal(Store& store, const std::string& job, const std::string& step) {
+  auto snap = store.snapshot();
+  auto it = snap->steps.find({job, step});
+  if (it == snap->steps.end()) return ptc::not_found("no step " + job + "/" + step);
+  PTC_RETURN_IF_ERROR(store.begin_change(job, step));
+  PreparedChange c;
+  c.replaced = it->second;
+  c.removes_step = true;
+  return c;
+}
+
 std::string describe(const PreparedChange& c) {
+  if (c.removes_step && c.replaced)
+    return "the removal of step " + c.replaced->job() + "/" + c.replaced->step();
   if (c.next) return "step " + c.next->job() + "/" + c.next->step() + " version " + std::to_string(c.next->version());
   std::string out;
   for (const auto& d : c.datasets)
@@ -32,7 +46,7 @@ ptc::Status commit_change(Store& store, PreparedChange& c) {
     }
   }
   failpoint("commit.before");
-  if (auto s = store.commit(c.next, c.replaced, c.datasets); !s) {
+  if (auto s = c.removes_step ? store.remove_step(c.replaced) : store.commit(c.next, c.replaced, c.datasets); !s) {
     abort_change(store, c);
     return s;
   }

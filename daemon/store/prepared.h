@@ -21,7 +21,13 @@ struct PreparedChange {
   std::vector<std::pair<std::string, std::string>> reserved_datasets;
   std::vector<uint64_t> blobs;                  // new, synced, pending
   uint64_t bytes_received = 0;                  // from peers
+  // `ptcfs rm`: the change removes `replaced` (next is null); prepared under begin_change.
+  bool removes_step = false;
 };
+
+// A removal of the current version of a step: marks it as changing (a repartition of it is
+// refused meanwhile); commit_change removes it. kNotFound when there is no such step.
+ptc::Result<PreparedChange> prepare_removal(Store& store, const std::string& job, const std::string& step);
 
 // "step J/S version V" or "dataset J/N version V", for logs.
 std::string describe(const PreparedChange& change);

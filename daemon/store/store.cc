@@ -123,16 +123,14 @@ void Store::end_change(const std::string& job, const std::string& step) {
   changing_.erase({job, step});
 }
 
-ptc::Status Store::remove_step(const std::string& job, const std::string& step) {
+ptc::Status Store::remove_step(std::shared_ptr<const StepVersion> current) {
   std::lock_guard commit_lock(commit_mu_);
-  std::shared_ptr<const StepVersion> current;
+  const std::string job = current->job(), step = current->step();
   {
     std::lock_guard lock(mu_);
     auto it = snap_->steps.find({job, step});
-    if (it == snap_->steps.end()) return ptc::not_found("no step " + job + "/" + step);
-    if (changing_.count({job, step}))
-      return ptc::error(ptc::Code::kFailedPrecondition, "step " + job + "/" + step + " is being repartitioned");
-    current = it->second;
+    if (it == snap_->steps.end() || it->second != current)
+      return ptc::error(ptc::Code::kFailedPrecondition, "step " + job + "/" + step + " changed meanwhile");
   }
   WriteBatch batch;
   current->delete_slice_records(batch);

@@ -78,10 +78,10 @@ class Store {
                      const std::vector<DatasetChange>& datasets = {});
   ptc::Status commit_datasets(const std::vector<DatasetChange>& datasets) { return commit(nullptr, nullptr, datasets); }
 
-  // Removes a step in one atomic metadata write (`ptcfs rm`); files opened before keep
-  // reading it, and its blobs are collected once they close. kNotFound when there is no
-  // such step; kFailedPrecondition while it is being repartitioned.
-  ptc::Status remove_step(const std::string& job, const std::string& step);
+  // Removes a step, whose current version is `current`, in one atomic metadata write
+  // (`ptcfs rm`, through commit_change); files opened before keep reading it, and its blobs
+  // are collected once they close. kFailedPrecondition when `current` is no longer current.
+  ptc::Status remove_step(std::shared_ptr<const StepVersion> current);
 
   // Removes blob files that no live version refers to (current, or replaced but still held
   // by a reader) and that are not pending. Returns how many were removed.

@@ -73,3 +73,24 @@ def test_a_ptc_json_that_differs_between_nodes_keeps_the_step_pending(tmp_path):
         assert state(c[0], "p", "1")["state"] == "pending"
         assert state(c[1], "p", "1")["state"] == "pending"
         assert "another ptc.json" in c[0].log_tail()
+
+
+def test_rm_of_a_committed_step_removes_it_on_every_node_or_on_none(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=1, layers=2, hidden=64, vocab=200)
+    with Cluster(root, 3) as c:
+        c[0].cli("import", ck.path, "--job", "r", "--step", "1")
+        c[0].cli("import", ck.path, "--job", "r", "--step", "2")
+        # A node down: nothing is removed anywhere.
+        c[2].stop(cleanup_mount=True)
+        r = c[1].cli("rm", "r/1", check=False)
+        assert r.returncode == 1 and "nothing was removed" in r.stderr, r.stderr
+        c[2].start()
+        for d in c.nodes:
+            assert sorted(d.cli_json("ls", "r", "--json")["steps"]) == ["1", "2"]
+        assert c[1].cli_json("rm", "r/1", "--json") == {"job": "r", "step": "1", "removed": "committed"}
+        for d in c.nodes:
+            assert d.cli_json("ls", "r", "--json")["steps"] == ["2"]
+            assert not os.path.exists(d.step_dir("r", "1"))
+        verify_step(c[2], "r", "2", ck, full_views=False)
