@@ -94,3 +94,29 @@ def test_rm_of_a_committed_step_removes_it_on_every_node_or_on_none(tmp_path):
             assert d.cli_json("ls", "r", "--json")["steps"] == ["2"]
             assert not os.path.exists(d.step_dir("r", "1"))
         verify_step(c[2], "r", "2", ck, full_views=False)
+
+
+def test_replicas_of_a_shard_with_other_bytes_abort_the_commit_everywhere(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=1, layers=2, hidden=64, vocab=200, seed=1)
+    other = Checkpoint(os.path.join(root, "other"), tp=2, pp=1, layers=2, hidden=64, vocab=200, seed=2)
+    with Cluster(root, 2) as c:
+        # n1's part first (the layout is not covered yet), then n0 covers it.
+        write(c[1], other, "x", "1", ["ptc.json", "tp0-pp0.safetensors"])  # same shapes, other bytes
+        time.sleep(0.3)
+        write(c[0], ck, "x", "1", ["ptc.json", "tp0-pp0.safetensors", "tp1-pp0.safetensors"])
+        wait_for(lambda: "differs between nodes" in c[0].log_tail(), 30, lambda: c[0].log_tail())
+        for d in c.nodes:
+            info = state(d, "x", "1")
+            assert info is not None and info["state"] == "pending", info
+        assert any("aborted" in e for e in state(c[1], "x", "1")["errors"])
+        # Removed and saved again with the same bytes, it commits.
+        for d in c.nodes:
+            d.cli("rm", "x/1")
+        write(c[1], ck, "x", "1", ["ptc.json", "tp0-pp0.safetensors"])
+        time.sleep(0.3)
+        write(c[0], ck, "x", "1", ["ptc.json", "tp0-pp0.safetensors", "tp1-pp0.safetensors"])
+        for d in c.nodes:
+            wait_for(lambda: (state(d, "x", "1") or {}).get("state") == "committed", 30, lambda: c[0].log_tail())
+            verify_step(d, "x", "1", ck, full_views=False)
