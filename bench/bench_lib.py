@@ -14,6 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "tools"))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+sys.path.insert(0, os.path.join(REPO, "python"))  # the ptcfs package
 os.environ.setdefault("PTCFS_BUILD", os.path.join(REPO, "build"))
 BUILD = os.environ["PTCFS_BUILD"]
 

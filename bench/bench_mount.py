@@ -66,18 +66,73 @@ def reads(d: Daemon, ck: str, shm: str, rows: list, out: dict) -> None:
             time.sleep(0.002)
         return time.perf_counter() - t0
 
-    t_imp, t_cp, t_save = best(3, imp), best(3, cp_sync), best(3, save)
+    def rss_kb() -> int:
+        with open(f"/proc/{d.proc.pid}/status") as f:
+            # Anonymous memory only: blob pages mapped to hash them are the page cache's.
+            return next(int(l.split()[1]) for l in f if l.startswith("RssAnon:"))
+
+    peak = {"kb": 0}
+
+    def py_save():
+        # The package's save: ptc.json, then the shard front to back (tensors read from the
+        # source checkpoint's mapping), until committed; the daemon's RSS sampled meanwhile.
+        import threading
+        import ptcfs
+        step = str(next(steps))
+        ptc = ptcfs.load_ptc(ck)
+        tensors = ptcfs.load_shard(ck, 0, 0, ptc)
+        base, done = rss_kb(), threading.Event()
+
+        def sample():
+            while not done.is_set():
+                peak["kb"] = max(peak["kb"], rss_kb() - base)
+                time.sleep(0.005)
+        th = threading.Thread(target=sample)
+        th.start()
+        t0 = time.perf_counter()
+        sd = ptcfs.step_dir(d.mnt, "bench", step, create=True)
+        ptcfs.save_ptc(sd, ptc)
+        ptcfs.save_shard(sd, ptc, 0, 0, tensors)
+        while not os.path.exists(os.path.join(sd, "full")):
+            time.sleep(0.002)
+        dt = time.perf_counter() - t0
+        done.set()
+        th.join()
+        return dt
+
+    t_imp, t_cp, t_save, t_py = best(3, imp), best(3, cp_sync), best(3, save), best(3, py_save)
     shutil.rmtree(dst, ignore_errors=True)
     rows.append(row(SECTION, f"import {nbytes / 1e9:.2f} GB vs cp -r + sync", gbps(r["bytes"], t_imp),
                     gbps(nbytes, t_cp), t_cp / t_imp, "> 1", t_cp / t_imp > 1))
     rows.append(row(SECTION, f"save {nbytes / 1e9:.2f} GB into the mount (cp -r, until committed) vs cp -r + sync",
                     gbps(nbytes, t_save), gbps(nbytes, t_cp), t_cp / t_save, ">= 0.8", t_cp / t_save >= 0.8))
-    out["import_s"], out["cp_sync_s"], out["save_cp_s"] = t_imp, t_cp, t_save
+    rows.append(row(SECTION, f"save {nbytes / 1e9:.2f} GB with ptcfs.save_shard (until committed) vs cp -r + sync",
+                    gbps(nbytes, t_py), gbps(nbytes, t_cp), t_cp / t_py, ">= 0.8", t_cp / t_py >= 0.8))
+    rows.append(row(SECTION, "daemon anonymous memory growth while saving, against the checkpoint size",
+                    f"{peak['kb'] / 1024:.0f} MiB", f"{nbytes / 2**20:.0f} MiB", peak["kb"] * 1024 / nbytes, "", None))
+    out["import_s"], out["cp_sync_s"], out["save_cp_s"], out["save_py_s"] = t_imp, t_cp, t_save, t_py
+    out["save_rss_growth_bytes"] = peak["kb"] * 1024
 
     f = os.path.join(d.mnt, "bench", "1", "tp0-pp0.safetensors")
     tm = os.path.join(shm, "tp0-pp0.safetensors")
     shutil.copyfile(f, tm)
     subprocess.run(["sync"], check=True)
+    import ptcfs
+    import numpy as np
+
+    def py_load(folder):
+        def fn():
+            t0 = time.perf_counter()
+            for a in ptcfs.load_shard(folder, 0, 0).values():
+                np.array(a, copy=True)  # every byte read, as a training process copies it to its device
+            return time.perf_counter() - t0
+        return fn
+    drop = lambda: subprocess.run(["sh", "-c", "echo 1 > /proc/sys/vm/drop_caches"], check=False)  # noqa: E731
+    shutil.copyfile(os.path.join(d.mnt, "bench", "1", "ptc.json"), os.path.join(shm, "ptc.json"))
+    t_mnt, t_shm = best(3, py_load(os.path.join(d.mnt, "bench", "1")), before=drop), best(3, py_load(shm))
+    rows.append(row(SECTION, f"ptcfs.load_shard + a copy of every tensor, mount (first read) vs tmpfs", gbps(nbytes, t_mnt),
+                    gbps(nbytes, t_shm), t_shm / t_mnt, "", None))
+    out["py_load_mount_s"], out["py_load_tmpfs_s"] = t_mnt, t_shm
     for block, label in ((1 << 20, "1 MiB"), (128 << 10, "128 KiB")):
         first, again, base = first_and_reread(f, tm, block)
         rows.append(row(SECTION, f"{nbytes / 2**30:.2f} GiB view, first read ({label}) vs tmpfs", gbps(nbytes, first),
