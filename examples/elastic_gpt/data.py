@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -20,9 +20,11 @@ def read_state(mount: str, job: str, name: str) -> dict:
 
 
 def load_rank_samples(mount: str, job: str, name: str, dp: int, d: int, global_batch: int,
-                      start_iter: int, iters: int, seq: int) -> List[torch.Tensor]:
+                      start_iter: int, iters: int, seq: int) -> Tuple[List[torch.Tensor], List[List[Optional[int]]]]:
     """The rank's token tensors, one [B/dp, seq + 1] per iteration start_iter.. start_iter +
-    iters - 1. Everything is read up front: recording progress later re-cuts the view."""
+    iters - 1, and the samples' ids (their "id" field, None without one), per iteration: what
+    shows that the global sample order survives a change of dp. Everything is read up front:
+    recording progress later re-cuts the view."""
     st = read_state(mount, job, name)
     where = f"{mount}/{job}/data/{name}"
     if st["dp"] != dp:
@@ -36,12 +38,14 @@ def load_rank_samples(mount: str, job: str, name: str, dp: int, d: int, global_b
         raise RuntimeError(f"{where}: {st['samples_per_epoch']} samples per epoch are too few for "
                            f"{start_iter + iters} iterations of {global_batch}")
     chunk = global_batch // dp
-    out = []
+    out, ids = [], []
     with open(os.path.join(mount, job, "data", name, f"dp{d}.jsonl")) as f:
         for _ in range(iters):
-            rows = [json.loads(f.readline())["tokens"] for _ in range(chunk)]
+            lines = [json.loads(f.readline()) for _ in range(chunk)]
+            rows = [x["tokens"] for x in lines]
             for r in rows:
                 if len(r) != seq + 1:
                     raise RuntimeError(f"{where}/dp{d}.jsonl: a sample of {len(r)} tokens, want {seq + 1}")
             out.append(torch.tensor(rows, dtype=torch.long))
-    return out
+            ids.append([x.get("id") for x in lines])
+    return out, ids

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Writes a small synthetic token dataset as JSONL: one {"tokens": [...]} per line, each
-seq + 1 tokens (inputs and next-token targets). Deterministic in --seed.
+"""Writes a small synthetic token dataset as JSONL: one {"id": i, "tokens": [...]} per line,
+each seq + 1 tokens (inputs and next-token targets); i is the line's index, so a trainer can
+record which samples it consumed. Deterministic in --seed.
 
 The sequences have structure a small GPT can learn within a few steps: each is a walk
 through the vocabulary whose stride is drawn per sequence from a few values, with an
@@ -37,8 +38,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     with open(a.out, "w") as f:
-        for s in sequences(a.samples, a.seq, a.vocab, a.seed):
-            f.write(json.dumps({"tokens": s}, separators=(",", ":")) + "\n")
+        for i, s in enumerate(sequences(a.samples, a.seq, a.vocab, a.seed)):
+            f.write(json.dumps({"id": i, "tokens": s}, separators=(",", ":")) + "\n")
     print(f"make_data: wrote {a.samples} samples of {a.seq + 1} tokens (vocab {a.vocab}) to {a.out}", file=sys.stderr)
     return 0
 

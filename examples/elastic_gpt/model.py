@@ -55,8 +55,7 @@ class Stage:
         h = F.layer_norm(x, (cfg.hidden,), self.P(p + "input_layernorm.weight"), self.P(p + "input_layernorm.bias"))
         h = copy_to_tp(h, g)
         # This rank's heads: its chunk of Q, of K and of V ([Q; K; V] split as 3 parts).
-        q, k, v = F.linear(h, self.P(p + "self_attention.query_key_value.weight"),
-                           self.P(p + "self_attention.query_key_value.bias")).chunk(3, dim=-1)
+        q, k, v = F.linear(h, self.P(p + "self_attention.query_key_value.weight")).chunk(3, dim=-1)
         b, s, _ = q.shape
         nh, hd = cfg.heads // g.tp, cfg.hidden // cfg.heads
         q, k, v = (y.reshape(b, s, nh, hd).transpose(1, 2) for y in (q, k, v))

@@ -6,11 +6,13 @@ samples from a ptcfs mount and saving into / resuming from ptcfs, at any (tp, pp
     train.py --job gpt --tp 2 --pp 2 --dp 1 --steps 4 --save-at 4 --save-dir /tmp/ckpt
     # resume iteration 4 at tp=1,pp=2,dp=2 (every rank calls ensure_layout: one repartition)
     train.py --job gpt --tp 1 --pp 2 --dp 2 --steps 12 --resume 4
+    # the same with a ZeRO-style distributed optimizer (each DP rank saves its own ranges)
+    train.py --job gpt --tp 1 --pp 2 --dp 2 --steps 12 --resume 4 --distributed-optimizer
 
-Prints one JSON line per iteration on stdout: {"iter": i, "loss": x, "tp", "pp", "dp"},
-where iteration i's loss is computed with the weights after i updates. One process per rank
-(tp*pp*dp of them) is spawned here; gloo on CPU, NCCL when there is a GPU for every rank.
-See README.md.
+Prints one JSON line per iteration on stdout: {"iter": i, "loss": x, "tp", "pp", "dp",
+"optimizer"}, where iteration i's loss is computed with the weights after i updates. One
+process per rank (tp*pp*dp of them) is spawned here; gloo on CPU, NCCL when there is a GPU for
+every rank. See README.md (and scenario.py, which runs the whole elastic scenario).
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ from model import Stage  # noqa: E402
 from optim import Adam  # noqa: E402
 from parallel import Grid  # noqa: E402
 from pipeline import train_iteration  # noqa: E402
+from zero import DistributedAdam  # noqa: E402
+
+
+def write_json(out: str, name: str, obj) -> None:
+    with open(os.path.join(out, name), "w") as f:
+        json.dump(obj, f, sort_keys=True)
 
 
 def worker(rank: int, a: argparse.Namespace, port: int) -> None:
@@ -54,32 +62,43 @@ def worker(rank: int, a: argparse.Namespace, port: int) -> None:
     grid.make_groups()
     cfg = ModelConfig()
     stage = Stage(cfg, grid, a.seed, device)
-    opt = Adam(stage.params, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps)
+    if a.distributed_optimizer:
+        opt = DistributedAdam(stage.params, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, grid)
+    else:
+        opt = Adam(stage.params, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps)
+    who = {"rank": rank, "t": grid.t, "p": grid.p, "d": grid.d}
     client = ptcfs.Client(a.daemon, a.secret_file, timeout=None) if rank == 0 else None
     start = 0
     if a.resume is not None:
-        digests = ckpt.resume(stage, opt, a.mount, a.job, a.resume, a.daemon, a.secret_file)
+        loaded = ckpt.resume(stage, opt, a.mount, a.job, a.resume, a.daemon, a.secret_file)
         start = a.resume
         if a.out:
-            with open(os.path.join(a.out, f"loaded-r{rank}.json"), "w") as f:
-                json.dump({"rank": rank, "t": grid.t, "p": grid.p, "d": grid.d, "sha256": digests}, f)
+            write_json(a.out, f"loaded-r{rank}.json", {**who, **loaded})
     dist.barrier()  # the layout is there for everyone before anyone reads data
-    batches = load_rank_samples(a.mount, a.job, a.dataset, a.dp, grid.d, cfg.global_batch, start,
-                                a.steps - start, cfg.seq)
+    batches, ids = load_rank_samples(a.mount, a.job, a.dataset, a.dp, grid.d, cfg.global_batch, start,
+                                     a.steps - start, cfg.seq)
+    if a.out:  # which samples this rank consumed, per iteration (every rank of a DP rank: the same)
+        with open(os.path.join(a.out, f"samples-r{rank}.jsonl"), "w") as f:
+            for it in range(start, a.steps):
+                f.write(json.dumps({"iter": it, "d": grid.d, "ids": ids[it - start]}) + "\n")
     reporter = grid.rank_of(0, 0, a.pp - 1)
+    optimizer = "distributed" if a.distributed_optimizer else "adam"
     for it in range(start, a.steps):
         loss = train_iteration(stage, batches[it - start])
         opt.step()
         opt.zero_grad()
         if rank == reporter:
-            line = json.dumps({"iter": it, "loss": loss, "tp": a.tp, "pp": a.pp, "dp": a.dp})
+            line = json.dumps({"iter": it, "loss": loss, "tp": a.tp, "pp": a.pp, "dp": a.dp,
+                               "optimizer": optimizer})
             print(line, flush=True)
             if a.out:
                 with open(os.path.join(a.out, "losses.jsonl"), "a") as f:
                     f.write(line + "\n")
         if it + 1 in a.save_at:
             # SAVE-INTO-MOUNT: with a daemon that takes writes, leave --save-dir out (root = the mount).
-            ckpt.save(stage, opt, a.save_dir or a.mount, a.mount, a.job, it + 1, client)
+            written = ckpt.save(stage, opt, a.save_dir or a.mount, a.mount, a.job, it + 1, client)
+            if a.out:
+                write_json(a.out, f"saved-r{rank}-{it + 1}.json", {**who, "written": written})
             if rank == 0:  # the views now start after the samples this checkpoint has seen
                 client.dataset_progress(a.job, a.dataset, consumed=(it + 1) * cfg.global_batch)
             dist.barrier()
@@ -111,8 +130,12 @@ def main(argv=None) -> int:
     ap.add_argument("--daemon", help="HOST:PORT (default $PTCFS_DAEMON, then 127.0.0.1:7070)")
     ap.add_argument("--secret-file", help="default $PTCFS_SECRET_FILE")
     ap.add_argument("--seed", type=int, default=0, help="initial weights")
-    ap.add_argument("--out", help="folder for losses.jsonl and loaded-r<rank>.json")
+    ap.add_argument("--out", help="folder for losses.jsonl and, per rank, samples-r<rank>.jsonl (the sample ids "
+                                  "of each iteration), loaded-r<rank>.json (what a resume loaded) and "
+                                  "saved-r<rank>-<k>.json (what the save of step k wrote)")
     ap.add_argument("--cpu", action="store_true", help="ignore GPUs")
+    ap.add_argument("--distributed-optimizer", action="store_true",
+                    help="ZeRO-style: each DP rank keeps, updates and saves only its range of Adam's state")
     a = ap.parse_args(argv)
     if a.mount is None:
         a.mount = os.environ.get("PTCFS_MOUNT")
@@ -125,7 +148,8 @@ def main(argv=None) -> int:
         os.makedirs(a.save_dir, exist_ok=True)
     t0 = time.monotonic()
     mp.spawn(worker, args=(a, free_port()), nprocs=a.tp * a.pp * a.dp, join=True)
-    print(f"train: tp={a.tp},pp={a.pp},dp={a.dp} iterations {a.resume or 0}..{a.steps - 1} "
+    opt = " (distributed optimizer)" if a.distributed_optimizer else ""
+    print(f"train: tp={a.tp},pp={a.pp},dp={a.dp}{opt} iterations {a.resume or 0}..{a.steps - 1} "
           f"in {time.monotonic() - t0:.1f} s", file=sys.stderr)
     return 0
 
