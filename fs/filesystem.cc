@@ -338,6 +338,7 @@ Filesystem::~Filesystem() {
 }
 
 ptc::Status Filesystem::Impl::rebuild() {
+  std::lock_guard serial(build_mu);
   PTC_ASSIGN_OR_RETURN(auto next, Tree::build(source(), current().get()));
   std::lock_guard lock(mu);
   tree = std::move(next);
@@ -345,9 +346,10 @@ ptc::Status Filesystem::Impl::rebuild() {
 }
 
 ptc::Status Filesystem::refresh() {
-  PTC_ASSIGN_OR_RETURN(auto tree, Tree::build(impl_->source(), impl_->current().get()));
-  std::shared_ptr<const Tree> old;
+  std::shared_ptr<const Tree> tree, old;
   {
+    std::lock_guard serial(impl_->build_mu);
+    PTC_ASSIGN_OR_RETURN(tree, Tree::build(impl_->source(), impl_->current().get()));
     std::lock_guard lock(impl_->mu);
     old = std::move(impl_->tree);
     impl_->tree = tree;

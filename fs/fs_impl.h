@@ -35,7 +35,8 @@ class Filesystem::Impl {
   fuse_session* se = nullptr;
   std::atomic<bool> loop_running{false};
   pthread_t loop_thread{};
-  std::mutex mu;  // guards tree
+  std::mutex mu;        // guards tree
+  std::mutex build_mu;  // one build at a time, so a tree built from older contents never replaces a newer one
   std::shared_ptr<const Tree> tree = std::make_shared<Tree>();
 
   std::shared_ptr<const Tree> current() {

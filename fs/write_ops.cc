@@ -52,10 +52,13 @@ int writable_dir(Impl& fs, uint64_t parent, std::shared_ptr<const Tree>& tree, c
   return 0;
 }
 
-// After a change of names: the new tree, and the entry of `name` in `parent`.
-int entry_after(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e, const Node** out = nullptr) {
+// After a change of names: the new tree, and the entry of `name` in `parent`. `*out` points
+// into `tree`, which the caller keeps while it uses the node (another writer's create or a
+// commit may swap the filesystem's tree at any time).
+int entry_after(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e,
+                std::shared_ptr<const Tree>& tree, const Node** out = nullptr) {
   if (auto s = fs.rebuild(); !s) return to_errno(s);
-  auto tree = fs.current();
+  tree = fs.current();
   const Node* dir = tree->find(parent);
   const Node* n = dir ? tree->child(*dir, name) : nullptr;
   if (!n) return EIO;  // made, but not shown: the log says why
@@ -74,7 +77,8 @@ int do_mkdir(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e) {
                   : p.rel.empty() ? fs.target->make_step(p.job, p.step)
                                   : fs.target->make_dir(p.job, p.step, p.rel);
   if (!s) return fail("mkdir", p, s);
-  return entry_after(fs, parent, name, e);
+  std::shared_ptr<const Tree> after;
+  return entry_after(fs, parent, name, e, after);
 }
 
 int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, fuse_entry_param& e) {
@@ -102,7 +106,7 @@ int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, f
   }
   if (!f) return fail("create", p, f.status());
   const Node* n = nullptr;
-  if (int err = entry_after(fs, parent, name, e, &n)) {
+  if (int err = entry_after(fs, parent, name, e, tree, &n)) {
     (*f)->release();
     return err;
   }

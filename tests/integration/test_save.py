@@ -266,3 +266,29 @@ def test_rm_of_a_committed_step_keeps_open_files_readable(daemon, make_ckpt):
     wait_for(lambda: blob_usage(daemon)[0] == 0, 15, "the removed step's blob is still there")
     r = daemon.cli("rm", "r/1", check=False)
     assert r.returncode == 1 and "no job 'r'" in r.stderr, r.stderr
+
+
+def _write_shard_per_tensor(sd, slices):
+    for name, arr in slices.items():
+        path = os.path.join(sd, name + ".npy")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        np.save(path, arr)
+
+
+def test_many_writers_creating_files_in_one_step_at_once(daemon, make_ckpt):
+    """Creates from several processes at once swap the mount's tree under each other (a use-after-free
+    of the tree once crashed the daemon here)."""
+    ck = make_ckpt(tp=2, pp=2, layers=8, hidden=64, vocab=500)
+    os.makedirs(os.path.join(daemon.mnt, "m", "1"))
+    sd = daemon.step_dir("m", "1")
+    copy_in(ck, sd, ["ptc.json"])
+    procs = [multiprocessing.Process(target=_write_shard_per_tensor, args=(os.path.join(sd, f"tp{t}-pp{p}"), sl))
+             for (t, p), sl in ck.slices.items()]
+    for pr in procs:
+        pr.start()
+    for pr in procs:
+        pr.join()
+        assert pr.exitcode == 0
+    assert daemon.running()
+    wait_committed(daemon, "m", "1")
+    verify_step(daemon, "m", "1", ck)
