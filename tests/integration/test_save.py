@@ -292,3 +292,45 @@ def test_many_writers_creating_files_in_one_step_at_once(daemon, make_ckpt):
     assert daemon.running()
     wait_committed(daemon, "m", "1")
     verify_step(daemon, "m", "1", ck)
+
+
+def test_a_full_disk_gives_the_writer_enospc_and_commits_nothing(tmp_path, make_ckpt):
+    """The daemon's data directory on a 24 MB tmpfs; a 40 MB shard does not fit."""
+    from ptcfs_harness import Daemon, require_binaries
+    require_binaries()
+    root = tmp_path / "tiny-disk"
+    (root / "data").mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(root / "data")], check=True)
+    d = Daemon(str(root))
+    try:
+        d.start()
+        ck = make_ckpt(tp=1, pp=1, layers=2, hidden=1024, vocab=4000)
+        assert os.path.getsize(ck.shard_path(0, 0)) > 30e6
+        os.makedirs(os.path.join(d.mnt, "f", "1"))
+        sd = d.step_dir("f", "1")
+        copy_in(ck, sd, ["ptc.json"])
+        with open(ck.shard_path(0, 0), "rb") as f:
+            data = f.read()
+        fd = os.open(os.path.join(sd, "tp0-pp0.safetensors"), os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError) as e:
+                for off in range(0, len(data), 1 << 20):
+                    os.write(fd, data[off:off + (1 << 20)])
+            assert e.value.errno == errno.ENOSPC
+        finally:
+            errno_of(os.close, fd)  # the close reports the file as incomplete too
+        assert "is full" in d.log_tail()
+        assert step_info(d, "f", "1")["state"] == "pending"
+        # Removing it frees the space; a step that fits then saves.
+        d.cli("rm", "f/1")
+        small = make_ckpt("small", tp=1, pp=1, layers=1, hidden=64, vocab=128)
+        os.mkdir(sd)
+        copy_in(small, sd)
+        wait_committed(d, "f", "1")
+        verify_step(d, "f", "1", small)
+        # Names the store would refuse.
+        assert errno_of(os.mkdir, os.path.join(d.mnt, "f", "a b")) == errno.EINVAL
+        assert errno_of(os.mkdir, os.path.join(d.mnt, ".hidden")) == errno.EINVAL
+    finally:
+        d.stop(cleanup_mount=True)
+        subprocess.run(["umount", "-l", str(root / "data")], check=False)
