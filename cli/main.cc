@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "cli/allocate_cmd.h"
 #include "cli/client.h"
 #include "cli/dataset_cmd.h"
 #include "cli/output.h"
@@ -228,6 +229,8 @@ int main(int argc, char** argv) {
   status->add_flag("--json", g.json, "Print the result as JSON");
   ptcfs::cli::PlanArgs plan_args;
   auto* plan = ptcfs::cli::add_plan_command(app, plan_args, g);
+  ptcfs::cli::AllocateArgs allocate_args;
+  auto* allocate = ptcfs::cli::add_allocate_command(app, allocate_args, g);
 
   try {
     app.parse(argc, argv);
@@ -247,6 +250,7 @@ int main(int argc, char** argv) {
   if (status->parsed()) return cmd_status(g);
   if (rep->parsed()) return cmd_repartition(g, job, step, to, dry_run, nodes);
   if (plan->parsed()) return ptcfs::cli::run_plan(plan_args, g);
+  if (allocate->parsed()) return ptcfs::cli::run_allocate(allocate_args, g);
   if (dataset->parsed()) return ptcfs::cli::run_dataset_command(*dataset, ds, g);
   return 2;
 }

@@ -171,3 +171,109 @@ def test_plan_from_a_step_adds_the_bytes_each_repartition_would_move(tmp_path):
         assert_error(r, "dry run of repartitioning j/2 to tp=")
         r = c[0].cli("plan", "--model", model, "--gpus", 4, "--from", "j", check=False)
         assert_error(r, "--from 'j' is not JOB/STEP")
+
+
+# ---------------------------------------------------------------------------------------
+# ptcfs allocate
+
+SMALL_GPT = {"layers": 24, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 51200, "seq": 2048,
+             "global_batch": 512,
+             "gpu": {"memory_gb": 80, "tflops": 312, "per_node": 8, "intra_node_gbps": 2400, "inter_node_gbps": 200}}
+
+
+def allocate_json(jobs_path, gpus):
+    return json.loads(run("allocate", "--jobs", jobs_path, "--gpus", gpus, "--json").stdout)
+
+
+def test_allocate_maximises_total_throughput_as_brute_force_does(tmp_path):
+    import itertools
+    import random
+    rng = random.Random(2020)
+    for round_ in range(20):
+        gpus = rng.randint(1, 12)
+        jobs = []
+        for i in range(rng.randint(1, 4)):
+            counts = sorted(rng.sample(range(1, 13), rng.randint(1, 5)))
+            lo = counts[0]
+            jobs.append({"name": f"j{i}", "min_gpus": lo, "max_gpus": 12,
+                         "throughput": {str(c): rng.randint(0, 1000) for c in counts}})
+        if any(j["min_gpus"] > gpus for j in jobs):
+            continue
+        path = write(tmp_path, f"jobs{round_}.json", {"jobs": jobs})
+        # First come, first served, then every choice of the admitted jobs' points.
+        admitted, need = [], 0
+        for j in jobs:
+            if need + j["min_gpus"] > gpus:
+                break
+            admitted.append(j)
+            need += j["min_gpus"]
+        best = max(sum(j["throughput"][str(c)] for j, c in zip(admitted, choice))
+                   for choice in itertools.product(*[[int(c) for c in j["throughput"] if int(c) <= gpus]
+                                                     for j in admitted])
+                   if sum(choice) <= gpus)
+        out = allocate_json(path, gpus)
+        assert out["samples_per_s"] == best, (jobs, gpus, out)
+        assert out["gpus_used"] == sum(j["gpus"] for j in out["jobs"]) <= gpus
+        assert [j["name"] for j in out["jobs"] if j["queued"]] == [j["name"] for j in jobs[len(admitted):]]
+        for j, spec in zip(out["jobs"], jobs):
+            if not j["queued"]:
+                assert spec["throughput"][str(j["gpus"])] == j["samples_per_s"]
+
+
+def test_allocate_a_modelled_job_at_the_planners_best(tmp_path):
+    jobs = {"jobs": [{"name": "a", "min_gpus": 1, "max_gpus": 8, "throughput": {"1": 10, "2": 19, "4": 30, "8": 40}},
+                     {"name": "gpt", "min_gpus": 8, "max_gpus": 16, "model": SMALL_GPT}]}
+    path = write(tmp_path, "jobs.json", jobs)
+    out = allocate_json(path, 12)
+    a, gpt = out["jobs"]
+    assert a["gpus"] + gpt["gpus"] == out["gpus_used"] <= 12
+    model = write(tmp_path, "gpt.json", SMALL_GPT)
+    best = plan_json(model, gpt["gpus"])[0]
+    assert gpt["config"] == {k: best[k] for k in ("tp", "pp", "dp", "micro_batch")}
+    assert gpt["samples_per_s"] == pytest.approx(512 / best["step_seconds"], rel=1e-12)
+    # Every count of 8..12 against a's points: the allocation is the best of them.
+    totals = {}
+    for g in range(8, 13):
+        rate = 512 / plan_json(model, g)[0]["step_seconds"]
+        for c, v in jobs["jobs"][0]["throughput"].items():
+            if int(c) + g <= 12:
+                totals[(int(c), g)] = v + rate
+    assert out["samples_per_s"] == pytest.approx(max(totals.values()), rel=1e-12)
+    assert totals[(a["gpus"], gpt["gpus"])] == pytest.approx(out["samples_per_s"], rel=1e-12)
+
+    text = run("allocate", "--jobs", path, "--gpus", 12).stdout.splitlines()
+    assert text[0].startswith(f"{path} on 12 GPUs (throughput): {out['gpus_used']} used")
+    assert text[1].split() == ["job", "gpus", "samples/s", "configuration"]
+    assert text[3].split()[:2] == ["gpt", str(gpt["gpus"])]
+    assert text[3].split()[3] == "tp={tp},pp={pp},dp={dp},micro_batch={micro_batch}".format(**gpt["config"])
+
+
+def test_allocate_queues_jobs_whose_minimum_does_not_fit(tmp_path):
+    jobs = {"jobs": [{"name": "big", "min_gpus": 6, "max_gpus": 8, "throughput": {"6": 60, "8": 70}},
+                     {"name": "mid", "min_gpus": 4, "max_gpus": 4, "throughput": {"4": 100}},
+                     {"name": "small", "min_gpus": 1, "max_gpus": 1, "throughput": {"1": 5}}]}
+    out = allocate_json(write(tmp_path, "jobs.json", jobs), 8)
+    assert [(j["name"], j["gpus"], j["queued"]) for j in out["jobs"]] == [("big", 8, False), ("mid", 0, True),
+                                                                        ("small", 0, True)]
+    assert out["samples_per_s"] == 70
+
+
+def test_allocate_refuses_bad_input(tmp_path):
+    ok = {"jobs": [{"name": "a", "min_gpus": 1, "max_gpus": 8, "throughput": {"1": 10}},
+                   {"name": "wide", "min_gpus": 16, "max_gpus": 32, "throughput": {"16": 10}}]}
+    path = write(tmp_path, "jobs.json", ok)
+    assert_error(run("allocate", "--jobs", path, "--gpus", 8, check_rc=1),
+                 "job 'wide' asks for at least 16 GPUs, more than the 8 there are")
+    assert_error(run("allocate", "--jobs", path, "--gpus", 0, check_rc=1), "gpus must be at least 1, got 0")
+    bad = {"jobs": [{"name": "a", "min_gpus": 1, "max_gpus": 8, "throughput": {"1": 10}, "priority": 1}]}
+    assert_error(run("allocate", "--jobs", write(tmp_path, "bad.json", bad), "--gpus", 8, check_rc=1),
+                 "bad.json: jobs[0]: unknown key 'priority'")
+    bad_model = {"jobs": [{"name": "m", "min_gpus": 1, "max_gpus": 8, "model": dict(SMALL_GPT, layer=3)}]}
+    assert_error(run("allocate", "--jobs", write(tmp_path, "badm.json", bad_model), "--gpus", 8, check_rc=1),
+                 "badm.json: jobs[0] ('m'): model: unknown key 'layer'")
+    huge = {"jobs": [{"name": "huge", "min_gpus": 1, "max_gpus": 2,
+                      "model": dict(SMALL_GPT, layers=96, hidden=12288, heads=96, ffn=49152)}]}
+    assert_error(run("allocate", "--jobs", write(tmp_path, "huge.json", huge), "--gpus", 8, check_rc=1),
+                 "job 'huge': its model runs on no GPU count between 1 and 2", "fits on no configuration of 2 GPUs")
+    r = run("allocate", "--jobs", path, "--gpus", 8, "--policy", "makespan", check_rc=None)
+    assert r.returncode != 0 and "makespan" in r.stderr
