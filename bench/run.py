@@ -24,7 +24,7 @@ import tempfile
 
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
-SECTIONS = ["mount", "repartition", "plan", "torch", "cluster"]
+SECTIONS = ["mount", "repartition", "plan", "planner", "torch", "cluster"]
 
 
 def cpp_repartition(gib: float, root: str) -> tuple:
@@ -63,6 +63,20 @@ def cpp_plan(root: str) -> tuple:
                         raw[key] < 1.0))
         rows.append(row("plan", f"{label}: peak heap while planning / plan size", f"{raw[rss] / 2**20:.0f} MiB",
                         f"{raw[plan_bytes] / 2**20:.0f} MiB", raw[rss] / raw[plan_bytes], "", None))
+    return rows, raw
+
+
+def cpp_planner(root: str) -> tuple:
+    out = os.path.join(root, "results.json")
+    subprocess.run([os.path.join(BUILD, "bench", "ptcfs_bench_planner"), "--json", out], check=True)
+    with open(out) as f:
+        raw = json.load(f)
+    rows = [row("planner", f"plan, 1T GPT on {raw['plan_gpus']:,} GPUs ({raw['plan_valid']} configurations) vs the "
+                "1 s budget", f"{raw['plan_s'] * 1e3:.3f} ms", "1.000 s", 1.0 / raw["plan_s"], "> 1",
+                raw["plan_s"] < 1.0),
+            row("planner", f"allocate, {raw['allocate_jobs']} jobs on {raw['allocate_gpus']:,} GPUs vs the 1 s budget",
+                f"{raw['allocate_s'] * 1e3:.3f} ms", "1.000 s", 1.0 / raw["allocate_s"], "> 1",
+                raw["allocate_s"] < 1.0)]
     return rows, raw
 
 
@@ -116,6 +130,10 @@ def main() -> int:
         if "plan" in only:
             print("== plan: 1,024 GPUs, 100,000 tensors", flush=True)
             r, raw["plan"] = cpp_plan(os.path.join(root, "plan"))
+            rows += r
+        if "planner" in only:
+            print("== planner: plan on 4,096 GPUs, allocate 100 jobs on 1,024", flush=True)
+            r, raw["planner"] = cpp_planner(os.path.join(root, "planner"))
             rows += r
         if "torch" in only:
             print("== torch: the re-sharding script users run today", flush=True)

@@ -1,7 +1,12 @@
 #include "cli/client.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "transport/auth.h"
 
@@ -19,6 +24,17 @@ ptc::Result<nlohmann::json> call(const Globals& g, const nlohmann::json& req, co
   }
   PTC_ASSIGN_OR_RETURN(auto client, transport::RpcClient::connect(g.daemon, secret));
   return client->call(req, progress);
+}
+
+ptc::Result<std::string> read_text_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return ptc::invalid(path + ": is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ptc::invalid(path + ": cannot open: " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return ptc::invalid(path + ": cannot read: " + std::strerror(errno));
+  return text.str();
 }
 
 int print_json(const nlohmann::json& j) {

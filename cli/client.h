@@ -20,6 +20,9 @@ int fail(const ptc::Status& s);
 // Sends one request to the daemon and waits for its result.
 ptc::Result<nlohmann::json> call(const Globals& g, const nlohmann::json& req,
                                  const transport::ProgressSink& progress = {});
+// The contents of a file the user named (MODEL.json, JOBS.json); kInvalidArgument naming it
+// when it cannot be read.
+ptc::Result<std::string> read_text_file(const std::string& path);
 // Prints JSON (two-space indent); returns 0.
 int print_json(const nlohmann::json& j);
 

@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <iostream>
 
+#include "cli/allocate_cmd.h"
 #include "cli/client.h"
 #include "cli/dataset_cmd.h"
 #include "cli/output.h"
+#include "cli/plan_cmd.h"
 #include "transport/auth.h"
 #include "transport/rpc.h"
 
@@ -225,6 +227,10 @@ int main(int argc, char** argv) {
   ptcfs::cli::DatasetArgs ds;
   ptcfs::cli::add_dataset_commands(*dataset, ds, g);
   status->add_flag("--json", g.json, "Print the result as JSON");
+  ptcfs::cli::PlanArgs plan_args;
+  auto* plan = ptcfs::cli::add_plan_command(app, plan_args, g);
+  ptcfs::cli::AllocateArgs allocate_args;
+  auto* allocate = ptcfs::cli::add_allocate_command(app, allocate_args, g);
 
   try {
     app.parse(argc, argv);
@@ -243,6 +249,8 @@ int main(int argc, char** argv) {
   if (rm->parsed()) return cmd_rm(g, path);
   if (status->parsed()) return cmd_status(g);
   if (rep->parsed()) return cmd_repartition(g, job, step, to, dry_run, nodes);
+  if (plan->parsed()) return ptcfs::cli::run_plan(plan_args, g);
+  if (allocate->parsed()) return ptcfs::cli::run_allocate(allocate_args, g);
   if (dataset->parsed()) return ptcfs::cli::run_dataset_command(*dataset, ds, g);
   return 2;
 }

@@ -1,0 +1,127 @@
+#include "cli/plan_cmd.h"
+
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "cli/output.h"
+#include "ptc/json_util.h"
+#include "ptc/planner.h"
+
+namespace ptcfs::cli {
+
+using nlohmann::json;
+
+CLI::App* add_plan_command(CLI::App& app, PlanArgs& a, Globals& g) {
+  auto* plan = app.add_subcommand(
+      "plan", "Rank every (tp, pp, dp, micro-batch) of a model on N GPUs that fits in memory by predicted step "
+              "time (docs/PLANNER.md); needs no daemon unless --from is given");
+  plan->add_option("--model", a.model_file, "MODEL.json: the transformer and its GPUs")->required();
+  plan->add_option("--gpus", a.gpus, "Number of GPUs (N)")->required();
+  a.gpus_per_node_opt = plan->add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (default: the model's gpu.per_node)");
+  plan->add_option("--top", a.top, "Show the K best (default: 10 in the table, all with --json; 0: all)");
+  plan->add_option("--from", a.from,
+                   "JOB/STEP: add, per candidate, the bytes a repartition of that step into its tp, pp, dp would "
+                   "move between nodes (a dry run on the daemon)");
+  plan->add_flag("--json", g.json, "Print the candidates as a JSON list, best first");
+  return plan;
+}
+
+namespace {
+
+// bytes_moved of a dry-run repartition of `job/step` into each distinct (tp, pp, dp) of
+// `shown`, in the order of `shown`.
+ptc::Result<std::vector<uint64_t>> bytes_moved(const Globals& g, const std::string& from,
+                                               const std::vector<ptc::Candidate>& shown) {
+  const size_t slash = from.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == from.size() ||
+      from.find('/', slash + 1) != std::string::npos)
+    return ptc::invalid("--from '" + from + "' is not JOB/STEP");
+  const std::string job = from.substr(0, slash), step = from.substr(slash + 1);
+  std::map<std::tuple<int, int, int>, uint64_t> asked;
+  std::vector<uint64_t> out;
+  for (const auto& c : shown) {
+    const auto key = std::make_tuple(c.config.tp, c.config.pp, c.config.dp);
+    auto it = asked.find(key);
+    if (it == asked.end()) {
+      const std::string to = fmt::format("tp={},pp={},dp={}", c.config.tp, c.config.pp, c.config.dp);
+      PTC_ASSIGN_OR_RETURN(json r,
+                           call(g, {{"op", "repartition"}, {"job", job}, {"step", step}, {"to", to}, {"dry_run", true}}),
+                           "dry run of repartitioning " + from + " to " + to);
+      PTC_ASSIGN_OR_RETURN(uint64_t moved, ptc::member_u64(r, "bytes_moved", "reply"));
+      it = asked.emplace(key, moved).first;
+    }
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+void print_table(const PlanArgs& a, const ptc::ModelSpec& m, size_t valid, const std::vector<ptc::Candidate>& all,
+                 const std::vector<ptc::Candidate>& shown, const std::vector<uint64_t>& moved) {
+  fmt::print("{} on {} GPUs ({} per node, {:g} GiB each): {} of {} valid configurations fit; {}\n", a.model_file,
+             a.gpus, m.gpu.per_node, m.gpu.memory_gb, all.size(), valid,
+             shown.size() == all.size() ? "best first" : fmt::format("the {} best", shown.size()));
+  fmt::print("{:>4} {:>3} {:>4} {:>5} {:>5}  {:>10}  {:>9}  {:>8}   {:>8} {:>8} {:>8} {:>8} {:>8}{}\n", "rank", "tp", "pp",
+             "dp", "micro", "memory/GPU", "step", "TFLOP/s", "compute", "bubble", "tp comm", "pp comm", "dp comm",
+             moved.empty() ? "" : fmt::format("  {:>10}", "moves"));
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const ptc::Candidate& c = shown[i];
+    fmt::print("{:>4} {:>3} {:>4} {:>5} {:>5}  {:>6.2f} GiB  {:>7.4g} s  {:>8.1f}   {:>8.4g} {:>8.4g} {:>8.4g} {:>8.4g} "
+               "{:>8.4g}{}\n",
+               i + 1, c.config.tp, c.config.pp, c.config.dp, c.config.micro_batch, c.memory_gb(), c.step_seconds(),
+               c.tflops_per_gpu(), c.step.compute, c.step.bubble, c.step.tp_comm, c.step.pp_comm, c.step.dp_comm,
+               moved.empty() ? "" : fmt::format("  {:>10}", human_bytes(moved[i])));
+  }
+  fmt::print("(seconds per step of {} sequences; TFLOP/s per GPU counts recomputation)\n", m.global_batch);
+}
+
+}  // namespace
+
+int run_plan(const PlanArgs& a, const Globals& g) {
+  auto text = read_text_file(a.model_file);
+  if (!text) return fail(text.status());
+  auto model = ptc::parse_model_json(*text, a.model_file);
+  if (!model) return fail(model.status());
+  ptc::ModelSpec m = *model;
+  if (a.gpus_per_node_opt->count() > 0) {
+    if (a.gpus_per_node < 1) return fail(ptc::invalid("--gpus-per-node must be at least 1"));
+    m.gpu.per_node = a.gpus_per_node;
+  }
+  if (a.top < -1) return fail(ptc::invalid("--top must be at least 0"));
+  auto plan = ptc::plan_parallelism(m, a.gpus);
+  if (!plan) return fail(plan.status().with_context(a.model_file));
+  const std::vector<ptc::Candidate>& all = *plan;
+  size_t keep = all.size();
+  if (a.top > 0) keep = std::min(keep, static_cast<size_t>(a.top));
+  if (a.top == -1 && !g.json) keep = std::min<size_t>(keep, 10);
+  const std::vector<ptc::Candidate> shown(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep));
+
+  std::vector<uint64_t> moved;
+  if (!a.from.empty()) {
+    auto r = bytes_moved(g, a.from, shown);
+    if (!r) return fail(r.status());
+    moved = std::move(*r);
+  }
+  if (!g.json) {
+    print_table(a, m, ptc::valid_configs(m, a.gpus).size(), all, shown, moved);
+    return 0;
+  }
+  json out = json::array();
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const ptc::Candidate& c = shown[i];
+    json j = {{"tp", c.config.tp},
+              {"pp", c.config.pp},
+              {"dp", c.config.dp},
+              {"micro_batch", c.config.micro_batch},
+              {"memory_gb", c.memory_gb()},
+              {"step_seconds", c.step_seconds()},
+              {"tflops_per_gpu", c.tflops_per_gpu()}};
+    if (!moved.empty()) j["bytes_moved"] = moved[i];
+    out.push_back(std::move(j));
+  }
+  return print_json(out);
+}
+
+}  // namespace ptcfs::cli

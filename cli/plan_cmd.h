@@ -1,0 +1,26 @@
+// `ptcfs plan`: the parallelism planner (ptc/planner.h) for a MODEL.json and N GPUs, printed
+// as a table or as JSON. It needs no daemon unless --from asks one what each candidate's
+// repartition would move.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/client.h"
+
+namespace ptcfs::cli {
+
+struct PlanArgs {
+  std::string model_file;
+  int gpus = 0;
+  int gpus_per_node = 0;
+  CLI::Option* gpus_per_node_opt = nullptr;  // not given: the model's gpu.per_node
+  int top = -1;           // -1: 10 in the table, all in JSON; 0: all
+  std::string from;       // JOB/STEP, or empty
+};
+
+CLI::App* add_plan_command(CLI::App& app, PlanArgs& a, Globals& g);
+int run_plan(const PlanArgs& a, const Globals& g);
+
+}  // namespace ptcfs::cli

@@ -1,0 +1,79 @@
+// The GPU allocator: divides N GPUs among training jobs to maximise their total throughput,
+// by the dynamic program of Saxena, Jayaram et al. 2020 ("Effective Elastic Scaling of Deep
+// Learning Workloads", MASCOTS 2020): with J jobs and options o = (gpus, samples/s) per job,
+//   best[j][g] = max over options o of job j with o.gpus <= g of best[j-1][g - o.gpus] + o.rate
+//   best[0][g] = 0,
+// the best total of the first j jobs on at most g GPUs; best[J][N] is the answer and the
+// choices that reached it the allocation. O(J x N x options).
+//
+// Jobs are admitted in the order given (first come, first served) while the smallest counts
+// they accept fit together; a job that does not fit waits in the queue, with every job after
+// it, and gets no GPU (Saxena et al. queue a job that cannot get its minimum).
+//
+// JOBS.json:
+//   {"jobs": [{"name": "bert", "min_gpus": 1, "max_gpus": 8,
+//              "throughput": {"1": 210.5, "2": 400, "4": 760, "8": 1300}},
+//             {"name": "gpt", "min_gpus": 4, "max_gpus": 64, "model": {...MODEL.json...}}]}
+// A job gets only GPU counts in [min_gpus, max_gpus] at which its throughput is known:
+// measured points (samples/s; points outside the range are ignored), or counts at which the
+// planner (planner.h) finds a configuration that fits, at global_batch / step seconds of
+// the best one.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ptc/cost_model.h"
+
+namespace ptc {
+
+struct JobSpec {
+  std::string name;
+  int min_gpus = 1, max_gpus = 1;
+  std::vector<std::pair<int, double>> points;  // measured (gpus, samples/s), gpus ascending
+  std::optional<ModelSpec> model;              // instead of points: the cost model
+};
+
+// Parses JOBS.json (strict: unknown keys, repeated names, empty lists, min > max, a job with
+// both or neither of throughput and model are refused, naming the job and member).
+Result<std::vector<JobSpec>> parse_jobs_json(std::string_view text, const std::string& where);
+
+// One GPU count a job may get, with its throughput (and, for a modelled job, the
+// configuration that reaches it).
+struct JobOption {
+  int gpus = 0;
+  double samples_per_s = 0;
+  std::optional<ParallelConfig> config;
+};
+
+// The options of `job` on a cluster of `gpus` GPUs, by GPU count ascending. kInvalidArgument
+// when it has none (naming the job and why).
+Result<std::vector<JobOption>> job_options(const JobSpec& job, int gpus);
+
+// The dynamic program: one option per job, GPUs summing to at most `gpus`, the largest sum
+// of samples_per_s (added in job order). Returns the chosen option's index for every job,
+// or nullopt when even the first options do not fit together. Ties keep the first choice
+// found (fewer GPUs to the later jobs).
+std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::vector<JobOption>>& options, int gpus);
+
+struct JobAllocation {
+  std::string name;
+  bool queued = false;  // not admitted: no GPUs this round
+  JobOption option;     // gpus 0 when queued
+};
+
+struct Allocation {
+  std::vector<JobAllocation> jobs;  // in the order given
+  int gpus_used = 0;
+  double samples_per_s = 0;
+};
+
+// Admits the jobs first come, first served, and divides `gpus` among the admitted ones by
+// max_total_throughput. kInvalidArgument for gpus < 1, a job whose smallest count is more
+// than `gpus`, or a job with no options.
+Result<Allocation> allocate_throughput(const std::vector<JobSpec>& jobs, int gpus);
+
+}  // namespace ptc

@@ -1,0 +1,290 @@
+#include "ptc/cost_model.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace ptc {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Bytes of one activation element: 16-bit training keeps 16-bit activations (the "2" of
+// every term of Korthikanti et al.'s Table 2); F32 keeps 4. Dropout masks are 1 byte in all.
+double activation_element_bytes(Precision p) { return p == Precision::kF32 ? 4 : 2; }
+
+double bytes_per_second(double gbps) { return gbps * 1e9 / 8; }
+
+// Ring all-reduce of `bytes` over n ranks: each sends and receives 2 (n - 1) / n x bytes
+// (Patarasuk and Yuan 2009; the volume Narayanan et al. 2021 use in section 3.2).
+double ring_allreduce_seconds(double bytes, int n, double bandwidth) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) / n * bytes / bandwidth;
+}
+
+// Whether a group of `count` ranks first, first + stride, ... spans two nodes of
+// `per_node` GPUs (ranks fill nodes in order, so its first and last rank tell).
+bool group_crosses_nodes(int64_t first, int64_t stride, int64_t count, int per_node) {
+  return first / per_node != (first + stride * (count - 1)) / per_node;
+}
+
+bool tp_groups_cross_nodes(const ParallelConfig& c, int per_node) {
+  for (int64_t k = 0; k < c.gpus() / c.tp; ++k)
+    if (group_crosses_nodes(k * c.tp, 1, c.tp, per_node)) return true;
+  return false;
+}
+
+bool dp_groups_cross_nodes(const ParallelConfig& c, int per_node) {
+  for (int p = 0; p < c.pp; ++p)
+    for (int t = 0; t < c.tp; ++t)
+      if (group_crosses_nodes(t + int64_t{c.tp} * c.dp * p, c.tp, c.dp, per_node)) return true;
+  return false;
+}
+
+// Rank r of stage p sends to rank r + tp x dp of stage p + 1. Some pair lies on two nodes
+// exactly when the job spans more than one node: r = max(0, per_node - tp x dp) is such a
+// pair's sender whenever gpus > per_node.
+bool pp_sends_cross_nodes(const ParallelConfig& c, int per_node) { return c.pp > 1 && c.gpus() > per_node; }
+
+double link(const GpuSpec& g, bool crosses) {
+  return bytes_per_second(crosses ? g.inter_node_gbps : g.intra_node_gbps);
+}
+
+// Forward FLOPs of one layer for one micro-batch of b sequences: 2 per multiply-add of
+// every matrix product (Narayanan et al. 2021, section 5.1: 24 b s h^2 + 4 b s^2 h for
+// MHA and ffn = 4h): QKV projection, Q K^T and attention over V (each 2 b s^2 h: every
+// query head attends over s keys), output projection, the two MLP products.
+double layer_forward_flops(const ModelSpec& m, int64_t b) {
+  const double bs = static_cast<double>(b) * m.seq, h = m.hidden;
+  return 2 * bs * h * (h + 2.0 * kv_width(m)) + 4 * bs * m.seq * h + 2 * bs * h * h + 4 * bs * h * m.ffn;
+}
+
+// Training FLOPs of one layer: backward is twice the forward (Narayanan et al. 2021,
+// section 5.1); full recomputation runs the forward once more, selective recomputation
+// only Q K^T and attention over V (Korthikanti et al. 2022, section 5).
+double layer_training_flops(const ModelSpec& m, int64_t b) {
+  const double fwd = layer_forward_flops(m, b);
+  double again = 0;
+  if (m.recompute == Recompute::kFull) again = fwd;
+  if (m.recompute == Recompute::kSelective) again = 4.0 * b * m.seq * m.seq * m.hidden;
+  return 3 * fwd + again;
+}
+
+// The output layer (logits over the padded vocabulary): 2 b s h V forward, three times that
+// in training, never recomputed (the 6 B s h V of Narayanan et al. 2021, eq. 3).
+double logit_training_flops(const ModelSpec& m, int tp, int64_t b) {
+  return 6.0 * b * m.seq * m.hidden * static_cast<double>(padded_vocab(m, tp));
+}
+
+// Korthikanti et al. shard an activation over tp either always (inside the attention and
+// MLP blocks) or only with sequence parallelism (LayerNorms, dropouts, block inputs).
+double sequence_share(const ModelSpec& m, int tp) { return m.sequence_parallel ? tp : 1; }
+
+}  // namespace
+
+int64_t padded_vocab(const ModelSpec& m, int tp) {
+  const int64_t multiple = int64_t{128} * tp;
+  return ceil_div(m.vocab, multiple) * multiple;
+}
+
+int64_t kv_width(const ModelSpec& m) { return m.hidden / m.heads * m.query_groups; }
+
+// A Megatron GPT layer: QKV projection h x (h + 2 kv) with bias, output projection h x h
+// with bias, MLP h x ffn and ffn x h with biases, two LayerNorms (weight and bias). With
+// kv = h and ffn = 4h: 12 h^2 + 13 h, the per-layer term of Narayanan et al. 2021's
+// P = 12 l h^2 (1 + 13/12h + (V + s)/12lh).
+int64_t layer_params(const ModelSpec& m) {
+  const int64_t h = m.hidden, kv = kv_width(m), f = m.ffn;
+  return h * (h + 2 * kv) + (h + 2 * kv) + h * h + h + 2 * h * f + f + h + 4 * h;
+}
+
+// Layers, word embeddings (padded), position embeddings, final LayerNorm. Narayanan et
+// al.'s formula leaves out the final LayerNorm's 2h.
+int64_t model_params(const ModelSpec& m, int tp) {
+  const int64_t h = m.hidden;
+  return m.layers * layer_params(m) + padded_vocab(m, tp) * h + m.seq * h + 2 * h;
+}
+
+int64_t stage_layers(int64_t layers, int pp, int stage) {
+  return layers / pp + (stage < layers % pp ? 1 : 0);
+}
+
+// Megatron splits the QKV and first MLP products by columns, the output projection and
+// second MLP product by rows (Shoeybi et al. 2019): every weight and the column-parallel
+// biases are divided by tp; the row-parallel biases (2h) and the LayerNorms (4h) are on
+// every rank. The vocabulary-parallel word embeddings are on the first stage and, for the
+// tied output layer, again on the last when pp > 1; position embeddings on the first, the
+// final LayerNorm on the last.
+int64_t gpu_params(const ModelSpec& m, const ParallelConfig& c, int stage) {
+  const int64_t h = m.hidden;
+  const int64_t replicated = 6 * h;
+  const int64_t split = layer_params(m) - replicated;
+  assert(split % c.tp == 0);
+  int64_t p = stage_layers(m.layers, c.pp, stage) * (split / c.tp + replicated);
+  const int64_t word = padded_vocab(m, c.tp) / c.tp * h;
+  if (stage == 0) p += word + m.seq * h;
+  if (stage == c.pp - 1) p += 2 * h + (c.pp > 1 ? word : 0);
+  return p;
+}
+
+// Megatron-LM's distributed-optimizer documentation (docs/source/api-guide/
+// distrib_optimizer.md), bytes per parameter without / with a distributed optimizer:
+// BF16 params with FP32 grads 18 / 6 + 12/d (2 param + 4 main grad + 4 master + 4 + 4
+// Adam moments), FP16 20 / 4 + 16/d, FP32 16 / 8 + 8/d.
+BytesPerParam bytes_per_param(Precision p) {
+  switch (p) {
+    case Precision::kBF16: return {2, 4, 12};
+    case Precision::kF16: return {2, 2, 16};
+    case Precision::kF32: return {4, 4, 8};
+  }
+  return {};
+}
+
+// Korthikanti et al. 2022, section 4 and Table 2, per layer and micro-batch (16-bit, e = 2):
+//   no parallelism          s b h (34 + 5 a s / h)
+//   tp                      s b h (10 + 24/t + 5 a s / h t)
+//   tp + sequence parallel  s b h / t (34 + 5 a s / h)
+//   selective recompute     drops the 5 a s / h term (the attention core is recomputed)
+//   full recompute          2 s b h: the layer's input only (divided by t with sequence
+//                           parallelism, whose layer inputs are split along s).
+// Written here per tensor so that grouped-query attention (K and V of width kv) and any ffn
+// width f fit: with kv = h and f = 4h the terms are exactly the paper's.
+double layer_activation_bytes(const ModelSpec& m, int tp, int64_t micro_batch, Recompute r) {
+  const double e = activation_element_bytes(m.dtype);
+  const double sb = static_cast<double>(m.seq) * micro_batch;
+  const double sbh = sb * m.hidden, sbkv = sb * kv_width(m), sbf = sb * m.ffn;
+  const double share = sequence_share(m, tp);
+  if (r == Recompute::kFull) return e * sbh / share;
+  // Outside the tensor-parallel regions: both LayerNorm inputs (2e), the inputs of the QKV
+  // and first MLP products (e each), the two dropout masks (1 each): 10 s b h for e = 2.
+  const double outside = (4 * e + 2) * sbh;
+  // Inside, split over tp: Q, K, V and the output projection's input; the GeLU's input and
+  // the second MLP product's input: 24 s b h for e = 2, kv = h, f = 4h.
+  const double inside = e * (2 * sbh + 2 * sbkv + 2 * sbf);
+  // The attention core: softmax output (e), its dropout mask (1) and dropout output (e),
+  // a x s x s per sequence: 5 a s^2 b for e = 2.
+  const double core = r == Recompute::kSelective ? 0 : (2 * e + 1) * m.heads * sb * m.seq;
+  return outside / share + (inside + core) / tp;
+}
+
+MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int stage) {
+  MemoryEstimate e;
+  e.stage = stage;
+  const double params = static_cast<double>(gpu_params(m, c, stage));
+  const BytesPerParam bpp = bytes_per_param(m.dtype);
+  e.weights = params * bpp.weights;
+  e.gradients = params * bpp.gradients;
+  e.optimizer = params * bpp.optimizer / (m.distributed_optimizer ? c.dp : 1);
+
+  // 1F1B (Narayanan et al. 2021, section 2.2.1): stage i runs pp - i forward passes before
+  // its first backward, so it keeps min(pp - i, m) micro-batches' activations.
+  const int64_t micro_batches = m.global_batch / (int64_t{c.dp} * c.micro_batch);
+  const double in_flight = static_cast<double>(std::min<int64_t>(c.pp - stage, micro_batches));
+  const int64_t layers = stage_layers(m.layers, c.pp, stage);
+  e.activations = static_cast<double>(layers) * layer_activation_bytes(m, c.tp, c.micro_batch, m.recompute) * in_flight;
+  // With full recomputation the backward pass of a layer rebuilds that layer's activations
+  // (one layer, one micro-batch) before it runs.
+  if (m.recompute == Recompute::kFull && layers > 0)
+    e.activations += layer_activation_bytes(m, c.tp, c.micro_batch, Recompute::kNone);
+  const double sbh = static_cast<double>(m.seq) * c.micro_batch * m.hidden;
+  const double share = sequence_share(m, c.tp);
+  // Korthikanti et al. 2022, section 4.3: the embedding's dropout mask (s b h / t with
+  // sequence parallelism) for each micro-batch in flight on the first stage ...
+  if (stage == 0) e.activations += in_flight * sbh / share;
+  // ... and on the last, the final LayerNorm's and the output layer's inputs (2 s b h / t
+  // each) and the FP32 logits of the vocabulary-parallel cross entropy (4 s b V / t):
+  // 4 s b h / t (1 + V / h) in all.
+  if (stage == c.pp - 1) {
+    const double e_bytes = activation_element_bytes(m.dtype);
+    e.activations += 2 * e_bytes * sbh / share +
+                     4.0 * m.seq * c.micro_batch * static_cast<double>(padded_vocab(m, c.tp)) / c.tp;
+  }
+  return e;
+}
+
+MemoryEstimate estimate_memory(const ModelSpec& m, const ParallelConfig& c) {
+  MemoryEstimate first = stage_memory(m, c, 0);
+  if (c.pp == 1) return first;
+  MemoryEstimate last = stage_memory(m, c, c.pp - 1);
+  return last.total() > first.total() ? last : first;
+}
+
+double flops_per_step(const ModelSpec& m, int tp) {
+  const double per_sequence = static_cast<double>(m.layers) * layer_training_flops(m, 1) + logit_training_flops(m, tp, 1);
+  return static_cast<double>(m.global_batch) * per_sequence;
+}
+
+StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
+  const GpuSpec& g = m.gpu;
+  const double rate = g.tflops * 1e12;
+  // Every cost of a micro-batch below is linear in its b sequences, so it is computed for
+  // one sequence and scaled: then configurations that differ only in micro_batch get
+  // bit-identical compute and communication times, and differ only in the bubble.
+  const double sequences = static_cast<double>(m.global_batch / c.dp);  // per pipeline and step
+  const double b = static_cast<double>(c.micro_batch);
+  const double e = activation_element_bytes(m.dtype);
+  const double sh_bytes = e * static_cast<double>(m.seq) * m.hidden;
+
+  // Megatron's tensor-parallel layer all-reduces its output twice in the forward pass
+  // (attention, MLP) and twice in the backward (Shoeybi et al. 2019, Figure 4); full
+  // recomputation repeats the forward's two. With sequence parallelism each becomes a
+  // reduce-scatter plus an all-gather: the same volume (Korthikanti et al. 2022, 4.2.2).
+  const int allreduces = m.recompute == Recompute::kFull ? 6 : 4;
+  const double tp_link = link(g, tp_groups_cross_nodes(c, g.per_node));
+  const double tp_per_layer = allreduces * ring_allreduce_seconds(sh_bytes, c.tp, tp_link);
+  // Each stage boundary passes the activations forward and their gradients back, one
+  // message of s b h elements per micro-batch each way, split over the tp ranks (the
+  // scatter/gather optimisation of Narayanan et al. 2021, 4.1; with sequence parallelism
+  // they are split already).
+  const double pp_link = link(g, pp_sends_cross_nodes(c, g.per_node));
+  const double p2p = c.pp > 1 ? 2 * (sh_bytes / c.tp) / pp_link : 0;
+
+  // The slowest stage sets the pace: the first (most layers) or the last (the logits).
+  StepEstimate s;
+  double slot = -1;  // per sequence
+  for (int stage : {0, c.pp - 1}) {
+    const double layers = static_cast<double>(stage_layers(m.layers, c.pp, stage));
+    double flops = layers * layer_training_flops(m, 1);
+    if (stage == c.pp - 1) flops += logit_training_flops(m, c.tp, 1);
+    const double compute = flops / c.tp / rate;
+    const double tp = layers * tp_per_layer;
+    if (compute + tp + p2p > slot) {
+      slot = compute + tp + p2p;
+      s.compute = sequences * compute;
+      s.tp_comm = sequences * tp;
+    }
+  }
+  s.pp_comm = sequences * p2p;
+  // The 1F1B schedule takes m + pp - 1 slots of a micro-batch each: a bubble of
+  // (pp - 1) / m of the ideal time (Narayanan et al. 2021, section 2.2.1).
+  s.bubble = (c.pp - 1) * b * slot;
+
+  // After the last backward, every stage all-reduces its gradients over dp in parallel;
+  // the stage with the most parameters finishes last. A distributed optimizer
+  // reduce-scatters the gradients and all-gathers the updated weights instead: half the
+  // ring's volume each (Megatron-LM distributed optimizer; ZeRO stage 1, Rajbhandari et al.
+  // 2020).
+  const BytesPerParam bpp = bytes_per_param(m.dtype);
+  const double dp_link = link(g, dp_groups_cross_nodes(c, g.per_node));
+  for (int stage : {0, c.pp - 1}) {
+    const double params = static_cast<double>(gpu_params(m, c, stage));
+    double t = 0;
+    if (m.distributed_optimizer)
+      t = 0.5 * (ring_allreduce_seconds(params * bpp.gradients, c.dp, dp_link) +
+                 ring_allreduce_seconds(params * bpp.weights, c.dp, dp_link));
+    else
+      t = ring_allreduce_seconds(params * bpp.gradients, c.dp, dp_link);
+    s.dp_comm = std::max(s.dp_comm, t);
+  }
+  // With pp > 1 the tied word embeddings live on the first and the last stage, whose
+  // gradients are all-reduced between the two (Megatron-LM, finalize_model_grads.py,
+  // _allreduce_word_embedding_grads).
+  if (c.pp > 1) {
+    const double word = static_cast<double>(padded_vocab(m, c.tp) / c.tp * m.hidden);
+    s.dp_comm += ring_allreduce_seconds(word * bpp.gradients, 2, pp_link);
+  }
+  s.flops = flops_per_step(m, c.tp);
+  return s;
+}
+
+}  // namespace ptc

@@ -1,0 +1,90 @@
+// The cost model of a parallel configuration of a transformer: memory per GPU and time per
+// training step, from published formulas (each cited where it is used, in cost_model.cc).
+// Pure: no I/O, no state; the same inputs give the same doubles.
+//
+// Memory of one GPU of pipeline stage i (the planner keeps the largest over stages):
+//   weights + gradients + Adam state = P_i x bytes per parameter (Megatron-LM's
+//     distributed-optimizer table: BF16 2 + 4 + 12, or 2 + 4 + 12/dp with a distributed
+//     optimizer; F16 2 + 2 + 16; F32 4 + 4 + 8), P_i the parameters of stage i on one TP rank;
+//   activations = layers_i x (one layer, one micro-batch: Korthikanti et al. 2022, Table 2)
+//     x micro-batches in flight (1F1B: min(pp - i, m) on stage i) + the input and output
+//     layers (Korthikanti et al. 2022, section 4.3).
+// Time of one step, m = global_batch / (dp x micro_batch) micro-batches per pipeline:
+//   (m + pp - 1) x the slowest stage's time per micro-batch (its FLOPs / (tp x peak), its
+//     tensor-parallel all-reduces, its pipeline sends): Narayanan et al. 2021's bubble
+//     (pp - 1) / m;
+//   + the data-parallel gradient all-reduce (ring: 2 (dp - 1) / dp x bytes) and the tied
+//     embeddings' gradient all-reduce between the first and last stage.
+// FLOPs per step generalise Narayanan et al. 2021 eq. 3 (96 B s l h^2 (1 + s/6h + V/16lh)
+// with full recomputation) to grouped-query attention, any ffn width and other recompute
+// modes. Communication moves at the link's bandwidth with no latency and no overlap with
+// compute; a group whose ranks lie on one node uses intra_node_gbps, else inter_node_gbps
+// (ranks placed in Megatron's order, rank = t + tp (d + dp p), per_node to a node).
+//
+// Preconditions of every function taking a ParallelConfig: a valid configuration (see
+// planner.h, validate_config): tp divides heads, query_groups, hidden and ffn; pp <= layers;
+// dp x micro_batch divides global_batch.
+#pragma once
+
+#include <cstdint>
+
+#include "ptc/model_spec.h"
+
+namespace ptc {
+
+struct ParallelConfig {
+  int tp = 1, pp = 1, dp = 1;
+  int64_t micro_batch = 1;
+  int gpus() const { return tp * pp * dp; }
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+// The vocabulary as Megatron pads it (--make-vocab-size-divisible-by 128, times tp).
+int64_t padded_vocab(const ModelSpec& m, int tp);
+// Width of the key and value projections: hidden x query_groups / heads.
+int64_t kv_width(const ModelSpec& m);
+// Parameters of one transformer layer, all TP ranks together.
+int64_t layer_params(const ModelSpec& m);
+// Parameters of the model (vocabulary padded for `tp`; output weights tied to the input).
+int64_t model_params(const ModelSpec& m, int tp = 1);
+// Layers of pipeline stage `stage`: contiguous groups, as even as possible, earlier stages
+// taking the remainder (DESIGN.md, "Checkpoint directory").
+int64_t stage_layers(int64_t layers, int pp, int stage);
+// Parameters one GPU of stage `stage` holds.
+int64_t gpu_params(const ModelSpec& m, const ParallelConfig& c, int stage);
+
+// Bytes per parameter of weights, gradients and Adam state (the state before any division
+// by dp), for mixed-precision training in `p`.
+struct BytesPerParam {
+  double weights = 0, gradients = 0, optimizer = 0;
+};
+BytesPerParam bytes_per_param(Precision p);
+
+// Activation bytes one transformer layer keeps for one micro-batch on one GPU.
+double layer_activation_bytes(const ModelSpec& m, int tp, int64_t micro_batch, Recompute r);
+
+struct MemoryEstimate {
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes per GPU
+  int stage = 0;                                                      // the stage it is for
+  double total() const { return weights + gradients + optimizer + activations; }
+};
+// One GPU of stage `stage`.
+MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int stage);
+// The stage that needs the most (the first or the last: the stages between hold no more
+// layers and no more micro-batches than the first).
+MemoryEstimate estimate_memory(const ModelSpec& m, const ParallelConfig& c);
+
+// FLOPs of one training step (the global batch), recomputation included.
+double flops_per_step(const ModelSpec& m, int tp = 1);
+
+struct StepEstimate {
+  // Seconds: the slowest stage's compute, tensor-parallel and pipeline communication over
+  // the m micro-batches, the pipeline bubble (pp - 1 more of its slots), and the gradient
+  // all-reduces after the pipeline drains.
+  double compute = 0, tp_comm = 0, pp_comm = 0, bubble = 0, dp_comm = 0;
+  double flops = 0;  // flops_per_step
+  double total() const { return compute + tp_comm + pp_comm + bubble + dp_comm; }
+};
+StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c);
+
+}  // namespace ptc

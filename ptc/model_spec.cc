@@ -1,0 +1,120 @@
+#include "ptc/model_spec.h"
+
+#include <cmath>
+
+#include "ptc/json_util.h"
+
+namespace ptc {
+
+using nlohmann::json;
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kBF16: return "BF16";
+    case Precision::kF16: return "F16";
+    case Precision::kF32: return "F32";
+  }
+  return "?";
+}
+
+namespace {
+
+// Bounds keep every parameter count within int64 (a layer's weights are below 2^45, times
+// at most 2^16 layers) and every byte count far inside a double's exact integers for any
+// model that fits on a GPU.
+constexpr int64_t kMaxLayers = int64_t{1} << 16;
+constexpr int64_t kMaxHidden = int64_t{1} << 20;
+constexpr int64_t kMaxFfn = int64_t{1} << 22;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxSeq = int64_t{1} << 24;
+constexpr int64_t kMaxBatch = int64_t{1} << 30;
+constexpr int64_t kMaxPerNode = 1024;
+
+// A finite number > 0 (JSON integers count).
+Result<double> get_positive(const json& v, const std::string& where) {
+  if (!v.is_number()) return invalid(where + ": expected a number, got " + v.dump());
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x <= 0) return invalid(where + ": must be greater than 0, got " + v.dump());
+  return x;
+}
+
+Result<int64_t> required_int(const json& j, const char* key, const std::string& where, int64_t hi) {
+  if (!j.contains(key)) return invalid(where + " lacks '" + key + "'");
+  return get_int(j[key], where + ": " + key, 1, hi);
+}
+
+Result<GpuSpec> parse_gpu(const json& g, const std::string& where) {
+  PTC_RETURN_IF_ERROR(check_members(g, {"memory_gb", "tflops", "per_node", "intra_node_gbps", "inter_node_gbps"}, where));
+  GpuSpec gpu;
+  for (const char* key : {"memory_gb", "tflops", "per_node", "intra_node_gbps", "inter_node_gbps"})
+    if (!g.contains(key)) return invalid(where + " lacks '" + key + "'");
+  PTC_ASSIGN_OR_RETURN(gpu.memory_gb, get_positive(g["memory_gb"], where + ": memory_gb"));
+  PTC_ASSIGN_OR_RETURN(gpu.tflops, get_positive(g["tflops"], where + ": tflops"));
+  PTC_ASSIGN_OR_RETURN(int64_t per_node, get_int(g["per_node"], where + ": per_node", 1, kMaxPerNode));
+  gpu.per_node = static_cast<int>(per_node);
+  PTC_ASSIGN_OR_RETURN(gpu.intra_node_gbps, get_positive(g["intra_node_gbps"], where + ": intra_node_gbps"));
+  PTC_ASSIGN_OR_RETURN(gpu.inter_node_gbps, get_positive(g["inter_node_gbps"], where + ": inter_node_gbps"));
+  return gpu;
+}
+
+}  // namespace
+
+Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
+  PTC_RETURN_IF_ERROR(check_members(j, {"layers", "hidden", "heads", "ffn", "vocab", "seq", "global_batch",
+                                        "query_groups", "dtype", "distributed_optimizer", "recompute",
+                                        "sequence_parallel", "gpu"},
+                                    where));
+  ModelSpec m;
+  PTC_ASSIGN_OR_RETURN(m.layers, required_int(j, "layers", where, kMaxLayers));
+  PTC_ASSIGN_OR_RETURN(m.hidden, required_int(j, "hidden", where, kMaxHidden));
+  PTC_ASSIGN_OR_RETURN(m.heads, required_int(j, "heads", where, kMaxHidden));
+  PTC_ASSIGN_OR_RETURN(m.ffn, required_int(j, "ffn", where, kMaxFfn));
+  PTC_ASSIGN_OR_RETURN(m.vocab, required_int(j, "vocab", where, kMaxVocab));
+  PTC_ASSIGN_OR_RETURN(m.seq, required_int(j, "seq", where, kMaxSeq));
+  PTC_ASSIGN_OR_RETURN(m.global_batch, required_int(j, "global_batch", where, kMaxBatch));
+  m.query_groups = m.heads;
+  if (j.contains("query_groups")) {
+    PTC_ASSIGN_OR_RETURN(m.query_groups, get_int(j["query_groups"], where + ": query_groups", 1, kMaxHidden));
+  }
+  if (m.hidden % m.heads != 0)
+    return invalid(where + ": hidden (" + std::to_string(m.hidden) + ") is not a multiple of heads (" +
+                   std::to_string(m.heads) + ")");
+  if (m.heads % m.query_groups != 0)
+    return invalid(where + ": heads (" + std::to_string(m.heads) + ") is not a multiple of query_groups (" +
+                   std::to_string(m.query_groups) + ")");
+  if (j.contains("dtype")) {
+    PTC_ASSIGN_OR_RETURN(std::string d, get_string(j["dtype"], where + ": dtype"));
+    if (d == "BF16") m.dtype = Precision::kBF16;
+    else if (d == "F16") m.dtype = Precision::kF16;
+    else if (d == "F32") m.dtype = Precision::kF32;
+    else return invalid(where + ": dtype '" + d + "' is not one of BF16, F16, F32");
+  }
+  PTC_ASSIGN_OR_RETURN(m.distributed_optimizer, member_bool_or(j, "distributed_optimizer", false, where));
+  PTC_ASSIGN_OR_RETURN(m.sequence_parallel, member_bool_or(j, "sequence_parallel", true, where));
+  if (j.contains("recompute")) {
+    PTC_ASSIGN_OR_RETURN(std::string r, get_string(j["recompute"], where + ": recompute"));
+    if (r == "none") m.recompute = Recompute::kNone;
+    else if (r == "selective") m.recompute = Recompute::kSelective;
+    else if (r == "full") m.recompute = Recompute::kFull;
+    else return invalid(where + ": recompute '" + r + "' is not one of none, selective, full");
+  }
+  if (!j.contains("gpu")) return invalid(where + " lacks 'gpu'");
+  PTC_ASSIGN_OR_RETURN(m.gpu, parse_gpu(j["gpu"], where + ": gpu"));
+  return m;
+}
+
+Result<ModelSpec> parse_model_json(std::string_view text, const std::string& where) {
+  PTC_ASSIGN_OR_RETURN(json j, parse_json(text, where));
+  return parse_model_spec(j, where);
+}
+
+}  // namespace ptc

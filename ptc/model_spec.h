@@ -1,0 +1,65 @@
+// MODEL.json: the transformer a parallelism plan is made for, and the GPUs it runs on
+// (DESIGN.md, Contract v2, "Planner and allocator"). Parsed strictly: every member typed and
+// bounded, unknown members refused, defaults set here and nowhere else.
+//
+//   {"layers": 24, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 51200, "seq": 2048,
+//    "global_batch": 512,
+//    "query_groups": 16, "dtype": "BF16", "distributed_optimizer": false,
+//    "recompute": "none", "sequence_parallel": true,
+//    "gpu": {"memory_gb": 80, "tflops": 312, "per_node": 8,
+//            "intra_node_gbps": 2400, "inter_node_gbps": 200}}
+//
+// The model is a GPT-style decoder as Megatron-LM builds it: learned position embeddings,
+// biases on every linear layer, two LayerNorms per layer, a non-gated MLP of width `ffn`,
+// output weights tied to the word embeddings, the vocabulary padded to a multiple of
+// 128 x tp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "ptc/status.h"
+
+namespace ptc {
+
+// Which activations the backward pass recomputes instead of keeping (Korthikanti et al.
+// 2022): nothing, the attention core (QK^T, softmax, dropout, attention over V), or each
+// whole layer from its input.
+enum class Recompute { kNone, kSelective, kFull };
+const char* recompute_name(Recompute r);
+
+// Training precision, named as ptc.json names dtypes. It sets the bytes per parameter of
+// weights, gradients and Adam state (Megatron's distributed-optimizer table) and the bytes
+// per activation element.
+enum class Precision { kBF16, kF16, kF32 };
+const char* precision_name(Precision p);
+
+struct GpuSpec {
+  double memory_gb = 0;        // usable memory per GPU, GiB (2^30 bytes)
+  double tflops = 0;           // dense peak TFLOP/s per GPU in the model's precision
+  int per_node = 0;            // GPUs per node
+  double intra_node_gbps = 0;  // link bandwidth per GPU inside a node, Gbit/s
+  double inter_node_gbps = 0;  // link bandwidth per GPU across nodes, Gbit/s
+};
+
+struct ModelSpec {
+  int64_t layers = 0, hidden = 0, heads = 0, ffn = 0, vocab = 0, seq = 0, global_batch = 0;
+  int64_t query_groups = 0;  // key/value heads (grouped-query attention); `heads` when absent
+  Precision dtype = Precision::kBF16;
+  bool distributed_optimizer = false;  // Adam state sharded over data-parallel ranks
+  Recompute recompute = Recompute::kNone;
+  bool sequence_parallel = true;       // Korthikanti et al.'s sequence parallelism alongside tp
+  GpuSpec gpu;
+};
+
+// Parses a MODEL.json document; `where` (the file name) prefixes every error, which names
+// the member at fault: "MODEL.json: unknown key 'layer' (allowed: ...)",
+// "MODEL.json: heads (24) is not a multiple of query_groups (5)".
+Result<ModelSpec> parse_model_json(std::string_view text, const std::string& where);
+// The same for a parsed object (a job's "model" in JOBS.json).
+Result<ModelSpec> parse_model_spec(const nlohmann::json& j, const std::string& where);
+
+}  // namespace ptc

@@ -1,0 +1,123 @@
+#include "ptc/planner.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <tuple>
+
+namespace ptc {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr int kMaxGpus = 1 << 20;
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / kGiB);
+  return buf;
+}
+
+// The divisors of n >= 1, ascending.
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> low, high;
+  for (int64_t d = 1; d * d <= n; ++d) {
+    if (n % d != 0) continue;
+    low.push_back(d);
+    if (d != n / d) high.push_back(n / d);
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
+
+std::string config_name(const ParallelConfig& c) {
+  return "tp=" + std::to_string(c.tp) + ",pp=" + std::to_string(c.pp) + ",dp=" + std::to_string(c.dp) +
+         ",micro_batch=" + std::to_string(c.micro_batch);
+}
+
+}  // namespace
+
+double Candidate::memory_gb() const { return memory.total() / kGiB; }
+
+double Candidate::tflops_per_gpu() const { return step.flops / (config.gpus() * step.total()) / 1e12; }
+
+Status validate_config(const ModelSpec& m, const ParallelConfig& c) {
+  const std::string name = config_name(c);
+  if (c.tp < 1 || c.pp < 1 || c.dp < 1 || c.micro_batch < 1) return invalid(name + ": every degree must be at least 1");
+  if (m.heads % c.tp != 0 || m.query_groups % c.tp != 0 || m.ffn % c.tp != 0)
+    return invalid(name + ": tp must divide heads (" + std::to_string(m.heads) + "), query_groups (" +
+                   std::to_string(m.query_groups) + ") and ffn (" + std::to_string(m.ffn) + ")");
+  if (c.tp > m.gpu.per_node)
+    return invalid(name + ": tp is more than the " + std::to_string(m.gpu.per_node) + " GPUs of a node");
+  if (c.pp > m.layers) return invalid(name + ": pp is more than the " + std::to_string(m.layers) + " layers");
+  if (m.global_batch % (int64_t{c.dp} * c.micro_batch) != 0)
+    return invalid(name + ": dp x micro_batch must divide global_batch (" + std::to_string(m.global_batch) + ")");
+  return Status::ok();
+}
+
+std::vector<ParallelConfig> valid_configs(const ModelSpec& m, int gpus) {
+  std::vector<ParallelConfig> out;
+  if (gpus < 1) return out;
+  for (int tp = 1; tp <= std::min(gpus, m.gpu.per_node); ++tp) {
+    if (gpus % tp != 0 || m.heads % tp != 0 || m.query_groups % tp != 0 || m.ffn % tp != 0) continue;
+    const int rest = gpus / tp;
+    for (int pp = 1; pp <= rest && pp <= m.layers; ++pp) {
+      if (rest % pp != 0) continue;
+      const int dp = rest / pp;
+      if (m.global_batch % dp != 0) continue;
+      for (int64_t b : divisors(m.global_batch / dp)) out.push_back({tp, pp, dp, b});
+    }
+  }
+  return out;
+}
+
+Candidate evaluate(const ModelSpec& m, const ParallelConfig& c) {
+  return {c, estimate_memory(m, c), estimate_step(m, c)};
+}
+
+bool fits(const ModelSpec& m, const MemoryEstimate& e) { return e.total() <= m.gpu.memory_gb * kGiB; }
+
+bool better(const Candidate& a, const Candidate& b) {
+  const auto key = [](const Candidate& x) {
+    return std::make_tuple(x.step.total(), x.memory.total(), x.config.tp, x.config.pp, x.config.micro_batch);
+  };
+  return key(a) < key(b);
+}
+
+Result<std::vector<Candidate>> plan_parallelism(const ModelSpec& m, int gpus) {
+  if (gpus < 1) return invalid("gpus must be at least 1, got " + std::to_string(gpus));
+  if (gpus > kMaxGpus) return invalid("gpus must be at most " + std::to_string(kMaxGpus) + ", got " + std::to_string(gpus));
+  const std::vector<ParallelConfig> configs = valid_configs(m, gpus);
+  if (configs.empty())
+    return invalid("no valid configuration of " + std::to_string(gpus) + " GPUs: tp must divide heads (" +
+                   std::to_string(m.heads) + "), query_groups (" + std::to_string(m.query_groups) + ") and ffn (" +
+                   std::to_string(m.ffn) + ") and be at most " + std::to_string(m.gpu.per_node) +
+                   " (GPUs per node), pp at most " + std::to_string(m.layers) +
+                   " (layers), and dp = gpus / (tp x pp) must divide global_batch (" + std::to_string(m.global_batch) +
+                   ")");
+  std::vector<Candidate> out;
+  Candidate smallest;  // the valid configuration that needs the least memory
+  bool any = false;
+  for (const ParallelConfig& c : configs) {
+    const MemoryEstimate mem = estimate_memory(m, c);
+    if (fits(m, mem)) {
+      out.push_back({c, mem, estimate_step(m, c)});
+    } else if (!any || mem.total() < smallest.memory.total()) {
+      smallest = {c, mem, {}};
+      any = true;
+    }
+  }
+  if (out.empty()) {
+    const MemoryEstimate& e = smallest.memory;
+    return invalid("the model (" + std::to_string(model_params(m)) + " parameters) fits on no configuration of " +
+                   std::to_string(gpus) + " GPUs of " + gib(m.gpu.memory_gb * kGiB) +
+                   ": the one that needs the least memory, " + config_name(smallest.config) + ", needs " +
+                   gib(e.total()) + " per GPU of stage " + std::to_string(e.stage) + " (weights " + gib(e.weights) +
+                   ", gradients " + gib(e.gradients) + ", optimizer " + gib(e.optimizer) + ", activations " +
+                   gib(e.activations) + "), " + gib(e.total() - m.gpu.memory_gb * kGiB) + " more than a GPU has");
+  }
+  std::sort(out.begin(), out.end(), better);
+  return out;
+}
+
+}  // namespace ptc

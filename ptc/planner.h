@@ -1,0 +1,47 @@
+// The parallelism planner: for a model and N GPUs, every valid (tp, pp, dp, micro_batch)
+// that fits in GPU memory, ranked by predicted step time (cost_model.h). Pure and
+// deterministic; `ptcfs plan` prints what it returns.
+//
+// Valid, for N GPUs:
+//   tp divides heads, query_groups and ffn (Megatron splits heads, key/value groups and the
+//      MLP's columns evenly), and tp <= gpu.per_node (a tensor-parallel group stays within
+//      a node: its all-reduces run on every layer);
+//   pp <= layers (stages take contiguous layers, earlier ones the remainder);
+//   dp = N / (tp x pp) exactly, dp divides global_batch, and micro_batch divides
+//      global_batch / dp.
+// Fits: the largest stage's memory (weights, gradients, optimizer state, activations) is at
+// most gpu.memory_gb GiB.
+#pragma once
+
+#include <vector>
+
+#include "ptc/cost_model.h"
+
+namespace ptc {
+
+struct Candidate {
+  ParallelConfig config;
+  MemoryEstimate memory;
+  StepEstimate step;
+  double memory_gb() const;       // memory.total() in GiB
+  double step_seconds() const { return step.total(); }
+  double tflops_per_gpu() const;  // step.flops / (gpus x step seconds), in TFLOP/s
+};
+
+// kInvalidArgument naming the rule `c` breaks for `m` (the rules above; N = c.gpus()).
+Status validate_config(const ModelSpec& m, const ParallelConfig& c);
+// Every valid configuration of exactly `gpus` GPUs, by tp, then pp, then micro_batch.
+std::vector<ParallelConfig> valid_configs(const ModelSpec& m, int gpus);
+Candidate evaluate(const ModelSpec& m, const ParallelConfig& c);
+bool fits(const ModelSpec& m, const MemoryEstimate& e);
+
+// The order of plan(): shorter step first; then less memory; then smaller tp, pp,
+// micro_batch. A strict total order on distinct configurations.
+bool better(const Candidate& a, const Candidate& b);
+
+// The candidates that fit, best first. kInvalidArgument when gpus < 1, when no
+// configuration is valid (naming the rules), or when none fits (naming the configuration
+// that needs the least memory, what it needs and how much more than a GPU has).
+Result<std::vector<Candidate>> plan_parallelism(const ModelSpec& m, int gpus);
+
+}  // namespace ptc

@@ -1,0 +1,272 @@
+// The cost model against hand-computed values and published formulas (each test names its
+// source).
+#include "ptc/cost_model.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+
+#include "model_fixtures.h"
+
+using namespace ptc;
+using ptc::testing::gpt;
+using ptc::testing::small_model;
+
+TEST_CASE("parameters: Narayanan et al. 2021's formula plus the final LayerNorm, for every model of their Table 1",
+          "[cost_model]") {
+  // Narayanan et al. 2021, section 5.1: P = 12 l h^2 (1 + 13/12h + (V + s)/12lh), i.e.
+  // 12 l h^2 + 13 l h + (V + s) h, with V = 51,200 and s = 2,048; Table 1 gives P in
+  // billions, rounded to 0.1.
+  struct Row {
+    double billions;
+    int64_t heads, hidden, layers;
+  };
+  const Row table1[] = {{1.7, 24, 2304, 24},     {3.6, 32, 3072, 30},     {7.5, 32, 4096, 36},
+                        {18.4, 48, 6144, 40},    {39.1, 64, 8192, 48},    {76.1, 80, 10240, 60},
+                        {145.6, 96, 12288, 80},  {310.1, 128, 16384, 96}, {529.6, 128, 20480, 105},
+                        {1008.0, 160, 25600, 128}};
+  for (const Row& r : table1) {
+    INFO("hidden " << r.hidden);
+    const ModelSpec m = gpt(r.layers, r.hidden, r.heads, 1536);
+    const int64_t l = r.layers, h = r.hidden, V = 51200, s = 2048;
+    const int64_t narayanan = 12 * l * h * h + 13 * l * h + (V + s) * h;
+    CHECK(model_params(m) == narayanan + 2 * h);
+    CHECK(std::round(static_cast<double>(model_params(m)) / 1e8) / 10 == r.billions);
+  }
+  // GPT-3 175B (96 layers, hidden 12288), by hand.
+  CHECK(model_params(gpt(96, 12288, 96, 1536)) == 174615846912);
+}
+
+TEST_CASE("the vocabulary is padded to a multiple of 128 x tp, as Megatron pads it", "[cost_model]") {
+  ModelSpec m = small_model();
+  m.vocab = 50257;
+  CHECK(padded_vocab(m, 1) == 50304);
+  CHECK(padded_vocab(m, 2) == 50432);
+  CHECK(padded_vocab(m, 8) == 51200);
+  m.vocab = 51200;
+  CHECK(padded_vocab(m, 8) == 51200);
+}
+
+TEST_CASE("stages take contiguous layers, earlier stages the remainder", "[cost_model]") {
+  CHECK(stage_layers(105, 35, 0) == 3);
+  CHECK(stage_layers(10, 4, 0) == 3);
+  CHECK(stage_layers(10, 4, 1) == 3);
+  CHECK(stage_layers(10, 4, 2) == 2);
+  CHECK(stage_layers(10, 4, 3) == 2);
+}
+
+TEST_CASE("a GPU's parameters: split weights over tp, LayerNorms and row-parallel biases on every rank, tied "
+          "embeddings on the first and last stage",
+          "[cost_model]") {
+  // GPT-3 175B, tp=8, pp=8: 12 layers per stage. Per layer 12 h^2 + 13 h, of which 6 h are
+  // on every rank: (12 h^2 + 7 h) / 8 + 6 h = 226,576,896 with h = 12,288.
+  const ModelSpec m = gpt(96, 12288, 96, 1536);
+  const ParallelConfig c{8, 8, 24, 1};
+  CHECK(layer_params(m) == 12 * 12288LL * 12288 + 13 * 12288);
+  CHECK(gpu_params(m, c, 0) == 12 * 226576896LL + 51200 / 8 * 12288 + 2048 * 12288);
+  CHECK(gpu_params(m, c, 3) == 12 * 226576896LL);
+  CHECK(gpu_params(m, c, 7) == 12 * 226576896LL + 51200 / 8 * 12288 + 2 * 12288);
+  // One stage holds everything once.
+  CHECK(gpu_params(m, {1, 1, 1, 1}, 0) == model_params(m));
+}
+
+TEST_CASE("bytes per parameter: Megatron-LM's distributed-optimizer table", "[cost_model]") {
+  // docs/source/api-guide/distrib_optimizer.md: 18 / 6 + 12/d (BF16 params, FP32 grads),
+  // 20 / 4 + 16/d (FP16), 16 / 8 + 8/d (FP32).
+  ModelSpec m = small_model();
+  const ParallelConfig c{1, 1, 4, 1};
+  const double p = static_cast<double>(gpu_params(m, c, 0));
+  const auto per_param = [&](Precision d, bool distributed) {
+    m.dtype = d;
+    m.distributed_optimizer = distributed;
+    const MemoryEstimate e = stage_memory(m, c, 0);
+    return (e.weights + e.gradients + e.optimizer) / p;
+  };
+  CHECK(per_param(Precision::kBF16, false) == 18);
+  CHECK(per_param(Precision::kBF16, true) == 6 + 12.0 / 4);
+  CHECK(per_param(Precision::kF16, false) == 20);
+  CHECK(per_param(Precision::kF16, true) == 4 + 16.0 / 4);
+  CHECK(per_param(Precision::kF32, false) == 16);
+  CHECK(per_param(Precision::kF32, true) == 8 + 8.0 / 4);
+}
+
+TEST_CASE("activations of one layer: every row of Korthikanti et al. 2022, Table 2", "[cost_model]") {
+  // s = 2048, b = 1, h = 12288, a = 96, t = 8: 5as/h = 80, sbh = 25,165,824.
+  ModelSpec m = gpt(96, 12288, 96, 1536);
+  const double sbh = 2048.0 * 12288;
+  m.sequence_parallel = false;
+  CHECK(layer_activation_bytes(m, 1, 1, Recompute::kNone) == sbh * (34 + 80));         // no parallelism
+  CHECK(layer_activation_bytes(m, 8, 1, Recompute::kNone) == sbh * (10 + 24 / 8 + 10));  // tensor parallel
+  CHECK(layer_activation_bytes(m, 8, 1, Recompute::kSelective) == sbh * (10 + 24 / 8));  // tp + selective
+  CHECK(layer_activation_bytes(m, 8, 1, Recompute::kFull) == sbh * 2);                   // full recompute
+  m.sequence_parallel = true;
+  CHECK(layer_activation_bytes(m, 8, 1, Recompute::kNone) == sbh * (34.0 / 8 + 10));  // tp + sequence parallel
+  CHECK(layer_activation_bytes(m, 8, 1, Recompute::kSelective) == sbh * 34 / 8);      // tp + sp + selective
+  CHECK(layer_activation_bytes(m, 8, 1, Recompute::kFull) == sbh * 2 / 8);
+  // Linear in the micro-batch.
+  CHECK(layer_activation_bytes(m, 8, 4, Recompute::kNone) == 4 * sbh * (34.0 / 8 + 10));
+}
+
+TEST_CASE("activations of one layer with grouped-query attention and a narrow MLP, by hand", "[cost_model]") {
+  // s = 4, b = 2, h = 8, a = 4, 2 query groups (K and V of width 4), ffn = 24, tp = 2, no
+  // sequence parallelism. sbh = 64, s b kv = 32, s b f = 192, a s^2 b = 128.
+  ModelSpec m = small_model();
+  m.seq = 4;
+  m.hidden = 8;
+  m.heads = 4;
+  m.query_groups = 2;
+  m.ffn = 24;
+  m.sequence_parallel = false;
+  // 16-bit: outside 10 x 64; inside 2 (2 x 64 + 2 x 32 + 2 x 192) = 1152; core 5 x 128.
+  CHECK(layer_activation_bytes(m, 2, 2, Recompute::kNone) == 640 + (1152 + 640) / 2);
+  // F32: outside (4 x 4 + 2) x 64 = 1152; inside 4 x 576 = 2304; core 9 x 128 = 1152.
+  m.dtype = Precision::kF32;
+  CHECK(layer_activation_bytes(m, 2, 2, Recompute::kNone) == 1152 + (2304 + 1152) / 2);
+}
+
+TEST_CASE("first-stage activations equal Megatron-LM's theoretical_memory_usage (sequence parallel, selective)",
+          "[cost_model]") {
+  // megatron/training/theoretical_memory_usage.py, compute_activation_memory:
+  //   (s b h (18 + 4 ffn/h) L + 8 s b pp + s b h pp) x min(1, m/pp) / t, plus
+  //   4 s b h (1 + V/h) / t when pp = 1.
+  // Its 8 s b pp term counts the int64 token ids, which this model leaves out.
+  ModelSpec m = gpt(96, 12288, 96, 1536);
+  m.recompute = Recompute::kSelective;
+  m.sequence_parallel = true;
+  const double s = 2048, h = 12288, ffn = 4 * h;
+  const auto megatron = [&](double L, double b, double t, double pp, double V) {
+    double a = s * b * h * (18 + 4 * ffn / h) * L + s * b * h * pp;  // token ids left out
+    if (pp == 1) a += 4 * s * b * h * (1 + V / h);
+    return a / t;
+  };
+  CHECK(stage_memory(m, {8, 8, 24, 1}, 0).activations == megatron(96, 1, 8, 8, 51200));
+  CHECK(stage_memory(m, {8, 8, 24, 1}, 0).activations == 10292822016.0);  // 409 s b h, by hand
+  CHECK(stage_memory(m, {8, 8, 12, 2}, 0).activations == megatron(96, 2, 8, 8, 51200));
+  CHECK(stage_memory(m, {8, 4, 48, 1}, 0).activations == megatron(96, 1, 8, 4, 51200));
+  m.layers = 8;  // one stage: the formula's output-layer term applies
+  CHECK(stage_memory(m, {8, 1, 1, 1}, 0).activations == megatron(8, 1, 8, 1, 51200));
+}
+
+TEST_CASE("memory of a small configuration, by hand: weights, gradients, Adam state, activations per stage",
+          "[cost_model]") {
+  // small_model: 4 layers, h = 64, a = 4, ffn = 256, V = 256, s = 32, B = 8, BF16, no
+  // recompute, sequence parallel. tp=2, pp=2, dp=2, b=1: m = 4 micro-batches.
+  // Per layer per GPU: (49,984 - 384) / 2 + 384 = 25,184 parameters.
+  // Stage 0: 2 layers + word (256 / 2 x 64) + position (32 x 64) = 60,608.
+  // Stage 1: 2 layers + final LayerNorm (128) + tied word embeddings = 58,688.
+  // One layer's activations (b = 1, t = 2, sp): 10 x 2048 / 2 + (2 (4096 + 4096 + 16384) +
+  // 5 x 4 x 32 x 32) / 2 = 45,056 bytes.
+  const ModelSpec m = small_model();
+  const ParallelConfig c{2, 2, 2, 1};
+  CHECK(layer_params(m) == 49984);
+  CHECK(gpu_params(m, c, 0) == 60608);
+  CHECK(gpu_params(m, c, 1) == 58688);
+  CHECK(layer_activation_bytes(m, 2, 1, Recompute::kNone) == 45056);
+
+  const MemoryEstimate first = stage_memory(m, c, 0);
+  CHECK(first.weights == 60608 * 2);
+  CHECK(first.gradients == 60608 * 4);
+  CHECK(first.optimizer == 60608 * 12);
+  // 2 micro-batches in flight x 2 layers + the embedding's dropout mask (s b h / t each).
+  CHECK(first.activations == 2 * 2 * 45056 + 2 * 2048 / 2);
+  const MemoryEstimate last = stage_memory(m, c, 1);
+  // 1 micro-batch in flight + final LayerNorm and output layer inputs (2 x 2 s b h / t) +
+  // FP32 logits (4 s b V / t).
+  CHECK(last.activations == 2 * 45056 + 2 * 2 * 2048 / 2 + 4 * 32 * 256 / 2);
+  CHECK(last.total() == 58688 * 18 + 110592);
+
+  const MemoryEstimate worst = estimate_memory(m, c);
+  CHECK(worst.stage == 0);
+  CHECK(worst.total() == 1273216);
+
+  // Fewer micro-batches than stages: only that many are in flight.
+  ModelSpec few = m;
+  few.global_batch = 2;
+  CHECK(stage_memory(few, {2, 2, 2, 1}, 0).activations == 1 * 2 * 45056 + 1 * 2048 / 2);
+  // Full recomputation keeps each layer's input and rebuilds one layer at a time.
+  ModelSpec full = m;
+  full.recompute = Recompute::kFull;
+  CHECK(stage_memory(full, c, 0).activations == 2 * 2 * (2 * 2048 / 2) + 45056 + 2 * 2048 / 2);
+}
+
+TEST_CASE("FLOPs per step: Narayanan et al. 2021, eq. 3, and its form without recomputation", "[cost_model]") {
+  // 96 B s l h^2 (1 + s/6h + V/16lh) with full recomputation: 96 B s l h^2 + 16 B s^2 l h +
+  // 6 B s h V exactly. Without it the layers run three passes, not four:
+  // 72 B s l h^2 + 12 B s^2 l h + 6 B s h V.
+  ModelSpec m = small_model();  // l = 4, h = 64, s = 32, V = 256, B = 8
+  const int64_t B = 8, s = 32, l = 4, h = 64, V = 256;
+  m.recompute = Recompute::kFull;
+  CHECK(flops_per_step(m) == static_cast<double>(96 * B * s * l * h * h + 16 * B * s * s * l * h + 6 * B * s * h * V));
+  m.recompute = Recompute::kNone;
+  CHECK(flops_per_step(m) == static_cast<double>(72 * B * s * l * h * h + 12 * B * s * s * l * h + 6 * B * s * h * V));
+  // Selective recomputation repeats Q K^T and attention over V: 4 B s^2 h per layer.
+  m.recompute = Recompute::kSelective;
+  CHECK(flops_per_step(m) == static_cast<double>(72 * B * s * l * h * h + 16 * B * s * s * l * h + 6 * B * s * h * V));
+
+  // GPT-3 175B, B = 1536, in the paper's own form.
+  ModelSpec big = gpt(96, 12288, 96, 1536);
+  big.recompute = Recompute::kFull;
+  const double Bd = 1536, sd = 2048, ld = 96, hd = 12288, Vd = 51200;
+  CHECK(flops_per_step(big) ==
+        Approx(96 * Bd * sd * ld * hd * hd * (1 + sd / (6 * hd) + Vd / (16 * ld * hd))).epsilon(1e-12));
+}
+
+TEST_CASE("step time of a small configuration, by hand", "[cost_model]") {
+  // small_model on 8 GPUs, 4 per node, 1 TFLOP/s, 8 Gbit/s inside a node, 0.8 across:
+  // tp=2, pp=2, dp=2, b=1. Per sequence:
+  //   one layer: forward 2 s h (h + 2 kv) + 4 s^2 h + 2 s h^2 + 4 s h f = 3,407,872 FLOPs,
+  //     training 3x = 10,223,616; logits 6 s h V = 3,145,728 (V padded to 256).
+  //   last stage (the slower): (2 x 10,223,616 + 3,145,728) / 2 / 1e12 = 1.179648e-5 s.
+  //   tp all-reduce of s h x 2 bytes = 4096 B over 2 ranks: 4096 B / 1e9 B/s; 4 per layer,
+  //     2 layers: 3.2768e-5 s.
+  //   pp: the job spans two nodes: 2 x 4096 / 2 B / 1e8 B/s = 4.096e-5 s.
+  //   slot: 8.552448e-5 s. Sequences per pipeline B / dp = 4.
+  // dp: each DP pair is inside a node; stage 0 has the most parameters (60,608): 4-byte
+  //   gradients, ring over 2: 242,432 B / 1e9 B/s. Tied embeddings (8192 parameters),
+  //   first to last stage across nodes: 32,768 B / 1e8 B/s.
+  ModelSpec m = small_model();
+  m.gpu.tflops = 1;
+  m.gpu.per_node = 4;
+  m.gpu.intra_node_gbps = 8;
+  m.gpu.inter_node_gbps = 0.8;
+  const StepEstimate s = estimate_step(m, {2, 2, 2, 1});
+  CHECK(s.compute == Approx(4 * 1.179648e-5).epsilon(1e-12));
+  CHECK(s.tp_comm == Approx(4 * 3.2768e-5).epsilon(1e-12));
+  CHECK(s.pp_comm == Approx(4 * 4.096e-5).epsilon(1e-12));
+  CHECK(s.bubble == Approx(8.552448e-5).epsilon(1e-12));
+  CHECK(s.dp_comm == Approx(2.42432e-4 + 3.2768e-4).epsilon(1e-12));
+  CHECK(s.flops == flops_per_step(m, 2));
+
+  // On one node of 8 the pipeline sends and the embedding sync stay inside it.
+  m.gpu.per_node = 8;
+  const StepEstimate one_node = estimate_step(m, {2, 2, 2, 1});
+  CHECK(one_node.pp_comm == Approx(4 * 4.096e-6).epsilon(1e-12));
+  CHECK(one_node.dp_comm == Approx(2.42432e-4 + 3.2768e-5).epsilon(1e-12));
+
+  // With 2 GPUs per node each DP pair (ranks t, t + 2) spans two nodes.
+  m.gpu.per_node = 2;
+  CHECK(estimate_step(m, {2, 2, 2, 1}).dp_comm == Approx(2.42432e-3 + 3.2768e-4).epsilon(1e-12));
+
+  // Doubling the micro-batch halves the micro-batches and doubles the slot: same compute,
+  // twice the bubble.
+  m.gpu.per_node = 4;
+  const StepEstimate b2 = estimate_step(m, {2, 2, 2, 2});
+  CHECK(b2.compute == s.compute);
+  CHECK(b2.bubble == Approx(2 * 8.552448e-5).epsilon(1e-12));
+}
+
+TEST_CASE("a distributed optimizer reduce-scatters gradients and all-gathers weights", "[cost_model]") {
+  // tp=1, pp=1, dp=4 on one node of 4 at 8 Gbit/s: P = 49,984 x 4 + 256 x 64 + 32 x 64 +
+  // 128 = 218,496 parameters. All-reduce: 2 x 3/4 x 4P B; reduce-scatter + all-gather:
+  // 3/4 x (4P + 2P) B.
+  ModelSpec m = small_model();
+  m.gpu.per_node = 4;
+  m.gpu.intra_node_gbps = 8;
+  const double P = 218496;
+  CHECK(gpu_params(m, {1, 1, 4, 1}, 0) == 218496);
+  CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(2 * 0.75 * 4 * P / 1e9).epsilon(1e-12));
+  m.distributed_optimizer = true;
+  CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(0.75 * 6 * P / 1e9).epsilon(1e-12));
+  CHECK(stage_memory(m, {1, 1, 4, 1}, 0).optimizer == P * 12 / 4);
+}

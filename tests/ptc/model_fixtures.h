@@ -1,0 +1,42 @@
+// Models for the planner's tests, built directly (not through MODEL.json).
+#pragma once
+
+#include <cstdint>
+
+#include "ptc/model_spec.h"
+
+namespace ptc::testing {
+
+// A GPT of Narayanan et al. 2021, Table 1 (ffn = 4h, V = 51,200, s = 2,048) on their
+// cluster: A100 80 GB, 312 TFLOP/s dense BF16, 8 per node on NVSwitch (300 GB/s = 2,400
+// Gbit/s per GPU and direction), 8 HDR InfiniBand cards of 200 Gbit/s per node.
+inline ModelSpec gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t global_batch) {
+  ModelSpec m;
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.query_groups = heads;
+  m.ffn = 4 * hidden;
+  m.vocab = 51200;
+  m.seq = 2048;
+  m.global_batch = global_batch;
+  m.gpu = {80, 312, 8, 2400, 200};
+  return m;
+}
+
+// 4 layers, h = 64, 4 heads, ffn = 256, V = 256, s = 32, B = 8; 16 GiB GPUs, 4 per node.
+inline ModelSpec small_model() {
+  ModelSpec m;
+  m.layers = 4;
+  m.hidden = 64;
+  m.heads = 4;
+  m.query_groups = 4;
+  m.ffn = 256;
+  m.vocab = 256;
+  m.seq = 32;
+  m.global_batch = 8;
+  m.gpu = {16, 100, 4, 800, 100};
+  return m;
+}
+
+}  // namespace ptc::testing

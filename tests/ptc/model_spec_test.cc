@@ -1,0 +1,111 @@
+#include "ptc/model_spec.h"
+
+#include <catch2/catch.hpp>
+
+#include <initializer_list>
+#include <string>
+
+using namespace ptc;
+
+namespace {
+
+const std::string kFile = "MODEL.json";
+
+// GPT-3 175B on A100 nodes, every optional member given.
+const std::string kFull = R"({
+  "layers": 96, "hidden": 12288, "heads": 96, "ffn": 49152, "vocab": 51200, "seq": 2048,
+  "global_batch": 1536, "query_groups": 8, "dtype": "F16", "distributed_optimizer": true,
+  "recompute": "selective", "sequence_parallel": false,
+  "gpu": {"memory_gb": 80, "tflops": 312.5, "per_node": 8, "intra_node_gbps": 2400, "inter_node_gbps": 200}
+})";
+
+// kFull's required members only, with `extra` spliced into the top-level object.
+std::string minimal(const std::string& extra = "", const std::string& gpu_extra = "") {
+  return R"({"layers": 4, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8,)" + extra +
+         R"( "gpu": {"memory_gb": 16, "tflops": 100, "per_node": 4, "intra_node_gbps": 800, "inter_node_gbps": 100)" +
+         gpu_extra + "}}";
+}
+
+void expect_invalid(const std::string& text, std::initializer_list<std::string> needles) {
+  INFO("document: " << text);
+  auto r = parse_model_json(text, kFile);
+  REQUIRE_FALSE(r.is_ok());
+  INFO("message: " << r.status().message());
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  CHECK_THAT(r.status().message(), Catch::StartsWith(kFile));
+  for (const auto& n : needles) CHECK_THAT(r.status().message(), Catch::Contains(n));
+}
+
+}  // namespace
+
+TEST_CASE("MODEL.json with every member is read as written", "[model_spec]") {
+  auto r = parse_model_json(kFull, kFile);
+  REQUIRE(r.is_ok());
+  const ModelSpec& m = *r;
+  CHECK(m.layers == 96);
+  CHECK(m.hidden == 12288);
+  CHECK(m.heads == 96);
+  CHECK(m.ffn == 49152);
+  CHECK(m.vocab == 51200);
+  CHECK(m.seq == 2048);
+  CHECK(m.global_batch == 1536);
+  CHECK(m.query_groups == 8);
+  CHECK(m.dtype == Precision::kF16);
+  CHECK(m.distributed_optimizer);
+  CHECK(m.recompute == Recompute::kSelective);
+  CHECK_FALSE(m.sequence_parallel);
+  CHECK(m.gpu.memory_gb == 80);
+  CHECK(m.gpu.tflops == 312.5);
+  CHECK(m.gpu.per_node == 8);
+  CHECK(m.gpu.intra_node_gbps == 2400);
+  CHECK(m.gpu.inter_node_gbps == 200);
+}
+
+TEST_CASE("MODEL.json defaults: query_groups = heads, BF16, no distributed optimizer, no recompute, sequence parallel",
+          "[model_spec]") {
+  auto r = parse_model_json(minimal(), kFile);
+  REQUIRE(r.is_ok());
+  CHECK(r->query_groups == 4);
+  CHECK(r->dtype == Precision::kBF16);
+  CHECK_FALSE(r->distributed_optimizer);
+  CHECK(r->recompute == Recompute::kNone);
+  CHECK(r->sequence_parallel);
+}
+
+TEST_CASE("MODEL.json: unknown keys are refused, naming the key", "[model_spec]") {
+  expect_invalid(minimal(R"( "layer": 4,)"), {"unknown key 'layer'", "allowed: layers"});
+  expect_invalid(minimal("", R"(, "mem_gb": 4)"), {"gpu: unknown key 'mem_gb'"});
+}
+
+TEST_CASE("MODEL.json: missing members are named", "[model_spec]") {
+  expect_invalid(R"({"hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8, "gpu": {}})",
+                 {"lacks 'layers'"});
+  expect_invalid(R"({"layers": 4, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8})",
+                 {"lacks 'gpu'"});
+  expect_invalid(R"({"layers": 4, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8,
+                     "gpu": {"memory_gb": 16, "tflops": 100, "per_node": 4, "intra_node_gbps": 800}})",
+                 {"gpu lacks 'inter_node_gbps'"});
+}
+
+TEST_CASE("MODEL.json: values of the wrong type or range are refused, naming the member", "[model_spec]") {
+  expect_invalid(R"({"layers": 0, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8, "gpu": {}})",
+                 {"layers: 0 is outside [1, 65536]"});
+  expect_invalid(R"({"layers": 2.5, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8, "gpu": {}})",
+                 {"layers: expected an integer, got 2.5"});
+  expect_invalid(minimal(R"( "dtype": "FP8",)"), {"dtype 'FP8' is not one of BF16, F16, F32"});
+  expect_invalid(minimal(R"( "recompute": "some",)"), {"recompute 'some' is not one of none, selective, full"});
+  expect_invalid(minimal(R"( "distributed_optimizer": 1,)"), {"field 'distributed_optimizer' must be true or false"});
+  expect_invalid(minimal(R"( "query_groups": 3,)"), {"heads (4) is not a multiple of query_groups (3)"});
+  expect_invalid(minimal("", R"(, "tflops": 0)"), {"duplicate key 'tflops'"});
+  expect_invalid(R"({"layers": 4, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8,
+                     "gpu": {"memory_gb": -1, "tflops": 100, "per_node": 4, "intra_node_gbps": 800, "inter_node_gbps": 100}})",
+                 {"gpu: memory_gb: must be greater than 0, got -1"});
+  expect_invalid(R"({"layers": 4, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8,
+                     "gpu": {"memory_gb": 16, "tflops": "fast", "per_node": 4, "intra_node_gbps": 800, "inter_node_gbps": 100}})",
+                 {"gpu: tflops: expected a number, got \"fast\""});
+  expect_invalid(R"({"layers": 4, "hidden": 66, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8,
+                     "gpu": {"memory_gb": 16, "tflops": 100, "per_node": 4, "intra_node_gbps": 800, "inter_node_gbps": 100}})",
+                 {"hidden (66) is not a multiple of heads (4)"});
+  expect_invalid("[1, 2]", {"expected a JSON object"});
+  expect_invalid("{", {"not valid JSON"});
+}
