@@ -124,8 +124,34 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
   return 0;
 }
 
-int cmd_repartition(const Globals& g, const std::string& job, const std::string& step, const std::string& to,
+// --to, or the planner's best for --gpus N and --model MODEL.json (printed, or in the JSON
+// result as "planned").
+struct Target {
+  std::string to, model;
+  int gpus = 0;
+};
+
+int cmd_repartition(const Globals& g, const std::string& job, const std::string& step, const Target& target,
                     bool dry_run, const std::vector<std::string>& nodes) {
+  std::string to = target.to;
+  json planned;
+  if (!target.model.empty() || target.gpus > 0) {
+    if (!to.empty()) return fail(ptc::invalid("give --to, or --gpus and --model, not both"));
+    if (target.model.empty() || target.gpus <= 0)
+      return fail(ptc::invalid("--gpus N and --model MODEL.json go together (the planner picks the configuration)"));
+    auto best = ptcfs::cli::best_plan(target.model, target.gpus);
+    if (!best) return fail(best.status());
+    const auto& c = best->config;
+    to = fmt::format("tp={},pp={},dp={}", c.tp, c.pp, c.dp);
+    planned = {{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}, {"micro_batch", c.micro_batch},
+               {"memory_gb", best->memory_gb()}, {"step_seconds", best->step_seconds()},
+               {"tflops_per_gpu", best->tflops_per_gpu()}};
+    if (!g.json)
+      fmt::print("the planner's best for {} GPUs: {} (micro-batch {}, {:.2f} GiB per GPU, {:.4g} s per step)\n",
+                 target.gpus, to, c.micro_batch, best->memory_gb(), best->step_seconds());
+  } else if (to.empty()) {
+    return fail(ptc::invalid("give the new configuration: --to tp=T,pp=P,dp=D, or --gpus N --model MODEL.json"));
+  }
   ptcfs::cli::ProgressLine line("repartition " + job + "/" + step);
   json req = {{"op", "repartition"}, {"job", job}, {"step", step}, {"to", to}, {"dry_run", dry_run}};
   add_nodes(req, nodes);
@@ -136,7 +162,10 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
                 });
   line.finish();
   if (!r) return fail(r.status());
-  if (g.json) return print_json(*r);
+  if (g.json) {
+    if (!planned.is_null()) (*r)["planned"] = planned;
+    return print_json(*r);
+  }
   const json& j = *r;
   auto par = [](const json& p) {
     return "tp=" + std::to_string(p["tp"].get<int>()) + ",pp=" + std::to_string(p["pp"].get<int>()) +
@@ -205,12 +234,14 @@ int main(int argc, char** argv) {
   ls->add_option("PATH", path, "JOB or JOB/STEP");
   ls->add_flag("--json", g.json, "Print the result as JSON");
 
-  std::string to;
+  Target target;
   bool dry_run = false;
   auto* rep = app.add_subcommand("repartition", "Re-split a step for a new parallel configuration");
   rep->add_option("--job", job, "Job name")->required();
   rep->add_option("--step", step, "Step name")->required();
-  rep->add_option("--to", to, "New configuration, e.g. tp=2,pp=4,dp=1")->required();
+  rep->add_option("--to", target.to, "New configuration, e.g. tp=2,pp=4,dp=1");
+  rep->add_option("--gpus", target.gpus, "Instead of --to: the planner's best configuration for N GPUs (with --model)");
+  rep->add_option("--model", target.model, "MODEL.json for --gpus (docs/PLANNER.md)");
   rep->add_flag("--dry-run", dry_run, "Print the plan summary without changing anything");
   rep->add_option("--nodes", nodes,
                   "In a cluster: the node ids to place the new ranks on, in order (default: every node); leave out "
@@ -248,7 +279,7 @@ int main(int argc, char** argv) {
   if (ls->parsed()) return cmd_ls(g, path);
   if (rm->parsed()) return cmd_rm(g, path);
   if (status->parsed()) return cmd_status(g);
-  if (rep->parsed()) return cmd_repartition(g, job, step, to, dry_run, nodes);
+  if (rep->parsed()) return cmd_repartition(g, job, step, target, dry_run, nodes);
   if (plan->parsed()) return ptcfs::cli::run_plan(plan_args, g);
   if (allocate->parsed()) return ptcfs::cli::run_allocate(allocate_args, g);
   if (dataset->parsed()) return ptcfs::cli::run_dataset_command(*dataset, ds, g);

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/client.h"
+#include "ptc/planner.h"
 
 namespace ptcfs::cli {
 
@@ -22,5 +23,9 @@ struct PlanArgs {
 
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& a, Globals& g);
 int run_plan(const PlanArgs& a, const Globals& g);
+
+// The planner's best configuration of MODEL.json on `gpus` GPUs (`repartition --gpus N
+// --model MODEL.json`); the errors of `ptcfs plan`.
+ptc::Result<ptc::Candidate> best_plan(const std::string& model_file, int gpus);
 
 }  // namespace ptcfs::cli

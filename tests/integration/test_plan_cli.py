@@ -173,6 +173,33 @@ def test_plan_from_a_step_adds_the_bytes_each_repartition_would_move(tmp_path):
         assert_error(r, "--from 'j' is not JOB/STEP")
 
 
+def test_repartition_takes_the_planners_best_configuration(daemon, tmp_path):
+    """`repartition --gpus N --model MODEL.json` applies the first candidate of `plan`; a dry run shows it
+    without changing the step, and --to with --gpus is refused."""
+    ck = Checkpoint(str(tmp_path / "ck"), tp=2, pp=2, layers=4, hidden=256, vocab=1000)
+    m = {"layers": 4, "hidden": 256, "heads": 4, "ffn": 1024, "vocab": 1000, "seq": 128, "global_batch": 8,
+         "gpu": {"memory_gb": 1000, "tflops": 100, "per_node": 4, "intra_node_gbps": 800, "inter_node_gbps": 100}}
+    model = write(tmp_path, "m.json", m)
+    daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    best = plan_json(model, 8)[0]
+    want = {"tp": best["tp"], "pp": best["pp"], "dp": best["dp"]}
+    dry = daemon.cli_json("repartition", "--job", "j", "--step", "1", "--gpus", 8, "--model", model, "--dry-run",
+                          "--json")
+    assert dry["to"] == want and dry["dry_run"] and dry["planned"] == best, dry
+    assert daemon.cli_json("ls", "j/1", "--json")["version"] == 1
+    out = daemon.cli("repartition", "--job", "j", "--step", "1", "--gpus", 8, "--model", model).stdout
+    to = f"tp={best['tp']},pp={best['pp']},dp={best['dp']}"
+    assert out.splitlines()[0].startswith(f"the planner's best for 8 GPUs: {to} (micro-batch {best['micro_batch']}"), out
+    info = daemon.cli_json("ls", "j/1", "--json")
+    assert info["version"] == 2 and info["parallelism"] == want, info
+    r = daemon.cli("repartition", "--job", "j", "--step", "1", "--gpus", 8, "--model", model, "--to", to, check=False)
+    assert_error(r, "not both")
+    r = daemon.cli("repartition", "--job", "j", "--step", "1", "--gpus", 8, check=False)
+    assert_error(r, "--gpus N and --model MODEL.json go together")
+    r = daemon.cli("repartition", "--job", "j", "--step", "1", check=False)
+    assert_error(r, "--to tp=T,pp=P,dp=D, or --gpus N --model MODEL.json")
+
+
 # ---------------------------------------------------------------------------------------
 # ptcfs allocate
 
