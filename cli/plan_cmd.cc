@@ -25,6 +25,9 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a, Globals& g) {
   plan->add_option("--from", a.from,
                    "JOB/STEP: add, per candidate, the bytes a repartition of that step into its tp, pp, dp would "
                    "move between nodes (a dry run on the daemon)");
+  plan->add_option("--horizon-steps", a.horizon,
+                   "With --from: rank by step time plus the move's time spread over this many steps (the move at "
+                   "one node's inter-node bandwidth: bytes x 8 / (inter_node_gbps x per_node))");
   plan->add_flag("--json", g.json, "Print the candidates as a JSON list, best first");
   return plan;
 }
@@ -97,22 +100,47 @@ int run_plan(const PlanArgs& a, const Globals& g) {
     m.gpu.per_node = a.gpus_per_node;
   }
   if (a.top < -1) return fail(ptc::invalid("--top must be at least 0"));
+  if (a.horizon < 0) return fail(ptc::invalid("--horizon-steps must be at least 0"));
+  if (a.horizon > 0 && a.from.empty()) return fail(ptc::invalid("--horizon-steps needs --from JOB/STEP"));
   auto plan = ptc::plan_parallelism(m, a.gpus);
   if (!plan) return fail(plan.status().with_context(a.model_file));
-  const std::vector<ptc::Candidate>& all = *plan;
+  std::vector<ptc::Candidate> all = *plan;
   size_t keep = all.size();
   if (a.top > 0) keep = std::min(keep, static_cast<size_t>(a.top));
   if (a.top == -1 && !g.json) keep = std::min<size_t>(keep, 10);
-  const std::vector<ptc::Candidate> shown(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep));
 
+  // With a horizon every candidate's move counts in its rank, so all are asked about.
   std::vector<uint64_t> moved;
-  if (!a.from.empty()) {
+  std::vector<double> move_s;
+  if (a.horizon > 0) {
+    auto r = bytes_moved(g, a.from, all);
+    if (!r) return fail(r.status());
+    const double node_bytes_per_s = m.gpu.inter_node_gbps * 1e9 / 8 * m.gpu.per_node;
+    std::vector<size_t> order(all.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    auto score = [&](size_t i) { return all[i].step_seconds() + (*r)[i] / node_bytes_per_s / a.horizon; };
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return score(x) < score(y); });
+    std::vector<ptc::Candidate> ranked;
+    for (size_t i : order) {
+      ranked.push_back(all[i]);
+      moved.push_back((*r)[i]);
+      move_s.push_back((*r)[i] / node_bytes_per_s);
+    }
+    all = std::move(ranked);
+    moved.resize(keep);
+    move_s.resize(keep);
+  }
+  const std::vector<ptc::Candidate> shown(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep));
+  if (!a.from.empty() && a.horizon == 0) {
     auto r = bytes_moved(g, a.from, shown);
     if (!r) return fail(r.status());
     moved = std::move(*r);
   }
   if (!g.json) {
     print_table(a, m, ptc::valid_configs(m, a.gpus).size(), all, shown, moved);
+    if (a.horizon > 0)
+      fmt::print("(ranked by step time + the move's time / {} steps, the move at one node's links, {:g} Gbit/s)\n",
+                 a.horizon, m.gpu.inter_node_gbps * m.gpu.per_node);
     return 0;
   }
   json out = json::array();
@@ -126,6 +154,10 @@ int run_plan(const PlanArgs& a, const Globals& g) {
               {"step_seconds", c.step_seconds()},
               {"tflops_per_gpu", c.tflops_per_gpu()}};
     if (!moved.empty()) j["bytes_moved"] = moved[i];
+    if (!move_s.empty()) {
+      j["move_seconds"] = move_s[i];
+      j["score_seconds"] = c.step_seconds() + move_s[i] / static_cast<double>(a.horizon);
+    }
     out.push_back(std::move(j));
   }
   return print_json(out);

@@ -173,6 +173,38 @@ def test_plan_from_a_step_adds_the_bytes_each_repartition_would_move(tmp_path):
         assert_error(r, "--from 'j' is not JOB/STEP")
 
 
+def test_plan_with_a_horizon_ranks_by_step_time_plus_the_moves_time(tmp_path):
+    """--horizon-steps H: score = step + bytes_moved x 8 / (inter_node_gbps x 1e9 x per_node) / H, best
+    first; over a slow network and a short horizon, staying put (nothing to move) wins; over a long one
+    the order is plan's own."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=2, layers=4, hidden=256, vocab=1000)
+    m = {"layers": 4, "hidden": 256, "heads": 4, "ffn": 1024, "vocab": 1000, "seq": 128, "global_batch": 8,
+         "gpu": {"memory_gb": 1000, "tflops": 100, "per_node": 2, "intra_node_gbps": 800, "inter_node_gbps": 0.001}}
+    model = write(tmp_path, "m.json", m)
+    with Cluster(os.path.join(root, "cluster"), 2, gpus=2) as c:
+        c[0].cli_json("import", ck.path, "--job", "j", "--step", "1", "--json")
+        ranked = json.loads(c[0].cli("plan", "--model", model, "--gpus", 4, "--from", "j/1", "--horizon-steps", 1,
+                                     "--json").stdout)
+        bw = 0.001 * 1e9 / 8 * 2
+        for cand in ranked:
+            assert cand["move_seconds"] == pytest.approx(cand["bytes_moved"] / bw, rel=1e-12)
+            assert cand["score_seconds"] == pytest.approx(cand["step_seconds"] + cand["move_seconds"], rel=1e-12)
+        scores = [x["score_seconds"] for x in ranked]
+        assert scores == sorted(scores)
+        assert (ranked[0]["tp"], ranked[0]["pp"], ranked[0]["dp"]) == (2, 2, 1) and ranked[0]["bytes_moved"] == 0
+        plain = plan_json(model, 4)
+        assert {(x["tp"], x["pp"], x["dp"], x["micro_batch"]) for x in ranked} == \
+            {(x["tp"], x["pp"], x["dp"], x["micro_batch"]) for x in plain}
+        far = json.loads(c[0].cli("plan", "--model", model, "--gpus", 4, "--from", "j/1", "--horizon-steps",
+                                  10 ** 15, "--json").stdout)
+        assert [(x["tp"], x["pp"], x["dp"], x["micro_batch"]) for x in far] == \
+            [(x["tp"], x["pp"], x["dp"], x["micro_batch"]) for x in plain]
+        r = c[0].cli("plan", "--model", model, "--gpus", 4, "--horizon-steps", 5, check=False)
+        assert_error(r, "--horizon-steps needs --from JOB/STEP")
+
+
 def test_repartition_takes_the_planners_best_configuration(daemon, tmp_path):
     """`repartition --gpus N --model MODEL.json` applies the first candidate of `plan`; a dry run shows it
     without changing the step, and --to with --gpus is refused."""
