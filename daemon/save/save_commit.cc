@@ -1,0 +1,169 @@
+// Committing a pending step (daemon/save/save_service.h): the version it becomes, committed
+// here on one node, or as this node's part of a cluster's two-phase commit.
+#include <ctime>
+#include <map>
+
+#include "daemon/reshard/rank_file.h"
+#include "daemon/save/save_service.h"
+#include "daemon/store/checksum.h"
+#include "daemon/store/prepared.h"
+#include "ptc/log.h"
+
+namespace ptcfs {
+
+// The version a pending step becomes: every held shard's slices as extents of its files'
+// blobs (padding zeroed in place), the blobs synced, every slice hashed. Marks the step as
+// committing (no more writes); on error the step is marked failed.
+ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<PendingStep>& s, StepPlacement placement) {
+  std::vector<std::shared_ptr<PendingFile>> files;
+  ptc::Layout layout;
+  {
+    std::lock_guard lock(s->mu);
+    if (!s->part_complete()) return ptc::error(ptc::Code::kFailedPrecondition, s->name() + " is not complete here");
+    s->committing = true;  // no more writes, creates or removals
+    layout = *s->layout;
+    for (const auto& [rel, f] : s->files) files.push_back(f);
+  }
+  const std::string name = s->name();
+  auto fail = [&](const ptc::Status& st) -> ptc::Status {
+    std::lock_guard lock(s->mu);
+    s->failure = "the commit failed: " + st.message();
+    s->committing = false;
+    return st;
+  };
+  auto padding = layout_padding(layout);
+  if (!padding) return fail(padding.status());
+
+  std::vector<std::vector<StoredSlice>> stored(layout.shards().size());
+  PreparedChange change;
+  std::map<std::string, const PendingFile*> by_rel;
+  for (const auto& f : files) by_rel[f->rel] = f.get();
+  for (size_t si = 0; si < layout.shards().size(); ++si) {
+    if (!placement.holds(si)) continue;
+    const auto& shard = layout.shards()[si];
+    const auto& slices = layout.slices(shard);
+    const auto whole_it = by_rel.find(shard.name() + ".safetensors");
+    const PendingFile* whole = whole_it == by_rel.end() ? nullptr : whole_it->second;
+    for (size_t j = 0; j < slices.size(); ++j) {
+      const PendingFile* f = whole ? whole : by_rel.at(shard.name() + "/" + layout.tensor(slices[j]).name + ".npy");
+      uint64_t off = 0, len = 0;
+      if (whole) {
+        const auto& e = whole->header.entries[whole->entry_of_slice[j]];
+        off = whole->header.data_start + e.begin;
+        len = e.end - e.begin;
+      } else {
+        off = f->npy.data_start;
+        len = f->npy.data_bytes;
+      }
+      static const std::vector<char> zeros(1 << 20, 0);
+      for (const auto& [poff, plen] : (*padding)[si][j])
+        for (uint64_t done = 0; done < plen;) {
+          const uint64_t n = std::min<uint64_t>(plen - done, zeros.size());
+          if (auto st = f->blob->write_at(off + poff + done, zeros.data(), n); !st) return fail(st);
+          done += n;
+        }
+      stored[si].push_back(StoredSlice{{Extent{f->blob->id(), off, len, 0}}, std::nullopt, 1});
+    }
+  }
+  for (const auto& f : files) {
+    if (!f->blob) continue;
+    if (auto st = f->blob->finish(); !st) return fail(st);
+    change.blobs.push_back(f->blob->id());
+  }
+  // Checksums, as import computes them, from the synced blobs' mappings.
+  for (auto& shard : stored)
+    for (auto& sl : shard) {
+      const Extent& x = sl.extents.front();
+      auto b = store_.blobs().file(x.blob);
+      if (!b || !(*b)->data() || x.offset + x.len > (*b)->mapped_size())
+        return fail(b ? ptc::corrupt("blob of " + name + " is shorter than written") : b.status());
+      sl.xxh3 = xxh3_of((*b)->data() + x.offset, x.len);
+    }
+  change.next = std::make_shared<StepVersion>(s->job, s->step, 1, static_cast<int64_t>(::time(nullptr)), layout,
+                                              std::move(stored), &store_.blobs(), std::move(placement), store_.remote());
+  return change;
+}
+
+void SaveService::forget(const std::string& job, const std::string& step) {
+  {
+    std::lock_guard lock(mu_);
+    steps_.erase({job, step});
+  }
+  changed();
+}
+
+void SaveService::commit(const std::shared_ptr<PendingStep>& s) {
+  {
+    std::lock_guard lock(s->mu);
+    if (!s->complete()) return;  // changed since it was queued
+  }
+  const std::string name = s->name();
+  auto change = build_change(s, StepPlacement{});
+  if (!change) {
+    ptc::log::error("committing {}: {}; the step stays pending (remove it with ptcfs rm)", name,
+                    change.status().to_string());
+    return;
+  }
+  uint64_t bytes = 0;
+  size_t shards = 0, tensors = 0;
+  {
+    std::lock_guard lock(s->mu);
+    bytes = s->bytes_total();
+    shards = s->layout->shards().size();
+    tensors = s->layout->ptc().tensors.size();
+  }
+  if (auto st = commit_change(store_, *change); !st) {
+    // commit_change released the name and removed the blobs: nothing of it is left.
+    ptc::log::error("committing {}: {}", name, st.to_string());
+    forget(s->job, s->step);
+    return;
+  }
+  ptc::log::info("saved {}: {} shards, {} tensors, {} bytes, committed as version 1", name, shards, tensors, bytes);
+  forget(s->job, s->step);
+}
+
+// ---- in a cluster ---------------------------------------------------------------------
+
+void SaveService::set_cluster(std::function<void(const std::string&, const std::string&)> part_ready) {
+  std::lock_guard lock(mu_);
+  part_ready_ = std::move(part_ready);
+}
+
+SaveService::PartState SaveService::part_state(const std::string& job, const std::string& step) const {
+  PartState st;
+  auto s = find(job, step);
+  if (!s) return st;
+  std::lock_guard lock(s->mu);
+  st.pending = true;
+  st.ready = s->part_complete();
+  if (s->layout) {
+    st.ptc_text = ptc::ptc_to_json(s->layout->ptc());
+    st.ptc_digest = xxh3_of(st.ptc_text.data(), st.ptc_text.size());
+    const std::vector<bool> whole = s->complete_shards();
+    for (size_t i = 0; i < whole.size(); ++i)
+      if (whole[i]) st.complete.push_back(s->layout->shards()[i].name());
+  }
+  return st;
+}
+
+ptc::Result<PreparedChange> SaveService::prepare_part(const std::string& job, const std::string& step,
+                                                      StepPlacement placement) {
+  auto s = find(job, step);
+  if (!s) return ptc::not_found("no step " + job + "/" + step + " is being saved here");
+  return build_change(s, std::move(placement));
+}
+
+void SaveService::part_done(const std::string& job, const std::string& step, bool committed) {
+  if (committed) {
+    forget(job, step);
+    return;
+  }
+  auto s = find(job, step);
+  if (!s) return;
+  std::lock_guard lock(s->mu);
+  // Its blobs went with the aborted change: the step cannot be finished, only removed.
+  s->committing = false;
+  if (s->failure.empty()) s->failure = "the cluster's commit was aborted; remove the step (ptcfs rm) and save it again";
+}
+
+}  // namespace ptcfs
