@@ -102,6 +102,7 @@ int do_opendir(Impl& fs, uint64_t ino, fuse_file_info* fi) {
     const Node* c = tree->find(cino);
     od->entries.push_back({name, cino, c->is_dir, c});
   }
+  for (const auto& [name, cino] : tree->added_children(n->ino)) od->entries.push_back({name, cino, false, tree->find(cino)});
   od->tree = std::move(tree);
   fi->fh = reinterpret_cast<uint64_t>(od);
   return 0;
@@ -343,6 +344,23 @@ ptc::Status Filesystem::Impl::rebuild() {
   std::lock_guard lock(mu);
   tree = std::move(next);
   return ptc::Status::ok();
+}
+
+ptc::Result<std::shared_ptr<const Tree>> Filesystem::Impl::add_file(Node file, const std::string& name) {
+  // Every addition copies the added files so far: fold them in now and then (a rebuild costs
+  // the pending step's files), keeping both costs small.
+  constexpr size_t kFoldAfter = 256;
+  std::lock_guard serial(build_mu);
+  auto cur = current();
+  std::shared_ptr<const Tree> next;
+  if (cur->added() >= kFoldAfter) {
+    PTC_ASSIGN_OR_RETURN(next, Tree::build(source(), cur.get()));
+  } else {
+    next = Tree::with_file(cur, std::move(file), name);
+  }
+  std::lock_guard lock(mu);
+  tree = next;
+  return next;
 }
 
 ptc::Status Filesystem::refresh() {

@@ -46,6 +46,9 @@ class Filesystem::Impl {
   // Rebuilds the tree from the source and swaps it in, without invalidating the kernel's
   // names: for a write operation's own additions and removals, from inside its handler.
   ptc::Status rebuild();
+  // A create's new file: the current tree plus its node (Tree::with_file), or, after many
+  // such additions, a rebuild that folds them in. Returns the tree now current.
+  ptc::Result<std::shared_ptr<const Tree>> add_file(Node file, const std::string& name);
 };
 
 inline Filesystem::Impl& impl_of(fuse_req_t req) { return *static_cast<Filesystem::Impl*>(fuse_req_userdata(req)); }

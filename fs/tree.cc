@@ -124,7 +124,7 @@ ptc::Result<std::shared_ptr<const SubTree>> build_pending(const PendingEntry& e,
   Builder b(st->nodes, true);
   for (const auto& d : e.dirs) PTC_RETURN_IF_ERROR(b.dir(st->root_ino, sp, d, e.mtime).status());
   for (const auto& [rel, f] : e.files) {
-    PTC_ASSIGN_OR_RETURN(uint64_t ino, b.file(st->root_ino, sp, rel, std::make_shared<PendingView>(f), "pending", e.mtime));
+    PTC_ASSIGN_OR_RETURN(uint64_t ino, b.file(st->root_ino, sp, rel, pending_view(f), "pending", e.mtime));
     Node& n = st->nodes.at(ino);
     n.file = f;
     n.writable = true;
@@ -172,7 +172,35 @@ ptc::Result<std::shared_ptr<const SubTree>> build_dataset(const DatasetEntry& e,
 
 }  // namespace
 
+std::shared_ptr<const View> pending_view(std::shared_ptr<const WriteFile> f) {
+  return std::make_shared<PendingView>(std::move(f));
+}
+
+uint64_t Tree::pending_file_ino(const std::string& path) { return ino_of(path, "pending"); }
+
+std::shared_ptr<const Tree> Tree::with_file(std::shared_ptr<const Tree> base, Node file, const std::string& name) {
+  auto t = std::make_shared<Tree>();
+  if (base->base_) {  // already a tree with added files: add to a copy of them (few: the caller folds them in)
+    t->base_ = base->base_;
+    t->extra_ = base->extra_;
+    t->extra_names_ = base->extra_names_;
+  } else {
+    t->base_ = std::move(base);
+  }
+  t->extra_names_[{file.parent, name}] = file.ino;
+  t->extra_.insert_or_assign(file.ino, std::move(file));
+  return t;
+}
+
+std::vector<std::pair<std::string, uint64_t>> Tree::added_children(uint64_t dir) const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (auto it = extra_names_.lower_bound({dir, std::string()}); it != extra_names_.end() && it->first.first == dir; ++it)
+    out.emplace_back(it->first.second, it->second);
+  return out;
+}
+
 ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, const Tree* previous) {
+  if (previous && previous->base_) previous = previous->base_.get();  // its subtrees are the base's
   auto t = std::make_shared<Tree>();
   Node root;
   root.ino = kRootIno;
@@ -229,13 +257,20 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, c
 }
 
 const Node* Tree::find(uint64_t ino) const {
+  if (base_) {
+    auto e = extra_.find(ino);
+    return e != extra_.end() ? &e->second : base_->find(ino);
+  }
   auto it = index_.find(ino);
   return it == index_.end() ? nullptr : it->second;
 }
 
 const Node* Tree::child(const Node& dir, const std::string& name) const {
   auto it = dir.children.find(name);
-  return it == dir.children.end() ? nullptr : find(it->second);
+  if (it != dir.children.end()) return find(it->second);
+  if (!base_) return nullptr;
+  auto e = extra_names_.find({dir.ino, name});
+  return e == extra_names_.end() ? nullptr : find(e->second);
 }
 
 }  // namespace ptcfs::fs

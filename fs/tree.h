@@ -57,22 +57,40 @@ struct SubTree {
 // The folder of a job that holds its datasets.
 inline constexpr const char* kDataDir = "data";
 
+// The view of a pending file: its live size; it is written, not read, until its step commits.
+std::shared_ptr<const View> pending_view(std::shared_ptr<const WriteFile> f);
+
 class Tree {
  public:
   // Builds the tree of the given steps and datasets, reusing the subtrees of `previous`
   // whose version is unchanged.
   static ptc::Result<std::shared_ptr<const Tree>> build(const Contents& contents, const Tree* previous = nullptr);
 
+  // A tree that is `base` plus one new file of a pending step (`file` holds its node; its
+  // parent folder is in `base`): what a create shows at once, without building the whole
+  // tree again (a step saved per tensor creates thousands of files). The files added this way
+  // are kept beside the base, and the next build folds them in.
+  static std::shared_ptr<const Tree> with_file(std::shared_ptr<const Tree> base, Node file, const std::string& name);
+  // Files added by with_file since the last build.
+  size_t added() const { return extra_.size(); }
+  // The inode number a pending file at `path` ("/job/step/rel") has in every tree.
+  static uint64_t pending_file_ino(const std::string& path);
+
   const Node* find(uint64_t ino) const;
   const Node* child(const Node& dir, const std::string& name) const;
+  // The names in `dir` added by with_file (name -> inode), in name order.
+  std::vector<std::pair<std::string, uint64_t>> added_children(uint64_t dir) const;
   size_t size() const { return index_.size(); }
   template <class F>
   void for_each_dir(F&& f) const {
-    for (const auto& [_, n] : index_)
+    for (const auto& [_, n] : (base_ ? base_->index_ : index_))
       if (n->is_dir) f(*n);
   }
 
  private:
+  std::shared_ptr<const Tree> base_;  // with_file: the tree built last
+  std::unordered_map<uint64_t, Node> extra_;  // with_file: files added to it
+  std::map<std::pair<uint64_t, std::string>, uint64_t> extra_names_;  // (parent, name) -> inode
   std::unordered_map<uint64_t, Node> top_;  // the root, the job folders and their data folders
   // By (job, step) and by (job, "data/" + dataset).
   std::map<std::pair<std::string, std::string>, std::shared_ptr<const SubTree>> subtrees_;

@@ -105,11 +105,27 @@ int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, f
     return do_open_for_write(*old, fi);
   }
   if (!f) return fail("create", p, f.status());
-  const Node* n = nullptr;
-  if (int err = entry_after(fs, parent, name, e, tree, &n)) {
+  // The new file's node, added to the current tree without building it again: the same node
+  // a rebuild makes of it (its inode tags the path "pending").
+  Node node;
+  node.ino = Tree::pending_file_ino("/" + dir->path + "/" + name);
+  node.parent = dir->ino;
+  node.mtime = dir->mtime;
+  node.view = pending_view(*f);
+  node.file = *f;
+  node.writable = node.pending = true;
+  auto next = fs.add_file(std::move(node), name);
+  if (!next) {
     (*f)->release();
-    return err;
+    return to_errno(next.status());
   }
+  tree = std::move(next).value();  // keeps the node alive while it is used below
+  const Node* n = tree->find(Tree::pending_file_ino("/" + p.job + "/" + p.step + "/" + p.rel));
+  if (!n) {
+    (*f)->release();
+    return EIO;
+  }
+  fill_entry(*n, e);
   fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n->ino, n->mtime, n->view, *f});
   return 0;
 }
