@@ -178,6 +178,8 @@ int run(const Options& o, bool listen_given) {
       if (coordinator) {
         coordinator->retry_aborts();
         coordinator->retry_saves();
+        // A part whose word to the deciding node was lost (it was down) says it again.
+        for (const auto& [job, step] : saves->ready_parts()) coordinator->save_ready(job, step);
       }
     }
   });

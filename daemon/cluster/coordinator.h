@@ -67,7 +67,9 @@ class Coordinator {
   // node for its part, and when all are reachable, agree on ptc.json, have no file open or
   // wrong, and their complete shards cover the layout, commits the step on every node in two
   // phases; replicas of a shard written on several nodes must have the same bytes. A step that
-  // could not be decided (a node unreachable) is looked at again by retry_saves (every 5 s).
+  // could not be decided (a node unreachable) is looked at again by retry_saves (every 5 s),
+  // and every node says save_ready again every 5 s for its parts still waiting (the deciding
+  // node may have been down when it first did).
   void save_ready(const std::string& job, const std::string& step);
   void retry_saves();
 

@@ -146,6 +146,20 @@ SaveService::PartState SaveService::part_state(const std::string& job, const std
   return st;
 }
 
+std::vector<std::pair<std::string, std::string>> SaveService::ready_parts() const {
+  std::vector<std::shared_ptr<PendingStep>> steps;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [_, s] : steps_) steps.push_back(s);
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& s : steps) {
+    std::lock_guard lock(s->mu);
+    if (s->part_complete()) out.emplace_back(s->job, s->step);
+  }
+  return out;
+}
+
 ptc::Result<PreparedChange> SaveService::prepare_part(const std::string& job, const std::string& step,
                                                       StepPlacement placement) {
   auto s = find(job, step);

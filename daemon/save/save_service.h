@@ -73,6 +73,9 @@ class SaveService final : public fs::WriteTarget {
     std::vector<std::string> complete;  // shards written in full here
   };
   PartState part_state(const std::string& job, const std::string& step) const;
+  // The pending steps whose part here is complete, waiting for the cluster's commit (their
+  // word to the coordinator may have been lost: it was down or restarted).
+  std::vector<std::pair<std::string, std::string>> ready_parts() const;
   // This node's part as a change to commit, holding the shards `placement` says; the step is
   // committing (no more writes) until part_done.
   ptc::Result<PreparedChange> prepare_part(const std::string& job, const std::string& step, StepPlacement placement);

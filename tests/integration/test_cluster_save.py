@@ -120,3 +120,22 @@ def test_replicas_of_a_shard_with_other_bytes_abort_the_commit_everywhere(tmp_pa
         for d in c.nodes:
             wait_for(lambda: (state(d, "x", "1") or {}).get("state") == "committed", 30, lambda: c[0].log_tail())
             verify_step(d, "x", "1", ck, full_views=False)
+
+
+def test_a_save_whose_deciding_node_was_down_commits_once_it_is_back(tmp_path):
+    """n0 decides saves; it is down while n1 and n2 write their parts. Each says again that its part is
+    ready every 5 s, so once n0 is back the step commits on every node."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=1, layers=2, hidden=64, vocab=200)
+    with Cluster(root, 3) as c:
+        c[0].stop(cleanup_mount=True)
+        write(c[1], ck, "w", "1", ["ptc.json", "tp0-pp0.safetensors"])
+        write(c[2], ck, "w", "1", ["ptc.json", "tp1-pp0.safetensors"])
+        time.sleep(0.5)
+        assert state(c[1], "w", "1")["state"] == "pending"
+        c[0].start()
+        for d in c.nodes:
+            wait_for(lambda: (state(d, "w", "1") or {}).get("state") == "committed", 30,
+                     lambda: f"not committed on {d.mnt}:\n{c[1].log_tail()}")
+            verify_step(d, "w", "1", ck, full_views=False)
