@@ -5,15 +5,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <sstream>
+
+#include <fmt/core.h>
 
 #include "transport/auth.h"
 
 namespace ptcfs::cli {
 
 int fail(const ptc::Status& s) {
-  std::fprintf(stderr, "ptcfs: error: %s\n", s.message().c_str());
+  fmt::print(stderr, "ptcfs: error: {}\n", s.message());
   return 1;
 }
 
@@ -38,7 +39,7 @@ ptc::Result<std::string> read_text_file(const std::string& path) {
 }
 
 int print_json(const nlohmann::json& j) {
-  std::cout << j.dump(2) << "\n";
+  fmt::print("{}\n", j.dump(2));
   return 0;
 }
 
