@@ -82,17 +82,21 @@ void print_table(const PlanArgs& a, const ptc::ModelSpec& m, size_t valid, const
 
 }  // namespace
 
-ptc::Result<ptc::Candidate> best_plan(const std::string& model_file, int gpus) {
+namespace {
+ptc::Result<ptc::ModelSpec> load_model(const std::string& model_file) {
   PTC_ASSIGN_OR_RETURN(std::string text, read_text_file(model_file));
-  PTC_ASSIGN_OR_RETURN(ptc::ModelSpec m, ptc::parse_model_json(text, model_file));
+  return ptc::parse_model_json(text, model_file);
+}
+}  // namespace
+
+ptc::Result<ptc::Candidate> best_plan(const std::string& model_file, int gpus) {
+  PTC_ASSIGN_OR_RETURN(ptc::ModelSpec m, load_model(model_file));
   PTC_ASSIGN_OR_RETURN(std::vector<ptc::Candidate> plan, ptc::plan_parallelism(m, gpus), model_file);
   return plan.front();  // plan_parallelism refuses an empty plan
 }
 
 int run_plan(const PlanArgs& a, const Globals& g) {
-  auto text = read_text_file(a.model_file);
-  if (!text) return fail(text.status());
-  auto model = ptc::parse_model_json(*text, a.model_file);
+  auto model = load_model(a.model_file);
   if (!model) return fail(model.status());
   ptc::ModelSpec m = *model;
   if (a.gpus_per_node_opt->count() > 0) {

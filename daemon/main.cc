@@ -177,7 +177,6 @@ int run(const Options& o, bool listen_given) {
       if (auto r = st.collect_garbage(); !r) ptc::log::warn("collecting blobs: {}", r.status().to_string());
       if (coordinator) {
         coordinator->retry_aborts();
-        coordinator->retry_saves();
         // A part whose word to the deciding node was lost (it was down) says it again.
         for (const auto& [job, step] : saves->ready_parts()) coordinator->save_ready(job, step);
       }

@@ -80,7 +80,6 @@ class Tree {
   const Node* child(const Node& dir, const std::string& name) const;
   // The names in `dir` added by with_file (name -> inode), in name order.
   std::vector<std::pair<std::string, uint64_t>> added_children(uint64_t dir) const;
-  size_t size() const { return index_.size(); }
   template <class F>
   void for_each_dir(F&& f) const {
     for (const auto& [_, n] : (base_ ? base_->index_ : index_))

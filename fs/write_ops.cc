@@ -87,12 +87,12 @@ int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, f
   if (int err = writable_dir(fs, parent, tree, dir)) return err;
   const Place p = place_of(*dir, name);
   if (p.rel.empty()) return EPERM;  // files live in a step's folder, not beside jobs or steps
-  if (const Node* old = tree->child(*dir, name)) {
-    if (fi->flags & O_EXCL) return EEXIST;
-    if (old->is_dir) return EISDIR;
-    fill_entry(*old, e);
-    return do_open_for_write(*old, fi);
-  }
+  auto open_existing = [&](const Node& old) {
+    if (old.is_dir) return EISDIR;
+    fill_entry(old, e);
+    return do_open_for_write(old, fi);
+  };
+  if (const Node* old = tree->child(*dir, name)) return fi->flags & O_EXCL ? EEXIST : open_existing(*old);
   auto f = fs.target->create(p.job, p.step, p.rel);
   if (!f && f.status().code() == ptc::Code::kAlreadyExists && !(fi->flags & O_EXCL)) {
     // Another writer created it in the meantime (several ranks open one tensor file at once).
@@ -100,15 +100,14 @@ int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, f
     tree = fs.current();
     const Node* d = tree->find(parent);
     const Node* old = d ? tree->child(*d, name) : nullptr;
-    if (!old || old->is_dir) return EEXIST;
-    fill_entry(*old, e);
-    return do_open_for_write(*old, fi);
+    return old ? open_existing(*old) : EEXIST;
   }
   if (!f) return fail("create", p, f.status());
   // The new file's node, added to the current tree without building it again: the same node
   // a rebuild makes of it (its inode tags the path "pending").
+  const uint64_t ino = Tree::pending_file_ino("/" + dir->path + "/" + name);
   Node node;
-  node.ino = Tree::pending_file_ino("/" + dir->path + "/" + name);
+  node.ino = ino;
   node.parent = dir->ino;
   node.mtime = dir->mtime;
   node.view = pending_view(*f);
@@ -120,7 +119,7 @@ int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, f
     return to_errno(next.status());
   }
   tree = std::move(next).value();  // keeps the node alive while it is used below
-  const Node* n = tree->find(Tree::pending_file_ino("/" + p.job + "/" + p.step + "/" + p.rel));
+  const Node* n = tree->find(ino);
   if (!n) {
     (*f)->release();
     return EIO;

@@ -124,6 +124,23 @@ Result<std::vector<std::string>> member_strings(const nlohmann::json& obj, const
   return out;
 }
 
+Result<std::vector<std::vector<std::string>>> member_string_lists(const nlohmann::json& obj, const char* key,
+                                                                  const std::string& where) {
+  const auto* v = member(obj, key);
+  if (!v) return absent(key, where);
+  if (!v->is_array()) return wrong(key, where, "a list of lists of strings");
+  std::vector<std::vector<std::string>> out;
+  for (const auto& inner : *v) {
+    if (!inner.is_array()) return wrong(key, where, "a list of lists of strings");
+    std::vector<std::string>& row = out.emplace_back();
+    for (const auto& e : inner) {
+      if (!e.is_string()) return wrong(key, where, "a list of lists of strings");
+      row.push_back(e.get<std::string>());
+    }
+  }
+  return out;
+}
+
 Result<std::string> member_string_or(const nlohmann::json& obj, const char* key, std::string fallback,
                                      const std::string& where) {
   if (!member(obj, key)) return fallback;

@@ -78,12 +78,8 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(c.to_nodes, ptc::member_strings(j, "to_nodes", w));
     PTC_ASSIGN_OR_RETURN(c.down, ptc::member_strings(j, "down", w));
     PTC_ASSIGN_OR_RETURN(c.digest, ptc::member_u64_or(j, "digest", 0, w));
-    if (auto it = j.find("from_holders"); it != j.end()) {
-      if (!it->is_array()) return ptc::invalid("peer.prepare field 'from_holders' must be a list");
-      for (const auto& ids : *it) {
-        PTC_ASSIGN_OR_RETURN(auto v, ptc::member_strings(json{{"h", ids}}, "h", w + " from_holders"));
-        c.from_holders.push_back(std::move(v));
-      }
+    if (j.contains("from_holders")) {
+      PTC_ASSIGN_OR_RETURN(c.from_holders, ptc::member_string_lists(j, "from_holders", w));
     }
     r.change = std::move(c);
   } else if (kind == "remove") {
@@ -98,12 +94,7 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
     PTC_ASSIGN_OR_RETURN(c.ptc, ptc_of(j, "ptc", w));
-    auto it = j.find("holders");
-    if (it == j.end() || !it->is_array()) return ptc::invalid("peer.prepare lacks the list 'holders'");
-    for (const auto& ids : *it) {
-      PTC_ASSIGN_OR_RETURN(auto v, ptc::member_strings(json{{"h", ids}}, "h", w + " holders"));
-      c.holders.push_back(std::move(v));
-    }
+    PTC_ASSIGN_OR_RETURN(c.holders, ptc::member_string_lists(j, "holders", w));
     r.change = std::move(c);
   } else if (kind == "dataset_add") {
     PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "job", "name", "record"}, w));

@@ -12,7 +12,6 @@
 
 #include <functional>
 #include <mutex>
-#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,12 +65,10 @@ class Coordinator {
   // (so two nodes finishing at once never race), others pass the word to it. It asks every
   // node for its part, and when all are reachable, agree on ptc.json, have no file open or
   // wrong, and their complete shards cover the layout, commits the step on every node in two
-  // phases; replicas of a shard written on several nodes must have the same bytes. A step that
-  // could not be decided (a node unreachable) is looked at again by retry_saves (every 5 s),
-  // and every node says save_ready again every 5 s for its parts still waiting (the deciding
-  // node may have been down when it first did).
+  // phases; replicas of a shard written on several nodes must have the same bytes. Every node
+  // says save_ready again every 5 s for its parts still waiting (main.cc): a step that could
+  // not be decided (a node unreachable, the deciding node down) is looked at again then.
   void save_ready(const std::string& job, const std::string& step);
-  void retry_saves();
 
  private:
   // Sends `request(node)` to every node in `nodes` at once (this node's own answer comes
@@ -82,8 +79,7 @@ class Coordinator {
   ptc::Status finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit);
   std::vector<std::string> placement_or_all(const std::vector<std::string>& nodes) const;
   size_t catch_up_datasets();
-  // Returns true when the step was decided (committed, or refused for good).
-  bool save_commit(const std::string& job, const std::string& step);
+  void save_commit(const std::string& job, const std::string& step);
 
   Store& store_;
   transport::PeerBackend& peers_;
@@ -92,7 +88,6 @@ class Coordinator {
   std::mutex mu_;                                     // guards unaborted_
   std::vector<std::pair<int, std::string>> unaborted_;  // (node, transaction)
   std::mutex save_mu_;                                  // one save commit at a time
-  std::set<std::pair<std::string, std::string>> waiting_saves_;  // guarded by mu_
 };
 
 }  // namespace ptcfs

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <set>
 
 #include "daemon/cluster/change_record.h"
 #include "daemon/cluster/coordinator.h"
@@ -18,36 +17,17 @@ constexpr int kSaveCoordinator = 0;  // the first node of cluster.json
 }  // namespace
 
 void Coordinator::save_ready(const std::string& job, const std::string& step) {
-  if (self_ != kSaveCoordinator) {
-    auto r = peers_.call(kSaveCoordinator, json{{"op", "peer.save_ready"}, {"job", job}, {"step", step}});
-    if (!r)
-      ptc::log::warn("save of {}/{}: could not reach node {} to commit it: {}", job, step,
-                     node_id(cluster(), kSaveCoordinator), r.status().to_string());
-    return;
-  }
-  if (!save_commit(job, step)) {
-    std::lock_guard lock(mu_);
-    waiting_saves_.insert({job, step});
-  }
+  if (self_ == kSaveCoordinator) return save_commit(job, step);
+  auto r = peers_.call(kSaveCoordinator, json{{"op", "peer.save_ready"}, {"job", job}, {"step", step}});
+  if (!r)
+    ptc::log::warn("save of {}/{}: could not reach node {} to commit it: {}", job, step,
+                   node_id(cluster(), kSaveCoordinator), r.status().to_string());
 }
 
-void Coordinator::retry_saves() {
-  std::set<std::pair<std::string, std::string>> waiting;
-  {
-    std::lock_guard lock(mu_);
-    waiting.swap(waiting_saves_);
-  }
-  for (const auto& [job, step] : waiting)
-    if (!save_commit(job, step)) {
-      std::lock_guard lock(mu_);
-      waiting_saves_.insert({job, step});
-    }
-}
-
-bool Coordinator::save_commit(const std::string& job, const std::string& step) {
+void Coordinator::save_commit(const std::string& job, const std::string& step) {
   std::lock_guard serial(save_mu_);
   const std::string name = job + "/" + step;
-  if (store_.snapshot()->steps.count({job, step})) return true;  // committed already
+  if (store_.snapshot()->steps.count({job, step})) return;  // committed already
   const std::vector<int> all = all_nodes(cluster());
   const auto answers = ask_all(all, [&](int) { return json{{"op", "peer.save_state"}, {"job", job}, {"step", step}}; });
   std::vector<SaveState> states;
@@ -57,26 +37,26 @@ bool Coordinator::save_commit(const std::string& job, const std::string& step) {
     auto st = answers[i] ? save_state_from_json(*answers[i], "save state of node " + nid) : answers[i].status();
     if (!st) {
       ptc::log::info("save of {}: node {} does not answer ({}); waiting", name, nid, st.status().to_string());
-      return false;
+      return;
     }
     if (st->pending) {
-      if (!st->ready) return true;  // that node's part is not done: its own save_ready comes later
+      if (!st->ready) return;  // that node's part is not done: its own save_ready comes later
       if (digest && *digest != st->ptc_digest) {
         ptc::log::error("save of {}: node {} has another ptc.json than the others; the step stays pending", name, nid);
-        return true;
+        return;
       }
       digest = st->ptc_digest;
     }
     states.push_back(std::move(st).value());
   }
-  if (!digest) return true;  // nobody saves it
+  if (!digest) return;  // nobody saves it
   // The layout, from the ptc.json of a node that writes the step (they all agree).
   std::optional<ptc::Ptc> ptc;
   for (const auto& st : states)
     if (st.pending && st.ptc) ptc = st.ptc;
-  if (!ptc) return true;
+  if (!ptc) return;
   auto layout = ptc::Layout::make(*ptc, ptc->parallelism);
-  if (!layout) return true;
+  if (!layout) return;
   std::vector<std::vector<std::string>> holders(layout->shards().size());
   for (size_t i = 0; i < all.size(); ++i)
     for (const auto& shard : states[i].complete) {
@@ -86,7 +66,7 @@ bool Coordinator::save_commit(const std::string& job, const std::string& step) {
       if (it != sh.end()) holders[static_cast<size_t>(it - sh.begin())].push_back(node_id(cluster(), all[i]));
     }
   for (size_t s = 0; s < holders.size(); ++s)
-    if (holders[s].empty()) return true;  // not covered yet: the node that writes the rest calls again
+    if (holders[s].empty()) return;  // not covered yet: the node that writes the rest calls again
   const std::string tx = new_transaction_id();
   const json prepare = to_json(PrepareRequest{tx, SaveChange{job, step, *ptc, holders}});
   const auto prepared = ask_all(all, [&](int) { return prepare; });
@@ -109,15 +89,14 @@ bool Coordinator::save_commit(const std::string& job, const std::string& step) {
   if (!failed.is_ok()) {
     (void)finish_all(all, tx, false);
     ptc::log::error("save of {} aborted on every node: {}", name, failed.to_string());
-    return true;
+    return;
   }
   if (auto s = finish_all(all, tx, true); !s) {
     ptc::log::error("save of {} committed partly: {}", name, s.to_string());
-    return true;
+    return;
   }
   ptc::log::info("saved {} across {} nodes: {} shards, committed as version 1", name, all.size(),
                  layout->shards().size());
-  return true;
 }
 
 }  // namespace ptcfs

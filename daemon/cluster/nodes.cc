@@ -1,5 +1,6 @@
 #include "daemon/cluster/nodes.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
@@ -20,6 +21,19 @@ std::vector<int> other_nodes(const ptc::ClusterConfig& cluster, int self) {
 
 const std::string& node_id(const ptc::ClusterConfig& cluster, int node) {
   return cluster.nodes[static_cast<size_t>(node)].id;
+}
+
+std::vector<std::vector<int>> node_indices(const ptc::ClusterConfig& cluster,
+                                           const std::vector<std::vector<std::string>>& holders) {
+  std::vector<std::vector<int>> out;
+  for (const auto& ids : holders) {
+    std::vector<int> nodes;
+    for (const auto& id : ids)
+      if (const int n = cluster.find(id); n >= 0) nodes.push_back(n);
+    std::sort(nodes.begin(), nodes.end());
+    out.push_back(std::move(nodes));
+  }
+  return out;
 }
 
 std::string new_transaction_id() {

@@ -25,12 +25,7 @@ ptc::Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(cons
   }
   Holders h;
   if (!v.placement().holders.empty()) {  // held where it was written (a step saved into the mounts)
-    for (const auto& ids : v.placement().holders) {
-      std::vector<int> nodes;
-      for (const auto& id : ids)
-        if (const int n = peers_.cluster().find(id); n >= 0) nodes.push_back(n);
-      h.push_back(std::move(nodes));
-    }
+    h = node_indices(peers_.cluster(), v.placement().holders);
   } else {
     PTC_ASSIGN_OR_RETURN(h, ptc::shard_nodes_on(v.layout(), peers_.cluster(), v.placement().nodes));
   }

@@ -43,7 +43,7 @@ ptc::Result<PreparedChange> PeerService::prepare_save(const SaveChange& c, Prepa
   for (const auto& ids : c.holders) nodes.insert(ids.begin(), ids.end());
   placement.nodes.assign(nodes.begin(), nodes.end());
   for (const auto& ids : c.holders) placement.held.push_back(std::find(ids.begin(), ids.end(), id()) != ids.end());
-  const bool wrote = saves_ && saves_->part_state(c.job, c.step).pending;
+  const bool wrote = saves_ && saves_->progress(c.job, c.step).has_value();
   if (!wrote) {
     for (bool h : placement.held)
       if (h) return ptc::internal("node " + id() + " is named a holder of " + c.job + "/" + c.step + " but has no part");

@@ -4,6 +4,7 @@
 
 #include <ctime>
 
+#include "daemon/cluster/nodes.h"
 #include "daemon/reshard/extent_map.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/parallel.h"
@@ -20,13 +21,7 @@ ptc::Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, cons
   h.num_nodes = static_cast<int>(cluster.nodes.size());
   if (!c.from_holders.empty()) {  // a saved step: held where it was written
     if (c.from_holders.size() != from.shards().size()) return ptc::invalid("the holders do not match the layout");
-    for (const auto& ids : c.from_holders) {
-      std::vector<int> nodes;
-      for (const auto& id : ids)
-        if (const int n = cluster.find(id); n >= 0) nodes.push_back(n);
-      std::sort(nodes.begin(), nodes.end());
-      h.src_nodes.push_back(std::move(nodes));
-    }
+    h.src_nodes = node_indices(cluster, c.from_holders);
   } else {
     PTC_ASSIGN_OR_RETURN(h.src_nodes, ptc::shard_nodes_on(from, cluster, c.from_nodes));
   }

@@ -1,5 +1,7 @@
 #include "daemon/store/blob_store.h"
 
+#include "daemon/store/file_util.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -79,17 +81,7 @@ ptc::Status BlobWriter::write_at(uint64_t offset, const void* data, size_t len) 
 }
 
 ptc::Result<size_t> BlobWriter::read_at(uint64_t offset, void* data, size_t len) const {
-  size_t done = 0;
-  while (done < len) {
-    const ssize_t n = ::pread(fd_, static_cast<char*>(data) + done, len - done, static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ptc::io_error("reading blob " + path_, errno);
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  return done;
+  return read_full(fd_, offset, data, len, "blob " + path_);
 }
 
 ptc::Status BlobWriter::finish() {

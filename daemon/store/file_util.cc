@@ -40,18 +40,22 @@ ptc::Result<int64_t> File::mtime_ns() const {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
-ptc::Result<size_t> File::read_at(uint64_t offset, void* buf, size_t len) const {
+ptc::Result<size_t> read_full(int fd, uint64_t offset, void* buf, size_t len, const std::string& what) {
   size_t done = 0;
   while (done < len) {
-    const ssize_t n = ::pread(fd_, static_cast<char*>(buf) + done, len - done, static_cast<off_t>(offset + done));
+    const ssize_t n = ::pread(fd, static_cast<char*>(buf) + done, len - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ptc::io_error("reading " + path_, errno);
+      return ptc::io_error("reading " + what, errno);
     }
     if (n == 0) break;
     done += static_cast<size_t>(n);
   }
   return done;
+}
+
+ptc::Result<size_t> File::read_at(uint64_t offset, void* buf, size_t len) const {
+  return read_full(fd_, offset, buf, len, path_);
 }
 
 ptc::Result<std::vector<std::string>> list_dir(const std::string& dir) {

@@ -30,6 +30,9 @@ class File {
   std::string path_;
 };
 
+// pread until `len` bytes or the end of the file; retries EINTR. `what` names the file in errors.
+ptc::Result<size_t> read_full(int fd, uint64_t offset, void* buf, size_t len, const std::string& what);
+
 // Names in a directory (not "." or ".."), sorted.
 ptc::Result<std::vector<std::string>> list_dir(const std::string& dir);
 // The whole file; kInvalidArgument when larger than max_bytes.

@@ -204,10 +204,9 @@ ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const s
       const json& hs = rec.at("holders");
       if (!hs.is_object()) return ptc::corrupt(where + ": malformed holders");
       for (const auto& sh : layout.shards()) {
-        auto it = hs.find(sh.name());
-        if (it == hs.end()) return ptc::corrupt(where + ": no holders of shard " + sh.name());
-        PTC_ASSIGN_OR_RETURN(auto ids, ptc::member_strings(json{{"h", *it}}, "h", where + ": holders"));
-        placement.holders.push_back(std::move(ids));
+        auto ids = ptc::member_strings(hs, sh.name().c_str(), where + ": holders");
+        if (!ids) return ptc::corrupt(ids.status().message());
+        placement.holders.push_back(std::move(ids).value());
       }
     }
   }

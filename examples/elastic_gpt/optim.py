@@ -11,6 +11,19 @@ from typing import Dict
 import torch
 
 
+@torch.no_grad()
+def adam_update(w: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step: int, lr: float,
+                b1: float, b2: float, eps: float) -> None:
+    """One Adam step of step count `step` on `w` (in place) from gradient `g`, with moments m, v
+    (updated in place). Elementwise: the same on a whole parameter or on any range of it."""
+    bc1 = 1 - b1 ** step
+    bc2 = 1 - b2 ** step
+    m.mul_(b1).add_(g, alpha=1 - b1)
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+    denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
+    w.addcdiv_(m, denom, value=-lr / bc1)
+
+
 class Adam:
     def __init__(self, params: Dict[str, torch.nn.Parameter], lr: float, beta1: float, beta2: float, eps: float):
         self.params = params
@@ -22,16 +35,9 @@ class Adam:
     @torch.no_grad()
     def step(self) -> None:
         self.step_count += 1
-        b1, b2 = self.beta1, self.beta2
-        bc1 = 1 - b1 ** self.step_count
-        bc2 = 1 - b2 ** self.step_count
         for n, p in self.params.items():
-            g = p.grad
-            m, v = self.exp_avg[n], self.exp_avg_sq[n]
-            m.mul_(b1).add_(g, alpha=1 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            denom = (v.sqrt() / math.sqrt(bc2)).add_(self.eps)
-            p.addcdiv_(m, denom, value=-self.lr / bc1)
+            adam_update(p, p.grad, self.exp_avg[n], self.exp_avg_sq[n], self.step_count, self.lr, self.beta1,
+                        self.beta2, self.eps)
 
     def zero_grad(self) -> None:
         for p in self.params.values():

@@ -15,12 +15,12 @@ On save, each DP rank writes its ranges of the moments into tp{t}-pp{p}/<name>.n
 
 from __future__ import annotations
 
-import math
 from typing import Dict, List, Tuple
 
 import torch
 import torch.distributed as dist
 
+from optim import adam_update
 from parallel import Grid
 
 
@@ -47,20 +47,13 @@ class DistributedAdam:
     def step(self) -> None:
         """Adam on the owned range of every parameter, then the all-gather of the ranges."""
         self.step_count += 1
-        b1, b2 = self.beta1, self.beta2
-        bc1 = 1 - b1 ** self.step_count
-        bc2 = 1 - b2 ** self.step_count
         for n, p in self.params.items():
             lo, hi = self.ranges[n]
             if lo == hi:
                 continue
             w = p.data.view(-1)[lo:hi]  # a view: the update lands in the parameter itself
-            g = p.grad.reshape(-1)[lo:hi]
-            m, v = self.exp_avg[n], self.exp_avg_sq[n]
-            m.mul_(b1).add_(g, alpha=1 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            denom = (v.sqrt() / math.sqrt(bc2)).add_(self.eps)
-            w.addcdiv_(m, denom, value=-self.lr / bc1)
+            adam_update(w, p.grad.reshape(-1)[lo:hi], self.exp_avg[n], self.exp_avg_sq[n], self.step_count, self.lr,
+                        self.beta1, self.beta2, self.eps)
         self._all_gather()
 
     def _all_gather(self) -> None:
