@@ -16,6 +16,7 @@ PACKAGES=(
   libfmt-dev
   libssl-dev
   python3-numpy python3-pytest python3-torch
+  etcd-server etcd-client
 )
 if [ "${1:-}" = "bench" ]; then
   PACKAGES+=(gnuplot-nox)

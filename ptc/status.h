@@ -64,6 +64,7 @@ inline Status invalid(std::string m) { return Status(Code::kInvalidArgument, std
 inline Status not_found(std::string m) { return Status(Code::kNotFound, std::move(m)); }
 inline Status corrupt(std::string m) { return Status(Code::kCorrupt, std::move(m)); }
 inline Status internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
+inline Status unavailable(std::string m) { return Status(Code::kUnavailable, std::move(m)); }
 // An OS error: message plus strerror(err).
 Status io_error(const std::string& what, int err);
 

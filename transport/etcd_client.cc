@@ -1,0 +1,419 @@
+#include "transport/etcd_client.h"
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+namespace ptcfs::transport {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using nlohmann::json;
+
+namespace {
+
+constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string b64(const std::string& in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < in.size(); i += 3) {
+    uint32_t v = static_cast<uint8_t>(in[i]) << 16;
+    if (i + 1 < in.size()) v |= static_cast<uint8_t>(in[i + 1]) << 8;
+    if (i + 2 < in.size()) v |= static_cast<uint8_t>(in[i + 2]);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < in.size() ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+ptc::Result<std::string> unb64(const std::string& in) {
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    if (c == '=') break;
+    const char* at = std::char_traits<char>::find(kAlphabet, 64, c);
+    if (!at) return ptc::corrupt("etcd sent a value that is not base64");
+    acc = (acc << 6) | static_cast<uint32_t>(at - kAlphabet);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  return out;
+}
+
+// The first key after every key that starts with `prefix` (etcd's range_end of a prefix).
+std::string prefix_end(std::string prefix) {
+  while (!prefix.empty()) {
+    if (static_cast<uint8_t>(prefix.back()) < 0xff) {
+      prefix.back() = static_cast<char>(prefix.back() + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+// The gateway writes 64-bit numbers as strings.
+int64_t i64(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end()) return 0;
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_string()) {
+    try {
+      return std::stoll(it->get<std::string>());
+    } catch (...) {
+      return 0;
+    }
+  }
+  return 0;
+}
+
+ptc::Result<EtcdKv> kv_from(const json& j) {
+  EtcdKv kv;
+  PTC_ASSIGN_OR_RETURN(kv.key, unb64(j.value("key", std::string())));
+  PTC_ASSIGN_OR_RETURN(kv.value, unb64(j.value("value", std::string())));
+  kv.create_revision = i64(j, "create_revision");
+  kv.mod_revision = i64(j, "mod_revision");
+  kv.version = i64(j, "version");
+  kv.lease = i64(j, "lease");
+  return kv;
+}
+
+// etcd's error body ({"error", "code" (a gRPC code), "message"}) as a Status.
+ptc::Status etcd_error(const std::string& body, unsigned http_status) {
+  json j = json::parse(body, nullptr, false);
+  const std::string msg = j.is_object() ? j.value("message", body) : body;
+  const int code = j.is_object() ? j.value("code", 0) : 0;
+  const std::string text = "etcd: " + msg;
+  switch (code) {
+    case 3: return ptc::invalid(text);
+    case 4: return ptc::error(ptc::Code::kDeadlineExceeded, text);
+    case 5: return ptc::not_found(text);
+    case 9: return ptc::error(ptc::Code::kFailedPrecondition, text);
+    case 11: return ptc::error(ptc::Code::kOutOfRange, text);
+    case 14: return ptc::unavailable(text);
+    default: return ptc::internal(text + " (HTTP " + std::to_string(http_status) + ")");
+  }
+}
+
+struct Endpoint {
+  std::string host, port, text;
+};
+
+}  // namespace
+
+EtcdCompare EtcdCompare::mod_is(std::string key, int64_t rev) { return {std::move(key), "MOD", rev, {}}; }
+EtcdCompare EtcdCompare::lease_is(std::string key, int64_t lease) { return {std::move(key), "LEASE", lease, {}}; }
+EtcdCompare EtcdCompare::value_is(std::string key, std::string value) {
+  return {std::move(key), "VALUE", 0, std::move(value)};
+}
+EtcdWrite EtcdWrite::put(std::string key, std::string value, int64_t lease) {
+  return {Kind::kPut, std::move(key), std::move(value), lease};
+}
+EtcdWrite EtcdWrite::erase(std::string key) { return {Kind::kDelete, std::move(key), {}, 0}; }
+
+struct EtcdClient::Impl {
+  std::string urls;
+  std::vector<Endpoint> endpoints;
+  std::chrono::milliseconds timeout;
+  std::atomic<size_t> preferred{0};  // the endpoint that last answered
+
+  // A connected stream to `ep` within the deadline, or why not (kUnavailable).
+  ptc::Status connect(asio::io_context& ioc, beast::tcp_stream& stream, const Endpoint& ep) {
+    asio::ip::tcp::resolver resolver(ioc);
+    beast::error_code ec;
+    auto addrs = resolver.resolve(ep.host, ep.port, ec);
+    if (ec) return ptc::unavailable("cannot resolve etcd endpoint " + ep.text + ": " + ec.message());
+    stream.expires_after(timeout);
+    bool done = false;
+    stream.async_connect(addrs, [&](beast::error_code e, const auto&) {
+      ec = e;
+      done = true;
+    });
+    ioc.run();
+    ioc.restart();
+    if (!done || ec) return ptc::unavailable("cannot reach etcd at " + ep.text + ": " + ec.message());
+    return ptc::Status::ok();
+  }
+
+  // One POST to one endpoint. `sent` tells whether the request left (a failure after that
+  // may have been applied).
+  ptc::Result<json> post_to(const Endpoint& ep, const std::string& path, const std::string& body, bool& sent) {
+    sent = false;
+    asio::io_context ioc;
+    beast::tcp_stream stream(ioc);
+    PTC_RETURN_IF_ERROR(connect(ioc, stream, ep));
+    http::request<http::string_body> req{http::verb::post, path, 11};
+    req.set(http::field::host, ep.host);
+    req.set(http::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    beast::error_code failed;
+    bool done = false;
+    stream.expires_after(timeout);
+    http::async_write(stream, req, [&](beast::error_code e, size_t) {
+      sent = true;
+      if (e) {
+        failed = e;
+        return;
+      }
+      http::async_read(stream, buf, res, [&](beast::error_code e2, size_t) {
+        failed = e2;
+        done = !e2;
+      });
+    });
+    ioc.run();
+    if (!done) {
+      if (failed == beast::error::timeout)
+        return ptc::error(ptc::Code::kDeadlineExceeded,
+                          "etcd at " + ep.text + " did not answer " + path + " within " +
+                              std::to_string(timeout.count()) + " ms");
+      return ptc::unavailable("etcd at " + ep.text + " failed during " + path + ": " + failed.message());
+    }
+    if (res.result() != http::status::ok) return etcd_error(res.body(), res.result_int());
+    json j = json::parse(res.body(), nullptr, false);
+    if (!j.is_object()) return ptc::corrupt("etcd at " + ep.text + " answered " + path + " with no JSON object");
+    if (j.contains("error")) return etcd_error(res.body(), res.result_int());
+    return j;
+  }
+
+  // POSTs to the endpoints in turn until one answers. A call that is not `idempotent` is
+  // not sent again once it may have been applied.
+  ptc::Result<json> post(const std::string& path, const json& body, bool idempotent = true) {
+    const std::string text = body.dump();
+    const size_t first = preferred.load();
+    ptc::Status last = ptc::unavailable("no etcd endpoint");
+    for (size_t i = 0; i < endpoints.size(); ++i) {
+      const size_t at = (first + i) % endpoints.size();
+      bool sent = false;
+      auto r = post_to(endpoints[at], path, text, sent);
+      if (r) {
+        preferred = at;
+        return r;
+      }
+      const auto code = r.status().code();
+      if (code != ptc::Code::kUnavailable && code != ptc::Code::kDeadlineExceeded) return r.status();
+      last = r.status();
+      if (sent && !idempotent) return last;
+    }
+    return last;
+  }
+};
+
+ptc::Result<std::unique_ptr<EtcdClient>> EtcdClient::make(const std::string& urls, std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<Impl>();
+  impl->urls = urls;
+  impl->timeout = timeout;
+  size_t at = 0;
+  while (at <= urls.size()) {
+    size_t comma = urls.find(',', at);
+    if (comma == std::string::npos) comma = urls.size();
+    const std::string url = urls.substr(at, comma - at);
+    at = comma + 1;
+    const std::string scheme = "http://";
+    if (url.rfind(scheme, 0) != 0)
+      return ptc::invalid("etcd endpoint '" + url + "' must be http://HOST:PORT (TLS endpoints are not supported)");
+    std::string hostport = url.substr(scheme.size());
+    if (!hostport.empty() && hostport.back() == '/') hostport.pop_back();
+    const size_t colon = hostport.rfind(':');
+    Endpoint ep;
+    ep.text = url;
+    ep.host = colon == std::string::npos ? hostport : hostport.substr(0, colon);
+    ep.port = colon == std::string::npos ? "2379" : hostport.substr(colon + 1);
+    if (ep.host.empty() || ep.port.empty() || ep.port.find_first_not_of("0123456789") != std::string::npos)
+      return ptc::invalid("etcd endpoint '" + url + "' must be http://HOST:PORT");
+    impl->endpoints.push_back(std::move(ep));
+  }
+  return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(impl)));
+}
+
+EtcdClient::EtcdClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EtcdClient::~EtcdClient() = default;
+
+const std::string& EtcdClient::urls() const { return impl_->urls; }
+
+ptc::Result<int64_t> EtcdClient::grant(int64_t ttl_s) {
+  PTC_ASSIGN_OR_RETURN(json r, impl_->post("/v3/lease/grant", json{{"TTL", std::to_string(ttl_s)}}, false));
+  const int64_t id = i64(r, "ID");
+  if (id == 0) return ptc::internal("etcd granted no lease: " + r.dump());
+  return id;
+}
+
+ptc::Result<int64_t> EtcdClient::keep_alive(int64_t lease) {
+  PTC_ASSIGN_OR_RETURN(json r, impl_->post("/v3/lease/keepalive", json{{"ID", std::to_string(lease)}}));
+  const json& res = r.contains("result") ? r["result"] : r;
+  const int64_t ttl = i64(res, "TTL");
+  if (ttl <= 0) return ptc::not_found("etcd lease " + std::to_string(lease) + " has expired");
+  return ttl;
+}
+
+ptc::Status EtcdClient::revoke(int64_t lease) {
+  auto r = impl_->post("/v3/lease/revoke", json{{"ID", std::to_string(lease)}});
+  if (!r && r.status().code() != ptc::Code::kNotFound) return r.status();
+  return ptc::Status::ok();
+}
+
+ptc::Status EtcdClient::put(const std::string& key, const std::string& value, int64_t lease) {
+  json body{{"key", b64(key)}, {"value", b64(value)}};
+  if (lease != 0) body["lease"] = std::to_string(lease);
+  return impl_->post("/v3/kv/put", body).status();
+}
+
+ptc::Result<std::optional<EtcdKv>> EtcdClient::get(const std::string& key) {
+  PTC_ASSIGN_OR_RETURN(json r, impl_->post("/v3/kv/range", json{{"key", b64(key)}}));
+  if (!r.contains("kvs") || !r["kvs"].is_array() || r["kvs"].empty()) return std::optional<EtcdKv>();
+  PTC_ASSIGN_OR_RETURN(EtcdKv kv, kv_from(r["kvs"][0]));
+  return std::optional<EtcdKv>(std::move(kv));
+}
+
+ptc::Result<EtcdRange> EtcdClient::range_prefix(const std::string& prefix) {
+  PTC_ASSIGN_OR_RETURN(json r, impl_->post("/v3/kv/range", json{{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}}));
+  EtcdRange out;
+  out.revision = r.contains("header") ? i64(r["header"], "revision") : 0;
+  if (r.contains("kvs") && r["kvs"].is_array())
+    for (const auto& k : r["kvs"]) {
+      PTC_ASSIGN_OR_RETURN(EtcdKv kv, kv_from(k));
+      out.kvs.push_back(std::move(kv));
+    }
+  return out;
+}
+
+ptc::Result<bool> EtcdClient::txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdWrite>& writes) {
+  json cmp = json::array();
+  for (const auto& c : compares) {
+    json j{{"key", b64(c.key)}, {"target", c.target}, {"result", "EQUAL"}};
+    if (c.target == "MOD") j["mod_revision"] = std::to_string(c.number);
+    else if (c.target == "CREATE") j["create_revision"] = std::to_string(c.number);
+    else if (c.target == "LEASE") j["lease"] = std::to_string(c.number);
+    else j["value"] = b64(c.value);
+    cmp.push_back(std::move(j));
+  }
+  json ops = json::array();
+  for (const auto& w : writes) {
+    if (w.kind == EtcdWrite::Kind::kDelete) {
+      ops.push_back({{"requestDeleteRange", {{"key", b64(w.key)}}}});
+      continue;
+    }
+    json put{{"key", b64(w.key)}, {"value", b64(w.value)}};
+    if (w.lease != 0) put["lease"] = std::to_string(w.lease);
+    ops.push_back({{"requestPut", std::move(put)}});
+  }
+  PTC_ASSIGN_OR_RETURN(json r, impl_->post("/v3/kv/txn", json{{"compare", cmp}, {"success", ops}}, false));
+  return r.value("succeeded", false);
+}
+
+ptc::Status EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revision,
+                                     const std::function<void(const EtcdEvent&)>& on_event,
+                                     const std::function<bool()>& stop) {
+  const Endpoint& ep = impl_->endpoints[impl_->preferred.load() % impl_->endpoints.size()];
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  PTC_RETURN_IF_ERROR(impl_->connect(ioc, stream, ep));
+  json create{{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}};
+  if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
+  http::request<http::string_body> req{http::verb::post, "/v3/watch", 11};
+  req.set(http::field::host, ep.host);
+  req.set(http::field::content_type, "application/json");
+  req.body() = json{{"create_request", create}}.dump();
+  req.prepare_payload();
+
+  // The gateway streams one JSON message per line, in chunks.
+  ptc::Status failed;
+  std::string pending;
+  auto on_line = [&](const std::string& line) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_object()) return;
+    if (j.contains("error")) {
+      failed = etcd_error(line, 200);
+      return;
+    }
+    const json& res = j.contains("result") ? j["result"] : j;
+    if (res.value("canceled", false)) {
+      if (i64(res, "compact_revision") > 0)
+        failed = ptc::error(ptc::Code::kOutOfRange, "etcd compacted the revisions the watch of " + prefix + " needs");
+      else
+        failed = ptc::unavailable("etcd cancelled the watch of " + prefix + ": " + res.value("cancel_reason", ""));
+      return;
+    }
+    if (!res.contains("events")) return;
+    for (const auto& e : res["events"]) {
+      EtcdEvent ev;
+      ev.deleted = e.value("type", std::string()) == "DELETE";
+      auto kv = kv_from(e.value("kv", json::object()));
+      if (!kv) {
+        failed = kv.status();
+        return;
+      }
+      ev.kv = std::move(kv).value();
+      on_event(ev);
+    }
+  };
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(boost::none);
+  auto on_chunk = [&](uint64_t, beast::string_view body, beast::error_code&) -> size_t {
+    pending.append(body.data(), body.size());
+    for (size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
+      on_line(pending.substr(0, nl));
+      pending.erase(0, nl + 1);
+    }
+    return body.size();
+  };
+  parser.on_chunk_body(on_chunk);
+  beast::flat_buffer buf;
+  beast::error_code ec;
+  bool busy = true;
+  // On every way out: close the stream and let its cancelled read finish while what it
+  // refers to is still alive.
+  struct Drain {
+    beast::tcp_stream& s;
+    asio::io_context& io;
+    ~Drain() {
+      beast::error_code ignored;
+      s.socket().close(ignored);
+      io.restart();
+      io.run();
+    }
+  } drain{stream, ioc};
+  stream.expires_after(impl_->timeout);
+  http::async_write(stream, req, [&](beast::error_code e, size_t) {
+    ec = e;
+    busy = false;
+  });
+  ioc.run();
+  ioc.restart();
+  if (busy || ec) return ptc::unavailable("etcd at " + ep.text + " refused the watch of " + prefix + ": " + ec.message());
+  stream.expires_never();
+  busy = false;
+  while (!stop() && failed.is_ok()) {
+    if (!busy) {
+      busy = true;
+      http::async_read_some(stream, buf, parser, [&](beast::error_code e, size_t) {
+        ec = e;
+        busy = false;
+      });
+    }
+    ioc.run_for(std::chrono::milliseconds(200));
+    ioc.restart();
+    if (!busy && ec) return ptc::unavailable("the watch of " + prefix + " on etcd at " + ep.text + " ended: " + ec.message());
+    if (parser.is_done()) {
+      if (!pending.empty()) on_line(pending);
+      if (failed.is_ok() && parser.get().result() != http::status::ok)
+        return etcd_error(parser.get().body(), parser.get().result_int());
+      return failed.is_ok() ? ptc::unavailable("etcd at " + ep.text + " ended the watch of " + prefix) : failed;
+    }
+  }
+  return failed;
+}
+
+}  // namespace ptcfs::transport
