@@ -41,6 +41,10 @@ int cmd_status(const Globals& g) {
     for (const auto& n : j["cluster"]["nodes"]) nodes += (nodes.empty() ? "" : ", ") + n["id"].get<std::string>();
     fmt::print("node     {} of a {}-node cluster ({})\n", j["node"].get<std::string>(),
                 j["cluster"]["nodes"].size(), nodes);
+    const json m = j["cluster"].value("membership", json::object());
+    if (m.value("mode", "") == "etcd")
+      fmt::print("members  live nodes registered in etcd at {} (lease {} s){}\n", m.value("endpoints", ""),
+                 m.value("lease_ttl_s", 0), m.value("fenced", false) ? "; FENCED: etcd unreachable, no changes here" : "");
     for (const auto& n : j["cluster"]["nodes"]) {
       if (!n.contains("up")) continue;
       if (n["up"].get<bool>())

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "daemon/store/file_util.h"
 #include "transport/auth.h"
 #include "transport/frame.h"
@@ -19,7 +21,23 @@ ptc::Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f) {
   c.mount = f.mount;
   c.listen = f.listen;
   std::string secret_file = f.secret_file;
-  if (f.cluster.empty() != f.node.empty()) return ptc::invalid("--cluster and --node go together");
+  c.etcd = f.etcd;
+  if (!f.etcd.empty()) {
+    if (!f.cluster.empty()) return ptc::invalid("--etcd and --cluster exclude each other (etcd keeps the members)");
+    if (f.node.empty()) return ptc::invalid("--etcd needs --node ID (this node's id in the cluster)");
+    if (!f.listen_given) return ptc::invalid("--etcd needs --listen HOST:PORT (the address peers reach this node at)");
+    if (f.gpus < 1) return ptc::invalid("--gpus must be at least 1");
+    if (f.listen.rfind("0.0.0.0:", 0) == 0 || f.listen.rfind("[::]:", 0) == 0)
+      return ptc::invalid("--listen " + f.listen + ": with --etcd, give the address peers reach this node at");
+    ptc::ClusterConfig self;
+    self.nodes.push_back({f.node, f.listen, f.gpus});
+    PTC_RETURN_IF_ERROR(ptc::parse_cluster_json(nlohmann::json{{"nodes", {{{"id", f.node}, {"addr", f.listen}, {"gpus", f.gpus}}}}}.dump(),
+                                                "--node/--listen/--gpus").status());
+    c.cluster = std::move(self);
+    c.node = 0;
+  } else if (f.cluster.empty() != f.node.empty()) {
+    return ptc::invalid("--cluster and --node go together (or --etcd and --node)");
+  }
   if (!f.cluster.empty()) {
     PTC_ASSIGN_OR_RETURN(std::string text, read_small_file(f.cluster, 16 << 20));
     PTC_ASSIGN_OR_RETURN(ptc::ClusterConfig cluster, ptc::parse_cluster_json(text, f.cluster));

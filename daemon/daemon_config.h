@@ -11,17 +11,20 @@
 namespace ptcfs {
 
 struct DaemonFlags {
-  std::string data, mount, listen, cluster, node, secret_file;
+  std::string data, mount, listen, cluster, node, secret_file, etcd;
+  int gpus = 1;
   bool listen_given = false;  // --listen was on the command line
 };
 
 struct DaemonConfig {
   std::string data, mount, listen, secret;
-  std::optional<ptc::ClusterConfig> cluster;
-  int node = -1;  // index into cluster->nodes
+  std::optional<ptc::ClusterConfig> cluster;  // with --etcd: this node only (others join at runtime)
+  int node = -1;                              // index into cluster->nodes
+  std::string etcd;                           // etcd's endpoints (empty: static mode, or one node)
 };
 
-// Validates the flags: --cluster and --node go together; the node must be in cluster.json
+// Validates the flags: --etcd needs --node and --listen (the address peers reach this node
+// at: not 0.0.0.0) and excludes --cluster; --cluster and --node go together; the node must be in cluster.json
 // and the daemon listens on its addr (a different --listen is an error); the secret comes
 // from --secret-file, else from cluster.json's secret_file (relative to cluster.json's
 // folder); without a secret only a loopback address is allowed.

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "daemon/cluster/coordinator.h"
+#include "daemon/cluster/etcd_membership.h"
 #include "daemon/cluster/peer_reader.h"
 #include "daemon/cluster/peer_service.h"
 #include "daemon/control/control.h"
@@ -24,7 +25,10 @@
 namespace {
 
 struct Options {
-  std::string data, mount, listen = "127.0.0.1:7070", cluster, node, secret_file, log_level = "info";
+  std::string data, mount, listen = "127.0.0.1:7070", cluster, node, secret_file, etcd, log_level = "info";
+  int gpus = 1;
+  int64_t lease_ttl_s = 10;
+  int64_t prepare_expiry_s = 600;
   uint64_t compact_below = ptcfs::CompactionPolicy{}.min_piece;
   double peer_timeout_s = 10;
   bool fuse_debug = false;
@@ -42,7 +46,7 @@ void raise_fd_limit() {
 int run(const Options& o, bool listen_given) {
   using namespace ptcfs;
   auto cfg_r = resolve_daemon_config(
-      DaemonFlags{o.data, o.mount, o.listen, o.cluster, o.node, o.secret_file, listen_given});
+      DaemonFlags{o.data, o.mount, o.listen, o.cluster, o.node, o.secret_file, o.etcd, o.gpus, listen_given});
   if (!cfg_r) {
     ptc::log::error("{}", cfg_r.status().message());
     return 2;
@@ -76,6 +80,20 @@ int run(const Options& o, bool listen_given) {
     peers = transport::make_tcp_backend(*cfg.cluster, secret, deadlines);
     reader = std::make_unique<PeerReader>(*peers, cfg.node);
   }
+  // Who the members are and where commits are decided: etcd, or cluster.json.
+  std::unique_ptr<Membership> membership;
+  EtcdMembership* etcd = nullptr;
+  if (!cfg.etcd.empty()) {
+    auto m = EtcdMembership::join(EtcdOptions{cfg.etcd, o.node, cfg.listen, o.gpus, o.lease_ttl_s}, *peers);
+    if (!m) {
+      ptc::log::error("joining the cluster in etcd: {}", m.status().to_string());
+      return 1;
+    }
+    etcd = m->get();
+    membership = std::move(m).value();
+  } else if (cfg.cluster) {
+    membership = std::make_unique<StaticMembership>(*peers);
+  }
   auto store = Store::open(o.data, reader.get(), reader.get());
   if (!store) {
     ptc::log::error("opening data directory {}: {}", o.data, store.status().to_string());
@@ -87,8 +105,8 @@ int run(const Options& o, bool listen_given) {
   if (cfg.cluster) {
     PrepareOptions prep;
     prep.policy = policy;
-    peer_service = std::make_unique<PeerService>(st, *peers, cfg.node, prep);
-    coordinator = std::make_unique<Coordinator>(st, *peers, cfg.node, *peer_service);
+    peer_service = std::make_unique<PeerService>(st, *peers, cfg.node, *membership, prep);
+    coordinator = std::make_unique<Coordinator>(st, *peers, cfg.node, *peer_service, *membership);
   }
 
   // Steps saved into the mount; in a cluster they commit on every node together.
@@ -151,9 +169,15 @@ int run(const Options& o, bool listen_given) {
   control.set_listen((*server)->address());
   ptc::log::info("ptcfsd {} serving {} at {}, control on {}{}", PTCFS_VERSION, o.data, o.mount, (*server)->address(),
                  secret.empty() ? "" : " (clients must prove the cluster secret)");
-  if (cfg.cluster)
+  if (etcd) {
+    ptc::log::info("node {} ({} GPUs) in the cluster kept in etcd at {}: {} live nodes", info.node, o.gpus, cfg.etcd,
+                   membership->members().size());
+    // Every record (on start: each one there is) commits what it decides or brings this node to it.
+    etcd->start([&c = *coordinator](const std::string& key, const nlohmann::json& value) { c.on_record(key, value); });
+  } else if (cfg.cluster) {
     ptc::log::info("node {} of a {}-node cluster ({} GPUs)", info.node, cfg.cluster->nodes.size(),
                    cfg.cluster->total_gpus());
+  }
 
   // A node that was down while its peers repartitioned catches up with them.
   std::thread catch_up;
@@ -168,12 +192,16 @@ int run(const Options& o, bool listen_given) {
     }
   });
 
-  // Blobs of replaced versions are freed once the last reader closes them.
+  // Every second: prepared changes whose coordinator's lease ended (or that waited too long)
+  // are dropped. Every 5 s: blobs of replaced versions are freed once the last reader closes
+  // them, missed aborts are sent again, and parts of saves say again that they are ready.
   std::mutex gc_mu;
   std::condition_variable gc_cv;
   std::thread gc_thread([&] {
     std::unique_lock lock(gc_mu);
-    while (!gc_cv.wait_for(lock, std::chrono::seconds(5), [&] { return stopping.load(); })) {
+    for (unsigned tick = 1; !gc_cv.wait_for(lock, std::chrono::seconds(1), [&] { return stopping.load(); }); ++tick) {
+      if (peer_service) peer_service->expire(std::chrono::seconds(o.prepare_expiry_s));
+      if (tick % 5) continue;
       if (auto r = st.collect_garbage(); !r) ptc::log::warn("collecting blobs: {}", r.status().to_string());
       if (coordinator) {
         coordinator->retry_aborts();
@@ -194,6 +222,7 @@ int run(const Options& o, bool listen_given) {
   ptc::log::info("received signal {}; stopping", sig);
   if (catch_up.joinable()) catch_up.join();
   (*server)->stop();
+  if (etcd) etcd->stop();  // leaves the cluster at once; its watch calls the coordinator no more
   filesystem.stop();
   fuse_thread.join();
   saves.reset();  // its commit thread refreshes the mount: stop it first
@@ -212,6 +241,22 @@ int main(int argc, char** argv) {
   auto* listen = app.add_option("--listen", o.listen,
                                 "Control address HOST:PORT (loopback only without a cluster secret)")
                     ->capture_default_str();
+  app.add_option("--etcd", o.etcd,
+                 "etcd endpoints http://HOST:PORT[,...]: the node registers there (with --node, --listen, --gpus) "
+                 "and every commit is an etcd transaction; nodes join and leave at runtime");
+  app.add_option("--gpus", o.gpus, "GPUs of this node (with --etcd): ranks placed on it")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--lease-ttl", o.lease_ttl_s,
+                 "Seconds of this node's etcd lease: a node that stops renewing it leaves the cluster that long "
+                 "after, and the changes it was coordinating are dropped; it stops taking part in changes after "
+                 "half of it without etcd")
+      ->check(CLI::Range(2, 3600))
+      ->capture_default_str();
+  app.add_option("--prepare-expiry", o.prepare_expiry_s,
+                 "Seconds a prepared change may wait for its commit or abort before this node drops it")
+      ->check(CLI::Range(5, 86400))
+      ->capture_default_str();
   app.add_option("--cluster", o.cluster,
                  "cluster.json: the nodes, their addresses and GPUs, the secret file; the node joins that cluster");
   app.add_option("--node", o.node, "This node's id in cluster.json; the daemon listens on its addr");

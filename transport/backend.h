@@ -23,8 +23,13 @@ namespace ptcfs::transport {
 class PeerBackend {
  public:
   virtual ~PeerBackend() = default;
-  virtual const ptc::ClusterConfig& cluster() const = 0;
-  // A request to node `node` (an index into cluster().nodes); errors name the node.
+  // The nodes this backend knows, as a snapshot. The table only grows: a node's index
+  // stays valid (and names the same id) for the backend's life, whatever joins later.
+  virtual std::shared_ptr<const ptc::ClusterConfig> cluster() const = 0;
+  // Adds a node that joined (or updates the address of a known id, dropping its idle
+  // connections); its index.
+  virtual int add_node(const ptc::NodeSpec& node) = 0;
+  // A request to node `node` (an index into cluster()->nodes); errors name the node.
   virtual ptc::Result<nlohmann::json> call(int node, const nlohmann::json& request,
                                            const ProgressSink& progress = {}) = 0;
   // A request answered with bytes (into out, at most max_bytes), counted in bytes_received.

@@ -15,8 +15,15 @@ constexpr size_t kMaxIdlePerNode = 16;
 class TcpBackend final : public PeerBackend {
  public:
   TcpBackend(ptc::ClusterConfig cluster, std::string secret, PeerDeadlines deadlines)
-      : cluster_(std::move(cluster)), secret_(std::move(secret)), deadlines_(deadlines), idle_(cluster_.nodes.size()) {}
-  const ptc::ClusterConfig& cluster() const override { return cluster_; }
+      : cluster_(std::make_shared<const ptc::ClusterConfig>(std::move(cluster))),
+        secret_(std::move(secret)),
+        deadlines_(deadlines),
+        idle_(cluster_->nodes.size()) {}
+  std::shared_ptr<const ptc::ClusterConfig> cluster() const override {
+    std::lock_guard lock(mu_);
+    return cluster_;
+  }
+  int add_node(const ptc::NodeSpec& node) override;
   ptc::Result<json> call(int node, const json& request, const ProgressSink& progress) override;
   ptc::Result<json> call_data(int node, const json& request, std::string& out, uint64_t max_bytes) override;
   uint64_t bytes_received() const override { return received_.load(); }
@@ -25,10 +32,10 @@ class TcpBackend final : public PeerBackend {
   template <class Fn>
   ptc::Result<json> with_client(int node, Fn&& fn);
 
-  ptc::ClusterConfig cluster_;
+  mutable std::mutex mu_;                            // guards cluster_ and idle_
+  std::shared_ptr<const ptc::ClusterConfig> cluster_;  // replaced, never changed in place
   std::string secret_;
   PeerDeadlines deadlines_;
-  std::mutex mu_;
   std::vector<std::vector<std::unique_ptr<RpcClient>>> idle_;  // per node
   std::atomic<uint64_t> received_{0};
 };
@@ -38,8 +45,9 @@ ptc::Result<json> TcpBackend::with_client(int node, Fn&& fn) {
   Deadlines d;
   d.connect = deadlines_.connect;
   d.idle = deadlines_.idle;
-  if (node < 0 || static_cast<size_t>(node) >= cluster_.nodes.size()) return ptc::internal("no node " + std::to_string(node));
-  const auto& spec = cluster_.nodes[static_cast<size_t>(node)];
+  const auto table = cluster();
+  if (node < 0 || static_cast<size_t>(node) >= table->nodes.size()) return ptc::internal("no node " + std::to_string(node));
+  const auto& spec = table->nodes[static_cast<size_t>(node)];
   // An idle connection may have been closed by the peer meanwhile (it restarted, or its
   // idle timer ran out): such a failure is retried once on a new connection.
   for (int attempt = 0;; ++attempt) {
@@ -71,6 +79,24 @@ ptc::Result<json> TcpBackend::with_client(int node, Fn&& fn) {
     if (!r) return r.status().with_context("node " + spec.id);
     return r;
   }
+}
+
+int TcpBackend::add_node(const ptc::NodeSpec& node) {
+  std::lock_guard lock(mu_);
+  auto next = std::make_shared<ptc::ClusterConfig>(*cluster_);
+  int at = next->find(node.id);
+  if (at >= 0) {
+    auto& known = next->nodes[static_cast<size_t>(at)];
+    if (known.addr == node.addr && known.gpus == node.gpus) return at;
+    if (known.addr != node.addr) idle_[static_cast<size_t>(at)].clear();
+    known = node;
+  } else {
+    at = static_cast<int>(next->nodes.size());
+    next->nodes.push_back(node);
+    idle_.emplace_back();
+  }
+  cluster_ = std::move(next);
+  return at;
 }
 
 ptc::Result<json> TcpBackend::call(int node, const json& request, const ProgressSink& progress) {

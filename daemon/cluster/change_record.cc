@@ -25,6 +25,8 @@ json ptc_json(const ptc::Ptc& p) {
 
 json to_json(const PrepareRequest& r) {
   json j = {{"op", "peer.prepare"}, {"tx", r.tx}, {"kind", kKinds[r.change.index()]}};
+  if (!r.coordinator.empty()) j["coordinator"] = r.coordinator;
+  if (r.lease != 0) j["lease"] = r.lease;
   std::visit(
       [&](const auto& c) {
         using T = std::decay_t<decltype(c)>;
@@ -55,9 +57,14 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
   PrepareRequest r;
   PTC_ASSIGN_OR_RETURN(r.tx, ptc::member_string(j, "tx", w));
   if (r.tx.empty()) return ptc::invalid("peer.prepare has an empty 'tx'");
+  PTC_ASSIGN_OR_RETURN(r.coordinator, ptc::member_string_or(j, "coordinator", "", w));
+  if (auto it = j.find("lease"); it != j.end()) {
+    if (!it->is_number_integer()) return ptc::invalid("peer.prepare: 'lease' must be an integer");
+    r.lease = it->get<int64_t>();
+  }
   PTC_ASSIGN_OR_RETURN(std::string kind, ptc::member_string(j, "kind", w));
   if (kind == "import") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "dir", "job", "step", "nodes"}, w));
+    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "dir", "job", "step", "nodes"}, w));
     ImportChange c;
     PTC_ASSIGN_OR_RETURN(c.dir, ptc::member_string(j, "dir", w));
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
@@ -65,7 +72,7 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(c.nodes, ptc::member_strings(j, "nodes", w));
     r.change = std::move(c);
   } else if (kind == "repartition") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "job", "step", "from_version", "ptc", "from_nodes",
+    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc", "from_nodes",
                                                "from_holders", "to", "to_nodes", "down", "digest"}, w));
     ClusterChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
@@ -83,13 +90,13 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     }
     r.change = std::move(c);
   } else if (kind == "remove") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "job", "step"}, w));
+    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step"}, w));
     RemoveChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
     r.change = std::move(c);
   } else if (kind == "save") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "job", "step", "ptc", "holders"}, w));
+    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step", "ptc", "holders"}, w));
     SaveChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
@@ -97,7 +104,7 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(c.holders, ptc::member_string_lists(j, "holders", w));
     r.change = std::move(c);
   } else if (kind == "dataset_add") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "job", "name", "record"}, w));
+    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "record"}, w));
     DatasetAddChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
@@ -107,7 +114,7 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     r.change = std::move(c);
   } else if (kind == "dataset_progress") {
     PTC_RETURN_IF_ERROR(
-        ptc::check_members(j, {"op", "tx", "kind", "job", "name", "from_version", "epoch", "consumed"}, w));
+        ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "from_version", "epoch", "consumed"}, w));
     DatasetProgressChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));

@@ -63,10 +63,13 @@ struct DatasetProgressChange {
   uint64_t from_version = 0, epoch = 0, consumed = 0;
 };
 
-// peer.prepare: transaction `tx` and its change.
+// peer.prepare: transaction `tx` and its change; the coordinator that asks and its etcd lease
+// (0: static mode): the prepared change lives only as long as that lease.
 struct PrepareRequest {
   std::string tx;
   std::variant<ImportChange, ClusterChange, DatasetAddChange, DatasetProgressChange, SaveChange, RemoveChange> change;
+  std::string coordinator;
+  int64_t lease = 0;
 };
 nlohmann::json to_json(const PrepareRequest& r);
 ptc::Result<PrepareRequest> prepare_request_from_json(const nlohmann::json& j);

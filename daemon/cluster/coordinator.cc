@@ -10,6 +10,7 @@
 #include "daemon/cluster/change_record.h"
 #include "daemon/cluster/nodes.h"
 #include "daemon/cluster/prepare.h"
+#include "daemon/store/failpoint.h"
 #include "ptc/log.h"
 
 namespace ptcfs {
@@ -24,7 +25,7 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-const std::string& Coordinator::id() const { return node_id(cluster(), self_); }
+std::string Coordinator::id() const { return name_of(self_); }
 
 std::vector<ptc::Result<json>> Coordinator::ask_all(const std::vector<int>& nodes,
                                                     const std::function<json(int)>& request) {
@@ -52,7 +53,7 @@ ptc::Status Coordinator::finish_all(const std::vector<int>& nodes, const std::st
     if (first.is_ok()) first = answers[i].status();
     if (!commit) {
       ptc::log::warn("node {} missed the abort of transaction {} ({}); it is sent again until the node answers",
-                     node_id(cluster(), nodes[i]), tx, answers[i].status().to_string());
+                     name_of(nodes[i]), tx, answers[i].status().to_string());
       std::lock_guard lock(mu_);
       unaborted_.emplace_back(nodes[i], tx);
     }
@@ -60,7 +61,38 @@ ptc::Status Coordinator::finish_all(const std::vector<int>& nodes, const std::st
   return first;
 }
 
+void Coordinator::settle_undecided() {
+  std::vector<Undecided> owed;
+  {
+    std::lock_guard lock(mu_);
+    owed.swap(undecided_);
+  }
+  for (auto& u : owed) {
+    // Make the lost answer final: the record was written by this change (commit it), or it
+    // is rewritten now so that this change's transaction can never apply (abort it).
+    auto rec = members_.read(u.key);
+    bool commit = false;
+    if (rec && rec->value.is_object() && rec->value.value("tx", std::string()) == u.tx) {
+      commit = true;
+    } else if (rec) {
+      json fence = rec->revision == 0 ? json{{"removed", true}} : rec->value;
+      fence["fenced"] = u.tx;
+      auto done = rec->revision == u.prior.revision ? members_.decide(u.key, rec->revision, fence)
+                                                    : ptc::Result<bool>(true);
+      if (!done || !*done) rec = ptc::unavailable("retry");  // read again next time
+    }
+    if (!rec) {
+      std::lock_guard lock(mu_);
+      undecided_.push_back(std::move(u));
+      continue;
+    }
+    (void)finish_all(u.nodes, u.tx, commit);
+    ptc::log::info("{}: etcd answers again; the change is {} on every node", u.what, commit ? "committed" : "aborted");
+  }
+}
+
 size_t Coordinator::retry_aborts() {
+  settle_undecided();
   std::vector<std::pair<int, std::string>> owed;
   {
     std::lock_guard lock(mu_);
@@ -69,7 +101,7 @@ size_t Coordinator::retry_aborts() {
   std::vector<std::pair<int, std::string>> still;
   for (const auto& [node, tx] : owed) {
     auto r = peers_.call(node, json{{"op", "peer.abort"}, {"tx", tx}});
-    if (r) ptc::log::info("node {} took the abort of transaction {} it had missed", node_id(cluster(), node), tx);
+    if (r) ptc::log::info("node {} took the abort of transaction {} it had missed", name_of(node), tx);
     else still.emplace_back(node, tx);
   }
   std::lock_guard lock(mu_);
@@ -80,8 +112,64 @@ size_t Coordinator::retry_aborts() {
 std::vector<std::string> Coordinator::placement_or_all(const std::vector<std::string>& nodes) const {
   if (!nodes.empty()) return nodes;
   std::vector<std::string> all;
-  for (const auto& n : cluster().nodes) all.push_back(n.id);
+  for (int n : members_.members()) all.push_back(name_of(n));
   return all;
+}
+
+std::vector<int> Coordinator::others() const {
+  std::vector<int> out;
+  for (int n : members_.members())
+    if (n != self_) out.push_back(n);
+  return out;
+}
+
+PrepareRequest Coordinator::request(const std::string& tx, decltype(PrepareRequest::change) change) const {
+  return PrepareRequest{tx, std::move(change), id(), members_.lease()};
+}
+
+ptc::Result<Coordinator::Locked> Coordinator::record_before_change(const std::string& key) {
+  PTC_RETURN_IF_ERROR(members_.can_change());
+  PTC_RETURN_IF_ERROR(members_.lock(key));
+  Locked out(members_, key);
+  PTC_ASSIGN_OR_RETURN(Record r, members_.read(key));
+  static_cast<Record&>(out) = std::move(r);
+  return out;
+}
+
+ptc::Status Coordinator::decide(const std::vector<int>& nodes, const std::string& tx, const std::string& key,
+                                const Record& prior, json record, const std::string& what) {
+  failpoint("coordinator.prepared");
+  record["tx"] = tx;
+  record["coordinator"] = id();
+  auto won = members_.decide(key, prior.revision, record);
+  if (!won && members_.can_change().is_ok()) {
+    // The transaction may have been applied before the answer was lost: read it back.
+    if (auto back = members_.read(key); back && back->revision != prior.revision)
+      won = back->value.is_object() && back->value.value("tx", std::string()) == tx;
+  }
+  if (!won) {
+    // Unknown outcome (etcd did not answer): retry_aborts() settles it once etcd answers.
+    {
+      std::lock_guard lock(mu_);
+      undecided_.push_back(Undecided{nodes, tx, key, prior, what});
+    }
+    return won.status().with_context(what + ": etcd did not answer the commit; the change is aborted on every "
+                                             "node once etcd answers (unless etcd recorded it: then it commits)");
+  }
+  if (!*won) {
+    (void)finish_all(nodes, tx, false);
+    return ptc::error(ptc::Code::kFailedPrecondition,
+                      what + " aborted on every node: " + key + " changed in etcd since it was prepared (another "
+                             "change committed first), or this node's lease ended");
+  }
+  failpoint("coordinator.decided");
+  auto s = finish_all(nodes, tx, true);
+  if (!s && members_.lease() != 0) {
+    ptc::log::warn("{}: committed in etcd; a node missed the commit message ({}) and switches when it sees the record",
+                   what, s.to_string());
+    return ptc::Status::ok();
+  }
+  return s.with_context(what + " committed partly");
 }
 
 ptc::Result<json> Coordinator::import(const std::string& dir, const std::string& job, const std::string& step,
@@ -90,13 +178,17 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
   const auto t0 = std::chrono::steady_clock::now();
   const auto nodes = placement_or_all(nodes_arg);
   for (const auto& n : nodes)
-    if (cluster().find(n) < 0) return ptc::invalid("node '" + n + "' is not in the cluster");
+    if (cluster()->find(n) < 0) return ptc::invalid("node '" + n + "' is not in the cluster");
   if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
   // Every node records the step (all mounts show the whole namespace), so every node takes part.
-  const std::vector<int> all = all_nodes(cluster());
+  PTC_ASSIGN_OR_RETURN(const Locked prior, record_before_change(step_key(job, step)));
+  if (prior.revision != 0 && !prior.value.value("removed", false))
+    return ptc::error(ptc::Code::kAlreadyExists, job + "/" + step + " is already recorded in etcd (version " +
+                                                     std::to_string(prior.value.value("version", 0)) + ")");
+  const std::vector<int> all = members_.members();
   const std::string tx = new_transaction_id();
   if (progress) progress(json{{"phase", "prepare"}, {"done", 0}, {"total", all.size()}});
-  const json prepare = to_json(PrepareRequest{tx, ImportChange{dir, job, step, nodes}});
+  const json prepare = to_json(request(tx, ImportChange{dir, job, step, nodes}));
   const auto answers = ask_all(all, [&](int) { return prepare; });
   ptc::Status failed;
   std::set<uint64_t> digests;
@@ -104,7 +196,7 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
   uint64_t bytes = 0;
   json per_node = json::array();
   for (size_t i = 0; i < all.size(); ++i) {
-    const std::string& nid = node_id(cluster(), all[i]);
+    const std::string nid = name_of(all[i]);
     auto r = answers[i] ? prepare_reply_from_json(*answers[i], "prepare reply of node " + nid) : answers[i].status();
     if (!r) {
       if (failed.is_ok()) failed = r.status();
@@ -122,7 +214,8 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
     ptc::log::warn("import of {}/{} aborted on every node: {}", job, step, failed.to_string());
     return failed;
   }
-  if (auto s = finish_all(all, tx, true); !s) return s.with_context("import of " + job + "/" + step + " committed partly");
+  PTC_RETURN_IF_ERROR(decide(all, tx, step_key(job, step), prior, json{{"kind", "import"}, {"version", 1}, {"nodes", nodes}},
+                             "import of " + job + "/" + step));
   auto snap = store_.snapshot();
   auto it = snap->steps.find({job, step});
   const size_t tensors = it == snap->steps.end() ? 0 : it->second->layout().ptc().tensors.size();
@@ -165,13 +258,19 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
     return res;
   }
 
-  // Who is up, and at which version.
+  // What etcd records of the step, who is up, and at which version.
+  PTC_ASSIGN_OR_RETURN(const Locked prior, record_before_change(step_key(req.job, req.step)));
+  if (prior.revision != 0 && prior.value.value("version", uint64_t{0}) != old->version())
+    return ptc::error(ptc::Code::kFailedPrecondition,
+                      "etcd records version " + std::to_string(prior.value.value("version", uint64_t{0})) + " of " +
+                          name + ", this node has " + std::to_string(old->version()) +
+                          " (it is catching up; try again in a moment)");
   report("state", 0, 1);
-  const std::vector<int> all = all_nodes(cluster());
+  const std::vector<int> all = members_.members();
   const auto states = ask_all(all, [&](int) { return json{{"op", "peer.state"}, {"job", req.job}, {"step", req.step}}; });
   std::vector<int> up;
   for (size_t i = 0; i < all.size(); ++i) {
-    const std::string& nid = node_id(cluster(), all[i]);
+    const std::string nid = name_of(all[i]);
     auto r = states[i] ? step_state_from_json(*states[i], "state of node " + nid) : states[i].status();
     if (!r) {
       if (r.status().code() == ptc::Code::kNotFound) {
@@ -190,14 +289,22 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
                                                             " (a change is under way or a node missed one)");
     up.push_back(all[i]);
   }
+  // A node of the old placement that is no member now (it left) serves nothing either.
+  std::set<std::string> up_ids;
+  for (int n : up) up_ids.insert(name_of(n));
+  std::set<std::string> sources(c.from_nodes.begin(), c.from_nodes.end());
+  for (const auto& h : c.from_holders) sources.insert(h.begin(), h.end());
+  for (const auto& nid : sources)
+    if (!up_ids.count(nid) && std::find(c.down.begin(), c.down.end(), nid) == c.down.end()) c.down.push_back(nid);
   for (const auto& nid : c.to_nodes)
     if (std::find(c.down.begin(), c.down.end(), nid) != c.down.end() &&
-        std::find(up.begin(), up.end(), cluster().find(nid)) == up.end())
+        std::find(up.begin(), up.end(), cluster()->find(nid)) == up.end())
       return ptc::error(ptc::Code::kUnavailable, "node " + nid + " is down but the new layout places ranks on it "
                                                  "(leave it out with --nodes)");
 
   report("plan", 0, 1);
-  PTC_ASSIGN_OR_RETURN(ptc::ClusterHoldings h, cluster_holdings(from, to, c, cluster()));
+  PTC_ASSIGN_OR_RETURN(const ptc::ClusterConfig table, change_table(c, *cluster()));
+  PTC_ASSIGN_OR_RETURN(ptc::ClusterHoldings h, cluster_holdings(from, to, c, table));
   auto plan_r = ptc::make_cluster_plan(from, to, h);
   if (!plan_r) return plan_r.status().with_context("cannot repartition " + name);
   const ptc::Plan& plan = *plan_r;
@@ -217,18 +324,19 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   const std::string tx = new_transaction_id();
   c.digest = plan_digest(plan);
   report("prepare", 0, up.size());
-  const json prepare = to_json(PrepareRequest{tx, c});
+  const json prepare = to_json(request(tx, c));
   const auto answers = ask_all(up, [&](int) { return prepare; });
   ptc::Status failed;
   for (size_t i = 0; i < up.size(); ++i) {
-    const std::string& nid = node_id(cluster(), up[i]);
+    const std::string nid = name_of(up[i]);
     auto r = answers[i] ? prepare_reply_from_json(*answers[i], "prepare reply of node " + nid) : answers[i].status();
     if (!r) {
       if (failed.is_ok()) failed = r.status();
       continue;
     }
     res.bytes_moved += r->bytes_received;
-    res.per_node.push_back({nid, r->bytes_received, min_per_node[static_cast<size_t>(up[i])]});
+    const int in_table = table.find(nid);
+    res.per_node.push_back({nid, r->bytes_received, in_table < 0 ? 0 : min_per_node[static_cast<size_t>(in_table)]});
   }
   if (!failed.is_ok()) {
     (void)finish_all(up, tx, false);
@@ -236,8 +344,13 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
     return failed.with_context("repartition of " + name + " aborted, the old layout stays");
   }
   report("commit", 0, up.size());
-  if (auto s = finish_all(up, tx, true); !s) return s.with_context("repartition of " + name + " committed partly");
   res.version = old->version() + 1;
+  PTC_RETURN_IF_ERROR(decide(up, tx, step_key(req.job, req.step), prior,
+                             json{{"kind", "repartition"},
+                                  {"version", res.version},
+                                  {"parallelism", req.to.to_string()},
+                                  {"nodes", c.to_nodes}},
+                             "repartition of " + name));
   res.seconds = since(t0);
   ptc::log::info("repartitioned {} {} -> {} on {} nodes (version {}): {} bytes moved, {} the minimum, in {:.3f} s", name,
                  res.from.to_string(), res.to.to_string(), up.size(), res.version, res.bytes_moved, res.bytes_min,
@@ -245,75 +358,120 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   return res;
 }
 
+bool Coordinator::catch_up_step(const std::string& job, const std::string& step, uint64_t at_least) {
+  const std::string name = job + "/" + step;
+  std::shared_ptr<const StepVersion> v;
+  {
+    const auto snap = store_.snapshot();
+    if (auto it = snap->steps.find({job, step}); it != snap->steps.end()) v = it->second;
+  }
+  const uint64_t have = v ? v->version() : 0;
+  const std::vector<int> peers = others();
+  const auto answers = ask_all(peers, [&](int) { return json{{"op", "peer.state"}, {"job", job}, {"step", step}}; });
+  std::optional<StepState> newest;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    if (!answers[i]) continue;
+    auto s = step_state_from_json(*answers[i], "state of " + name + " from node " + name_of(peers[i]));
+    if (!s) {
+      ptc::log::warn("catching up {}: {}", name, s.status().to_string());
+      continue;
+    }
+    if (s->version > std::max(have, newest ? newest->version : 0)) newest = std::move(s).value();
+  }
+  if (!newest || newest->version < at_least) return false;
+  auto layout = ptc::Layout::make(newest->ptc, newest->ptc.parallelism);
+  if (!layout) return false;
+  StepPlacement placement;
+  placement.nodes = newest->nodes;
+  placement.held.assign(layout->shards().size(), false);
+  const size_t nshards = layout->shards().size();
+  PreparedChange change;
+  change.replaced = v;
+  change.next = std::make_shared<StepVersion>(job, step, newest->version, static_cast<int64_t>(::time(nullptr)),
+                                              std::move(layout).value(), std::vector<std::vector<StoredSlice>>(nshards),
+                                              &store_.blobs(), std::move(placement), store_.remote());
+  if (auto s = v ? store_.begin_change(job, step) : store_.reserve_name(job, step); !s) {
+    ptc::log::warn("catching up {}: {}", name, s.to_string());
+    return false;
+  }
+  if (auto s = commit_change(store_, change); !s) {
+    ptc::log::warn("catching up {}: {}", name, s.to_string());
+    return false;
+  }
+  ptc::log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name, newest->version);
+  return true;
+}
+
 size_t Coordinator::catch_up() {
-  const std::vector<int> others = other_nodes(cluster(), self_);
   size_t caught = 0;
   const auto snap = store_.snapshot();  // commits below publish new snapshots; this one stays valid
-  for (const auto& [key, v] : snap->steps) {
-    if (v->placement().nodes.empty()) continue;
-    const std::string name = key.first + "/" + key.second;
-    const auto answers =
-        ask_all(others, [&](int) { return json{{"op", "peer.state"}, {"job", key.first}, {"step", key.second}}; });
-    std::optional<StepState> newest;
-    for (size_t i = 0; i < answers.size(); ++i) {
-      if (!answers[i]) continue;
-      auto s = step_state_from_json(*answers[i], "state of " + name + " from node " + node_id(cluster(), others[i]));
-      if (!s) {
-        ptc::log::warn("catching up {}: {}", name, s.status().to_string());
-        continue;
-      }
-      if (s->version > (newest ? newest->version : v->version())) newest = std::move(s).value();
-    }
-    if (!newest) continue;
-    auto layout = ptc::Layout::make(newest->ptc, newest->ptc.parallelism);
-    if (!layout) continue;
-    StepPlacement placement;
-    placement.nodes = newest->nodes;
-    placement.held.assign(layout->shards().size(), false);
-    const size_t nshards = layout->shards().size();
-    PreparedChange change;
-    change.replaced = v;
-    change.next = std::make_shared<StepVersion>(key.first, key.second, newest->version,
-                                                static_cast<int64_t>(::time(nullptr)), std::move(layout).value(),
-                                                std::vector<std::vector<StoredSlice>>(nshards), &store_.blobs(),
-                                                std::move(placement), store_.remote());
-    if (auto s = store_.begin_change(key.first, key.second); !s) {
-      ptc::log::warn("catching up {}: {}", name, s.to_string());
-      continue;
-    }
-    if (auto s = commit_change(store_, change); !s) {
-      ptc::log::warn("catching up {}: {}", name, s.to_string());
-      continue;
-    }
-    ptc::log::info("{} moved to version {} while this node was down; caught up (this node holds none of it)", name,
-                   newest->version);
-    ++caught;
-  }
+  for (const auto& [key, v] : snap->steps)
+    if (!v->placement().nodes.empty() && catch_up_step(key.first, key.second, 0)) ++caught;
   return caught + catch_up_datasets();
+}
+
+void Coordinator::on_record(const std::string& key, const json& value) {
+  const std::string tx = value.value("tx", std::string());
+  if (!tx.empty() && local_.commit_decided(tx)) return;  // prepared here: the record is its commit
+  const std::string prefix = step_key("", "");            // "/ptcfs/steps//"
+  const std::string steps = prefix.substr(0, prefix.size() - 1);
+  if (key.rfind(steps, 0) != 0) return;
+  const std::string rest = key.substr(steps.size());
+  const size_t slash = rest.find('/');
+  if (slash == std::string::npos) return;
+  const std::string job = rest.substr(0, slash), step = rest.substr(slash + 1);
+  std::shared_ptr<const StepVersion> v;
+  {
+    const auto snap = store_.snapshot();
+    if (auto it = snap->steps.find({job, step}); it != snap->steps.end()) v = it->second;
+  }
+  if (value.value("removed", false)) {
+    if (!v) return;
+    auto change = prepare_removal(store_, job, step);
+    if (change) {
+      if (auto s = commit_change(store_, *change); s) {
+        ptc::log::info("{}/{} was removed on the other nodes (etcd records it); removed here too", job, step);
+        return;
+      }
+    }
+    ptc::log::warn("{}/{} is removed in etcd but not here: {}", job, step, change.status().to_string());
+    return;
+  }
+  const uint64_t version = value.value("version", uint64_t{0});
+  if (v && v->version() >= version) return;
+  // The nodes that took part commit at about the time this record appears: give them a moment.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    if (catch_up_step(job, step, version)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
+  }
+  ptc::log::warn("{}/{}: etcd records version {}, and no other node serves it yet; this node stays at {}", job, step,
+                 version, v ? v->version() : 0);
 }
 
 ptc::Status Coordinator::remove(const std::string& job, const std::string& step) {
   const std::string name = job + "/" + step;
-  const std::vector<int> all = all_nodes(cluster());
+  PTC_ASSIGN_OR_RETURN(const Locked prior, record_before_change(step_key(job, step)));
+  const std::vector<int> all = members_.members();
   const std::string tx = new_transaction_id();
-  const json prepare = to_json(PrepareRequest{tx, RemoveChange{job, step}});
+  const json prepare = to_json(request(tx, RemoveChange{job, step}));
   const auto answers = ask_all(all, [&](int) { return prepare; });
   for (const auto& a : answers) {
     if (a) continue;
     (void)finish_all(all, tx, false);
     return a.status().with_context("removing " + name + ": nothing was removed");
   }
-  PTC_RETURN_IF_ERROR(finish_all(all, tx, true), "removing " + name + " removed it partly");
+  PTC_RETURN_IF_ERROR(decide(all, tx, step_key(job, step), prior, json{{"kind", "remove"}, {"removed", true}},
+                             "removing " + name));
   ptc::log::info("removed {} on {} nodes", name, all.size());
   return ptc::Status::ok();
 }
 
 json Coordinator::nodes_status() {
-  const std::vector<int> all = all_nodes(cluster());
+  const std::vector<int> all = members_.members();
   const auto answers = ask_all(all, [](int) { return json{{"op", "peer.stats"}}; });
   json out = json::array();
   for (size_t i = 0; i < all.size(); ++i) {
-    const auto& n = cluster().nodes[static_cast<size_t>(all[i])];
+    const auto& n = cluster()->nodes[static_cast<size_t>(all[i])];
     auto stats = answers[i] ? peer_stats_from_json(*answers[i], "stats of node " + n.id) : answers[i].status();
     json j = {{"id", n.id}, {"addr", n.addr}, {"gpus", n.gpus}, {"up", stats.is_ok()}};
     if (stats) {

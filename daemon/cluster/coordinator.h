@@ -13,11 +13,14 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/cluster/membership.h"
+#include "daemon/cluster/nodes.h"
 #include "daemon/cluster/peer_service.h"
 #include "daemon/dataset/dataset_ops.h"
 #include "daemon/reshard/repartition.h"
@@ -28,14 +31,15 @@ namespace ptcfs {
 
 class Coordinator {
  public:
-  // Everything must outlive this object; `local` serves this node's own part.
-  Coordinator(Store& store, transport::PeerBackend& peers, int self, PeerService& local)
-      : store_(store), peers_(peers), self_(self), local_(local) {}
+  // Everything must outlive this object; `local` serves this node's own part; `members`
+  // says who takes part and decides each commit (static, or etcd: daemon/cluster/membership.h).
+  Coordinator(Store& store, transport::PeerBackend& peers, int self, PeerService& local, Membership& members)
+      : store_(store), peers_(peers), self_(self), local_(local), members_(members) {}
 
-  const ptc::ClusterConfig& cluster() const { return peers_.cluster(); }
-  const std::string& id() const;
+  std::shared_ptr<const ptc::ClusterConfig> cluster() const { return peers_.cluster(); }
+  std::string id() const;
 
-  // `nodes`: the node ids to place ranks on (empty: all, in cluster.json order).
+  // `nodes`: the node ids to place ranks on (empty: every member, in the membership's order).
   ptc::Result<nlohmann::json> import(const std::string& dir, const std::string& job, const std::string& step,
                                      const std::vector<std::string>& nodes, const transport::ProgressSink& progress);
   ptc::Result<RepartitionResult> repartition(const RepartitionRequest& req, const std::vector<std::string>& nodes,
@@ -47,17 +51,25 @@ class Coordinator {
   // `ptcfs rm` of a committed step: every node removes it, or (one does not answer, or refuses)
   // none does.
   ptc::Status remove(const std::string& job, const std::string& step);
-  // Per node: reachable, bytes_sent, bytes_received.
+  // How membership works here (static, or etcd's endpoints and whether this node is fenced).
+  nlohmann::json membership() const { return members_.describe(); }
+  // Per member: reachable, bytes_sent, bytes_received.
   nlohmann::json nodes_status();
   // After a restart: a step that peers moved to a newer version while this node was down
   // (a repartition cannot place shards on a down node) is brought to that version, holding
   // no shard; its old blobs are then collected. Datasets whose position moved take the
   // newest one. Returns how many steps and datasets were caught up.
   size_t catch_up();
+  // A record written in etcd (EtcdMembership's watch; on start, every record): commits the
+  // change it decides if this node prepared it; otherwise brings the step to the recorded
+  // version (holding none of it) or removes it.
+  void on_record(const std::string& key, const nlohmann::json& value);
   // A node that missed an abort (it stopped answering in the middle of a change) still
   // holds its prepared part, and its step stays marked as changing. Aborts are idempotent:
   // each missed one is sent again by this call (main.cc calls it every few seconds) until
-  // the node answers. Returns how many are still owed.
+  // the node answers. Changes whose decision etcd did not answer are settled here too once
+  // it answers (committed if etcd recorded them, else aborted). Returns how many aborts are
+  // still owed.
   size_t retry_aborts();
 
   // Saves into the mounts (daemon/cluster/coordinator_saves.cc). A node whose part of a
@@ -77,16 +89,51 @@ class Coordinator {
                                                    const std::function<nlohmann::json(int)>& request);
   // Commits (or aborts) transaction `tx` on every node of `nodes`; the first error.
   ptc::Status finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit);
+  // Decides transaction `tx`, prepared on `nodes` against `prior` (the record of `key` read
+  // before preparing), and commits it on them; when the decision is lost (another change of
+  // the key committed first, or this node's lease ended), aborts it on them. In etcd mode a
+  // node that misses the commit message switches when it sees the record.
+  ptc::Status decide(const std::vector<int>& nodes, const std::string& tx, const std::string& key, const Record& prior,
+                     nlohmann::json record, const std::string& what);
+  // The record of `key` read under its lock (held until this object goes), after checking
+  // that this node may take part in changes.
+  struct Locked : Record {
+    Locked(Membership& m, std::string k) : members(&m), key(std::move(k)) {}
+    Locked(Locked&& o) noexcept : Record(std::move(o)), members(std::exchange(o.members, nullptr)), key(std::move(o.key)) {}
+    Locked(const Locked&) = delete;
+    ~Locked() {
+      if (members) members->unlock(key);
+    }
+    Membership* members;
+    std::string key;
+  };
+  ptc::Result<Locked> record_before_change(const std::string& key);
+  PrepareRequest request(const std::string& tx, decltype(PrepareRequest::change) change) const;
+  std::string name_of(int node) const { return node_id(*cluster(), node); }
+  std::vector<int> others() const;
   std::vector<std::string> placement_or_all(const std::vector<std::string>& nodes) const;
   size_t catch_up_datasets();
+  // Brings job/step to the newest version its peers have (at least `at_least`), holding none
+  // of it; whether it moved.
+  bool catch_up_step(const std::string& job, const std::string& step, uint64_t at_least);
   void save_commit(const std::string& job, const std::string& step);
 
   Store& store_;
   transport::PeerBackend& peers_;
   int self_;
   PeerService& local_;
-  std::mutex mu_;                                     // guards unaborted_
+  Membership& members_;
+  // A change whose decision etcd did not answer: settled when it answers again.
+  struct Undecided {
+    std::vector<int> nodes;
+    std::string tx, key;
+    Record prior;
+    std::string what;
+  };
+  void settle_undecided();
+  std::mutex mu_;                                     // guards unaborted_, undecided_
   std::vector<std::pair<int, std::string>> unaborted_;  // (node, transaction)
+  std::vector<Undecided> undecided_;
   std::mutex save_mu_;                                  // one save commit at a time
 };
 

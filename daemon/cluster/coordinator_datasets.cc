@@ -16,21 +16,23 @@ namespace ptcfs {
 using nlohmann::json;
 
 ptc::Result<json> Coordinator::dataset_add(const DatasetAddRequest& req, int dp, const IndexProgress& progress) {
-  const std::vector<int> all = all_nodes(cluster());
   const std::string name = req.job + "/" + req.name;
+  PTC_ASSIGN_OR_RETURN(const Locked prior, record_before_change(dataset_key(req.job, req.name)));
+  const std::vector<int> all = members_.members();
   json summary;
   PTC_ASSIGN_OR_RETURN(PreparedChange mine, prepare_dataset_add(store_, req, dp, id(), summary, progress));
   const json record = mine.datasets.front().next->to_json();
   const std::string tx = new_transaction_id();
-  local_.hold(tx, std::move(mine));
-  const json prepare = to_json(PrepareRequest{tx, DatasetAddChange{req.job, req.name, record}});
-  const auto answers = ask_all(other_nodes(cluster(), self_), [&](int) { return prepare; });
+  local_.hold(tx, std::move(mine), dataset_key(req.job, req.name));
+  const json prepare = to_json(request(tx, DatasetAddChange{req.job, req.name, record}));
+  const auto answers = ask_all(others(), [&](int) { return prepare; });
   for (const auto& a : answers) {
     if (a) continue;
     (void)finish_all(all, tx, false);
     return a.status().with_context("dataset " + name + " added on no node");
   }
-  PTC_RETURN_IF_ERROR(finish_all(all, tx, true), "dataset " + name + " added partly");
+  PTC_RETURN_IF_ERROR(decide(all, tx, dataset_key(req.job, req.name), prior, json{{"kind", "dataset_add"}},
+                             "adding dataset " + name));
   summary["nodes"] = all.size();
   return summary;
 }
@@ -41,10 +43,11 @@ ptc::Result<json> Coordinator::dataset_progress(const std::string& job, const st
   // Validate here first: a bad request is refused before any node is asked.
   PTC_ASSIGN_OR_RETURN(PreparedChange check, prepare_dataset_progress(store_, job, name, epoch, consumed));
   const json next = dataset_json(*check.datasets.front().next);
-  const std::vector<int> all = all_nodes(cluster());
+  PTC_ASSIGN_OR_RETURN(const Locked prior, record_before_change(dataset_key(job, name)));
+  const std::vector<int> all = members_.members();
   const std::string tx = new_transaction_id();
-  const json prepare = to_json(PrepareRequest{
-      tx, DatasetProgressChange{job, name, cur->version(), epoch.value_or(cur->position().epoch), consumed}});
+  const json prepare = to_json(request(
+      tx, DatasetProgressChange{job, name, cur->version(), epoch.value_or(cur->position().epoch), consumed}));
   const auto answers = ask_all(all, [&](int) { return prepare; });
   // A node that cannot be reached catches up when it comes back; any other failure aborts.
   std::vector<int> prepared;
@@ -54,7 +57,7 @@ ptc::Result<json> Coordinator::dataset_progress(const std::string& job, const st
     const ptc::Code code = r.status().code();
     if (r) prepared.push_back(all[i]);
     else if ((code == ptc::Code::kUnavailable || code == ptc::Code::kDeadlineExceeded) && all[i] != self_)
-      ptc::log::warn("dataset progress of {}/{}: node {} is unreachable: {}", job, name, node_id(cluster(), all[i]),
+      ptc::log::warn("dataset progress of {}/{}: node {} is unreachable: {}", job, name, name_of(all[i]),
                      r.status().to_string());
     else if (failed.is_ok()) failed = r.status();
   }
@@ -62,23 +65,25 @@ ptc::Result<json> Coordinator::dataset_progress(const std::string& job, const st
     (void)finish_all(prepared, tx, false);
     return failed.with_context("progress of dataset " + job + "/" + name + " refused; nothing changed");
   }
-  PTC_RETURN_IF_ERROR(finish_all(prepared, tx, true), "progress of " + job + "/" + name + " committed partly");
+  PTC_RETURN_IF_ERROR(decide(prepared, tx, dataset_key(job, name), prior,
+                             json{{"kind", "dataset_progress"}, {"version", cur->version() + 1}},
+                             "progress of dataset " + job + "/" + name));
   return next;
 }
 
 size_t Coordinator::catch_up_datasets() {
-  const std::vector<int> others = other_nodes(cluster(), self_);
+  const std::vector<int> peers = others();
   size_t caught = 0;
   const auto snap = store_.snapshot();
   for (const auto& [key, v] : snap->datasets) {
     const std::string name = key.first + "/" + key.second;
-    const auto answers = ask_all(others, [&](int) {
+    const auto answers = ask_all(peers, [&](int) {
       return json{{"op", "peer.dataset_state"}, {"job", key.first}, {"name", key.second}};
     });
     std::optional<DatasetState> newest;
     for (size_t i = 0; i < answers.size(); ++i) {
       if (!answers[i]) continue;
-      auto s = dataset_state_from_json(*answers[i], "state of dataset " + name + " from node " + node_id(cluster(), others[i]));
+      auto s = dataset_state_from_json(*answers[i], "state of dataset " + name + " from node " + name_of(peers[i]));
       if (!s || s->table_xxh3 != v->source().table_xxh3()) continue;
       if (s->version > (newest ? newest->version : v->version())) newest = *s;
     }

@@ -12,28 +12,34 @@ namespace ptcfs {
 
 using nlohmann::json;
 
-namespace {
-constexpr int kSaveCoordinator = 0;  // the first node of cluster.json
-}  // namespace
-
 void Coordinator::save_ready(const std::string& job, const std::string& step) {
-  if (self_ == kSaveCoordinator) return save_commit(job, step);
-  auto r = peers_.call(kSaveCoordinator, json{{"op", "peer.save_ready"}, {"job", job}, {"step", step}});
+  // The first member decides saves (the first node of cluster.json, or the live node with
+  // the smallest id).
+  const auto members = members_.members();
+  if (members.empty()) return;
+  const int decider = members.front();
+  if (self_ == decider) return save_commit(job, step);
+  auto r = peers_.call(decider, json{{"op", "peer.save_ready"}, {"job", job}, {"step", step}});
   if (!r)
-    ptc::log::warn("save of {}/{}: could not reach node {} to commit it: {}", job, step,
-                   node_id(cluster(), kSaveCoordinator), r.status().to_string());
+    ptc::log::warn("save of {}/{}: could not reach node {} to commit it: {}", job, step, name_of(decider),
+                   r.status().to_string());
 }
 
 void Coordinator::save_commit(const std::string& job, const std::string& step) {
   std::lock_guard serial(save_mu_);
   const std::string name = job + "/" + step;
   if (store_.snapshot()->steps.count({job, step})) return;  // committed already
-  const std::vector<int> all = all_nodes(cluster());
+  auto prior = record_before_change(step_key(job, step));
+  if (!prior) {
+    ptc::log::warn("save of {}: {}; waiting", name, prior.status().to_string());
+    return;
+  }
+  const std::vector<int> all = members_.members();
   const auto answers = ask_all(all, [&](int) { return json{{"op", "peer.save_state"}, {"job", job}, {"step", step}}; });
   std::vector<SaveState> states;
   std::optional<uint64_t> digest;
   for (size_t i = 0; i < all.size(); ++i) {
-    const std::string& nid = node_id(cluster(), all[i]);
+    const std::string nid = name_of(all[i]);
     auto st = answers[i] ? save_state_from_json(*answers[i], "save state of node " + nid) : answers[i].status();
     if (!st) {
       ptc::log::info("save of {}: node {} does not answer ({}); waiting", name, nid, st.status().to_string());
@@ -63,17 +69,17 @@ void Coordinator::save_commit(const std::string& job, const std::string& step) {
       const auto id = ptc::parse_shard_name(shard);
       const auto& sh = layout->shards();
       const auto it = id ? std::find(sh.begin(), sh.end(), *id) : sh.end();
-      if (it != sh.end()) holders[static_cast<size_t>(it - sh.begin())].push_back(node_id(cluster(), all[i]));
+      if (it != sh.end()) holders[static_cast<size_t>(it - sh.begin())].push_back(name_of(all[i]));
     }
   for (size_t s = 0; s < holders.size(); ++s)
     if (holders[s].empty()) return;  // not covered yet: the node that writes the rest calls again
   const std::string tx = new_transaction_id();
-  const json prepare = to_json(PrepareRequest{tx, SaveChange{job, step, *ptc, holders}});
+  const json prepare = to_json(request(tx, SaveChange{job, step, *ptc, holders}));
   const auto prepared = ask_all(all, [&](int) { return prepare; });
   ptc::Status failed;
   std::map<std::string, std::pair<uint64_t, std::string>> digests;  // shard -> (digest, first node)
   for (size_t i = 0; i < all.size(); ++i) {
-    const std::string& nid = node_id(cluster(), all[i]);
+    const std::string nid = name_of(all[i]);
     auto r = prepared[i] ? prepare_reply_from_json(*prepared[i], "prepare reply of node " + nid) : prepared[i].status();
     if (!r) {
       if (failed.is_ok()) failed = r.status();
@@ -91,8 +97,10 @@ void Coordinator::save_commit(const std::string& job, const std::string& step) {
     ptc::log::error("save of {} aborted on every node: {}", name, failed.to_string());
     return;
   }
-  if (auto s = finish_all(all, tx, true); !s) {
-    ptc::log::error("save of {} committed partly: {}", name, s.to_string());
+  if (auto s = decide(all, tx, step_key(job, step), *prior, json{{"kind", "save"}, {"version", 1}, {"holders", holders}},
+                      "save of " + name);
+      !s) {
+    ptc::log::error("{}", s.to_string());
     return;
   }
   ptc::log::info("saved {} across {} nodes: {} shards, committed as version 1", name, all.size(),

@@ -19,7 +19,7 @@ std::vector<int> other_nodes(const ptc::ClusterConfig& cluster, int self) {
   return out;
 }
 
-const std::string& node_id(const ptc::ClusterConfig& cluster, int node) {
+std::string node_id(const ptc::ClusterConfig& cluster, int node) {
   return cluster.nodes[static_cast<size_t>(node)].id;
 }
 

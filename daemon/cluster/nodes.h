@@ -12,7 +12,7 @@ namespace ptcfs {
 std::vector<int> all_nodes(const ptc::ClusterConfig& cluster);
 std::vector<int> other_nodes(const ptc::ClusterConfig& cluster, int self);
 // The id of node `node` (an index into cluster.nodes).
-const std::string& node_id(const ptc::ClusterConfig& cluster, int node);
+std::string node_id(const ptc::ClusterConfig& cluster, int node);
 // Per shard, the indices of the nodes named in `holders` (ids not in the cluster are left out),
 // sorted: the explicit holders of a saved step, as the peer reader and the planner take them.
 std::vector<std::vector<int>> node_indices(const ptc::ClusterConfig& cluster,

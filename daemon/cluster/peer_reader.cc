@@ -25,9 +25,9 @@ ptc::Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(cons
   }
   Holders h;
   if (!v.placement().holders.empty()) {  // held where it was written (a step saved into the mounts)
-    h = node_indices(peers_.cluster(), v.placement().holders);
+    h = node_indices(*peers_.cluster(), v.placement().holders);
   } else {
-    PTC_ASSIGN_OR_RETURN(h, ptc::shard_nodes_on(v.layout(), peers_.cluster(), v.placement().nodes));
+    PTC_ASSIGN_OR_RETURN(h, ptc::shard_nodes_on(v.layout(), *peers_.cluster(), v.placement().nodes));
   }
   auto shared = std::make_shared<const Holders>(std::move(h));
   std::lock_guard lock(mu_);
@@ -61,7 +61,7 @@ ptc::Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, si
       out.keep(buf);
       return ptc::Status::ok();
     }
-    last = r ? ptc::corrupt("bytes of '" + spec.name + "' from node " + node_id(peers_.cluster(), node) +
+    last = r ? ptc::corrupt("bytes of '" + spec.name + "' from node " + node_id(*peers_.cluster(), node) +
                             " fail their checksum")
              : r.status();
     ptc::log::warn("reading {} of {}/{} from a peer: {}", shard.name(), v.job(), v.step(), last.to_string());
@@ -69,12 +69,12 @@ ptc::Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, si
   return last;
 }
 
-const std::string& PeerReader::self_id() const { return node_id(peers_.cluster(), self_); }
+const std::string& PeerReader::self_id() const { return self_id_; }
 
 ptc::Status PeerReader::read_samples(const DatasetVersion& v, const std::vector<fs::DatasetContent::Piece>& pieces,
                                      fs::ReadBuffer& out) const {
   const std::string name = v.job() + "/" + v.name();
-  const int home = peers_.cluster().find(v.home());
+  const int home = peers_.cluster()->find(v.home());
   if (home < 0)
     return ptc::error(ptc::Code::kUnavailable, "dataset " + name + ": its home node '" + v.home() + "' is not in the cluster");
   for (size_t first = 0; first < pieces.size(); first += kPiecesPerRequest) {

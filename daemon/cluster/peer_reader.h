@@ -26,7 +26,8 @@ namespace ptcfs {
 class PeerReader final : public RemoteSlices, public RemoteSamples {
  public:
   // `peers` must outlive this object; `self` is this node's index in peers.cluster().
-  PeerReader(transport::PeerBackend& peers, int self) : peers_(peers), self_(self) {}
+  PeerReader(transport::PeerBackend& peers, int self)
+      : peers_(peers), self_(self), self_id_(peers.cluster()->nodes.at(static_cast<size_t>(self)).id) {}
 
   ptc::Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
                    fs::ReadBuffer& out) const override;
@@ -40,6 +41,7 @@ class PeerReader final : public RemoteSlices, public RemoteSamples {
 
   transport::PeerBackend& peers_;
   int self_;
+  std::string self_id_;
   mutable std::atomic<uint64_t> reads_{0};  // spreads readers over replicas
   mutable std::mutex mu_;                   // guards holders_
   mutable std::map<std::tuple<std::string, std::string, uint64_t>, std::shared_ptr<const Holders>> holders_;

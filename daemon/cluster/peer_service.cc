@@ -26,13 +26,68 @@ std::string node_dir(std::string dir, const std::string& id) {
   return dir;
 }
 
+// The record that decides a change of this kind.
+std::string record_key(const PrepareRequest& r) {
+  return std::visit(
+      [](const auto& c) -> std::string {
+        using T = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<T, DatasetAddChange> || std::is_same_v<T, DatasetProgressChange>)
+          return dataset_key(c.job, c.name);
+        else
+          return step_key(c.job, c.step);
+      },
+      r.change);
+}
+
+constexpr size_t kRememberCommitted = 256;
+
 }  // namespace
 
-const std::string& PeerService::id() const { return node_id(peers_.cluster(), self_); }
+std::string PeerService::id() const { return node_id(*peers_.cluster(), self_); }
 
-void PeerService::hold(const std::string& tx, PreparedChange change) {
+void PeerService::hold(const std::string& tx, PreparedChange change, const std::string& key) {
   std::lock_guard lock(mu_);
-  prepared_.emplace(tx, std::move(change));
+  prepared_.emplace(tx, Held{std::move(change), key, id(), members_.lease(), std::chrono::steady_clock::now()});
+}
+
+bool PeerService::commit_decided(const std::string& tx) {
+  {
+    std::lock_guard lock(mu_);
+    if (!prepared_.count(tx)) return false;
+  }
+  auto s = finish(tx, true);
+  if (!s) ptc::log::error("committing transaction {} recorded in etcd: {}", tx, s.to_string());
+  return s.is_ok();
+}
+
+size_t PeerService::expire(std::chrono::seconds max_age) {
+  std::vector<std::tuple<std::string, std::string, std::string, bool>> due;  // tx, key, coordinator, lease ended
+  {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard lock(mu_);
+    for (const auto& [tx, h] : prepared_) {
+      const bool lease_ended = h.lease != 0 && !members_.lease_alive(h.coordinator, h.lease);
+      if (lease_ended || now - h.since > max_age) due.emplace_back(tx, h.key, h.coordinator, lease_ended);
+    }
+  }
+  size_t dropped = 0;
+  for (const auto& [tx, key, coordinator, lease_ended] : due) {
+    // A lease that ended cannot commit any more: the record now says for good whether the
+    // coordinator committed before it died.
+    if (lease_ended) {
+      auto rec = members_.read(key);
+      if (!rec) continue;  // etcd is unreachable: decide later
+      if (rec->value.is_object() && rec->value.value("tx", std::string()) == tx) {
+        if (auto s = finish(tx, true); !s) ptc::log::error("committing transaction {}: {}", tx, s.to_string());
+        continue;
+      }
+    }
+    ptc::log::warn("dropping the change prepared for {} by node {} (transaction {}): {}", key, coordinator, tx,
+                   lease_ended ? "that node's lease ended before it committed" : "it waited too long for a decision");
+    (void)finish(tx, false);
+    ++dropped;
+  }
+  return dropped;
 }
 
 ptc::Result<transport::Reply> PeerService::handle(const json& req) {
@@ -84,7 +139,7 @@ ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, P
   ptc::Ptc seen;
   auto place = [&](const ptc::Layout& layout) -> ptc::Result<StepPlacement> {
     seen = layout.ptc();
-    PTC_ASSIGN_OR_RETURN(auto holders, ptc::shard_nodes_on(layout, peers_.cluster(), c.nodes));
+    PTC_ASSIGN_OR_RETURN(auto holders, ptc::shard_nodes_on(layout, *peers_.cluster(), c.nodes));
     StepPlacement p{c.nodes, {}, {}};
     for (const auto& h : holders) p.held.push_back(std::find(h.begin(), h.end(), self_) != h.end());
     return p;
@@ -99,6 +154,7 @@ ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, P
 
 ptc::Result<json> PeerService::prepare(const json& j) {
   PTC_ASSIGN_OR_RETURN(PrepareRequest req, prepare_request_from_json(j));
+  PTC_RETURN_IF_ERROR(members_.can_change());
   {
     std::lock_guard lock(mu_);
     if (prepared_.count(req.tx))
@@ -107,8 +163,13 @@ ptc::Result<json> PeerService::prepare(const json& j) {
   PrepareReply reply;
   ptc::Result<PreparedChange> change = ptc::internal("no change");
   if (const auto* c = std::get_if<ImportChange>(&req.change)) {
+    members_.learn(c->nodes);
     change = prepare_import(*c, reply);
   } else if (const auto* c = std::get_if<ClusterChange>(&req.change)) {
+    std::vector<std::string> ids = c->to_nodes;
+    ids.insert(ids.end(), c->from_nodes.begin(), c->from_nodes.end());
+    for (const auto& h : c->from_holders) ids.insert(ids.end(), h.begin(), h.end());
+    members_.learn(ids);
     // The job's datasets follow its dp, in the same commit.
     auto datasets = resplit_datasets(store_, c->job, c->to.dp);
     if (!datasets) return datasets.status().with_context("node " + id());
@@ -132,22 +193,37 @@ ptc::Result<json> PeerService::prepare(const json& j) {
     }
   }
   if (!change) return change.status().with_context("node " + id());
-  hold(req.tx, std::move(change).value());
+  {
+    std::lock_guard lock(mu_);
+    prepared_.emplace(req.tx, Held{std::move(change).value(), record_key(req), req.coordinator, req.lease,
+                                   std::chrono::steady_clock::now()});
+  }
   return to_json(reply);
 }
 
 ptc::Result<json> PeerService::finish(const json& req, bool commit) {
   PTC_ASSIGN_OR_RETURN(const std::string tx, ptc::member_string(req, "tx", commit ? "peer.commit" : "peer.abort"));
+  PTC_RETURN_IF_ERROR(finish(tx, commit));
+  return json::object();
+}
+
+ptc::Status PeerService::finish(const std::string& tx, bool commit) {
   PreparedChange change;
   {
     std::lock_guard lock(mu_);
     auto it = prepared_.find(tx);
     if (it == prepared_.end()) {
+      // Committed already, on its record in etcd.
+      if (commit && std::find(committed_.begin(), committed_.end(), tx) != committed_.end()) return ptc::Status::ok();
       if (commit) return ptc::not_found("no prepared transaction " + tx + " on node " + id());
-      return json::object();  // aborting what was never prepared (or already aborted) is fine
+      return ptc::Status::ok();  // aborting what was never prepared (or already aborted) is fine
     }
-    change = std::move(it->second);
+    change = std::move(it->second.change);
     prepared_.erase(it);
+    if (commit) {
+      committed_.push_back(tx);
+      if (committed_.size() > kRememberCommitted) committed_.pop_front();
+    }
   }
   std::optional<std::pair<std::string, std::string>> saved;
   {
@@ -162,13 +238,13 @@ ptc::Result<json> PeerService::finish(const json& req, bool commit) {
     abort_change(store_, change);
     if (saved && saves_) saves_->part_done(saved->first, saved->second, false);
     ptc::log::info("aborted the change of {} (transaction {})", name, tx);
-    return json::object();
+    return ptc::Status::ok();
   }
   const ptc::Status committed = commit_change(store_, change);
   if (saved && saves_) saves_->part_done(saved->first, saved->second, committed.is_ok());
   PTC_RETURN_IF_ERROR(committed, "node " + id());
   ptc::log::info("committed {} (transaction {})", name, tx);
-  return json::object();
+  return ptc::Status::ok();
 }
 
 }  // namespace ptcfs

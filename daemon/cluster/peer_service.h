@@ -10,6 +10,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -18,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/cluster/change_record.h"
+#include "daemon/cluster/membership.h"
 #include "daemon/cluster/prepare.h"
 #include "daemon/save/save_service.h"
 #include "daemon/store/prepared.h"
@@ -29,9 +32,9 @@ namespace ptcfs {
 
 class PeerService {
  public:
-  // `store` and `peers` must outlive this object; `self` is this node's index.
-  PeerService(Store& store, transport::PeerBackend& peers, int self, PrepareOptions options)
-      : store_(store), peers_(peers), self_(self), options_(options) {}
+  // Everything must outlive this object; `self` is this node's index in `peers`.
+  PeerService(Store& store, transport::PeerBackend& peers, int self, Membership& members, PrepareOptions options)
+      : store_(store), peers_(peers), self_(self), members_(members), options_(options) {}
 
   // Every `peer.*` operation.
   ptc::Result<transport::Reply> handle(const nlohmann::json& request);
@@ -44,14 +47,20 @@ class PeerService {
   }
 
   // Holds a change this node prepared itself under `tx` (the home node of a dataset add:
-  // its peers pull the sample table from it before anyone commits).
-  void hold(const std::string& tx, PreparedChange change);
-  const std::string& id() const;
+  // its peers pull the sample table from it before anyone commits), for the record `key`.
+  void hold(const std::string& tx, PreparedChange change, const std::string& key);
+  // Commits `tx` if this node holds it prepared (its record was seen in etcd); whether it did.
+  bool commit_decided(const std::string& tx);
+  // Drops prepared changes whose coordinator's lease ended (committing instead those its
+  // record shows committed), and any older than `max_age`. Returns how many were dropped.
+  size_t expire(std::chrono::seconds max_age);
+  std::string id() const;
   uint64_t bytes_sent() const { return sent_.load(); }
 
  private:
   ptc::Result<nlohmann::json> prepare(const nlohmann::json& req);
   ptc::Result<nlohmann::json> finish(const nlohmann::json& req, bool commit);
+  ptc::Status finish(const std::string& tx, bool commit);
   ptc::Result<nlohmann::json> state(const nlohmann::json& req) const;
   ptc::Result<PreparedChange> prepare_import(const ImportChange& c, PrepareReply& reply);
   // daemon/cluster/peer_service_saves.cc
@@ -66,10 +75,19 @@ class PeerService {
   Store& store_;
   transport::PeerBackend& peers_;
   int self_;
+  Membership& members_;
   PrepareOptions options_;
   std::atomic<uint64_t> sent_{0};
-  std::mutex mu_;                                   // guards prepared_
-  std::map<std::string, PreparedChange> prepared_;  // by transaction id
+  // A prepared change, the record that decides it, and who prepared it under which lease.
+  struct Held {
+    PreparedChange change;
+    std::string key, coordinator;
+    int64_t lease = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::mutex mu_;                                 // guards prepared_, committed_
+  std::map<std::string, Held> prepared_;          // by transaction id
+  std::deque<std::string> committed_;             // the last transactions committed on their record
   std::map<std::string, std::pair<std::string, std::string>> saving_;  // tx -> (job, step) of a save prepared here
   SaveService* saves_ = nullptr;
   std::function<void(const std::string&, const std::string&)> save_ready_;

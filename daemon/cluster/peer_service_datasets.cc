@@ -65,9 +65,9 @@ ptc::Result<transport::Reply> PeerService::serve_table(const json& req) {
   {
     std::lock_guard lock(mu_);
     auto it = prepared_.find(tx);
-    if (it == prepared_.end() || it->second.datasets.size() != 1)
+    if (it == prepared_.end() || it->second.change.datasets.size() != 1)
       return ptc::not_found("no dataset add " + tx + " prepared on node " + id());
-    v = it->second.datasets.front().next;
+    v = it->second.change.datasets.front().next;
   }
   const std::string_view table = v->source().table_bytes();
   if (n > kTableChunk || off > table.size() || n > table.size() - off)
@@ -83,7 +83,7 @@ ptc::Result<PreparedChange> PeerService::prepare_dataset_add(const std::string& 
   // Pull the home's sample table into a blob of our own.
   const std::string w = "peer.prepare record";
   PTC_ASSIGN_OR_RETURN(std::string home_id, ptc::member_string(c.record, "home", w));
-  const int home = peers_.cluster().find(home_id);
+  const int home = peers_.cluster()->find(home_id);
   if (home < 0) return ptc::invalid("peer.prepare: the record's home is not a node of the cluster");
   PTC_ASSIGN_OR_RETURN(uint64_t num_samples, ptc::member_u64(c.record, "num_samples", w));
   PTC_ASSIGN_OR_RETURN(uint64_t digest, ptc::member_u64(c.record, "table_xxh3", w));

@@ -15,6 +15,22 @@ namespace ptcfs {
 
 using nlohmann::json;
 
+ptc::Result<ptc::ClusterConfig> change_table(const ClusterChange& c, const ptc::ClusterConfig& known) {
+  std::vector<std::string> ids = c.from_nodes;
+  ids.insert(ids.end(), c.to_nodes.begin(), c.to_nodes.end());
+  ids.insert(ids.end(), c.down.begin(), c.down.end());
+  for (const auto& h : c.from_holders) ids.insert(ids.end(), h.begin(), h.end());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  ptc::ClusterConfig table;
+  for (const auto& id : ids) {
+    const int n = known.find(id);
+    if (n < 0) return ptc::not_found("node " + id + " of the change of " + c.job + "/" + c.step + " is unknown here");
+    table.nodes.push_back(known.nodes[static_cast<size_t>(n)]);
+  }
+  return table;
+}
+
 ptc::Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, const ptc::Layout& to,
                                                    const ClusterChange& c, const ptc::ClusterConfig& cluster) {
   ptc::ClusterHoldings h;
@@ -63,8 +79,10 @@ struct Chunk {
 };
 
 // Pulls every transfer into `w` (transfer i at offsets[i]); all or nothing.
-ptc::Status fetch_transfers(transport::PeerBackend& peers, const ClusterChange& c, const ptc::Layout& from, const ptc::Plan& part,
-                            const std::vector<uint64_t>& offsets, const BlobWriter& w, const PrepareOptions& opt) {
+// `backend[n]`: the peer backend's index of node n of the plan.
+ptc::Status fetch_transfers(transport::PeerBackend& peers, const ClusterChange& c, const ptc::Layout& from,
+                            const ptc::Plan& part, const std::vector<int>& backend, const std::vector<uint64_t>& offsets,
+                            const BlobWriter& w, const PrepareOptions& opt) {
   std::vector<Chunk> chunks;
   for (size_t i = 0; i < part.transfers.size(); ++i)
     for (uint64_t off = 0; off < part.transfers[i].bytes; off += opt.chunk)
@@ -80,10 +98,11 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const ClusterChange& 
       const json req = {{"op", "peer.read"}, {"job", c.job},   {"step", c.step}, {"version", c.from_version},
                         {"shard", src.name()}, {"tensor", tensor}, {"lo", t.src_lo}, {"len", t.len},
                         {"off", ch.off},      {"n", ch.n}};
-      PTC_ASSIGN_OR_RETURN(json r, peers.call_data(t.src_node, req, *buf, ch.n), context);
+      const int peer = backend[static_cast<size_t>(t.src_node)];
+      PTC_ASSIGN_OR_RETURN(json r, peers.call_data(peer, req, *buf, ch.n), context);
       if (buf->size() != ch.n || ptc::member_u64_or(r, "xxh3", 0).value_or(0) != xxh3_of(buf->data(), buf->size()))
         return ptc::corrupt("bytes of '" + tensor + "' from node " +
-                            peers.cluster().nodes[static_cast<size_t>(t.src_node)].id + " fail their checksum")
+                            peers.cluster()->nodes[static_cast<size_t>(peer)].id + " fail their checksum")
             .with_context(context);
       return w.write_at(offsets[ch.transfer] + ch.off, buf->data(), buf->size()).with_context(context);
     };
@@ -92,11 +111,16 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const ClusterChange& 
 
 }  // namespace
 
-ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBackend& peers, int self,
+ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBackend& peers, int self_in_backend,
                                                  const ClusterChange& c, const PrepareOptions& opt) {
   const uint64_t digest = c.digest;
   const std::string name = c.job + "/" + c.step;
-  const auto& cluster = peers.cluster();
+  const auto known = peers.cluster();
+  PTC_ASSIGN_OR_RETURN(const ptc::ClusterConfig cluster, change_table(c, *known));
+  std::vector<int> backend;
+  for (const auto& n : cluster.nodes) backend.push_back(known->find(n.id));
+  const std::string self_id = known->nodes[static_cast<size_t>(self_in_backend)].id;
+  const int self = cluster.find(self_id);  // -1: a node the change names nowhere (it only records the step)
   // The old version: this node's, or (a node that has never held the step) an empty one.
   std::shared_ptr<const StepVersion> old;
   {
@@ -105,7 +129,7 @@ ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBa
   }
   if (old && old->version() != c.from_version)
     return ptc::error(ptc::Code::kFailedPrecondition, name + " is at version " + std::to_string(old->version()) +
-                                                          " on node " + cluster.nodes[static_cast<size_t>(self)].id +
+                                                          " on node " + self_id +
                                                           ", not " + std::to_string(c.from_version));
   PTC_ASSIGN_OR_RETURN(ptc::Layout from, ptc::Layout::make(c.ptc, c.ptc.parallelism));
   PTC_ASSIGN_OR_RETURN(ptc::Layout to, ptc::Layout::make(c.ptc, c.to));
@@ -114,11 +138,11 @@ ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBa
     for (auto& nodes : h.src_nodes)
       if (std::find(nodes.begin(), nodes.end(), self) != nodes.end())
         return ptc::error(ptc::Code::kFailedPrecondition, name + " is placed on node " +
-                                                              cluster.nodes[static_cast<size_t>(self)].id +
+                                                              self_id +
                                                               " but that node does not hold it");
   PTC_ASSIGN_OR_RETURN(ptc::Plan plan, ptc::make_cluster_plan(from, to, h));
   if (digest != 0 && plan_digest(plan) != digest)
-    return ptc::internal("node " + cluster.nodes[static_cast<size_t>(self)].id + " computed a different plan for " + name);
+    return ptc::internal("node " + self_id + " computed a different plan for " + name);
   const ptc::Plan part = ptc::node_part(plan, self);
 
   PTC_RETURN_IF_ERROR(old ? store.begin_change(c.job, c.step) : store.reserve_name(c.job, c.step));
@@ -147,7 +171,7 @@ ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBa
   std::vector<StoredSlice> received(part.transfers.size());
   if (total > 0) {
     PTC_ASSIGN_OR_RETURN(BlobWriter w, store.blobs().create());
-    PTC_RETURN_IF_ERROR(fetch_transfers(peers, c, from, part, offsets, w, opt));
+    PTC_RETURN_IF_ERROR(fetch_transfers(peers, c, from, part, backend, offsets, w, opt));
     PTC_RETURN_IF_ERROR(w.finish());
     change.blobs.push_back(w.id());
     for (size_t i = 0; i < part.transfers.size(); ++i) {
@@ -191,7 +215,7 @@ ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBa
                                               store.remote());
   handed_out = true;
   ptc::log::info("prepared {} version {} on node {}: {} transfers, {} bytes received, {} compacted", name,
-                 c.from_version + 1, cluster.nodes[static_cast<size_t>(self)].id, part.transfers.size(), total,
+                 c.from_version + 1, self_id, part.transfers.size(), total,
                  comp->bytes);
   return change;
 }

@@ -18,8 +18,13 @@
 
 namespace ptcfs {
 
+// The nodes a repartition plans over: every node it names, sorted by id, with their GPUs from
+// `known`. Every node builds the same table, whatever order it learnt of the nodes in, so
+// every node computes the same plan (node numbers in the plan index this table). kNotFound
+// names an id `known` lacks.
+ptc::Result<ptc::ClusterConfig> change_table(const ClusterChange& c, const ptc::ClusterConfig& known);
 // The holdings of a change: old shards on the old placement's live nodes, new shards on
-// the new placement.
+// the new placement; node numbers index `cluster` (the change's table).
 ptc::Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, const ptc::Layout& to,
                                                    const ClusterChange& c, const ptc::ClusterConfig& cluster);
 // A digest of a plan (copies, fills, transfers): nodes check they computed the same one.
@@ -31,7 +36,7 @@ struct PrepareOptions {
   unsigned fetchers = 8;      // parallel peer reads
 };
 
-// Prepares this node's part (node index `self`). `c.digest` (0: not checked) must equal the
+// Prepares this node's part (`self`: this node's index in the peer backend). `c.digest` (0: not checked) must equal the
 // plan's. The step is marked as changing until the change is committed or aborted.
 ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBackend& peers, int self,
                                                  const ClusterChange& c, const PrepareOptions& opt);

@@ -84,6 +84,7 @@ ptc::Result<json> ControlService::status() const {
     for (const auto& n : info_.cluster->nodes) nodes.push_back({{"id", n.id}, {"addr", n.addr}, {"gpus", n.gpus}});
     out["node"] = info_.node;
     out["cluster"] = {{"nodes", coordinator_ ? coordinator_->nodes_status() : std::move(nodes)}};
+    if (coordinator_) out["cluster"]["membership"] = coordinator_->membership();
     if (coordinator_) {
       for (const auto& n : out["cluster"]["nodes"])
         if (n["id"] == info_.node && n.contains("bytes_sent")) {

@@ -1,13 +1,16 @@
 // Named points in the commit path where a test can stop the daemon, to kill it there and
 // check what a restart finds (tests/integration/test_*_crash.py). Set PTCFS_FAILPOINT=<name>
 // in the daemon's environment: when a thread reaches that point it logs
-// "failpoint <name> reached" and waits there forever. Unset (always, in production), a
-// failpoint costs one comparison.
+// "failpoint <name> reached" and waits there forever (with PTCFS_FAILPOINT=<name>:<seconds>,
+// it pauses that long and goes on). Unset (always, in production), a failpoint costs one
+// comparison.
 //
 //   import.copied   an import's blobs are written and synced; nothing is committed
 //   commit.before   a change is prepared (blobs synced); its metadata is not written
 //   commit.written  the metadata batch is written; the new version is not yet published
 //   commit.after    the new version is published; the replaced one's blobs not yet collected
+//   coordinator.prepared  every node prepared a cluster change; nothing is decided
+//   coordinator.decided   the change is decided (in etcd); no node was told to commit
 #pragma once
 
 namespace ptcfs {

@@ -34,7 +34,8 @@ def test_three_daemons_join_and_report_the_cluster(tmp_path):
             assert st["node"] == f"n{i}" and st["listen"] == f"127.0.0.1:{ports[i]}"
             assert st["cluster"] == {"nodes": [{"id": f"n{j}", "addr": f"127.0.0.1:{p}", "gpus": 2, "up": True,
                                                 "bytes_sent": 0, "bytes_received": 0}
-                                               for j, p in enumerate(ports)]}
+                                               for j, p in enumerate(ports)],
+                                    "membership": {"mode": "static"}}
             assert (st["bytes_sent"], st["bytes_received"]) == (0, 0)
         # A node that is down is reported so.
         nodes[2].stop(cleanup_mount=True)

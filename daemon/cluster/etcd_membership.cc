@@ -1,0 +1,262 @@
+#include "daemon/cluster/etcd_membership.h"
+
+#include <algorithm>
+
+#include "ptc/log.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+
+const std::string kRoot = "/ptcfs/";
+const std::string kNodes = "/ptcfs/nodes/";
+
+const std::string kLocks = "/ptcfs/locks/";
+
+std::string node_key(const std::string& id) { return kNodes + id; }
+// "/ptcfs/steps/j/1" -> "/ptcfs/locks/steps/j/1".
+std::string lock_key(const std::string& key) { return kLocks + key.substr(kRoot.size()); }
+
+json node_value(const EtcdOptions& o) { return {{"id", o.id}, {"addr", o.addr}, {"gpus", o.gpus}}; }
+
+}  // namespace
+
+ptc::Result<std::unique_ptr<EtcdMembership>> EtcdMembership::join(const EtcdOptions& options,
+                                                                  transport::PeerBackend& peers) {
+  // Calls to etcd wait at most a quarter of the lease: a node notices it is cut off in time to fence.
+  const auto timeout = std::chrono::milliseconds(std::clamp<int64_t>(options.lease_ttl_s * 250, 200, 2000));
+  PTC_ASSIGN_OR_RETURN(auto client, transport::EtcdClient::make(options.urls, timeout), "--etcd");
+  std::unique_ptr<EtcdMembership> m(new EtcdMembership(options, std::move(client), peers));
+  PTC_ASSIGN_OR_RETURN(auto existing, m->etcd_->get(node_key(options.id)), "reading node " + options.id + " from etcd");
+  if (existing) {
+    const json v = json::parse(existing->value, nullptr, false);
+    const std::string addr = v.is_object() ? v.value("addr", std::string()) : std::string();
+    if (addr != options.addr)
+      return ptc::error(ptc::Code::kAlreadyExists,
+                        "node id '" + options.id + "' is registered in etcd by a live daemon at " + addr +
+                            " (stop it, wait for its lease to expire, or choose another --node)");
+  }
+  PTC_RETURN_IF_ERROR(m->register_node());
+  PTC_ASSIGN_OR_RETURN(auto nodes, m->etcd_->range_prefix(kNodes), "reading the members from etcd");
+  for (const auto& kv : nodes.kvs) m->apply(kv.key, kv.value, false, kv.lease);
+  return m;
+}
+
+ptc::Status EtcdMembership::register_node() {
+  PTC_ASSIGN_OR_RETURN(const int64_t lease, etcd_->grant(options_.lease_ttl_s), "granting a lease in etcd");
+  PTC_RETURN_IF_ERROR(etcd_->put(node_key(options_.id), node_value(options_).dump(), lease),
+                      "registering node " + options_.id + " in etcd");
+  lease_ = lease;
+  {
+    std::lock_guard lock(mu_);
+    live_[options_.id] = lease;
+  }
+  ptc::log::info("node {} registered in etcd at {} (lease {:x}, {} s)", options_.id, etcd_->urls(), lease,
+                 options_.lease_ttl_s);
+  return ptc::Status::ok();
+}
+
+void EtcdMembership::stop() {
+  {
+    std::lock_guard lock(wait_mu_);
+    if (stopping_.exchange(true)) return;
+  }
+  wait_cv_.notify_all();
+  if (keep_alive_thread_.joinable()) keep_alive_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
+  if (auto s = etcd_->revoke(lease_.load()); !s) ptc::log::warn("leaving etcd: {}", s.to_string());
+  else ptc::log::info("node {} left the cluster in etcd", options_.id);
+}
+
+void EtcdMembership::start(RecordHandler on_record) {
+  on_record_ = std::move(on_record);
+  keep_alive_thread_ = std::thread([this] { keep_alive_loop(); });
+  watch_thread_ = std::thread([this] { watch_loop(); });
+}
+
+void EtcdMembership::keep_alive_loop() {
+  const auto period = std::chrono::milliseconds(std::max<int64_t>(options_.lease_ttl_s * 1000 / 3, 200));
+  const auto fence_after = std::chrono::milliseconds(options_.lease_ttl_s * 500);
+  auto last_ok = std::chrono::steady_clock::now();
+  std::unique_lock lock(wait_mu_);
+  while (!wait_cv_.wait_for(lock, period, [this] { return stopping_.load(); })) {
+    lock.unlock();
+    auto r = etcd_->keep_alive(lease_.load());
+    if (!r && r.status().code() == ptc::Code::kNotFound) {
+      ptc::log::warn("node {}: its etcd lease expired; registering again", options_.id);
+      if (auto s = register_node(); s) r = options_.lease_ttl_s;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (r) {
+      last_ok = now;
+      retry_unlocks();
+      if (fenced_.exchange(false))
+        ptc::log::info("node {}: etcd answers again; it takes part in cluster changes again", options_.id);
+    } else if (now - last_ok > fence_after && !fenced_.exchange(true)) {
+      resync_ = true;
+      ptc::log::error("node {}: cannot renew its etcd lease for half its TTL ({}); it takes part in no cluster change "
+                      "until etcd answers (fenced); reads of what it holds go on",
+                      options_.id, r.status().to_string());
+    }
+    lock.lock();
+  }
+}
+
+void EtcdMembership::apply(const std::string& key, const std::string& value, bool deleted, int64_t lease) {
+  if (key.rfind(kNodes, 0) == 0) {
+    const std::string id = key.substr(kNodes.size());
+    if (deleted) {
+      std::lock_guard lock(mu_);
+      if (live_.erase(id) && id != options_.id) ptc::log::info("node {} left the cluster (its lease ended)", id);
+      return;
+    }
+    const json v = json::parse(value, nullptr, false);
+    if (!v.is_object() || !v.contains("addr") || !v["addr"].is_string()) {
+      ptc::log::warn("etcd key {} is not a node record; ignored", key);
+      return;
+    }
+    ptc::NodeSpec spec{id, v["addr"].get<std::string>(), v.value("gpus", 1)};
+    peers_.add_node(spec);
+    std::lock_guard lock(mu_);
+    auto [it, added] = live_.insert_or_assign(id, lease);
+    if (added && id != options_.id) ptc::log::info("node {} joined the cluster at {} ({} GPUs)", id, spec.addr, spec.gpus);
+    return;
+  }
+  if (deleted || !on_record_ || key.rfind(kLocks, 0) == 0) return;
+  const json v = json::parse(value, nullptr, false);
+  if (!v.is_object()) {
+    ptc::log::warn("etcd key {} holds no JSON object; ignored", key);
+    return;
+  }
+  on_record_(key, v);
+}
+
+void EtcdMembership::watch_loop() {
+  auto stop = [this] { return stopping_.load() || resync_.load(); };
+  while (!stopping_) {
+    resync_ = false;
+    auto all = etcd_->range_prefix(kRoot);
+    if (all) {
+      std::map<std::string, int64_t> seen;
+      for (const auto& kv : all->kvs)
+        if (kv.key.rfind(kNodes, 0) == 0) seen[kv.key.substr(kNodes.size())] = kv.lease;
+      {
+        std::lock_guard lock(mu_);
+        for (auto it = live_.begin(); it != live_.end();) {
+          if (!seen.count(it->first) && it->first != options_.id) {
+            ptc::log::info("node {} left the cluster (its lease ended)", it->first);
+            it = live_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      for (const auto& kv : all->kvs) apply(kv.key, kv.value, false, kv.lease);
+      auto s = etcd_->watch_prefix(kRoot, all->revision + 1,
+                                   [this](const transport::EtcdEvent& e) {
+                                     apply(e.kv.key, e.kv.value, e.deleted, e.kv.lease);
+                                   },
+                                   stop);
+      if (!s && !stopping_) ptc::log::debug("watch of etcd: {}; starting again", s.to_string());
+    }
+    std::unique_lock lock(wait_mu_);
+    wait_cv_.wait_for(lock, std::chrono::milliseconds(500), [this] { return stopping_.load(); });
+  }
+}
+
+std::vector<int> EtcdMembership::members() const {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, lease] : live_) ids.push_back(id);  // by id: a std::map's order
+  }
+  const auto table = peers_.cluster();
+  std::vector<int> out;
+  for (const auto& id : ids)
+    if (const int n = table->find(id); n >= 0) out.push_back(n);
+  return out;
+}
+
+ptc::Status EtcdMembership::can_change() const {
+  if (fenced_)
+    return ptc::unavailable("node " + options_.id + " cannot reach etcd (" + etcd_->urls() +
+                            ") and takes part in no cluster change until it can");
+  return ptc::Status::ok();
+}
+
+bool EtcdMembership::lease_alive(const std::string& id, int64_t lease) const {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  return it != live_.end() && it->second == lease;
+}
+
+ptc::Result<Record> EtcdMembership::read(const std::string& key) {
+  PTC_ASSIGN_OR_RETURN(auto kv, etcd_->get(key), "reading " + key + " from etcd");
+  Record r;
+  if (!kv) return r;
+  r.revision = kv->mod_revision;
+  r.value = json::parse(kv->value, nullptr, false);
+  if (r.value.is_discarded()) return ptc::corrupt("etcd key " + key + " holds no JSON");
+  return r;
+}
+
+ptc::Result<bool> EtcdMembership::decide(const std::string& key, int64_t revision, const json& value) {
+  PTC_RETURN_IF_ERROR(can_change());
+  return etcd_->txn({transport::EtcdCompare::mod_is(key, revision),
+                     transport::EtcdCompare::lease_is(node_key(options_.id), lease_.load())},
+                    {transport::EtcdWrite::put(key, value.dump())});
+}
+
+ptc::Status EtcdMembership::lock(const std::string& key) {
+  PTC_RETURN_IF_ERROR(can_change());
+  const std::string lk = lock_key(key);
+  PTC_ASSIGN_OR_RETURN(const bool got,
+                       etcd_->txn({transport::EtcdCompare::mod_is(lk, 0)},
+                                  {transport::EtcdWrite::put(lk, options_.id, lease_.load())}),
+                       "locking " + key + " in etcd");
+  if (got) return ptc::Status::ok();
+  auto holder = etcd_->get(lk);
+  const std::string who = holder && *holder ? (*holder)->value : std::string("another node");
+  const std::string kind_and_name = key.substr(kRoot.size());  // "steps/j/1"
+  return ptc::error(ptc::Code::kFailedPrecondition,
+                    kind_and_name.substr(kind_and_name.find('/') + 1) +
+                        " is being changed by another coordinator (node " + who + "); try again when it is done");
+}
+
+void EtcdMembership::unlock(const std::string& key) {
+  auto s = etcd_->txn({transport::EtcdCompare::value_is(lock_key(key), options_.id)},
+                      {transport::EtcdWrite::erase(lock_key(key))});
+  if (s) return;
+  ptc::log::warn("unlocking {} in etcd: {}; tried again when etcd answers", key, s.status().to_string());
+  std::lock_guard lock(mu_);
+  owed_unlocks_.push_back(key);
+}
+
+void EtcdMembership::retry_unlocks() {
+  std::vector<std::string> owed;
+  {
+    std::lock_guard lock(mu_);
+    owed.swap(owed_unlocks_);
+  }
+  for (const auto& key : owed) unlock(key);
+}
+
+void EtcdMembership::learn(const std::vector<std::string>& ids) {
+  const auto table = peers_.cluster();
+  for (const auto& id : ids) {
+    if (table->find(id) >= 0) continue;
+    auto kv = etcd_->get(node_key(id));
+    if (kv && *kv) apply((*kv)->key, (*kv)->value, false, (*kv)->lease);
+  }
+}
+
+json EtcdMembership::describe() const {
+  return {{"mode", "etcd"},
+          {"endpoints", etcd_->urls()},
+          {"lease_ttl_s", options_.lease_ttl_s},
+          {"fenced", fenced_.load()}};
+}
+
+}  // namespace ptcfs

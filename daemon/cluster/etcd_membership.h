@@ -1,0 +1,90 @@
+// Membership and commit decisions on etcd (daemon/cluster/membership.h).
+//
+// The node registers `/ptcfs/nodes/<id>` ({"id", "addr", "gpus"}) under a lease of its own
+// and keeps the lease alive; a node that stops renewing it (killed, partitioned) is gone
+// when it expires. One watch of `/ptcfs/` keeps the member list current (a node that joins
+// is added to the peer backend's table) and hands every step and dataset record to the
+// record handler: that is how a node learns a change it prepared was committed even when
+// the coordinator's commit message never reached it, and how it catches up.
+//
+// Self-fencing: a node that cannot renew its lease for half its TTL stops taking part in
+// changes (can_change() fails, the log and `ptcfs status` say so); reads of what it holds go
+// on. When etcd answers again it renews, or registers under a new lease if the old one expired.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "daemon/cluster/membership.h"
+#include "transport/etcd_client.h"
+
+namespace ptcfs {
+
+struct EtcdOptions {
+  std::string urls;  // comma-separated http://HOST:PORT
+  std::string id, addr;
+  int gpus = 1;
+  int64_t lease_ttl_s = 10;
+};
+
+class EtcdMembership final : public Membership {
+ public:
+  using RecordHandler = std::function<void(const std::string& key, const nlohmann::json& value)>;
+
+  // Registers this node (the first node of `peers`' table) and reads the live members into
+  // `peers`. Fails when etcd cannot be reached, or a live node at another address holds the
+  // id. `peers` must outlive this object.
+  static ptc::Result<std::unique_ptr<EtcdMembership>> join(const EtcdOptions& options, transport::PeerBackend& peers);
+  // Stops the threads and revokes the lease: a node that stops cleanly leaves at once.
+  // Idempotent; the destructor calls it.
+  void stop();
+  ~EtcdMembership() override { stop(); }
+
+  // Starts keeping the lease alive and watching; `on_record` gets every record present at
+  // each (re)start of the watch and every record written afterwards, in order.
+  void start(RecordHandler on_record);
+
+  std::vector<int> members() const override;
+  ptc::Status can_change() const override;
+  int64_t lease() const override { return lease_.load(); }
+  bool lease_alive(const std::string& id, int64_t lease) const override;
+  ptc::Result<Record> read(const std::string& key) override;
+  ptc::Result<bool> decide(const std::string& key, int64_t revision, const nlohmann::json& value) override;
+  ptc::Status lock(const std::string& key) override;
+  void unlock(const std::string& key) override;
+  void learn(const std::vector<std::string>& ids) override;
+  nlohmann::json describe() const override;
+
+ private:
+  EtcdMembership(EtcdOptions options, std::unique_ptr<transport::EtcdClient> etcd, transport::PeerBackend& peers)
+      : options_(std::move(options)), etcd_(std::move(etcd)), peers_(peers) {}
+  ptc::Status register_node();
+  void keep_alive_loop();
+  void watch_loop();
+  void retry_unlocks();
+  void apply(const std::string& key, const std::string& value, bool deleted, int64_t lease);
+
+  EtcdOptions options_;
+  std::unique_ptr<transport::EtcdClient> etcd_;
+  transport::PeerBackend& peers_;
+  RecordHandler on_record_;
+  std::atomic<int64_t> lease_{0};
+  std::atomic<bool> fenced_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> resync_{false};  // the watch starts over (after etcd was unreachable)
+  mutable std::mutex mu_;            // guards live_, owed_unlocks_
+  std::map<std::string, int64_t> live_;  // id -> lease
+  std::vector<std::string> owed_unlocks_;  // locks etcd did not answer the release of
+  std::mutex wait_mu_;
+  std::condition_variable wait_cv_;
+  std::thread keep_alive_thread_, watch_thread_;
+};
+
+}  // namespace ptcfs

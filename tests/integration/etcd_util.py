@@ -1,0 +1,135 @@
+"""A real etcd (Debian's etcd-server) for cluster tests, and daemons that keep their
+membership and commits in it: one or three etcd members on loopback ports with their own
+data dirs, killed at the end; values read back with Debian's etcdctl."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from typing import List, Optional
+
+import pytest
+
+from cluster_util import SECRET
+from ptcfs_harness import Daemon, free_port
+
+
+def require_etcd() -> None:
+    for b in ("etcd", "etcdctl"):
+        if not shutil.which(b):
+            pytest.fail(f"{b} is missing: deploy/install-deps.sh installs etcd-server and etcd-client", pytrace=False)
+
+
+class Etcd:
+    """`members` etcd processes forming one etcd cluster on loopback."""
+
+    def __init__(self, root: str, members: int = 1):
+        require_etcd()
+        self.root = os.path.join(root, "etcd")
+        self.names = [f"e{i}" for i in range(members)]
+        self.client_ports = [free_port() for _ in range(members)]
+        self.peer_ports = [free_port() for _ in range(members)]
+        self.procs: List[Optional[subprocess.Popen]] = [None] * members
+        self.initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports))
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(f"http://127.0.0.1:{p}" for p in self.client_ports)
+
+    def start(self, i: Optional[int] = None) -> None:
+        for k in ([i] if i is not None else range(len(self.names))):
+            data = os.path.join(self.root, self.names[k])
+            os.makedirs(self.root, exist_ok=True)
+            log = open(os.path.join(self.root, f"{self.names[k]}.log"), "ab")
+            client = f"http://127.0.0.1:{self.client_ports[k]}"
+            peer = f"http://127.0.0.1:{self.peer_ports[k]}"
+            self.procs[k] = subprocess.Popen(
+                ["etcd", "--name", self.names[k], "--data-dir", data, "--listen-client-urls", client,
+                 "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                 "--initial-cluster", self.initial, "--initial-cluster-state", "new",
+                 "--heartbeat-interval", "50", "--election-timeout", "500"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+            log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.ctl("endpoint", "health", check=False).returncode == 0:
+                return
+            time.sleep(0.2)
+        pytest.fail("etcd did not become healthy; logs under " + self.root, pytrace=False)
+
+    def kill(self, i: int = 0) -> None:
+        p = self.procs[i]
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=10)
+        self.procs[i] = None
+
+    def stop(self) -> None:
+        for i in range(len(self.procs)):
+            self.kill(i)
+
+    def ctl(self, *args, check: bool = True, endpoints: Optional[str] = None) -> subprocess.CompletedProcess:
+        live = endpoints or ",".join(f"http://127.0.0.1:{p}" for k, p in enumerate(self.client_ports)
+                                     if self.procs[k] is not None and self.procs[k].poll() is None)
+        r = subprocess.run(["etcdctl", "--endpoints", live or self.endpoints, "--command-timeout", "3s", *args],
+                           capture_output=True, text=True, timeout=30, env={**os.environ, "ETCDCTL_API": "3"})
+        if check and r.returncode != 0:
+            pytest.fail(f"etcdctl {' '.join(args)} exited {r.returncode}: {r.stderr}", pytrace=False)
+        return r
+
+    def get_json(self, key: str) -> Optional[dict]:
+        out = self.ctl("get", key, "--print-value-only").stdout.strip()
+        return json.loads(out) if out else None
+
+    def keys(self, prefix: str) -> List[str]:
+        out = self.ctl("get", prefix, "--prefix", "--keys-only").stdout
+        return [line for line in out.splitlines() if line]
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class EtcdCluster:
+    """Daemons n0, n1, ... that register in `etcd`; start(i) starts one at any time."""
+
+    def __init__(self, root: str, etcd: Etcd, n: int, gpus: int = 2, lease_ttl: int = 2,
+                 extra_flags: Optional[List[str]] = None):
+        self.root = root
+        self.etcd = etcd
+        os.makedirs(root, exist_ok=True)
+        self.secret = os.path.join(root, "secret")
+        with open(self.secret, "w") as f:
+            f.write(SECRET)
+        self.nodes = []
+        for i in range(n):
+            port = free_port()
+            self.nodes.append(Daemon(
+                os.path.join(root, f"n{i}"), name=f"n{i}", port=port, secret_file=self.secret,
+                flags=["--etcd", etcd.endpoints, "--node", f"n{i}", "--listen", f"127.0.0.1:{port}",
+                       "--secret-file", self.secret, "--gpus", str(gpus), "--lease-ttl", str(lease_ttl),
+                       "--peer-timeout", "3"],
+                extra_flags=extra_flags))
+
+    def start(self, *which: int) -> None:
+        for i in which or range(len(self.nodes)):
+            self.nodes[i].start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for d in self.nodes:
+            d.stop(cleanup_mount=True)
+
+    def __getitem__(self, i: int) -> Daemon:
+        return self.nodes[i]
+
+
+def live_ids(d: Daemon) -> List[str]:
+    return [n["id"] for n in d.cli_json("status", "--json")["cluster"]["nodes"]]

@@ -1,0 +1,269 @@
+"""A cluster on a real etcd: nodes join and leave at runtime, every commit is one etcd
+transaction, prepared changes die with their coordinator's lease, and nothing waits forever.
+
+Each test starts etcd (Debian's etcd-server) on loopback ports and daemons with --etcd; leases
+are 2 s so that expiry shows within seconds."""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from cluster_util import min_bytes_oracle
+from etcd_util import Etcd, EtcdCluster, live_ids
+from ptcfs_harness import PTCFS, PTCFSD, Checkpoint, Daemon, ls_jobs, require_binaries, verify_step
+from repartition_util import Oracles, wait_for
+
+LEASE_S = 2
+
+
+def blobs(d):
+    return set(os.listdir(os.path.join(d.data, "blobs")))
+
+
+def version(d, job="j", step="1"):
+    return d.cli_json("ls", f"{job}/{step}", "--json")["version"]
+
+
+def repartition_cli(c, via: int, to: str, *extra):
+    return subprocess.Popen([PTCFS, "--daemon", c[via].addr, "--secret-file", c.secret, "repartition", "--job", "j",
+                             "--step", "1", "--to", to, "--json", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def small_checkpoint(root):
+    return Checkpoint(os.path.join(root, "ck"), tp=2, pp=2, layers=2, hidden=128, vocab=512)
+
+
+def test_nodes_join_and_leave_at_runtime(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 4, lease_ttl=LEASE_S) as c:
+        c.start(0, 1)
+        assert live_ids(c[0]) == live_ids(c[1]) == ["n0", "n1"]
+        assert etcd.keys("/ptcfs/nodes/") == ["/ptcfs/nodes/n0", "/ptcfs/nodes/n1"]
+        assert etcd.get_json("/ptcfs/nodes/n1") == {"id": "n1", "addr": c[1].addr, "gpus": 2}
+        text = c[0].cli("status").stdout
+        assert f"live nodes registered in etcd at {etcd.endpoints}" in text and "FENCED" not in text, text
+        # A node started later joins without restarting anyone.
+        c.start(2)
+        wait_for(lambda: live_ids(c[0]) == ["n0", "n1", "n2"], 10, lambda: f"n0 sees {live_ids(c[0])}")
+        c[0].wait_log("node n2 joined the cluster at " + c[2].addr)
+        # A node killed stops renewing its lease and is gone when it expires.
+        c[1].kill9()
+        t0 = time.monotonic()
+        wait_for(lambda: live_ids(c[0]) == ["n0", "n2"], LEASE_S + 5, lambda: f"n0 sees {live_ids(c[0])}")
+        assert time.monotonic() - t0 <= LEASE_S + 5
+        c[1].stop(cleanup_mount=True)
+        # A node stopped cleanly revokes its lease: it is gone at once.
+        c[2].stop()
+        wait_for(lambda: live_ids(c[0]) == ["n0"], 3, lambda: f"n0 sees {live_ids(c[0])}")
+        # An id held by a live daemon at another address is refused, with the reason.
+        dup = Daemon(os.path.join(root, "dup"), name="dup", secret_file=c.secret,
+                     flags=["--etcd", etcd.endpoints, "--node", "n0", "--listen", "127.0.0.1:1",
+                            "--secret-file", c.secret])
+        r = subprocess.run([PTCFSD, "--data", dup.data, "--mount", dup.mnt, *dup.flags], capture_output=True,
+                           text=True, timeout=30)
+        assert r.returncode == 1 and "node id 'n0' is registered in etcd by a live daemon at " + c[0].addr in r.stderr, r
+
+
+def test_bad_etcd_flags_are_refused_with_the_reason(tmp_path):
+    require_binaries()
+    base = [PTCFSD, "--data", str(tmp_path / "d"), "--mount", str(tmp_path / "m")]
+    cases = [
+        (["--etcd", "http://127.0.0.1:1", "--listen", "127.0.0.1:7"], "--etcd needs --node"),
+        (["--etcd", "http://127.0.0.1:1", "--node", "a"], "--etcd needs --listen"),
+        (["--etcd", "https://127.0.0.1:1", "--node", "a", "--listen", "127.0.0.1:7"], "must be http://HOST:PORT"),
+        (["--etcd", "http://127.0.0.1:1", "--node", "a", "--listen", "127.0.0.1:7", "--cluster", "c.json"],
+         "--etcd and --cluster exclude each other"),
+        (["--etcd", "http://127.0.0.1:1", "--node", "a", "--listen", "127.0.0.1:7"], "cannot reach etcd at http://127.0.0.1:1"),
+    ]
+    for flags, want in cases:
+        r = subprocess.run(base + flags, capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0 and want in r.stderr, (flags, r.stderr)
+        assert not os.path.ismount(str(tmp_path / "m"))
+
+
+def test_import_and_repartitions_commit_in_etcd_and_a_late_node_catches_up(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    ck = Checkpoint(os.path.join(root, "ck"), style="llama", tp=2, pp=2, layers=4, hidden=128, vocab=1000)
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 4, lease_ttl=LEASE_S) as c:
+        c.start(0, 1, 2)
+        c[1].cli("import", ck.path, "--job", "j", "--step", "1")
+        rec = etcd.get_json("/ptcfs/steps/j/1")
+        assert (rec["kind"], rec["version"], rec["nodes"], rec["coordinator"]) == ("import", 1, ["n0", "n1", "n2"], "n1")
+        # Without --nodes, ranks go on the live nodes in id order.
+        r = c[2].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=1,dp=3", "--json")
+        want = min_bytes_oracle(ck.ptc, (2, 2, 1), [2, 2, 2], (2, 1, 3), [2, 2, 2])
+        assert r["version"] == 2 and r["bytes_moved"] == r["bytes_min"] == sum(want.values()), r
+        rec = etcd.get_json("/ptcfs/steps/j/1")
+        assert (rec["kind"], rec["version"], rec["parallelism"], rec["nodes"]) == \
+            ("repartition", 2, "tp=2,pp=1,dp=3", ["n0", "n1", "n2"]), rec
+        assert rec["tx"] and rec["coordinator"] == "n2"
+        for k in range(3):
+            verify_step(c[k], "j", "1", oracles((2, 1, 3)), full_views=(k == 0))
+        # A node that joins later shows the step (read from the others) without any restart.
+        c.start(3)
+        wait_for(lambda: ls_jobs(c[3]) == {"j": ["1"]}, 15, lambda: f"n3 shows {ls_jobs(c[3])}")
+        assert version(c[3]) == 2
+        verify_step(c[3], "j", "1", oracles((2, 1, 3)), full_views=False)
+        # ... and takes ranks in the next repartition.
+        r = c[3].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=2,dp=2", "--json")
+        assert r["version"] == 3 and r["bytes_moved"] == r["bytes_min"], r
+        assert etcd.get_json("/ptcfs/steps/j/1")["nodes"] == ["n0", "n1", "n2", "n3"]
+        for k in range(4):
+            assert version(c[k]) == 3
+            verify_step(c[k], "j", "1", oracles((2, 2, 2)), full_views=False)
+        # Removal is one etcd transaction too.
+        c[0].cli("rm", "j/1")
+        assert etcd.get_json("/ptcfs/steps/j/1")["removed"] is True
+        for d in c.nodes:
+            assert ls_jobs(d) == {}
+
+
+def test_a_coordinator_killed_before_the_decision_leaves_the_old_layout_within_its_lease(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start()
+        c[1].cli("import", ck.path, "--job", "j", "--step", "1")
+        old_blobs = [blobs(d) for d in c.nodes]
+        c[0].stop(cleanup_mount=False)
+        c[0].env = {"PTCFS_FAILPOINT": "coordinator.prepared"}
+        c[0].start()
+        cli = repartition_cli(c, 0, "tp=1,pp=2,dp=3")
+        c[0].wait_log("failpoint coordinator.prepared reached")
+        for k in (1, 2):
+            c[k].wait_log("prepared j/1 version 2")
+        c[0].kill9()
+        cli.communicate(timeout=30)
+        # Within the lease (and a little), both peers drop what they prepared.
+        for k in (1, 2):
+            c[k].wait_log("dropping the change prepared for /ptcfs/steps/j/1 by node n0", timeout=LEASE_S + 8)
+        assert etcd.get_json("/ptcfs/steps/j/1")["version"] == 1
+        c[0].env = {}
+        c[0].stop(cleanup_mount=True)
+        c[0].start()
+        for i, d in enumerate(c.nodes):
+            assert version(d) == 1
+            verify_step(d, "j", "1", ck, full_views=False)
+            wait_for(lambda: blobs(d) == old_blobs[i], 10, f"n{i} kept blobs of the dropped change")
+        r = c[2].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=2,dp=3", "--json")
+        assert r["version"] == 2 and r["bytes_moved"] == r["bytes_min"], r
+
+
+def test_nodes_commit_on_the_record_when_the_coordinator_dies_after_the_decision(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start()
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        c[0].stop(cleanup_mount=False)
+        c[0].env = {"PTCFS_FAILPOINT": "coordinator.decided"}
+        c[0].start()
+        # The new layout lives on n1 and n2 only, so nothing is lost with n0.
+        cli = repartition_cli(c, 0, "tp=2,pp=2,dp=1", "--nodes", "n1,n2")
+        c[0].wait_log("failpoint coordinator.decided reached")
+        # No commit message was sent: n1 and n2 switch on the record they watch.
+        for k in (1, 2):
+            wait_for(lambda: version(c[k]) == 2, 10, f"n{k} did not switch on the record")
+        c[0].kill9()
+        cli.communicate(timeout=30)
+        assert etcd.get_json("/ptcfs/steps/j/1")["version"] == 2
+        c[0].env = {}
+        c[0].stop(cleanup_mount=True)
+        c[0].start()  # it catches up from the record
+        wait_for(lambda: version(c[0]) == 2, 15, "n0 did not catch up")
+        for d in c.nodes:
+            verify_step(d, "j", "1", oracles((2, 2, 1)), full_views=False)
+
+
+def test_two_repartitions_of_one_step_at_once_one_wins_everywhere(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    oracles = Oracles(root, ck, 0)
+    targets = {0: (1, 2, 3), 1: (2, 1, 3)}
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start()
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        clis = {k: repartition_cli(c, k, "tp={},pp={},dp={}".format(*targets[k])) for k in targets}
+        outs = {k: p.communicate(timeout=120) for k, p in clis.items()}
+        winners = [k for k, p in clis.items() if p.returncode == 0]
+        assert len(winners) == 1, outs
+        loser = 1 - winners[0]
+        assert clis[loser].returncode == 1 and "j/1" in outs[loser][1], outs[loser]
+        rec = etcd.get_json("/ptcfs/steps/j/1")
+        assert rec["version"] == 2 and rec["coordinator"] == f"n{winners[0]}", rec
+        for d in c.nodes:
+            assert version(d) == 2
+            verify_step(d, "j", "1", oracles(targets[winners[0]]), full_views=False)
+
+
+def test_etcd_down_fences_changes_keeps_reads_and_the_cluster_goes_on_when_it_is_back(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start()
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        old_blobs = [blobs(d) for d in c.nodes]
+        # etcd dies during a change, after every node prepared: the change fails, and when
+        # etcd is back it is aborted everywhere.
+        c[0].stop(cleanup_mount=False)
+        c[0].env = {"PTCFS_FAILPOINT": "coordinator.prepared:3"}
+        c[0].start()
+        cli = repartition_cli(c, 0, "tp=1,pp=2,dp=3")
+        c[0].wait_log("failpoint coordinator.prepared reached")
+        etcd.kill()
+        out, err = cli.communicate(timeout=60)
+        assert cli.returncode == 1 and "etcd" in err, (out, err)
+        # Cut off from etcd, the nodes fence themselves; reads go on.
+        wait_for(lambda: c[1].cli_json("status", "--json")["cluster"]["membership"]["fenced"], LEASE_S + 5,
+                 "n1 did not fence itself")
+        r = c[1].cli("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=1,dp=3", check=False)
+        assert r.returncode == 1 and "cannot reach etcd" in r.stderr, r.stderr
+        for d in c.nodes:
+            verify_step(d, "j", "1", ck, full_views=False)
+        etcd.start()
+        for k in range(3):
+            wait_for(lambda: not c[k].cli_json("status", "--json")["cluster"]["membership"]["fenced"], 15,
+                     f"n{k} stayed fenced")
+        wait_for(lambda: live_ids(c[0]) == ["n0", "n1", "n2"], 15, lambda: f"n0 sees {live_ids(c[0])}")
+        for i, d in enumerate(c.nodes):
+            wait_for(lambda: blobs(d) == old_blobs[i], 20, f"n{i} kept blobs of the undecided change")
+            assert version(d) == 1
+        c[0].env = {}
+        r = c[1].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=2,dp=3", "--json")
+        assert r["version"] == 2 and r["bytes_moved"] == r["bytes_min"], r
+        for d in c.nodes:
+            verify_step(d, "j", "1", oracles((1, 2, 3)), full_views=False)
+
+
+def test_a_three_member_etcd_losing_one_member_mid_change_still_commits(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root, members=3) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start()
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        c[0].stop(cleanup_mount=False)
+        c[0].env = {"PTCFS_FAILPOINT": "coordinator.prepared:2"}
+        c[0].start()
+        cli = repartition_cli(c, 0, "tp=1,pp=2,dp=3")
+        c[0].wait_log("failpoint coordinator.prepared reached")
+        etcd.kill(0)  # the member every client tried first
+        out, err = cli.communicate(timeout=60)
+        assert cli.returncode == 0, (out, err)
+        assert etcd.get_json("/ptcfs/steps/j/1")["version"] == 2
+        for d in c.nodes:
+            assert version(d) == 2
+            verify_step(d, "j", "1", oracles((1, 2, 3)), full_views=False)
