@@ -24,7 +24,7 @@ import tempfile
 
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
-SECTIONS = ["mount", "repartition", "plan", "planner", "torch", "cluster"]
+SECTIONS = ["mount", "repartition", "plan", "planner", "torch", "cluster", "etcd"]
 
 
 def cpp_repartition(gib: float, root: str) -> tuple:
@@ -111,6 +111,7 @@ def main() -> int:
         ap.error("needs root (the benchmarks mount FUSE)")
 
     import bench_cluster
+    import bench_etcd
     import bench_mount
     import bench_torch
 
@@ -144,6 +145,10 @@ def main() -> int:
             print("== cluster: three daemons on loopback", flush=True)
             r, raw["cluster"] = bench_cluster.run(200 if a.quick else 1100, 1 if a.quick else 2,
                                                   os.path.join(root, "cluster"))
+            rows += r
+        if "etcd" in only:
+            print("== etcd: commit latency against static mode, time to join", flush=True)
+            r, raw["etcd"] = bench_etcd.run(10 if a.quick else 20, 3 if a.quick else 5, os.path.join(root, "etcd"))
             rows += r
     finally:
         shutil.rmtree(root, ignore_errors=True)

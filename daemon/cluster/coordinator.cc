@@ -438,11 +438,15 @@ void Coordinator::on_record(const std::string& key, const json& value) {
     return;
   }
   const uint64_t version = value.value("version", uint64_t{0});
-  if (v && v->version() >= version) return;
+  auto have = [&] {
+    const auto snap = store_.snapshot();
+    auto it = snap->steps.find({job, step});
+    return it == snap->steps.end() ? uint64_t{0} : it->second->version();
+  };
   // The nodes that took part commit at about the time this record appears: give them a moment.
   for (int attempt = 0; attempt < 5; ++attempt) {
-    if (catch_up_step(job, step, version)) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
+    if (have() >= version || catch_up_step(job, step, version)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
   }
   ptc::log::warn("{}/{}: etcd records version {}, and no other node serves it yet; this node stays at {}", job, step,
                  version, v ? v->version() : 0);

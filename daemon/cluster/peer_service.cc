@@ -53,6 +53,8 @@ void PeerService::hold(const std::string& tx, PreparedChange change, const std::
 bool PeerService::commit_decided(const std::string& tx) {
   {
     std::lock_guard lock(mu_);
+    // Committed already, or being committed (by the coordinator's peer.commit).
+    if (std::find(committed_.begin(), committed_.end(), tx) != committed_.end()) return true;
     if (!prepared_.count(tx)) return false;
   }
   auto s = finish(tx, true);

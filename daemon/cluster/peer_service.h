@@ -49,7 +49,8 @@ class PeerService {
   // Holds a change this node prepared itself under `tx` (the home node of a dataset add:
   // its peers pull the sample table from it before anyone commits), for the record `key`.
   void hold(const std::string& tx, PreparedChange change, const std::string& key);
-  // Commits `tx` if this node holds it prepared (its record was seen in etcd); whether it did.
+  // Commits `tx` if this node holds it prepared (its record was seen in etcd); whether `tx`
+  // is committed here (by this call or before).
   bool commit_decided(const std::string& tx);
   // Drops prepared changes whose coordinator's lease ended (committing instead those its
   // record shows committed), and any older than `max_age`. Returns how many were dropped.
