@@ -5,6 +5,7 @@ Each test starts etcd (Debian's etcd-server) on loopback ports and daemons with 
 are 2 s so that expiry shows within seconds."""
 
 import os
+import signal
 import subprocess
 import time
 
@@ -267,3 +268,38 @@ def test_a_three_member_etcd_losing_one_member_mid_change_still_commits(tmp_path
         for d in c.nodes:
             assert version(d) == 2
             verify_step(d, "j", "1", oracles((1, 2, 3)), full_views=False)
+
+
+def test_a_participant_stopped_during_a_pull_fails_the_change_within_its_deadline(tmp_path):
+    """SIGSTOP a receiver while it pulls: the coordinator's call to it times out (--peer-timeout 3), the
+    change is aborted everywhere, and once the node runs again (its lease expired meanwhile: it registers
+    again) it serves the old layout and the next repartition goes through."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=1, layers=6, hidden=768, vocab=8000)  # ~120 MB on n0
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start()
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        before = blobs(c[2])
+        t0 = time.monotonic()
+        cli = repartition_cli(c, 1, "tp=2,pp=1,dp=3")
+        wait_for(lambda: blobs(c[2]) - before or cli.poll() is not None, 30, "n2 never started to pull",
+                 interval=0.001)
+        os.kill(c[2].proc.pid, signal.SIGSTOP)
+        try:
+            out, err = cli.communicate(timeout=60)
+            elapsed = time.monotonic() - t0
+        finally:
+            os.kill(c[2].proc.pid, signal.SIGCONT)
+        assert cli.returncode == 1 and "n2" in err and "the old layout stays" in err, (out, err)
+        assert elapsed < 30, elapsed
+        wait_for(lambda: live_ids(c[0]) == ["n0", "n1", "n2"], 15, lambda: f"n0 sees {live_ids(c[0])}")
+        wait_for(lambda: blobs(c[2]) == before, 20, "n2 kept the blobs of the aborted change")
+        assert etcd.get_json("/ptcfs/steps/j/1")["version"] == 1
+        for d in c.nodes:
+            assert version(d) == 1
+            verify_step(d, "j", "1", ck, full_views=False)
+        r = c[1].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=1,dp=3", "--json")
+        assert r["version"] == 2 and r["bytes_moved"] == r["bytes_min"], r
+        verify_step(c[2], "j", "1", oracles((2, 1, 3)), full_views=False)
