@@ -360,11 +360,7 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
 
 bool Coordinator::catch_up_step(const std::string& job, const std::string& step, uint64_t at_least) {
   const std::string name = job + "/" + step;
-  std::shared_ptr<const StepVersion> v;
-  {
-    const auto snap = store_.snapshot();
-    if (auto it = snap->steps.find({job, step}); it != snap->steps.end()) v = it->second;
-  }
+  const std::shared_ptr<const StepVersion> v = current_version(store_, job, step).value_or(nullptr);
   const uint64_t have = v ? v->version() : 0;
   const std::vector<int> peers = others();
   const auto answers = ask_all(peers, [&](int) { return json{{"op", "peer.state"}, {"job", job}, {"step", step}}; });
@@ -413,43 +409,28 @@ size_t Coordinator::catch_up() {
 void Coordinator::on_record(const std::string& key, const json& value) {
   const std::string tx = value.value("tx", std::string());
   if (!tx.empty() && local_.commit_decided(tx)) return;  // prepared here: the record is its commit
-  const std::string prefix = step_key("", "");            // "/ptcfs/steps//"
-  const std::string steps = prefix.substr(0, prefix.size() - 1);
-  if (key.rfind(steps, 0) != 0) return;
-  const std::string rest = key.substr(steps.size());
-  const size_t slash = rest.find('/');
-  if (slash == std::string::npos) return;
-  const std::string job = rest.substr(0, slash), step = rest.substr(slash + 1);
-  std::shared_ptr<const StepVersion> v;
-  {
-    const auto snap = store_.snapshot();
-    if (auto it = snap->steps.find({job, step}); it != snap->steps.end()) v = it->second;
-  }
+  std::string job, step;
+  if (!parse_step_key(key, job, step)) return;  // a dataset's record: only its commit concerns this node
+  auto have = [&] {
+    auto v = current_version(store_, job, step);
+    return v ? (*v)->version() : uint64_t{0};
+  };
   if (value.value("removed", false)) {
-    if (!v) return;
+    if (have() == 0) return;
     auto change = prepare_removal(store_, job, step);
-    if (change) {
-      if (auto s = commit_change(store_, *change); s) {
-        ptc::log::info("{}/{} was removed on the other nodes (etcd records it); removed here too", job, step);
-        return;
-      }
-    }
-    ptc::log::warn("{}/{} is removed in etcd but not here: {}", job, step, change.status().to_string());
+    const ptc::Status s = change ? commit_change(store_, *change) : change.status();
+    if (s) ptc::log::info("{}/{} was removed on the other nodes (etcd records it); removed here too", job, step);
+    else ptc::log::warn("{}/{} is removed in etcd but not here: {}", job, step, s.to_string());
     return;
   }
   const uint64_t version = value.value("version", uint64_t{0});
-  auto have = [&] {
-    const auto snap = store_.snapshot();
-    auto it = snap->steps.find({job, step});
-    return it == snap->steps.end() ? uint64_t{0} : it->second->version();
-  };
   // The nodes that took part commit at about the time this record appears: give them a moment.
   for (int attempt = 0; attempt < 5; ++attempt) {
     if (have() >= version || catch_up_step(job, step, version)) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
   }
   ptc::log::warn("{}/{}: etcd records version {}, and no other node serves it yet; this node stays at {}", job, step,
-                 version, v ? v->version() : 0);
+                 version, have());
 }
 
 ptc::Status Coordinator::remove(const std::string& job, const std::string& step) {

@@ -113,7 +113,8 @@ void EtcdMembership::apply(const std::string& key, const std::string& value, boo
       return;
     }
     const json v = json::parse(value, nullptr, false);
-    if (!v.is_object() || !v.contains("addr") || !v["addr"].is_string()) {
+    if (!v.is_object() || !v.contains("addr") || !v["addr"].is_string() ||
+        (v.contains("gpus") && !v["gpus"].is_number_integer())) {
       ptc::log::warn("etcd key {} is not a node record; ignored", key);
       return;
     }

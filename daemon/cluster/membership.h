@@ -35,6 +35,8 @@ struct Record {
 
 std::string step_key(const std::string& job, const std::string& step);
 std::string dataset_key(const std::string& job, const std::string& name);
+// The job and step of a step key; false for any other key.
+bool parse_step_key(const std::string& key, std::string& job, std::string& step);
 
 class Membership {
  public:

@@ -12,13 +12,6 @@ std::vector<int> all_nodes(const ptc::ClusterConfig& cluster) {
   return out;
 }
 
-std::vector<int> other_nodes(const ptc::ClusterConfig& cluster, int self) {
-  std::vector<int> out;
-  for (int n : all_nodes(cluster))
-    if (n != self) out.push_back(n);
-  return out;
-}
-
 std::string node_id(const ptc::ClusterConfig& cluster, int node) {
   return cluster.nodes[static_cast<size_t>(node)].id;
 }

@@ -8,9 +8,8 @@
 
 namespace ptcfs {
 
-// Every node's index, in cluster.json order; and every node's but `self`.
+// Every node's index, in the table's order (cluster.json's, in static mode).
 std::vector<int> all_nodes(const ptc::ClusterConfig& cluster);
-std::vector<int> other_nodes(const ptc::ClusterConfig& cluster, int self);
 // The id of node `node` (an index into cluster.nodes).
 std::string node_id(const ptc::ClusterConfig& cluster, int node);
 // Per shard, the indices of the nodes named in `holders` (ids not in the cluster are left out),

@@ -243,6 +243,10 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
     return ptc::Status::ok();
   }
   const ptc::Status committed = commit_change(store_, change);
+  if (!committed) {
+    std::lock_guard lock(mu_);
+    std::erase(committed_, tx);
+  }
   if (saved && saves_) saves_->part_done(saved->first, saved->second, committed.is_ok());
   PTC_RETURN_IF_ERROR(committed, "node " + id());
   ptc::log::info("committed {} (transaction {})", name, tx);

@@ -18,7 +18,6 @@ using nlohmann::json;
 ptc::Result<ptc::ClusterConfig> change_table(const ClusterChange& c, const ptc::ClusterConfig& known) {
   std::vector<std::string> ids = c.from_nodes;
   ids.insert(ids.end(), c.to_nodes.begin(), c.to_nodes.end());
-  ids.insert(ids.end(), c.down.begin(), c.down.end());
   for (const auto& h : c.from_holders) ids.insert(ids.end(), h.begin(), h.end());
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());

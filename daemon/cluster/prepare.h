@@ -18,13 +18,14 @@
 
 namespace ptcfs {
 
-// The nodes a repartition plans over: every node it names, sorted by id, with their GPUs from
+// The nodes a repartition plans over: every node of its old and new placements, sorted by id, with their GPUs from
 // `known`. Every node builds the same table, whatever order it learnt of the nodes in, so
 // every node computes the same plan (node numbers in the plan index this table). kNotFound
 // names an id `known` lacks.
 ptc::Result<ptc::ClusterConfig> change_table(const ClusterChange& c, const ptc::ClusterConfig& known);
 // The holdings of a change: old shards on the old placement's live nodes, new shards on
-// the new placement; node numbers index `cluster` (the change's table).
+// the new placement; node numbers index `cluster` (the change's table; a down node it lacks
+// is no source anyway).
 ptc::Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, const ptc::Layout& to,
                                                    const ClusterChange& c, const ptc::ClusterConfig& cluster);
 // A digest of a plan (copies, fills, transfers): nodes check they computed the same one.

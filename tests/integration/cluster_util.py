@@ -9,16 +9,22 @@ from ptcfs_harness import Daemon, free_port
 SECRET = "a cluster secret of some length\n"
 
 
+def write_secret(root: str) -> str:
+    """root/secret holding the test cluster's secret; its path."""
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, "secret")
+    with open(path, "w") as f:
+        f.write(SECRET)
+    return path
+
+
 class Cluster:
     """n daemons (n0, n1, ...) on loopback, each with its own port, data dir and mount."""
 
     def __init__(self, root: str, n: int, gpus: int = 2, extra_flags: Optional[List[str]] = None):
         self.root = root
-        os.makedirs(root, exist_ok=True)
         self.ports = [free_port() for _ in range(n)]
-        self.secret = os.path.join(root, "secret")
-        with open(self.secret, "w") as f:
-            f.write(SECRET)
+        self.secret = write_secret(root)
         self.config = os.path.join(root, "cluster.json")
         with open(self.config, "w") as f:
             json.dump({"nodes": [{"id": f"n{i}", "addr": f"127.0.0.1:{p}", "gpus": gpus}

@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import pytest
 
-from cluster_util import SECRET
+from cluster_util import Cluster, write_secret
 from ptcfs_harness import Daemon, free_port
 
 
@@ -95,17 +95,15 @@ class Etcd:
         self.stop()
 
 
-class EtcdCluster:
-    """Daemons n0, n1, ... that register in `etcd`; start(i) starts one at any time."""
+class EtcdCluster(Cluster):
+    """Daemons n0, n1, ... that register in `etcd`; start(i) starts one at any time (entering the
+    `with` starts none). Stopping, indexing and counters are Cluster's."""
 
     def __init__(self, root: str, etcd: Etcd, n: int, gpus: int = 2, lease_ttl: int = 2,
-                 extra_flags: Optional[List[str]] = None):
+                 extra_flags: Optional[List[str]] = None):  # pylint: disable=super-init-not-called
         self.root = root
         self.etcd = etcd
-        os.makedirs(root, exist_ok=True)
-        self.secret = os.path.join(root, "secret")
-        with open(self.secret, "w") as f:
-            f.write(SECRET)
+        self.secret = write_secret(root)
         self.nodes = []
         for i in range(n):
             port = free_port()
@@ -122,13 +120,6 @@ class EtcdCluster:
 
     def __enter__(self):
         return self
-
-    def __exit__(self, *exc):
-        for d in self.nodes:
-            d.stop(cleanup_mount=True)
-
-    def __getitem__(self, i: int) -> Daemon:
-        return self.nodes[i]
 
 
 def live_ids(d: Daemon) -> List[str]:

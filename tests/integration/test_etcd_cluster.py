@@ -33,6 +33,13 @@ def repartition_cli(c, via: int, to: str, *extra):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def restart_with_failpoint(d, failpoint: str = "") -> None:
+    """Restarts the daemon with PTCFS_FAILPOINT set (empty: none); its mount is kept for the restart."""
+    d.stop(cleanup_mount=False)
+    d.env = {"PTCFS_FAILPOINT": failpoint} if failpoint else {}
+    d.start()
+
+
 def small_checkpoint(root):
     return Checkpoint(os.path.join(root, "ck"), tp=2, pp=2, layers=2, hidden=128, vocab=512)
 
@@ -53,9 +60,7 @@ def test_nodes_join_and_leave_at_runtime(tmp_path):
         c[0].wait_log("node n2 joined the cluster at " + c[2].addr)
         # A node killed stops renewing its lease and is gone when it expires.
         c[1].kill9()
-        t0 = time.monotonic()
         wait_for(lambda: live_ids(c[0]) == ["n0", "n2"], LEASE_S + 5, lambda: f"n0 sees {live_ids(c[0])}")
-        assert time.monotonic() - t0 <= LEASE_S + 5
         c[1].stop(cleanup_mount=True)
         # A node stopped cleanly revokes its lease: it is gone at once.
         c[2].stop()
@@ -133,9 +138,7 @@ def test_a_coordinator_killed_before_the_decision_leaves_the_old_layout_within_i
         c.start()
         c[1].cli("import", ck.path, "--job", "j", "--step", "1")
         old_blobs = [blobs(d) for d in c.nodes]
-        c[0].stop(cleanup_mount=False)
-        c[0].env = {"PTCFS_FAILPOINT": "coordinator.prepared"}
-        c[0].start()
+        restart_with_failpoint(c[0], "coordinator.prepared")
         cli = repartition_cli(c, 0, "tp=1,pp=2,dp=3")
         c[0].wait_log("failpoint coordinator.prepared reached")
         for k in (1, 2):
@@ -146,9 +149,7 @@ def test_a_coordinator_killed_before_the_decision_leaves_the_old_layout_within_i
         for k in (1, 2):
             c[k].wait_log("dropping the change prepared for /ptcfs/steps/j/1 by node n0", timeout=LEASE_S + 8)
         assert etcd.get_json("/ptcfs/steps/j/1")["version"] == 1
-        c[0].env = {}
-        c[0].stop(cleanup_mount=True)
-        c[0].start()
+        restart_with_failpoint(c[0])
         for i, d in enumerate(c.nodes):
             assert version(d) == 1
             verify_step(d, "j", "1", ck, full_views=False)
@@ -165,9 +166,7 @@ def test_nodes_commit_on_the_record_when_the_coordinator_dies_after_the_decision
     with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
         c.start()
         c[0].cli("import", ck.path, "--job", "j", "--step", "1")
-        c[0].stop(cleanup_mount=False)
-        c[0].env = {"PTCFS_FAILPOINT": "coordinator.decided"}
-        c[0].start()
+        restart_with_failpoint(c[0], "coordinator.decided")
         # The new layout lives on n1 and n2 only, so nothing is lost with n0.
         cli = repartition_cli(c, 0, "tp=2,pp=2,dp=1", "--nodes", "n1,n2")
         c[0].wait_log("failpoint coordinator.decided reached")
@@ -177,9 +176,7 @@ def test_nodes_commit_on_the_record_when_the_coordinator_dies_after_the_decision
         c[0].kill9()
         cli.communicate(timeout=30)
         assert etcd.get_json("/ptcfs/steps/j/1")["version"] == 2
-        c[0].env = {}
-        c[0].stop(cleanup_mount=True)
-        c[0].start()  # it catches up from the record
+        restart_with_failpoint(c[0])  # it catches up from the record
         wait_for(lambda: version(c[0]) == 2, 15, "n0 did not catch up")
         for d in c.nodes:
             verify_step(d, "j", "1", oracles((2, 2, 1)), full_views=False)
@@ -218,9 +215,7 @@ def test_etcd_down_fences_changes_keeps_reads_and_the_cluster_goes_on_when_it_is
         old_blobs = [blobs(d) for d in c.nodes]
         # etcd dies during a change, after every node prepared: the change fails, and when
         # etcd is back it is aborted everywhere.
-        c[0].stop(cleanup_mount=False)
-        c[0].env = {"PTCFS_FAILPOINT": "coordinator.prepared:3"}
-        c[0].start()
+        restart_with_failpoint(c[0], "coordinator.prepared:3")
         cli = repartition_cli(c, 0, "tp=1,pp=2,dp=3")
         c[0].wait_log("failpoint coordinator.prepared reached")
         etcd.kill()
@@ -241,7 +236,6 @@ def test_etcd_down_fences_changes_keeps_reads_and_the_cluster_goes_on_when_it_is
         for i, d in enumerate(c.nodes):
             wait_for(lambda: blobs(d) == old_blobs[i], 20, f"n{i} kept blobs of the undecided change")
             assert version(d) == 1
-        c[0].env = {}
         r = c[1].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=2,dp=3", "--json")
         assert r["version"] == 2 and r["bytes_moved"] == r["bytes_min"], r
         for d in c.nodes:
@@ -256,9 +250,7 @@ def test_a_three_member_etcd_losing_one_member_mid_change_still_commits(tmp_path
     with Etcd(root, members=3) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
         c.start()
         c[0].cli("import", ck.path, "--job", "j", "--step", "1")
-        c[0].stop(cleanup_mount=False)
-        c[0].env = {"PTCFS_FAILPOINT": "coordinator.prepared:2"}
-        c[0].start()
+        restart_with_failpoint(c[0], "coordinator.prepared:2")
         cli = repartition_cli(c, 0, "tp=1,pp=2,dp=3")
         c[0].wait_log("failpoint coordinator.prepared reached")
         etcd.kill(0)  # the member every client tried first
