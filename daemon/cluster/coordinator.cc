@@ -141,9 +141,22 @@ ptc::Status Coordinator::decide(const std::vector<int>& nodes, const std::string
   failpoint("coordinator.prepared");
   record["tx"] = tx;
   record["coordinator"] = id();
+  // An unknown outcome (etcd lost a member and elects a leader, or this node fenced itself
+  // for an instant) is asked again until the decision window ends. Asking again is safe: the
+  // transaction checks the record's revision and this node's lease, so at most one applies,
+  // and a read that finds the record moved tells which one did.
+  const auto until = std::chrono::steady_clock::now() + members_.decision_window();
   auto won = members_.decide(key, prior.revision, record);
-  if (!won && members_.can_change().is_ok()) {
-    // The transaction may have been applied before the answer was lost: read it back.
+  bool unanswered = false;
+  while (!won && std::chrono::steady_clock::now() < until) {
+    if (!unanswered) ptc::log::warn("{}: etcd did not answer the commit ({}); asking again", what, won.status().to_string());
+    unanswered = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    won = members_.decide(key, prior.revision, record);
+  }
+  if (!won) unanswered = true;
+  if (unanswered && !(won && *won) && members_.can_change().is_ok()) {
+    // An unanswered attempt may have been applied: the record tells.
     if (auto back = members_.read(key); back && back->revision != prior.revision)
       won = back->value.is_object() && back->value.value("tx", std::string()) == tx;
   }

@@ -55,6 +55,10 @@ class Membership {
   // must not exist) and this node's lease lives. false: the check failed (another change won,
   // or the lease is gone); an error: etcd did not answer, the outcome is unknown.
   virtual ptc::Result<bool> decide(const std::string& key, int64_t revision, const nlohmann::json& value) = 0;
+  // How long a coordinator may go on asking for a decision whose outcome is unknown (etcd
+  // lost a member and elects a leader; this node is fenced for an instant): the lease's TTL,
+  // after which the lease check fails and no retry can win anyway. Zero in static mode.
+  virtual std::chrono::milliseconds decision_window() const = 0;
   // Takes the lock of `key` for this node's lease (a second coordinator of the same step is
   // refused at once, naming the holder, instead of both preparing and both failing); free
   // it with unlock(). It goes with the lease if this node dies.
@@ -77,6 +81,7 @@ class StaticMembership final : public Membership {
   bool lease_alive(const std::string&, int64_t) const override { return true; }
   ptc::Result<Record> read(const std::string&) override { return Record{}; }
   ptc::Result<bool> decide(const std::string&, int64_t, const nlohmann::json&) override { return true; }
+  std::chrono::milliseconds decision_window() const override { return std::chrono::milliseconds(0); }
   ptc::Status lock(const std::string&) override { return ptc::Status::ok(); }
   void unlock(const std::string&) override {}
   void learn(const std::vector<std::string>&) override {}
