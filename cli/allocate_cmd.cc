@@ -2,7 +2,12 @@
 
 #include <fmt/core.h>
 
+#include <chrono>
+#include <cmath>
+
+#include "cli/milp_glpk.h"
 #include "ptc/allocator.h"
+#include "ptc/makespan.h"
 
 namespace ptcfs::cli {
 
@@ -10,12 +15,21 @@ using nlohmann::json;
 
 CLI::App* add_allocate_command(CLI::App& app, AllocateArgs& a, Globals& g) {
   auto* cmd = app.add_subcommand(
-      "allocate", "Divide N GPUs among jobs (JOBS.json: each a GPU range and measured throughput or a MODEL.json) "
-                  "to maximise their total samples/s (docs/PLANNER.md); needs no daemon");
+      "allocate", "Divide N GPUs among jobs (JOBS.json: each a GPU range and measured throughput or a MODEL.json): "
+                  "now, to maximise their total samples/s (throughput), or over time, to finish the whole queue "
+                  "first (makespan; each job needs 'samples'); docs/PLANNER.md; needs no daemon");
   cmd->add_option("--jobs", a.jobs_file, "JOBS.json")->required();
   cmd->add_option("--gpus", a.gpus, "Number of GPUs (N)")->required();
-  cmd->add_option("--policy", a.policy, "throughput: Saxena et al.'s dynamic program (the only policy so far)")
-      ->check(CLI::IsMember({"throughput"}));
+  cmd->add_option("--policy", a.policy,
+                  "throughput: Saxena et al.'s dynamic program; makespan: Saturn's selection, allocation and "
+                  "schedule as a MILP (GLPK)")
+      ->check(CLI::IsMember({"throughput", "makespan"}));
+  cmd->add_option("--time-limit", a.time_limit_s, "makespan: seconds the solver may search (best found and its gap "
+                                                  "are printed)")
+      ->check(CLI::Range(0.01, 86400.0));
+  cmd->add_option("--slots", a.slots, "makespan: time slots of the program (the greedy schedule's length cut in this "
+                                      "many; more is finer and slower)")
+      ->check(CLI::Range(2, 100000));
   cmd->add_flag("--json", g.json, "Print the allocation as JSON");
   return cmd;
 }
@@ -28,6 +42,81 @@ std::string config_text(const ptc::JobOption& o) {
                      o.config->micro_batch);
 }
 
+// GPU ids as ranges: 0-3,8,10-11.
+std::string id_ranges(const std::vector<int>& ids) {
+  std::string out;
+  for (size_t k = 0; k < ids.size();) {
+    size_t e = k;
+    while (e + 1 < ids.size() && ids[e + 1] == ids[e] + 1) ++e;
+    out += (out.empty() ? "" : ",") + std::to_string(ids[k]) + (e > k ? "-" + std::to_string(ids[e]) : "");
+    k = e + 1;
+  }
+  return out;
+}
+
+json config_json(const ptc::JobOption& o) {
+  if (!o.config) return nullptr;
+  return {{"tp", o.config->tp}, {"pp", o.config->pp}, {"dp", o.config->dp}, {"micro_batch", o.config->micro_batch}};
+}
+
+int run_makespan(const AllocateArgs& a, const Globals& g, const std::vector<ptc::JobSpec>& jobs) {
+  auto options = ptc::timed_options(jobs, a.gpus);
+  if (!options) return fail(options.status().with_context(a.jobs_file));
+  std::vector<std::string> names;
+  for (const auto& j : jobs) names.push_back(j.name);
+  const ptc::Schedule greedy = ptc::greedy_schedule(names, *options, a.gpus);
+  auto program = ptc::makespan_milp(*options, a.gpus, greedy.makespan_s / a.slots);
+  if (!program) return fail(program.status().with_context(a.jobs_file));
+  const auto limit = std::chrono::milliseconds(static_cast<int64_t>(a.time_limit_s * 1000));
+  auto answer = solve_milp_glpk(program->milp, limit, program->start);
+  if (!answer) return fail(answer.status().with_context("solving the makespan program of " + a.jobs_file));
+  auto solved = ptc::schedule_from_solution(*program, names, *options, a.gpus, answer->values);
+  if (!solved) return fail(solved.status().with_context("GLPK's solution"));
+  // The program's makespan is a whole number of slots, so its bound rounds up. Both are of the
+  // program (run times rounded up to slots), not of the real schedule, which is never longer.
+  const double bound_slots = std::ceil(answer->bound - 1e-6);
+  const ptc::Schedule& s = solved->makespan_s <= greedy.makespan_s ? *solved : greedy;
+  if (g.json) {
+    json out = {{"policy", "makespan"},
+                {"gpus", a.gpus},
+                {"makespan_s", s.makespan_s},
+                {"greedy_makespan_s", greedy.makespan_s},
+                {"solver",
+                 {{"name", answer->solver},
+                  {"optimal", answer->optimal},
+                  {"gap", std::isfinite(answer->gap) ? json(answer->gap) : json(nullptr)},
+                  {"makespan_slots", std::llround(answer->objective)},
+                  {"bound_slots", std::isfinite(bound_slots) ? json(std::max(0.0, bound_slots)) : json(nullptr)},
+                  {"seconds", answer->seconds},
+                  {"slots", program->slots},
+                  {"slot_seconds", program->slot_s},
+                  {"variables", program->milp.columns.size()}}},
+                {"jobs", json::array()}};
+    for (const auto& j : s.jobs)
+      out["jobs"].push_back({{"name", j.name},
+                             {"gpus", j.option.option.gpus},
+                             {"samples_per_s", j.option.option.samples_per_s},
+                             {"seconds", j.option.seconds},
+                             {"start_s", j.start_s},
+                             {"end_s", j.end_s},
+                             {"gpu_ids", j.gpu_ids},
+                             {"config", config_json(j.option.option)}});
+    return print_json(out);
+  }
+  fmt::print("{} on {} GPUs (makespan): every job done after {:.6g} s (greedy list schedule: {:.6g} s)\n", a.jobs_file,
+             a.gpus, s.makespan_s, greedy.makespan_s);
+  fmt::print("solver: {}, {}, gap {}, {:.2f} s, {} slots of {:.6g} s, {} variables\n", answer->solver,
+             answer->optimal ? "optimal" : "stopped at the time limit",
+             std::isfinite(answer->gap) ? fmt::format("{:.1f}%", 100 * answer->gap) : std::string("unknown"),
+             answer->seconds, program->slots, program->slot_s, program->milp.columns.size());
+  fmt::print("{:<20} {:>6} {:>12} {:>12}  {:<16} {}\n", "job", "gpus", "start_s", "end_s", "GPU ids", "configuration");
+  for (const auto& j : s.jobs) {
+    fmt::print("{:<20} {:>6} {:>12.6g} {:>12.6g}  {:<16} {}\n", j.name, j.option.option.gpus, j.start_s, j.end_s,
+               id_ranges(j.gpu_ids), config_text(j.option.option));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_allocate(const AllocateArgs& a, const Globals& g) {
@@ -35,6 +124,7 @@ int run_allocate(const AllocateArgs& a, const Globals& g) {
   if (!text) return fail(text.status());
   auto jobs = ptc::parse_jobs_json(*text, a.jobs_file);
   if (!jobs) return fail(jobs.status());
+  if (a.policy == "makespan") return run_makespan(a, g, *jobs);
   auto r = ptc::allocate_throughput(*jobs, a.gpus);
   if (!r) return fail(r.status().with_context(a.jobs_file));
   const ptc::Allocation& alloc = *r;
@@ -46,11 +136,7 @@ int run_allocate(const AllocateArgs& a, const Globals& g) {
                 {"jobs", json::array()}};
     for (const auto& j : alloc.jobs) {
       json e = {{"name", j.name}, {"queued", j.queued}, {"gpus", j.option.gpus}, {"samples_per_s", j.option.samples_per_s}};
-      if (j.option.config)
-        e["config"] = {{"tp", j.option.config->tp},
-                       {"pp", j.option.config->pp},
-                       {"dp", j.option.config->dp},
-                       {"micro_batch", j.option.config->micro_batch}};
+      if (j.option.config) e["config"] = config_json(j.option);
       out["jobs"].push_back(std::move(e));
     }
     return print_json(out);

@@ -1,5 +1,6 @@
-// `ptcfs allocate`: divides N GPUs among the jobs of a JOBS.json (ptc/allocator.h), printed as
-// a table or as JSON. Needs no daemon.
+// `ptcfs allocate`: divides N GPUs among the jobs of a JOBS.json, printed as a table or as
+// JSON: at one instant by total throughput (ptc/allocator.h), or over time by makespan
+// (ptc/makespan.h, solved with GLPK). Needs no daemon.
 #pragma once
 
 #include <string>
@@ -14,6 +15,8 @@ struct AllocateArgs {
   std::string jobs_file;
   int gpus = 0;
   std::string policy = "throughput";
+  double time_limit_s = 10;  // makespan: the solver's limit
+  int slots = 40;            // makespan: the greedy schedule's length is cut into this many slots
 };
 
 CLI::App* add_allocate_command(CLI::App& app, AllocateArgs& a, Globals& g);

@@ -17,6 +17,7 @@ PACKAGES=(
   libssl-dev
   python3-numpy python3-pytest python3-torch
   etcd-server etcd-client
+  libglpk-dev
 )
 if [ "${1:-}" = "bench" ]; then
   PACKAGES+=(gnuplot-nox)

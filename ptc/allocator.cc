@@ -27,7 +27,7 @@ Result<int> parse_gpu_count(const std::string& key, const std::string& where) {
 }
 
 Result<JobSpec> parse_job(const json& j, const std::string& where) {
-  PTC_RETURN_IF_ERROR(check_members(j, {"name", "min_gpus", "max_gpus", "throughput", "model"}, where));
+  PTC_RETURN_IF_ERROR(check_members(j, {"name", "min_gpus", "max_gpus", "throughput", "model", "samples"}, where));
   JobSpec job;
   PTC_ASSIGN_OR_RETURN(job.name, member_string(j, "name", where));
   if (job.name.empty()) return invalid(where + ": name is empty");
@@ -40,6 +40,12 @@ Result<JobSpec> parse_job(const json& j, const std::string& where) {
     return invalid(at + ": min_gpus (" + std::to_string(lo) + ") is more than max_gpus (" + std::to_string(hi) + ")");
   job.min_gpus = static_cast<int>(lo);
   job.max_gpus = static_cast<int>(hi);
+  if (j.contains("samples")) {
+    const json& n = j["samples"];
+    if (!n.is_number() || !std::isfinite(n.get<double>()) || n.get<double>() <= 0)
+      return invalid(at + ": samples must be a number of samples > 0, got " + n.dump());
+    job.samples = n.get<double>();
+  }
   if (j.contains("throughput") == j.contains("model"))
     return invalid(at + ": give exactly one of 'throughput' (measured points) and 'model' (MODEL.json)");
   if (j.contains("model")) {

@@ -17,7 +17,8 @@
 // A job gets only GPU counts in [min_gpus, max_gpus] at which its throughput is known:
 // measured points (samples/s; points outside the range are ignored), or counts at which the
 // planner (planner.h) finds a configuration that fits, at global_batch / step seconds of
-// the best one.
+// the best one. Optional "samples": how many samples the job trains in all (the makespan
+// policy, makespan.h, needs it to know how long a job runs on each option).
 #pragma once
 
 #include <optional>
@@ -35,6 +36,7 @@ struct JobSpec {
   int min_gpus = 1, max_gpus = 1;
   std::vector<std::pair<int, double>> points;  // measured (gpus, samples/s), gpus ascending
   std::optional<ModelSpec> model;              // instead of points: the cost model
+  std::optional<double> samples;               // samples to train (needed by the makespan policy)
 };
 
 // Parses JOBS.json (strict: unknown keys, repeated names, empty lists, min > max, a job with
