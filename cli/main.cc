@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "cli/allocate_cmd.h"
+#include "cli/ptc_cmd.h"
 #include "cli/client.h"
 #include "cli/dataset_cmd.h"
 #include "cli/output.h"
@@ -106,13 +107,31 @@ int cmd_rm(const Globals& g, const std::string& path) {
   return 0;
 }
 
+// --format hf: the template (a shipped name, or a file whose text goes with the request)
+// and the layout to go to.
+struct ImportFormat {
+  std::string format = "ptc", template_name, to;
+};
+
 int cmd_import(const Globals& g, const std::string& dir, const std::string& job, const std::string& step,
-               const std::vector<std::string>& nodes) {
+               const std::vector<std::string>& nodes, const ImportFormat& f) {
   std::error_code ec;
   const auto abs = std::filesystem::absolute(dir, ec);
   if (ec) return fail(ptc::invalid(dir + ": " + ec.message()));
-  ptcfs::cli::ProgressLine line("importing " + job + "/" + step);
   json req = {{"op", "import"}, {"dir", abs.lexically_normal().string()}, {"job", job}, {"step", step}};
+  if (f.format == "hf") {
+    if (f.template_name.empty()) return fail(ptc::invalid("--format hf needs --template NAME or a template file"));
+    std::string text;
+    auto tmpl = ptcfs::cli::load_template(f.template_name, &text);
+    if (!tmpl) return fail(tmpl.status());
+    req["format"] = "hf";
+    req["template"] = f.template_name;
+    if (!text.empty()) req["template_text"] = text;
+    if (!f.to.empty()) req["to"] = f.to;
+  } else if (!f.template_name.empty() || !f.to.empty()) {
+    return fail(ptc::invalid("--template and --to go with --format hf"));
+  }
+  ptcfs::cli::ProgressLine line("importing " + job + "/" + step);
   add_nodes(req, nodes);
   auto r = call(g, req,
                 [&](const json& p) {
@@ -122,9 +141,11 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
   if (!r) return fail(r.status());
   if (g.json) return print_json(*r);
   const json& j = *r;
-  fmt::print("imported {}/{}: {} shards, {} tensors, {} in {:.2f} s\n", job, step,
+  const ImportFormat& import_format = f;
+  fmt::print("imported {}/{}: {} shards, {} tensors, {} in {:.2f} s{}\n", job, step,
               j["shards"].get<size_t>(), j["tensors"].get<size_t>(), human_bytes(j["bytes"].get<uint64_t>()),
-              j["seconds"].get<double>());
+              j["seconds"].get<double>(),
+              j.contains("repartition") ? ", then repartitioned to " + import_format.to : std::string());
   return 0;
 }
 
@@ -224,7 +245,15 @@ int main(int argc, char** argv) {
 
   std::string dir, job, step, path;
   std::vector<std::string> nodes;
-  auto* imp = app.add_subcommand("import", "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors)");
+  ImportFormat import_format;
+  auto* imp = app.add_subcommand("import", "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors, or a "
+                                           "Hugging Face safetensors checkpoint with --format hf)");
+  imp->add_option("--format", import_format.format, "ptc (ptc.json and rank files) or hf (Hugging Face safetensors)")
+      ->check(CLI::IsMember({"ptc", "hf"}))
+      ->capture_default_str();
+  imp->add_option("--template", import_format.template_name,
+                  "With --format hf: a shipped PTC template (ptcfs ptc templates) or a template file");
+  imp->add_option("--to", import_format.to, "With --format hf: go straight to this layout, e.g. tp=2,pp=2,dp=1");
   imp->add_option("DIR", dir, "Checkpoint directory, readable by the daemon")->required();
   imp->add_option("--job", job, "Job name")->required();
   imp->add_option("--step", step, "Step name (e.g. the iteration)")->required();
@@ -266,6 +295,8 @@ int main(int argc, char** argv) {
   auto* plan = ptcfs::cli::add_plan_command(app, plan_args, g);
   ptcfs::cli::AllocateArgs allocate_args;
   auto* allocate = ptcfs::cli::add_allocate_command(app, allocate_args, g);
+  ptcfs::cli::PtcArgs ptc_args;
+  auto* ptc_cmd = ptcfs::cli::add_ptc_command(app, ptc_args, g);
 
   try {
     app.parse(argc, argv);
@@ -279,7 +310,8 @@ int main(int argc, char** argv) {
     app.exit(e);
     return 2;
   }
-  if (imp->parsed()) return cmd_import(g, dir, job, step, nodes);
+  if (imp->parsed()) return cmd_import(g, dir, job, step, nodes, import_format);
+  if (ptc_cmd->parsed()) return ptcfs::cli::run_ptc_command(*ptc_cmd, ptc_args, g);
   if (ls->parsed()) return cmd_ls(g, path);
   if (rm->parsed()) return cmd_rm(g, path);
   if (status->parsed()) return cmd_status(g);

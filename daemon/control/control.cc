@@ -6,6 +6,7 @@
 #include <set>
 
 #include "daemon/control/util.h"
+#include "daemon/reshard/hf_import.h"
 #include "daemon/reshard/importer.h"
 #include "daemon/reshard/repartition.h"
 #include "ptc/json_util.h"
@@ -169,8 +170,66 @@ ptc::Result<json> ControlService::rm(const json& req) {
   return json{{"job", job}, {"step", step}, {"removed", "committed"}};
 }
 
+// The template of an import request: a shipped one by name, or a template file's text.
+static ptc::Result<ptc::PtcTemplate> template_of(const json& req) {
+  PTC_ASSIGN_OR_RETURN(std::string text, ptc::member_string_or(req, "template_text", ""));
+  PTC_ASSIGN_OR_RETURN(std::string name, ptc::member_string_or(req, "template", ""));
+  if (!text.empty()) return ptc::parse_template_json(text, name.empty() ? "template" : "template file " + name);
+  if (name.empty()) return ptc::invalid("--format hf needs --template NAME (one of the shipped ones, or a file)");
+  return ptc::builtin_template(name);
+}
+
+ptc::Result<json> ControlService::import_hf(const json& req, const transport::ProgressSink& progress) {
+  PTC_ASSIGN_OR_RETURN(std::string dir, ptc::member_string(req, "dir"));
+  PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(std::string step, ptc::member_string(req, "step"));
+  PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string_or(req, "to", ""));
+  if (dir.empty() || dir[0] != '/') return ptc::invalid("import directory must be an absolute path, got '" + dir + "'");
+  if (coordinator_)
+    return ptc::invalid("--format hf imports into a single daemon; on a cluster, import into one node's own daemon "
+                        "before it joins, or convert with `ptcfs ptc infer` and import the ptc.json checkpoint");
+  PTC_ASSIGN_OR_RETURN(ptc::PtcTemplate tmpl, template_of(req));
+  std::optional<RepartitionRequest> then;
+  if (!to.empty()) {
+    PTC_ASSIGN_OR_RETURN(auto p, ptc::parse_parallelism(to));
+    then = RepartitionRequest{job, step, p, false};
+  }
+  ThrottledProgress report(progress);
+  auto r = ptcfs::import_hf(store_, dir, tmpl, job, step,
+                            then ? std::optional<ptc::Parallelism>(then->to) : std::nullopt,
+                            [&](uint64_t done, uint64_t total) { report("copy", done, total); });
+  if (!r) {
+    ptc::log::warn("import of {} as {}/{} refused: {}", dir, job, step, r.status().to_string());
+    return r.status();
+  }
+  json out = {{"job", r->job},         {"step", r->step},   {"shards", r->shards}, {"format", "hf"},
+              {"template", tmpl.name}, {"tensors", r->tensors}, {"bytes", r->bytes}, {"seconds", r->seconds}};
+  if (then) {
+    // Straight into the asked layout: a repartition of the new step, which remaps (no copy).
+    auto res = ptcfs::repartition(store_, *then, policy_, std::ref(report));
+    if (!res) {
+      ptc::log::warn("import of {} as {}/{}: the repartition to {} failed: {}", dir, job, step, to,
+                     res.status().to_string());
+      return res.status().with_context("imported " + job + "/" + step + " in the layout tp=1,pp=1,dp=1, but " +
+                                       "the repartition to " + to + " failed");
+    }
+    out["repartition"] = res->to_json();
+    out["shards"] = then->to.tp * then->to.pp;
+  }
+  return out;
+}
+
 ptc::Result<json> ControlService::import(const json& req, const transport::ProgressSink& progress) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "dir", "job", "step", "nodes"}, "import request"));
+  PTC_RETURN_IF_ERROR(ptc::check_members(
+      req, {"op", "dir", "job", "step", "nodes", "format", "template", "template_text", "to"}, "import request"));
+  PTC_ASSIGN_OR_RETURN(std::string format, ptc::member_string_or(req, "format", "ptc"));
+  if (format == "hf") {
+    if (req.contains("nodes")) return ptc::invalid("--nodes does not go with --format hf");
+    return import_hf(req, progress);
+  }
+  if (format != "ptc") return ptc::invalid("unknown import format '" + format + "' (ptc or hf)");
+  for (const char* k : {"template", "template_text", "to"})
+    if (req.contains(k)) return ptc::invalid(std::string("'") + k + "' needs --format hf");
   PTC_ASSIGN_OR_RETURN(std::string dir, ptc::member_string(req, "dir"));
   PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job"));
   PTC_ASSIGN_OR_RETURN(std::string step, ptc::member_string(req, "step"));

@@ -46,6 +46,8 @@ class ControlService {
   ptc::Result<nlohmann::json> ls(const nlohmann::json& req) const;
   ptc::Result<nlohmann::json> rm(const nlohmann::json& req);
   ptc::Result<nlohmann::json> import(const nlohmann::json& req, const transport::ProgressSink& progress);
+  // import with --format hf: a Hugging Face checkpoint and a PTC template, then --to.
+  ptc::Result<nlohmann::json> import_hf(const nlohmann::json& req, const transport::ProgressSink& progress);
   ptc::Result<nlohmann::json> repartition(const nlohmann::json& req, const transport::ProgressSink& progress);
   // daemon/control/dataset.cc
   ptc::Result<DatasetAddRequest> parse_dataset_add(const nlohmann::json& req) const;

@@ -63,17 +63,7 @@ void zero_padding(const std::vector<std::pair<uint64_t, uint64_t>>& ranges, uint
 }
 
 Result<RankFile> check_rank_file(const ptc::Layout& layout, const ptc::ShardId& shard, const std::string& path) {
-  PTC_ASSIGN_OR_RETURN(auto file, File::open_read(path));
-  PTC_ASSIGN_OR_RETURN(uint64_t size, file.size());
-  std::string first8(8, '\0');
-  PTC_ASSIGN_OR_RETURN(size_t got, file.read_at(0, first8.data(), 8));
-  first8.resize(got);
-  PTC_ASSIGN_OR_RETURN(uint64_t n, ptc::safetensors_header_len(first8, size, path));
-  std::string prefix(8 + n, '\0');
-  PTC_ASSIGN_OR_RETURN(got, file.read_at(0, prefix.data(), prefix.size()));
-  prefix.resize(got);
-  PTC_ASSIGN_OR_RETURN(auto header, ptc::parse_safetensors(prefix, size, path));
-
+  PTC_ASSIGN_OR_RETURN(auto header, read_safetensors_header(path));
   RankFile rf{shard, path, std::move(header), {}, {}};
   PTC_ASSIGN_OR_RETURN(rf.entry_of_slice, match_rank_header(layout, shard, rf.header, path));
   return rf;
@@ -153,6 +143,35 @@ Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, const RankFile
 
 }  // namespace
 
+ptc::Status copy_in_parallel(Store& store, size_t n, uint64_t total, const ProgressFn& progress, const CopyFn& copy,
+                             std::vector<uint64_t>& made) {
+  std::mutex mu;
+  uint64_t done = 0;
+  auto advance = [&](uint64_t k) {
+    std::lock_guard lock(mu);
+    done += k;
+    if (progress) progress(done, total);
+  };
+  std::vector<BlobWriter> finished;  // guarded by mu
+  const ptc::Status first_error = parallel_for(n, 0, [&]() -> Worker {
+    return [&](size_t i) -> ptc::Status {
+      std::vector<BlobWriter> mine;
+      auto s = copy(i, mine, advance);
+      std::lock_guard lock(mu);
+      for (auto& b : mine) finished.push_back(std::move(b));
+      return s;
+    };
+  });
+  for (const auto& b : finished) made.push_back(b.id());
+  if (first_error.is_ok()) return first_error;
+  for (uint64_t id : made) {
+    (void)store.blobs().remove(id);
+    store.blobs().settle(id);
+  }
+  made.clear();
+  return first_error;
+}
+
 Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, const std::string& job,
                                         const std::string& step, const ProgressFn& progress) {
   ImportSummary sum;
@@ -200,47 +219,21 @@ Result<PreparedChange> prepare_import(Store& store, const std::string& dir, cons
 
   PTC_RETURN_IF_ERROR(find_padding(layout, files));
   PTC_RETURN_IF_ERROR(store.reserve_name(job, step));
-  // Until the change is handed out, an error releases the name.
-  struct Release {
-    Store& s;
-    const std::string &j, &st;
-    bool armed = true;
-    ~Release() {
-      if (armed) s.release_name(j, st);
-    }
-  } release{store, job, step};
+  NameReservation reserved(store, job, step);  // released on error
 
   // Copy the rank files in parallel, one blob each.
-  std::mutex mu;
-  uint64_t done = 0;
-  auto advance = [&](uint64_t n) {
-    std::lock_guard lock(mu);
-    done += n;
-    if (progress) progress(done, total);
-  };
   std::vector<std::vector<StoredSlice>> stored(files.size());
-  std::vector<BlobWriter> finished;  // guarded by mu
-  const ptc::Status first_error = parallel_for(held.size(), 0, [&]() -> Worker {
-    return [&](size_t k) -> ptc::Status {
-      const size_t i = held[k];
-      std::vector<BlobWriter> mine;
-      auto r = copy_rank_file(store.blobs(), files[i], layout, mine, advance);
-      std::lock_guard lock(mu);
-      for (auto& b : mine) finished.push_back(std::move(b));
-      if (!r) return r.status();
-      stored[i] = std::move(r).value();
-      return ptc::Status::ok();
-    };
-  });
+  std::mutex mu;
   PreparedChange change;
-  for (const auto& b : finished) change.blobs.push_back(b.id());
-  if (!first_error.is_ok()) {
-    for (uint64_t id : change.blobs) {
-      (void)store.blobs().remove(id);
-      store.blobs().settle(id);
-    }
-    return first_error;
-  }
+  PTC_RETURN_IF_ERROR(copy_in_parallel(
+      store, held.size(), total, progress,
+      [&](size_t k, std::vector<BlobWriter>& mine, const std::function<void(uint64_t)>& advance) -> ptc::Status {
+        PTC_ASSIGN_OR_RETURN(auto r, copy_rank_file(store.blobs(), files[held[k]], layout, mine, advance));
+        std::lock_guard lock(mu);
+        stored[held[k]] = std::move(r);
+        return ptc::Status::ok();
+      },
+      change.blobs));
   sum.job = job;
   sum.step = step;
   sum.shards = held.size();
@@ -248,7 +241,7 @@ Result<PreparedChange> prepare_import(Store& store, const std::string& dir, cons
   sum.bytes = total;
   change.next = std::make_shared<StepVersion>(job, step, 1, static_cast<int64_t>(::time(nullptr)), std::move(layout),
                                               std::move(stored), &store.blobs(), std::move(placement), store.remote());
-  release.armed = false;
+  reserved.keep();
   failpoint("import.copied");
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return change;

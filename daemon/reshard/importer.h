@@ -39,4 +39,34 @@ ptc::Result<PreparedChange> prepare_import(Store& store, const std::string& dir,
                                            const std::string& step, const PlaceFn& place, ImportSummary& summary,
                                            const ProgressFn& progress = {});
 
+// Shared by the importers (this one and hf_import.h).
+//
+// Holds a step name reserved with Store::reserve_name, releasing it on destruction unless
+// keep() was called (the change that uses it was handed out).
+class NameReservation {
+ public:
+  NameReservation(Store& store, std::string job, std::string step)
+      : store_(store), job_(std::move(job)), step_(std::move(step)) {}
+  ~NameReservation() {
+    if (armed_) store_.release_name(job_, step_);
+  }
+  NameReservation(const NameReservation&) = delete;
+  NameReservation& operator=(const NameReservation&) = delete;
+  void keep() { armed_ = false; }
+
+ private:
+  Store& store_;
+  std::string job_, step_;
+  bool armed_ = true;
+};
+
+// Runs copy(i, blobs, advance) for i in [0, n) in parallel: each copies one source into new
+// blobs (added to its `blobs`, finished or not) and counts its bytes with advance(n), which
+// reports progress against `total`. The ids of every blob made go to `made`; on the first
+// error they are removed and the error returned.
+using CopyFn = std::function<ptc::Status(size_t i, std::vector<BlobWriter>& blobs,
+                                         const std::function<void(uint64_t)>& advance)>;
+ptc::Status copy_in_parallel(Store& store, size_t n, uint64_t total, const ProgressFn& progress, const CopyFn& copy,
+                             std::vector<uint64_t>& made);
+
 }  // namespace ptcfs

@@ -19,6 +19,9 @@ namespace ptcfs {
 ptc::Result<std::vector<size_t>> match_rank_header(const ptc::Layout& layout, const ptc::ShardId& shard,
                                                    const ptc::SafetensorsHeader& header, const std::string& path);
 
+// Reads and parses the header of a safetensors file (errors name `path`).
+ptc::Result<ptc::SafetensorsHeader> read_safetensors_header(const std::string& path);
+
 // Per shard (layout order), per slice: the byte ranges (offset in the slice, length) that
 // are padding (pad_to), sorted. Stored slices hold zeros there whatever a writer put.
 using PaddingRanges = std::vector<std::vector<std::vector<std::pair<uint64_t, uint64_t>>>>;

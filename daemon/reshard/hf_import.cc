@@ -1,0 +1,183 @@
+#include "daemon/reshard/hf_import.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <map>
+#include <mutex>
+
+#include "daemon/reshard/rank_file.h"
+#include "daemon/store/checksum.h"
+#include "daemon/store/file_util.h"
+#include "ptc/log.h"
+
+namespace ptcfs {
+
+namespace {
+
+using ptc::Result;
+
+// One slice of the unsharded layout to fill from a tensor of a file.
+struct SliceSource {
+  size_t slice = 0;                                   // in layout.slices(shard 0)
+  const ptc::SafetensorsEntry* entry = nullptr;       // its bytes in the file
+  uint64_t bytes = 0;                                 // the slice's size (with padding)
+  std::vector<std::pair<uint64_t, uint64_t>> padding;  // (offset in the slice, length), sorted
+};
+
+// Copies the tensors of one file into a new blob: each slice's bytes in order, the source's
+// bytes between the padding ranges and zeros in them.
+Result<std::vector<std::pair<size_t, StoredSlice>>> copy_file(BlobStore& blobs, const std::string& path,
+                                                              const ptc::SafetensorsHeader& header,
+                                                              std::vector<SliceSource> sources,
+                                                              std::vector<BlobWriter>& finished,
+                                                              const std::function<void(uint64_t)>& advance) {
+  std::sort(sources.begin(), sources.end(),
+            [](const SliceSource& a, const SliceSource& b) { return a.entry->begin < b.entry->begin; });
+  PTC_ASSIGN_OR_RETURN(auto file, File::open_read(path));
+  PTC_ASSIGN_OR_RETURN(BlobWriter w, blobs.create());
+  constexpr uint64_t kChunk = 4 << 20;
+  std::vector<char> buf(kChunk);
+  const std::vector<char> zeros(kChunk, 0);
+  std::vector<std::pair<size_t, StoredSlice>> out;
+  uint64_t at = 0;  // the blob's size so far
+  for (const SliceSource& s : sources) {
+    Xxh3Stream hash;
+    uint64_t src = header.data_start + s.entry->begin;
+    auto copy = [&](uint64_t n) -> ptc::Status {
+      while (n > 0) {
+        const size_t k = static_cast<size_t>(std::min(kChunk, n));
+        PTC_ASSIGN_OR_RETURN(size_t got, file.read_at(src, buf.data(), k));
+        if (got != k) return ptc::corrupt(path + ": file shrank while importing (tensor " + s.entry->name + ")");
+        hash.update(buf.data(), k);
+        PTC_RETURN_IF_ERROR(w.append(buf.data(), k));
+        src += k;
+        n -= k;
+        advance(k);
+      }
+      return ptc::Status::ok();
+    };
+    auto zero = [&](uint64_t n) -> ptc::Status {
+      while (n > 0) {
+        const size_t k = static_cast<size_t>(std::min(kChunk, n));
+        hash.update(zeros.data(), k);
+        PTC_RETURN_IF_ERROR(w.append(zeros.data(), k));
+        n -= k;
+      }
+      return ptc::Status::ok();
+    };
+    uint64_t pos = 0;
+    for (const auto& [off, len] : s.padding) {
+      PTC_RETURN_IF_ERROR(copy(off - pos));
+      PTC_RETURN_IF_ERROR(zero(len));
+      pos = off + len;
+    }
+    PTC_RETURN_IF_ERROR(copy(s.bytes - pos));
+    if (src != header.data_start + s.entry->end)
+      return ptc::internal(path + ": tensor " + s.entry->name + ": the layout's slice does not hold its bytes");
+    out.emplace_back(s.slice, StoredSlice{{Extent{w.id(), at, s.bytes}}, hash.digest()});
+    at += s.bytes;
+  }
+  PTC_RETURN_IF_ERROR(w.finish());
+  finished.push_back(std::move(w));
+  return out;
+}
+
+}  // namespace
+
+Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir) {
+  HfCheckpoint ck;
+  ck.dir = dir;
+  PTC_ASSIGN_OR_RETURN(auto listing, list_dir(dir));
+  std::optional<std::string> index;
+  if (std::find(listing.begin(), listing.end(), ptc::kHfIndexFile) != listing.end()) {
+    PTC_ASSIGN_OR_RETURN(index, read_small_file(dir + "/" + ptc::kHfIndexFile, 64 << 20));
+  }
+  PTC_ASSIGN_OR_RETURN(auto names, ptc::hf_file_names(listing, index, dir));
+  for (const auto& n : names) {
+    PTC_ASSIGN_OR_RETURN(auto header, read_safetensors_header(dir + "/" + n));
+    ck.files.push_back({n, std::move(header)});
+  }
+  PTC_ASSIGN_OR_RETURN(ck.tensors, ptc::hf_tensors(ck.files, index, dir));
+  return ck;
+}
+
+std::vector<ptc::TensorInfo> tensor_infos(const HfCheckpoint& ckpt) {
+  std::vector<ptc::TensorInfo> out;
+  for (const auto& t : ckpt.tensors) out.push_back(t.info);
+  return out;
+}
+
+Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc::PtcTemplate& tmpl,
+                                const std::string& job, const std::string& step,
+                                const std::optional<ptc::Parallelism>& then, const ProgressFn& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
+  PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
+  if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
+  PTC_ASSIGN_OR_RETURN(HfCheckpoint ck, read_hf_checkpoint(dir));
+  std::vector<std::string> skipped;
+  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::infer_ptc(tmpl, tensor_infos(ck), ptc::Parallelism{}, dir, &skipped));
+  if (then)
+    if (auto target = ptc::Layout::make(ptc, *then); !target)
+      return target.status().with_context(dir + " cannot be laid out at " + then->to_string());
+  auto layout_r = ptc::Layout::make(ptc, ptc.parallelism);
+  if (!layout_r) return layout_r.status().with_context(dir);
+  ptc::Layout layout = std::move(layout_r).value();
+  PTC_ASSIGN_OR_RETURN(PaddingRanges padding, layout_padding(layout));
+
+  // Which file fills each slice of the one shard.
+  const ptc::ShardId& shard = layout.shards().front();
+  const auto& slices = layout.slices(shard);
+  std::map<std::string_view, const ptc::HfTensor*> by_name;
+  for (const auto& t : ck.tensors) by_name[t.info.name] = &t;
+  std::vector<std::vector<SliceSource>> per_file(ck.files.size());
+  uint64_t total = 0;
+  for (size_t j = 0; j < slices.size(); ++j) {
+    const auto& spec = layout.tensor(slices[j]);
+    const ptc::HfTensor* t = by_name.at(spec.name);
+    const auto& entry = ck.files[t->file].header.entries[t->entry];
+    SliceSource s{j, &entry,
+                  static_cast<uint64_t>(ptc::num_elements(slices[j].local_shape)) * ptc::dtype_size(spec.dtype),
+                  padding[0][j]};
+    total += entry.end - entry.begin;
+    per_file[t->file].push_back(std::move(s));
+  }
+
+  PTC_RETURN_IF_ERROR(store.reserve_name(job, step));
+  NameReservation reserved(store, job, step);  // released on error
+  std::vector<StoredSlice> stored(slices.size());
+  std::mutex mu;
+  PreparedChange change;
+  PTC_RETURN_IF_ERROR(copy_in_parallel(
+      store, ck.files.size(), total, progress,
+      [&](size_t f, std::vector<BlobWriter>& mine, const std::function<void(uint64_t)>& advance) -> ptc::Status {
+        if (per_file[f].empty()) return ptc::Status::ok();  // every tensor of it skipped
+        PTC_ASSIGN_OR_RETURN(auto r, copy_file(store.blobs(), dir + "/" + ck.files[f].name, ck.files[f].header,
+                                               per_file[f], mine, advance));
+        std::lock_guard lock(mu);
+        for (auto& [j, s] : r) stored[j] = std::move(s);
+        return ptc::Status::ok();
+      },
+      change.blobs));
+  ImportSummary sum;
+  sum.job = job;
+  sum.step = step;
+  sum.shards = 1;
+  sum.tensors = layout.ptc().tensors.size();
+  sum.bytes = total;
+  std::vector<std::vector<StoredSlice>> shards{std::move(stored)};
+  change.next = std::make_shared<StepVersion>(job, step, 1, static_cast<int64_t>(::time(nullptr)), std::move(layout),
+                                              std::move(shards), &store.blobs(), StepPlacement{}, store.remote());
+  reserved.keep();
+  PTC_RETURN_IF_ERROR(commit_change(store, change));
+  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ptc::log::info("imported {}/{} from Hugging Face checkpoint {} with template {}: {} files, {} tensors{}, {} bytes in "
+                 "{:.2f} s",
+                 job, step, dir, tmpl.name, ck.files.size(), sum.tensors,
+                 skipped.empty() ? std::string() : " (" + std::to_string(skipped.size()) + " skipped by the template)",
+                 sum.bytes, sum.seconds);
+  return sum;
+}
+
+}  // namespace ptcfs

@@ -1,0 +1,39 @@
+// Import of a Hugging Face safetensors checkpoint (ptc/hf_checkpoint.h) with a PTC template
+// (ptc/ptc_template.h): the template gives every tensor its partitioning, the step is stored
+// in the unsharded layout (tp=1, pp=1, dp=1), and a repartition then gives any
+// configuration without copying (the caller's `--to`).
+//
+// Each file's header is read once and its tensors' bytes are copied once, into one blob per
+// file, hashed on the way; vocabulary padding (pad_to) is written as zeros. All or nothing,
+// like import_checkpoint: every header is checked and the PTC inferred before a byte is
+// copied, and on any error the new blobs are removed and the name released.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/reshard/importer.h"
+#include "ptc/hf_checkpoint.h"
+
+namespace ptcfs {
+
+// The directory's files (headers parsed) and tensors, checked against each other.
+struct HfCheckpoint {
+  std::string dir;
+  std::vector<ptc::HfFile> files;
+  std::vector<ptc::HfTensor> tensors;
+};
+ptc::Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir);
+
+// The tensors' names, dtypes and shapes, for ptc::infer_ptc.
+std::vector<ptc::TensorInfo> tensor_infos(const HfCheckpoint& ckpt);
+
+// `then`, when given, is the layout the caller repartitions into next: checked before a byte
+// is copied, so that a shape it cannot split refuses the import instead of half-doing it.
+ptc::Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc::PtcTemplate& tmpl,
+                                     const std::string& job, const std::string& step,
+                                     const std::optional<ptc::Parallelism>& then = std::nullopt,
+                                     const ProgressFn& progress = {});
+
+}  // namespace ptcfs

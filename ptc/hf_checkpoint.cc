@@ -1,0 +1,83 @@
+#include "ptc/hf_checkpoint.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "ptc/json_util.h"
+
+namespace ptc {
+
+using nlohmann::json;
+
+namespace {
+
+// The index's weight_map, tensor -> file, checked.
+Result<std::map<std::string, std::string>> weight_map(const std::string& index_text, const std::string& where) {
+  PTC_ASSIGN_OR_RETURN(json doc, parse_json(index_text, where));
+  if (!doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object())
+    return invalid(where + ": no 'weight_map' object (tensor name -> file)");
+  std::map<std::string, std::string> out;
+  for (const auto& [tensor, file] : doc["weight_map"].items()) {
+    if (!file.is_string()) return invalid(where + ": weight_map[\"" + tensor + "\"] is not a file name");
+    const std::string f = file.get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+      return invalid(where + ": weight_map[\"" + tensor + "\"] names '" + f + "', not a file of the directory");
+    out[tensor] = f;
+  }
+  if (out.empty()) return invalid(where + ": weight_map is empty");
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> hf_file_names(const std::vector<std::string>& listing,
+                                               const std::optional<std::string>& index_text, const std::string& dir) {
+  if (!index_text) {
+    if (std::find(listing.begin(), listing.end(), kHfSingleFile) == listing.end())
+      return invalid(dir + ": no " + std::string(kHfSingleFile) + " and no " + std::string(kHfIndexFile) +
+                     " (not a Hugging Face safetensors checkpoint)");
+    return std::vector<std::string>{kHfSingleFile};
+  }
+  const std::string where = dir + "/" + kHfIndexFile;
+  PTC_ASSIGN_OR_RETURN(auto map, weight_map(*index_text, where));
+  std::set<std::string> files;
+  for (const auto& [tensor, file] : map) files.insert(file);
+  for (const auto& f : files)
+    if (std::find(listing.begin(), listing.end(), f) == listing.end())
+      return invalid(where + " names " + f + ", which is not in " + dir);
+  return std::vector<std::string>(files.begin(), files.end());
+}
+
+Result<std::vector<HfTensor>> hf_tensors(const std::vector<HfFile>& files, const std::optional<std::string>& index_text,
+                                         const std::string& dir) {
+  std::map<std::string, HfTensor> by_name;
+  for (size_t f = 0; f < files.size(); ++f) {
+    const auto& entries = files[f].header.entries;
+    for (size_t e = 0; e < entries.size(); ++e) {
+      const auto& entry = entries[e];
+      auto [it, added] = by_name.emplace(entry.name, HfTensor{{entry.name, entry.dtype, entry.shape}, f, e});
+      if (!added)
+        return invalid(dir + ": tensor " + entry.name + " is in both " + files[it->second.file].name + " and " +
+                       files[f].name);
+    }
+  }
+  if (index_text) {
+    const std::string where = dir + "/" + kHfIndexFile;
+    PTC_ASSIGN_OR_RETURN(auto map, weight_map(*index_text, where));
+    for (const auto& [tensor, file] : map) {
+      auto it = by_name.find(tensor);
+      if (it == by_name.end()) return invalid(where + " names tensor " + tensor + " in " + file + ", which lacks it");
+      if (files[it->second.file].name != file)
+        return invalid(where + " names tensor " + tensor + " in " + file + ", but it is in " + files[it->second.file].name);
+    }
+    for (const auto& [tensor, t] : by_name)
+      if (!map.count(tensor))
+        return invalid(dir + "/" + files[t.file].name + ": tensor " + tensor + " is not in " + kHfIndexFile);
+  }
+  std::vector<HfTensor> out;
+  for (auto& [name, t] : by_name) out.push_back(std::move(t));
+  return out;
+}
+
+}  // namespace ptc

@@ -1,0 +1,251 @@
+#include "ptc/ptc_template.h"
+
+#include <algorithm>
+#include <map>
+
+#include "ptc/json_util.h"
+
+namespace ptc {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kLayer = "{layer}";
+
+// The shipped templates. Rules follow Megatron-LM's tensor parallelism: column-parallel
+// weights (q, k, v, gate, up, fused QKV, h->4h) split their output rows, row-parallel ones
+// (attention output, down, 4h->h) their input columns; norms and row-parallel biases are
+// replicated; the vocabulary is padded to a multiple of 128 x tp as Megatron pads it.
+// GPT-2's Conv1D weights are stored transposed ([in, out]), so their split dimensions are the
+// other way round, and its fused c_attn is three parts (q | k | v) along the output.
+const std::map<std::string, std::string>& builtins() {
+  static const std::map<std::string, std::string> t = {
+      {"llama", R"T({"name": "llama",
+  "description": "Hugging Face Llama, Mistral, Qwen2 style (LlamaForCausalLM): q/k/v/o, gate/up/down, GQA, tied or untied embeddings",
+  "rules": [
+    {"match": "model.embed_tokens.weight", "tp_dim": 0, "pad_to": 128, "stage": "first"},
+    {"match": "model.layers.{layer}.self_attn.q_proj.*", "tp_dim": 0},
+    {"match": "model.layers.{layer}.self_attn.k_proj.*", "tp_dim": 0},
+    {"match": "model.layers.{layer}.self_attn.v_proj.*", "tp_dim": 0},
+    {"match": "model.layers.{layer}.self_attn.o_proj.weight", "tp_dim": 1},
+    {"match": "model.layers.{layer}.self_attn.o_proj.bias"},
+    {"match": "model.layers.{layer}.self_attn.rotary_emb.inv_freq", "skip": true},
+    {"match": "model.layers.{layer}.mlp.gate_proj.weight", "tp_dim": 0},
+    {"match": "model.layers.{layer}.mlp.up_proj.weight", "tp_dim": 0},
+    {"match": "model.layers.{layer}.mlp.down_proj.weight", "tp_dim": 1},
+    {"match": "model.layers.{layer}.input_layernorm.weight"},
+    {"match": "model.layers.{layer}.post_attention_layernorm.weight"},
+    {"match": "model.norm.weight", "stage": "last"},
+    {"match": "lm_head.weight", "tp_dim": 0, "pad_to": 128, "stage": "last"}
+  ]})T"},
+      {"gpt2", R"T({"name": "gpt2",
+  "description": "Hugging Face GPT-2 (GPT2LMHeadModel; Conv1D weights stored [in, out])",
+  "rules": [
+    {"match": "transformer.wte.weight", "tp_dim": 0, "pad_to": 128, "stage": "first"},
+    {"match": "transformer.wpe.weight", "stage": "first"},
+    {"match": "transformer.h.{layer}.ln_1.*"},
+    {"match": "transformer.h.{layer}.attn.c_attn.weight", "tp_dim": 1, "parts": 3},
+    {"match": "transformer.h.{layer}.attn.c_attn.bias", "tp_dim": 0, "parts": 3},
+    {"match": "transformer.h.{layer}.attn.c_proj.weight", "tp_dim": 0},
+    {"match": "transformer.h.{layer}.attn.c_proj.bias"},
+    {"match": "transformer.h.{layer}.attn.bias", "skip": true},
+    {"match": "transformer.h.{layer}.attn.masked_bias", "skip": true},
+    {"match": "transformer.h.{layer}.ln_2.*"},
+    {"match": "transformer.h.{layer}.mlp.c_fc.weight", "tp_dim": 1},
+    {"match": "transformer.h.{layer}.mlp.c_fc.bias", "tp_dim": 0},
+    {"match": "transformer.h.{layer}.mlp.c_proj.weight", "tp_dim": 0},
+    {"match": "transformer.h.{layer}.mlp.c_proj.bias"},
+    {"match": "transformer.ln_f.*", "stage": "last"},
+    {"match": "lm_head.weight", "tp_dim": 0, "pad_to": 128, "stage": "last"}
+  ]})T"},
+      {"neox", R"T({"name": "neox",
+  "description": "Hugging Face GPT-NeoX and Pythia (GPTNeoXForCausalLM; fused QKV interleaved per head)",
+  "rules": [
+    {"match": "gpt_neox.embed_in.weight", "tp_dim": 0, "pad_to": 128, "stage": "first"},
+    {"match": "gpt_neox.layers.{layer}.input_layernorm.*"},
+    {"match": "gpt_neox.layers.{layer}.post_attention_layernorm.*"},
+    {"match": "gpt_neox.layers.{layer}.attention.query_key_value.*", "tp_dim": 0},
+    {"match": "gpt_neox.layers.{layer}.attention.dense.weight", "tp_dim": 1},
+    {"match": "gpt_neox.layers.{layer}.attention.dense.bias"},
+    {"match": "gpt_neox.layers.{layer}.attention.rotary_emb.inv_freq", "skip": true},
+    {"match": "gpt_neox.layers.{layer}.attention.bias", "skip": true},
+    {"match": "gpt_neox.layers.{layer}.attention.masked_bias", "skip": true},
+    {"match": "gpt_neox.layers.{layer}.mlp.dense_h_to_4h.*", "tp_dim": 0},
+    {"match": "gpt_neox.layers.{layer}.mlp.dense_4h_to_h.weight", "tp_dim": 1},
+    {"match": "gpt_neox.layers.{layer}.mlp.dense_4h_to_h.bias"},
+    {"match": "gpt_neox.final_layer_norm.*", "stage": "last"},
+    {"match": "embed_out.weight", "tp_dim": 0, "pad_to": 128, "stage": "last"}
+  ]})T"},
+      {"megatron-gpt", R"T({"name": "megatron-gpt",
+  "description": "Megatron-LM GPT with global names (embedding., layers.N., final_layernorm., output_layer.); GeLU MLP",
+  "rules": [
+    {"match": "embedding.word_embeddings.weight", "tp_dim": 0, "pad_to": 128, "stage": "first"},
+    {"match": "embedding.position_embeddings.weight", "stage": "first"},
+    {"match": "layers.{layer}.input_layernorm.*"},
+    {"match": "layers.{layer}.self_attention.query_key_value.*", "tp_dim": 0},
+    {"match": "layers.{layer}.self_attention.dense.weight", "tp_dim": 1},
+    {"match": "layers.{layer}.self_attention.dense.bias"},
+    {"match": "layers.{layer}.post_attention_layernorm.*"},
+    {"match": "layers.{layer}.mlp.dense_h_to_4h.*", "tp_dim": 0},
+    {"match": "layers.{layer}.mlp.dense_4h_to_h.weight", "tp_dim": 1},
+    {"match": "layers.{layer}.mlp.dense_4h_to_h.bias"},
+    {"match": "final_layernorm.*", "stage": "last"},
+    {"match": "output_layer.weight", "tp_dim": 0, "pad_to": 128, "stage": "last"}
+  ]})T"},
+      {"megatron-swiglu", R"T({"name": "megatron-swiglu",
+  "description": "Megatron-LM Llama-style models with global names: fused QKV, SwiGLU h->4h as two parts (gate | up)",
+  "rules": [
+    {"match": "embedding.word_embeddings.weight", "tp_dim": 0, "pad_to": 128, "stage": "first"},
+    {"match": "layers.{layer}.input_layernorm.*"},
+    {"match": "layers.{layer}.self_attention.query_key_value.*", "tp_dim": 0},
+    {"match": "layers.{layer}.self_attention.dense.weight", "tp_dim": 1},
+    {"match": "layers.{layer}.self_attention.dense.bias"},
+    {"match": "layers.{layer}.post_attention_layernorm.*"},
+    {"match": "layers.{layer}.mlp.dense_h_to_4h.*", "tp_dim": 0, "parts": 2},
+    {"match": "layers.{layer}.mlp.dense_4h_to_h.weight", "tp_dim": 1},
+    {"match": "layers.{layer}.mlp.dense_4h_to_h.bias"},
+    {"match": "final_layernorm.*", "stage": "last"},
+    {"match": "output_layer.weight", "tp_dim": 0, "pad_to": 128, "stage": "last"}
+  ]})T"},
+  };
+  return t;
+}
+
+bool match_from(std::string_view p, std::string_view n, std::optional<int64_t>& layer) {
+  while (!p.empty()) {
+    if (p.front() == '*') {
+      p.remove_prefix(1);
+      for (size_t k = 0; k <= n.size(); ++k)
+        if (match_from(p, n.substr(k), layer)) return true;
+      return false;
+    }
+    if (p.substr(0, kLayer.size()) == kLayer) {
+      size_t digits = 0;
+      while (digits < n.size() && digits < 9 && n[digits] >= '0' && n[digits] <= '9') ++digits;
+      if (digits == 0 || (digits > 1 && n[0] == '0')) return false;
+      layer = std::stoll(std::string(n.substr(0, digits)));
+      p.remove_prefix(kLayer.size());
+      n.remove_prefix(digits);
+      continue;
+    }
+    if (n.empty() || n.front() != p.front()) return false;
+    p.remove_prefix(1);
+    n.remove_prefix(1);
+  }
+  return n.empty();
+}
+
+Result<TemplateRule> parse_rule(const json& r, const std::string& where) {
+  PTC_RETURN_IF_ERROR(check_members(r, {"match", "tp_dim", "parts", "pad_to", "stage", "skip"}, where));
+  TemplateRule rule;
+  PTC_ASSIGN_OR_RETURN(rule.match, member_string(r, "match", where));
+  if (rule.match.empty()) return invalid(where + ": match is empty");
+  const size_t first = rule.match.find(kLayer);
+  rule.has_layer = first != std::string::npos;
+  if (rule.has_layer && rule.match.find(kLayer, first + 1) != std::string::npos)
+    return invalid(where + ": match '" + rule.match + "' holds {layer} twice");
+  if (r.contains("skip")) {
+    if (!r["skip"].is_boolean()) return invalid(where + ": skip must be true or false");
+    rule.skip = r["skip"].get<bool>();
+  }
+  if (r.contains("tp_dim")) PTC_RETURN_IF_ERROR(get_int(r["tp_dim"], where + ": tp_dim", 0, 64).status());
+  if (r.contains("parts")) PTC_RETURN_IF_ERROR(get_int(r["parts"], where + ": parts", 1, 1 << 20).status());
+  if (r.contains("pad_to")) PTC_RETURN_IF_ERROR(get_int(r["pad_to"], where + ": pad_to", 0, int64_t{1} << 40).status());
+  if (r.contains("stage")) {
+    if (rule.has_layer) return invalid(where + ": a rule with {layer} takes its stage from the layer; drop 'stage'");
+    const json& s = r["stage"];
+    const bool named = s.is_string() && (s == "first" || s == "last" || s == "all");
+    const bool listed = s.is_array() && !s.empty() &&
+                        std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_number_integer(); });
+    if (!named && !listed)
+      return invalid(where + ": stage must be \"first\", \"last\", \"all\" or a list of stage indices, got " + s.dump());
+  }
+  for (const char* k : {"tp_dim", "parts", "pad_to", "stage"})
+    if (r.contains(k)) rule.fields[k] = r[k];
+  return rule;
+}
+
+}  // namespace
+
+bool template_match(std::string_view pattern, std::string_view name, std::optional<int64_t>& layer) {
+  layer.reset();
+  return match_from(pattern, name, layer);
+}
+
+Result<PtcTemplate> parse_template_json(std::string_view text, const std::string& where) {
+  PTC_ASSIGN_OR_RETURN(json doc, parse_json(text, where));
+  PTC_RETURN_IF_ERROR(check_members(doc, {"name", "description", "rules"}, where));
+  PtcTemplate t;
+  PTC_ASSIGN_OR_RETURN(t.name, member_string(doc, "name", where));
+  PTC_ASSIGN_OR_RETURN(t.description, member_string_or(doc, "description", "", where));
+  if (!doc.contains("rules") || !doc["rules"].is_array() || doc["rules"].empty())
+    return invalid(where + ": 'rules' must be a non-empty list");
+  for (size_t i = 0; i < doc["rules"].size(); ++i) {
+    PTC_ASSIGN_OR_RETURN(TemplateRule r, parse_rule(doc["rules"][i], where + ": rules[" + std::to_string(i) + "]"));
+    t.rules.push_back(std::move(r));
+  }
+  return t;
+}
+
+std::vector<std::string> builtin_template_names() {
+  std::vector<std::string> out;
+  for (const auto& [name, text] : builtins()) out.push_back(name);
+  return out;
+}
+
+Result<PtcTemplate> builtin_template(const std::string& name) {
+  auto it = builtins().find(name);
+  if (it == builtins().end()) {
+    std::string names;
+    for (const auto& n : builtin_template_names()) names += (names.empty() ? "" : ", ") + n;
+    return not_found("no template named '" + name + "' (shipped: " + names + "; or give a template file's path)");
+  }
+  return parse_template_json(it->second, "template " + name);
+}
+
+Result<Ptc> infer_ptc(const PtcTemplate& t, const std::vector<TensorInfo>& tensors, const Parallelism& parallelism,
+                      const std::string& where, std::vector<std::string>* skipped) {
+  json specs = json::object();
+  std::vector<std::string> unmatched;
+  int64_t layers = 0;
+  for (const auto& tensor : tensors) {
+    const TemplateRule* rule = nullptr;
+    std::optional<int64_t> layer;
+    for (const auto& r : t.rules)
+      if (template_match(r.match, tensor.name, layer)) {
+        rule = &r;
+        break;
+      }
+    if (!rule) {
+      unmatched.push_back(tensor.name);
+      continue;
+    }
+    if (rule->skip) {
+      if (skipped) skipped->push_back(tensor.name);
+      continue;
+    }
+    json spec = rule->fields;
+    spec["dtype"] = std::string(dtype_name(tensor.dtype));
+    spec["shape"] = tensor.shape;
+    if (layer) {
+      spec["layer"] = *layer;
+      layers = std::max(layers, *layer + 1);
+    }
+    specs[tensor.name] = std::move(spec);
+  }
+  if (!unmatched.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unmatched.size() && i < 50; ++i) list += "\n  " + unmatched[i];
+    if (unmatched.size() > 50) list += "\n  ... and " + std::to_string(unmatched.size() - 50) + " more";
+    return invalid(where + ": " + std::to_string(unmatched.size()) + " tensor" + (unmatched.size() == 1 ? "" : "s") +
+                   " match no rule of template '" + t.name + "':" + list);
+  }
+  if (specs.empty()) return invalid(where + ": template '" + t.name + "' leaves no tensor");
+  const json doc = {{"parallelism", {{"tp", parallelism.tp}, {"pp", parallelism.pp}, {"dp", parallelism.dp}}},
+                    {"num_layers", layers},
+                    {"tensors", std::move(specs)}};
+  return parse_ptc_json(doc.dump(), where + " (with template '" + t.name + "')");
+}
+
+}  // namespace ptc

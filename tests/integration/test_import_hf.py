@@ -1,0 +1,162 @@
+"""Hugging Face checkpoints in: `ptcfs ptc infer` and `ptcfs import --format hf` with the shipped
+llama template, against an oracle written independently (the expected ptc.json by hand, every
+shard's slices by ptcgen), read back through the real mount; and the errors of bad input."""
+
+import json
+import os
+
+import numpy as np
+
+import ptcgen
+from ptcfs_harness import PTCFS, Checkpoint, assert_error, require_binaries, verify_step
+
+import subprocess
+
+LAYERS, HIDDEN, KV, FFN, VOCAB = 2, 64, 32, 128, 1000  # vocab is no multiple of 128: padded
+
+
+def expected_ptc(tp, pp):
+    """What the llama template must give: written out by hand, not by the code under test."""
+    t = {"model.embed_tokens.weight": {"dtype": "BF16", "shape": [VOCAB, HIDDEN], "tp_dim": 0, "pad_to": 128,
+                                       "stage": "first"},
+         "model.norm.weight": {"dtype": "F32", "shape": [HIDDEN], "stage": "last"},
+         "lm_head.weight": {"dtype": "BF16", "shape": [VOCAB, HIDDEN], "tp_dim": 0, "pad_to": 128, "stage": "last"}}
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        t[p + "self_attn.q_proj.weight"] = {"dtype": "BF16", "shape": [HIDDEN, HIDDEN], "tp_dim": 0, "layer": i}
+        t[p + "self_attn.k_proj.weight"] = {"dtype": "BF16", "shape": [KV, HIDDEN], "tp_dim": 0, "layer": i}
+        t[p + "self_attn.v_proj.weight"] = {"dtype": "BF16", "shape": [KV, HIDDEN], "tp_dim": 0, "layer": i}
+        t[p + "self_attn.o_proj.weight"] = {"dtype": "BF16", "shape": [HIDDEN, HIDDEN], "tp_dim": 1, "layer": i}
+        t[p + "mlp.gate_proj.weight"] = {"dtype": "BF16", "shape": [FFN, HIDDEN], "tp_dim": 0, "layer": i}
+        t[p + "mlp.up_proj.weight"] = {"dtype": "BF16", "shape": [FFN, HIDDEN], "tp_dim": 0, "layer": i}
+        t[p + "mlp.down_proj.weight"] = {"dtype": "BF16", "shape": [HIDDEN, FFN], "tp_dim": 1, "layer": i}
+        t[p + "input_layernorm.weight"] = {"dtype": "F32", "shape": [HIDDEN], "layer": i}
+        t[p + "post_attention_layernorm.weight"] = {"dtype": "F32", "shape": [HIDDEN], "layer": i}
+    return {"parallelism": {"tp": tp, "pp": pp, "dp": 1}, "num_layers": LAYERS, "tensors": t}
+
+
+def write_hf(dirpath, full, sharded=True, extra=None):
+    """A Hugging Face directory of the full tensors: two shards and an index, or one file. Each
+    layer also carries rotary inverse frequencies, which the template skips."""
+    os.makedirs(dirpath, exist_ok=True)
+    spec = expected_ptc(1, 1)["tensors"]
+    tensors = {n: (spec[n]["dtype"], a) for n, a in full.items()}
+    for i in range(LAYERS):
+        tensors[f"model.layers.{i}.self_attn.rotary_emb.inv_freq"] = ("F32", np.arange(8, dtype=np.float32))
+    tensors.update(extra or {})
+    if not sharded:
+        ptcgen.write_safetensors(os.path.join(dirpath, "model.safetensors"), tensors)
+        return
+    names = sorted(tensors)
+    files = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    weight_map = {}
+    for f, ns in files.items():
+        ptcgen.write_safetensors(os.path.join(dirpath, f), {n: tensors[n] for n in ns})
+        weight_map.update({n: f for n in ns})
+    with open(os.path.join(dirpath, "model.safetensors.index.json"), "w") as fh:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, fh)
+    with open(os.path.join(dirpath, "config.json"), "w") as fh:
+        json.dump({"architectures": ["LlamaForCausalLM"]}, fh)
+
+
+def run_cli(*args, check_rc=0):
+    require_binaries()
+    r = subprocess.run([PTCFS, *map(str, args)], capture_output=True, text=True, timeout=120)
+    if check_rc is not None:
+        assert r.returncode == check_rc, (args, r.stdout, r.stderr)
+    return r
+
+
+def test_ptc_infer_prints_the_templates_ptc_json(tmp_path):
+    ck = Checkpoint(str(tmp_path / "oracle"), ptc=expected_ptc(2, 2))
+    write_hf(str(tmp_path / "hf"), ck.full)
+    out = run_cli("ptc", "infer", "--template", "llama", tmp_path / "hf", "--to", "tp=2,pp=2,dp=1").stdout
+    assert json.loads(out) == expected_ptc(2, 2)
+    one = json.loads(run_cli("ptc", "infer", "--template", "llama", tmp_path / "hf").stdout)
+    assert one == expected_ptc(1, 1)
+    names = run_cli("ptc", "templates").stdout.split()
+    assert {"llama", "gpt2", "neox", "megatron-gpt", "megatron-swiglu"} <= set(names)
+
+
+def test_import_hf_straight_to_a_layout_gives_every_shard_exactly(daemon, tmp_path):
+    ck = Checkpoint(str(tmp_path / "oracle"), ptc=expected_ptc(2, 2))
+    write_hf(str(tmp_path / "hf"), ck.full)
+    r = daemon.cli_json("import", str(tmp_path / "hf"), "--format", "hf", "--template", "llama", "--job", "j",
+                        "--step", "1", "--to", "tp=2,pp=2,dp=1", "--json")
+    assert r["format"] == "hf" and r["template"] == "llama" and r["shards"] == 4, r
+    assert r["tensors"] == len(ck.ptc["tensors"])
+    assert r["bytes"] == sum(a.nbytes for a in ck.full.values())  # every source byte once (skipped ones not)
+    assert r["repartition"]["to"] == {"tp": 2, "pp": 2, "dp": 1}, r
+    verify_step(daemon, "j", "1", ck)
+
+
+def test_import_hf_one_file_unsharded_then_repartition(daemon, tmp_path):
+    ck1 = Checkpoint(str(tmp_path / "oracle1"), ptc=expected_ptc(1, 1))
+    write_hf(str(tmp_path / "hf"), ck1.full, sharded=False)
+    r = daemon.cli_json("import", str(tmp_path / "hf"), "--format", "hf", "--template", "llama", "--job", "j",
+                        "--step", "1", "--json")
+    assert r["shards"] == 1 and "repartition" not in r
+    verify_step(daemon, "j", "1", ck1)
+    # The padded vocabulary: the single shard holds 1024 rows, zeros after the 1000th.
+    ck4 = Checkpoint(str(tmp_path / "oracle4"), ptc=expected_ptc(2, 2), seed=0)
+    daemon.cli("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=2,dp=1")
+    verify_step(daemon, "j", "1", ck4)
+
+
+def test_import_hf_with_a_template_file(daemon, tmp_path):
+    full = {"w": np.arange(24, dtype=np.float32).reshape(6, 4), "b": np.ones(4, dtype=np.float32)}
+    os.makedirs(tmp_path / "hf")
+    ptcgen.write_safetensors(str(tmp_path / "hf" / "model.safetensors"), {n: ("F32", a) for n, a in full.items()})
+    tmpl = tmp_path / "mine.json"
+    tmpl.write_text(json.dumps({"name": "mine", "rules": [{"match": "w", "tp_dim": 0}, {"match": "*"}]}))
+    r = daemon.cli_json("import", str(tmp_path / "hf"), "--format", "hf", "--template", str(tmpl), "--job", "j",
+                        "--step", "1", "--to", "tp=2,pp=1,dp=1", "--json")
+    assert r["template"] == "mine"
+    sd = daemon.step_dir("j", "1")
+    got = ptcgen.read_safetensors(os.path.join(sd, "tp1-pp0.safetensors"))
+    assert np.array_equal(got["w"][1], full["w"][3:]) and np.array_equal(got["b"][1], full["b"])
+    assert np.array_equal(np.load(os.path.join(sd, "full", "w.npy")), full["w"])
+
+
+def test_import_hf_refuses_bad_input_and_imports_nothing(daemon, tmp_path):
+    ck = Checkpoint(str(tmp_path / "oracle"), ptc=expected_ptc(1, 1))
+    NOTHING = daemon.cli_json("ls", "--json")
+
+    def refused(d, *needles, extra_args=()):
+        r = daemon.cli("import", str(d), "--format", "hf", "--template", "llama", "--job", "j", "--step", "1",
+                       *extra_args, check=False)
+        assert_error(r, *needles)
+        assert daemon.cli_json("ls", "--json") == NOTHING
+
+    # Names no rule matches: all of them listed.
+    write_hf(str(tmp_path / "alien"), ck.full, extra={"vision.patch.weight": ("F32", np.zeros(2, np.float32)),
+                                                      "model.layers.0.self_attn.q_norm.weight":
+                                                          ("F32", np.zeros(2, np.float32))})
+    refused(tmp_path / "alien", "2 tensors match no rule of template 'llama'", "vision.patch.weight",
+            "model.layers.0.self_attn.q_norm.weight")
+    # An index naming a missing file.
+    write_hf(str(tmp_path / "gone"), ck.full)
+    os.remove(tmp_path / "gone" / "model-00002-of-00002.safetensors")
+    refused(tmp_path / "gone", "model.safetensors.index.json names model-00002-of-00002.safetensors, which is not in")
+    # A tensor in two files.
+    write_hf(str(tmp_path / "twice"), ck.full)
+    idx = json.loads((tmp_path / "twice" / "model.safetensors.index.json").read_text())
+    dup = sorted(idx["weight_map"])[1]  # in file 2
+    ptcgen.write_safetensors(str(tmp_path / "twice" / "model-00001-of-00002.safetensors"),
+                             {**{n: ("BF16" if ck.full[n].dtype == np.uint16 else "F32", ck.full[n])
+                                 for n in sorted(idx["weight_map"])[::2] if n in ck.full},
+                              dup: ("F32", np.arange(8, dtype=np.float32)) if "inv_freq" in dup else
+                              (expected_ptc(1, 1)["tensors"][dup]["dtype"], ck.full[dup])})
+    refused(tmp_path / "twice", f"tensor {dup} is in both")
+    # Shapes that do not divide by the asked tp (k and v have 32 rows: tp=3 does not divide them).
+    write_hf(str(tmp_path / "ok"), ck.full)
+    refused(tmp_path / "ok", "cannot be laid out at tp=3,pp=1,dp=1", "not divisible by tp=3",
+            extra_args=("--to", "tp=3,pp=1,dp=1"))
+    # Not a Hugging Face directory; an unknown template.
+    os.makedirs(tmp_path / "empty")
+    refused(tmp_path / "empty", "no model.safetensors and no model.safetensors.index.json")
+    r = daemon.cli("import", str(tmp_path / "ok"), "--format", "hf", "--template", "bert", "--job", "j", "--step",
+                   "1", check=False)
+    assert_error(r, "no template named 'bert'")
+    r = daemon.cli("import", str(tmp_path / "ok"), "--format", "hf", "--job", "j", "--step", "1", check=False)
+    assert_error(r, "--format hf needs --template")
