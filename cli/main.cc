@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "cli/allocate_cmd.h"
+#include "cli/export_cmd.h"
 #include "cli/ptc_cmd.h"
 #include "cli/client.h"
 #include "cli/dataset_cmd.h"
@@ -297,6 +298,8 @@ int main(int argc, char** argv) {
   auto* allocate = ptcfs::cli::add_allocate_command(app, allocate_args, g);
   ptcfs::cli::PtcArgs ptc_args;
   auto* ptc_cmd = ptcfs::cli::add_ptc_command(app, ptc_args, g);
+  ptcfs::cli::ExportArgs export_args;
+  auto* export_cmd = ptcfs::cli::add_export_command(app, export_args, g);
 
   try {
     app.parse(argc, argv);
@@ -312,6 +315,7 @@ int main(int argc, char** argv) {
   }
   if (imp->parsed()) return cmd_import(g, dir, job, step, nodes, import_format);
   if (ptc_cmd->parsed()) return ptcfs::cli::run_ptc_command(*ptc_cmd, ptc_args, g);
+  if (export_cmd->parsed()) return ptcfs::cli::run_export(export_args, g);
   if (ls->parsed()) return cmd_ls(g, path);
   if (rm->parsed()) return cmd_rm(g, path);
   if (status->parsed()) return cmd_status(g);

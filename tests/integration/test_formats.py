@@ -1,6 +1,7 @@
-"""Hugging Face checkpoints in: `ptcfs ptc infer` and `ptcfs import --format hf` with the shipped
-llama template, against an oracle written independently (the expected ptc.json by hand, every
-shard's slices by ptcgen), read back through the real mount; and the errors of bad input."""
+"""Checkpoint formats in and out. In: `ptcfs ptc infer` and `ptcfs import --format hf` with the
+shipped llama template, against an oracle written independently (the expected ptc.json by hand,
+every shard's slices by ptcgen), read back through the real mount, and the errors of bad input.
+Out: `ptcfs export --format hf|ptc`, compared tensor by tensor and imported again."""
 
 import json
 import os
@@ -160,3 +161,65 @@ def test_import_hf_refuses_bad_input_and_imports_nothing(daemon, tmp_path):
     assert_error(r, "no template named 'bert'")
     r = daemon.cli("import", str(tmp_path / "ok"), "--format", "hf", "--job", "j", "--step", "1", check=False)
     assert_error(r, "--format hf needs --template")
+
+
+# ptcfs export
+
+
+def test_export_hf_in_shards_brings_back_every_tensor_and_imports_again(daemon, tmp_path):
+    ck1 = Checkpoint(str(tmp_path / "oracle1"), ptc=expected_ptc(1, 1))
+    write_hf(str(tmp_path / "hf"), ck1.full)
+    daemon.cli("import", str(tmp_path / "hf"), "--format", "hf", "--template", "llama", "--job", "j", "--step", "1",
+               "--to", "tp=2,pp=2,dp=1")
+    out = tmp_path / "out"
+    r = daemon.cli_json("export", "j/1", str(out), "--format", "hf", "--max-shard-size", "100KB", "--json")
+    files = sorted(os.listdir(out))
+    n = len(r["files"])
+    assert n > 2 and files == sorted(r["files"] + ["model.safetensors.index.json"]), (r, files)
+    assert r["files"] == [f"model-{k:05d}-of-{n:05d}.safetensors" for k in range(1, n + 1)]
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert sorted(index["weight_map"]) == sorted(ck1.full)
+    assert index["metadata"]["total_size"] == r["bytes"] == sum(a.nbytes for a in ck1.full.values())
+    got = {}
+    for f in r["files"]:
+        held = ptcgen.read_safetensors(str(out / f))
+        # At most the limit of tensor bytes, or one tensor bigger than it alone.
+        assert sum(a.nbytes for _, a in held.values()) <= 100_000 or len(held) == 1, f
+        for name, (dt, a) in held.items():
+            assert index["weight_map"][name] == f
+            got[name] = a
+    assert sorted(got) == sorted(ck1.full)
+    for name, a in ck1.full.items():
+        assert got[name].shape == a.shape and np.array_equal(got[name], a), name
+    # Back in: the same step, byte for byte.
+    daemon.cli("import", str(out), "--format", "hf", "--template", "llama", "--job", "j", "--step", "2")
+    verify_step(daemon, "j", "2", ck1)
+
+
+def test_export_ptc_writes_the_checkpoint_import_reads_byte_for_byte(daemon, make_ckpt, tmp_path):
+    ck = make_ckpt("ck", tp=2, pp=2)
+    daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    out = tmp_path / "out"
+    text = daemon.cli("export", "j/1", str(out), "--format", "ptc").stdout
+    assert text.startswith(f"exported j/1 to {out} (ptc): 5 files, {len(ck.ptc['tensors'])} tensors"), text
+    assert sorted(os.listdir(out)) == sorted(os.listdir(ck.path))
+    for f in os.listdir(ck.path):
+        if f == "ptc.json":  # the mount's is canonical (keys sorted): the same document
+            assert json.loads((out / f).read_text()) == ck.ptc
+        else:
+            assert (out / f).read_bytes() == open(os.path.join(ck.path, f), "rb").read(), f
+    daemon.cli("import", str(out), "--job", "j", "--step", "2")
+    verify_step(daemon, "j", "2", ck)
+
+
+def test_export_refuses_a_non_empty_dir_an_unknown_step_and_a_bad_size(daemon, make_ckpt, tmp_path):
+    ck = make_ckpt("ck", tp=1, pp=1)
+    daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    assert_error(daemon.cli("export", "j/1", str(tmp_path / "full"), check=False), "is not empty")
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+    assert_error(daemon.cli("export", "j/9", str(tmp_path / "x"), check=False), "job 'j' has no step '9'")
+    assert not (tmp_path / "x").exists()
+    assert_error(daemon.cli("export", "j/1", str(tmp_path / "y"), "--max-shard-size", "5 apples", check=False),
+                 "--max-shard-size", "is not a size")

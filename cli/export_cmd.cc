@@ -1,0 +1,235 @@
+#include "cli/export_cmd.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/core.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "cli/output.h"
+#include "ptc/model.h"
+#include "ptc/npy.h"
+#include "ptc/safetensors.h"
+
+namespace ptcfs::cli {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+ptc::Status errno_status(const std::string& what) { return ptc::io_error(what, errno); }
+
+// An open file descriptor, closed on destruction.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Appends [offset, offset + n) of `from` to `to`, counting bytes with `advance`.
+ptc::Status copy_range(int from, const std::string& from_path, uint64_t offset, uint64_t n, int to,
+                       const std::string& to_path, const std::function<void(uint64_t)>& advance) {
+  std::vector<char> buf(4 << 20);
+  while (n > 0) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), n));
+    const ssize_t got = ::pread(from, buf.data(), want, static_cast<off_t>(offset));
+    if (got < 0) return errno_status("reading " + from_path);
+    if (got == 0) return ptc::corrupt(from_path + ": shorter than its header says");
+    for (size_t done = 0; done < static_cast<size_t>(got);) {
+      const ssize_t w = ::write(to, buf.data() + done, static_cast<size_t>(got) - done);
+      if (w < 0) return errno_status("writing " + to_path);
+      done += static_cast<size_t>(w);
+    }
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<uint64_t>(got);
+    advance(static_cast<uint64_t>(got));
+  }
+  return ptc::Status::ok();
+}
+
+ptc::Status write_file(const std::string& path, const std::string& bytes) {
+  Fd out{::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644)};
+  if (out.fd < 0) return errno_status("creating " + path);
+  if (::write(out.fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size()))
+    return errno_status("writing " + path);
+  if (::fsync(out.fd) != 0) return errno_status("syncing " + path);
+  return ptc::Status::ok();
+}
+
+// The step's directory in the mount, and its ptc.json.
+struct Source {
+  std::string dir;
+  ptc::Ptc ptc;
+};
+
+ptc::Result<Source> source_of(const ExportArgs& a, const Globals& g) {
+  const size_t slash = a.step_path.find('/');
+  if (slash == std::string::npos) return ptc::invalid("'" + a.step_path + "' is not JOB/STEP");
+  const std::string job = a.step_path.substr(0, slash), step = a.step_path.substr(slash + 1);
+  PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
+  PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
+  std::string mount = a.mount;
+  if (mount.empty()) {
+    PTC_ASSIGN_OR_RETURN(json st, call(g, {{"op", "status"}}));
+    mount = st.value("mount", std::string());
+  }
+  PTC_ASSIGN_OR_RETURN(json ls, call(g, {{"op", "ls"}, {"path", a.step_path}}));
+  if (ls.value("state", std::string("committed")) != "committed")
+    return ptc::error(ptc::Code::kFailedPrecondition, a.step_path + " is still being saved (pending); export it "
+                                                                     "once it is committed");
+  Source s{mount + "/" + job + "/" + step, {}};
+  std::error_code ec;
+  if (!fs::is_directory(s.dir, ec))
+    return ptc::not_found("the daemon's mount shows " + a.step_path + " at " + s.dir +
+                          ", which this machine does not see (run export on the daemon's node, or give --mount)");
+  PTC_ASSIGN_OR_RETURN(std::string text, read_text_file(s.dir + "/ptc.json"));
+  PTC_ASSIGN_OR_RETURN(s.ptc, ptc::parse_ptc_json(text, s.dir + "/ptc.json"));
+  return s;
+}
+
+// One output file of the hf format: its tensors in order.
+struct HfShard {
+  std::vector<const ptc::TensorSpec*> tensors;
+  uint64_t bytes = 0;
+};
+
+ptc::Result<json> export_hf(const Source& src, const std::string& dir, uint64_t max_shard) {
+  // Tensors in name order, a new file whenever the next would pass the size (a bigger tensor
+  // gets a file of its own), as Hugging Face's writers split.
+  std::vector<HfShard> shards(1);
+  uint64_t total = 0;
+  for (const auto& t : src.ptc.tensors) {
+    const uint64_t n = static_cast<uint64_t>(ptc::num_elements(t.shape)) * ptc::dtype_size(t.dtype);
+    if (!shards.back().tensors.empty() && shards.back().bytes + n > max_shard) shards.emplace_back();
+    shards.back().tensors.push_back(&t);
+    shards.back().bytes += n;
+    total += n;
+  }
+  ProgressLine line("exporting");
+  uint64_t done = 0;
+  auto advance = [&](uint64_t n) { line.update(done += n, total); };
+  json weight_map = json::object(), files = json::array();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const std::string name = shards.size() == 1 ? "model.safetensors"
+                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
+    std::vector<ptc::TensorDecl> decls;
+    for (const auto* t : shards[k].tensors) decls.push_back({t->name, t->dtype, t->shape});
+    PTC_ASSIGN_OR_RETURN(auto layout, ptc::layout_safetensors(decls, {{"format", "pt"}}));
+    const std::string path = dir + "/" + name;
+    Fd out{::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644)};
+    if (out.fd < 0) return errno_status("creating " + path);
+    if (::write(out.fd, layout.header.data(), layout.header.size()) != static_cast<ssize_t>(layout.header.size()))
+      return errno_status("writing " + path);
+    for (const auto* t : shards[k].tensors) {
+      const std::string view = src.dir + "/full/" + t->name + ".npy";
+      Fd in{::open(view.c_str(), O_RDONLY)};
+      if (in.fd < 0) return errno_status("opening " + view);
+      struct stat st {};
+      if (::fstat(in.fd, &st) != 0) return errno_status(view);
+      std::string prefix(ptc::npy_header(t->dtype, t->shape).size(), '\0');
+      if (::pread(in.fd, prefix.data(), prefix.size(), 0) != static_cast<ssize_t>(prefix.size()))
+        return errno_status("reading " + view);
+      PTC_ASSIGN_OR_RETURN(auto npy, ptc::parse_npy(prefix, static_cast<uint64_t>(st.st_size), view));
+      PTC_RETURN_IF_ERROR(copy_range(in.fd, view, npy.data_start, npy.data_bytes, out.fd, path, advance));
+      weight_map[t->name] = name;
+    }
+    if (::fsync(out.fd) != 0) return errno_status("syncing " + path);
+    files.push_back(name);
+  }
+  if (shards.size() > 1) {
+    const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    PTC_RETURN_IF_ERROR(write_file(dir + "/model.safetensors.index.json", index.dump(2) + "\n"));
+  }
+  line.finish();
+  return json{{"files", files}, {"tensors", src.ptc.tensors.size()}, {"bytes", total}};
+}
+
+ptc::Result<json> export_ptc(const Source& src, const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(src.dir)) {
+    const std::string n = e.path().filename().string();
+    if (n == "ptc.json" || (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0)) names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  uint64_t total = 0;
+  for (const auto& n : names) total += fs::file_size(src.dir + "/" + n);
+  ProgressLine line("exporting");
+  uint64_t done = 0;
+  auto advance = [&](uint64_t n) { line.update(done += n, total); };
+  for (const auto& n : names) {
+    const std::string from = src.dir + "/" + n, to = dir + "/" + n;
+    Fd in{::open(from.c_str(), O_RDONLY)};
+    if (in.fd < 0) return errno_status("opening " + from);
+    Fd out{::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644)};
+    if (out.fd < 0) return errno_status("creating " + to);
+    PTC_RETURN_IF_ERROR(copy_range(in.fd, from, 0, fs::file_size(from), out.fd, to, advance));
+    if (::fsync(out.fd) != 0) return errno_status("syncing " + to);
+  }
+  line.finish();
+  return json{{"files", names}, {"tensors", src.ptc.tensors.size()}, {"bytes", total}};
+}
+
+}  // namespace
+
+ptc::Result<uint64_t> parse_size(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string unit = text.substr(digits);
+  static const std::map<std::string, uint64_t> units = {
+      {"", 1},          {"B", 1},           {"KB", 1000},       {"MB", 1000000},         {"GB", 1000000000},
+      {"TB", 1000000000000}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40}};
+  auto it = units.find(unit);
+  if (digits == 0 || digits > 12 || it == units.end())
+    return ptc::invalid("'" + text + "' is not a size (e.g. 5GB, 500MB, 2GiB or a number of bytes)");
+  const uint64_t n = std::stoull(text.substr(0, digits)) * it->second;
+  if (n == 0) return ptc::invalid("the size must be more than 0, got '" + text + "'");
+  return n;
+}
+
+CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g) {
+  auto* cmd = app.add_subcommand("export", "Write a committed step out: hf (full tensors as Hugging Face safetensors "
+                                           "shards with an index) or ptc (ptc.json and rank files, as import reads); "
+                                           "reads the daemon's mount");
+  cmd->add_option("JOB/STEP", a.step_path, "The step")->required();
+  cmd->add_option("DIR", a.dir, "A new or empty directory to write")->required();
+  cmd->add_option("--format", a.format, "hf or ptc")->check(CLI::IsMember({"hf", "ptc"}))->capture_default_str();
+  cmd->add_option("--max-shard-size", a.max_shard_size, "hf: the largest file (5GB = 5x10^9 bytes, 2GiB, ...)")
+      ->capture_default_str();
+  cmd->add_option("--mount", a.mount, "The daemon's mount point (default: asked from the daemon)");
+  cmd->add_flag("--json", g.json, "Print the result as JSON");
+  return cmd;
+}
+
+int run_export(const ExportArgs& a, const Globals& g) {
+  auto max_shard = parse_size(a.max_shard_size);
+  if (!max_shard) return fail(max_shard.status().with_context("--max-shard-size"));
+  auto src = source_of(a, g);
+  if (!src) return fail(src.status());
+  std::error_code ec;
+  const bool existed = fs::exists(a.dir, ec);
+  if (existed && !fs::is_empty(a.dir, ec)) return fail(ptc::invalid(a.dir + " is not empty"));
+  if (!existed && !fs::create_directories(a.dir, ec)) return fail(ptc::invalid(a.dir + ": " + ec.message()));
+  auto r = a.format == "hf" ? export_hf(*src, a.dir, *max_shard) : export_ptc(*src, a.dir);
+  if (!r) {
+    // Leave nothing half-written behind.
+    for (const auto& e : fs::directory_iterator(a.dir, ec)) fs::remove(e.path(), ec);
+    if (!existed) fs::remove(a.dir, ec);
+    return fail(r.status().with_context("exporting " + a.step_path + " to " + a.dir));
+  }
+  (*r)["format"] = a.format;
+  (*r)["dir"] = a.dir;
+  if (g.json) return print_json(*r);
+  fmt::print("exported {} to {} ({}): {} files, {} tensors, {}\n", a.step_path, a.dir, a.format, (*r)["files"].size(),
+             (*r)["tensors"].get<size_t>(), human_bytes((*r)["bytes"].get<uint64_t>()));
+  return 0;
+}
+
+}  // namespace ptcfs::cli
