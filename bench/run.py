@@ -7,7 +7,7 @@ model size. A few minutes on a 2-core machine; needs root (FUSE) and the build.
                                   [--quick] [--only SECTION,...]
 
 Sections: mount (reads, import, 10,000 tensors), repartition (single node, in process),
-plan (1,024 GPUs, 100,000 tensors), torch (the re-sharding script users run today),
+plan (1,024 GPUs, 100,000 tensors), planner, formats (Hugging Face import and export), torch (the re-sharding script users run today),
 cluster (three daemons). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
 except bytes_moved / bytes_min.
 """
@@ -24,7 +24,7 @@ import tempfile
 
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
-SECTIONS = ["mount", "repartition", "plan", "planner", "torch", "cluster", "etcd"]
+SECTIONS = ["mount", "repartition", "plan", "planner", "formats", "torch", "cluster", "etcd"]
 
 
 def cpp_repartition(gib: float, root: str) -> tuple:
@@ -137,6 +137,7 @@ def main() -> int:
 
     import bench_cluster
     import bench_etcd
+    import bench_formats
     import bench_mount
     import bench_torch
 
@@ -163,6 +164,10 @@ def main() -> int:
             rows += r
             print("== planner: allocate --policy makespan, 10 jobs on 32 GPUs", flush=True)
             r, raw["makespan"] = makespan(os.path.join(root, "planner"), 2 if a.quick else 10)
+            rows += r
+        if "formats" in only:
+            print("== formats: import --format hf and export --format hf", flush=True)
+            r, raw["formats"] = bench_formats.run(300 if a.quick else 2000, os.path.join(root, "formats"))
             rows += r
         if "torch" in only:
             print("== torch: the re-sharding script users run today", flush=True)
