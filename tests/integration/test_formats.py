@@ -210,6 +210,15 @@ def test_export_ptc_writes_the_checkpoint_import_reads_byte_for_byte(daemon, mak
             assert (out / f).read_bytes() == open(os.path.join(ck.path, f), "rb").read(), f
     daemon.cli("import", str(out), "--job", "j", "--step", "2")
     verify_step(daemon, "j", "2", ck)
+    # The same step as one Hugging Face file: logical tensors (vocabulary padding dropped), names with
+    # a slash included.
+    hf = tmp_path / "hf"
+    r = daemon.cli_json("export", "j/1", str(hf), "--format", "hf", "--json")
+    assert r["files"] == ["model.safetensors"] and os.listdir(hf) == ["model.safetensors"]
+    got = ptcgen.read_safetensors(str(hf / "model.safetensors"))
+    assert sorted(got) == sorted(ck.full) and "extra/rng_state" in got
+    for name, a in ck.full.items():
+        assert got[name][0] == ck.ptc["tensors"][name]["dtype"] and np.array_equal(got[name][1], a), name
 
 
 def test_export_refuses_a_non_empty_dir_an_unknown_step_and_a_bad_size(daemon, make_ckpt, tmp_path):
