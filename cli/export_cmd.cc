@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -24,8 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-ptc::Status errno_status(const std::string& what) { return ptc::io_error(what, errno); }
-
 // An open file descriptor, closed on destruction.
 struct Fd {
   int fd = -1;
@@ -41,11 +40,11 @@ ptc::Status copy_range(int from, const std::string& from_path, uint64_t offset, 
   while (n > 0) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), n));
     const ssize_t got = ::pread(from, buf.data(), want, static_cast<off_t>(offset));
-    if (got < 0) return errno_status("reading " + from_path);
+    if (got < 0) return ptc::io_error("reading " + from_path, errno);
     if (got == 0) return ptc::corrupt(from_path + ": shorter than its header says");
     for (size_t done = 0; done < static_cast<size_t>(got);) {
       const ssize_t w = ::write(to, buf.data() + done, static_cast<size_t>(got) - done);
-      if (w < 0) return errno_status("writing " + to_path);
+      if (w < 0) return ptc::io_error("writing " + to_path, errno);
       done += static_cast<size_t>(w);
     }
     offset += static_cast<uint64_t>(got);
@@ -57,10 +56,10 @@ ptc::Status copy_range(int from, const std::string& from_path, uint64_t offset, 
 
 ptc::Status write_file(const std::string& path, const std::string& bytes) {
   Fd out{::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644)};
-  if (out.fd < 0) return errno_status("creating " + path);
+  if (out.fd < 0) return ptc::io_error("creating " + path, errno);
   if (::write(out.fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size()))
-    return errno_status("writing " + path);
-  if (::fsync(out.fd) != 0) return errno_status("syncing " + path);
+    return ptc::io_error("writing " + path, errno);
+  if (::fsync(out.fd) != 0) return ptc::io_error("syncing " + path, errno);
   return ptc::Status::ok();
 }
 
@@ -125,23 +124,23 @@ ptc::Result<json> export_hf(const Source& src, const std::string& dir, uint64_t 
     PTC_ASSIGN_OR_RETURN(auto layout, ptc::layout_safetensors(decls, {{"format", "pt"}}));
     const std::string path = dir + "/" + name;
     Fd out{::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644)};
-    if (out.fd < 0) return errno_status("creating " + path);
+    if (out.fd < 0) return ptc::io_error("creating " + path, errno);
     if (::write(out.fd, layout.header.data(), layout.header.size()) != static_cast<ssize_t>(layout.header.size()))
-      return errno_status("writing " + path);
+      return ptc::io_error("writing " + path, errno);
     for (const auto* t : shards[k].tensors) {
       const std::string view = src.dir + "/full/" + t->name + ".npy";
       Fd in{::open(view.c_str(), O_RDONLY)};
-      if (in.fd < 0) return errno_status("opening " + view);
+      if (in.fd < 0) return ptc::io_error("opening " + view, errno);
       struct stat st {};
-      if (::fstat(in.fd, &st) != 0) return errno_status(view);
+      if (::fstat(in.fd, &st) != 0) return ptc::io_error(view, errno);
       std::string prefix(ptc::npy_header(t->dtype, t->shape).size(), '\0');
       if (::pread(in.fd, prefix.data(), prefix.size(), 0) != static_cast<ssize_t>(prefix.size()))
-        return errno_status("reading " + view);
+        return ptc::io_error("reading " + view, errno);
       PTC_ASSIGN_OR_RETURN(auto npy, ptc::parse_npy(prefix, static_cast<uint64_t>(st.st_size), view));
       PTC_RETURN_IF_ERROR(copy_range(in.fd, view, npy.data_start, npy.data_bytes, out.fd, path, advance));
       weight_map[t->name] = name;
     }
-    if (::fsync(out.fd) != 0) return errno_status("syncing " + path);
+    if (::fsync(out.fd) != 0) return ptc::io_error("syncing " + path, errno);
     files.push_back(name);
   }
   if (shards.size() > 1) {
@@ -167,11 +166,11 @@ ptc::Result<json> export_ptc(const Source& src, const std::string& dir) {
   for (const auto& n : names) {
     const std::string from = src.dir + "/" + n, to = dir + "/" + n;
     Fd in{::open(from.c_str(), O_RDONLY)};
-    if (in.fd < 0) return errno_status("opening " + from);
+    if (in.fd < 0) return ptc::io_error("opening " + from, errno);
     Fd out{::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644)};
-    if (out.fd < 0) return errno_status("creating " + to);
+    if (out.fd < 0) return ptc::io_error("creating " + to, errno);
     PTC_RETURN_IF_ERROR(copy_range(in.fd, from, 0, fs::file_size(from), out.fd, to, advance));
-    if (::fsync(out.fd) != 0) return errno_status("syncing " + to);
+    if (::fsync(out.fd) != 0) return ptc::io_error("syncing " + to, errno);
   }
   line.finish();
   return json{{"files", names}, {"tensors", src.ptc.tensors.size()}, {"bytes", total}};

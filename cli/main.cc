@@ -142,11 +142,10 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
   if (!r) return fail(r.status());
   if (g.json) return print_json(*r);
   const json& j = *r;
-  const ImportFormat& import_format = f;
   fmt::print("imported {}/{}: {} shards, {} tensors, {} in {:.2f} s{}\n", job, step,
               j["shards"].get<size_t>(), j["tensors"].get<size_t>(), human_bytes(j["bytes"].get<uint64_t>()),
               j["seconds"].get<double>(),
-              j.contains("repartition") ? ", then repartitioned to " + import_format.to : std::string());
+              j.contains("repartition") ? ", then repartitioned to " + f.to : std::string());
   return 0;
 }
 

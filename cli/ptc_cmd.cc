@@ -2,7 +2,6 @@
 
 #include <fmt/core.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -15,43 +14,30 @@ using nlohmann::json;
 
 namespace {
 
-// The header of a safetensors file (its first 8 + N bytes, parsed).
-ptc::Result<ptc::SafetensorsHeader> read_header(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ptc::not_found(path + ": cannot open");
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
-  std::string first8(8, '\0');
-  in.read(first8.data(), 8);
-  first8.resize(static_cast<size_t>(in.gcount()));
-  PTC_ASSIGN_OR_RETURN(uint64_t n, ptc::safetensors_header_len(first8, size, path));
-  std::string prefix(8 + n, '\0');
-  in.seekg(0);
-  in.read(prefix.data(), static_cast<std::streamsize>(prefix.size()));
-  prefix.resize(static_cast<size_t>(in.gcount()));
-  return ptc::parse_safetensors(prefix, size, path);
-}
-
-ptc::Result<std::vector<ptc::TensorInfo>> hf_tensor_infos(const std::string& dir) {
-  std::error_code ec;
-  std::vector<std::string> listing;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) listing.push_back(e.path().filename().string());
-  if (ec) return ptc::not_found(dir + ": " + ec.message());
-  std::optional<std::string> index;
-  if (std::find(listing.begin(), listing.end(), ptc::kHfIndexFile) != listing.end()) {
-    PTC_ASSIGN_OR_RETURN(index, read_text_file(dir + "/" + ptc::kHfIndexFile));
-  }
-  PTC_ASSIGN_OR_RETURN(auto names, ptc::hf_file_names(listing, index, dir));
-  std::vector<ptc::HfFile> files;
-  for (const auto& n : names) {
-    PTC_ASSIGN_OR_RETURN(auto header, read_header(dir + "/" + n));
-    files.push_back({n, std::move(header)});
-  }
-  PTC_ASSIGN_OR_RETURN(auto tensors, ptc::hf_tensors(files, index, dir));
-  std::vector<ptc::TensorInfo> out;
-  for (auto& t : tensors) out.push_back(std::move(t.info));
-  return out;
+// The checkpoint in `dir`, read with the standard library (the CLI has no daemon code).
+ptc::Result<ptc::HfCheckpoint> read_hf(const std::string& dir) {
+  auto list = [&]() -> ptc::Result<std::vector<std::string>> {
+    std::error_code ec;
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+    if (ec) return ptc::not_found(dir + ": " + ec.message());
+    return names;
+  };
+  auto header = [&](const std::string& name) -> ptc::Result<ptc::SafetensorsHeader> {
+    const std::string path = dir + "/" + name;
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) return ptc::not_found(path + ": cannot open");
+    const auto size = static_cast<uint64_t>(in.tellg());
+    auto read_at = [&](uint64_t off, void* buf, size_t len) -> ptc::Result<size_t> {
+      in.clear();
+      in.seekg(static_cast<std::streamoff>(off));
+      in.read(static_cast<char*>(buf), static_cast<std::streamsize>(len));
+      return static_cast<size_t>(in.gcount());
+    };
+    return ptc::read_safetensors_header(size, read_at, path);
+  };
+  return ptc::read_hf_checkpoint(dir, {list, [&](const std::string& name) { return read_text_file(dir + "/" + name); },
+                                       header});
 }
 
 }  // namespace
@@ -107,9 +93,9 @@ int run_ptc_command(CLI::App& cmd, const PtcArgs& a, const Globals& g) {
   if (!tmpl) return fail(tmpl.status());
   auto parallelism = ptc::parse_parallelism(a.to);
   if (!parallelism) return fail(parallelism.status().with_context("--to"));
-  auto infos = hf_tensor_infos(a.dir);
-  if (!infos) return fail(infos.status());
-  auto p = ptc::infer_ptc(*tmpl, *infos, *parallelism, a.dir);
+  auto ck = read_hf(a.dir);
+  if (!ck) return fail(ck.status());
+  auto p = ptc::infer_ptc(*tmpl, ck->infos(), *parallelism, a.dir);
   if (!p) return fail(p.status());
   // The shapes must split evenly at --to: the layout says where they do not.
   if (auto layout = ptc::Layout::make(*p, *parallelism); !layout)

@@ -80,4 +80,26 @@ Result<std::vector<HfTensor>> hf_tensors(const std::vector<HfFile>& files, const
   return out;
 }
 
+std::vector<TensorInfo> HfCheckpoint::infos() const {
+  std::vector<TensorInfo> out;
+  for (const auto& t : tensors) out.push_back(t.info);
+  return out;
+}
+
+Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir, const HfReader& io) {
+  PTC_ASSIGN_OR_RETURN(auto listing, io.list());
+  std::optional<std::string> index;
+  if (std::find(listing.begin(), listing.end(), kHfIndexFile) != listing.end()) {
+    PTC_ASSIGN_OR_RETURN(index, io.read_text(kHfIndexFile));
+  }
+  HfCheckpoint ck;
+  PTC_ASSIGN_OR_RETURN(auto names, hf_file_names(listing, index, dir));
+  for (const auto& n : names) {
+    PTC_ASSIGN_OR_RETURN(auto header, io.read_header(n));
+    ck.files.push_back({n, std::move(header)});
+  }
+  PTC_ASSIGN_OR_RETURN(ck.tensors, hf_tensors(ck.files, index, dir));
+  return ck;
+}
+
 }  // namespace ptc

@@ -5,6 +5,7 @@
 // read the listing, the index and the files' headers, and hand them here.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,5 +40,22 @@ struct HfTensor {
 // tensor no file holds, is refused. Errors name the file and tensor.
 Result<std::vector<HfTensor>> hf_tensors(const std::vector<HfFile>& files, const std::optional<std::string>& index_text,
                                          const std::string& dir);
+
+// The reads of a checkpoint directory, done by the caller (ptc does no I/O).
+struct HfReader {
+  std::function<Result<std::vector<std::string>>()> list;                      // the file names in it
+  std::function<Result<std::string>(const std::string& name)> read_text;       // a small file (the index)
+  std::function<Result<SafetensorsHeader>(const std::string& name)> read_header;  // a file's header
+};
+
+struct HfCheckpoint {
+  std::vector<HfFile> files;
+  std::vector<HfTensor> tensors;  // sorted by name
+  std::vector<TensorInfo> infos() const;
+};
+
+// The directory's files (headers read once each) and tensors, checked against each other:
+// hf_file_names, then every header, then hf_tensors.
+Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir, const HfReader& io);
 
 }  // namespace ptc

@@ -112,6 +112,17 @@ const SafetensorsEntry* SafetensorsHeader::find(std::string_view name) const {
   return nullptr;
 }
 
+Result<SafetensorsHeader> read_safetensors_header(uint64_t file_size, const ReadAtFn& read, const std::string& file) {
+  std::string first8(static_cast<size_t>(std::min<uint64_t>(file_size, 8)), '\0');
+  PTC_ASSIGN_OR_RETURN(size_t got, read(0, first8.data(), first8.size()));
+  first8.resize(got);
+  PTC_ASSIGN_OR_RETURN(uint64_t n, safetensors_header_len(first8, file_size, file));
+  std::string prefix(8 + n, '\0');
+  PTC_ASSIGN_OR_RETURN(got, read(0, prefix.data(), prefix.size()));
+  prefix.resize(got);
+  return parse_safetensors(prefix, file_size, file);
+}
+
 Result<uint64_t> safetensors_header_len(std::string_view first8, uint64_t file_size, const std::string& file) {
   if (file_size < 8 || first8.size() < 8)
     return corrupt(file + ": truncated: " + std::to_string(std::min<uint64_t>(file_size, first8.size())) +

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -47,6 +48,12 @@ Result<SafetensorsHeader> parse_safetensors(std::string_view prefix, uint64_t fi
 // Reads just the 8-byte length from the start of a file; kCorrupt if it is absurd.
 Result<uint64_t> safetensors_header_len(std::string_view first8, uint64_t file_size,
                                         const std::string& file);
+
+// Reads bytes [offset, offset + len) of a file into buf; how many it got (fewer at its end).
+using ReadAtFn = std::function<Result<size_t>(uint64_t offset, void* buf, size_t len)>;
+// Reads the length, then the header, through `read` from a file of `file_size` bytes, and
+// parses it. The reader's own errors pass through; the format's are kCorrupt.
+Result<SafetensorsHeader> read_safetensors_header(uint64_t file_size, const ReadAtFn& read, const std::string& file);
 
 // What a writer lays out: the header bytes (length prefix included, JSON padded with
 // spaces to a multiple of 8 so that the data area is 8-aligned) and each tensor's range.

@@ -147,14 +147,12 @@ ptc::Status Coordinator::decide(const std::vector<int>& nodes, const std::string
   // and a read that finds the record moved tells which one did.
   const auto until = std::chrono::steady_clock::now() + members_.decision_window();
   auto won = members_.decide(key, prior.revision, record);
-  bool unanswered = false;
+  const bool unanswered = !won;
+  if (unanswered) ptc::log::warn("{}: etcd did not answer the commit ({}); asking again", what, won.status().to_string());
   while (!won && std::chrono::steady_clock::now() < until) {
-    if (!unanswered) ptc::log::warn("{}: etcd did not answer the commit ({}); asking again", what, won.status().to_string());
-    unanswered = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     won = members_.decide(key, prior.revision, record);
   }
-  if (!won) unanswered = true;
   if (unanswered && !(won && *won) && members_.can_change().is_ok()) {
     // An unanswered attempt may have been applied: the record tells.
     if (auto back = members_.read(key); back && back->revision != prior.revision)

@@ -189,14 +189,12 @@ ptc::Result<json> ControlService::import_hf(const json& req, const transport::Pr
     return ptc::invalid("--format hf imports into a single daemon; on a cluster, import into one node's own daemon "
                         "before it joins, or convert with `ptcfs ptc infer` and import the ptc.json checkpoint");
   PTC_ASSIGN_OR_RETURN(ptc::PtcTemplate tmpl, template_of(req));
-  std::optional<RepartitionRequest> then;
+  std::optional<ptc::Parallelism> then;
   if (!to.empty()) {
-    PTC_ASSIGN_OR_RETURN(auto p, ptc::parse_parallelism(to));
-    then = RepartitionRequest{job, step, p, false};
+    PTC_ASSIGN_OR_RETURN(then, ptc::parse_parallelism(to));
   }
   ThrottledProgress report(progress);
-  auto r = ptcfs::import_hf(store_, dir, tmpl, job, step,
-                            then ? std::optional<ptc::Parallelism>(then->to) : std::nullopt,
+  auto r = ptcfs::import_hf(store_, dir, tmpl, job, step, then,
                             [&](uint64_t done, uint64_t total) { report("copy", done, total); });
   if (!r) {
     ptc::log::warn("import of {} as {}/{} refused: {}", dir, job, step, r.status().to_string());
@@ -206,7 +204,7 @@ ptc::Result<json> ControlService::import_hf(const json& req, const transport::Pr
               {"template", tmpl.name}, {"tensors", r->tensors}, {"bytes", r->bytes}, {"seconds", r->seconds}};
   if (then) {
     // Straight into the asked layout: a repartition of the new step, which remaps (no copy).
-    auto res = ptcfs::repartition(store_, *then, policy_, std::ref(report));
+    auto res = ptcfs::repartition(store_, RepartitionRequest{job, step, *then, false}, policy_, std::ref(report));
     if (!res) {
       ptc::log::warn("import of {} as {}/{}: the repartition to {} failed: {}", dir, job, step, to,
                      res.status().to_string());
@@ -214,7 +212,7 @@ ptc::Result<json> ControlService::import_hf(const json& req, const transport::Pr
                                        "the repartition to " + to + " failed");
     }
     out["repartition"] = res->to_json();
-    out["shards"] = then->to.tp * then->to.pp;
+    out["shards"] = then->tp * then->pp;
   }
   return out;
 }

@@ -83,30 +83,15 @@ Result<std::vector<std::pair<size_t, StoredSlice>>> copy_file(BlobStore& blobs, 
   return out;
 }
 
+// The checkpoint in `dir`, read with the daemon's file utilities.
+Result<ptc::HfCheckpoint> read_hf_checkpoint(const std::string& dir) {
+  ptc::HfReader io{[&] { return list_dir(dir); },
+                   [&](const std::string& name) { return read_small_file(dir + "/" + name, 64 << 20); },
+                   [&](const std::string& name) { return read_safetensors_header(dir + "/" + name); }};
+  return ptc::read_hf_checkpoint(dir, io);
+}
+
 }  // namespace
-
-Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir) {
-  HfCheckpoint ck;
-  ck.dir = dir;
-  PTC_ASSIGN_OR_RETURN(auto listing, list_dir(dir));
-  std::optional<std::string> index;
-  if (std::find(listing.begin(), listing.end(), ptc::kHfIndexFile) != listing.end()) {
-    PTC_ASSIGN_OR_RETURN(index, read_small_file(dir + "/" + ptc::kHfIndexFile, 64 << 20));
-  }
-  PTC_ASSIGN_OR_RETURN(auto names, ptc::hf_file_names(listing, index, dir));
-  for (const auto& n : names) {
-    PTC_ASSIGN_OR_RETURN(auto header, read_safetensors_header(dir + "/" + n));
-    ck.files.push_back({n, std::move(header)});
-  }
-  PTC_ASSIGN_OR_RETURN(ck.tensors, ptc::hf_tensors(ck.files, index, dir));
-  return ck;
-}
-
-std::vector<ptc::TensorInfo> tensor_infos(const HfCheckpoint& ckpt) {
-  std::vector<ptc::TensorInfo> out;
-  for (const auto& t : ckpt.tensors) out.push_back(t.info);
-  return out;
-}
 
 Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc::PtcTemplate& tmpl,
                                 const std::string& job, const std::string& step,
@@ -115,9 +100,9 @@ Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc:
   PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
   PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
   if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
-  PTC_ASSIGN_OR_RETURN(HfCheckpoint ck, read_hf_checkpoint(dir));
+  PTC_ASSIGN_OR_RETURN(ptc::HfCheckpoint ck, read_hf_checkpoint(dir));
   std::vector<std::string> skipped;
-  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::infer_ptc(tmpl, tensor_infos(ck), ptc::Parallelism{}, dir, &skipped));
+  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::infer_ptc(tmpl, ck.infos(), ptc::Parallelism{}, dir, &skipped));
   if (then)
     if (auto target = ptc::Layout::make(ptc, *then); !target)
       return target.status().with_context(dir + " cannot be laid out at " + then->to_string());

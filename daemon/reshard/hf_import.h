@@ -18,17 +18,6 @@
 
 namespace ptcfs {
 
-// The directory's files (headers parsed) and tensors, checked against each other.
-struct HfCheckpoint {
-  std::string dir;
-  std::vector<ptc::HfFile> files;
-  std::vector<ptc::HfTensor> tensors;
-};
-ptc::Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir);
-
-// The tensors' names, dtypes and shapes, for ptc::infer_ptc.
-std::vector<ptc::TensorInfo> tensor_infos(const HfCheckpoint& ckpt);
-
 // `then`, when given, is the layout the caller repartitions into next: checked before a byte
 // is copied, so that a shape it cannot split refuses the import instead of half-doing it.
 ptc::Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc::PtcTemplate& tmpl,

@@ -12,14 +12,8 @@ namespace ptcfs {
 ptc::Result<ptc::SafetensorsHeader> read_safetensors_header(const std::string& path) {
   PTC_ASSIGN_OR_RETURN(auto file, File::open_read(path));
   PTC_ASSIGN_OR_RETURN(uint64_t size, file.size());
-  std::string first8(8, '\0');
-  PTC_ASSIGN_OR_RETURN(size_t got, file.read_at(0, first8.data(), 8));
-  first8.resize(got);
-  PTC_ASSIGN_OR_RETURN(uint64_t n, ptc::safetensors_header_len(first8, size, path));
-  std::string prefix(8 + n, '\0');
-  PTC_ASSIGN_OR_RETURN(got, file.read_at(0, prefix.data(), prefix.size()));
-  prefix.resize(got);
-  return ptc::parse_safetensors(prefix, size, path);
+  return ptc::read_safetensors_header(
+      size, [&](uint64_t off, void* buf, size_t len) { return file.read_at(off, buf, len); }, path);
 }
 
 ptc::Result<std::vector<size_t>> match_rank_header(const ptc::Layout& layout, const ptc::ShardId& shard,

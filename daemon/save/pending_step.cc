@@ -124,16 +124,9 @@ ptc::Status PendingFile::flush() {
       error = where + ": closed with bytes never written (a shard file is written front to back by one writer)";
       return ptc::invalid(error);
     }
-    const uint64_t n = std::min<uint64_t>(end, 8);
-    std::string first8(n, '\0');
-    PTC_ASSIGN_OR_RETURN(size_t got, blob->read_at(0, first8.data(), n));
-    first8.resize(got);
-    auto len = ptc::safetensors_header_len(first8, end, where);
-    if (!len) return ptc::invalid(error = len.status().message());
-    std::string prefix(8 + *len, '\0');
-    PTC_ASSIGN_OR_RETURN(got, blob->read_at(0, prefix.data(), prefix.size()));
-    prefix.resize(got);
-    auto h = ptc::parse_safetensors(prefix, end, where);
+    auto h = ptc::read_safetensors_header(
+        end, [&](uint64_t off, void* buf, size_t len) { return blob->read_at(off, buf, len); }, where);
+    if (!h && h.status().code() != ptc::Code::kCorrupt) return h.status();  // the blob could not be read
     if (!h) return ptc::invalid(error = h.status().message());
     header = std::move(h).value();
     expected = end;

@@ -139,15 +139,11 @@ def test_import_hf_refuses_bad_input_and_imports_nothing(daemon, tmp_path):
     write_hf(str(tmp_path / "gone"), ck.full)
     os.remove(tmp_path / "gone" / "model-00002-of-00002.safetensors")
     refused(tmp_path / "gone", "model.safetensors.index.json names model-00002-of-00002.safetensors, which is not in")
-    # A tensor in two files.
+    # A tensor in two files: file 1 gets a copy of one of file 2's.
     write_hf(str(tmp_path / "twice"), ck.full)
-    idx = json.loads((tmp_path / "twice" / "model.safetensors.index.json").read_text())
-    dup = sorted(idx["weight_map"])[1]  # in file 2
-    ptcgen.write_safetensors(str(tmp_path / "twice" / "model-00001-of-00002.safetensors"),
-                             {**{n: ("BF16" if ck.full[n].dtype == np.uint16 else "F32", ck.full[n])
-                                 for n in sorted(idx["weight_map"])[::2] if n in ck.full},
-                              dup: ("F32", np.arange(8, dtype=np.float32)) if "inv_freq" in dup else
-                              (expected_ptc(1, 1)["tensors"][dup]["dtype"], ck.full[dup])})
+    first, second = (str(tmp_path / "twice" / f"model-0000{k}-of-00002.safetensors") for k in (1, 2))
+    dup, held = next(iter(ptcgen.read_safetensors(second).items()))
+    ptcgen.write_safetensors(first, {**ptcgen.read_safetensors(first), dup: held})
     refused(tmp_path / "twice", f"tensor {dup} is in both")
     # Shapes that do not divide by the asked tp (k and v have 32 rows: tp=3 does not divide them).
     write_hf(str(tmp_path / "ok"), ck.full)
