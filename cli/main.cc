@@ -120,6 +120,10 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
   const auto abs = std::filesystem::absolute(dir, ec);
   if (ec) return fail(ptc::invalid(dir + ": " + ec.message()));
   json req = {{"op", "import"}, {"dir", abs.lexically_normal().string()}, {"job", job}, {"step", step}};
+  if (f.format == "megatron")
+    return fail(ptc::invalid("Megatron-LM checkpoints are read with torch by the Python package: /usr/bin/python3 -m "
+                             "ptcfs import-megatron " + dir + " --job " + job +
+                             " [--step S] [--to tp=T,pp=P] (docs/FORMATS.md, \"Megatron-LM checkpoints\")"));
   if (f.format == "hf") {
     if (f.template_name.empty()) return fail(ptc::invalid("--format hf needs --template NAME or a template file"));
     std::string text;
@@ -248,8 +252,9 @@ int main(int argc, char** argv) {
   ImportFormat import_format;
   auto* imp = app.add_subcommand("import", "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors, or a "
                                            "Hugging Face safetensors checkpoint with --format hf)");
-  imp->add_option("--format", import_format.format, "ptc (ptc.json and rank files) or hf (Hugging Face safetensors)")
-      ->check(CLI::IsMember({"ptc", "hf"}))
+  imp->add_option("--format", import_format.format, "ptc (ptc.json and rank files) or hf (Hugging Face safetensors); megatron says "
+                  "which Python command imports a Megatron-LM checkpoint")
+      ->check(CLI::IsMember({"ptc", "hf", "megatron"}))
       ->capture_default_str();
   imp->add_option("--template", import_format.template_name,
                   "With --format hf: a shipped PTC template (ptcfs ptc templates) or a template file");

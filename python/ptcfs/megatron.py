@@ -12,9 +12,13 @@ The rules (name -> partitioning), for a GPT-style Megatron model:
 | layers.{i}.mlp.dense_h_to_4h.weight / .bias | 0 | parts = mlp_parts, layer i |
 | layers.{i}.mlp.dense_4h_to_h.weight | 1 | layer i |
 | layers.{i}.mlp.dense_4h_to_h.bias | - | layer i |
-| layers.{i}.*layernorm* | - | layer i |
-| final_layernorm.* | - | stage last |
+| layers.{i}.*norm* | - | layer i |
+| final_layernorm.* / final_norm.* | - | stage last |
 | output_layer.weight | 0 | pad_to, stage last |
+| word_embeddings_for_head.weight | 0 | pad_to, stage last (the tied copy on the last stage) |
+
+Megatron Core names take the same rules: linear_qkv as query_key_value, linear_proj as dense,
+linear_fc1 as dense_h_to_4h, linear_fc2 as dense_4h_to_h (``decoder.layers.{i}.`` prefix).
 
 The fused QKV projection: ``qkv_parts=3`` (the default) models the non-interleaved layout
 [Q; K; V] (each h rows, heads in order inside each): TP rank t holds the t-th chunk of Q, of
@@ -43,6 +47,16 @@ from .errors import invalid
 OPTIMIZER_PREFIXES = ("optimizer.exp_avg.", "optimizer.exp_avg_sq.")
 
 _LAYER = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(.+)$")
+
+# The rest of a layer's parameter name, in Megatron's legacy names and in Megatron Core's.
+_COLUMN_QKV = {"self_attention.query_key_value.weight", "self_attention.query_key_value.bias",
+               "self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias"}
+_COLUMN_MLP = {"mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias", "mlp.linear_fc1.weight", "mlp.linear_fc1.bias"}
+_ROW = {"self_attention.dense.weight", "mlp.dense_4h_to_h.weight", "self_attention.linear_proj.weight",
+        "mlp.linear_fc2.weight"}
+# Row-parallel biases are added after the all-reduce; norms (any name with "norm") are whole.
+_REPLICATED = {"self_attention.dense.bias", "mlp.dense_4h_to_h.bias", "self_attention.linear_proj.bias",
+               "mlp.linear_fc2.bias"}
 
 
 def _dtype_name(dt: Any) -> str:
@@ -87,23 +101,23 @@ def _rule(name: str, pad_to: int, qkv_parts: Optional[int], mlp_parts: Optional[
     m = _LAYER.match(name)
     if m:
         i, rest = int(m.group(1)), m.group(2)
-        if rest in ("self_attention.query_key_value.weight", "self_attention.query_key_value.bias"):
+        if rest in _COLUMN_QKV:
             spec = split(0, qkv_parts)
-        elif rest == "self_attention.dense.weight" or rest == "mlp.dense_4h_to_h.weight":
+        elif rest in _ROW:
             spec = split(1)
-        elif rest in ("self_attention.dense.bias", "mlp.dense_4h_to_h.bias") or "layernorm" in rest:
-            spec = {}
-        elif rest in ("mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias"):
+        elif rest in _COLUMN_MLP:
             spec = split(0, mlp_parts)
+        elif rest in _REPLICATED or "norm" in rest:
+            spec = {}
         else:
             return None
         spec["layer"] = i
         return spec
-    if name.endswith("embedding.word_embeddings.weight"):
-        return {"tp_dim": 0, "pad_to": pad_to, "stage": "first"}
+    if name.endswith("embedding.word_embeddings.weight") or name.endswith("word_embeddings_for_head.weight"):
+        return {"tp_dim": 0, "pad_to": pad_to, "stage": "last" if "for_head" in name else "first"}
     if name.endswith("embedding.position_embeddings.weight"):
         return {"stage": "first"}
-    if re.search(r"(^|\.)final_layernorm\.[^.]+$", name):
+    if re.search(r"(^|\.)final_(layer)?norm\.[^.]+$", name):
         return {"stage": "last"}
     if name.endswith("output_layer.weight"):
         return {"tp_dim": 0, "pad_to": pad_to, "stage": "last"}

@@ -1,0 +1,124 @@
+"""`/usr/bin/python3 -m ptcfs COMMAND`: the commands that need Python (torch).
+
+    import-megatron CKPT --job J [--step S]   read a Megatron-LM checkpoint and import it
+    import-megatron CKPT --out DIR            write ptc.json + rank files only (for `ptcfs import`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from typing import List, Optional, Tuple
+
+from .errors import Error, invalid
+
+
+def _parallelism(text: str) -> Tuple[int, int, int]:
+    m = re.fullmatch(r"tp=(\d+),pp=(\d+)(?:,dp=(\d+))?", text.replace(" ", ""))
+    if not m or min(int(g) for g in m.groups() if g is not None) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not tp=T,pp=P[,dp=D] with positive numbers")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python3 -m ptcfs", description="ptcfs commands that need Python and torch.")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    m = sub.add_parser(
+        "import-megatron", help="import a Megatron-LM checkpoint (iter_N/mp_rank_*/model_optim_rng.pt)",
+        description="Reads every rank file of a Megatron-LM checkpoint (without running code from it), "
+                    "maps local names and layer numbers to global ones, and imports the step into the "
+                    "daemon (or, with --out, writes the checkpoint folder `ptcfs import` reads).")
+    m.add_argument("checkpoint", help="the save directory (with latest_checkpointed_iteration.txt) or an iter_* folder")
+    m.add_argument("--iteration", type=int, help="which iter_* folder (default: the tracker file's)")
+    m.add_argument("--job", help="job to import into")
+    m.add_argument("--step", help="step name (default: the iteration)")
+    m.add_argument("--out", help="write ptc.json and rank files here instead of importing")
+    m.add_argument("--to", type=_parallelism, help="layout to import as (tp=T,pp=P[,dp=D]); default: the checkpoint's")
+    m.add_argument("--vocab-size", type=int, help="true vocabulary size: drops Megatron's padding rows "
+                                                  "(default: keep them)")
+    m.add_argument("--model-only", action="store_true", help="leave optimizer state out")
+    m.add_argument("--daemon", help="daemon address HOST:PORT (default $PTCFS_DAEMON, then 127.0.0.1:7070)")
+    m.add_argument("--secret-file", help="cluster secret (default $PTCFS_SECRET_FILE)")
+    m.add_argument("--work-dir", help="where the rank files are staged before the daemon imports them "
+                                      "(default: $TMPDIR); removed afterwards")
+    m.add_argument("--json", action="store_true", help="print the result as JSON")
+    return ap
+
+
+def _say(quiet: bool):
+    return (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+
+def import_megatron(a: argparse.Namespace) -> dict:
+    from . import megatron_ckpt
+    from .control import Client, format_parallelism
+    if (a.out is None) == (a.job is None):
+        raise invalid("give either --job (import into the daemon) or --out (write a checkpoint folder)")
+    if a.vocab_size is not None and a.vocab_size < 1:
+        raise invalid(f"--vocab-size {a.vocab_size} must be positive")
+    say = _say(a.json)
+    ck = megatron_ckpt.read(a.checkpoint, a.iteration, a.vocab_size, a.model_only, progress=say)
+    result = {"checkpoint": ck.path, "iteration": ck.iteration,
+              "source": {"tp": ck.tp, "pp": ck.pp, "virtual_stages": ck.vp},
+              "tensors": len(ck.tensors), "bytes": int(sum(t.nbytes for t in ck.tensors.values())),
+              "optimizer": ck.optimizer, "not_imported": ck.not_imported}
+    if a.out is not None:
+        ptc = megatron_ckpt.write_checkpoint(ck, a.out, a.to, progress=say)
+        result.update(out=os.path.abspath(a.out), parallelism=ptc["parallelism"])
+        return result
+    step = a.step if a.step is not None else (str(ck.iteration) if ck.iteration is not None else None)
+    if step is None:
+        raise invalid(f"{ck.path} is a release checkpoint: give --step")
+    with Client(a.daemon, a.secret_file, timeout=None) as client:  # connect before the long part
+        stage = tempfile.mkdtemp(prefix="ptcfs-megatron-", dir=a.work_dir)
+        try:
+            # Rank files in the checkpoint's own layout, or straight in --to's (one pass, no repartition).
+            ptc = megatron_ckpt.write_checkpoint(ck, stage, a.to, progress=say)
+            ck.tensors.clear()
+            say(f"importing {a.job}/{step}")
+            result["import"] = client.import_dir(stage, a.job, step)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    result.update(job=a.job, step=step, parallelism=ptc["parallelism"])
+    return result
+
+
+def _print(result: dict) -> None:
+    par = result["parallelism"]
+    where = result.get("out") or f"{result['job']}/{result['step']}"
+    print(f"imported {result['checkpoint']} (tp={result['source']['tp']},pp={result['source']['pp']}"
+          f"{', ' + str(result['source']['virtual_stages']) + ' virtual stages' if result['source']['virtual_stages'] > 1 else ''})"
+          f" as {where}: tp={par['tp']},pp={par['pp']},dp={par['dp']}, {result['tensors']} tensors, "
+          f"{result['bytes']} bytes{', with optimizer state' if result['optimizer'] else ''}")
+    if result["not_imported"]:
+        print(f"not imported: {', '.join(result['not_imported'])}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = _parser()
+    a = ap.parse_args(argv)
+    if a.command is None:
+        ap.print_help(sys.stderr)
+        return 2
+    try:
+        result = import_megatron(a)
+    except Error as e:
+        print(f"ptcfs: error: {e.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("ptcfs: interrupted; nothing was imported", file=sys.stderr)
+        return 130
+    if a.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
