@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "cli/milp_glpk.h"
+#include "cli/validators.h"
 #include "ptc/allocator.h"
 #include "ptc/makespan.h"
 
@@ -19,7 +20,8 @@ CLI::App* add_allocate_command(CLI::App& app, AllocateArgs& a, Globals& g) {
                   "now, to maximise their total samples/s (throughput), or over time, to finish the whole queue "
                   "first (makespan; each job needs 'samples'); docs/PLANNER.md; needs no daemon");
   cmd->add_option("--jobs", a.jobs_file, "JOBS.json")->required();
-  cmd->add_option("--gpus", a.gpus, "Number of GPUs (N)")->required();
+  cmd->add_option("--gpus", a.gpus, "Number of GPUs (N)")->required()
+      ->check(non_negative());
   cmd->add_option("--policy", a.policy,
                   "throughput: Saxena et al.'s dynamic program; makespan: Saturn's selection, allocation and "
                   "schedule as a MILP (GLPK)")

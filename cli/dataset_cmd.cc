@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "cli/output.h"
+#include "cli/validators.h"
 
 namespace ptcfs::cli {
 
@@ -19,9 +20,12 @@ void add_dataset_commands(CLI::App& dataset, DatasetArgs& a, Globals& g) {
   a.add->add_option("--job", a.job, "Job name")->required();
   a.add->add_option("--name", a.name, "Dataset name")->required();
   a.add->add_option("--format", a.format, "jsonl or megatron")->required()->check(CLI::IsMember({"jsonl", "megatron"}));
-  a.add->add_option("--seed", a.seed, "Seed of the per-epoch sample order")->required();
-  a.add->add_option("--global-batch", a.global_batch, "Samples per global batch (B)")->required();
-  a.dp_opt = a.add->add_option("--dp", a.dp, "Data-parallel ranks (default: the dp of the job's checkpoint steps)");
+  a.add->add_option("--seed", a.seed, "Seed of the per-epoch sample order")->required()
+      ->check(non_negative());
+  a.add->add_option("--global-batch", a.global_batch, "Samples per global batch (B)")->required()
+      ->check(non_negative());
+  a.dp_opt = a.add->add_option("--dp", a.dp, "Data-parallel ranks (default: the dp of the job's checkpoint steps)")
+      ->check(non_negative());
   a.add->add_flag("--copy", a.copy, "Copy the files into the store instead of reading them where they are");
   a.add->add_option("FILES", a.files,
                     "JSONL files, or Megatron datasets as PREFIX, PREFIX.bin or PREFIX.idx; samples are numbered in "
@@ -34,8 +38,10 @@ void add_dataset_commands(CLI::App& dataset, DatasetArgs& a, Globals& g) {
                   "the whole epoch starts the next one");
   a.progress->add_option("--job", a.job, "Job name")->required();
   a.progress->add_option("--name", a.name, "Dataset name")->required();
-  a.progress->add_option("--consumed", a.consumed, "Samples of the epoch consumed")->required();
-  a.epoch_opt = a.progress->add_option("--epoch", a.epoch, "The epoch (default: the current one); to rewind to a checkpoint");
+  a.progress->add_option("--consumed", a.consumed, "Samples of the epoch consumed")->required()
+      ->check(non_negative());
+  a.epoch_opt = a.progress->add_option("--epoch", a.epoch, "The epoch (default: the current one); to rewind to a checkpoint")
+      ->check(non_negative());
   a.progress->add_flag("--json", g.json, "Print the result as JSON");
 
   a.ls = dataset.add_subcommand("ls", "List datasets and where training is in each");

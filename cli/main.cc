@@ -3,11 +3,13 @@
 // daemon's JSON with --json.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
+#include "cli/validators.h"
 #include "cli/allocate_cmd.h"
 #include "cli/export_cmd.h"
 #include "cli/ptc_cmd.h"
@@ -233,11 +235,45 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
   return 0;
 }
 
+// A usage error as every other error: "ptcfs: error: ...", then where help is; exit 2. A
+// word that is no command is named, with the commands there are.
+int usage_error(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  std::string msg = e.what();
+  const CLI::App* cmd = &app;
+  for (const CLI::App* sub : app.get_subcommands())
+    if (sub->parsed()) cmd = sub;
+  if (cmd == &app) {
+    if (dynamic_cast<const CLI::RequiredError*>(&e) && msg.find("subcommand") != std::string::npos) msg = "no command given";
+    std::vector<std::string> names;
+    std::string list;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      names.push_back(sub->get_name());
+      list += (list.empty() ? "" : ", ") + sub->get_name();
+    }
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--daemon" || a == "--secret-file") {
+        ++i;  // its value
+        continue;
+      }
+      if (a.empty() || a[0] == '-') continue;
+      if (std::find(names.begin(), names.end(), a) == names.end())
+        msg = "unknown command '" + a + "' (commands: " + list + ")";
+      break;
+    }
+    if (msg == "no command given") msg += " (commands: " + list + ")";
+  }
+  fmt::print(stderr, "ptcfs: error: {}\nRun 'ptcfs{}{} --help' for more information.\n", msg,
+             cmd == &app ? "" : " ", cmd == &app ? "" : cmd->get_name());
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ptcfs: manage a ptcfs tensor store through its daemon (ptcfsd)."};
   app.require_subcommand(1);
+  app.fallthrough();  // global options (--daemon, --secret-file) may follow the command too
   Globals g;
   const char* env = std::getenv("PTCFS_DAEMON");
   g.daemon = env && *env ? env : "127.0.0.1:7070";
@@ -278,7 +314,8 @@ int main(int argc, char** argv) {
   rep->add_option("--job", job, "Job name")->required();
   rep->add_option("--step", step, "Step name")->required();
   rep->add_option("--to", target.to, "New configuration, e.g. tp=2,pp=4,dp=1");
-  rep->add_option("--gpus", target.gpus, "Instead of --to: the planner's best configuration for N GPUs (with --model)");
+  rep->add_option("--gpus", target.gpus, "Instead of --to: the planner's best configuration for N GPUs (with --model)")
+      ->check(ptcfs::cli::non_negative());
   rep->add_option("--model", target.model, "MODEL.json for --gpus (docs/PLANNER.md)");
   rep->add_flag("--dry-run", dry_run, "Print the plan summary without changing anything");
   rep->add_option("--nodes", nodes,
@@ -314,8 +351,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
+    return usage_error(app, e, argc, argv);
   }
   if (imp->parsed()) return cmd_import(g, dir, job, step, nodes, import_format);
   if (ptc_cmd->parsed()) return ptcfs::cli::run_ptc_command(*ptc_cmd, ptc_args, g);

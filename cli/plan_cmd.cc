@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 
 #include "cli/output.h"
+#include "cli/validators.h"
 #include "ptc/json_util.h"
 #include "ptc/planner.h"
 
@@ -19,15 +20,19 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a, Globals& g) {
       "plan", "Rank every (tp, pp, dp, micro-batch) of a model on N GPUs that fits in memory by predicted step "
               "time (docs/PLANNER.md); needs no daemon unless --from is given");
   plan->add_option("--model", a.model_file, "MODEL.json: the transformer and its GPUs")->required();
-  plan->add_option("--gpus", a.gpus, "Number of GPUs (N)")->required();
-  a.gpus_per_node_opt = plan->add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (default: the model's gpu.per_node)");
-  plan->add_option("--top", a.top, "Show the K best (default: 10 in the table, all with --json; 0: all)");
+  plan->add_option("--gpus", a.gpus, "Number of GPUs (N)")->required()
+      ->check(non_negative());
+  a.gpus_per_node_opt = plan->add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (default: the model's gpu.per_node)")
+      ->check(non_negative());
+  plan->add_option("--top", a.top, "Show the K best (default: 10 in the table, all with --json; 0: all)")
+      ->check(non_negative());
   plan->add_option("--from", a.from,
                    "JOB/STEP: add, per candidate, the bytes a repartition of that step into its tp, pp, dp would "
                    "move between nodes (a dry run on the daemon)");
   plan->add_option("--horizon-steps", a.horizon,
                    "With --from: rank by step time plus the move's time spread over this many steps (the move at "
-                   "one node's inter-node bandwidth: bytes x 8 / (inter_node_gbps x per_node))");
+                   "one node's inter-node bandwidth: bytes x 8 / (inter_node_gbps x per_node))")
+      ->check(non_negative());
   plan->add_flag("--json", g.json, "Print the candidates as a JSON list, best first");
   return plan;
 }

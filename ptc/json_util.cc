@@ -1,5 +1,6 @@
 #include "ptc/json_util.h"
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <set>
@@ -43,10 +44,40 @@ class DuplicateKeyCheck final : public nlohmann::json_sax<nlohmann::json> {
   std::vector<std::set<std::string>> open_;  // keys seen in each enclosing object
 };
 
+// The deepest nesting of arrays and objects, counted outside strings; stops once past `limit`.
+// A linear scan that allocates nothing, so a document of a million '[' costs a pass over its
+// bytes instead of a DOM of a million arrays (gigabytes).
+size_t nesting_depth(std::string_view text, size_t limit) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) break;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 }  // namespace
+
+nlohmann::json parse_json_lenient(std::string_view text) {
+  if (nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth) return nlohmann::json(nlohmann::json::value_t::discarded);
+  return nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+}
 
 Result<nlohmann::json> parse_json(std::string_view text, const std::string& where, Code code) {
   if (text.find('\0') != std::string_view::npos) return Status(code, where + ": not valid JSON (contains a NUL byte)");
+  if (nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
+    return Status(code, where + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   auto j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(code, where + ": not valid JSON");
   DuplicateKeyCheck dup;

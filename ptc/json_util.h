@@ -14,12 +14,21 @@
 
 namespace ptc {
 
+// No JSON ptcfs reads nests deeper than this (a ptc.json has 4 levels); deeper input is
+// refused before a DOM is built.
+inline constexpr size_t kMaxJsonDepth = 64;
+
 // Parses text into JSON without exceptions. Refuses, with `code` and a message naming
-// `where`: bad syntax ("not valid JSON"), a raw NUL byte (nlohmann would stop reading
+// `where`: nesting deeper than kMaxJsonDepth, bad syntax ("not valid JSON"), a raw NUL byte (nlohmann would stop reading
 // there, letting what follows pass unread), and a key repeated in one object (nlohmann
 // keeps the last one silently; other readers may keep the first).
 Result<nlohmann::json> parse_json(std::string_view text, const std::string& where,
                                   Code code = Code::kInvalidArgument);
+
+// nlohmann's parse(text, nullptr, false) with the depth bound: a discarded value when the
+// text is not JSON or nests deeper than kMaxJsonDepth. For replies of peers and etcd, whose
+// callers only ask "is it an object with these members".
+nlohmann::json parse_json_lenient(std::string_view text);
 
 // kInvalidArgument when `obj` is not an object or holds a member not in `allowed`.
 Status check_members(const nlohmann::json& obj, std::initializer_list<std::string_view> allowed,

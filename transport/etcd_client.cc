@@ -6,6 +6,8 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "ptc/json_util.h"
+
 namespace ptcfs::transport {
 
 namespace asio = boost::asio;
@@ -90,7 +92,7 @@ ptc::Result<EtcdKv> kv_from(const json& j) {
 
 // etcd's error body ({"error", "code" (a gRPC code), "message"}) as a Status.
 ptc::Status etcd_error(const std::string& body, unsigned http_status) {
-  json j = json::parse(body, nullptr, false);
+  json j = ptc::parse_json_lenient(body);
   const std::string msg = j.is_object() ? j.value("message", body) : body;
   const int code = j.is_object() ? j.value("code", 0) : 0;
   const std::string text = "etcd: " + msg;
@@ -182,7 +184,7 @@ struct EtcdClient::Impl {
       return ptc::unavailable("etcd at " + ep.text + " failed during " + path + ": " + failed.message());
     }
     if (res.result() != http::status::ok) return etcd_error(res.body(), res.result_int());
-    json j = json::parse(res.body(), nullptr, false);
+    json j = ptc::parse_json_lenient(res.body());
     if (!j.is_object()) return ptc::corrupt("etcd at " + ep.text + " answered " + path + " with no JSON object");
     if (j.contains("error")) return etcd_error(res.body(), res.result_int());
     return j;
@@ -332,7 +334,7 @@ ptc::Status EtcdClient::watch_prefix(const std::string& prefix, int64_t start_re
   ptc::Status failed;
   std::string pending;
   auto on_line = [&](const std::string& line) {
-    json j = json::parse(line, nullptr, false);
+    json j = ptc::parse_json_lenient(line);
     if (!j.is_object()) return;
     if (j.contains("error")) {
       failed = etcd_error(line, 200);

@@ -135,6 +135,7 @@ class SyncClient final : public RpcClient {
   // The server speaks first (transport/auth.h).
   ptc::Status handshake(Clock::time_point until) {
     PTC_ASSIGN_OR_RETURN(auto hello, read_frame(until));
+    if (hello.type == FrameType::kResponse) return error_of(hello.body);  // refused (e.g. busy)
     if (hello.type != FrameType::kHello) return bad("did not say hello");
     const std::string auth = ptc::member_string_or(hello.body, "auth", "", "hello").value_or("");
     if (auth == "none") return ptc::Status::ok();
@@ -187,7 +188,7 @@ class SyncClient final : public RpcClient {
       if (!data->empty()) PTC_RETURN_IF_ERROR(read_exact(data->data(), data->size(), until));
       h->type = FrameType::kResponse;
     }
-    auto j = json::parse(body, nullptr, false);
+    auto j = ptc::parse_json_lenient(body);
     if (j.is_discarded() || !j.is_object()) return bad("sent malformed JSON");
     return Frame{h->type, h->request_id, std::move(j)};
   }
@@ -210,6 +211,10 @@ class SyncClient final : public RpcClient {
       if (f.type == FrameType::kProgress) {
         if (progress) progress(f.body);
         continue;
+      }
+      if (f.type == FrameType::kResponse && f.id == 0) {  // the daemon closes this connection, saying why
+        broken_ = true;
+        return error_of(f.body);
       }
       if (f.type != FrameType::kResponse || f.id != id) return bad("sent an unexpected frame");
       if (ptc::member_bool_or(f.body, "ok", false).value_or(false))

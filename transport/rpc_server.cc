@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "ptc/json_util.h"
 #include "ptc/log.h"
 #include "transport/auth.h"
 #include "transport/frame.h"
@@ -70,6 +71,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void send(Outgoing frame);
   // Queues a handshake frame (no request behind it).
   void send_control(std::string frame);
+  // Sends `why` as an error response with request id 0 in place of anything else and closes
+  // once it is out: for a connection the server drops (evicted idle, or refused at the limit).
+  void dismiss(const ptc::Status& why, bool started);
+  // No request running or reply queued: nothing is lost by closing it.
+  bool idle() const { return inflight_ <= 0 && out_.empty(); }
+  Clock::time_point last_active() const { return last_active_; }
 
  private:
   // Runs the server's side of transport/auth.h; false when the peer failed it.
@@ -86,6 +93,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer idle_;
   asio::steady_timer slot_;   // cancelled when a request finishes (the reader may go on)
   Clock::time_point deadline_;
+  Clock::time_point last_active_ = Clock::now();  // the last request or reply
   std::deque<Outgoing> out_;
   size_t queued_progress_ = 0;
   int inflight_ = 0;           // requests whose response is not queued yet
@@ -157,15 +165,36 @@ class Server final : public RpcServer {
         continue;
       }
       forget(nullptr);
-      if (conns_.size() >= limits_.max_connections) {
-        ptc::log::warn("refusing a control connection: {} connections already open", conns_.size());
-        s.close(ec);
+      auto c = std::make_shared<Connection>(std::move(s), *this);
+      if (conns_.size() >= limits_.max_connections && !evict_idle()) {
+        // Every connection runs a request: tell this client so, rather than letting it hang.
+        ptc::log::warn("refusing a control connection: all {} connections run requests", conns_.size());
+        c->dismiss(ptc::error(ptc::Code::kUnavailable,
+                              "the daemon is busy: all " + std::to_string(conns_.size()) +
+                                  " control connections (its limit) run requests; try again"),
+                   false);
         continue;
       }
-      auto c = std::make_shared<Connection>(std::move(s), *this);
       conns_.push_back(c);
       c->start();
     }
+  }
+
+  // At the connection limit, closes the connection idle longest (no request running: a client
+  // holding an unused connection, or one that sent half a frame and stopped), so idle
+  // connections never lock clients out. False when every connection is busy.
+  bool evict_idle() {
+    std::shared_ptr<Connection> victim;
+    for (auto& w : conns_)
+      if (auto c = w.lock(); c && c->idle() && (!victim || c->last_active() < victim->last_active())) victim = c;
+    if (!victim) return false;
+    ptc::log::info("control connections at the limit ({}): closing the one idle longest", conns_.size());
+    forget(victim.get());
+    victim->dismiss(ptc::error(ptc::Code::kUnavailable,
+                               "the daemon closed this idle connection: it was at its limit of " +
+                                   std::to_string(limits_.max_connections) + " control connections"),
+                    true);
+    return true;
   }
 
   Handler handler_;
@@ -221,11 +250,25 @@ void Connection::send(Outgoing frame) {
     ++queued_progress_;
   } else {
     --inflight_;
+    last_active_ = Clock::now();
     deadline_ = Clock::now() + std::chrono::seconds(server_.limits().idle_timeout_s);
     slot_.cancel_one();
   }
   out_.push_back(std::move(frame));
   signal_.cancel_one();
+}
+
+void Connection::dismiss(const ptc::Status& why, bool started) {
+  out_.clear();
+  queued_progress_ = 0;
+  out_.push_back(Outgoing{response_frame(0, why), {}});
+  reader_done_ = true;
+  if (started) {
+    signal_.cancel_one();
+    return;
+  }
+  auto self = shared_from_this();
+  asio::co_spawn(socket_.get_executor(), [self] { return self->writer(); }, asio::detached);
 }
 
 void Connection::send_control(std::string frame) {
@@ -249,7 +292,7 @@ awaitable<bool> Connection::authenticate() {
   std::string body(h->length, '\0');
   co_await asio::async_read(socket_, asio::buffer(body), use_awaitable);
   if (h->type != FrameType::kAuth) co_return refuse("the client did not authenticate");
-  auto j = json::parse(body, nullptr, false);
+  auto j = ptc::parse_json_lenient(body);
   if (j.is_discarded() || !j.is_object() || !j.value("nonce", json()).is_string() ||
       !j.value("proof", json()).is_string())
     co_return refuse("malformed authentication frame");
@@ -294,6 +337,7 @@ class Keepalive : public std::enable_shared_from_this<Keepalive> {
 
 void Connection::dispatch(uint32_t id, json request) {
   ++inflight_;
+  last_active_ = Clock::now();
   auto self = shared_from_this();
   auto ex = socket_.get_executor();
   auto alive = std::make_shared<Keepalive>(self, ex, id, std::chrono::milliseconds(server_.limits().keepalive_ms));
@@ -320,7 +364,7 @@ void Connection::dispatch(uint32_t id, json request) {
 awaitable<void> Connection::reader() {
   try {
     const bool authed = server_.secret().empty() || co_await authenticate();
-    while (authed && socket_.is_open()) {
+    while (authed && socket_.is_open() && !reader_done_) {
       // At most max_inflight requests of this connection run at once.
       while (inflight_ >= server_.limits().max_inflight && socket_.is_open()) {
         slot_.expires_at(Clock::time_point::max());
@@ -338,17 +382,21 @@ awaitable<void> Connection::reader() {
       }
       std::string body(h->length, '\0');
       co_await asio::async_read(socket_, asio::buffer(body), use_awaitable);
+      if (reader_done_) break;  // dismissed meanwhile
       if (h->type != FrameType::kRequest) {
         ptc::log::warn("control connection {}: unexpected frame type; closing it", peer_);
         break;
       }
-      auto j = json::parse(body, nullptr, false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("op") || !j["op"].is_string()) {
+      auto j = ptc::parse_json(body, "request");
+      if (!j || !j->is_object() || !j->contains("op") || !(*j)["op"].is_string()) {
         ++inflight_;
-        send(response_frame(h->request_id, ptc::invalid("request is not a JSON object with a string 'op'")), false);
+        const bool deep = !j && j.status().message().find("nested deeper") != std::string::npos;
+        send(response_frame(h->request_id,
+                            deep ? j.status() : ptc::invalid("request is not a JSON object with a string 'op'")),
+             false);
         continue;
       }
-      dispatch(h->request_id, std::move(j));
+      dispatch(h->request_id, std::move(*j));
     }
   } catch (const boost::system::system_error&) {
     // The peer went away; nothing to report.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ptc/json_util.h"
 #include "ptc/log.h"
 
 namespace ptcfs {
@@ -31,7 +32,7 @@ ptc::Result<std::unique_ptr<EtcdMembership>> EtcdMembership::join(const EtcdOpti
   std::unique_ptr<EtcdMembership> m(new EtcdMembership(options, std::move(client), peers));
   PTC_ASSIGN_OR_RETURN(auto existing, m->etcd_->get(node_key(options.id)), "reading node " + options.id + " from etcd");
   if (existing) {
-    const json v = json::parse(existing->value, nullptr, false);
+    const json v = ptc::parse_json_lenient(existing->value);
     const std::string addr = v.is_object() ? v.value("addr", std::string()) : std::string();
     if (addr != options.addr)
       return ptc::error(ptc::Code::kAlreadyExists,
@@ -112,7 +113,7 @@ void EtcdMembership::apply(const std::string& key, const std::string& value, boo
       if (live_.erase(id) && id != options_.id) ptc::log::info("node {} left the cluster (its lease ended)", id);
       return;
     }
-    const json v = json::parse(value, nullptr, false);
+    const json v = ptc::parse_json_lenient(value);
     if (!v.is_object() || !v.contains("addr") || !v["addr"].is_string() ||
         (v.contains("gpus") && !v["gpus"].is_number_integer())) {
       ptc::log::warn("etcd key {} is not a node record; ignored", key);
@@ -126,7 +127,7 @@ void EtcdMembership::apply(const std::string& key, const std::string& value, boo
     return;
   }
   if (deleted || !on_record_ || key.rfind(kLocks, 0) == 0) return;
-  const json v = json::parse(value, nullptr, false);
+  const json v = ptc::parse_json_lenient(value);
   if (!v.is_object()) {
     ptc::log::warn("etcd key {} holds no JSON object; ignored", key);
     return;
@@ -198,7 +199,7 @@ ptc::Result<Record> EtcdMembership::read(const std::string& key) {
   Record r;
   if (!kv) return r;
   r.revision = kv->mod_revision;
-  r.value = json::parse(kv->value, nullptr, false);
+  r.value = ptc::parse_json_lenient(kv->value);
   if (r.value.is_discarded()) return ptc::corrupt("etcd key " + key + " holds no JSON");
   return r;
 }

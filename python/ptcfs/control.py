@@ -144,6 +144,8 @@ class Client:
 
     def _handshake(self) -> None:
         ftype, _, hello, _ = self._read_frame()
+        if ftype == RESPONSE:  # refused, saying why (e.g. every connection busy)
+            raise self._error_of(hello)
         if ftype != HELLO:
             raise Error("corrupt", f"the daemon at {self.addr} did not say hello")
         auth = hello.get("auth")
@@ -182,6 +184,8 @@ class Client:
                 if progress:
                     progress(body)
                 continue
+            if ftype == RESPONSE and got == 0:  # the daemon closes this connection, saying why
+                raise self._error_of(body)
             if ftype != RESPONSE or got != rid:
                 raise Error("corrupt", f"the daemon at {self.addr} sent an unexpected frame (type {ftype})")
             if body.get("ok") is True:

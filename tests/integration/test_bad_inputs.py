@@ -119,6 +119,18 @@ def m_header_not_json(ck, path):
     return ("tp1-pp0.safetensors",), ()
 
 
+def _nested_header(f, depth):
+    """Replaces the rank file's header with `depth` nested '[' (no DOM may be built of it)."""
+    data, n, _ = _header(f)
+    with open(f, "wb") as fh:
+        fh.write(depth.to_bytes(8, "little") + b"[" * depth + data[8 + n:])
+
+
+def m_header_nested_arrays(ck, path):
+    _nested_header(os.path.join(path, "tp1-pp0.safetensors"), 100_000)
+    return ("tp1-pp0.safetensors", "nested deeper than 64"), ()
+
+
 def m_offsets_past_eof(ck, path):
     f = os.path.join(path, "tp1-pp1.safetensors")
     _, _, entries = _header(f)
@@ -262,6 +274,7 @@ CASES = {
     "truncated-length-prefix": m_truncated_length_prefix,
     "empty-rank-file": m_empty_rank_file,
     "header-not-json": m_header_not_json,
+    "header-nested-arrays": m_header_nested_arrays,
     "offsets-past-eof": m_offsets_past_eof,
     "offsets-overlap": m_offsets_overlap,
     "missing-rank-file": m_missing_rank_file,
@@ -344,3 +357,17 @@ def test_good_import_intact_after_all(good):
     verify_step(d, "gpt", "100", ck)
     check_ls_step(d, "gpt", "100", ck)
     assert d.cli_json("status", "--json")["bytes_stored"] == state["status"]["bytes_stored"]
+
+
+def test_a_header_of_90mb_nested_arrays_costs_no_memory(daemon, tmp_path):
+    """Found by probing: ~100 MB of '[' under the header limit took 20 s and 7 GB of memory to
+    refuse. The depth is bounded before a DOM is built: refused, and the daemon's peak memory
+    stays near the header's own size."""
+    ck = Checkpoint(str(tmp_path / "ckpt"), **GOOD)
+    _nested_header(ck.shard_path(0, 0), 90_000_000)
+    r = daemon.cli("import", ck.path, "--job", "gpt", "--step", "1", check=False)
+    assert_error(r, "tp0-pp0.safetensors", "nested deeper than 64")
+    with open(f"/proc/{daemon.proc.pid}/status") as f:
+        peak_kb = int(next(line for line in f if line.startswith("VmHWM:")).split()[1])
+    assert peak_kb < 1 << 20, f"daemon peak memory {peak_kb} kB"
+    assert ls_jobs(daemon) == {}

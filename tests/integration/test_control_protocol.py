@@ -86,3 +86,46 @@ def test_bad_requests_get_an_error_and_the_connection_stays_usable(daemon, body,
         s.sendall(frame(json.dumps({"op": "ls"}).encode(), rid=2))
         _, _, _, rid, resp = read_frame(s)
         assert rid == 2 and resp == {"ok": True, "result": {"jobs": []}}
+
+
+def test_a_request_nested_too_deep_is_refused(daemon):
+    with connect(daemon) as s:
+        s.sendall(frame(b'{"op": "ls", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", rid=3))
+        _, _, ftype, rid, resp = read_frame(s)
+        assert (ftype, rid) == (2, 3) and resp["ok"] is False
+        assert "nested deeper than 64" in resp["error"]["message"], resp
+        s.sendall(frame(json.dumps({"op": "ls", "path": 5}).encode(), rid=4))  # found by probing
+        _, _, _, rid, resp = read_frame(s)
+        assert rid == 4 and resp["ok"] is False and resp["error"]["code"] == "invalid_argument"
+        assert "'path' must be a string" in resp["error"]["message"], resp
+
+
+@pytest.mark.parametrize("half_sent", [False, True])
+def test_idle_connections_do_not_lock_clients_out(daemon, half_sent):
+    """Found by probing: 64 idle connections (the limit) locked every client out for 600 s.
+    At the limit, a new connection closes the one idle longest, which is told why."""
+    idle = [connect(daemon) for _ in range(64)]
+    try:
+        if half_sent:  # each stops inside a request frame
+            for s in idle:
+                s.sendall(frame(json.dumps({"op": "ls"}).encode(), rid=9)[:7])
+        for _ in range(3):
+            assert daemon.cli_json("status", "--json")["listen"] == daemon.addr
+        # The first CLI call took the place of the connection idle longest (the next ones found
+        # the place the first left).
+        _, _, ftype, rid, body = read_frame(idle[0])
+        assert (ftype, rid, body["ok"]) == (2, 0, False)
+        assert body["error"]["code"] == "unavailable" and "idle connection" in body["error"]["message"], body
+        assert closed_by_daemon(idle[0])
+        assert daemon.log_tail().count("closing the one idle longest") == 1
+        # The others were left alone and still serve (those with a half frame finish it).
+        s = idle[-1]
+        if half_sent:
+            s.sendall(frame(json.dumps({"op": "ls"}).encode(), rid=9)[7:])
+        else:
+            s.sendall(frame(json.dumps({"op": "ls"}).encode(), rid=9))
+        _, _, _, rid, resp = read_frame(s)
+        assert rid == 9 and resp == {"ok": True, "result": {"jobs": []}}
+    finally:
+        for s in idle:
+            s.close()
