@@ -17,6 +17,8 @@
 #include "daemon/control/control.h"
 #include "daemon/save/save_service.h"
 #include "daemon/daemon_config.h"
+#include "daemon/metrics_exporter.h"
+#include "daemon/node_gauges.h"
 #include "daemon/store/store.h"
 #include "fs/filesystem.h"
 #include "ptc/log.h"
@@ -26,6 +28,7 @@ namespace {
 
 struct Options {
   std::string data, mount, listen = "127.0.0.1:7070", cluster, node, secret_file, etcd, log_level = "info";
+  std::string metrics, log_format = "text";
   int gpus = 1;
   int64_t lease_ttl_s = 10;
   int64_t prepare_expiry_s = 600;
@@ -167,6 +170,17 @@ int run(const Options& o, bool listen_given) {
     return 1;
   }
   control.set_listen((*server)->address());
+  std::unique_ptr<MetricsExporter> metrics;
+  if (!o.metrics.empty()) {
+    NodeGaugeSources sources{&st, saves.get(), peer_service.get(), membership.get(), info.node};
+    auto m = MetricsExporter::start(o.metrics, [sources] { return node_gauges(sources); });
+    if (!m) {
+      ptc::log::error("{}", m.status().to_string());
+      return 1;
+    }
+    metrics = std::move(m).value();
+    ptc::log::info("metrics at http://{}/metrics", metrics->address());
+  }
   ptc::log::info("ptcfsd {} serving {} at {}, control on {}{}", PTCFS_VERSION, o.data, o.mount, (*server)->address(),
                  secret.empty() ? "" : " (clients must prove the cluster secret)");
   if (etcd) {
@@ -222,6 +236,7 @@ int run(const Options& o, bool listen_given) {
   ptc::log::info("received signal {}; stopping", sig);
   if (catch_up.joinable()) catch_up.join();
   (*server)->stop();
+  metrics.reset();
   if (etcd) etcd->stop();  // leaves the cluster at once; its watch calls the coordinator no more
   filesystem.stop();
   fuse_thread.join();
@@ -272,6 +287,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   app.add_option("--log-level", o.log_level, "debug, info, warn or error")->capture_default_str();
+  app.add_option("--log-format", o.log_format,
+                 "text (for people), logfmt (ts= level= msg= on one line) or json (one object per line), to stderr")
+      ->check(CLI::IsMember({"text", "logfmt", "json"}))
+      ->capture_default_str();
+  app.add_option("--metrics", o.metrics,
+                 "Serve Prometheus metrics at http://HOST:PORT/metrics (docs/OPERATIONS.md); off by default");
   app.add_flag("--fuse-debug", o.fuse_debug, "Log every FUSE request (libfuse's -d)");
   app.add_flag("--no-allow-other{false}", o.allow_other, "Only the mounting user may read the mount");
   app.set_version_flag("--version", PTCFS_VERSION);
@@ -282,5 +303,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   ptc::log::set_level(level);
+  ptc::log::Format format = ptc::log::Format::kText;
+  ptc::log::parse_format(o.log_format, format);
+  ptc::log::set_format(format);
   return run(o, listen->count() > 0);
 }

@@ -18,6 +18,7 @@ PACKAGES=(
   python3-numpy python3-pytest python3-torch
   etcd-server etcd-client
   libglpk-dev
+  prometheus-cpp-dev prometheus
 )
 if [ "${1:-}" = "bench" ]; then
   PACKAGES+=(gnuplot-nox)

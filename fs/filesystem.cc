@@ -21,6 +21,7 @@
 #include "fs/mountpoint.h"
 #include "fs/tree.h"
 #include "ptc/log.h"
+#include "ptc/metrics.h"
 
 namespace ptcfs::fs {
 
@@ -87,6 +88,7 @@ int do_read(uint64_t off, size_t size, fuse_file_info* fi, ReadBuffer& out) {
     ptc::log::error("read of inode {} at {}+{} failed: {}", of->ino, off, len, s.to_string());
     return to_errno(s);
   }
+  ptc::metrics::view_read(of->view->kind(), len);
   return 0;
 }
 
@@ -124,6 +126,7 @@ void op_init(void* userdata, fuse_conn_info* conn) {
 }
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kLookup);
   fuse_entry_param e;
   const int err = do_lookup(impl_of(req), parent, name, e);
   if (err) fuse_reply_err(req, err);
@@ -131,6 +134,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kGetattr);
   struct stat st;
   const int err = do_getattr(impl_of(req), ino, fi, st);
   if (err) fuse_reply_err(req, err);
@@ -138,6 +142,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOpen);
   const int err = do_open(impl_of(req), ino, fi);
   if (err) {
     fuse_reply_err(req, err);
@@ -147,6 +152,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kRead);
   ReadBuffer rb;
   const int err = do_read(static_cast<uint64_t>(off), size, fi, rb);
   if (err) {
@@ -200,6 +206,7 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kRelease);
   auto* of = reinterpret_cast<OpenFile*>(fi->fh);
   if (of->writer) of->writer->release();
   delete of;
@@ -207,6 +214,7 @@ void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 }
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kReaddir);
   const int err = do_opendir(impl_of(req), ino, fi);
   if (err) {
     fuse_reply_err(req, err);
@@ -245,19 +253,23 @@ void reply_dir(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool 
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kReaddir);
   reply_dir(req, size, off, fi, false);
 }
 
 void op_readdirplus(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kReaddir);
   reply_dir(req, size, off, fi, true);
 }
 
 void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
   delete reinterpret_cast<OpenDir*>(fi->fh);
   fuse_reply_err(req, 0);
 }
 
 void op_statfs(fuse_req_t req, fuse_ino_t) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
   struct statvfs sv {};
   sv.f_bsize = 1 << 20;
   sv.f_frsize = 4096;

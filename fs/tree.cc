@@ -89,6 +89,7 @@ class Builder {
 // A pending file: its live size; it is written, not read, until its step commits.
 class PendingView final : public View {
  public:
+  ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kPending; }
   explicit PendingView(std::shared_ptr<const WriteFile> f) : f_(std::move(f)) {}
   uint64_t size() const override { return f_->size(); }
   ptc::Status read(uint64_t, uint64_t, ReadBuffer&) const override {

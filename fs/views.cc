@@ -26,6 +26,7 @@ ptc::Status read_header_then(const std::string& header, uint64_t off, uint64_t l
 
 class BytesView final : public View {
  public:
+  ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kMetadata; }
   explicit BytesView(std::string b) : b_(std::move(b)) {}
   uint64_t size() const override { return b_.size(); }
   ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
@@ -39,6 +40,7 @@ class BytesView final : public View {
 
 class SafetensorsView final : public View {
  public:
+  ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kRankFile; }
   SafetensorsView(std::shared_ptr<const StepContent> c, ptc::ShardId shard, ptc::SafetensorsLayout l)
       : c_(std::move(c)), shard_(shard), l_(std::move(l)) {}
   uint64_t size() const override { return l_.file_size(); }
@@ -66,6 +68,7 @@ class SafetensorsView final : public View {
 
 class SliceNpyView final : public View {
  public:
+  ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kSliceNpy; }
   SliceNpyView(std::shared_ptr<const StepContent> c, ptc::ShardId shard, size_t slice)
       : c_(std::move(c)), shard_(shard), slice_(slice) {
     const auto& layout = c_->layout();
@@ -89,6 +92,7 @@ class SliceNpyView final : public View {
 
 class FullNpyView final : public View {
  public:
+  ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kFullNpy; }
   FullNpyView(std::shared_ptr<const StepContent> c, size_t tensor) : c_(std::move(c)), tensor_(tensor) {
     const auto& spec = c_->layout().ptc().tensors[tensor];
     elem_ = ptc::dtype_size(spec.dtype);

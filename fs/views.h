@@ -15,6 +15,7 @@
 #include <string>
 
 #include "fs/content.h"
+#include "ptc/metrics.h"
 
 namespace ptcfs::fs {
 
@@ -24,6 +25,8 @@ class View {
   virtual uint64_t size() const = 0;
   // Appends bytes [off, off + len) to out; the range lies inside [0, size()).
   virtual ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const = 0;
+  // What the file is (label of the read metrics).
+  virtual ptc::metrics::ViewKind kind() const = 0;
 };
 
 std::shared_ptr<const View> bytes_view(std::string bytes);

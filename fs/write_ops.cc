@@ -12,6 +12,7 @@
 #include "fs/errno_map.h"
 #include "fs/fs_impl.h"
 #include "ptc/log.h"
+#include "ptc/metrics.h"
 
 namespace ptcfs::fs {
 namespace {
@@ -168,6 +169,7 @@ int do_open_for_write(const Node& n, fuse_file_info* fi) {
 }
 
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kCreate);
   fuse_entry_param e;
   const int err = do_mkdir(impl_of(req), parent, name, e);
   if (err) fuse_reply_err(req, err);
@@ -175,6 +177,7 @@ void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t) {
 }
 
 void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t, fuse_file_info* fi) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kCreate);
   fuse_entry_param e;
   const int err = do_create(impl_of(req), parent, name, fi, e);
   if (err) {
@@ -187,12 +190,14 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t, fuse
 }
 
 void op_write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kWrite);
   const int err = do_write(fi, buf, size, off);
   if (err) fuse_reply_err(req, err);
   else fuse_reply_write(req, size);
 }
 
 void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kWrite);
   const auto* of = reinterpret_cast<const OpenFile*>(fi->fh);
   int err = 0;
   if (of->writer) {
@@ -208,6 +213,7 @@ void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 void op_fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(req, 0); }
 
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
   Impl& fs = impl_of(req);
   auto tree = fs.current();
   const Node* n = tree->find(ino);
@@ -234,11 +240,13 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
 }
 
 void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
   fuse_reply_err(req, do_unlink(impl_of(req), parent, name));
 }
 
 // Folders of a pending step go with the step (`ptcfs rm JOB/STEP`); committed ones are read-only.
 void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char*) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
   Impl& fs = impl_of(req);
   auto tree = fs.current();
   const Node* dir = tree->find(parent);
@@ -247,6 +255,7 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char*) {
 
 // Files are written in place (no temporary file and rename).
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char*, fuse_ino_t, const char*, unsigned int) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
   Impl& fs = impl_of(req);
   auto tree = fs.current();
   const Node* dir = tree->find(parent);

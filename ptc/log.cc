@@ -5,13 +5,52 @@
 #include <cstdio>
 #include <ctime>
 #include <mutex>
+#include <string>
 
 namespace ptc::log {
 namespace {
 std::atomic<int> g_level{static_cast<int>(Level::kInfo)};
+std::atomic<int> g_format{static_cast<int>(Format::kText)};
 std::mutex g_mu;
 const char* kNames[] = {"DEBUG", "INFO", "WARN", "ERROR"};
+const char* kLower[] = {"debug", "info", "warn", "error"};
+
+// msg as a quoted string: JSON's escapes, which logfmt readers accept too.
+std::string quoted(std::string_view msg) {
+  std::string out = "\"";
+  for (const char c : msg) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
 }  // namespace
+
+void set_format(Format f) { g_format.store(static_cast<int>(f)); }
+
+bool parse_format(std::string_view s, Format& out) {
+  const std::pair<std::string_view, Format> names[] = {
+      {"text", Format::kText}, {"logfmt", Format::kLogfmt}, {"json", Format::kJson}};
+  for (auto [n, f] : names)
+    if (s == n) {
+      out = f;
+      return true;
+    }
+  return false;
+}
 
 void set_level(Level l) { g_level.store(static_cast<int>(l)); }
 bool enabled(Level l) { return static_cast<int>(l) >= g_level.load(std::memory_order_relaxed); }
@@ -36,9 +75,17 @@ void write(Level l, std::string_view msg) {
   gmtime_r(&secs, &tm);
   char ts[32];
   std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+  const auto format = static_cast<Format>(g_format.load(std::memory_order_relaxed));
+  const int level = static_cast<int>(l);
+  std::string line;
+  if (format == Format::kJson)
+    line = fmt::format("{{\"ts\":\"{}.{:03}Z\",\"level\":\"{}\",\"msg\":{}}}\n", ts, ms, kLower[level], quoted(msg));
+  else if (format == Format::kLogfmt)
+    line = fmt::format("ts={}.{:03}Z level={} msg={}\n", ts, ms, kLower[level], quoted(msg));
+  else
+    line = fmt::format("{}.{:03}Z {:<5} {}\n", ts, ms, kNames[level], msg);
   std::lock_guard lock(g_mu);
-  std::fprintf(stderr, "%s.%03dZ %-5s %.*s\n", ts, static_cast<int>(ms), kNames[static_cast<int>(l)],
-               static_cast<int>(msg.size()), msg.data());
+  std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
 }  // namespace ptc::log

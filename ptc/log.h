@@ -12,7 +12,14 @@ namespace ptc::log {
 
 enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
+// text: "2026-11-24T22:11:49.575Z INFO  message"; logfmt: ts=... level=info msg="message";
+// json: {"ts":"...","level":"info","msg":"message"}. One line per event, to stderr.
+enum class Format { kText, kLogfmt, kJson };
+
 void set_level(Level l);
+void set_format(Format f);
+// Parses "text", "logfmt", "json"; false when unknown.
+bool parse_format(std::string_view s, Format& out);
 bool enabled(Level l);
 // Parses "debug", "info", "warn", "error"; false when unknown.
 bool parse_level(std::string_view s, Level& out);

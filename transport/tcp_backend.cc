@@ -2,6 +2,7 @@
 #include <mutex>
 #include <vector>
 
+#include "ptc/metrics.h"
 #include "transport/backend.h"
 
 namespace ptcfs::transport {
@@ -63,7 +64,10 @@ ptc::Result<json> TcpBackend::with_client(int node, Fn&& fn) {
     const bool reused = client != nullptr;
     if (!client) {
       auto c = RpcClient::connect(spec.addr, secret_, d);
-      if (!c) return c.status().with_context("node " + spec.id);
+      if (!c) {
+        ptc::metrics::peer_error(spec.id);
+        return c.status().with_context("node " + spec.id);
+      }
       client = std::move(c).value();
     }
     ptc::Result<json> r = fn(*client);
@@ -76,7 +80,10 @@ ptc::Result<json> TcpBackend::with_client(int node, Fn&& fn) {
       auto& idle = idle_[static_cast<size_t>(node)];
       if (idle.size() < kMaxIdlePerNode) idle.push_back(std::move(client));
     }
-    if (!r) return r.status().with_context("node " + spec.id);
+    if (!r) {
+      ptc::metrics::peer_error(spec.id);
+      return r.status().with_context("node " + spec.id);
+    }
     return r;
   }
 }
@@ -110,7 +117,12 @@ ptc::Result<json> TcpBackend::call_data(int node, const json& request, std::stri
   return with_client(node, [&](RpcClient& c) {
     c.set_deadlines({deadlines_.connect, deadlines_.idle, deadlines_.data});
     auto r = c.call_data(request, out, max_bytes);
-    if (r) received_ += out.size();
+    if (r) {
+      received_ += out.size();
+      const auto table = cluster();
+      if (node >= 0 && static_cast<size_t>(node) < table->nodes.size())
+        ptc::metrics::peer_received(table->nodes[static_cast<size_t>(node)].id, out.size());
+    }
     return r;
   });
 }

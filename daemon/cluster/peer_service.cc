@@ -11,6 +11,7 @@
 #include "daemon/reshard/importer.h"
 #include "ptc/json_util.h"
 #include "ptc/log.h"
+#include "ptc/metrics.h"
 
 namespace ptcfs {
 
@@ -96,7 +97,10 @@ ptc::Result<transport::Reply> PeerService::handle(const json& req) {
   PTC_ASSIGN_OR_RETURN(const std::string op, ptc::member_string(req, "op", "peer request"));
   if (op == "peer.read") {
     auto r = serve_slab_read(store_, req, kMaxPeerRead);
-    if (r) sent_ += r->payload.size;
+    if (r) {
+      sent_ += r->payload.size;
+      ptc::metrics::peer_sent(r->payload.size);
+    }
     else ptc::log::warn("refused a peer read: {}", r.status().to_string());
     return r;
   }

@@ -57,6 +57,11 @@ class PeerService {
   size_t expire(std::chrono::seconds max_age);
   std::string id() const;
   uint64_t bytes_sent() const { return sent_.load(); }
+  // Changes prepared here and not yet decided (for the metrics).
+  size_t prepared_count() {
+    std::lock_guard lock(mu_);
+    return prepared_.size();
+  }
 
  private:
   ptc::Result<nlohmann::json> prepare(const nlohmann::json& req);

@@ -9,6 +9,7 @@
 #include "daemon/dataset/dataset_ops.h"
 #include "daemon/store/checksum.h"
 #include "ptc/json_util.h"
+#include "ptc/metrics.h"
 
 namespace ptcfs {
 
@@ -52,6 +53,7 @@ ptc::Result<transport::Reply> PeerService::serve_samples(const json& req) {
   reply.payload.add(buf->data(), buf->size());
   reply.payload.keep.push_back(buf);
   sent_ += buf->size();
+  ptc::metrics::peer_sent(buf->size());
   return reply;
 }
 

@@ -1,6 +1,7 @@
 #include "daemon/control/control.h"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <set>
@@ -11,6 +12,7 @@
 #include "daemon/reshard/repartition.h"
 #include "ptc/json_util.h"
 #include "ptc/log.h"
+#include "ptc/metrics.h"
 
 namespace ptcfs {
 
@@ -45,10 +47,33 @@ json step_summary(const StepVersion& v) {
           {"shards", std::move(shards)}};
 }
 
+// Operations that change state are counted and timed (docs/OPERATIONS.md); reads (status,
+// ls) are not. A dry run moves nothing.
+void record_metrics(const std::string& op, const json& req, const ptc::Result<json>& r, double seconds) {
+  static const std::set<std::string> kChanges = {"import", "repartition", "rm", "dataset.add", "dataset.progress"};
+  if (!kChanges.count(op)) return;
+  const bool dry = req.is_object() && req.value("dry_run", false) == true;
+  uint64_t bytes = 0;
+  if (r && r->is_object()) {
+    for (const char* k : {"bytes", "bytes_total"})
+      if (auto it = r->find(k); it != r->end() && it->is_number_unsigned()) {
+        bytes = it->get<uint64_t>();
+        break;
+      }
+    if (op == "repartition" && !dry) {
+      const auto moved = r->find("bytes_moved"), min = r->find("bytes_min");
+      if (moved != r->end() && min != r->end() && moved->is_number_unsigned() && min->is_number_unsigned())
+        ptc::metrics::repartition_bytes(moved->get<uint64_t>(), min->get<uint64_t>());
+    }
+  }
+  ptc::metrics::operation(dry ? op + ".dry_run" : op, static_cast<bool>(r), seconds, dry ? 0 : bytes);
+}
+
 }  // namespace
 
 ptc::Result<transport::Reply> ControlService::handle(const json& req, const transport::ProgressSink& progress) {
   PTC_ASSIGN_OR_RETURN(const std::string op, ptc::member_string(req, "op"));
+  const auto start = std::chrono::steady_clock::now();
   ptc::Result<json> r = ptc::invalid("unknown operation '" + op + "'");
   if (op == "status") r = status();
   else if (op == "ls") r = ls(req);
@@ -58,6 +83,7 @@ ptc::Result<transport::Reply> ControlService::handle(const json& req, const tran
   else if (op == "dataset.add") r = dataset_add(req, progress);
   else if (op == "dataset.progress") r = dataset_progress(req);
   else if (op == "dataset.ls") r = dataset_ls(req);
+  record_metrics(op, req, r, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!r) return r.status();
   return transport::Reply(std::move(r).value());
 }

@@ -1,5 +1,6 @@
 // Committing a pending step (daemon/save/save_service.h): the version it becomes, committed
 // here on one node, or as this node's part of a cluster's two-phase commit.
+#include <chrono>
 #include <ctime>
 #include <map>
 
@@ -8,6 +9,7 @@
 #include "daemon/store/checksum.h"
 #include "daemon/store/prepared.h"
 #include "ptc/log.h"
+#include "ptc/metrics.h"
 
 namespace ptcfs {
 
@@ -98,10 +100,13 @@ void SaveService::commit(const std::shared_ptr<PendingStep>& s) {
     if (!s->complete()) return;  // changed since it was queued
   }
   const std::string name = s->name();
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   auto change = build_change(s, StepPlacement{});
   if (!change) {
     ptc::log::error("committing {}: {}; the step stays pending (remove it with ptcfs rm)", name,
                     change.status().to_string());
+    ptc::metrics::operation("save", false, seconds(), 0);
     return;
   }
   uint64_t bytes = 0;
@@ -115,9 +120,11 @@ void SaveService::commit(const std::shared_ptr<PendingStep>& s) {
   if (auto st = commit_change(store_, *change); !st) {
     // commit_change released the name and removed the blobs: nothing of it is left.
     ptc::log::error("committing {}: {}", name, st.to_string());
+    ptc::metrics::operation("save", false, seconds(), 0);
     forget(s->job, s->step);
     return;
   }
+  ptc::metrics::operation("save", true, seconds(), bytes);
   ptc::log::info("saved {}: {} shards, {} tensors, {} bytes, committed as version 1", name, shards, tensors, bytes);
   forget(s->job, s->step);
 }

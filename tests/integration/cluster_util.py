@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 from typing import List, Optional
 
 from ptcfs_harness import Daemon, free_port
@@ -114,3 +115,15 @@ def min_bytes_oracle(ptc: dict, frm, frm_gpus, to, to_gpus) -> dict:
             total += int(missing.sum()) * size
         out[n] = total
     return out
+
+
+def per_node_dirs(root: str, ck, tp: int, pp: int, dp: int, gpus) -> str:
+    """ckpt-n{i}/: ptc.json plus only the rank files placed on node i; returns the '{node}' pattern."""
+    for i in range(len(gpus)):
+        d = os.path.join(root, f"ckpt-n{i}")
+        os.makedirs(d, exist_ok=True)
+        shutil.copy(os.path.join(ck.path, "ptc.json"), d)
+    for (t, p), nodes in rank_nodes(tp, pp, dp, gpus).items():
+        for n in nodes:
+            shutil.copy(ck.shard_path(t, p), os.path.join(root, f"ckpt-n{n}"))
+    return os.path.join(root, "ckpt-{node}")

@@ -8,21 +8,9 @@ import shutil
 import pytest
 
 import ptcgen
-from cluster_util import Cluster, min_bytes_oracle, rank_nodes
+from cluster_util import Cluster, min_bytes_oracle, per_node_dirs, rank_nodes
 from ptcfs_harness import Checkpoint, ls_jobs, require_binaries, verify_step
 from repartition_util import Oracles, par_dict, par_str, wait_for
-
-
-def per_node_dirs(root: str, ck: Checkpoint, tp: int, pp: int, dp: int, gpus) -> str:
-    """ckpt-n{i}/: ptc.json plus only the rank files placed on node i; returns the '{node}' pattern."""
-    for i in range(len(gpus)):
-        d = os.path.join(root, f"ckpt-n{i}")
-        os.makedirs(d, exist_ok=True)
-        shutil.copy(os.path.join(ck.path, "ptc.json"), d)
-    for (t, p), nodes in rank_nodes(tp, pp, dp, gpus).items():
-        for n in nodes:
-            shutil.copy(ck.shard_path(t, p), os.path.join(root, f"ckpt-n{n}"))
-    return os.path.join(root, "ckpt-{node}")
 
 
 def repartition(c: Cluster, via: int, to, nodes=None, dry_run=False) -> dict:

@@ -1,0 +1,33 @@
+// Serves the metrics facade's registry (ptc/metrics.h) and the node's state gauges as
+// Prometheus text at http://ADDR/metrics (ptcfsd --metrics ADDR), through prometheus-cpp's
+// exposer. The gauges are read at each scrape.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ptc/status.h"
+
+namespace ptcfs {
+
+// One gauge sample taken at scrape time.
+struct GaugeSample {
+  std::string name, help;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+class MetricsExporter {
+ public:
+  // Listens on ADDR (HOST:PORT); `gauges` is called at every scrape.
+  static ptc::Result<std::unique_ptr<MetricsExporter>> start(const std::string& addr,
+                                                             std::function<std::vector<GaugeSample>()> gauges);
+  virtual ~MetricsExporter() = default;
+  // HOST:PORT it listens on (the port chosen when ADDR gave 0).
+  virtual std::string address() const = 0;
+};
+
+}  // namespace ptcfs

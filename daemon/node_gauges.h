@@ -1,0 +1,27 @@
+// The node's state as gauges for /metrics, read at each scrape: what is stored, what is
+// pending or prepared, and how this node stands in its cluster.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "daemon/metrics_exporter.h"
+
+namespace ptcfs {
+
+class Store;
+class SaveService;
+class PeerService;
+class Membership;
+
+struct NodeGaugeSources {
+  const Store* store = nullptr;
+  const SaveService* saves = nullptr;
+  PeerService* peers = nullptr;           // null outside a cluster
+  const Membership* membership = nullptr;  // null outside a cluster
+  std::string node;                        // the node id ("" alone)
+};
+
+std::vector<GaugeSample> node_gauges(const NodeGaugeSources& src);
+
+}  // namespace ptcfs
