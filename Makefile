@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 PY := /usr/bin/python3
 
-.PHONY: deps build python test unit integration demo bench clean
+.PHONY: deps build python test unit integration fuzz fuzz-build demo bench clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -26,7 +26,19 @@ python: deps
 integration: build python
 	PTCFS_BUILD=$(abspath $(BUILD)) $(PY) -m pytest -q tests/python tests/integration
 
+# The libFuzzer targets (clang, sanitizers) in their own build folder; `make fuzz` runs each
+# for FUZZ_SECONDS, `make test` for 30 s (tests/fuzz/README.md).
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 300
+fuzz-build: deps
+	@test -f $(FUZZ_BUILD)/CMakeCache.txt || CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DPTCFS_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+fuzz: fuzz-build
+	FUZZ_BUILD=$(abspath $(FUZZ_BUILD)) bash tests/fuzz/run.sh $(FUZZ_SECONDS)
+
 test: unit integration
+	$(MAKE) fuzz FUZZ_SECONDS=30
 
 demo: build python
 	PTCFS_BUILD=$(abspath $(BUILD)) bash deploy/demo.sh
@@ -38,4 +50,4 @@ bench: build
 	PTCFS_BUILD=$(abspath $(BUILD)) $(PY) bench/run.py
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD)

@@ -19,6 +19,7 @@ PACKAGES=(
   etcd-server etcd-client
   libglpk-dev
   prometheus-cpp-dev prometheus
+  clang libclang-rt-14-dev
 )
 if [ "${1:-}" = "bench" ]; then
   PACKAGES+=(gnuplot-nox)

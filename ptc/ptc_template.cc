@@ -112,28 +112,49 @@ const std::map<std::string, std::string>& builtins() {
   return t;
 }
 
+// Matches one token of the pattern at the start of n: a literal character, or {layer}
+// (1 to 9 digits, no leading zero, all the digits there are up to 9). How many bytes of n
+// it took, or npos.
+size_t match_token(std::string_view p, std::string_view n, std::optional<int64_t>& layer, size_t& token_len) {
+  if (p.substr(0, kLayer.size()) == kLayer) {
+    token_len = kLayer.size();
+    size_t digits = 0;
+    while (digits < n.size() && digits < 9 && n[digits] >= '0' && n[digits] <= '9') ++digits;
+    if (digits == 0 || (digits > 1 && n[0] == '0')) return std::string_view::npos;
+    layer = std::stoll(std::string(n.substr(0, digits)));
+    return digits;
+  }
+  token_len = 1;
+  return !n.empty() && n.front() == p.front() ? 1 : std::string_view::npos;
+}
+
+// Glob matching with '*' (any run of characters) and {layer}, in O(|pattern| x |name|): on a
+// mismatch only the last '*' takes one more character (the tokens between stars match in one
+// way at a given place, and the leftmost place that matches is never worse), so a pattern of
+// many stars cannot make it exponential as plain backtracking would be.
 bool match_from(std::string_view p, std::string_view n, std::optional<int64_t>& layer) {
-  while (!p.empty()) {
-    if (p.front() == '*') {
-      p.remove_prefix(1);
-      for (size_t k = 0; k <= n.size(); ++k)
-        if (match_from(p, n.substr(k), layer)) return true;
-      return false;
-    }
-    if (p.substr(0, kLayer.size()) == kLayer) {
-      size_t digits = 0;
-      while (digits < n.size() && digits < 9 && n[digits] >= '0' && n[digits] <= '9') ++digits;
-      if (digits == 0 || (digits > 1 && n[0] == '0')) return false;
-      layer = std::stoll(std::string(n.substr(0, digits)));
-      p.remove_prefix(kLayer.size());
-      n.remove_prefix(digits);
+  size_t pi = 0, ni = 0;
+  size_t star_p = std::string_view::npos, star_n = 0;
+  while (ni < n.size() || pi < p.size()) {
+    if (pi < p.size() && p[pi] == '*') {
+      star_p = ++pi;  // the pattern after the star
+      star_n = ni;    // what the star has taken so far ends here
       continue;
     }
-    if (n.empty() || n.front() != p.front()) return false;
-    p.remove_prefix(1);
-    n.remove_prefix(1);
+    if (pi < p.size()) {
+      size_t token_len = 0;
+      const size_t took = match_token(p.substr(pi), n.substr(ni), layer, token_len);
+      if (took != std::string_view::npos) {
+        pi += token_len;
+        ni += took;
+        continue;
+      }
+    }
+    if (star_p == std::string_view::npos || star_n >= n.size()) return false;
+    pi = star_p;  // the last star takes one more character
+    ni = ++star_n;
   }
-  return n.empty();
+  return true;
 }
 
 Result<TemplateRule> parse_rule(const json& r, const std::string& where) {
@@ -170,7 +191,9 @@ Result<TemplateRule> parse_rule(const json& r, const std::string& where) {
 
 bool template_match(std::string_view pattern, std::string_view name, std::optional<int64_t>& layer) {
   layer.reset();
-  return match_from(pattern, name, layer);
+  if (match_from(pattern, name, layer)) return true;
+  layer.reset();  // a capture of an attempt that failed
+  return false;
 }
 
 Result<PtcTemplate> parse_template_json(std::string_view text, const std::string& where) {

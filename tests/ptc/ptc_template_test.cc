@@ -55,6 +55,24 @@ TEST_CASE("template patterns: {layer} takes a decimal layer index, * any run of 
   CHECK_FALSE(template_match("a.{layer}.b", "a.01.b", layer));  // not how a layer index is written
   CHECK_FALSE(template_match("a.b", "a.bc", layer));
   CHECK_FALSE(template_match("a.b.c", "a.b", layer));
+  // Several stars: each may take any run, {layer} after one.
+  CHECK(template_match("*.{layer}.*.weight", "model.x.12.mlp.down.weight", layer));
+  CHECK(layer == 12);
+  CHECK(template_match("*a*b*c*", "xxaxxbxxcxx", layer));
+  CHECK_FALSE(template_match("*a*b*c*", "xxaxxcxxbxx", layer));
+  CHECK_FALSE(layer.has_value());
+  CHECK(template_match("**.bias", "x.bias", layer));
+}
+
+TEST_CASE("template patterns: many stars cost no more than the pattern times the name (found by fuzzing)",
+          "[template]") {
+  // Plain backtracking tried every split of the name among the stars: hours for this one.
+  const std::string pattern = "mo" + std::string(70, '*') + "del.layers.{layer}.mlp.dowinv_freq";
+  const std::string name = "model.layers.3.mlp.down_proj.weight" + std::string(200, 'x');
+  std::optional<int64_t> layer;
+  CHECK_FALSE(template_match(pattern, name, layer));
+  CHECK(template_match(pattern, "model.layers.3.mlp.dowinv_freq", layer));
+  CHECK(layer == 3);
 }
 
 TEST_CASE("llama template: q/k/v/gate/up split rows, o/down columns, norms replicated, vocab padded",

@@ -1,0 +1,18 @@
+// A PTC template file, then the PTC it gives a Llama-style tensor list at tp=2, pp=2.
+#include "ptc/ptc_template.h"
+#include "tests/fuzz/fuzz_util.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto t = ptc::parse_template_json(ptcfs::fuzz::view(data, size), "template.json");
+  if (!t) return 0;
+  static const std::vector<ptc::TensorInfo> tensors = {
+      {"model.embed_tokens.weight", ptc::DType::BF16, {1000, 64}},
+      {"model.layers.0.self_attn.q_proj.weight", ptc::DType::BF16, {64, 64}},
+      {"model.layers.0.mlp.down_proj.weight", ptc::DType::BF16, {64, 128}},
+      {"model.layers.1.input_layernorm.weight", ptc::DType::F32, {64}},
+      {"model.norm.weight", ptc::DType::F32, {64}},
+      {"lm_head.weight", ptc::DType::BF16, {1000, 64}},
+  };
+  for (const auto& par : ptcfs::fuzz::kConfigs) (void)ptc::infer_ptc(*t, tensors, par, "fuzz");
+  return 0;
+}

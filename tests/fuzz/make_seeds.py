@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of every fuzz target into OUTDIR/<target>/, from the test generators
+(tests/tools/ptcgen.py, ptcds.py) and the documented formats: valid inputs the fuzzer mutates.
+
+Usage: /usr/bin/python3 tests/fuzz/make_seeds.py OUTDIR
+"""
+
+import io
+import json
+import os
+import struct
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
+
+import ptcds  # noqa: E402
+import ptcgen  # noqa: E402
+
+HEADER = struct.Struct("<4sHHII")  # magic, version, type, length, request id
+
+
+def put(out, target, name, data):
+    d = os.path.join(out, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def main(out):
+    # ptc.json and rank files of small checkpoints of each style.
+    for style in ("gpt", "llama"):
+        for tp, pp in ((1, 1), (2, 2)):
+            ptc = ptcgen.make_ptc(style, tp, pp, 1, 2, 64, 300)
+            put(out, "ptc_json", f"{style}-tp{tp}-pp{pp}.json", json.dumps(ptc, indent=1))
+            full = ptcgen.full_tensors(ptc, 0)
+            with tempfile.TemporaryDirectory() as d:
+                ptcgen.write_checkpoint(d, ptc, full)
+                with open(os.path.join(d, ptcgen.shard_file(tp - 1, pp - 1)), "rb") as f:
+                    put(out, "safetensors", f"{style}-tp{tp}-pp{pp}.safetensors", f.read())
+    put(out, "safetensors", "metadata.safetensors",
+        ptcgen.safetensors_bytes({"w": ("F32", np.arange(6, dtype=np.float32).reshape(2, 3))}))
+
+    # npy views of each dtype family.
+    for i, arr in enumerate([np.arange(12, dtype=np.float32).reshape(3, 4), np.zeros((2, 2, 2), np.uint16),
+                             np.arange(5, dtype=np.int64), np.array(3.5), np.ones((0, 4), np.float16)]):
+        b = io.BytesIO()
+        np.save(b, arr)
+        put(out, "npy", f"{i}.npy", b.getvalue())
+
+    # Megatron .idx files, the .bin size first.
+    with tempfile.TemporaryDirectory() as d:
+        for code, seqs in ((4, [[1, 2, 3], [4], [5, 6]]), (8, [[7] * 10, [1, 2]])):
+            prefix = os.path.join(d, f"ds{code}")
+            ptcds.write_megatron(prefix, seqs, code)
+            with open(prefix + ".idx", "rb") as f:
+                idx = f.read()
+            put(out, "mmidx", f"ds{code}", struct.pack("<Q", os.path.getsize(prefix + ".bin")) + idx)
+
+    # Templates (the documented format), cluster.json and MODEL.json (first byte: 1 cluster, 0 model).
+    put(out, "template", "llama.json", json.dumps({"name": "mine", "description": "a test", "rules": [
+        {"match": "model.embed_tokens.weight", "tp_dim": 0, "pad_to": 128, "stage": "first"},
+        {"match": "model.layers.{layer}.self_attn.*", "tp_dim": 0},
+        {"match": "model.layers.{layer}.mlp.down_proj.weight", "tp_dim": 1},
+        {"match": "model.layers.{layer}.*"},
+        {"match": "model.norm.weight", "stage": "last"},
+        {"match": "lm_head.weight", "tp_dim": 0, "parts": 1, "pad_to": 128, "stage": "last"},
+        {"match": "*.inv_freq", "skip": True}]}))
+    put(out, "config_json", "cluster", b"\x01" + json.dumps({"nodes": [
+        {"id": "n0", "addr": "127.0.0.1:7070", "gpus": 4}, {"id": "n1", "addr": "10.0.0.2:7070", "gpus": 4}],
+        "secret_file": "/etc/ptcfs/secret"}).encode())
+    put(out, "config_json", "model", b"\x00" + json.dumps({
+        "layers": 24, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 50257, "seq": 2048, "global_batch": 512,
+        "query_groups": 16, "dtype": "BF16", "distributed_optimizer": False, "recompute": "selective",
+        "sequence_parallel": True,
+        "gpu": {"memory_gb": 80, "tflops": 312, "per_node": 8, "intra_node_gbps": 2400,
+                "inter_node_gbps": 200}}).encode())
+
+    # Control and peer frames: requests, a response, a data frame.
+    for i, (ftype, body) in enumerate([(1, {"op": "ls", "path": "gpt/1"}), (1, {"op": "status"}),
+                                       (1, {"op": "repartition", "job": "j", "step": "1", "to": "tp=2,pp=1,dp=1"}),
+                                       (2, {"ok": False, "error": {"code": "not_found", "message": "x"}})]):
+        b = json.dumps(body).encode()
+        put(out, "frame", f"{i}", HEADER.pack(b"PTCF", 1, ftype, len(b), 7) + b)
+    j = json.dumps({"ok": True, "result": {"xxh3": 1}}).encode()
+    put(out, "frame", "data", HEADER.pack(b"PTCF", 1, 3, 4 + len(j) + 8, 9) + struct.pack("<I", len(j)) + j + b"8 bytes!")
+
+    # Peer replies and records (docs/FORMATS.md).
+    put(out, "peer_reply", "stats", json.dumps({"bytes_sent": 10, "bytes_received": 20}))
+    put(out, "peer_reply", "prepare_reply", json.dumps({"shards": 2, "bytes": 100, "ptc_digest": 77,
+                                                         "bytes_received": 5}))
+    ptc = ptcgen.make_ptc("gpt", 1, 1, 1, 2, 64, 300)
+    put(out, "peer_reply", "step_state", json.dumps({"version": 3, "nodes": ["n0", "n1"], "held": ["tp0-pp0"],
+                                                      "ptc": ptc}))
+    put(out, "peer_reply", "save_state", json.dumps({"pending": True, "ready": False, "ptc_digest": 9,
+                                                      "complete": ["tp0-pp0.safetensors"]}))
+    put(out, "peer_reply", "dataset_state", json.dumps({"version": 1, "dp": 2, "epoch": 0, "consumed": 64,
+                                                         "table_xxh3": 12345}))
+
+    # Hugging Face indexes.
+    put(out, "hf_index", "index.json", json.dumps({"metadata": {"total_size": 64}, "weight_map": {
+        "a.weight": "model-00001-of-00002.safetensors", "b.weight": "model-00002-of-00002.safetensors"}}))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(sys.argv[1]))
