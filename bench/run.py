@@ -1,14 +1,15 @@
 #!/usr/bin/python3
 """`make bench`: every benchmark of ptcfs against a baseline measured in the same run, as one
 table (DESIGN.md "Budgets"), also written as JSON, plus a plot of re-sharding time against
-model size. A few minutes on a 2-core machine; needs root (FUSE) and the build.
+model size. About 25 minutes on a 2-core machine (the soak alone is 10); needs root (FUSE) and
+the build.
 
     /usr/bin/python3 bench/run.py [--json bench/results.json] [--plot docs/repartition-vs-size.png]
                                   [--quick] [--only SECTION,...]
 
 Sections: mount (reads, import, 10,000 tensors), repartition (single node, in process),
 plan (1,024 GPUs, 100,000 tensors), planner, formats (Hugging Face import and export), torch (the re-sharding script users run today),
-cluster (three daemons). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
+cluster (three daemons), etcd, soak (32 readers for 10 minutes under changes). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
 except bytes_moved / bytes_min.
 """
 
@@ -24,7 +25,7 @@ import tempfile
 
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
-SECTIONS = ["mount", "repartition", "plan", "planner", "formats", "torch", "cluster", "etcd"]
+SECTIONS = ["mount", "repartition", "plan", "planner", "formats", "torch", "cluster", "etcd", "soak"]
 
 
 def cpp_repartition(gib: float, root: str) -> tuple:
@@ -138,6 +139,7 @@ def main() -> int:
     import bench_cluster
     import bench_etcd
     import bench_formats
+    import bench_soak
     import bench_mount
     import bench_torch
 
@@ -182,6 +184,10 @@ def main() -> int:
         if "etcd" in only:
             print("== etcd: commit latency against static mode, time to join", flush=True)
             r, raw["etcd"] = bench_etcd.run(10 if a.quick else 20, 3 if a.quick else 5, os.path.join(root, "etcd"))
+            rows += r
+        if "soak" in only:
+            print("== soak: 32 readers checking every byte under repartitions, saves, progress", flush=True)
+            r, raw["soak"] = bench_soak.run(30 if a.quick else 600, os.path.join(root, "soak"))
             rows += r
     finally:
         shutil.rmtree(root, ignore_errors=True)

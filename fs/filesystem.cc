@@ -61,7 +61,7 @@ int do_getattr(Impl& fs, uint64_t ino, fuse_file_info* fi, struct stat& st) {
   }
   auto tree = fs.current();
   const Node* n = tree->find(ino);
-  if (!n) return ESTALE;
+  if (!n) return fs.open_attr(ino, st) ? 0 : ESTALE;  // a replaced version's file still open
   fill_node_attr(*n, st);
   return 0;
 }
@@ -75,6 +75,9 @@ int do_open(Impl& fs, uint64_t ino, fuse_file_info* fi) {
   if (n->file) return EACCES;  // a pending file is written, not read, until its step commits
   fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n->ino, n->mtime, n->view, nullptr});
   fi->keep_cache = 1;
+  struct stat st;
+  fill_node_attr(*n, st);
+  fs.opened(n->ino, st);
   return 0;
 }
 
@@ -147,7 +150,9 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (err) {
     fuse_reply_err(req, err);
   } else if (fuse_reply_open(req, fi) != 0) {
-    delete reinterpret_cast<OpenFile*>(fi->fh);  // the open was interrupted
+    auto* of = reinterpret_cast<OpenFile*>(fi->fh);  // the open was interrupted
+    if (!of->writer) impl_of(req).closed(of->ino);
+    delete of;
   }
 }
 
@@ -209,6 +214,7 @@ void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kRelease);
   auto* of = reinterpret_cast<OpenFile*>(fi->fh);
   if (of->writer) of->writer->release();
+  else impl_of(req).closed(of->ino);
   delete of;
   fuse_reply_err(req, 0);
 }

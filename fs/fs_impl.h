@@ -12,6 +12,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
+#include <utility>
 
 #include "fs/filesystem.h"
 #include "fs/tree.h"
@@ -43,6 +45,30 @@ class Filesystem::Impl {
     std::lock_guard lock(mu);
     return tree;
   }
+
+  // Files open for reading, by inode: a file of a replaced version stays readable while open,
+  // and so must its attributes be (fstat of an open file is a GETATTR without the handle once
+  // the kernel's cached attributes are dropped, and numpy's mmap asks it for the size).
+  void opened(uint64_t ino, const struct stat& st) {
+    std::lock_guard lock(open_mu);
+    auto& [count, attr] = open_attrs[ino];
+    ++count;
+    attr = st;
+  }
+  void closed(uint64_t ino) {
+    std::lock_guard lock(open_mu);
+    auto it = open_attrs.find(ino);
+    if (it != open_attrs.end() && --it->second.first == 0) open_attrs.erase(it);
+  }
+  bool open_attr(uint64_t ino, struct stat& st) {
+    std::lock_guard lock(open_mu);
+    auto it = open_attrs.find(ino);
+    if (it == open_attrs.end()) return false;
+    st = it->second.second;
+    return true;
+  }
+  std::mutex open_mu;  // guards open_attrs
+  std::unordered_map<uint64_t, std::pair<int, struct stat>> open_attrs;
   // Rebuilds the tree from the source and swaps it in, without invalidating the kernel's
   // names: for a write operation's own additions and removals, from inside its handler.
   ptc::Status rebuild();
