@@ -161,7 +161,10 @@ def run_readers(step_dir: str, refs: Dict[str, List[bytes]], seconds: float, thr
 
     def sampler():
         while pid is not None and not sampling.wait(0.5):
-            rss.append(rss_anon_kb(pid))
+            try:
+                rss.append(rss_anon_kb(pid))
+            except OSError:  # the daemon is gone: the readers will say why
+                return
 
     def thread_reader(i):
         try:
