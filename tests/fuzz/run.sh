@@ -4,6 +4,7 @@
 # libFuzzer from the seed corpus (tests/fuzz/make_seeds.py) and the corpus kept in
 # build-fuzz/corpus/<target>/ from earlier runs. Prints one line per target (runs, coverage)
 # and exits 1 at the first crash, leaking or hanging input, which stays in build-fuzz/crashes/.
+# FUZZ_TARGETS="npy frame" runs only those targets.
 set -euo pipefail
 SECONDS_EACH=${1:-30}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,6 +17,7 @@ status=0
 for bin in "$BUILD"/tests/fuzz/fuzz_*; do
   [ -x "$bin" ] || continue
   name=$(basename "$bin"); target=${name#fuzz_}
+  if [ -n "${FUZZ_TARGETS:-}" ] && [[ " $FUZZ_TARGETS " != *" $target "* ]]; then continue; fi
   corpus=$BUILD/corpus/$target
   mkdir -p "$corpus" "$SEEDS/$target"
   regress=$ROOT/tests/fuzz/regressions/$target

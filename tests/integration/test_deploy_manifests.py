@@ -1,0 +1,289 @@
+"""Container and Kubernetes deployment (deploy/Dockerfile, deploy/k8s/, docs/DEPLOY.md).
+
+No cluster and no container builder here, so: every manifest validates against the Kubernetes
+API's schemas (tests/tools/k8s-validate, which is shown to reject a broken object); the wiring
+a schema cannot see is read field by field (FUSE device, mount propagation, the Secret, probes
+on the metrics port, etcd endpoints = the StatefulSet's members); the DaemonSet's own command
+line, with its environment filled in as the kubelet would, starts a real daemon against a real
+etcd that the probes find ready and `ptcfs status` lists; the example Job's script reads a real
+shard; and the runtime image's package list covers every library the binaries link (ldd)."""
+
+import copy
+import json
+import os
+import re
+import subprocess
+import urllib.request
+
+import pytest
+import yaml
+
+from etcd_util import Etcd, live_ids
+from cluster_util import write_secret
+from ptcfs_harness import PTCFS, PTCFSD, Checkpoint, Daemon, free_port, require_binaries
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+K8S = os.path.join(REPO, "deploy", "k8s")
+VALIDATOR = os.path.join(REPO, "tests", "tools", "k8s-validate")
+DOCKERFILE = os.path.join(REPO, "deploy", "Dockerfile")
+
+
+def manifests():
+    """[(file, object)] of every manifest but kustomization.yaml."""
+    out = []
+    for name in sorted(os.listdir(K8S)):
+        if name.endswith(".yaml") and name != "kustomization.yaml":
+            with open(os.path.join(K8S, name)) as f:
+                out.extend((name, o) for o in yaml.safe_load_all(f) if o is not None)
+    return out
+
+
+def find(kind: str, name: str) -> dict:
+    hits = [o for _, o in manifests() if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(hits) == 1, f"{kind}/{name}: {len(hits)} in deploy/k8s"
+    return hits[0]
+
+
+def validate(objects) -> subprocess.CompletedProcess:
+    if not os.path.isdir(os.path.join(VALIDATOR, "node_modules")):
+        pytest.fail("the Kubernetes schema validator is not installed: run deploy/install-deps.sh", pytrace=False)
+    return subprocess.run(["node", os.path.join(VALIDATOR, "validate.mjs")], input=json.dumps(objects),
+                          capture_output=True, text=True, timeout=120)
+
+
+def project_version() -> str:
+    with open(os.path.join(REPO, "CMakeLists.txt")) as f:
+        return re.search(r"project\(ptcfs VERSION ([0-9.]+)", f.read()).group(1)
+
+
+def daemon_container() -> dict:
+    ds = find("DaemonSet", "ptcfsd")
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def flags(args) -> dict:
+    out = {}
+    for a in args:
+        assert a.startswith("--") and "=" in a, f"DaemonSet arg {a!r}: write flags as --name=value"
+        k, v = a[2:].split("=", 1)
+        out[k] = v
+    return out
+
+
+def expand(value: str, env: dict) -> str:
+    """The kubelet's $(VAR) expansion of command, args and env values."""
+    return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), value)
+
+
+def container_env(c: dict, downward: dict) -> dict:
+    env = {}
+    for e in c["env"]:
+        if "value" in e:
+            env[e["name"]] = expand(e["value"], env)
+        else:
+            env[e["name"]] = downward[e["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+def test_every_manifest_validates_against_the_kubernetes_schemas():
+    objects = [{**o, "_source": f"deploy/k8s/{f}"} for f, o in manifests()]
+    kinds = sorted(f"{o['kind']}/{o['metadata']['name']}" for _, o in manifests())
+    assert kinds == ["DaemonSet/ptcfsd", "Job/ptcfs-read-example", "Namespace/ptcfs", "Service/etcd",
+                     "StatefulSet/etcd"]
+    r = validate(objects)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == f"{len(objects)} objects valid"
+    # The validator is live: a port given as a string, a missing selector and an unknown
+    # propagation mode are each refused, naming the object and the field.
+    bad = copy.deepcopy(find("DaemonSet", "ptcfsd"))
+    bad["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "7070"
+    del bad["spec"]["selector"]
+    bad["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][1]["mountPropagation"] = "Both"
+    r = validate([{**bad, "_source": "broken"}])
+    assert r.returncode == 1
+    assert "broken: DaemonSet ptcfsd:" in r.stdout
+    assert "containers/0/ports/0/containerPort must be integer" in r.stdout
+    assert "must have required property selector" in r.stdout
+    assert "volumeMounts/1/mountPropagation must be equal to one of the allowed values" in r.stdout
+
+
+def test_kustomization_applies_the_deployment_and_not_the_example():
+    with open(os.path.join(K8S, "kustomization.yaml")) as f:
+        k = yaml.safe_load(f)
+    assert k["resources"] == ["namespace.yaml", "etcd.yaml", "daemonset.yaml"]
+    for r in k["resources"]:
+        assert os.path.isfile(os.path.join(K8S, r)), r
+    namespaces = {o["metadata"].get("namespace") for _, o in manifests() if o["kind"] != "Namespace"}
+    assert namespaces == {"ptcfs"}
+
+
+def test_daemonset_wiring():
+    ds = find("DaemonSet", "ptcfsd")
+    pod = ds["spec"]["template"]["spec"]
+    c = daemon_container()
+    f = flags(c["args"])
+    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    assert c["image"] == f"ptcfs:{project_version()}"
+    assert c["command"] == ["/usr/local/bin/ptcfsd"]
+    assert c["securityContext"]["privileged"] is True
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert {m["name"] for m in c["volumeMounts"]} == set(volumes)
+    # FUSE: the host's device, and a mount point that propagates to the host for training pods.
+    assert volumes[mounts["/dev/fuse"]["name"]]["hostPath"] == {"path": "/dev/fuse", "type": "CharDevice"}
+    mnt = mounts[f["mount"]]
+    assert mnt["mountPropagation"] == "Bidirectional"
+    assert volumes[mnt["name"]]["hostPath"]["path"] == f["mount"]
+    assert volumes[mounts[f["data"]]["name"]]["hostPath"]["type"] == "DirectoryOrCreate"
+    # The secret file is the Secret's key, read-only.
+    secret_dir, secret_key = os.path.split(f["secret-file"])
+    sm = mounts[secret_dir]
+    assert sm["readOnly"] is True
+    sv = volumes[sm["name"]]["secret"]
+    assert sv["secretName"] == "ptcfs-secret" and sv["items"] == [{"key": "secret", "path": secret_key}]
+    assert sv["defaultMode"] == 0o400
+    # Identity and address from the Downward API.
+    env = {e["name"]: e for e in c["env"]}
+    assert f["node"] == "$(NODE_NAME)" and env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert f["listen"] == "$(POD_IP):7070" and env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["PTCFS_DAEMON"]["value"] == f["listen"] and env["PTCFS_SECRET_FILE"]["value"] == f["secret-file"]
+    # Probes and the scrape annotation on the metrics port.
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert f["metrics"] == f"0.0.0.0:{ports['metrics']}" and f["listen"].endswith(f":{ports['control']}")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}, probe
+    assert ds["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(ports["metrics"])
+    assert f["log-format"] == "json"
+    # --etcd names every member of the StatefulSet through its headless Service.
+    sts, svc = find("StatefulSet", "etcd"), find("Service", "etcd")
+    assert svc["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == "etcd"
+    client_port = {p["name"]: p["port"] for p in svc["spec"]["ports"]}["client"]
+    members = [f"etcd-{i}" for i in range(sts["spec"]["replicas"])]
+    assert f["etcd"].split(",") == [f"http://{m}.etcd.ptcfs.svc:{client_port}" for m in members]
+    etcd_args = dict(a[2:].split("=", 1) for a in sts["spec"]["template"]["spec"]["containers"][0]["command"][1:])
+    assert etcd_args["initial-cluster"].split(",") == [f"{m}=http://{m}.etcd.ptcfs.svc:2380" for m in members]
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]}["peer"] == 2380
+
+
+def test_daemonset_command_line_starts_a_daemon_the_probes_find_ready(tmp_path):
+    """The DaemonSet's args and env, expanded as the kubelet would on node k8s-node-1 (host paths
+    moved under tmp, ports made free, --etcd pointed at a real local etcd): the daemon registers
+    under the node name with the GPUs of PTCFS_GPUS, /metrics answers where the probes look, the
+    CLI reaches it through the env the manifest sets, and the example Job's script reads a shard."""
+    require_binaries()
+    c = daemon_container()
+    downward = {"spec.nodeName": "k8s-node-1", "status.podIP": "127.0.0.1"}
+    env = container_env(c, downward)
+    args = [expand(a, env) for a in c["args"]]
+    f = flags(args)
+    assert f["node"] == "k8s-node-1" and f["gpus"] == env["PTCFS_GPUS"] == "8"
+    control, metrics = free_port(), free_port()
+    secret = write_secret(str(tmp_path))
+    with Etcd(str(tmp_path)) as etcd:
+        moved = {"listen": f"127.0.0.1:{control}", "metrics": f"127.0.0.1:{metrics}", "etcd": etcd.endpoints,
+                 "secret-file": secret}
+        run_args = [f"--{k}={moved.get(k, v)}" for k, v in f.items() if k not in ("data", "mount")]
+        d = Daemon(str(tmp_path / "node"), name="k8s", port=control, secret_file=secret, flags=run_args)
+        d.start()
+        try:
+            probe = c["readinessProbe"]["httpGet"]
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}{probe['path']}", timeout=10) as r:
+                assert r.status == 200
+                page = r.read().decode()
+            assert re.search(r'^ptcfs_info\{[^}]*node="k8s-node-1"[^}]*\} 1$', page, re.M), page[:2000]
+            assert live_ids(d) == ["k8s-node-1"]
+            # The CLI as `kubectl exec ds/ptcfsd -- ptcfs status` runs it: from the env alone.
+            cli_env = {**os.environ, "PTCFS_DAEMON": f"127.0.0.1:{control}", "PTCFS_SECRET_FILE": secret}
+            st = subprocess.run([PTCFS, "status", "--json"], env=cli_env, capture_output=True, text=True, timeout=60)
+            assert st.returncode == 0, st.stderr
+            nodes = json.loads(st.stdout)["cluster"]["nodes"]
+            assert [(n["id"], n["gpus"]) for n in nodes] == [("k8s-node-1", 8)]
+
+            ck = Checkpoint(str(tmp_path / "ck"), tp=2, pp=2)
+            d.cli_json("import", ck.path, "--job", "gpt", "--step", "100", "--json")
+            job = find("Job", "ptcfs-read-example")
+            (reader,) = job["spec"]["template"]["spec"]["containers"]
+            assert reader["volumeMounts"][0]["mountPropagation"] == "HostToContainer"
+            script = reader["args"][0].replace(reader["volumeMounts"][0]["mountPath"], d.mnt)
+            py = subprocess.run([reader["command"][0], *reader["command"][1:], script], capture_output=True,
+                                text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.path.join(REPO, "python")})
+            assert py.returncode == 0, py.stderr
+            want = [f"{n} {tuple(a.shape)} {a.dtype}" for n, a in sorted(ck.slices[(0, 0)].items())]
+            assert py.stdout.splitlines() == want
+        finally:
+            d.stop()
+
+
+def runtime_packages() -> set:
+    with open(DOCKERFILE) as f:
+        text = f.read()
+    block = text.split("# runtime packages begin", 1)[1].split("# runtime packages end", 1)[0]
+    words = block.replace("\\", " ").split()
+    start = words.index("--no-install-recommends") + 1
+    return set(words[start:words.index("&&", start)])
+
+
+def apt_closure(packages) -> set:
+    """The packages and everything they depend on, from the local apt lists (no download)."""
+    r = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
+                        "--no-breaks", "--no-replaces", "--no-enhances", *packages],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = set(packages)
+    for line in r.stdout.splitlines():
+        m = re.match(r"^\s*(?:\|)?(?:Pre)?Depends: <?([^>\s:]+)", line) or re.match(r"^([a-z0-9][^\s:<>]*)$", line)
+        if m:
+            out.add(m.group(1))
+    return out
+
+
+def package_of(lib: str) -> str:
+    """The Debian package that installed the file `lib` (as ldd found it; /lib is /usr/lib)."""
+    for path in dict.fromkeys([lib, os.path.realpath(lib)]):
+        for p in dict.fromkeys([path, re.sub(r"^/usr/", "/", path), re.sub(r"^/(lib|lib64)/", r"/usr/\1/", path)]):
+            r = subprocess.run(["dpkg", "-S", p], capture_output=True, text=True)
+            if r.returncode == 0:
+                return r.stdout.split(":")[0]
+    return ""
+
+
+def test_runtime_image_carries_every_library_the_binaries_link():
+    require_binaries()
+    pkgs = runtime_packages()
+    assert {"fuse3", "python3-numpy"} <= pkgs
+    # Debian 12's base image has the Priority: required packages and what they depend on.
+    q = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Priority}\n"], capture_output=True, text=True)
+    base = apt_closure(sorted(l.split()[0] for l in q.stdout.splitlines() if l.endswith(" required")))
+    have = apt_closure(sorted(pkgs)) | base
+    needed = {}
+    for binary in (PTCFSD, PTCFS):
+        ldd = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+        for lib in re.findall(r"=> (/\S+)", ldd):
+            name = os.path.basename(lib)
+            owner = package_of(lib)
+            assert owner, f"{lib} (linked by {binary}) belongs to no Debian package"
+            needed[name] = owner
+    missing = {lib: p for lib, p in needed.items() if p not in have}
+    assert not missing, f"deploy/Dockerfile's runtime stage lacks {missing}"
+    assert "libfuse3.so.3" in needed and "libprometheus-cpp-pull.so.1.0" in needed
+
+
+def test_dockerfile_builds_with_the_projects_install_script_and_copies_what_k8s_runs():
+    with open(DOCKERFILE) as f:
+        text = f.read()
+    assert re.search(r"^FROM debian:12 AS build$", text, re.M) and re.search(r"^FROM debian:12$", text, re.M)
+    assert "bash deploy/install-deps.sh build" in text
+    assert "COPY --from=build /build/daemon/ptcfsd /build/cli/ptcfs /usr/local/bin/" in text
+    assert daemon_container()["command"][0].startswith("/usr/local/bin/")
+    r = subprocess.run(["bash", os.path.join(REPO, "deploy", "install-deps.sh"), "nonsense"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "usage: install-deps.sh [build|bench]" in r.stderr
+    with open(os.path.join(REPO, ".dockerignore")) as f:
+        ignored = f.read().split()
+    assert {".git", "build*/", "**/node_modules"} <= set(ignored)
+    with open(os.path.join(REPO, "docs", "DEPLOY.md")) as f:
+        doc = f.read()
+    assert "docker build -f deploy/Dockerfile" in doc and "kubectl apply -k deploy/k8s" in doc
+    assert "create secret generic ptcfs-secret" in doc
