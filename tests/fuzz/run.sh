@@ -4,12 +4,12 @@
 # libFuzzer from the seed corpus (tests/fuzz/make_seeds.py) and the corpus kept in
 # build-fuzz/corpus/<target>/ from earlier runs. Prints one line per target (runs, coverage)
 # and exits 1 at the first crash, leaking or hanging input, which stays in build-fuzz/crashes/.
-# FUZZ_TARGETS="npy frame" runs only those targets.
+# FUZZ_TARGETS="npy frame" runs only those targets; FUZZ_SEEDS=DIR puts the seeds elsewhere (two runs at once).
 set -euo pipefail
 SECONDS_EACH=${1:-30}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${FUZZ_BUILD:-$ROOT/build-fuzz}
-SEEDS=$BUILD/seeds
+SEEDS=${FUZZ_SEEDS:-$BUILD/seeds}
 rm -rf "$SEEDS"
 /usr/bin/python3 "$ROOT/tests/fuzz/make_seeds.py" "$SEEDS"
 mkdir -p "$BUILD/crashes"
