@@ -20,6 +20,7 @@
 #include "daemon/daemon_config.h"
 #include "daemon/metrics_exporter.h"
 #include "daemon/node_gauges.h"
+#include "daemon/store/prepared_record.h"
 #include "daemon/store/store.h"
 #include "fs/filesystem.h"
 #include "ptc/log.h"
@@ -111,6 +112,12 @@ int run(const Options& o, bool listen_given) {
     prep.policy = policy;
     peer_service = std::make_unique<PeerService>(st, *peers, cfg.node, *membership, prep);
     coordinator = std::make_unique<Coordinator>(st, *peers, cfg.node, *peer_service, *membership);
+    peer_service->restore();  // changes prepared before a restart wait again for their decision
+  } else {
+    for (auto& k : restore_prepared(st)) {  // kept by an earlier run in a cluster: nothing decides them here
+      abort_change(st, k.change);
+      forget_prepared(st, k.tx);
+    }
   }
 
   // Steps saved into the mount; in a cluster they commit on every node together.

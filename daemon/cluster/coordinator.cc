@@ -420,6 +420,8 @@ size_t Coordinator::catch_up() {
 void Coordinator::on_record(const std::string& key, const json& value) {
   const std::string tx = value.value("tx", std::string());
   if (!tx.empty() && local_.commit_decided(tx)) return;  // prepared here: the record is its commit
+  // A change prepared here against what this record replaced can never commit now.
+  local_.drop_superseded(key, tx, value.value("version", uint64_t{0}), value.value("removed", false));
   std::string job, step;
   if (!parse_step_key(key, job, step)) return;  // a dataset's record: only its commit concerns this node
   auto have = [&] {

@@ -9,6 +9,7 @@
 #include "daemon/cluster/slab_read.h"
 #include "daemon/dataset/dataset_ops.h"
 #include "daemon/reshard/importer.h"
+#include "daemon/store/prepared_record.h"
 #include "ptc/json_util.h"
 #include "ptc/log.h"
 #include "ptc/metrics.h"
@@ -61,6 +62,40 @@ bool PeerService::commit_decided(const std::string& tx) {
   auto s = finish(tx, true);
   if (!s) ptc::log::error("committing transaction {} recorded in etcd: {}", tx, s.to_string());
   return s.is_ok();
+}
+
+bool PeerService::drop_superseded(const std::string& key, const std::string& tx, uint64_t version, bool removed) {
+  std::vector<std::string> lost;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [t, h] : prepared_)
+      if (h.key == key && t != tx && (removed || (h.change.next && version >= h.change.next->version())))
+        lost.push_back(t);
+  }
+  for (const auto& t : lost) {
+    ptc::log::warn("the change prepared for {} (transaction {}) can never commit: etcd records {} by transaction {}; "
+                   "aborted", key, t, removed ? "a removal" : "version " + std::to_string(version), tx);
+    (void)finish(t, false);
+  }
+  return !lost.empty();
+}
+
+void PeerService::restore() {
+  auto kept = restore_prepared(store_);
+  const bool decidable = members_.lease() != 0;
+  for (auto& k : kept) {
+    Held h{std::move(k.change), k.about.value("key", std::string()), k.about.value("coordinator", std::string()),
+           k.about.value("lease", int64_t{0}), std::chrono::steady_clock::now(), true};
+    if (!decidable || h.key.empty() || h.lease == 0) {
+      ptc::log::warn("dropping {} kept from before the restart (transaction {}): without etcd nothing decides it",
+                     describe(h.change), k.tx);
+      abort_change(store_, h.change);
+      forget_prepared(store_, k.tx);
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    prepared_.emplace(k.tx, std::move(h));
+  }
 }
 
 size_t PeerService::expire(std::chrono::seconds max_age) {
@@ -199,10 +234,20 @@ ptc::Result<json> PeerService::prepare(const json& j) {
     }
   }
   if (!change) return change.status().with_context("node " + id());
+  // With etcd deciding, this node keeps the change across a restart: once it answers
+  // "prepared", the coordinator may commit, and this node's part must not die with it.
+  const bool keep = req.lease != 0 && can_keep(*change) && !std::holds_alternative<SaveChange>(req.change);
+  if (keep) {
+    const json about = {{"key", record_key(req)}, {"coordinator", req.coordinator}, {"lease", req.lease}};
+    if (auto s = keep_prepared(store_, req.tx, *change, about); !s) {
+      abort_change(store_, *change);
+      return s.with_context("node " + id() + ": keeping the prepared change");
+    }
+  }
   {
     std::lock_guard lock(mu_);
     prepared_.emplace(req.tx, Held{std::move(change).value(), record_key(req), req.coordinator, req.lease,
-                                   std::chrono::steady_clock::now()});
+                                   std::chrono::steady_clock::now(), keep});
   }
   return to_json(reply);
 }
@@ -215,6 +260,7 @@ ptc::Result<json> PeerService::finish(const json& req, bool commit) {
 
 ptc::Status PeerService::finish(const std::string& tx, bool commit) {
   PreparedChange change;
+  bool kept = false;
   {
     std::lock_guard lock(mu_);
     auto it = prepared_.find(tx);
@@ -225,6 +271,7 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
       return ptc::Status::ok();  // aborting what was never prepared (or already aborted) is fine
     }
     change = std::move(it->second.change);
+    kept = it->second.kept;
     prepared_.erase(it);
     if (commit) {
       committed_.push_back(tx);
@@ -242,11 +289,13 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
   const std::string name = describe(change);
   if (!commit) {
     abort_change(store_, change);
+    if (kept) forget_prepared(store_, tx);
     if (saved && saves_) saves_->part_done(saved->first, saved->second, false);
     ptc::log::info("aborted the change of {} (transaction {})", name, tx);
     return ptc::Status::ok();
   }
   const ptc::Status committed = commit_change(store_, change);
+  if (kept) forget_prepared(store_, tx);  // committed, or (the commit failed) aborted
   if (!committed) {
     std::lock_guard lock(mu_);
     std::erase(committed_, tx);

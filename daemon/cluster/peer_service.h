@@ -52,6 +52,15 @@ class PeerService {
   // Commits `tx` if this node holds it prepared (its record was seen in etcd); whether `tx`
   // is committed here (by this call or before).
   bool commit_decided(const std::string& tx);
+  // A record of `key` written by transaction `tx` at `version` (0: none; `removed`: the step
+  // was removed): a change prepared here for the same key under another transaction can
+  // never commit any more (the record moved past what it was prepared against) and is
+  // aborted. Whether one was.
+  bool drop_superseded(const std::string& key, const std::string& tx, uint64_t version, bool removed);
+  // On start, before the records are read: the changes this node had prepared (and kept,
+  // daemon/store/prepared_record.h) when it stopped wait again for their decision, under the
+  // coordinator's lease they were prepared for. Without etcd nothing decides them: aborted.
+  void restore();
   // Drops prepared changes whose coordinator's lease ended (committing instead those its
   // record shows committed), and any older than `max_age`. Returns how many were dropped.
   size_t expire(std::chrono::seconds max_age);
@@ -90,6 +99,7 @@ class PeerService {
     std::string key, coordinator;
     int64_t lease = 0;
     std::chrono::steady_clock::time_point since;
+    bool kept = false;  // its record is in the metadata until it is decided
   };
   std::mutex mu_;                                 // guards prepared_, committed_
   std::map<std::string, Held> prepared_;          // by transaction id

@@ -132,6 +132,11 @@ void BlobStore::settle(uint64_t id) {
   pending_.erase(id);
 }
 
+void BlobStore::hold_pending(uint64_t id) {
+  std::lock_guard lock(mu_);
+  pending_.insert(id);
+}
+
 bool BlobStore::is_pending(uint64_t id) const {
   std::lock_guard lock(mu_);
   return pending_.count(id) > 0;

@@ -86,6 +86,8 @@ class BlobStore {
   // alone) until settle(id) is called, after its metadata is committed or it is removed.
   ptc::Result<BlobWriter> create();
   void settle(uint64_t id);
+  // Marks an existing blob pending again (a prepared change restored after a restart).
+  void hold_pending(uint64_t id);
   bool is_pending(uint64_t id) const;
   // The open blob (cached).
   ptc::Result<std::shared_ptr<const BlobFile>> file(uint64_t id);

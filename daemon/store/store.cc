@@ -8,6 +8,7 @@
 
 #include <cerrno>
 
+#include "ptc/json_util.h"
 #include "ptc/log.h"
 
 namespace ptcfs {
@@ -62,6 +63,19 @@ ptc::Status Store::load() {
     PTC_ASSIGN_OR_RETURN(auto v, DatasetVersion::load(r.job, r.name, r.value, *blobs_, samples_));
     snap->datasets[{r.job, r.name}] = std::move(v);
   }
+  // Blobs of prepared changes kept across a restart stay until their change is decided.
+  size_t held = 0;
+  PTC_RETURN_IF_ERROR(kv_->scan(kPreparedPrefix, [&](std::string_view key, std::string_view value) {
+    auto j = ptc::parse_json(value, std::string(key));
+    if (j && j->is_object() && j->contains("blobs") && (*j)["blobs"].is_array())
+      for (const auto& b : (*j)["blobs"])
+        if (b.is_number_unsigned()) {
+          blobs_->hold_pending(b.get<uint64_t>());
+          ++held;
+        }
+    return true;
+  }));
+  if (held) ptc::log::info("store {}: {} blobs of prepared changes kept until they are decided", data_dir_, held);
   std::lock_guard lock(mu_);
   snap_ = std::move(snap);
   ptc::log::info("store {}: {} steps and {} datasets loaded", data_dir_, snap_->steps.size(), snap_->datasets.size());

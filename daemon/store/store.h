@@ -36,7 +36,7 @@ struct DatasetChange {
 class Store {
  public:
   // Opens DATA (creating it), loads every step, and removes blobs no step refers to
-  // (left by an interrupted import or repartition).
+  // (left by an interrupted import or repartition) and no kept prepared change holds.
   // `remote` (may be null; must outlive the store) reads the slices of shards held by
   // other nodes; every version the store loads or is given refers to it. `samples` (may be
   // null; must outlive the store) likewise reads the samples of datasets whose files are
@@ -86,6 +86,17 @@ class Store {
   // Removes blob files that no live version refers to (current, or replaced but still held
   // by a reader) and that are not pending. Returns how many were removed.
   ptc::Result<size_t> collect_garbage();
+
+  // Metadata records of other kinds than versions (prepared changes kept across a restart,
+  // daemon/store/prepared_record.h): written atomically and durably, scanned by prefix.
+  ptc::Status write_meta(const WriteBatch& batch) { return kv_->write(batch); }
+  ptc::Status scan_meta(std::string_view prefix,
+                        const std::function<bool(std::string_view key, std::string_view value)>& fn) {
+    return kv_->scan(prefix, fn);
+  }
+  // Records under this prefix are prepared changes; each is JSON whose "blobs" lists the blob
+  // ids it holds, which open() keeps pending (garbage collection leaves them alone).
+  static constexpr std::string_view kPreparedPrefix = "prepared/";
 
   // Called after every published change (the filesystem refreshes its tree).
   void on_change(std::function<void()> fn);

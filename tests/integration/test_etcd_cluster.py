@@ -1,9 +1,11 @@
 """A cluster on a real etcd: nodes join and leave at runtime, every commit is one etcd
-transaction, prepared changes die with their coordinator's lease, and nothing waits forever.
+transaction, prepared changes die with their coordinator's lease (and outlive a restart of the
+node that prepared them until they are decided), and nothing waits forever.
 
 Each test starts etcd (Debian's etcd-server) on loopback ports and daemons with --etcd; leases
 are 2 s so that expiry shows within seconds."""
 
+import json
 import os
 import signal
 import subprocess
@@ -130,6 +132,75 @@ def test_import_and_repartitions_commit_in_etcd_and_a_late_node_catches_up(tmp_p
             assert ls_jobs(d) == {}
 
 
+def import_then_stop_a_change(c, ck, failpoint: str, nodes: str):
+    """Imports `ck` through n0, then starts a repartition to tp=2,pp=2,dp=1 on `nodes` from n0
+    restarted with `failpoint`; returns the CLI process once n0 reached the failpoint."""
+    c.start()
+    c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+    restart_with_failpoint(c[0], failpoint)
+    cli = repartition_cli(c, 0, "tp=2,pp=2,dp=1", "--nodes", nodes)
+    c[0].wait_log(f"failpoint {failpoint.split(':')[0]} reached")
+    return cli
+
+
+def test_nodes_commit_on_the_record_when_the_coordinator_dies_after_the_decision(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        # Pipeline stage 0 of the new layout lives on n0 alone: its part must outlive its death.
+        cli = import_then_stop_a_change(c, ck, "coordinator.decided", "n0,n1")
+        # No commit message was sent: n1 and n2 switch on the record they watch.
+        for k in (1, 2):
+            wait_for(lambda: version(c[k]) == 2, 10, f"n{k} did not switch on the record")
+        c[0].kill9()
+        cli.communicate(timeout=30)
+        assert etcd.get_json("/ptcfs/steps/j/1")["version"] == 2
+        # n0 committed its part on the record it watches, or (killed before) kept it and commits it now.
+        restart_with_failpoint(c[0])
+        wait_for(lambda: version(c[0]) == 2, 15, "n0 did not commit its kept part")
+        for d in c.nodes:
+            verify_step(d, "j", "1", oracles((2, 2, 1)), full_views=(d is c.nodes[2]))
+        assert_nothing_kept(c[0])
+
+
+def current_log(d) -> str:
+    with open(d.log_path, errors="replace") as f:
+        log = f.read()
+    return log[log.rindex(f"===== start #{d.starts}:"):]
+
+
+def assert_nothing_kept(d) -> None:
+    """A restart finds no prepared change kept in the metadata and no blob that no version uses."""
+    restart_with_failpoint(d)
+    d.wait_log(" serving ")
+    log = current_log(d)
+    assert "kept until they are decided" not in log and "removed " not in log, log
+
+
+def test_a_participant_killed_after_preparing_commits_its_part_from_the_record_when_it_restarts(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        # Pipeline stage 1 of the new layout lives on n2 alone. At the failpoint every node answered "prepared".
+        cli = import_then_stop_a_change(c, ck, "coordinator.prepared:4", "n1,n2")
+        c[2].kill9()
+        out, err = cli.communicate(timeout=60)
+        assert cli.returncode == 0, err
+        assert json.loads(out)["version"] == 2
+        assert etcd.get_json("/ptcfs/steps/j/1")["version"] == 2
+        c[0].wait_log("a node missed the commit message")
+        restart_with_failpoint(c[2])
+        c[2].wait_log("kept step j/1 version 2")
+        wait_for(lambda: version(c[2]) == 2, 15, "n2 did not commit its kept part")
+        for d in c.nodes:
+            verify_step(d, "j", "1", oracles((2, 2, 1)), full_views=(d is c.nodes[0]))
+        assert_nothing_kept(c[2])
+
+
 def test_a_coordinator_killed_before_the_decision_leaves_the_old_layout_within_its_lease(tmp_path):
     require_binaries()
     root = str(tmp_path)
@@ -141,45 +212,25 @@ def test_a_coordinator_killed_before_the_decision_leaves_the_old_layout_within_i
         restart_with_failpoint(c[0], "coordinator.prepared")
         cli = repartition_cli(c, 0, "tp=1,pp=2,dp=3")
         c[0].wait_log("failpoint coordinator.prepared reached")
-        for k in (1, 2):
-            c[k].wait_log("prepared j/1 version 2")
+        # n2 dies with it and comes back holding its part, kept in its metadata.
+        c[2].kill9()
         c[0].kill9()
         cli.communicate(timeout=30)
-        # Within the lease (and a little), both peers drop what they prepared.
+        restart_with_failpoint(c[2])
+        c[2].wait_log("kept step j/1 version 2")
+        # Within the lease (and a little), n1 drops what it prepared, and n2 what it kept:
+        # n0's lease ended and the record still holds version 1, so nothing can commit it now.
         for k in (1, 2):
-            c[k].wait_log("dropping the change prepared for /ptcfs/steps/j/1 by node n0", timeout=LEASE_S + 8)
+            c[k].wait_log("dropping the change prepared for /ptcfs/steps/j/1 by node n0", timeout=LEASE_S + 10)
         assert etcd.get_json("/ptcfs/steps/j/1")["version"] == 1
         restart_with_failpoint(c[0])
         for i, d in enumerate(c.nodes):
             assert version(d) == 1
             verify_step(d, "j", "1", ck, full_views=False)
             wait_for(lambda: blobs(d) == old_blobs[i], 10, f"n{i} kept blobs of the dropped change")
+        assert_nothing_kept(c[2])
         r = c[2].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=2,dp=3", "--json")
         assert r["version"] == 2 and r["bytes_moved"] == r["bytes_min"], r
-
-
-def test_nodes_commit_on_the_record_when_the_coordinator_dies_after_the_decision(tmp_path):
-    require_binaries()
-    root = str(tmp_path)
-    ck = small_checkpoint(root)
-    oracles = Oracles(root, ck, 0)
-    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
-        c.start()
-        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
-        restart_with_failpoint(c[0], "coordinator.decided")
-        # The new layout lives on n1 and n2 only, so nothing is lost with n0.
-        cli = repartition_cli(c, 0, "tp=2,pp=2,dp=1", "--nodes", "n1,n2")
-        c[0].wait_log("failpoint coordinator.decided reached")
-        # No commit message was sent: n1 and n2 switch on the record they watch.
-        for k in (1, 2):
-            wait_for(lambda: version(c[k]) == 2, 10, f"n{k} did not switch on the record")
-        c[0].kill9()
-        cli.communicate(timeout=30)
-        assert etcd.get_json("/ptcfs/steps/j/1")["version"] == 2
-        restart_with_failpoint(c[0])  # it catches up from the record
-        wait_for(lambda: version(c[0]) == 2, 15, "n0 did not catch up")
-        for d in c.nodes:
-            verify_step(d, "j", "1", oracles((2, 2, 1)), full_views=False)
 
 
 def test_two_repartitions_of_one_step_at_once_one_wins_everywhere(tmp_path):
