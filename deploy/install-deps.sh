@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package that building, testing and the demo need (Debian's torch
 # trains the elastic GPT example in the tests), and the Kubernetes schema validator the
-# manifest test uses (npm, tests/tools/k8s-validate). With the argument `build`, only what
+# manifest test uses (npm, tests/tools/k8s-validate); iproute2 and nsenter (util-linux) put a
+# node of the partition test in its own network namespace. With the argument `build`, only what
 # compiling needs (deploy/Dockerfile); with `bench`, also what `make bench` needs (gnuplot).
 # Idempotent and quiet when everything is already there. Run as root.
 set -euo pipefail
@@ -26,6 +27,7 @@ TEST_PACKAGES=(
   etcd-server etcd-client
   prometheus
   clang libclang-rt-14-dev
+  iproute2 util-linux
 )
 mode=${1:-test}
 case "$mode" in

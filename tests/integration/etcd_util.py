@@ -25,26 +25,27 @@ def require_etcd() -> None:
 class Etcd:
     """`members` etcd processes forming one etcd cluster on loopback."""
 
-    def __init__(self, root: str, members: int = 1):
+    def __init__(self, root: str, members: int = 1, host: str = "127.0.0.1"):
         require_etcd()
+        self.host = host
         self.root = os.path.join(root, "etcd")
         self.names = [f"e{i}" for i in range(members)]
         self.client_ports = [free_port() for _ in range(members)]
         self.peer_ports = [free_port() for _ in range(members)]
         self.procs: List[Optional[subprocess.Popen]] = [None] * members
-        self.initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports))
+        self.initial = ",".join(f"{n}=http://{host}:{p}" for n, p in zip(self.names, self.peer_ports))
 
     @property
     def endpoints(self) -> str:
-        return ",".join(f"http://127.0.0.1:{p}" for p in self.client_ports)
+        return ",".join(f"http://{self.host}:{p}" for p in self.client_ports)
 
     def start(self, i: Optional[int] = None) -> None:
         for k in ([i] if i is not None else range(len(self.names))):
             data = os.path.join(self.root, self.names[k])
             os.makedirs(self.root, exist_ok=True)
             log = open(os.path.join(self.root, f"{self.names[k]}.log"), "ab")
-            client = f"http://127.0.0.1:{self.client_ports[k]}"
-            peer = f"http://127.0.0.1:{self.peer_ports[k]}"
+            client = f"http://{self.host}:{self.client_ports[k]}"
+            peer = f"http://{self.host}:{self.peer_ports[k]}"
             self.procs[k] = subprocess.Popen(
                 ["etcd", "--name", self.names[k], "--data-dir", data, "--listen-client-urls", client,
                  "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
@@ -71,7 +72,7 @@ class Etcd:
             self.kill(i)
 
     def ctl(self, *args, check: bool = True, endpoints: Optional[str] = None) -> subprocess.CompletedProcess:
-        live = endpoints or ",".join(f"http://127.0.0.1:{p}" for k, p in enumerate(self.client_ports)
+        live = endpoints or ",".join(f"http://{self.host}:{p}" for k, p in enumerate(self.client_ports)
                                      if self.procs[k] is not None and self.procs[k].poll() is None)
         r = subprocess.run(["etcdctl", "--endpoints", live or self.endpoints, "--command-timeout", "3s", *args],
                            capture_output=True, text=True, timeout=30, env={**os.environ, "ETCDCTL_API": "3"})
@@ -100,16 +101,19 @@ class EtcdCluster(Cluster):
     `with` starts none). Stopping, indexing and counters are Cluster's."""
 
     def __init__(self, root: str, etcd: Etcd, n: int, gpus: int = 2, lease_ttl: int = 2,
-                 extra_flags: Optional[List[str]] = None):  # pylint: disable=super-init-not-called
+                 extra_flags: Optional[List[str]] = None,
+                 hosts: Optional[List[str]] = None):  # pylint: disable=super-init-not-called
+        """hosts: per node, the address it listens on (default 127.0.0.1)."""
         self.root = root
         self.etcd = etcd
         self.secret = write_secret(root)
         self.nodes = []
         for i in range(n):
             port = free_port()
+            host = hosts[i] if hosts else "127.0.0.1"
             self.nodes.append(Daemon(
-                os.path.join(root, f"n{i}"), name=f"n{i}", port=port, secret_file=self.secret,
-                flags=["--etcd", etcd.endpoints, "--node", f"n{i}", "--listen", f"127.0.0.1:{port}",
+                os.path.join(root, f"n{i}"), name=f"n{i}", port=port, secret_file=self.secret, listen_host=host,
+                flags=["--etcd", etcd.endpoints, "--node", f"n{i}", "--listen", f"{host}:{port}",
                        "--secret-file", self.secret, "--gpus", str(gpus), "--lease-ttl", str(lease_ttl),
                        "--peer-timeout", "3"],
                 extra_flags=extra_flags))

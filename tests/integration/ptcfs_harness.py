@@ -119,10 +119,13 @@ class Daemon:
         self.log_path = os.path.join(root, f"{name}.log")
         self.port = port if port is not None else free_port()
         self.listen = f"{listen_host}:{self.port}"
-        self.addr = f"127.0.0.1:{self.port}"
+        # The address clients use: the listen address, or loopback when it listens on every address.
+        self.addr = f"{'127.0.0.1' if listen_host in ('0.0.0.0', '') else listen_host}:{self.port}"
         self.proc: Optional[subprocess.Popen] = None
         self.starts = 0
         self.env: Dict[str, str] = {}  # added to the daemon's environment at the next start()
+        # A command the daemon and cli() run under (e.g. nsenter into a network namespace).
+        self.wrap: List[str] = []
 
     # -- control
 
@@ -134,7 +137,7 @@ class Daemon:
         log.flush()
         try:
             self.proc = subprocess.Popen(
-                [PTCFSD, "--data", self.data, "--mount", self.mnt,
+                [*self.wrap, PTCFSD, "--data", self.data, "--mount", self.mnt,
                  *(self.flags if self.flags is not None else
                    ["--listen", self.listen, *(["--secret-file", self.secret_file] if self.secret_file else [])]),
                  *self.extra_flags],
@@ -161,7 +164,7 @@ class Daemon:
                 pytest.fail(f"ptcfsd exited with status {self.proc.returncode} while starting; log:\n"
                             f"{tail(self.log_path)}", pytrace=False)
             try:
-                r = subprocess.run([PTCFS, "--daemon", self.addr, *self._secret_args(), "status", "--json"],
+                r = subprocess.run([*self.wrap, PTCFS, "--daemon", self.addr, *self._secret_args(), "status", "--json"],
                                    capture_output=True, text=True, timeout=5)
                 last = r
                 if r.returncode == 0 and self._mount_live():
@@ -228,7 +231,7 @@ class Daemon:
         return ["--secret-file", self.secret_file] if self.secret_file else []
 
     def cli(self, *args, check: bool = True, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
-        cmd = [PTCFS, "--daemon", self.addr, *self._secret_args(), *[str(a) for a in args]]
+        cmd = [*self.wrap, PTCFS, "--daemon", self.addr, *self._secret_args(), *[str(a) for a in args]]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if check and r.returncode != 0:
             pytest.fail(f"{' '.join(cmd)} exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}\n"
