@@ -83,15 +83,24 @@ Result<std::vector<std::vector<int>>> shard_nodes(const Layout& layout, const Cl
 }
 
 Result<std::vector<std::vector<int>>> shard_nodes_on(const Layout& layout, const ClusterConfig& cluster,
-                                                      const std::vector<std::string>& ids) {
+                                                      const std::vector<std::string>& ids,
+                                                      const std::vector<int>& gpus) {
+  if (!gpus.empty() && gpus.size() != ids.size())
+    return invalid("a placement of " + std::to_string(ids.size()) + " nodes with " + std::to_string(gpus.size()) +
+                   " GPU counts");
   ClusterConfig sub;
   std::vector<int> global;
-  for (const auto& id : ids) {
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const std::string& id = ids[k];
     const int i = cluster.find(id);
     if (i < 0) return invalid("node '" + id + "' is not in the cluster");
     if (std::find(global.begin(), global.end(), i) != global.end()) return invalid("node '" + id + "' is named twice");
     global.push_back(i);
     sub.nodes.push_back(cluster.nodes[static_cast<size_t>(i)]);
+    if (!gpus.empty()) {
+      if (gpus[k] < 1) return invalid("node '" + id + "' is placed with " + std::to_string(gpus[k]) + " GPUs");
+      sub.nodes.back().gpus = gpus[k];
+    }
   }
   if (sub.nodes.empty()) return invalid("a job needs at least one node");
   PTC_ASSIGN_OR_RETURN(auto local, shard_nodes(layout, sub));
@@ -100,6 +109,15 @@ Result<std::vector<std::vector<int>>> shard_nodes_on(const Layout& layout, const
     std::sort(nodes.begin(), nodes.end());
   }
   return local;
+}
+
+std::vector<int> gpus_of(const ClusterConfig& cluster, const std::vector<std::string>& ids) {
+  std::vector<int> out;
+  for (const auto& id : ids) {
+    const int i = cluster.find(id);
+    out.push_back(i < 0 ? 0 : cluster.nodes[static_cast<size_t>(i)].gpus);
+  }
+  return out;
 }
 
 }  // namespace ptc

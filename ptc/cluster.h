@@ -41,9 +41,15 @@ Result<std::vector<int>> place_ranks(const Parallelism& par, const ClusterConfig
 Result<std::vector<std::vector<int>>> shard_nodes(const Layout& layout, const ClusterConfig& cluster);
 
 // The same with the ranks placed on the nodes `ids` only, in that order (a job on part of
-// the cluster); node numbers are still indices into cluster.nodes. kInvalidArgument for an
-// unknown or repeated id, or too few GPUs.
+// the cluster); node numbers are still indices into cluster.nodes. `gpus` (empty: each
+// node's in `cluster`) gives the GPUs of each of `ids` as they were when the placement was
+// made: a placement pinned in a step's record does not move when a node comes back with
+// another GPU count. kInvalidArgument for an unknown or repeated id, a `gpus` of another
+// length or below 1, or too few GPUs.
 Result<std::vector<std::vector<int>>> shard_nodes_on(const Layout& layout, const ClusterConfig& cluster,
-                                                      const std::vector<std::string>& ids);
+                                                      const std::vector<std::string>& ids,
+                                                      const std::vector<int>& gpus = {});
+// The GPUs of each of `ids` in `cluster` (0 for an id it lacks).
+std::vector<int> gpus_of(const ClusterConfig& cluster, const std::vector<std::string>& ids);
 
 }  // namespace ptc

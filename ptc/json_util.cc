@@ -155,6 +155,19 @@ Result<std::vector<std::string>> member_strings(const nlohmann::json& obj, const
   return out;
 }
 
+Result<std::vector<int>> member_gpus_or_empty(const nlohmann::json& obj, const char* key, const std::string& where) {
+  const auto* v = member(obj, key);
+  if (!v) return std::vector<int>();
+  if (!v->is_array()) return wrong(key, where, "a list of GPU counts");
+  std::vector<int> out;
+  for (const auto& e : *v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 1 || e.get<int64_t>() > (1 << 20))
+      return wrong(key, where, "a list of GPU counts (integers from 1)");
+    out.push_back(static_cast<int>(e.get<int64_t>()));
+  }
+  return out;
+}
+
 Result<std::vector<std::vector<std::string>>> member_string_lists(const nlohmann::json& obj, const char* key,
                                                                   const std::string& where) {
   const auto* v = member(obj, key);

@@ -50,6 +50,9 @@ Result<std::vector<std::string>> member_strings(const nlohmann::json& obj, const
 // A list of lists of strings (per shard, the ids of its nodes).
 Result<std::vector<std::vector<std::string>>> member_string_lists(const nlohmann::json& obj, const char* key,
                                                                   const std::string& where = "request");
+// A list of GPU counts (integers from 1 to 2^20) per node of a placement; empty when absent.
+Result<std::vector<int>> member_gpus_or_empty(const nlohmann::json& obj, const char* key,
+                                              const std::string& where = "request");
 Result<std::string> member_string_or(const nlohmann::json& obj, const char* key, std::string fallback,
                                      const std::string& where = "request");
 Result<uint64_t> member_u64_or(const nlohmann::json& obj, const char* key, uint64_t fallback,

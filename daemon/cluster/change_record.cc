@@ -32,11 +32,14 @@ json to_json(const PrepareRequest& r) {
         using T = std::decay_t<decltype(c)>;
         if constexpr (std::is_same_v<T, ImportChange>) {
           j.update({{"dir", c.dir}, {"job", c.job}, {"step", c.step}, {"nodes", c.nodes}});
+          if (!c.gpus.empty()) j["gpus"] = c.gpus;
         } else if constexpr (std::is_same_v<T, ClusterChange>) {
           j.update({{"job", c.job}, {"step", c.step}, {"from_version", c.from_version}, {"ptc", ptc_json(c.ptc)},
                     {"from_nodes", c.from_nodes}, {"to", c.to.to_string()}, {"to_nodes", c.to_nodes},
                     {"down", c.down}, {"digest", c.digest}});
           if (!c.from_holders.empty()) j["from_holders"] = c.from_holders;
+          if (!c.from_gpus.empty()) j["from_gpus"] = c.from_gpus;
+          if (!c.to_gpus.empty()) j["to_gpus"] = c.to_gpus;
         } else if constexpr (std::is_same_v<T, RemoveChange>) {
           j.update({{"job", c.job}, {"step", c.step}});
         } else if constexpr (std::is_same_v<T, SaveChange>) {
@@ -64,16 +67,18 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
   }
   PTC_ASSIGN_OR_RETURN(std::string kind, ptc::member_string(j, "kind", w));
   if (kind == "import") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "dir", "job", "step", "nodes"}, w));
+    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "dir", "job", "step", "nodes", "gpus"}, w));
     ImportChange c;
     PTC_ASSIGN_OR_RETURN(c.dir, ptc::member_string(j, "dir", w));
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
     PTC_ASSIGN_OR_RETURN(c.nodes, ptc::member_strings(j, "nodes", w));
+    PTC_ASSIGN_OR_RETURN(c.gpus, ptc::member_gpus_or_empty(j, "gpus", w));
     r.change = std::move(c);
   } else if (kind == "repartition") {
     PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc", "from_nodes",
-                                               "from_holders", "to", "to_nodes", "down", "digest"}, w));
+                                               "from_holders", "from_gpus", "to", "to_nodes", "to_gpus", "down",
+                                               "digest"}, w));
     ClusterChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
@@ -83,6 +88,8 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string(j, "to", w));
     PTC_ASSIGN_OR_RETURN(c.to, ptc::parse_parallelism(to));
     PTC_ASSIGN_OR_RETURN(c.to_nodes, ptc::member_strings(j, "to_nodes", w));
+    PTC_ASSIGN_OR_RETURN(c.from_gpus, ptc::member_gpus_or_empty(j, "from_gpus", w));
+    PTC_ASSIGN_OR_RETURN(c.to_gpus, ptc::member_gpus_or_empty(j, "to_gpus", w));
     PTC_ASSIGN_OR_RETURN(c.down, ptc::member_strings(j, "down", w));
     PTC_ASSIGN_OR_RETURN(c.digest, ptc::member_u64_or(j, "digest", 0, w));
     if (j.contains("from_holders")) {
@@ -169,13 +176,16 @@ ptc::Result<SaveState> save_state_from_json(const json& j, const std::string& wh
 }
 
 json to_json(const StepState& s) {
-  return {{"version", s.version}, {"nodes", s.nodes}, {"held", s.held}, {"ptc", ptc_json(s.ptc)}};
+  json j = {{"version", s.version}, {"nodes", s.nodes}, {"held", s.held}, {"ptc", ptc_json(s.ptc)}};
+  if (!s.gpus.empty()) j["gpus"] = s.gpus;
+  return j;
 }
 
 ptc::Result<StepState> step_state_from_json(const json& j, const std::string& where) {
   StepState s;
   PTC_ASSIGN_OR_RETURN(s.version, ptc::member_u64(j, "version", where));
   PTC_ASSIGN_OR_RETURN(s.nodes, ptc::member_strings(j, "nodes", where));
+  PTC_ASSIGN_OR_RETURN(s.gpus, ptc::member_gpus_or_empty(j, "gpus", where));
   PTC_ASSIGN_OR_RETURN(s.held, ptc::member_strings(j, "held", where));
   PTC_ASSIGN_OR_RETURN(s.ptc, ptc_of(j, "ptc", where));
   return s;

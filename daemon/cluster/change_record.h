@@ -25,9 +25,11 @@ struct ClusterChange {
   uint64_t from_version = 0;
   ptc::Ptc ptc;                         // the step's PTC (its parallelism is the old config)
   std::vector<std::string> from_nodes;  // the old placement (node ids in rank order)
+  std::vector<int> from_gpus;           // their GPUs when it was made (empty: as the cluster says now)
   std::vector<std::vector<std::string>> from_holders;  // per old shard, its nodes, when not by rank (a saved step)
   ptc::Parallelism to;
   std::vector<std::string> to_nodes;    // the new placement
+  std::vector<int> to_gpus;             // their GPUs, as the coordinator sees them (empty: as each node does)
   std::vector<std::string> down;        // nodes that cannot serve as sources
   uint64_t digest = 0;                  // of the coordinator's plan (0: not checked)
 };
@@ -37,6 +39,7 @@ struct ClusterChange {
 struct ImportChange {
   std::string dir, job, step;
   std::vector<std::string> nodes;  // the placement
+  std::vector<int> gpus;           // their GPUs, as the coordinator sees them (empty: as each node does)
 };
 
 // A dataset added on its home node: the others pull its sample table from the home.
@@ -87,6 +90,7 @@ ptc::Result<PrepareReply> prepare_reply_from_json(const nlohmann::json& j, const
 struct StepState {
   uint64_t version = 0;
   std::vector<std::string> nodes;  // the placement
+  std::vector<int> gpus;           // their GPUs when it was made (empty: not pinned)
   std::vector<std::string> held;   // shards this node holds
   ptc::Ptc ptc;
 };

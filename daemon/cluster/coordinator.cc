@@ -199,7 +199,7 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
   const std::vector<int> all = members_.members();
   const std::string tx = new_transaction_id();
   if (progress) progress(json{{"phase", "prepare"}, {"done", 0}, {"total", all.size()}});
-  const json prepare = to_json(request(tx, ImportChange{dir, job, step, nodes}));
+  const json prepare = to_json(request(tx, ImportChange{dir, job, step, nodes, ptc::gpus_of(*cluster(), nodes)}));
   const auto answers = ask_all(all, [&](int) { return prepare; });
   ptc::Status failed;
   std::set<uint64_t> digests;
@@ -225,7 +225,7 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
     ptc::log::warn("import of {}/{} aborted on every node: {}", job, step, failed.to_string());
     return failed;
   }
-  PTC_RETURN_IF_ERROR(decide(all, tx, step_key(job, step), prior, json{{"kind", "import"}, {"version", 1}, {"nodes", nodes}},
+  PTC_RETURN_IF_ERROR(decide(all, tx, step_key(job, step), prior, json{{"kind", "import"}, {"version", 1}, {"nodes", nodes}, {"gpus", ptc::gpus_of(*cluster(), nodes)}},
                              "import of " + job + "/" + step));
   auto snap = store_.snapshot();
   auto it = snap->steps.find({job, step});
@@ -252,10 +252,13 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   c.from_version = old->version();
   c.ptc = from.ptc();
   c.from_nodes = old->placement().nodes;
+  // GPU counts pinned with the placement (a version from before they were kept: as now).
+  c.from_gpus = old->placement().gpus.empty() ? ptc::gpus_of(*cluster(), c.from_nodes) : old->placement().gpus;
   c.from_holders = old->placement().holders;
   if (c.from_nodes.empty()) return ptc::error(ptc::Code::kFailedPrecondition, name + " was imported outside the cluster");
   c.to = req.to;
   c.to_nodes = placement_or_all(nodes_arg);
+  c.to_gpus = ptc::gpus_of(*cluster(), c.to_nodes);
 
   RepartitionResult res;
   PTC_ASSIGN_OR_RETURN(const ptc::Layout to, start_result(req, *old, res));
@@ -360,7 +363,8 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
                              json{{"kind", "repartition"},
                                   {"version", res.version},
                                   {"parallelism", req.to.to_string()},
-                                  {"nodes", c.to_nodes}},
+                                  {"nodes", c.to_nodes},
+                                  {"gpus", c.to_gpus}},
                              "repartition of " + name));
   res.seconds = since(t0);
   ptc::log::info("repartitioned {} {} -> {} on {} nodes (version {}): {} bytes moved, {} the minimum, in {:.3f} s", name,
@@ -390,6 +394,7 @@ bool Coordinator::catch_up_step(const std::string& job, const std::string& step,
   if (!layout) return false;
   StepPlacement placement;
   placement.nodes = newest->nodes;
+  placement.gpus = newest->gpus;
   placement.held.assign(layout->shards().size(), false);
   const size_t nshards = layout->shards().size();
   PreparedChange change;

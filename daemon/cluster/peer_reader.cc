@@ -27,7 +27,8 @@ ptc::Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(cons
   if (!v.placement().holders.empty()) {  // held where it was written (a step saved into the mounts)
     h = node_indices(*peers_.cluster(), v.placement().holders);
   } else {
-    PTC_ASSIGN_OR_RETURN(h, ptc::shard_nodes_on(v.layout(), *peers_.cluster(), v.placement().nodes));
+    PTC_ASSIGN_OR_RETURN(h, ptc::shard_nodes_on(v.layout(), *peers_.cluster(), v.placement().nodes,
+                                                v.placement().gpus));
   }
   auto shared = std::make_shared<const Holders>(std::move(h));
   std::lock_guard lock(mu_);

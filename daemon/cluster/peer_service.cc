@@ -169,7 +169,7 @@ ptc::Result<json> PeerService::state(const json& req) const {
   auto it = snap->steps.find({job, step});
   if (it == snap->steps.end()) return ptc::not_found("no step " + job + "/" + step + " on node " + id());
   const StepVersion& v = *it->second;
-  StepState s{v.version(), v.placement().nodes, {}, v.layout().ptc()};
+  StepState s{v.version(), v.placement().nodes, v.placement().gpus, {}, v.layout().ptc()};
   for (const auto& sh : v.layout().shards())
     if (v.holds(sh)) s.held.push_back(sh.name());
   return to_json(s);
@@ -180,8 +180,10 @@ ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, P
   ptc::Ptc seen;
   auto place = [&](const ptc::Layout& layout) -> ptc::Result<StepPlacement> {
     seen = layout.ptc();
-    PTC_ASSIGN_OR_RETURN(auto holders, ptc::shard_nodes_on(layout, *peers_.cluster(), c.nodes));
-    StepPlacement p{c.nodes, {}, {}};
+    // Pinned as the coordinator saw them (a node's own view if it sent none).
+    const std::vector<int> gpus = c.gpus.empty() ? ptc::gpus_of(*peers_.cluster(), c.nodes) : c.gpus;
+    PTC_ASSIGN_OR_RETURN(auto holders, ptc::shard_nodes_on(layout, *peers_.cluster(), c.nodes, gpus));
+    StepPlacement p{c.nodes, gpus, {}, {}};
     for (const auto& h : holders) p.held.push_back(std::find(h.begin(), h.end(), self_) != h.end());
     return p;
   };

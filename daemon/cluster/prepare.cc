@@ -38,9 +38,9 @@ ptc::Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, cons
     if (c.from_holders.size() != from.shards().size()) return ptc::invalid("the holders do not match the layout");
     h.src_nodes = node_indices(cluster, c.from_holders);
   } else {
-    PTC_ASSIGN_OR_RETURN(h.src_nodes, ptc::shard_nodes_on(from, cluster, c.from_nodes));
+    PTC_ASSIGN_OR_RETURN(h.src_nodes, ptc::shard_nodes_on(from, cluster, c.from_nodes, c.from_gpus));
   }
-  PTC_ASSIGN_OR_RETURN(h.dst_nodes, ptc::shard_nodes_on(to, cluster, c.to_nodes));
+  PTC_ASSIGN_OR_RETURN(h.dst_nodes, ptc::shard_nodes_on(to, cluster, c.to_nodes, c.to_gpus));
   for (const auto& id : c.down) {
     const int n = cluster.find(id);
     for (auto& nodes : h.src_nodes) std::erase(nodes, n);
@@ -193,6 +193,7 @@ ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBa
   });
   StepPlacement placement;
   placement.nodes = c.to_nodes;
+  placement.gpus = c.to_gpus.empty() ? ptc::gpus_of(cluster, c.to_nodes) : c.to_gpus;
   placement.held.assign(to.shards().size(), false);
   for (size_t s = 0; s < to.shards().size(); ++s) {
     placement.held[s] = std::find(h.dst_nodes[s].begin(), h.dst_nodes[s].end(), self) != h.dst_nodes[s].end();

@@ -157,6 +157,7 @@ void StepVersion::to_records(WriteBatch& batch) const {
   step["ptc"] = std::move(ptc_json);
   if (!placement_.nodes.empty()) {
     step["nodes"] = placement_.nodes;
+    if (!placement_.gpus.empty()) step["gpus"] = placement_.gpus;
     json held = json::array();
     for (size_t i = 0; i < shards.size(); ++i)
       if (placement_.holds(i)) held.push_back(shards[i].name());
@@ -192,6 +193,10 @@ ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const s
   StepPlacement placement;
   if (rec.contains("nodes")) {
     for (const auto& n : rec.at("nodes")) placement.nodes.push_back(n.get<std::string>());
+    auto gpus = ptc::member_gpus_or_empty(rec, "gpus", where);
+    if (!gpus || (!gpus->empty() && gpus->size() != placement.nodes.size()))
+      return ptc::corrupt(where + ": malformed GPU counts of the placement");
+    placement.gpus = std::move(gpus).value();
     placement.held.assign(layout.shards().size(), false);
     for (const auto& h : rec.at("held")) {
       const auto id = ptc::parse_shard_name(h.get<std::string>());

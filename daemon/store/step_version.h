@@ -58,6 +58,10 @@ void for_each_piece(const StoredSlice& s, uint64_t off, uint64_t len,
 // single node that holds every shard.
 struct StepPlacement {
   std::vector<std::string> nodes;
+  // The GPUs of each of `nodes` when the placement was made (ranks go on them in order; a
+  // node that comes back with another count does not move them). Empty: the cluster's now
+  // (versions committed before GPU counts were kept).
+  std::vector<int> gpus;
   std::vector<bool> held;  // per shard of the layout; empty: all
   // Per shard of the layout, the ids of the nodes holding it, when that does not follow from
   // the rank placement: a step saved into the mounts of a cluster is held where it was written.

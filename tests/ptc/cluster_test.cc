@@ -87,3 +87,24 @@ TEST_CASE("shards are held by the nodes of their ranks, DP replicas on several",
   REQUIRE(s);
   CHECK(*s == std::vector<std::vector<int>>{{0}, {0}, {1}, {1}});
 }
+
+TEST_CASE("a placement pinned with its GPU counts ignores the cluster's counts of now", "[cluster]") {
+  // Node a now has 4 GPUs; the placement was made when it had 2: stage 1 stays on b.
+  const auto c = parse_ok(R"({"nodes": [{"id": "a", "addr": "h:1", "gpus": 4}, {"id": "b", "addr": "h:2", "gpus": 2}]})");
+  auto now = shard_nodes_on(layout_of(2, 2, 1), c, {"a", "b"});
+  REQUIRE(now);
+  CHECK(*now == std::vector<std::vector<int>>{{0}, {0}, {0}, {0}});
+  auto pinned = shard_nodes_on(layout_of(2, 2, 1), c, {"a", "b"}, {2, 2});
+  REQUIRE(pinned);
+  CHECK(*pinned == std::vector<std::vector<int>>{{0}, {0}, {1}, {1}});
+  CHECK(gpus_of(c, {"b", "a", "x"}) == std::vector<int>{2, 4, 0});
+  auto short_list = shard_nodes_on(layout_of(2, 2, 1), c, {"a", "b"}, {2});
+  REQUIRE_FALSE(short_list);
+  CHECK(short_list.status().message() == "a placement of 2 nodes with 1 GPU counts");
+  auto zero = shard_nodes_on(layout_of(2, 2, 1), c, {"a", "b"}, {0, 2});
+  REQUIRE_FALSE(zero);
+  CHECK(zero.status().message() == "node 'a' is placed with 0 GPUs");
+  auto too_few = shard_nodes_on(layout_of(2, 2, 1), c, {"a", "b"}, {1, 1});
+  REQUIRE_FALSE(too_few);
+  CHECK(too_few.status().message().find("needs 4 GPUs but the cluster has 2") != std::string::npos);
+}
