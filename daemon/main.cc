@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <condition_variable>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -18,6 +19,7 @@
 #include "daemon/control/control.h"
 #include "daemon/save/save_service.h"
 #include "daemon/daemon_config.h"
+#include "daemon/direct/direct_server.h"
 #include "daemon/metrics_exporter.h"
 #include "daemon/node_gauges.h"
 #include "daemon/store/prepared_record.h"
@@ -31,6 +33,7 @@ namespace {
 struct Options {
   std::string data, mount, listen = "127.0.0.1:7070", cluster, node, secret_file, etcd, log_level = "info";
   std::string metrics, log_format = "text";
+  std::string direct_socket;  // empty: DATA/direct.sock; "none": no direct socket
   int gpus = 1;
   int64_t lease_ttl_s = 10;
   int64_t prepare_expiry_s = 600;
@@ -129,8 +132,17 @@ int run(const Options& o, bool listen_given) {
     saves->set_cluster([&c = *coordinator](const std::string& job, const std::string& step) { c.save_ready(job, step); });
   }
 
+  // The direct data path (daemon/direct/direct_server.h): its socket, which the mount names
+  // to clients in an extended attribute.
+  std::string direct_path;
+  if (o.direct_socket != "none") {
+    std::error_code ec;
+    direct_path = o.direct_socket.empty() ? std::filesystem::canonical(o.data, ec).string() + "/direct.sock"
+                                          : std::filesystem::absolute(o.direct_socket, ec).string();
+  }
   fs::MountOptions mo;
   mo.mountpoint = o.mount;
+  mo.direct_socket = direct_path;
   mo.debug = o.fuse_debug;
   mo.allow_other = o.allow_other;
   auto source = [&st, &saves] {
@@ -144,6 +156,19 @@ int run(const Options& o, bool listen_given) {
     return 1;
   }
   auto& filesystem = **fsr;
+  std::unique_ptr<DirectServer> direct;
+  if (!direct_path.empty()) {
+    std::error_code ec;
+    const std::string mount = std::filesystem::canonical(o.mount, ec).string();
+    auto d = DirectServer::start(direct_path, mount, [&filesystem](const std::string& rel) {
+      return filesystem.open_view(rel);
+    });
+    if (!d) {
+      ptc::log::error("{} (--direct-socket none runs without it)", d.status().to_string());
+      return 1;
+    }
+    direct = std::move(d).value();
+  }
   st.on_change([&filesystem] {
     if (auto s = filesystem.refresh(); !s) ptc::log::error("refreshing the mount: {}", s.to_string());
   });
@@ -244,6 +269,7 @@ int run(const Options& o, bool listen_given) {
   ptc::log::info("received signal {}; stopping", sig);
   if (catch_up.joinable()) catch_up.join();
   (*server)->stop();
+  direct.reset();  // lets go of the versions its clients held
   metrics.reset();
   if (etcd) etcd->stop();  // leaves the cluster at once; its watch calls the coordinator no more
   filesystem.stop();
@@ -306,6 +332,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--metrics", o.metrics,
                  "Serve Prometheus metrics at http://HOST:PORT/metrics (docs/OPERATIONS.md); off by default");
+  app.add_option("--direct-socket", o.direct_socket,
+                 "Unix socket of the direct data path: processes of this uid (or root) on the node read files of "
+                 "the mount without FUSE (ptcfs.direct); default DATA/direct.sock, `none` for no socket");
   app.add_flag("--fuse-debug", o.fuse_debug, "Log every FUSE request (libfuse's -d)");
   app.add_flag("--no-allow-other{false}", o.allow_other, "Only the mounting user may read the mount");
   app.set_version_flag("--version", PTCFS_VERSION);

@@ -27,6 +27,11 @@ class ReadBuffer {
     int fd = -1;
     uint64_t off = 0;                // in fd
     uint64_t len = 0;
+    // Memory that is a mapping of a file: its descriptor and offset (the direct path hands
+    // the file to its client instead of the bytes); -1 otherwise.
+    int origin_fd = -1;
+    uint64_t origin_off = 0;
+    bool zeros = false;  // all zero bytes (padding)
   };
 
   // Memory that outlives the reply (owned by a view or static).
@@ -34,6 +39,8 @@ class ReadBuffer {
   // Zeros (padding).
   void add_zeros(uint64_t len);
   void add_fd(int fd, uint64_t off, uint64_t len);
+  // Memory `p` that maps bytes [off, off + len) of file `fd` (a mapped blob).
+  void add_mapped(const void* p, uint64_t len, int fd, uint64_t off);
   // Keeps an owner (an open blob) alive until the buffer is destroyed.
   void keep(std::shared_ptr<const void> owner) { keep_.push_back(std::move(owner)); }
 

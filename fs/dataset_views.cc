@@ -13,6 +13,7 @@ namespace {
 class RecordsView final : public View {
  public:
   ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kDataset; }
+  uint64_t version() const override { return c_->version(); }
   RecordsView(std::shared_ptr<const DatasetContent> c, std::vector<uint32_t> samples)
       : c_(std::move(c)), samples_(std::move(samples)), starts_(samples_.size() + 1, 0) {
     for (size_t i = 0; i < samples_.size(); ++i) starts_[i + 1] = starts_[i] + c_->record_bytes(samples_[i]);

@@ -283,8 +283,24 @@ void op_statfs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &sv);
 }
 
+// The direct socket's path, on every inode; no other attribute exists.
+void op_getxattr(fuse_req_t req, fuse_ino_t, const char* name, size_t size) {
+  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
+  const std::string& value = impl_of(req).opts.direct_socket;
+  if (value.empty() || std::strcmp(name, kDirectXattr) != 0) {
+    fuse_reply_err(req, ENODATA);
+  } else if (size == 0) {
+    fuse_reply_xattr(req, value.size());
+  } else if (size < value.size()) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, value.data(), value.size());
+  }
+}
+
 const fuse_lowlevel_ops kOps = [] {
   fuse_lowlevel_ops ops{};
+  ops.getxattr = op_getxattr;
   ops.init = op_init;
   ops.lookup = op_lookup;
   ops.getattr = op_getattr;
@@ -379,6 +395,25 @@ ptc::Result<std::shared_ptr<const Tree>> Filesystem::Impl::add_file(Node file, c
   std::lock_guard lock(mu);
   tree = next;
   return next;
+}
+
+ptc::Result<std::shared_ptr<const View>> Filesystem::open_view(const std::string& path) const {
+  const auto tree = impl_->current();
+  const Node* node = tree->find(kRootIno);
+  size_t at = 0;
+  while (node && at < path.size()) {
+    const size_t slash = path.find('/', at);
+    const std::string name = path.substr(at, slash == std::string::npos ? std::string::npos : slash - at);
+    at = slash == std::string::npos ? path.size() : slash + 1;
+    if (name.empty() || name == ".") continue;
+    if (!node->is_dir) return ptc::not_found("no file " + path + " in the mount");
+    node = tree->child(*node, name);
+  }
+  if (!node) return ptc::not_found("no file " + path + " in the mount");
+  if (node->is_dir) return ptc::invalid(path + " is a folder, not a file");
+  if (node->pending || !node->view)
+    return ptc::error(ptc::Code::kFailedPrecondition, path + " belongs to a step still being saved; read it once committed");
+  return node->view;
 }
 
 ptc::Status Filesystem::refresh() {

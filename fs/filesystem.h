@@ -23,7 +23,14 @@ struct MountOptions {
   bool allow_other = true;   // training processes may run as other users
   unsigned max_threads = 16;
   bool debug = false;        // libfuse's request log
+  // The direct socket (daemon/direct/direct_server.h): every inode answers getxattr of
+  // kDirectXattr with it, so a client finds it from any path of the mount. Empty: none.
+  std::string direct_socket;
 };
+
+inline constexpr const char* kDirectXattr = "user.ptcfs.direct";
+
+class View;
 
 class Filesystem {
  public:
@@ -38,6 +45,11 @@ class Filesystem {
 
   // Rebuilds the tree from the source; safe from any thread.
   ptc::Status refresh();
+  // The view of the committed file at `path` (relative to the mount root, '/'-separated) in
+  // the current tree: what an open() of it would read, holding its version. kNotFound when
+  // there is none, kInvalidArgument for a folder, kFailedPrecondition for a file of a step
+  // still being saved.
+  ptc::Result<std::shared_ptr<const View>> open_view(const std::string& path) const;
   // Serves requests until stop() or an external unmount; blocks.
   ptc::Status run();
   // Ends run() and unmounts; safe from any thread and from a signal-handling thread.

@@ -20,7 +20,7 @@ void ReadBuffer::add_mem(const void* p, uint64_t len) {
   // Merge with the previous segment when it continues it in memory.
   if (!segs_.empty()) {
     Segment& last = segs_.back();
-    if (last.fd < 0 && last.mem + last.len == static_cast<const std::byte*>(p)) {
+    if (last.fd < 0 && last.origin_fd < 0 && !last.zeros && last.mem + last.len == static_cast<const std::byte*>(p)) {
       last.len += len;
       size_ += len;
       return;
@@ -30,10 +30,35 @@ void ReadBuffer::add_mem(const void* p, uint64_t len) {
   size_ += len;
 }
 
+void ReadBuffer::add_mapped(const void* p, uint64_t len, int fd, uint64_t off) {
+  if (len == 0) return;
+  if (!segs_.empty()) {
+    Segment& last = segs_.back();
+    if (last.fd < 0 && last.origin_fd == fd && last.origin_off + last.len == off &&
+        last.mem + last.len == static_cast<const std::byte*>(p)) {
+      last.len += len;
+      size_ += len;
+      return;
+    }
+  }
+  Segment s{static_cast<const std::byte*>(p), -1, 0, len};
+  s.origin_fd = fd;
+  s.origin_off = off;
+  segs_.push_back(s);
+  size_ += len;
+}
+
 void ReadBuffer::add_zeros(uint64_t len) {
   while (len > 0) {
     const uint64_t n = std::min(len, kZeroBlock);
-    add_mem(zero_block(), n);
+    if (!segs_.empty() && segs_.back().zeros && segs_.back().len + n <= kZeroBlock) {
+      segs_.back().len += n;  // the zero block is long enough for both
+    } else {
+      Segment s{zero_block(), -1, 0, n};
+      s.zeros = true;
+      segs_.push_back(s);
+    }
+    size_ += n;
     len -= n;
   }
 }

@@ -41,6 +41,7 @@ class BytesView final : public View {
 class SafetensorsView final : public View {
  public:
   ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kRankFile; }
+  uint64_t version() const override { return c_->version(); }
   SafetensorsView(std::shared_ptr<const StepContent> c, ptc::ShardId shard, ptc::SafetensorsLayout l)
       : c_(std::move(c)), shard_(shard), l_(std::move(l)) {}
   uint64_t size() const override { return l_.file_size(); }
@@ -69,6 +70,7 @@ class SafetensorsView final : public View {
 class SliceNpyView final : public View {
  public:
   ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kSliceNpy; }
+  uint64_t version() const override { return c_->version(); }
   SliceNpyView(std::shared_ptr<const StepContent> c, ptc::ShardId shard, size_t slice)
       : c_(std::move(c)), shard_(shard), slice_(slice) {
     const auto& layout = c_->layout();
@@ -93,6 +95,7 @@ class SliceNpyView final : public View {
 class FullNpyView final : public View {
  public:
   ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kFullNpy; }
+  uint64_t version() const override { return c_->version(); }
   FullNpyView(std::shared_ptr<const StepContent> c, size_t tensor) : c_(std::move(c)), tensor_(tensor) {
     const auto& spec = c_->layout().ptc().tensors[tensor];
     elem_ = ptc::dtype_size(spec.dtype);

@@ -27,6 +27,8 @@ class View {
   virtual ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const = 0;
   // What the file is (label of the read metrics).
   virtual ptc::metrics::ViewKind kind() const = 0;
+  // The version of the step or dataset it reads (0: none, e.g. a step's ptc.json).
+  virtual uint64_t version() const { return 0; }
 };
 
 std::shared_ptr<const View> bytes_view(std::string bytes);

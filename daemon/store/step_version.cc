@@ -97,7 +97,7 @@ ptc::Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uin
     // Pieces are handed over as memory of the mapped blob: the kernel then copies them
     // straight into its page cache (fs/filesystem.cc), with no read into a buffer first.
     // A file range is the fallback for a blob that cannot be mapped.
-    if (const std::byte* map = file->data()) out.add_mem(map + boff, n);
+    if (const std::byte* map = file->data()) out.add_mapped(map + boff, n, file->fd(), boff);
     else out.add_fd(file->fd(), boff, n);
   });
   return st;

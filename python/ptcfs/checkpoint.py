@@ -15,6 +15,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 
+from . import direct as _direct
 from . import ptc as _ptc
 from . import safetensors as _st
 from .dtypes import as_storage, numpy_dtype
@@ -112,23 +113,26 @@ def load_ptc(dir: str) -> dict:
 
 
 def load_shard(dir: str, t: int, p: int, ptc: Optional[Mapping] = None) -> Dict[str, np.ndarray]:
-    """{name: array} of DIR/tp{t}-pp{p}.safetensors: views of a read-only mapping (zero-copy;
-    BF16 as uint16 bits). With `ptc`, checks that the file holds exactly that shard."""
+    """{name: array} of DIR/tp{t}-pp{p}.safetensors, read-only (BF16 as uint16 bits). In a
+    ptcfs mount with a direct socket, read through it (ptcfs.direct: the daemon's blobs mapped,
+    zero-copy where a tensor lies in one piece, gathered where a repartition left it strided);
+    elsewhere, views of a read-only mapping of the file. With `ptc`, checks that the file
+    holds exactly that shard."""
     path = os.path.join(dir, shard_file(t, p))
-    try:
-        f = _st.SafetensorsFile(path)
-    except FileNotFoundError:
-        raise Error("not_found", f"{path}: no such shard") from None
+    if not os.path.exists(path):
+        raise Error("not_found", f"{path}: no such shard")
+    f = _direct.open(path)
+    tensors = f.tensors()
     if ptc is not None:
         want = _ptc.shard_tensors(ptc, t, p)
-        if set(want) != set(f.entries):
-            raise invalid(f"{path}: holds {len(f.entries)} tensors, the PTC places {len(want)} on it "
-                          f"(e.g. {sorted(set(want) ^ set(f.entries))[:3]})")
+        if set(want) != set(tensors):
+            raise invalid(f"{path}: holds {len(tensors)} tensors, the PTC places {len(want)} on it "
+                          f"(e.g. {sorted(set(want) ^ set(tensors))[:3]})")
         for name, (dtype, shape) in want.items():
-            if (f.dtype(name), list(f.shape(name))) != (dtype, list(shape)):
-                raise invalid(f"{path}: tensor '{name}' is {f.dtype(name)} {list(f.shape(name))}, "
-                              f"the PTC gives {dtype} {list(shape)}")
-    return f.tensors()
+            got = (f.dtype_of(name), list(tensors[name].shape))
+            if got != (dtype, list(shape)):
+                raise invalid(f"{path}: tensor '{name}' is {got[0]} {got[1]}, the PTC gives {dtype} {list(shape)}")
+    return tensors
 
 
 def load_full(dir: str, name: str, ptc: Optional[Mapping] = None) -> np.ndarray:

@@ -12,6 +12,7 @@ import pytest
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "tools"))  # ptcgen
 sys.path.insert(0, _HERE)  # ptcfs_harness
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(_HERE)), "python"))  # ptcfs (the package)
 
 from ptcfs_harness import Checkpoint, Daemon, require_binaries  # noqa: E402
 

@@ -42,7 +42,8 @@ def test_mount_views_equal_the_packages_canonical_form_across_repartitions(daemo
                     assert f.read() == expected_shard_bytes(want_ptc, full, t, p), (tp, pp, path)
                 got = ptcfs.load_shard(sd, t, p, ptc=want_ptc)
                 for name, arr in got.items():
-                    assert not arr.flags.owndata and not arr.flags.writeable  # mapped from the mount
+                    # Read-only: mapped (the direct path or the mount), or gathered where strided.
+                    assert not arr.flags.writeable
                     assert np.array_equal(arr, P.split(full[name], want_ptc["tensors"][name], tp, t))
             for name in ("embedding.word_embeddings.weight", "extra/rng_state", "final_layernorm.weight"):
                 got = ptcfs.load_full(sd, name)

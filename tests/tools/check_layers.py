@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that #include dependencies point down the layers of DESIGN.md and docs/ARCHITECTURE.md.
 
-Modules, bottom to top: ptc < fs, transport < daemon/store < daemon/dataset < daemon/reshard
+Modules, bottom to top: ptc < fs, transport < daemon/store, daemon/direct < daemon/dataset < daemon/reshard
 < daemon/save < daemon/cluster < daemon/control < daemon (main.cc, its config); cli uses ptc and
 transport only.
 A file may include its own layer and those below it, never one above. Prints every violation
@@ -18,6 +18,7 @@ RANK = {
     "transport": 1,
     "gpu": 1,
     "daemon/store": 2,
+    "daemon/direct": 2,
     "daemon/dataset": 3,
     "daemon/reshard": 4,
     "daemon/save": 5,

@@ -1,0 +1,282 @@
+"""Reading files of a ptcfs mount without FUSE: the direct data path.
+
+``ptcfs.direct.open(path)`` asks the node's daemon, over its direct socket, for the file's map
+and the descriptors of the files that hold its bytes, and maps them (libptcfs_client through
+ctypes). Arrays from ``tensors()`` are then views of memory the page cache already holds: no
+copy where a tensor's bytes lie in one piece, one gather where they do not. When there is no
+direct socket (another node's mount, an old daemon, a container without the socket, no
+libptcfs_client) or the caller runs as another uid, the same calls read through the mount,
+so user code has one API (``File.direct`` says which path it took, ``File.why_not`` why).
+
+Lifetime: the daemon keeps the file's version, and every array keeps the mapping, for as long
+as the File or any array taken from it lives; ``close()`` lets go of the File's own reference.
+Arrays are read-only, like those of a mapping of the mount (``np.array(a)`` for a copy to write).
+"""
+
+import ctypes
+import ctypes.util
+import json
+import mmap
+import os
+import struct
+import threading
+from typing import Dict, Optional
+
+import numpy as np
+
+from . import dtypes as _dt
+from . import safetensors as _st
+from .errors import Error, invalid
+
+__all__ = ["open", "File", "library"]
+
+_LIB = None
+_LIB_ERROR = ""
+_LIB_LOCK = threading.Lock()
+_ERRLEN = 1024
+
+
+def _candidates():
+    env = os.environ.get("PTCFS_CLIENT_LIB")
+    if env:
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = os.environ.get("PTCFS_BUILD") or os.path.join(here, "..", "..", "build")
+    yield os.path.join(build, "transport", "libptcfs_client.so")
+    found = ctypes.util.find_library("ptcfs_client")
+    if found:
+        yield found
+
+
+def library():
+    """libptcfs_client loaded with ctypes (PTCFS_CLIENT_LIB, the build folder, or the system's),
+    or None with the reason in ``library_error()``."""
+    global _LIB, _LIB_ERROR
+    with _LIB_LOCK:
+        if _LIB is not None or _LIB_ERROR:
+            return _LIB
+        for path in _candidates():
+            if not os.path.exists(path) and "/" in path:
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                _LIB_ERROR = f"{path}: {e}"
+                continue
+            lib.ptcfs_open.restype = ctypes.c_void_p
+            lib.ptcfs_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+            lib.ptcfs_close.argtypes = [ctypes.c_void_p]
+            lib.ptcfs_size.restype = ctypes.c_uint64
+            lib.ptcfs_size.argtypes = [ctypes.c_void_p]
+            lib.ptcfs_version.restype = ctypes.c_uint64
+            lib.ptcfs_version.argtypes = [ctypes.c_void_p]
+            lib.ptcfs_span_count.restype = ctypes.c_size_t
+            lib.ptcfs_span_count.argtypes = [ctypes.c_void_p]
+            lib.ptcfs_span.restype = ctypes.c_int
+            lib.ptcfs_span.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
+                                       ctypes.POINTER(ctypes.c_uint64)]
+            lib.ptcfs_contiguous.restype = ctypes.c_void_p
+            lib.ptcfs_contiguous.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]
+            lib.ptcfs_read.restype = ctypes.c_int
+            lib.ptcfs_read.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
+                                       ctypes.c_char_p, ctypes.c_size_t]
+            _LIB, _LIB_ERROR = lib, ""
+            return lib
+        _LIB_ERROR = _LIB_ERROR or "libptcfs_client.so not found (build the project, or set PTCFS_CLIENT_LIB)"
+        return None
+
+
+def library_error() -> str:
+    library()
+    return _LIB_ERROR
+
+
+def _error(buf) -> Error:
+    text = buf.value.decode("utf-8", "replace")
+    code, _, message = text.partition(": ")
+    return Error(code or "internal", message or text)
+
+
+class _Handle:
+    """One open file of libptcfs_client: closed (the daemon lets the version go, the mappings
+    are unmapped) when the last File or array referring to it is gone."""
+
+    def __init__(self, lib, ptr: int):
+        self.lib, self.ptr = lib, ptr
+
+    def __del__(self):
+        if self.ptr:
+            self.lib.ptcfs_close(self.ptr)
+            self.ptr = 0
+
+
+class File:
+    """A file of the mount, read directly or (``direct`` False) through the mount."""
+
+    def __init__(self, path: str, handle: Optional[_Handle], why_not: str = ""):
+        self.path = path
+        self._h = handle
+        self.direct = handle is not None
+        self.why_not = why_not
+        self._mapped = None  # the mount's mapping of the file, when read through the mount
+        self._dtypes: Dict[str, str] = {}
+        if handle is not None:
+            self.size = int(handle.lib.ptcfs_size(handle.ptr))
+            self.version = int(handle.lib.ptcfs_version(handle.ptr))
+        else:
+            self.size = os.stat(path).st_size
+            self.version = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self):
+        """Drops this File's hold; arrays taken from it keep theirs."""
+        self._h = None
+        self._mapped = None
+
+    def _handle(self) -> _Handle:
+        if self._h is None:
+            raise Error("failed_precondition", f"{self.path}: the file is closed")
+        return self._h
+
+    def _mount_buffer(self):
+        if self._mapped is None:
+            with builtins_open(self.path, "rb") as f:
+                try:
+                    self._mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if self.size else b""
+                except (OSError, ValueError):
+                    self._mapped = f.read()
+        return self._mapped
+
+    def _view(self, off: int, n: int) -> Optional[memoryview]:
+        """Bytes [off, off + n) without a copy, when they lie in one piece."""
+        if n == 0:
+            return memoryview(b"")
+        if not self.direct:
+            return memoryview(self._mount_buffer())[off:off + n]
+        h = self._handle()
+        ptr = h.lib.ptcfs_contiguous(h.ptr, off, n)
+        if not ptr:
+            return None
+        buf = (ctypes.c_char * n).from_address(ptr)
+        buf._ptcfs_handle = h  # the mapping lives as long as any view of it
+        return memoryview(buf).cast("B")
+
+    def read_range(self, off: int, n: int) -> bytes:
+        """A copy of bytes [off, off + n)."""
+        if off < 0 or n < 0 or off + n > self.size:
+            raise Error("out_of_range", f"{self.path}: bytes [{off}, {off + n}) of a {self.size}-byte file")
+        if not self.direct:
+            return bytes(self._mount_buffer()[off:off + n])
+        out = ctypes.create_string_buffer(n)
+        err = ctypes.create_string_buffer(_ERRLEN)
+        h = self._handle()
+        if h.lib.ptcfs_read(h.ptr, off, n, out, err, _ERRLEN) != 0:
+            raise _error(err)
+        return out.raw
+
+    def read(self):
+        """The file's bytes: a memoryview of the mapping when the file is one piece, else bytes."""
+        v = self._view(0, self.size)
+        return v if v is not None else self.read_range(0, self.size)
+
+    def _array(self, off: int, n: int, dtype: np.dtype, shape) -> np.ndarray:
+        v = self._view(off, n)
+        if v is not None:
+            a = np.frombuffer(v, dtype=dtype, count=n // dtype.itemsize).reshape(shape)
+        else:
+            a = np.empty(shape, dtype=dtype)  # owns its data: a gathered copy
+            if n:
+                err = ctypes.create_string_buffer(_ERRLEN)
+                h = self._handle()
+                if h.lib.ptcfs_read(h.ptr, off, n, a.ctypes.data, err, _ERRLEN) != 0:
+                    raise _error(err)
+        a.flags.writeable = False  # like a mapping of the mount, whichever way it came
+        return a
+
+    def tensors(self) -> Dict[str, np.ndarray]:
+        """{name: array} of a safetensors file (every tensor) or an npy file (one, named after the
+        file); zero-copy where a tensor lies in one piece. BF16 comes as uint16 raw bits."""
+        self._dtypes = {}
+        if self.path.endswith(".safetensors"):
+            head = self.read_range(0, min(self.size, 8))
+            if len(head) < 8:
+                raise invalid(f"{self.path}: {self.size} bytes is shorter than the 8-byte header length")
+            (n,) = struct.unpack("<Q", head)
+            if n > _st.MAX_HEADER or 8 + n > self.size:
+                raise invalid(f"{self.path}: header length {n} does not fit the file ({self.size} bytes)")
+            start, entries, _ = _st.parse_header(self.read_range(0, 8 + n), self.size, self.path)
+            out = {}
+            for name in sorted(entries):
+                dtype, shape, b, e = entries[name]
+                self._dtypes[name] = dtype
+                out[name] = self._array(start + b, e - b, _dt.numpy_dtype(dtype), shape)
+            return out
+        if self.path.endswith(".npy"):
+            head = self.read_range(0, min(self.size, 4096))
+            if not head.startswith(b"\x93NUMPY") or len(head) < 10:
+                raise invalid(f"{self.path}: not an npy file")
+            major = head[6]
+            hlen_size = 2 if major == 1 else 4
+            (hlen,) = struct.unpack("<H" if hlen_size == 2 else "<I", head[8:8 + hlen_size])
+            start = 8 + hlen_size + hlen
+            if start > len(head):
+                head = self.read_range(0, start)
+            import ast
+            try:
+                d = ast.literal_eval(head[8 + hlen_size:start].decode("latin1"))
+                dtype, shape = np.dtype(d["descr"]), tuple(d["shape"])
+            except (ValueError, SyntaxError, KeyError, TypeError) as e:
+                raise invalid(f"{self.path}: bad npy header: {e}") from None
+            if d.get("fortran_order"):
+                raise invalid(f"{self.path}: Fortran-ordered npy files are not read here")
+            name = os.path.basename(self.path)[:-4]
+            n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if start + n != self.size:
+                raise invalid(f"{self.path}: npy header gives {n} bytes of data, the file has {self.size - start}")
+            return {name: self._array(start, n, dtype, shape)}
+        raise invalid(f"{self.path}: not a tensor file (.safetensors or .npy)")
+
+    def dtype_of(self, name: str) -> Optional[str]:
+        """The stored dtype of a tensor tensors() gave (the safetensors name: "BF16", "F32"...)."""
+        return self._dtypes.get(name)
+
+    def torch(self):
+        """{name: torch tensor} sharing the arrays of tensors() (BF16 as torch.bfloat16)."""
+        arrays = self.tensors()
+        return {name: _dt.to_torch(a, self._dtypes.get(name)) for name, a in arrays.items()}
+
+
+builtins_open = open  # noqa: A001 (the module's open() shadows it below)
+
+
+def open(path: str, socket: Optional[str] = None, fallback: bool = True) -> File:  # noqa: A001
+    """Opens a file of a ptcfs mount through the direct socket; with `fallback` (the default),
+    through the mount when the direct path is not there (``File.why_not`` says why)."""
+    path = os.path.abspath(path)
+    lib = library()
+    why = ""
+    if lib is None:
+        why = library_error()
+    else:
+        err = ctypes.create_string_buffer(_ERRLEN)
+        ptr = lib.ptcfs_open(path.encode(), (socket or "").encode(), err, _ERRLEN)
+        if ptr:
+            return File(path, _Handle(lib, ptr))
+        e = _error(err)
+        # Errors about the file itself stand; the lack of a direct path falls back.
+        if e.code not in ("unavailable", "permission_denied", "resource_exhausted") or not fallback:
+            raise e
+        why = str(e)
+    if not fallback:
+        raise Error("unavailable", f"{path}: no direct path: {why}")
+    if not os.path.exists(path):
+        raise Error("not_found", f"{path}: no such file")
+    if os.path.isdir(path):
+        raise invalid(f"{path} is a folder, not a file")
+    return File(path, None, why)

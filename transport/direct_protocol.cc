@@ -1,0 +1,238 @@
+#include "transport/direct_protocol.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ptcfs::transport::direct {
+
+namespace {
+
+constexpr char kMagic[4] = {'P', 'T', 'C', 'D'};
+constexpr size_t kHeader = 16;
+constexpr size_t kFdsPerMessage = 250;  // under SCM_MAX_FD (253)
+
+void put_u32(char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+uint32_t get_u32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+void put_u64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+uint64_t get_u64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+// Sends `len` bytes with up to kFdsPerMessage descriptors attached to them.
+ptc::Status send_with_fds(int sock, const char* data, size_t len, const int* fds, size_t nfds) {
+  size_t done = 0;
+  while (done < len) {
+    iovec iov{const_cast<char*>(data + done), len - done};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    std::vector<char> control;
+    if (nfds > 0 && done == 0) {
+      control.assign(CMSG_SPACE(sizeof(int) * nfds), 0);
+      msg.msg_control = control.data();
+      msg.msg_controllen = control.size();
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+      std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+    }
+    const ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ptc::io_error("sending on the direct socket", errno);
+    done += static_cast<size_t>(n);
+  }
+  return ptc::Status::ok();
+}
+
+// Receives exactly `len` bytes; descriptors that come with them are appended to `fds`.
+// `eof_ok`: a close before the first byte is kUnavailable.
+ptc::Status recv_exact(int sock, char* data, size_t len, std::vector<int>& fds, size_t max_fds, bool eof_ok) {
+  size_t done = 0;
+  while (done < len) {
+    iovec iov{data + done, len - done};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kFdsPerMessage)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ptc::io_error("reading the direct socket", errno);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        fds.push_back(fd);
+      }
+    }
+    if (msg.msg_flags & MSG_CTRUNC) return ptc::invalid("direct socket: too many descriptors in one message");
+    if (fds.size() > max_fds) return ptc::invalid("direct socket: more descriptors than announced");
+    if (n == 0) {
+      if (done == 0 && eof_ok) return ptc::unavailable("the direct socket's peer closed the connection");
+      return ptc::invalid("direct socket: the connection ended inside a message");
+    }
+    done += static_cast<size_t>(n);
+  }
+  return ptc::Status::ok();
+}
+
+void close_all(std::vector<int>& fds) {
+  for (int fd : fds) ::close(fd);
+  fds.clear();
+}
+
+// A sockaddr_un for `path`; a path too long for it goes through /proc/self/fd/<dirfd>.
+ptc::Result<sockaddr_un> address(const std::string& path, int& dirfd) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::string p = path;
+  if (p.size() >= sizeof addr.sun_path) {
+    const size_t slash = p.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : p.substr(0, slash == 0 ? 1 : slash);
+    dirfd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) return ptc::io_error("opening " + dir, errno);
+    p = "/proc/self/fd/" + std::to_string(dirfd) + "/" + p.substr(slash + 1);
+    if (p.size() >= sizeof addr.sun_path) return ptc::invalid("socket name too long: " + path);
+  }
+  std::memcpy(addr.sun_path, p.c_str(), p.size() + 1);
+  return addr;
+}
+
+}  // namespace
+
+ptc::Status send_message(int sock, const std::string& json, const std::string& binary, const std::vector<int>& fds) {
+  char header[kHeader];
+  std::memcpy(header, kMagic, 4);
+  put_u32(header + 4, static_cast<uint32_t>(json.size()));
+  put_u32(header + 8, static_cast<uint32_t>(binary.size()));
+  put_u32(header + 12, static_cast<uint32_t>(fds.size()));
+  if (binary.size() > UINT32_MAX || json.size() > UINT32_MAX) return ptc::invalid("direct socket: message too large");
+  const size_t first = std::min(fds.size(), kFdsPerMessage);
+  PTC_RETURN_IF_ERROR(send_with_fds(sock, header, kHeader, fds.data(), first));
+  for (size_t at = first; at < fds.size(); at += kFdsPerMessage) {
+    const char one = 'F';
+    PTC_RETURN_IF_ERROR(send_with_fds(sock, &one, 1, fds.data() + at, std::min(kFdsPerMessage, fds.size() - at)));
+  }
+  PTC_RETURN_IF_ERROR(send_with_fds(sock, json.data(), json.size(), nullptr, 0));
+  return send_with_fds(sock, binary.data(), binary.size(), nullptr, 0);
+}
+
+ptc::Result<Message> recv_message(int sock, const Limits& limits) {
+  Message m;
+  char header[kHeader];
+  auto fail = [&](ptc::Status s) -> ptc::Result<Message> {
+    close_all(m.fds);
+    return s;
+  };
+  if (auto s = recv_exact(sock, header, kHeader, m.fds, kFdsPerMessage, true); !s) return fail(s);
+  if (std::memcmp(header, kMagic, 4) != 0) return fail(ptc::invalid("direct socket: not a ptcfs message"));
+  const uint32_t json_len = get_u32(header + 4), bin_len = get_u32(header + 8), nfds = get_u32(header + 12);
+  if (json_len > limits.max_json || bin_len > limits.max_binary || nfds > limits.max_fds)
+    return fail(ptc::invalid("direct socket: message larger than allowed (" + std::to_string(json_len) + " bytes of JSON, " +
+                             std::to_string(bin_len) + " binary, " + std::to_string(nfds) + " descriptors)"));
+  while (m.fds.size() < nfds) {
+    char one;
+    if (auto s = recv_exact(sock, &one, 1, m.fds, nfds, false); !s) return fail(s);
+  }
+  if (m.fds.size() != nfds) return fail(ptc::invalid("direct socket: descriptors missing from a message"));
+  m.json.resize(json_len);
+  if (auto s = recv_exact(sock, m.json.data(), json_len, m.fds, nfds, false); !s) return fail(s);
+  m.binary.resize(bin_len);
+  if (auto s = recv_exact(sock, m.binary.data(), bin_len, m.fds, nfds, false); !s) return fail(s);
+  return m;
+}
+
+std::string encode_spans(const std::vector<Span>& spans) {
+  std::string out(spans.size() * kSpanBytes, '\0');
+  char* p = out.data();
+  for (const auto& s : spans) {
+    put_u32(p, static_cast<uint32_t>(s.src));
+    put_u32(p + 4, 0);
+    put_u64(p + 8, s.off);
+    put_u64(p + 16, s.len);
+    p += kSpanBytes;
+  }
+  return out;
+}
+
+ptc::Result<std::vector<Span>> decode_spans(const std::string& binary, size_t nfds) {
+  if (binary.size() % kSpanBytes) return ptc::invalid("direct socket: the file map is cut short");
+  std::vector<Span> out(binary.size() / kSpanBytes);
+  const char* p = binary.data();
+  for (auto& s : out) {
+    s.src = static_cast<int32_t>(get_u32(p));
+    s.off = get_u64(p + 8);
+    s.len = get_u64(p + 16);
+    if (s.src != kZeros && (s.src < 0 || static_cast<size_t>(s.src) >= nfds))
+      return ptc::invalid("direct socket: a span names descriptor " + std::to_string(s.src) + " of " +
+                          std::to_string(nfds));
+    if (s.off + s.len < s.off) return ptc::invalid("direct socket: a span overflows");
+    p += kSpanBytes;
+  }
+  return out;
+}
+
+ptc::Result<int> listen_unix(const std::string& path, int backlog) {
+  int dirfd = -1;
+  auto addr = address(path, dirfd);
+  if (!addr) return addr.status();
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ptc::Status st;
+  if (fd < 0) {
+    st = ptc::io_error("creating a Unix socket", errno);
+  } else {
+    ::unlink(addr->sun_path);  // a socket left by a daemon that died
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) != 0)
+      st = ptc::io_error("binding the direct socket " + path, errno);
+    else if (::listen(fd, backlog) != 0)
+      st = ptc::io_error("listening on " + path, errno);
+  }
+  if (dirfd >= 0) ::close(dirfd);
+  if (!st) {
+    if (fd >= 0) ::close(fd);
+    return st;
+  }
+  return fd;
+}
+
+ptc::Result<int> connect_unix(const std::string& path) {
+  int dirfd = -1;
+  auto addr = address(path, dirfd);
+  if (!addr) return addr.status();
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ptc::Status st;
+  if (fd < 0) st = ptc::io_error("creating a Unix socket", errno);
+  else if (::connect(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) != 0)
+    st = ptc::error(errno == ENOENT || errno == ECONNREFUSED ? ptc::Code::kUnavailable
+                    : errno == EACCES                       ? ptc::Code::kPermissionDenied
+                                                            : ptc::Code::kIo,
+                    "connecting to the direct socket " + path + ": " + std::strerror(errno));
+  if (dirfd >= 0) ::close(dirfd);
+  if (!st) {
+    if (fd >= 0) ::close(fd);
+    return st;
+  }
+  return fd;
+}
+
+}  // namespace ptcfs::transport::direct

@@ -1,0 +1,58 @@
+// The direct data path's wire format on the node's Unix socket (docs/FORMATS.md "Direct
+// socket"). A client names a file of the mount; the daemon answers with the file's map (its
+// bytes as spans of files it passes along, or zeros) and the descriptors (SCM_RIGHTS), and
+// holds the file's version until the client closes the connection.
+//
+// A message is a 16-byte header ("PTCD", then the JSON length, the binary length and the
+// number of descriptors, u32 little-endian each) carrying the first descriptors, one more
+// byte per further batch of descriptors, then the JSON and the binary part. Used by the
+// daemon (daemon/direct/) and by libptcfs_client (transport/direct_client.h); it depends on
+// nothing but libc and ptc/status.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ptc/status.h"
+
+namespace ptcfs::transport::direct {
+
+// A run of the file's bytes: `len` bytes at `off` of descriptor `src` (an index into the
+// message's descriptors), or zeros (src == kZeros).
+struct Span {
+  int32_t src = 0;
+  uint64_t off = 0;
+  uint64_t len = 0;
+};
+inline constexpr int32_t kZeros = -1;
+inline constexpr size_t kSpanBytes = 24;
+
+struct Message {
+  std::string json;
+  std::string binary;
+  std::vector<int> fds;  // owned by the receiver: close them
+};
+
+struct Limits {
+  size_t max_json = 1 << 20;
+  size_t max_binary = size_t{1} << 30;
+  size_t max_fds = 1 << 16;
+};
+
+// Sends one message; the descriptors are duplicated into the receiver (this side keeps its own).
+ptc::Status send_message(int sock, const std::string& json, const std::string& binary, const std::vector<int>& fds);
+// Receives one message. kUnavailable when the peer closed the connection before a header
+// (a clean end), kInvalidArgument for a malformed one; descriptors received are closed on
+// error.
+ptc::Result<Message> recv_message(int sock, const Limits& limits = {});
+
+std::string encode_spans(const std::vector<Span>& spans);
+ptc::Result<std::vector<Span>> decode_spans(const std::string& binary, size_t nfds);
+
+// Binds (server) or connects (client) a Unix stream socket at `path`, also when the path is
+// longer than sockaddr_un allows (through /proc/self/fd/ of its directory). Close-on-exec.
+ptc::Result<int> listen_unix(const std::string& path, int backlog = 64);
+ptc::Result<int> connect_unix(const std::string& path);
+
+}  // namespace ptcfs::transport::direct

@@ -1,0 +1,69 @@
+// The C interface of libptcfs_client (transport/ptcfs_client.h) over DirectFile.
+#include "transport/ptcfs_client.h"
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "transport/direct_client.h"
+
+struct ptcfs_file {
+  std::unique_ptr<ptcfs::client::DirectFile> f;
+};
+
+namespace {
+
+void set_error(char* err, size_t errlen, const std::string& message) {
+  if (!err || errlen == 0) return;
+  const size_t n = std::min(errlen - 1, message.size());
+  std::memcpy(err, message.data(), n);
+  err[n] = '\0';
+}
+
+}  // namespace
+
+extern "C" {
+
+ptcfs_file* ptcfs_open(const char* path, const char* socket, char* err, size_t errlen) {
+  try {
+    if (!path) {
+      set_error(err, errlen, "invalid_argument: no path");
+      return nullptr;
+    }
+    auto f = ptcfs::client::DirectFile::open(path, socket ? socket : "");
+    if (!f) {
+      set_error(err, errlen, f.status().to_string());
+      return nullptr;
+    }
+    return new ptcfs_file{std::move(f).value()};
+  } catch (const std::exception& e) {  // nothing may cross the C boundary
+    set_error(err, errlen, std::string("internal: ") + e.what());
+    return nullptr;
+  }
+}
+
+void ptcfs_close(ptcfs_file* f) { delete f; }
+
+uint64_t ptcfs_size(const ptcfs_file* f) { return f->f->size(); }
+uint64_t ptcfs_version(const ptcfs_file* f) { return f->f->version(); }
+size_t ptcfs_span_count(const ptcfs_file* f) { return f->f->spans().size(); }
+
+int ptcfs_span(const ptcfs_file* f, size_t i, const void** data, uint64_t* len) {
+  const auto& spans = f->f->spans();
+  if (i >= spans.size()) return -1;
+  *data = spans[i].data;
+  *len = spans[i].len;
+  return 0;
+}
+
+const void* ptcfs_contiguous(const ptcfs_file* f, uint64_t off, uint64_t len) { return f->f->contiguous(off, len); }
+
+int ptcfs_read(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst, char* err, size_t errlen) {
+  auto s = f->f->read(off, len, dst);
+  if (s) return 0;
+  set_error(err, errlen, s.to_string());
+  return -1;
+}
+
+}  // extern "C"

@@ -1,0 +1,46 @@
+/* libptcfs_client, C interface (for ctypes and other languages): read a file of a ptcfs
+ * mount without FUSE, through the node's direct socket. The C++ interface and the full
+ * contract are in transport/direct_client.h.
+ *
+ * Ownership: ptcfs_open returns a handle the caller must give to ptcfs_close. Every pointer
+ * obtained from a handle is valid until ptcfs_close; while the handle is open the daemon
+ * keeps the file's version (a repartition does not take its bytes away). Mappings are private
+ * and copy-on-write: writing through a pointer changes this process's copy only.
+ * Thread-safety: after ptcfs_open, every function but ptcfs_close may be called from many
+ * threads at once on the same handle.
+ * Errors: functions that can fail take `err` (a buffer of `errlen` bytes, may be NULL) and
+ * write a message there; the message starts with the error's code ("not_found: ...",
+ * "unavailable: ..." when there is no direct socket: read through the mount instead). */
+#ifndef PTCFS_CLIENT_H
+#define PTCFS_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ptcfs_file ptcfs_file;
+
+/* Opens `path` through `socket` (NULL or "": $PTCFS_DIRECT_SOCKET, else the mount's
+ * user.ptcfs.direct attribute). NULL on error. */
+ptcfs_file* ptcfs_open(const char* path, const char* socket, char* err, size_t errlen);
+void ptcfs_close(ptcfs_file* f);
+
+uint64_t ptcfs_size(const ptcfs_file* f);
+/* The version of the step or dataset the file belongs to (0: none). */
+uint64_t ptcfs_version(const ptcfs_file* f);
+/* The file's bytes as spans, in order; span i: *data (NULL: *len zero bytes) and *len. */
+size_t ptcfs_span_count(const ptcfs_file* f);
+int ptcfs_span(const ptcfs_file* f, size_t i, const void** data, uint64_t* len);
+/* A pointer to bytes [off, off + len) when they lie in one mapped span (zero-copy), else NULL. */
+const void* ptcfs_contiguous(const ptcfs_file* f, uint64_t off, uint64_t len);
+/* Copies bytes [off, off + len) into dst. 0, or -1 with a message in err. */
+int ptcfs_read(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst, char* err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
