@@ -129,10 +129,30 @@ def reads(d: Daemon, ck: str, shm: str, rows: list, out: dict) -> None:
         return fn
     drop = lambda: subprocess.run(["sh", "-c", "echo 1 > /proc/sys/vm/drop_caches"], check=False)  # noqa: E731
     shutil.copyfile(os.path.join(d.mnt, "bench", "1", "ptc.json"), os.path.join(shm, "ptc.json"))
-    t_mnt, t_shm = best(3, py_load(os.path.join(d.mnt, "bench", "1")), before=drop), best(3, py_load(shm))
+    os.environ["PTCFS_DIRECT"] = "0"  # through FUSE: load_shard takes the direct path where it can
+    try:
+        t_mnt = best(3, py_load(os.path.join(d.mnt, "bench", "1")), before=drop)
+    finally:
+        del os.environ["PTCFS_DIRECT"]
+    t_shm = best(3, py_load(shm))
     rows.append(row(SECTION, f"ptcfs.load_shard + a copy of every tensor, mount (first read) vs tmpfs", gbps(nbytes, t_mnt),
                     gbps(nbytes, t_shm), t_shm / t_mnt, "", None))
     out["py_load_mount_s"], out["py_load_tmpfs_s"] = t_mnt, t_shm
+    # The direct path: the same shard, the daemon's blobs mapped by this process for the first
+    # time (their pages cached, as the mount's first read has them), every tensor copied.
+    assert ptcfs.direct.open(f, fallback=False).direct
+    t_dir = best(3, py_load(os.path.join(d.mnt, "bench", "1")))
+    rows.append(row(SECTION, f"ptcfs.direct: load_shard + a copy of every tensor, first read vs the same on tmpfs",
+                    gbps(nbytes, t_dir), gbps(nbytes, t_shm), t_shm / t_dir, "", None))
+
+    def tmpfs_read():  # the plainest baseline: the file read from tmpfs into one numpy buffer
+        t0 = time.perf_counter()
+        np.fromfile(tm, dtype=np.uint8)
+        return time.perf_counter() - t0
+    t_read = best(3, tmpfs_read)
+    rows.append(row(SECTION, f"ptcfs.direct: load_shard + a copy of every tensor, first read vs np.fromfile on tmpfs",
+                    gbps(nbytes, t_dir), gbps(nbytes, t_read), t_read / t_dir, ">= 0.9", t_read / t_dir >= 0.9))
+    out["py_load_direct_s"], out["tmpfs_fromfile_s"] = t_dir, t_read
     for block, label in ((1 << 20, "1 MiB"), (128 << 10, "128 KiB")):
         first, again, base = first_and_reread(f, tm, block)
         rows.append(row(SECTION, f"{nbytes / 2**30:.2f} GiB view, first read ({label}) vs tmpfs", gbps(nbytes, first),
@@ -147,6 +167,7 @@ def many_tensors(d: Daemon, root: str, shm: str, rows: list, out: dict) -> None:
     ck = os.path.join(root, "ck10k")
     ptcgen.write_checkpoint(ck, ptc, ptcgen.full_tensors(ptc, 0))
     d.cli("import", ck, "--job", "many", "--step", "1")
+    direct_open_latency(d, shm, rows, out)
     full = os.path.join(d.mnt, "many", "1", "full")
     tm = os.path.join(shm, "full")
     shutil.copytree(full, tm)
@@ -163,6 +184,42 @@ def many_tensors(d: Daemon, root: str, shm: str, rows: list, out: dict) -> None:
         rows.append(row(SECTION, f"{what} of 10,000 tensor files, warm vs tmpfs", secs(warm), secs(base), base / warm,
                         "", None))
         out[what] = {"cold_s": cold, "warm_s": warm, "tmpfs_s": base}
+
+
+def direct_open_latency(d: Daemon, shm: str, rows: list, out: dict) -> None:
+    """The map of a 10,000-tensor shard through ptcfs.direct (many/1 re-cut to tp=1,pp=1: half
+    of its tensors strided), against opening the same file on tmpfs with the package's reader."""
+    import ptcfs
+    d.cli("repartition", "--job", "many", "--step", "1", "--to", "tp=1,pp=1,dp=1")
+    f = os.path.join(d.mnt, "many", "1", "tp0-pp0.safetensors")
+    tm = os.path.join(shm, "many-tp0-pp0.safetensors")
+    shutil.copyfile(f, tm)
+
+    def direct_open():
+        t0 = time.perf_counter()
+        with ptcfs.direct.open(f, fallback=False) as df:
+            dt = time.perf_counter() - t0
+            assert df.direct
+        return dt
+
+    def direct_tensors():
+        t0 = time.perf_counter()
+        with ptcfs.direct.open(f, fallback=False) as df:
+            n = len(df.tensors())
+        assert n == 10000, n
+        return time.perf_counter() - t0
+
+    def tmpfs_tensors():
+        t0 = time.perf_counter()
+        n = len(ptcfs.safetensors.SafetensorsFile(tm).tensors())
+        assert n == 10000, n
+        return time.perf_counter() - t0
+    t_open, t_all, t_base = best(5, direct_open), best(5, direct_tensors), best(5, tmpfs_tensors)
+    rows.append(row(SECTION, "ptcfs.direct.open of a 10,000-tensor shard (its map) vs tensors() on tmpfs",
+                    secs(t_open), secs(t_base), t_base / t_open, "", None))
+    rows.append(row(SECTION, "ptcfs.direct.open + tensors() of that shard vs the same on tmpfs",
+                    secs(t_all), secs(t_base), t_base / t_all, "", None))
+    out["direct_open_10k_s"], out["direct_tensors_10k_s"], out["tmpfs_tensors_10k_s"] = t_open, t_all, t_base
 
 
 def dataset(d: Daemon, root: str, shm: str, rows: list, out: dict, lines: int = 200000) -> None:

@@ -152,6 +152,9 @@ struct Contents {
   std::vector<DatasetEntry> datasets;
   std::vector<PendingEntry> pending;
   std::vector<std::string> jobs;  // jobs made by mkdir that have no step yet
+  // The direct socket's path, the content of the hidden file MNT/.ptcfs-direct (fs/tree.h);
+  // empty: no such file.
+  std::string direct_socket;
 };
 
 }  // namespace ptcfs::fs

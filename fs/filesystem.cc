@@ -283,24 +283,8 @@ void op_statfs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &sv);
 }
 
-// The direct socket's path, on every inode; no other attribute exists.
-void op_getxattr(fuse_req_t req, fuse_ino_t, const char* name, size_t size) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
-  const std::string& value = impl_of(req).opts.direct_socket;
-  if (value.empty() || std::strcmp(name, kDirectXattr) != 0) {
-    fuse_reply_err(req, ENODATA);
-  } else if (size == 0) {
-    fuse_reply_xattr(req, value.size());
-  } else if (size < value.size()) {
-    fuse_reply_err(req, ERANGE);
-  } else {
-    fuse_reply_buf(req, value.data(), value.size());
-  }
-}
-
 const fuse_lowlevel_ops kOps = [] {
   fuse_lowlevel_ops ops{};
-  ops.getxattr = op_getxattr;
   ops.init = op_init;
   ops.lookup = op_lookup;
   ops.getattr = op_getattr;
@@ -374,7 +358,7 @@ Filesystem::~Filesystem() {
 
 ptc::Status Filesystem::Impl::rebuild() {
   std::lock_guard serial(build_mu);
-  PTC_ASSIGN_OR_RETURN(auto next, Tree::build(source(), current().get()));
+  PTC_ASSIGN_OR_RETURN(auto next, Tree::build(contents(), current().get()));
   std::lock_guard lock(mu);
   tree = std::move(next);
   return ptc::Status::ok();
@@ -388,7 +372,7 @@ ptc::Result<std::shared_ptr<const Tree>> Filesystem::Impl::add_file(Node file, c
   auto cur = current();
   std::shared_ptr<const Tree> next;
   if (cur->added() >= kFoldAfter) {
-    PTC_ASSIGN_OR_RETURN(next, Tree::build(source(), cur.get()));
+    PTC_ASSIGN_OR_RETURN(next, Tree::build(contents(), cur.get()));
   } else {
     next = Tree::with_file(cur, std::move(file), name);
   }
@@ -420,7 +404,7 @@ ptc::Status Filesystem::refresh() {
   std::shared_ptr<const Tree> tree, old;
   {
     std::lock_guard serial(impl_->build_mu);
-    PTC_ASSIGN_OR_RETURN(tree, Tree::build(impl_->source(), impl_->current().get()));
+    PTC_ASSIGN_OR_RETURN(tree, Tree::build(impl_->contents(), impl_->current().get()));
     std::lock_guard lock(impl_->mu);
     old = std::move(impl_->tree);
     impl_->tree = tree;

@@ -23,12 +23,10 @@ struct MountOptions {
   bool allow_other = true;   // training processes may run as other users
   unsigned max_threads = 16;
   bool debug = false;        // libfuse's request log
-  // The direct socket (daemon/direct/direct_server.h): every inode answers getxattr of
-  // kDirectXattr with it, so a client finds it from any path of the mount. Empty: none.
+  // The direct socket (daemon/direct/direct_server.h): the mount shows its path in the hidden
+  // file MNT/.ptcfs-direct (fs/tree.h), so a client finds it from any path of the mount. Empty: none.
   std::string direct_socket;
 };
-
-inline constexpr const char* kDirectXattr = "user.ptcfs.direct";
 
 class View;
 

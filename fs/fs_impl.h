@@ -41,6 +41,13 @@ class Filesystem::Impl {
   std::mutex build_mu;  // one build at a time, so a tree built from older contents never replaces a newer one
   std::shared_ptr<const Tree> tree = std::make_shared<Tree>();
 
+  // What the tree shows: the source's contents and the direct socket's file.
+  Contents contents() {
+    Contents c = source();
+    c.direct_socket = opts.direct_socket;
+    return c;
+  }
+
   std::shared_ptr<const Tree> current() {
     std::lock_guard lock(mu);
     return tree;

@@ -11,7 +11,7 @@ namespace {
 uint64_t ino_of(const std::string& path, const std::string& tag) {
   const std::string key = tag.empty() ? path : path + '\0' + tag;
   uint64_t ino = XXH3_64bits(key.data(), key.size());
-  return ino <= kRootIno ? ino + 2 : ino;
+  return ino <= kDirectIno ? ino + 3 : ino;  // 1 and 2 are the root's and .ptcfs-direct's
 }
 
 // Adds directories and files to one node map (the root and job folders, or one step).
@@ -249,6 +249,14 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, c
     attach({e.job, std::string(kDataDir) + "/" + e.name}, e.content, data_ino, e.name,
            [&] { return build_dataset(e, data_ino); });
   }
+  if (!contents.direct_socket.empty()) {
+    Node n;
+    n.ino = kDirectIno;
+    n.parent = kRootIno;
+    n.path = kDirectName;
+    n.view = bytes_view(contents.direct_socket);
+    t->top_.emplace(kDirectIno, std::move(n));  // in no folder's children: listed nowhere
+  }
   for (const auto& [ino, n] : t->top_) t->index_.emplace(ino, &n);
   for (const auto& [key, st] : t->subtrees_)
     for (const auto& [ino, n] : st->nodes)
@@ -267,6 +275,7 @@ const Node* Tree::find(uint64_t ino) const {
 }
 
 const Node* Tree::child(const Node& dir, const std::string& name) const {
+  if (dir.ino == kRootIno && name == kDirectName) return find(kDirectIno);
   auto it = dir.children.find(name);
   if (it != dir.children.end()) return find(it->second);
   if (!base_) return nullptr;

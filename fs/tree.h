@@ -8,6 +8,7 @@
 //   /<job>/<step>/full/<tensor>.npy
 //   /<job>/data/<dataset>/...                 (fs/dataset_views.h)
 //   /<job>/<step>/...                         a pending step: the folders and files written so far
+//   /.ptcfs-direct                            the direct socket's path (not listed)
 //
 // A step's nodes (and a dataset's) are built once per version and shared by later trees
 // while the version is current, so a commit costs the nodes of what it changed, not of
@@ -31,6 +32,11 @@
 namespace ptcfs::fs {
 
 inline constexpr uint64_t kRootIno = 1;
+// MNT/.ptcfs-direct: a file that holds the direct socket's path (daemon/direct/direct_server.h),
+// found by its name and listed nowhere, so that a client finds the socket from any path of the
+// mount without any listing showing it.
+inline constexpr const char* kDirectName = ".ptcfs-direct";
+inline constexpr uint64_t kDirectIno = 2;
 
 struct Node {
   uint64_t ino = 0;

@@ -2,7 +2,7 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/xattr.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,7 +22,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kXattr = "user.ptcfs.direct";
+constexpr const char* kDirectName = ".ptcfs-direct";  // fs/tree.h
 
 ptc::Result<std::string> absolute(const std::string& path) {
   char buf[PATH_MAX];
@@ -37,13 +37,30 @@ void close_all(const std::vector<int>& fds) {
 
 }  // namespace
 
-ptc::Result<std::string> find_socket(const std::string& path) {
+ptc::Result<std::string> find_socket(const std::string& path_arg) {
   if (const char* env = std::getenv("PTCFS_DIRECT_SOCKET"); env && *env) return std::string(env);
+  PTC_ASSIGN_OR_RETURN(const std::string path, absolute(path_arg));
+  // The mount's root: the last folder up from the path on the same device.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return ptc::io_error(path, errno);
+  std::string root = path;
+  for (;;) {
+    const size_t slash = root.rfind('/');
+    if (slash == std::string::npos || root == "/") break;
+    const std::string up = slash == 0 ? "/" : root.substr(0, slash);
+    struct stat ust {};
+    if (::stat(up.c_str(), &ust) != 0 || ust.st_dev != st.st_dev) break;
+    root = up;
+  }
+  const std::string file = (root == "/" ? "" : root) + "/" + kDirectName;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return ptc::unavailable("no direct socket serves " + path + " (not a ptcfs mount, or its daemon runs without one)");
   char buf[4096];
-  const ssize_t n = ::getxattr(path.c_str(), kXattr, buf, sizeof buf);
-  if (n > 0) return std::string(buf, static_cast<size_t>(n));
-  if (n < 0 && errno == ENOENT) return ptc::not_found(path + ": no such file");
-  return ptc::unavailable("no direct socket serves " + path + " (not a ptcfs mount, or its daemon runs without one)");
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  if (n <= 0) return ptc::unavailable("no direct socket serves " + path + " (" + file + " is empty)");
+  return std::string(buf, static_cast<size_t>(n));
 }
 
 ptc::Result<std::unique_ptr<DirectFile>> DirectFile::open(const std::string& path_arg, const std::string& socket_arg) {

@@ -23,9 +23,10 @@
 
 namespace ptcfs::client {
 
-// The direct socket that serves `path`: $PTCFS_DIRECT_SOCKET when set, else what the mount
-// answers for the extended attribute user.ptcfs.direct. kUnavailable when there is none (not
-// a ptcfs mount, a daemon without the socket, another node's mount).
+// The direct socket that serves `path`: $PTCFS_DIRECT_SOCKET when set, else the content of the
+// mount's hidden file MNT/.ptcfs-direct (the mount root: the topmost folder above `path` on the
+// same device). kUnavailable when there is none (not a ptcfs mount, a daemon without the
+// socket).
 ptc::Result<std::string> find_socket(const std::string& path);
 
 class DirectFile {

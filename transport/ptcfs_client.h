@@ -23,8 +23,8 @@ extern "C" {
 
 typedef struct ptcfs_file ptcfs_file;
 
-/* Opens `path` through `socket` (NULL or "": $PTCFS_DIRECT_SOCKET, else the mount's
- * user.ptcfs.direct attribute). NULL on error. */
+/* Opens `path` through `socket` (NULL or "": $PTCFS_DIRECT_SOCKET, else the path the mount
+ * shows in its hidden file MNT/.ptcfs-direct). NULL on error. */
 ptcfs_file* ptcfs_open(const char* path, const char* socket, char* err, size_t errlen);
 void ptcfs_close(ptcfs_file* f);
 

@@ -7,6 +7,7 @@ copy where a tensor's bytes lie in one piece, one gather where they do not. When
 direct socket (another node's mount, an old daemon, a container without the socket, no
 libptcfs_client) or the caller runs as another uid, the same calls read through the mount,
 so user code has one API (``File.direct`` says which path it took, ``File.why_not`` why).
+``PTCFS_DIRECT=0`` in the environment always reads through the mount.
 
 Lifetime: the daemon keeps the file's version, and every array keeps the mapping, for as long
 as the File or any array taken from it lives; ``close()`` lets go of the File's own reference.
@@ -261,7 +262,9 @@ def open(path: str, socket: Optional[str] = None, fallback: bool = True) -> File
     path = os.path.abspath(path)
     lib = library()
     why = ""
-    if lib is None:
+    if os.environ.get("PTCFS_DIRECT") == "0":
+        lib, why = None, "PTCFS_DIRECT=0"
+    elif lib is None:
         why = library_error()
     else:
         err = ctypes.create_string_buffer(_ERRLEN)
