@@ -296,3 +296,19 @@ def test_a_shard_held_by_another_node_comes_through_the_local_daemon(tmp_path):
             check_file(os.path.join(sd, f"tp{t}-pp{p}.safetensors"), want, zero_copy=True)
         after = c[1].cli_json("status", "--json")
         assert json.dumps(after) != json.dumps(before)
+
+
+def test_dataset_views_read_directly_from_the_dataset_files(tmp_path, daemon):
+    require_binaries()
+    from dataset_util import write_jsonl
+    src = str(tmp_path / "train.jsonl")
+    write_jsonl(src, 103, seed=1, final_newline=False)  # the last record gets a newline supplied
+    daemon.cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 11,
+               "--global-batch", 12, "--dp", 2, src)
+    for d in range(2):
+        path = os.path.join(daemon.mnt, "gpt", "data", "train", f"dp{d}.jsonl")
+        with direct.open(path, fallback=False) as f:
+            assert f.direct and f.version >= 1
+            assert bytes(f.read()) == read_all(path)
+            with pytest.raises(ptcfs.Error):
+                f.tensors()  # not a tensor file
