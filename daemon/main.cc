@@ -205,7 +205,7 @@ int run(const Options& o, bool listen_given) {
   control.set_listen((*server)->address());
   std::unique_ptr<MetricsExporter> metrics;
   if (!o.metrics.empty()) {
-    NodeGaugeSources sources{&st, saves.get(), peer_service.get(), membership.get(), info.node};
+    NodeGaugeSources sources{&st, saves.get(), peer_service.get(), membership.get(), direct.get(), info.node};
     auto m = MetricsExporter::start(o.metrics, [sources] { return node_gauges(sources); });
     if (!m) {
       ptc::log::error("{}", m.status().to_string());

@@ -6,6 +6,7 @@
 
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/peer_service.h"
+#include "daemon/direct/direct_server.h"
 #include "daemon/save/save_service.h"
 #include "daemon/store/store.h"
 
@@ -47,6 +48,11 @@ std::vector<GaugeSample> node_gauges(const NodeGaugeSources& src) {
                      static_cast<double>(src.saves->pending().size()));
   if (src.peers) add("ptcfs_prepared_changes", "Cluster changes prepared on this node and not decided yet",
                      static_cast<double>(src.peers->prepared_count()));
+  if (src.direct) {
+    add("ptcfs_direct_connections", "Clients connected to the direct socket", static_cast<double>(src.direct->connections()));
+    add("ptcfs_direct_files_held", "Files open through the direct socket (their versions are held)",
+        static_cast<double>(src.direct->files_held()));
+  }
   if (src.membership) {
     add("ptcfs_cluster_nodes", "Live member nodes of the cluster", static_cast<double>(src.membership->members().size()));
     const auto d = src.membership->describe();

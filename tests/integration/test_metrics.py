@@ -14,6 +14,7 @@ import pytest
 
 from cluster_util import Cluster, per_node_dirs
 from ptcfs_harness import Checkpoint, Daemon, cmp_files, free_port, require_binaries
+from repartition_util import wait_for
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
 
@@ -88,6 +89,14 @@ def test_a_daemons_metrics_match_what_it_did(tmp_path):
         assert value(s, "ptcfs_blob_bytes") == sum(os.path.getsize(os.path.join(d.data, "blobs", b)) for b in blobs)
         assert value(s, "ptcfs_pending_saves") == 0
         assert not any(n.startswith("ptcfs_cluster") or n.startswith("ptcfs_peer_received") for n, _ in s)
+        assert value(s, "ptcfs_direct_connections") == 0 == value(s, "ptcfs_direct_files_held")
+        # A file held open through the direct socket shows, and goes when it is let go.
+        from ptcfs import direct
+        f = direct.open(os.path.join(d.step_dir("gpt", "1"), "tp0-pp1.safetensors"), fallback=False)
+        s = samples(scrape(maddr))
+        assert value(s, "ptcfs_direct_connections") == 1 == value(s, "ptcfs_direct_files_held")
+        f.close()
+        wait_for(lambda: value(samples(scrape(maddr)), "ptcfs_direct_files_held") == 0, 10, "the held file stayed")
     finally:
         d.stop()
 
