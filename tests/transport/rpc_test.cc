@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <vector>
 #include <thread>
 
 #include "transport/frame.h"
@@ -146,4 +149,57 @@ TEST_CASE("connecting to a daemon that never says hello fails with deadline_exce
   d.connect = std::chrono::milliseconds(300);
   auto c = RpcClient::connect("127.0.0.1:" + std::to_string(silent.port), "", d);
   CHECK(c.status().code() == ptc::Code::kDeadlineExceeded);
+}
+
+TEST_CASE("at the connection limit with every connection running a request, a new client is told the daemon is busy") {
+  ServerLimits limits;
+  limits.max_connections = 2;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  int running = 0;
+  auto server = serve(
+      [&](const json&, const ProgressSink&) -> ptc::Result<Reply> {
+        std::unique_lock lock(mu);
+        ++running;
+        cv.notify_all();
+        cv.wait(lock, [&] { return release; });
+        return Reply(json{{"done", true}});
+      },
+      limits);
+  std::vector<std::thread> busy;
+  std::vector<bool> ok(2, false);
+  for (int i = 0; i < 2; ++i)
+    busy.emplace_back([&, i] {
+      auto c = RpcClient::connect(server->address(), "");
+      if (!c) return;
+      auto r = (*c)->call(json{{"op", "hold"}});
+      ok[static_cast<size_t>(i)] = r.is_ok();
+    });
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return running == 2; }));
+  }
+  // Both connections run a request: none is idle to close, so the third is refused, saying why.
+  ptc::Status refused;
+  auto third = RpcClient::connect(server->address(), "");
+  if (third) {
+    auto r = (*third)->call(json{{"op", "hold"}});
+    REQUIRE_FALSE(r.is_ok());
+    refused = r.status();
+  } else {
+    refused = third.status();
+  }
+  CHECK(refused.code() == ptc::Code::kUnavailable);
+  CHECK(refused.message().find("the daemon is busy: all 2 control connections (its limit) run requests") !=
+        std::string::npos);
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  for (auto& t : busy) t.join();
+  CHECK(ok[0]);
+  CHECK(ok[1]);
+  CHECK(running == 2);  // the refused client's request never ran
 }
