@@ -60,7 +60,8 @@ struct Metrics {
       counters(*reg, "ptcfs_peer_received_bytes_total", "Bytes received from each peer node");
   prometheus::Family<Counter>& peer_err =
       counters(*reg, "ptcfs_peer_errors_total", "Failed calls to each peer node (refused, unreachable, timed out)");
-  Counter& peer_out = counters(*reg, "ptcfs_peer_sent_bytes_total", "Bytes this node served to peer nodes").Add({});
+  prometheus::Family<Counter>& peer_out =
+      counters(*reg, "ptcfs_peer_sent_bytes_total", "Bytes this node served to each peer node");
 
   std::array<Counter*, kViewKinds.size()> reads_by_kind{}, bytes_by_kind{};
   std::array<Histogram*, kFuseOps.size()> fuse_by_op{};
@@ -72,6 +73,7 @@ struct Metrics {
   std::mutex mu;  // guards ops_ and peers_ (label sets that grow)
   std::map<std::string, Op, std::less<>> ops_;
   std::map<std::string, std::pair<Counter*, Counter*>, std::less<>> peers_;
+  std::map<std::string, Counter*, std::less<>> sent_;
 
   Metrics() {
     for (size_t i = 0; i < kViewKinds.size(); ++i) {
@@ -97,6 +99,12 @@ struct Metrics {
     auto it = peers_.find(id);
     if (it != peers_.end()) return it->second;
     return peers_.emplace(id, std::make_pair(&peer_in.Add({{"peer", id}}), &peer_err.Add({{"peer", id}}))).first->second;
+  }
+  Counter& sent(const std::string& id) {
+    std::lock_guard lock(mu);
+    auto it = sent_.find(id);
+    if (it != sent_.end()) return *it->second;
+    return *sent_.emplace(id, &peer_out.Add({{"peer", id}})).first->second;
   }
 };
 
@@ -136,6 +144,8 @@ void repartition_bytes(uint64_t moved, uint64_t min) {
 
 void peer_received(const std::string& peer, uint64_t bytes) { m().peer(peer).first->Increment(static_cast<double>(bytes)); }
 void peer_error(const std::string& peer) { m().peer(peer).second->Increment(); }
-void peer_sent(uint64_t bytes) { m().peer_out.Increment(static_cast<double>(bytes)); }
+void peer_sent(const std::string& peer, uint64_t bytes) {
+  m().sent(peer.empty() ? "unknown" : peer).Increment(static_cast<double>(bytes));
+}
 
 }  // namespace ptc::metrics

@@ -55,6 +55,7 @@ void repartition_bytes(uint64_t moved, uint64_t min);
 // node served to peers (the serving side does not know which node asked).
 void peer_received(const std::string& peer, uint64_t bytes);
 void peer_error(const std::string& peer);
-void peer_sent(uint64_t bytes);
+// `peer`: the node id the request said it came from ("unknown" when it said none).
+void peer_sent(const std::string& peer, uint64_t bytes);
 
 }  // namespace ptc::metrics

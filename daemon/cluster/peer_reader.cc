@@ -47,7 +47,7 @@ ptc::Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, si
   const ptc::Slice& sl = v.layout().slices(shard)[slice];
   const ptc::TensorSpec& spec = v.layout().tensor(sl);
   const ptc::SlabGeometry g = ptc::slab_geometry(spec, sl.local_shape);
-  const json req = {{"op", "peer.read"}, {"job", v.job()},      {"step", v.step()}, {"version", v.version()},
+  const json req = {{"op", "peer.read"}, {"from", self_id_},   {"job", v.job()}, {"step", v.step()}, {"version", v.version()},
                     {"shard", shard.name()}, {"tensor", spec.name}, {"lo", 0},         {"len", g.extent},
                     {"off", off},         {"n", len}};
   auto buf = std::make_shared<std::string>();
@@ -86,7 +86,7 @@ ptc::Status PeerReader::read_samples(const DatasetVersion& v, const std::vector<
       list.push_back({pieces[i].sample, pieces[i].off, pieces[i].len});
       total += pieces[i].len;
     }
-    const json req = {{"op", "peer.samples"}, {"job", v.job()}, {"name", v.name()},
+    const json req = {{"op", "peer.samples"}, {"from", self_id_}, {"job", v.job()}, {"name", v.name()},
                       {"table_xxh3", v.source().table_xxh3()}, {"pieces", std::move(list)}};
     auto buf = std::make_shared<std::string>();
     PTC_ASSIGN_OR_RETURN(json r, peers_.call_data(home, req, *buf, total),

@@ -134,7 +134,7 @@ ptc::Result<transport::Reply> PeerService::handle(const json& req) {
     auto r = serve_slab_read(store_, req, kMaxPeerRead);
     if (r) {
       sent_ += r->payload.size;
-      ptc::metrics::peer_sent(r->payload.size);
+      ptc::metrics::peer_sent(ptc::member_string_or(req, "from", "").value_or(""), r->payload.size);
     }
     else ptc::log::warn("refused a peer read: {}", r.status().to_string());
     return r;

@@ -23,7 +23,8 @@ constexpr uint64_t kMaxSampleReply = 64 << 20;
 
 ptc::Result<transport::Reply> PeerService::serve_samples(const json& req) {
   const std::string w = "peer.samples";
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "name", "table_xxh3", "pieces"}, "peer.samples request"));
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "from", "job", "name", "table_xxh3", "pieces"},
+                                         "peer.samples request"));
   PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job", w));
   PTC_ASSIGN_OR_RETURN(std::string name, ptc::member_string(req, "name", w));
   PTC_ASSIGN_OR_RETURN(uint64_t digest, ptc::member_u64(req, "table_xxh3", w));
@@ -53,7 +54,7 @@ ptc::Result<transport::Reply> PeerService::serve_samples(const json& req) {
   reply.payload.add(buf->data(), buf->size());
   reply.payload.keep.push_back(buf);
   sent_ += buf->size();
-  ptc::metrics::peer_sent(buf->size());
+  ptc::metrics::peer_sent(ptc::member_string_or(req, "from", "").value_or(""), buf->size());
   return reply;
 }
 

@@ -78,8 +78,10 @@ struct Chunk {
 };
 
 // Pulls every transfer into `w` (transfer i at offsets[i]); all or nothing.
-// `backend[n]`: the peer backend's index of node n of the plan.
-ptc::Status fetch_transfers(transport::PeerBackend& peers, const ClusterChange& c, const ptc::Layout& from,
+// `backend[n]`: the peer backend's index of node n of the plan; `self_id` names this node to
+// the peers it reads from (their sent-bytes metrics).
+ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& self_id, const ClusterChange& c,
+                            const ptc::Layout& from,
                             const ptc::Plan& part, const std::vector<int>& backend, const std::vector<uint64_t>& offsets,
                             const BlobWriter& w, const PrepareOptions& opt) {
   std::vector<Chunk> chunks;
@@ -94,7 +96,7 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const ClusterChange& 
       const ptc::ShardId src = from.shards()[t.src_shard];
       const std::string& tensor = from.ptc().tensors[t.tensor].name;
       const std::string context = "pulling '" + tensor + "' of shard " + src.name();
-      const json req = {{"op", "peer.read"}, {"job", c.job},   {"step", c.step}, {"version", c.from_version},
+      const json req = {{"op", "peer.read"}, {"from", self_id}, {"job", c.job}, {"step", c.step}, {"version", c.from_version},
                         {"shard", src.name()}, {"tensor", tensor}, {"lo", t.src_lo}, {"len", t.len},
                         {"off", ch.off},      {"n", ch.n}};
       const int peer = backend[static_cast<size_t>(t.src_node)];
@@ -170,7 +172,7 @@ ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBa
   std::vector<StoredSlice> received(part.transfers.size());
   if (total > 0) {
     PTC_ASSIGN_OR_RETURN(BlobWriter w, store.blobs().create());
-    PTC_RETURN_IF_ERROR(fetch_transfers(peers, c, from, part, backend, offsets, w, opt));
+    PTC_RETURN_IF_ERROR(fetch_transfers(peers, self_id, c, from, part, backend, offsets, w, opt));
     PTC_RETURN_IF_ERROR(w.finish());
     change.blobs.push_back(w.id());
     for (size_t i = 0; i < part.transfers.size(); ++i) {

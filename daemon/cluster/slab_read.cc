@@ -35,7 +35,7 @@ ptc::Result<int64_t> num(const json& req, const char* key) {
 }  // namespace
 
 ptc::Result<transport::Reply> serve_slab_read(Store& store, const json& req, uint64_t max_bytes) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "version", "shard", "tensor", "lo", "len", "off", "n"},
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "from", "job", "step", "version", "shard", "tensor", "lo", "len", "off", "n"},
                                          "peer.read request"));
   PTC_ASSIGN_OR_RETURN(std::string job, str(req, "job"));
   PTC_ASSIGN_OR_RETURN(std::string step, str(req, "step"));

@@ -115,16 +115,27 @@ def test_a_cluster_nodes_peer_metrics_agree_with_status(tmp_path):
         rep = c[0].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=1,dp=2", "--json")
         assert rep["bytes_moved"] > 0
         st = c[0].cli_json("status", "--json")
+        scraped = []
         for i, d in enumerate(c.nodes):
             text = scrape(maddrs[i])
             promtool_ok(text)
             s = samples(text)
+            scraped.append(s)
             node = next(n for n in st["cluster"]["nodes"] if n["id"] == f"n{i}")
             got = sum(v for (n, _), v in s.items() if n == "ptcfs_peer_received_bytes_total")
             assert got == node["bytes_received"], (i, got, node)
-            assert value(s, "ptcfs_peer_sent_bytes_total") == node["bytes_sent"], (i, node)
+            sent = sum(v for (n, _), v in s.items() if n == "ptcfs_peer_sent_bytes_total")
+            assert sent == node["bytes_sent"], (i, node)
             assert value(s, "ptcfs_cluster_nodes") == 3 and value(s, "ptcfs_prepared_changes") == 0
             assert value(s, "ptcfs_info", node=f"n{i}", version=st["version"]) == 1
+        # What node i sent to node j is what node j received from node i, pair by pair.
+        for i in range(3):
+            for j in range(3):
+                if i != j:
+                    sent = scraped[i].get(("ptcfs_peer_sent_bytes_total", (("peer", f"n{j}"),)), 0)
+                    received = scraped[j].get(("ptcfs_peer_received_bytes_total", (("peer", f"n{i}"),)), 0)
+                    assert sent == received, (i, j, sent, received)
+        assert sum(scraped[i].get(("ptcfs_peer_sent_bytes_total", (("peer", "unknown"),)), 0) for i in range(3)) == 0
         s0 = samples(scrape(maddrs[0]))  # the coordinator records the change's bytes
         assert value(s0, "ptcfs_repartition_moved_bytes_total") == rep["bytes_moved"]
         assert value(s0, "ptcfs_repartition_min_bytes_total") == rep["bytes_min"]
