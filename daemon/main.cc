@@ -160,6 +160,7 @@ int run(const Options& o, bool listen_given) {
   if (!direct_path.empty()) {
     std::error_code ec;
     const std::string mount = std::filesystem::canonical(o.mount, ec).string();
+    std::filesystem::create_directories(std::filesystem::path(direct_path).parent_path(), ec);  // /run/ptcfs
     auto d = DirectServer::start(direct_path, mount, [&filesystem](const std::string& rel) {
       return filesystem.open_view(rel);
     });

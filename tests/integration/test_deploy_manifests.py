@@ -156,6 +156,14 @@ def test_daemonset_wiring():
         assert c[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}, probe
     assert ds["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(ports["metrics"])
     assert f["log-format"] == "json"
+    # The direct socket lies on a host path that the example training pod mounts at the same place.
+    sock_dir = os.path.dirname(f["direct-socket"])
+    assert volumes[mounts[sock_dir]["name"]]["hostPath"] == {"path": sock_dir, "type": "DirectoryOrCreate"}
+    job = find("Job", "ptcfs-read-example")["spec"]["template"]["spec"]
+    (reader,) = job["containers"]
+    job_volumes = {v["name"]: v for v in job["volumes"]}
+    (run,) = [m for m in reader["volumeMounts"] if m["mountPath"] == sock_dir]
+    assert job_volumes[run["name"]]["hostPath"]["path"] == sock_dir
     # --etcd names every member of the StatefulSet through its headless Service.
     sts, svc = find("StatefulSet", "etcd"), find("Service", "etcd")
     assert svc["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == "etcd"
@@ -183,7 +191,7 @@ def test_daemonset_command_line_starts_a_daemon_the_probes_find_ready(tmp_path):
     secret = write_secret(str(tmp_path))
     with Etcd(str(tmp_path)) as etcd:
         moved = {"listen": f"127.0.0.1:{control}", "metrics": f"127.0.0.1:{metrics}", "etcd": etcd.endpoints,
-                 "secret-file": secret}
+                 "secret-file": secret, "direct-socket": str(tmp_path / "run" / "direct.sock")}
         run_args = [f"--{k}={moved.get(k, v)}" for k, v in f.items() if k not in ("data", "mount")]
         d = Daemon(str(tmp_path / "node"), name="k8s", port=control, secret_file=secret, flags=run_args)
         d.start()
@@ -207,11 +215,13 @@ def test_daemonset_command_line_starts_a_daemon_the_probes_find_ready(tmp_path):
             (reader,) = job["spec"]["template"]["spec"]["containers"]
             assert reader["volumeMounts"][0]["mountPropagation"] == "HostToContainer"
             script = reader["args"][0].replace(reader["volumeMounts"][0]["mountPath"], d.mnt)
+            # It reads through the direct socket, found through the mount as in the pod.
+            script += "\nprint(ptcfs.direct.open(os.path.join(step, 'tp0-pp0.safetensors')).direct)\n"
             py = subprocess.run([reader["command"][0], *reader["command"][1:], script], capture_output=True,
                                 text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.path.join(REPO, "python")})
             assert py.returncode == 0, py.stderr
             want = [f"{n} {tuple(a.shape)} {a.dtype}" for n, a in sorted(ck.slices[(0, 0)].items())]
-            assert py.stdout.splitlines() == want
+            assert py.stdout.splitlines() == want + ["True"]
         finally:
             d.stop()
 
