@@ -233,6 +233,38 @@ def test_a_coordinator_killed_before_the_decision_leaves_the_old_layout_within_i
         assert r["version"] == 2 and r["bytes_moved"] == r["bytes_min"], r
 
 
+def test_a_kept_change_that_a_later_commit_passed_is_dropped_on_the_record(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start()
+        c[1].cli("import", ck.path, "--job", "j", "--step", "1")  # ranks on n0 and n1; n2 holds nothing
+        restart_with_failpoint(c[0], "coordinator.prepared")
+        cli = repartition_cli(c, 0, "tp=1,pp=2,dp=3")  # change A, placing ranks on n2 too
+        c[0].wait_log("failpoint coordinator.prepared reached")
+        c[2].kill9()  # keeps its part of A
+        c[0].kill9()  # A is never decided
+        cli.communicate(timeout=30)
+        restart_with_failpoint(c[0])
+        c[0].wait_log("dropping the change prepared for /ptcfs/steps/j/1 by node n0", timeout=LEASE_S + 10)
+        # Change B commits version 2 without n2, once the step's lock has gone with n0's old lease.
+        wait_for(lambda: not etcd.keys("/ptcfs/locks/"), LEASE_S + 10, "the dead coordinator's lock stayed")
+        r = c[1].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=1,dp=2", "--nodes", "n0,n1",
+                          "--json")
+        assert r["version"] == 2, r
+        # n2 comes back holding A (version 2 too): the record shows version 2 by another
+        # transaction, so A can never commit; n2 drops it and serves B.
+        restart_with_failpoint(c[2])
+        c[2].wait_log("kept step j/1 version 2")
+        c[2].wait_log("can never commit: etcd records version 2 by transaction")
+        wait_for(lambda: version(c[2]) == 2, 15, "n2 did not reach B")
+        for d in c.nodes:
+            verify_step(d, "j", "1", oracles((2, 1, 2)), full_views=(d is c.nodes[2]))
+        assert_nothing_kept(c[2])
+
+
 def test_two_repartitions_of_one_step_at_once_one_wins_everywhere(tmp_path):
     require_binaries()
     root = str(tmp_path)
