@@ -312,3 +312,19 @@ def test_dataset_views_read_directly_from_the_dataset_files(tmp_path, daemon):
             assert bytes(f.read()) == read_all(path)
             with pytest.raises(ptcfs.Error):
                 f.tensors()  # not a tensor file
+
+
+def test_past_the_connection_limit_files_are_read_through_the_mount(tmp_path, daemon, make_ckpt):
+    require_binaries()
+    ck = make_ckpt(tp=1, pp=1, layers=2, hidden=64, vocab=256)
+    daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    path = os.path.join(daemon.step_dir("j", "1"), "tp0-pp0.safetensors")
+    held = [direct.open(path) for _ in range(260)]  # the daemon serves 256 connections at once
+    assert [f.direct for f in held] == [True] * 256 + [False] * 4
+    assert "resource_exhausted" in held[-1].why_not and "256 connections" in held[-1].why_not
+    for f in held[-4:] + held[:2]:  # the same values either way
+        got = f.tensors()
+        assert all(np.array_equal(got[n], a) for n, a in ck.slices[(0, 0)].items())
+    for f in held[:10]:
+        f.close()
+    wait_for(lambda: direct.open(path).direct, 10, "closed connections were not given back")
