@@ -133,7 +133,7 @@ int run(const Options& o, bool listen_given) {
   }
 
   // The direct data path (daemon/direct/direct_server.h): its socket, which the mount names
-  // to clients in an extended attribute.
+  // to clients in its hidden file .ptcfs-direct.
   std::string direct_path;
   if (o.direct_socket != "none") {
     std::error_code ec;

@@ -199,7 +199,8 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
   const std::vector<int> all = members_.members();
   const std::string tx = new_transaction_id();
   if (progress) progress(json{{"phase", "prepare"}, {"done", 0}, {"total", all.size()}});
-  const json prepare = to_json(request(tx, ImportChange{dir, job, step, nodes, ptc::gpus_of(*cluster(), nodes)}));
+  const std::vector<int> gpus = ptc::gpus_of(*cluster(), nodes);  // pinned with the placement
+  const json prepare = to_json(request(tx, ImportChange{dir, job, step, nodes, gpus}));
   const auto answers = ask_all(all, [&](int) { return prepare; });
   ptc::Status failed;
   std::set<uint64_t> digests;
@@ -225,7 +226,7 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
     ptc::log::warn("import of {}/{} aborted on every node: {}", job, step, failed.to_string());
     return failed;
   }
-  PTC_RETURN_IF_ERROR(decide(all, tx, step_key(job, step), prior, json{{"kind", "import"}, {"version", 1}, {"nodes", nodes}, {"gpus", ptc::gpus_of(*cluster(), nodes)}},
+  PTC_RETURN_IF_ERROR(decide(all, tx, step_key(job, step), prior, json{{"kind", "import"}, {"version", 1}, {"nodes", nodes}, {"gpus", gpus}},
                              "import of " + job + "/" + step));
   auto snap = store_.snapshot();
   auto it = snap->steps.find({job, step});

@@ -64,7 +64,7 @@ bool PeerService::commit_decided(const std::string& tx) {
   return s.is_ok();
 }
 
-bool PeerService::drop_superseded(const std::string& key, const std::string& tx, uint64_t version, bool removed) {
+void PeerService::drop_superseded(const std::string& key, const std::string& tx, uint64_t version, bool removed) {
   std::vector<std::string> lost;
   {
     std::lock_guard lock(mu_);
@@ -77,7 +77,6 @@ bool PeerService::drop_superseded(const std::string& key, const std::string& tx,
                    "aborted", key, t, removed ? "a removal" : "version " + std::to_string(version), tx);
     (void)finish(t, false);
   }
-  return !lost.empty();
 }
 
 void PeerService::restore() {

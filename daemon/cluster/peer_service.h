@@ -55,8 +55,8 @@ class PeerService {
   // A record of `key` written by transaction `tx` at `version` (0: none; `removed`: the step
   // was removed): a change prepared here for the same key under another transaction can
   // never commit any more (the record moved past what it was prepared against) and is
-  // aborted. Whether one was.
-  bool drop_superseded(const std::string& key, const std::string& tx, uint64_t version, bool removed);
+  // aborted.
+  void drop_superseded(const std::string& key, const std::string& tx, uint64_t version, bool removed);
   // On start, before the records are read: the changes this node had prepared (and kept,
   // daemon/store/prepared_record.h) when it stopped wait again for their decision, under the
   // coordinator's lease they were prepared for. Without etcd nothing decides them: aborted.

@@ -14,9 +14,10 @@ as the File or any array taken from it lives; ``close()`` lets go of the File's 
 Arrays are read-only, like those of a mapping of the mount (``np.array(a)`` for a copy to write).
 """
 
+import builtins
 import ctypes
 import ctypes.util
-import json
+import io
 import mmap
 import os
 import struct
@@ -147,7 +148,7 @@ class File:
 
     def _mount_buffer(self):
         if self._mapped is None:
-            with builtins_open(self.path, "rb") as f:
+            with builtins.open(self.path, "rb") as f:
                 try:
                     self._mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if self.size else b""
                 except (OSError, ValueError):
@@ -219,23 +220,17 @@ class File:
                 out[name] = self._array(start + b, e - b, _dt.numpy_dtype(dtype), shape)
             return out
         if self.path.endswith(".npy"):
-            head = self.read_range(0, min(self.size, 4096))
-            if not head.startswith(b"\x93NUMPY") or len(head) < 10:
-                raise invalid(f"{self.path}: not an npy file")
-            major = head[6]
-            hlen_size = 2 if major == 1 else 4
-            (hlen,) = struct.unpack("<H" if hlen_size == 2 else "<I", head[8:8 + hlen_size])
-            start = 8 + hlen_size + hlen
-            if start > len(head):
-                head = self.read_range(0, start)
-            import ast
-            try:
-                d = ast.literal_eval(head[8 + hlen_size:start].decode("latin1"))
-                dtype, shape = np.dtype(d["descr"]), tuple(d["shape"])
-            except (ValueError, SyntaxError, KeyError, TypeError) as e:
+            fh = io.BytesIO(self.read_range(0, min(self.size, 1 << 16)))
+            try:  # numpy's own reader of the header
+                version = np.lib.format.read_magic(fh)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, fortran, dtype = read_header(fh)
+            except ValueError as e:
                 raise invalid(f"{self.path}: bad npy header: {e}") from None
-            if d.get("fortran_order"):
+            if fortran:
                 raise invalid(f"{self.path}: Fortran-ordered npy files are not read here")
+            start = fh.tell()
             name = os.path.basename(self.path)[:-4]
             n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             if start + n != self.size:
@@ -251,9 +246,6 @@ class File:
         """{name: torch tensor} sharing the arrays of tensors() (BF16 as torch.bfloat16)."""
         arrays = self.tensors()
         return {name: _dt.to_torch(a, self._dtypes.get(name)) for name, a in arrays.items()}
-
-
-builtins_open = open  # noqa: A001 (the module's open() shadows it below)
 
 
 def open(path: str, socket: Optional[str] = None, fallback: bool = True) -> File:  # noqa: A001
