@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 PY := /usr/bin/python3
 
-.PHONY: deps build python test unit integration fuzz fuzz-build demo bench clean
+.PHONY: deps build python test unit integration fuzz fuzz-build demo bench clean test-gpu bench-gpu
 
 deps:
 	@bash deploy/install-deps.sh
@@ -48,6 +48,15 @@ demo: build python
 bench: build
 	@bash deploy/install-deps.sh bench
 	PTCFS_BUILD=$(abspath $(BUILD)) $(PY) bench/run.py
+
+# Every test that needs a GPU (tests/gpu/run.sh): without one it says so and exits non-zero.
+# What ran where: docs/BENCHMARKS.md "GPU".
+test-gpu: build python
+	PTCFS_BUILD=$(abspath $(BUILD)) bash tests/gpu/run.sh
+
+# The GPU load benchmark (bench/bench_gpu.py): ~4 GB into GPU memory against cudaMemcpy from pinned.
+bench-gpu: build python
+	PTCFS_BUILD=$(abspath $(BUILD)) $${PTCFS_PYTHON:-python3} bench/bench_gpu.py
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

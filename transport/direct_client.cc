@@ -134,7 +134,8 @@ ptc::Result<std::unique_ptr<DirectFile>> DirectFile::open(const std::string& pat
   close_all(fds);  // the mappings keep the files
   uint64_t at = 0;
   for (const auto& s : *spans) {
-    f->spans_.push_back(Span{s.src == direct::kZeros ? nullptr : base[static_cast<size_t>(s.src)] + s.off, s.len});
+    f->spans_.push_back(Span{s.src == direct::kZeros ? nullptr : base[static_cast<size_t>(s.src)] + s.off, s.len,
+                             s.src == direct::kZeros ? 0u : static_cast<uint32_t>(s.src)});
     f->starts_.push_back(at);
     at += s.len;
   }

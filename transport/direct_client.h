@@ -34,6 +34,7 @@ class DirectFile {
   struct Span {
     const std::byte* data;  // nullptr: `len` zero bytes
     uint64_t len;
+    uint32_t source = 0;  // which mapped file holds the bytes: spans of one source lie in one mapping
   };
 
   // Opens `path` (a file of a ptcfs mount; relative paths are made absolute) through `socket`

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "transport/direct_client.h"
+#include "transport/gpu/cuda_device.h"
+#include "transport/gpu/device_read.h"
 
 struct ptcfs_file {
   std::unique_ptr<ptcfs::client::DirectFile> f;
@@ -64,6 +66,32 @@ int ptcfs_read(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst, char*
   if (s) return 0;
   set_error(err, errlen, s.to_string());
   return -1;
+}
+
+int ptcfs_gpu_available(char* err, size_t errlen) {
+  auto s = ptcfs::gpu::gpu_available();
+  if (s) return 0;
+  set_error(err, errlen, s.to_string());
+  return -1;
+}
+
+int ptcfs_read_device(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst, void* stream,
+                      ptcfs_device_stats* stats, char* err, size_t errlen) {
+  try {
+    ptcfs::gpu::UploadStats st;
+    auto s = ptcfs::gpu::read_to_device(*f->f, off, len, dst, stream, &st);
+    if (!s) {
+      set_error(err, errlen, s.to_string());
+      return -1;
+    }
+    if (stats)
+      *stats = ptcfs_device_stats{st.staged_bytes, st.zero_bytes, st.chunks,   st.direct_chunks, st.gathered_chunks,
+                                  st.plan_ns,      st.stage_ns,   st.wait_ns, st.total_ns};
+    return 0;
+  } catch (const std::exception& e) {  // nothing may cross the C boundary
+    set_error(err, errlen, std::string("internal: ") + e.what());
+    return -1;
+  }
 }
 
 }  // extern "C"

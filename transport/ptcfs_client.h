@@ -39,6 +39,27 @@ const void* ptcfs_contiguous(const ptcfs_file* f, uint64_t off, uint64_t len);
 /* Copies bytes [off, off + len) into dst. 0, or -1 with a message in err. */
 int ptcfs_read(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst, char* err, size_t errlen);
 
+/* GPU memory (docs/ARCHITECTURE.md "Path of a GPU load"). In a build without CUDA, or on a
+ * machine without a driver or a GPU, both fail with "unavailable: ..." saying which. */
+
+/* How a ptcfs_read_device went: host bytes staged up (gaps of gathered windows included), zeros
+ * filled on the device, chunks copied straight to the destination or gathered by the kernel; and
+ * where the time went (ns): planning, copying into pinned staging, waiting for the device, in all. */
+typedef struct ptcfs_device_stats {
+  uint64_t staged_bytes, zero_bytes, chunks, direct_chunks, gathered_chunks;
+  uint64_t plan_ns, stage_ns, wait_ns, total_ns;
+} ptcfs_device_stats;
+
+/* 0 when this process can copy into GPU memory, else -1 with why in err. */
+int ptcfs_gpu_available(char* err, size_t errlen);
+/* Copies bytes [off, off + len) of the file to `dst`, device memory (cudaMalloc, or a CUDA
+ * tensor's data pointer), ordered on `stream` (a cudaStream_t; NULL: the default stream), through
+ * pinned staging; pieces a repartition left strided are gathered on the device. Returns when the
+ * bytes are there. `stats` may be NULL. 0, or -1 with a message in err. Calls for one GPU run
+ * one at a time. */
+int ptcfs_read_device(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst, void* stream,
+                      ptcfs_device_stats* stats, char* err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

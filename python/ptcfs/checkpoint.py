@@ -112,17 +112,18 @@ def load_ptc(dir: str) -> dict:
     return _ptc.load(os.path.join(dir, "ptc.json"))
 
 
-def load_shard(dir: str, t: int, p: int, ptc: Optional[Mapping] = None) -> Dict[str, np.ndarray]:
+def load_shard(dir: str, t: int, p: int, ptc: Optional[Mapping] = None, device=None) -> Dict[str, Any]:
     """{name: array} of DIR/tp{t}-pp{p}.safetensors, read-only (BF16 as uint16 bits). In a
     ptcfs mount with a direct socket, read through it (ptcfs.direct: the daemon's blobs mapped,
     zero-copy where a tensor lies in one piece, gathered where a repartition left it strided);
-    elsewhere, views of a read-only mapping of the file. With `ptc`, checks that the file
-    holds exactly that shard."""
+    elsewhere, views of a read-only mapping of the file. With `device` ("cpu", "cuda:N"), torch
+    tensors on that device instead (into GPU memory through ptcfs.direct's GPU path where it
+    can: ``File.torch``). With `ptc`, checks that the file holds exactly that shard."""
     path = os.path.join(dir, shard_file(t, p))
     if not os.path.exists(path):
         raise Error("not_found", f"{path}: no such shard")
     f = _direct.open(path)
-    tensors = f.tensors()
+    tensors = f.tensors() if device is None else f.torch(device)
     if ptc is not None:
         want = _ptc.shard_tensors(ptc, t, p)
         if set(want) != set(tensors):

@@ -22,7 +22,7 @@ import mmap
 import os
 import struct
 import threading
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from . import dtypes as _dt
 from . import safetensors as _st
 from .errors import Error, invalid
 
-__all__ = ["open", "File", "library"]
+__all__ = ["open", "File", "library", "gpu_available"]
 
 _LIB = None
 _LIB_ERROR = ""
@@ -82,10 +82,41 @@ def library():
             lib.ptcfs_read.restype = ctypes.c_int
             lib.ptcfs_read.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
                                        ctypes.c_char_p, ctypes.c_size_t]
+            if hasattr(lib, "ptcfs_read_device"):  # a library of before the GPU path has none
+                lib.ptcfs_gpu_available.restype = ctypes.c_int
+                lib.ptcfs_gpu_available.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+                lib.ptcfs_read_device.restype = ctypes.c_int
+                lib.ptcfs_read_device.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
+                                                  ctypes.c_void_p, ctypes.POINTER(DeviceStats), ctypes.c_char_p,
+                                                  ctypes.c_size_t]
             _LIB, _LIB_ERROR = lib, ""
             return lib
         _LIB_ERROR = _LIB_ERROR or "libptcfs_client.so not found (build the project, or set PTCFS_CLIENT_LIB)"
         return None
+
+
+class DeviceStats(ctypes.Structure):
+    """How a copy into GPU memory went (transport/ptcfs_client.h ptcfs_device_stats)."""
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "staged_bytes", "zero_bytes", "chunks", "direct_chunks", "gathered_chunks",
+        "plan_ns", "stage_ns", "wait_ns", "total_ns")]
+
+    def as_dict(self) -> Dict[str, int]:
+        return {name: int(getattr(self, name)) for name, _ in self._fields_}
+
+
+def gpu_available() -> Tuple[bool, str]:
+    """(True, "") when libptcfs_client can copy files into GPU memory, else (False, why not):
+    no library, a library built without CUDA, no driver, or no GPU."""
+    lib = library()
+    if lib is None:
+        return False, library_error()
+    if not hasattr(lib, "ptcfs_read_device"):
+        return False, "this libptcfs_client has no GPU path (rebuild it)"
+    err = ctypes.create_string_buffer(_ERRLEN)
+    if lib.ptcfs_gpu_available(err, _ERRLEN) != 0:
+        return False, err.value.decode("utf-8", "replace")
+    return True, ""
 
 
 def library_error() -> str:
@@ -122,6 +153,8 @@ class File:
         self.why_not = why_not
         self._mapped = None  # the mount's mapping of the file, when read through the mount
         self._dtypes: Dict[str, str] = {}
+        self.gpu_stats: Optional[Dict[str, int]] = None  # of the last torch(device="cuda...")
+        self.gpu_why_not = ""  # why the last torch(device="cuda...") copied through the host
         if handle is not None:
             self.size = int(handle.lib.ptcfs_size(handle.ptr))
             self.version = int(handle.lib.ptcfs_version(handle.ptr))
@@ -201,10 +234,9 @@ class File:
         a.flags.writeable = False  # like a mapping of the mount, whichever way it came
         return a
 
-    def tensors(self) -> Dict[str, np.ndarray]:
-        """{name: array} of a safetensors file (every tensor) or an npy file (one, named after the
-        file); zero-copy where a tensor lies in one piece. BF16 comes as uint16 raw bits."""
-        self._dtypes = {}
+    def _entries(self) -> List[Tuple[str, str, np.dtype, list, int, int]]:
+        """[(name, safetensors dtype, numpy dtype, shape, offset, bytes)] of the file's tensors, by name: every
+        tensor of a safetensors file, or the one of an npy file (named after the file)."""
         if self.path.endswith(".safetensors"):
             head = self.read_range(0, min(self.size, 8))
             if len(head) < 8:
@@ -213,12 +245,8 @@ class File:
             if n > _st.MAX_HEADER or 8 + n > self.size:
                 raise invalid(f"{self.path}: header length {n} does not fit the file ({self.size} bytes)")
             start, entries, _ = _st.parse_header(self.read_range(0, 8 + n), self.size, self.path)
-            out = {}
-            for name in sorted(entries):
-                dtype, shape, b, e = entries[name]
-                self._dtypes[name] = dtype
-                out[name] = self._array(start + b, e - b, _dt.numpy_dtype(dtype), shape)
-            return out
+            return [(name, dtype, _dt.numpy_dtype(dtype), list(shape), start + b, e - b)
+                    for name, (dtype, shape, b, e) in sorted(entries.items())]
         if self.path.endswith(".npy"):
             fh = io.BytesIO(self.read_range(0, min(self.size, 1 << 16)))
             try:  # numpy's own reader of the header
@@ -235,17 +263,76 @@ class File:
             n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             if start + n != self.size:
                 raise invalid(f"{self.path}: npy header gives {n} bytes of data, the file has {self.size - start}")
-            return {name: self._array(start, n, dtype, shape)}
+            return [(name, _dt.safetensors_dtype_of(np.empty(0, dtype=dtype)), dtype, list(shape), start, n)]
         raise invalid(f"{self.path}: not a tensor file (.safetensors or .npy)")
+
+    def tensors(self) -> Dict[str, np.ndarray]:
+        """{name: array} of a safetensors file (every tensor) or an npy file (one, named after the
+        file); zero-copy where a tensor lies in one piece. BF16 comes as uint16 raw bits."""
+        entries = self._entries()
+        self._dtypes = {name: dtype for name, dtype, _, _, _, _ in entries if self.path.endswith(".safetensors")}
+        return {name: self._array(off, n, npd, shape) for name, _, npd, shape, off, n in entries}
 
     def dtype_of(self, name: str) -> Optional[str]:
         """The stored dtype of a tensor tensors() gave (the safetensors name: "BF16", "F32"...)."""
         return self._dtypes.get(name)
 
-    def torch(self):
-        """{name: torch tensor} sharing the arrays of tensors() (BF16 as torch.bfloat16)."""
-        arrays = self.tensors()
-        return {name: _dt.to_torch(a, self._dtypes.get(name)) for name, a in arrays.items()}
+    def torch(self, device=None):
+        """{name: torch tensor}. On the CPU (device None or "cpu") they share the arrays of
+        tensors() (BF16 as torch.bfloat16). On a CUDA device (device="cuda:N") the bytes go from
+        the daemon's blobs to device memory through pinned staging, strided tensors gathered on the
+        GPU (``gpu_stats`` says how); without the direct path or a GPU-capable libptcfs_client the
+        tensors are read on the host and copied up (``gpu_why_not`` says why)."""
+        import torch
+        dev = torch.device(device) if device is not None else torch.device("cpu")
+        if dev.type == "cpu":
+            arrays = self.tensors()
+            return {name: _dt.to_torch(a, self._dtypes.get(name)) for name, a in arrays.items()}
+        if dev.type != "cuda":
+            raise invalid(f"{self.path}: device {dev} is neither cpu nor cuda")
+        ok, why = gpu_available() if self.direct else (False, self.why_not or "not read through the direct path")
+        self.gpu_why_not = why
+        if not ok:
+            return {name: t.to(dev) for name, t in self.torch().items()}
+        return self._torch_on_device(dev)
+
+    def _torch_on_device(self, dev):
+        import torch
+        entries = self._entries()
+        self._dtypes = {name: dtype for name, dtype, _, _, _, _ in entries}
+        out = {}
+        if not entries:
+            return out
+        # One copy of the whole data region, views of it per tensor: the copies of all tensors
+        # pipeline in one call. A tensor whose offset is not a multiple of its item size gets its own.
+        lo = min(off for *_, off, _ in entries)
+        hi = max(off + n for *_, off, n in entries)
+        buf = torch.empty(hi - lo, dtype=torch.uint8, device=dev)
+        self.gpu_stats = self._read_device(lo, hi - lo, buf)
+        for name, dtype, npd, shape, off, n in entries:
+            if dtype is None:
+                raise invalid(f"{self.path}: {name} has dtype {npd}, which ptcfs does not store")
+            tdtype = _dt.torch_dtype(dtype)
+            size = npd.itemsize
+            if (off - lo) % size == 0:
+                out[name] = buf[off - lo:off - lo + n].view(tdtype).view(shape)
+            else:
+                own = torch.empty(n, dtype=torch.uint8, device=dev)
+                self._read_device(off, n, own)
+                out[name] = own.view(tdtype).view(shape)
+        return out
+
+    def _read_device(self, off: int, n: int, dst) -> Dict[str, int]:
+        """Bytes [off, off + n) into the CUDA tensor `dst` (uint8, contiguous), on its device's
+        current stream; returns the copy's DeviceStats as a dict."""
+        import torch
+        h = self._handle()
+        stats = DeviceStats()
+        err = ctypes.create_string_buffer(_ERRLEN)
+        stream = torch.cuda.current_stream(dst.device).cuda_stream
+        if n and h.lib.ptcfs_read_device(h.ptr, off, n, dst.data_ptr(), stream, ctypes.byref(stats), err, _ERRLEN):
+            raise _error(err)
+        return stats.as_dict()
 
 
 def open(path: str, socket: Optional[str] = None, fallback: bool = True) -> File:  # noqa: A001

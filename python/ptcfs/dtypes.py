@@ -118,6 +118,20 @@ def as_storage(x: Any, dtype: Optional[str], where: str):
     return storage_array(a, dt), dt
 
 
+_TORCH = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+          "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+          "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
+def torch_dtype(dtype: str):
+    """The torch dtype of a safetensors dtype (an error where this torch has none, e.g. F8)."""
+    import torch
+    t = getattr(torch, _TORCH.get(dtype, ""), None)
+    if t is None:
+        raise invalid(f"torch {torch.__version__} has no dtype for {dtype!r}")
+    return t
+
+
 def to_torch(arr: np.ndarray, dtype: Optional[str] = None):
     """A torch tensor sharing `arr`'s memory. With dtype "BF16" (or a uint16 array and no
     dtype) the raw bits become torch.bfloat16. A read-only array (a mapping of the mount)

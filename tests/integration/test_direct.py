@@ -331,3 +331,22 @@ def test_past_the_connection_limit_files_are_read_through_the_mount(tmp_path, da
     for f in held[:10]:
         f.close()
     wait_for(lambda: direct.open(path).direct, 10, "closed connections were not given back")
+
+
+def test_without_a_gpu_the_gpu_path_says_why_and_the_host_path_still_loads(daemon, make_ckpt):
+    """Where there is no GPU (CI), ptcfs.direct says why not, naming the cause, and torch(device="cpu")
+    is the host path; on a GPU machine tests/gpu covers the device (make test-gpu)."""
+    import torch
+    ok, why = direct.gpu_available()
+    if torch.cuda.is_available():
+        assert ok, why
+        return
+    assert not ok
+    assert why.startswith("unavailable: ") and ("GPU" in why or "CUDA" in why or "driver" in why), why
+    ck = make_ckpt(tp=1, pp=1, layers=1, hidden=128, vocab=256)
+    daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    got = ptcfs.load_shard(daemon.step_dir("j", "1"), 0, 0, ptc=ck.ptc, device="cpu")
+    for name, arr in ck.slices[(0, 0)].items():
+        t = got[name]
+        assert isinstance(t, torch.Tensor) and t.device.type == "cpu"
+        assert t.contiguous().view(torch.uint8).numpy().tobytes() == np.ascontiguousarray(arr).tobytes(), name

@@ -1,0 +1,29 @@
+// The CUDA device of an upload (upload.h), one per GPU per process, made on first use. Built
+// from cuda_device.cu when CMake finds CUDA, else from no_cuda.cc, whose calls say the build
+// has no GPU path (kUnavailable); nothing else in the project names CUDA.
+//
+// Thread-safety: a lease holds its device's lock, so uploads to one GPU run one at a time.
+#pragma once
+
+#include <mutex>
+
+#include "ptc/status.h"
+#include "transport/gpu/upload.h"
+
+namespace ptcfs::gpu {
+
+struct DeviceLease {
+  std::unique_lock<std::mutex> lock;
+  Device* device = nullptr;
+  ParallelCopy* copier = nullptr;
+};
+
+// The device that holds `dst` (a CUDA device pointer), its copies ordered on `stream` (a
+// cudaStream_t; nullptr: the default stream). kInvalidArgument when dst is not device memory,
+// kUnavailable when there is no CUDA in the build, no driver or no GPU.
+ptc::Result<DeviceLease> lease_device(void* dst, void* stream);
+
+// Whether this process can use a GPU: ok, or kUnavailable saying why not.
+ptc::Status gpu_available();
+
+}  // namespace ptcfs::gpu

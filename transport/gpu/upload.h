@@ -1,0 +1,66 @@
+// Carries out an upload plan (upload_plan.h) through a device: a ring of staging slots, each a
+// pinned host buffer. The host copies chunk i into a free slot (several threads: the page cache
+// is read at memory speed) while the device still copies chunk i - 1 up and gathers it, so host
+// reads and device copies overlap; no byte goes through a second pageable buffer.
+//
+// Thread-safety: a Device is used by one upload at a time. Errors: what the device reports
+// (kUnavailable when there is no usable GPU), with the chunk that failed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ptc/status.h"
+#include "transport/gpu/upload_plan.h"
+
+namespace ptcfs::gpu {
+
+// Where the bytes go: CUDA (cuda_device.cu) or the host double of the CPU tests.
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual size_t slots() const = 0;
+  virtual uint64_t slot_bytes() const = 0;
+  // Slot i's staging buffer (slot_bytes() bytes). Valid for writing after wait(i).
+  virtual std::byte* staging(size_t i) = 0;
+  // Returns when slot i's last copy no longer reads its buffer.
+  [[nodiscard]] virtual ptc::Status wait(size_t i) = 0;
+  // Slot i's staging holds chunk `c`'s bytes (`host`): copy them to `dst` (directly, or through
+  // slot i's scratch, gathered by c.segments). May return before the copy is done (wait(i) and
+  // finish() wait for it).
+  [[nodiscard]] virtual ptc::Status copy(size_t i, const Chunk& c, const std::byte* host, std::byte* dst) = 0;
+  [[nodiscard]] virtual ptc::Status zero(std::byte* dst, uint64_t len) = 0;
+  // Returns when every copy is done.
+  [[nodiscard]] virtual ptc::Status finish() = 0;
+};
+
+// Copies with a few threads (this one included), each a contiguous share. One copy at a time.
+// (Populating the source mapping's page tables first with MADV_POPULATE_READ, and registering
+// the mapped blobs with the driver instead of staging, were measured worse on an H100 host:
+// docs/BENCHMARKS.md "GPU".)
+class ParallelCopy {
+ public:
+  explicit ParallelCopy(unsigned threads);
+  ~ParallelCopy();
+  ParallelCopy(const ParallelCopy&) = delete;
+  ParallelCopy& operator=(const ParallelCopy&) = delete;
+  void copy(std::byte* dst, const std::byte* src, uint64_t len);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// Where an upload's time went (nanoseconds of the calling thread).
+struct UploadTimes {
+  uint64_t stage_ns = 0;  // copying host bytes into staging slots
+  uint64_t wait_ns = 0;   // waiting for a slot, and for the last copies
+  uint64_t total_ns = 0;
+};
+
+// Uploads `plan` into `dst` (device memory of `device`); returns when every byte is there.
+[[nodiscard]] ptc::Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, ParallelCopy& copier,
+                                     UploadTimes* times = nullptr);
+
+}  // namespace ptcfs::gpu
