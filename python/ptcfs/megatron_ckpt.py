@@ -20,6 +20,7 @@ Files are loaded by :mod:`ptcfs.torch_pickle`, which never runs code from them.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from . import megatron_shapes
 from . import ptc as _ptc
 from . import torch_pickle
 from .dtypes import safetensors_dtype_of, torch_to_numpy
@@ -121,15 +123,19 @@ def _arg(args: Any, name: str, default: Any = None) -> Any:
     return getattr(args, name, default) if args is not None else default
 
 
-def _flatten(obj: Any, prefix: str, out: Dict[str, Any], skipped: List[str]) -> None:
+def _flatten(obj: Any, prefix: str, out: Dict[str, Any], skipped: List[str], where: str) -> None:
     if isinstance(obj, Mapping):
         for k, v in obj.items():
-            _flatten(v, f"{prefix}{k}.", out, skipped)
+            _flatten(v, f"{prefix}{k}.", out, skipped, where)
         return
     name = prefix[:-1]
+    if name.endswith("._extra_state"):  # Transformer Engine's (an io.BytesIO: a placeholder here)
+        return
+    if torch_pickle.refused(obj):
+        raise invalid(f"{where}: model entry '{name}' is {torch_pickle.describe(obj)}")
     if hasattr(obj, "shape") and hasattr(obj, "dtype") and not name.endswith(_SKIPPED_SUFFIXES):
         out[name] = obj
-    elif obj is not None and not name.endswith("._extra_state"):
+    elif obj is not None:
         skipped.append(name)
 
 
@@ -143,19 +149,23 @@ def _load_rank(path: str) -> dict:
     if not isinstance(sd, Mapping) or not ("model" in sd or "model0" in sd):
         keys = sorted(map(str, sd))[:8] if isinstance(sd, Mapping) else type(sd).__name__
         raise invalid(f"{path}: not a Megatron-LM checkpoint (no 'model' state dict; it holds {keys})")
+    args = sd.get("args")
+    if args is not None and not isinstance(args, argparse.Namespace):
+        raise invalid(f"{path}: 'args' is {torch_pickle.describe(args)}, not the run's argparse.Namespace")
     return sd
 
 
 def _chunks(sd: Mapping, path: str) -> List[Mapping]:
     if "model" in sd:
-        return [sd["model"]]
-    chunks = []
-    while f"model{len(chunks)}" in sd:
-        chunks.append(sd[f"model{len(chunks)}"])
-    for c in chunks:
-        if not isinstance(c, Mapping):
-            raise invalid(f"{path}: model chunk is a {type(c).__name__}, not a state dict")
-    return chunks
+        keys = ["model"]
+    else:
+        keys = []
+        while f"model{len(keys)}" in sd:
+            keys.append(f"model{len(keys)}")
+    for k in keys:
+        if not isinstance(sd[k], Mapping):
+            raise invalid(f"{path}: '{k}' is {torch_pickle.describe(sd[k])}, not a state dict")
+    return [sd[k] for k in keys]
 
 
 def _layer_count(names: List[str], where: str) -> int:
@@ -276,7 +286,7 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
         for v, c in enumerate(chunks):
             names: Dict[str, Any] = {}
             skipped: List[str] = []
-            _flatten(c, "", names, skipped)
+            _flatten(c, "", names, skipped, f"{f} chunk {v}")
             not_imported.update(f"model.{s}" for s in skipped)
             layers = _layer_count(list(names), f"{f} chunk {v}")
             if counts.setdefault((v, p), layers) != layers:
@@ -361,6 +371,8 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
         k = fields.get("tp_dim")
         if k is not None:
             shape[k] *= tp
+        megatron_shapes.check(base, shape, args, where)
+        if k is not None:
             if "pad_to" in fields:
                 padded = shape[k]
                 if padded % (pad_to * tp):  # padded by some other rule: keep every row, pad by tp alone
