@@ -76,6 +76,22 @@ class Call:
         return self.func, self.args
 
 
+def crafted(x):
+    """`x` with every tensor as a View of a Storage of its own bytes: what torch.save writes, by
+    this file's pickler, so that one tensor can be replaced by what an attacker writes."""
+    kinds = {torch.float16: torch.HalfStorage, torch.bfloat16: torch.BFloat16Storage, torch.float32: torch.FloatStorage,
+             torch.int64: torch.LongStorage, torch.uint8: torch.ByteStorage}
+    if isinstance(x, torch.Tensor):
+        t = x.detach().contiguous()
+        return View(Storage(t.flatten().view(torch.uint8).numpy().tobytes(), t.numel(), kinds[t.dtype]), 0,
+                    t.shape, t.stride())
+    if isinstance(x, dict):
+        return type(x)((k, crafted(v)) for k, v in x.items())
+    if isinstance(x, (list, tuple)):
+        return type(x)(crafted(v) for v in x)
+    return x
+
+
 def pickled(obj):
     """(data.pkl bytes, [Storage] in key order), as torch.save writes them (protocol 2)."""
     storages = []
@@ -206,8 +222,15 @@ def case_storage_member_cut_to_16_bytes(root, marker):
 
 
 def case_huge_claimed_storage(root, marker):
-    megatron_file(root, nest(EMB, View(Storage(bytes(16), numel=1 << 62), 0, [100, 16], [16, 1])))
-    return [f"tensor '{EMB_NAME}'", f"claims {1 << 62} elements of torch.float16", "holds 16 bytes"]
+    # A generated checkpoint whose word embedding (its shape right) sits at the end of a storage that
+    # claims 2 GiB over a 16-byte member: torch's loader reads 2 GiB past the member (SIGSEGV).
+    f = generated(root)
+    sd = torch.load(f)
+    emb = sd["model"]["language_model"]["embedding"]["word_embeddings"]
+    emb["weight"] = View(Storage(bytes(16), numel=1 << 30), (1 << 30) - 1600, [100, 16], [16, 1])
+    write_pt(f, crafted(sd))
+    return [f"tensor '{EMB_NAME}'", f"claims {1 << 30} elements of torch.float16 ({1 << 31} bytes); member data/",
+            "holds 16 bytes"]
 
 
 def case_truncated_zip(root, marker):
