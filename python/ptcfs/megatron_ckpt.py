@@ -123,17 +123,22 @@ def _arg(args: Any, name: str, default: Any = None) -> Any:
     return getattr(args, name, default) if args is not None else default
 
 
-def _flatten(obj: Any, prefix: str, out: Dict[str, Any], skipped: List[str], where: str) -> None:
+_MAX_NESTING = 32  # Megatron's state dicts nest 5 deep; a file may nest a million (a pickle is a stack machine)
+
+
+def _flatten(obj: Any, prefix: str, out: Dict[str, Any], skipped: List[str], where: str, depth: int = 0) -> None:
     if isinstance(obj, Mapping):
+        if depth == _MAX_NESTING:
+            raise invalid(f"{where}: model entry '{prefix[:200]}...' nests more than {_MAX_NESTING} state dicts deep")
         for k, v in obj.items():
-            _flatten(v, f"{prefix}{k}.", out, skipped, where)
+            _flatten(v, f"{prefix}{k}.", out, skipped, where, depth + 1)
         return
     name = prefix[:-1]
     if name.endswith("._extra_state"):  # Transformer Engine's (an io.BytesIO: a placeholder here)
         return
-    if torch_pickle.refused(obj):
-        raise invalid(f"{where}: model entry '{name}' is {torch_pickle.describe(obj)}")
-    if hasattr(obj, "shape") and hasattr(obj, "dtype") and not name.endswith(_SKIPPED_SUFFIXES):
+    if torch_pickle.refused(obj) or (hasattr(obj, "shape") and not torch_pickle.is_tensor(obj)):
+        raise invalid(f"{where}: model entry '{name}' is {torch_pickle.describe(obj)}, not a tensor")
+    if torch_pickle.is_tensor(obj) and not name.endswith(_SKIPPED_SUFFIXES):
         out[name] = obj
     elif obj is not None:
         skipped.append(name)
@@ -180,6 +185,8 @@ def _globalize(name: str, offset: int) -> str:
 
 
 def _as_array(x: Any, where: str) -> Tuple[np.ndarray, str]:
+    if not torch_pickle.is_tensor(x):
+        raise invalid(f"{where} is {torch_pickle.describe(x)}, not a tensor")
     a, dt = torch_to_numpy(x)
     dt = dt or safetensors_dtype_of(a)
     if dt is None:
@@ -327,7 +334,12 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
                 params.append((name, x))
     if not model_only:
         for (t, p), params in order.items():
-            for name, x in _optimizer_of(extras[(t, p)], params, files[(t, p)]).items():
+            try:
+                state = _optimizer_of(extras[(t, p)], params, files[(t, p)])
+            except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:  # of a crafted file
+                raise invalid(f"{files[(t, p)]}: optimizer state of an unexpected form ({type(e).__name__}: "
+                              f"{str(e)[:200]}); pass --model-only to import the model alone") from None
+            for name, x in state.items():
                 stage, ranks = found.setdefault(name, (p, {}))
                 if name == STEP_NAME:
                     stage, ranks = found[name] = (0, ranks)
@@ -345,6 +357,8 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
     extras.clear()
 
     pad_to = _arg(args, "make_vocab_size_divisible_by", 128)
+    if type(pad_to) is not int or pad_to < 1:
+        raise invalid(f"{iter_dir}: args.make_vocab_size_divisible_by is {str(pad_to)[:40]}, not a positive number")
     swiglu = bool(_arg(args, "swiglu", False))
     shapes, slices, unknown = {}, {}, []
     for name, (stage, ranks) in sorted(found.items()):

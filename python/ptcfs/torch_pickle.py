@@ -78,7 +78,8 @@ def describe(x: Any) -> str:
         return f"{type(x).__ptcfs_name__}(...), a call the loader refused (not on its allowlist)"
     if refused(x):
         return f"{x.__ptcfs_name__}, a global the loader refused (not on its allowlist)"
-    return f"a {type(x).__name__}"
+    kind = type(x)
+    return f"a {kind.__name__}" if kind.__module__ == "builtins" else f"a {kind.__module__}.{kind.__qualname__}"
 
 
 class _Type:
@@ -172,7 +173,7 @@ def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad=Fals
 
 
 def _rebuild_parameter(data, requires_grad=False, backward_hooks=None, state=None):
-    return data if _is_tensor(data) or isinstance(data, BadTensor) else \
+    return data if is_tensor(data) or isinstance(data, BadTensor) else \
         BadTensor(f"a parameter of {describe(data)}")
 
 
@@ -190,7 +191,7 @@ def _rebuild_from_type_v2(func, new_type, args, state):
 _REBUILDERS = {name: globals()[name] for name in _REBUILD_NAMES}
 
 
-def _is_tensor(x: Any) -> bool:
+def is_tensor(x: Any) -> bool:
     import torch
     return isinstance(x, torch.Tensor)
 
@@ -352,25 +353,31 @@ def _allowed(u: _Unpickler) -> Dict[Tuple[str, str], Any]:
 
 
 def _find_bad(obj: Any) -> Optional[Tuple[str, BadTensor]]:
-    """(path, tensor) of the first BadTensor in `obj`, its path the keys joined with dots."""
-    todo: List[Tuple[str, Any]] = [("", obj)]
+    """(path, tensor) of the first BadTensor in `obj`, its path the keys joined with dots. A path is
+    kept as linked (parent, key) pairs and joined only for the answer: a file may nest a million deep."""
+    todo: List[Tuple[Any, Any]] = [(None, obj)]
     seen = set()
     while todo:
-        path, x = todo.pop()
+        node, x = todo.pop()
         if isinstance(x, BadTensor):
-            return path or "(the whole file)", x
+            keys = []
+            while node is not None:
+                node, key = node
+                keys.append(key)
+            path = ".".join(reversed(keys)) or "(the whole file)"
+            return (path if len(path) <= 300 else path[:150] + "..." + path[-150:]), x
         if id(x) in seen:
             continue
         seen.add(id(x))
         if isinstance(x, dict):
-            items = [(str(k), v) for k, v in x.items()]
+            items = list(x.items())
         elif isinstance(x, (list, tuple, set, frozenset)):
-            items = [(str(i), v) for i, v in enumerate(x)]
+            items = list(enumerate(x))
         elif isinstance(x, (argparse.Namespace, Opaque)):
             items = list(vars(x).items())
         else:
             continue
-        todo.extend((f"{path}.{k}" if path else k, v) for k, v in reversed(items))
+        todo.extend(((node, str(k)), v) for k, v in reversed(items))
     return None
 
 

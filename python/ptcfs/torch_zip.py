@@ -59,7 +59,8 @@ class TorchZip:
         if end[zipfile._ECD_SIZE] > MAX_DIRECTORY_BYTES:
             raise invalid(f"{self.path}: a zip directory of {end[zipfile._ECD_SIZE]} bytes (more than "
                           f"{MAX_DIRECTORY_BYTES}; torch writes ~80 bytes per tensor)")
-        infos = zipfile.ZipFile(self._f).infolist()
+        with zipfile.ZipFile(self._f) as z:  # (leaves the file open: it was passed in)
+            infos = z.infolist()
         if not infos:
             raise invalid(f"{self.path}: not a torch checkpoint (an empty zip)")
         prefix = infos[0].filename.split("/", 1)[0] + "/"

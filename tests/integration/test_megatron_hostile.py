@@ -285,6 +285,37 @@ def case_a_million_dicts(root, marker):
     return ["the pickle's objects take more than 268435456 bytes"]
 
 
+def _edit(root, change):
+    """A generated checkpoint, loaded, changed by `change(state dict)` and written back."""
+    f = generated(root)
+    sd = torch.load(f)
+    change(sd)
+    write_pt(f, crafted(sd))
+
+
+def case_numpy_array_as_a_tensor(root, marker):
+    _edit(root, lambda sd: sd["model"]["language_model"]["embedding"]["word_embeddings"].update(
+        weight=np.zeros((100, 16), np.float16)))
+    return ["model entry 'language_model.embedding.word_embeddings.weight' is a numpy.ndarray, not a tensor"]
+
+
+def case_optimizer_of_the_wrong_form(root, marker):
+    _edit(root, lambda sd: sd.update(optimizer={"optimizer": {"param_groups": 5, "state": {}}}))
+    return ["optimizer state of an unexpected form (TypeError", "--model-only"]
+
+
+def case_vocab_divisor_zero(root, marker):
+    _edit(root, lambda sd: setattr(sd["args"], "make_vocab_size_divisible_by", 0))
+    return ["args.make_vocab_size_divisible_by is 0, not a positive number"]
+
+
+def case_state_dicts_100000_deep(root, marker):
+    # {"model": {"a": {"a": ... None}}}, 10**5 deep, by opcodes: EMPTY_DICT, "a" each level, then SETITEMs
+    n = 10 ** 5
+    raw_pickle(root, b"\x80\x02}X\x05\x00\x00\x00model" + b"}X\x01\x00\x00\x00a" * n + b"N" + b"s" * (n + 1) + b".")
+    return ["model entry 'a.a.a.a.", "nests more than 32 state dicts deep"]
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
