@@ -266,15 +266,15 @@ class _Unpickler(pickle._Unpickler):
         if key in self.storages:
             return self.storages[key]
         nbytes = numel * _itemsize(dtype)
-        info = self.archive.member("data/" + key) if key.isascii() else None
-        error = None
+        info = self.archive.storage_member(key)
+        data, error = None, None
         if info is None:
-            error = f"its storage '{key}' has no member data/{key} in the zip"
+            error = f"its storage '{key[:80]}' has no member data/{key[:80]} in the zip"
         elif info.file_size != nbytes:
             error = (f"its storage '{key}' claims {numel} elements of {dtype} ({nbytes} bytes); "
                      f"member data/{key} holds {info.file_size} bytes")
-        data = None if error else self.archive.storage(key)
-        if data is not None:
+        else:
+            data = self.archive.read(info)  # (the members together hold at most the file's size)
             self.storage_bytes += len(data)
         self.storages[key] = _Storage(key, dtype, numel, data, error)
         return self.storages[key]

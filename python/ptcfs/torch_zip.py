@@ -102,17 +102,14 @@ class TorchZip:
         if info.file_size > limit:
             raise invalid(f"{self.path}: zip member '{info.filename}' is {info.file_size} bytes "
                           f"(at most {limit} are read)")
-        buf = bytearray(info.file_size)
-        self._read_into(info, buf)
-        return bytes(buf)
+        return bytes(self.read(info))
 
-    def storage(self, key: str) -> Optional[bytearray]:
-        """The bytes of storage `key` (data/<key>), or None when the archive has no such member."""
-        if not _KEY.match(key):
-            return None
-        info = self.member("data/" + key)
-        if info is None:
-            return None
+    def storage_member(self, key: str) -> Optional[zipfile.ZipInfo]:
+        """The member of storage `key` (data/<key>; torch's keys are numbers), or None."""
+        return self.member("data/" + key) if _KEY.match(key) else None
+
+    def read(self, info: zipfile.ZipInfo) -> bytearray:
+        """A member's bytes, in one buffer of its size."""
         buf = bytearray(info.file_size)
         self._read_into(info, buf)
         return buf

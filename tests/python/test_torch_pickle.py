@@ -113,3 +113,32 @@ def test_megatron_shapes_leave_open_what_the_args_do_not_say():
     with pytest.raises(Error, match=r"w has shape \[1000\]; .* say \[\?, 64\]"):
         megatron_shapes.check("embedding.word_embeddings.weight", [1000], a, "w")
     megatron_shapes.check("embedding.word_embeddings.weight", [1000], None, "w")  # no args: nothing checked
+
+
+def test_a_storage_key_that_names_a_path_is_no_member(tmp_path):
+    """A storage record whose key climbs out of data/ ('../../version') reads no member."""
+    import io
+    import pickle
+    import zipfile
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, o):
+            return ("storage", torch.ByteStorage, "../../version", "cpu", 2) if o == "S" else None
+
+    buf = io.BytesIO()
+    Pickler(buf, protocol=2).dump({"t": _Call(torch._utils._rebuild_tensor_v2, "S", 0, (2,), (1,), False, {})})
+    f = tmp_path / "x.pt"
+    with zipfile.ZipFile(f, "w") as z:
+        z.writestr("archive/data.pkl", buf.getvalue())
+        z.writestr("archive/version", "3\n")
+    with pytest.raises(Error) as e:
+        torch_pickle.load(str(f))
+    assert e.value.message == f"{f}: tensor 't': its storage '../../version' has no member data/../../version in the zip"
+
+
+class _Call:
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
