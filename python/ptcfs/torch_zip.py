@@ -21,9 +21,9 @@ from typing import Dict, Optional
 from .errors import invalid
 
 MAX_PICKLE_BYTES = 64 << 20      # data.pkl: Megatron's pickles are KBs to a few MB (docs/FORMATS.md)
-MAX_DIRECTORY_BYTES = 16 << 20   # the central directory: ~200k members of torch's names
+MAX_DIRECTORY_BYTES = 8 << 20    # the central directory: ~100k members of torch's names (~500 B each parsed)
 
-_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # zip's local file header (APPNOTE 4.3.7)
+_LOCAL_HEADER = struct.Struct(zipfile.structFileHeader)
 _KEY = re.compile(r"^[A-Za-z0-9_]+$")
 
 

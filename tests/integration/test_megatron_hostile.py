@@ -10,6 +10,7 @@ import collections
 import io
 import os
 import pickle
+import struct
 import subprocess
 import zipfile
 
@@ -246,6 +247,14 @@ def case_member_name_with_dotdot(root, marker):
     megatron_file(root, {})
     write_pt(os.path.join(root, RANK), {"model": {}}, extra=[("archive/data/../../../etc/cron.d/x", b"* * * * *")])
     return ["zip member 'archive/data/../../../etc/cron.d/x' is outside the archive's folder"]
+
+
+def case_zip_directory_of_100_mib(root, marker):
+    # 22 bytes: an end-of-directory record claiming a 100 MiB directory (zipfile would parse it all).
+    megatron_file(root, {})
+    with open(os.path.join(root, RANK), "wb") as f:
+        f.write(b"PK\x05\x06" + struct.pack("<4H2LH", 0, 0, 1, 1, 100 * MiB, 0, 0))
+    return [f"a zip directory of {100 * MiB} bytes (more than 8388608"]
 
 
 def case_zip_bomb(root, marker):
