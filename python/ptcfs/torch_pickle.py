@@ -28,6 +28,7 @@ from __future__ import annotations
 import _compat_pickle
 import argparse
 import collections
+import importlib
 import io
 import math
 import os
@@ -210,6 +211,19 @@ def _codecs_encode(text: str, encoding: str = "latin1") -> bytes:
     return text.encode("latin1")
 
 
+class _Budget:
+    """What the objects of one file other than tensors may still take."""
+
+    def __init__(self, path: str):
+        self.path, self.charged = path, 0
+
+    def charge(self, nbytes: int, what: str) -> None:
+        self.charged += nbytes
+        if self.charged > MAX_OBJECT_BYTES:
+            raise invalid(f"{self.path}: {what} would take {nbytes} bytes; the objects of a checkpoint "
+                          f"other than tensors may take at most {MAX_OBJECT_BYTES}")
+
+
 class _Unpickler(pickle._Unpickler):
     """Python's unpickler with find_class limited to the allowlist and every allocation that an
     argument sizes charged to `MAX_OBJECT_BYTES`."""
@@ -221,22 +235,18 @@ class _Unpickler(pickle._Unpickler):
         self.archive = archive
         self.storages: Dict[str, _Storage] = {}
         self.storage_bytes = 0
-        self.charged = 0
         self.ops = 0
-        self.allowed = _allowed(self)  # (imports numpy and torch: before the memory baseline)
+        # The allowlist's constructors hold the budget, not the unpickler: no cycle keeps the unpickler
+        # (its memo, every storage) alive after load() returns.
+        self.budget = _Budget(archive.path)
+        self.allowed = _allowed(self.budget)  # (imports numpy and torch: before the memory baseline)
         self.rss0 = _rss()
 
     # -- memory
 
-    def charge(self, nbytes: int, what: str) -> None:
-        self.charged += nbytes
-        if self.charged > MAX_OBJECT_BYTES:
-            raise invalid(f"{self.archive.path}: {what} would take {nbytes} bytes; the objects of a checkpoint "
-                          f"other than tensors may take at most {MAX_OBJECT_BYTES}")
-
     def sample(self) -> None:
         grown = _rss() - self.rss0 - self.storage_bytes
-        if grown > MAX_OBJECT_BYTES + self.charged:
+        if grown > MAX_OBJECT_BYTES + self.budget.charged:
             raise invalid(f"{self.archive.path}: the pickle's objects take more than {MAX_OBJECT_BYTES} bytes "
                           f"(after {self.ops} opcodes); a checkpoint's objects other than tensors take far less")
 
@@ -297,7 +307,7 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _allowed(u: _Unpickler) -> Dict[Tuple[str, str], Any]:
+def _allowed(u: _Budget) -> Dict[Tuple[str, str], Any]:
     """(module, name) -> object: what a checkpoint may construct for real. Tensor rebuilders,
     containers and plain data; nothing that evaluates, imports or touches files, and nothing that
     allocates by an argument without charging `u`."""
@@ -386,6 +396,14 @@ def load(path: str) -> Any:
     the CPU over the file's bytes, built without calling anything the allowlist does not name.
     Refused (ptcfs.Error, invalid_argument, naming the file and what): a damaged archive, any
     member torch would not write, a tensor its storage cannot hold, objects past MAX_OBJECT_BYTES."""
+    # torch's first import keeps every frame up the stack (torch.fx's wrap() takes the caller's frame),
+    # so it runs here, and the frame that holds the storages is another one.
+    importlib.import_module("numpy")
+    importlib.import_module("torch")
+    return _load(path)
+
+
+def _load(path: str) -> Any:
     with TorchZip(path) as archive:
         data = archive.read_small("data.pkl", MAX_PICKLE_BYTES)
         u = _Unpickler(data, archive)
