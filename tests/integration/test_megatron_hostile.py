@@ -272,6 +272,12 @@ def case_bytearray_of_a_gib(root, marker):
     return ["bytearray(1073741824) would take 1073741824 bytes"]
 
 
+def case_bytearray8_of_6_gib(root, marker):
+    # 14 bytes: PROTO 5, BYTEARRAY8 of 6 GiB (Python's own unpickler zero-fills that much first), STOP
+    raw_pickle(root, b"\x80\x05\x96" + struct.pack("<Q", 6 << 30) + b".")
+    return [f"a bytearray of {6 << 30} bytes (BYTEARRAY8) would take"]
+
+
 def case_memo_index_bomb(root, marker):
     # 9 bytes: LONG_BINPUT 2**27 (Python's C unpickler makes a 2 GiB memo for it), then an empty dict.
     raw_pickle(root, b"\x80\x02}r\x00\x00\x00\x08.")
