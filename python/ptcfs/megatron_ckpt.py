@@ -15,7 +15,8 @@ ranks by the rules of :mod:`ptcfs.megatron`; and, for the non-distributed optimi
 (``optimizer.exp_avg.<name>``, ``optimizer.exp_avg_sq.<name>``, ``optimizer.fp32_param.<name>``)
 and the step (``optimizer.step``). What is not read is listed in ``not_imported``: RNG
 states, the LR scheduler, the loss scaler, optimizer hyperparameters, the run's args.
-Files are loaded by :mod:`ptcfs.torch_pickle`, which never runs code from them.
+Files are loaded by :mod:`ptcfs.torch_pickle`, which never runs code from them nor trusts their
+sizes; every parameter's global shape is checked against the run's args (:mod:`ptcfs.megatron_shapes`).
 """
 
 from __future__ import annotations
