@@ -15,11 +15,13 @@ ranks by the rules of :mod:`ptcfs.megatron`; and, for the non-distributed optimi
 (``optimizer.exp_avg.<name>``, ``optimizer.exp_avg_sq.<name>``, ``optimizer.fp32_param.<name>``)
 and the step (``optimizer.step``). What is not read is listed in ``not_imported``: RNG
 states, the LR scheduler, the loss scaler, optimizer hyperparameters, the run's args.
-Files are loaded by :mod:`ptcfs.torch_pickle`, which never runs code from them.
+Files are loaded by :mod:`ptcfs.torch_pickle`, which never runs code from them nor trusts their
+sizes; every parameter's global shape is checked against the run's args (:mod:`ptcfs.megatron_shapes`).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from . import megatron_shapes
 from . import ptc as _ptc
 from . import torch_pickle
 from .dtypes import safetensors_dtype_of, torch_to_numpy
@@ -121,15 +124,24 @@ def _arg(args: Any, name: str, default: Any = None) -> Any:
     return getattr(args, name, default) if args is not None else default
 
 
-def _flatten(obj: Any, prefix: str, out: Dict[str, Any], skipped: List[str]) -> None:
+_MAX_NESTING = 32  # Megatron's state dicts nest 5 deep; a file may nest a million (a pickle is a stack machine)
+
+
+def _flatten(obj: Any, prefix: str, out: Dict[str, Any], skipped: List[str], where: str, depth: int = 0) -> None:
     if isinstance(obj, Mapping):
+        if depth == _MAX_NESTING:
+            raise invalid(f"{where}: model entry '{prefix[:200]}...' nests more than {_MAX_NESTING} state dicts deep")
         for k, v in obj.items():
-            _flatten(v, f"{prefix}{k}.", out, skipped)
+            _flatten(v, f"{prefix}{k}.", out, skipped, where, depth + 1)
         return
     name = prefix[:-1]
-    if hasattr(obj, "shape") and hasattr(obj, "dtype") and not name.endswith(_SKIPPED_SUFFIXES):
+    if name.endswith("._extra_state"):  # Transformer Engine's (an io.BytesIO: a placeholder here)
+        return
+    if torch_pickle.refused(obj) or (hasattr(obj, "shape") and not torch_pickle.is_tensor(obj)):
+        raise invalid(f"{where}: model entry '{name}' is {torch_pickle.describe(obj)}, not a tensor")
+    if torch_pickle.is_tensor(obj) and not name.endswith(_SKIPPED_SUFFIXES):
         out[name] = obj
-    elif obj is not None and not name.endswith("._extra_state"):
+    elif obj is not None:
         skipped.append(name)
 
 
@@ -143,19 +155,23 @@ def _load_rank(path: str) -> dict:
     if not isinstance(sd, Mapping) or not ("model" in sd or "model0" in sd):
         keys = sorted(map(str, sd))[:8] if isinstance(sd, Mapping) else type(sd).__name__
         raise invalid(f"{path}: not a Megatron-LM checkpoint (no 'model' state dict; it holds {keys})")
+    args = sd.get("args")
+    if args is not None and not isinstance(args, argparse.Namespace):
+        raise invalid(f"{path}: 'args' is {torch_pickle.describe(args)}, not the run's argparse.Namespace")
     return sd
 
 
 def _chunks(sd: Mapping, path: str) -> List[Mapping]:
     if "model" in sd:
-        return [sd["model"]]
-    chunks = []
-    while f"model{len(chunks)}" in sd:
-        chunks.append(sd[f"model{len(chunks)}"])
-    for c in chunks:
-        if not isinstance(c, Mapping):
-            raise invalid(f"{path}: model chunk is a {type(c).__name__}, not a state dict")
-    return chunks
+        keys = ["model"]
+    else:
+        keys = []
+        while f"model{len(keys)}" in sd:
+            keys.append(f"model{len(keys)}")
+    for k in keys:
+        if not isinstance(sd[k], Mapping):
+            raise invalid(f"{path}: '{k}' is {torch_pickle.describe(sd[k])}, not a state dict")
+    return [sd[k] for k in keys]
 
 
 def _layer_count(names: List[str], where: str) -> int:
@@ -170,6 +186,8 @@ def _globalize(name: str, offset: int) -> str:
 
 
 def _as_array(x: Any, where: str) -> Tuple[np.ndarray, str]:
+    if not torch_pickle.is_tensor(x):
+        raise invalid(f"{where} is {torch_pickle.describe(x)}, not a tensor")
     a, dt = torch_to_numpy(x)
     dt = dt or safetensors_dtype_of(a)
     if dt is None:
@@ -276,7 +294,7 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
         for v, c in enumerate(chunks):
             names: Dict[str, Any] = {}
             skipped: List[str] = []
-            _flatten(c, "", names, skipped)
+            _flatten(c, "", names, skipped, f"{f} chunk {v}")
             not_imported.update(f"model.{s}" for s in skipped)
             layers = _layer_count(list(names), f"{f} chunk {v}")
             if counts.setdefault((v, p), layers) != layers:
@@ -317,7 +335,12 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
                 params.append((name, x))
     if not model_only:
         for (t, p), params in order.items():
-            for name, x in _optimizer_of(extras[(t, p)], params, files[(t, p)]).items():
+            try:
+                state = _optimizer_of(extras[(t, p)], params, files[(t, p)])
+            except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:  # of a crafted file
+                raise invalid(f"{files[(t, p)]}: optimizer state of an unexpected form ({type(e).__name__}: "
+                              f"{str(e)[:200]}); pass --model-only to import the model alone") from None
+            for name, x in state.items():
                 stage, ranks = found.setdefault(name, (p, {}))
                 if name == STEP_NAME:
                     stage, ranks = found[name] = (0, ranks)
@@ -335,6 +358,8 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
     extras.clear()
 
     pad_to = _arg(args, "make_vocab_size_divisible_by", 128)
+    if type(pad_to) is not int or pad_to < 1:
+        raise invalid(f"{iter_dir}: args.make_vocab_size_divisible_by is {str(pad_to)[:40]}, not a positive number")
     swiglu = bool(_arg(args, "swiglu", False))
     shapes, slices, unknown = {}, {}, []
     for name, (stage, ranks) in sorted(found.items()):
@@ -361,6 +386,8 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
         k = fields.get("tp_dim")
         if k is not None:
             shape[k] *= tp
+        megatron_shapes.check(base, shape, args, where)
+        if k is not None:
             if "pad_to" in fields:
                 padded = shape[k]
                 if padded % (pad_to * tp):  # padded by some other rule: keep every row, pad by tp alone

@@ -124,7 +124,7 @@ class _Evil:
 
 
 @pytest.mark.parametrize("damage", ["not_megatron", "missing_rank", "distributed_optimizer", "unknown_tensor",
-                                    "not_a_torch_file", "vocab_size"])
+                                    "not_a_torch_file", "vocab_size", "embedding_1d", "query_groups"])
 def test_bad_checkpoints_are_refused_and_nothing_is_imported(daemon, tmp_path, damage):
     s = mg.Spec(tp=2, pp=2, layers=4)
     root = tmp_path / "ckpt"
@@ -154,6 +154,21 @@ def test_bad_checkpoints_are_refused_and_nothing_is_imported(daemon, tmp_path, d
     elif damage == "vocab_size":
         args = ["--vocab-size", "90"]  # pads to 96 rows at tp=2, the files hold 104
         names = ["--vocab-size 90", "104"]
+    elif damage == "embedding_1d":  # both TP ranks agree, on a shape the args contradict
+        for t in range(2):
+            f = it / f"mp_rank_0{t}_000" / "model_optim_rng.pt"
+            sd = torch.load(f)
+            sd["model"]["language_model"]["embedding"]["word_embeddings"]["weight"] = torch.ones(52, dtype=torch.float16)
+            torch.save(sd, f)
+        names = ["tensor 'language_model.embedding.word_embeddings.weight' has shape [104]", "say [104, 16]"]
+        args = ["--model-only"]
+    elif damage == "query_groups":  # args of a GQA run (2 groups of 2 heads): QKV has (4 + 2 x 2) x 4 rows, not 48
+        for f in it.glob("mp_rank_*/model_optim_rng.pt"):
+            sd = torch.load(f)
+            sd["args"].group_query_attention, sd["args"].num_query_groups = True, 2
+            torch.save(sd, f)
+        names = ["tensor 'language_model.encoder.layers.0.self_attention.query_key_value.bias' has shape [48]",
+                 "say [32]"]
     r = run_import(daemon, root, "--job", "bad", *args, check_rc=None)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert_error(r, *names)

@@ -152,7 +152,8 @@ def rank_params(s: Spec, full: Dict[str, torch.Tensor], t: int, p: int) -> List[
 
 def _args(s: Spec) -> argparse.Namespace:
     return argparse.Namespace(num_layers=s.layers, hidden_size=s.hidden, num_attention_heads=s.heads,
-                              ffn_hidden_size=s.ffn, tensor_model_parallel_size=s.tp,
+                              ffn_hidden_size=s.ffn, kv_channels=s.hidden // s.heads, group_query_attention=False,
+                              num_query_groups=None, max_position_embeddings=s.seq, tensor_model_parallel_size=s.tp,
                               pipeline_model_parallel_size=s.pp,
                               virtual_pipeline_model_parallel_size=s.vp if s.vp > 1 else None,
                               make_vocab_size_divisible_by=s.divisible_by, padded_vocab_size=s.padded_vocab,
