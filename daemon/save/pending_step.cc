@@ -71,7 +71,17 @@ ptc::Status PendingFile::write(uint64_t writer, uint64_t off, const void* data, 
     if (step_->committing) return ptc::error(ptc::Code::kPermissionDenied, where + ": its step is committing");
     if (whole()) {
       if (writer != owner) return busy(where + " is open for writing by another writer");
-      owner_closed = false;  // written after a close: a forked copy of the descriptor was closed
+      if (owner_closed) {
+        // Written after a close: only a copy of the descriptor was closed (a child's, at its
+        // exit or exec). What that close found is void: the file is checked at the next.
+        owner_closed = false;
+        if (error_at_close) error.clear();
+        error_at_close = false;
+        if (kind == Kind::kShard) {
+          expected.reset();
+          entry_of_slice.clear();
+        }
+      }
     }
     if (!error.empty()) return ptc::invalid(error);
     if (kind == Kind::kPtcJson) {
@@ -144,6 +154,12 @@ ptc::Status PendingFile::flush(uint64_t writer) {
   if (whole() && writer == owner) owner_closed = true;
   if (!error.empty()) return ptc::invalid(error);
   if (kind == Kind::kTensor) return ptc::Status::ok();  // its header was checked as it came
+  const ptc::Status s = check_closed(where);
+  error_at_close = !error.empty();
+  return s;
+}
+
+ptc::Status PendingFile::check_closed(const std::string& where) {
   if (kind == Kind::kPtcJson) return step_->take_ptc(*this);
   // A shard file, written front to back: closed, it must be whole.
   if (!written.covers(0, end)) {

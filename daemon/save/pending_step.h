@@ -12,7 +12,8 @@
 // (EBUSY) until that handle's release. The kernel sends a release after close() returns, so an
 // open that finds the handle closed (flushed) and not written since waits for its release a
 // moment: a writer that closes the file and opens it again at once is not refused. A flush
-// from a forked copy of the descriptor looks the same, and the wait then ends in EBUSY.
+// from a forked copy of the descriptor (a child's exit or exec) looks the same, and the wait
+// then ends in EBUSY; the checks such a close ran are undone when the writer writes again.
 //
 // A shard is written one way or the other, not both. Checks run as soon as both a file and
 // ptc.json are known; a contradiction fails the write or the close and is kept as the
@@ -73,6 +74,7 @@ class PendingFile final : public fs::WriteFile {
   uint64_t last_writer = 0;  // ids given to them: 1, 2, ...
   uint64_t owner = 0;        // a whole file's one open handle (0: none)
   bool owner_closed = false;  // it was closed (flushed) and not written since: its release is coming
+  bool error_at_close = false;  // `error` was found by that close (void if the writer writes again)
   bool dead = false;     // unlinked, or its step removed
   // Known once the header is written (and, for a shard, the file closed): where the data
   // starts and the size the header declares.
@@ -90,6 +92,9 @@ class PendingFile final : public fs::WriteFile {
   uint64_t data_written() const;
 
  private:
+  // A whole file's checks at its close. Locked.
+  ptc::Status check_closed(const std::string& where);
+
   std::shared_ptr<PendingStep> step_;
 };
 

@@ -410,3 +410,25 @@ def test_a_second_writer_of_a_whole_file_is_refused_and_no_mix_commits(daemon, m
     copy_in(other, sd, ["tp1-pp0.safetensors"])
     wait_committed(daemon, "x", "1")
     verify_step(daemon, "x", "1", other)
+
+
+def test_a_process_started_while_a_whole_file_is_written_does_not_spoil_it(daemon, make_ckpt):
+    """A writer that starts a process half way through ptc.json or a shard file: the child's copy of the
+    descriptor is closed at its exec, which the daemon sees as a close of the half-written file. The writer
+    writes on and closes; the file is checked at that close and the step commits. The child's close once
+    marked the file short for good, and every later write of it failed with EINVAL."""
+    ck = make_ckpt(tp=1, pp=1, layers=2, hidden=128, vocab=500)
+    os.makedirs(os.path.join(daemon.mnt, "c", "1"))
+    sd = daemon.step_dir("c", "1")
+    for name, src in (("ptc.json", os.path.join(ck.path, "ptc.json")),
+                      ("tp0-pp0.safetensors", ck.shard_path(0, 0))):
+        data = open(src, "rb").read()
+        with open(os.path.join(sd, name), "wb") as f:
+            f.write(data[:len(data) // 2])
+            f.flush()
+            subprocess.run(["true"], check=True)
+            # Meanwhile the file is open and not written: another writer still waits its turn.
+            assert errno_of(open, os.path.join(sd, name), "r+b") == errno.EBUSY
+            f.write(data[len(data) // 2:])
+    wait_committed(daemon, "c", "1")
+    verify_step(daemon, "c", "1", ck)
