@@ -1,4 +1,4 @@
-"""Saving into the mount (DESIGN.md "Saving into the mount"), on one node: a checkpoint copied in with
+"""Saving into the mount (docs/FORMATS.md "Saving into the mount"), on one node: a checkpoint copied in with
 `cp -r`, written per tensor with numpy, or by several writers of disjoint ranges, commits as one version
 that every view reads exactly and a repartition works on; bad writes get a clear error and leave committed
 steps untouched; a killed writer or daemon never leaves a half-committed step."""
