@@ -92,7 +92,12 @@ int cmd_ls(const Globals& g, const std::string& path) {
       fmt::print("  {:<12} {:>6} tensors  {:>10}\n", s["name"].get<std::string>(), s["tensors"].get<size_t>(),
                   human_bytes(s["bytes"].get<uint64_t>()));
   } else {
+    // A job: its steps, then its datasets (a job may hold only datasets, or nothing yet).
     for (const auto& s : j["steps"]) fmt::print("{}\n", s.get<std::string>());
+    std::string datasets;
+    for (const auto& s : j.value("datasets", json::array())) datasets += " " + s.get<std::string>();
+    if (!datasets.empty()) fmt::print("datasets:{}\n", datasets);
+    if (j["steps"].empty() && datasets.empty()) fmt::print("{}: no steps or datasets\n", j["job"].get<std::string>());
   }
   return 0;
 }

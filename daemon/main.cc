@@ -20,6 +20,7 @@
 #include "daemon/save/save_service.h"
 #include "daemon/daemon_config.h"
 #include "daemon/direct/direct_server.h"
+#include "daemon/listen_checks.h"
 #include "daemon/metrics_exporter.h"
 #include "daemon/node_gauges.h"
 #include "daemon/store/prepared_record.h"
@@ -60,6 +61,11 @@ int run(const Options& o, bool listen_given) {
     return 2;
   }
   const DaemonConfig& cfg = *cfg_r;
+  // Before anything is joined or mounted: a flag only a listener can judge.
+  if (auto s = check_listen_flags(ListenFlags{cfg.listen, o.metrics, o.direct_socket}); !s) {
+    ptc::log::error("{}", s.message());
+    return 2;
+  }
   const std::string& secret = cfg.secret;
   raise_fd_limit();
 

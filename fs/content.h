@@ -104,23 +104,27 @@ struct DatasetEntry {
   std::shared_ptr<const DatasetContent> content;
 };
 
-// A file of a pending step, written through the mount (DESIGN.md "Saving into the mount").
-// The daemon's save path implements it; the filesystem passes it each writer's requests.
+// A file of a pending step, written through the mount (docs/FORMATS.md "Saving into the mount").
+// The daemon's save path implements it; the filesystem passes it each writer's requests, naming
+// the writer (the id open_writer gave its handle).
 // Thread-safety: every method may be called concurrently (several writers of one file).
 class WriteFile {
  public:
   virtual ~WriteFile() = default;
   // Bytes written so far extend the file to this size (the largest end of a write or truncate).
   virtual uint64_t size() const = 0;
-  // One more writer has the file open (each is matched by one release()).
-  virtual void open_writer() = 0;
-  virtual ptc::Status write(uint64_t off, const void* data, size_t len) = 0;
-  // ftruncate, or open with O_TRUNC.
-  virtual ptc::Status truncate(uint64_t size) = 0;
+  // One more writer opens the file: its id, which its writes, truncates, flushes and release
+  // pass (each open is matched by one release()). A file written whole, front to back
+  // (ptc.json, tp{t}-pp{p}.safetensors), has one writer at a time: kFailedPrecondition
+  // (EBUSY) while another writer has it open and has not closed it.
+  virtual ptc::Result<uint64_t> open_writer() = 0;
+  virtual ptc::Status write(uint64_t writer, uint64_t off, const void* data, size_t len) = 0;
+  // ftruncate, or open with O_TRUNC; writer 0 is truncate(2) by path, through no handle.
+  virtual ptc::Status truncate(uint64_t writer, uint64_t size) = 0;
   // close(): what is known to contradict ptc.json is reported here (close() returns it).
-  virtual ptc::Status flush() = 0;
-  // The last reference of one writer went.
-  virtual void release() = 0;
+  virtual ptc::Status flush(uint64_t writer) = 0;
+  // The last reference of one writer's handle went.
+  virtual void release(uint64_t writer) = 0;
 };
 
 // What the filesystem needs to take writes: the node's pending steps. `rel` is a path
@@ -131,7 +135,7 @@ class WriteTarget {
   virtual ptc::Status make_job(const std::string& job) = 0;                            // mkdir MNT/<job>
   virtual ptc::Status make_step(const std::string& job, const std::string& step) = 0;  // mkdir MNT/<job>/<step>
   virtual ptc::Status make_dir(const std::string& job, const std::string& step, const std::string& rel) = 0;
-  // A new file, opened for writing by its creator.
+  // A new file, not yet open: its creator opens it (open_writer) like any other writer.
   virtual ptc::Result<std::shared_ptr<WriteFile>> create(const std::string& job, const std::string& step,
                                                          const std::string& rel) = 0;
   virtual ptc::Status unlink(const std::string& job, const std::string& step, const std::string& rel) = 0;

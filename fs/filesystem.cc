@@ -213,7 +213,7 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kRelease);
   auto* of = reinterpret_cast<OpenFile*>(fi->fh);
-  if (of->writer) of->writer->release();
+  if (of->writer) of->writer->release(of->writer_id);
   else impl_of(req).closed(of->ino);
   delete of;
   fuse_reply_err(req, 0);

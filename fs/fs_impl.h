@@ -93,6 +93,7 @@ struct OpenFile {
   int64_t mtime;
   std::shared_ptr<const View> view;
   std::shared_ptr<WriteFile> writer;
+  uint64_t writer_id = 0;  // what writer->open_writer() gave this handle
 };
 
 inline void fill_attr(uint64_t ino, bool is_dir, uint64_t size, int64_t mtime, bool writable, struct stat& st) {

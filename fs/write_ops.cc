@@ -1,4 +1,4 @@
-// The save path's FUSE operations (DESIGN.md "Saving into the mount"): mkdir of a job, a
+// The save path's FUSE operations (docs/FORMATS.md "Saving into the mount"): mkdir of a job, a
 // step or a folder of a pending step; create, write, flush, release, truncate and unlink of
 // its files. Each is a logic function returning an errno and an adapter that replies, as in
 // filesystem.cc. The daemon's WriteTarget owns the pending steps; here a folder's path says
@@ -104,6 +104,9 @@ int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, f
     return old ? open_existing(*old) : EEXIST;
   }
   if (!f) return fail("create", p, f.status());
+  // Its creator opens it like any writer: one that opened it in the meantime may hold it (EBUSY).
+  auto id = (*f)->open_writer();
+  if (!id) return fail("create", p, id.status());
   // The new file's node, added to the current tree without building it again: the same node
   // a rebuild makes of it (its inode tags the path "pending").
   const uint64_t ino = Tree::pending_file_ino("/" + dir->path + "/" + name);
@@ -116,17 +119,17 @@ int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, f
   node.writable = node.pending = true;
   auto next = fs.add_file(std::move(node), name);
   if (!next) {
-    (*f)->release();
+    (*f)->release(*id);
     return to_errno(next.status());
   }
   tree = std::move(next).value();  // keeps the node alive while it is used below
   const Node* n = tree->find(ino);
   if (!n) {
-    (*f)->release();
+    (*f)->release(*id);
     return EIO;
   }
   fill_entry(*n, e);
-  fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n->ino, n->mtime, n->view, *f});
+  fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n->ino, n->mtime, n->view, *f, *id});
   return 0;
 }
 
@@ -134,7 +137,7 @@ int do_write(fuse_file_info* fi, const char* buf, size_t size, off_t off) {
   auto* of = reinterpret_cast<OpenFile*>(fi->fh);
   if (!of->writer) return EBADF;
   if (off < 0) return EINVAL;
-  if (auto s = of->writer->write(static_cast<uint64_t>(off), buf, size); !s) {
+  if (auto s = of->writer->write(of->writer_id, static_cast<uint64_t>(off), buf, size); !s) {
     ptc::log::warn("write of {} bytes at {} refused: {}", size, off, s.to_string());
     return to_errno(s);
   }
@@ -159,11 +162,19 @@ int do_unlink(Impl& fs, uint64_t parent, const char* name) {
 
 int do_open_for_write(const Node& n, fuse_file_info* fi) {
   if (!n.file) return EROFS;
-  if (fi->flags & O_TRUNC) {
-    if (auto s = n.file->truncate(0); !s) return to_errno(s);
+  // Opened first: a file another writer holds is not cut by this open's O_TRUNC.
+  auto id = n.file->open_writer();
+  if (!id) {
+    ptc::log::warn("open for writing refused: {}", id.status().to_string());
+    return to_errno(id.status());
   }
-  n.file->open_writer();
-  fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n.ino, n.mtime, n.view, n.file});
+  if (fi->flags & O_TRUNC) {
+    if (auto s = n.file->truncate(*id, 0); !s) {
+      n.file->release(*id);
+      return to_errno(s);
+    }
+  }
+  fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n.ino, n.mtime, n.view, n.file, *id});
   fi->direct_io = 0;
   return 0;
 }
@@ -184,7 +195,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t, fuse
     fuse_reply_err(req, err);
   } else if (fuse_reply_create(req, &e, fi) != 0) {  // interrupted: the writer never got it
     auto* of = reinterpret_cast<OpenFile*>(fi->fh);
-    of->writer->release();
+    of->writer->release(of->writer_id);
     delete of;
   }
 }
@@ -201,7 +212,7 @@ void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   const auto* of = reinterpret_cast<const OpenFile*>(fi->fh);
   int err = 0;
   if (of->writer) {
-    if (auto s = of->writer->flush(); !s) {
+    if (auto s = of->writer->flush(of->writer_id); !s) {
       ptc::log::warn("close of a file being saved: {}", s.to_string());
       err = to_errno(s);
     }
@@ -226,14 +237,16 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
     return;
   }
   if ((to_set & FUSE_SET_ATTR_SIZE) && n->file) {
-    if (auto s = n->file->truncate(static_cast<uint64_t>(attr->st_size)); !s) {
+    // ftruncate and O_TRUNC come through a handle; truncate(2) of a path through none (writer 0).
+    const auto* of = fi ? reinterpret_cast<const OpenFile*>(fi->fh) : nullptr;
+    const uint64_t writer = of && of->writer ? of->writer_id : 0;
+    if (auto s = n->file->truncate(writer, static_cast<uint64_t>(attr->st_size)); !s) {
       ptc::log::warn("truncate to {} refused: {}", attr->st_size, s.to_string());
       fuse_reply_err(req, to_errno(s));
       return;
     }
   }
   // Modes, owners and times of pending entries are not kept (cp -p, shutil.copy ask).
-  (void)fi;
   struct stat st;
   fill_node_attr(*n, st);
   fuse_reply_attr(req, &st, 0.0);

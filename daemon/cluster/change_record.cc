@@ -136,7 +136,8 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
 }
 
 json to_json(const PrepareReply& r) {
-  return {{"shards", r.shards}, {"bytes", r.bytes}, {"ptc_digest", r.ptc_digest}, {"bytes_received", r.bytes_received},
+  return {{"shards", r.shards}, {"bytes", r.bytes}, {"ptc_digest", r.ptc_digest}, {"tensors", r.tensors},
+          {"bytes_received", r.bytes_received},
           {"shard_digests", r.shard_digests}};
 }
 
@@ -145,6 +146,7 @@ ptc::Result<PrepareReply> prepare_reply_from_json(const json& j, const std::stri
   PTC_ASSIGN_OR_RETURN(r.shards, ptc::member_u64_or(j, "shards", 0, where));
   PTC_ASSIGN_OR_RETURN(r.bytes, ptc::member_u64_or(j, "bytes", 0, where));
   PTC_ASSIGN_OR_RETURN(r.ptc_digest, ptc::member_u64_or(j, "ptc_digest", 0, where));
+  PTC_ASSIGN_OR_RETURN(r.tensors, ptc::member_u64_or(j, "tensors", 0, where));
   PTC_ASSIGN_OR_RETURN(r.bytes_received, ptc::member_u64_or(j, "bytes_received", 0, where));
   if (auto it = j.find("shard_digests"); it != j.end()) {
     if (!it->is_object()) return ptc::invalid(where + " field 'shard_digests' must be an object");

@@ -80,6 +80,7 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const nlohmann::json& j);
 // What a node answers to peer.prepare (fields of the other kinds stay 0).
 struct PrepareReply {
   uint64_t shards = 0, bytes = 0, ptc_digest = 0;  // an import
+  uint64_t tensors = 0;                             // an import: the tensors of its ptc.json
   uint64_t bytes_received = 0;                      // a repartition
   std::map<std::string, uint64_t> shard_digests;    // a save: per shard held, a digest of its slices' XXH3s
 };

@@ -205,7 +205,7 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
   ptc::Status failed;
   std::set<uint64_t> digests;
   size_t shards = 0;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0, tensors = 0;
   json per_node = json::array();
   for (size_t i = 0; i < all.size(); ++i) {
     const std::string nid = name_of(all[i]);
@@ -215,6 +215,7 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
       continue;
     }
     digests.insert(r->ptc_digest);
+    tensors = r->tensors;  // the same on every node: their ptc.json agree (the digests)
     shards += r->shards;
     bytes += r->bytes;
     per_node.push_back({{"node", nid}, {"shards", r->shards}, {"bytes", r->bytes}});
@@ -228,9 +229,6 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
   }
   PTC_RETURN_IF_ERROR(decide(all, tx, step_key(job, step), prior, json{{"kind", "import"}, {"version", 1}, {"nodes", nodes}, {"gpus", gpus}},
                              "import of " + job + "/" + step));
-  auto snap = store_.snapshot();
-  auto it = snap->steps.find({job, step});
-  const size_t tensors = it == snap->steps.end() ? 0 : it->second->layout().ptc().tensors.size();
   ptc::log::info("imported {}/{} on {} nodes: {} shard copies, {} bytes", job, step, all.size(), shards, bytes);
   return json{{"job", job},       {"step", step},         {"shards", shards},        {"tensors", tensors},
               {"bytes", bytes}, {"seconds", since(t0)}, {"nodes", std::move(per_node)}};

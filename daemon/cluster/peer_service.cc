@@ -191,6 +191,7 @@ ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, P
   reply.shards = sum.shards;
   reply.bytes = sum.bytes;
   reply.ptc_digest = XXH3_64bits(text.data(), text.size());
+  reply.tensors = seen.tensors.size();
   return change;
 }
 
@@ -263,13 +264,19 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
   PreparedChange change;
   bool kept = false;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     auto it = prepared_.find(tx);
     if (it == prepared_.end()) {
-      // Committed already, on its record in etcd.
-      if (commit && std::find(committed_.begin(), committed_.end(), tx) != committed_.end()) return ptc::Status::ok();
-      if (commit) return ptc::not_found("no prepared transaction " + tx + " on node " + id());
-      return ptc::Status::ok();  // aborting what was never prepared (or already aborted) is fine
+      if (!commit) return ptc::Status::ok();  // aborting what was never prepared (or already aborted) is fine
+      // Committed on its record in etcd, or being committed so: answered once that commit is
+      // done, so that the coordinator finds the new version here when its commit returns (it
+      // once counted "0 tensors" in an import that raced its own record).
+      const bool waited = committing_.count(tx) > 0;
+      done_cv_.wait(lock, [&] { return committing_.count(tx) == 0; });
+      if (std::find(committed_.begin(), committed_.end(), tx) != committed_.end()) return ptc::Status::ok();
+      if (waited) return ptc::error(ptc::Code::kFailedPrecondition, "transaction " + tx + " failed to commit on node " +
+                                                                      id() + " (its log says why)");
+      return ptc::not_found("no prepared transaction " + tx + " on node " + id());
     }
     change = std::move(it->second.change);
     kept = it->second.kept;
@@ -277,6 +284,7 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
     if (commit) {
       committed_.push_back(tx);
       if (committed_.size() > kRememberCommitted) committed_.pop_front();
+      committing_.insert(tx);
     }
   }
   std::optional<std::pair<std::string, std::string>> saved;
@@ -297,10 +305,12 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
   }
   const ptc::Status committed = commit_change(store_, change);
   if (kept) forget_prepared(store_, tx);  // committed, or (the commit failed) aborted
-  if (!committed) {
+  {
     std::lock_guard lock(mu_);
-    std::erase(committed_, tx);
+    if (!committed) std::erase(committed_, tx);
+    committing_.erase(tx);
   }
+  done_cv_.notify_all();
   if (saved && saves_) saves_->part_done(saved->first, saved->second, committed.is_ok());
   PTC_RETURN_IF_ERROR(committed, "node " + id());
   ptc::log::info("committed {} (transaction {})", name, tx);

@@ -11,10 +11,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -101,9 +103,11 @@ class PeerService {
     std::chrono::steady_clock::time_point since;
     bool kept = false;  // its record is in the metadata until it is decided
   };
-  std::mutex mu_;                                 // guards prepared_, committed_
+  std::mutex mu_;                                 // guards prepared_, committed_, committing_
   std::map<std::string, Held> prepared_;          // by transaction id
   std::deque<std::string> committed_;             // the last transactions committed on their record
+  std::set<std::string> committing_;              // taken from prepared_, their commit not yet done
+  std::condition_variable done_cv_;               // a commit of committing_ is done
   std::map<std::string, std::pair<std::string, std::string>> saving_;  // tx -> (job, step) of a save prepared here
   SaveService* saves_ = nullptr;
   std::function<void(const std::string&, const std::string&)> save_ready_;

@@ -188,6 +188,12 @@ ptc::Result<json> ControlService::rm(const json& req) {
     PTC_RETURN_IF_ERROR(saves_->remove(job, step));
     return json{{"job", job}, {"step", step}, {"removed", "pending"}};
   }
+  if (!committed && committed.status().code() == ptc::Code::kNotFound && saves_) {
+    // A job made in the mount that has no step yet is a job too, as `ls` shows.
+    const auto made = saves_->jobs();
+    if (std::find(made.begin(), made.end(), job) != made.end())
+      return ptc::not_found("job '" + job + "' has no step '" + step + "'");
+  }
   PTC_RETURN_IF_ERROR(committed.status());
   if (coordinator_) {
     PTC_RETURN_IF_ERROR(coordinator_->remove(job, step));

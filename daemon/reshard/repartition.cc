@@ -57,8 +57,10 @@ ptc::Result<std::shared_ptr<const StepVersion>> current_version(const Store& sto
   auto snap = store.snapshot();
   auto it = snap->steps.find({job, step});
   if (it != snap->steps.end()) return std::shared_ptr<const StepVersion>(it->second);
+  // A job exists while it has a step or a dataset (what `ls` and the mount show).
   bool job_exists = false;
   for (const auto& [key, _] : snap->steps) job_exists = job_exists || key.first == job;
+  for (const auto& [key, _] : snap->datasets) job_exists = job_exists || key.first == job;
   return ptc::not_found(job_exists ? "job '" + job + "' has no step '" + step + "'" : "no job '" + job + "'");
 }
 

@@ -1,6 +1,7 @@
 #include "daemon/save/pending_step.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "daemon/reshard/rank_file.h"
 #include "ptc/log.h"
@@ -11,8 +12,14 @@ namespace ptcfs {
 namespace {
 
 constexpr uint64_t kMaxPtcJson = 64 << 20;
+// How long an open waits for the release of a whole file its writer has closed (the kernel
+// sends it after close() returns; milliseconds, unless the mount is swamped).
+constexpr auto kReleaseWait = std::chrono::seconds(2);
 
 std::string range_text(uint64_t lo, uint64_t hi) { return "[" + std::to_string(lo) + ", " + std::to_string(hi) + ")"; }
+
+// EBUSY at the mount: a whole file that another writer holds.
+ptc::Status busy(const std::string& why) { return ptc::error(ptc::Code::kFailedPrecondition, why); }
 
 }  // namespace
 
@@ -26,9 +33,22 @@ uint64_t PendingFile::size() const {
   return end;
 }
 
-void PendingFile::open_writer() {
-  std::lock_guard lock(step_->mu);
+ptc::Result<uint64_t> PendingFile::open_writer() {
+  std::unique_lock lock(step_->mu);
+  if (whole() && owner != 0) {
+    // Closed by its writer, its release still on the way: wait for it. Open elsewhere (still
+    // written, or only a forked copy of its descriptor was closed): refused.
+    step_->released.wait_for(lock, kReleaseWait, [&] { return owner == 0 || !owner_closed; });
+    if (owner != 0)
+      return busy(step_->name() + "/" + rel + " is open for writing by another writer (ptc.json and a shard file " +
+                  "are written whole, by one writer at a time)");
+  }
   ++writers;
+  if (whole()) {
+    owner = last_writer + 1;
+    owner_closed = false;
+  }
+  return ++last_writer;
 }
 
 bool PendingFile::complete() const {
@@ -43,12 +63,26 @@ uint64_t PendingFile::data_written() const {
   return expected ? written.covered(start, *expected) : 0;
 }
 
-ptc::Status PendingFile::write(uint64_t off, const void* data, size_t len) {
+ptc::Status PendingFile::write(uint64_t writer, uint64_t off, const void* data, size_t len) {
   const std::string where = step_->name() + "/" + rel;
   {
     std::lock_guard lock(step_->mu);
     if (dead) return ptc::not_found(where + " was removed");
     if (step_->committing) return ptc::error(ptc::Code::kPermissionDenied, where + ": its step is committing");
+    if (whole()) {
+      if (writer != owner) return busy(where + " is open for writing by another writer");
+      if (owner_closed) {
+        // Written after a close: only a copy of the descriptor was closed (a child's, at its
+        // exit or exec). What that close found is void: the file is checked at the next.
+        owner_closed = false;
+        if (error_at_close) error.clear();
+        error_at_close = false;
+        if (kind == Kind::kShard) {
+          expected.reset();
+          entry_of_slice.clear();
+        }
+      }
+    }
     if (!error.empty()) return ptc::invalid(error);
     if (kind == Kind::kPtcJson) {
       if (off + len > kMaxPtcJson) return ptc::invalid(where + ": larger than " + std::to_string(kMaxPtcJson) + " bytes");
@@ -90,10 +124,12 @@ ptc::Status PendingFile::write(uint64_t off, const void* data, size_t len) {
   return ptc::Status::ok();
 }
 
-ptc::Status PendingFile::truncate(uint64_t size) {
+ptc::Status PendingFile::truncate(uint64_t writer, uint64_t size) {
   std::lock_guard lock(step_->mu);
   const std::string where = step_->name() + "/" + rel;
   if (dead) return ptc::not_found(where + " was removed");
+  // Only its writer changes a whole file; truncate(2) by path only while nobody has it open.
+  if (whole() && owner != 0 && writer != owner) return busy(where + " is open for writing by another writer");
   if (size < written.end()) {
     if (size != 0) return ptc::error(ptc::Code::kPermissionDenied, where + ": cannot cut written bytes off a file being saved");
     // Start again (open with O_TRUNC over a file written before).
@@ -110,37 +146,43 @@ ptc::Status PendingFile::truncate(uint64_t size) {
   return ptc::Status::ok();
 }
 
-ptc::Status PendingFile::flush() {
+ptc::Status PendingFile::flush(uint64_t writer) {
   std::lock_guard lock(step_->mu);
   const std::string where = step_->name() + "/" + rel;
   if (dead) return ptc::Status::ok();
+  // A whole file is checked when its writer closes it; its release follows (open_writer).
+  if (whole() && writer == owner) owner_closed = true;
   if (!error.empty()) return ptc::invalid(error);
-  // Checks run when the file's last writer closes it; other writers may still come.
-  if (writers > 1) return ptc::Status::ok();
-  if (kind == Kind::kPtcJson) return step_->take_ptc(*this);
-  if (kind == Kind::kShard) {
-    // One writer, front to back: closed, the file must be whole.
-    if (!written.covers(0, end)) {
-      error = where + ": closed with bytes never written (a shard file is written front to back by one writer)";
-      return ptc::invalid(error);
-    }
-    auto h = ptc::read_safetensors_header(
-        end, [&](uint64_t off, void* buf, size_t len) { return blob->read_at(off, buf, len); }, where);
-    if (!h && h.status().code() != ptc::Code::kCorrupt) return h.status();  // the blob could not be read
-    if (!h) return ptc::invalid(error = h.status().message());
-    header = std::move(h).value();
-    expected = end;
-    return step_->check(*this);
-  }
-  // kTensor: the header was checked as it came; a file closed short is fine while other
-  // writers of its ranges are still to come.
-  return ptc::Status::ok();
+  if (kind == Kind::kTensor) return ptc::Status::ok();  // its header was checked as it came
+  const ptc::Status s = check_closed(where);
+  error_at_close = !error.empty();
+  return s;
 }
 
-void PendingFile::release() {
+ptc::Status PendingFile::check_closed(const std::string& where) {
+  if (kind == Kind::kPtcJson) return step_->take_ptc(*this);
+  // A shard file, written front to back: closed, it must be whole.
+  if (!written.covers(0, end)) {
+    error = where + ": closed with bytes never written (a shard file is written front to back by one writer)";
+    return ptc::invalid(error);
+  }
+  auto h = ptc::read_safetensors_header(
+      end, [&](uint64_t off, void* buf, size_t len) { return blob->read_at(off, buf, len); }, where);
+  if (!h && h.status().code() != ptc::Code::kCorrupt) return h.status();  // the blob could not be read
+  if (!h) return ptc::invalid(error = h.status().message());
+  header = std::move(h).value();
+  expected = end;
+  return step_->check(*this);
+}
+
+void PendingFile::release(uint64_t writer) {
   std::shared_ptr<PendingStep> step;
   {
     std::lock_guard lock(step_->mu);
+    if (whole() && writer == owner) {
+      owner = 0;
+      step_->released.notify_all();
+    }
     if (--writers > 0 || dead) return;
     step = step_;
   }

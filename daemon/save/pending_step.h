@@ -1,11 +1,19 @@
-// A step being saved through the mount (DESIGN.md "Saving into the mount"): the files
+// A step being saved through the mount (docs/FORMATS.md "Saving into the mount"): the files
 // written into MNT/<job>/<step>/ so far, each straight into the blob that will hold it.
 //
-//   ptc.json                      kept in memory (at most 64 MiB), parsed when closed
+//   ptc.json                      kept in memory (at most 64 MiB), one writer; parsed when closed
 //   tp{t}-pp{p}.safetensors       a whole shard, one writer front to back; checked against
 //                                 ptc.json with import's rules when closed
 //   tp{t}-pp{p}/<tensor>.npy      one tensor of a shard; several writers may write disjoint
 //                                 ranges (pwrite); its header is checked as soon as written
+//
+// A file written whole (ptc.json, a shard file) has at most one handle open for writing, so
+// that two writers never mix their bytes into one file: another open for writing is refused
+// (EBUSY) until that handle's release. The kernel sends a release after close() returns, so an
+// open that finds the handle closed (flushed) and not written since waits for its release a
+// moment: a writer that closes the file and opens it again at once is not refused. A flush
+// from a forked copy of the descriptor (a child's exit or exec) looks the same, and the wait
+// then ends in EBUSY; the checks such a close ran are undone when the writer writes again.
 //
 // A shard is written one way or the other, not both. Checks run as soon as both a file and
 // ptc.json are known; a contradiction fails the write or the close and is kept as the
@@ -17,6 +25,7 @@
 // go to the blob outside it (disjoint ranges of one file are written at once).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -46,11 +55,11 @@ class PendingFile final : public fs::WriteFile {
               std::optional<BlobWriter> blob);
 
   uint64_t size() const override;
-  void open_writer() override;
-  ptc::Status write(uint64_t off, const void* data, size_t len) override;
-  ptc::Status truncate(uint64_t size) override;
-  ptc::Status flush() override;
-  void release() override;
+  ptc::Result<uint64_t> open_writer() override;
+  ptc::Status write(uint64_t writer, uint64_t off, const void* data, size_t len) override;
+  ptc::Status truncate(uint64_t writer, uint64_t size) override;
+  ptc::Status flush(uint64_t writer) override;
+  void release(uint64_t writer) override;
 
   // The rest is used under the step's lock (PendingStep::mu).
   Kind kind;
@@ -61,7 +70,11 @@ class PendingFile final : public fs::WriteFile {
   std::optional<BlobWriter> blob;
   ByteRanges written;
   uint64_t end = 0;      // the file's size: the largest end of a write or truncate
-  int writers = 0;
+  int writers = 0;           // handles open for writing
+  uint64_t last_writer = 0;  // ids given to them: 1, 2, ...
+  uint64_t owner = 0;        // a whole file's one open handle (0: none)
+  bool owner_closed = false;  // it was closed (flushed) and not written since: its release is coming
+  bool error_at_close = false;  // `error` was found by that close (void if the writer writes again)
   bool dead = false;     // unlinked, or its step removed
   // Known once the header is written (and, for a shard, the file closed): where the data
   // starts and the size the header declares.
@@ -71,12 +84,17 @@ class PendingFile final : public fs::WriteFile {
   std::vector<size_t> entry_of_slice;  // kShard, once checked against the layout
   std::string error;              // why the file contradicts ptc.json or itself ("" if it does not)
 
+  // ptc.json or a shard file: written whole, by one writer at a time.
+  bool whole() const { return kind != Kind::kTensor; }
   // Written in full, closed, and (with the layout known) checked.
   bool complete() const;
   // Data bytes written (for `ls`).
   uint64_t data_written() const;
 
  private:
+  // A whole file's checks at its close. Locked.
+  ptc::Status check_closed(const std::string& where);
+
   std::shared_ptr<PendingStep> step_;
 };
 
@@ -88,6 +106,7 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   const int64_t created;
 
   mutable std::mutex mu;  // guards everything below and the files' fields
+  std::condition_variable released;  // a whole file's handle was released
   std::shared_ptr<const void> stamp = std::make_shared<int>(0);  // new on every add or remove
   std::set<std::string> dirs;
   std::map<std::string, std::shared_ptr<PendingFile>> files;

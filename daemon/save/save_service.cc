@@ -171,8 +171,7 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::strin
   // A tensor's folders come with it (cp -r makes them first; a writer may not).
   if (k.kind == PendingFile::Kind::kTensor)
     for (size_t at = rel.find('/'); at != std::string::npos; at = rel.find('/', at + 1)) s->dirs.insert(rel.substr(0, at));
-  auto f = std::make_shared<PendingFile>(s, k.kind, rel, k.shard, k.tensor, std::move(blob));
-  f->writers = 1;
+  auto f = std::make_shared<PendingFile>(s, k.kind, rel, k.shard, k.tensor, std::move(blob));  // not open yet
   if (auto st = s->check(*f); !st) return st;  // a shard or tensor the known layout does not have
   s->files[rel] = f;
   s->stamp = std::make_shared<int>(0);

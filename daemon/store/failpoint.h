@@ -2,8 +2,9 @@
 // check what a restart finds (tests/integration/test_*_crash.py). Set PTCFS_FAILPOINT=<name>
 // in the daemon's environment: when a thread reaches that point it logs
 // "failpoint <name> reached" and waits there forever (with PTCFS_FAILPOINT=<name>:<seconds>,
-// it pauses that long and goes on). Unset (always, in production), a failpoint costs one
-// comparison.
+// it pauses that long and goes on). Several points, separated by commas, are armed at once
+// ("coordinator.decided:1,commit.before:3": to widen a race between two threads). Unset
+// (always, in production), a failpoint costs one comparison.
 //
 //   import.copied   an import's blobs are written and synced; nothing is committed
 //   commit.before   a change is prepared (blobs synced); its metadata is not written

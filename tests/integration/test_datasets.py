@@ -231,3 +231,32 @@ def test_a_changed_source_file_fails_reads_and_copy_keeps_its_own(daemon, tmp_pa
 def test_a_step_named_data_is_refused(daemon, tmp_path):
     ck = Checkpoint(str(tmp_path / "ckpt"), tp=1, pp=1, layers=2, hidden=64, vocab=128)
     assert_error(daemon.cli("import", ck.path, "--job", "gpt", "--step", "data", check=False), "reserved")
+
+
+def test_a_job_with_only_datasets_left_is_a_job_to_ls_rm_and_dataset_ls(daemon, tmp_path):
+    """Its last step removed, a job holding a dataset once listed nothing under `ls JOB` and was "no job" to
+    `rm` while `dataset ls` showed it: all three (and the mount) now say it exists, with its dataset."""
+    ck = Checkpoint(str(tmp_path / "ckpt"), tp=1, pp=1, layers=2, hidden=64, vocab=128)
+    daemon.cli("import", ck.path, "--job", "gpt", "--step", "1")
+    src = str(tmp_path / "train.jsonl")
+    write_jsonl(src, 40, seed=2)
+    add(daemon, "gpt", "train", [src], "--dp", 2)
+    daemon.cli("rm", "gpt/1")
+    assert daemon.cli_json("ls", "--json") == {"jobs": [{"job": "gpt", "steps": [], "datasets": ["train"],
+                                                         "pending": []}]}
+    assert daemon.cli_json("ls", "gpt", "--json") == {"job": "gpt", "steps": [], "datasets": ["train"], "pending": []}
+    assert daemon.cli("ls", "gpt").stdout == "datasets: train\n"
+    r = daemon.cli("rm", "gpt/1", check=False)
+    assert r.returncode == 1 and "job 'gpt' has no step '1'" in r.stderr and "no job" not in r.stderr, r.stderr
+    r = daemon.cli("repartition", "--job", "gpt", "--step", "1", "--to", "tp=1,pp=1,dp=2", check=False)
+    assert r.returncode == 1 and "job 'gpt' has no step '1'" in r.stderr, r.stderr
+    assert [(x["job"], x["name"]) for x in daemon.cli_json("dataset", "ls", "--job", "gpt", "--json")["datasets"]] == \
+        [("gpt", "train")]
+    assert sorted(os.listdir(os.path.join(daemon.mnt, "gpt"))) == ["data"]
+    # A job made in the mount, with nothing in it yet, is a job too.
+    os.mkdir(os.path.join(daemon.mnt, "empty"))
+    assert daemon.cli("ls", "empty").stdout == "empty: no steps or datasets\n"
+    r = daemon.cli("rm", "empty/1", check=False)
+    assert r.returncode == 1 and "job 'empty' has no step '1'" in r.stderr, r.stderr
+    r = daemon.cli("rm", "nojob/1", check=False)
+    assert r.returncode == 1 and "no job 'nojob'" in r.stderr, r.stderr

@@ -132,6 +132,28 @@ def test_import_and_repartitions_commit_in_etcd_and_a_late_node_catches_up(tmp_p
             assert ls_jobs(d) == {}
 
 
+def test_an_import_whose_record_commits_the_coordinators_part_first_reports_it_committed(tmp_path):
+    """The coordinator's own part committed by the watch of its etcd record while its peer.commit came (a race
+    that once printed "0 tensors"): held 1 s after the decision, the watch's commit held 2 s, the import answers
+    once that commit is done, with the tensors of ptc.json, and the step is there when it answers."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 2, lease_ttl=LEASE_S) as c:
+        c[0].env = {"PTCFS_FAILPOINT": "coordinator.decided:1,commit.before:2"}
+        c.start()
+        r = c[0].cli_json("import", ck.path, "--job", "j", "--step", "1", "--json")
+        assert (r["shards"], r["tensors"], r["bytes"]) == (4, len(ck.ptc["tensors"]), ck.summary["bytes"]), r
+        assert etcd.get_json("/ptcfs/steps/j/1")["tx"]
+        log = open(c[0].log_path).read()
+        assert "failpoint coordinator.decided passed" in log and "failpoint commit.before reached" in log, log
+        assert version(c[0]) == 1  # right away: the import answered after its own node's commit
+        assert c[0].cli("import", ck.path, "--job", "j", "--step", "2").stdout.startswith(
+            f"imported j/2: 4 shards, {len(ck.ptc['tensors'])} tensors,")
+        for d in c.nodes:
+            verify_step(d, "j", "1", ck, full_views=False)
+
+
 def import_then_stop_a_change(c, ck, failpoint: str, nodes: str):
     """Imports `ck` through n0, then starts a repartition to tp=2,pp=2,dp=1 on `nodes` from n0
     restarted with `failpoint`; returns the CLI process once n0 reached the failpoint."""

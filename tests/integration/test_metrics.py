@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from cluster_util import Cluster, per_node_dirs
-from ptcfs_harness import Checkpoint, Daemon, cmp_files, free_port, require_binaries
+from ptcfs_harness import PTCFSD, Checkpoint, Daemon, cmp_files, free_port, require_binaries
 from repartition_util import wait_for
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
@@ -176,18 +176,27 @@ def test_a_real_prometheus_server_scrapes_the_daemon(tmp_path):
         d.stop()
 
 
-@pytest.mark.parametrize("flag, why", [("nonsense", "expected HOST:PORT"), ("127.0.0.1:{busy}", "cannot serve metrics")])
-def test_a_bad_metrics_address_stops_the_daemon_with_a_message(tmp_path, flag, why):
+@pytest.mark.parametrize("flag, value, why", [
+    ("--metrics", "nonsense", "--metrics nonsense: expected HOST:PORT"),
+    ("--metrics", "127.0.0.1:{busy}", "cannot serve metrics on 127.0.0.1:{busy}"),
+    ("--listen", "127.0.0.1:{busy}", "--listen 127.0.0.1:{busy}: cannot listen there: Address already in use"),
+    ("--direct-socket", "/proc/ptcfs/direct.sock", "--direct-socket /proc/ptcfs/direct.sock: cannot make its folder"),
+])
+def test_a_bad_listening_flag_stops_the_daemon_before_it_mounts(tmp_path, flag, value, why):
+    """Flags only a listener can judge are tried first: exit 2 with the reason, nothing mounted (the mount
+    point, made when mounting, is not even there) and no data directory made."""
     require_binaries()
     import socket
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        d = Daemon(str(tmp_path / "d"), extra_flags=["--metrics", flag.format(busy=busy.getsockname()[1])])
-        with pytest.raises(BaseException):
-            d.start()
-        assert why in d.log_tail(), d.log_tail()
-        d.stop()
+        port = busy.getsockname()[1]
+        data, mnt = tmp_path / "data", tmp_path / "mnt"
+        r = subprocess.run([PTCFSD, "--data", str(data), "--mount", str(mnt), flag, value.format(busy=port)],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert why.format(busy=port) in r.stderr, r.stderr
+    assert "mounted at" not in r.stderr and not mnt.exists() and not data.exists(), r.stderr
 
 
 @pytest.mark.parametrize("fmt", ["json", "logfmt"])

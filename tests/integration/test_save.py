@@ -1,4 +1,4 @@
-"""Saving into the mount (DESIGN.md "Saving into the mount"), on one node: a checkpoint copied in with
+"""Saving into the mount (docs/FORMATS.md "Saving into the mount"), on one node: a checkpoint copied in with
 `cp -r`, written per tensor with numpy, or by several writers of disjoint ranges, commits as one version
 that every view reads exactly and a repartition works on; bad writes get a clear error and leave committed
 steps untouched; a killed writer or daemon never leaves a half-committed step."""
@@ -334,3 +334,101 @@ def test_a_full_disk_gives_the_writer_enospc_and_commits_nothing(tmp_path, make_
     finally:
         d.stop(cleanup_mount=True)
         subprocess.run(["umount", "-l", str(root / "data")], check=False)
+
+
+def _write_in_two_halves(path, data, opened, go):
+    """Writer A: opens the file, writes its first half, says so, waits for `go`, writes the rest."""
+    with open(path, "wb") as f:
+        f.write(data[:len(data) // 2])
+        f.flush()
+        opened.set()
+        assert go.wait(60)
+        f.write(data[len(data) // 2:])
+
+
+def _write_whole_every_way(path, data, out):
+    """Writer B, while A holds the file: every way of opening it for writing, each followed by writing other
+    bytes front to back. Puts, per way, the errno of the open (0: it opened and wrote)."""
+    got = []
+    for flags in (os.O_WRONLY | os.O_CREAT | os.O_TRUNC, os.O_WRONLY, os.O_RDWR):
+        try:
+            fd = os.open(path, flags)
+        except OSError as e:
+            got.append(e.errno)
+            continue
+        try:
+            os.write(fd, data)
+        finally:
+            errno_of(os.close, fd)
+        got.append(0)
+    out.put(got)
+
+
+def _two_writers_at_once(path, first, second):
+    """A writes `first` in two halves; B, while A has the file open, tries to write `second`. Returns B's errnos."""
+    ctx = multiprocessing.get_context("fork")
+    opened, go, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    a = ctx.Process(target=_write_in_two_halves, args=(path, first, opened, go))
+    a.start()
+    try:
+        assert opened.wait(30)
+        b = ctx.Process(target=_write_whole_every_way, args=(path, second, out))
+        b.start()
+        b.join(60)
+        assert b.exitcode == 0
+        got = out.get(timeout=5)
+    finally:
+        go.set()
+        a.join(60)
+    assert a.exitcode == 0
+    return got
+
+
+def test_a_second_writer_of_a_whole_file_is_refused_and_no_mix_commits(daemon, make_ckpt):
+    """Two processes writing one shard file (or ptc.json) at once (once committed 8 tensors of each): the second
+    opener gets EBUSY however it opens it, the first writer's bytes stay; a writer that closes the file and
+    opens it again at once (its release still on the way) is not refused, and neither is the next writer."""
+    ck = make_ckpt(tp=2, pp=1, layers=2, hidden=128, vocab=500)
+    other = make_ckpt("other", tp=2, pp=1, layers=2, hidden=128, vocab=500, seed=7)  # same sizes, other bytes
+    os.makedirs(os.path.join(daemon.mnt, "x", "1"))
+    sd = daemon.step_dir("x", "1")
+    text = open(os.path.join(ck.path, "ptc.json"), "rb").read()
+    assert _two_writers_at_once(os.path.join(sd, "ptc.json"), text, b"{}" + b" " * (len(text) - 2)) == \
+        [errno.EBUSY] * 3
+    path = os.path.join(sd, "tp0-pp0.safetensors")
+    mine, theirs = (open(c.shard_path(0, 0), "rb").read() for c in (ck, other))
+    assert len(mine) == len(theirs) and mine != theirs
+    assert _two_writers_at_once(path, mine, theirs) == [errno.EBUSY] * 3
+    assert "x/1/tp0-pp0.safetensors is open for writing by another writer" in daemon.log_tail()
+    assert step_info(daemon, "x", "1")["errors"] == []
+    # Closed and opened again at once, many times: never refused. The last writer's bytes are the file's.
+    for i in range(20):
+        with open(path, "wb") as f:
+            f.write(theirs if i % 2 else mine)
+    with open(path, "r+b") as f:  # the next writer, without O_TRUNC, over the whole file
+        f.write(theirs)
+    copy_in(other, sd, ["tp1-pp0.safetensors"])
+    wait_committed(daemon, "x", "1")
+    verify_step(daemon, "x", "1", other)
+
+
+def test_a_process_started_while_a_whole_file_is_written_does_not_spoil_it(daemon, make_ckpt):
+    """A writer that starts a process half way through ptc.json or a shard file: the child's copy of the
+    descriptor is closed at its exec, which the daemon sees as a close of the half-written file. The writer
+    writes on and closes; the file is checked at that close and the step commits. The child's close once
+    marked the file short for good, and every later write of it failed with EINVAL."""
+    ck = make_ckpt(tp=1, pp=1, layers=2, hidden=128, vocab=500)
+    os.makedirs(os.path.join(daemon.mnt, "c", "1"))
+    sd = daemon.step_dir("c", "1")
+    for name, src in (("ptc.json", os.path.join(ck.path, "ptc.json")),
+                      ("tp0-pp0.safetensors", ck.shard_path(0, 0))):
+        data = open(src, "rb").read()
+        with open(os.path.join(sd, name), "wb") as f:
+            f.write(data[:len(data) // 2])
+            f.flush()
+            subprocess.run(["true"], check=True)
+            # Meanwhile the file is open and not written: another writer still waits its turn.
+            assert errno_of(open, os.path.join(sd, name), "r+b") == errno.EBUSY
+            f.write(data[len(data) // 2:])
+    wait_committed(daemon, "c", "1")
+    verify_step(daemon, "c", "1", ck)
