@@ -168,7 +168,8 @@ def test_export_hf_in_shards_brings_back_every_tensor_and_imports_again(daemon, 
     daemon.cli("import", str(tmp_path / "hf"), "--format", "hf", "--template", "llama", "--job", "j", "--step", "1",
                "--to", "tp=2,pp=2,dp=1")
     out = tmp_path / "out"
-    r = daemon.cli_json("export", "j/1", str(out), "--format", "hf", "--max-shard-size", "100KB", "--json")
+    # 100kB as ptcfs prints sizes (100KB and 100kb are the same: units ignore case).
+    r = daemon.cli_json("export", "j/1", str(out), "--format", "hf", "--max-shard-size", "100kB", "--json")
     files = sorted(os.listdir(out))
     n = len(r["files"])
     assert n > 2 and files == sorted(r["files"] + ["model.safetensors.index.json"]), (r, files)
@@ -228,3 +229,8 @@ def test_export_refuses_a_non_empty_dir_an_unknown_step_and_a_bad_size(daemon, m
     assert not (tmp_path / "x").exists()
     assert_error(daemon.cli("export", "j/1", str(tmp_path / "y"), "--max-shard-size", "5 apples", check=False),
                  "--max-shard-size", "is not a size")
+    assert not (tmp_path / "y").exists()
+    # Lower-case units and binary ones are sizes too.
+    for size in ("5gb", "1GiB", "10 MiB"):  # the step is 9 MB: one file
+        r = daemon.cli_json("export", "j/1", str(tmp_path / size.replace(" ", "")), "--max-shard-size", size, "--json")
+        assert r["files"] == ["model.safetensors"], (size, r)
