@@ -130,6 +130,11 @@ def test_grouped_query_heads_refuse_a_tp_that_splits_a_head(daemon, tmp_path):
         assert_error(r, KV_SPLIT.format(tp=4))
     assert daemon.cli_json("ls", "j/1", "--json")["version"] == version
     verify_step(daemon, "j", "1", ck)
+    # ... and in the metadata: after a restart too.
+    daemon.restart()
+    r = daemon.cli("repartition", "--job", "j", "--step", "1", "--to", "tp=8,pp=1,dp=1", check=False)
+    assert_error(r, KV_SPLIT.format(tp=8))
+    verify_step(daemon, "j", "1", ck)
     # plan --from skips the candidates the step cannot take (tp=4 here), saying why, and keeps the rest.
     model = tmp_path / "m.json"
     model.write_text(json.dumps({
