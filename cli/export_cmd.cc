@@ -6,14 +6,13 @@
 
 #include <fmt/core.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <vector>
 
 #include "cli/output.h"
+#include "cli/size_arg.h"
 #include "ptc/model.h"
 #include "ptc/npy.h"
 #include "ptc/safetensors.h"
@@ -178,21 +177,6 @@ ptc::Result<json> export_ptc(const Source& src, const std::string& dir) {
 
 }  // namespace
 
-ptc::Result<uint64_t> parse_size(const std::string& text) {
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  const std::string unit = text.substr(digits);
-  static const std::map<std::string, uint64_t> units = {
-      {"", 1},          {"B", 1},           {"KB", 1000},       {"MB", 1000000},         {"GB", 1000000000},
-      {"TB", 1000000000000}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40}};
-  auto it = units.find(unit);
-  if (digits == 0 || digits > 12 || it == units.end())
-    return ptc::invalid("'" + text + "' is not a size (e.g. 5GB, 500MB, 2GiB or a number of bytes)");
-  const uint64_t n = std::stoull(text.substr(0, digits)) * it->second;
-  if (n == 0) return ptc::invalid("the size must be more than 0, got '" + text + "'");
-  return n;
-}
-
 CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g) {
   auto* cmd = app.add_subcommand("export", "Write a committed step out: hf (full tensors as Hugging Face safetensors "
                                            "shards with an index) or ptc (ptc.json and rank files, as import reads); "
@@ -200,7 +184,7 @@ CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g) {
   cmd->add_option("JOB/STEP", a.step_path, "The step")->required();
   cmd->add_option("DIR", a.dir, "A new or empty directory to write")->required();
   cmd->add_option("--format", a.format, "hf or ptc")->check(CLI::IsMember({"hf", "ptc"}))->capture_default_str();
-  cmd->add_option("--max-shard-size", a.max_shard_size, "hf: the largest file (5GB = 5x10^9 bytes, 2GiB, ...)")
+  cmd->add_option("--max-shard-size", a.max_shard_size, "hf: the largest file (5GB = 5x10^9 bytes, 100kB, 2GiB, ...; units ignore case)")
       ->capture_default_str();
   cmd->add_option("--mount", a.mount, "The daemon's mount point (default: asked from the daemon)");
   cmd->add_flag("--json", g.json, "Print the result as JSON");

@@ -20,7 +20,4 @@ struct ExportArgs {
 CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g);
 int run_export(const ExportArgs& a, const Globals& g);
 
-// "5GB" (10^9, as Hugging Face counts), "500MB", "2GiB", "1048576": bytes, or kInvalidArgument.
-ptc::Result<uint64_t> parse_size(const std::string& text);
-
 }  // namespace ptcfs::cli

@@ -1,6 +1,7 @@
 #include "cli/plan_cmd.h"
 
 #include <map>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -39,38 +40,82 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a, Globals& g) {
 
 namespace {
 
-// bytes_moved of a dry-run repartition of `job/step` into each distinct (tp, pp, dp) of
-// `shown`, in the order of `shown`.
-ptc::Result<std::vector<uint64_t>> bytes_moved(const Globals& g, const std::string& from,
-                                               const std::vector<ptc::Candidate>& shown) {
-  const size_t slash = from.find('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == from.size() ||
-      from.find('/', slash + 1) != std::string::npos)
-    return ptc::invalid("--from '" + from + "' is not JOB/STEP");
-  const std::string job = from.substr(0, slash), step = from.substr(slash + 1);
-  std::map<std::tuple<int, int, int>, uint64_t> asked;
-  std::vector<uint64_t> out;
-  for (const auto& c : shown) {
-    const auto key = std::make_tuple(c.config.tp, c.config.pp, c.config.dp);
-    auto it = asked.find(key);
-    if (it == asked.end()) {
-      const std::string to = fmt::format("tp={},pp={},dp={}", c.config.tp, c.config.pp, c.config.dp);
-      PTC_ASSIGN_OR_RETURN(json r,
-                           call(g, {{"op", "repartition"}, {"job", job}, {"step", step}, {"to", to}, {"dry_run", true}}),
-                           "dry run of repartitioning " + from + " to " + to);
-      PTC_ASSIGN_OR_RETURN(uint64_t moved, ptc::member_u64(r, "bytes_moved", "reply"));
-      it = asked.emplace(key, moved).first;
-    }
-    out.push_back(it->second);
+// What a dry-run repartition of a step into candidates' (tp, pp, dp) would move, asked of the
+// daemon once per configuration.
+class MoveAsker {
+ public:
+  // What the daemon said of one configuration: the bytes, or why the step cannot be laid out
+  // there (a tp that does not divide a tensor's heads or its split dimension, more stages than
+  // layers: the daemon's invalid_argument).
+  struct Move {
+    std::optional<uint64_t> bytes;
+    std::string refused;
+  };
+
+  static ptc::Result<MoveAsker> make(const Globals& g, const std::string& from) {
+    const size_t slash = from.find('/');
+    if (slash == std::string::npos || slash == 0 || slash + 1 == from.size() ||
+        from.find('/', slash + 1) != std::string::npos)
+      return ptc::invalid("--from '" + from + "' is not JOB/STEP");
+    return MoveAsker(g, from, from.substr(0, slash), from.substr(slash + 1));
   }
-  return out;
+
+  ptc::Result<Move> ask(const ptc::Candidate& c) {
+    const std::string to = fmt::format("tp={},pp={},dp={}", c.config.tp, c.config.pp, c.config.dp);
+    auto it = asked_.find(to);
+    if (it != asked_.end()) return it->second;
+    Move m;
+    auto r = call(g_, {{"op", "repartition"}, {"job", job_}, {"step", step_}, {"to", to}, {"dry_run", true}});
+    if (r) {
+      PTC_ASSIGN_OR_RETURN(m.bytes, ptc::member_u64(*r, "bytes_moved", "reply"));
+    } else if (r.status().code() == ptc::Code::kInvalidArgument) {
+      m.refused = r.status().message();
+    } else {
+      return r.status().with_context("dry run of repartitioning " + from_ + " to " + to);
+    }
+    return asked_.emplace(to, std::move(m)).first->second;
+  }
+
+ private:
+  MoveAsker(const Globals& g, std::string from, std::string job, std::string step)
+      : g_(g), from_(std::move(from)), job_(std::move(job)), step_(std::move(step)) {}
+  const Globals& g_;
+  std::string from_, job_, step_;
+  std::map<std::string, Move> asked_;  // by "tp=..,pp=..,dp=.."
+};
+
+// The candidates (in order) that `from` can be laid out at, with the bytes each move takes, at
+// most `keep` of them (0: all). Each configuration the daemon refused is told on stderr; when
+// it refuses every one, that is the error.
+ptc::Result<std::pair<std::vector<ptc::Candidate>, std::vector<uint64_t>>> movable(
+    const Globals& g, const std::string& from, const std::vector<ptc::Candidate>& cands, size_t keep) {
+  PTC_ASSIGN_OR_RETURN(MoveAsker asker, MoveAsker::make(g, from));
+  std::vector<ptc::Candidate> kept;
+  std::vector<uint64_t> moved;
+  std::map<std::string, std::string> refused;
+  for (const auto& c : cands) {
+    if (keep > 0 && kept.size() == keep) break;
+    PTC_ASSIGN_OR_RETURN(MoveAsker::Move m, asker.ask(c));
+    if (m.bytes) {
+      kept.push_back(c);
+      moved.push_back(*m.bytes);
+    } else {
+      refused.emplace(fmt::format("tp={},pp={},dp={}", c.config.tp, c.config.pp, c.config.dp), m.refused);
+    }
+  }
+  if (kept.empty() && !refused.empty())
+    return ptc::invalid("no candidate can hold " + from + ": " + refused.begin()->first + ": " +
+                        refused.begin()->second);
+  for (const auto& [to, why] : refused)
+    fmt::print(stderr, "ptcfs: skipped {}, where {} cannot be laid out: {}\n", to, from, why);
+  return std::pair{std::move(kept), std::move(moved)};
 }
 
-void print_table(const PlanArgs& a, const ptc::ModelSpec& m, size_t valid, const std::vector<ptc::Candidate>& all,
+void print_table(const PlanArgs& a, const ptc::ModelSpec& m, size_t valid, size_t fit,
                  const std::vector<ptc::Candidate>& shown, const std::vector<uint64_t>& moved) {
   fmt::print("{} on {} GPUs ({} per node, {:g} GiB each): {} of {} valid configurations fit; {}\n", a.model_file,
-             a.gpus, m.gpu.per_node, m.gpu.memory_gb, all.size(), valid,
-             shown.size() == all.size() ? "best first" : fmt::format("the {} best", shown.size()));
+             a.gpus, m.gpu.per_node, m.gpu.memory_gb, fit, valid,
+             shown.size() == fit ? "best first" : fmt::format("the {} best", shown.size()));
   fmt::print("{:>4} {:>3} {:>4} {:>5} {:>5}  {:>10}  {:>9}  {:>8}   {:>8} {:>8} {:>8} {:>8} {:>8}{}\n", "rank", "tp", "pp",
              "dp", "micro", "memory/GPU", "step", "TFLOP/s", "compute", "bubble", "tp comm", "pp comm", "dp comm",
              moved.empty() ? "" : fmt::format("  {:>10}", "moves"));
@@ -114,39 +159,42 @@ int run_plan(const PlanArgs& a, const Globals& g) {
   auto plan = ptc::plan_parallelism(m, a.gpus);
   if (!plan) return fail(plan.status().with_context(a.model_file));
   std::vector<ptc::Candidate> all = *plan;
+  const size_t fit = all.size();
   size_t keep = all.size();
   if (a.top > 0) keep = std::min(keep, static_cast<size_t>(a.top));
   if (a.top == -1 && !g.json) keep = std::min<size_t>(keep, 10);
 
-  // With a horizon every candidate's move counts in its rank, so all are asked about.
+  // With a horizon every candidate's move counts in its rank, so all are asked about; without,
+  // the best `keep` that the step can be laid out at.
   std::vector<uint64_t> moved;
   std::vector<double> move_s;
-  if (a.horizon > 0) {
-    auto r = bytes_moved(g, a.from, all);
+  if (!a.from.empty()) {
+    auto r = movable(g, a.from, all, a.horizon > 0 ? 0 : keep);
     if (!r) return fail(r.status());
+    std::tie(all, moved) = std::move(*r);
+    keep = std::min(keep, all.size());
+  }
+  if (a.horizon > 0) {
     const double node_bytes_per_s = m.gpu.inter_node_gbps * 1e9 / 8 * m.gpu.per_node;
     std::vector<size_t> order(all.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    auto score = [&](size_t i) { return all[i].step_seconds() + (*r)[i] / node_bytes_per_s / a.horizon; };
+    auto score = [&](size_t i) { return all[i].step_seconds() + moved[i] / node_bytes_per_s / a.horizon; };
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return score(x) < score(y); });
     std::vector<ptc::Candidate> ranked;
+    std::vector<uint64_t> ranked_moved;
     for (size_t i : order) {
       ranked.push_back(all[i]);
-      moved.push_back((*r)[i]);
-      move_s.push_back((*r)[i] / node_bytes_per_s);
+      ranked_moved.push_back(moved[i]);
+      move_s.push_back(moved[i] / node_bytes_per_s);
     }
     all = std::move(ranked);
-    moved.resize(keep);
+    moved = std::move(ranked_moved);
     move_s.resize(keep);
   }
+  moved.resize(std::min(moved.size(), keep));
   const std::vector<ptc::Candidate> shown(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep));
-  if (!a.from.empty() && a.horizon == 0) {
-    auto r = bytes_moved(g, a.from, shown);
-    if (!r) return fail(r.status());
-    moved = std::move(*r);
-  }
   if (!g.json) {
-    print_table(a, m, ptc::valid_configs(m, a.gpus).size(), all, shown, moved);
+    print_table(a, m, ptc::valid_configs(m, a.gpus).size(), fit, shown, moved);
     if (a.horizon > 0)
       fmt::print("(ranked by step time + the move's time / {} steps, the move at one node's links, {:g} Gbit/s)\n",
                  a.horizon, m.gpu.inter_node_gbps * m.gpu.per_node);

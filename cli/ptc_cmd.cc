@@ -77,12 +77,7 @@ int run_ptc_command(CLI::App& cmd, const PtcArgs& a, const Globals& g) {
       auto t = ptc::builtin_template(name);
       if (!t) return fail(t.status());
       json rules = json::array();
-      for (const auto& r : t->rules) {
-        json j = r.fields;
-        j["match"] = r.match;
-        if (r.skip) j["skip"] = true;
-        rules.push_back(std::move(j));
-      }
+      for (const auto& r : t->rules) rules.push_back(ptc::rule_to_json(r));
       out.push_back({{"name", t->name}, {"description", t->description}, {"rules", std::move(rules)}});
     }
     if (g.json) return print_json(out);
@@ -95,7 +90,7 @@ int run_ptc_command(CLI::App& cmd, const PtcArgs& a, const Globals& g) {
   if (!parallelism) return fail(parallelism.status().with_context("--to"));
   auto ck = read_hf(a.dir);
   if (!ck) return fail(ck.status());
-  auto p = ptc::infer_ptc(*tmpl, ck->infos(), *parallelism, a.dir);
+  auto p = ptc::infer_ptc(*tmpl, ck->infos(), *parallelism, a.dir, ck->config ? &*ck->config : nullptr);
   if (!p) return fail(p.status());
   // The shapes must split evenly at --to: the layout says where they do not.
   if (auto layout = ptc::Layout::make(*p, *parallelism); !layout)

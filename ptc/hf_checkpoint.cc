@@ -99,6 +99,10 @@ Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir, const HfReader& 
     ck.files.push_back({n, std::move(header)});
   }
   PTC_ASSIGN_OR_RETURN(ck.tensors, hf_tensors(ck.files, index, dir));
+  if (std::find(listing.begin(), listing.end(), kHfConfigFile) != listing.end()) {
+    PTC_ASSIGN_OR_RETURN(std::string text, io.read_text(kHfConfigFile));
+    PTC_ASSIGN_OR_RETURN(ck.config, parse_hf_config(text, dir + "/" + kHfConfigFile));
+  }
   return ck;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ptc/hf_config.h"
 #include "ptc/ptc_template.h"
 #include "ptc/safetensors.h"
 
@@ -51,11 +52,12 @@ struct HfReader {
 struct HfCheckpoint {
   std::vector<HfFile> files;
   std::vector<HfTensor> tensors;  // sorted by name
+  std::optional<HfConfig> config;  // config.json, when the directory has one
   std::vector<TensorInfo> infos() const;
 };
 
 // The directory's files (headers read once each) and tensors, checked against each other:
-// hf_file_names, then every header, then hf_tensors.
+// hf_file_names, then every header, then hf_tensors; and config.json, when there, parsed.
 Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir, const HfReader& io);
 
 }  // namespace ptc

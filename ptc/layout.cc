@@ -81,6 +81,11 @@ Result<Slice> slice_of(const TensorSpec& spec, size_t index, int tp, int t) {
     }
     return s;
   }
+  // Megatron's rule (query groups divisible by tp): every rank holds whole heads.
+  if (spec.heads > 0 && spec.heads % tp != 0)
+    return invalid(where + ": dimension " + std::to_string(k) + " holds " + std::to_string(spec.heads) +
+                   " heads" + (spec.parts > 1 ? " per part" : "") + ", which tp=" + std::to_string(tp) +
+                   " does not divide (a rank would hold part of a head)");
   const int64_t q = n / spec.parts;
   if (q % tp != 0)
     return invalid(where + ": dimension " + std::to_string(k) + (spec.parts > 1 ? " part size " : " size ") +

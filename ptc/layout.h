@@ -44,8 +44,8 @@ struct Slice {
 
 class Layout {
  public:
-  // Validates the config against the PTC (degrees >= 1, tp dividing every split part,
-  // pp <= num_layers when num_layers > 0, stage lists inside [0, pp)) and builds the layout.
+  // Validates the config against the PTC (degrees >= 1, tp dividing every split part and
+  // every head count, pp <= num_layers when num_layers > 0, stage lists inside [0, pp)) and builds the layout.
   static Result<Layout> make(const Ptc& ptc, Parallelism par);
 
   const TensorSpec& tensor(const Slice& s) const { return ptc_.tensors[s.tensor]; }

@@ -126,7 +126,7 @@ Result<TensorSpec> parse_tensor(const std::string& name, const json& t, int num_
                                 const std::string& file) {
   const std::string where = file + ": tensor '" + name + "'";
   PTC_RETURN_IF_ERROR(validate_tensor_name(name).with_context(file));
-  PTC_RETURN_IF_ERROR(check_members(t, {"dtype", "shape", "tp_dim", "parts", "pad_to", "layer", "stage"}, where));
+  PTC_RETURN_IF_ERROR(check_members(t, {"dtype", "shape", "tp_dim", "parts", "pad_to", "heads", "layer", "stage"}, where));
   TensorSpec spec;
   spec.name = name;
   if (!t.contains("dtype")) return invalid(where + ": missing 'dtype'");
@@ -160,6 +160,17 @@ Result<TensorSpec> parse_tensor(const std::string& name, const json& t, int num_
     PTC_ASSIGN_OR_RETURN(spec.pad_to, get_int(t["pad_to"], where + ": pad_to", 1, int64_t{1} << 32));
     if (!spec.tp_dim) return invalid(where + ": 'pad_to' needs a 'tp_dim'");
     if (spec.parts > 1) return invalid(where + ": 'pad_to' and 'parts' cannot be combined");
+  }
+  if (t.contains("heads")) {
+    PTC_ASSIGN_OR_RETURN(spec.heads, get_int(t["heads"], where + ": heads", 1, 1 << 20));
+    if (!spec.tp_dim) return invalid(where + ": 'heads' needs a 'tp_dim'");
+    // Padding rows belong to no head: a padded dimension is a vocabulary, not heads.
+    if (spec.pad_to > 0) return invalid(where + ": 'heads' and 'pad_to' cannot be combined");
+    const int64_t part = spec.shape[*spec.tp_dim] / spec.parts;
+    if (part % spec.heads != 0)
+      return invalid(where + ": " + (spec.parts > 1 ? "each part of shape[" : "shape[") +
+                     std::to_string(*spec.tp_dim) + "] (" + std::to_string(part) + ") is not " +
+                     std::to_string(spec.heads) + " equal heads");
   }
   PTC_ASSIGN_OR_RETURN(spec.placement, parse_placement(t, num_layers, where));
   return spec;
@@ -196,6 +207,7 @@ std::string ptc_to_json(const Ptc& ptc) {
     if (t.tp_dim) o["tp_dim"] = *t.tp_dim;
     if (t.parts > 1) o["parts"] = t.parts;
     if (t.pad_to > 0) o["pad_to"] = t.pad_to;
+    if (t.heads > 0) o["heads"] = t.heads;
     switch (t.placement.kind) {
       case Placement::Kind::kFirst: o["stage"] = "first"; break;
       case Placement::Kind::kLast: o["stage"] = "last"; break;

@@ -1,5 +1,5 @@
-// The PTC model: the tensors of a job and how each is partitioned (ptc.json, DESIGN.md
-// "Checkpoint directory"). Parsing validates everything that does not depend on the parallel
+// The PTC model: the tensors of a job and how each is partitioned (ptc.json, docs/FORMATS.md
+// "ptc.json"). Parsing validates everything that does not depend on the parallel
 // degrees; make_layout (layout.h) validates the rest for one configuration.
 #pragma once
 
@@ -39,6 +39,10 @@ struct TensorSpec {
   std::optional<int> tp_dim;  // none: replicated over TP
   int parts = 1;              // fused parts along tp_dim, each split over TP on its own
   int64_t pad_to = 0;         // 0: no padding; m: tp_dim padded to a multiple of m * tp
+  // 0: no constraint; n: every part along tp_dim is n attention heads (or key/value groups) of
+  // equal size, and a tp that does not divide n is refused, as Megatron refuses it: a rank
+  // would hold part of a head (docs/FORMATS.md "ptc.json").
+  int64_t heads = 0;
   Placement placement;
 };
 

@@ -102,7 +102,7 @@ Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc:
   if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
   PTC_ASSIGN_OR_RETURN(ptc::HfCheckpoint ck, read_hf_checkpoint(dir));
   std::vector<std::string> skipped;
-  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::infer_ptc(tmpl, ck.infos(), ptc::Parallelism{}, dir, &skipped));
+  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::infer_ptc(tmpl, ck.infos(), ptc::Parallelism{}, dir, ck.config ? &*ck.config : nullptr, &skipped));
   if (then)
     if (auto target = ptc::Layout::make(ptc, *then); !target)
       return target.status().with_context(dir + " cannot be laid out at " + then->to_string());

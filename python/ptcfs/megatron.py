@@ -54,6 +54,7 @@ _COLUMN_QKV = {"self_attention.query_key_value.weight", "self_attention.query_ke
 _COLUMN_MLP = {"mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias", "mlp.linear_fc1.weight", "mlp.linear_fc1.bias"}
 _ROW = {"self_attention.dense.weight", "mlp.dense_4h_to_h.weight", "self_attention.linear_proj.weight",
         "mlp.linear_fc2.weight"}
+_ATTN_OUT = {"self_attention.dense.weight", "self_attention.linear_proj.weight"}  # row-parallel, over heads
 # Row-parallel biases are added after the all-reduce; norms (any name with "norm") are whole.
 _REPLICATED = {"self_attention.dense.bias", "mlp.dense_4h_to_h.bias", "self_attention.linear_proj.bias",
                "mlp.linear_fc2.bias"}
@@ -90,19 +91,25 @@ def _shape_dtype(v: Any, name: str) -> Tuple[list, str]:
     return [int(s) for s in shape], _dtype_name(dt)
 
 
-def _rule(name: str, pad_to: int, qkv_parts: Optional[int], mlp_parts: Optional[int]) -> Optional[dict]:
-    """Partitioning fields of a parameter name, or None when no rule knows it."""
-    def split(dim, parts=None):
+def _rule(name: str, pad_to: int, qkv_parts: Optional[int], mlp_parts: Optional[int],
+          qkv_heads: Optional[int] = None, attn_heads: Optional[int] = None) -> Optional[dict]:
+    """Partitioning fields of a parameter name, or None when no rule knows it. `qkv_heads`: the
+    heads (per part) of the fused QKV, `attn_heads`: those of the attention output's columns."""
+    def split(dim, parts=None, heads=None):
         d = {"tp_dim": dim}
         if parts and parts > 1:
             d["parts"] = parts
+        if heads:
+            d["heads"] = heads
         return d
 
     m = _LAYER.match(name)
     if m:
         i, rest = int(m.group(1)), m.group(2)
         if rest in _COLUMN_QKV:
-            spec = split(0, qkv_parts)
+            spec = split(0, qkv_parts, qkv_heads)
+        elif rest in _ATTN_OUT:
+            spec = split(1, heads=attn_heads)
         elif rest in _ROW:
             spec = split(1)
         elif rest in _COLUMN_MLP:
@@ -128,7 +135,8 @@ def infer_megatron(named_shapes_dtypes: Mapping[str, Any], num_layers: Optional[
                    tp: int = 1, pp: int = 1, dp: int = 1, pad_to: int = 128,
                    qkv_parts: Optional[int] = 3, mlp_parts: Optional[int] = None,
                    optimizer_prefixes: Sequence[str] = OPTIMIZER_PREFIXES,
-                   overrides: Optional[Mapping[str, Mapping[str, Any]]] = None) -> dict:
+                   overrides: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                   heads: Optional[int] = None, query_groups: Optional[int] = None) -> dict:
     """The PTC of a Megatron-style model.
 
     `named_shapes_dtypes`: {global name: (global logical shape, dtype)} or {name: array}; a
@@ -136,7 +144,22 @@ def infer_megatron(named_shapes_dtypes: Mapping[str, Any], num_layers: Optional[
     defaults to 1 + the highest layer index seen. `pad_to` is the vocabulary padding
     (Megatron's make-vocab-size-divisible-by). `overrides` maps a name to the partitioning
     fields (tp_dim, parts, pad_to, layer, stage) to use instead of the rules. The result is
-    checked against (tp, pp): an uneven split is an error naming the tensor."""
+    checked against (tp, pp): an uneven split is an error naming the tensor.
+
+    `heads` (Megatron's num_attention_heads) and `query_groups` (num_query_groups; default
+    `heads`) put ptc.json's "heads" on the attention tensors, so that no layout splits a head:
+    the fused QKV holds `query_groups` groups when interleaved (``qkv_parts=None``), each of its
+    3 parts `heads` heads otherwise (equal parts need query_groups == heads); the attention
+    output's columns hold `heads` heads."""
+    qkv_heads = None
+    if heads is not None:
+        groups = heads if query_groups is None else query_groups
+        if groups < 1 or heads % groups:
+            raise invalid(f"infer_megatron: heads ({heads}) is not a multiple of query_groups ({groups})")
+        if qkv_parts and qkv_parts > 1 and groups != heads:
+            raise invalid(f"infer_megatron: qkv_parts={qkv_parts} needs equal parts, but {heads} query heads have "
+                          f"{groups} key/value groups (pass qkv_parts=None for Megatron's interleaved QKV)")
+        qkv_heads = groups if not qkv_parts or qkv_parts == 1 else heads
     overrides = dict(overrides or {})
     tensors: Dict[str, dict] = {}
     unknown = []
@@ -153,7 +176,7 @@ def infer_megatron(named_shapes_dtypes: Mapping[str, Any], num_layers: Optional[
         elif base in overrides:
             fields = dict(overrides[base])
         else:
-            fields = _rule(base, pad_to, qkv_parts, mlp_parts)
+            fields = _rule(base, pad_to, qkv_parts, mlp_parts, qkv_heads, heads)
             if fields is None:
                 unknown.append(name)
                 continue

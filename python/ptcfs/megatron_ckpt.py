@@ -361,6 +361,12 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
     if type(pad_to) is not int or pad_to < 1:
         raise invalid(f"{iter_dir}: args.make_vocab_size_divisible_by is {str(pad_to)[:40]}, not a positive number")
     swiglu = bool(_arg(args, "swiglu", False))
+    # The heads the attention tensors hold (Megatron's interleaved QKV: its key/value groups),
+    # so that no later layout splits one (docs/FORMATS.md "ptc.json").
+    heads = _arg(args, "num_attention_heads")
+    groups = _arg(args, "num_query_groups") if _arg(args, "group_query_attention", False) else heads
+    if not (isinstance(heads, int) and isinstance(groups, int) and heads > 0 and groups > 0):
+        heads = groups = None
     shapes, slices, unknown = {}, {}, []
     for name, (stage, ranks) in sorted(found.items()):
         where = f"{iter_dir}: tensor '{name}'"
@@ -404,7 +410,7 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
                       f"{' ...' if len(unknown) > 10 else ''} (a Megatron GPT model is expected)")
     found.clear()
     ptc = infer_megatron(shapes, num_layers=total, tp=tp, pp=pp, dp=1, pad_to=pad_to, qkv_parts=None,
-                         mlp_parts=2 if swiglu else None,
+                         mlp_parts=2 if swiglu else None, heads=heads, query_groups=groups,
                          optimizer_prefixes=OPTIMIZER_PREFIXES + (FP32_PREFIX,),
                          overrides={STEP_NAME: {"stage": "all"}})
     tensors = {}

@@ -11,6 +11,8 @@ Geometry, for a tensor split along ``tp_dim`` k of size N:
   [j*q + t*c, j*q + (t+1)*c) for each part j.
 * ``pad_to`` m: P = ceil(N/(m*tp))*m*tp, c = P/tp; rank t holds padded rows [t*c, (t+1)*c),
   those >= N being zeros.
+* ``heads`` h: each part is h equal attention heads (or key/value groups); a tp that does not
+  divide h is refused, so that no rank holds part of a head.
 * layers go to stages in contiguous groups, as even as possible, earlier stages taking the
   remainder (5 layers on 2 stages: 0-2, 3-4).
 """
@@ -28,7 +30,7 @@ from . import dtypes as _dt
 from .errors import invalid
 
 TOP_KEYS = ("parallelism", "num_layers", "tensors")
-TENSOR_KEYS = ("dtype", "shape", "tp_dim", "parts", "pad_to", "layer", "stage")
+TENSOR_KEYS = ("dtype", "shape", "tp_dim", "parts", "pad_to", "heads", "layer", "stage")
 PAR_KEYS = ("tp", "pp", "dp")
 MAX_DIMS = 16
 _ID = re.compile(r"[A-Za-z0-9_.-]+")
@@ -119,6 +121,17 @@ def _check_spec(name: str, spec: Any, num_layers: int, where: str) -> None:
             raise invalid(f"{at}: 'pad_to' needs a 'tp_dim'")
         if spec.get("parts", 1) > 1:
             raise invalid(f"{at}: 'pad_to' and 'parts' cannot be combined")
+    if "heads" in spec:
+        h = _int(spec["heads"], f"{at}: heads", 1, 1 << 20)
+        if "tp_dim" not in spec:
+            raise invalid(f"{at}: 'heads' needs a 'tp_dim'")
+        if "pad_to" in spec:
+            raise invalid(f"{at}: 'heads' and 'pad_to' cannot be combined")
+        parts = spec.get("parts", 1)
+        part = shape[spec["tp_dim"]] // parts
+        if part % h:
+            raise invalid(f"{at}: {'each part of shape[' if parts > 1 else 'shape['}{spec['tp_dim']}] ({part}) "
+                          f"is not {h} equal heads")
     if "layer" in spec and "stage" in spec:
         raise invalid(f"{at}: give either 'layer' or 'stage', not both")
     if "layer" in spec:
@@ -188,6 +201,8 @@ def normalize(ptc: Mapping) -> dict:
             o["parts"] = spec["parts"]
         if "pad_to" in spec:
             o["pad_to"] = spec["pad_to"]
+        if "heads" in spec:
+            o["heads"] = spec["heads"]
         if "layer" in spec:
             o["layer"] = spec["layer"]
         else:
@@ -255,6 +270,14 @@ def padded_size(size: int, pad_to: int, tp: int) -> int:
     return -(-size // unit) * unit
 
 
+def _check_heads(spec: Mapping, tp: int) -> None:
+    # Megatron's rule (query groups divisible by tp): every rank holds whole heads.
+    h = spec.get("heads")
+    if h is not None and h % tp:
+        raise invalid(f"dimension {spec['tp_dim']} holds {h} heads{' per part' if spec.get('parts', 1) > 1 else ''}, "
+                      f"which tp={tp} does not divide (a rank would hold part of a head)")
+
+
 def pieces(spec: Mapping, tp: int, t: int) -> List[Tuple[Tuple[int, int], Tuple[int, int]]]:
     """[((local lo, hi), (global lo, hi)), ...] along tp_dim: where TP rank t's slice takes its
     rows from. Empty for a replicated tensor (it holds everything). Padding rows of a pad_to
@@ -267,6 +290,7 @@ def pieces(spec: Mapping, tp: int, t: int) -> List[Tuple[Tuple[int, int], Tuple[
         c = padded_size(n, spec["pad_to"], tp) // tp
         g0, g1 = t * c, min((t + 1) * c, n)
         return [((0, g1 - g0), (g0, g1))] if g1 > g0 else []
+    _check_heads(spec, tp)
     parts = spec.get("parts", 1)
     q = n // parts
     if q % tp:
@@ -284,6 +308,7 @@ def local_shape(spec: Mapping, tp: int) -> List[int]:
     if "pad_to" in spec:
         shape[k] = padded_size(shape[k], spec["pad_to"], tp) // tp
     else:
+        _check_heads(spec, tp)
         if (shape[k] // spec.get("parts", 1)) % tp:
             raise invalid(f"dimension {k} of size {shape[k]} does not split into "
                           f"{spec.get('parts', 1)} part(s) x tp={tp}")

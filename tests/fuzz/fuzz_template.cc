@@ -1,4 +1,6 @@
-// A PTC template file, then the PTC it gives a Llama-style tensor list at tp=2, pp=2.
+// A PTC template file, then the PTC it gives a Llama-style tensor list at tp=2, pp=2, without
+// and with a config.json (the rules' heads and shapes read it).
+#include "ptc/layout.h"
 #include "ptc/ptc_template.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -13,6 +15,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       {"model.norm.weight", ptc::DType::F32, {64}},
       {"lm_head.weight", ptc::DType::BF16, {1000, 64}},
   };
-  for (const auto& par : ptcfs::fuzz::kConfigs) (void)ptc::infer_ptc(*t, tensors, par, "fuzz");
+  static const ptc::HfConfig config =
+      ptc::parse_hf_config(R"({"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+                               "intermediate_size": 128, "vocab_size": 1000, "tie_word_embeddings": false})",
+                           "config.json")
+          .value();
+  for (const auto& par : ptcfs::fuzz::kConfigs) {
+    (void)ptc::infer_ptc(*t, tensors, par, "fuzz");
+    if (auto p = ptc::infer_ptc(*t, tensors, par, "fuzz", &config)) (void)ptc::Layout::make(*p, par);
+  }
   return 0;
 }

@@ -60,7 +60,8 @@ def main(out):
                 idx = f.read()
             put(out, "mmidx", f"ds{code}", struct.pack("<Q", os.path.getsize(prefix + ".bin")) + idx)
 
-    # Templates (the documented format), cluster.json and MODEL.json (first byte: 1 cluster, 0 model).
+    # Templates (the documented format), cluster.json, MODEL.json and HF config.json (first byte: 1
+    # cluster, 0 model, 2 config.json).
     put(out, "template", "llama.json", json.dumps({"name": "mine", "description": "a test", "rules": [
         {"match": "model.embed_tokens.weight", "tp_dim": 0, "pad_to": 128, "stage": "first"},
         {"match": "model.layers.{layer}.self_attn.*", "tp_dim": 0},
@@ -69,6 +70,16 @@ def main(out):
         {"match": "model.norm.weight", "stage": "last"},
         {"match": "lm_head.weight", "tp_dim": 0, "parts": 1, "pad_to": 128, "stage": "last"},
         {"match": "*.inv_freq", "skip": True}]}))
+    put(out, "template", "heads.json", json.dumps({"name": "gqa", "rules": [
+        {"match": "model.layers.{layer}.self_attn.q_proj.weight", "tp_dim": 0, "heads": "num_attention_heads",
+         "shape": ["num_attention_heads*head_dim", "hidden_size"]},
+        {"match": "model.layers.{layer}.mlp.down_proj.weight", "tp_dim": 1, "shape": [None, "intermediate_size"]},
+        {"match": "lm_head.weight", "tp_dim": 0, "pad_to": 128, "stage": "last", "required_if_untied": True},
+        {"match": "*", "stage": "all"}]}))
+    put(out, "config_json", "hf_config", b"\x02" + json.dumps({
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "tie_word_embeddings": False,
+        "rope_theta": 500000.0, "pad_token_id": -1, "rope_scaling": {"factor": 8.0}}).encode())
     put(out, "config_json", "cluster", b"\x01" + json.dumps({"nodes": [
         {"id": "n0", "addr": "127.0.0.1:7070", "gpus": 4}, {"id": "n1", "addr": "10.0.0.2:7070", "gpus": 4}],
         "secret_file": "/etc/ptcfs/secret"}).encode())

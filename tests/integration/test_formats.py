@@ -14,20 +14,28 @@ from ptcfs_harness import PTCFS, Checkpoint, assert_error, require_binaries, ver
 import subprocess
 
 LAYERS, HIDDEN, KV, FFN, VOCAB = 2, 64, 32, 128, 1000  # vocab is no multiple of 128: padded
+HEADS, KV_HEADS = 4, 2  # heads of 16: k and v hold 2 key/value heads in their 32 rows
+CONFIG = {"architectures": ["LlamaForCausalLM"], "hidden_size": HIDDEN, "num_attention_heads": HEADS,
+          "num_key_value_heads": KV_HEADS, "intermediate_size": FFN, "vocab_size": VOCAB, "num_hidden_layers": LAYERS,
+          "tie_word_embeddings": False, "pad_token_id": -1, "rope_theta": 10000.0}
 
 
 def expected_ptc(tp, pp):
-    """What the llama template must give: written out by hand, not by the code under test."""
+    """What the llama template must give with CONFIG: written out by hand, not by the code under test."""
     t = {"model.embed_tokens.weight": {"dtype": "BF16", "shape": [VOCAB, HIDDEN], "tp_dim": 0, "pad_to": 128,
                                        "stage": "first"},
          "model.norm.weight": {"dtype": "F32", "shape": [HIDDEN], "stage": "last"},
          "lm_head.weight": {"dtype": "BF16", "shape": [VOCAB, HIDDEN], "tp_dim": 0, "pad_to": 128, "stage": "last"}}
     for i in range(LAYERS):
         p = f"model.layers.{i}."
-        t[p + "self_attn.q_proj.weight"] = {"dtype": "BF16", "shape": [HIDDEN, HIDDEN], "tp_dim": 0, "layer": i}
-        t[p + "self_attn.k_proj.weight"] = {"dtype": "BF16", "shape": [KV, HIDDEN], "tp_dim": 0, "layer": i}
-        t[p + "self_attn.v_proj.weight"] = {"dtype": "BF16", "shape": [KV, HIDDEN], "tp_dim": 0, "layer": i}
-        t[p + "self_attn.o_proj.weight"] = {"dtype": "BF16", "shape": [HIDDEN, HIDDEN], "tp_dim": 1, "layer": i}
+        t[p + "self_attn.q_proj.weight"] = {"dtype": "BF16", "shape": [HIDDEN, HIDDEN], "tp_dim": 0, "heads": HEADS,
+                                            "layer": i}
+        t[p + "self_attn.k_proj.weight"] = {"dtype": "BF16", "shape": [KV, HIDDEN], "tp_dim": 0, "heads": KV_HEADS,
+                                            "layer": i}
+        t[p + "self_attn.v_proj.weight"] = {"dtype": "BF16", "shape": [KV, HIDDEN], "tp_dim": 0, "heads": KV_HEADS,
+                                            "layer": i}
+        t[p + "self_attn.o_proj.weight"] = {"dtype": "BF16", "shape": [HIDDEN, HIDDEN], "tp_dim": 1, "heads": HEADS,
+                                            "layer": i}
         t[p + "mlp.gate_proj.weight"] = {"dtype": "BF16", "shape": [FFN, HIDDEN], "tp_dim": 0, "layer": i}
         t[p + "mlp.up_proj.weight"] = {"dtype": "BF16", "shape": [FFN, HIDDEN], "tp_dim": 0, "layer": i}
         t[p + "mlp.down_proj.weight"] = {"dtype": "BF16", "shape": [HIDDEN, FFN], "tp_dim": 1, "layer": i}
@@ -36,10 +44,14 @@ def expected_ptc(tp, pp):
     return {"parallelism": {"tp": tp, "pp": pp, "dp": 1}, "num_layers": LAYERS, "tensors": t}
 
 
-def write_hf(dirpath, full, sharded=True, extra=None):
-    """A Hugging Face directory of the full tensors: two shards and an index, or one file. Each
-    layer also carries rotary inverse frequencies, which the template skips."""
+def write_hf(dirpath, full, sharded=True, extra=None, config=CONFIG):
+    """A Hugging Face directory of the full tensors: two shards and an index, or one file, and
+    config.json (none when `config` is None). Each layer also carries rotary inverse
+    frequencies, which the template skips."""
     os.makedirs(dirpath, exist_ok=True)
+    if config is not None:
+        with open(os.path.join(dirpath, "config.json"), "w") as fh:
+            json.dump(config, fh)
     spec = expected_ptc(1, 1)["tensors"]
     tensors = {n: (spec[n]["dtype"], a) for n, a in full.items()}
     for i in range(LAYERS):
@@ -56,8 +68,14 @@ def write_hf(dirpath, full, sharded=True, extra=None):
         weight_map.update({n: f for n in ns})
     with open(os.path.join(dirpath, "model.safetensors.index.json"), "w") as fh:
         json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, fh)
-    with open(os.path.join(dirpath, "config.json"), "w") as fh:
-        json.dump({"architectures": ["LlamaForCausalLM"]}, fh)
+
+
+def without_heads(ptc):
+    """The PTC the template gives without config.json: no head counts."""
+    out = json.loads(json.dumps(ptc))
+    for spec in out["tensors"].values():
+        spec.pop("heads", None)
+    return out
 
 
 def run_cli(*args, check_rc=0):
@@ -77,6 +95,89 @@ def test_ptc_infer_prints_the_templates_ptc_json(tmp_path):
     assert one == expected_ptc(1, 1)
     names = run_cli("ptc", "templates").stdout.split()
     assert {"llama", "gpt2", "neox", "megatron-gpt", "megatron-swiglu"} <= set(names)
+    # Without config.json no head counts: the shapes alone decide.
+    write_hf(str(tmp_path / "bare"), ck.full, config=None)
+    bare = run_cli("ptc", "infer", "--template", "llama", tmp_path / "bare", "--to", "tp=4,pp=1,dp=1").stdout
+    assert json.loads(bare) == without_heads(expected_ptc(4, 1))
+
+
+KV_SPLIT = ("model.layers.0.self_attn.k_proj.weight': dimension 0 holds 2 heads, which tp={tp} does not divide "
+            "(a rank would hold part of a head)")
+
+
+def test_grouped_query_heads_refuse_a_tp_that_splits_a_head(daemon, tmp_path):
+    """2 key/value heads of 16 rows: tp=4 and tp=8 divide every shape (k and v have 32 rows) but would
+    give each rank part of a head, so infer --to, import --to, repartition and plan --from refuse or
+    skip them, naming the tensor and the count; tp=2 works."""
+    ck = Checkpoint(str(tmp_path / "oracle"), ptc=expected_ptc(2, 1))
+    write_hf(str(tmp_path / "hf"), ck.full)
+    NOTHING = daemon.cli_json("ls", "--json")
+    for tp in (4, 8):
+        r = run_cli("ptc", "infer", "--template", "llama", tmp_path / "hf", "--to", f"tp={tp},pp=1,dp=1",
+                    check_rc=1)
+        assert_error(r, f"at tp={tp},pp=1,dp=1", KV_SPLIT.format(tp=tp))
+        r = daemon.cli("import", str(tmp_path / "hf"), "--format", "hf", "--template", "llama", "--job", "j",
+                       "--step", "1", "--to", f"tp={tp},pp=1,dp=1", check=False)
+        assert_error(r, f"cannot be laid out at tp={tp},pp=1,dp=1", KV_SPLIT.format(tp=tp))
+        assert daemon.cli_json("ls", "--json") == NOTHING
+    daemon.cli("import", str(tmp_path / "hf"), "--format", "hf", "--template", "llama", "--job", "j", "--step", "1",
+               "--to", "tp=2,pp=1,dp=1")
+    verify_step(daemon, "j", "1", ck)
+    # The count lives in the stored PTC: a later repartition (and its dry run) refuses too.
+    version = daemon.cli_json("ls", "j/1", "--json")["version"]
+    for extra in ((), ("--dry-run",)):
+        r = daemon.cli("repartition", "--job", "j", "--step", "1", "--to", "tp=4,pp=1,dp=1", *extra, check=False)
+        assert_error(r, KV_SPLIT.format(tp=4))
+    assert daemon.cli_json("ls", "j/1", "--json")["version"] == version
+    verify_step(daemon, "j", "1", ck)
+    # ... and in the metadata: after a restart too.
+    daemon.restart()
+    r = daemon.cli("repartition", "--job", "j", "--step", "1", "--to", "tp=8,pp=1,dp=1", check=False)
+    assert_error(r, KV_SPLIT.format(tp=8))
+    verify_step(daemon, "j", "1", ck)
+    # plan --from skips the candidates the step cannot take (tp=4 here), saying why, and keeps the rest.
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps({
+        "layers": LAYERS, "hidden": HIDDEN, "heads": HEADS, "ffn": FFN, "vocab": VOCAB, "seq": 128,
+        "global_batch": 8, "gpu": {"memory_gb": 1000, "tflops": 100, "per_node": 4, "intra_node_gbps": 800,
+                                   "inter_node_gbps": 100}}))
+    plain = json.loads(run_cli("plan", "--model", model, "--gpus", 4, "--json").stdout)
+    assert {c["tp"] for c in plain} == {1, 2, 4}
+    r = daemon.cli("plan", "--model", str(model), "--gpus", 4, "--from", "j/1", "--json")
+    got = json.loads(r.stdout)
+    assert [(c["tp"], c["pp"], c["dp"], c["micro_batch"]) for c in got] == \
+        [(c["tp"], c["pp"], c["dp"], c["micro_batch"]) for c in plain if c["tp"] != 4]
+    assert all(c["bytes_moved"] == 0 for c in got)  # one node: nothing moves between nodes
+    assert f"ptcfs: skipped tp=4,pp=1,dp=1, where j/1 cannot be laid out: " in r.stderr, r.stderr
+    assert KV_SPLIT.format(tp=4) in r.stderr, r.stderr
+    top = daemon.cli("plan", "--model", str(model), "--gpus", 4, "--from", "j/1", "--top", "3", "--json")
+    assert json.loads(top.stdout) == got[:3]
+
+
+def test_import_hf_refuses_shapes_that_disagree_with_config_json(daemon, tmp_path):
+    ck = Checkpoint(str(tmp_path / "oracle"), ptc=expected_ptc(1, 1))
+    NOTHING = daemon.cli_json("ls", "--json")
+    # config.json says every head has its own key/value head: k and v should have 64 rows.
+    write_hf(str(tmp_path / "mha"), ck.full, config={**CONFIG, "num_key_value_heads": HEADS})
+    r = daemon.cli("import", str(tmp_path / "mha"), "--format", "hf", "--template", "llama", "--job", "j", "--step",
+                   "1", check=False)
+    assert_error(r, "4 tensors disagree with config.json (template 'llama')",
+                 "model.layers.1.self_attn.v_proj.weight: [32, 64] (config.json: [64, 64] = "
+                 "[num_key_value_heads*head_dim, hidden_size])")
+    r = run_cli("ptc", "infer", "--template", "llama", tmp_path / "mha", check_rc=1)
+    assert_error(r, "4 tensors disagree with config.json")
+    # Heads that no number of key/value groups divides; an untied model without its output layer.
+    write_hf(str(tmp_path / "odd"), ck.full, config={**CONFIG, "num_key_value_heads": 3})
+    r = daemon.cli("import", str(tmp_path / "odd"), "--format", "hf", "--template", "llama", "--job", "j", "--step",
+                   "1", check=False)
+    assert_error(r, "config.json: num_attention_heads (4) is not a multiple of num_key_value_heads (3)")
+    headless = {n: a for n, a in ck.full.items() if n != "lm_head.weight"}
+    write_hf(str(tmp_path / "headless"), headless)
+    r = daemon.cli("import", str(tmp_path / "headless"), "--format", "hf", "--template", "llama", "--job", "j",
+                   "--step", "1", check=False)
+    assert_error(r, "config.json says tie_word_embeddings is false, but the checkpoint has no tensor matching "
+                    "'lm_head.weight'")
+    assert daemon.cli_json("ls", "--json") == NOTHING
 
 
 def test_import_hf_straight_to_a_layout_gives_every_shard_exactly(daemon, tmp_path):
@@ -168,7 +269,8 @@ def test_export_hf_in_shards_brings_back_every_tensor_and_imports_again(daemon, 
     daemon.cli("import", str(tmp_path / "hf"), "--format", "hf", "--template", "llama", "--job", "j", "--step", "1",
                "--to", "tp=2,pp=2,dp=1")
     out = tmp_path / "out"
-    r = daemon.cli_json("export", "j/1", str(out), "--format", "hf", "--max-shard-size", "100KB", "--json")
+    # 100kB as ptcfs prints sizes (100KB and 100kb are the same: units ignore case).
+    r = daemon.cli_json("export", "j/1", str(out), "--format", "hf", "--max-shard-size", "100kB", "--json")
     files = sorted(os.listdir(out))
     n = len(r["files"])
     assert n > 2 and files == sorted(r["files"] + ["model.safetensors.index.json"]), (r, files)
@@ -187,7 +289,8 @@ def test_export_hf_in_shards_brings_back_every_tensor_and_imports_again(daemon, 
     assert sorted(got) == sorted(ck1.full)
     for name, a in ck1.full.items():
         assert got[name].shape == a.shape and np.array_equal(got[name], a), name
-    # Back in: the same step, byte for byte.
+    # Back in, with the model's config.json beside the files: the same step, byte for byte.
+    (out / "config.json").write_text(json.dumps(CONFIG))
     daemon.cli("import", str(out), "--format", "hf", "--template", "llama", "--job", "j", "--step", "2")
     verify_step(daemon, "j", "2", ck1)
 
@@ -228,3 +331,8 @@ def test_export_refuses_a_non_empty_dir_an_unknown_step_and_a_bad_size(daemon, m
     assert not (tmp_path / "x").exists()
     assert_error(daemon.cli("export", "j/1", str(tmp_path / "y"), "--max-shard-size", "5 apples", check=False),
                  "--max-shard-size", "is not a size")
+    assert not (tmp_path / "y").exists()
+    # Lower-case units and binary ones are sizes too.
+    for size in ("5gb", "1GiB", "10 MiB"):  # the step is 9 MB: one file
+        r = daemon.cli_json("export", "j/1", str(tmp_path / size.replace(" ", "")), "--max-shard-size", size, "--json")
+        assert r["files"] == ["model.safetensors"], (size, r)

@@ -333,6 +333,29 @@ TEST_CASE("Layout::make refuses a tp that does not divide a split dimension and 
             .is_ok());
 }
 
+TEST_CASE("Layout::make refuses a tp that does not divide a tensor's heads, naming the tensor and the count",
+          "[layout]") {
+  // 2 key/value heads of 64 rows: tp=4 divides the 128 rows, but each rank would hold half a head.
+  const Ptc kv = one_tensor(R"({"dtype": "BF16", "shape": [128, 512], "tp_dim": 0, "heads": 2})");
+  expect_make_fails(kv, {4, 1, 1},
+                    {"tensor 'w': dimension 0 holds 2 heads, which tp=4 does not divide"});
+  expect_make_fails(kv, {8, 1, 1}, {"tensor 'w': dimension 0 holds 2 heads, which tp=8 does not divide"});
+  const Layout two = layout_or_die(kv, {2, 1, 1});
+  CHECK(slice0(two, 1).local_shape == Shape{64, 512});
+  CHECK(slice0(two, 1).pieces[0].global == box({64, 0}, {128, 512}));
+  CHECK(Layout::make(kv, {1, 1, 1}).is_ok());
+  // With parts, the count is per part: 3 parts of 4 heads take tp=4 but not tp=8 (each part
+  // still has 8 rows of 16 per tp rank: the sizes alone would pass).
+  const Ptc fused = one_tensor(R"({"dtype": "F32", "shape": [384, 8], "tp_dim": 0, "parts": 3, "heads": 4})");
+  CHECK(Layout::make(fused, {4, 1, 1}).is_ok());
+  expect_make_fails(fused, {8, 1, 1}, {"tensor 'w': dimension 0 holds 4 heads per part, which tp=8 does not divide"});
+  // Along columns (an attention output projection).
+  expect_make_fails(one_tensor(R"({"dtype": "F32", "shape": [8, 96], "tp_dim": 1, "heads": 6})"), {4, 1, 1},
+                    {"dimension 1 holds 6 heads, which tp=4 does not divide"});
+  CHECK(slice_of(kv.tensors[0], 0, 4, 0).status().message() ==
+        "tensor 'w': dimension 0 holds 2 heads, which tp=4 does not divide (a rank would hold part of a head)");
+}
+
 TEST_CASE("Layout::make refuses more stages than layers, stage lists past pp and degrees below 1",
           "[layout]") {
   const Ptc two_layers = one_tensor(R"({"dtype": "F32", "shape": [4], "layer": 1})", 2);

@@ -60,6 +60,7 @@ void check_same(const Ptc& a, const Ptc& b) {
     CHECK(x.tp_dim == y.tp_dim);
     CHECK(x.parts == y.parts);
     CHECK(x.pad_to == y.pad_to);
+    CHECK(x.heads == y.heads);
     CHECK(x.placement.kind == y.placement.kind);
     CHECK(x.placement.layer == y.placement.layer);
     CHECK(x.placement.stages == y.placement.stages);
@@ -242,6 +243,18 @@ TEST_CASE("parse_ptc_json refuses pad_to without tp_dim or with parts", "[model]
                         "pad_to: 0 is outside");
 }
 
+TEST_CASE("parse_ptc_json refuses heads without tp_dim, with pad_to, or not dividing each part", "[model]") {
+  expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [8, 4], "heads": 2})", "'heads' needs a 'tp_dim'");
+  expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [1024, 4], "tp_dim": 0, "pad_to": 128, "heads": 2})",
+                        "'heads' and 'pad_to' cannot be combined");
+  expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [10, 4], "tp_dim": 0, "heads": 4})",
+                        "shape[0] (10) is not 4 equal heads");
+  expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [12, 4], "tp_dim": 0, "parts": 3, "heads": 3})",
+                        "each part of shape[0] (4) is not 3 equal heads");
+  expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [8, 4], "tp_dim": 0, "heads": 0})", "heads: 0 is outside");
+  expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [8, 4], "tp_dim": 0, "heads": "2"})", "heads");
+}
+
 TEST_CASE("parse_ptc_json refuses bad placements", "[model]") {
   expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [4], "layer": 0, "stage": "first"})",
                         "give either 'layer' or 'stage', not both");
@@ -313,10 +326,15 @@ TEST_CASE("ptc_to_json round-trips every field", "[model]") {
     "every": {"dtype": "I64", "shape": [], "stage": "all"},
     "some": {"dtype": "U8", "shape": [3, 4], "stage": [2, 0]},
     "layers.5/mlp": {"dtype": "F16", "shape": [8, 16], "tp_dim": 0, "parts": 2, "layer": 5},
-    "layers.2/dense": {"dtype": "F8_E5M2", "shape": [16, 8], "tp_dim": 1, "layer": 2},
+    "layers.2/dense": {"dtype": "F8_E5M2", "shape": [16, 8], "tp_dim": 1, "layer": 2, "heads": 4},
+    "layers.1/qkv": {"dtype": "F16", "shape": [12, 4], "tp_dim": 0, "parts": 3, "heads": 2, "layer": 1},
     "first": {"dtype": "BOOL", "shape": [7], "stage": "first"}}})";
   auto a = parse_ptc_json(text, kFile);
   REQUIRE(a.is_ok());
+  CHECK(a->find("layers.2/dense")->heads == 4);
+  CHECK(a->find("layers.1/qkv")->heads == 2);
+  CHECK(a->find("emb")->heads == 0);
+  CHECK_THAT(ptc_to_json(*a), Catch::Contains(R"("heads": 4)"));
   const std::string canon = ptc_to_json(*a);
   auto b = parse_ptc_json(canon, "canonical");
   REQUIRE(b.is_ok());

@@ -80,7 +80,7 @@ TEST_CASE("llama template: q/k/v/gate/up split rows, o/down columns, norms repli
   auto t = builtin_template("llama");
   REQUIRE(t.is_ok());
   std::vector<std::string> skipped;
-  auto p = infer_ptc(*t, tiny_llama(), Parallelism{2, 2, 1}, "ckpt", &skipped);
+  auto p = infer_ptc(*t, tiny_llama(), Parallelism{2, 2, 1}, "ckpt", nullptr, &skipped);
   REQUIRE(p.is_ok());
   CHECK(p->num_layers == 2);
   CHECK(p->parallelism == Parallelism{2, 2, 1});
@@ -213,4 +213,123 @@ TEST_CASE("HF checkpoints: one file, or the index's files; the index must agree 
   auto extra = hf_tensors({files[0], {listing[1], header_of({info("a", {3, 2}), info("c", {1})})}}, index, "d");
   REQUIRE_FALSE(extra.is_ok());
   CHECK_THAT(extra.status().message(), Catch::Contains("tensor c is not in model.safetensors.index.json"));
+}
+
+namespace {
+
+// tiny_llama's config.json.
+const char kTinyLlamaConfig[] = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000,
+  "num_hidden_layers": 2, "tie_word_embeddings": false, "rope_theta": 10000.0, "torch_dtype": "bfloat16"})";
+
+HfConfig config_of(const std::string& text) {
+  auto c = parse_hf_config(text, "ck/config.json");
+  INFO(c.status().to_string());
+  REQUIRE(c.is_ok());
+  return *c;
+}
+
+}  // namespace
+
+TEST_CASE("llama template with config.json: q and o hold the attention heads, k and v the key/value heads",
+          "[template]") {
+  auto t = builtin_template("llama");
+  REQUIRE(t.is_ok());
+  const HfConfig config = config_of(kTinyLlamaConfig);
+  auto p = infer_ptc(*t, tiny_llama(), Parallelism{2, 1, 1}, "ck", &config);
+  INFO(p.status().to_string());
+  REQUIRE(p.is_ok());
+  CHECK(p->find("model.layers.0.self_attn.q_proj.weight")->heads == 4);
+  CHECK(p->find("model.layers.1.self_attn.k_proj.weight")->heads == 2);
+  CHECK(p->find("model.layers.1.self_attn.v_proj.weight")->heads == 2);
+  CHECK(p->find("model.layers.0.self_attn.o_proj.weight")->heads == 4);
+  CHECK(p->find("model.layers.0.mlp.up_proj.weight")->heads == 0);
+  CHECK(p->find("model.embed_tokens.weight")->heads == 0);
+  CHECK(Layout::make(*p, {2, 1, 1}).is_ok());
+  // tp=4 divides every shape (k and v have 32 rows), but not the 2 key/value heads.
+  for (int tp : {4, 8}) {
+    auto l = Layout::make(*p, {tp, 1, 1});
+    REQUIRE_FALSE(l.is_ok());
+    CHECK(l.status().message() == "tensor 'model.layers.0.self_attn.k_proj.weight': dimension 0 holds 2 heads, "
+                                  "which tp=" + std::to_string(tp) +
+                                      " does not divide (a rank would hold part of a head)");
+  }
+  // Without config.json nothing says where the heads are: the old behaviour.
+  auto bare = infer_ptc(*t, tiny_llama(), Parallelism{4, 1, 1}, "ck");
+  REQUIRE(bare.is_ok());
+  CHECK(bare->find("model.layers.0.self_attn.k_proj.weight")->heads == 0);
+  CHECK(Layout::make(*bare, {4, 1, 1}).is_ok());
+}
+
+TEST_CASE("llama template with config.json: shapes that disagree with it are all listed", "[template]") {
+  auto t = builtin_template("llama");
+  REQUIRE(t.is_ok());
+  // config.json says 4 key/value heads (k, v: 64 rows) and a wider MLP than the files hold.
+  const HfConfig config = config_of(R"({"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+                                       "intermediate_size": 256, "vocab_size": 1000})");
+  auto p = infer_ptc(*t, tiny_llama(1), Parallelism{}, "ck", &config);
+  REQUIRE_FALSE(p.is_ok());
+  CHECK(p.status().message() ==
+        "ck: 5 tensors disagree with config.json (template 'llama'):"
+        "\n  model.layers.0.mlp.down_proj.weight: [64, 128] (config.json: [64, 256] = [hidden_size, intermediate_size])"
+        "\n  model.layers.0.mlp.gate_proj.weight: [128, 64] (config.json: [256, 64] = [intermediate_size, hidden_size])"
+        "\n  model.layers.0.mlp.up_proj.weight: [128, 64] (config.json: [256, 64] = [intermediate_size, hidden_size])"
+        "\n  model.layers.0.self_attn.k_proj.weight: [32, 64] (config.json: [64, 64] = "
+        "[num_key_value_heads*head_dim, hidden_size])"
+        "\n  model.layers.0.self_attn.v_proj.weight: [32, 64] (config.json: [64, 64] = "
+        "[num_key_value_heads*head_dim, hidden_size])");
+  // A config.json without a value a rule needs.
+  const HfConfig partial = config_of(R"({"hidden_size": 64, "num_attention_heads": 4})");
+  auto q = infer_ptc(*t, tiny_llama(1), Parallelism{}, "ck", &partial);
+  REQUIRE_FALSE(q.is_ok());
+  CHECK_THAT(q.status().message(), Catch::Contains("config.json has no integer 'vocab_size'"));
+}
+
+TEST_CASE("llama template with config.json: an untied output layer must be there", "[template]") {
+  auto t = builtin_template("llama");
+  REQUIRE(t.is_ok());
+  auto tensors = tiny_llama(1);
+  std::erase_if(tensors, [](const TensorInfo& x) { return x.name == "lm_head.weight"; });
+  const HfConfig untied = config_of(kTinyLlamaConfig);
+  auto p = infer_ptc(*t, tensors, Parallelism{}, "ck", &untied);
+  REQUIRE_FALSE(p.is_ok());
+  CHECK(p.status().message() == "ck: config.json says tie_word_embeddings is false, but the checkpoint has no tensor "
+                                "matching 'lm_head.weight'");
+  HfConfig tied = untied;
+  tied.tie_word_embeddings = true;
+  CHECK(infer_ptc(*t, tensors, Parallelism{}, "ck", &tied).is_ok());
+}
+
+TEST_CASE("templates: heads and shape are products of integers and config.json names", "[template]") {
+  auto t = parse_template_json(R"({"name": "t", "rules": [
+      {"match": "qkv", "tp_dim": 0, "parts": 3, "heads": "n_head", "shape": ["3*n_embd", null]},
+      {"match": "fixed", "tp_dim": 1, "heads": 6}]})",
+                               "t.json");
+  REQUIRE(t.is_ok());
+  CHECK(rule_to_json(t->rules[0]) == nlohmann::json::parse(R"({"match": "qkv", "tp_dim": 0, "parts": 3,
+                                                               "heads": "n_head", "shape": ["3*n_embd", null]})"));
+  const std::vector<TensorInfo> tensors{info("qkv", {96, 5}), info("fixed", {2, 12})};
+  // A plain number holds without config.json; a name needs it.
+  auto bare = infer_ptc(*t, tensors, Parallelism{}, "ck");
+  REQUIRE(bare.is_ok());
+  CHECK(bare->find("fixed")->heads == 6);
+  CHECK(bare->find("qkv")->heads == 0);
+  const HfConfig config = config_of(R"({"n_head": 4, "n_embd": 32, "n_inner": null})");
+  auto p = infer_ptc(*t, tensors, Parallelism{}, "ck", &config);
+  REQUIRE(p.is_ok());
+  CHECK(p->find("qkv")->heads == 4);
+  CHECK(Layout::make(*p, {2, 1, 1}).is_ok());
+  CHECK_THAT(Layout::make(*p, {4, 1, 1}).status().message(), Catch::Contains("tensor 'fixed': dimension 1 holds 6"));
+  const auto refuse = [](const std::string& rule, const std::string& needle) {
+    auto r = parse_template_json(R"({"name": "x", "rules": [)" + rule + "]}", "my.json");
+    REQUIRE_FALSE(r.is_ok());
+    CHECK_THAT(r.status().message(), Catch::Contains(needle));
+  };
+  refuse(R"({"match": "a", "heads": 2})", "my.json: rules[0]: 'heads' needs a 'tp_dim'");
+  refuse(R"({"match": "a", "tp_dim": 0, "heads": "n_head+1"})", "'n_head+1' is not a product of integers");
+  refuse(R"({"match": "a", "tp_dim": 0, "heads": "2**n"})", "is not a product");
+  refuse(R"({"match": "a", "tp_dim": 0, "heads": 0})", "heads: 0 is outside");
+  refuse(R"({"match": "a", "shape": "hidden_size"})", "shape must be a list");
+  refuse(R"({"match": "a", "shape": [true]})", "shape[0]");
+  refuse(R"({"match": "a", "required_if_untied": 1})", "required_if_untied must be true or false");
 }

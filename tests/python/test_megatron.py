@@ -100,3 +100,25 @@ def test_megatron_core_prefixes_are_recognised():
     assert got["tensors"]["decoder.layers.3.self_attention.dense.weight"]["layer"] == 3
     assert got["tensors"]["decoder.final_layernorm.weight"]["stage"] == "last"
     assert got["num_layers"] == 4
+
+
+def test_heads_go_on_the_attention_tensors_and_refuse_a_tp_that_splits_one():
+    # 8 heads in 2 key/value groups, Megatron's interleaved QKV: the QKV rows are 2 groups.
+    ptc = ptcfs.infer_megatron(gpt_shapes(), tp=2, qkv_parts=None, heads=8, query_groups=2)
+    T = ptc["tensors"]
+    assert T["layers.0.self_attention.query_key_value.weight"] == {"dtype": "F32", "shape": [192, 64], "tp_dim": 0,
+                                                                   "heads": 2, "layer": 0}
+    assert T["layers.1.self_attention.query_key_value.bias"]["heads"] == 2
+    assert T["layers.0.self_attention.dense.weight"] == {"dtype": "F32", "shape": [64, 64], "tp_dim": 1, "heads": 8,
+                                                         "layer": 0}
+    assert "heads" not in T["layers.0.mlp.dense_h_to_4h.weight"] and "heads" not in T["layers.0.self_attention.dense.bias"]
+    with pytest.raises(ptcfs.Error, match="query_key_value.bias': dimension 0 holds 2 heads, which tp=4 does not"):
+        P.with_parallelism(ptc, 4, 1, 1)
+    # Non-interleaved [Q; K; V]: each of the 3 parts holds every head.
+    mha = ptcfs.infer_megatron(gpt_shapes(), tp=2, heads=8)
+    assert mha["tensors"]["layers.0.self_attention.query_key_value.weight"]["heads"] == 8
+    assert mha["tensors"]["layers.0.self_attention.query_key_value.weight"]["parts"] == 3
+    with pytest.raises(ptcfs.Error, match="qkv_parts=3 needs equal parts"):
+        ptcfs.infer_megatron(gpt_shapes(), tp=2, heads=8, query_groups=2)
+    with pytest.raises(ptcfs.Error, match=r"heads \(8\) is not a multiple of query_groups \(3\)"):
+        ptcfs.infer_megatron(gpt_shapes(), tp=2, qkv_parts=None, heads=8, query_groups=3)

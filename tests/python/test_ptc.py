@@ -127,6 +127,40 @@ def test_layouts_that_do_not_split_are_refused(tp, pp, text):
     assert text in e.value.message
 
 
+QKV = ("tensors", "layers.0.self_attention.query_key_value.weight")  # [192, 64]: 3 x hidden rows
+
+
+def test_heads_are_read_written_and_refuse_a_tp_that_splits_a_head():
+    ptc = bad(gpt(), QKV + ("heads",), 4)  # 4 heads of 48 rows (q, k, v of 16 each, interleaved)
+    assert P.loads(json.dumps(ptc))["tensors"][QKV[1]]["heads"] == 4
+    assert json.loads(P.dumps(ptc))["tensors"][QKV[1]]["heads"] == 4
+    P.check_layout(ptc, tp=2)
+    P.check_layout(ptc, tp=4)
+    # tp=8 divides the 192 rows (24 each) but not the 4 heads.
+    assert P.local_shape(gpt()["tensors"][QKV[1]], 8) == [24, 64]
+    with pytest.raises(ptcfs.Error) as e:
+        P.with_parallelism(ptc, 8, 2, 1)
+    assert e.value.message == ("ptc.json: config tp=8,pp=2: tensor 'layers.0.self_attention.query_key_value.weight': "
+                               "dimension 0 holds 4 heads, which tp=8 does not divide (a rank would hold part of a head)")
+    with pytest.raises(ptcfs.Error, match="holds 4 heads, which tp=8"):
+        P.pieces(ptc["tensors"][QKV[1]], 8, 0)
+    with pytest.raises(ptcfs.Error, match="holds 4 heads per part, which tp=8"):
+        P.local_shape({"dtype": "F32", "shape": [96, 2], "tp_dim": 0, "parts": 3, "heads": 4}, 8)
+
+
+@pytest.mark.parametrize("mutate, text", [
+    (lambda p: bad(p, QKV + ("heads",), 5), "shape[0] (192) is not 5 equal heads"),
+    (lambda p: bad(p, QKV + ("heads",), 0), "heads: 0 is outside [1,"),
+    (lambda p: bad(p, QKV + ("heads",), "4"), "heads: expected an integer"),
+    (lambda p: bad(p, EMB + ("heads",), 2), "'heads' and 'pad_to' cannot be combined"),
+    (lambda p: bad(p, ("tensors", "layers.0.input_layernorm.weight", "heads"), 2), "'heads' needs a 'tp_dim'"),
+])
+def test_bad_heads_are_refused_as_the_daemon_refuses_them(mutate, text):
+    with pytest.raises(ptcfs.Error) as e:
+        P.loads(json.dumps(mutate(gpt())), "x/ptc.json")
+    assert text in e.value.message, e.value.message
+
+
 def test_stage_list_beyond_pp_is_refused():
     p = bad(gpt(pp=1), ("tensors", "extra/rng_state", "stage"), [0, 3])
     with pytest.raises(ptcfs.Error, match="placed on stage 3 but there are only 2 stages"):

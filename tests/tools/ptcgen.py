@@ -80,7 +80,7 @@ def nbytes_of(dtype: str, shape: Iterable[int]) -> int:
 # PTC construction
 
 PTC_TOP_KEYS = {"parallelism", "num_layers", "tensors"}
-PTC_TENSOR_KEYS = {"dtype", "shape", "tp_dim", "parts", "pad_to", "layer", "stage"}
+PTC_TENSOR_KEYS = {"dtype", "shape", "tp_dim", "parts", "pad_to", "heads", "layer", "stage"}
 
 
 def _t(dtype, shape, tp_dim=None, parts=None, pad_to=None, layer=None, stage=None) -> dict:
@@ -187,6 +187,8 @@ def validate_ptc(ptc: dict, tp: Optional[int] = None, pp: Optional[int] = None) 
         n = spec.get("parts", 1)
         if "pad_to" in spec:
             continue
+        if "heads" in spec and ((shape[k] // n) % spec["heads"] or spec["heads"] % tp):
+            raise ValueError(f"{name}: {spec['heads']} heads per part do not split over tp={tp}")
         if shape[k] % n or (shape[k] // n) % tp:
             raise ValueError(f"{name}: dimension {k} of size {shape[k]} does not split into "
                              f"{n} part(s) x tp={tp}")
