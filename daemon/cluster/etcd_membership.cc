@@ -28,7 +28,7 @@ ptc::Result<std::unique_ptr<EtcdMembership>> EtcdMembership::join(const EtcdOpti
                                                                   transport::PeerBackend& peers) {
   // Calls to etcd wait at most a quarter of the lease: a node notices it is cut off in time to fence.
   const auto timeout = std::chrono::milliseconds(std::clamp<int64_t>(options.lease_ttl_s * 250, 200, 2000));
-  PTC_ASSIGN_OR_RETURN(auto client, transport::EtcdClient::make(options.urls, timeout), "--etcd");
+  PTC_ASSIGN_OR_RETURN(auto client, transport::EtcdClient::make(options.urls, timeout, options.tls), "--etcd");
   std::unique_ptr<EtcdMembership> m(new EtcdMembership(options, std::move(client), peers));
   PTC_ASSIGN_OR_RETURN(auto existing, m->etcd_->get(node_key(options.id)), "reading node " + options.id + " from etcd");
   if (existing) {
