@@ -301,6 +301,11 @@ def test_daemonset_command_line_starts_a_daemon_the_probes_find_ready(tmp_path):
             assert py.returncode == 0, py.stderr
             want = [f"{n} {tuple(a.shape)} {a.dtype}" for n, a in sorted(ck.slices[(0, 0)].items())]
             assert py.stdout.splitlines() == want + ["True"]
+            # etcd gone: the liveness probe still finds the daemon alive (it fences itself; reads go on).
+            etcd.stop()
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}{c['livenessProbe']['httpGet']['path']}",
+                                        timeout=c["livenessProbe"]["timeoutSeconds"]) as r:
+                assert (r.status, r.read()) == (200, b"ok\n")
         finally:
             d.stop()
 
