@@ -67,6 +67,7 @@ void EtcdMembership::stop() {
   wait_cv_.notify_all();
   if (keep_alive_thread_.joinable()) keep_alive_thread_.join();
   if (watch_thread_.joinable()) watch_thread_.join();
+  if (lease_.load() == 0) return;  // a join that failed before registering: nothing to leave
   if (auto s = etcd_->revoke(lease_.load()); !s) ptc::log::warn("leaving etcd: {}", s.to_string());
   else ptc::log::info("node {} left the cluster in etcd", options_.id);
 }

@@ -403,7 +403,7 @@ def test_runtime_image_carries_the_direct_client_library_where_ptcfs_direct_find
     (pkg,) = [a.split()[2] for w, a in runtime if w == "COPY" and a.split()[1] == "/src/python/ptcfs"]
     os.makedirs(os.path.dirname(image_root + pkg))
     subprocess.run(["cp", "-r", os.path.join(REPO, "python", "ptcfs"), image_root + pkg], check=True)
-    probe = ("import ptcfs.direct as d; lib = d.library(); print(lib is not None, lib and lib._name, d.library_error())")
+    probe = "import ptcfs.direct as d; lib = d.library(); print(lib is not None, lib and lib._name, d.library_error())"
     py = subprocess.run(["/usr/bin/python3", "-c", probe], capture_output=True, text=True, timeout=60, cwd=image_root,
                         env={"PATH": os.environ["PATH"], "PYTHONPATH": os.path.dirname(image_root + pkg),
                              "PTCFS_BUILD": str(tmp_path / "no-build"),

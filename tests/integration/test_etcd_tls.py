@@ -38,13 +38,15 @@ def etcd_node(root: str, etcd: Etcd, name: str, secret: str, tls: list) -> Daemo
 
 
 def refused(root: str, etcd: Etcd, name: str, secret: str, tls: list) -> str:
-    """Runs a daemon that must fail to join; its stderr."""
+    """Runs a daemon that must fail to join; the reason it gives, its only line on stderr."""
     d = etcd_node(root, etcd, name, secret, tls)
     r = subprocess.run([PTCFSD, "--data", d.data, "--mount", d.mnt, *d.flags], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 1, (tls, r.returncode, r.stderr)
     assert not os.path.ismount(d.mnt)
-    return r.stderr
+    # One line: no second error from leaving a cluster it never joined.
+    (line,) = r.stderr.splitlines()
+    return line.split(" ERROR joining the cluster in etcd: ", 1)[1]
 
 
 def test_daemons_with_the_clusters_client_certificate_join_etcd_over_tls(tmp_path):
@@ -80,28 +82,30 @@ def test_daemons_without_a_certificate_of_etcds_ca_are_refused_with_the_reason(t
     secret = write_secret(root)
     with Etcd(root, tls=certs) as etcd:
         endpoint = etcd.endpoints
+        refusal = ("refused this node's TLS connection during the TLS handshake (sslv3 alert bad certificate): "
+                   "etcd wants a client certificate (--etcd-cert, --etcd-key) signed by the CA it trusts")
+        untrusted = ("presented a certificate this node does not trust (unable to get local issuer certificate): "
+                     "it must be signed by the CA of --etcd-ca and name 127.0.0.1")
         # No client certificate: etcd's --client-cert-auth refuses the connection.
-        err = refused(root, etcd, "nocert", secret, tls_flags(certs, cert=False))
-        assert f"permission_denied: etcd at {endpoint} refused this node's TLS connection" in err, err
-        assert "etcd wants a client certificate (--etcd-cert, --etcd-key) signed by the CA it trusts" in err, err
+        assert refused(root, etcd, "nocert", secret, tls_flags(certs, cert=False)) == (
+            f"permission_denied: reading node nocert from etcd: etcd at {endpoint} {refusal}")
         # A client certificate another CA signed: refused the same way.
-        err = refused(root, etcd, "otherca", secret,
-                      [f"--etcd-ca={certs}/ca.crt", f"--etcd-cert={other}/client.crt", f"--etcd-key={other}/client.key"])
-        assert f"permission_denied: etcd at {endpoint} refused this node's TLS connection" in err, err
+        assert refused(root, etcd, "otherca", secret, [f"--etcd-ca={certs}/ca.crt", f"--etcd-cert={other}/client.crt",
+                                                       f"--etcd-key={other}/client.key"]) == (
+            f"permission_denied: reading node otherca from etcd: etcd at {endpoint} {refusal}")
         # Trusting another CA: the daemon does not accept etcd's certificate.
-        err = refused(root, etcd, "trustsother", secret,
-                      [f"--etcd-ca={other}/ca.crt", f"--etcd-cert={certs}/client.crt", f"--etcd-key={certs}/client.key"])
-        assert (f"permission_denied: etcd at {endpoint} presented a certificate this node does not trust "
-                "(unable to get local issuer certificate): it must be signed by the CA of --etcd-ca and name "
-                "127.0.0.1") in err, err
+        assert refused(root, etcd, "trustsother", secret, [f"--etcd-ca={other}/ca.crt",
+                                                           f"--etcd-cert={certs}/client.crt",
+                                                           f"--etcd-key={certs}/client.key"]) == (
+            f"permission_denied: reading node trustsother from etcd: etcd at {endpoint} {untrusted}")
         # No TLS flags: the system's CAs do not vouch for etcd's certificate either.
-        err = refused(root, etcd, "noflags", secret, [])
-        assert f"permission_denied: etcd at {endpoint} presented a certificate this node does not trust" in err, err
+        assert refused(root, etcd, "noflags", secret, []) == (
+            f"permission_denied: reading node noflags from etcd: etcd at {endpoint} {untrusted}")
         # Plain HTTP to etcd's TLS port: etcd hangs up.
         plain = endpoint.replace("https://", "http://")
         d = etcd_node(root, etcd, "plain", secret, [])
-        r = subprocess.run([PTCFSD, "--data", d.data, "--mount", d.mnt,
-                            *[plain if a == endpoint else a for a in d.flags]], capture_output=True, text=True, timeout=30)
+        r = subprocess.run([PTCFSD, "--data", d.data, "--mount", d.mnt, *[plain if a == endpoint else a for a in d.flags]],
+                           capture_output=True, text=True, timeout=30)
         assert r.returncode == 1 and f"etcd at {plain} failed during /v3/kv/range: end of stream" in r.stderr, r.stderr
         # None of them registered.
         assert etcd.keys("/ptcfs/nodes/") == []
