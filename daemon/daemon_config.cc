@@ -22,6 +22,9 @@ ptc::Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f) {
   c.listen = f.listen;
   std::string secret_file = f.secret_file;
   c.etcd = f.etcd;
+  c.etcd_tls = f.etcd_tls;
+  if (f.etcd.empty() && (!f.etcd_tls.ca_file.empty() || !f.etcd_tls.cert_file.empty() || !f.etcd_tls.key_file.empty()))
+    return ptc::invalid("--etcd-ca, --etcd-cert and --etcd-key go with --etcd https://...");
   if (!f.etcd.empty()) {
     if (!f.cluster.empty()) return ptc::invalid("--etcd and --cluster exclude each other (etcd keeps the members)");
     if (f.node.empty()) return ptc::invalid("--etcd needs --node ID (this node's id in the cluster)");

@@ -34,6 +34,7 @@ namespace {
 struct Options {
   std::string data, mount, listen = "127.0.0.1:7070", cluster, node, secret_file, etcd, log_level = "info";
   std::string metrics, log_format = "text";
+  ptcfs::transport::EtcdTls etcd_tls;
   std::string direct_socket;  // empty: DATA/direct.sock; "none": no direct socket
   int gpus = 1;
   int64_t lease_ttl_s = 10;
@@ -55,7 +56,8 @@ void raise_fd_limit() {
 int run(const Options& o, bool listen_given) {
   using namespace ptcfs;
   auto cfg_r = resolve_daemon_config(
-      DaemonFlags{o.data, o.mount, o.listen, o.cluster, o.node, o.secret_file, o.etcd, o.gpus, listen_given});
+      DaemonFlags{o.data, o.mount, o.listen, o.cluster, o.node, o.secret_file, o.etcd, o.etcd_tls, o.gpus,
+                  listen_given});
   if (!cfg_r) {
     ptc::log::error("{}", cfg_r.status().message());
     return 2;
@@ -98,7 +100,8 @@ int run(const Options& o, bool listen_given) {
   std::unique_ptr<Membership> membership;
   EtcdMembership* etcd = nullptr;
   if (!cfg.etcd.empty()) {
-    auto m = EtcdMembership::join(EtcdOptions{cfg.etcd, o.node, cfg.listen, o.gpus, o.lease_ttl_s}, *peers);
+    auto m =
+        EtcdMembership::join(EtcdOptions{cfg.etcd, cfg.etcd_tls, o.node, cfg.listen, o.gpus, o.lease_ttl_s}, *peers);
     if (!m) {
       ptc::log::error("joining the cluster in etcd: {}", m.status().to_string());
       return 1;
@@ -303,8 +306,13 @@ int main(int argc, char** argv) {
                                 "Control address HOST:PORT (loopback only without a cluster secret)")
                     ->capture_default_str();
   app.add_option("--etcd", o.etcd,
-                 "etcd endpoints http://HOST:PORT[,...]: the node registers there (with --node, --listen, --gpus) "
+                 "etcd endpoints http://HOST:PORT[,...] or https://...: the node registers there (with --node, --listen, --gpus) "
                  "and every commit is an etcd transaction; nodes join and leave at runtime");
+  app.add_option("--etcd-ca", o.etcd_tls.ca_file,
+                 "With https:// --etcd: the CA that signed etcd's certificate (PEM; default: the system's CAs)");
+  app.add_option("--etcd-cert", o.etcd_tls.cert_file,
+                 "With https:// --etcd: this node's client certificate (PEM), for etcd's --client-cert-auth");
+  app.add_option("--etcd-key", o.etcd_tls.key_file, "With https:// --etcd: the key of --etcd-cert (PEM)");
   app.add_option("--gpus", o.gpus, "GPUs of this node (with --etcd): ranks placed on it")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();

@@ -1,6 +1,7 @@
 // Serves the metrics facade's registry (ptc/metrics.h) and the node's state gauges as
 // Prometheus text at http://ADDR/metrics (ptcfsd --metrics ADDR), through prometheus-cpp's
-// exposer. The gauges are read at each scrape.
+// exposer. The gauges are read at each scrape. http://ADDR/healthz answers "ok" at once, for
+// probes (docs/OPERATIONS.md "Health"): it reads no gauge.
 #pragma once
 
 #include <functional>

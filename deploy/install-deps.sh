@@ -20,11 +20,11 @@ BUILD_PACKAGES=(
   libfmt-dev
   libssl-dev
   libglpk-dev
-  prometheus-cpp-dev
+  prometheus-cpp-dev libcivetweb-dev
 )
 TEST_PACKAGES=(
   python3-numpy python3-pytest python3-torch python3-yaml
-  etcd-server etcd-client
+  etcd-server etcd-client openssl
   prometheus
   clang libclang-rt-14-dev
   iproute2 util-linux

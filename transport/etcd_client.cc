@@ -3,10 +3,12 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
 #include "ptc/json_util.h"
+#include "transport/etcd_connection.h"
 
 namespace ptcfs::transport {
 
@@ -107,11 +109,10 @@ ptc::Status etcd_error(const std::string& body, unsigned http_status) {
   }
 }
 
-struct Endpoint {
-  std::string host, port, text;
-};
-
 }  // namespace
+
+using etcd::Connection;
+using etcd::Endpoint;
 
 EtcdCompare EtcdCompare::mod_is(std::string key, int64_t rev) { return {std::move(key), "MOD", rev, {}}; }
 EtcdCompare EtcdCompare::lease_is(std::string key, int64_t lease) { return {std::move(key), "LEASE", lease, {}}; }
@@ -127,33 +128,16 @@ struct EtcdClient::Impl {
   std::string urls;
   std::vector<Endpoint> endpoints;
   std::chrono::milliseconds timeout;
+  std::shared_ptr<asio::ssl::context> tls;  // for https:// endpoints
   std::atomic<size_t> preferred{0};  // the endpoint that last answered
-
-  // A connected stream to `ep` within the deadline, or why not (kUnavailable).
-  ptc::Status connect(asio::io_context& ioc, beast::tcp_stream& stream, const Endpoint& ep) {
-    asio::ip::tcp::resolver resolver(ioc);
-    beast::error_code ec;
-    auto addrs = resolver.resolve(ep.host, ep.port, ec);
-    if (ec) return ptc::unavailable("cannot resolve etcd endpoint " + ep.text + ": " + ec.message());
-    stream.expires_after(timeout);
-    bool done = false;
-    stream.async_connect(addrs, [&](beast::error_code e, const auto&) {
-      ec = e;
-      done = true;
-    });
-    ioc.run();
-    ioc.restart();
-    if (!done || ec) return ptc::unavailable("cannot reach etcd at " + ep.text + ": " + ec.message());
-    return ptc::Status::ok();
-  }
 
   // One POST to one endpoint. `sent` tells whether the request left (a failure after that
   // may have been applied).
   ptc::Result<json> post_to(const Endpoint& ep, const std::string& path, const std::string& body, bool& sent) {
     sent = false;
     asio::io_context ioc;
-    beast::tcp_stream stream(ioc);
-    PTC_RETURN_IF_ERROR(connect(ioc, stream, ep));
+    Connection conn(ioc, tls.get());
+    PTC_RETURN_IF_ERROR(conn.open(ep, timeout));
     http::request<http::string_body> req{http::verb::post, path, 11};
     req.set(http::field::host, ep.host);
     req.set(http::field::content_type, "application/json");
@@ -163,16 +147,18 @@ struct EtcdClient::Impl {
     http::response<http::string_body> res;
     beast::error_code failed;
     bool done = false;
-    stream.expires_after(timeout);
-    http::async_write(stream, req, [&](beast::error_code e, size_t) {
-      sent = true;
-      if (e) {
-        failed = e;
-        return;
-      }
-      http::async_read(stream, buf, res, [&](beast::error_code e2, size_t) {
-        failed = e2;
-        done = !e2;
+    conn.tcp().expires_after(timeout);
+    conn.with([&](auto& stream) {
+      http::async_write(stream, req, [&](beast::error_code e, size_t) {
+        sent = true;
+        if (e) {
+          failed = e;
+          return;
+        }
+        http::async_read(stream, buf, res, [&](beast::error_code e2, size_t) {
+          failed = e2;
+          done = !e2;
+        });
       });
     });
     ioc.run();
@@ -181,7 +167,7 @@ struct EtcdClient::Impl {
         return ptc::error(ptc::Code::kDeadlineExceeded,
                           "etcd at " + ep.text + " did not answer " + path + " within " +
                               std::to_string(timeout.count()) + " ms");
-      return ptc::unavailable("etcd at " + ep.text + " failed during " + path + ": " + failed.message());
+      return conn.failed(ep, path, failed);
     }
     if (res.result() != http::status::ok) return etcd_error(res.body(), res.result_int());
     json j = ptc::parse_json_lenient(res.body());
@@ -213,29 +199,17 @@ struct EtcdClient::Impl {
   }
 };
 
-ptc::Result<std::unique_ptr<EtcdClient>> EtcdClient::make(const std::string& urls, std::chrono::milliseconds timeout) {
+ptc::Result<std::unique_ptr<EtcdClient>> EtcdClient::make(const std::string& urls, std::chrono::milliseconds timeout,
+                                                        const EtcdTls& tls) {
   auto impl = std::make_unique<Impl>();
   impl->urls = urls;
   impl->timeout = timeout;
-  size_t at = 0;
-  while (at <= urls.size()) {
-    size_t comma = urls.find(',', at);
-    if (comma == std::string::npos) comma = urls.size();
-    const std::string url = urls.substr(at, comma - at);
-    at = comma + 1;
-    const std::string scheme = "http://";
-    if (url.rfind(scheme, 0) != 0)
-      return ptc::invalid("etcd endpoint '" + url + "' must be http://HOST:PORT (TLS endpoints are not supported)");
-    std::string hostport = url.substr(scheme.size());
-    if (!hostport.empty() && hostport.back() == '/') hostport.pop_back();
-    const size_t colon = hostport.rfind(':');
-    Endpoint ep;
-    ep.text = url;
-    ep.host = colon == std::string::npos ? hostport : hostport.substr(0, colon);
-    ep.port = colon == std::string::npos ? "2379" : hostport.substr(colon + 1);
-    if (ep.host.empty() || ep.port.empty() || ep.port.find_first_not_of("0123456789") != std::string::npos)
-      return ptc::invalid("etcd endpoint '" + url + "' must be http://HOST:PORT");
-    impl->endpoints.push_back(std::move(ep));
+  PTC_ASSIGN_OR_RETURN(impl->endpoints, etcd::parse_endpoints(urls));
+  if (impl->endpoints.front().tls) {
+    PTC_ASSIGN_OR_RETURN(impl->tls, etcd::make_tls_context(tls));
+  } else if (!tls.ca_file.empty() || !tls.cert_file.empty() || !tls.key_file.empty()) {
+    // Certificates given for a plain endpoint would be ignored: the records would go in clear.
+    return ptc::invalid("--etcd-ca, --etcd-cert and --etcd-key need https:// etcd endpoints (--etcd " + urls + ")");
   }
   return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(impl)));
 }
@@ -320,8 +294,8 @@ ptc::Status EtcdClient::watch_prefix(const std::string& prefix, int64_t start_re
                                      const std::function<bool()>& stop) {
   const Endpoint& ep = impl_->endpoints[impl_->preferred.load() % impl_->endpoints.size()];
   asio::io_context ioc;
-  beast::tcp_stream stream(ioc);
-  PTC_RETURN_IF_ERROR(impl_->connect(ioc, stream, ep));
+  Connection conn(ioc, impl_->tls.get());
+  PTC_RETURN_IF_ERROR(conn.open(ep, impl_->timeout));
   json create{{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}};
   if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
   http::request<http::string_body> req{http::verb::post, "/v3/watch", 11};
@@ -386,28 +360,33 @@ ptc::Status EtcdClient::watch_prefix(const std::string& prefix, int64_t start_re
       io.restart();
       io.run();
     }
-  } drain{stream, ioc};
-  stream.expires_after(impl_->timeout);
-  http::async_write(stream, req, [&](beast::error_code e, size_t) {
-    ec = e;
-    busy = false;
+  } drain{conn.tcp(), ioc};
+  conn.tcp().expires_after(impl_->timeout);
+  conn.with([&](auto& stream) {
+    http::async_write(stream, req, [&](beast::error_code e, size_t) {
+      ec = e;
+      busy = false;
+    });
   });
   ioc.run();
   ioc.restart();
-  if (busy || ec) return ptc::unavailable("etcd at " + ep.text + " refused the watch of " + prefix + ": " + ec.message());
-  stream.expires_never();
+  if (busy) return ptc::unavailable("etcd at " + ep.text + " did not take the watch of " + prefix);
+  if (ec) return conn.failed(ep, "the watch of " + prefix, ec);
+  conn.tcp().expires_never();
   busy = false;
   while (!stop() && failed.is_ok()) {
     if (!busy) {
       busy = true;
-      http::async_read_some(stream, buf, parser, [&](beast::error_code e, size_t) {
-        ec = e;
-        busy = false;
+      conn.with([&](auto& stream) {
+        http::async_read_some(stream, buf, parser, [&](beast::error_code e, size_t) {
+          ec = e;
+          busy = false;
+        });
       });
     }
     ioc.run_for(std::chrono::milliseconds(200));
     ioc.restart();
-    if (!busy && ec) return ptc::unavailable("the watch of " + prefix + " on etcd at " + ep.text + " ended: " + ec.message());
+    if (!busy && ec) return conn.failed(ep, "the watch of " + prefix, ec);
     if (parser.is_done()) {
       if (!pending.empty()) on_line(pending);
       if (failed.is_ok() && parser.get().result() != http::status::ok)

@@ -5,8 +5,9 @@
 //
 // Every call has a deadline and tries the endpoints in turn, starting with the one that last
 // answered, so a cluster of etcd members that lost one keeps serving. Errors: kUnavailable
-// (no endpoint answered), kDeadlineExceeded (one accepted the call and went silent), or
-// etcd's own error (a lease not found is kNotFound).
+// (no endpoint answered), kDeadlineExceeded (one accepted the call and went silent),
+// kPermissionDenied (TLS refused either way), or etcd's own error (a lease not found is
+// kNotFound).
 //
 // Thread-safety: every method may be called from any thread (each call has its own connection).
 #pragma once
@@ -62,11 +63,22 @@ struct EtcdRange {
   int64_t revision = 0;
 };
 
+// TLS to etcd's https:// endpoints (docs/DEPLOY.md "etcd and TLS"): the CA that signed etcd's
+// certificate (empty: the system's CAs), and this client's certificate and key (PEM files),
+// which etcd started with --client-cert-auth requires.
+struct EtcdTls {
+  std::string ca_file, cert_file, key_file;
+};
+
 class EtcdClient {
  public:
-  // `urls`: comma-separated http://HOST:PORT endpoints. kInvalidArgument names a bad one.
+  // `urls`: comma-separated http://HOST:PORT endpoints, or https://HOST:PORT ones spoken to
+  // with `tls`. kInvalidArgument names a bad endpoint or certificate file, or TLS files given
+  // for http:// endpoints. A TLS connection etcd refuses (or whose certificate does not
+  // verify) fails every call with kPermissionDenied.
   static ptc::Result<std::unique_ptr<EtcdClient>> make(const std::string& urls,
-                                                        std::chrono::milliseconds timeout = std::chrono::seconds(2));
+                                                        std::chrono::milliseconds timeout = std::chrono::seconds(2),
+                                                        const EtcdTls& tls = {});
   ~EtcdClient();
 
   const std::string& urls() const;

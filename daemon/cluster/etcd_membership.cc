@@ -28,7 +28,7 @@ ptc::Result<std::unique_ptr<EtcdMembership>> EtcdMembership::join(const EtcdOpti
                                                                   transport::PeerBackend& peers) {
   // Calls to etcd wait at most a quarter of the lease: a node notices it is cut off in time to fence.
   const auto timeout = std::chrono::milliseconds(std::clamp<int64_t>(options.lease_ttl_s * 250, 200, 2000));
-  PTC_ASSIGN_OR_RETURN(auto client, transport::EtcdClient::make(options.urls, timeout), "--etcd");
+  PTC_ASSIGN_OR_RETURN(auto client, transport::EtcdClient::make(options.urls, timeout, options.tls), "--etcd");
   std::unique_ptr<EtcdMembership> m(new EtcdMembership(options, std::move(client), peers));
   PTC_ASSIGN_OR_RETURN(auto existing, m->etcd_->get(node_key(options.id)), "reading node " + options.id + " from etcd");
   if (existing) {
@@ -67,6 +67,7 @@ void EtcdMembership::stop() {
   wait_cv_.notify_all();
   if (keep_alive_thread_.joinable()) keep_alive_thread_.join();
   if (watch_thread_.joinable()) watch_thread_.join();
+  if (lease_.load() == 0) return;  // a join that failed before registering: nothing to leave
   if (auto s = etcd_->revoke(lease_.load()); !s) ptc::log::warn("leaving etcd: {}", s.to_string());
   else ptc::log::info("node {} left the cluster in etcd", options_.id);
 }

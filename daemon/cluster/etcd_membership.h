@@ -28,7 +28,8 @@
 namespace ptcfs {
 
 struct EtcdOptions {
-  std::string urls;  // comma-separated http://HOST:PORT
+  std::string urls;  // comma-separated http://HOST:PORT or https://HOST:PORT
+  transport::EtcdTls tls;  // for https://
   std::string id, addr;
   int gpus = 1;
   int64_t lease_ttl_s = 10;

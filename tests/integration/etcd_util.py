@@ -25,9 +25,13 @@ def require_etcd() -> None:
 class Etcd:
     """`members` etcd processes forming one etcd cluster on loopback."""
 
-    def __init__(self, root: str, members: int = 1, host: str = "127.0.0.1"):
+    def __init__(self, root: str, members: int = 1, host: str = "127.0.0.1", tls: Optional[str] = None):
+        """tls: a folder of deploy/etcd-certs.sh's certificates: clients are served over https
+        and must present a certificate of its CA (--client-cert-auth)."""
         require_etcd()
         self.host = host
+        self.tls = tls
+        self.scheme = "https" if tls else "http"
         self.root = os.path.join(root, "etcd")
         self.names = [f"e{i}" for i in range(members)]
         self.client_ports = [free_port() for _ in range(members)]
@@ -37,20 +41,23 @@ class Etcd:
 
     @property
     def endpoints(self) -> str:
-        return ",".join(f"http://{self.host}:{p}" for p in self.client_ports)
+        return ",".join(f"{self.scheme}://{self.host}:{p}" for p in self.client_ports)
 
     def start(self, i: Optional[int] = None) -> None:
         for k in ([i] if i is not None else range(len(self.names))):
             data = os.path.join(self.root, self.names[k])
             os.makedirs(self.root, exist_ok=True)
             log = open(os.path.join(self.root, f"{self.names[k]}.log"), "ab")
-            client = f"http://{self.host}:{self.client_ports[k]}"
+            client = f"{self.scheme}://{self.host}:{self.client_ports[k]}"
             peer = f"http://{self.host}:{self.peer_ports[k]}"
+            tls = [] if not self.tls else [
+                "--client-cert-auth", "--trusted-ca-file", os.path.join(self.tls, "ca.crt"),
+                "--cert-file", os.path.join(self.tls, "server.crt"), "--key-file", os.path.join(self.tls, "server.key")]
             self.procs[k] = subprocess.Popen(
                 ["etcd", "--name", self.names[k], "--data-dir", data, "--listen-client-urls", client,
                  "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                  "--initial-cluster", self.initial, "--initial-cluster-state", "new",
-                 "--heartbeat-interval", "50", "--election-timeout", "500"],
+                 "--heartbeat-interval", "50", "--election-timeout", "500", *tls],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
             log.close()
         deadline = time.monotonic() + 30
@@ -72,9 +79,11 @@ class Etcd:
             self.kill(i)
 
     def ctl(self, *args, check: bool = True, endpoints: Optional[str] = None) -> subprocess.CompletedProcess:
-        live = endpoints or ",".join(f"http://{self.host}:{p}" for k, p in enumerate(self.client_ports)
+        live = endpoints or ",".join(f"{self.scheme}://{self.host}:{p}" for k, p in enumerate(self.client_ports)
                                      if self.procs[k] is not None and self.procs[k].poll() is None)
-        r = subprocess.run(["etcdctl", "--endpoints", live or self.endpoints, "--command-timeout", "3s", *args],
+        tls = [] if not self.tls else [f"--{flag}={os.path.join(self.tls, name)}" for flag, name in
+                                       (("cacert", "ca.crt"), ("cert", "client.crt"), ("key", "client.key"))]
+        r = subprocess.run(["etcdctl", "--endpoints", live or self.endpoints, "--command-timeout", "3s", *tls, *args],
                            capture_output=True, text=True, timeout=30, env={**os.environ, "ETCDCTL_API": "3"})
         if check and r.returncode != 0:
             pytest.fail(f"etcdctl {' '.join(args)} exited {r.returncode}: {r.stderr}", pytrace=False)

@@ -62,6 +62,10 @@ def daemon_container() -> dict:
     return c
 
 
+def ds_annotations() -> dict:
+    return find("DaemonSet", "ptcfsd")["spec"]["template"]["metadata"]["annotations"]
+
+
 def flags(args) -> dict:
     out = {}
     for a in args:
@@ -89,8 +93,8 @@ def container_env(c: dict, downward: dict) -> dict:
 def test_every_manifest_validates_against_the_kubernetes_schemas():
     objects = [{**o, "_source": f"deploy/k8s/{f}"} for f, o in manifests()]
     kinds = sorted(f"{o['kind']}/{o['metadata']['name']}" for _, o in manifests())
-    assert kinds == ["DaemonSet/ptcfsd", "Job/ptcfs-read-example", "Namespace/ptcfs", "Service/etcd",
-                     "StatefulSet/etcd"]
+    assert kinds == ["DaemonSet/ptcfsd", "Job/ptcfs-read-example", "Namespace/ptcfs", "NetworkPolicy/etcd",
+                     "Service/etcd", "StatefulSet/etcd"]
     r = validate(objects)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip() == f"{len(objects)} objects valid"
@@ -111,7 +115,7 @@ def test_every_manifest_validates_against_the_kubernetes_schemas():
 def test_kustomization_applies_the_deployment_and_not_the_example():
     with open(os.path.join(K8S, "kustomization.yaml")) as f:
         k = yaml.safe_load(f)
-    assert k["resources"] == ["namespace.yaml", "etcd.yaml", "daemonset.yaml"]
+    assert k["resources"] == ["namespace.yaml", "etcd.yaml", "networkpolicy.yaml", "daemonset.yaml"]
     for r in k["resources"]:
         assert os.path.isfile(os.path.join(K8S, r)), r
     namespaces = {o["metadata"].get("namespace") for _, o in manifests() if o["kind"] != "Namespace"}
@@ -149,11 +153,12 @@ def test_daemonset_wiring():
     assert f["node"] == "$(NODE_NAME)" and env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert f["listen"] == "$(POD_IP):7070" and env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert env["PTCFS_DAEMON"]["value"] == f["listen"] and env["PTCFS_SECRET_FILE"]["value"] == f["secret-file"]
-    # Probes and the scrape annotation on the metrics port.
+    # Probes on the cheap /healthz, the scrape annotation on /metrics, both on the node's cluster
+    # address (host networking: 0.0.0.0 would serve every address of the host).
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert f["metrics"] == f"0.0.0.0:{ports['metrics']}" and f["listen"].endswith(f":{ports['control']}")
+    assert f["metrics"] == f"$(POD_IP):{ports['metrics']}" and f["listen"].endswith(f":{ports['control']}")
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}, probe
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
     assert ds["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(ports["metrics"])
     assert f["log-format"] == "json"
     # The direct socket lies on a host path that the example training pod mounts at the same place.
@@ -169,17 +174,81 @@ def test_daemonset_wiring():
     assert svc["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == "etcd"
     client_port = {p["name"]: p["port"] for p in svc["spec"]["ports"]}["client"]
     members = [f"etcd-{i}" for i in range(sts["spec"]["replicas"])]
-    assert f["etcd"].split(",") == [f"http://{m}.etcd.ptcfs.svc:{client_port}" for m in members]
-    etcd_args = dict(a[2:].split("=", 1) for a in sts["spec"]["template"]["spec"]["containers"][0]["command"][1:])
-    assert etcd_args["initial-cluster"].split(",") == [f"{m}=http://{m}.etcd.ptcfs.svc:2380" for m in members]
+    assert f["etcd"].split(",") == [f"https://{m}.etcd.ptcfs.svc:{client_port}" for m in members]
+    etcd_args = dict(a[2:].split("=", 1) if "=" in a else (a[2:], True)
+                     for a in sts["spec"]["template"]["spec"]["containers"][0]["command"][1:])
+    assert etcd_args["initial-cluster"].split(",") == [f"{m}=https://{m}.etcd.ptcfs.svc:2380" for m in members]
     assert {p["name"]: p["port"] for p in svc["spec"]["ports"]}["peer"] == 2380
+    # The daemon's etcd client certificate, CA and key come from the Secret ptcfs-etcd-client.
+    for flag, key in (("etcd-ca", "ca.crt"), ("etcd-cert", "client.crt"), ("etcd-key", "client.key")):
+        folder, name = os.path.split(f[flag])
+        m = mounts[folder]
+        assert m["readOnly"] is True and name == key, flag
+        sv = volumes[m["name"]]["secret"]
+        assert sv["secretName"] == "ptcfs-etcd-client" and {"key": key, "path": key} in sv["items"], flag
+        assert sv["defaultMode"] == 0o400
+
+
+def test_etcd_demands_tls_client_certificates_and_admits_only_ptcfs():
+    """etcd serves clients and peers over TLS only and refuses a connection without a certificate of
+    its CA (what test_etcd_tls.py shows of a real etcd started with these flags); its probes do not
+    restart a member for a lost quorum; and a NetworkPolicy admits to its ports only its members and
+    the ptcfs daemons."""
+    sts = find("StatefulSet", "etcd")
+    pod = sts["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    args = dict(a[2:].split("=", 1) if "=" in a else (a[2:], True) for a in c["command"][1:])
+    for key in ("listen-client-urls", "advertise-client-urls", "listen-peer-urls", "initial-advertise-peer-urls"):
+        assert args[key].startswith("https://"), key
+    assert args["client-cert-auth"] is True and args["peer-client-cert-auth"] is True
+    tls_dir = "/etc/etcd/tls"
+    assert {k: args[k] for k in ("trusted-ca-file", "cert-file", "key-file", "peer-trusted-ca-file",
+                                 "peer-cert-file", "peer-key-file")} == {
+        "trusted-ca-file": f"{tls_dir}/ca.crt", "cert-file": f"{tls_dir}/server.crt",
+        "key-file": f"{tls_dir}/server.key", "peer-trusted-ca-file": f"{tls_dir}/ca.crt",
+        "peer-cert-file": f"{tls_dir}/server.crt", "peer-key-file": f"{tls_dir}/server.key"}
+    (m,) = [m for m in c["volumeMounts"] if m["mountPath"] == tls_dir]
+    assert m["readOnly"] is True
+    (v,) = [v for v in pod["volumes"] if v["name"] == m["name"]]
+    assert v["secret"]["secretName"] == "etcd-tls" and v["secret"]["defaultMode"] == 0o400
+    assert sorted(i["key"] for i in v["secret"]["items"]) == ["ca.crt", "server.crt", "server.key"]
+    # Probes on the plain metrics listener (the kubelet has no client certificate); liveness from the
+    # member's own state (serializable), so that a lost quorum restarts nobody.
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert args["listen-metrics-urls"] == f"http://0.0.0.0:{ports['probes']}"
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "probes"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/health?exclude=NOSPACE&serializable=true", "port": "probes"}
+    assert c["image"] == "quay.io/coreos/etcd:v3.5.17"  # etcd 3.4 ignores `serializable` (docs/DEPLOY.md)
+    # The NetworkPolicy: ingress only, members on both ports, daemons (by pod or node address) on the
+    # client port, nobody on the probe port; every rule names its sources and ports.
+    np = find("NetworkPolicy", "etcd")["spec"]
+    assert np["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "etcd"}}
+    assert np["policyTypes"] == ["Ingress"]
+    rules = np["ingress"]
+    assert all(r.get("from") and r.get("ports") for r in rules), rules
+    admitted = {}
+    for r in rules:
+        for src in r["from"]:
+            who = src["podSelector"]["matchLabels"]["app.kubernetes.io/name"] if "podSelector" in src else "ipBlock"
+            admitted.setdefault(who, set()).update(p["port"] for p in r["ports"])
+    assert admitted == {"etcd": {2379, 2380}, "ptcfsd": {2379}, "ipBlock": {2379}}, admitted
+    ds = find("DaemonSet", "ptcfsd")
+    assert ds["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "ptcfsd"
+    assert sts["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "etcd"
+    # DEPLOY.md makes the Secrets both use.
+    with open(os.path.join(REPO, "docs", "DEPLOY.md")) as f:
+        doc = f.read()
+    assert "deploy/etcd-certs.sh" in doc
+    assert "create secret generic etcd-tls" in doc and "create secret generic ptcfs-etcd-client" in doc
 
 
 def test_daemonset_command_line_starts_a_daemon_the_probes_find_ready(tmp_path):
     """The DaemonSet's args and env, expanded as the kubelet would on node k8s-node-1 (host paths
-    moved under tmp, ports made free, --etcd pointed at a real local etcd): the daemon registers
-    under the node name with the GPUs of PTCFS_GPUS, /metrics answers where the probes look, the
-    CLI reaches it through the env the manifest sets, and the example Job's script reads a shard."""
+    moved under tmp, ports made free, --etcd pointed at a real local etcd with client-cert TLS and
+    the etcd certificate flags at certificates of deploy/etcd-certs.sh): the daemon registers
+    under the node name with the GPUs of PTCFS_GPUS, the probes' /healthz and Prometheus' /metrics
+    answer, the CLI reaches it through the env the manifest sets, and the example Job's script
+    reads a shard."""
     require_binaries()
     c = daemon_container()
     downward = {"spec.nodeName": "k8s-node-1", "status.podIP": "127.0.0.1"}
@@ -187,17 +256,27 @@ def test_daemonset_command_line_starts_a_daemon_the_probes_find_ready(tmp_path):
     args = [expand(a, env) for a in c["args"]]
     f = flags(args)
     assert f["node"] == "k8s-node-1" and f["gpus"] == env["PTCFS_GPUS"] == "8"
+    assert f["metrics"] == "127.0.0.1:9464"  # the pod IP: with host networking, the node's address
     control, metrics = free_port(), free_port()
     secret = write_secret(str(tmp_path))
-    with Etcd(str(tmp_path)) as etcd:
+    certs = str(tmp_path / "certs")
+    r = subprocess.run(["bash", os.path.join(REPO, "deploy", "etcd-certs.sh"), certs, "127.0.0.1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    with Etcd(str(tmp_path), tls=certs) as etcd:
         moved = {"listen": f"127.0.0.1:{control}", "metrics": f"127.0.0.1:{metrics}", "etcd": etcd.endpoints,
-                 "secret-file": secret, "direct-socket": str(tmp_path / "run" / "direct.sock")}
+                 "secret-file": secret, "direct-socket": str(tmp_path / "run" / "direct.sock"),
+                 **{k: os.path.join(certs, os.path.basename(f[k])) for k in ("etcd-ca", "etcd-cert", "etcd-key")}}
         run_args = [f"--{k}={moved.get(k, v)}" for k, v in f.items() if k not in ("data", "mount")]
         d = Daemon(str(tmp_path / "node"), name="k8s", port=control, secret_file=secret, flags=run_args)
         d.start()
         try:
-            probe = c["readinessProbe"]["httpGet"]
-            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}{probe['path']}", timeout=10) as r:
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                path = c[probe]["httpGet"]["path"]
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics}{path}", timeout=10) as r:
+                    assert (r.status, r.read()) == (200, b"ok\n"), probe
+            scrape = ds_annotations()
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}{scrape['prometheus.io/path']}", timeout=10) as r:
                 assert r.status == 200
                 page = r.read().decode()
             assert re.search(r'^ptcfs_info\{[^}]*node="k8s-node-1"[^}]*\} 1$', page, re.M), page[:2000]
@@ -222,6 +301,11 @@ def test_daemonset_command_line_starts_a_daemon_the_probes_find_ready(tmp_path):
             assert py.returncode == 0, py.stderr
             want = [f"{n} {tuple(a.shape)} {a.dtype}" for n, a in sorted(ck.slices[(0, 0)].items())]
             assert py.stdout.splitlines() == want + ["True"]
+            # etcd gone: the liveness probe still finds the daemon alive (it fences itself; reads go on).
+            etcd.stop()
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}{c['livenessProbe']['httpGet']['path']}",
+                                        timeout=c["livenessProbe"]["timeoutSeconds"]) as r:
+                assert (r.status, r.read()) == (200, b"ok\n")
         finally:
             d.stop()
 
@@ -278,6 +362,57 @@ def test_runtime_image_carries_every_library_the_binaries_link():
     missing = {lib: p for lib, p in needed.items() if p not in have}
     assert not missing, f"deploy/Dockerfile's runtime stage lacks {missing}"
     assert "libfuse3.so.3" in needed and "libprometheus-cpp-pull.so.1.0" in needed
+
+
+def dockerfile_stages() -> list:
+    """The Dockerfile's stages, each a list of (INSTRUCTION, arguments) with continuation lines joined."""
+    with open(DOCKERFILE) as f:
+        text = re.sub(r"\\\n", " ", f.read())
+    stages = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        word, _, rest = line.partition(" ")
+        if word == "FROM":
+            stages.append([])
+        stages[-1].append((word, " ".join(rest.split())))
+    return stages
+
+
+def test_runtime_image_carries_the_direct_client_library_where_ptcfs_direct_finds_it(tmp_path):
+    """The image's Python client loads libptcfs_client (else every read in a pod goes through FUSE):
+    the build stage builds it, the runtime stage copies it and names it in PTCFS_CLIENT_LIB; laid
+    out as the image does under a scratch root, the library of a fresh build is what
+    ptcfs.direct loads with only that environment, and it links nothing the runtime lacks."""
+    require_binaries()
+    build, runtime = dockerfile_stages()
+    (run,) = [a for w, a in build if w == "RUN" and "cmake --build" in a]
+    targets = re.search(r"--target ([\w ]+?)(?: &&|$)", run).group(1).split()
+    assert "ptcfs_client" in targets, targets
+    copies = [a.split() for w, a in runtime if w == "COPY" and "libptcfs_client.so" in a]
+    assert copies == [["--from=build", "/build/transport/libptcfs_client.so", "/usr/local/lib/"]], copies
+    env = dict(a.split("=", 1) for w, a in runtime if w == "ENV")
+    assert env["PTCFS_CLIENT_LIB"] == "/usr/local/lib/libptcfs_client.so"
+    assert ("RUN", "ldconfig") in runtime
+    # The image's layout under tmp_path: the library and the Python package where the COPYs put them.
+    lib = os.path.join(os.path.dirname(PTCFSD), "..", "transport", "libptcfs_client.so")
+    image_root = str(tmp_path / "image")
+    os.makedirs(image_root + "/usr/local/lib")
+    subprocess.run(["cp", lib, image_root + env["PTCFS_CLIENT_LIB"]], check=True)
+    (pkg,) = [a.split()[2] for w, a in runtime if w == "COPY" and a.split()[1] == "/src/python/ptcfs"]
+    os.makedirs(os.path.dirname(image_root + pkg))
+    subprocess.run(["cp", "-r", os.path.join(REPO, "python", "ptcfs"), image_root + pkg], check=True)
+    probe = "import ptcfs.direct as d; lib = d.library(); print(lib is not None, lib and lib._name, d.library_error())"
+    py = subprocess.run(["/usr/bin/python3", "-c", probe], capture_output=True, text=True, timeout=60, cwd=image_root,
+                        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.path.dirname(image_root + pkg),
+                             "PTCFS_BUILD": str(tmp_path / "no-build"),
+                             "PTCFS_CLIENT_LIB": image_root + env["PTCFS_CLIENT_LIB"]})
+    assert py.returncode == 0, py.stderr
+    assert py.stdout.split() == ["True", image_root + env["PTCFS_CLIENT_LIB"]], py.stdout
+    ldd = subprocess.run(["ldd", lib], capture_output=True, text=True, check=True).stdout
+    linked = sorted(os.path.basename(l) for l in re.findall(r"=> (/\S+)", ldd))
+    assert linked == ["libc.so.6", "libgcc_s.so.1", "libm.so.6", "libstdc++.so.6"], linked
 
 
 def test_dockerfile_builds_with_the_projects_install_script_and_copies_what_k8s_runs():

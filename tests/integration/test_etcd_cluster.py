@@ -82,7 +82,8 @@ def test_bad_etcd_flags_are_refused_with_the_reason(tmp_path):
     cases = [
         (["--etcd", "http://127.0.0.1:1", "--listen", "127.0.0.1:7"], "--etcd needs --node"),
         (["--etcd", "http://127.0.0.1:1", "--node", "a"], "--etcd needs --listen"),
-        (["--etcd", "https://127.0.0.1:1", "--node", "a", "--listen", "127.0.0.1:7"], "must be http://HOST:PORT"),
+        (["--etcd", "ftp://127.0.0.1:1", "--node", "a", "--listen", "127.0.0.1:7"],
+         "must be http://HOST:PORT or https://HOST:PORT"),
         (["--etcd", "http://127.0.0.1:1", "--node", "a", "--listen", "127.0.0.1:7", "--cluster", "c.json"],
          "--etcd and --cluster exclude each other"),
         (["--etcd", "http://127.0.0.1:1", "--node", "a", "--listen", "127.0.0.1:7"], "cannot reach etcd at http://127.0.0.1:1"),

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -173,6 +174,29 @@ def test_a_real_prometheus_server_scrapes_the_daemon(tmp_path):
     finally:
         prom.terminate()
         prom.wait(timeout=30)
+        d.stop()
+
+
+def test_healthz_answers_ok_without_collecting_the_metrics(tmp_path):
+    """The probes' endpoint (docs/OPERATIONS.md "Health"): 200 `ok` at once, from the metrics
+    address, without going through the scrape (which reads every gauge and lists DATA/blobs): the
+    exposer's own scrape counter moves by the one scrape between two reads, not by the probes."""
+    require_binaries()
+    maddr = f"127.0.0.1:{free_port()}"
+    d = Daemon(str(tmp_path / "d"), extra_flags=["--metrics", maddr])
+    d.start()
+    try:
+        before = value(samples(scrape(maddr)), "exposer_scrapes_total")
+        for _ in range(10):
+            with urllib.request.urlopen(f"http://{maddr}/healthz", timeout=10) as r:
+                assert (r.status, r.headers["Content-Type"], r.read()) == (200, "text/plain", b"ok\n")
+        after = value(samples(scrape(maddr)), "exposer_scrapes_total")
+        assert after - before == 1
+        # Any other path is still prometheus-cpp's: not found.
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://{maddr}/healthzz", timeout=10)
+        assert e.value.code == 404
+    finally:
         d.stop()
 
 

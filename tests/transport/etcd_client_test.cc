@@ -24,9 +24,17 @@ std::unique_ptr<EtcdClient> client_of(const std::string& urls) {
 
 TEST_CASE("etcd endpoints are checked") {
   CHECK(EtcdClient::make("http://127.0.0.1:2379,http://localhost:1"));
-  auto bad = EtcdClient::make("https://127.0.0.1:2379");
+  CHECK(EtcdClient::make("https://127.0.0.1:2379,https://localhost:1"));  // the system's CAs
+  auto bad = EtcdClient::make("ftp://127.0.0.1:2379");
   REQUIRE_FALSE(bad);
-  CHECK(bad.status().message().find("https://127.0.0.1:2379") != std::string::npos);
+  CHECK(bad.status().message() == "etcd endpoint 'ftp://127.0.0.1:2379' must be http://HOST:PORT or https://HOST:PORT");
+  auto mixed = EtcdClient::make("https://127.0.0.1:2379,http://127.0.0.1:2380");
+  REQUIRE_FALSE(mixed);
+  CHECK(mixed.status().message() == "etcd endpoints 'https://127.0.0.1:2379,http://127.0.0.1:2380' mix http:// and https://");
+  // Certificates for a plain endpoint would be ignored, and the records sent in clear.
+  auto clear = EtcdClient::make("http://127.0.0.1:2379", std::chrono::seconds(1), EtcdTls{"ca.crt", "", ""});
+  REQUIRE_FALSE(clear);
+  CHECK(clear.status().code() == ptc::Code::kInvalidArgument);
   CHECK_FALSE(EtcdClient::make("http://127.0.0.1:port"));
   CHECK_FALSE(EtcdClient::make(""));
 }
