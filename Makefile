@@ -43,7 +43,7 @@ test: unit integration
 demo: build python
 	PTCFS_BUILD=$(abspath $(BUILD)) bash deploy/demo.sh
 
-# Benchmarks against same-run baselines (DESIGN.md "Budgets"): one table, bench/results.json
+# Benchmarks against same-run baselines (docs/BENCHMARKS.md "Budgets"): one table, bench/results.json
 # and docs/repartition-vs-size.png; a few minutes (docs/BENCHMARKS.md).
 bench: build
 	@bash deploy/install-deps.sh bench

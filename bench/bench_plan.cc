@@ -1,4 +1,4 @@
-// Benchmark: planning a repartition of 100,000 tensors on 1,024 GPUs (DESIGN.md "Budgets":
+// Benchmark: planning a repartition of 100,000 tensors on 1,024 GPUs (docs/BENCHMARKS.md "Budgets":
 // under a second, memory linear in the plan).
 //
 // The PTC is a mixture-of-experts model: `layers` layers of `per_layer` tensors (column- and

@@ -1,5 +1,5 @@
 // Benchmark: single-node repartition and reads through the mount, each against a baseline
-// measured in the same process (DESIGN.md "Budgets"):
+// measured in the same process (docs/BENCHMARKS.md "Budgets"):
 //   - repartition time vs a parallel memcpy of the bytes it re-lays out (same threads);
 //   - reading the new shard files through the mount (1 MiB reads), first read and
 //     re-read, vs reading the same bytes from tmpfs.

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """`make bench`: every benchmark of ptcfs against a baseline measured in the same run, as one
-table (DESIGN.md "Budgets"), also written as JSON, plus a plot of re-sharding time against
+table (docs/BENCHMARKS.md "Budgets"), also written as JSON, plus a plot of re-sharding time against
 model size. About 25 minutes on a 2-core machine (the soak alone is 10); needs root (FUSE) and
 the build.
 

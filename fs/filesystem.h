@@ -1,6 +1,6 @@
 // The FUSE filesystem (libfuse3 low-level API, multithreaded loop). Committed steps are
 // read-only; with a WriteTarget, new jobs and steps can be made and pending steps written
-// (DESIGN.md "Saving into the mount"; fs/write_ops.cc).
+// (docs/FORMATS.md "Saving into the mount"; fs/write_ops.cc).
 //
 // The filesystem serves the current Tree; refresh() builds a new one from the source and
 // swaps it in. Lookup counts are not tracked: a node lives as long as a tree holds it, and

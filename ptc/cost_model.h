@@ -48,7 +48,7 @@ int64_t layer_params(const ModelSpec& m);
 // Parameters of the model (vocabulary padded for `tp`; output weights tied to the input).
 int64_t model_params(const ModelSpec& m, int tp = 1);
 // Layers of pipeline stage `stage`: contiguous groups, as even as possible, earlier stages
-// taking the remainder (DESIGN.md, "Checkpoint directory").
+// taking the remainder (docs/FORMATS.md "ptc.json").
 int64_t stage_layers(int64_t layers, int pp, int stage);
 // Parameters one GPU of stage `stage` holds.
 int64_t gpu_params(const ModelSpec& m, const ParallelConfig& c, int stage);

@@ -1,4 +1,4 @@
-// Datasets as PTCs (DESIGN.md "Concepts"): a sequence of samples partitioned over DP ranks
+// Datasets as PTCs (docs/ARCHITECTURE.md "Concepts", docs/FORMATS.md "Dataset order"): a sequence of samples partitioned over DP ranks
 // by a deterministic global order. Pure: no I/O.
 //
 // The order (docs/FORMATS.md "Dataset order" states it for other implementations):

@@ -1,5 +1,5 @@
 // MODEL.json: the transformer a parallelism plan is made for, and the GPUs it runs on
-// (DESIGN.md, Contract v2, "Planner and allocator"). Parsed strictly: every member typed and
+// (docs/PLANNER.md). Parsed strictly: every member typed and
 // bounded, unknown members refused, defaults set here and nowhere else.
 //
 //   {"layers": 24, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 51200, "seq": 2048,

@@ -1,5 +1,5 @@
 // The coordinator: the node the CLI talks to runs a change across the cluster in two phases
-// (DESIGN.md "Reliability rules"). It asks every node for its state, computes one plan, has
+// (docs/ARCHITECTURE.md "Reliability rules"). It asks every node for its state, computes one plan, has
 // every live node prepare its part at once (peer.prepare, daemon/cluster/peer_service.h;
 // its own part directly, without the network), and only when all are ready tells them all
 // to commit; any failure aborts everywhere, and every node keeps the old version, complete.

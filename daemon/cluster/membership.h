@@ -1,5 +1,5 @@
 // Who is in the cluster and where a change is decided, behind one interface for the two
-// modes (DESIGN.md "Membership and commits on etcd"):
+// modes (docs/ARCHITECTURE.md "A cluster", docs/FORMATS.md "Keys in etcd"):
 //
 // - static (cluster.json): the members are the file's nodes, in its order; a change is
 //   decided by the coordinator alone (decide() always holds);

@@ -1,6 +1,6 @@
 // What the mount needs of the cluster: the bytes of slices and samples this node does not
-// hold, read from a peer that does (DESIGN.md "On a cluster every node's mount shows the
-// whole namespace"). A slice read is a peer.read to a node holding the shard, verified by
+// hold, read from a peer that does (docs/ARCHITECTURE.md "A
+// cluster"). A slice read is a peer.read to a node holding the shard, verified by
 // XXH3, trying the replicas in turn; which nodes hold each shard is computed once per step
 // version, not per read. A sample read is a peer.samples to the dataset's home node. Every
 // call has the backend's deadlines: a peer that stops answering fails the read (EIO at the

@@ -1,4 +1,4 @@
-// The node's direct socket (DESIGN.md "Direct data path and GPU"): processes on the node
+// The node's direct socket (docs/FORMATS.md "Direct socket"): processes on the node
 // read a file of the mount without FUSE. A client sends {"op": "open", "path": P} (an
 // absolute path inside the mount); the server answers with the file's map
 // (daemon/direct/file_map.h) and read-only descriptors, and holds the file's version (its

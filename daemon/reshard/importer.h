@@ -1,4 +1,4 @@
-// Import of a checkpoint directory (DESIGN.md "Checkpoint directory") into the store.
+// Import of a checkpoint directory (docs/FORMATS.md "ptc.json") into the store.
 //
 // All or nothing: every file is validated (ptc.json, the set of rank files, every header,
 // every slice's dtype and shape) before a byte is copied; the data is then copied into new

@@ -1,5 +1,5 @@
 // The rules a rank file (tp{t}-pp{p}.safetensors) of a layout obeys, shared by import and
-// by saving into the mount (DESIGN.md "Checkpoint directory"): exactly the tensors the
+// by saving into the mount (docs/FORMATS.md "ptc.json"): exactly the tensors the
 // layout places in the shard, each with its dtype and local (padded) shape.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Saving into the mount, on one node (DESIGN.md "Saving into the mount"): the WriteTarget
+// Saving into the mount, on one node (docs/FORMATS.md "Saving into the mount"): the WriteTarget
 // the filesystem passes mkdir, create, write and unlink to. It keeps the pending steps
 // (daemon/save/pending_step.h) in memory: a step reserves its name in the store when made,
 // and commits through the one commit path (daemon/store/prepared.h) as version 1 once it is

@@ -1,4 +1,4 @@
-// Checksums of stored and transferred bytes (DESIGN.md "Every slice carries a checksum"):
+// Checksums of stored and transferred bytes (docs/ARCHITECTURE.md "Reliability rules"):
 // XXH3-64, in one place for the store, the peer service and the peer reader.
 #pragma once
 

@@ -28,7 +28,7 @@ namespace ptcfs {
 
 class DatasetVersion;
 
-// Reads samples of a dataset whose files another node holds (daemon/cluster/node.h).
+// Reads samples of a dataset whose files another node holds (daemon/cluster/peer_reader.h).
 class RemoteSamples {
  public:
   virtual ~RemoteSamples() = default;

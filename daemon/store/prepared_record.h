@@ -1,8 +1,8 @@
 // Prepared changes kept in the metadata until they are decided. A node that answered
 // "prepared" to a coordinator promised to commit if the coordinator decides so; when the
 // node restarts before the decision reaches it, the change must still be there, or the
-// shards it placed on this node would be lost with the commit (DESIGN.md "Membership and
-// commits on etcd"). Each change is one record, "prepared/<tx>" (docs/FORMATS.md): the
+// shards it placed on this node would be lost with the commit (docs/ARCHITECTURE.md "A
+// cluster"). Each change is one record, "prepared/<tx>" (docs/FORMATS.md): the
 // records of its new step version and dataset versions as they would be committed, the
 // versions it replaces, and the blobs it holds (Store::open keeps those pending).
 #pragma once

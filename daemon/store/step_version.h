@@ -54,7 +54,7 @@ void for_each_piece(const StoredSlice& s, uint64_t off, uint64_t len,
                     const std::function<void(uint64_t blob, uint64_t blob_off, uint64_t n)>& fn);
 
 // Where a version's shards live in a cluster: the nodes its ranks are placed on (ids, in
-// rank order: DESIGN.md "Placement") and which of its shards this node holds. No nodes: a
+// rank order: docs/ARCHITECTURE.md "Concepts") and which of its shards this node holds. No nodes: a
 // single node that holds every shard.
 struct StepPlacement {
   std::vector<std::string> nodes;
@@ -72,7 +72,7 @@ struct StepPlacement {
 
 class StepVersion;
 
-// Reads slices this node does not hold from a peer that does (daemon/cluster/node.h).
+// Reads slices this node does not hold from a peer that does (daemon/cluster/peer_reader.h).
 class RemoteSlices {
  public:
   virtual ~RemoteSlices() = default;

@@ -11,7 +11,7 @@ namespace {
 
 const std::string kFile = "ckpt/ptc.json";
 
-// The example of DESIGN.md "Checkpoint directory", verbatim.
+// The example of docs/FORMATS.md "ptc.json", verbatim.
 const std::string kDesignExample = R"({
   "parallelism": {"tp": 4, "pp": 2, "dp": 2},
   "num_layers": 4,
@@ -69,7 +69,7 @@ void check_same(const Ptc& a, const Ptc& b) {
 
 }  // namespace
 
-TEST_CASE("parse_ptc_json accepts the DESIGN.md example with every field as written", "[model]") {
+TEST_CASE("parse_ptc_json accepts the docs/FORMATS.md example with every field as written", "[model]") {
   auto r = parse_ptc_json(kDesignExample, kFile);
   REQUIRE(r.is_ok());
   const Ptc& p = *r;

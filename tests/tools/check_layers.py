@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that #include dependencies point down the layers of DESIGN.md and docs/ARCHITECTURE.md.
+"""Checks that #include dependencies point down the layers of docs/ARCHITECTURE.md.
 
 Modules, bottom to top: ptc < fs, transport < daemon/store, daemon/direct < daemon/dataset < daemon/reshard
 < daemon/save < daemon/cluster < daemon/control < daemon (main.cc, its config); cli uses ptc and

@@ -2,7 +2,7 @@
 """ptcgen: checkpoint generator and independent reference layout for ptcfs tests.
 
 This module is the test oracle. It implements the checkpoint-directory contract of
-docs/DESIGN.md ("Checkpoint directory") on its own, without sharing code or data with
+docs/FORMATS.md ("ptc.json") on its own, without sharing code or data with
 the C++ implementation:
 
 * ``make_ptc``        builds a PTC (the dict written as ptc.json) for a GPT- or Llama-style model;
