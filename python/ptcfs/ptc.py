@@ -398,11 +398,3 @@ def gather(slices: Sequence[np.ndarray], spec: Mapping, tp: int) -> np.ndarray:
         for (l0, l1), (g0, g1) in pieces(spec, tp, t):
             full[_index(full.ndim, k, g0, g1)] = s[_index(s.ndim, k, l0, l1)]
     return full
-
-
-def __getattr__(name):
-    # infer_megatron lives in megatron.py (it builds on this module); offered here too.
-    if name == "infer_megatron":
-        from .megatron import infer_megatron
-        return infer_megatron
-    raise AttributeError(name)
