@@ -2,6 +2,9 @@
 // Prometheus text at http://ADDR/metrics (ptcfsd --metrics ADDR), through prometheus-cpp's
 // exposer. The gauges are read at each scrape. http://ADDR/healthz answers "ok" at once, for
 // probes (docs/OPERATIONS.md "Health"): it reads no gauge.
+// Thread-safety: scrapes run on the exposer's own threads and call the gauge source there, at
+// any time until the exporter is destroyed (destroy it before what the source reads). start()
+// fails with kInvalidArgument (not HOST:PORT) or kUnavailable (cannot listen there).
 #pragma once
 
 #include <functional>

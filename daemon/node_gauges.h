@@ -1,5 +1,8 @@
 // The node's state as gauges for /metrics, read at each scrape: what is stored, what is
 // pending or prepared, and how this node stands in its cluster.
+// Thread-safety: the sample function is called on the exporter's threads, concurrently with
+// everything else; it only calls the sources' thread-safe getters. It cannot fail: a source
+// that is absent (no cluster, no direct server) gives no gauge.
 #pragma once
 
 #include <string>

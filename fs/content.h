@@ -55,6 +55,10 @@ class ReadBuffer {
   uint64_t size_ = 0;
 };
 
+// Thread-safety: immutable once built; every method may be called from many threads at once
+// (FUSE workers, the direct server). Errors of read_slice: kIo naming the blob, kCorrupt when a
+// blob is shorter than its extents, kUnavailable when a peer that holds the slice cannot be
+// reached; the filesystem turns them into errno at its boundary (fs/errno_map.h).
 class StepContent {
  public:
   virtual ~StepContent() = default;
@@ -78,6 +82,7 @@ struct StepEntry {
 // bytes of its records. A record is what a rank view holds per sample: for JSONL the line
 // with its newline (one is supplied when the file's last line lacks it), for Megatron the
 // sequence's elements.
+// Thread-safety and errors: as StepContent (immutable, read from many threads at once).
 class DatasetContent {
  public:
   virtual ~DatasetContent() = default;
@@ -129,6 +134,9 @@ class WriteFile {
 
 // What the filesystem needs to take writes: the node's pending steps. `rel` is a path
 // inside the step's folder ("ptc.json", "tp0-pp1.safetensors", "tp0-pp1/<tensor>.npy").
+// Thread-safety: every method may be called from many FUSE workers at once. Errors: kAlreadyExists
+// (EEXIST), kInvalidArgument (a name or file that contradicts ptc.json: EINVAL), kNotFound,
+// kFailedPrecondition (EBUSY: a second writer of a whole file), kIo; each names the path.
 class WriteTarget {
  public:
   virtual ~WriteTarget() = default;

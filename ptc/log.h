@@ -1,6 +1,9 @@
 // The one logging facade of ptcfs: levels, fmt-style formatting, one sink (stderr with a
 // timestamp and level). Pure planning code in ptc/ does not log; the daemon, fs and
 // transport log what they did and why they refused.
+// Thread-safety: every function may be called from any thread; one event is one write of one
+// whole line under a lock, so lines of different threads never interleave. Logging never fails
+// (a failed write to stderr is dropped).
 #pragma once
 
 #include <string_view>

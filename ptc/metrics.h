@@ -2,6 +2,8 @@
 // the filesystem, the transport and the daemon record into, kept in one process-wide
 // prometheus-cpp registry that ptcfsd serves at /metrics (--metrics ADDR). Recording is a
 // few atomic adds; nothing here does I/O. docs/OPERATIONS.md lists every metric.
+// Thread-safety: every function may be called from any thread at any time, also during a
+// scrape. Recording never fails.
 #pragma once
 
 #include <chrono>

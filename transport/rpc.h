@@ -91,6 +91,11 @@ class RpcServer {
 using Route = std::pair<std::string, RpcServer::Handler>;
 RpcServer::Handler route(std::vector<Route> routes);
 
+// Thread-safety: one call at a time per client (calls are not concurrent with each other; use
+// one client per thread, as the peer backend's pool does). Errors: kUnavailable (nothing
+// listens, the connection broke), kDeadlineExceeded (a deadline passed; the connection is then
+// broken()), kPermissionDenied (authentication), kCorrupt (a malformed or oversized frame), and
+// any Status the server sent back.
 class RpcClient {
  public:
   // Connects to "HOST:PORT"; kUnavailable with a hint when nothing listens there. When the

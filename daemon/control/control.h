@@ -1,6 +1,11 @@
 // The control service: what `ptcfs` asks of a daemon (status, ls, import, repartition, the
 // dataset requests), as JSON
 // requests and results (docs/FORMATS.md lists them). Runs on the RPC server's workers.
+//
+// Thread-safety: handle() is called from many workers at once; changes of one step are
+// serialized by the store's per-step claim (a concurrent change of the same step is refused
+// with kFailedPrecondition). Errors come back to the client as the
+// same Status (code and message), never as an exception.
 #pragma once
 
 #include <chrono>
