@@ -4,8 +4,8 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "ptc/log.h"
@@ -15,19 +15,25 @@ namespace ptcfs {
 void failpoint(const char* name) {
   static const char* armed = std::getenv("PTCFS_FAILPOINT");
   if (!armed) return;
-  // "<name>" waits forever; "<name>:<seconds>" pauses that long, then goes on.
-  const char* colon = std::strchr(armed, ':');
-  const size_t len = colon ? static_cast<size_t>(colon - armed) : std::strlen(armed);
-  if (std::strlen(name) != len || std::strncmp(armed, name, len) != 0) return;
-  if (colon) {
-    const double seconds = std::atof(colon + 1);
-    ptc::log::warn("failpoint {} reached; pausing {} s", name, seconds);
-    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-    ptc::log::warn("failpoint {} passed", name);
-    return;
+  // A comma-separated list of "<name>" (waits forever) or "<name>:<seconds>" (pauses that
+  // long, then goes on).
+  const std::string_view want(name);
+  for (std::string_view rest(armed); !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string_view entry = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t colon = entry.find(':');
+    if (entry.substr(0, colon) != want) continue;
+    if (colon != std::string_view::npos) {
+      const double seconds = std::atof(std::string(entry.substr(colon + 1)).c_str());
+      ptc::log::warn("failpoint {} reached; pausing {} s", name, seconds);
+      std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+      ptc::log::warn("failpoint {} passed", name);
+      return;
+    }
+    ptc::log::warn("failpoint {} reached; waiting here to be killed", name);
+    for (;;) ::pause();
   }
-  ptc::log::warn("failpoint {} reached; waiting here to be killed", name);
-  for (;;) ::pause();
 }
 
 }  // namespace ptcfs

@@ -1,0 +1,134 @@
+"""What the CLI says about a cluster change on etcd is true when it says it: a repartition it
+reports done is served by every live node at that moment, and after a decision etcd did not
+answer, the step stays held by its coordinator (a retry is refused naming it) until the change
+is settled, which happens within a second or two of etcd answering."""
+
+import json
+import os
+import subprocess
+import time
+
+from etcd_util import Etcd, EtcdCluster
+from ptcfs_harness import PTCFS, Checkpoint, require_binaries, verify_step
+from repartition_util import Oracles, wait_for
+
+TARGETS = [(1, 2, 3), (2, 1, 3), (2, 2, 1), (1, 1, 3)]
+
+
+def small_checkpoint(root):
+    return Checkpoint(os.path.join(root, "ck"), tp=2, pp=2, layers=2, hidden=128, vocab=512)
+
+
+def version(d):
+    """The version of j/1 the node serves (None: none yet)."""
+    r = d.cli("ls", "j/1", "--json", check=False)
+    return json.loads(r.stdout)["version"] if r.returncode == 0 else None
+
+
+def repartition_cli(c, via: int, to):
+    return subprocess.Popen([PTCFS, "--daemon", c[via].addr, "--secret-file", c.secret, "repartition", "--job", "j",
+                             "--step", "1", "--to", "tp={},pp={},dp={}".format(*to), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def log_count(d, text: str) -> int:
+    with open(d.log_path, errors="replace") as f:
+        return f.read().count(text)
+
+
+def test_when_the_cli_reports_a_repartition_every_live_node_serves_it(tmp_path):
+    """Twelve repartitions from each node in turn, an etcd member killed in every third one
+    between the prepare and the decision. Every node pauses 0.4 s before each commit and the
+    coordinator 0.2 s after the decision, so every node's watch sees the record, and starts its
+    commit, before the coordinator's commit message comes: a node that answered that message
+    before its own commit finished would let the CLI report success too early."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root, members=3) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=4) as c:
+        for d in c.nodes:
+            d.env = {"PTCFS_FAILPOINT": "coordinator.prepared:0.3,coordinator.decided:0.2,commit.before:0.4"}
+        c.start()
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")  # an import is decided the same way
+        assert [version(d) for d in c.nodes] == [1, 1, 1]
+        want = 1
+        done, done_with_kill = 0, 0
+        for r in range(12):
+            to = TARGETS[r % len(TARGETS)]
+            via = r % 3
+            kill = r % 3 == 2
+            seen = log_count(c[via], "failpoint coordinator.prepared reached")
+            cli = repartition_cli(c, via, to)
+            if kill:
+                wait_for(lambda: log_count(c[via], "failpoint coordinator.prepared reached") > seen, 30,
+                         f"round {r}: n{via} never prepared")
+                etcd.kill(r // 3 % 3)
+            out, err = cli.communicate(timeout=60)
+            # Checked at once: the CLI's word is what every node serves now.
+            served = [version(d) for d in c.nodes]
+            if cli.returncode == 0:
+                want += 1
+                got = json.loads(out)
+                assert got["version"] == want, (r, got)
+                assert served == [want] * 3, (r, served, err)
+                for d in c.nodes:
+                    with open(os.path.join(d.mnt, "j", "1", "ptc.json")) as f:
+                        assert json.load(f)["parallelism"] == dict(zip(("tp", "pp", "dp"), to)), r
+                done += 1
+                done_with_kill += kill
+            else:
+                # Only a change that lost an etcd member may fail; it is then settled one way or the other.
+                assert kill, (r, err)
+                wait_for(lambda: len({version(d) for d in c.nodes} | {etcd.get_json("/ptcfs/steps/j/1")["version"]}) == 1,
+                         20, f"round {r}: the nodes did not settle")
+                want = etcd.get_json("/ptcfs/steps/j/1")["version"]
+            if kill:
+                etcd.start(r // 3 % 3)
+        print(f"{done} of 12 repartitions reported done, {done_with_kill} of 4 with an etcd member killed")
+        assert done >= 10 and done_with_kill >= 2, (done, done_with_kill)
+        for d in c.nodes:
+            verify_step(d, "j", "1", oracles(TARGETS[11 % len(TARGETS)]), full_views=False)
+
+
+def test_a_retry_after_etcd_returns_is_refused_naming_the_coordinator_until_the_change_is_settled(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=2) as c:
+        c.start()
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        c[0].stop(cleanup_mount=False)
+        c[0].env = {"PTCFS_FAILPOINT": "coordinator.prepared:3"}
+        c.start(0)
+        cli = repartition_cli(c, 0, (1, 2, 3))
+        c[0].wait_log("failpoint coordinator.prepared reached")
+        etcd.kill()
+        out, err = cli.communicate(timeout=60)
+        assert cli.returncode == 1, (out, err)
+        etcd.start()
+        t0 = time.monotonic()
+        refusals = []
+        while True:
+            r = c[1].cli("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=2,dp=3", "--json", check=False)
+            if r.returncode == 0:
+                break
+            # Fenced an instant longer, or held by the undecided change: never a refusal that names nobody.
+            assert "cannot reach etcd" in r.stderr or "by another coordinator (node n0)" in r.stderr or \
+                "that node n0 coordinates" in r.stderr, r.stderr
+            refusals.append(r.stderr.strip())
+            assert time.monotonic() - t0 < 15, refusals
+            time.sleep(0.1)
+        elapsed = time.monotonic() - t0
+        print(f"retry committed {elapsed:.2f} s after etcd answered, after {len(refusals)} refusals: "
+              f"{sorted(set(refusals))}")
+        assert elapsed < 8, (elapsed, refusals)
+        # What the CLI said when etcd did not answer is what happened.
+        assert ("etcd did not answer the commit; node n0 keeps /ptcfs/steps/j/1 locked until etcd answers, then, "
+                "within a second, the change is aborted on every node") in err, err
+        assert etcd.get_json("/ptcfs/steps/j/1")["version"] == 2
+        for d in c.nodes:
+            assert version(d) == 2
+            verify_step(d, "j", "1", oracles((1, 2, 3)), full_views=False)
+        c[0].wait_log("the change is aborted on every node and /ptcfs/steps/j/1 is free")
