@@ -4,9 +4,12 @@ answer, the step stays held by its coordinator (a retry is refused naming it) un
 is settled, which happens within a second or two of etcd answering."""
 
 import json
+import multiprocessing as mp
 import os
 import subprocess
 import time
+
+import ptcfs
 
 from etcd_util import Etcd, EtcdCluster
 from ptcfs_harness import PTCFS, Checkpoint, require_binaries, verify_step
@@ -132,3 +135,37 @@ def test_a_retry_after_etcd_returns_is_refused_naming_the_coordinator_until_the_
             assert version(d) == 2
             verify_step(d, "j", "1", oracles((1, 2, 3)), full_views=False)
         c[0].wait_log("the change is aborted on every node and /ptcfs/steps/j/1 is free")
+
+
+def _ensure(addr, secret, mount, barrier, out):
+    barrier.wait()
+    try:
+        r = ptcfs.ensure_layout("j", 1, 1, 2, 3, mount=mount, daemon=addr, secret_file=secret, timeout=60)
+        out.put({"repartitioned": r["repartitioned"], "refused": r["refused"], "par": r["ptc"]["parallelism"]})
+    except Exception as e:  # reported to the test, which fails on it
+        out.put({"error": repr(e)})
+
+
+def test_ensure_layout_from_every_node_at_once_waits_for_the_coordinator_holding_the_lock(tmp_path):
+    """One rank per node asks at once: the first coordinator takes the step's lock and the others
+    are refused naming it (failed_precondition), which ensure_layout waits out like any concurrent
+    repartition: exactly one new version, and no caller fails."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=2) as c:
+        c.start()
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        ctx = mp.get_context("fork")
+        barrier, out = ctx.Barrier(3), ctx.Queue()
+        procs = [ctx.Process(target=_ensure, args=(c[i].addr, c.secret, c[i].mnt, barrier, out)) for i in range(3)]
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(30)
+        print("ensure_layout from 3 nodes:", results)
+        assert all("error" not in r for r in results), results
+        assert all(r["par"] == {"tp": 1, "pp": 2, "dp": 3} for r in results), results
+        assert sum(r["repartitioned"] for r in results) == 1, results
+        assert [version(d) for d in c.nodes] == [2, 2, 2]
