@@ -84,6 +84,9 @@ ptc::Status Coordinator::finish_all(const std::vector<int>& nodes, const std::st
 }
 
 void Coordinator::settle_undecided() {
+  // Nothing settles while this node cannot reach etcd (fenced); called every second, it must
+  // not wait on etcd each time meanwhile.
+  if (!members_.can_change()) return;
   std::vector<Undecided> owed;
   {
     std::lock_guard lock(mu_);
