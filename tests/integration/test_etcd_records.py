@@ -65,3 +65,10 @@ def test_malformed_records_are_logged_and_skipped_and_every_daemon_keeps_serving
             assert d.running(), d.log_tail()
             assert d.cli_json("ls", "j/1", "--json")["version"] == 2
             verify_step(d, "j", "1", oracles((1, 2, 3)), full_views=False)
+        # Deleting the malformed record unblocks the step: its next change writes a new one.
+        etcd.ctl("del", "/ptcfs/steps/j/1")
+        r = c[0].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=2,dp=1", "--json")
+        assert r["version"] == 3 and etcd.get_json("/ptcfs/steps/j/1")["version"] == 3, r
+        for d in c.nodes:
+            assert d.cli_json("ls", "j/1", "--json")["version"] == 3
+            verify_step(d, "j", "1", ck, full_views=False)
