@@ -216,13 +216,22 @@ ptc::Result<bool> EtcdMembership::decide(const std::string& key, int64_t revisio
 ptc::Status EtcdMembership::lock(const std::string& key) {
   PTC_RETURN_IF_ERROR(can_change());
   const std::string lk = lock_key(key);
-  PTC_ASSIGN_OR_RETURN(const bool got,
-                       etcd_->txn({transport::EtcdCompare::mod_is(lk, 0)},
-                                  {transport::EtcdWrite::put(lk, options_.id, lease_.load())}),
-                       "locking " + key + " in etcd");
-  if (got) return ptc::Status::ok();
-  auto holder = etcd_->get(lk);
-  const std::string who = holder && *holder ? (*holder)->value : std::string("another node");
+  std::string who = "another node";
+  // A lock freed between the failed take and the read of its holder is taken again, so that a
+  // refusal always names the holder it read (a few tries: each lost one had a holder).
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    PTC_ASSIGN_OR_RETURN(const bool got,
+                         etcd_->txn({transport::EtcdCompare::mod_is(lk, 0)},
+                                    {transport::EtcdWrite::put(lk, options_.id, lease_.load())}),
+                         "locking " + key + " in etcd");
+    if (got) return ptc::Status::ok();
+    auto holder = etcd_->get(lk);
+    if (!holder) break;  // etcd stopped answering: refuse, without a name
+    if (*holder) {
+      who = (*holder)->value;
+      break;
+    }
+  }
   const std::string kind_and_name = key.substr(kRoot.size());  // "steps/j/1"
   return ptc::error(ptc::Code::kFailedPrecondition,
                     kind_and_name.substr(kind_and_name.find('/') + 1) +
