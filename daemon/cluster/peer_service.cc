@@ -328,8 +328,8 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
       if (committed_.size() > kRememberCommitted) committed_.pop_front();
     }
   }
-  outcome.set_value(committed);
   if (saved && saves_) saves_->part_done(saved->first, saved->second, committed.is_ok());
+  outcome.set_value(committed);  // a save's part is done too: the mount shows it committed, not pending
   PTC_RETURN_IF_ERROR(committed);
   ptc::log::info("committed {} (transaction {})", name, tx);
   return ptc::Status::ok();
