@@ -23,6 +23,7 @@
 #include "daemon/listen_checks.h"
 #include "daemon/metrics_exporter.h"
 #include "daemon/node_gauges.h"
+#include "daemon/store/failpoint.h"
 #include "daemon/store/prepared_record.h"
 #include "daemon/store/store.h"
 #include "fs/filesystem.h"
@@ -201,18 +202,18 @@ int run(const Options& o, bool listen_given) {
                                                         "' is a peer operation and this daemon is in no cluster"));
     return peer_service->handle(req);
   };
-  auto server = transport::RpcServer::start(
-      cfg.listen,
-      transport::route({{"peer.", peer_handler},
-                        {"", [&control](const nlohmann::json& req, const transport::ProgressSink& p) {
-                           return control.handle(req, p);
-                         }}}),
-      transport::ServerLimits{}, secret);
+  // Bound first: `status` reports the bound address, set before any request can read it.
+  auto server = transport::RpcServer::bind(cfg.listen, transport::ServerLimits{}, secret);
   if (!server) {
     ptc::log::error("{}", server.status().to_string());
     return 1;
   }
   control.set_listen((*server)->address());
+  (*server)->serve(transport::route({{"peer.", peer_handler},
+                                     {"", [&control](const nlohmann::json& req, const transport::ProgressSink& p) {
+                                        return control.handle(req, p);
+                                      }}}));
+  failpoint("daemon.serving");
   std::unique_ptr<MetricsExporter> metrics;
   if (!o.metrics.empty()) {
     NodeGaugeSources sources{&st, saves.get(), peer_service.get(), membership.get(), direct.get(), info.node};
@@ -230,7 +231,7 @@ int run(const Options& o, bool listen_given) {
     ptc::log::info("node {} ({} GPUs) in the cluster kept in etcd at {}: {} live nodes", info.node, o.gpus, cfg.etcd,
                    membership->members().size());
     // Every record (on start: each one there is) commits what it decides or brings this node to it.
-    etcd->start([&c = *coordinator](const std::string& key, const nlohmann::json& value) { c.on_record(key, value); });
+    etcd->start([&c = *coordinator](const KeyedRecord& record) { c.on_record(record); });
   } else if (cfg.cluster) {
     ptc::log::info("node {} of a {}-node cluster ({} GPUs)", info.node, cfg.cluster->nodes.size(),
                    cfg.cluster->total_gpus());
@@ -250,7 +251,8 @@ int run(const Options& o, bool listen_given) {
   });
 
   // Every second: prepared changes whose coordinator's lease ended (or that waited too long)
-  // are dropped. Every 5 s: blobs of replaced versions are freed once the last reader closes
+  // are dropped, and changes whose decision etcd did not answer are settled once it answers.
+  // Every 5 s: blobs of replaced versions are freed once the last reader closes
   // them, missed aborts are sent again, and parts of saves say again that they are ready.
   std::mutex gc_mu;
   std::condition_variable gc_cv;
@@ -258,6 +260,7 @@ int run(const Options& o, bool listen_given) {
     std::unique_lock lock(gc_mu);
     for (unsigned tick = 1; !gc_cv.wait_for(lock, std::chrono::seconds(1), [&] { return stopping.load(); }); ++tick) {
       if (peer_service) peer_service->expire(std::chrono::seconds(o.prepare_expiry_s));
+      if (coordinator) coordinator->settle_undecided();
       if (tick % 5) continue;
       if (auto r = st.collect_garbage(); !r) ptc::log::warn("collecting blobs: {}", r.status().to_string());
       if (coordinator) {

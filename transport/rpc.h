@@ -77,6 +77,13 @@ class RpcServer {
   // (transport/auth.h); a failed proof is answered with permission_denied and closed.
   static ptc::Result<std::unique_ptr<RpcServer>> start(const std::string& listen, Handler handler,
                                                        ServerLimits limits = {}, std::string secret = {});
+  // start() in two steps: bind() listens (connections wait in the kernel's backlog) and
+  // serve() starts answering them. Whatever the handler reads that depends on the bound
+  // address (the daemon's `status` reports it) is set in between, before any request runs.
+  static ptc::Result<std::unique_ptr<RpcServer>> bind(const std::string& listen, ServerLimits limits = {},
+                                                      std::string secret = {});
+  // Once; a second call, or one after stop(), does nothing.
+  virtual void serve(Handler handler) = 0;
   virtual ~RpcServer() = default;
   // The bound address, "HOST:PORT".
   virtual std::string address() const = 0;

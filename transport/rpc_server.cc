@@ -103,8 +103,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 class Server final : public RpcServer {
  public:
-  Server(Handler h, ServerLimits l, std::string secret)
-      : handler_(std::move(h)), limits_(l), secret_(std::move(secret)), pool_(l.workers), acceptor_(io_) {}
+  Server(ServerLimits l, std::string secret)
+      : limits_(l), secret_(std::move(secret)), pool_(l.workers), acceptor_(io_) {}
   ~Server() override { stop(); }
 
   ptc::Status listen(const std::string& addr) {
@@ -123,11 +123,16 @@ class Server final : public RpcServer {
     if (ec) return ptc::error(ptc::Code::kUnavailable, "cannot listen on " + addr + ": " + ec.message());
     const auto bound = acceptor_.local_endpoint();
     address_ = bound.address().to_string() + ":" + std::to_string(bound.port());
+    return ptc::Status::ok();
+  }
+
+  void serve(Handler handler) override {
+    if (io_thread_.joinable() || stopped_) return;
+    handler_ = std::move(handler);  // before the io thread starts: every connection sees it
     asio::co_spawn(io_, accept_loop(), [](std::exception_ptr e) {
       if (e) ptc::log::error("control acceptor stopped by an exception");
     });
     io_thread_ = std::thread([this] { io_.run(); });
-    return ptc::Status::ok();
   }
 
   std::string address() const override { return address_; }
@@ -458,11 +463,18 @@ RpcServer::Handler route(std::vector<Route> routes) {
   };
 }
 
-ptc::Result<std::unique_ptr<RpcServer>> RpcServer::start(const std::string& listen, Handler handler,
-                                                         ServerLimits limits, std::string secret) {
-  auto s = std::make_unique<Server>(std::move(handler), limits, std::move(secret));
+ptc::Result<std::unique_ptr<RpcServer>> RpcServer::bind(const std::string& listen, ServerLimits limits,
+                                                        std::string secret) {
+  auto s = std::make_unique<Server>(limits, std::move(secret));
   PTC_RETURN_IF_ERROR(s->listen(listen));
   return std::unique_ptr<RpcServer>(std::move(s));
+}
+
+ptc::Result<std::unique_ptr<RpcServer>> RpcServer::start(const std::string& listen, Handler handler,
+                                                         ServerLimits limits, std::string secret) {
+  PTC_ASSIGN_OR_RETURN(auto s, bind(listen, limits, std::move(secret)));
+  s->serve(std::move(handler));
+  return s;
 }
 
 }  // namespace ptcfs::transport

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "daemon/cluster/change_record.h"
+#include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/nodes.h"
 #include "daemon/cluster/prepare.h"
 #include "daemon/store/failpoint.h"
@@ -21,6 +22,27 @@ namespace {
 
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// What settle_undecided writes over `r` so that the lost transaction `tx`, which compares the
+// record's revision, can never apply: the record as it is, marked `fenced`, or where there
+// was none a removal (nothing to remove: nodes keep what they have). A record that does not
+// decode is written back unchanged: the write alone moves its revision.
+json fence_over(const std::string& key, const Record& r, const std::string& tx) {
+  if (r.revision == 0) {
+    StepRecord none;
+    none.removed = true;
+    none.fenced = tx;
+    return to_json(none);
+  }
+  auto rec = keyed_record(key, r.value);
+  if (!rec) return r.value;
+  return std::visit(
+      [&](auto v) {
+        v.fenced = tx;
+        return to_json(v);
+      },
+      rec->value);
 }
 
 }  // namespace
@@ -62,6 +84,9 @@ ptc::Status Coordinator::finish_all(const std::vector<int>& nodes, const std::st
 }
 
 void Coordinator::settle_undecided() {
+  // Nothing settles while this node cannot reach etcd (fenced); called every second, it must
+  // not wait on etcd each time meanwhile.
+  if (!members_.can_change()) return;
   std::vector<Undecided> owed;
   {
     std::lock_guard lock(mu_);
@@ -72,13 +97,12 @@ void Coordinator::settle_undecided() {
     // is rewritten now so that this change's transaction can never apply (abort it).
     auto rec = members_.read(u.key);
     bool commit = false;
-    if (rec && rec->value.is_object() && rec->value.value("tx", std::string()) == u.tx) {
+    if (rec && written_by(u.key, rec->value, u.tx)) {
       commit = true;
     } else if (rec) {
-      json fence = rec->revision == 0 ? json{{"removed", true}} : rec->value;
-      fence["fenced"] = u.tx;
-      auto done = rec->revision == u.prior.revision ? members_.decide(u.key, rec->revision, fence)
-                                                    : ptc::Result<bool>(true);
+      auto done = rec->revision == u.prior.revision
+                      ? members_.decide(u.key, rec->revision, fence_over(u.key, *rec, u.tx))
+                      : ptc::Result<bool>(true);
       if (!done || !*done) rec = ptc::unavailable("retry");  // read again next time
     }
     if (!rec) {
@@ -87,7 +111,9 @@ void Coordinator::settle_undecided() {
       continue;
     }
     (void)finish_all(u.nodes, u.tx, commit);
-    ptc::log::info("{}: etcd answers again; the change is {} on every node", u.what, commit ? "committed" : "aborted");
+    members_.unlock(u.key);  // held since the decision went unanswered (decide)
+    ptc::log::info("{}: etcd answers again; the change is {} on every node and {} is free", u.what,
+                   commit ? "committed" : "aborted", u.key);
   }
 }
 
@@ -129,6 +155,17 @@ PrepareRequest Coordinator::request(const std::string& tx, decltype(PrepareReque
 
 ptc::Result<Coordinator::Locked> Coordinator::record_before_change(const std::string& key) {
   PTC_RETURN_IF_ERROR(members_.can_change());
+  // A change of the key this node coordinated and etcd did not answer the decision of still
+  // holds the key's lock: settle it first (etcd answers now, or the lock below is refused).
+  settle_undecided();
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& u : undecided_)
+      if (u.key == key)
+        return ptc::error(ptc::Code::kFailedPrecondition,
+                          u.what + " (transaction " + u.tx + ", coordinated by this node, " + id() +
+                              ") is not settled yet: etcd did not answer its commit; try again when etcd answers");
+  }
   PTC_RETURN_IF_ERROR(members_.lock(key));
   Locked out(members_, key);
   PTC_ASSIGN_OR_RETURN(Record r, members_.read(key));
@@ -137,7 +174,7 @@ ptc::Result<Coordinator::Locked> Coordinator::record_before_change(const std::st
 }
 
 ptc::Status Coordinator::decide(const std::vector<int>& nodes, const std::string& tx, const std::string& key,
-                                const Record& prior, json record, const std::string& what) {
+                                Locked& prior, json record, const std::string& what) {
   failpoint("coordinator.prepared");
   record["tx"] = tx;
   record["coordinator"] = id();
@@ -155,17 +192,23 @@ ptc::Status Coordinator::decide(const std::vector<int>& nodes, const std::string
   }
   if (unanswered && !(won && *won) && members_.can_change().is_ok()) {
     // An unanswered attempt may have been applied: the record tells.
-    if (auto back = members_.read(key); back && back->revision != prior.revision)
-      won = back->value.is_object() && back->value.value("tx", std::string()) == tx;
+    if (auto back = members_.read(key); back && back->revision != prior.revision) won = written_by(key, back->value, tx);
   }
   if (!won) {
-    // Unknown outcome (etcd did not answer): retry_aborts() settles it once etcd answers.
+    // Unknown outcome (etcd did not answer): settle_undecided() settles it once etcd answers.
+    // Until then the change still holds the key: its lock stays taken (a change retried
+    // meanwhile is refused naming this node), and goes when the change is settled, or with
+    // this node's lease.
     {
       std::lock_guard lock(mu_);
       undecided_.push_back(Undecided{nodes, tx, key, prior, what});
+      prior.members = nullptr;
     }
-    return won.status().with_context(what + ": etcd did not answer the commit; the change is aborted on every "
-                                             "node once etcd answers (unless etcd recorded it: then it commits)");
+    return won.status().with_context(
+        what + ": etcd did not answer the commit; node " + id() + " keeps " + key +
+        " locked until etcd answers, then, within a second, the change is aborted on every node (committed, if "
+        "etcd recorded it) and the lock is freed; if node " + id() + " stops first, the lock goes with its lease (" +
+        std::to_string(members_.decision_window().count() / 1000) + " s)");
   }
   if (!*won) {
     (void)finish_all(nodes, tx, false);
@@ -192,10 +235,13 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
     if (cluster()->find(n) < 0) return ptc::invalid("node '" + n + "' is not in the cluster");
   if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
   // Every node records the step (all mounts show the whole namespace), so every node takes part.
-  PTC_ASSIGN_OR_RETURN(const Locked prior, record_before_change(step_key(job, step)));
-  if (prior.revision != 0 && !prior.value.value("removed", false))
-    return ptc::error(ptc::Code::kAlreadyExists, job + "/" + step + " is already recorded in etcd (version " +
-                                                     std::to_string(prior.value.value("version", 0)) + ")");
+  PTC_ASSIGN_OR_RETURN(Locked prior, record_before_change(step_key(job, step)));
+  if (prior.revision != 0) {
+    PTC_ASSIGN_OR_RETURN(const KeyedRecord rec, keyed_record(prior.key, prior.value));
+    if (!rec.removed())
+      return ptc::error(ptc::Code::kAlreadyExists, job + "/" + step + " is already recorded in etcd (version " +
+                                                       std::to_string(rec.version()) + ")");
+  }
   const std::vector<int> all = members_.members();
   const std::string tx = new_transaction_id();
   if (progress) progress(json{{"phase", "prepare"}, {"done", 0}, {"total", all.size()}});
@@ -272,12 +318,14 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   }
 
   // What etcd records of the step, who is up, and at which version.
-  PTC_ASSIGN_OR_RETURN(const Locked prior, record_before_change(step_key(req.job, req.step)));
-  if (prior.revision != 0 && prior.value.value("version", uint64_t{0}) != old->version())
-    return ptc::error(ptc::Code::kFailedPrecondition,
-                      "etcd records version " + std::to_string(prior.value.value("version", uint64_t{0})) + " of " +
-                          name + ", this node has " + std::to_string(old->version()) +
-                          " (it is catching up; try again in a moment)");
+  PTC_ASSIGN_OR_RETURN(Locked prior, record_before_change(step_key(req.job, req.step)));
+  if (prior.revision != 0) {
+    PTC_ASSIGN_OR_RETURN(const KeyedRecord rec, keyed_record(prior.key, prior.value));
+    if (rec.version() != old->version())
+      return ptc::error(ptc::Code::kFailedPrecondition,
+                        "etcd records version " + std::to_string(rec.version()) + " of " + name + ", this node has " +
+                            std::to_string(old->version()) + " (it is catching up; try again in a moment)");
+  }
   report("state", 0, 1);
   const std::vector<int> all = members_.members();
   const auto states = ask_all(all, [&](int) { return json{{"op", "peer.state"}, {"job", req.job}, {"step", req.step}}; });
@@ -421,18 +469,19 @@ size_t Coordinator::catch_up() {
   return caught + catch_up_datasets();
 }
 
-void Coordinator::on_record(const std::string& key, const json& value) {
-  const std::string tx = value.value("tx", std::string());
+void Coordinator::on_record(const KeyedRecord& rec) {
+  const std::string& tx = rec.tx();
   if (!tx.empty() && local_.commit_decided(tx)) return;  // prepared here: the record is its commit
   // A change prepared here against what this record replaced can never commit now.
-  local_.drop_superseded(key, tx, value.value("version", uint64_t{0}), value.value("removed", false));
-  std::string job, step;
-  if (!parse_step_key(key, job, step)) return;  // a dataset's record: only its commit concerns this node
+  local_.drop_superseded(rec.key, tx, rec.version(), rec.removed());
+  if (!rec.is_step()) return;  // a dataset's record: only its commit concerns this node
+  const std::string& job = rec.job;
+  const std::string& step = rec.name;
   auto have = [&] {
     auto v = current_version(store_, job, step);
     return v ? (*v)->version() : uint64_t{0};
   };
-  if (value.value("removed", false)) {
+  if (rec.removed()) {
     if (have() == 0) return;
     auto change = prepare_removal(store_, job, step);
     const ptc::Status s = change ? commit_change(store_, *change) : change.status();
@@ -440,7 +489,7 @@ void Coordinator::on_record(const std::string& key, const json& value) {
     else ptc::log::warn("{}/{} is removed in etcd but not here: {}", job, step, s.to_string());
     return;
   }
-  const uint64_t version = value.value("version", uint64_t{0});
+  const uint64_t version = rec.version();
   // The nodes that took part commit at about the time this record appears: give them a moment.
   for (int attempt = 0; attempt < 5; ++attempt) {
     if (have() >= version || catch_up_step(job, step, version)) return;
@@ -452,7 +501,7 @@ void Coordinator::on_record(const std::string& key, const json& value) {
 
 ptc::Status Coordinator::remove(const std::string& job, const std::string& step) {
   const std::string name = job + "/" + step;
-  PTC_ASSIGN_OR_RETURN(const Locked prior, record_before_change(step_key(job, step)));
+  PTC_ASSIGN_OR_RETURN(Locked prior, record_before_change(step_key(job, step)));
   const std::vector<int> all = members_.members();
   const std::string tx = new_transaction_id();
   const json prepare = to_json(request(tx, RemoveChange{job, step}));

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/nodes.h"
 #include "daemon/cluster/peer_service.h"
@@ -63,7 +64,7 @@ class Coordinator {
   // A record written in etcd (EtcdMembership's watch; on start, every record): commits the
   // change it decides if this node prepared it; otherwise brings the step to the recorded
   // version (holding none of it) or removes it.
-  void on_record(const std::string& key, const nlohmann::json& value);
+  void on_record(const KeyedRecord& record);
   // A node that missed an abort (it stopped answering in the middle of a change) still
   // holds its prepared part, and its step stays marked as changing. Aborts are idempotent:
   // each missed one is sent again by this call (main.cc calls it every few seconds) until
@@ -71,6 +72,10 @@ class Coordinator {
   // it answers (committed if etcd recorded them, else aborted). Returns how many aborts are
   // still owed.
   size_t retry_aborts();
+  // Settles the changes whose decision etcd did not answer, once it answers: committed where
+  // the record carries their transaction, else fenced off and aborted; frees their keys' locks.
+  // main.cc calls it every second; a new change of such a key calls it first.
+  void settle_undecided();
 
   // Saves into the mounts (daemon/cluster/coordinator_saves.cc). A node whose part of a
   // pending step is complete calls save_ready; the first node of cluster.json commits saves
@@ -93,7 +98,10 @@ class Coordinator {
   // before preparing), and commits it on them; when the decision is lost (another change of
   // the key committed first, or this node's lease ended), aborts it on them. In etcd mode a
   // node that misses the commit message switches when it sees the record.
-  ptc::Status decide(const std::vector<int>& nodes, const std::string& tx, const std::string& key, const Record& prior,
+  // When etcd does not answer, the outcome is left undecided (settle_undecided) and the
+  // key's lock is taken from `prior`: it stays until the change is settled.
+  struct Locked;
+  ptc::Status decide(const std::vector<int>& nodes, const std::string& tx, const std::string& key, Locked& prior,
                      nlohmann::json record, const std::string& what);
   // The record of `key` read under its lock (held until this object goes), after checking
   // that this node may take part in changes.
@@ -130,7 +138,6 @@ class Coordinator {
     Record prior;
     std::string what;
   };
-  void settle_undecided();
   std::mutex mu_;                                     // guards unaborted_, undecided_
   std::vector<std::pair<int, std::string>> unaborted_;  // (node, transaction)
   std::vector<Undecided> undecided_;

@@ -17,7 +17,7 @@ using nlohmann::json;
 
 ptc::Result<json> Coordinator::dataset_add(const DatasetAddRequest& req, int dp, const IndexProgress& progress) {
   const std::string name = req.job + "/" + req.name;
-  PTC_ASSIGN_OR_RETURN(const Locked prior, record_before_change(dataset_key(req.job, req.name)));
+  PTC_ASSIGN_OR_RETURN(Locked prior, record_before_change(dataset_key(req.job, req.name)));
   const std::vector<int> all = members_.members();
   json summary;
   PTC_ASSIGN_OR_RETURN(PreparedChange mine, prepare_dataset_add(store_, req, dp, id(), summary, progress));
@@ -43,7 +43,7 @@ ptc::Result<json> Coordinator::dataset_progress(const std::string& job, const st
   // Validate here first: a bad request is refused before any node is asked.
   PTC_ASSIGN_OR_RETURN(PreparedChange check, prepare_dataset_progress(store_, job, name, epoch, consumed));
   const json next = dataset_json(*check.datasets.front().next);
-  PTC_ASSIGN_OR_RETURN(const Locked prior, record_before_change(dataset_key(job, name)));
+  PTC_ASSIGN_OR_RETURN(Locked prior, record_before_change(dataset_key(job, name)));
   const std::vector<int> all = members_.members();
   const std::string tx = new_transaction_id();
   const json prepare = to_json(request(

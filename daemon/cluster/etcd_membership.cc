@@ -20,7 +20,7 @@ std::string node_key(const std::string& id) { return kNodes + id; }
 // "/ptcfs/steps/j/1" -> "/ptcfs/locks/steps/j/1".
 std::string lock_key(const std::string& key) { return kLocks + key.substr(kRoot.size()); }
 
-json node_value(const EtcdOptions& o) { return {{"id", o.id}, {"addr", o.addr}, {"gpus", o.gpus}}; }
+json node_value(const EtcdOptions& o) { return to_json(NodeRecord{o.id, o.addr, o.gpus}); }
 
 }  // namespace
 
@@ -32,11 +32,12 @@ ptc::Result<std::unique_ptr<EtcdMembership>> EtcdMembership::join(const EtcdOpti
   std::unique_ptr<EtcdMembership> m(new EtcdMembership(options, std::move(client), peers));
   PTC_ASSIGN_OR_RETURN(auto existing, m->etcd_->get(node_key(options.id)), "reading node " + options.id + " from etcd");
   if (existing) {
-    const json v = ptc::parse_json_lenient(existing->value);
-    const std::string addr = v.is_object() ? v.value("addr", std::string()) : std::string();
-    if (addr != options.addr)
+    // A record that does not decode is no daemon's registration: this node's replaces it.
+    auto rec = node_record_from_json(ptc::parse_json_lenient(existing->value), options.id);
+    if (!rec) ptc::log::warn("{}; registering over it", rec.status().message());
+    else if (rec->addr != options.addr)
       return ptc::error(ptc::Code::kAlreadyExists,
-                        "node id '" + options.id + "' is registered in etcd by a live daemon at " + addr +
+                        "node id '" + options.id + "' is registered in etcd by a live daemon at " + rec->addr +
                             " (stop it, wait for its lease to expire, or choose another --node)");
   }
   PTC_RETURN_IF_ERROR(m->register_node());
@@ -114,13 +115,12 @@ void EtcdMembership::apply(const std::string& key, const std::string& value, boo
       if (live_.erase(id) && id != options_.id) ptc::log::info("node {} left the cluster (its lease ended)", id);
       return;
     }
-    const json v = ptc::parse_json_lenient(value);
-    if (!v.is_object() || !v.contains("addr") || !v["addr"].is_string() ||
-        (v.contains("gpus") && !v["gpus"].is_number_integer())) {
-      ptc::log::warn("etcd key {} is not a node record; ignored", key);
+    auto rec = node_record_from_json(ptc::parse_json_lenient(value), id);
+    if (!rec) {
+      ptc::log::warn("etcd key {}: {}; ignored", key, rec.status().message());
       return;
     }
-    ptc::NodeSpec spec{id, v["addr"].get<std::string>(), v.value("gpus", 1)};
+    ptc::NodeSpec spec{id, rec->addr, rec->gpus};
     peers_.add_node(spec);
     std::lock_guard lock(mu_);
     auto [it, added] = live_.insert_or_assign(id, lease);
@@ -128,12 +128,14 @@ void EtcdMembership::apply(const std::string& key, const std::string& value, boo
     return;
   }
   if (deleted || !on_record_ || key.rfind(kLocks, 0) == 0) return;
-  const json v = ptc::parse_json_lenient(value);
-  if (!v.is_object()) {
-    ptc::log::warn("etcd key {} holds no JSON object; ignored", key);
+  // Decoded here, on the watch thread, into a typed record that never throws: a record that
+  // does not decode is logged by its key and skipped; every other one still reaches the node.
+  auto rec = keyed_record(key, ptc::parse_json_lenient(value));
+  if (!rec) {
+    ptc::log::warn("{}; ignored", rec.status().message());
     return;
   }
-  on_record_(key, v);
+  on_record_(*rec);
 }
 
 void EtcdMembership::watch_loop() {
@@ -215,13 +217,22 @@ ptc::Result<bool> EtcdMembership::decide(const std::string& key, int64_t revisio
 ptc::Status EtcdMembership::lock(const std::string& key) {
   PTC_RETURN_IF_ERROR(can_change());
   const std::string lk = lock_key(key);
-  PTC_ASSIGN_OR_RETURN(const bool got,
-                       etcd_->txn({transport::EtcdCompare::mod_is(lk, 0)},
-                                  {transport::EtcdWrite::put(lk, options_.id, lease_.load())}),
-                       "locking " + key + " in etcd");
-  if (got) return ptc::Status::ok();
-  auto holder = etcd_->get(lk);
-  const std::string who = holder && *holder ? (*holder)->value : std::string("another node");
+  std::string who = "another node";
+  // A lock freed between the failed take and the read of its holder is taken again, so that a
+  // refusal always names the holder it read (a few tries: each lost one had a holder).
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    PTC_ASSIGN_OR_RETURN(const bool got,
+                         etcd_->txn({transport::EtcdCompare::mod_is(lk, 0)},
+                                    {transport::EtcdWrite::put(lk, options_.id, lease_.load())}),
+                         "locking " + key + " in etcd");
+    if (got) return ptc::Status::ok();
+    auto holder = etcd_->get(lk);
+    if (!holder) break;  // etcd stopped answering: refuse, without a name
+    if (*holder) {
+      who = (*holder)->value;
+      break;
+    }
+  }
   const std::string kind_and_name = key.substr(kRoot.size());  // "steps/j/1"
   return ptc::error(ptc::Code::kFailedPrecondition,
                     kind_and_name.substr(kind_and_name.find('/') + 1) +

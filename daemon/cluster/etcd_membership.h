@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/membership.h"
 #include "transport/etcd_client.h"
 
@@ -37,7 +38,7 @@ struct EtcdOptions {
 
 class EtcdMembership final : public Membership {
  public:
-  using RecordHandler = std::function<void(const std::string& key, const nlohmann::json& value)>;
+  using RecordHandler = std::function<void(const KeyedRecord& record)>;
 
   // Registers this node (the first node of `peers`' table) and reads the live members into
   // `peers`. Fails when etcd cannot be reached, or a live node at another address holds the
@@ -48,8 +49,9 @@ class EtcdMembership final : public Membership {
   void stop();
   ~EtcdMembership() override { stop(); }
 
-  // Starts keeping the lease alive and watching; `on_record` gets every record present at
-  // each (re)start of the watch and every record written afterwards, in order.
+  // Starts keeping the lease alive and watching; `on_record` gets every step and dataset
+  // record present at each (re)start of the watch and every one written afterwards, in order,
+  // decoded (daemon/cluster/etcd_record.h); one that does not decode is logged and skipped.
   void start(RecordHandler on_record);
 
   std::vector<int> members() const override;

@@ -6,20 +6,28 @@ namespace ptcfs {
 
 namespace {
 const std::string kSteps = "/ptcfs/steps/";
+const std::string kDatasets = "/ptcfs/datasets/";
+
+// "<prefix><a>/<b>" -> a, b (b may hold further slashes: callers check the names).
+bool parse_key(const std::string& prefix, const std::string& key, std::string& a, std::string& b) {
+  if (key.rfind(prefix, 0) != 0) return false;
+  const size_t slash = key.find('/', prefix.size());
+  if (slash == std::string::npos) return false;
+  a = key.substr(prefix.size(), slash - prefix.size());
+  b = key.substr(slash + 1);
+  return !a.empty() && !b.empty();
+}
 }  // namespace
 
 std::string step_key(const std::string& job, const std::string& step) { return kSteps + job + "/" + step; }
 
 bool parse_step_key(const std::string& key, std::string& job, std::string& step) {
-  if (key.rfind(kSteps, 0) != 0) return false;
-  const size_t slash = key.find('/', kSteps.size());
-  if (slash == std::string::npos) return false;
-  job = key.substr(kSteps.size(), slash - kSteps.size());
-  step = key.substr(slash + 1);
-  return !job.empty() && !step.empty();
+  return parse_key(kSteps, key, job, step);
 }
-std::string dataset_key(const std::string& job, const std::string& name) {
-  return "/ptcfs/datasets/" + job + "/" + name;
+std::string dataset_key(const std::string& job, const std::string& name) { return kDatasets + job + "/" + name; }
+
+bool parse_dataset_key(const std::string& key, std::string& job, std::string& name) {
+  return parse_key(kDatasets, key, job, name);
 }
 
 std::vector<int> StaticMembership::members() const { return all_nodes(*peers_.cluster()); }

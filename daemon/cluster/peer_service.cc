@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/nodes.h"
 #include "daemon/cluster/slab_read.h"
 #include "daemon/dataset/dataset_ops.h"
@@ -55,11 +56,10 @@ void PeerService::hold(const std::string& tx, PreparedChange change, const std::
 bool PeerService::commit_decided(const std::string& tx) {
   {
     std::lock_guard lock(mu_);
-    // Committed already, or being committed (by the coordinator's peer.commit).
     if (std::find(committed_.begin(), committed_.end(), tx) != committed_.end()) return true;
-    if (!prepared_.count(tx)) return false;
+    if (!prepared_.count(tx) && !committing_.count(tx)) return false;
   }
-  auto s = finish(tx, true);
+  auto s = finish(tx, true);  // commits it, or waits for the commit under way (the coordinator's peer.commit)
   if (!s) ptc::log::error("committing transaction {} recorded in etcd: {}", tx, s.to_string());
   return s.is_ok();
 }
@@ -83,8 +83,13 @@ void PeerService::restore() {
   auto kept = restore_prepared(store_);
   const bool decidable = members_.lease() != 0;
   for (auto& k : kept) {
-    Held h{std::move(k.change), k.about.value("key", std::string()), k.about.value("coordinator", std::string()),
-           k.about.value("lease", int64_t{0}), std::chrono::steady_clock::now(), true};
+    // Who decides it, as keep_prepared wrote it; anything else is decided by nobody: dropped.
+    const std::string w = "kept change " + k.tx;
+    auto lease = k.about.is_object() && k.about.contains("lease") ? ptc::get_int(k.about["lease"], w + " lease")
+                                                                  : ptc::Result<int64_t>(int64_t{0});
+    Held h{std::move(k.change), ptc::member_string_or(k.about, "key", "", w).value_or(""),
+           ptc::member_string_or(k.about, "coordinator", "", w).value_or(""), lease.value_or(0),
+           std::chrono::steady_clock::now(), true};
     if (!decidable || h.key.empty() || h.lease == 0) {
       ptc::log::warn("dropping {} kept from before the restart (transaction {}): without etcd nothing decides it",
                      describe(h.change), k.tx);
@@ -114,7 +119,7 @@ size_t PeerService::expire(std::chrono::seconds max_age) {
     if (lease_ended) {
       auto rec = members_.read(key);
       if (!rec) continue;  // etcd is unreachable: decide later
-      if (rec->value.is_object() && rec->value.value("tx", std::string()) == tx) {
+      if (written_by(key, rec->value, tx)) {
         if (auto s = finish(tx, true); !s) ptc::log::error("committing transaction {}: {}", tx, s.to_string());
         continue;
       }
@@ -235,7 +240,21 @@ ptc::Result<json> PeerService::prepare(const json& j) {
       saving_[req.tx] = {c->job, c->step};
     }
   }
-  if (!change) return change.status().with_context("node " + id());
+  if (!change) {
+    // Refused because a change of the same step or dataset is prepared here and undecided:
+    // name its coordinator, who ends it (docs/FORMATS.md "Keys in etcd").
+    ptc::Status why = change.status();
+    std::lock_guard lock(mu_);
+    for (const auto& [t, h] : prepared_)
+      if (why.code() == ptc::Code::kFailedPrecondition && h.key == record_key(req) && t != req.tx) {
+        why = ptc::error(why.code(), why.message() + ": it holds the change that node " + h.coordinator +
+                                         " coordinates (transaction " + t + "), not decided yet; that goes when " +
+                                         h.coordinator + " commits or aborts it" +
+                                         (h.lease != 0 ? ", or when its lease ends" : ""));
+        break;
+      }
+    return why.with_context("node " + id());
+  }
   // With etcd deciding, this node keeps the change across a restart: once it answers
   // "prepared", the coordinator may commit, and this node's part must not die with it.
   const bool keep = req.lease != 0 && can_keep(*change) && !std::holds_alternative<SaveChange>(req.change);
@@ -263,30 +282,27 @@ ptc::Result<json> PeerService::finish(const json& req, bool commit) {
 ptc::Status PeerService::finish(const std::string& tx, bool commit) {
   PreparedChange change;
   bool kept = false;
+  std::promise<ptc::Status> outcome;
+  std::shared_future<ptc::Status> under_way;
   {
     std::unique_lock lock(mu_);
     auto it = prepared_.find(tx);
     if (it == prepared_.end()) {
       if (!commit) return ptc::Status::ok();  // aborting what was never prepared (or already aborted) is fine
-      // Committed on its record in etcd, or being committed so: answered once that commit is
-      // done, so that the coordinator finds the new version here when its commit returns (it
-      // once counted "0 tensors" in an import that raced its own record).
-      const bool waited = committing_.count(tx) > 0;
-      done_cv_.wait(lock, [&] { return committing_.count(tx) == 0; });
-      if (std::find(committed_.begin(), committed_.end(), tx) != committed_.end()) return ptc::Status::ok();
-      if (waited) return ptc::error(ptc::Code::kFailedPrecondition, "transaction " + tx + " failed to commit on node " +
-                                                                      id() + " (its log says why)");
-      return ptc::not_found("no prepared transaction " + tx + " on node " + id());
-    }
-    change = std::move(it->second.change);
-    kept = it->second.kept;
-    prepared_.erase(it);
-    if (commit) {
-      committed_.push_back(tx);
-      if (committed_.size() > kRememberCommitted) committed_.pop_front();
-      committing_.insert(tx);
+      // Committed already (on its record in etcd), or being committed by another thread: a
+      // commit answered before this node serves the new version would let the coordinator
+      // report success too early, so that one is waited for.
+      if (auto c = committing_.find(tx); c != committing_.end()) under_way = c->second;
+      else if (std::find(committed_.begin(), committed_.end(), tx) != committed_.end()) return ptc::Status::ok();
+      else return ptc::not_found("no prepared transaction " + tx + " on node " + id());
+    } else {
+      change = std::move(it->second.change);
+      kept = it->second.kept;
+      prepared_.erase(it);
+      if (commit) committing_.emplace(tx, outcome.get_future().share());
     }
   }
+  if (under_way.valid()) return under_way.get();
   std::optional<std::pair<std::string, std::string>> saved;
   {
     std::lock_guard lock(mu_);
@@ -303,16 +319,19 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
     ptc::log::info("aborted the change of {} (transaction {})", name, tx);
     return ptc::Status::ok();
   }
-  const ptc::Status committed = commit_change(store_, change);
+  const ptc::Status committed = commit_change(store_, change).with_context("node " + id());
   if (kept) forget_prepared(store_, tx);  // committed, or (the commit failed) aborted
   {
     std::lock_guard lock(mu_);
-    if (!committed) std::erase(committed_, tx);
     committing_.erase(tx);
+    if (committed) {
+      committed_.push_back(tx);
+      if (committed_.size() > kRememberCommitted) committed_.pop_front();
+    }
   }
-  done_cv_.notify_all();
   if (saved && saves_) saves_->part_done(saved->first, saved->second, committed.is_ok());
-  PTC_RETURN_IF_ERROR(committed, "node " + id());
+  outcome.set_value(committed);  // a save's part is done too: the mount shows it committed, not pending
+  PTC_RETURN_IF_ERROR(committed);
   ptc::log::info("committed {} (transaction {})", name, tx);
   return ptc::Status::ok();
 }

@@ -11,12 +11,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
-#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -51,8 +50,8 @@ class PeerService {
   // Holds a change this node prepared itself under `tx` (the home node of a dataset add:
   // its peers pull the sample table from it before anyone commits), for the record `key`.
   void hold(const std::string& tx, PreparedChange change, const std::string& key);
-  // Commits `tx` if this node holds it prepared (its record was seen in etcd); whether `tx`
-  // is committed here (by this call or before).
+  // Commits `tx` if this node holds it prepared (its record was seen in etcd), or waits for
+  // its commit under way; whether `tx` is committed here (by this call or before).
   bool commit_decided(const std::string& tx);
   // A record of `key` written by transaction `tx` at `version` (0: none; `removed`: the step
   // was removed): a change prepared here for the same key under another transaction can
@@ -103,11 +102,13 @@ class PeerService {
     std::chrono::steady_clock::time_point since;
     bool kept = false;  // its record is in the metadata until it is decided
   };
-  std::mutex mu_;                                 // guards prepared_, committed_, committing_
+  std::mutex mu_;                                 // guards prepared_, committing_, committed_
   std::map<std::string, Held> prepared_;          // by transaction id
-  std::deque<std::string> committed_;             // the last transactions committed on their record
-  std::set<std::string> committing_;              // taken from prepared_, their commit not yet done
-  std::condition_variable done_cv_;               // a commit of committing_ is done
+  // Commits under way (a transaction leaves prepared_ when its commit starts): a second commit
+  // of one (the coordinator's peer.commit and the record seen in etcd race) waits for the
+  // first's outcome, so that no node answers "committed" before it serves the new version.
+  std::map<std::string, std::shared_future<ptc::Status>> committing_;
+  std::deque<std::string> committed_;             // the last transactions committed
   std::map<std::string, std::pair<std::string, std::string>> saving_;  // tx -> (job, step) of a save prepared here
   SaveService* saves_ = nullptr;
   std::function<void(const std::string&, const std::string&)> save_ready_;

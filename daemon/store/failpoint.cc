@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -16,17 +15,17 @@ namespace ptcfs {
 void failpoint(const char* name) {
   static const char* armed = std::getenv("PTCFS_FAILPOINT");
   if (!armed) return;
-  // "<name>" waits forever; "<name>:<seconds>" pauses that long, then goes on; commas
-  // separate several.
-  const std::string_view all(armed), want(name);
-  for (size_t at = 0; at <= all.size();) {
-    const size_t comma = std::min(all.find(',', at), all.size());
-    const std::string_view one = all.substr(at, comma - at);
-    at = comma + 1;
-    const size_t colon = one.find(':');
-    if (one.substr(0, colon) != want) continue;
+  // A comma-separated list of "<name>" (waits forever) or "<name>:<seconds>" (pauses that
+  // long, then goes on).
+  const std::string_view want(name);
+  for (std::string_view rest(armed); !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string_view entry = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t colon = entry.find(':');
+    if (entry.substr(0, colon) != want) continue;
     if (colon != std::string_view::npos) {
-      const double seconds = std::atof(std::string(one.substr(colon + 1)).c_str());
+      const double seconds = std::atof(std::string(entry.substr(colon + 1)).c_str());
       ptc::log::warn("failpoint {} reached; pausing {} s", name, seconds);
       std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
       ptc::log::warn("failpoint {} passed", name);

@@ -2,9 +2,9 @@
 // check what a restart finds (tests/integration/test_*_crash.py). Set PTCFS_FAILPOINT=<name>
 // in the daemon's environment: when a thread reaches that point it logs
 // "failpoint <name> reached" and waits there forever (with PTCFS_FAILPOINT=<name>:<seconds>,
-// it pauses that long and goes on). Several points, separated by commas, are armed at once
-// ("coordinator.decided:1,commit.before:3": to widen a race between two threads). Unset
-// (always, in production), a failpoint costs one comparison.
+// it pauses that long and goes on). Several points are armed with a comma-separated list
+// (`coordinator.decided:0.2,commit.before:0.5`: tests that widen a window on every node).
+// Unset (always, in production), a failpoint costs one comparison.
 //
 //   import.copied   an import's blobs are written and synced; nothing is committed
 //   commit.before   a change is prepared (blobs synced); its metadata is not written
@@ -12,6 +12,7 @@
 //   commit.after    the new version is published; the replaced one's blobs not yet collected
 //   coordinator.prepared  every node prepared a cluster change; nothing is decided
 //   coordinator.decided   the change is decided (in etcd); no node was told to commit
+//   daemon.serving  ptcfsd answers requests; metrics, the etcd watch and catch-up are not started
 #pragma once
 
 namespace ptcfs {

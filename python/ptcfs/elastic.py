@@ -20,8 +20,10 @@ from . import ptc as _ptc
 from .control import Client
 from .errors import Error
 
-# Refusals that mean "another repartition of this step is under way or just won": wait.
-_TRANSIENT = ("already being repartitioned", "changed while")
+# Refusals that mean "another repartition of this step is under way or just won": wait. On etcd
+# the step's lock refuses a second coordinator ("by another coordinator (node n0)"), also while
+# a change whose commit etcd did not answer is settled ("is not settled yet" from its own node).
+_TRANSIENT = ("already being repartitioned", "changed while", "by another coordinator", "is not settled yet")
 
 
 def _mount_parallelism(mount: str, job: str, step: str) -> Optional[dict]:

@@ -1,11 +1,57 @@
-// JSON a node takes from its peers and from etcd: every reply and record reader.
+// JSON a node takes from its peers and from etcd: every reply and record reader, and what the
+// etcd watch does with a record (EtcdMembership::apply, then Coordinator::on_record): decode it
+// by its key (a node's registration, a step's or a dataset's record) and read the fields the
+// handler acts on. An input that starts with "/ptcfs/" is a key, a newline, then the value, as
+// the watch delivers them; any other input is the value of a record under each kind of key.
+#include <cstdlib>
+
 #include "daemon/cluster/change_record.h"
+#include "daemon/cluster/etcd_record.h"
 #include "ptc/json_util.h"
 #include "tests/fuzz/fuzz_util.h"
 
+namespace {
+
+using namespace ptcfs;
+
+// What the watch does with (key, text): a record that decodes must encode back to the same
+// record (the codec loses nothing it accepted); one that does not is skipped.
+void watch(const std::string& key, std::string_view text) {
+  const auto value = ptc::parse_json_lenient(text);
+  const std::string nodes = "/ptcfs/nodes/";
+  if (key.rfind(nodes, 0) == 0) {
+    const std::string id = key.substr(nodes.size());
+    auto n = node_record_from_json(value, id);
+    if (!n) return;
+    auto back = node_record_from_json(to_json(*n), id);
+    if (!back || to_json(*back) != to_json(*n)) std::abort();
+    return;
+  }
+  auto r = keyed_record(key, value);
+  if (!r) return;
+  // Coordinator::on_record: the transaction it commits, the version it catches up to, a removal.
+  (void)r->tx().size();
+  (void)r->version();
+  (void)r->removed();
+  const nlohmann::json again = std::visit([](const auto& v) { return to_json(v); }, r->value);
+  auto back = keyed_record(key, again);
+  if (!back || back->is_step() != r->is_step() || back->job != r->job || back->name != r->name ||
+      std::visit([](const auto& v) { return to_json(v); }, back->value) != again)
+    std::abort();
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace ptcfs;
-  const auto j = ptc::parse_json_lenient(fuzz::view(data, size));
+  const std::string_view in = fuzz::view(data, size);
+  if (in.rfind("/ptcfs/", 0) == 0) {
+    const size_t nl = in.find('\n');
+    if (nl == std::string_view::npos) return 0;
+    watch(std::string(in.substr(0, nl)), in.substr(nl + 1));
+    return 0;
+  }
+  for (const char* key : {"/ptcfs/steps/j/1", "/ptcfs/datasets/j/d", "/ptcfs/nodes/n0"}) watch(key, in);
+  const auto j = ptc::parse_json_lenient(in);
   if (j.is_discarded()) return 0;
   (void)prepare_request_from_json(j);
   (void)prepare_reply_from_json(j, "reply");

@@ -110,6 +110,22 @@ def main(out):
                                                       "complete": ["tp0-pp0.safetensors"]}))
     put(out, "peer_reply", "dataset_state", json.dumps({"version": 1, "dp": 2, "epoch": 0, "consumed": 64,
                                                          "table_xxh3": 12345}))
+    # Records as the etcd watch delivers them: the key, a newline, the value (docs/FORMATS.md "Keys in etcd").
+    for name, key, rec in [
+            ("rec_import", "/ptcfs/steps/gpt/100", {"kind": "import", "version": 1, "nodes": ["n0", "n1"],
+                                                    "gpus": [2, 2], "tx": "ab12", "coordinator": "n0"}),
+            ("rec_repartition", "/ptcfs/steps/gpt/100", {"kind": "repartition", "version": 2,
+                                                         "parallelism": "tp=2,pp=1,dp=2", "nodes": ["n0", "n1"],
+                                                         "gpus": [2, 2], "tx": "cd34", "coordinator": "n1"}),
+            ("rec_save", "/ptcfs/steps/gpt/200", {"kind": "save", "version": 1, "holders": [["n0"], ["n1"]],
+                                                  "tx": "ef56", "coordinator": "n0"}),
+            ("rec_remove", "/ptcfs/steps/gpt/100", {"kind": "remove", "removed": True, "tx": "01", "coordinator": "n0"}),
+            ("rec_fence", "/ptcfs/steps/gpt/100", {"removed": True, "fenced": "02"}),
+            ("rec_dataset", "/ptcfs/datasets/gpt/web", {"kind": "dataset_progress", "version": 3, "tx": "03",
+                                                        "coordinator": "n0"}),
+            ("rec_node", "/ptcfs/nodes/n1", {"id": "n1", "addr": "10.0.0.2:7070", "gpus": 8}),
+            ("rec_bad_tx", "/ptcfs/steps/gpt/100", {"tx": 5})]:
+        put(out, "peer_reply", name, key + "\n" + json.dumps(rec))
 
     # Hugging Face indexes.
     put(out, "hf_index", "index.json", json.dumps({"metadata": {"total_size": 64}, "weight_map": {

@@ -129,3 +129,25 @@ def test_idle_connections_do_not_lock_clients_out(daemon, half_sent):
     finally:
         for s in idle:
             s.close()
+
+
+def test_status_in_the_first_instant_of_serving_reports_the_bound_address(tmp_path):
+    """`--listen localhost:PORT` binds 127.0.0.1:PORT, which `status` reports. The daemon pauses
+    just after it starts answering (failpoint daemon.serving): a status then must already see
+    the bound address, set before the first request can read it (not written while one does)."""
+    from ptcfs_harness import Daemon, require_binaries
+    require_binaries()
+    d = Daemon(str(tmp_path / "d"), listen_host="localhost")
+    d.env = {"PTCFS_FAILPOINT": "daemon.serving:3"}
+    # The mount answers only once the FUSE loop runs, after the pause: wait for status alone.
+    d._mount_live = lambda: True
+    try:
+        d.start()  # returns once status answers: during the pause
+        st = d.cli_json("status", "--json")
+        with open(d.log_path, errors="replace") as f:
+            log = f.read()
+        assert "failpoint daemon.serving reached" in log and "failpoint daemon.serving passed" not in log, log
+        assert st["listen"] == f"127.0.0.1:{d.port}", st
+        d.wait_log(f"control on 127.0.0.1:{d.port}")
+    finally:
+        d.stop(cleanup_mount=True)

@@ -342,6 +342,8 @@ def test_etcd_down_fences_changes_keeps_reads_and_the_cluster_goes_on_when_it_is
         for i, d in enumerate(c.nodes):
             wait_for(lambda: blobs(d) == old_blobs[i], 20, f"n{i} kept blobs of the undecided change")
             assert version(d) == 1
+        # The undecided change held the step's lock until it was settled on every node.
+        wait_for(lambda: not etcd.keys("/ptcfs/locks/"), 10, "n0 kept the lock of the settled change")
         r = c[1].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=2,dp=3", "--json")
         assert r["version"] == 2 and r["bytes_moved"] == r["bytes_min"], r
         for d in c.nodes:

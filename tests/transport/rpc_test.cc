@@ -203,3 +203,24 @@ TEST_CASE("at the connection limit with every connection running a request, a ne
   CHECK(ok[1]);
   CHECK(running == 2);  // the refused client's request never ran
 }
+
+TEST_CASE("a bound server answers nothing until it serves, and its handler then sees what was set between") {
+  auto bound = RpcServer::bind("127.0.0.1:0");
+  REQUIRE(bound);
+  RpcServer& s = **bound;
+  // The address is known before serving: a handler may report it without racing its writer.
+  const std::string addr = s.address();
+  REQUIRE(addr.rfind("127.0.0.1:", 0) == 0);
+  // A connection made now waits in the backlog: its handshake is not answered.
+  Deadlines quick;
+  quick.connect = std::chrono::milliseconds(300);
+  quick.idle = std::chrono::milliseconds(300);
+  CHECK_FALSE(RpcClient::connect(addr, "", quick).is_ok());
+  std::string reported = addr;  // set between bind() and serve(), read by the handler
+  s.serve([&reported](const json&, const ProgressSink&) { return ptc::Result<Reply>(Reply(json{{"listen", reported}})); });
+  auto c = RpcClient::connect(addr);
+  REQUIRE(c);
+  auto r = (*c)->call(json{{"op", "status"}});
+  REQUIRE(r);
+  CHECK(*r == json{{"listen", addr}});
+}
