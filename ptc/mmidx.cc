@@ -1,7 +1,8 @@
 #include "ptc/mmidx.h"
 
-#include <bit>
 #include <cstring>
+
+#include "ptc/endian.h"
 
 namespace ptc {
 namespace {
@@ -9,20 +10,11 @@ namespace {
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 
 template <class T>
-T load_le(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);  // the hosts ptcfs builds for are little-endian (static_assert below)
-  return v;
-}
-
-template <class T>
-void store_le(std::string& out, T v) {
+void append_le(std::string& out, T v) {
   char b[sizeof v];
-  std::memcpy(b, &v, sizeof v);
+  store_le(b, v);
   out.append(b, sizeof v);
 }
-
-static_assert(std::endian::native == std::endian::little, "MMIDIDX files are little-endian");
 
 }  // namespace
 
@@ -100,17 +92,17 @@ std::string render_mmidx(int dtype_code, const std::vector<uint64_t>& bytes) {
   std::string out;
   out.reserve(mmidx_size(n));
   out.append(kMagic, sizeof kMagic);
-  store_le<uint64_t>(out, 1);
+  append_le<uint64_t>(out, 1);
   out.push_back(static_cast<char>(dtype_code));
-  store_le<uint64_t>(out, n);
-  store_le<uint64_t>(out, n + 1);
-  for (uint64_t b : bytes) store_le<int32_t>(out, static_cast<int32_t>(b / item));
+  append_le<uint64_t>(out, n);
+  append_le<uint64_t>(out, n + 1);
+  for (uint64_t b : bytes) append_le<int32_t>(out, static_cast<int32_t>(b / item));
   uint64_t ptr = 0;
   for (uint64_t b : bytes) {
-    store_le<int64_t>(out, static_cast<int64_t>(ptr));
+    append_le<int64_t>(out, static_cast<int64_t>(ptr));
     ptr += b;
   }
-  for (uint64_t i = 0; i <= n; ++i) store_le<int64_t>(out, static_cast<int64_t>(i));
+  for (uint64_t i = 0; i <= n; ++i) append_le<int64_t>(out, static_cast<int64_t>(i));
   return out;
 }
 

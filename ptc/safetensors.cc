@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ptc/json_util.h"
+#include "ptc/endian.h"
 
 namespace ptc {
 namespace {
@@ -87,11 +88,6 @@ Status parse_metadata(const json& v, const std::string& file, std::map<std::stri
   return Status::ok();
 }
 
-uint64_t load_le64(std::string_view b) {
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(b[i]);
-  return n;
-}
 
 // Whether s is valid UTF-8. dump() throws on anything else, so names and metadata are
 // checked with it here, once, and the header's own dump() cannot throw.
@@ -127,7 +123,7 @@ Result<uint64_t> safetensors_header_len(std::string_view first8, uint64_t file_s
   if (file_size < 8 || first8.size() < 8)
     return corrupt(file + ": truncated: " + std::to_string(std::min<uint64_t>(file_size, first8.size())) +
                    " bytes, a safetensors file starts with an 8-byte header length");
-  const uint64_t n = load_le64(first8);
+  const uint64_t n = load_le<uint64_t>(first8.data());
   if (n > kMaxSafetensorsHeader)
     return corrupt(file + ": header length " + std::to_string(n) + " exceeds the limit of " +
                    std::to_string(kMaxSafetensorsHeader) + " bytes");

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "ptc/endian.h"
+
 namespace ptcfs::transport::direct {
 
 namespace {
@@ -17,22 +19,6 @@ constexpr char kMagic[4] = {'P', 'T', 'C', 'D'};
 constexpr size_t kHeader = 16;
 constexpr size_t kFdsPerMessage = 250;  // under SCM_MAX_FD (253)
 
-void put_u32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-uint32_t get_u32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
-}
-void put_u64(char* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-uint64_t get_u64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
-}
 
 // Sends `len` bytes with up to kFdsPerMessage descriptors attached to them.
 ptc::Status send_with_fds(int sock, const char* data, size_t len, const int* fds, size_t nfds) {
@@ -123,9 +109,9 @@ ptc::Result<sockaddr_un> address(const std::string& path, int& dirfd) {
 ptc::Status send_message(int sock, const std::string& json, const std::string& binary, const std::vector<int>& fds) {
   char header[kHeader];
   std::memcpy(header, kMagic, 4);
-  put_u32(header + 4, static_cast<uint32_t>(json.size()));
-  put_u32(header + 8, static_cast<uint32_t>(binary.size()));
-  put_u32(header + 12, static_cast<uint32_t>(fds.size()));
+  ptc::store_le<uint32_t>(header + 4, static_cast<uint32_t>(json.size()));
+  ptc::store_le<uint32_t>(header + 8, static_cast<uint32_t>(binary.size()));
+  ptc::store_le<uint32_t>(header + 12, static_cast<uint32_t>(fds.size()));
   if (binary.size() > UINT32_MAX || json.size() > UINT32_MAX) return ptc::invalid("direct socket: message too large");
   const size_t first = std::min(fds.size(), kFdsPerMessage);
   PTC_RETURN_IF_ERROR(send_with_fds(sock, header, kHeader, fds.data(), first));
@@ -146,7 +132,7 @@ ptc::Result<Message> recv_message(int sock, const Limits& limits) {
   };
   if (auto s = recv_exact(sock, header, kHeader, m.fds, kFdsPerMessage, true); !s) return fail(s);
   if (std::memcmp(header, kMagic, 4) != 0) return fail(ptc::invalid("direct socket: not a ptcfs message"));
-  const uint32_t json_len = get_u32(header + 4), bin_len = get_u32(header + 8), nfds = get_u32(header + 12);
+  const uint32_t json_len = ptc::load_le<uint32_t>(header + 4), bin_len = ptc::load_le<uint32_t>(header + 8), nfds = ptc::load_le<uint32_t>(header + 12);
   if (json_len > limits.max_json || bin_len > limits.max_binary || nfds > limits.max_fds)
     return fail(ptc::invalid("direct socket: message larger than allowed (" + std::to_string(json_len) + " bytes of JSON, " +
                              std::to_string(bin_len) + " binary, " + std::to_string(nfds) + " descriptors)"));
@@ -166,10 +152,10 @@ std::string encode_spans(const std::vector<Span>& spans) {
   std::string out(spans.size() * kSpanBytes, '\0');
   char* p = out.data();
   for (const auto& s : spans) {
-    put_u32(p, static_cast<uint32_t>(s.src));
-    put_u32(p + 4, 0);
-    put_u64(p + 8, s.off);
-    put_u64(p + 16, s.len);
+    ptc::store_le<uint32_t>(p, static_cast<uint32_t>(s.src));
+    ptc::store_le<uint32_t>(p + 4, 0);
+    ptc::store_le<uint64_t>(p + 8, s.off);
+    ptc::store_le<uint64_t>(p + 16, s.len);
     p += kSpanBytes;
   }
   return out;
@@ -180,9 +166,9 @@ ptc::Result<std::vector<Span>> decode_spans(const std::string& binary, size_t nf
   std::vector<Span> out(binary.size() / kSpanBytes);
   const char* p = binary.data();
   for (auto& s : out) {
-    s.src = static_cast<int32_t>(get_u32(p));
-    s.off = get_u64(p + 8);
-    s.len = get_u64(p + 16);
+    s.src = static_cast<int32_t>(ptc::load_le<uint32_t>(p));
+    s.off = ptc::load_le<uint64_t>(p + 8);
+    s.len = ptc::load_le<uint64_t>(p + 16);
     if (s.src != kZeros && (s.src < 0 || static_cast<size_t>(s.src) >= nfds))
       return ptc::invalid("direct socket: a span names descriptor " + std::to_string(s.src) + " of " +
                           std::to_string(nfds));

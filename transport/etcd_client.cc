@@ -5,6 +5,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/beast/http.hpp>
+#include <openssl/evp.h>
 #include <nlohmann/json.hpp>
 
 #include "ptc/json_util.h"
@@ -19,38 +20,24 @@ using nlohmann::json;
 
 namespace {
 
-constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
+// etcd's JSON gateway carries keys and values as standard base64 (OpenSSL's codec).
 std::string b64(const std::string& in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  for (size_t i = 0; i < in.size(); i += 3) {
-    uint32_t v = static_cast<uint8_t>(in[i]) << 16;
-    if (i + 1 < in.size()) v |= static_cast<uint8_t>(in[i + 1]) << 8;
-    if (i + 2 < in.size()) v |= static_cast<uint8_t>(in[i + 2]);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += i + 2 < in.size() ? kAlphabet[v & 63] : '=';
-  }
+  std::string out(4 * ((in.size() + 2) / 3), '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
+  out.resize(static_cast<size_t>(n));
   return out;
 }
 
 ptc::Result<std::string> unb64(const std::string& in) {
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    if (c == '=') break;
-    const char* at = std::char_traits<char>::find(kAlphabet, 64, c);
-    if (!at) return ptc::corrupt("etcd sent a value that is not base64");
-    acc = (acc << 6) | static_cast<uint32_t>(at - kAlphabet);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((acc >> bits) & 0xff);
-    }
-  }
+  if (in.size() % 4 != 0) return ptc::corrupt("etcd sent a value that is not base64 (length " + std::to_string(in.size()) + ")");
+  std::string out(in.size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
+  if (n < 0) return ptc::corrupt("etcd sent a value that is not base64");
+  // EVP_DecodeBlock counts the padding as zero bytes.
+  const size_t pad = in.empty() ? 0 : (in.back() == '=') + (in.size() > 1 && in[in.size() - 2] == '=');
+  out.resize(static_cast<size_t>(n) - pad);
   return out;
 }
 

@@ -3,50 +3,39 @@
 #include <charconv>
 #include <cstring>
 
+#include "ptc/endian.h"
+
 namespace ptcfs::transport {
 namespace {
 constexpr char kMagic[4] = {'P', 'T', 'C', 'F'};
 
-void put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
-}
-void put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-uint32_t get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
 }  // namespace
 
 std::array<uint8_t, kHeaderSize> encode_header(const FrameHeader& h) {
   std::array<uint8_t, kHeaderSize> b{};
   std::memcpy(b.data(), kMagic, 4);
-  put16(b.data() + 4, h.version);
-  put16(b.data() + 6, static_cast<uint16_t>(h.type));
-  put32(b.data() + 8, h.length);
-  put32(b.data() + 12, h.request_id);
+  ptc::store_le<uint16_t>(b.data() + 4, h.version);
+  ptc::store_le<uint16_t>(b.data() + 6, static_cast<uint16_t>(h.type));
+  ptc::store_le<uint32_t>(b.data() + 8, h.length);
+  ptc::store_le<uint32_t>(b.data() + 12, h.request_id);
   return b;
 }
 
 ptc::Result<FrameHeader> decode_header(const uint8_t* p, uint32_t max_body) {
   if (std::memcmp(p, kMagic, 4) != 0) return ptc::invalid("not a ptcfs frame (bad magic)");
   FrameHeader h;
-  h.version = get16(p + 4);
+  h.version = ptc::load_le<uint16_t>(p + 4);
   if (h.version != kProtocolVersion)
     return ptc::invalid("protocol version " + std::to_string(h.version) + " not supported (this build speaks " +
                         std::to_string(kProtocolVersion) + ")");
-  const uint16_t type = get16(p + 6);
+  const uint16_t type = ptc::load_le<uint16_t>(p + 6);
   if (type < 1 || type > kMaxFrameType) return ptc::invalid("unknown frame type " + std::to_string(type));
   h.type = static_cast<FrameType>(type);
-  h.length = get32(p + 8);
+  h.length = ptc::load_le<uint32_t>(p + 8);
   if (h.length > max_body)
     return ptc::error(ptc::Code::kResourceExhausted, "frame of " + std::to_string(h.length) +
                                                          " bytes exceeds the limit of " + std::to_string(max_body));
-  h.request_id = get32(p + 12);
+  h.request_id = ptc::load_le<uint32_t>(p + 12);
   return h;
 }
 
@@ -69,7 +58,7 @@ std::string encode_data_head(uint32_t request_id, const std::string& json_body, 
   const auto hb = encode_header(h);
   std::string out(reinterpret_cast<const char*>(hb.data()), hb.size());
   uint8_t lb[4];
-  put32(lb, static_cast<uint32_t>(json_body.size()));
+  ptc::store_le<uint32_t>(lb, static_cast<uint32_t>(json_body.size()));
   out.append(reinterpret_cast<const char*>(lb), 4);
   out += json_body;
   return out;
@@ -77,7 +66,7 @@ std::string encode_data_head(uint32_t request_id, const std::string& json_body, 
 
 ptc::Result<uint32_t> decode_data_json_length(const uint8_t* p, uint32_t body_length) {
   if (body_length < 4) return ptc::corrupt("truncated data frame");
-  const uint32_t n = get32(p);
+  const uint32_t n = ptc::load_le<uint32_t>(p);
   if (n > body_length - 4) return ptc::corrupt("malformed data frame: its JSON is longer than the frame");
   return n;
 }

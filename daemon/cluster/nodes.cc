@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <random>
 
+#include <openssl/rand.h>
+
 namespace ptcfs {
 
 std::vector<int> all_nodes(const ptc::ClusterConfig& cluster) {
@@ -30,10 +32,14 @@ std::vector<std::vector<int>> node_indices(const ptc::ClusterConfig& cluster,
 }
 
 std::string new_transaction_id() {
-  std::random_device rd;
-  std::mt19937_64 g((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  uint64_t v = 0;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&v), sizeof v) != 1) {
+    // OpenSSL's generator failed (it does not on Linux once seeded): fall back to the OS.
+    std::random_device rd;
+    v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
   char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(g()));
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;
 }
 

@@ -1,6 +1,5 @@
 #include "daemon/cluster/peer_service.h"
 
-#include <xxhash.h>
 
 #include <algorithm>
 #include <optional>
@@ -14,6 +13,7 @@
 #include "ptc/json_util.h"
 #include "ptc/log.h"
 #include "ptc/metrics.h"
+#include "daemon/store/checksum.h"
 
 namespace ptcfs {
 
@@ -195,7 +195,7 @@ ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, P
   const std::string text = ptc::ptc_to_json(seen);
   reply.shards = sum.shards;
   reply.bytes = sum.bytes;
-  reply.ptc_digest = XXH3_64bits(text.data(), text.size());
+  reply.ptc_digest = xxh3_of(text.data(), text.size());
   reply.tensors = seen.tensors.size();
   return change;
 }

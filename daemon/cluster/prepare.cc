@@ -1,6 +1,5 @@
 #include "daemon/cluster/prepare.h"
 
-#include <xxhash.h>
 
 #include <ctime>
 
@@ -49,24 +48,21 @@ ptc::Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, cons
 }
 
 uint64_t plan_digest(const ptc::Plan& p) {
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
+  Xxh3Stream st;
   for (const auto& c : p.copies) {
     const int64_t v[] = {c.tensor, c.src_shard, c.src_slice, c.dst_shard, c.dst_slice, c.src_node,
                          c.src_lo, c.dst_lo,  c.len,       c.dst_node,  c.transfer};
-    XXH3_64bits_update(st, v, sizeof v);
+    st.update(v, sizeof v);
   }
   for (const auto& f : p.fills) {
     const int64_t v[] = {f.tensor, f.dst_shard, f.dst_slice, f.dst_lo, f.len, f.dst_node};
-    XXH3_64bits_update(st, v, sizeof v);
+    st.update(v, sizeof v);
   }
   for (const auto& t : p.transfers) {
     const int64_t v[] = {t.tensor, t.src_node, t.dst_node, t.src_shard, t.src_slice, t.src_lo, t.glo, t.len};
-    XXH3_64bits_update(st, v, sizeof v);
+    st.update(v, sizeof v);
   }
-  const uint64_t d = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return d;
+  return st.digest();
 }
 
 namespace {

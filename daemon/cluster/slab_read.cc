@@ -2,7 +2,6 @@
 
 #include "daemon/store/checksum.h"
 
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -124,11 +123,9 @@ ptc::Result<transport::Reply> serve_slab_read(Store& store, const json& req, uin
     p.size = 0;
     p.add(buf->data(), buf->size());
   }
-  XXH3_state_t* h = XXH3_createState();
-  XXH3_64bits_reset(h);
-  for (const auto& [ptr, cnt] : p.spans) XXH3_64bits_update(h, ptr, cnt);
-  reply.result = json{{"xxh3", XXH3_64bits_digest(h)}, {"n", p.size}};
-  XXH3_freeState(h);
+  Xxh3Stream h;
+  for (const auto& [ptr, cnt] : p.spans) h.update(ptr, cnt);
+  reply.result = json{{"xxh3", h.digest()}, {"n", p.size}};
   return reply;
 }
 

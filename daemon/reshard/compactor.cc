@@ -1,8 +1,8 @@
 #include "daemon/reshard/compactor.h"
 
 #include "daemon/store/parallel.h"
+#include "daemon/store/checksum.h"
 
-#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -225,7 +225,7 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
         dst += n;
       });
       if (short_blob || dst != out + part.len) return ptc::corrupt("a blob is shorter than the extents that refer to it");
-      if (part.hash) *part.hash = XXH3_64bits(out, part.len);
+      if (part.hash) *part.hash = xxh3_of(out, part.len);
       out += part.len;
     }
     PTC_RETURN_IF_ERROR(res.blobs[jb.blob].write_at(jb.blob_off, buf.data(), jb.len));
