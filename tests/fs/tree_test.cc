@@ -11,41 +11,13 @@
 #include <vector>
 
 #include "fs/content.h"
+#include "tests/fs/fake_dataset.h"
 #include "tests/fs/fake_step.h"
 
 using namespace ptcfs::fs;
 using namespace ptcfs::fs::testing;
 
 namespace {
-
-// A test double of DatasetContent: a JSONL dataset of 4 records read by 2 DP ranks.
-class FakeDataset final : public DatasetContent {
- public:
-  explicit FakeDataset(uint64_t version) : version_(version) {
-    spec_.format = ptc::DatasetFormat::kJsonl;
-    spec_.num_samples = 4;
-    spec_.global_batch = 2;
-    pos_.dp = 2;
-  }
-  const ptc::DatasetSpec& spec() const override { return spec_; }
-  const ptc::DatasetPosition& position() const override { return pos_; }
-  int dtype_code() const override { return 0; }
-  uint64_t version() const override { return version_; }
-  int64_t mtime() const override { return 1700000100; }
-  const std::vector<uint32_t>& order() const override { return order_; }
-  uint64_t record_bytes(uint32_t sample) const override { return records_.at(sample).size(); }
-  ptc::Status read_records(const std::vector<Piece>& pieces, ReadBuffer& out) const override {
-    for (const auto& p : pieces) out.add_mem(records_.at(p.sample).data() + p.off, p.len);
-    return ptc::Status::ok();
-  }
-
- private:
-  ptc::DatasetSpec spec_;
-  ptc::DatasetPosition pos_;
-  uint64_t version_;
-  std::vector<uint32_t> order_ = {2, 0, 3, 1};
-  std::vector<std::string> records_ = {"{\"a\":0}\n", "{\"a\":1}\n", "{\"a\":2}\n", "{\"a\":3}\n"};
-};
 
 // A file of a pending step that has `size` bytes so far; the tree only asks its size.
 class FakeWriteFile final : public WriteFile {
@@ -163,7 +135,7 @@ std::vector<std::string> keys(const std::map<std::string, uint64_t>& m) {
 
 TEST_CASE("the namespace shows every step's files and folders and the job's datasets under data/") {
   auto t = build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
-                                         std::make_shared<FakeDataset>(5)));
+                                         small_jsonl(5)));
   std::vector<std::string> expected = {"empty/", "gpt/"};
   for (const auto& p : step_paths("gpt/100")) expected.push_back(p);
   for (const auto& p : step_paths("gpt/200")) expected.push_back(p);
@@ -203,7 +175,7 @@ TEST_CASE("the namespace shows every step's files and folders and the job's data
 
 TEST_CASE(".ptcfs-direct is found by name at the root and listed nowhere") {
   Contents c = two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
-                                       std::make_shared<FakeDataset>(5));
+                                       small_jsonl(5));
   SECTION("with a direct socket") {
     c.direct_socket = "/run/ptcfs/direct.sock";
     auto t = build(c);
@@ -229,7 +201,7 @@ TEST_CASE(".ptcfs-direct is found by name at the root and listed nowhere") {
 
 TEST_CASE("a step named like the datasets' folder is not shown, and hides nothing else") {
   Contents c = two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
-                                       std::make_shared<FakeDataset>(5));
+                                       small_jsonl(5));
   c.steps.push_back({"gpt", kDataDir, std::make_shared<FakeStep>(3)});
   auto t = build(c);
   CHECK(lookup(*t, "gpt/data/ptc.json") == nullptr);
@@ -239,7 +211,7 @@ TEST_CASE("a step named like the datasets' folder is not shown, and hides nothin
 
 TEST_CASE("inode numbers are hashes of the path, and of the step's version for files") {
   auto t = build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
-                                         std::make_shared<FakeDataset>(5)));
+                                         small_jsonl(5)));
   CHECK(lookup(*t, "gpt")->ino == xxh3("/gpt"));
   CHECK(lookup(*t, "gpt/100")->ino == xxh3("/gpt/100"));
   CHECK(lookup(*t, "gpt/100/tp0-pp1/head")->ino == xxh3("/gpt/100/tp0-pp1/head"));
@@ -251,16 +223,16 @@ TEST_CASE("inode numbers are hashes of the path, and of the step's version for f
 
 TEST_CASE("two builds of the same contents give every path the same inode number") {
   auto a = walk(*build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
-                                               std::make_shared<FakeDataset>(5))));
+                                               small_jsonl(5))));
   auto b = walk(*build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
-                                               std::make_shared<FakeDataset>(5))));
+                                               small_jsonl(5))));
   CHECK(a == b);
   CHECK(a.size() == 2 + 2 * 29 + 5);
 }
 
 TEST_CASE("a new version of a step gives its files new inode numbers and keeps its folders' and the others'") {
   auto s100 = std::make_shared<FakeStep>(1);
-  auto web = std::make_shared<FakeDataset>(5);
+  auto web = small_jsonl(5);
   auto before = walk(*build(two_steps_and_a_dataset(s100, std::make_shared<FakeStep>(2), web)));
   auto after = walk(*build(two_steps_and_a_dataset(s100, std::make_shared<FakeStep>(3), web)));
   REQUIRE(keys(before) == keys(after));
@@ -276,7 +248,7 @@ TEST_CASE("a new version of a step gives its files new inode numbers and keeps i
 
 TEST_CASE("a build reuses the nodes of every step and dataset whose version is unchanged") {
   auto s100 = std::make_shared<FakeStep>(1);
-  auto web = std::make_shared<FakeDataset>(5);
+  auto web = small_jsonl(5);
   auto first = build(two_steps_and_a_dataset(s100, std::make_shared<FakeStep>(2), web));
   auto second = build(two_steps_and_a_dataset(s100, std::make_shared<FakeStep>(3), web), first.get());
   // The same Node objects: the unchanged subtrees are shared, not rebuilt.
