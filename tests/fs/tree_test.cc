@@ -348,3 +348,14 @@ TEST_CASE("a committed step replaces its pending one with new inode numbers for 
   CHECK(lookup(*after, "gpt/300/ptc.json")->ino == xxh3(tagged("/gpt/300/ptc.json", "v4")));
   CHECK(lookup(*after, "gpt/300/ptc.json")->ino != lookup(*before, "gpt/300/ptc.json")->ino);
 }
+
+TEST_CASE("a pending step named like the datasets' folder is not shown, and hides nothing else") {
+  Contents c = two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2), small_jsonl(5));
+  c.pending.push_back(
+      PendingEntry{"gpt", kDataDir, 1700000200, std::make_shared<int>(1), {}, {{"ptc.json", std::make_shared<FakeWriteFile>(10)}}});
+  auto t = build(c);
+  CHECK(lookup(*t, "gpt/data/ptc.json") == nullptr);
+  CHECK_FALSE(lookup(*t, "gpt/data")->pending);
+  CHECK(lookup(*t, "gpt/data/web/state.json") != nullptr);
+  CHECK(lookup(*t, "gpt/100/ptc.json") != nullptr);
+}
