@@ -230,16 +230,21 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, c
     t->top_.at(parent).children.emplace(name, st->root_ino);
     t->subtrees_.emplace(std::move(key), std::move(st));
   };
+  // MNT/<job>/data is the folder of the job's datasets: a step of that name, committed or
+  // pending, would stand where it goes (the daemon refuses the name; this keeps the tree sound).
+  auto reserved = [](const std::string& job, const std::string& step) {
+    if (step != kDataDir) return false;
+    ptc::log::error("not showing {}/{}: '{}' is the folder of the job's datasets", job, step, kDataDir);
+    return true;
+  };
   for (const auto& e : contents.steps) {
-    if (e.step == kDataDir) {
-      ptc::log::error("not showing {}/{}: '{}' is the folder of the job's datasets", e.job, e.step, kDataDir);
-      continue;
-    }
+    if (reserved(e.job, e.step)) continue;
     PTC_ASSIGN_OR_RETURN(uint64_t job_ino, top.dir(kRootIno, "", e.job, e.content->mtime()));
     attach({e.job, e.step}, e.content, job_ino, e.step, [&] { return build_step(e, job_ino); });
   }
   for (const auto& job : contents.jobs) PTC_RETURN_IF_ERROR(top.dir(kRootIno, "", job, 0).status());
   for (const auto& e : contents.pending) {
+    if (reserved(e.job, e.step)) continue;
     PTC_ASSIGN_OR_RETURN(uint64_t job_ino, top.dir(kRootIno, "", e.job, e.mtime));
     attach({e.job, e.step}, e.stamp, job_ino, e.step, [&] { return build_pending(e, job_ino); });
   }

@@ -1,0 +1,169 @@
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "fs/content.h"
+
+using ptcfs::fs::ReadBuffer;
+
+namespace {
+
+std::string bytes_of(const ReadBuffer& b) {
+  std::string out(b.size(), '?');
+  REQUIRE(b.copy_to(reinterpret_cast<std::byte*>(out.data())).is_ok());
+  return out;
+}
+
+// A real temporary file holding `content`, removed when the test ends.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& content) {
+    char name[] = "/tmp/ptcfs-read-buffer-XXXXXX";
+    fd_ = ::mkstemp(name);
+    REQUIRE(fd_ >= 0);
+    path_ = name;
+    REQUIRE(::write(fd_, content.data(), content.size()) == static_cast<ssize_t>(content.size()));
+  }
+  ~TempFile() {
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+}  // namespace
+
+TEST_CASE("a read buffer copies memory, zeros, file ranges and mapped memory in the order they were added") {
+  const std::string a = "header:", mapped = "MAPPED";
+  TempFile file("0123456789abcdef");
+  ReadBuffer b;
+  b.add_mem(a.data(), a.size());
+  b.add_zeros(3);
+  b.add_fd(file.fd(), 4, 5);
+  b.add_mapped(mapped.data(), mapped.size(), 99, 4096);
+
+  const auto& s = b.segments();
+  REQUIRE(s.size() == 4);
+  CHECK(s[0].mem == reinterpret_cast<const std::byte*>(a.data()));
+  CHECK(s[0].fd == -1);
+  CHECK(s[0].len == 7);
+  CHECK_FALSE(s[0].zeros);
+  CHECK(s[1].zeros);
+  CHECK(s[1].fd == -1);
+  CHECK(s[1].len == 3);
+  CHECK(s[2].fd == file.fd());
+  CHECK(s[2].off == 4);
+  CHECK(s[2].len == 5);
+  CHECK(s[3].mem == reinterpret_cast<const std::byte*>(mapped.data()));
+  CHECK(s[3].fd == -1);
+  CHECK(s[3].origin_fd == 99);
+  CHECK(s[3].origin_off == 4096);
+  CHECK(s[3].len == 6);
+  CHECK(b.size() == 21);
+  CHECK(bytes_of(b) == std::string("header:\0\0\0" "45678" "MAPPED", 21));
+}
+
+TEST_CASE("a read buffer merges a segment that continues the previous one") {
+  const std::string m = "abcdefgh";
+  TempFile file("0123456789");
+  ReadBuffer b;
+  b.add_mem(m.data(), 3);
+  b.add_mem(m.data() + 3, 2);  // continues in memory: merged
+  b.add_fd(file.fd(), 0, 4);
+  b.add_fd(file.fd(), 4, 3);   // continues in the file: merged
+  b.add_fd(file.fd(), 8, 2);   // skips byte 7: a new segment
+  b.add_zeros(2);
+  b.add_zeros(5);              // zeros after zeros: merged
+  REQUIRE(b.segments().size() == 4);
+  CHECK(b.segments()[0].len == 5);
+  CHECK(b.segments()[1].off == 0);
+  CHECK(b.segments()[1].len == 7);
+  CHECK(b.segments()[2].off == 8);
+  CHECK(b.segments()[2].len == 2);
+  CHECK(b.segments()[3].len == 7);
+  CHECK(b.size() == 21);
+  CHECK(bytes_of(b) == std::string("abcde" "0123456" "89" "\0\0\0\0\0\0\0", 21));
+}
+
+TEST_CASE("mapped memory merges only when both its memory and its file range continue") {
+  const std::string m = "0123456789";
+  ReadBuffer b;
+  b.add_mapped(m.data(), 2, 7, 100);
+  b.add_mapped(m.data() + 2, 2, 7, 102);  // continues both: merged
+  b.add_mapped(m.data() + 4, 2, 8, 104);  // another file: new
+  b.add_mapped(m.data() + 6, 2, 8, 200);  // file range jumps: new
+  b.add_mem(m.data() + 8, 2);             // plain memory after mapped memory: new
+  REQUIRE(b.segments().size() == 4);
+  CHECK(b.segments()[0].len == 4);
+  CHECK(b.segments()[0].origin_off == 100);
+  CHECK(b.segments()[1].origin_fd == 8);
+  CHECK(b.segments()[2].origin_off == 200);
+  CHECK(b.segments()[3].origin_fd == -1);
+  CHECK(bytes_of(b) == m);
+}
+
+TEST_CASE("empty additions add no segment") {
+  const std::string m = "x";
+  ReadBuffer b;
+  b.add_mem(m.data(), 0);
+  b.add_mapped(m.data(), 0, 3, 0);
+  b.add_fd(0, 0, 0);
+  b.add_zeros(0);
+  CHECK(b.segments().empty());
+  CHECK(b.size() == 0);
+}
+
+TEST_CASE("zeros longer than the shared zero block are split into blocks of 1 MiB") {
+  constexpr uint64_t kMiB = 1 << 20;
+  ReadBuffer b;
+  b.add_zeros(2 * kMiB + 5);
+  REQUIRE(b.segments().size() == 3);
+  CHECK(b.segments()[0].len == kMiB);
+  CHECK(b.segments()[1].len == kMiB);
+  CHECK(b.segments()[2].len == 5);
+  CHECK(b.size() == 2 * kMiB + 5);
+  CHECK(bytes_of(b) == std::string(2 * kMiB + 5, '\0'));
+}
+
+TEST_CASE("copying a file range past the end of its file is kCorrupt, not short bytes") {
+  TempFile file("0123");
+  ReadBuffer b;
+  b.add_fd(file.fd(), 2, 5);
+  std::vector<std::byte> dst(5);
+  const auto st = b.copy_to(dst.data());
+  CHECK(st.code() == ptc::Code::kCorrupt);
+  CHECK(st.message() == "blob shorter than its metadata says");
+}
+
+TEST_CASE("copying from a closed descriptor is kIo") {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  ReadBuffer b;
+  b.add_fd(fds[0], 0, 1);
+  std::byte dst[1];
+  CHECK(b.copy_to(dst).code() == ptc::Code::kIo);
+}
+
+TEST_CASE("a read buffer keeps its owners alive until it is destroyed") {
+  auto owner = std::make_shared<int>(7);
+  std::weak_ptr<int> weak = owner;
+  {
+    ReadBuffer b;
+    b.keep(owner);
+    owner.reset();
+    CHECK_FALSE(weak.expired());
+  }
+  CHECK(weak.expired());
+}

@@ -1,0 +1,361 @@
+#include "fs/tree.h"
+
+#include <xxhash.h>
+
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fs/content.h"
+#include "tests/fs/fake_dataset.h"
+#include "tests/fs/fake_step.h"
+
+using namespace ptcfs::fs;
+using namespace ptcfs::fs::testing;
+
+namespace {
+
+// A file of a pending step that has `size` bytes so far; the tree only asks its size.
+class FakeWriteFile final : public WriteFile {
+ public:
+  explicit FakeWriteFile(uint64_t size) : size_(size) {}
+  uint64_t size() const override { return size_; }
+  ptc::Result<uint64_t> open_writer() override { return uint64_t{1}; }
+  ptc::Status write(uint64_t, uint64_t, const void*, size_t) override { return ptc::Status::ok(); }
+  ptc::Status truncate(uint64_t, uint64_t) override { return ptc::Status::ok(); }
+  ptc::Status flush(uint64_t) override { return ptc::Status::ok(); }
+  void release(uint64_t) override {}
+
+ private:
+  uint64_t size_;
+};
+
+// Two committed steps of job gpt, its dataset "web", and a job made by mkdir with no step yet.
+Contents two_steps_and_a_dataset(std::shared_ptr<const StepContent> s100, std::shared_ptr<const StepContent> s200,
+                                 std::shared_ptr<const DatasetContent> web) {
+  Contents c;
+  c.steps.push_back({"gpt", "100", std::move(s100)});
+  c.steps.push_back({"gpt", "200", std::move(s200)});
+  c.datasets.push_back({"gpt", "web", std::move(web)});
+  c.jobs.push_back("empty");
+  return c;
+}
+
+std::shared_ptr<const Tree> build(const Contents& c, const Tree* previous = nullptr) {
+  auto t = Tree::build(c, previous);
+  INFO(t.status().to_string());
+  REQUIRE(t.is_ok());
+  return std::move(t).value();
+}
+
+// Every path below the root ("job/step/...", folders ending in '/'), walked through the
+// folders' entries (what a listing shows), with its inode number.
+std::map<std::string, uint64_t> walk(const Tree& t) {
+  std::map<std::string, uint64_t> out;
+  std::function<void(const Node&, const std::string&)> rec = [&](const Node& dir, const std::string& prefix) {
+    for (const auto& [name, ino] : dir.children) {
+      const Node* n = t.find(ino);
+      REQUIRE(n != nullptr);
+      CHECK(n->parent == dir.ino);
+      if (n->is_dir) {
+        out[prefix + name + "/"] = ino;
+        rec(*n, prefix + name + "/");
+      } else {
+        out[prefix + name] = ino;
+      }
+    }
+  };
+  const Node* root = t.find(kRootIno);
+  REQUIRE(root != nullptr);
+  rec(*root, "");
+  return out;
+}
+
+// The node at a path ("gpt/100/full"), found name by name through Tree::child.
+const Node* lookup(const Tree& t, const std::string& path) {
+  const Node* n = t.find(kRootIno);
+  size_t pos = 0;
+  while (n && pos < path.size()) {
+    size_t slash = path.find('/', pos);
+    if (slash == std::string::npos) slash = path.size();
+    n = t.child(*n, path.substr(pos, slash - pos));
+    pos = slash + 1;
+  }
+  return n;
+}
+
+uint64_t xxh3(const std::string& s) { return XXH3_64bits(s.data(), s.size()); }
+// A file's key: its path, a NUL, and the tag of its version ("v<version>", or "pending").
+std::string tagged(const std::string& path, const std::string& tag) { return path + '\0' + tag; }
+
+// The files and folders of one committed step of the fake layout (fake_step.h).
+std::vector<std::string> step_paths(const std::string& sp) {
+  return {sp + "/",
+          sp + "/full/",
+          sp + "/full/emb.weight.npy",
+          sp + "/full/final_norm.npy",
+          sp + "/full/head/",
+          sp + "/full/head/bias.npy",
+          sp + "/full/layers.0.qkv.npy",
+          sp + "/full/layers.1.dense.npy",
+          sp + "/ptc.json",
+          sp + "/tp0-pp0.safetensors",
+          sp + "/tp0-pp0/",
+          sp + "/tp0-pp0/emb.weight.npy",
+          sp + "/tp0-pp0/layers.0.qkv.npy",
+          sp + "/tp0-pp1.safetensors",
+          sp + "/tp0-pp1/",
+          sp + "/tp0-pp1/final_norm.npy",
+          sp + "/tp0-pp1/head/",
+          sp + "/tp0-pp1/head/bias.npy",
+          sp + "/tp0-pp1/layers.1.dense.npy",
+          sp + "/tp1-pp0.safetensors",
+          sp + "/tp1-pp0/",
+          sp + "/tp1-pp0/emb.weight.npy",
+          sp + "/tp1-pp0/layers.0.qkv.npy",
+          sp + "/tp1-pp1.safetensors",
+          sp + "/tp1-pp1/",
+          sp + "/tp1-pp1/final_norm.npy",
+          sp + "/tp1-pp1/head/",
+          sp + "/tp1-pp1/head/bias.npy",
+          sp + "/tp1-pp1/layers.1.dense.npy"};
+}
+
+std::vector<std::string> keys(const std::map<std::string, uint64_t>& m) {
+  std::vector<std::string> out;
+  for (const auto& [k, _] : m) out.push_back(k);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the namespace shows every step's files and folders and the job's datasets under data/") {
+  auto t = build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
+                                         small_jsonl(5)));
+  std::vector<std::string> expected = {"empty/", "gpt/"};
+  for (const auto& p : step_paths("gpt/100")) expected.push_back(p);
+  for (const auto& p : step_paths("gpt/200")) expected.push_back(p);
+  for (const auto& p : {"gpt/data/", "gpt/data/web/", "gpt/data/web/dp0.jsonl", "gpt/data/web/dp1.jsonl",
+                        "gpt/data/web/state.json"})
+    expected.push_back(p);
+  std::sort(expected.begin(), expected.end());
+  CHECK(keys(walk(*t)) == expected);
+
+  const Node* step = lookup(*t, "gpt/100");
+  REQUIRE(step != nullptr);
+  CHECK(step->is_dir);
+  CHECK(step->path == "gpt/100");
+  CHECK(step->mtime == 1700000000);
+  CHECK_FALSE(step->writable);
+  CHECK_FALSE(step->pending);
+  const Node* file = lookup(*t, "gpt/100/tp0-pp1/head/bias.npy");
+  REQUIRE(file != nullptr);
+  CHECK_FALSE(file->is_dir);
+  CHECK(file->view->size() == 128 + 4);
+  CHECK(file->view->version() == 1);
+  CHECK(lookup(*t, "gpt/200/full/layers.0.qkv.npy")->view->version() == 2);
+  CHECK(lookup(*t, "gpt/100/ptc.json")->view->size() == ptc::ptc_to_json(test_layout().ptc()).size());
+  CHECK(lookup(*t, "gpt/data/web/state.json")->view->version() == 0);
+  CHECK(lookup(*t, "gpt/data/web/dp0.jsonl")->view->version() == 5);
+  CHECK(lookup(*t, "gpt/data/web/dp0.jsonl")->view->size() == 16);  // 2 of the 4 records of 8 bytes
+  CHECK(lookup(*t, "gpt/100/nothing") == nullptr);
+
+  // Folders: the root takes new jobs and a job new steps; a committed step takes nothing.
+  CHECK(t->find(kRootIno)->writable);
+  CHECK(lookup(*t, "gpt")->writable);
+  CHECK(lookup(*t, "empty")->children.empty());
+  size_t dirs = 0;
+  t->for_each_dir([&](const Node&) { ++dirs; });
+  CHECK(dirs == 1 + 2 + 2 * 9 + 2);  // root, 2 jobs, 9 folders per step, data/ and web/
+}
+
+TEST_CASE(".ptcfs-direct is found by name at the root and listed nowhere") {
+  Contents c = two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
+                                       small_jsonl(5));
+  SECTION("with a direct socket") {
+    c.direct_socket = "/run/ptcfs/direct.sock";
+    auto t = build(c);
+    const Node* d = t->child(*t->find(kRootIno), kDirectName);
+    REQUIRE(d != nullptr);
+    CHECK(d->ino == kDirectIno);
+    CHECK(d->parent == kRootIno);
+    CHECK_FALSE(d->is_dir);
+    ReadBuffer b;
+    REQUIRE(d->view->read(0, d->view->size(), b).is_ok());
+    std::string text(b.size(), '?');
+    REQUIRE(b.copy_to(reinterpret_cast<std::byte*>(text.data())).is_ok());
+    CHECK(text == "/run/ptcfs/direct.sock");
+    CHECK(walk(*t).count(kDirectName) == 0);
+    CHECK(t->child(*lookup(*t, "gpt"), kDirectName) == nullptr);  // only at the root
+  }
+  SECTION("without one there is no such file") {
+    auto t = build(c);
+    CHECK(t->child(*t->find(kRootIno), kDirectName) == nullptr);
+    CHECK(t->find(kDirectIno) == nullptr);
+  }
+}
+
+TEST_CASE("a step named like the datasets' folder is not shown, and hides nothing else") {
+  Contents c = two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
+                                       small_jsonl(5));
+  c.steps.push_back({"gpt", kDataDir, std::make_shared<FakeStep>(3)});
+  auto t = build(c);
+  CHECK(lookup(*t, "gpt/data/ptc.json") == nullptr);
+  CHECK(lookup(*t, "gpt/data/web/state.json") != nullptr);
+  CHECK(lookup(*t, "gpt/100/ptc.json") != nullptr);
+}
+
+TEST_CASE("inode numbers are hashes of the path, and of the step's version for files") {
+  auto t = build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
+                                         small_jsonl(5)));
+  CHECK(lookup(*t, "gpt")->ino == xxh3("/gpt"));
+  CHECK(lookup(*t, "gpt/100")->ino == xxh3("/gpt/100"));
+  CHECK(lookup(*t, "gpt/100/tp0-pp1/head")->ino == xxh3("/gpt/100/tp0-pp1/head"));
+  CHECK(lookup(*t, "gpt/100/ptc.json")->ino == xxh3(tagged("/gpt/100/ptc.json", "v1")));
+  CHECK(lookup(*t, "gpt/200/full/head/bias.npy")->ino == xxh3(tagged("/gpt/200/full/head/bias.npy", "v2")));
+  CHECK(lookup(*t, "gpt/data/web/state.json")->ino == xxh3(tagged("/gpt/data/web/state.json", "v5")));
+  CHECK(Tree::pending_file_ino("/gpt/300/ptc.json") == xxh3(tagged("/gpt/300/ptc.json", "pending")));
+}
+
+TEST_CASE("two builds of the same contents give every path the same inode number") {
+  auto a = walk(*build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
+                                               small_jsonl(5))));
+  auto b = walk(*build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
+                                               small_jsonl(5))));
+  CHECK(a == b);
+  CHECK(a.size() == 2 + 2 * 29 + 5);
+}
+
+TEST_CASE("a new version of a step gives its files new inode numbers and keeps its folders' and the others'") {
+  auto s100 = std::make_shared<FakeStep>(1);
+  auto web = small_jsonl(5);
+  auto before = walk(*build(two_steps_and_a_dataset(s100, std::make_shared<FakeStep>(2), web)));
+  auto after = walk(*build(two_steps_and_a_dataset(s100, std::make_shared<FakeStep>(3), web)));
+  REQUIRE(keys(before) == keys(after));
+  size_t changed = 0;
+  for (const auto& [path, ino] : before) {
+    INFO(path);
+    const bool new_file = path.rfind("gpt/200/", 0) == 0 && path.back() != '/';
+    CHECK((after.at(path) != ino) == new_file);
+    changed += new_file;
+  }
+  CHECK(changed == 20);  // ptc.json, 4 safetensors, 10 slice npy, 5 full npy
+}
+
+TEST_CASE("a build reuses the nodes of every step and dataset whose version is unchanged") {
+  auto s100 = std::make_shared<FakeStep>(1);
+  auto web = small_jsonl(5);
+  auto first = build(two_steps_and_a_dataset(s100, std::make_shared<FakeStep>(2), web));
+  auto second = build(two_steps_and_a_dataset(s100, std::make_shared<FakeStep>(3), web), first.get());
+  // The same Node objects: the unchanged subtrees are shared, not rebuilt.
+  for (const char* path : {"gpt/100", "gpt/100/tp0-pp1/head/bias.npy", "gpt/data/web", "gpt/data/web/dp1.jsonl"}) {
+    INFO(path);
+    CHECK(lookup(*second, path) == lookup(*first, path));
+  }
+  // The changed step is built again: its folder keeps its inode but is a new node.
+  CHECK(lookup(*second, "gpt/200") != lookup(*first, "gpt/200"));
+  CHECK(lookup(*second, "gpt/200")->ino == lookup(*first, "gpt/200")->ino);
+  CHECK(lookup(*second, "gpt/200/ptc.json")->view->version() == 0);
+  CHECK(lookup(*second, "gpt/200/tp0-pp0.safetensors")->view->version() == 3);
+  // Without a previous tree nothing is shared.
+  auto fresh = build(two_steps_and_a_dataset(s100, std::make_shared<FakeStep>(3), web));
+  CHECK(lookup(*fresh, "gpt/100") != lookup(*first, "gpt/100"));
+}
+
+TEST_CASE("a file added with with_file is visible at once and folded into the next build") {
+  auto ptc_json = std::make_shared<FakeWriteFile>(10);
+  PendingEntry p{"gpt", "300", 1700000200, std::make_shared<int>(1), {"tp0-pp0"}, {{"ptc.json", ptc_json}}};
+  Contents c;
+  c.steps.push_back({"gpt", "100", std::make_shared<FakeStep>(1)});
+  c.pending.push_back(p);
+  auto base = build(c);
+
+  const Node* step = lookup(*base, "gpt/300");
+  REQUIRE(step != nullptr);
+  CHECK(step->writable);
+  CHECK(step->pending);
+  const Node* pj = lookup(*base, "gpt/300/ptc.json");
+  REQUIRE(pj != nullptr);
+  CHECK(pj->ino == Tree::pending_file_ino("/gpt/300/ptc.json"));
+  CHECK(pj->pending);
+  CHECK(pj->writable);
+  CHECK(pj->file == ptc_json);
+  CHECK(pj->view->size() == 10);
+  CHECK(lookup(*base, "gpt/300/tp0-pp0")->pending);
+
+  // What a create does (fs/write_ops.cc): the file's node, added to the current tree.
+  auto shard = std::make_shared<FakeWriteFile>(64);
+  auto node_of = [&](const std::string& rel, uint64_t parent, std::shared_ptr<WriteFile> f) {
+    Node n;
+    n.ino = Tree::pending_file_ino("/gpt/300/" + rel);
+    n.parent = parent;
+    n.mtime = 1700000200;
+    n.view = pending_view(f);
+    n.file = std::move(f);
+    n.writable = n.pending = true;
+    return n;
+  };
+  const uint64_t step_ino = step->ino;
+  const uint64_t shard_dir = lookup(*base, "gpt/300/tp0-pp0")->ino;
+  auto one = Tree::with_file(base, node_of("tp0-pp0.safetensors", step_ino, shard), "tp0-pp0.safetensors");
+  CHECK(one->added() == 1);
+  const Node* added = lookup(*one, "gpt/300/tp0-pp0.safetensors");
+  REQUIRE(added != nullptr);
+  CHECK(added->ino == Tree::pending_file_ino("/gpt/300/tp0-pp0.safetensors"));
+  CHECK(added->view->size() == 64);
+  CHECK(one->find(added->ino) == added);
+  CHECK(one->added_children(step_ino) ==
+        std::vector<std::pair<std::string, uint64_t>>{{"tp0-pp0.safetensors", added->ino}});
+  CHECK(lookup(*base, "gpt/300/tp0-pp0.safetensors") == nullptr);  // the base is unchanged
+  CHECK(lookup(*one, "gpt/100") == lookup(*base, "gpt/100"));       // and shared
+
+  auto npy = std::make_shared<FakeWriteFile>(0);
+  auto two = Tree::with_file(one, node_of("tp0-pp0/w.npy", shard_dir, npy), "w.npy");
+  CHECK(two->added() == 2);
+  CHECK(lookup(*two, "gpt/300/tp0-pp0.safetensors") != nullptr);
+  CHECK(lookup(*two, "gpt/300/tp0-pp0/w.npy")->ino == Tree::pending_file_ino("/gpt/300/tp0-pp0/w.npy"));
+  CHECK(one->added() == 1);  // the tree it was added to is unchanged
+  CHECK(lookup(*one, "gpt/300/tp0-pp0/w.npy") == nullptr);
+
+  // The next build sees the files in the contents: they are folded in, with the same inodes.
+  p.stamp = std::make_shared<int>(2);
+  p.files.push_back({"tp0-pp0.safetensors", shard});
+  p.files.push_back({"tp0-pp0/w.npy", npy});
+  c.pending = {p};
+  auto rebuilt = build(c, two.get());
+  CHECK(rebuilt->added() == 0);
+  CHECK(rebuilt->added_children(step_ino).empty());
+  CHECK(lookup(*rebuilt, "gpt/300/tp0-pp0.safetensors")->ino == Tree::pending_file_ino("/gpt/300/tp0-pp0.safetensors"));
+  CHECK(lookup(*rebuilt, "gpt/300/tp0-pp0/w.npy")->file == npy);
+  CHECK(lookup(*rebuilt, "gpt/300/tp0-pp0")->children.size() == 1);
+  CHECK(lookup(*rebuilt, "gpt/100") == lookup(*base, "gpt/100"));  // the base's subtrees were reused
+}
+
+TEST_CASE("a committed step replaces its pending one with new inode numbers for its files") {
+  PendingEntry p{"gpt", "300", 1700000200, std::make_shared<int>(1), {}, {{"ptc.json", std::make_shared<FakeWriteFile>(10)}}};
+  Contents pending;
+  pending.pending.push_back(p);
+  auto before = build(pending);
+  Contents committed;
+  committed.steps.push_back({"gpt", "300", std::make_shared<FakeStep>(4)});
+  auto after = build(committed, before.get());
+  CHECK(lookup(*after, "gpt/300")->ino == lookup(*before, "gpt/300")->ino);
+  CHECK_FALSE(lookup(*after, "gpt/300")->pending);
+  CHECK(lookup(*after, "gpt/300/ptc.json")->ino == xxh3(tagged("/gpt/300/ptc.json", "v4")));
+  CHECK(lookup(*after, "gpt/300/ptc.json")->ino != lookup(*before, "gpt/300/ptc.json")->ino);
+}
+
+TEST_CASE("a pending step named like the datasets' folder is not shown, and hides nothing else") {
+  Contents c = two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2), small_jsonl(5));
+  c.pending.push_back(
+      PendingEntry{"gpt", kDataDir, 1700000200, std::make_shared<int>(1), {}, {{"ptc.json", std::make_shared<FakeWriteFile>(10)}}});
+  auto t = build(c);
+  CHECK(lookup(*t, "gpt/data/ptc.json") == nullptr);
+  CHECK_FALSE(lookup(*t, "gpt/data")->pending);
+  CHECK(lookup(*t, "gpt/data/web/state.json") != nullptr);
+  CHECK(lookup(*t, "gpt/100/ptc.json") != nullptr);
+}
