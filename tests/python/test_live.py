@@ -96,3 +96,24 @@ def test_plan_refuses_a_config_that_does_not_fit():
     with pytest.raises(Error) as e:
         live.plan(small_ptc(), (3, 1, 1), (1, 1, 1))
     assert e.value.code == "invalid_argument"
+
+
+def test_live_plan_command_prints_the_plan_reshard_runs(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "ptc.json"
+    path.write_text(json.dumps(small_ptc()))
+    env = {**os.environ, "PYTHONPATH": os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "python")}
+    base = [sys.executable, "-m", "ptcfs", "live-plan", str(path), "--from", "tp=2,pp=2,dp=1", "--to", "tp=1,pp=2,dp=2"]
+    r = subprocess.run(base + ["--json"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == live.plan(small_ptc(), (2, 2, 1), (1, 2, 2))
+    r = subprocess.run(base, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "live plan tp=2,pp=2,dp=1 -> tp=1,pp=2,dp=2: 142 moves, 144640 bytes between ranks (the minimum)"
+    assert lines[2].split() == ["0", "tp0-pp0", "tp0-pp0", "41152", "37568", "37568"]
+    r = subprocess.run(base[:-1] + ["tp=3,pp=1,dp=1"], capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and "invalid_argument: live plan to tp=3,pp=1,dp=1" in r.stderr
