@@ -117,3 +117,11 @@ def test_live_plan_command_prints_the_plan_reshard_runs(tmp_path):
     assert lines[2].split() == ["0", "tp0-pp0", "tp0-pp0", "41152", "37568", "37568"]
     r = subprocess.run(base[:-1] + ["tp=3,pp=1,dp=1"], capture_output=True, text=True, env=env)
     assert r.returncode == 1 and "invalid_argument: live plan to tp=3,pp=1,dp=1" in r.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")
+def test_nccl_communicator_says_it_needs_cuda_where_there_is_none():
+    with pytest.raises(Error) as e:
+        live.NcclComm()
+    assert e.value.code == "unavailable"
+    assert e.value.message == "NcclComm needs CUDA: torch sees no GPU in this process"
