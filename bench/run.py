@@ -25,7 +25,7 @@ import tempfile
 
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
-SECTIONS = ["mount", "repartition", "plan", "planner", "formats", "torch", "cluster", "etcd", "soak"]
+SECTIONS = ["mount", "repartition", "plan", "planner", "formats", "torch", "live", "cluster", "etcd", "soak"]
 
 
 def cpp_repartition(gib: float, root: str) -> tuple:
@@ -139,6 +139,7 @@ def main() -> int:
     import bench_cluster
     import bench_etcd
     import bench_formats
+    import bench_live
     import bench_soak
     import bench_mount
     import bench_torch
@@ -175,6 +176,10 @@ def main() -> int:
             print("== torch: the re-sharding script users run today", flush=True)
             sizes = [0.1, 0.2] if a.quick else [0.25, 0.5, 1.0, 2.0]
             r, raw["torch"] = bench_torch.run(sizes, os.path.join(root, "torch"), a.plot)
+            rows += r
+        if "live" in only:
+            print("== live: live reshard between CPU processes vs save + repartition + load", flush=True)
+            r, raw["live"] = bench_live.run(0.2 if a.quick else 2.0, os.path.join(root, "live"))
             rows += r
         if "cluster" in only:
             print("== cluster: three daemons on loopback", flush=True)

@@ -1,11 +1,14 @@
 // The C interface of libptcfs_client (transport/ptcfs_client.h) over DirectFile.
 #include "transport/ptcfs_client.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
 
+#include "ptc/live_plan.h"
+#include "ptc/model.h"
 #include "transport/direct_client.h"
 #include "transport/gpu/cuda_device.h"
 #include "transport/gpu/device_read.h"
@@ -93,5 +96,43 @@ int ptcfs_read_device(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst
     return -1;
   }
 }
+
+char* ptcfs_live_plan(const char* ptc_json, const char* from, const char* to, char* err, size_t errlen) {
+  try {
+    if (!ptc_json || !from || !to) {
+      set_error(err, errlen, "invalid_argument: ptcfs_live_plan needs a ptc.json text and two configs");
+      return nullptr;
+    }
+    auto ptc = ptc::parse_ptc_json(ptc_json, "ptc.json");
+    if (!ptc) {
+      set_error(err, errlen, ptc.status().to_string());
+      return nullptr;
+    }
+    auto f = ptc::parse_parallelism(from);
+    auto t = ptc::parse_parallelism(to);
+    if (!f || !t) {
+      set_error(err, errlen, (!f ? f.status() : t.status()).to_string());
+      return nullptr;
+    }
+    auto plan = ptc::make_live_plan(*ptc, *f, *t);
+    if (!plan) {
+      set_error(err, errlen, plan.status().to_string());
+      return nullptr;
+    }
+    const std::string text = ptc::live_plan_json(*ptc, *f, *t, *plan);
+    char* out = static_cast<char*>(std::malloc(text.size() + 1));
+    if (!out) {
+      set_error(err, errlen, "internal: out of memory for a live plan of " + std::to_string(text.size()) + " bytes");
+      return nullptr;
+    }
+    std::memcpy(out, text.c_str(), text.size() + 1);
+    return out;
+  } catch (const std::exception& e) {  // nothing may cross the C boundary
+    set_error(err, errlen, std::string("internal: ") + e.what());
+    return nullptr;
+  }
+}
+
+void ptcfs_free(void* p) { std::free(p); }
 
 }  // extern "C"

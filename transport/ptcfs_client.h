@@ -60,6 +60,16 @@ int ptcfs_gpu_available(char* err, size_t errlen);
 int ptcfs_read_device(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst, void* stream,
                       ptcfs_device_stats* stats, char* err, size_t errlen);
 
+/* Live resharding (docs/ARCHITECTURE.md "Live resharding", docs/PYTHON.md "ptcfs.live"): the plan
+ * that moves a running job's slices from parallel config `from` to `to` ("tp=2,pp=2,dp=1"), rank to
+ * rank, for the PTC in `ptc_json` (ptc.json's text). Pure: no daemon, no mount. Returns the plan as
+ * JSON text (ptc/live_plan.h: "moves", "ranks", "bytes_min"), NUL-terminated, which the caller
+ * gives to ptcfs_free; NULL with a message in err ("invalid_argument: ..." for a config that does
+ * not fit the PTC or a malformed ptc.json). */
+char* ptcfs_live_plan(const char* ptc_json, const char* from, const char* to, char* err, size_t errlen);
+/* Frees what ptcfs_live_plan returned (NULL: nothing). */
+void ptcfs_free(void* p);
+
 #ifdef __cplusplus
 }
 #endif

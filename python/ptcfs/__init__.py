@@ -3,7 +3,7 @@ protocol). numpy is required; torch is optional and imported only where a functi
 gives torch tensors. See docs/PYTHON.md."""
 
 from .errors import Error
-from . import dtypes, safetensors, ptc, megatron, checkpoint, control, elastic, planner, direct
+from . import dtypes, safetensors, ptc, megatron, checkpoint, control, elastic, planner, direct, live
 from .checkpoint import load_full, load_ptc, load_shard, save_ptc, save_shard, save_tensor_range, shard_file, step_dir
 from .control import Client, connect
 from .elastic import ensure_layout, wait_committed
@@ -16,4 +16,4 @@ __version__ = "0.2.0"
 
 __all__ = ["Error", "Client", "connect", "ensure_layout", "plan", "planner", "wait_committed", "infer_megatron", "split", "gather",
            "shard_tensors", "to_torch", "save_shard", "save_tensor_range", "save_ptc", "load_shard", "load_full", "load_ptc", "shard_file", "step_dir",
-           "direct", "dtypes", "safetensors", "ptc", "megatron", "checkpoint", "control", "elastic", "__version__"]
+           "direct", "live", "dtypes", "safetensors", "ptc", "megatron", "checkpoint", "control", "elastic", "__version__"]

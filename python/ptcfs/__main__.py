@@ -2,6 +2,7 @@
 
     import-megatron CKPT --job J [--step S]   read a Megatron-LM checkpoint and import it
     import-megatron CKPT --out DIR            write ptc.json + rank files only (for `ptcfs import`)
+    live-plan PTC_JSON --from C --to C [--json]  the live reshard plan (a dry run of ptcfs.live.reshard)
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--work-dir", help="where the rank files are staged before the daemon imports them "
                                       "(default: $TMPDIR); removed afterwards")
     m.add_argument("--json", action="store_true", help="print the result as JSON")
+    lp = sub.add_parser(
+        "live-plan", help="print the live reshard plan between two configs (no processes, no daemon)",
+        description="Prints what ptcfs.live.reshard carries out (docs/PYTHON.md \"Live resharding\"): per rank "
+                    "its shards and the bytes it sends and receives beside its minimum; with --json the "
+                    "whole plan, every move.")
+    lp.add_argument("ptc", help="a ptc.json file")
+    lp.add_argument("--from", dest="frm", required=True, type=_parallelism, help="tp=T,pp=P,dp=D")
+    lp.add_argument("--to", required=True, type=_parallelism, help="tp=T,pp=P,dp=D")
+    lp.add_argument("--json", action="store_true", help="print the plan as JSON")
     return ap
 
 
@@ -99,12 +109,35 @@ def _print(result: dict) -> None:
         print(f"not imported: {', '.join(result['not_imported'])}")
 
 
+def live_plan(a: argparse.Namespace) -> int:
+    from . import live
+    with open(a.ptc) as f:
+        text = f.read()
+    p = live.plan(text, a.frm, a.to)
+    if a.json:
+        print(json.dumps(p, indent=2))
+        return 0
+    print(f"live plan {p['from']} -> {p['to']}: {len(p['moves'])} moves, {p['bytes_min']} bytes between ranks "
+          f"(the minimum)")
+    print("rank  old shard  new shard        sent    received         min")
+    for r in p["ranks"]:
+        print(f"{r['rank']:4d}  {r['old_shard'] or '-':9s}  {r['new_shard'] or '-':9s}  {r['sent']:10d}  "
+              f"{r['received']:10d}  {r['min']:10d}")
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = _parser()
     a = ap.parse_args(argv)
     if a.command is None:
         ap.print_help(sys.stderr)
         return 2
+    if a.command == "live-plan":
+        try:
+            return live_plan(a)
+        except (Error, OSError) as e:
+            print(f"ptcfs: error: {e}", file=sys.stderr)
+            return 1
     try:
         result = import_megatron(a)
     except Error as e:

@@ -1,0 +1,227 @@
+"""Live resharding (docs/PYTHON.md "Live resharding", docs/ARCHITECTURE.md "Live resharding"): a
+running job moves from one parallel config to another without writing a checkpoint; every new
+rank receives the slices it lacks straight from the old ranks that hold them.
+
+``plan(ptc, frm, to)`` is ptcfs's own plan (libptcfs_client's ``ptcfs_live_plan``: the cluster plan
+with one node per global rank, so the bytes that cross are the minimum and DP replicas share the
+sending). ``reshard(state, ptc, frm, to, comm)`` carries it out on this rank:
+
+* a move within the rank is one copy, source region to destination region;
+* a move between ranks is cut into chunks of at most ``chunk_bytes`` along the region's first
+  dimension (one index of it at least); the source packs each chunk (strided in the old slice)
+  into a contiguous staging tensor, sends it, and the destination unpacks it into the new slice;
+* chunks go in rounds: every rank computes the same rounds from the plan, in plan order, a new
+  round starting when a chunk would take some rank's staging (bytes packed plus bytes being
+  received) past ``staging_bytes``. In a round every rank posts all its sends and receives at
+  once (``comm.exchange``, grouped and non-blocking) and waits for them; since every rank goes
+  through the same rounds in the same order and posts a round's operations before waiting on
+  any, no rank waits on an operation its peer has not posted: the order cannot deadlock. A chunk
+  larger than the budget by itself (one index of a huge region) is a round of its own.
+
+A communicator is any object with ``rank``, ``device`` and ``exchange(sends, recvs)``, where each
+is a list of ``(peer, tag, tensor)`` and the call returns when all are done. ``TorchComm`` is one
+over ``torch.distributed`` (gloo: CPU tensors; this is what the tests run); ``NcclComm`` is the same
+over an nccl process group for CUDA tensors (torch.distributed bootstraps NCCL's unique id over
+its TCP store). NcclComm has not run on a GPU.
+"""
+
+import ctypes
+import json
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from . import direct
+from . import dtypes as _dt
+from .errors import Error, invalid
+
+__all__ = ["plan", "reshard", "rounds", "TorchComm", "NcclComm", "config_text"]
+
+_ERRLEN = 1024
+Config = Union[str, Tuple[int, int, int], Dict[str, int]]
+
+
+def config_text(c: Config) -> str:
+    """'tp=2,pp=2,dp=1' from that text, a (tp, pp, dp) tuple or a {"tp", "pp", "dp"} dict."""
+    if isinstance(c, str):
+        return c
+    if isinstance(c, dict):
+        return f"tp={int(c['tp'])},pp={int(c['pp'])},dp={int(c['dp'])}"
+    tp, pp, dp = c
+    return f"tp={int(tp)},pp={int(pp)},dp={int(dp)}"
+
+
+def _library():
+    lib = direct.library()
+    if lib is None:
+        raise Error("unavailable", "live plans need libptcfs_client: " + direct._LIB_ERROR)
+    if not hasattr(lib, "_ptcfs_live_ready"):
+        lib.ptcfs_live_plan.restype = ctypes.c_void_p
+        lib.ptcfs_live_plan.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                        ctypes.c_size_t]
+        lib.ptcfs_free.argtypes = [ctypes.c_void_p]
+        lib._ptcfs_live_ready = True
+    return lib
+
+
+def plan(ptc: Union[dict, str], frm: Config, to: Config) -> dict:
+    """The live plan from config ``frm`` to ``to`` for the PTC (ptc.json as a dict or its text):
+    {"from", "to", "bytes_min", "ranks": [{"rank", "old_shard", "new_shard", "new_shapes",
+    "min", "sent", "received"}], "moves": [{"tensor", "src_rank", "dst_rank", "src", "dst",
+    "bytes"}]}, regions as {"start", "shape"} boxes of the local slices. Raises Error
+    (invalid_argument) for a config that does not fit the PTC."""
+    lib = _library()
+    text = ptc if isinstance(ptc, str) else json.dumps(ptc)
+    err = ctypes.create_string_buffer(_ERRLEN)
+    p = lib.ptcfs_live_plan(text.encode(), config_text(frm).encode(), config_text(to).encode(), err, _ERRLEN)
+    if not p:
+        msg = err.value.decode(errors="replace")
+        code, _, rest = msg.partition(": ")
+        raise Error(code or "internal", rest or msg)
+    try:
+        return json.loads(ctypes.string_at(p).decode())
+    finally:
+        lib.ptcfs_free(p)
+
+
+def _index(box: dict, lo: int = 0, hi: Optional[int] = None):
+    """The slices of a {"start", "shape"} box; rows [lo, hi) of its first dimension."""
+    start, shape = box["start"], box["shape"]
+    if not shape:
+        return ()
+    hi = shape[0] if hi is None else hi
+    return (slice(start[0] + lo, start[0] + hi),) + tuple(slice(s, s + n) for s, n in zip(start[1:], shape[1:]))
+
+
+def _chunk_shape(box: dict, lo: int, hi: int) -> List[int]:
+    return [hi - lo] + list(box["shape"][1:]) if box["shape"] else []
+
+
+def rounds(p: dict, chunk_bytes: int = 16 << 20, staging_bytes: int = 64 << 20) -> List[List[dict]]:
+    """The chunks of the plan's moves between ranks, in rounds (module docstring): each chunk
+    {"move": index in p["moves"], "lo", "hi": rows of the region's first dimension, "bytes"}.
+    The same on every rank."""
+    if chunk_bytes < 1 or staging_bytes < 1:
+        raise invalid(f"chunk_bytes {chunk_bytes} and staging_bytes {staging_bytes} must be positive")
+    out: List[List[dict]] = []
+    cur: List[dict] = []
+    use: Dict[int, int] = {}
+    for i, m in enumerate(p["moves"]):
+        if m["src_rank"] == m["dst_rank"] or m["bytes"] == 0:
+            continue
+        shape = m["dst"]["shape"]
+        rows = shape[0] if shape else 1
+        row_bytes = m["bytes"] // rows
+        step = max(1, chunk_bytes // row_bytes)
+        for lo in range(0, rows, step):
+            hi = min(rows, lo + step)
+            b = (hi - lo) * row_bytes
+            ends = (m["src_rank"], m["dst_rank"])
+            if cur and any(use.get(r, 0) + b > staging_bytes for r in ends):
+                out.append(cur)
+                cur, use = [], {}
+            cur.append({"move": i, "lo": lo, "hi": hi, "bytes": b})
+            for r in ends:
+                use[r] = use.get(r, 0) + b
+    if cur:
+        out.append(cur)
+    return out
+
+
+def reshard(state: Dict[str, Any], ptc: Union[dict, str], frm: Config, to: Config, comm,
+            live_plan: Optional[dict] = None, chunk_bytes: int = 16 << 20,
+            staging_bytes: int = 64 << 20) -> Tuple[Dict[str, Any], dict]:
+    """This rank's part of a live reshard: ``state`` is its {name: tensor} of local slices at
+    ``frm`` (empty on a rank past frm's world), ``comm`` a communicator (module docstring) whose
+    ranks are the global ranks of both configs. Every rank of the larger world must call it with
+    the same arguments but its state. Returns (the new {name: tensor} at ``to``, empty past to's
+    world; padding zero) and {"sent", "received", "min", "plan_sent", "plan_received",
+    "rounds", "staging_peak"} in bytes for this rank. ``live_plan``: a plan already computed."""
+    import torch
+
+    p = live_plan if live_plan is not None else plan(ptc, frm, to)
+    ptc_d = json.loads(ptc) if isinstance(ptc, str) else ptc
+    me = comm.rank
+    if me >= len(p["ranks"]):
+        raise invalid(f"rank {me} is outside both worlds of {p['from']} -> {p['to']}")
+    mine = p["ranks"][me]
+    new_state: Dict[str, Any] = {}
+    for name, shape in mine["new_shapes"].items():
+        dt = state[name].dtype if name in state else _dt.torch_dtype(ptc_d["tensors"][name]["dtype"])
+        new_state[name] = torch.zeros(shape, dtype=dt, device=comm.device)
+
+    def source(m: dict):
+        t = state.get(m["tensor"])
+        if t is None:
+            raise invalid(f"rank {me} ({mine['old_shard']}) has no {m['tensor']} to send")
+        return t
+
+    for m in p["moves"]:  # within the rank: one copy each
+        if m["src_rank"] == me and m["dst_rank"] == me:
+            new_state[m["tensor"]][_index(m["dst"])] = source(m)[_index(m["src"])]
+
+    sent = received = peak = 0
+    rs = rounds(p, chunk_bytes, staging_bytes)
+    for rnd in rs:
+        sends, recvs, unpack = [], [], []
+        staged = 0
+        for tag, c in enumerate(rnd):
+            m = p["moves"][c["move"]]
+            if m["src_rank"] == me:
+                buf = source(m)[_index(m["src"], c["lo"], c["hi"])].contiguous()  # pack
+                sends.append((m["dst_rank"], tag, buf))
+                sent += c["bytes"]
+                staged += c["bytes"]
+            elif m["dst_rank"] == me:
+                dst = new_state[m["tensor"]]
+                buf = torch.empty(_chunk_shape(m["dst"], c["lo"], c["hi"]), dtype=dst.dtype, device=dst.device)
+                recvs.append((m["src_rank"], tag, buf))
+                unpack.append((dst, _index(m["dst"], c["lo"], c["hi"]), buf))
+                received += c["bytes"]
+                staged += c["bytes"]
+        peak = max(peak, staged)
+        if sends or recvs:
+            comm.exchange(sends, recvs)
+        for dst, idx, buf in unpack:
+            dst[idx] = buf
+    stats = {"sent": sent, "received": received, "min": mine["min"], "plan_sent": mine["sent"],
+             "plan_received": mine["received"], "rounds": len(rs), "staging_peak": peak}
+    return new_state, stats
+
+
+class TorchComm:
+    """Grouped point-to-point over torch.distributed's default group (or ``group``): with gloo
+    for CPU tensors. Peers are global ranks."""
+
+    def __init__(self, group=None, device: str = "cpu"):
+        import torch
+        import torch.distributed as dist
+
+        self._dist = dist
+        self.group = group
+        self.rank = dist.get_rank()
+        self.world = dist.get_world_size(group)
+        self.device = torch.device(device)
+
+    def exchange(self, sends: List[Tuple[int, int, Any]], recvs: List[Tuple[int, int, Any]]) -> None:
+        """Posts every send and receive at once (batch_isend_irecv), then waits for them all."""
+        d = self._dist
+        ops = [d.P2POp(d.isend, t, peer, self.group, tag) for peer, tag, t in sends]
+        ops += [d.P2POp(d.irecv, t, peer, self.group, tag) for peer, tag, t in recvs]
+        for work in d.batch_isend_irecv(ops):
+            work.wait()
+
+
+class NcclComm(TorchComm):
+    """The same over an nccl process group, for CUDA tensors (``torch.distributed`` bootstraps
+    NCCL's unique id through its TCP store). batch_isend_irecv groups the operations of a round
+    into one NCCL group call; tags are ignored by NCCL, which matches a pair's messages in
+    order, and both ends list a round's chunks in plan order. Not yet run on a GPU."""
+
+    def __init__(self, group=None, device: Optional[str] = None):
+        import torch
+        import torch.distributed as dist
+
+        if not torch.cuda.is_available():
+            raise Error("unavailable", "NcclComm needs CUDA: torch sees no GPU in this process")
+        if dist.get_backend(group) != "nccl":
+            raise invalid(f"NcclComm needs an nccl process group, not {dist.get_backend(group)}")
+        super().__init__(group, device or f"cuda:{torch.cuda.current_device()}")
