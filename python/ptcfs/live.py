@@ -52,7 +52,7 @@ def config_text(c: Config) -> str:
 def _library():
     lib = direct.library()
     if lib is None:
-        raise Error("unavailable", "live plans need libptcfs_client: " + direct._LIB_ERROR)
+        raise Error("unavailable", "live plans need libptcfs_client: " + direct.library_error())
     if not hasattr(lib, "_ptcfs_live_ready"):
         lib.ptcfs_live_plan.restype = ctypes.c_void_p
         lib.ptcfs_live_plan.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
@@ -73,9 +73,7 @@ def plan(ptc: Union[dict, str], frm: Config, to: Config) -> dict:
     err = ctypes.create_string_buffer(_ERRLEN)
     p = lib.ptcfs_live_plan(text.encode(), config_text(frm).encode(), config_text(to).encode(), err, _ERRLEN)
     if not p:
-        msg = err.value.decode(errors="replace")
-        code, _, rest = msg.partition(": ")
-        raise Error(code or "internal", rest or msg)
+        raise direct._error(err)
     try:
         return json.loads(ctypes.string_at(p).decode())
     finally:
