@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "ptc/allocator.h"
-#include "ptc/planner.h"
+#include "ptc/planner/allocator.h"
+#include "ptc/planner/planner.h"
 
 namespace {
 

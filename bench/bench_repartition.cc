@@ -27,8 +27,8 @@
 #include "daemon/reshard/repartition.h"
 #include "daemon/store/store.h"
 #include "fs/filesystem.h"
-#include "ptc/log.h"
-#include "ptc/safetensors.h"
+#include "ptc/base/log.h"
+#include "ptc/formats/safetensors.h"
 
 namespace {
 

@@ -7,8 +7,8 @@
 
 #include "cli/milp_glpk.h"
 #include "cli/validators.h"
-#include "ptc/allocator.h"
-#include "ptc/makespan.h"
+#include "ptc/planner/allocator.h"
+#include "ptc/planner/makespan.h"
 
 namespace ptcfs::cli {
 

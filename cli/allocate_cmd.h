@@ -1,6 +1,6 @@
 // `ptcfs allocate`: divides N GPUs among the jobs of a JOBS.json, printed as a table or as
-// JSON: at one instant by total throughput (ptc/allocator.h), or over time by makespan
-// (ptc/makespan.h, solved with GLPK). Needs no daemon.
+// JSON: at one instant by total throughput (ptc/planner/allocator.h), or over time by makespan
+// (ptc/planner/makespan.h, solved with GLPK). Needs no daemon.
 #pragma once
 
 #include <string>

@@ -13,9 +13,9 @@
 
 #include "cli/output.h"
 #include "cli/size_arg.h"
+#include "ptc/formats/npy.h"
+#include "ptc/formats/safetensors.h"
 #include "ptc/model.h"
-#include "ptc/npy.h"
-#include "ptc/safetensors.h"
 
 namespace ptcfs::cli {
 

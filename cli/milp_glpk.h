@@ -1,4 +1,4 @@
-// Solves a ptc::Milp (ptc/milp.h) with GLPK (Debian's libglpk, through its C API): the LP
+// Solves a ptc::Milp (ptc/planner/milp.h) with GLPK (Debian's libglpk, through its C API): the LP
 // relaxation by the simplex method, then branch and cut, within a time limit. A feasible
 // starting solution, when given, is handed to GLPK as its first incumbent, so a run stopped
 // by the limit still has a solution and a gap.
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "ptc/milp.h"
-#include "ptc/status.h"
+#include "ptc/base/status.h"
+#include "ptc/planner/milp.h"
 
 namespace ptcfs::cli {
 

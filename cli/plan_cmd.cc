@@ -9,8 +9,8 @@
 
 #include "cli/output.h"
 #include "cli/validators.h"
-#include "ptc/json_util.h"
-#include "ptc/planner.h"
+#include "ptc/base/json_util.h"
+#include "ptc/planner/planner.h"
 
 namespace ptcfs::cli {
 

@@ -1,4 +1,4 @@
-// `ptcfs plan`: the parallelism planner (ptc/planner.h) for a MODEL.json and N GPUs, printed
+// `ptcfs plan`: the parallelism planner (ptc/planner/planner.h) for a MODEL.json and N GPUs, printed
 // as a table or as JSON. It needs no daemon unless --from asks one what each candidate's
 // repartition would move.
 #pragma once
@@ -8,7 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/client.h"
-#include "ptc/planner.h"
+#include "ptc/planner/planner.h"
 
 namespace ptcfs::cli {
 

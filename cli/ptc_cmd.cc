@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ptc/hf_checkpoint.h"
+#include "ptc/formats/hf_checkpoint.h"
 #include "ptc/layout.h"
 
 namespace ptcfs::cli {

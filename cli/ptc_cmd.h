@@ -1,5 +1,5 @@
 // `ptcfs ptc infer --template NAME DIR`: the ptc.json a PTC template gives a Hugging Face
-// checkpoint directory (ptc/ptc_template.h, ptc/hf_checkpoint.h), printed for users to check
+// checkpoint directory (ptc/formats/ptc_template.h, ptc/formats/hf_checkpoint.h), printed for users to check
 // and edit. Reads only the files' headers; needs no daemon.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/client.h"
-#include "ptc/ptc_template.h"
+#include "ptc/formats/ptc_template.h"
 
 namespace ptcfs::cli {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs::cli {
 

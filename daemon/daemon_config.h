@@ -5,8 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "ptc/base/status.h"
 #include "ptc/cluster.h"
-#include "ptc/status.h"
 #include "transport/etcd_client.h"
 
 namespace ptcfs {

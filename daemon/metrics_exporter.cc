@@ -10,7 +10,7 @@
 #include <cstring>
 #include <exception>
 
-#include "ptc/metrics.h"
+#include "ptc/base/metrics.h"
 
 namespace ptcfs {
 

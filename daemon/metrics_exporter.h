@@ -1,4 +1,4 @@
-// Serves the metrics facade's registry (ptc/metrics.h) and the node's state gauges as
+// Serves the metrics facade's registry (ptc/base/metrics.h) and the node's state gauges as
 // Prometheus text at http://ADDR/metrics (ptcfsd --metrics ADDR), through prometheus-cpp's
 // exposer. The gauges are read at each scrape. http://ADDR/healthz answers "ok" at once, for
 // probes (docs/OPERATIONS.md "Health"): it reads no gauge.
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs {
 

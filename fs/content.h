@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "ptc/base/status.h"
 #include "ptc/dataset.h"
 #include "ptc/layout.h"
-#include "ptc/status.h"
 
 namespace ptcfs::fs {
 

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ptc/mmidx.h"
+#include "ptc/formats/mmidx.h"
 
 namespace ptcfs::fs {
 namespace {

@@ -1,7 +1,7 @@
 // The one place where ptcfs error codes become errno values: the FUSE boundary.
 #pragma once
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs::fs {
 

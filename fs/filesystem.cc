@@ -20,8 +20,8 @@
 #include "fs/fs_impl.h"
 #include "fs/mountpoint.h"
 #include "fs/tree.h"
-#include "ptc/log.h"
-#include "ptc/metrics.h"
+#include "ptc/base/log.h"
+#include "ptc/base/metrics.h"
 
 namespace ptcfs::fs {
 

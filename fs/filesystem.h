@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "fs/content.h"
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs::fs {
 

@@ -15,7 +15,7 @@
 #include <memory>
 #include <optional>
 
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 
 extern char** environ;
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs::fs {
 

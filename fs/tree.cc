@@ -3,7 +3,7 @@
 #include <xxhash.h>
 
 #include "fs/dataset_views.h"
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 
 namespace ptcfs::fs {
 namespace {

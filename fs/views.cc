@@ -4,8 +4,8 @@
 #include <tuple>
 #include <vector>
 
-#include "ptc/npy.h"
-#include "ptc/safetensors.h"
+#include "ptc/formats/npy.h"
+#include "ptc/formats/safetensors.h"
 
 namespace ptcfs::fs {
 namespace {

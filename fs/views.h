@@ -1,6 +1,6 @@
 // File views: how the bytes of a file in the mount are composed from stored slices.
 //
-//   tp{t}-pp{p}.safetensors  canonical safetensors header (ptc/safetensors.h) + the shard's
+//   tp{t}-pp{p}.safetensors  canonical safetensors header (ptc/formats/safetensors.h) + the shard's
 //                            slices, packed in name order
 //   tp{t}-pp{p}/<name>.npy   npy header + one stored slice (padding included)
 //   full/<name>.npy          npy header + the whole logical tensor, assembled from the
@@ -15,7 +15,7 @@
 #include <string>
 
 #include "fs/content.h"
-#include "ptc/metrics.h"
+#include "ptc/base/metrics.h"
 
 namespace ptcfs::fs {
 

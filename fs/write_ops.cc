@@ -11,8 +11,8 @@
 
 #include "fs/errno_map.h"
 #include "fs/fs_impl.h"
-#include "ptc/log.h"
-#include "ptc/metrics.h"
+#include "ptc/base/log.h"
+#include "ptc/base/metrics.h"
 
 namespace ptcfs::fs {
 namespace {

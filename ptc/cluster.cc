@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 
 namespace ptc {
 

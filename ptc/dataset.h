@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptc {
 

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <set>
 
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 
 namespace ptc {
 

@@ -3,7 +3,7 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 
 int main(int argc, char** argv) {
   ptc::log::set_level(ptc::log::Level::kWarn);

@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs::transport {
 

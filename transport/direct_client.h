@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs::client {
 

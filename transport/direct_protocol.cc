@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ptc/endian.h"
+#include "ptc/base/endian.h"
 
 namespace ptcfs::transport::direct {
 

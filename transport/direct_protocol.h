@@ -7,14 +7,14 @@
 // number of descriptors, u32 little-endian each) carrying the first descriptors, one more
 // byte per further batch of descriptors, then the JSON and the binary part. Used by the
 // daemon (daemon/direct/) and by libptcfs_client (transport/direct_client.h); it depends on
-// nothing but libc and ptc/status.h.
+// nothing but libc and ptc/base/status.h.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs::transport::direct {
 

@@ -8,7 +8,7 @@
 #include <openssl/evp.h>
 #include <nlohmann/json.hpp>
 
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 #include "transport/etcd_connection.h"
 
 namespace ptcfs::transport {

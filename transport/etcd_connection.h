@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 #include "transport/etcd_client.h"
 
 namespace ptcfs::transport::etcd {

@@ -3,7 +3,7 @@
 #include <charconv>
 #include <cstring>
 
-#include "ptc/endian.h"
+#include "ptc/base/endian.h"
 
 namespace ptcfs::transport {
 namespace {

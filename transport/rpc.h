@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs::transport {
 

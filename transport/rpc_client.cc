@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 #include "transport/auth.h"
 #include "transport/frame.h"
 #include "transport/rpc.h"

@@ -14,8 +14,8 @@
 #include <set>
 #include <thread>
 
-#include "ptc/json_util.h"
-#include "ptc/log.h"
+#include "ptc/base/json_util.h"
+#include "ptc/base/log.h"
 #include "transport/auth.h"
 #include "transport/frame.h"
 #include "transport/rpc.h"

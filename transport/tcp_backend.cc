@@ -2,7 +2,7 @@
 #include <mutex>
 #include <vector>
 
-#include "ptc/metrics.h"
+#include "ptc/base/metrics.h"
 #include "transport/backend.h"
 
 namespace ptcfs::transport {

@@ -1,6 +1,6 @@
 #include "daemon/cluster/change_record.h"
 
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 
 namespace ptcfs {
 

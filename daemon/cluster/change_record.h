@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ptc/base/status.h"
 #include "ptc/model.h"
-#include "ptc/status.h"
 
 namespace ptcfs {
 

@@ -12,7 +12,7 @@
 #include "daemon/cluster/nodes.h"
 #include "daemon/cluster/prepare.h"
 #include "daemon/store/failpoint.h"
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 
 namespace ptcfs {
 

@@ -6,7 +6,7 @@
 #include "daemon/cluster/change_record.h"
 #include "daemon/cluster/coordinator.h"
 #include "daemon/cluster/nodes.h"
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 
 namespace ptcfs {
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "ptc/json_util.h"
-#include "ptc/log.h"
+#include "ptc/base/json_util.h"
+#include "ptc/base/log.h"
 
 namespace ptcfs {
 

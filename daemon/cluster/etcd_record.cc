@@ -1,7 +1,7 @@
 #include "daemon/cluster/etcd_record.h"
 
 #include "daemon/cluster/membership.h"
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 #include "ptc/model.h"
 
 namespace ptcfs {

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs {
 

@@ -21,8 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ptc/base/status.h"
 #include "ptc/cluster.h"
-#include "ptc/status.h"
 #include "transport/backend.h"
 
 namespace ptcfs {

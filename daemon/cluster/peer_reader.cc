@@ -4,9 +4,9 @@
 
 #include "daemon/cluster/nodes.h"
 #include "daemon/store/checksum.h"
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
+#include "ptc/base/log.h"
 #include "ptc/plan.h"
-#include "ptc/log.h"
 
 namespace ptcfs {
 

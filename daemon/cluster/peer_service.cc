@@ -9,11 +9,11 @@
 #include "daemon/cluster/slab_read.h"
 #include "daemon/dataset/dataset_ops.h"
 #include "daemon/reshard/importer.h"
-#include "daemon/store/prepared_record.h"
-#include "ptc/json_util.h"
-#include "ptc/log.h"
-#include "ptc/metrics.h"
 #include "daemon/store/checksum.h"
+#include "daemon/store/prepared_record.h"
+#include "ptc/base/json_util.h"
+#include "ptc/base/log.h"
+#include "ptc/base/metrics.h"
 
 namespace ptcfs {
 

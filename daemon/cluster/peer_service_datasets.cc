@@ -8,8 +8,8 @@
 #include "daemon/cluster/peer_service.h"
 #include "daemon/dataset/dataset_ops.h"
 #include "daemon/store/checksum.h"
-#include "ptc/json_util.h"
-#include "ptc/metrics.h"
+#include "ptc/base/json_util.h"
+#include "ptc/base/metrics.h"
 
 namespace ptcfs {
 

@@ -9,7 +9,7 @@
 #include "daemon/cluster/nodes.h"
 #include "daemon/cluster/peer_service.h"
 #include "daemon/store/checksum.h"
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 
 namespace ptcfs {
 

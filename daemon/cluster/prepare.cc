@@ -7,8 +7,8 @@
 #include "daemon/reshard/extent_map.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/parallel.h"
-#include "ptc/json_util.h"
-#include "ptc/log.h"
+#include "ptc/base/json_util.h"
+#include "ptc/base/log.h"
 
 namespace ptcfs {
 

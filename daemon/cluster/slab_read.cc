@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 #include "ptc/plan.h"
 
 namespace ptcfs {

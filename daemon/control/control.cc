@@ -10,9 +10,9 @@
 #include "daemon/reshard/hf_import.h"
 #include "daemon/reshard/importer.h"
 #include "daemon/reshard/repartition.h"
-#include "ptc/json_util.h"
-#include "ptc/log.h"
-#include "ptc/metrics.h"
+#include "ptc/base/json_util.h"
+#include "ptc/base/log.h"
+#include "ptc/base/metrics.h"
 
 namespace ptcfs {
 

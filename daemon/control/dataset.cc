@@ -5,7 +5,7 @@
 #include "daemon/control/control.h"
 #include "daemon/control/util.h"
 #include "daemon/dataset/dataset_ops.h"
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 #include "ptc/model.h"
 
 namespace ptcfs {

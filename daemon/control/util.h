@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 #include "transport/rpc.h"
 
 namespace ptcfs {

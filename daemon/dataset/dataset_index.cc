@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/store/file_util.h"
-#include "ptc/mmidx.h"
+#include "ptc/formats/mmidx.h"
 
 namespace ptcfs {
 namespace {

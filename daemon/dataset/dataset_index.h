@@ -5,7 +5,7 @@
 //             spaces, tabs or '\r') are skipped. A record is the line with its '\n'; a
 //             last line without one gets it supplied by the views.
 //   megatron  FILES name indexed datasets as PREFIX, PREFIX.bin or PREFIX.idx; every
-//             sequence of every .idx (ptc/mmidx.h) is a sample, read from its .bin. All
+//             sequence of every .idx (ptc/formats/mmidx.h) is a sample, read from its .bin. All
 //             must share one dtype.
 // Samples are numbered in the order of FILES, then within each file.
 #pragma once
@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "daemon/store/dataset_records.h"
+#include "ptc/base/status.h"
 #include "ptc/dataset.h"
-#include "ptc/status.h"
 
 namespace ptcfs {
 

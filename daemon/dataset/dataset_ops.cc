@@ -3,11 +3,11 @@
 #include <chrono>
 #include <ctime>
 
-#include "daemon/store/file_util.h"
 #include "daemon/store/checksum.h"
+#include "daemon/store/file_util.h"
 #include "fs/dataset_views.h"
-#include "ptc/mmidx.h"
-#include "ptc/log.h"
+#include "ptc/base/log.h"
+#include "ptc/formats/mmidx.h"
 
 namespace ptcfs {
 

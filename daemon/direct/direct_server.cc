@@ -7,8 +7,8 @@
 #include <map>
 
 #include "daemon/direct/file_map.h"
-#include "ptc/json_util.h"
-#include "ptc/log.h"
+#include "ptc/base/json_util.h"
+#include "ptc/base/log.h"
 #include "transport/direct_protocol.h"
 
 namespace ptcfs {

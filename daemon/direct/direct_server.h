@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "fs/views.h"
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs {
 

@@ -9,7 +9,7 @@
 #include "daemon/reshard/rank_file.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/file_util.h"
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 
 namespace ptcfs {
 

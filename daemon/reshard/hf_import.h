@@ -1,5 +1,5 @@
-// Import of a Hugging Face safetensors checkpoint (ptc/hf_checkpoint.h) with a PTC template
-// (ptc/ptc_template.h): the template gives every tensor its partitioning, the step is stored
+// Import of a Hugging Face safetensors checkpoint (ptc/formats/hf_checkpoint.h) with a PTC template
+// (ptc/formats/ptc_template.h): the template gives every tensor its partitioning, the step is stored
 // in the unsharded layout (tp=1, pp=1, dp=1), and a repartition then gives any
 // configuration without copying (the caller's `--to`).
 //
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "daemon/reshard/importer.h"
-#include "ptc/hf_checkpoint.h"
+#include "ptc/formats/hf_checkpoint.h"
 
 namespace ptcfs {
 

@@ -22,9 +22,9 @@
 #include <thread>
 
 #include "daemon/store/file_util.h"
-#include "ptc/log.h"
+#include "ptc/base/log.h"
+#include "ptc/formats/safetensors.h"
 #include "ptc/plan.h"
-#include "ptc/safetensors.h"
 
 namespace ptcfs {
 namespace {

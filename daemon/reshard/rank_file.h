@@ -1,30 +1,15 @@
-// The rules a rank file (tp{t}-pp{p}.safetensors) of a layout obeys, shared by import and
-// by saving into the mount (docs/FORMATS.md "ptc.json"): exactly the tensors the
-// layout places in the shard, each with its dtype and local (padded) shape.
+// The rules a rank file obeys (ptc/formats/rank_file.h, pure) and reading a safetensors file's
+// header from disk, the I/O half import and saving into the mount need besides.
 #pragma once
 
-#include <cstdint>
 #include <string>
-#include <utility>
-#include <vector>
 
-#include "ptc/layout.h"
-#include "ptc/safetensors.h"
+#include "ptc/formats/rank_file.h"
+#include "ptc/formats/safetensors.h"
 
 namespace ptcfs {
 
-// Checks a parsed header of shard `shard`'s rank file against the layout; returns, per slice
-// of the shard (layout order), the index of its header entry. Errors name `path` and the
-// tensor at fault.
-ptc::Result<std::vector<size_t>> match_rank_header(const ptc::Layout& layout, const ptc::ShardId& shard,
-                                                   const ptc::SafetensorsHeader& header, const std::string& path);
-
 // Reads and parses the header of a safetensors file (errors name `path`).
 ptc::Result<ptc::SafetensorsHeader> read_safetensors_header(const std::string& path);
-
-// Per shard (layout order), per slice: the byte ranges (offset in the slice, length) that
-// are padding (pad_to), sorted. Stored slices hold zeros there whatever a writer put.
-using PaddingRanges = std::vector<std::vector<std::vector<std::pair<uint64_t, uint64_t>>>>;
-ptc::Result<PaddingRanges> layout_padding(const ptc::Layout& layout);
 
 }  // namespace ptcfs

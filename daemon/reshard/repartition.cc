@@ -6,7 +6,7 @@
 #include "daemon/dataset/dataset_ops.h"
 #include "daemon/reshard/extent_map.h"
 #include "daemon/store/prepared.h"
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 #include "ptc/plan.h"
 
 namespace ptcfs {

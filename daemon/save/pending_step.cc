@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "daemon/reshard/rank_file.h"
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 #include "ptc/model.h"
 
 namespace ptcfs {

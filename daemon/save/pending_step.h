@@ -39,9 +39,9 @@
 #include "daemon/save/byte_ranges.h"
 #include "daemon/store/blob_store.h"
 #include "fs/content.h"
+#include "ptc/formats/npy.h"
+#include "ptc/formats/safetensors.h"
 #include "ptc/layout.h"
-#include "ptc/npy.h"
-#include "ptc/safetensors.h"
 
 namespace ptcfs {
 

@@ -8,8 +8,8 @@
 #include "daemon/save/save_service.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/prepared.h"
-#include "ptc/log.h"
-#include "ptc/metrics.h"
+#include "ptc/base/log.h"
+#include "ptc/base/metrics.h"
 
 namespace ptcfs {
 

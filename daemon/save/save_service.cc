@@ -5,7 +5,7 @@
 #include "daemon/reshard/rank_file.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/prepared.h"
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 #include "ptc/model.h"
 
 namespace ptcfs {

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <random>
 
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 
 namespace ptcfs {
 

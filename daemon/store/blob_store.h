@@ -15,7 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs {
 

@@ -5,10 +5,10 @@
 #include <cerrno>
 #include <ctime>
 
-#include "daemon/store/file_util.h"
 #include "daemon/store/checksum.h"
-#include "ptc/json_util.h"
-#include "ptc/log.h"
+#include "daemon/store/file_util.h"
+#include "ptc/base/json_util.h"
+#include "ptc/base/log.h"
 
 namespace ptcfs {
 

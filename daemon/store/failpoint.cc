@@ -8,7 +8,7 @@
 #include <string_view>
 #include <thread>
 
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 
 namespace ptcfs {
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs {
 

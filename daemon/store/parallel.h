@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <functional>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptcfs {
 

@@ -2,7 +2,7 @@
 
 #include "daemon/store/failpoint.h"
 #include "daemon/store/file_util.h"
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 
 namespace ptcfs {
 namespace {

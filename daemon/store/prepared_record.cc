@@ -1,8 +1,8 @@
 #include "daemon/store/prepared_record.h"
 
 #include "daemon/store/memory_kv.h"
-#include "ptc/json_util.h"
-#include "ptc/log.h"
+#include "ptc/base/json_util.h"
+#include "ptc/base/log.h"
 
 namespace ptcfs {
 

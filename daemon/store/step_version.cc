@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <set>
 
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 
 namespace ptcfs {
 

@@ -8,8 +8,8 @@
 
 #include <cerrno>
 
-#include "ptc/json_util.h"
-#include "ptc/log.h"
+#include "ptc/base/json_util.h"
+#include "ptc/base/log.h"
 
 namespace ptcfs {
 

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "../ptc/makespan_support.h"
-#include "ptc/makespan.h"
+#include "ptc/planner/makespan.h"
 
 using namespace ptc;
 using ptc::testing::brute_force_makespan;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ptc/mmidx.h"
+#include "ptc/formats/mmidx.h"
 #include "tests/fs/fake_dataset.h"
 
 using namespace ptcfs::fs;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "fs/content.h"
-#include "ptc/npy.h"
-#include "ptc/safetensors.h"
+#include "ptc/formats/npy.h"
+#include "ptc/formats/safetensors.h"
 #include "tests/fs/fake_step.h"
 
 using namespace ptcfs::fs;

@@ -2,8 +2,8 @@
 // Hugging Face checkpoint's config.json (the input's first byte picks which: 0 MODEL.json,
 // 1 cluster.json, 2 config.json, and so on modulo 3).
 #include "ptc/cluster.h"
-#include "ptc/hf_config.h"
-#include "ptc/model_spec.h"
+#include "ptc/formats/hf_config.h"
+#include "ptc/planner/model_spec.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
 // Bytes a control or peer connection receives: a frame header, then its body as the server
 // and the client read it (a request's JSON; a data frame's JSON length and JSON).
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "transport/frame.h"
 

@@ -1,6 +1,6 @@
 // model.safetensors.index.json against a directory of two shard files.
-#include "ptc/hf_checkpoint.h"
-#include "ptc/safetensors.h"
+#include "ptc/formats/hf_checkpoint.h"
+#include "ptc/formats/safetensors.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

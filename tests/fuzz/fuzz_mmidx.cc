@@ -1,7 +1,7 @@
 // A Megatron .idx file; the first 8 bytes of the input are its .bin's size.
 #include <cstring>
 
-#include "ptc/mmidx.h"
+#include "ptc/formats/mmidx.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

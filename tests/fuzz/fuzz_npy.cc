@@ -1,5 +1,5 @@
 // A .npy file (a view the daemon also reads back when a save writes one).
-#include "ptc/npy.h"
+#include "ptc/formats/npy.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

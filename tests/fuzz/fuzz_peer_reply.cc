@@ -7,7 +7,7 @@
 
 #include "daemon/cluster/change_record.h"
 #include "daemon/cluster/etcd_record.h"
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // A rank file: the safetensors header of the whole input (its size is the file's size).
-#include "ptc/safetensors.h"
+#include "ptc/formats/safetensors.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,7 +1,7 @@
 // A PTC template file, then the PTC it gives a Llama-style tensor list at tp=2, pp=2, without
 // and with a config.json (the rules' heads and shapes read it).
+#include "ptc/formats/ptc_template.h"
 #include "ptc/layout.h"
-#include "ptc/ptc_template.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

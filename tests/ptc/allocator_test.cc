@@ -1,4 +1,4 @@
-#include "ptc/allocator.h"
+#include "ptc/planner/allocator.h"
 
 #include <catch2/catch.hpp>
 
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "model_fixtures.h"
-#include "ptc/planner.h"
+#include "ptc/planner/planner.h"
 
 using namespace ptc;
 using ptc::testing::small_model;

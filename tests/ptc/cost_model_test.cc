@@ -1,6 +1,6 @@
 // The cost model against hand-computed values and published formulas (each test names its
 // source).
-#include "ptc/cost_model.h"
+#include "ptc/planner/cost_model.h"
 
 #include <catch2/catch.hpp>
 

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "ptc/dataset.h"
-#include "ptc/mmidx.h"
+#include "ptc/formats/mmidx.h"
 
 using namespace ptc;
 

@@ -1,4 +1,4 @@
-#include "ptc/hf_config.h"
+#include "ptc/formats/hf_config.h"
 
 #include <catch2/catch.hpp>
 

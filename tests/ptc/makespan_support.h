@@ -10,7 +10,7 @@
 #include <numeric>
 #include <set>
 
-#include "ptc/makespan.h"
+#include "ptc/planner/makespan.h"
 
 namespace ptc::testing {
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "ptc/model_spec.h"
+#include "ptc/planner/model_spec.h"
 
 namespace ptc::testing {
 

@@ -1,4 +1,4 @@
-#include "ptc/model_spec.h"
+#include "ptc/planner/model_spec.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "ptc/npy.h"
+#include "ptc/formats/npy.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
 // The planner against configurations published by people who ran them. Where it agrees the
 // test says so; where it differs the test pins what it chooses instead and how much slower
 // it predicts the published choice to be (docs/PLANNER.md explains why they differ).
-#include "ptc/planner.h"
+#include "ptc/planner/planner.h"
 
 #include <catch2/catch.hpp>
 

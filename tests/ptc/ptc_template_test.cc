@@ -1,8 +1,8 @@
-#include "ptc/ptc_template.h"
+#include "ptc/formats/ptc_template.h"
 
 #include <catch2/catch.hpp>
 
-#include "ptc/hf_checkpoint.h"
+#include "ptc/formats/hf_checkpoint.h"
 #include "ptc/layout.h"
 
 using namespace ptc;

@@ -1,4 +1,4 @@
-#include "ptc/safetensors.h"
+#include "ptc/formats/safetensors.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Checks that #include dependencies point down the layers of docs/ARCHITECTURE.md.
 
-Modules, bottom to top: ptc < fs, transport < daemon/store, daemon/direct < daemon/dataset < daemon/reshard
-< daemon/save < daemon/cluster < daemon/control < daemon (main.cc, its config); cli uses ptc and
-transport only.
+Modules, bottom to top: ptc/base < ptc (the partition math) < ptc/formats, ptc/planner < fs, transport
+< daemon/store, daemon/direct < daemon/dataset < daemon/reshard
+< daemon/save < daemon/cluster < daemon/control < daemon (main.cc, its config); cli uses the four ptc libraries
+and transport only. ptc/formats and ptc/planner do not see each other, and ptc/planner is for cli
+alone (no other module may include it).
 A file may include its own layer and those below it, never one above. Prints every violation
 (file:line and the include) and exits 1 if there is any.
 """
@@ -13,29 +15,34 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RANK = {
-    "ptc": 0,
-    "fs": 1,
-    "transport": 1,
-    "gpu": 1,
-    "daemon/store": 2,
-    "daemon/direct": 2,
-    "daemon/dataset": 3,
-    "daemon/reshard": 4,
-    "daemon/save": 5,
-    "daemon/cluster": 6,
-    "daemon/control": 7,
-    "daemon": 8,
+    "ptc/base": 0,
+    "ptc": 1,
+    "ptc/formats": 2,
+    "ptc/planner": 2,
+    "fs": 3,
+    "transport": 3,
+    "gpu": 3,
+    "daemon/store": 4,
+    "daemon/direct": 4,
+    "daemon/dataset": 5,
+    "daemon/reshard": 6,
+    "daemon/save": 7,
+    "daemon/cluster": 8,
+    "daemon/control": 9,
+    "daemon": 10,
 }
 # Modules of the same rank that must not see each other.
-SIBLINGS_APART = {("fs", "transport"), ("transport", "fs")}
-CLI_MAY_USE = {"ptc", "transport", "cli"}
+SIBLINGS_APART = {("fs", "transport"), ("transport", "fs"), ("ptc/formats", "ptc/planner"), ("ptc/planner", "ptc/formats")}
+# Modules only cli (and the module itself) may include.
+CLI_ONLY = {"ptc/planner"}
+CLI_MAY_USE = {"ptc/base", "ptc", "ptc/formats", "ptc/planner", "transport", "cli"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
 def module_of(path):
     parts = path.split("/")
-    if parts[0] == "daemon" and len(parts) > 2:
-        return "daemon/" + parts[1]
+    if parts[0] in ("daemon", "ptc") and len(parts) > 2:
+        return parts[0] + "/" + parts[1]
     return parts[0]
 
 
@@ -63,6 +70,8 @@ def main():
                             ok = theirs in CLI_MAY_USE
                         else:
                             ok = RANK[theirs] <= RANK[mine] and (mine, theirs) not in SIBLINGS_APART
+                            if theirs in CLI_ONLY and theirs != mine:
+                                ok = False
                             if RANK[theirs] == RANK[mine] and theirs != mine and mine.startswith("daemon/"):
                                 ok = False
                         if not ok:

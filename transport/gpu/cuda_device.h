@@ -7,7 +7,7 @@
 
 #include <mutex>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 #include "transport/gpu/upload.h"
 
 namespace ptcfs::gpu {

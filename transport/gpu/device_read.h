@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 #include "transport/direct_client.h"
 #include "transport/gpu/upload_plan.h"
 

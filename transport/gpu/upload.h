@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 #include "transport/gpu/upload_plan.h"
 
 namespace ptcfs::gpu {

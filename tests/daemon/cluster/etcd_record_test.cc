@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "daemon/cluster/membership.h"
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 
 using namespace ptcfs;
 using nlohmann::json;

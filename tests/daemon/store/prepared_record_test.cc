@@ -8,7 +8,7 @@
 #include <string>
 
 #include "daemon/reshard/importer.h"
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 #include "tests/daemon/store/store_fixture.h"
 #include "tests/daemon/temp_dir.h"
 

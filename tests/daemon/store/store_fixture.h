@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "daemon/store/store.h"
-#include "ptc/safetensors.h"
+#include "ptc/formats/safetensors.h"
 
 namespace ptcfs::testing {
 

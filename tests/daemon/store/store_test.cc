@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "daemon/reshard/importer.h"
-#include "ptc/safetensors.h"
+#include "ptc/formats/safetensors.h"
 #include "tests/daemon/store/store_fixture.h"
 #include "tests/daemon/temp_dir.h"
 

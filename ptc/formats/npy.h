@@ -8,9 +8,9 @@
 #include <string>
 #include <string_view>
 
+#include "ptc/base/status.h"
 #include "ptc/dtype.h"
 #include "ptc/region.h"
-#include "ptc/status.h"
 
 namespace ptc {
 

@@ -15,7 +15,7 @@
 
 #include <vector>
 
-#include "ptc/cost_model.h"
+#include "ptc/planner/cost_model.h"
 
 namespace ptc {
 

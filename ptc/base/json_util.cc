@@ -1,4 +1,4 @@
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 
 #include <algorithm>
 #include <functional>

@@ -1,4 +1,4 @@
-#include "ptc/metrics.h"
+#include "ptc/base/metrics.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>

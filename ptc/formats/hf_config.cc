@@ -1,8 +1,8 @@
-#include "ptc/hf_config.h"
+#include "ptc/formats/hf_config.h"
 
 #include <charconv>
 
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 
 namespace ptc {
 

@@ -15,7 +15,7 @@
 // errors. A rule with `"skip": true` leaves matching tensors out of the PTC (e.g. rotary
 // inverse frequencies that some checkpoints carry and a model recomputes).
 //
-// With the checkpoint's config.json (ptc/hf_config.h), a rule may also give `heads`, the
+// With the checkpoint's config.json (ptc/formats/hf_config.h), a rule may also give `heads`, the
 // number of heads along the split dimension ("num_key_value_heads"), which the PTC carries so
 // that no layout splits a head; `shape`, one product per dimension ("num_attention_heads*
 // head_dim", "hidden_size"; null: any) that the tensor's shape must equal; and
@@ -31,7 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ptc/hf_config.h"
+#include "ptc/formats/hf_config.h"
 #include "ptc/model.h"
 
 namespace ptc {

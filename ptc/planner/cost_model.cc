@@ -1,4 +1,4 @@
-#include "ptc/cost_model.h"
+#include "ptc/planner/cost_model.h"
 
 #include <algorithm>
 #include <cassert>

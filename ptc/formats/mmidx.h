@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptc {
 

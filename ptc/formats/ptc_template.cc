@@ -1,9 +1,9 @@
-#include "ptc/ptc_template.h"
+#include "ptc/formats/ptc_template.h"
 
 #include <algorithm>
 #include <map>
 
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 
 namespace ptc {
 

@@ -1,4 +1,4 @@
-#include "ptc/planner.h"
+#include "ptc/planner/planner.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,8 +1,8 @@
-#include "ptc/model_spec.h"
+#include "ptc/planner/model_spec.h"
 
 #include <cmath>
 
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 
 namespace ptc {
 

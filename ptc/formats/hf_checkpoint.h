@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "ptc/hf_config.h"
-#include "ptc/ptc_template.h"
-#include "ptc/safetensors.h"
+#include "ptc/formats/hf_config.h"
+#include "ptc/formats/ptc_template.h"
+#include "ptc/formats/safetensors.h"
 
 namespace ptc {
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptc {
 

@@ -1,10 +1,10 @@
-#include "ptc/hf_checkpoint.h"
+#include "ptc/formats/hf_checkpoint.h"
 
 #include <algorithm>
 #include <map>
 #include <set>
 
-#include "ptc/json_util.h"
+#include "ptc/base/json_util.h"
 
 namespace ptc {
 

@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "ptc/allocator.h"
-#include "ptc/milp.h"
+#include "ptc/planner/allocator.h"
+#include "ptc/planner/milp.h"
 
 namespace ptc {
 

@@ -1,4 +1,4 @@
-#include "ptc/makespan.h"
+#include "ptc/planner/makespan.h"
 
 #include <algorithm>
 #include <cmath>

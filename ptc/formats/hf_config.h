@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 namespace ptc {
 

@@ -1,8 +1,8 @@
-#include "ptc/mmidx.h"
+#include "ptc/formats/mmidx.h"
 
 #include <cstring>
 
-#include "ptc/endian.h"
+#include "ptc/base/endian.h"
 
 namespace ptc {
 namespace {

@@ -1,4 +1,4 @@
-#include "ptc/log.h"
+#include "ptc/base/log.h"
 
 #include <atomic>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "ptc/safetensors.h"
+#include "ptc/formats/safetensors.h"
 
 #include <algorithm>
 #include <functional>
@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ptc/json_util.h"
-#include "ptc/endian.h"
+#include "ptc/base/endian.h"
+#include "ptc/base/json_util.h"
 
 namespace ptc {
 namespace {

@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "ptc/cost_model.h"
+#include "ptc/planner/cost_model.h"
 
 namespace ptc {
 

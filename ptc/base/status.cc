@@ -1,4 +1,4 @@
-#include "ptc/status.h"
+#include "ptc/base/status.h"
 
 #include <cstring>
 

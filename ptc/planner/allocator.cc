@@ -1,12 +1,12 @@
-#include "ptc/allocator.h"
+#include "ptc/planner/allocator.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
 
-#include "ptc/json_util.h"
-#include "ptc/planner.h"
+#include "ptc/base/json_util.h"
+#include "ptc/planner/planner.h"
 
 namespace ptc {
 
