@@ -151,7 +151,11 @@ ptc::Result<DeviceLease> lease_device(void* dst, void* stream) {
   CUDA_TRY(cudaPointerGetAttributes(&attr, dst), "asking where the destination lies");
   if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
     return ptc::invalid("the destination is not device memory (allocate it with cudaMalloc or torch on a cuda device)");
+  int previous = 0;
+  CUDA_TRY(cudaGetDevice(&previous), "asking which GPU this thread uses");
   CUDA_TRY(cudaSetDevice(attr.device), "selecting GPU " + std::to_string(attr.device));
+  // The caller's selection (torch's current device, say) is given back when the lease ends.
+  std::shared_ptr<void> restore(nullptr, [previous](void*) { cudaSetDevice(previous); });
   CudaDevice* device = nullptr;
   {
     std::lock_guard lock(g_mu);
@@ -163,7 +167,7 @@ ptc::Result<DeviceLease> lease_device(void* dst, void* stream) {
     }
     device = slot.get();
   }
-  DeviceLease lease{std::unique_lock<std::mutex>(device->mu), device, &device->copier};
+  DeviceLease lease{std::move(restore), std::unique_lock<std::mutex>(device->mu), device, &device->copier};
   device->bind(static_cast<cudaStream_t>(stream));
   return ptc::Result<DeviceLease>(std::move(lease));
 }

@@ -5,6 +5,7 @@
 // Thread-safety: a lease holds its device's lock, so uploads to one GPU run one at a time.
 #pragma once
 
+#include <memory>
 #include <mutex>
 
 #include "ptc/base/status.h"
@@ -13,6 +14,8 @@
 namespace ptcfs::gpu {
 
 struct DeviceLease {
+  // Gives the calling thread back the GPU it had selected before (last: after the lock).
+  std::shared_ptr<void> restore;
   std::unique_lock<std::mutex> lock;
   Device* device = nullptr;
   ParallelCopy* copier = nullptr;
