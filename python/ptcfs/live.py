@@ -30,6 +30,7 @@ import json
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import direct
+from .control import format_parallelism
 from . import dtypes as _dt
 from .errors import Error, invalid
 
@@ -39,14 +40,8 @@ _ERRLEN = 1024
 Config = Union[str, Tuple[int, int, int], Dict[str, int]]
 
 
-def config_text(c: Config) -> str:
-    """'tp=2,pp=2,dp=1' from that text, a (tp, pp, dp) tuple or a {"tp", "pp", "dp"} dict."""
-    if isinstance(c, str):
-        return c
-    if isinstance(c, dict):
-        return f"tp={int(c['tp'])},pp={int(c['pp'])},dp={int(c['dp'])}"
-    tp, pp, dp = c
-    return f"tp={int(tp)},pp={int(pp)},dp={int(dp)}"
+# 'tp=2,pp=2,dp=1' from that text, a (tp, pp, dp) tuple or a {"tp", "pp", "dp"} dict.
+config_text = format_parallelism
 
 
 def _library():
