@@ -19,9 +19,13 @@ ptc::Result<json> Coordinator::dataset_add(const DatasetAddRequest& req, int dp,
   const std::string name = req.job + "/" + req.name;
   PTC_ASSIGN_OR_RETURN(Locked prior, record_before_change(dataset_key(req.job, req.name)));
   const std::vector<int> all = members_.members();
-  json summary;
-  PTC_ASSIGN_OR_RETURN(PreparedChange mine, prepare_dataset_add(store_, req, dp, id(), summary, progress));
+  DatasetAddSummary added;
+  PTC_ASSIGN_OR_RETURN(PreparedChange mine, prepare_dataset_add(store_, req, dp, id(), added, progress));
   const json record = mine.datasets.front().next->to_json();
+  json summary = dataset_json(*mine.datasets.front().next);
+  summary["bytes"] = added.bytes;
+  summary["bytes_copied"] = added.bytes_copied;
+  summary["seconds"] = added.seconds;
   const std::string tx = new_transaction_id();
   local_.hold(tx, std::move(mine), dataset_key(req.job, req.name));
   const json prepare = to_json(request(tx, DatasetAddChange{req.job, req.name, record}));

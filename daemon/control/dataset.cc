@@ -69,13 +69,17 @@ ptc::Result<json> ControlService::dataset_add(const json& req, const transport::
   if (coordinator_) {
     out = coordinator_->dataset_add(r, *r.dp, index_progress);
   } else {
-    json summary;
-    auto change = prepare_dataset_add(store_, r, *r.dp, "", summary, index_progress);
+    DatasetAddSummary added;
+    auto change = prepare_dataset_add(store_, r, *r.dp, "", added, index_progress);
     if (!change) {
       out = change.status();
     } else if (auto s = commit_change(store_, *change); !s) {
       out = s;
     } else {
+      json summary = dataset_json(*change->datasets.front().next);
+      summary["bytes"] = added.bytes;
+      summary["bytes_copied"] = added.bytes_copied;
+      summary["seconds"] = added.seconds;
       out = std::move(summary);
     }
   }

@@ -85,7 +85,7 @@ json dataset_json(const DatasetVersion& v) {
 }
 
 ptc::Result<PreparedChange> prepare_dataset_add(Store& store, const DatasetAddRequest& req, int dp,
-                                                const std::string& home, json& summary,
+                                                const std::string& home, DatasetAddSummary& summary,
                                                 const IndexProgress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string name = req.job + "/" + req.name;
@@ -126,10 +126,9 @@ ptc::Result<PreparedChange> prepare_dataset_add(Store& store, const DatasetAddRe
                                                index.dtype_code, pos, std::move(source).value(), home,
                                                store.remote_samples());
   change.datasets.push_back({next, nullptr});
-  summary = dataset_json(*next);
-  summary["bytes"] = bytes;
-  summary["bytes_copied"] = copied;
-  summary["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  summary.bytes = bytes;
+  summary.bytes_copied = copied;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return change;
 }
 

@@ -25,15 +25,22 @@ struct DatasetAddRequest {
   bool copy = false;      // copy the files into the store instead of reading them where they are
 };
 
+// What an add did besides the dataset it made.
+struct DatasetAddSummary {
+  uint64_t bytes = 0;         // of the dataset's files
+  uint64_t bytes_copied = 0;  // copied into the store (with `copy`)
+  double seconds = 0;
+};
+
 // The dp a new dataset of `job` gets when none is given: the dp every step of the job has.
 // kFailedPrecondition when the job has no step, or steps of different dp (naming two).
 ptc::Result<int> job_dp(const Store& store, const std::string& job);
 
 // Indexes and validates the files, copies them with `copy`, writes the sample table into a
 // pending blob and reserves the name. `home`: the node holding the files ("" outside a
-// cluster). `summary` gets the add's JSON result.
+// cluster). `summary` gets what the add read and copied.
 ptc::Result<PreparedChange> prepare_dataset_add(Store& store, const DatasetAddRequest& req, int dp,
-                                                const std::string& home, nlohmann::json& summary,
+                                                const std::string& home, DatasetAddSummary& summary,
                                                 const IndexProgress& progress = {});
 
 // A dataset built on this node from another node's sample table (a cluster add): `record`

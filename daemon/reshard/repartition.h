@@ -22,6 +22,7 @@ struct RepartitionRequest {
   std::string job, step;
   ptc::Parallelism to;
   bool dry_run = false;
+  std::vector<std::string> nodes;  // a cluster: node ids to place the new layout on (empty: every member)
 };
 
 struct RepartitionResult {

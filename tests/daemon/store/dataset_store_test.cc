@@ -38,10 +38,11 @@ TEST_CASE("a JSONL dataset is stored, read by record, progressed and reloaded", 
   auto store = Store::open(tmp.path() + "/data");
   REQUIRE(store.is_ok());
   DatasetAddRequest req{"job", "ds", ptc::DatasetFormat::kJsonl, 9, 3, 3, {src}, false};
-  nlohmann::json summary;
+  DatasetAddSummary summary;
   auto change = prepare_dataset_add(**store, req, 3, "", summary);
   REQUIRE(change.is_ok());
-  CHECK(summary["num_samples"] == 3);
+  CHECK(dataset_json(*change->datasets.front().next)["num_samples"] == 3);
+  CHECK(summary.bytes == 28);
   REQUIRE(commit_change(**store, *change).is_ok());
 
   auto v = current_dataset(**store, "job", "ds");
