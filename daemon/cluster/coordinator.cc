@@ -226,9 +226,12 @@ ptc::Status Coordinator::decide(const std::vector<int>& nodes, const std::string
   return s.with_context(what + " committed partly");
 }
 
-ptc::Result<json> Coordinator::import(const std::string& dir, const std::string& job, const std::string& step,
-                                      const std::vector<std::string>& nodes_arg,
-                                      const transport::ProgressSink& progress) {
+ptc::Result<ImportResult> Coordinator::import(const ImportRequest& req, const PhaseProgress& progress) {
+  if (req.hf)
+    return ptc::invalid("--format hf imports into a single daemon; on a cluster, import into one node's own daemon "
+                        "before it joins, or convert with `ptcfs ptc infer` and import the ptc.json checkpoint");
+  const std::string &dir = req.dir, &job = req.job, &step = req.step;
+  const std::vector<std::string>& nodes_arg = req.nodes;
   const auto t0 = std::chrono::steady_clock::now();
   const auto nodes = placement_or_all(nodes_arg);
   for (const auto& n : nodes)
@@ -244,15 +247,15 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
   }
   const std::vector<int> all = members_.members();
   const std::string tx = new_transaction_id();
-  if (progress) progress(json{{"phase", "prepare"}, {"done", 0}, {"total", all.size()}});
+  if (progress) progress("prepare", 0, all.size());
   const std::vector<int> gpus = ptc::gpus_of(*cluster(), nodes);  // pinned with the placement
   const json prepare = to_json(request(tx, ImportChange{dir, job, step, nodes, gpus}));
   const auto answers = ask_all(all, [&](int) { return prepare; });
   ptc::Status failed;
   std::set<uint64_t> digests;
-  size_t shards = 0;
-  uint64_t bytes = 0, tensors = 0;
-  json per_node = json::array();
+  ImportResult out;
+  out.job = job;
+  out.step = step;
   for (size_t i = 0; i < all.size(); ++i) {
     const std::string nid = name_of(all[i]);
     auto r = answers[i] ? prepare_reply_from_json(*answers[i], "prepare reply of node " + nid) : answers[i].status();
@@ -261,10 +264,10 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
       continue;
     }
     digests.insert(r->ptc_digest);
-    tensors = r->tensors;  // the same on every node: their ptc.json agree (the digests)
-    shards += r->shards;
-    bytes += r->bytes;
-    per_node.push_back({{"node", nid}, {"shards", r->shards}, {"bytes", r->bytes}});
+    out.tensors = r->tensors;  // the same on every node: their ptc.json agree (the digests)
+    out.shards += r->shards;
+    out.bytes += r->bytes;
+    out.nodes.push_back({nid, r->shards, r->bytes});
   }
   if (failed.is_ok() && digests.size() > 1)
     failed = ptc::invalid("ptc.json differs between the nodes' copies of " + dir);
@@ -275,18 +278,18 @@ ptc::Result<json> Coordinator::import(const std::string& dir, const std::string&
   }
   PTC_RETURN_IF_ERROR(decide(all, tx, step_key(job, step), prior, json{{"kind", "import"}, {"version", 1}, {"nodes", nodes}, {"gpus", gpus}},
                              "import of " + job + "/" + step));
-  ptc::log::info("imported {}/{} on {} nodes: {} shard copies, {} bytes", job, step, all.size(), shards, bytes);
-  return json{{"job", job},       {"step", step},         {"shards", shards},        {"tensors", tensors},
-              {"bytes", bytes}, {"seconds", since(t0)}, {"nodes", std::move(per_node)}};
+  out.seconds = since(t0);
+  ptc::log::info("imported {}/{} on {} nodes: {} shard copies, {} bytes", job, step, all.size(), out.shards, out.bytes);
+  return out;
 }
 
 ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest& req,
-                                                        const std::vector<std::string>& nodes_arg,
-                                                        const transport::ProgressSink& progress) {
+                                                        const PhaseProgress& progress) {
+  const std::vector<std::string>& nodes_arg = req.nodes;
   const auto t0 = std::chrono::steady_clock::now();
   const std::string name = req.job + "/" + req.step;
   auto report = [&](const char* phase, uint64_t done, uint64_t total) {
-    if (progress) progress(json{{"phase", phase}, {"done", done}, {"total", total}});
+    if (progress) progress(phase, done, total);
   };
   PTC_ASSIGN_OR_RETURN(std::shared_ptr<const StepVersion> old, current_version(store_, req.job, req.step));
   const ptc::Layout& from = old->layout();
@@ -499,7 +502,8 @@ void Coordinator::on_record(const KeyedRecord& rec) {
                  version, have());
 }
 
-ptc::Status Coordinator::remove(const std::string& job, const std::string& step) {
+ptc::Status Coordinator::remove(const RemoveRequest& req) {
+  const std::string &job = req.job, &step = req.step;
   const std::string name = job + "/" + step;
   PTC_ASSIGN_OR_RETURN(Locked prior, record_before_change(step_key(job, step)));
   const std::vector<int> all = members_.members();
@@ -517,21 +521,24 @@ ptc::Status Coordinator::remove(const std::string& job, const std::string& step)
   return ptc::Status::ok();
 }
 
-json Coordinator::nodes_status() {
+RunnerStatus Coordinator::status() {
+  RunnerStatus out;
+  out.cluster = true;
+  out.self = id();
+  out.membership = members_.describe();
   const std::vector<int> all = members_.members();
   const auto answers = ask_all(all, [](int) { return json{{"op", "peer.stats"}}; });
-  json out = json::array();
   for (size_t i = 0; i < all.size(); ++i) {
     const auto& n = cluster()->nodes[static_cast<size_t>(all[i])];
     auto stats = answers[i] ? peer_stats_from_json(*answers[i], "stats of node " + n.id) : answers[i].status();
-    json j = {{"id", n.id}, {"addr", n.addr}, {"gpus", n.gpus}, {"up", stats.is_ok()}};
+    RunnerStatus::Node node{n.id, n.addr, n.gpus, stats.is_ok(), 0, 0, ""};
     if (stats) {
-      j["bytes_sent"] = stats->bytes_sent;
-      j["bytes_received"] = stats->bytes_received;
+      node.bytes_sent = stats->bytes_sent;
+      node.bytes_received = stats->bytes_received;
     } else {
-      j["error"] = stats.status().message();
+      node.error = stats.status().message();
     }
-    out.push_back(std::move(j));
+    out.nodes.push_back(std::move(node));
   }
   return out;
 }

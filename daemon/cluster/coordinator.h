@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/change/runner.h"
 #include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/nodes.h"
@@ -30,7 +31,7 @@
 
 namespace ptcfs {
 
-class Coordinator {
+class Coordinator final : public ChangeRunner {
  public:
   // Everything must outlive this object; `local` serves this node's own part; `members`
   // says who takes part and decides each commit (static, or etcd: daemon/cluster/membership.h).
@@ -40,22 +41,18 @@ class Coordinator {
   std::shared_ptr<const ptc::ClusterConfig> cluster() const { return peers_.cluster(); }
   std::string id() const;
 
-  // `nodes`: the node ids to place ranks on (empty: every member, in the membership's order).
-  ptc::Result<nlohmann::json> import(const std::string& dir, const std::string& job, const std::string& step,
-                                     const std::vector<std::string>& nodes, const transport::ProgressSink& progress);
-  ptc::Result<RepartitionResult> repartition(const RepartitionRequest& req, const std::vector<std::string>& nodes,
-                                             const transport::ProgressSink& progress);
+  // The ChangeRunner (daemon/change/runner.h). `nodes` of a request: the node ids to place ranks
+  // on (empty: every member, in the membership's order).
+  ptc::Result<ImportResult> import(const ImportRequest& req, const PhaseProgress& progress) override;
+  ptc::Result<RepartitionResult> repartition(const RepartitionRequest& req, const PhaseProgress& progress) override;
   // Datasets (daemon/cluster/coordinator_datasets.cc): this node is the home of the files it adds.
-  ptc::Result<nlohmann::json> dataset_add(const DatasetAddRequest& req, int dp, const IndexProgress& progress);
-  ptc::Result<nlohmann::json> dataset_progress(const std::string& job, const std::string& name,
-                                               std::optional<uint64_t> epoch, uint64_t consumed);
+  ptc::Result<DatasetAddResult> dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) override;
+  ptc::Result<std::shared_ptr<const DatasetVersion>> dataset_progress(const DatasetProgressRequest& req) override;
   // `ptcfs rm` of a committed step: every node removes it, or (one does not answer, or refuses)
   // none does.
-  ptc::Status remove(const std::string& job, const std::string& step);
-  // How membership works here (static, or etcd's endpoints and whether this node is fenced).
-  nlohmann::json membership() const { return members_.describe(); }
-  // Per member: reachable, bytes_sent, bytes_received.
-  nlohmann::json nodes_status();
+  ptc::Status remove(const RemoveRequest& req) override;
+  // Members, their reachability and byte counters, and how membership works.
+  RunnerStatus status() override;
   // After a restart: a step that peers moved to a newer version while this node was down
   // (a repartition cannot place shards on a down node) is brought to that version, holding
   // no shard; its old blobs are then collected. Datasets whose position moved take the
@@ -78,14 +75,14 @@ class Coordinator {
   void settle_undecided();
 
   // Saves into the mounts (daemon/cluster/coordinator_saves.cc). A node whose part of a
-  // pending step is complete calls save_ready; the first node of cluster.json commits saves
+  // pending step is complete calls save_commit; the first node of cluster.json commits saves
   // (so two nodes finishing at once never race), others pass the word to it. It asks every
   // node for its part, and when all are reachable, agree on ptc.json, have no file open or
   // wrong, and their complete shards cover the layout, commits the step on every node in two
   // phases; replicas of a shard written on several nodes must have the same bytes. Every node
-  // says save_ready again every 5 s for its parts still waiting (main.cc): a step that could
+  // says save_commit again every 5 s for its parts still waiting (daemon/node.cc): a step that could
   // not be decided (a node unreachable, the deciding node down) is looked at again then.
-  void save_ready(const std::string& job, const std::string& step);
+  ptc::Status save_commit(const SaveCommitRequest& req) override;
 
  private:
   // Sends `request(node)` to every node in `nodes` at once (this node's own answer comes
@@ -124,7 +121,7 @@ class Coordinator {
   // Brings job/step to the newest version its peers have (at least `at_least`), holding none
   // of it; whether it moved.
   bool catch_up_step(const std::string& job, const std::string& step, uint64_t at_least);
-  void save_commit(const std::string& job, const std::string& step);
+  void commit_save(const std::string& job, const std::string& step);
 
   Store& store_;
   transport::PeerBackend& peers_;

@@ -15,17 +15,19 @@ namespace ptcfs {
 
 using nlohmann::json;
 
-ptc::Result<json> Coordinator::dataset_add(const DatasetAddRequest& req, int dp, const IndexProgress& progress) {
+ptc::Result<DatasetAddResult> Coordinator::dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) {
+  if (!req.dp) return ptc::internal("dataset add of " + req.job + "/" + req.name + " without a dp");
+  const int dp = *req.dp;
   const std::string name = req.job + "/" + req.name;
   PTC_ASSIGN_OR_RETURN(Locked prior, record_before_change(dataset_key(req.job, req.name)));
   const std::vector<int> all = members_.members();
-  DatasetAddSummary added;
-  PTC_ASSIGN_OR_RETURN(PreparedChange mine, prepare_dataset_add(store_, req, dp, id(), added, progress));
-  const json record = mine.datasets.front().next->to_json();
-  json summary = dataset_json(*mine.datasets.front().next);
-  summary["bytes"] = added.bytes;
-  summary["bytes_copied"] = added.bytes_copied;
-  summary["seconds"] = added.seconds;
+  DatasetAddResult out;
+  PTC_ASSIGN_OR_RETURN(PreparedChange mine,
+                       prepare_dataset_add(store_, req, dp, id(), out.summary, [&](uint64_t done, uint64_t total) {
+                         if (progress) progress("index", done, total);
+                       }));
+  out.version = mine.datasets.front().next;
+  const json record = out.version->to_json();
   const std::string tx = new_transaction_id();
   local_.hold(tx, std::move(mine), dataset_key(req.job, req.name));
   const json prepare = to_json(request(tx, DatasetAddChange{req.job, req.name, record}));
@@ -37,16 +39,18 @@ ptc::Result<json> Coordinator::dataset_add(const DatasetAddRequest& req, int dp,
   }
   PTC_RETURN_IF_ERROR(decide(all, tx, dataset_key(req.job, req.name), prior, json{{"kind", "dataset_add"}},
                              "adding dataset " + name));
-  summary["nodes"] = all.size();
-  return summary;
+  out.nodes = all.size();
+  return out;
 }
 
-ptc::Result<json> Coordinator::dataset_progress(const std::string& job, const std::string& name,
-                                                std::optional<uint64_t> epoch, uint64_t consumed) {
+ptc::Result<std::shared_ptr<const DatasetVersion>> Coordinator::dataset_progress(const DatasetProgressRequest& req) {
+  const std::string &job = req.job, &name = req.name;
+  const std::optional<uint64_t> epoch = req.epoch;
+  const uint64_t consumed = req.consumed;
   PTC_ASSIGN_OR_RETURN(auto cur, current_dataset(store_, job, name));
   // Validate here first: a bad request is refused before any node is asked.
   PTC_ASSIGN_OR_RETURN(PreparedChange check, prepare_dataset_progress(store_, job, name, epoch, consumed));
-  const json next = dataset_json(*check.datasets.front().next);
+  const std::shared_ptr<const DatasetVersion> next = check.datasets.front().next;
   PTC_ASSIGN_OR_RETURN(Locked prior, record_before_change(dataset_key(job, name)));
   const std::vector<int> all = members_.members();
   const std::string tx = new_transaction_id();

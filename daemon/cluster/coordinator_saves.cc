@@ -12,20 +12,25 @@ namespace ptcfs {
 
 using nlohmann::json;
 
-void Coordinator::save_ready(const std::string& job, const std::string& step) {
+ptc::Status Coordinator::save_commit(const SaveCommitRequest& req) {
   // The first member decides saves (the first node of cluster.json, or the live node with
   // the smallest id).
+  const std::string &job = req.job, &step = req.step;
   const auto members = members_.members();
-  if (members.empty()) return;
+  if (members.empty()) return ptc::Status::ok();
   const int decider = members.front();
-  if (self_ == decider) return save_commit(job, step);
+  if (self_ == decider) {
+    commit_save(job, step);
+    return ptc::Status::ok();
+  }
   auto r = peers_.call(decider, json{{"op", "peer.save_ready"}, {"job", job}, {"step", step}});
   if (!r)
     ptc::log::warn("save of {}/{}: could not reach node {} to commit it: {}", job, step, name_of(decider),
                    r.status().to_string());
+  return ptc::Status::ok();
 }
 
-void Coordinator::save_commit(const std::string& job, const std::string& step) {
+void Coordinator::commit_save(const std::string& job, const std::string& step) {
   std::lock_guard serial(save_mu_);
   const std::string name = job + "/" + step;
   if (store_.snapshot()->steps.count({job, step})) return;  // committed already

@@ -154,7 +154,7 @@ ptc::Result<transport::Reply> PeerService::handle(const json& req) {
   else if (op == "peer.save_ready") {
     PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job", "peer.save_ready"));
     PTC_ASSIGN_OR_RETURN(std::string step, ptc::member_string(req, "step", "peer.save_ready"));
-    if (save_ready_) save_ready_(job, step);
+    saves_->note_ready(job, step);
     r = json::object();
   }
   else if (op == "peer.dataset_state") r = dataset_state(req);

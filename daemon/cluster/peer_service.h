@@ -33,19 +33,15 @@ namespace ptcfs {
 
 class PeerService {
  public:
-  // Everything must outlive this object; `self` is this node's index in `peers`.
-  PeerService(Store& store, transport::PeerBackend& peers, int self, Membership& members, PrepareOptions options)
-      : store_(store), peers_(peers), self_(self), members_(members), options_(options) {}
+  // Everything must outlive this object; `self` is this node's index in `peers`; `saves` are the
+  // steps saved into this node's mount (peer.save_state, and their part of a save's commit; a
+  // peer's word that its part is ready, peer.save_ready, wakes the node's save committer).
+  PeerService(Store& store, transport::PeerBackend& peers, int self, Membership& members, PrepareOptions options,
+              SaveService& saves)
+      : store_(store), peers_(peers), self_(self), members_(members), options_(options), saves_(&saves) {}
 
   // Every `peer.*` operation.
   ptc::Result<transport::Reply> handle(const nlohmann::json& request);
-
-  // Steps saved into this node's mount (may stay null: no saves) and the coordinator's hook
-  // for peer.save_ready (another node's part of a save is complete).
-  void set_saves(SaveService* saves, std::function<void(const std::string&, const std::string&)> save_ready) {
-    saves_ = saves;
-    save_ready_ = std::move(save_ready);
-  }
 
   // Holds a change this node prepared itself under `tx` (the home node of a dataset add:
   // its peers pull the sample table from it before anyone commits), for the record `key`.
@@ -110,8 +106,7 @@ class PeerService {
   std::map<std::string, std::shared_future<ptc::Status>> committing_;
   std::deque<std::string> committed_;             // the last transactions committed
   std::map<std::string, std::pair<std::string, std::string>> saving_;  // tx -> (job, step) of a save prepared here
-  SaveService* saves_ = nullptr;
-  std::function<void(const std::string&, const std::string&)> save_ready_;
+  SaveService* saves_;
 };
 
 }  // namespace ptcfs

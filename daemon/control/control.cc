@@ -1,3 +1,5 @@
+// The control service (daemon/control/control.h): the request handlers of status, ls, rm,
+// import and repartition; the dataset requests are in daemon/control/dataset.cc.
 #include "daemon/control/control.h"
 
 #include <algorithm>
@@ -6,10 +8,10 @@
 #include <map>
 #include <set>
 
-#include "daemon/control/util.h"
-#include "daemon/reshard/hf_import.h"
-#include "daemon/reshard/importer.h"
+#include "daemon/control/progress.h"
+#include "daemon/control/results.h"
 #include "daemon/reshard/repartition.h"
+#include "ptc/formats/ptc_template.h"
 #include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
 #include "ptc/base/metrics.h"
@@ -106,23 +108,7 @@ ptc::Result<json> ControlService::status() const {
               {"steps", snap->steps.size()},
               {"bytes_stored", bytes},
               {"uptime_s", up}};
-  if (info_.cluster) {
-    json nodes = json::array();
-    for (const auto& n : info_.cluster->nodes) nodes.push_back({{"id", n.id}, {"addr", n.addr}, {"gpus", n.gpus}});
-    out["node"] = info_.node;
-    out["cluster"] = {{"nodes", coordinator_ ? coordinator_->nodes_status() : std::move(nodes)}};
-    if (coordinator_) out["cluster"]["membership"] = coordinator_->membership();
-    if (coordinator_) {
-      for (const auto& n : out["cluster"]["nodes"])
-        if (n["id"] == info_.node && n.contains("bytes_sent")) {
-          out["bytes_sent"] = n["bytes_sent"];
-          out["bytes_received"] = n["bytes_received"];
-        }
-    }
-  } else {
-    out["bytes_sent"] = 0;
-    out["bytes_received"] = 0;
-  }
+  add_status(runner_.status(), out);
   return out;
 }
 
@@ -137,9 +123,8 @@ ptc::Result<json> ControlService::ls(const json& req) const {
     jobs[key.first];
     datasets[key.first].push_back(key.second);
   }
-  std::vector<SaveService::Progress> saving = saves_ ? saves_->pending() : std::vector<SaveService::Progress>{};
-  if (saves_)
-    for (const auto& j : saves_->jobs()) jobs[j];
+  const std::vector<SaveService::Progress> saving = saves_.pending();
+  for (const auto& j : saves_.jobs()) jobs[j];
   for (const auto& p : saving) {
     if (snap->steps.count({p.job, p.step})) continue;  // committed meanwhile
     jobs[p.job].push_back(p.step);
@@ -166,9 +151,8 @@ ptc::Result<json> ControlService::ls(const json& req) const {
     out["state"] = "committed";
     return out;
   }
-  if (saves_)
-    if (auto p = saves_->progress(job, step))
-      return json{{"job", job},       {"step", step},         {"state", "pending"},
+  if (auto p = saves_.progress(job, step))
+    return json{{"job", job},       {"step", step},         {"state", "pending"},
                   {"bytes_written", p->bytes_written}, {"bytes_total", p->bytes_total},
                   {"files", p->files}, {"errors", p->errors}};
   return ptc::not_found("job '" + job + "' has no step '" + step + "'");
@@ -184,24 +168,18 @@ ptc::Result<json> ControlService::rm(const json& req) {
   // A committed step is removed as such, even in the instant after its save committed and
   // before the save service forgot it (ls already says committed; the load test hit this).
   auto committed = current_version(store_, job, step);
-  if (!committed && saves_ && saves_->progress(job, step)) {
-    PTC_RETURN_IF_ERROR(saves_->remove(job, step));
+  if (!committed && saves_.progress(job, step)) {
+    PTC_RETURN_IF_ERROR(saves_.remove(job, step));
     return json{{"job", job}, {"step", step}, {"removed", "pending"}};
   }
-  if (!committed && committed.status().code() == ptc::Code::kNotFound && saves_) {
+  if (!committed && committed.status().code() == ptc::Code::kNotFound) {
     // A job made in the mount that has no step yet is a job too, as `ls` shows.
-    const auto made = saves_->jobs();
+    const auto made = saves_.jobs();
     if (std::find(made.begin(), made.end(), job) != made.end())
       return ptc::not_found("job '" + job + "' has no step '" + step + "'");
   }
   PTC_RETURN_IF_ERROR(committed.status());
-  if (coordinator_) {
-    PTC_RETURN_IF_ERROR(coordinator_->remove(job, step));
-  } else {
-    PTC_ASSIGN_OR_RETURN(PreparedChange change, prepare_removal(store_, job, step));
-    PTC_RETURN_IF_ERROR(commit_change(store_, change));
-    ptc::log::info("removed step {}/{}", job, step);
-  }
+  PTC_RETURN_IF_ERROR(runner_.remove(RemoveRequest{job, step}));
   return json{{"job", job}, {"step", step}, {"removed", "committed"}};
 }
 
@@ -214,90 +192,61 @@ static ptc::Result<ptc::PtcTemplate> template_of(const json& req) {
   return ptc::builtin_template(name);
 }
 
-ptc::Result<json> ControlService::import_hf(const json& req, const transport::ProgressSink& progress) {
-  PTC_ASSIGN_OR_RETURN(std::string dir, ptc::member_string(req, "dir"));
-  PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job"));
-  PTC_ASSIGN_OR_RETURN(std::string step, ptc::member_string(req, "step"));
-  PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string_or(req, "to", ""));
-  if (dir.empty() || dir[0] != '/') return ptc::invalid("import directory must be an absolute path, got '" + dir + "'");
-  if (coordinator_)
-    return ptc::invalid("--format hf imports into a single daemon; on a cluster, import into one node's own daemon "
-                        "before it joins, or convert with `ptcfs ptc infer` and import the ptc.json checkpoint");
-  PTC_ASSIGN_OR_RETURN(ptc::PtcTemplate tmpl, template_of(req));
-  std::optional<ptc::Parallelism> then;
-  if (!to.empty()) {
-    PTC_ASSIGN_OR_RETURN(then, ptc::parse_parallelism(to));
-  }
-  ThrottledProgress report(progress);
-  auto r = ptcfs::import_hf(store_, dir, tmpl, job, step, then,
-                            [&](uint64_t done, uint64_t total) { report("copy", done, total); });
-  if (!r) {
-    ptc::log::warn("import of {} as {}/{} refused: {}", dir, job, step, r.status().to_string());
-    return r.status();
-  }
-  json out = {{"job", r->job},         {"step", r->step},   {"shards", r->shards}, {"format", "hf"},
-              {"template", tmpl.name}, {"tensors", r->tensors}, {"bytes", r->bytes}, {"seconds", r->seconds}};
-  if (then) {
-    // Straight into the asked layout: a repartition of the new step, which remaps (no copy).
-    auto res = ptcfs::repartition(store_, RepartitionRequest{job, step, *then, false}, policy_, std::ref(report));
-    if (!res) {
-      ptc::log::warn("import of {} as {}/{}: the repartition to {} failed: {}", dir, job, step, to,
-                     res.status().to_string());
-      return res.status().with_context("imported " + job + "/" + step + " in the layout tp=1,pp=1,dp=1, but " +
-                                       "the repartition to " + to + " failed");
-    }
-    out["repartition"] = res->to_json();
-    out["shards"] = then->tp * then->pp;
-  }
-  return out;
-}
-
-ptc::Result<json> ControlService::import(const json& req, const transport::ProgressSink& progress) {
+// An import request: a ptc.json checkpoint directory, or with format hf a Hugging Face one.
+static ptc::Result<ImportRequest> parse_import(const json& req) {
   PTC_RETURN_IF_ERROR(ptc::check_members(
       req, {"op", "dir", "job", "step", "nodes", "format", "template", "template_text", "to"}, "import request"));
   PTC_ASSIGN_OR_RETURN(std::string format, ptc::member_string_or(req, "format", "ptc"));
+  if (format != "ptc" && format != "hf") return ptc::invalid("unknown import format '" + format + "' (ptc or hf)");
+  if (format == "hf" && req.contains("nodes")) return ptc::invalid("--nodes does not go with --format hf");
+  if (format == "ptc")
+    for (const char* k : {"template", "template_text", "to"})
+      if (req.contains(k)) return ptc::invalid(std::string("'") + k + "' needs --format hf");
+  ImportRequest r;
+  PTC_ASSIGN_OR_RETURN(r.dir, ptc::member_string(req, "dir"));
+  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(req, "step"));
+  if (req.contains("nodes")) {
+    PTC_ASSIGN_OR_RETURN(r.nodes, ptc::member_strings(req, "nodes"));
+  }
+  if (r.dir.empty() || r.dir[0] != '/')
+    return ptc::invalid("import directory must be an absolute path, got '" + r.dir + "'");
+  PTC_RETURN_IF_ERROR(ptc::validate_id("job", r.job));
+  PTC_RETURN_IF_ERROR(ptc::validate_id("step", r.step));
   if (format == "hf") {
-    if (req.contains("nodes")) return ptc::invalid("--nodes does not go with --format hf");
-    return import_hf(req, progress);
+    PTC_ASSIGN_OR_RETURN(r.hf, template_of(req));
+    PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string_or(req, "to", ""));
+    if (!to.empty()) {
+      PTC_ASSIGN_OR_RETURN(r.then, ptc::parse_parallelism(to));
+    }
   }
-  if (format != "ptc") return ptc::invalid("unknown import format '" + format + "' (ptc or hf)");
-  for (const char* k : {"template", "template_text", "to"})
-    if (req.contains(k)) return ptc::invalid(std::string("'") + k + "' needs --format hf");
-  PTC_ASSIGN_OR_RETURN(std::string dir, ptc::member_string(req, "dir"));
-  PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job"));
-  PTC_ASSIGN_OR_RETURN(std::string step, ptc::member_string(req, "step"));
-  PTC_ASSIGN_OR_RETURN(auto nodes, nodes_of(req));
-  if (dir.empty() || dir[0] != '/') return ptc::invalid("import directory must be an absolute path, got '" + dir + "'");
-  if (coordinator_) {
-    PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
-    PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
-    auto r = coordinator_->import(dir, job, step, nodes, progress);
-    if (!r) ptc::log::warn("import of {} as {}/{} refused: {}", dir, job, step, r.status().to_string());
-    return r;
-  }
-  if (!nodes.empty()) return ptc::invalid("--nodes needs a daemon in a cluster");
+  return r;
+}
+
+ptc::Result<json> ControlService::import(const json& req, const transport::ProgressSink& progress) {
+  PTC_ASSIGN_OR_RETURN(ImportRequest r, parse_import(req));
   ThrottledProgress report(progress);
-  auto r = import_checkpoint(store_, dir, job, step, [&](uint64_t done, uint64_t total) { report("copy", done, total); });
-  if (!r) {
-    ptc::log::warn("import of {} as {}/{} refused: {}", dir, job, step, r.status().to_string());
-    return r.status();
+  auto res = runner_.import(r, report.fn());
+  if (!res) {
+    ptc::log::warn("import of {} as {}/{} refused: {}", r.dir, r.job, r.step, res.status().to_string());
+    return res.status();
   }
-  return json{{"job", r->job},       {"step", r->step},   {"shards", r->shards},
-              {"tensors", r->tensors}, {"bytes", r->bytes}, {"seconds", r->seconds}};
+  return to_json(*res);
 }
 
 ptc::Result<json> ControlService::repartition(const json& req, const transport::ProgressSink& progress) {
   PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "to", "dry_run", "nodes"}, "repartition request"));
-  PTC_ASSIGN_OR_RETURN(auto nodes, nodes_of(req));
   RepartitionRequest r;
+  if (req.contains("nodes")) {
+    PTC_ASSIGN_OR_RETURN(r.nodes, ptc::member_strings(req, "nodes"));
+  }
   PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(req, "job"));
   PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(req, "step"));
   PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string(req, "to"));
   PTC_ASSIGN_OR_RETURN(r.to, ptc::parse_parallelism(to));
-  r.dry_run = req.value("dry_run", false);
+  PTC_ASSIGN_OR_RETURN(r.dry_run, ptc::member_bool_or(req, "dry_run", false));
   ThrottledProgress report(progress);
-  if (!coordinator_ && !nodes.empty()) return ptc::invalid("--nodes needs a daemon in a cluster");
-  auto res = coordinator_ ? coordinator_->repartition(r, nodes, progress) : ptcfs::repartition(store_, r, policy_, std::ref(report));
+  auto res = runner_.repartition(r, report.fn());
   if (!res) {
     ptc::log::warn("repartition of {}/{} to {} refused: {}", r.job, r.step, to, res.status().to_string());
     return res.status();

@@ -3,8 +3,10 @@
 #include <filesystem>
 
 #include "daemon/control/control.h"
-#include "daemon/control/util.h"
+#include "daemon/control/progress.h"
+#include "daemon/control/results.h"
 #include "daemon/dataset/dataset_ops.h"
+#include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
 #include "ptc/model.h"
 
@@ -51,60 +53,40 @@ ptc::Result<DatasetAddRequest> ControlService::parse_dataset_add(const json& req
       return ptc::invalid("dataset file '" + path + "' lies inside this daemon's mount or data directory");
     r.files.push_back(std::move(path));
   }
-  r.copy = req.value("copy", false);
+  PTC_ASSIGN_OR_RETURN(r.copy, ptc::member_bool_or(req, "copy", false));
   return r;
 }
 
 ptc::Result<json> ControlService::dataset_add(const json& req, const transport::ProgressSink& progress) {
   PTC_ASSIGN_OR_RETURN(DatasetAddRequest r, parse_dataset_add(req));
-  const int given_dp = r.dp.value_or(0);
+  const bool given_dp = r.dp.has_value();
   if (!r.dp) {
     auto dp = job_dp(store_, r.job);
     if (!dp) return dp.status();
     r.dp = *dp;
   }
   ThrottledProgress report(progress);
-  auto index_progress = [&](uint64_t done, uint64_t total) { report("index", done, total); };
-  ptc::Result<json> out = ptc::internal("unset");
-  if (coordinator_) {
-    out = coordinator_->dataset_add(r, *r.dp, index_progress);
-  } else {
-    DatasetAddSummary added;
-    auto change = prepare_dataset_add(store_, r, *r.dp, "", added, index_progress);
-    if (!change) {
-      out = change.status();
-    } else if (auto s = commit_change(store_, *change); !s) {
-      out = s;
-    } else {
-      json summary = dataset_json(*change->datasets.front().next);
-      summary["bytes"] = added.bytes;
-      summary["bytes_copied"] = added.bytes_copied;
-      summary["seconds"] = added.seconds;
-      out = std::move(summary);
-    }
-  }
+  auto out = runner_.dataset_add(r, report.fn());
   if (!out) {
     ptc::log::warn("dataset add {}/{} refused: {}", r.job, r.name, out.status().to_string());
-    return out;
+    return out.status();
   }
-  ptc::log::info("added dataset {}/{}: {} samples (dp {}{})", r.job, r.name, (*out)["num_samples"].get<uint64_t>(),
-                 *r.dp, given_dp ? ", given" : ", the job's");
-  return out;
+  ptc::log::info("added dataset {}/{}: {} samples (dp {}{})", r.job, r.name, out->version->spec().num_samples, *r.dp,
+                 given_dp ? ", given" : ", the job's");
+  return to_json(*out);
 }
 
 ptc::Result<json> ControlService::dataset_progress(const json& req) {
   PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "name", "consumed", "epoch"}, "dataset.progress request"));
-  PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job"));
-  PTC_ASSIGN_OR_RETURN(std::string name, ptc::member_string(req, "name"));
-  PTC_ASSIGN_OR_RETURN(uint64_t consumed, ptc::member_u64(req, "consumed"));
-  std::optional<uint64_t> epoch;
+  DatasetProgressRequest r;
+  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(r.name, ptc::member_string(req, "name"));
+  PTC_ASSIGN_OR_RETURN(r.consumed, ptc::member_u64(req, "consumed"));
   if (req.contains("epoch")) {
-    PTC_ASSIGN_OR_RETURN(epoch, ptc::member_u64(req, "epoch"));
+    PTC_ASSIGN_OR_RETURN(r.epoch, ptc::member_u64(req, "epoch"));
   }
-  if (coordinator_) return coordinator_->dataset_progress(job, name, epoch, consumed);
-  PTC_ASSIGN_OR_RETURN(PreparedChange change, prepare_dataset_progress(store_, job, name, epoch, consumed));
-  PTC_RETURN_IF_ERROR(commit_change(store_, change));
-  return dataset_json(*change.datasets.front().next);
+  PTC_ASSIGN_OR_RETURN(std::shared_ptr<const DatasetVersion> next, runner_.dataset_progress(r));
+  return dataset_json(*next);
 }
 
 ptc::Result<json> ControlService::dataset_ls(const json& req) const {

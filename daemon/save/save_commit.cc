@@ -94,10 +94,12 @@ void SaveService::forget(const std::string& job, const std::string& step) {
   changed();
 }
 
-void SaveService::commit(const std::shared_ptr<PendingStep>& s) {
+ptc::Status SaveService::commit_complete(const std::string& job, const std::string& step) {
+  const auto s = find(job, step);
+  if (!s) return ptc::Status::ok();  // committed or removed meanwhile
   {
     std::lock_guard lock(s->mu);
-    if (!s->complete()) return;  // changed since it was queued
+    if (!s->complete()) return ptc::Status::ok();  // changed since it was ready
   }
   const std::string name = s->name();
   const auto start = std::chrono::steady_clock::now();
@@ -107,7 +109,7 @@ void SaveService::commit(const std::shared_ptr<PendingStep>& s) {
     ptc::log::error("committing {}: {}; the step stays pending (remove it with ptcfs rm)", name,
                     change.status().to_string());
     ptc::metrics::operation("save", false, seconds(), 0);
-    return;
+    return change.status();
   }
   uint64_t bytes = 0;
   size_t shards = 0, tensors = 0;
@@ -122,19 +124,15 @@ void SaveService::commit(const std::shared_ptr<PendingStep>& s) {
     ptc::log::error("committing {}: {}", name, st.to_string());
     ptc::metrics::operation("save", false, seconds(), 0);
     forget(s->job, s->step);
-    return;
+    return st;
   }
   ptc::metrics::operation("save", true, seconds(), bytes);
   ptc::log::info("saved {}: {} shards, {} tensors, {} bytes, committed as version 1", name, shards, tensors, bytes);
   forget(s->job, s->step);
+  return ptc::Status::ok();
 }
 
 // ---- in a cluster ---------------------------------------------------------------------
-
-void SaveService::set_cluster(std::function<void(const std::string&, const std::string&)> part_ready) {
-  std::lock_guard lock(mu_);
-  part_ready_ = std::move(part_ready);
-}
 
 SaveService::PartState SaveService::part_state(const std::string& job, const std::string& step) const {
   PartState st;
@@ -162,7 +160,7 @@ std::vector<std::pair<std::string, std::string>> SaveService::ready_parts() cons
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& s : steps) {
     std::lock_guard lock(s->mu);
-    if (s->part_complete()) out.emplace_back(s->job, s->step);
+    if (ready(*s)) out.emplace_back(s->job, s->step);
   }
   return out;
 }

@@ -64,31 +64,16 @@ ptc::Result<FileKind> classify(const std::string& where, const std::string& rel)
 
 }  // namespace
 
-SaveService::SaveService(Store& store) : store_(store), worker_([this] { run(); }) {}
+SaveService::SaveService(Store& store, SaveMode mode, std::function<void()> wake, std::function<void()> changed)
+    : store_(store), mode_(mode), wake_(std::move(wake)), changed_(std::move(changed)) {}
 
 SaveService::~SaveService() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  worker_.join();
   std::lock_guard lock(mu_);
   for (auto& [key, s] : steps_) store_.release_name(key.first, key.second);
 }
 
-void SaveService::on_change(std::function<void()> fn) {
-  std::lock_guard lock(mu_);
-  listeners_.push_back(std::move(fn));
-}
-
 void SaveService::changed() {
-  std::vector<std::function<void()>> fns;
-  {
-    std::lock_guard lock(mu_);
-    fns = listeners_;
-  }
-  for (auto& fn : fns) fn();
+  if (changed_) changed_();
 }
 
 std::shared_ptr<PendingStep> SaveService::find(const std::string& job, const std::string& step) const {
@@ -268,38 +253,33 @@ ptc::Status SaveService::remove(const std::string& job, const std::string& step)
   return ptc::Status::ok();
 }
 
-void SaveService::closed(const std::shared_ptr<PendingStep>& step) {
-  bool cluster = false;
-  {
-    std::lock_guard lock(mu_);
-    cluster = part_ready_ != nullptr;
-  }
-  {
-    std::lock_guard slock(step->mu);
-    // On one node the step commits when complete; in a cluster the coordinator looks at every
-    // node's part once this one is.
-    if (!(cluster ? step->part_complete() : step->complete())) return;
-  }
-  {
-    std::lock_guard lock(mu_);
-    queue_.push_back(step);
-  }
-  cv_.notify_all();
+bool SaveService::ready(const PendingStep& step) const {
+  // One node commits a complete step; on a cluster the deciding node looks at every node's part
+  // once this one is complete.
+  return mode_ == SaveMode::kCluster ? step.part_complete() : step.complete();
 }
 
-void SaveService::run() {
-  std::unique_lock lock(mu_);
-  while (true) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (stopping_) return;
-    auto step = std::move(queue_.front());
-    queue_.pop_front();
-    auto part_ready = part_ready_;
-    lock.unlock();
-    if (part_ready) part_ready(step->job, step->step);
-    else commit(step);
-    lock.lock();
+void SaveService::closed(const std::shared_ptr<PendingStep>& step) {
+  {
+    std::lock_guard slock(step->mu);
+    if (!ready(*step)) return;
   }
+  note_ready(step->job, step->step);
+}
+
+void SaveService::note_ready(const std::string& job, const std::string& step) {
+  {
+    std::lock_guard lock(mu_);
+    ready_.emplace(job, step);
+  }
+  if (wake_) wake_();
+}
+
+std::vector<std::pair<std::string, std::string>> SaveService::take_ready() {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<std::string, std::string>> out(ready_.begin(), ready_.end());
+  ready_.clear();
+  return out;
 }
 
 }  // namespace ptcfs

@@ -1,16 +1,16 @@
-// Saving into the mount, on one node (docs/FORMATS.md "Saving into the mount"): the WriteTarget
-// the filesystem passes mkdir, create, write and unlink to. It keeps the pending steps
-// (daemon/save/pending_step.h) in memory: a step reserves its name in the store when made,
-// and commits through the one commit path (daemon/store/prepared.h) as version 1 once it is
-// complete, on its own thread (a commit refreshes the mount, which a FUSE request handler
-// must not do). Blobs of a pending step are pending in the blob store: a restart removes
-// them and the step with them (never half-committed).
+// Saving into the mount (docs/FORMATS.md "Saving into the mount"): the WriteTarget the
+// filesystem passes mkdir, create, write and unlink to. It keeps the pending steps
+// (daemon/save/pending_step.h) in memory: a step reserves its name in the store when made.
+// It never commits on its own: when a step is ready (on one node: complete; on a cluster:
+// this node's part complete) it wakes the node's save committer, which takes the ready steps
+// (take_ready) and asks the node's ChangeRunner to commit each (daemon/change/runner.h). The
+// commit runs on the committer's thread, never in a FUSE request handler (it refreshes the
+// mount). Blobs of a pending step are pending in the blob store: a restart removes them and
+// the step with them (never half-committed).
 //
 // Thread-safety: every method may be called concurrently.
 #pragma once
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,7 +18,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "daemon/save/pending_step.h"
@@ -28,10 +27,17 @@
 
 namespace ptcfs {
 
+// One node commits a step when it is complete; on a cluster each node says when its part is.
+enum class SaveMode { kOneNode, kCluster };
+
 class SaveService final : public fs::WriteTarget {
  public:
-  explicit SaveService(Store& store);
-  ~SaveService() override;  // stops the commit thread; pending steps are dropped
+  // `wake` is called when a step becomes ready to commit, or another node said one is
+  // (note_ready); it is called from FUSE and RPC threads and must not block. `changed` is
+  // called after a commit or a removal (the mount refreshes), from the thread that made it.
+  // Both may be empty.
+  SaveService(Store& store, SaveMode mode, std::function<void()> wake, std::function<void()> changed);
+  ~SaveService() override;  // pending steps are dropped
 
   ptc::Status make_job(const std::string& job) override;
   ptc::Status make_step(const std::string& job, const std::string& step) override;
@@ -58,13 +64,18 @@ class SaveService final : public fs::WriteTarget {
   // kNotFound when there is no such pending step.
   ptc::Status remove(const std::string& job, const std::string& step);
 
-  // Called after a commit or a removal (the mount refreshes), from the service's threads.
-  void on_change(std::function<void()> fn);
+  // The steps to look at for a commit since the last call: those that became ready here, and
+  // those another node said are ready (on a cluster, the node that decides saves hears it).
+  std::vector<std::pair<std::string, std::string>> take_ready();
+  // Another node's part of job/step is complete (peer.save_ready): wakes the committer.
+  void note_ready(const std::string& job, const std::string& step);
 
-  // In a cluster the step commits on every node together (daemon/cluster/coordinator.h):
-  // `part_ready(job, step)` is called, on the service's thread, when this node's part of a
-  // pending step is complete, instead of committing it here.
-  void set_cluster(std::function<void(const std::string& job, const std::string& step)> part_ready);
+  // On one node: commits the pending step as version 1 through the one commit path, if it is
+  // complete (ok and nothing done when it is not, or is no longer pending). A failed commit
+  // leaves the step pending and failed (ls shows why; remove it with ptcfs rm).
+  ptc::Status commit_complete(const std::string& job, const std::string& step);
+
+  // On a cluster the step commits on every node together (daemon/cluster/coordinator.h).
   struct PartState {
     bool pending = false;  // this node has the step pending
     bool ready = false;    // and its part is complete
@@ -73,8 +84,9 @@ class SaveService final : public fs::WriteTarget {
     std::vector<std::string> complete;  // shards written in full here
   };
   PartState part_state(const std::string& job, const std::string& step) const;
-  // The pending steps whose part here is complete, waiting for the cluster's commit (their
-  // word to the coordinator may have been lost: it was down or restarted).
+  // The pending steps ready here (one node: complete; a cluster: this node's part complete),
+  // still waiting for their commit (on a cluster, the word to the deciding node may have been
+  // lost: it was down or restarted).
   std::vector<std::pair<std::string, std::string>> ready_parts() const;
   // This node's part as a change to commit, holding the shards `placement` says; the step is
   // committing (no more writes) until part_done.
@@ -85,22 +97,18 @@ class SaveService final : public fs::WriteTarget {
  private:
   std::shared_ptr<PendingStep> find(const std::string& job, const std::string& step) const;
   void closed(const std::shared_ptr<PendingStep>& step);
-  void run();
-  void commit(const std::shared_ptr<PendingStep>& step);
+  bool ready(const PendingStep& step) const;  // locked
   ptc::Result<PreparedChange> build_change(const std::shared_ptr<PendingStep>& step, StepPlacement placement);
   void forget(const std::string& job, const std::string& step);
   void changed();
 
   Store& store_;
-  mutable std::mutex mu_;  // guards steps_, jobs_, queue_, listeners_, stopping_
+  const SaveMode mode_;
+  const std::function<void()> wake_, changed_;
+  mutable std::mutex mu_;  // guards steps_, jobs_, ready_
   std::map<std::pair<std::string, std::string>, std::shared_ptr<PendingStep>> steps_;
   std::set<std::string> jobs_;
-  std::deque<std::shared_ptr<PendingStep>> queue_;  // steps to commit
-  std::vector<std::function<void()>> listeners_;
-  bool stopping_ = false;
-  std::function<void(const std::string&, const std::string&)> part_ready_;  // set in a cluster
-  std::condition_variable cv_;
-  std::thread worker_;
+  std::set<std::pair<std::string, std::string>> ready_;  // to look at (take_ready)
 };
 
 }  // namespace ptcfs

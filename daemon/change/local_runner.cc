@@ -1,0 +1,93 @@
+#include "daemon/change/local_runner.h"
+
+#include "daemon/reshard/hf_import.h"
+#include "daemon/reshard/importer.h"
+#include "daemon/store/prepared.h"
+#include "ptc/base/log.h"
+
+namespace ptcfs {
+
+namespace {
+
+ptc::Status no_nodes(const std::vector<std::string>& nodes) {
+  if (!nodes.empty()) return ptc::invalid("--nodes needs a daemon in a cluster");
+  return ptc::Status::ok();
+}
+
+ImportResult result_of(const ImportSummary& s) {
+  ImportResult r;
+  r.job = s.job;
+  r.step = s.step;
+  r.shards = s.shards;
+  r.tensors = s.tensors;
+  r.bytes = s.bytes;
+  r.seconds = s.seconds;
+  return r;
+}
+
+}  // namespace
+
+ptc::Result<ImportResult> LocalRunner::import(const ImportRequest& req, const PhaseProgress& progress) {
+  PTC_RETURN_IF_ERROR(no_nodes(req.nodes));
+  if (req.hf) return import_hf(req, progress);
+  PTC_ASSIGN_OR_RETURN(ImportSummary s,
+                       import_checkpoint(store_, req.dir, req.job, req.step, [&](uint64_t done, uint64_t total) {
+                         if (progress) progress("copy", done, total);
+                       }));
+  return result_of(s);
+}
+
+ptc::Result<ImportResult> LocalRunner::import_hf(const ImportRequest& req, const PhaseProgress& progress) {
+  PTC_ASSIGN_OR_RETURN(ImportSummary s, ptcfs::import_hf(store_, req.dir, *req.hf, req.job, req.step, req.then,
+                                                          [&](uint64_t done, uint64_t total) {
+                                                            if (progress) progress("copy", done, total);
+                                                          }));
+  ImportResult r = result_of(s);
+  r.format = "hf";
+  r.template_name = req.hf->name;
+  if (!req.then) return r;
+  // Straight into the asked layout: a repartition of the new step, which remaps (no copy).
+  auto res = ptcfs::repartition(store_, RepartitionRequest{req.job, req.step, *req.then, false, {}}, policy_, progress);
+  if (!res)
+    return res.status().with_context("imported " + req.job + "/" + req.step + " in the layout tp=1,pp=1,dp=1, but " +
+                                     "the repartition to " + req.then->to_string() + " failed");
+  r.repartition = std::move(res).value();
+  r.shards = static_cast<size_t>(req.then->tp * req.then->pp);
+  return r;
+}
+
+ptc::Result<RepartitionResult> LocalRunner::repartition(const RepartitionRequest& req, const PhaseProgress& progress) {
+  PTC_RETURN_IF_ERROR(no_nodes(req.nodes));
+  return ptcfs::repartition(store_, req, policy_, progress);
+}
+
+ptc::Status LocalRunner::remove(const RemoveRequest& req) {
+  PTC_ASSIGN_OR_RETURN(PreparedChange change, prepare_removal(store_, req.job, req.step));
+  PTC_RETURN_IF_ERROR(commit_change(store_, change));
+  ptc::log::info("removed step {}/{}", req.job, req.step);
+  return ptc::Status::ok();
+}
+
+ptc::Result<DatasetAddResult> LocalRunner::dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) {
+  if (!req.dp) return ptc::internal("dataset add of " + req.job + "/" + req.name + " without a dp");
+  DatasetAddResult out;
+  PTC_ASSIGN_OR_RETURN(PreparedChange change,
+                       prepare_dataset_add(store_, req, *req.dp, "", out.summary, [&](uint64_t done, uint64_t total) {
+                         if (progress) progress("index", done, total);
+                       }));
+  out.version = change.datasets.front().next;
+  PTC_RETURN_IF_ERROR(commit_change(store_, change));
+  return out;
+}
+
+ptc::Result<std::shared_ptr<const DatasetVersion>> LocalRunner::dataset_progress(const DatasetProgressRequest& req) {
+  PTC_ASSIGN_OR_RETURN(PreparedChange change,
+                       prepare_dataset_progress(store_, req.job, req.name, req.epoch, req.consumed));
+  std::shared_ptr<const DatasetVersion> next = change.datasets.front().next;
+  PTC_RETURN_IF_ERROR(commit_change(store_, change));
+  return next;
+}
+
+ptc::Status LocalRunner::save_commit(const SaveCommitRequest& req) { return saves_.commit_complete(req.job, req.step); }
+
+}  // namespace ptcfs

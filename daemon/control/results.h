@@ -1,0 +1,17 @@
+// The JSON the CLI gets back for each typed result of a change (docs/FORMATS.md "Control
+// protocol"): the control service's wire format, written in one place.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/change/runner.h"
+
+namespace ptcfs {
+
+nlohmann::json to_json(const ImportResult& r);
+nlohmann::json to_json(const DatasetAddResult& r);
+// The "node" and "cluster" members of `ptcfs status` on a cluster (nothing on one node), and
+// this node's byte counters.
+void add_status(const RunnerStatus& s, nlohmann::json& out);
+
+}  // namespace ptcfs

@@ -1,0 +1,235 @@
+// The node (daemon/node.h): its parts built in order, each complete when made.
+#include "daemon/node.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "daemon/change/local_runner.h"
+#include "daemon/cluster/coordinator.h"
+#include "daemon/cluster/etcd_membership.h"
+#include "daemon/cluster/peer_reader.h"
+#include "daemon/cluster/peer_service.h"
+#include "daemon/control/control.h"
+#include "daemon/direct/direct_server.h"
+#include "daemon/metrics_exporter.h"
+#include "daemon/node_gauges.h"
+#include "daemon/save/save_service.h"
+#include "daemon/store/failpoint.h"
+#include "daemon/store/prepared_record.h"
+#include "daemon/store/store.h"
+#include "fs/filesystem.h"
+#include "ptc/base/json_util.h"
+#include "ptc/base/log.h"
+#include "transport/rpc.h"
+
+namespace ptcfs {
+
+namespace {
+
+// A failed start's error: its message is the log line ptcfsd prints (the part that failed,
+// then the cause with its code).
+ptc::Status failed(const std::string& part, const ptc::Status& cause, const std::string& hint = "") {
+  return ptc::error(cause.code(), (part.empty() ? "" : part + ": ") + cause.to_string() + hint);
+}
+
+}  // namespace
+
+Node::Node(DaemonConfig cfg, NodeOptions opts) : cfg_(std::move(cfg)), opts_(std::move(opts)) {}
+
+ptc::Result<std::unique_ptr<Node>> Node::start(const DaemonConfig& cfg, const NodeOptions& opts) {
+  std::unique_ptr<Node> n(new Node(cfg, opts));
+  PTC_RETURN_IF_ERROR(n->join_cluster());
+  PTC_RETURN_IF_ERROR(n->open_store());
+  PTC_RETURN_IF_ERROR(n->mount());
+  PTC_RETURN_IF_ERROR(n->serve());
+  n->run();
+  return n;
+}
+
+ptc::Status Node::join_cluster() {
+  if (!cfg_.cluster) return ptc::Status::ok();
+  // Every peer call has deadlines: a stopped peer fails a change rather than hanging it.
+  transport::PeerDeadlines deadlines;
+  deadlines.idle = std::chrono::milliseconds(static_cast<int64_t>(opts_.peer_timeout_s * 1000));
+  deadlines.connect = std::min(deadlines.connect, deadlines.idle);
+  deadlines.data = std::max(deadlines.data, deadlines.idle);
+  peers_ = transport::make_tcp_backend(*cfg_.cluster, cfg_.secret, deadlines);
+  reader_ = std::make_unique<PeerReader>(*peers_, cfg_.node);
+  // Who the members are and where commits are decided: etcd, or cluster.json.
+  if (cfg_.etcd.empty()) {
+    membership_ = std::make_unique<StaticMembership>(*peers_);
+    return ptc::Status::ok();
+  }
+  const std::string& id = cfg_.cluster->nodes[static_cast<size_t>(cfg_.node)].id;
+  auto m = EtcdMembership::join(EtcdOptions{cfg_.etcd, cfg_.etcd_tls, id, cfg_.listen, opts_.gpus, opts_.lease_ttl_s},
+                                *peers_);
+  if (!m) return failed("joining the cluster in etcd", m.status());
+  etcd_ = m->get();
+  membership_ = std::move(m).value();
+  return ptc::Status::ok();
+}
+
+ptc::Status Node::open_store() {
+  auto store = Store::open(cfg_.data, reader_.get(), reader_.get());
+  if (!store) return failed("opening data directory " + cfg_.data, store.status());
+  store_ = std::move(store).value();
+  store_->on_change([this] { refresh_mount(); });
+  CompactionPolicy policy;
+  policy.min_piece = opts_.compact_below;
+  // Steps saved into the mount: the save committer (run()) asks the runner to commit them.
+  saves_ = std::make_unique<SaveService>(*store_, cfg_.cluster ? SaveMode::kCluster : SaveMode::kOneNode,
+                                         [this] { saves_ready_.raise(); }, [this] { refresh_mount(); });
+  if (!cfg_.cluster) {
+    for (auto& k : restore_prepared(*store_)) {  // kept by an earlier run in a cluster: nothing decides them here
+      abort_change(*store_, k.change);
+      forget_prepared(*store_, k.tx);
+    }
+    runner_ = std::make_unique<LocalRunner>(*store_, *saves_, policy);
+    return ptc::Status::ok();
+  }
+  PrepareOptions prep;
+  prep.policy = policy;
+  peer_service_ = std::make_unique<PeerService>(*store_, *peers_, cfg_.node, *membership_, prep, *saves_);
+  auto coordinator = std::make_unique<Coordinator>(*store_, *peers_, cfg_.node, *peer_service_, *membership_);
+  coordinator_ = coordinator.get();
+  runner_ = std::move(coordinator);
+  peer_service_->restore();  // changes prepared before a restart wait again for their decision
+  return ptc::Status::ok();
+}
+
+ptc::Status Node::mount() {
+  // The direct data path (daemon/direct/direct_server.h): its socket, which the mount names to
+  // clients in its hidden file .ptcfs-direct.
+  std::string direct_path;
+  if (opts_.direct_socket != "none") {
+    std::error_code ec;
+    direct_path = opts_.direct_socket.empty() ? std::filesystem::canonical(cfg_.data, ec).string() + "/direct.sock"
+                                              : std::filesystem::absolute(opts_.direct_socket, ec).string();
+  }
+  fs::MountOptions mo;
+  mo.mountpoint = cfg_.mount;
+  mo.direct_socket = direct_path;
+  mo.debug = opts_.fuse_debug;
+  mo.allow_other = opts_.allow_other;
+  auto source = [this] {
+    fs::Contents c = mount_contents(*store_);
+    saves_->add_to(c);
+    return c;
+  };
+  auto fsr = fs::Filesystem::mount(mo, source, saves_.get());
+  if (!fsr) return failed("mounting " + cfg_.mount, fsr.status());
+  fs_ = std::move(fsr).value();
+  if (direct_path.empty()) return ptc::Status::ok();
+  std::error_code ec;
+  const std::string mount = std::filesystem::canonical(cfg_.mount, ec).string();
+  std::filesystem::create_directories(std::filesystem::path(direct_path).parent_path(), ec);  // /run/ptcfs
+  auto d = DirectServer::start(direct_path, mount, [this](const std::string& rel) { return fs_->open_view(rel); });
+  if (!d) return failed("", d.status(), " (--direct-socket none runs without it)");
+  direct_ = std::move(d).value();
+  return ptc::Status::ok();
+}
+
+ptc::Status Node::serve() {
+  // Bound first: `status` reports the bound address, known before any request can read it.
+  auto server = transport::RpcServer::bind(cfg_.listen, transport::ServerLimits{}, cfg_.secret);
+  if (!server) return failed("", server.status());
+  server_ = std::move(server).value();
+  control_ = std::make_unique<ControlService>(*store_, *runner_, *saves_,
+                                              DaemonInfo{cfg_.data, cfg_.mount, server_->address()});
+  // Peer operations go to the peer service, everything else to the control service.
+  transport::RpcServer::Handler peer_handler = [this](const nlohmann::json& req, const transport::ProgressSink&) {
+    if (!peer_service_)
+      return ptc::Result<transport::Reply>(ptc::invalid("'" + ptc::member_string_or(req, "op", "").value_or("") +
+                                                        "' is a peer operation and this daemon is in no cluster"));
+    return peer_service_->handle(req);
+  };
+  server_->serve(transport::route(
+      {{"peer.", peer_handler},
+       {"", [this](const nlohmann::json& req, const transport::ProgressSink& p) { return control_->handle(req, p); }}}));
+  failpoint("daemon.serving");
+  if (!opts_.metrics.empty()) {
+    const std::string id = cfg_.cluster ? cfg_.cluster->nodes[static_cast<size_t>(cfg_.node)].id : "";
+    NodeGaugeSources sources{store_.get(), saves_.get(), peer_service_.get(), membership_.get(), direct_.get(), id};
+    auto m = MetricsExporter::start(opts_.metrics, [sources] { return node_gauges(sources); });
+    if (!m) return failed("", m.status());
+    metrics_ = std::move(m).value();
+    ptc::log::info("metrics at http://{}/metrics", metrics_->address());
+  }
+  ptc::log::info("ptcfsd {} serving {} at {}, control on {}{}", PTCFS_VERSION, cfg_.data, cfg_.mount,
+                 server_->address(), cfg_.secret.empty() ? "" : " (clients must prove the cluster secret)");
+  return ptc::Status::ok();
+}
+
+void Node::run() {
+  if (etcd_) {
+    ptc::log::info("node {} ({} GPUs) in the cluster kept in etcd at {}: {} live nodes", coordinator_->id(),
+                   opts_.gpus, cfg_.etcd, membership_->members().size());
+    // Every record (on start: each one there is) commits what it decides or brings this node to it.
+    etcd_->start([c = coordinator_](const KeyedRecord& record) { c->on_record(record); });
+  } else if (cfg_.cluster) {
+    ptc::log::info("node {} of a {}-node cluster ({} GPUs)", coordinator_->id(), cfg_.cluster->nodes.size(),
+                   cfg_.cluster->total_gpus());
+  }
+  // A node that was down while its peers repartitioned catches up with them.
+  if (coordinator_) catch_up_ = std::thread([c = coordinator_] { c->catch_up(); });
+  fuse_thread_ = std::thread([this] {
+    if (auto s = fs_->run(); !s) ptc::log::error("{}", s.to_string());
+    if (!stopping_) {
+      ptc::log::warn("the filesystem was unmounted from outside; stopping");
+      kill(getpid(), SIGTERM);
+    }
+  });
+  save_committer_ = std::make_unique<Ticker>(saves_ready_, std::chrono::seconds(5),
+                                             [this](unsigned tick) { commit_saves(tick); });
+  ticker_ = std::make_unique<Ticker>(never_, std::chrono::seconds(1), [this](unsigned tick) { this->tick(tick); });
+}
+
+// Every second: prepared changes whose coordinator's lease ended (or that waited too long)
+// are dropped, and changes whose decision etcd did not answer are settled once it answers.
+// Every 5 s: blobs of replaced versions are freed once the last reader closes them, and
+// missed aborts are sent again.
+void Node::tick(unsigned tick) {
+  if (peer_service_) peer_service_->expire(std::chrono::seconds(opts_.prepare_expiry_s));
+  if (coordinator_) coordinator_->settle_undecided();
+  if (tick % 5) return;
+  if (auto r = store_->collect_garbage(); !r) ptc::log::warn("collecting blobs: {}", r.status().to_string());
+  if (coordinator_) coordinator_->retry_aborts();
+}
+
+// The steps saved into the mount that are ready, as soon as one is; every 5 s also every part
+// still waiting (on a cluster, a word to the deciding node may have been lost: it was down).
+void Node::commit_saves(unsigned tick) {
+  auto ready = saves_->take_ready();
+  if (tick != saves_tick_) {
+    saves_tick_ = tick;
+    for (auto& r : saves_->ready_parts()) ready.push_back(std::move(r));
+  }
+  for (const auto& [job, step] : ready)
+    if (auto s = runner_->save_commit(SaveCommitRequest{job, step}); !s)
+      ptc::log::debug("save of {}/{}: {}", job, step, s.to_string());
+}
+
+void Node::refresh_mount() {
+  // Changes made before the mount exists (restoring prepared changes) need no refresh.
+  if (!fs_) return;
+  if (auto s = fs_->refresh(); !s) ptc::log::error("refreshing the mount: {}", s.to_string());
+}
+
+Node::~Node() {
+  stopping_ = true;
+  ticker_.reset();
+  save_committer_.reset();
+  if (catch_up_.joinable()) catch_up_.join();
+  if (server_) server_->stop();
+  direct_.reset();  // lets go of the versions its clients held
+  metrics_.reset();
+  if (etcd_) etcd_->stop();  // leaves the cluster at once; its watch calls the coordinator no more
+  if (fs_) fs_->stop();
+  if (fuse_thread_.joinable()) fuse_thread_.join();
+  fs_.reset();  // unmounts
+  // The rest goes in the reverse order of construction (the members' order).
+}
+
+}  // namespace ptcfs

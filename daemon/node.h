@@ -1,0 +1,105 @@
+// One ptcfs node: the store, the mount, the control server and, on a cluster, the peer parts,
+// built complete and in order by start() and torn down in the reverse order by the destructor
+// (docs/ARCHITECTURE.md "A node"). ptcfsd's main parses flags and holds a Node until a
+// signal; nothing is wired after construction.
+//
+// What differs between one node and a cluster is decided once, here: which ChangeRunner the
+// control service and the save committer call (daemon/change/runner.h), and whether the peer
+// service and the cluster's periodic work exist.
+//
+// Thread-safety: a Node is made and destroyed on one thread; its parts run their own threads
+// (FUSE, RPC workers, tickers) until the destructor stops them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "daemon/change/runner.h"
+#include "daemon/daemon_config.h"
+#include "daemon/reshard/compactor.h"
+#include "daemon/ticker.h"
+#include "ptc/base/status.h"
+
+namespace ptcfs {
+
+namespace fs {
+class Filesystem;
+}
+namespace transport {
+class PeerBackend;
+class RpcServer;
+}  // namespace transport
+class Coordinator;
+class ControlService;
+class DirectServer;
+class EtcdMembership;
+class Membership;
+class MetricsExporter;
+class PeerReader;
+class PeerService;
+class SaveService;
+class Store;
+
+// The flags of ptcfsd that are not its configuration (daemon/daemon_config.h) or logging.
+struct NodeOptions {
+  std::string metrics;        // HOST:PORT of /metrics; empty: none
+  std::string direct_socket;  // empty: DATA/direct.sock; "none": no direct socket
+  int gpus = 1;
+  int64_t lease_ttl_s = 10;
+  int64_t prepare_expiry_s = 600;
+  uint64_t compact_below = CompactionPolicy{}.min_piece;
+  double peer_timeout_s = 10;
+  bool fuse_debug = false;
+  bool allow_other = true;
+};
+
+class Node {
+ public:
+  // Opens the store, mounts, binds and serves the control address, and on a cluster joins it.
+  // An error names the part that failed; whatever was built is torn down again.
+  static ptc::Result<std::unique_ptr<Node>> start(const DaemonConfig& cfg, const NodeOptions& opts);
+  ~Node();  // stops serving, leaves the cluster, unmounts
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+ private:
+  Node(DaemonConfig cfg, NodeOptions opts);
+  ptc::Status join_cluster();  // the peer backend, the reader of peers' data, the membership
+  ptc::Status open_store();    // and the save service, the peer service and the runner
+  ptc::Status mount();         // the filesystem and the direct socket
+  ptc::Status serve();         // the control server and the metrics
+  void run();                  // the cluster's watch and catch-up, FUSE, the tickers
+  void tick(unsigned tick);    // every second
+  void commit_saves(unsigned tick);
+  void refresh_mount();
+
+  const DaemonConfig cfg_;
+  const NodeOptions opts_;
+  // Declared in the order start() builds them.
+  std::unique_ptr<transport::PeerBackend> peers_;  // a cluster only, like reader_ and membership_
+  std::unique_ptr<PeerReader> reader_;
+  std::unique_ptr<Membership> membership_;
+  EtcdMembership* etcd_ = nullptr;  // membership_, with etcd
+  std::unique_ptr<Store> store_;
+  Signal saves_ready_;
+  std::unique_ptr<SaveService> saves_;
+  std::unique_ptr<PeerService> peer_service_;
+  std::unique_ptr<ChangeRunner> runner_;
+  Coordinator* coordinator_ = nullptr;  // runner_, on a cluster
+  std::unique_ptr<fs::Filesystem> fs_;
+  std::unique_ptr<DirectServer> direct_;
+  std::unique_ptr<transport::RpcServer> server_;
+  std::unique_ptr<ControlService> control_;
+  std::unique_ptr<MetricsExporter> metrics_;
+  std::atomic<bool> stopping_{false};
+  std::thread catch_up_, fuse_thread_;
+  std::unique_ptr<Ticker> save_committer_;
+  unsigned saves_tick_ = 0;  // the committer's last period (its thread only)
+  Signal never_;
+  std::unique_ptr<Ticker> ticker_;
+};
+
+}  // namespace ptcfs
