@@ -151,7 +151,7 @@ json run_scenario(const std::string& name, const std::string& root, int layers, 
   policy.min_avg_extent = g_min_avg_extent;
   policy.min_piece = g_min_piece;
   policy.threads = threads;
-  RepartitionRequest req{"bench", "1", to, false};
+  RepartitionRequest req{"bench", "1", to, false, {}};
   auto res = repartition(st, req, policy);
   if (!res) throw std::runtime_error(res.status().to_string());
   const uint64_t moved = res->bytes_total;

@@ -58,7 +58,7 @@ ptc::Status check_listen_flags(const ListenFlags& f) {
   if (!f.direct_socket.empty() && f.direct_socket != "none") {
     std::error_code ec;
     const std::filesystem::path dir = std::filesystem::absolute(f.direct_socket, ec).parent_path();
-    if (!ec) std::filesystem::create_directories(dir, ec);  // main.cc makes it too (/run/ptcfs)
+    if (!ec) std::filesystem::create_directories(dir, ec);  // the node makes it too (/run/ptcfs)
     if (ec) return ptc::invalid("--direct-socket " + f.direct_socket + ": cannot make its folder: " + ec.message());
     if (::access(dir.c_str(), W_OK | X_OK) != 0)
       return ptc::invalid("--direct-socket " + f.direct_socket + ": cannot make a socket in " + dir.string() + ": " +

@@ -64,14 +64,14 @@ class Coordinator final : public ChangeRunner {
   void on_record(const KeyedRecord& record);
   // A node that missed an abort (it stopped answering in the middle of a change) still
   // holds its prepared part, and its step stays marked as changing. Aborts are idempotent:
-  // each missed one is sent again by this call (main.cc calls it every few seconds) until
+  // each missed one is sent again by this call (the node calls it every few seconds) until
   // the node answers. Changes whose decision etcd did not answer are settled here too once
   // it answers (committed if etcd recorded them, else aborted). Returns how many aborts are
   // still owed.
   size_t retry_aborts();
   // Settles the changes whose decision etcd did not answer, once it answers: committed where
   // the record carries their transaction, else fenced off and aborted; frees their keys' locks.
-  // main.cc calls it every second; a new change of such a key calls it first.
+  // The node calls it every second; a new change of such a key calls it first.
   void settle_undecided();
 
   // Saves into the mounts (daemon/cluster/coordinator_saves.cc). A node whose part of a

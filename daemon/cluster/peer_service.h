@@ -3,7 +3,7 @@
 // its state and counters, and its side of every two-phase change: peer.prepare builds the
 // change beside the current version and holds it under its transaction id, peer.commit
 // commits it (daemon/store/prepared.h), peer.abort drops it. The transport routes every
-// `peer.*` request here (main.cc); the control service never sees them.
+// `peer.*` request here (daemon/node.cc); the control service never sees them.
 //
 // Peer ops are accepted from any authenticated connection: holding the cluster secret is
 // what makes a peer. Thread-safety: handle() may be called concurrently.

@@ -1,0 +1,73 @@
+#include "daemon/change/local_runner.h"
+
+#include <catch2/catch.hpp>
+
+#include "daemon/save/save_service.h"
+#include "tests/daemon/store/store_fixture.h"
+#include "tests/daemon/temp_dir.h"
+
+namespace ptcfs::testing {
+namespace {
+
+struct Node {
+  explicit Node(const std::string& dir)
+      : store(open_store(dir)), saves(*store, SaveMode::kOneNode, {}, {}), runner(*store, saves, CompactionPolicy{}) {}
+  std::unique_ptr<Store> store;
+  SaveService saves;
+  LocalRunner runner;
+};
+
+}  // namespace
+
+TEST_CASE("the local runner imports, repartitions and removes a step on this node", "[local_runner]") {
+  TempDir tmp;
+  const SliceBytes want = write_checkpoint(tmp.path() + "/ckpt", kPtcJson);
+  Node n(tmp.path() + "/data");
+  std::vector<std::string> phases;
+  auto progress = [&](const std::string& phase, uint64_t, uint64_t) {
+    if (phases.empty() || phases.back() != phase) phases.push_back(phase);
+  };
+
+  auto imported = n.runner.import(ImportRequest{tmp.path() + "/ckpt", "job", "1", {}, std::nullopt, std::nullopt}, progress);
+  REQUIRE(imported.is_ok());
+  CHECK(imported->job == "job");
+  CHECK(imported->format == "ptc");
+  CHECK(imported->shards == 4);
+  CHECK(imported->tensors == 6);
+  CHECK(imported->nodes.empty());
+  CHECK(phases == std::vector<std::string>{"copy"});
+  check_step(*n.store, "job", "1", want);
+
+  auto moved = n.runner.repartition(RepartitionRequest{"job", "1", ptc::Parallelism{1, 2, 2}, false, {}}, {});
+  REQUIRE(moved.is_ok());
+  CHECK(moved->version == 2);
+  CHECK(moved->bytes_moved == 0);
+  CHECK(find_step(*n.store, "job", "1")->layout().parallelism().tp == 1);
+
+  REQUIRE(n.runner.remove(RemoveRequest{"job", "1"}).is_ok());
+  CHECK(n.store->snapshot()->steps.count({"job", "1"}) == 0);
+  const auto again = n.runner.remove(RemoveRequest{"job", "1"});
+  CHECK(again.code() == ptc::Code::kNotFound);
+}
+
+TEST_CASE("the local runner refuses --nodes: there is no other node", "[local_runner]") {
+  TempDir tmp;
+  write_checkpoint(tmp.path() + "/ckpt", kPtcJson);
+  Node n(tmp.path() + "/data");
+  auto r = n.runner.import(ImportRequest{tmp.path() + "/ckpt", "job", "1", {"n1"}, std::nullopt, std::nullopt}, {});
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().to_string() == "invalid_argument: --nodes needs a daemon in a cluster");
+  CHECK(n.store->snapshot()->steps.count({"job", "1"}) == 0);
+  auto p = n.runner.repartition(RepartitionRequest{"job", "1", ptc::Parallelism{1, 1, 1}, false, {"n0"}}, {});
+  CHECK(p.status().to_string() == "invalid_argument: --nodes needs a daemon in a cluster");
+}
+
+TEST_CASE("a save commit of a step that is not pending does nothing", "[local_runner]") {
+  TempDir tmp;
+  Node n(tmp.path() + "/data");
+  CHECK(n.runner.save_commit(SaveCommitRequest{"job", "1"}).is_ok());
+  CHECK(n.store->snapshot()->steps.empty());
+  CHECK_FALSE(n.runner.status().cluster);
+}
+
+}  // namespace ptcfs::testing
