@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "ptc/base/json_util.h"
+#include "transport/address.h"
 #include "transport/auth.h"
 #include "transport/frame.h"
 #include "transport/rpc.h"
@@ -38,15 +39,9 @@ class SyncClient final : public RpcClient {
   bool broken() const override { return broken_; }
 
   ptc::Status connect() {
-    std::string host;
-    uint16_t port = 0;
-    PTC_RETURN_IF_ERROR(parse_address(addr_, host, port));
-    boost::system::error_code ec;
-    tcp::resolver resolver(io_);
-    auto eps = resolver.resolve(host, std::to_string(port), ec);
-    if (ec) return ptc::error(ptc::Code::kUnavailable, "cannot resolve " + addr_ + ": " + ec.message());
+    PTC_ASSIGN_OR_RETURN(const auto eps, resolve(io_, addr_));
     const auto deadline = Clock::now() + deadlines_.connect;
-    ec = run_until(deadline, [&](auto handler) {
+    auto ec = run_until(deadline, [&](auto handler) {
       asio::async_connect(socket_, eps, [handler](const boost::system::error_code& e, const tcp::endpoint&) { handler(e); });
     });
     if (ec == asio::error::timed_out)

@@ -16,6 +16,7 @@
 
 #include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
+#include "transport/address.h"
 #include "transport/auth.h"
 #include "transport/frame.h"
 #include "transport/rpc.h"
@@ -108,14 +109,10 @@ class Server final : public RpcServer {
   ~Server() override { stop(); }
 
   ptc::Status listen(const std::string& addr) {
-    std::string host;
-    uint16_t port = 0;
-    PTC_RETURN_IF_ERROR(parse_address(addr, host, port));
+    auto eps = resolve(io_, addr);
+    if (!eps) return ptc::invalid("listen address: " + eps.status().message());
+    const tcp::endpoint ep = *eps->begin();
     boost::system::error_code ec;
-    tcp::resolver resolver(io_);
-    auto eps = resolver.resolve(host, std::to_string(port), ec);
-    if (ec || eps.empty()) return ptc::invalid("cannot resolve listen address " + addr + ": " + ec.message());
-    const tcp::endpoint ep = *eps.begin();
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor_.bind(ep, ec);

@@ -224,3 +224,14 @@ TEST_CASE("a bound server answers nothing until it serves, and its handler then 
   REQUIRE(r);
   CHECK(*r == json{{"listen", addr}});
 }
+
+TEST_CASE("a malformed address is kInvalidArgument for the client and the server alike") {
+  auto c = RpcClient::connect("127.0.0.1");
+  REQUIRE_FALSE(c.is_ok());
+  CHECK(c.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(c.status().message().find("expected HOST:PORT") != std::string::npos);
+  auto s = RpcServer::bind("127.0.0.1:http-ish");
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(s.status().message().find("listen address: address '127.0.0.1:http-ish': bad port") == 0);
+}
