@@ -5,6 +5,8 @@
 #include <span>
 #include <tuple>
 
+#include "ptc/fill_gaps.h"
+
 namespace ptc {
 namespace {
 
@@ -177,6 +179,180 @@ class Unions {
   std::map<std::vector<uint32_t>, TensorUnions> cache_;
 };
 
+// The cluster plan of cluster_plan.h, built node by node: first the transfers into node n
+// (need - have, each slab from the least-loaded holder), then the copies into the new shards
+// n holds. It carries the per-node load (bytes assigned to senders so far) across nodes.
+class ClusterSweep {
+ public:
+  ClusterSweep(const Layout& from, const Layout& to, const ClusterHoldings& h)
+      : from_(from), to_(to), h_(h), to_pieces_(to), from_pieces_(from), sources_(source_pieces(from, from_pieces_, h)),
+        load_(static_cast<size_t>(h.num_nodes), 0), needs_(to, to_pieces_, h.dst_nodes),
+        haves_(from, from_pieces_, h.src_nodes), held_(from.shards().size()),
+        tr_range_(to.ptc().tensors.size(), {0, 0}) {}
+
+  // Adds the transfers, copies and fills into node n to `plan`.
+  Status add_node(int n, Plan& plan);
+
+ private:
+  struct Sender {
+    const PieceIv* piece = nullptr;  // null: no live node holds the element
+    int node = -1;
+  };
+  // The transfers into n of every tensor; sets tr_range_.
+  Status add_transfers(int n, Plan& plan);
+  // The source piece of tensor x holding element `at` on the least-loaded node (ties to the
+  // lower node id, then shard index).
+  Sender best_sender(size_t x, int64_t at) const;
+  // The copies and fills of slice j of new shard d, on node n.
+  Status add_slice(int n, uint32_t d, uint32_t j, Plan& plan);
+  // The source piece of `tensor` on node n (held_) covering element x, preferring shard id
+  // `did`, then the lower shard index; null when n holds none.
+  const PieceIv* local_source(size_t tensor, int64_t x, ShardId did) const;
+
+  const Layout& from_;
+  const Layout& to_;
+  const ClusterHoldings& h_;
+  const PieceTable to_pieces_, from_pieces_;
+  const std::vector<std::vector<PieceIv>> sources_;
+  std::vector<uint64_t> load_;
+  Unions needs_, haves_;
+  std::vector<char> held_;  // old shards the current node holds
+  // Per tensor, the current node's transfers: [first, last) in plan.transfers, sorted by glo.
+  std::vector<std::pair<size_t, size_t>> tr_range_;
+};
+
+Status ClusterSweep::add_node(int n, Plan& plan) {
+  for (uint32_t s = 0; s < held_.size(); ++s) held_[s] = holds(h_.src_nodes[s], n);
+  PTC_RETURN_IF_ERROR(add_transfers(n, plan));
+  // Copies into every new shard n holds: a local source where there is one, else the
+  // transfer that brought the element.
+  for (uint32_t d = 0; d < to_.shards().size(); ++d) {
+    if (!holds(h_.dst_nodes[d], n)) continue;
+    for (uint32_t j = 0; j < to_.slices(to_.shards()[d]).size(); ++j) PTC_RETURN_IF_ERROR(add_slice(n, d, j, plan));
+  }
+  return Status::ok();
+}
+
+ClusterSweep::Sender ClusterSweep::best_sender(size_t x, int64_t at) const {
+  Sender best;
+  std::tuple<uint64_t, int, uint32_t> best_key{};
+  for (const PieceIv& c : sources_[x]) {
+    if (c.glo > at || c.ghi <= at) continue;
+    int node = -1;
+    for (int m : h_.src_nodes[c.shard])
+      if (node < 0 || load_[static_cast<size_t>(m)] < load_[static_cast<size_t>(node)] ||
+          (load_[static_cast<size_t>(m)] == load_[static_cast<size_t>(node)] && m < node))
+        node = m;
+    const std::tuple<uint64_t, int, uint32_t> key{load_[static_cast<size_t>(node)], node, c.shard};
+    if (!best.piece || key < best_key) {
+      best = {&c, node};
+      best_key = key;
+    }
+  }
+  return best;
+}
+
+Status ClusterSweep::add_transfers(int n, Plan& plan) {
+  const auto& tensors = to_.ptc().tensors;
+  const auto& need = needs_.of(n);
+  const auto& have = haves_.of(n);
+  for (size_t x = 0; x < tensors.size(); ++x) {
+    tr_range_[x].first = plan.transfers.size();
+    const uint64_t unit = global_unit(tensors[x]);
+    for (auto [lo, hi] : subtract(need[x], have[x])) {
+      for (int64_t at = lo; at < hi;) {
+        const Sender best = best_sender(x, at);
+        if (!best.piece)
+          return error(Code::kUnavailable, "plan: no live node holds element " + std::to_string(at) + " of tensor '" +
+                                               tensors[x].name + "' (its shards' nodes are all down)");
+        const int64_t end = std::min(best.piece->ghi, hi);
+        Transfer t;
+        t.tensor = static_cast<uint32_t>(x);
+        t.src_node = best.node;
+        t.dst_node = n;
+        t.src_shard = best.piece->shard;
+        t.src_slice = best.piece->slice;
+        t.src_lo = best.piece->llo + (at - best.piece->glo);
+        t.glo = at;
+        t.len = end - at;
+        t.bytes = static_cast<uint64_t>(t.len) * unit;
+        load_[static_cast<size_t>(best.node)] += t.bytes;
+        plan.bytes_remote += t.bytes;
+        plan.transfers.push_back(t);
+        at = end;
+      }
+    }
+    tr_range_[x].second = plan.transfers.size();
+  }
+  return Status::ok();
+}
+
+const PieceIv* ClusterSweep::local_source(size_t tensor, int64_t x, ShardId did) const {
+  const PieceIv* best = nullptr;
+  std::pair<int, uint32_t> best_key{};
+  for (const PieceIv& s : sources_[tensor]) {
+    if (s.glo > x || s.ghi <= x || !held_[s.shard]) continue;
+    const std::pair<int, uint32_t> key{from_.shards()[s.shard] == did ? 0 : 1, s.shard};
+    if (!best || key < best_key) {
+      best = &s;
+      best_key = key;
+    }
+  }
+  return best;
+}
+
+Status ClusterSweep::add_slice(int n, uint32_t d, uint32_t j, Plan& plan) {
+  const ShardId did = to_.shards()[d];
+  const Slice& sl = to_.slices(did)[j];
+  const TensorSpec& spec = to_.ptc().tensors[sl.tensor];
+  const uint64_t unit = slab_unit_bytes(spec, sl.local_shape);
+  plan.bytes_total += to_.bytes(sl);
+  const auto ivs = to_pieces_.of(d, j);
+  const int64_t extent = slab_dim(spec) < 0 ? 1 : sl.local_shape[static_cast<size_t>(slab_dim(spec))];
+  fill_gaps(ivs, extent, [&](int64_t lo, int64_t len) {
+    plan.fills.push_back(Fill{static_cast<uint32_t>(sl.tensor), d, j, lo, len, n});
+    plan.bytes_fill += static_cast<uint64_t>(len) * unit;
+  });
+  for (const PieceIv& piece : ivs) {
+    for (int64_t x = piece.glo; x < piece.ghi;) {
+      Copy c;
+      c.tensor = static_cast<uint32_t>(sl.tensor);
+      c.dst_shard = d;
+      c.dst_slice = j;
+      c.dst_node = n;
+      c.dst_lo = piece.llo + (x - piece.glo);
+      int64_t end;
+      if (const PieceIv* best = local_source(sl.tensor, x, did)) {
+        end = std::min(best->ghi, piece.ghi);
+        c.src_shard = best->shard;
+        c.src_slice = best->slice;
+        c.src_node = n;
+        c.src_lo = best->llo + (x - best->glo);
+        plan.bytes_local += static_cast<uint64_t>(end - x) * unit;
+      } else {
+        // need - have is covered by the transfers into n, which are sorted and disjoint.
+        const auto first = plan.transfers.begin() + static_cast<std::ptrdiff_t>(tr_range_[sl.tensor].first);
+        const auto last = plan.transfers.begin() + static_cast<std::ptrdiff_t>(tr_range_[sl.tensor].second);
+        auto it = std::upper_bound(first, last, x, [](int64_t v, const Transfer& t) { return v < t.glo; });
+        if (it == first || std::prev(it)->glo + std::prev(it)->len <= x)
+          return internal("plan: element " + std::to_string(x) + " of tensor '" + spec.name +
+                          "' is neither held nor received by node " + std::to_string(n));
+        const Transfer& t = *std::prev(it);
+        end = std::min(t.glo + t.len, piece.ghi);
+        c.src_shard = t.src_shard;
+        c.src_slice = t.src_slice;
+        c.src_node = t.src_node;
+        c.src_lo = t.src_lo + (x - t.glo);
+        c.transfer = static_cast<int32_t>(std::prev(it) - plan.transfers.begin());
+      }
+      c.len = end - x;
+      plan.copies.push_back(c);
+      x = end;
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 uint64_t min_transfer_bytes(const Layout& from, const Layout& to, const ClusterHoldings& h,
@@ -199,138 +375,9 @@ uint64_t min_transfer_bytes(const Layout& from, const Layout& to, const ClusterH
 
 Result<Plan> make_cluster_plan(const Layout& from, const Layout& to, const ClusterHoldings& h) {
   PTC_RETURN_IF_ERROR(check(from, to, h));
-  const auto& tensors = to.ptc().tensors;
-  const PieceTable to_pieces(to), from_pieces(from);
-  const auto sources = source_pieces(from, from_pieces, h);
+  ClusterSweep sweep(from, to, h);
   Plan plan;
-  std::vector<uint64_t> load(static_cast<size_t>(h.num_nodes), 0);
-  Unions needs(to, to_pieces, h.dst_nodes), haves(from, from_pieces, h.src_nodes);
-  std::vector<char> held(from.shards().size());  // old shards node n holds
-
-  for (int n = 0; n < h.num_nodes; ++n) {
-    const auto& need = needs.of(n);
-    const auto& have = haves.of(n);
-    for (uint32_t s = 0; s < held.size(); ++s) held[s] = holds(h.src_nodes[s], n);
-    // Transfers into n, per tensor (sorted by glo within a tensor).
-    std::vector<std::pair<size_t, size_t>> tr_range(tensors.size(), {0, 0});  // [first, last) in plan.transfers
-    for (size_t x = 0; x < tensors.size(); ++x) {
-      tr_range[x].first = plan.transfers.size();
-      const uint64_t unit = global_unit(tensors[x]);
-      for (auto [lo, hi] : subtract(need[x], have[x])) {
-        for (int64_t at = lo; at < hi;) {
-          const PieceIv* best = nullptr;
-          int best_node = -1;
-          std::tuple<uint64_t, int, uint32_t> best_key{};
-          for (const PieceIv& c : sources[x]) {
-            if (c.glo > at || c.ghi <= at) continue;
-            int node = -1;
-            for (int m : h.src_nodes[c.shard])
-              if (node < 0 || load[static_cast<size_t>(m)] < load[static_cast<size_t>(node)] ||
-                  (load[static_cast<size_t>(m)] == load[static_cast<size_t>(node)] && m < node))
-                node = m;
-            const std::tuple<uint64_t, int, uint32_t> key{load[static_cast<size_t>(node)], node, c.shard};
-            if (!best || key < best_key) {
-              best = &c;
-              best_key = key;
-              best_node = node;
-            }
-          }
-          if (!best)
-            return error(Code::kUnavailable, "plan: no live node holds element " + std::to_string(at) + " of tensor '" +
-                                                 tensors[x].name + "' (its shards' nodes are all down)");
-          const int64_t end = std::min(best->ghi, hi);
-          Transfer t;
-          t.tensor = static_cast<uint32_t>(x);
-          t.src_node = best_node;
-          t.dst_node = n;
-          t.src_shard = best->shard;
-          t.src_slice = best->slice;
-          t.src_lo = best->llo + (at - best->glo);
-          t.glo = at;
-          t.len = end - at;
-          t.bytes = static_cast<uint64_t>(t.len) * unit;
-          load[static_cast<size_t>(best_node)] += t.bytes;
-          plan.bytes_remote += t.bytes;
-          plan.transfers.push_back(t);
-          at = end;
-        }
-      }
-      tr_range[x].second = plan.transfers.size();
-    }
-
-    // Copies into every new shard n holds: a local source where there is one, else the
-    // transfer that brought the element.
-    for (uint32_t d = 0; d < to.shards().size(); ++d) {
-      if (!holds(h.dst_nodes[d], n)) continue;
-      const ShardId did = to.shards()[d];
-      const auto& slices = to.slices(did);
-      for (uint32_t j = 0; j < slices.size(); ++j) {
-        const Slice& sl = slices[j];
-        const TensorSpec& spec = tensors[sl.tensor];
-        const uint64_t unit = slab_unit_bytes(spec, sl.local_shape);
-        plan.bytes_total += to.bytes(sl);
-        const auto ivs = to_pieces.of(d, j);
-        const int64_t extent = slab_dim(spec) < 0 ? 1 : sl.local_shape[static_cast<size_t>(slab_dim(spec))];
-        int64_t at = 0;
-        auto fill_to = [&](int64_t end) {
-          if (end > at) {
-            plan.fills.push_back(Fill{static_cast<uint32_t>(sl.tensor), d, j, at, end - at, n});
-            plan.bytes_fill += static_cast<uint64_t>(end - at) * unit;
-          }
-        };
-        for (const PieceIv& piece : ivs) {
-          fill_to(piece.llo);
-          for (int64_t x = piece.glo; x < piece.ghi;) {
-            Copy c;
-            c.tensor = static_cast<uint32_t>(sl.tensor);
-            c.dst_shard = d;
-            c.dst_slice = j;
-            c.dst_node = n;
-            c.dst_lo = piece.llo + (x - piece.glo);
-            const PieceIv* best = nullptr;
-            std::pair<int, uint32_t> best_key{};
-            for (const PieceIv& s : sources[sl.tensor]) {
-              if (s.glo > x || s.ghi <= x || !held[s.shard]) continue;
-              const std::pair<int, uint32_t> key{from.shards()[s.shard] == did ? 0 : 1, s.shard};
-              if (!best || key < best_key) {
-                best = &s;
-                best_key = key;
-              }
-            }
-            int64_t end;
-            if (best) {
-              end = std::min(best->ghi, piece.ghi);
-              c.src_shard = best->shard;
-              c.src_slice = best->slice;
-              c.src_node = n;
-              c.src_lo = best->llo + (x - best->glo);
-              plan.bytes_local += static_cast<uint64_t>(end - x) * unit;
-            } else {
-              // need - have is covered by the transfers into n, which are sorted and disjoint.
-              const auto first = plan.transfers.begin() + static_cast<std::ptrdiff_t>(tr_range[sl.tensor].first);
-              const auto last = plan.transfers.begin() + static_cast<std::ptrdiff_t>(tr_range[sl.tensor].second);
-              auto it = std::upper_bound(first, last, x, [](int64_t v, const Transfer& t) { return v < t.glo; });
-              if (it == first || std::prev(it)->glo + std::prev(it)->len <= x)
-                return internal("plan: element " + std::to_string(x) + " of tensor '" + spec.name +
-                                "' is neither held nor received by node " + std::to_string(n));
-              const Transfer& t = *std::prev(it);
-              end = std::min(t.glo + t.len, piece.ghi);
-              c.src_shard = t.src_shard;
-              c.src_slice = t.src_slice;
-              c.src_node = t.src_node;
-              c.src_lo = t.src_lo + (x - t.glo);
-              c.transfer = static_cast<int32_t>(std::prev(it) - plan.transfers.begin());
-            }
-            c.len = end - x;
-            plan.copies.push_back(c);
-            x = end;
-          }
-          at = piece.llo + (piece.ghi - piece.glo);
-        }
-        fill_to(extent);
-      }
-    }
-  }
+  for (int n = 0; n < h.num_nodes; ++n) PTC_RETURN_IF_ERROR(sweep.add_node(n, plan));
   return plan;
 }
 

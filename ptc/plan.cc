@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <tuple>
 
+#include "ptc/fill_gaps.h"
+
 namespace ptc {
 
 Holdings Holdings::single_node(const Layout& from, const Layout& to) {
@@ -72,9 +74,7 @@ struct Candidate {
   Interval iv;
 };
 
-}  // namespace
-
-Result<Plan> make_plan(const Layout& from, const Layout& to, const Holdings& h) {
+Status check(const Layout& from, const Layout& to, const Holdings& h) {
   const auto& ft = from.ptc().tensors;
   const auto& tt = to.ptc().tensors;
   if (ft.size() != tt.size()) return invalid("plan: the two layouts hold different tensors");
@@ -83,15 +83,19 @@ Result<Plan> make_plan(const Layout& from, const Layout& to, const Holdings& h) 
       return invalid("plan: tensor '" + tt[i].name + "' differs between the two layouts");
   if (h.src_nodes.size() != from.shards().size() || h.dst_node.size() != to.shards().size())
     return invalid("plan: holdings do not match the layouts' shards");
-  // Node ids index the per-node load below.
+  // Node ids index the per-node load of the sweep.
   auto bad_node = [&](int n) { return n < 0 || n >= h.num_nodes; };
   for (const auto& nodes : h.src_nodes)
     if (std::any_of(nodes.begin(), nodes.end(), bad_node))
       return invalid("plan: a source shard is held on a node outside [0, " + std::to_string(h.num_nodes) + ")");
   if (std::any_of(h.dst_node.begin(), h.dst_node.end(), bad_node))
     return invalid("plan: a destination shard is on a node outside [0, " + std::to_string(h.num_nodes) + ")");
+  return Status::ok();
+}
 
-  // Source pieces by tensor, skipping shards that no node holds.
+// Source pieces by tensor, skipping shards that no node holds.
+std::vector<std::vector<Candidate>> candidates(const Layout& from, const Holdings& h) {
+  const auto& ft = from.ptc().tensors;
   std::vector<std::vector<Candidate>> cands(ft.size());
   for (uint32_t s = 0; s < from.shards().size(); ++s) {
     if (h.src_nodes[s].empty()) continue;
@@ -100,78 +104,106 @@ Result<Plan> make_plan(const Layout& from, const Layout& to, const Holdings& h) 
       for (const auto& iv : intervals(ft[slices[j].tensor], slices[j]))
         cands[slices[j].tensor].push_back({s, j, iv});
   }
+  return cands;
+}
 
-  Plan plan;
-  std::vector<uint64_t> load(static_cast<size_t>(std::max(1, h.num_nodes)), 0);
-  for (uint32_t d = 0; d < to.shards().size(); ++d) {
-    const ShardId did = to.shards()[d];
-    const int dnode = h.dst_node[d];
-    const auto& slices = to.slices(did);
-    for (uint32_t j = 0; j < slices.size(); ++j) {
-      const Slice& sl = slices[j];
-      const TensorSpec& spec = tt[sl.tensor];
-      const uint64_t unit = slab_unit_bytes(spec, sl.local_shape);
-      plan.bytes_total += to.bytes(sl);
-      auto ivs = intervals(spec, sl);
-      std::sort(ivs.begin(), ivs.end(), [](const Interval& a, const Interval& b) { return a.llo < b.llo; });
-      // Padding: local positions no piece covers.
-      int64_t at = 0;
-      auto fill_to = [&](int64_t end) {
-        if (end > at) {
-          plan.fills.push_back(Fill{static_cast<uint32_t>(sl.tensor), d, j, at, end - at, dnode});
-          plan.bytes_fill += static_cast<uint64_t>(end - at) * unit;
-        }
-      };
-      for (const Interval& piece : ivs) {
-        fill_to(piece.llo);
-        for (int64_t x = piece.glo; x < piece.ghi;) {
-          const Candidate* best = nullptr;
-          int best_node = -1;
-          std::tuple<int, int, uint64_t, uint32_t> best_key{};
-          for (const Candidate& c : cands[sl.tensor]) {
-            if (c.iv.glo > x || c.iv.ghi <= x) continue;
-            // The source's node: the destination's own if it holds it, else the least loaded.
-            const auto& nodes = h.src_nodes[c.shard];
-            int node = nodes.front();
-            for (int n : nodes) {
-              if (n == dnode) { node = n; break; }
-              if (load[n] < load[node]) node = n;
-            }
-            const std::tuple<int, int, uint64_t, uint32_t> key{node == dnode ? 0 : 1,
-                                                                from.shards()[c.shard] == did ? 0 : 1, load[node],
-                                                                c.shard};
-            if (!best || key < best_key) {
-              best = &c;
-              best_key = key;
-              best_node = node;
-            }
-          }
-          if (!best)
-            return error(Code::kUnavailable, "plan: no source holds element " + std::to_string(x) + " of tensor '" + spec.name +
-                            "' (a shard is held by no node)");
-          const int64_t end = std::min(best->iv.ghi, piece.ghi);
-          Copy c;
-          c.tensor = static_cast<uint32_t>(sl.tensor);
-          c.src_shard = best->shard;
-          c.src_slice = best->slice;
-          c.dst_shard = d;
-          c.dst_slice = j;
-          c.dst_node = dnode;
-          c.src_node = best_node;
-          c.src_lo = best->iv.llo + (x - best->iv.glo);
-          c.dst_lo = piece.llo + (x - piece.glo);
-          c.len = end - x;
-          const uint64_t bytes = static_cast<uint64_t>(c.len) * unit;
-          (best_node == dnode ? plan.bytes_local : plan.bytes_remote) += bytes;
-          load[best_node] += bytes;
-          plan.copies.push_back(c);
-          x = end;
-        }
-        at = piece.llo + (piece.ghi - piece.glo);
-      }
-      fill_to(local_extent(spec, sl));
+// The sweep of plan.h over the destination slices, in order. It carries the per-node load
+// (bytes assigned so far) from one slice to the next.
+class Sweep {
+ public:
+  Sweep(const Layout& from, const Layout& to, const Holdings& h)
+      : from_(from), to_(to), h_(h), cands_(candidates(from, h)),
+        load_(static_cast<size_t>(std::max(1, h.num_nodes)), 0) {}
+
+  // Adds the fills and copies of slice j of destination shard d to `plan`.
+  Status add_slice(uint32_t d, uint32_t j, Plan& plan);
+
+ private:
+  struct Choice {
+    const Candidate* cand = nullptr;  // null: no source covers the point
+    int node = -1;                    // the node it is read from
+  };
+  // The covering source best at point x of `tensor` for destination shard `did` on `dnode`.
+  Choice best_source(size_t tensor, int64_t x, int dnode, ShardId did) const;
+
+  const Layout& from_;
+  const Layout& to_;
+  const Holdings& h_;
+  const std::vector<std::vector<Candidate>> cands_;
+  std::vector<uint64_t> load_;
+};
+
+Sweep::Choice Sweep::best_source(size_t tensor, int64_t x, int dnode, ShardId did) const {
+  Choice best;
+  std::tuple<int, int, uint64_t, uint32_t> best_key{};
+  for (const Candidate& c : cands_[tensor]) {
+    if (c.iv.glo > x || c.iv.ghi <= x) continue;
+    // The source's node: the destination's own if it holds it, else the least loaded.
+    const auto& nodes = h_.src_nodes[c.shard];
+    int node = nodes.front();
+    for (int n : nodes) {
+      if (n == dnode) { node = n; break; }
+      if (load_[n] < load_[node]) node = n;
+    }
+    const std::tuple<int, int, uint64_t, uint32_t> key{node == dnode ? 0 : 1, from_.shards()[c.shard] == did ? 0 : 1,
+                                                        load_[node], c.shard};
+    if (!best.cand || key < best_key) {
+      best = {&c, node};
+      best_key = key;
     }
   }
+  return best;
+}
+
+Status Sweep::add_slice(uint32_t d, uint32_t j, Plan& plan) {
+  const ShardId did = to_.shards()[d];
+  const int dnode = h_.dst_node[d];
+  const Slice& sl = to_.slices(did)[j];
+  const TensorSpec& spec = to_.ptc().tensors[sl.tensor];
+  const uint64_t unit = slab_unit_bytes(spec, sl.local_shape);
+  plan.bytes_total += to_.bytes(sl);
+  auto ivs = intervals(spec, sl);
+  std::sort(ivs.begin(), ivs.end(), [](const Interval& a, const Interval& b) { return a.llo < b.llo; });
+  fill_gaps(ivs, local_extent(spec, sl), [&](int64_t lo, int64_t len) {
+    plan.fills.push_back(Fill{static_cast<uint32_t>(sl.tensor), d, j, lo, len, dnode});
+    plan.bytes_fill += static_cast<uint64_t>(len) * unit;
+  });
+  for (const Interval& piece : ivs) {
+    for (int64_t x = piece.glo; x < piece.ghi;) {
+      const Choice best = best_source(sl.tensor, x, dnode, did);
+      if (!best.cand)
+        return error(Code::kUnavailable, "plan: no source holds element " + std::to_string(x) + " of tensor '" +
+                                             spec.name + "' (a shard is held by no node)");
+      const int64_t end = std::min(best.cand->iv.ghi, piece.ghi);
+      Copy c;
+      c.tensor = static_cast<uint32_t>(sl.tensor);
+      c.src_shard = best.cand->shard;
+      c.src_slice = best.cand->slice;
+      c.dst_shard = d;
+      c.dst_slice = j;
+      c.dst_node = dnode;
+      c.src_node = best.node;
+      c.src_lo = best.cand->iv.llo + (x - best.cand->iv.glo);
+      c.dst_lo = piece.llo + (x - piece.glo);
+      c.len = end - x;
+      const uint64_t bytes = static_cast<uint64_t>(c.len) * unit;
+      (best.node == dnode ? plan.bytes_local : plan.bytes_remote) += bytes;
+      load_[best.node] += bytes;
+      plan.copies.push_back(c);
+      x = end;
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Plan> make_plan(const Layout& from, const Layout& to, const Holdings& h) {
+  PTC_RETURN_IF_ERROR(check(from, to, h));
+  Sweep sweep(from, to, h);
+  Plan plan;
+  for (uint32_t d = 0; d < to.shards().size(); ++d)
+    for (uint32_t j = 0; j < to.slices(to.shards()[d]).size(); ++j) PTC_RETURN_IF_ERROR(sweep.add_slice(d, j, plan));
   return plan;
 }
 

@@ -276,37 +276,44 @@ ptc::Result<bool> EtcdClient::txn(const std::vector<EtcdCompare>& compares, cons
   return r.value("succeeded", false);
 }
 
-ptc::Status EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revision,
-                                     const std::function<void(const EtcdEvent&)>& on_event,
-                                     const std::function<bool()>& stop) {
-  const Endpoint& ep = impl_->endpoints[impl_->preferred.load() % impl_->endpoints.size()];
-  asio::io_context ioc;
-  Connection conn(ioc, impl_->tls.get());
-  PTC_RETURN_IF_ERROR(conn.open(ep, impl_->timeout));
-  json create{{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}};
-  if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
-  http::request<http::string_body> req{http::verb::post, "/v3/watch", 11};
-  req.set(http::field::host, ep.host);
-  req.set(http::field::content_type, "application/json");
-  req.body() = json{{"create_request", create}}.dump();
-  req.prepare_payload();
+namespace {
 
-  // The gateway streams one JSON message per line, in chunks.
-  ptc::Status failed;
-  std::string pending;
-  auto on_line = [&](const std::string& line) {
+// The lines of a watch's response body: the gateway streams one JSON message per line, in
+// chunks. Events go to `on_event`; the first failure is kept (see failed()).
+class WatchLines {
+ public:
+  WatchLines(const std::string& prefix, const std::function<void(const EtcdEvent&)>& on_event)
+      : prefix_(prefix), on_event_(on_event) {}
+
+  // A chunk of the body: every line it completes is decoded.
+  void feed(beast::string_view body) {
+    pending_.append(body.data(), body.size());
+    for (size_t nl; (nl = pending_.find('\n')) != std::string::npos;) {
+      on_line(pending_.substr(0, nl));
+      pending_.erase(0, nl + 1);
+    }
+  }
+  // The body ended: decodes its last line when it had no newline.
+  void finish() {
+    if (!pending_.empty()) on_line(pending_);
+  }
+  // An error message, a cancelled watch or an undecodable event (ok while none came).
+  const ptc::Status& failed() const { return failed_; }
+
+ private:
+  void on_line(const std::string& line) {
     json j = ptc::parse_json_lenient(line);
     if (!j.is_object()) return;
     if (j.contains("error")) {
-      failed = etcd_error(line, 200);
+      failed_ = etcd_error(line, 200);
       return;
     }
     const json& res = j.contains("result") ? j["result"] : j;
     if (res.value("canceled", false)) {
       if (i64(res, "compact_revision") > 0)
-        failed = ptc::error(ptc::Code::kOutOfRange, "etcd compacted the revisions the watch of " + prefix + " needs");
+        failed_ = ptc::error(ptc::Code::kOutOfRange, "etcd compacted the revisions the watch of " + prefix_ + " needs");
       else
-        failed = ptc::unavailable("etcd cancelled the watch of " + prefix + ": " + res.value("cancel_reason", ""));
+        failed_ = ptc::unavailable("etcd cancelled the watch of " + prefix_ + ": " + res.value("cancel_reason", ""));
       return;
     }
     if (!res.contains("events")) return;
@@ -315,73 +322,123 @@ ptc::Status EtcdClient::watch_prefix(const std::string& prefix, int64_t start_re
       ev.deleted = e.value("type", std::string()) == "DELETE";
       auto kv = kv_from(e.value("kv", json::object()));
       if (!kv) {
-        failed = kv.status();
+        failed_ = kv.status();
         return;
       }
       ev.kv = std::move(kv).value();
-      on_event(ev);
-    }
-  };
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(boost::none);
-  auto on_chunk = [&](uint64_t, beast::string_view body, beast::error_code&) -> size_t {
-    pending.append(body.data(), body.size());
-    for (size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
-      on_line(pending.substr(0, nl));
-      pending.erase(0, nl + 1);
-    }
-    return body.size();
-  };
-  parser.on_chunk_body(on_chunk);
-  beast::flat_buffer buf;
-  beast::error_code ec;
-  bool busy = true;
-  // On every way out: close the stream and let its cancelled read finish while what it
-  // refers to is still alive.
-  struct Drain {
-    beast::tcp_stream& s;
-    asio::io_context& io;
-    ~Drain() {
-      beast::error_code ignored;
-      s.socket().close(ignored);
-      io.restart();
-      io.run();
-    }
-  } drain{conn.tcp(), ioc};
-  conn.tcp().expires_after(impl_->timeout);
-  conn.with([&](auto& stream) {
-    http::async_write(stream, req, [&](beast::error_code e, size_t) {
-      ec = e;
-      busy = false;
-    });
-  });
-  ioc.run();
-  ioc.restart();
-  if (busy) return ptc::unavailable("etcd at " + ep.text + " did not take the watch of " + prefix);
-  if (ec) return conn.failed(ep, "the watch of " + prefix, ec);
-  conn.tcp().expires_never();
-  busy = false;
-  while (!stop() && failed.is_ok()) {
-    if (!busy) {
-      busy = true;
-      conn.with([&](auto& stream) {
-        http::async_read_some(stream, buf, parser, [&](beast::error_code e, size_t) {
-          ec = e;
-          busy = false;
-        });
-      });
-    }
-    ioc.run_for(std::chrono::milliseconds(200));
-    ioc.restart();
-    if (!busy && ec) return conn.failed(ep, "the watch of " + prefix, ec);
-    if (parser.is_done()) {
-      if (!pending.empty()) on_line(pending);
-      if (failed.is_ok() && parser.get().result() != http::status::ok)
-        return etcd_error(parser.get().body(), parser.get().result_int());
-      return failed.is_ok() ? ptc::unavailable("etcd at " + ep.text + " ended the watch of " + prefix) : failed;
+      on_event_(ev);
     }
   }
-  return failed;
+
+  const std::string& prefix_;
+  const std::function<void(const EtcdEvent&)>& on_event_;
+  ptc::Status failed_;
+  std::string pending_;  // the body after its last newline
+};
+
+// One watch on one endpoint: its connection and the streamed response. Every way out of it
+// closes the stream and lets its cancelled read finish while what the read refers to (the
+// parser, buffer and flags below) is still alive.
+class WatchStream {
+ public:
+  WatchStream(asio::ssl::context* tls, const Endpoint& ep, const std::string& prefix,
+              const std::function<void(const EtcdEvent&)>& on_event)
+      : ep_(ep), prefix_(prefix), conn_(ioc_, tls), lines_(prefix, on_event) {
+    parser_.body_limit(boost::none);
+    parser_.on_chunk_body(on_chunk_);
+  }
+  WatchStream(const WatchStream&) = delete;  // the parser and the reads refer to this object
+  WatchStream& operator=(const WatchStream&) = delete;
+  ~WatchStream() {
+    beast::error_code ignored;
+    conn_.tcp().socket().close(ignored);
+    ioc_.restart();
+    ioc_.run();
+  }
+
+  // Connects and sends the watch's create request, each within `timeout`.
+  ptc::Status start(int64_t start_revision, std::chrono::milliseconds timeout) {
+    PTC_RETURN_IF_ERROR(conn_.open(ep_, timeout));
+    json create{{"key", b64(prefix_)}, {"range_end", b64(prefix_end(prefix_))}};
+    if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
+    http::request<http::string_body> req{http::verb::post, "/v3/watch", 11};
+    req.set(http::field::host, ep_.host);
+    req.set(http::field::content_type, "application/json");
+    req.body() = json{{"create_request", create}}.dump();
+    req.prepare_payload();
+    conn_.tcp().expires_after(timeout);
+    busy_ = true;
+    conn_.with([&](auto& stream) {
+      http::async_write(stream, req, [this](beast::error_code e, size_t) {
+        ec_ = e;
+        busy_ = false;
+      });
+    });
+    ioc_.run();
+    ioc_.restart();
+    if (busy_) return ptc::unavailable("etcd at " + ep_.text + " did not take the watch of " + prefix_);
+    if (ec_) return conn_.failed(ep_, "the watch of " + prefix_, ec_);
+    conn_.tcp().expires_never();
+    return ptc::Status::ok();
+  }
+
+  // Reads the stream, passing its events on, until stop() (checked every 200 ms), a
+  // failure, or the end of the response.
+  ptc::Status read(const std::function<bool()>& stop) {
+    busy_ = false;
+    while (!stop() && lines_.failed().is_ok()) {
+      if (!busy_) {
+        busy_ = true;
+        conn_.with([&](auto& stream) {
+          http::async_read_some(stream, buf_, parser_, [this](beast::error_code e, size_t) {
+            ec_ = e;
+            busy_ = false;
+          });
+        });
+      }
+      ioc_.run_for(std::chrono::milliseconds(200));
+      ioc_.restart();
+      if (!busy_ && ec_) return conn_.failed(ep_, "the watch of " + prefix_, ec_);
+      if (parser_.is_done()) return ended();
+    }
+    return lines_.failed();
+  }
+
+ private:
+  // The response ended: etcd's error, the failure a line carried, or kUnavailable.
+  ptc::Status ended() {
+    lines_.finish();
+    if (lines_.failed().is_ok() && parser_.get().result() != http::status::ok)
+      return etcd_error(parser_.get().body(), parser_.get().result_int());
+    return lines_.failed().is_ok() ? ptc::unavailable("etcd at " + ep_.text + " ended the watch of " + prefix_)
+                                   : lines_.failed();
+  }
+
+  const Endpoint& ep_;
+  const std::string& prefix_;
+  asio::io_context ioc_;
+  Connection conn_;
+  WatchLines lines_;
+  http::response_parser<http::string_body> parser_;
+  std::function<size_t(uint64_t, beast::string_view, beast::error_code&)> on_chunk_ =
+      [this](uint64_t, beast::string_view body, beast::error_code&) -> size_t {
+    lines_.feed(body);
+    return body.size();
+  };
+  beast::flat_buffer buf_;
+  beast::error_code ec_;
+  bool busy_ = false;
+};
+
+}  // namespace
+
+ptc::Status EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revision,
+                                     const std::function<void(const EtcdEvent&)>& on_event,
+                                     const std::function<bool()>& stop) {
+  const Endpoint& ep = impl_->endpoints[impl_->preferred.load() % impl_->endpoints.size()];
+  WatchStream watch(impl_->tls.get(), ep, prefix, on_event);
+  PTC_RETURN_IF_ERROR(watch.start(start_revision, impl_->timeout));
+  return watch.read(stop);
 }
 
 }  // namespace ptcfs::transport

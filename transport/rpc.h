@@ -105,12 +105,15 @@ RpcServer::Handler route(std::vector<Route> routes);
 // any Status the server sent back.
 class RpcClient {
  public:
-  // Connects to "HOST:PORT"; kUnavailable with a hint when nothing listens there. When the
+  // Connects to "HOST:PORT"; kUnavailable when nothing listens there, its message followed
+  // by `unreachable_hint` when one is given: advice for whoever chose the address, such as
+  // the CLI's "(is ptcfsd running? set --daemon or PTCFS_DAEMON)". A daemon calling its
+  // peers gives none (the address came from the cluster, not from the user). When the
   // server asks for authentication, proves it holds `secret` and checks that the server
   // does too; kPermissionDenied when the secret is missing or wrong.
   // `deadlines` bound the connect and handshake, and every call.
   static ptc::Result<std::unique_ptr<RpcClient>> connect(const std::string& addr, const std::string& secret = {},
-                                                         Deadlines deadlines = {});
+                                                         Deadlines deadlines = {}, std::string unreachable_hint = {});
   virtual ~RpcClient() = default;
   // Sends a request and waits for its response, passing progress frames to `progress`.
   virtual ptc::Result<nlohmann::json> call(const nlohmann::json& request, const ProgressSink& progress = {}) = 0;

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "ptc/base/json_util.h"
+#include "transport/address.h"
 #include "transport/auth.h"
 #include "transport/frame.h"
 #include "transport/rpc.h"
@@ -31,30 +32,30 @@ std::string seconds_text(Clock::duration d) {
 
 class SyncClient final : public RpcClient {
  public:
-  SyncClient(std::string addr, std::string secret, Deadlines d)
-      : addr_(std::move(addr)), secret_(std::move(secret)), deadlines_(d), socket_(io_) {}
+  SyncClient(std::string addr, std::string secret, Deadlines d, std::string unreachable_hint)
+      : addr_(std::move(addr)),
+        secret_(std::move(secret)),
+        unreachable_hint_(std::move(unreachable_hint)),
+        deadlines_(d),
+        socket_(io_) {}
 
   void set_deadlines(Deadlines d) override { deadlines_ = d; }
   bool broken() const override { return broken_; }
 
   ptc::Status connect() {
-    std::string host;
-    uint16_t port = 0;
-    PTC_RETURN_IF_ERROR(parse_address(addr_, host, port));
-    boost::system::error_code ec;
-    tcp::resolver resolver(io_);
-    auto eps = resolver.resolve(host, std::to_string(port), ec);
-    if (ec) return ptc::error(ptc::Code::kUnavailable, "cannot resolve " + addr_ + ": " + ec.message());
+    PTC_ASSIGN_OR_RETURN(const auto eps, resolve(io_, addr_));
     const auto deadline = Clock::now() + deadlines_.connect;
-    ec = run_until(deadline, [&](auto handler) {
+    auto ec = run_until(deadline, [&](auto handler) {
       asio::async_connect(socket_, eps, [handler](const boost::system::error_code& e, const tcp::endpoint&) { handler(e); });
     });
     if (ec == asio::error::timed_out)
       return ptc::error(ptc::Code::kDeadlineExceeded,
                         "the daemon at " + addr_ + " did not accept a connection within " + seconds_text(deadlines_.connect));
-    if (ec)
-      return ptc::error(ptc::Code::kUnavailable, "cannot reach the daemon at " + addr_ + ": " + ec.message() +
-                                                     " (is ptcfsd running? set --daemon or PTCFS_DAEMON)");
+    if (ec) {
+      std::string why = "cannot reach the daemon at " + addr_ + ": " + ec.message();
+      if (!unreachable_hint_.empty()) why += " " + unreachable_hint_;
+      return ptc::error(ptc::Code::kUnavailable, why);
+    }
     socket_.set_option(tcp::no_delay(true), ec);
     return handshake(deadline);
   }
@@ -225,6 +226,7 @@ class SyncClient final : public RpcClient {
 
   std::string addr_;
   std::string secret_;
+  std::string unreachable_hint_;  // added to "cannot reach" (RpcClient::connect)
   Deadlines deadlines_;
   asio::io_context io_;
   tcp::socket socket_;
@@ -235,8 +237,8 @@ class SyncClient final : public RpcClient {
 }  // namespace
 
 ptc::Result<std::unique_ptr<RpcClient>> RpcClient::connect(const std::string& addr, const std::string& secret,
-                                                           Deadlines deadlines) {
-  auto c = std::make_unique<SyncClient>(addr, secret, deadlines);
+                                                           Deadlines deadlines, std::string unreachable_hint) {
+  auto c = std::make_unique<SyncClient>(addr, secret, deadlines, std::move(unreachable_hint));
   PTC_RETURN_IF_ERROR(c->connect());
   return std::unique_ptr<RpcClient>(std::move(c));
 }

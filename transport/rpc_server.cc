@@ -16,6 +16,7 @@
 
 #include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
+#include "transport/address.h"
 #include "transport/auth.h"
 #include "transport/frame.h"
 #include "transport/rpc.h"
@@ -85,6 +86,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   awaitable<void> writer();
   awaitable<void> watchdog();
   void dispatch(uint32_t id, json request);
+  // The completion of this connection's coroutines: an exception that ends one is logged,
+  // never dropped.
+  auto logged_end() const {
+    return [peer = peer_](std::exception_ptr e) {
+      if (e) ptc::log::warn("control connection {} ended by an exception", peer);
+    };
+  }
 
   tcp::socket socket_;
   Server& server_;
@@ -108,14 +116,10 @@ class Server final : public RpcServer {
   ~Server() override { stop(); }
 
   ptc::Status listen(const std::string& addr) {
-    std::string host;
-    uint16_t port = 0;
-    PTC_RETURN_IF_ERROR(parse_address(addr, host, port));
+    auto eps = resolve(io_, addr);
+    if (!eps) return ptc::invalid("listen address: " + eps.status().message());
+    const tcp::endpoint ep = *eps->begin();
     boost::system::error_code ec;
-    tcp::resolver resolver(io_);
-    auto eps = resolver.resolve(host, std::to_string(port), ec);
-    if (ec || eps.empty()) return ptc::invalid("cannot resolve listen address " + addr + ": " + ec.message());
-    const tcp::endpoint ep = *eps.begin();
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor_.bind(ep, ec);
@@ -233,12 +237,9 @@ void Connection::start() {
     hello = {{"auth", "hmac-sha256"}, {"nonce", nonce_}};
   }
   send_control(encode_frame(FrameType::kHello, 0, hello.dump()));
-  auto log_end = [peer = peer_](std::exception_ptr e) {
-    if (e) ptc::log::warn("control connection {} ended by an exception", peer);
-  };
-  asio::co_spawn(socket_.get_executor(), [self] { return self->reader(); }, log_end);
-  asio::co_spawn(socket_.get_executor(), [self] { return self->writer(); }, log_end);
-  asio::co_spawn(socket_.get_executor(), [self] { return self->watchdog(); }, log_end);
+  asio::co_spawn(socket_.get_executor(), [self] { return self->reader(); }, logged_end());
+  asio::co_spawn(socket_.get_executor(), [self] { return self->writer(); }, logged_end());
+  asio::co_spawn(socket_.get_executor(), [self] { return self->watchdog(); }, logged_end());
 }
 
 void Connection::close() {
@@ -273,7 +274,7 @@ void Connection::dismiss(const ptc::Status& why, bool started) {
     return;
   }
   auto self = shared_from_this();
-  asio::co_spawn(socket_.get_executor(), [self] { return self->writer(); }, asio::detached);
+  asio::co_spawn(socket_.get_executor(), [self] { return self->writer(); }, logged_end());
 }
 
 void Connection::send_control(std::string frame) {

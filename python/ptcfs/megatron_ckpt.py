@@ -258,25 +258,32 @@ def _optimizer_of(sd: Mapping, params: List[Tuple[str, Any]], where: str) -> Dic
 # --------------------------------------------------------------------------------------
 # the whole checkpoint
 
-def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] = None,
-         model_only: bool = False, progress: Optional[Callable[[str], None]] = None) -> MegatronCheckpoint:
-    """Reads every rank file of an iteration and gathers the global tensors. `vocab_size`
-    drops the vocabulary padding rows (default: keep them; the logical vocabulary is then the
-    padded one). With `model_only`, optimizer state is left out (and a distributed optimizer's
-    files are no error)."""
-    iter_dir, iteration = iteration_dir(path, iteration)
-    files = rank_files(iter_dir)
-    tp = 1 + max(t for t, _ in files)
-    pp = 1 + max(p for _, p in files)
-    if not model_only:
-        dist = [os.path.join(os.path.dirname(f), "distrib_optim.pt") for f in files.values()]
-        if any(os.path.exists(d) for d in dist):
-            raise invalid(f"{iter_dir}: the distributed optimizer's state (distrib_optim.pt) is not covered; "
-                          "pass --model-only to import the model alone")
+@dataclass
+class _Ranks:
+    """What the rank files hold, read once: per (tp, pp) rank its chunks' parameters under
+    their local names, and its whole state dict (optimizer and extras)."""
+    per_rank: Dict[Tuple[int, int], List[Dict[str, Any]]]
+    extras: Dict[Tuple[int, int], Dict[str, Any]]
+    counts: Dict[Tuple[int, int], int]   # (chunk, stage) -> layers
+    args: Any                            # the run's argparse.Namespace (the last file's), or None
+    not_imported: set
+    vp: int
 
+
+def _refuse_distributed_optimizer(iter_dir: str, files: Dict[Tuple[int, int], str]) -> None:
+    dist = [os.path.join(os.path.dirname(f), "distrib_optim.pt") for f in files.values()]
+    if any(os.path.exists(d) for d in dist):
+        raise invalid(f"{iter_dir}: the distributed optimizer's state (distrib_optim.pt) is not covered; "
+                      "pass --model-only to import the model alone")
+
+
+def _read_ranks(files: Dict[Tuple[int, int], str], iter_dir: str,
+                progress: Optional[Callable[[str], None]]) -> _Ranks:
+    """Loads every rank file, stage by stage, and checks that they agree on the model chunks
+    and on the layers of each (chunk, stage)."""
     per_rank: Dict[Tuple[int, int], List[Dict[str, Any]]] = {}
     extras: Dict[Tuple[int, int], Dict[str, Any]] = {}
-    counts: Dict[Tuple[int, int], int] = {}  # (chunk, stage) -> layers
+    counts: Dict[Tuple[int, int], int] = {}
     args = None
     not_imported: set = set()
     vp = None
@@ -305,58 +312,86 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
         not_imported.update(k for k in sd if k not in ("model", "optimizer", "args", "iteration",
                                                         "checkpoint_version") and not re.match(r"model\d+$", k))
     assert vp is not None
+    return _Ranks(per_rank=per_rank, extras=extras, counts=counts, args=args, not_imported=not_imported, vp=vp)
+
+
+def _check_parallelism(args: Any, iter_dir: str, tp: int, pp: int) -> None:
     for key, what in ((("tensor_model_parallel_size",), tp), (("pipeline_model_parallel_size",), pp)):
         given = _arg(args, key[0])
         if isinstance(given, int) and given != what:
             raise invalid(f"{iter_dir}: args.{key[0]} is {given} but the folder has {what} ranks along it")
 
-    # Layer offsets: chunk v of stage p follows every chunk before it in (v, p) order.
+
+def _layer_offsets(ranks: _Ranks, pp: int, iter_dir: str) -> Tuple[Dict[Tuple[int, int], int], int]:
+    """Each (chunk, stage)'s first global layer, and the total: chunk v of stage p follows
+    every chunk before it in (v, p) order."""
     offsets, total = {}, 0
-    for v in range(vp):
+    for v in range(ranks.vp):
         for p in range(pp):
             offsets[(v, p)] = total
-            total += counts[(v, p)]
-    num_layers = _arg(args, "num_layers")
+            total += ranks.counts[(v, p)]
+    num_layers = _arg(ranks.args, "num_layers")
     if isinstance(num_layers, int) and num_layers != total:
         raise invalid(f"{iter_dir}: args.num_layers is {num_layers}, the rank files hold {total} layers")
+    return offsets, total
 
-    # Global names: {name: (stage, {tp rank: tensor})}; parameters in model order per rank.
-    found: Dict[str, Tuple[int, Dict[int, Any]]] = {}
+
+_Found = Dict[str, Tuple[int, Dict[int, Any]]]  # global name -> (stage, {tp rank: tensor})
+
+
+def _global_names(ranks: _Ranks, offsets: Dict[Tuple[int, int], int],
+                  iter_dir: str) -> Tuple[_Found, Dict[Tuple[int, int], List[Tuple[str, Any]]]]:
+    """The parameters under their global names, and each rank's (global name, tensor) in
+    model order."""
+    found: _Found = {}
     order: Dict[Tuple[int, int], List[Tuple[str, Any]]] = {}
-    for (t, p), flat in per_rank.items():
+    for (t, p), flat in ranks.per_rank.items():
         params = order.setdefault((t, p), [])
         for v, names in enumerate(flat):
             for local, x in names.items():
                 name = _globalize(local, offsets[(v, p)])
-                stage, ranks = found.setdefault(name, (p, {}))
-                if stage != p or t in ranks:
+                stage, held = found.setdefault(name, (p, {}))
+                if stage != p or t in held:
                     raise invalid(f"{iter_dir}: tensor '{name}' appears twice (stages {stage} and {p})")
-                ranks[t] = x
+                held[t] = x
                 params.append((name, x))
-    if not model_only:
-        for (t, p), params in order.items():
-            try:
-                state = _optimizer_of(extras[(t, p)], params, files[(t, p)])
-            except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:  # of a crafted file
-                raise invalid(f"{files[(t, p)]}: optimizer state of an unexpected form ({type(e).__name__}: "
-                              f"{str(e)[:200]}); pass --model-only to import the model alone") from None
-            for name, x in state.items():
-                stage, ranks = found.setdefault(name, (p, {}))
-                if name == STEP_NAME:
-                    stage, ranks = found[name] = (0, ranks)
-                    if t in ranks and not np.array_equal(np.asarray(ranks[t]), np.asarray(x)):
-                        raise invalid(f"{iter_dir}: optimizer steps differ between ranks")
-                ranks[t] = x
-        if any(isinstance(sd.get("optimizer"), Mapping) for sd in extras.values()):
-            not_imported.add("optimizer hyperparameters (param_groups)")
-            if any("grad_scaler" in sd["optimizer"] for sd in extras.values() if isinstance(sd.get("optimizer"), Mapping)):
-                not_imported.add("optimizer.grad_scaler")
-    elif any("optimizer" in sd for sd in extras.values()):
-        not_imported.add("optimizer")
-    if args is not None:
-        not_imported.add("args")
-    extras.clear()
+    return found, order
 
+
+def _add_optimizer(found: _Found, order: Dict[Tuple[int, int], List[Tuple[str, Any]]], ranks: _Ranks,
+                   files: Dict[Tuple[int, int], str], iter_dir: str) -> None:
+    """Adds every rank's optimizer state to `found` (the step once, on stage 0), and what
+    of the optimizer is not read to ranks.not_imported."""
+    for (t, p), params in order.items():
+        try:
+            state = _optimizer_of(ranks.extras[(t, p)], params, files[(t, p)])
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:  # of a crafted file
+            raise invalid(f"{files[(t, p)]}: optimizer state of an unexpected form ({type(e).__name__}: "
+                          f"{str(e)[:200]}); pass --model-only to import the model alone") from None
+        for name, x in state.items():
+            stage, held = found.setdefault(name, (p, {}))
+            if name == STEP_NAME:
+                stage, held = found[name] = (0, held)
+                if t in held and not np.array_equal(np.asarray(held[t]), np.asarray(x)):
+                    raise invalid(f"{iter_dir}: optimizer steps differ between ranks")
+            held[t] = x
+    if any(isinstance(sd.get("optimizer"), Mapping) for sd in ranks.extras.values()):
+        ranks.not_imported.add("optimizer hyperparameters (param_groups)")
+        if any("grad_scaler" in sd["optimizer"] for sd in ranks.extras.values()
+               if isinstance(sd.get("optimizer"), Mapping)):
+            ranks.not_imported.add("optimizer.grad_scaler")
+
+
+@dataclass
+class _Model:
+    """The run's model arguments that the partitioning rules need."""
+    pad_to: int                 # vocabulary padding multiple (1 when the files pad by another rule)
+    swiglu: bool
+    heads: Optional[int]        # attention heads and key/value groups, None when args lack them
+    groups: Optional[int]
+
+
+def _model_args(args: Any, iter_dir: str) -> _Model:
     pad_to = _arg(args, "make_vocab_size_divisible_by", 128)
     if type(pad_to) is not int or pad_to < 1:
         raise invalid(f"{iter_dir}: args.make_vocab_size_divisible_by is {str(pad_to)[:40]}, not a positive number")
@@ -367,24 +402,32 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
     groups = _arg(args, "num_query_groups") if _arg(args, "group_query_attention", False) else heads
     if not (isinstance(heads, int) and isinstance(groups, int) and heads > 0 and groups > 0):
         heads = groups = None
+    return _Model(pad_to=pad_to, swiglu=swiglu, heads=heads, groups=groups)
+
+
+def _global_shapes(found: _Found, model: _Model, args: Any, tp: int, vocab_size: Optional[int],
+                   iter_dir: str) -> Tuple[Dict[str, Tuple[List[int], str]], Dict[str, List[Any]]]:
+    """Each tensor's global (shape, dtype), checked against the run's args, and its TP
+    slices in rank order. Sets model.pad_to to 1 when the vocabulary is padded by another
+    rule than make_vocab_size_divisible_by."""
     shapes, slices, unknown = {}, {}, []
-    for name, (stage, ranks) in sorted(found.items()):
+    for name, (stage, held) in sorted(found.items()):
         where = f"{iter_dir}: tensor '{name}'"
         if name == STEP_NAME:
             shapes[name] = ([1], "I64")
-            slices[name] = [np.asarray(ranks[t]) for t in sorted(ranks)][:1] * tp
+            slices[name] = [np.asarray(held[t]) for t in sorted(held)][:1] * tp
             continue
         base = name
         for prefix in OPTIMIZER_PREFIXES + (FP32_PREFIX,):
             if name.startswith(prefix):
                 base = name[len(prefix):]
-        fields = _rule(base, pad_to, None, 2 if swiglu else None)
+        fields = _rule(base, model.pad_to, None, 2 if model.swiglu else None)
         if fields is None:
             unknown.append(name)
             continue
-        if sorted(ranks) != list(range(tp)):
-            raise invalid(f"{where} is held by TP ranks {sorted(ranks)}, not all {tp}")
-        arrays = [_as_array(ranks[t], where) for t in range(tp)]
+        if sorted(held) != list(range(tp)):
+            raise invalid(f"{where} is held by TP ranks {sorted(held)}, not all {tp}")
+        arrays = [_as_array(held[t], where) for t in range(tp)]
         dt = arrays[0][1]
         if any(d != dt or a.shape != arrays[0][0].shape for a, d in arrays):
             raise invalid(f"{where}: TP ranks disagree on its dtype or slice shape")
@@ -396,21 +439,51 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
         if k is not None:
             if "pad_to" in fields:
                 padded = shape[k]
-                if padded % (pad_to * tp):  # padded by some other rule: keep every row, pad by tp alone
-                    pad_to = 1
+                if padded % (model.pad_to * tp):  # padded by some other rule: keep every row, pad by tp alone
+                    model.pad_to = 1
                 if vocab_size is not None:
-                    if _ptc.padded_size(vocab_size, pad_to, tp) != padded:
+                    if _ptc.padded_size(vocab_size, model.pad_to, tp) != padded:
                         raise invalid(f"{where}: --vocab-size {vocab_size} pads to "
-                                      f"{_ptc.padded_size(vocab_size, pad_to, tp)} rows at tp={tp}, the files hold {padded}")
+                                      f"{_ptc.padded_size(vocab_size, model.pad_to, tp)} rows at tp={tp}, "
+                                      f"the files hold {padded}")
                     shape[k] = vocab_size
         shapes[name] = (shape, dt)
         slices[name] = [a for a, _ in arrays]
     if unknown:
         raise invalid(f"{iter_dir}: no partitioning rule for {len(unknown)} tensor(s): {', '.join(unknown[:10])}"
                       f"{' ...' if len(unknown) > 10 else ''} (a Megatron GPT model is expected)")
+    return shapes, slices
+
+
+def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] = None,
+         model_only: bool = False, progress: Optional[Callable[[str], None]] = None) -> MegatronCheckpoint:
+    """Reads every rank file of an iteration and gathers the global tensors. `vocab_size`
+    drops the vocabulary padding rows (default: keep them; the logical vocabulary is then the
+    padded one). With `model_only`, optimizer state is left out (and a distributed optimizer's
+    files are no error)."""
+    iter_dir, iteration = iteration_dir(path, iteration)
+    files = rank_files(iter_dir)
+    tp = 1 + max(t for t, _ in files)
+    pp = 1 + max(p for _, p in files)
+    if not model_only:
+        _refuse_distributed_optimizer(iter_dir, files)
+    ranks = _read_ranks(files, iter_dir, progress)
+    _check_parallelism(ranks.args, iter_dir, tp, pp)
+    offsets, total = _layer_offsets(ranks, pp, iter_dir)
+    found, order = _global_names(ranks, offsets, iter_dir)
+    if not model_only:
+        _add_optimizer(found, order, ranks, files, iter_dir)
+    elif any("optimizer" in sd for sd in ranks.extras.values()):
+        ranks.not_imported.add("optimizer")
+    if ranks.args is not None:
+        ranks.not_imported.add("args")
+    ranks.extras.clear()
+
+    model = _model_args(ranks.args, iter_dir)
+    shapes, slices = _global_shapes(found, model, ranks.args, tp, vocab_size, iter_dir)
     found.clear()
-    ptc = infer_megatron(shapes, num_layers=total, tp=tp, pp=pp, dp=1, pad_to=pad_to, qkv_parts=None,
-                         mlp_parts=2 if swiglu else None, heads=heads, query_groups=groups,
+    ptc = infer_megatron(shapes, num_layers=total, tp=tp, pp=pp, dp=1, pad_to=model.pad_to, qkv_parts=None,
+                         mlp_parts=2 if model.swiglu else None, heads=model.heads, query_groups=model.groups,
                          optimizer_prefixes=OPTIMIZER_PREFIXES + (FP32_PREFIX,),
                          overrides={STEP_NAME: {"stage": "all"}})
     tensors = {}
@@ -419,8 +492,8 @@ def read(path: str, iteration: Optional[int] = None, vocab_size: Optional[int] =
             tensors[name] = _ptc.gather(slices.pop(name), spec, tp)
         except Error as e:
             raise invalid(f"{iter_dir}: tensor '{name}': {e.message}") from None
-    return MegatronCheckpoint(path=iter_dir, iteration=iteration, tp=tp, pp=pp, vp=vp, ptc=ptc, tensors=tensors,
-                              not_imported=sorted(not_imported),
+    return MegatronCheckpoint(path=iter_dir, iteration=iteration, tp=tp, pp=pp, vp=ranks.vp, ptc=ptc, tensors=tensors,
+                              not_imported=sorted(ranks.not_imported),
                               optimizer=any(n.startswith("optimizer.") for n in tensors))
 
 

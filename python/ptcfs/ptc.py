@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import dtypes as _dt
+from ._json import no_duplicates
 from .errors import invalid
 
 TOP_KEYS = ("parallelism", "num_layers", "tensors")
@@ -38,17 +39,6 @@ _ID = re.compile(r"[A-Za-z0-9_.-]+")
 
 # --------------------------------------------------------------------------------------
 # parsing and checking
-
-def _no_duplicates(where):
-    def hook(pairs):
-        out = {}
-        for k, v in pairs:
-            if k in out:
-                raise invalid(f"{where}: key '{k}' is repeated")
-            out[k] = v
-        return out
-    return hook
-
 
 def _int(v: Any, where: str, lo: int, hi: int) -> int:
     # JSON integers only: true/false and 2.0 are refused, as nlohmann's is_number_integer does.
@@ -175,7 +165,7 @@ def validate(ptc: Any, where: str = "ptc.json") -> None:
 def loads(text, where: str = "ptc.json") -> dict:
     """Parses and validates ptc.json text (str or bytes)."""
     try:
-        ptc = json.loads(text, object_pairs_hook=_no_duplicates(where))
+        ptc = json.loads(text, object_pairs_hook=no_duplicates(where))
     except ValueError as e:
         raise invalid(f"{where}: not valid JSON: {e}") from None
     validate(ptc, where)

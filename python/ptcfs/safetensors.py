@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 import numpy as np
 
 from . import dtypes as _dt
+from ._json import no_duplicates
 from .errors import Error, invalid
 
 MAX_HEADER = 100_000_000  # the reference implementation's limit
@@ -27,15 +28,6 @@ WRITE_BUFFER = 1 << 20    # large writes: fewer FUSE round trips
 
 # --------------------------------------------------------------------------------------
 # header
-
-def _no_duplicates(pairs):
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"repeated key {k!r}")
-        out[k] = v
-    return out
-
 
 def encode_header(entries: Mapping[str, Tuple[str, Tuple[int, ...]]]) -> Tuple[bytes, Dict[str, Tuple[int, int]]]:
     """The canonical header (8-byte length included) for {name: (dtype, shape)}, and each
@@ -63,7 +55,7 @@ def parse_header(buf, file_size: int, where: str) -> Tuple[int, Dict[str, Tuple[
     if n > MAX_HEADER or 8 + n > file_size:
         raise invalid(f"{where}: header length {n} does not fit the file ({file_size} bytes)")
     try:
-        h = json.loads(bytes(buf[8:8 + n]).decode("utf-8"), object_pairs_hook=_no_duplicates)
+        h = json.loads(bytes(buf[8:8 + n]).decode("utf-8"), object_pairs_hook=no_duplicates(f"{where}: header"))
     except (UnicodeDecodeError, ValueError) as e:
         raise invalid(f"{where}: header is not valid JSON: {e}") from None
     if not isinstance(h, dict):

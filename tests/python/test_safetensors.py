@@ -145,7 +145,7 @@ def test_reader_refuses_repeated_keys_and_a_lying_length(tmp_path):
     p = str(tmp_path / "bad.safetensors")
     js = b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
     open(p, "wb").write(struct.pack("<Q", len(js)) + js + b"x")
-    with pytest.raises(ptcfs.Error, match="repeated key"):
+    with pytest.raises(ptcfs.Error, match=r"bad.safetensors: header: key 'a' is repeated"):
         st.load(p)
     open(p, "wb").write(struct.pack("<Q", 1 << 40) + b"{}")
     with pytest.raises(ptcfs.Error, match="does not fit the file"):

@@ -224,3 +224,33 @@ TEST_CASE("a bound server answers nothing until it serves, and its handler then 
   REQUIRE(r);
   CHECK(*r == json{{"listen", addr}});
 }
+
+TEST_CASE("a refused connect is kUnavailable naming the address, with the caller's hint only when it gives one") {
+  // A port nothing listens on: bound once, then closed.
+  int port = 0;
+  {
+    SilentListener gone;
+    port = gone.port;
+  }
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  auto peer = RpcClient::connect(addr);  // as a daemon calls its peers: no advice about flags
+  REQUIRE_FALSE(peer.is_ok());
+  CHECK(peer.status().code() == ptc::Code::kUnavailable);
+  CHECK(peer.status().message().find("cannot reach the daemon at " + addr) != std::string::npos);
+  CHECK(peer.status().message().find("PTCFS_DAEMON") == std::string::npos);
+  auto cli = RpcClient::connect(addr, "", {}, "(is ptcfsd running? set --daemon or PTCFS_DAEMON)");
+  REQUIRE_FALSE(cli.is_ok());
+  CHECK(cli.status().code() == ptc::Code::kUnavailable);
+  CHECK(cli.status().message().ends_with(" (is ptcfsd running? set --daemon or PTCFS_DAEMON)"));
+}
+
+TEST_CASE("a malformed address is kInvalidArgument for the client and the server alike") {
+  auto c = RpcClient::connect("127.0.0.1");
+  REQUIRE_FALSE(c.is_ok());
+  CHECK(c.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(c.status().message().find("expected HOST:PORT") != std::string::npos);
+  auto s = RpcServer::bind("127.0.0.1:http-ish");
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(s.status().message().find("listen address: address '127.0.0.1:http-ish': bad port") == 0);
+}
