@@ -23,7 +23,8 @@ ptc::Result<nlohmann::json> call(const Globals& g, const nlohmann::json& req, co
   if (!g.secret_file.empty()) {
     PTC_ASSIGN_OR_RETURN(secret, transport::read_secret_file(g.secret_file));
   }
-  PTC_ASSIGN_OR_RETURN(auto client, transport::RpcClient::connect(g.daemon, secret));
+  PTC_ASSIGN_OR_RETURN(auto client, transport::RpcClient::connect(g.daemon, secret, {},
+                                                                  "(is ptcfsd running? set --daemon or PTCFS_DAEMON)"));
   return client->call(req, progress);
 }
 
