@@ -118,13 +118,17 @@ int run(const Options& o, bool listen_given) {
     return 1;
   }
   Store& st = **store;
+  // Steps saved into the mount; in a cluster they commit on every node together.
+  auto saves = std::make_unique<SaveService>(st);
   std::unique_ptr<PeerService> peer_service;
+  std::unique_ptr<PeerClient> peer_client;
   std::unique_ptr<Coordinator> coordinator;
   if (cfg.cluster) {
     PrepareOptions prep;
     prep.policy = policy;
-    peer_service = std::make_unique<PeerService>(st, *peers, cfg.node, *membership, prep);
-    coordinator = std::make_unique<Coordinator>(st, *peers, cfg.node, *peer_service, *membership);
+    peer_service = std::make_unique<PeerService>(st, *peers, cfg.node, *membership, *saves, prep);
+    peer_client = std::make_unique<PeerClient>(*peers, cfg.node, *peer_service);
+    coordinator = std::make_unique<Coordinator>(st, *peer_client, *peer_service, *membership);
     peer_service->restore();  // changes prepared before a restart wait again for their decision
   } else {
     for (auto& k : restore_prepared(st)) {  // kept by an earlier run in a cluster: nothing decides them here
@@ -133,14 +137,10 @@ int run(const Options& o, bool listen_given) {
     }
   }
 
-  // Steps saved into the mount; in a cluster they commit on every node together.
-  auto saves = std::make_unique<SaveService>(st);
-  if (coordinator) {
-    peer_service->set_saves(saves.get(), [&c = *coordinator](const std::string& job, const std::string& step) {
-      c.save_ready(job, step);
+  if (coordinator)
+    saves->set_cluster([&c = *coordinator](const std::string& job, const std::string& step) {
+      (void)c.save_commit(SaveCommitRequest{job, step});
     });
-    saves->set_cluster([&c = *coordinator](const std::string& job, const std::string& step) { c.save_ready(job, step); });
-  }
 
   // The direct data path (daemon/direct/direct_server.h): its socket, which the mount names
   // to clients in its hidden file .ptcfs-direct.
@@ -260,13 +260,16 @@ int run(const Options& o, bool listen_given) {
     std::unique_lock lock(gc_mu);
     for (unsigned tick = 1; !gc_cv.wait_for(lock, std::chrono::seconds(1), [&] { return stopping.load(); }); ++tick) {
       if (peer_service) peer_service->expire(std::chrono::seconds(o.prepare_expiry_s));
-      if (coordinator) coordinator->settle_undecided();
+      if (coordinator) {
+        coordinator->settle();
+        // Parts other nodes said are complete (peer.save_ready).
+        for (const auto& [job, step] : saves->take_noted()) (void)coordinator->save_commit(SaveCommitRequest{job, step});
+      }
       if (tick % 5) continue;
       if (auto r = st.collect_garbage(); !r) ptc::log::warn("collecting blobs: {}", r.status().to_string());
       if (coordinator) {
-        coordinator->retry_aborts();
         // A part whose word to the deciding node was lost (it was down) says it again.
-        for (const auto& [job, step] : saves->ready_parts()) coordinator->save_ready(job, step);
+        for (const auto& [job, step] : saves->ready_parts()) (void)coordinator->save_commit(SaveCommitRequest{job, step});
       }
     }
   });

@@ -302,4 +302,16 @@ void SaveService::run() {
   }
 }
 
+void SaveService::note_ready(const std::string& job, const std::string& step) {
+  std::lock_guard lock(noted_mu_);
+  noted_.emplace(job, step);
+}
+
+std::vector<std::pair<std::string, std::string>> SaveService::take_noted() {
+  std::lock_guard lock(noted_mu_);
+  std::vector<std::pair<std::string, std::string>> out(noted_.begin(), noted_.end());
+  noted_.clear();
+  return out;
+}
+
 }  // namespace ptcfs

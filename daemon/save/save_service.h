@@ -81,6 +81,11 @@ class SaveService final : public fs::WriteTarget {
   ptc::Result<PreparedChange> prepare_part(const std::string& job, const std::string& step, StepPlacement placement);
   // After the cluster committed (the pending step goes) or aborted (it stays, failed: remove it).
   void part_done(const std::string& job, const std::string& step, bool committed);
+  // Another node's part of job/step is complete (its peer.save_ready): noted here, and taken
+  // by the node's ticker, which asks the cluster to commit the step (ChangeRunner::save_commit).
+  void note_ready(const std::string& job, const std::string& step);
+  // The steps noted since the last call, each once.
+  std::vector<std::pair<std::string, std::string>> take_noted();
 
  private:
   std::shared_ptr<PendingStep> find(const std::string& job, const std::string& step) const;
@@ -99,6 +104,8 @@ class SaveService final : public fs::WriteTarget {
   std::vector<std::function<void()>> listeners_;
   bool stopping_ = false;
   std::function<void(const std::string&, const std::string&)> part_ready_;  // set in a cluster
+  std::mutex noted_mu_;  // guards noted_
+  std::set<std::pair<std::string, std::string>> noted_;  // note_ready's steps, until take_noted
   std::condition_variable cv_;
   std::thread worker_;
 };

@@ -3,7 +3,7 @@
 
 Modules, bottom to top: ptc/base < ptc (the partition math) < ptc/formats, ptc/planner < fs, transport
 < daemon/store, daemon/direct < daemon/dataset < daemon/reshard
-< daemon/save < daemon/cluster < daemon/control < daemon (main.cc, its config); cli uses the four ptc libraries
+< daemon/save < daemon/change < daemon/cluster < daemon/control < daemon (main.cc, its config); cli uses the four ptc libraries
 and transport only. ptc/formats and ptc/planner do not see each other, and ptc/planner is for cli
 alone (no other module may include it).
 A file may include its own layer and those below it, never one above. Prints every violation
@@ -27,9 +27,10 @@ RANK = {
     "daemon/dataset": 5,
     "daemon/reshard": 6,
     "daemon/save": 7,
-    "daemon/cluster": 8,
-    "daemon/control": 9,
-    "daemon": 10,
+    "daemon/change": 8,
+    "daemon/cluster": 9,
+    "daemon/control": 10,
+    "daemon": 11,
 }
 # Modules of the same rank that must not see each other.
 SIBLINGS_APART = {("fs", "transport"), ("transport", "fs"), ("ptc/formats", "ptc/planner"), ("ptc/planner", "ptc/formats")}
