@@ -9,6 +9,7 @@
 #include "daemon/change/local_runner.h"
 #include "daemon/cluster/coordinator.h"
 #include "daemon/cluster/etcd_membership.h"
+#include "daemon/cluster/peer_client.h"
 #include "daemon/cluster/peer_reader.h"
 #include "daemon/cluster/peer_service.h"
 #include "daemon/control/control.h"
@@ -91,8 +92,9 @@ ptc::Status Node::open_store() {
   }
   PrepareOptions prep;
   prep.policy = policy;
-  peer_service_ = std::make_unique<PeerService>(*store_, *peers_, cfg_.node, *membership_, prep, *saves_);
-  auto coordinator = std::make_unique<Coordinator>(*store_, *peers_, cfg_.node, *peer_service_, *membership_);
+  peer_service_ = std::make_unique<PeerService>(*store_, *peers_, cfg_.node, *membership_, *saves_, prep);
+  peer_client_ = std::make_unique<PeerClient>(*peers_, cfg_.node, *peer_service_);
+  auto coordinator = std::make_unique<Coordinator>(*store_, *peer_client_, *peer_service_, *membership_);
   coordinator_ = coordinator.get();
   runner_ = std::move(coordinator);
   peer_service_->restore();  // changes prepared before a restart wait again for their decision
@@ -187,15 +189,14 @@ void Node::run() {
 }
 
 // Every second: prepared changes whose coordinator's lease ended (or that waited too long)
-// are dropped, and changes whose decision etcd did not answer are settled once it answers.
-// Every 5 s: blobs of replaced versions are freed once the last reader closes them, and
-// missed aborts are sent again.
+// are dropped, changes whose decision etcd did not answer are settled once it answers, and
+// missed aborts are sent again (Coordinator::settle paces those itself). Every 5 s: blobs of
+// replaced versions are freed once the last reader closes them.
 void Node::tick(unsigned tick) {
   if (peer_service_) peer_service_->expire(std::chrono::seconds(opts_.prepare_expiry_s));
-  if (coordinator_) coordinator_->settle_undecided();
+  if (coordinator_) coordinator_->settle();
   if (tick % 5) return;
   if (auto r = store_->collect_garbage(); !r) ptc::log::warn("collecting blobs: {}", r.status().to_string());
-  if (coordinator_) coordinator_->retry_aborts();
 }
 
 // The steps saved into the mount that are ready, as soon as one is; every 5 s also every part

@@ -38,6 +38,7 @@ class DirectServer;
 class EtcdMembership;
 class Membership;
 class MetricsExporter;
+class PeerClient;
 class PeerReader;
 class PeerService;
 class SaveService;
@@ -87,6 +88,7 @@ class Node {
   Signal saves_ready_;
   std::unique_ptr<SaveService> saves_;
   std::unique_ptr<PeerService> peer_service_;
+  std::unique_ptr<PeerClient> peer_client_;
   std::unique_ptr<ChangeRunner> runner_;
   Coordinator* coordinator_ = nullptr;  // runner_, on a cluster
   std::unique_ptr<fs::Filesystem> fs_;

@@ -217,4 +217,104 @@ ptc::Result<PeerStats> peer_stats_from_json(const json& j, const std::string& wh
   return s;
 }
 
+namespace {
+
+// A request of `op` with two string members `a` and `b`, nothing else.
+template <typename R>
+ptc::Result<R> two_strings(const json& j, const char* op, const char* a, const char* b, std::string R::*ma,
+                           std::string R::*mb) {
+  const std::string w = std::string(op) + " request";
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", a, b}, w));
+  R r;
+  PTC_ASSIGN_OR_RETURN(r.*ma, ptc::member_string(j, a, w));
+  PTC_ASSIGN_OR_RETURN(r.*mb, ptc::member_string(j, b, w));
+  return r;
+}
+
+}  // namespace
+
+json to_json(const StateRequest& r) { return {{"op", "peer.state"}, {"job", r.job}, {"step", r.step}}; }
+
+ptc::Result<StateRequest> state_request_from_json(const json& j) {
+  return two_strings(j, "peer.state", "job", "step", &StateRequest::job, &StateRequest::step);
+}
+
+json to_json(const FinishRequest& r) { return {{"op", r.commit ? "peer.commit" : "peer.abort"}, {"tx", r.tx}}; }
+
+ptc::Result<FinishRequest> finish_request_from_json(const json& j, bool commit) {
+  const std::string w = commit ? "peer.commit" : "peer.abort";
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx"}, w + " request"));
+  FinishRequest r;
+  r.commit = commit;
+  PTC_ASSIGN_OR_RETURN(r.tx, ptc::member_string(j, "tx", w));
+  return r;
+}
+
+json to_json(const SaveStateRequest& r) { return {{"op", "peer.save_state"}, {"job", r.job}, {"step", r.step}}; }
+
+ptc::Result<SaveStateRequest> save_state_request_from_json(const json& j) {
+  return two_strings(j, "peer.save_state", "job", "step", &SaveStateRequest::job, &SaveStateRequest::step);
+}
+
+json to_json(const SaveReadyRequest& r) { return {{"op", "peer.save_ready"}, {"job", r.job}, {"step", r.step}}; }
+
+ptc::Result<SaveReadyRequest> save_ready_request_from_json(const json& j) {
+  return two_strings(j, "peer.save_ready", "job", "step", &SaveReadyRequest::job, &SaveReadyRequest::step);
+}
+
+json to_json(const DatasetStateRequest& r) {
+  return {{"op", "peer.dataset_state"}, {"job", r.job}, {"name", r.name}};
+}
+
+ptc::Result<DatasetStateRequest> dataset_state_request_from_json(const json& j) {
+  return two_strings(j, "peer.dataset_state", "job", "name", &DatasetStateRequest::job, &DatasetStateRequest::name);
+}
+
+json to_json(const StatsRequest&) { return {{"op", "peer.stats"}}; }
+
+ptc::Result<StatsRequest> stats_request_from_json(const json& j) {
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op"}, "peer.stats request"));
+  return StatsRequest{};
+}
+
+json to_json(const DatasetTableRequest& r) {
+  return {{"op", "peer.dataset_table"}, {"tx", r.tx}, {"off", r.off}, {"n", r.n}};
+}
+
+ptc::Result<DatasetTableRequest> dataset_table_request_from_json(const json& j) {
+  const std::string w = "peer.dataset_table";
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "off", "n"}, w + " request"));
+  DatasetTableRequest r;
+  PTC_ASSIGN_OR_RETURN(r.tx, ptc::member_string(j, "tx", w));
+  PTC_ASSIGN_OR_RETURN(r.off, ptc::member_u64(j, "off", w));
+  PTC_ASSIGN_OR_RETURN(r.n, ptc::member_u64(j, "n", w));
+  return r;
+}
+
+json to_json(const SamplesRequest& r) {
+  json pieces = json::array();
+  for (const auto& p : r.pieces) pieces.push_back({p.sample, p.off, p.len});
+  return {{"op", "peer.samples"}, {"from", r.from},          {"job", r.job},
+          {"name", r.name},       {"table_xxh3", r.table_xxh3}, {"pieces", std::move(pieces)}};
+}
+
+ptc::Result<SamplesRequest> samples_request_from_json(const json& j) {
+  const std::string w = "peer.samples";
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "from", "job", "name", "table_xxh3", "pieces"}, w + " request"));
+  SamplesRequest r;
+  PTC_ASSIGN_OR_RETURN(r.from, ptc::member_string_or(j, "from", "", w));
+  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(r.name, ptc::member_string(j, "name", w));
+  PTC_ASSIGN_OR_RETURN(r.table_xxh3, ptc::member_u64(j, "table_xxh3", w));
+  auto it = j.find("pieces");
+  if (it == j.end() || !it->is_array()) return ptc::invalid(w + " 'pieces' must be a list");
+  for (const auto& p : *it) {
+    if (!p.is_array() || p.size() != 3 || !p[0].is_number_unsigned() || !p[1].is_number_unsigned() ||
+        !p[2].is_number_unsigned())
+      return ptc::invalid("peer.samples: a piece is not [sample, offset, length]");
+    r.pieces.push_back({p[0].get<uint64_t>(), p[1].get<uint64_t>(), p[2].get<uint64_t>()});
+  }
+  return r;
+}
+
 }  // namespace ptcfs

@@ -1,6 +1,7 @@
 // The records nodes exchange about a change: what a coordinator asks every node to prepare
-// (an import, a repartition, a dataset add or progress), what each node answers, and what a
-// node reports of its state. One typed struct per record and one JSON codec for each, so a
+// (an import, a repartition, a dataset add or progress), what each node answers, what a
+// node reports of its state, and every other peer request (state, commit or abort, a save's
+// part, counters). Each request's encoder writes its "op"; the peer service dispatches on it. One typed struct per record and one JSON codec for each, so a
 // field is written in one place and read in one place; decoding never throws and names the
 // member at fault (docs/FORMATS.md "Data frames and peer operations" lists the fields).
 #pragma once
@@ -121,5 +122,73 @@ struct PeerStats {
 };
 nlohmann::json to_json(const PeerStats& s);
 ptc::Result<PeerStats> peer_stats_from_json(const nlohmann::json& j, const std::string& where);
+
+// The other peer requests, one struct each (their encoders write the "op"; decoders refuse
+// unknown members and name the one at fault).
+
+// peer.state: this node's version of a step (answered with StepState; kNotFound: none).
+struct StateRequest {
+  std::string job, step;
+};
+nlohmann::json to_json(const StateRequest& r);
+ptc::Result<StateRequest> state_request_from_json(const nlohmann::json& j);
+
+// peer.commit (commit) or peer.abort: the end of transaction `tx` (answered with {}).
+struct FinishRequest {
+  std::string tx;
+  bool commit = false;
+};
+nlohmann::json to_json(const FinishRequest& r);
+// `commit` says which of the two ops `j` came as.
+ptc::Result<FinishRequest> finish_request_from_json(const nlohmann::json& j, bool commit);
+
+// peer.save_state: this node's part of a step saved into the mounts (answered with SaveState).
+struct SaveStateRequest {
+  std::string job, step;
+};
+nlohmann::json to_json(const SaveStateRequest& r);
+ptc::Result<SaveStateRequest> save_state_request_from_json(const nlohmann::json& j);
+
+// peer.save_ready: the sender's part of job/step is complete; to the node that decides saves
+// (answered with {}).
+struct SaveReadyRequest {
+  std::string job, step;
+};
+nlohmann::json to_json(const SaveReadyRequest& r);
+ptc::Result<SaveReadyRequest> save_ready_request_from_json(const nlohmann::json& j);
+
+// peer.dataset_state: this node's version of a dataset (answered with DatasetState).
+struct DatasetStateRequest {
+  std::string job, name;
+};
+nlohmann::json to_json(const DatasetStateRequest& r);
+ptc::Result<DatasetStateRequest> dataset_state_request_from_json(const nlohmann::json& j);
+
+// peer.stats: the node's byte counters (answered with PeerStats).
+struct StatsRequest {};
+nlohmann::json to_json(const StatsRequest& r);
+ptc::Result<StatsRequest> stats_request_from_json(const nlohmann::json& j);
+
+// peer.dataset_table: bytes [off, off + n) of the sample table of the dataset add prepared
+// under `tx` on its home node (answered with {"size"} and the bytes).
+struct DatasetTableRequest {
+  std::string tx;
+  uint64_t off = 0, n = 0;
+};
+nlohmann::json to_json(const DatasetTableRequest& r);
+ptc::Result<DatasetTableRequest> dataset_table_request_from_json(const nlohmann::json& j);
+
+// peer.samples: bytes of samples of a dataset held by its home node (answered with {"xxh3"}
+// and the bytes); `from` is the asking node's id (for the metrics).
+struct SamplesRequest {
+  struct Piece {
+    uint64_t sample = 0, off = 0, len = 0;
+  };
+  std::string from, job, name;
+  uint64_t table_xxh3 = 0;
+  std::vector<Piece> pieces;
+};
+nlohmann::json to_json(const SamplesRequest& r);
+ptc::Result<SamplesRequest> samples_request_from_json(const nlohmann::json& j);
 
 }  // namespace ptcfs

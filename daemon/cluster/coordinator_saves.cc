@@ -10,42 +10,39 @@
 
 namespace ptcfs {
 
-using nlohmann::json;
-
 ptc::Status Coordinator::save_commit(const SaveCommitRequest& req) {
   // The first member decides saves (the first node of cluster.json, or the live node with
   // the smallest id).
-  const std::string &job = req.job, &step = req.step;
   const auto members = members_.members();
   if (members.empty()) return ptc::Status::ok();
   const int decider = members.front();
-  if (self_ == decider) {
-    commit_save(job, step);
+  if (peers_.self() == decider) {
+    commit_save(req.job, req.step);
     return ptc::Status::ok();
   }
-  auto r = peers_.call(decider, json{{"op", "peer.save_ready"}, {"job", job}, {"step", step}});
-  if (!r)
-    ptc::log::warn("save of {}/{}: could not reach node {} to commit it: {}", job, step, name_of(decider),
-                   r.status().to_string());
-  return ptc::Status::ok();
+  auto s = peers_.save_ready(decider, SaveReadyRequest{req.job, req.step});
+  if (!s)
+    ptc::log::warn("save of {}/{}: could not reach node {} to commit it: {}", req.job, req.step, name_of(decider),
+                   s.to_string());
+  return ptc::Status::ok();  // the word comes again (every part says it every 5 s)
 }
 
 void Coordinator::commit_save(const std::string& job, const std::string& step) {
   std::lock_guard serial(save_mu_);
   const std::string name = job + "/" + step;
   if (store_.snapshot()->steps.count({job, step})) return;  // committed already
-  auto prior = record_before_change(step_key(job, step));
+  auto prior = two_phase_.lock(step_key(job, step));
   if (!prior) {
     ptc::log::warn("save of {}: {}; waiting", name, prior.status().to_string());
     return;
   }
   const std::vector<int> all = members_.members();
-  const auto answers = ask_all(all, [&](int) { return json{{"op", "peer.save_state"}, {"job", job}, {"step", step}}; });
+  const auto answers = peers_.save_state(all, SaveStateRequest{job, step});
   std::vector<SaveState> states;
   std::optional<uint64_t> digest;
   for (size_t i = 0; i < all.size(); ++i) {
     const std::string nid = name_of(all[i]);
-    auto st = answers[i] ? save_state_from_json(*answers[i], "save state of node " + nid) : answers[i].status();
+    const auto& st = answers[i];
     if (!st) {
       ptc::log::info("save of {}: node {} does not answer ({}); waiting", name, nid, st.status().to_string());
       return;
@@ -58,7 +55,7 @@ void Coordinator::commit_save(const std::string& job, const std::string& step) {
       }
       digest = st->ptc_digest;
     }
-    states.push_back(std::move(st).value());
+    states.push_back(*st);
   }
   if (!digest) return;  // nobody saves it
   // The layout, from the ptc.json of a node that writes the step (they all agree).
@@ -78,34 +75,25 @@ void Coordinator::commit_save(const std::string& job, const std::string& step) {
     }
   for (size_t s = 0; s < holders.size(); ++s)
     if (holders[s].empty()) return;  // not covered yet: the node that writes the rest calls again
-  const std::string tx = new_transaction_id();
-  const json prepare = to_json(request(tx, SaveChange{job, step, *ptc, holders}));
-  const auto prepared = ask_all(all, [&](int) { return prepare; });
-  ptc::Status failed;
-  std::map<std::string, std::pair<uint64_t, std::string>> digests;  // shard -> (digest, first node)
-  for (size_t i = 0; i < all.size(); ++i) {
-    const std::string nid = name_of(all[i]);
-    auto r = prepared[i] ? prepare_reply_from_json(*prepared[i], "prepare reply of node " + nid) : prepared[i].status();
-    if (!r) {
-      if (failed.is_ok()) failed = r.status();
-      continue;
-    }
-    for (const auto& [shard, d] : r->shard_digests) {
-      auto [it, fresh] = digests.emplace(shard, std::make_pair(d, nid));
-      if (!fresh && it->second.first != d && failed.is_ok())
-        failed = ptc::invalid("shard " + shard + " of " + name + " differs between nodes " + it->second.second +
-                              " and " + nid + " (replicas must hold the same bytes; remove the step and save it again)");
-    }
-  }
-  if (!failed.is_ok()) {
-    (void)finish_all(all, tx, false);
-    ptc::log::error("save of {} aborted on every node: {}", name, failed.to_string());
-    return;
-  }
-  if (auto s = decide(all, tx, step_key(job, step), *prior, json{{"kind", "save"}, {"version", 1}, {"holders", holders}},
-                      "save of " + name);
-      !s) {
-    ptc::log::error("{}", s.to_string());
+  // Replicas of a shard must hold the same bytes.
+  auto same_replicas = [&](const std::vector<int>& nodes, const std::vector<PrepareReply>& replies) {
+    std::map<std::string, std::pair<uint64_t, std::string>> digests;  // shard -> (digest, first node)
+    for (size_t i = 0; i < nodes.size(); ++i)
+      for (const auto& [shard, d] : replies[i].shard_digests) {
+        auto [it, fresh] = digests.emplace(shard, std::make_pair(d, name_of(nodes[i])));
+        if (!fresh && it->second.first != d)
+          return ptc::invalid("shard " + shard + " of " + name + " differs between nodes " + it->second.second +
+                              " and " + name_of(nodes[i]) +
+                              " (replicas must hold the same bytes; remove the step and save it again)");
+      }
+    return ptc::Status::ok();
+  };
+  StepRecord record = step_record("save", 1);
+  record.holders = holders;
+  ChangeSpec spec{"save of " + name, all, {}, ChangeSpec::Quorum::kAll,
+                  two_phase_.request(SaveChange{job, step, *ptc, holders}), same_replicas, record, "", nullptr};
+  if (auto done = two_phase_.run(*prior, std::move(spec)); !done) {
+    ptc::log::error("save of {}: {}", name, done.status().to_string());
     return;
   }
   ptc::log::info("saved {} across {} nodes: {} shards, committed as version 1", name, all.size(),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "daemon/cluster/change_record.h"
 #include "daemon/cluster/nodes.h"
 #include "daemon/store/checksum.h"
 #include "ptc/base/json_util.h"
@@ -80,16 +81,14 @@ ptc::Status PeerReader::read_samples(const DatasetVersion& v, const std::vector<
     return ptc::error(ptc::Code::kUnavailable, "dataset " + name + ": its home node '" + v.home() + "' is not in the cluster");
   for (size_t first = 0; first < pieces.size(); first += kPiecesPerRequest) {
     const size_t last = std::min(pieces.size(), first + kPiecesPerRequest);
-    json list = json::array();
+    SamplesRequest req{self_id_, v.job(), v.name(), v.source().table_xxh3(), {}};
     uint64_t total = 0;
     for (size_t i = first; i < last; ++i) {
-      list.push_back({pieces[i].sample, pieces[i].off, pieces[i].len});
+      req.pieces.push_back({pieces[i].sample, pieces[i].off, pieces[i].len});
       total += pieces[i].len;
     }
-    const json req = {{"op", "peer.samples"}, {"from", self_id_}, {"job", v.job()}, {"name", v.name()},
-                      {"table_xxh3", v.source().table_xxh3()}, {"pieces", std::move(list)}};
     auto buf = std::make_shared<std::string>();
-    PTC_ASSIGN_OR_RETURN(json r, peers_.call_data(home, req, *buf, total),
+    PTC_ASSIGN_OR_RETURN(json r, peers_.call_data(home, to_json(req), *buf, total),
                          "reading samples of " + name + " from node " + v.home());
     if (buf->size() != total || ptc::member_u64_or(r, "xxh3", 0).value_or(0) != xxh3_of(buf->data(), total))
       return ptc::corrupt("samples of " + name + " from node " + v.home() + " fail their checksum");

@@ -132,51 +132,65 @@ size_t PeerService::expire(std::chrono::seconds max_age) {
   return dropped;
 }
 
+// One row per peer operation: its name and its handler (which decodes the request).
+struct PeerService::Op {
+  const char* name;
+  ptc::Result<transport::Reply> (PeerService::*handler)(const json& req);
+};
+
+const PeerService::Op PeerService::kOps[] = {
+    {"peer.read", &PeerService::read},
+    {"peer.samples", &PeerService::serve_samples},
+    {"peer.dataset_table", &PeerService::serve_table},
+    {"peer.state", &PeerService::state},
+    {"peer.save_state", &PeerService::save_state},
+    {"peer.save_ready", &PeerService::save_ready},
+    {"peer.dataset_state", &PeerService::dataset_state},
+    {"peer.stats", &PeerService::stats},
+    {"peer.prepare", &PeerService::prepare},
+    {"peer.commit", &PeerService::commit},
+    {"peer.abort", &PeerService::abort},
+};
+
 ptc::Result<transport::Reply> PeerService::handle(const json& req) {
   PTC_ASSIGN_OR_RETURN(const std::string op, ptc::member_string(req, "op", "peer request"));
-  if (op == "peer.read") {
-    auto r = serve_slab_read(store_, req, kMaxPeerRead);
-    if (r) {
-      sent_ += r->payload.size;
-      ptc::metrics::peer_sent(ptc::member_string_or(req, "from", "").value_or(""), r->payload.size);
-    }
-    else ptc::log::warn("refused a peer read: {}", r.status().to_string());
+  for (const Op& o : kOps) {
+    if (op != o.name) continue;
+    auto r = (this->*o.handler)(req);
+    // Refused reads are logged here (the reader names the node; this side names the request).
+    if (!r && (o.handler == &PeerService::serve_samples || o.handler == &PeerService::serve_table))
+      ptc::log::warn("refused {}: {}", op, r.status().to_string());
     return r;
   }
-  if (op == "peer.samples" || op == "peer.dataset_table") {
-    auto r = op == "peer.samples" ? serve_samples(req) : serve_table(req);
-    if (!r) ptc::log::warn("refused {}: {}", op, r.status().to_string());
-    return r;
-  }
-  ptc::Result<json> r = ptc::invalid("unknown peer operation '" + op + "'");
-  if (op == "peer.state") r = state(req);
-  else if (op == "peer.save_state") r = save_state(req);
-  else if (op == "peer.save_ready") {
-    PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job", "peer.save_ready"));
-    PTC_ASSIGN_OR_RETURN(std::string step, ptc::member_string(req, "step", "peer.save_ready"));
-    saves_->note_ready(job, step);
-    r = json::object();
-  }
-  else if (op == "peer.dataset_state") r = dataset_state(req);
-  else if (op == "peer.stats") r = to_json(PeerStats{sent_.load(), peers_.bytes_received()});
-  else if (op == "peer.prepare") r = prepare(req);
-  else if (op == "peer.commit") r = finish(req, true);
-  else if (op == "peer.abort") r = finish(req, false);
-  if (!r) return r.status();
-  return transport::Reply(std::move(r).value());
+  return ptc::invalid("unknown peer operation '" + op + "'");
 }
 
-ptc::Result<json> PeerService::state(const json& req) const {
-  PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job", "peer.state"));
-  PTC_ASSIGN_OR_RETURN(std::string step, ptc::member_string(req, "step", "peer.state"));
+ptc::Result<transport::Reply> PeerService::read(const json& req) {
+  auto r = serve_slab_read(store_, req, kMaxPeerRead);
+  if (r) {
+    sent_ += r->payload.size;
+    ptc::metrics::peer_sent(ptc::member_string_or(req, "from", "").value_or(""), r->payload.size);
+  } else {
+    ptc::log::warn("refused a peer read: {}", r.status().to_string());
+  }
+  return r;
+}
+
+ptc::Result<transport::Reply> PeerService::stats(const json& req) {
+  PTC_RETURN_IF_ERROR(stats_request_from_json(req).status());
+  return transport::Reply(to_json(PeerStats{sent_.load(), peers_.bytes_received()}));
+}
+
+ptc::Result<transport::Reply> PeerService::state(const json& j) {
+  PTC_ASSIGN_OR_RETURN(const StateRequest req, state_request_from_json(j));
   auto snap = store_.snapshot();
-  auto it = snap->steps.find({job, step});
-  if (it == snap->steps.end()) return ptc::not_found("no step " + job + "/" + step + " on node " + id());
+  auto it = snap->steps.find({req.job, req.step});
+  if (it == snap->steps.end()) return ptc::not_found("no step " + req.job + "/" + req.step + " on node " + id());
   const StepVersion& v = *it->second;
   StepState s{v.version(), v.placement().nodes, v.placement().gpus, {}, v.layout().ptc()};
   for (const auto& sh : v.layout().shards())
     if (v.holds(sh)) s.held.push_back(sh.name());
-  return to_json(s);
+  return transport::Reply(to_json(s));
 }
 
 ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, PrepareReply& reply) {
@@ -200,7 +214,7 @@ ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, P
   return change;
 }
 
-ptc::Result<json> PeerService::prepare(const json& j) {
+ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
   PTC_ASSIGN_OR_RETURN(PrepareRequest req, prepare_request_from_json(j));
   PTC_RETURN_IF_ERROR(members_.can_change());
   {
@@ -270,13 +284,19 @@ ptc::Result<json> PeerService::prepare(const json& j) {
     prepared_.emplace(req.tx, Held{std::move(change).value(), record_key(req), req.coordinator, req.lease,
                                    std::chrono::steady_clock::now(), keep});
   }
-  return to_json(reply);
+  return transport::Reply(to_json(reply));
 }
 
-ptc::Result<json> PeerService::finish(const json& req, bool commit) {
-  PTC_ASSIGN_OR_RETURN(const std::string tx, ptc::member_string(req, "tx", commit ? "peer.commit" : "peer.abort"));
-  PTC_RETURN_IF_ERROR(finish(tx, commit));
-  return json::object();
+ptc::Result<transport::Reply> PeerService::commit(const json& j) {
+  PTC_ASSIGN_OR_RETURN(const FinishRequest req, finish_request_from_json(j, true));
+  PTC_RETURN_IF_ERROR(finish(req.tx, true));
+  return transport::Reply(json::object());
+}
+
+ptc::Result<transport::Reply> PeerService::abort(const json& j) {
+  PTC_ASSIGN_OR_RETURN(const FinishRequest req, finish_request_from_json(j, false));
+  PTC_RETURN_IF_ERROR(finish(req.tx, false));
+  return transport::Reply(json::object());
 }
 
 ptc::Status PeerService::finish(const std::string& tx, bool commit) {
@@ -315,7 +335,7 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
   if (!commit) {
     abort_change(store_, change);
     if (kept) forget_prepared(store_, tx);
-    if (saved && saves_) saves_->part_done(saved->first, saved->second, false);
+    if (saved) saves_.part_done(saved->first, saved->second, false);
     ptc::log::info("aborted the change of {} (transaction {})", name, tx);
     return ptc::Status::ok();
   }
@@ -329,7 +349,7 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
       if (committed_.size() > kRememberCommitted) committed_.pop_front();
     }
   }
-  if (saved && saves_) saves_->part_done(saved->first, saved->second, committed.is_ok());
+  if (saved) saves_.part_done(saved->first, saved->second, committed.is_ok());
   outcome.set_value(committed);  // a save's part is done too: the mount shows it committed, not pending
   PTC_RETURN_IF_ERROR(committed);
   ptc::log::info("committed {} (transaction {})", name, tx);

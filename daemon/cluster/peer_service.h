@@ -3,7 +3,9 @@
 // its state and counters, and its side of every two-phase change: peer.prepare builds the
 // change beside the current version and holds it under its transaction id, peer.commit
 // commits it (daemon/store/prepared.h), peer.abort drops it. The transport routes every
-// `peer.*` request here (daemon/node.cc); the control service never sees them.
+// `peer.*` request here (main.cc); the control service never sees them. Requests are sent
+// by PeerClient (daemon/cluster/peer_client.h), which calls handle() in process for this
+// node's own part.
 //
 // Peer ops are accepted from any authenticated connection: holding the cluster secret is
 // what makes a peer. Thread-safety: handle() may be called concurrently.
@@ -33,14 +35,14 @@ namespace ptcfs {
 
 class PeerService {
  public:
-  // Everything must outlive this object; `self` is this node's index in `peers`; `saves` are the
-  // steps saved into this node's mount (peer.save_state, and their part of a save's commit; a
-  // peer's word that its part is ready, peer.save_ready, wakes the node's save committer).
-  PeerService(Store& store, transport::PeerBackend& peers, int self, Membership& members, PrepareOptions options,
-              SaveService& saves)
-      : store_(store), peers_(peers), self_(self), members_(members), options_(options), saves_(&saves) {}
+  // Everything must outlive this object; `self` is this node's index in `peers`; `saves` holds
+  // the steps saved into this node's mount (peer.save_ready notes another node's complete
+  // part there: SaveService::note_ready).
+  PeerService(Store& store, transport::PeerBackend& peers, int self, Membership& members, SaveService& saves,
+              PrepareOptions options)
+      : store_(store), peers_(peers), self_(self), members_(members), saves_(saves), options_(options) {}
 
-  // Every `peer.*` operation.
+  // Every `peer.*` operation, dispatched by its "op" (the table in peer_service.cc).
   ptc::Result<transport::Reply> handle(const nlohmann::json& request);
 
   // Holds a change this node prepared itself under `tx` (the home node of a dataset add:
@@ -70,24 +72,32 @@ class PeerService {
   }
 
  private:
-  ptc::Result<nlohmann::json> prepare(const nlohmann::json& req);
-  ptc::Result<nlohmann::json> finish(const nlohmann::json& req, bool commit);
+  // The handlers of the table: each decodes its request (daemon/cluster/change_record.h).
+  struct Op;
+  static const Op kOps[];
+  ptc::Result<transport::Reply> read(const nlohmann::json& req);
+  ptc::Result<transport::Reply> prepare(const nlohmann::json& req);
+  ptc::Result<transport::Reply> commit(const nlohmann::json& req);
+  ptc::Result<transport::Reply> abort(const nlohmann::json& req);
   ptc::Status finish(const std::string& tx, bool commit);
-  ptc::Result<nlohmann::json> state(const nlohmann::json& req) const;
+  ptc::Result<transport::Reply> state(const nlohmann::json& req);
+  ptc::Result<transport::Reply> stats(const nlohmann::json& req);
   ptc::Result<PreparedChange> prepare_import(const ImportChange& c, PrepareReply& reply);
   // daemon/cluster/peer_service_saves.cc
-  ptc::Result<nlohmann::json> save_state(const nlohmann::json& req) const;
+  ptc::Result<transport::Reply> save_state(const nlohmann::json& req);
+  ptc::Result<transport::Reply> save_ready(const nlohmann::json& req);
   ptc::Result<PreparedChange> prepare_save(const SaveChange& c, PrepareReply& reply);
   // daemon/cluster/peer_service_datasets.cc
   ptc::Result<transport::Reply> serve_samples(const nlohmann::json& req);
   ptc::Result<transport::Reply> serve_table(const nlohmann::json& req);
-  ptc::Result<nlohmann::json> dataset_state(const nlohmann::json& req) const;
+  ptc::Result<transport::Reply> dataset_state(const nlohmann::json& req);
   ptc::Result<PreparedChange> prepare_dataset_add(const std::string& tx, const DatasetAddChange& c);
 
   Store& store_;
   transport::PeerBackend& peers_;
   int self_;
   Membership& members_;
+  SaveService& saves_;
   PrepareOptions options_;
   std::atomic<uint64_t> sent_{0};
   // A prepared change, the record that decides it, and who prepared it under which lease.
@@ -106,7 +116,6 @@ class PeerService {
   std::map<std::string, std::shared_future<ptc::Status>> committing_;
   std::deque<std::string> committed_;             // the last transactions committed
   std::map<std::string, std::pair<std::string, std::string>> saving_;  // tx -> (job, step) of a save prepared here
-  SaveService* saves_;
 };
 
 }  // namespace ptcfs

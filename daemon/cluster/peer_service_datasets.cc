@@ -21,28 +21,22 @@ constexpr size_t kPiecesPerRequest = 4096;
 constexpr uint64_t kMaxSampleReply = 64 << 20;
 }  // namespace
 
-ptc::Result<transport::Reply> PeerService::serve_samples(const json& req) {
-  const std::string w = "peer.samples";
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "from", "job", "name", "table_xxh3", "pieces"},
-                                         "peer.samples request"));
-  PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job", w));
-  PTC_ASSIGN_OR_RETURN(std::string name, ptc::member_string(req, "name", w));
-  PTC_ASSIGN_OR_RETURN(uint64_t digest, ptc::member_u64(req, "table_xxh3", w));
-  PTC_ASSIGN_OR_RETURN(auto v, current_dataset(store_, job, name));
-  if (v->source().table_xxh3() != digest)
-    return ptc::not_found("dataset " + job + "/" + name + " on node " + id() + " has other samples (it was re-added)");
-  if (!v->source().local()) return ptc::not_found("the files of dataset " + job + "/" + name + " are not on node " + id());
-  if (!req["pieces"].is_array() || req["pieces"].size() > kPiecesPerRequest)
+ptc::Result<transport::Reply> PeerService::serve_samples(const json& j) {
+  PTC_ASSIGN_OR_RETURN(const SamplesRequest req, samples_request_from_json(j));
+  PTC_ASSIGN_OR_RETURN(auto v, current_dataset(store_, req.job, req.name));
+  const std::string name = req.job + "/" + req.name;
+  if (v->source().table_xxh3() != req.table_xxh3)
+    return ptc::not_found("dataset " + name + " on node " + id() + " has other samples (it was re-added)");
+  if (!v->source().local()) return ptc::not_found("the files of dataset " + name + " are not on node " + id());
+  if (req.pieces.size() > kPiecesPerRequest)
     return ptc::invalid("peer.samples 'pieces' must be a list of at most " + std::to_string(kPiecesPerRequest));
   std::vector<fs::DatasetContent::Piece> pieces;
   uint64_t total = 0;
-  for (const auto& p : req["pieces"]) {
-    if (!p.is_array() || p.size() != 3 || !p[0].is_number_unsigned() || !p[1].is_number_unsigned() ||
-        !p[2].is_number_unsigned() || p[0].get<uint64_t>() > ptc::kMaxSamples)
-      return ptc::invalid("peer.samples: a piece is not [sample, offset, length]");
-    pieces.push_back({static_cast<uint32_t>(p[0].get<uint64_t>()), p[1].get<uint64_t>(), p[2].get<uint64_t>()});
-    total += pieces.back().len;
-    if (pieces.back().len > kMaxSampleReply || total > kMaxSampleReply)
+  for (const auto& p : req.pieces) {
+    if (p.sample > ptc::kMaxSamples) return ptc::invalid("peer.samples: a piece is not [sample, offset, length]");
+    pieces.push_back({static_cast<uint32_t>(p.sample), p.off, p.len});
+    total += p.len;
+    if (p.len > kMaxSampleReply || total > kMaxSampleReply)
       return ptc::error(ptc::Code::kResourceExhausted, "peer.samples asks for more than " +
                                                            std::to_string(kMaxSampleReply) + " bytes");
   }
@@ -54,16 +48,14 @@ ptc::Result<transport::Reply> PeerService::serve_samples(const json& req) {
   reply.payload.add(buf->data(), buf->size());
   reply.payload.keep.push_back(buf);
   sent_ += buf->size();
-  ptc::metrics::peer_sent(ptc::member_string_or(req, "from", "").value_or(""), buf->size());
+  ptc::metrics::peer_sent(req.from, buf->size());
   return reply;
 }
 
-ptc::Result<transport::Reply> PeerService::serve_table(const json& req) {
-  const std::string w = "peer.dataset_table";
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "tx", "off", "n"}, "peer.dataset_table request"));
-  PTC_ASSIGN_OR_RETURN(std::string tx, ptc::member_string(req, "tx", w));
-  PTC_ASSIGN_OR_RETURN(uint64_t off, ptc::member_u64(req, "off", w));
-  PTC_ASSIGN_OR_RETURN(uint64_t n, ptc::member_u64(req, "n", w));
+ptc::Result<transport::Reply> PeerService::serve_table(const json& j) {
+  PTC_ASSIGN_OR_RETURN(const DatasetTableRequest req, dataset_table_request_from_json(j));
+  const std::string& tx = req.tx;
+  const uint64_t off = req.off, n = req.n;
   std::shared_ptr<const DatasetVersion> v;
   {
     std::lock_guard lock(mu_);
@@ -100,7 +92,7 @@ ptc::Result<PreparedChange> PeerService::prepare_dataset_add(const std::string& 
     for (uint64_t off = 0; off < size; off += kTableChunk) {
       const uint64_t n = std::min(kTableChunk, size - off);
       PTC_RETURN_IF_ERROR(
-          peers_.call_data(home, json{{"op", "peer.dataset_table"}, {"tx", tx}, {"off", off}, {"n", n}}, buf, n).status());
+          peers_.call_data(home, to_json(DatasetTableRequest{tx, off, n}), buf, n).status());
       if (buf.size() != n) return ptc::corrupt("short sample table chunk from the home node");
       hash.update(buf.data(), n);
       PTC_RETURN_IF_ERROR(writer.append(buf.data(), n));
@@ -115,12 +107,12 @@ ptc::Result<PreparedChange> PeerService::prepare_dataset_add(const std::string& 
   return prepare_dataset_copy(store_, c.job, c.name, c.record, table);
 }
 
-ptc::Result<json> PeerService::dataset_state(const json& req) const {
-  PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job", "peer.dataset_state"));
-  PTC_ASSIGN_OR_RETURN(std::string name, ptc::member_string(req, "name", "peer.dataset_state"));
-  PTC_ASSIGN_OR_RETURN(auto v, current_dataset(store_, job, name));
+ptc::Result<transport::Reply> PeerService::dataset_state(const json& j) {
+  PTC_ASSIGN_OR_RETURN(const DatasetStateRequest req, dataset_state_request_from_json(j));
+  PTC_ASSIGN_OR_RETURN(auto v, current_dataset(store_, req.job, req.name));
   const auto& p = v->position();
-  return to_json(DatasetState{v->version(), static_cast<uint64_t>(p.dp), p.epoch, p.consumed, v->source().table_xxh3()});
+  return transport::Reply(
+      to_json(DatasetState{v->version(), static_cast<uint64_t>(p.dp), p.epoch, p.consumed, v->source().table_xxh3()}));
 }
 
 }  // namespace ptcfs

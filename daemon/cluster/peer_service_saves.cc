@@ -15,22 +15,25 @@ namespace ptcfs {
 
 using nlohmann::json;
 
-ptc::Result<json> PeerService::save_state(const json& req) const {
-  PTC_ASSIGN_OR_RETURN(std::string job, ptc::member_string(req, "job", "peer.save_state"));
-  PTC_ASSIGN_OR_RETURN(std::string step, ptc::member_string(req, "step", "peer.save_state"));
+ptc::Result<transport::Reply> PeerService::save_state(const json& j) {
+  PTC_ASSIGN_OR_RETURN(const SaveStateRequest req, save_state_request_from_json(j));
   SaveState st;
-  if (saves_) {
-    const auto p = saves_->part_state(job, step);
-    st.pending = p.pending;
-    st.ready = p.ready;
-    st.ptc_digest = p.ptc_digest;
-    st.complete = p.complete;
-    if (!p.ptc_text.empty()) {
-      auto parsed = ptc::parse_ptc_json(p.ptc_text, job + "/" + step + "/ptc.json");
-      if (parsed) st.ptc = std::move(parsed).value();
-    }
+  const auto p = saves_.part_state(req.job, req.step);
+  st.pending = p.pending;
+  st.ready = p.ready;
+  st.ptc_digest = p.ptc_digest;
+  st.complete = p.complete;
+  if (!p.ptc_text.empty()) {
+    auto parsed = ptc::parse_ptc_json(p.ptc_text, req.job + "/" + req.step + "/ptc.json");
+    if (parsed) st.ptc = std::move(parsed).value();
   }
-  return to_json(st);
+  return transport::Reply(to_json(st));
+}
+
+ptc::Result<transport::Reply> PeerService::save_ready(const json& j) {
+  PTC_ASSIGN_OR_RETURN(const SaveReadyRequest req, save_ready_request_from_json(j));
+  saves_.note_ready(req.job, req.step);  // the node's ticker asks for the commit (ChangeRunner::save_commit)
+  return transport::Reply(json::object());
 }
 
 ptc::Result<PreparedChange> PeerService::prepare_save(const SaveChange& c, PrepareReply& reply) {
@@ -43,7 +46,7 @@ ptc::Result<PreparedChange> PeerService::prepare_save(const SaveChange& c, Prepa
   for (const auto& ids : c.holders) nodes.insert(ids.begin(), ids.end());
   placement.nodes.assign(nodes.begin(), nodes.end());
   for (const auto& ids : c.holders) placement.held.push_back(std::find(ids.begin(), ids.end(), id()) != ids.end());
-  const bool wrote = saves_ && saves_->progress(c.job, c.step).has_value();
+  const bool wrote = saves_.progress(c.job, c.step).has_value();
   if (!wrote) {
     for (bool h : placement.held)
       if (h) return ptc::internal("node " + id() + " is named a holder of " + c.job + "/" + c.step + " but has no part");
@@ -55,7 +58,7 @@ ptc::Result<PreparedChange> PeerService::prepare_save(const SaveChange& c, Prepa
                                                 &store_.blobs(), std::move(placement), store_.remote());
     return change;
   }
-  PTC_ASSIGN_OR_RETURN(PreparedChange change, saves_->prepare_part(c.job, c.step, placement));
+  PTC_ASSIGN_OR_RETURN(PreparedChange change, saves_.prepare_part(c.job, c.step, placement));
   // What the coordinator compares between replicas: the slices' checksums, per shard held.
   const auto& v = *change.next;
   for (size_t s = 0; s < v.layout().shards().size(); ++s) {

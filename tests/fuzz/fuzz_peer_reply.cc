@@ -1,4 +1,4 @@
-// JSON a node takes from its peers and from etcd: every reply and record reader, and what the
+// JSON a node takes from its peers and from etcd: every request, reply and record reader, and what the
 // etcd watch does with a record (EtcdMembership::apply, then Coordinator::on_record): decode it
 // by its key (a node's registration, a step's or a dataset's record) and read the fields the
 // handler acts on. An input that starts with "/ptcfs/" is a key, a newline, then the value, as
@@ -59,5 +59,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)dataset_state_from_json(j, "reply");
   (void)save_state_from_json(j, "reply");
   (void)peer_stats_from_json(j, "reply");
+  // Every peer request the peer service decodes: one that decodes encodes back to itself.
+  auto again = [](const auto& r, auto decode) {
+    if (!r) return;
+    auto back = decode(to_json(*r));
+    if (!back || to_json(*back) != to_json(*r)) std::abort();
+  };
+  again(state_request_from_json(j), state_request_from_json);
+  again(finish_request_from_json(j, true), [](const nlohmann::json& x) { return finish_request_from_json(x, true); });
+  again(finish_request_from_json(j, false), [](const nlohmann::json& x) { return finish_request_from_json(x, false); });
+  again(save_state_request_from_json(j), save_state_request_from_json);
+  again(save_ready_request_from_json(j), save_ready_request_from_json);
+  again(dataset_state_request_from_json(j), dataset_state_request_from_json);
+  again(stats_request_from_json(j), stats_request_from_json);
+  again(dataset_table_request_from_json(j), dataset_table_request_from_json);
+  again(samples_request_from_json(j), samples_request_from_json);
   return 0;
 }

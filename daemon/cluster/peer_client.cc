@@ -1,0 +1,115 @@
+#include "daemon/cluster/peer_client.h"
+
+#include "daemon/cluster/nodes.h"
+#include "daemon/cluster/peer_service.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+PeerClient::PeerClient(transport::PeerBackend& peers, int self, PeerService& local, unsigned threads)
+    : peers_(peers), self_(self), local_(local) {
+  for (unsigned i = 0; i < std::max(threads, 1u); ++i) pool_.emplace_back([this] { run_pool(); });
+}
+
+PeerClient::~PeerClient() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : pool_) t.join();
+}
+
+void PeerClient::run_pool() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left to do
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+std::string PeerClient::name_of(int node) const { return node_id(*peers_.cluster(), node); }
+
+ptc::Result<json> PeerClient::ask(int node, const json& request) {
+  if (node != self_) return peers_.call(node, request);
+  auto r = local_.handle(request);
+  return r ? ptc::Result<json>(std::move(r->result)) : ptc::Result<json>(r.status());
+}
+
+std::vector<ptc::Result<json>> PeerClient::ask_all(const std::vector<int>& nodes, const json& request) {
+  std::vector<ptc::Result<json>> out(nodes.size(), ptc::internal("not asked"));
+  if (nodes.size() == 1) {  // no fan-out to make
+    out[0] = ask(nodes[0], request);
+    return out;
+  }
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  size_t left = nodes.size();
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < nodes.size(); ++i)
+      queue_.emplace_back([&, i] {
+        auto r = ask(nodes[i], request);
+        std::lock_guard done(done_mu);
+        out[i] = std::move(r);
+        if (--left == 0) done_cv.notify_all();
+      });
+  }
+  cv_.notify_all();
+  std::unique_lock lock(done_mu);
+  done_cv.wait(lock, [&] { return left == 0; });
+  return out;
+}
+
+template <typename T, typename Decode>
+std::vector<ptc::Result<T>> PeerClient::ask_typed(const std::vector<int>& nodes, const json& request,
+                                                  const std::string& what, Decode decode) {
+  auto answers = ask_all(nodes, request);
+  std::vector<ptc::Result<T>> out;
+  out.reserve(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    out.push_back(answers[i] ? decode(*answers[i], what + " of node " + name_of(nodes[i]))
+                             : ptc::Result<T>(answers[i].status()));
+  return out;
+}
+
+std::vector<ptc::Result<StepState>> PeerClient::state(const std::vector<int>& nodes, const StateRequest& req) {
+  return ask_typed<StepState>(nodes, to_json(req), "state of " + req.job + "/" + req.step, step_state_from_json);
+}
+
+std::vector<ptc::Result<PrepareReply>> PeerClient::prepare(const std::vector<int>& nodes, const PrepareRequest& req) {
+  return ask_typed<PrepareReply>(nodes, to_json(req), "prepare reply", prepare_reply_from_json);
+}
+
+std::vector<ptc::Status> PeerClient::finish(const std::vector<int>& nodes, const FinishRequest& req) {
+  auto answers = ask_all(nodes, to_json(req));
+  std::vector<ptc::Status> out;
+  out.reserve(nodes.size());
+  for (auto& a : answers) out.push_back(a.status());
+  return out;
+}
+
+std::vector<ptc::Result<SaveState>> PeerClient::save_state(const std::vector<int>& nodes, const SaveStateRequest& req) {
+  return ask_typed<SaveState>(nodes, to_json(req), "save state", save_state_from_json);
+}
+
+ptc::Status PeerClient::save_ready(int node, const SaveReadyRequest& req) { return ask(node, to_json(req)).status(); }
+
+std::vector<ptc::Result<DatasetState>> PeerClient::dataset_state(const std::vector<int>& nodes,
+                                                                const DatasetStateRequest& req) {
+  return ask_typed<DatasetState>(nodes, to_json(req), "state of dataset " + req.job + "/" + req.name,
+                                 dataset_state_from_json);
+}
+
+std::vector<ptc::Result<PeerStats>> PeerClient::stats(const std::vector<int>& nodes) {
+  return ask_typed<PeerStats>(nodes, to_json(StatsRequest{}), "stats", peer_stats_from_json);
+}
+
+}  // namespace ptcfs

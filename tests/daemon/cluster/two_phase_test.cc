@@ -1,0 +1,380 @@
+// TwoPhase (daemon/cluster/two_phase.h) against a scripted membership (etcd's decisions, locks
+// and records in a map, with etcd going silent and other writers on cue) and scripted peers
+// (which node votes no or stops answering): every interleaving of prepare, vote, decide,
+// crash and expiry the cluster integration tests cover, in milliseconds.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/cluster/two_phase.h"
+
+namespace ptcfs {
+namespace {
+
+using nlohmann::json;
+
+class ScriptedMembership final : public Membership {
+ public:
+  std::vector<int> nodes = {0, 1, 2};
+  bool etcd_down = false;        // read, decide, lock: kUnavailable
+  bool lease_lost = false;       // decide: the lease check fails
+  bool apply_then_drop = false;  // decide applies the write, but its answer is lost (etcd goes down)
+  std::function<void()> before_decide;
+  std::map<std::string, Record> records;
+  std::map<std::string, std::string> locks;  // key -> holder
+  int decides = 0;
+
+  std::vector<int> members() const override { return nodes; }
+  ptc::Status can_change() const override { return ptc::Status::ok(); }
+  int64_t lease() const override { return lease_lost ? 0 : 7; }
+  bool lease_alive(const std::string&, int64_t) const override { return !lease_lost; }
+  ptc::Result<Record> read(const std::string& key) override {
+    if (etcd_down) return ptc::unavailable("etcd does not answer");
+    auto it = records.find(key);
+    return it == records.end() ? Record{} : it->second;
+  }
+  ptc::Result<bool> decide(const std::string& key, int64_t revision, const json& value) override {
+    ++decides;
+    if (before_decide) std::exchange(before_decide, nullptr)();
+    if (etcd_down) return ptc::unavailable("etcd does not answer");
+    if (lease_lost || read(key)->revision != revision) return false;
+    write(key, value);
+    if (apply_then_drop) {
+      apply_then_drop = false;
+      etcd_down = true;
+      return ptc::unavailable("etcd does not answer");
+    }
+    return true;
+  }
+  std::chrono::milliseconds decision_window() const override { return std::chrono::milliseconds(0); }
+  ptc::Status lock(const std::string& key) override {
+    if (etcd_down) return ptc::unavailable("etcd does not answer");
+    if (auto it = locks.find(key); it != locks.end())
+      return ptc::error(ptc::Code::kFailedPrecondition, key + " is being changed by node " + it->second);
+    locks[key] = "n0";
+    return ptc::Status::ok();
+  }
+  void unlock(const std::string& key) override { locks.erase(key); }
+  void learn(const std::vector<std::string>&) override {}
+  json describe() const override { return {{"mode", "scripted"}}; }
+
+  void write(const std::string& key, const json& value) {
+    auto& r = records[key];
+    r.value = value;
+    r.revision = ++revision_;
+  }
+
+ private:
+  int64_t revision_ = 100;
+};
+
+class ScriptedPeers final : public ChangePeers {
+ public:
+  std::map<int, ptc::Status> votes_no;  // node -> why it refuses to prepare
+  std::set<int> down;                   // these answer nothing
+  std::map<int, uint64_t> digests;      // node -> its reply's ptc_digest
+  std::vector<std::string> log;         // "prepare n1", "commit n0", "abort n2", in order
+
+  std::vector<ptc::Result<PrepareReply>> prepare(const std::vector<int>& nodes, const PrepareRequest& req) override {
+    std::vector<ptc::Result<PrepareReply>> out;
+    for (int n : nodes) {
+      log.push_back("prepare " + name_of(n));
+      last_tx = req.tx;
+      if (down.count(n)) out.push_back(ptc::error(ptc::Code::kDeadlineExceeded, "node " + name_of(n) + " is silent"));
+      else if (votes_no.count(n)) out.push_back(votes_no[n]);
+      else {
+        PrepareReply r;
+        r.ptc_digest = digests.count(n) ? digests[n] : 1;
+        out.push_back(r);
+      }
+    }
+    return out;
+  }
+  std::vector<ptc::Status> finish(const std::vector<int>& nodes, const FinishRequest& req) override {
+    std::vector<ptc::Status> out;
+    for (int n : nodes) {
+      REQUIRE(req.tx == last_tx);
+      if (down.count(n)) {
+        log.push_back("missed " + std::string(req.commit ? "commit " : "abort ") + name_of(n));
+        out.push_back(ptc::unavailable("node " + name_of(n) + " is down"));
+      } else {
+        log.push_back((req.commit ? "commit " : "abort ") + name_of(n));
+        out.push_back(ptc::Status::ok());
+      }
+    }
+    return out;
+  }
+  std::string name_of(int node) const override { return "n" + std::to_string(node); }
+  std::string last_tx;
+};
+
+const std::string kKey = step_key("j", "1");
+
+struct Fixture {
+  ScriptedMembership members;
+  ScriptedPeers peers;
+  TwoPhase two_phase{peers, members, 0, "n0", std::chrono::milliseconds(0)};
+
+  ChangeSpec import_spec() {
+    ChangeSpec spec;
+    spec.what = "import of j/1";
+    spec.nodes = members.members();
+    spec.request = two_phase.request(ImportChange{"/in", "j", "1", {"n0", "n1", "n2"}, {}});
+    spec.record = step_record("import", 1, {"n0", "n1", "n2"});
+    return spec;
+  }
+  // Runs an import of j/1 under the key's lock, released when it returns.
+  ptc::Result<TwoPhase::Prepared> run(ChangeSpec spec) {
+    auto locked = two_phase.lock(kKey);
+    REQUIRE(locked.is_ok());
+    REQUIRE(members.locks.at(kKey) == "n0");
+    return two_phase.run(*locked, std::move(spec));
+  }
+  ptc::Result<TwoPhase::Prepared> run() { return run(import_spec()); }
+  StepRecord recorded() {
+    auto r = keyed_record(kKey, members.records.at(kKey).value);
+    REQUIRE(r.is_ok());
+    return std::get<StepRecord>(r->value);
+  }
+};
+
+using Log = std::vector<std::string>;
+
+bool has(const ptc::Status& s, const std::string& text) { return s.message().find(text) != std::string::npos; }
+
+TEST_CASE("two phases: every node prepares, the record is written, every node commits", "[two_phase]") {
+  Fixture f;
+  auto done = f.run();
+  REQUIRE(done.is_ok());
+  CHECK(done->nodes == std::vector<int>{0, 1, 2});
+  CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "commit n0", "commit n1", "commit n2"});
+  const StepRecord r = f.recorded();
+  CHECK(r.kind == "import");
+  CHECK(r.tx == f.peers.last_tx);
+  CHECK(r.coordinator == "n0");
+  CHECK(f.members.locks.empty());  // freed with the lock object
+  CHECK(f.two_phase.undecided() == 0);
+  CHECK(f.two_phase.unaborted() == 0);
+}
+
+TEST_CASE("two phases: one node votes no, the change is aborted on every node", "[two_phase]") {
+  Fixture f;
+  f.peers.votes_no[1] = ptc::invalid("node n1: no room for j/1");
+  auto spec = f.import_spec();
+  spec.refused = "import of j/1 refused";
+  auto done = f.run(std::move(spec));
+  REQUIRE_FALSE(done.is_ok());
+  CHECK(done.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(has(done.status(), "import of j/1 refused"));
+  CHECK(has(done.status(), "no room for j/1"));
+  CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0", "abort n1", "abort n2"});
+  CHECK(f.members.decides == 0);
+  CHECK(f.members.records.empty());
+  CHECK(f.members.locks.empty());
+}
+
+TEST_CASE("two phases: a check across the replies fails, the change is aborted on every node", "[two_phase]") {
+  Fixture f;
+  f.peers.digests[2] = 9;
+  auto spec = f.import_spec();
+  spec.check = [](const std::vector<int>&, const std::vector<PrepareReply>& replies) {
+    for (const auto& r : replies)
+      if (r.ptc_digest != replies.front().ptc_digest) return ptc::invalid("ptc.json differs between the nodes");
+    return ptc::Status::ok();
+  };
+  auto done = f.run(std::move(spec));
+  REQUIRE_FALSE(done.is_ok());
+  CHECK(has(done.status(), "ptc.json differs"));
+  CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0", "abort n1", "abort n2"});
+  CHECK(f.members.decides == 0);
+}
+
+TEST_CASE("two phases: the decision is lost to another change, the change is aborted", "[two_phase]") {
+  Fixture f;
+  f.members.before_decide = [&] {
+    StepRecord other = step_record("import", 1, {"n1"});
+    other.tx = "othertx";
+    other.coordinator = "n1";
+    f.members.write(kKey, to_json(other));
+  };
+  auto done = f.run();
+  REQUIRE_FALSE(done.is_ok());
+  CHECK(done.status().code() == ptc::Code::kFailedPrecondition);
+  CHECK(has(done.status(), "import of j/1 aborted on every node: " + kKey + " changed in etcd since it was prepared"));
+  CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0", "abort n1", "abort n2"});
+  CHECK(f.recorded().tx == "othertx");
+  CHECK(f.members.locks.empty());
+}
+
+TEST_CASE("two phases: the lease ends between prepare and decide, the change is aborted", "[two_phase]") {
+  Fixture f;
+  f.members.before_decide = [&] { f.members.lease_lost = true; };
+  auto done = f.run();
+  REQUIRE_FALSE(done.is_ok());
+  CHECK(has(done.status(), "or this node's lease ended"));
+  CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0", "abort n1", "abort n2"});
+  CHECK(f.members.records.empty());
+  CHECK(f.members.locks.empty());
+}
+
+TEST_CASE("two phases: etcd applies the decision but its answer is lost; settled as committed", "[two_phase]") {
+  Fixture f;
+  f.members.apply_then_drop = true;
+  auto done = f.run();
+  REQUIRE_FALSE(done.is_ok());
+  CHECK(done.status().code() == ptc::Code::kUnavailable);
+  CHECK(has(done.status(), "import of j/1: etcd did not answer the commit; node n0 keeps " + kKey + " locked"));
+  // Nothing is committed or aborted yet, and the key stays locked past the change's end.
+  CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2"});
+  CHECK(f.two_phase.undecided() == 1);
+  CHECK(f.members.locks.at(kKey) == "n0");
+  // While etcd is silent, settling does nothing.
+  f.two_phase.settle();
+  CHECK(f.two_phase.undecided() == 1);
+  CHECK(f.peers.log.size() == 3);
+  {
+    f.members.etcd_down = false;
+    // A new change of the key settles it first (etcd answers now, and its record shows the
+    // change's transaction): committed, and the lock taken anew.
+    auto again = f.two_phase.lock(kKey);
+    REQUIRE(again.is_ok());
+    CHECK(f.two_phase.undecided() == 0);
+    CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "commit n0", "commit n1", "commit n2"});
+    CHECK(again->record()->tx() == f.peers.last_tx);
+  }
+  CHECK(f.members.locks.empty());
+}
+
+TEST_CASE("two phases: etcd does not answer, then its record does not show the change; fenced and aborted",
+          "[two_phase]") {
+  Fixture f;
+  f.members.before_decide = [&] { f.members.etcd_down = true; };
+  auto done = f.run();
+  REQUIRE_FALSE(done.is_ok());
+  CHECK(f.two_phase.undecided() == 1);
+  CHECK(f.members.locks.at(kKey) == "n0");
+  // Another change of the key meanwhile is refused, naming the undecided one.
+  {
+    auto refused = f.two_phase.lock(kKey);
+    REQUIRE_FALSE(refused.is_ok());
+    CHECK(refused.status().code() == ptc::Code::kFailedPrecondition);
+    CHECK(has(refused.status(), "is not settled yet"));
+  }
+  CHECK(f.members.locks.at(kKey) == "n0");
+  f.members.etcd_down = false;
+  CHECK(f.two_phase.settle() == 0);
+  CHECK(f.two_phase.undecided() == 0);
+  CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0", "abort n1", "abort n2"});
+  // The record is written over so that the lost transaction can never apply.
+  const StepRecord fence = f.recorded();
+  CHECK(fence.removed);
+  CHECK(fence.fenced == f.peers.last_tx);
+  CHECK(f.members.locks.empty());
+}
+
+TEST_CASE("two phases: a fence etcd refuses leaves the change undecided until it succeeds", "[two_phase]") {
+  Fixture f;
+  f.members.before_decide = [&] { f.members.etcd_down = true; };
+  REQUIRE_FALSE(f.run().is_ok());
+  // etcd answers reads and locks again, but the decision is still unknown: a fence fails.
+  f.members.etcd_down = false;
+  f.members.lease_lost = true;  // decide (the fence) answers false: settled later
+  auto refused = f.two_phase.lock(kKey);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.status().code() == ptc::Code::kFailedPrecondition);
+  CHECK(has(refused.status(), "import of j/1 (transaction " + f.peers.last_tx +
+                                  ", coordinated by this node, n0) is not settled yet"));
+  CHECK(f.members.locks.at(kKey) == "n0");
+  f.members.lease_lost = false;
+  f.two_phase.settle();
+  CHECK(f.two_phase.undecided() == 0);
+  CHECK(f.members.locks.empty());
+}
+
+TEST_CASE("two phases: a missed abort is sent again until the node answers", "[two_phase]") {
+  Fixture f;
+  f.peers.down = {2};
+  auto done = f.run();
+  REQUIRE_FALSE(done.is_ok());
+  CHECK(done.status().code() == ptc::Code::kDeadlineExceeded);
+  CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0", "abort n1", "missed abort n2"});
+  CHECK(f.two_phase.unaborted() == 1);
+  CHECK(f.two_phase.settle() == 1);  // still down
+  CHECK(f.peers.log.back() == "missed abort n2");
+  f.peers.down.clear();
+  CHECK(f.two_phase.settle() == 0);
+  CHECK(f.peers.log.back() == "abort n2");
+  CHECK(f.two_phase.settle() == 0);  // nothing owed: nothing sent
+  CHECK(f.peers.log.size() == 8);
+}
+
+TEST_CASE("two phases: a second change of a locked key is refused naming the holder", "[two_phase]") {
+  Fixture f;
+  f.members.locks[kKey] = "n1";
+  auto refused = f.two_phase.lock(kKey);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.status().code() == ptc::Code::kFailedPrecondition);
+  CHECK(has(refused.status(), "being changed by node n1"));
+  CHECK(f.peers.log.empty());
+  CHECK(f.members.locks.at(kKey) == "n1");  // still the holder's
+}
+
+TEST_CASE("two phases: the lock of a key is held while the change runs, and refuses a record that does not decode",
+          "[two_phase]") {
+  Fixture f;
+  {
+    auto locked = f.two_phase.lock(kKey);
+    REQUIRE(locked.is_ok());
+    CHECK(locked->revision() == 0);
+    CHECK_FALSE(locked->record().has_value());
+    auto second = f.two_phase.lock(kKey);
+    REQUIRE_FALSE(second.is_ok());
+    CHECK(has(second.status(), "being changed by node n0"));
+  }
+  CHECK(f.members.locks.empty());
+  f.members.write(kKey, json{{"tx", 5}});
+  auto bad = f.two_phase.lock(kKey);
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(has(bad.status(), kKey));
+  CHECK(f.members.locks.empty());
+}
+
+TEST_CASE("two phases: kReachable leaves out a node that does not answer", "[two_phase]") {
+  Fixture f;
+  f.peers.down = {2};
+  auto spec = f.import_spec();
+  spec.quorum = ChangeSpec::Quorum::kReachable;
+  auto done = f.run(std::move(spec));
+  REQUIRE(done.is_ok());
+  CHECK(done->nodes == std::vector<int>{0, 1});
+  CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "commit n0", "commit n1"});
+}
+
+TEST_CASE("two phases: kReachable still aborts on a refusal, on the nodes that prepared", "[two_phase]") {
+  Fixture f;
+  f.peers.down = {2};
+  f.peers.votes_no[1] = ptc::invalid("bad position");
+  auto spec = f.import_spec();
+  spec.quorum = ChangeSpec::Quorum::kReachable;
+  auto done = f.run(std::move(spec));
+  REQUIRE_FALSE(done.is_ok());
+  CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0"});
+}
+
+TEST_CASE("two phases: a node that holds its part already is not asked, and commits with the others",
+          "[two_phase]") {
+  Fixture f;
+  auto spec = f.import_spec();
+  spec.held = {0};
+  auto done = f.run(std::move(spec));
+  REQUIRE(done.is_ok());
+  CHECK(done->nodes == std::vector<int>{1, 2});
+  CHECK(f.peers.log == Log{"prepare n1", "prepare n2", "commit n0", "commit n1", "commit n2"});
+}
+
+}  // namespace
+}  // namespace ptcfs
