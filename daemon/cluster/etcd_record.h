@@ -29,7 +29,7 @@ struct StepRecord {
   std::string parallelism;                        // "tp=T,pp=P,dp=D" (empty: not given)
   std::vector<std::vector<std::string>> holders;  // a save: per shard, the nodes holding it
   bool removed = false;
-  std::string fenced;  // the undecided transaction this write shut out (Coordinator::settle_undecided)
+  std::string fenced;  // the undecided transaction this write shut out (TwoPhase::settle_undecided)
 };
 nlohmann::json to_json(const StepRecord& r);
 ptc::Result<StepRecord> step_record_from_json(const nlohmann::json& j, const std::string& where);
