@@ -66,7 +66,7 @@ ptc::Result<ImportResult> Coordinator::import(const ImportRequest& req, const Ph
     if (cluster()->find(n) < 0) return ptc::invalid("node '" + n + "' is not in the cluster");
   if (req.step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
   // Every node records the step (all mounts show the whole namespace), so every node takes part.
-  PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(step_key(req.job, req.step)));
+  PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_step_key(req.job, req.step)));
   if (prior.record() && !prior.record()->removed())
     return ptc::error(ptc::Code::kAlreadyExists, name + " is already recorded in etcd (version " +
                                                      std::to_string(prior.record()->version()) + ")");
@@ -157,7 +157,7 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
     return res;
   }
   // What etcd records of the step, who is up, and at which version.
-  PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(step_key(req.job, req.step)));
+  PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_step_key(req.job, req.step)));
   if (prior.record() && prior.record()->version() != old->version())
     return ptc::error(ptc::Code::kFailedPrecondition,
                       "etcd records version " + std::to_string(prior.record()->version()) + " of " + name +
@@ -283,7 +283,7 @@ void Coordinator::on_record(const KeyedRecord& rec) {
 
 ptc::Status Coordinator::remove(const RemoveRequest& req) {
   const std::string name = req.job + "/" + req.step;
-  PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(step_key(req.job, req.step)));
+  PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_step_key(req.job, req.step)));
   const std::vector<int> all = members_.members();
   const StepRecord record = step_record("remove", 0);
   ChangeSpec spec{"removing " + name, all, {}, ChangeSpec::Quorum::kAll, two_phase_.request(RemoveChange{req.job, req.step}),

@@ -16,7 +16,7 @@ namespace ptcfs {
 ptc::Result<DatasetAddResult> Coordinator::dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) {
   if (!req.dp) return ptc::internal("dataset add of " + req.job + "/" + req.name + " without its dp");
   const std::string name = req.job + "/" + req.name;
-  const std::string key = dataset_key(req.job, req.name);
+  const std::string key = etcd_dataset_key(req.job, req.name);
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(key));
   DatasetAddResult res;
   IndexProgress indexed;
@@ -38,7 +38,7 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> Coordinator::dataset_progress
   PTC_ASSIGN_OR_RETURN(auto cur, current_dataset(store_, req.job, req.name));
   // Validate here first: a bad request is refused before any node is asked.
   PTC_ASSIGN_OR_RETURN(PreparedChange check, prepare_dataset_progress(store_, req.job, req.name, req.epoch, req.consumed));
-  PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(dataset_key(req.job, req.name)));
+  PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_dataset_key(req.job, req.name)));
   const uint64_t epoch = req.epoch.value_or(cur->position().epoch);
   // A node that cannot be reached catches up when it comes back; any other failure aborts.
   ChangeSpec spec{"progress of dataset " + name, members_.members(), {}, ChangeSpec::Quorum::kReachable,

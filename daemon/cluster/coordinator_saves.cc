@@ -31,7 +31,7 @@ void Coordinator::commit_save(const std::string& job, const std::string& step) {
   std::lock_guard serial(save_mu_);
   const std::string name = job + "/" + step;
   if (store_.snapshot()->steps.count({job, step})) return;  // committed already
-  auto prior = two_phase_.lock(step_key(job, step));
+  auto prior = two_phase_.lock(etcd_step_key(job, step));
   if (!prior) {
     ptc::log::warn("save of {}: {}; waiting", name, prior.status().to_string());
     return;

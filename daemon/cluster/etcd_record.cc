@@ -131,8 +131,8 @@ bool KeyedRecord::removed() const {
 ptc::Result<KeyedRecord> keyed_record(const std::string& key, const json& value) {
   KeyedRecord out;
   out.key = key;
-  const bool step = parse_step_key(key, out.job, out.name);
-  if (!step && !parse_dataset_key(key, out.job, out.name)) return ptc::not_found(key + " is no step or dataset key");
+  const bool step = parse_etcd_step_key(key, out.job, out.name);
+  if (!step && !parse_etcd_dataset_key(key, out.job, out.name)) return ptc::not_found(key + " is no step or dataset key");
   const std::string where = "etcd key " + key;
   PTC_RETURN_IF_ERROR(ptc::validate_id("job", out.job), where);
   PTC_RETURN_IF_ERROR(ptc::validate_id(step ? "step" : "dataset", out.name), where);

@@ -19,14 +19,14 @@ bool parse_key(const std::string& prefix, const std::string& key, std::string& a
 }
 }  // namespace
 
-std::string step_key(const std::string& job, const std::string& step) { return kSteps + job + "/" + step; }
+std::string etcd_step_key(const std::string& job, const std::string& step) { return kSteps + job + "/" + step; }
 
-bool parse_step_key(const std::string& key, std::string& job, std::string& step) {
+bool parse_etcd_step_key(const std::string& key, std::string& job, std::string& step) {
   return parse_key(kSteps, key, job, step);
 }
-std::string dataset_key(const std::string& job, const std::string& name) { return kDatasets + job + "/" + name; }
+std::string etcd_dataset_key(const std::string& job, const std::string& name) { return kDatasets + job + "/" + name; }
 
-bool parse_dataset_key(const std::string& key, std::string& job, std::string& name) {
+bool parse_etcd_dataset_key(const std::string& key, std::string& job, std::string& name) {
   return parse_key(kDatasets, key, job, name);
 }
 

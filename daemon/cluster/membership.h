@@ -33,12 +33,12 @@ struct Record {
   nlohmann::json value;
 };
 
-std::string step_key(const std::string& job, const std::string& step);
-std::string dataset_key(const std::string& job, const std::string& name);
+std::string etcd_step_key(const std::string& job, const std::string& step);
+std::string etcd_dataset_key(const std::string& job, const std::string& name);
 // The job and step of a step key; false for any other key.
-bool parse_step_key(const std::string& key, std::string& job, std::string& step);
+bool parse_etcd_step_key(const std::string& key, std::string& job, std::string& step);
 // The job and name of a dataset key; false for any other key.
-bool parse_dataset_key(const std::string& key, std::string& job, std::string& name);
+bool parse_etcd_dataset_key(const std::string& key, std::string& job, std::string& name);
 
 class Membership {
  public:

@@ -35,9 +35,9 @@ std::string record_key(const PrepareRequest& r) {
       [](const auto& c) -> std::string {
         using T = std::decay_t<decltype(c)>;
         if constexpr (std::is_same_v<T, DatasetAddChange> || std::is_same_v<T, DatasetProgressChange>)
-          return dataset_key(c.job, c.name);
+          return etcd_dataset_key(c.job, c.name);
         else
-          return step_key(c.job, c.step);
+          return etcd_step_key(c.job, c.step);
       },
       r.change);
 }

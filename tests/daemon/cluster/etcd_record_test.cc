@@ -124,10 +124,10 @@ TEST_CASE("keys that name no step or dataset are told apart from malformed recor
   CHECK(refusal("/ptcfs/steps/j/1/x", rec.dump()).rfind("invalid_argument: etcd key /ptcfs/steps/j/1/x: ", 0) == 0);
   CHECK(refusal("/ptcfs/steps/.j/1", rec.dump()).rfind("invalid_argument: etcd key /ptcfs/steps/.j/1: ", 0) == 0);
   std::string job, step;
-  REQUIRE(parse_dataset_key("/ptcfs/datasets/gpt/web", job, step));
+  REQUIRE(parse_etcd_dataset_key("/ptcfs/datasets/gpt/web", job, step));
   CHECK(job == "gpt");
   CHECK(step == "web");
-  CHECK(dataset_key(job, step) == "/ptcfs/datasets/gpt/web");
+  CHECK(etcd_dataset_key(job, step) == "/ptcfs/datasets/gpt/web");
 }
 
 TEST_CASE("node records: the key's id, an address, and a GPU count ptcfsd accepts") {

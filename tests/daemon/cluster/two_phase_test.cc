@@ -111,7 +111,7 @@ class ScriptedPeers final : public ChangePeers {
   std::string last_tx;
 };
 
-const std::string kKey = step_key("j", "1");
+const std::string kKey = etcd_step_key("j", "1");
 
 struct Fixture {
   ScriptedMembership members;
