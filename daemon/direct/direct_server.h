@@ -7,8 +7,11 @@
 // root may connect (SO_PEERCRED). docs/FORMATS.md "Direct socket" has the messages.
 //
 // One thread per connection, at most `max_connections` at once (more are refused with a
-// message saying so). Thread-safety: the object is driven by its own threads; the
-// destructor stops them.
+// message saying so). Not Asio, unlike the RPC server: a message carries descriptors
+// (SCM_RIGHTS), which Asio's sockets do not pass, so each connection is a blocking
+// recvmsg/sendmsg loop; a training process holds few connections, and open() resolves a view
+// (it may pull a remote slice), which would block an event loop anyway. Thread-safety: the
+// object is driven by its own threads; the destructor stops them.
 #pragma once
 
 #include <atomic>
