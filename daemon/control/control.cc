@@ -239,7 +239,7 @@ ptc::Result<json> ControlService::import_hf(const json& req, const transport::Pr
               {"template", tmpl.name}, {"tensors", r->tensors}, {"bytes", r->bytes}, {"seconds", r->seconds}};
   if (then) {
     // Straight into the asked layout: a repartition of the new step, which remaps (no copy).
-    auto res = ptcfs::repartition(store_, RepartitionRequest{job, step, *then, false}, policy_, std::ref(report));
+    auto res = ptcfs::repartition(store_, RepartitionRequest{job, step, *then, false, {}}, policy_, std::ref(report));
     if (!res) {
       ptc::log::warn("import of {} as {}/{}: the repartition to {} failed: {}", dir, job, step, to,
                      res.status().to_string());

@@ -37,7 +37,6 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
   if (!padding) return fail(padding.status());
 
   std::vector<std::vector<StoredSlice>> stored(layout.shards().size());
-  PreparedChange change;
   std::map<std::string, const PendingFile*> by_rel;
   for (const auto& f : files) by_rel[f->rel] = f.get();
   for (size_t si = 0; si < layout.shards().size(); ++si) {
@@ -67,10 +66,13 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
       stored[si].push_back(StoredSlice{{Extent{f->blob->id(), off, len, 0}}, std::nullopt, 1});
     }
   }
+  // The change takes the blobs at the end: until then they are the step's (a failed commit
+  // leaves the step pending, its blobs with it).
+  std::vector<uint64_t> blobs;
   for (const auto& f : files) {
     if (!f->blob) continue;
     if (auto st = f->blob->finish(); !st) return fail(st);
-    change.blobs.push_back(f->blob->id());
+    blobs.push_back(f->blob->id());
   }
   // Checksums, as import computes them, from the synced blobs' mappings.
   for (auto& shard : stored)
@@ -81,8 +83,13 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
         return fail(b ? ptc::corrupt("blob of " + name + " is shorter than written") : b.status());
       sl.xxh3 = xxh3_of((*b)->data() + x.offset, x.len);
     }
-  change.next = std::make_shared<StepVersion>(s->job, s->step, 1, static_cast<int64_t>(::time(nullptr)), layout,
-                                              std::move(stored), &store_.blobs(), std::move(placement), store_.remote());
+  PreparedChange change(store_);
+  change.next = store_.new_version(s->job, s->step, 1, layout, std::move(stored), std::move(placement));
+  change.blobs = std::move(blobs);
+  {
+    std::lock_guard lock(s->mu);
+    change.claims.push_back(std::move(s->claim));  // released when the change commits or aborts
+  }
   return change;
 }
 
@@ -118,7 +125,7 @@ void SaveService::commit(const std::shared_ptr<PendingStep>& s) {
     tensors = s->layout->ptc().tensors.size();
   }
   if (auto st = commit_change(store_, *change); !st) {
-    // commit_change released the name and removed the blobs: nothing of it is left.
+    // commit_change released the claim and removed the blobs: nothing of it is left.
     ptc::log::error("committing {}: {}", name, st.to_string());
     ptc::metrics::operation("save", false, seconds(), 0);
     forget(s->job, s->step);
