@@ -53,6 +53,29 @@ struct Job {
   std::vector<Part> parts;
 };
 
+constexpr const char* kShortBlob = "a blob is shorter than the extents that refer to it";
+
+// Copies a slice's pieces, one after another, into memory (source blobs are mapped).
+class CopySink final : public PieceSink {
+ public:
+  explicit CopySink(std::byte* dst) : dst_(dst) {}
+  std::byte* end() const { return dst_; }
+  ptc::Status zeros(uint64_t n) override {
+    std::memset(dst_, 0, n);
+    dst_ += n;
+    return ptc::Status::ok();
+  }
+  ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) override {
+    if (off + n > file->mapped_size()) return ptc::corrupt(kShortBlob);
+    std::memcpy(dst_, file->data() + off, n);
+    dst_ += n;
+    return ptc::Status::ok();
+  }
+
+ private:
+  std::byte* dst_;
+};
+
 }  // namespace
 
 ptc::Result<Selection> select_compaction(const std::vector<std::vector<StoredSlice>>& stored,
@@ -202,6 +225,7 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
         maps.emplace(e.blob, std::move(f));
       }
 
+  const OpenBlob open = [&](uint64_t id) -> ptc::Result<std::shared_ptr<const BlobFile>> { return maps.at(id); };
   std::mutex mu;  // guards done and progress
   uint64_t done = 0;
   auto copy_job = [&](std::vector<std::byte>& buf, size_t i) -> ptc::Status {
@@ -209,22 +233,9 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
     std::byte* out = buf.data();
     for (const Part& part : jb.parts) {
       // Gather [slice_off, slice_off + len) of the slice into out.
-      std::byte* dst = out;
-      bool short_blob = false;
-      for_each_piece(*part.slice, part.slice_off, part.len, [&](uint64_t blob, uint64_t boff, uint64_t n) {
-        if (blob == kZeroBlob) {
-          std::memset(dst, 0, n);
-        } else {
-          const BlobFile& m = *maps.at(blob);
-          if (boff + n > m.mapped_size()) {
-            short_blob = true;
-            return;
-          }
-          std::memcpy(dst, m.data() + boff, n);
-        }
-        dst += n;
-      });
-      if (short_blob || dst != out + part.len) return ptc::corrupt("a blob is shorter than the extents that refer to it");
+      CopySink sink(out);
+      PTC_RETURN_IF_ERROR(walk_slice(*part.slice, part.slice_off, part.len, open, sink));
+      if (sink.end() != out + part.len) return ptc::corrupt(kShortBlob);
       if (part.hash) *part.hash = xxh3_of(out, part.len);
       out += part.len;
     }

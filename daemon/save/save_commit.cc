@@ -8,6 +8,7 @@
 #include "daemon/save/save_service.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/prepared.h"
+#include "fs/read_buffer.h"
 #include "ptc/base/log.h"
 #include "ptc/base/metrics.h"
 
@@ -56,11 +57,10 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
         off = f->npy.data_start;
         len = f->npy.data_bytes;
       }
-      static const std::vector<char> zeros(1 << 20, 0);
       for (const auto& [poff, plen] : (*padding)[si][j])
         for (uint64_t done = 0; done < plen;) {
-          const uint64_t n = std::min<uint64_t>(plen - done, zeros.size());
-          if (auto st = f->blob->write_at(off + poff + done, zeros.data(), n); !st) return fail(st);
+          const uint64_t n = std::min<uint64_t>(plen - done, fs::kZeroBlock);
+          if (auto st = f->blob->write_at(off + poff + done, fs::zero_block(), n); !st) return fail(st);
           done += n;
         }
       stored[si].push_back(StoredSlice{{Extent{f->blob->id(), off, len, 0}}, std::nullopt, 1});
