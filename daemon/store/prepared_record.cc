@@ -149,7 +149,7 @@ std::vector<KeptChange> restore_prepared(Store& store) {
   std::vector<std::pair<std::string, std::string>> records;
   if (auto s = store.scan_meta(Store::kPreparedPrefix, [&](std::string_view key, std::string_view value) {
         records.emplace_back(std::string(key.substr(Store::kPreparedPrefix.size())), std::string(value));
-        return true;
+        return ptc::Status::ok();
       });
       !s) {
     ptc::log::error("reading the prepared changes kept in the metadata: {}", s.to_string());

@@ -37,18 +37,14 @@ struct Record {
 // The records under `prefix`, keyed "<prefix><job>/<name>".
 ptc::Result<std::vector<Record>> scan_records(KvStore& kv, std::string_view prefix, const char* what) {
   std::vector<Record> out;
-  ptc::Status bad;
-  PTC_RETURN_IF_ERROR(kv.scan(prefix, [&](std::string_view key, std::string_view value) {
+  PTC_RETURN_IF_ERROR(kv.scan(prefix, [&](std::string_view key, std::string_view value) -> ptc::Status {
     const std::string_view rest = key.substr(prefix.size());
     const size_t slash = rest.find('/');
-    if (slash == std::string_view::npos) {
-      bad = ptc::corrupt(std::string("metadata: malformed ") + what + " key '" + std::string(rest) + "'");
-      return false;
-    }
+    if (slash == std::string_view::npos)
+      return ptc::corrupt(std::string("metadata: malformed ") + what + " key '" + std::string(rest) + "'");
     out.push_back({std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1)), std::string(value)});
-    return true;
+    return ptc::Status::ok();
   }));
-  PTC_RETURN_IF_ERROR(bad);
   return out;
 }
 }  // namespace
@@ -75,7 +71,7 @@ ptc::Status Store::load() {
           blobs_->hold_pending(b.get<uint64_t>());
           ++held;
         }
-    return true;
+    return ptc::Status::ok();
   }));
   if (held) ptc::log::info("store {}: {} blobs of prepared changes kept until they are decided", data_dir_, held);
   std::lock_guard lock(mu_);

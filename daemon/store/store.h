@@ -112,10 +112,7 @@ class Store {
   // Metadata records of other kinds than versions (prepared changes kept across a restart,
   // daemon/store/prepared_record.h): written atomically and durably, scanned by prefix.
   ptc::Status write_meta(const WriteBatch& batch) { return kv_->write(batch); }
-  ptc::Status scan_meta(std::string_view prefix,
-                        const std::function<bool(std::string_view key, std::string_view value)>& fn) {
-    return kv_->scan(prefix, fn);
-  }
+  ptc::Status scan_meta(std::string_view prefix, const KvStore::ScanFn& fn) { return kv_->scan(prefix, fn); }
   // Records under this prefix are prepared changes; each is JSON whose "blobs" lists the blob
   // ids it holds, which open() keeps pending (garbage collection leaves them alone).
   static constexpr std::string_view kPreparedPrefix = "prepared/";

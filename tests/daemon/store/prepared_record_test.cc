@@ -46,7 +46,7 @@ size_t kept_records(Store& store) {
   size_t n = 0;
   REQUIRE(store.scan_meta(Store::kPreparedPrefix, [&](std::string_view, std::string_view) {
     ++n;
-    return true;
+    return ptc::Status::ok();
   }).is_ok());
   return n;
 }
@@ -113,7 +113,7 @@ TEST_CASE("a kept change whose base moved on, or a malformed one, is dropped wit
     std::string value;
     REQUIRE(store->scan_meta("prepared/tx1", [&](std::string_view, std::string_view v) {
       value = std::string(v);
-      return false;
+      return ptc::Status::ok();
     }).is_ok());
     auto rec = ptc::parse_json(value, "record");
     REQUIRE(rec.is_ok());
