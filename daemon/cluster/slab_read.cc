@@ -15,30 +15,21 @@ using nlohmann::json;
 namespace {
 
 // A peer read's pieces, all memory: mapped blobs and zeros.
-class SlabSink final : public PieceSink {
+class SlabSink final : public ReadBufferSink {
  public:
-  SlabSink(const std::string& tensor, fs::ReadBuffer& out) : tensor_(tensor), out_(out) {}
-  ptc::Status zeros(uint64_t n) override {
-    out_.add_zeros(n);
-    return ptc::Status::ok();
-  }
+  SlabSink(const std::string& tensor, fs::ReadBuffer& out) : ReadBufferSink(out), tensor_(tensor) {}
   ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) override {
-    if (file != kept_) {
-      out_.keep(file);
-      kept_ = file;
-    }
+    fs::ReadBuffer& buf = out(file);
     const std::byte* map = file->data();
     if (!map || off + n > file->mapped_size())
       return ptc::corrupt("blob " + std::to_string(file->id()) + " is shorter than the metadata of '" + tensor_ +
                           "' says");
-    out_.add_mem(map + off, n);
+    buf.add_mem(map + off, n);
     return ptc::Status::ok();
   }
 
  private:
   const std::string& tensor_;
-  fs::ReadBuffer& out_;
-  std::shared_ptr<const BlobFile> kept_;
 };
 
 ptc::Result<std::string> str(const json& req, const char* key) {

@@ -96,32 +96,23 @@ namespace {
 // A read reply's pieces: memory of mapped blobs (the kernel copies it straight into its page
 // cache, fs/reply.h, with no read into a buffer first), a file range for a blob that cannot
 // be mapped, zeros for padding.
-class ReplySink final : public PieceSink {
+class ReplySink final : public ReadBufferSink {
  public:
-  ReplySink(const BlobStore& blobs, fs::ReadBuffer& out) : blobs_(blobs), out_(out) {}
-  ptc::Status zeros(uint64_t n) override {
-    out_.add_zeros(n);
-    return ptc::Status::ok();
-  }
+  ReplySink(const BlobStore& blobs, fs::ReadBuffer& out) : ReadBufferSink(out), blobs_(blobs) {}
   ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) override {
-    if (file != kept_) {
-      out_.keep(file);
-      kept_ = file;
-    }
+    fs::ReadBuffer& buf = out(file);
     // A blob cut short behind our back: say so, rather than reply with fewer bytes (which
     // the kernel would take for the end of the file) or touch its mapping past the end.
     if (off + n > file->size())
       return ptc::corrupt("blob " + blobs_.path(file->id()) + " is shorter than its metadata says (" +
                           std::to_string(file->size()) + " bytes, a piece ends at " + std::to_string(off + n) + ")");
-    if (const std::byte* map = file->data()) out_.add_mapped(map + off, n, file->fd(), off);
-    else out_.add_fd(file->fd(), off, n);
+    if (const std::byte* map = file->data()) buf.add_mapped(map + off, n, file->fd(), off);
+    else buf.add_fd(file->fd(), off, n);
     return ptc::Status::ok();
   }
 
  private:
   const BlobStore& blobs_;
-  fs::ReadBuffer& out_;
-  std::shared_ptr<const BlobFile> kept_;
 };
 
 }  // namespace

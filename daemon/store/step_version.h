@@ -66,6 +66,31 @@ class PieceSink {
   virtual ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) = 0;
 };
 
+// A PieceSink that appends to a read buffer: zeros as padding segments, and each blob it is
+// handed kept alive with the buffer. Subclasses check and add a blob's bytes (blob()).
+class ReadBufferSink : public PieceSink {
+ public:
+  explicit ReadBufferSink(fs::ReadBuffer& out) : out_(out) {}
+  ptc::Status zeros(uint64_t n) override {
+    out_.add_zeros(n);
+    return ptc::Status::ok();
+  }
+
+ protected:
+  // The buffer, with `file` kept alive by it (once per run of pieces from one blob).
+  fs::ReadBuffer& out(const std::shared_ptr<const BlobFile>& file) {
+    if (file != kept_) {
+      out_.keep(file);
+      kept_ = file;
+    }
+    return out_;
+  }
+
+ private:
+  fs::ReadBuffer& out_;
+  std::shared_ptr<const BlobFile> kept_;
+};
+
 // Opens a blob for walk_slice.
 using OpenBlob = std::function<ptc::Result<std::shared_ptr<const BlobFile>>(uint64_t id)>;
 
