@@ -12,48 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "fs/read_buffer.h"
 #include "ptc/base/status.h"
 #include "ptc/dataset.h"
 #include "ptc/layout.h"
 
 namespace ptcfs::fs {
-
-// The bytes of one read reply, as a list of segments: memory, or a range of a file
-// descriptor (libfuse splices it where it can, else reads it). Segments are in reply order.
-class ReadBuffer {
- public:
-  struct Segment {
-    const std::byte* mem = nullptr;  // when fd < 0
-    int fd = -1;
-    uint64_t off = 0;                // in fd
-    uint64_t len = 0;
-    // Memory that is a mapping of a file: its descriptor and offset (the direct path hands
-    // the file to its client instead of the bytes); -1 otherwise.
-    int origin_fd = -1;
-    uint64_t origin_off = 0;
-    bool zeros = false;  // all zero bytes (padding)
-  };
-
-  // Memory that outlives the reply (owned by a view or static).
-  void add_mem(const void* p, uint64_t len);
-  // Zeros (padding).
-  void add_zeros(uint64_t len);
-  void add_fd(int fd, uint64_t off, uint64_t len);
-  // Memory `p` that maps bytes [off, off + len) of file `fd` (a mapped blob).
-  void add_mapped(const void* p, uint64_t len, int fd, uint64_t off);
-  // Keeps an owner (an open blob) alive until the buffer is destroyed.
-  void keep(std::shared_ptr<const void> owner) { keep_.push_back(std::move(owner)); }
-
-  const std::vector<Segment>& segments() const { return segs_; }
-  uint64_t size() const { return size_; }
-  // Reads every segment into dst (size() bytes).
-  ptc::Status copy_to(std::byte* dst) const;
-
- private:
-  std::vector<Segment> segs_;
-  std::vector<std::shared_ptr<const void>> keep_;
-  uint64_t size_ = 0;
-};
 
 // Thread-safety: immutable once built; every method may be called from many threads at once
 // (FUSE workers, the direct server). Errors of read_slice: kIo naming the blob, kCorrupt when a

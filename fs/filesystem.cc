@@ -19,7 +19,9 @@
 #include "fs/errno_map.h"
 #include "fs/fs_impl.h"
 #include "fs/mountpoint.h"
+#include "fs/reply.h"
 #include "fs/tree.h"
+#include "fs/write_ops.h"
 #include "ptc/base/log.h"
 #include "ptc/base/metrics.h"
 
@@ -164,50 +166,12 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
     fuse_reply_err(req, err);
     return;
   }
-  const auto& segs = rb.segments();
-  if (segs.empty()) {
-    fuse_reply_buf(req, nullptr, 0);
-    return;
-  }
   // Many small pieces: one gathered buffer and one write beat the kernel pinning each one.
-  if (segs.size() > 16 && rb.size() / segs.size() < (64 << 10)) {
-    std::vector<std::byte> out(rb.size());
-    if (auto s = rb.copy_to(out.data()); !s) {
-      fuse_reply_err(req, to_errno(s));
-      return;
-    }
-    fuse_reply_buf(req, reinterpret_cast<const char*>(out.data()), out.size());
+  if (auto s = rb.gather_if_fragmented(16, 64 << 10); !s) {
+    fuse_reply_err(req, to_errno(s));
     return;
   }
-  // Every piece in memory (mapped blobs): one writev from those pages, so the only copy is
-  // the kernel's into its page cache. libfuse's splice path would need a pipe larger than
-  // 1 MiB for a 1 MiB reply, which an unprivileged or containerised root cannot get, and
-  // its fallback reads every file range into a buffer first (docs/BENCHMARKS.md).
-  if (segs.size() < kMaxReplyIov &&
-      std::all_of(segs.begin(), segs.end(), [](const ReadBuffer::Segment& s) { return s.fd < 0; })) {
-    std::vector<iovec> iov(segs.size());
-    for (size_t i = 0; i < segs.size(); ++i) iov[i] = {const_cast<std::byte*>(segs[i].mem), segs[i].len};
-    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
-    return;
-  }
-  // fuse_bufvec holds one fuse_buf inline; allocate room for the rest.
-  std::vector<char> storage(sizeof(fuse_bufvec) + (segs.size() - 1) * sizeof(fuse_buf));
-  auto* bv = new (storage.data()) fuse_bufvec;
-  *bv = FUSE_BUFVEC_INIT(0);
-  bv->count = segs.size();
-  for (size_t i = 0; i < segs.size(); ++i) {
-    fuse_buf& b = bv->buf[i];
-    b = fuse_buf{};
-    b.size = segs[i].len;
-    if (segs[i].fd >= 0) {
-      b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-      b.fd = segs[i].fd;
-      b.pos = static_cast<off_t>(segs[i].off);
-    } else {
-      b.mem = const_cast<std::byte*>(segs[i].mem);
-    }
-  }
-  fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+  reply_read(req, rb);
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {

@@ -37,6 +37,9 @@ class Filesystem {
   // Mounts at opts.mountpoint. A stale mount there (a daemon that died) is detached first;
   // a live one is an error. `target` (may be null: read-only; must outlive the mount) takes
   // the writes; the source then shows its pending steps too.
+  // Process-wide: mount installs a SIGUSR1 handler (a no-op without SA_RESTART, replacing any
+  // other), with which stop() wakes the loop thread out of its wait. The process must not use
+  // SIGUSR1 for anything else while a filesystem is mounted.
   static ptc::Result<std::unique_ptr<Filesystem>> mount(const MountOptions& opts, Source source,
                                                         WriteTarget* target = nullptr);
   ~Filesystem();  // stops the loop if running and unmounts

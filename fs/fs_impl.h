@@ -26,8 +26,6 @@ namespace ptcfs::fs {
 constexpr double kTimeout = 3600.0;
 // Signal used to wake the loop thread when stopping.
 constexpr int kWakeSignal = SIGUSR1;
-// Fewer memory pieces than this go to the kernel as one writev (IOV_MAX, with the header).
-constexpr size_t kMaxReplyIov = 1023;
 
 class Filesystem::Impl {
  public:
@@ -120,19 +118,5 @@ inline void fill_entry(const Node& n, fuse_entry_param& e) {
   e.entry_timeout = timeout_of(n);
   fill_node_attr(n, e.attr);
 }
-
-// The write operations (fs/write_ops.cc).
-void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode);
-void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi);
-void op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info* fi);
-void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
-void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi);
-void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name);
-void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name);
-void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
-               unsigned int flags);
-// Opening a pending file for writing (from op_open).
-int do_open_for_write(const Node& n, fuse_file_info* fi);
 
 }  // namespace ptcfs::fs

@@ -4,16 +4,14 @@
 #include <cerrno>
 #include <cstring>
 
-#include "fs/content.h"
+#include "fs/read_buffer.h"
 
 namespace ptcfs::fs {
-namespace {
-constexpr uint64_t kZeroBlock = 1 << 20;
+
 const std::byte* zero_block() {
   static const auto* z = new std::byte[kZeroBlock]();
   return z;
 }
-}  // namespace
 
 void ReadBuffer::add_mem(const void* p, uint64_t len) {
   if (len == 0) return;
@@ -94,6 +92,15 @@ ptc::Status ReadBuffer::copy_to(std::byte* dst) const {
     }
     dst += s.len;
   }
+  return ptc::Status::ok();
+}
+
+ptc::Status ReadBuffer::gather_if_fragmented(size_t max_segments, uint64_t min_avg) {
+  if (segs_.size() <= max_segments || size_ / segs_.size() >= min_avg) return ptc::Status::ok();
+  auto buf = std::make_shared<std::vector<std::byte>>(size_);
+  PTC_RETURN_IF_ERROR(copy_to(buf->data()));
+  segs_ = {Segment{buf->data(), -1, 0, size_}};
+  keep_ = {std::move(buf)};
   return ptc::Status::ok();
 }
 

@@ -11,6 +11,7 @@
 
 #include "fs/errno_map.h"
 #include "fs/fs_impl.h"
+#include "fs/write_ops.h"
 #include "ptc/base/log.h"
 #include "ptc/base/metrics.h"
 

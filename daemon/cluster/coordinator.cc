@@ -226,12 +226,11 @@ bool Coordinator::catch_up_step(const std::string& job, const std::string& step,
   placement.gpus = newest->gpus;
   placement.held.assign(layout->shards().size(), false);
   const size_t nshards = layout->shards().size();
-  PreparedChange change;
+  PreparedChange change(store_);
   change.replaced = v;
-  change.next = std::make_shared<StepVersion>(job, step, newest->version, static_cast<int64_t>(::time(nullptr)),
-                                              std::move(layout).value(), std::vector<std::vector<StoredSlice>>(nshards),
-                                              &store_.blobs(), std::move(placement), store_.remote());
-  if (auto s = v ? store_.begin_change(job, step) : store_.reserve_name(job, step); !s) {
+  change.next = store_.new_version(job, step, newest->version, std::move(layout).value(),
+                                   std::vector<std::vector<StoredSlice>>(nshards), std::move(placement));
+  if (auto s = change.claim(store_, v ? Claim::kChangeStep : Claim::kNewStep, job, step); !s) {
     ptc::log::warn("catching up {}: {}", name, s.to_string());
     return false;
   }

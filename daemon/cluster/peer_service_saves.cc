@@ -50,12 +50,11 @@ ptc::Result<PreparedChange> PeerService::prepare_save(const SaveChange& c, Prepa
   if (!wrote) {
     for (bool h : placement.held)
       if (h) return ptc::internal("node " + id() + " is named a holder of " + c.job + "/" + c.step + " but has no part");
-    PTC_RETURN_IF_ERROR(store_.reserve_name(c.job, c.step));
-    PreparedChange change;
+    PreparedChange change(store_);
+    PTC_RETURN_IF_ERROR(change.claim(store_, Claim::kNewStep, c.job, c.step));
     const size_t n = layout.shards().size();
-    change.next = std::make_shared<StepVersion>(c.job, c.step, 1, static_cast<int64_t>(::time(nullptr)),
-                                                std::move(layout), std::vector<std::vector<StoredSlice>>(n),
-                                                &store_.blobs(), std::move(placement), store_.remote());
+    change.next = store_.new_version(c.job, c.step, 1, std::move(layout), std::vector<std::vector<StoredSlice>>(n),
+                                     std::move(placement));
     return change;
   }
   PTC_ASSIGN_OR_RETURN(PreparedChange change, saves_.prepare_part(c.job, c.step, placement));

@@ -142,21 +142,10 @@ ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBa
     return ptc::internal("node " + self_id + " computed a different plan for " + name);
   const ptc::Plan part = ptc::node_part(plan, self);
 
-  PTC_RETURN_IF_ERROR(old ? store.begin_change(c.job, c.step) : store.reserve_name(c.job, c.step));
-  PreparedChange change;
+  // On error the change aborts itself: its blobs go and the claim is released.
+  PreparedChange change(store);
+  PTC_RETURN_IF_ERROR(change.claim(store, old ? Claim::kChangeStep : Claim::kNewStep, c.job, c.step));
   change.replaced = old;
-  bool handed_out = false;
-  struct Guard {
-    Store& s;
-    const ClusterChange& c;
-    bool old;
-    bool& done;
-    ~Guard() {
-      if (done) return;
-      if (old) s.end_change(c.job, c.step);
-      else s.release_name(c.job, c.step);
-    }
-  } guard{store, c, old != nullptr, handed_out};
 
   // Received slabs, one after another in one blob.
   std::vector<uint64_t> offsets;
@@ -182,7 +171,6 @@ ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBa
     }
   }
   change.bytes_received = total;
-  auto discard = [&] { abort_blobs(store, change); };
 
   auto stored = map_extents(from, to, part, [&](const ptc::Copy& cp) {
     if (cp.transfer >= 0)
@@ -197,24 +185,15 @@ ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBa
     placement.held[s] = std::find(h.dst_nodes[s].begin(), h.dst_nodes[s].end(), self) != h.dst_nodes[s].end();
     if (!placement.held[s]) stored[s].clear();
   }
-  auto sel = select_compaction(stored, opt.policy, [&](uint64_t id) { return store.blobs().size_of(id); });
-  if (!sel) {
-    discard();
-    return sel.status();
-  }
-  auto comp = compact(store.blobs(), stored, *sel, opt.policy, {});
-  if (!comp) {
-    discard();
-    return comp.status();
-  }
-  for (const auto& b : comp->blobs) change.blobs.push_back(b.id());
-  change.next = std::make_shared<StepVersion>(c.job, c.step, c.from_version + 1, static_cast<int64_t>(::time(nullptr)),
-                                              std::move(to), std::move(stored), &store.blobs(), std::move(placement),
-                                              store.remote());
-  handed_out = true;
+  PTC_ASSIGN_OR_RETURN(Selection sel, select_compaction(stored, opt.policy,
+                                                        [&](uint64_t id) { return store.blobs().size_of(id); }));
+  PTC_ASSIGN_OR_RETURN(CompactionResult comp, compact(store.blobs(), stored, sel, opt.policy, {}));
+  for (const auto& b : comp.blobs) change.blobs.push_back(b.id());
+  change.next = store.new_version(c.job, c.step, c.from_version + 1, std::move(to), std::move(stored),
+                                  std::move(placement));
   ptc::log::info("prepared {} version {} on node {}: {} transfers, {} bytes received, {} compacted", name,
                  c.from_version + 1, self_id, part.transfers.size(), total,
-                 comp->bytes);
+                 comp.bytes);
   return change;
 }
 

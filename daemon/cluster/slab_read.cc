@@ -4,7 +4,6 @@
 
 
 #include <algorithm>
-#include <cstring>
 
 #include "ptc/base/json_util.h"
 #include "ptc/plan.h"
@@ -15,11 +14,23 @@ using nlohmann::json;
 
 namespace {
 
-constexpr uint64_t kZeroBlock = 1 << 20;
-const std::byte* zero_block() {
-  static const auto* z = new std::byte[kZeroBlock]();
-  return z;
-}
+// A peer read's pieces, all memory: mapped blobs and zeros.
+class SlabSink final : public ReadBufferSink {
+ public:
+  SlabSink(const std::string& tensor, fs::ReadBuffer& out) : ReadBufferSink(out), tensor_(tensor) {}
+  ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) override {
+    fs::ReadBuffer& buf = out(file);
+    const std::byte* map = file->data();
+    if (!map || off + n > file->mapped_size())
+      return ptc::corrupt("blob " + std::to_string(file->id()) + " is shorter than the metadata of '" + tensor_ +
+                          "' says");
+    buf.add_mem(map + off, n);
+    return ptc::Status::ok();
+  }
+
+ private:
+  const std::string& tensor_;
+};
 
 ptc::Result<std::string> str(const json& req, const char* key) {
   if (!req.contains(key)) return ptc::invalid(std::string("peer.read lacks '") + key + "'");
@@ -75,54 +86,22 @@ ptc::Result<transport::Reply> serve_slab_read(Store& store, const json& req, uin
                                                   ") lie outside the " + std::to_string(slab_bytes) +
                                                   "-byte slab of tensor '" + tensor + "'");
 
-  const StoredSlice& ss = v->stored(*id, static_cast<size_t>(j));
-  transport::Reply reply;
-  transport::Payload& p = reply.payload;
-  p.keep.push_back(v);  // the version's blobs stay while the reply is sent
-  std::shared_ptr<const BlobFile> file;
-  ptc::Status st;
-  auto piece = [&](uint64_t blob, uint64_t boff, uint64_t count) {
-    if (!st) return;
-    if (blob == kZeroBlob) {
-      for (uint64_t z = 0; z < count; z += kZeroBlock) p.add(zero_block(), std::min(kZeroBlock, count - z));
-      return;
-    }
-    if (!file || file->id() != blob) {
-      auto f = store.blobs().file(blob);
-      if (!f) {
-        st = f.status();
-        return;
-      }
-      file = std::move(f).value();
-      p.keep.push_back(file);
-    }
-    const std::byte* map = file->data();
-    if (!map || boff + count > file->mapped_size()) {
-      st = ptc::corrupt("blob " + std::to_string(blob) + " is shorter than the metadata of '" + tensor + "' says");
-      return;
-    }
-    p.add(map + boff, count);
-  };
+  auto rb = std::make_shared<fs::ReadBuffer>();
+  SlabSink sink(tensor, *rb);
   // Row by row: window bytes [off, off + n) of the slab.
-  for (uint64_t at = static_cast<uint64_t>(off), end = at + static_cast<uint64_t>(n); at < end && st;) {
+  for (uint64_t at = static_cast<uint64_t>(off), end = at + static_cast<uint64_t>(n); at < end;) {
     const uint64_t r = at / slab_row, col = at % slab_row, take = std::min(slab_row - col, end - at);
-    for_each_piece(ss, r * slice_row + static_cast<uint64_t>(lo) * g.inner + col, take, piece);
+    PTC_RETURN_IF_ERROR(v->pieces(*id, static_cast<size_t>(j), r * slice_row + static_cast<uint64_t>(lo) * g.inner + col,
+                                  take, sink));
     at += take;
   }
-  PTC_RETURN_IF_ERROR(st);
   // Many small pieces (a slice re-cut along a later dimension) go as one gathered buffer.
-  if (p.spans.size() > 64 && p.size / p.spans.size() < (64 << 10)) {
-    auto buf = std::make_shared<std::string>(p.size, '\0');
-    size_t at = 0;
-    for (const auto& [ptr, cnt] : p.spans) {
-      std::memcpy(buf->data() + at, ptr, cnt);
-      at += cnt;
-    }
-    p.spans.clear();
-    p.keep = {buf};
-    p.size = 0;
-    p.add(buf->data(), buf->size());
-  }
+  PTC_RETURN_IF_ERROR(rb->gather_if_fragmented(64, 64 << 10));
+  transport::Reply reply;
+  transport::Payload& p = reply.payload;
+  p.keep.push_back(v);   // the version's blobs stay while the reply is sent
+  p.keep.push_back(rb);  // and the blobs it mapped, or its gathered copy
+  for (const auto& seg : rb->segments()) p.add(seg.mem, seg.len);
   Xxh3Stream h;
   for (const auto& [ptr, cnt] : p.spans) h.update(ptr, cnt);
   reply.result = json{{"xxh3", h.digest()}, {"n", p.size}};

@@ -100,30 +100,22 @@ ptc::Result<PreparedChange> prepare_dataset_add(Store& store, const DatasetAddRe
   pos.dp = dp;
   if (auto s = ptc::check_dp(spec, dp); !s) return s.with_context("dataset " + name);
 
-  PTC_RETURN_IF_ERROR(store.reserve_dataset(req.job, req.name));
-  PreparedChange change;
-  change.reserved_datasets.emplace_back(req.job, req.name);
-  auto fail = [&](const ptc::Status& s) {
-    abort_change(store, change);
-    return s;
-  };
+  // On error the change aborts itself: its blobs go and the name is free again.
+  PreparedChange change(store);
+  PTC_RETURN_IF_ERROR(change.claim(store, Claim::kNewDataset, req.job, req.name));
   uint64_t copied = 0, bytes = 0;
   for (auto& f : index.files) {
     bytes += f.size;
     if (!req.copy) continue;
-    auto id = copy_into_blob(store, f, change.blobs);
-    if (!id) return fail(id.status());
-    f.blob = *id;
+    PTC_ASSIGN_OR_RETURN(f.blob, copy_into_blob(store, f, change.blobs));
     copied += f.size;
   }
-  auto table = write_table(store, index.samples, change.blobs);
-  if (!table) return fail(table.status());
+  PTC_ASSIGN_OR_RETURN(const uint64_t table, write_table(store, index.samples, change.blobs));
   const uint64_t digest = xxh3_of(index.samples.data(), index.samples.size() * sizeof(SampleRecord));
-  auto source = DatasetSource::open(store.blobs(), *table, digest, index.files, spec.num_samples,
-                                    is_local_home(home, store.remote_samples()));
-  if (!source) return fail(source.status());
+  PTC_ASSIGN_OR_RETURN(auto source, DatasetSource::open(store.blobs(), table, digest, index.files, spec.num_samples,
+                                                        is_local_home(home, store.remote_samples())));
   auto next = std::make_shared<DatasetVersion>(req.job, req.name, 1, static_cast<int64_t>(::time(nullptr)), spec,
-                                               index.dtype_code, pos, std::move(source).value(), home,
+                                               index.dtype_code, pos, std::move(source), home,
                                                store.remote_samples());
   change.datasets.push_back({next, nullptr});
   summary.bytes = bytes;
@@ -137,18 +129,12 @@ ptc::Result<PreparedChange> prepare_dataset_copy(Store& store, const std::string
   json local = record;
   local["table"] = table;
   for (auto& f : local["files"]) f["blob"] = 0;  // the home's copies stay on the home
-  PreparedChange change;
+  PreparedChange change(store);  // on error it aborts itself: the table goes
   change.blobs.push_back(table);
-  auto v = DatasetVersion::load(job, name, local.dump(), store.blobs(), store.remote_samples());
-  ptc::Status s = v ? ptc::Status::ok() : v.status();
-  if (s && (*v)->source().local()) s = ptc::internal("a copied dataset record names this node as its home");
-  if (s) s = store.reserve_dataset(job, name);
-  if (!s) {
-    abort_blobs(store, change);
-    return s;
-  }
-  change.reserved_datasets.emplace_back(job, name);
-  change.datasets.push_back({std::move(v).value(), nullptr});
+  PTC_ASSIGN_OR_RETURN(auto v, DatasetVersion::load(job, name, local.dump(), store.blobs(), store.remote_samples()));
+  if (v->source().local()) return ptc::internal("a copied dataset record names this node as its home");
+  PTC_RETURN_IF_ERROR(change.claim(store, Claim::kNewDataset, job, name));
+  change.datasets.push_back({std::move(v), nullptr});
   return change;
 }
 

@@ -53,6 +53,29 @@ struct Job {
   std::vector<Part> parts;
 };
 
+constexpr const char* kShortBlob = "a blob is shorter than the extents that refer to it";
+
+// Copies a slice's pieces, one after another, into memory (source blobs are mapped).
+class CopySink final : public PieceSink {
+ public:
+  explicit CopySink(std::byte* dst) : dst_(dst) {}
+  std::byte* end() const { return dst_; }
+  ptc::Status zeros(uint64_t n) override {
+    std::memset(dst_, 0, n);
+    dst_ += n;
+    return ptc::Status::ok();
+  }
+  ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) override {
+    if (off + n > file->mapped_size()) return ptc::corrupt(kShortBlob);
+    std::memcpy(dst_, file->data() + off, n);
+    dst_ += n;
+    return ptc::Status::ok();
+  }
+
+ private:
+  std::byte* dst_;
+};
+
 }  // namespace
 
 ptc::Result<Selection> select_compaction(const std::vector<std::vector<StoredSlice>>& stored,
@@ -138,23 +161,28 @@ CompactionStats compaction_stats(const std::vector<std::vector<StoredSlice>>& st
   return st;
 }
 
-ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<StoredSlice>>& stored,
-                                      const Selection& selection, const CompactionPolicy& policy,
-                                      const std::function<void(uint64_t, uint64_t)>& progress) {
-  CompactionResult res;
-  // Plan the new blobs: one per shard that has slices to compact, slices packed in order.
-  std::vector<std::vector<StoredSlice>> old = stored;  // the extents to read from
-  std::vector<Job> jobs;
-  std::vector<std::optional<uint64_t>> hashes;
-  struct Target {
-    size_t s, j, blob;
-    uint64_t off, bytes;
-  };
+namespace {
+
+// Where one compacted slice goes: slice j of shard s, at `off` of new blob `blob`.
+struct Target {
+  size_t s, j, blob;
+  uint64_t off, bytes;
+};
+
+// What compact() does, planned before a byte is copied.
+struct CompactionPlan {
   std::vector<Target> targets;
-  // Slices with identical extents (a replicated tensor on several TP ranks) are copied once
-  // and share the copy.
+  std::vector<std::pair<std::pair<size_t, size_t>, size_t>> aliases;  // (s, j) -> target sharing its copy
+  std::vector<Job> jobs;
+  std::vector<std::optional<uint64_t>> hashes;  // per target, when copied by one job
+};
+
+// Step 1: the new blobs (one per shard that has slices to compact, made in `res`) and where
+// each selected slice goes in them, packed in order. Slices with identical extents (a
+// replicated tensor on several TP ranks) are copied once and share the copy.
+ptc::Status plan_targets(BlobStore& blobs, const std::vector<std::vector<StoredSlice>>& stored,
+                         const Selection& selection, CompactionPlan& plan, CompactionResult& res) {
   std::map<std::vector<Extent>, size_t, ExtentsLess> first;
-  std::vector<std::pair<std::pair<size_t, size_t>, size_t>> aliases;  // (s, j) -> target
   for (size_t s = 0; s < stored.size(); ++s) {
     std::optional<size_t> blob;
     uint64_t off = 0;
@@ -162,37 +190,46 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
       if (!selection[s][j]) continue;
       const auto key = dedupe_key(stored[s][j]);
       if (auto it = first.find(key); it != first.end()) {
-        aliases.push_back({{s, j}, it->second});
+        plan.aliases.push_back({{s, j}, it->second});
         continue;
       }
-      first.emplace(key, targets.size());
+      first.emplace(key, plan.targets.size());
       if (!blob) {
         PTC_ASSIGN_OR_RETURN(BlobWriter w, blobs.create());
         res.blobs.push_back(std::move(w));
         blob = res.blobs.size() - 1;
       }
       const uint64_t bytes = slice_bytes(stored[s][j]);
-      targets.push_back(Target{s, j, *blob, off, bytes});
+      plan.targets.push_back(Target{s, j, *blob, off, bytes});
       off += bytes;
       res.bytes += bytes;
       ++res.slices;
     }
   }
-  if (targets.empty()) return res;
-  hashes.resize(targets.size());
-  for (size_t t = 0; t < targets.size(); ++t) {
-    const Target& tg = targets[t];
+  return ptc::Status::ok();
+}
+
+// Step 2: the copy cut into jobs of at most kChunk contiguous destination bytes (small
+// slices share a job); a target copied by one job gets its checksum on the way.
+void plan_jobs(const std::vector<std::vector<StoredSlice>>& old, CompactionPlan& plan) {
+  plan.hashes.resize(plan.targets.size());
+  for (size_t t = 0; t < plan.targets.size(); ++t) {
+    const Target& tg = plan.targets[t];
     for (uint64_t o = 0; o < tg.bytes; o += kChunk) {
       const uint64_t n = std::min(kChunk, tg.bytes - o);
+      auto& jobs = plan.jobs;
       const bool joins = !jobs.empty() && jobs.back().blob == tg.blob &&
                          jobs.back().blob_off + jobs.back().len == tg.off + o && jobs.back().len + n <= kChunk;
       if (!joins) jobs.push_back(Job{tg.blob, tg.off + o, 0, {}});
-      jobs.back().parts.push_back(Part{&old[tg.s][tg.j], o, n, tg.bytes <= kChunk ? &hashes[t] : nullptr});
+      jobs.back().parts.push_back(Part{&old[tg.s][tg.j], o, n, tg.bytes <= kChunk ? &plan.hashes[t] : nullptr});
       jobs.back().len += n;
     }
   }
+}
 
-  // Map every source blob once.
+// Step 3: every source blob mapped once.
+ptc::Result<std::map<uint64_t, std::shared_ptr<const BlobFile>>> map_sources(
+    BlobStore& blobs, const std::vector<std::vector<StoredSlice>>& old, const std::vector<Target>& targets) {
   std::map<uint64_t, std::shared_ptr<const BlobFile>> maps;
   for (const auto& tg : targets)
     for (const auto& e : old[tg.s][tg.j].extents)
@@ -201,30 +238,25 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
         if (!f->data()) return ptc::io_error("mapping blob " + blobs.path(e.blob), errno);
         maps.emplace(e.blob, std::move(f));
       }
+  return maps;
+}
 
+// Step 4: the jobs run on every core, each gathering its parts through walk_slice into a
+// buffer and writing it at once; then the new blobs are synced. On error every new blob goes.
+ptc::Status copy_jobs(BlobStore& blobs, const CompactionPlan& plan,
+                      const std::map<uint64_t, std::shared_ptr<const BlobFile>>& maps, const CompactionPolicy& policy,
+                      const std::function<void(uint64_t, uint64_t)>& progress, CompactionResult& res) {
+  const OpenBlob open = [&](uint64_t id) -> ptc::Result<std::shared_ptr<const BlobFile>> { return maps.at(id); };
   std::mutex mu;  // guards done and progress
   uint64_t done = 0;
   auto copy_job = [&](std::vector<std::byte>& buf, size_t i) -> ptc::Status {
-    const Job& jb = jobs[i];
+    const Job& jb = plan.jobs[i];
     std::byte* out = buf.data();
     for (const Part& part : jb.parts) {
       // Gather [slice_off, slice_off + len) of the slice into out.
-      std::byte* dst = out;
-      bool short_blob = false;
-      for_each_piece(*part.slice, part.slice_off, part.len, [&](uint64_t blob, uint64_t boff, uint64_t n) {
-        if (blob == kZeroBlob) {
-          std::memset(dst, 0, n);
-        } else {
-          const BlobFile& m = *maps.at(blob);
-          if (boff + n > m.mapped_size()) {
-            short_blob = true;
-            return;
-          }
-          std::memcpy(dst, m.data() + boff, n);
-        }
-        dst += n;
-      });
-      if (short_blob || dst != out + part.len) return ptc::corrupt("a blob is shorter than the extents that refer to it");
+      CopySink sink(out);
+      PTC_RETURN_IF_ERROR(walk_slice(*part.slice, part.slice_off, part.len, open, sink));
+      if (sink.end() != out + part.len) return ptc::corrupt(kShortBlob);
       if (part.hash) *part.hash = xxh3_of(out, part.len);
       out += part.len;
     }
@@ -234,7 +266,7 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
     if (progress) progress(done, res.bytes);
     return ptc::Status::ok();
   };
-  const ptc::Status copied = parallel_for(jobs.size(), policy.threads, [&]() -> Worker {
+  const ptc::Status copied = parallel_for(plan.jobs.size(), policy.threads, [&]() -> Worker {
     auto buf = std::make_shared<std::vector<std::byte>>(kChunk);
     return [&, buf](size_t i) { return copy_job(*buf, i); };
   });
@@ -252,15 +284,36 @@ ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<
       return st;
     }
   }
+  return ptc::Status::ok();
+}
 
-  for (size_t t = 0; t < targets.size(); ++t) {
-    const Target& tg = targets[t];
+// Step 5: the selected slices point at their copies.
+void point_at_copies(const CompactionPlan& plan, const CompactionResult& res,
+                     std::vector<std::vector<StoredSlice>>& stored) {
+  for (size_t t = 0; t < plan.targets.size(); ++t) {
+    const Target& tg = plan.targets[t];
     StoredSlice& s = stored[tg.s][tg.j];
     s.extents = {Extent{res.blobs[tg.blob].id(), tg.off, tg.bytes, 0}};
     s.rows = 1;
-    if (hashes[t]) s.xxh3 = hashes[t];
+    if (plan.hashes[t]) s.xxh3 = plan.hashes[t];
   }
-  for (const auto& [sj, t] : aliases) stored[sj.first][sj.second] = stored[targets[t].s][targets[t].j];
+  for (const auto& [sj, t] : plan.aliases) stored[sj.first][sj.second] = stored[plan.targets[t].s][plan.targets[t].j];
+}
+
+}  // namespace
+
+ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<StoredSlice>>& stored,
+                                      const Selection& selection, const CompactionPolicy& policy,
+                                      const std::function<void(uint64_t, uint64_t)>& progress) {
+  CompactionResult res;
+  CompactionPlan plan;
+  PTC_RETURN_IF_ERROR(plan_targets(blobs, stored, selection, plan, res));
+  if (plan.targets.empty()) return res;
+  const std::vector<std::vector<StoredSlice>> old = stored;  // the extents to read from
+  plan_jobs(old, plan);
+  PTC_ASSIGN_OR_RETURN(auto maps, map_sources(blobs, old, plan.targets));
+  PTC_RETURN_IF_ERROR(copy_jobs(blobs, plan, maps, policy, progress, res));
+  point_at_copies(plan, res, stored);
   return res;
 }
 

@@ -97,9 +97,8 @@ Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc:
                                 const std::string& job, const std::string& step,
                                 const std::optional<ptc::Parallelism>& then, const ProgressFn& progress) {
   const auto t0 = std::chrono::steady_clock::now();
-  PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
-  PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
-  if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
+  PreparedChange change(store);
+  PTC_RETURN_IF_ERROR(change.claim(store, Claim::kNewStep, job, step));
   PTC_ASSIGN_OR_RETURN(ptc::HfCheckpoint ck, read_hf_checkpoint(dir));
   std::vector<std::string> skipped;
   PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::infer_ptc(tmpl, ck.infos(), ptc::Parallelism{}, dir, ck.config ? &*ck.config : nullptr, &skipped));
@@ -129,11 +128,8 @@ Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc:
     per_file[t->file].push_back(std::move(s));
   }
 
-  PTC_RETURN_IF_ERROR(store.reserve_name(job, step));
-  NameReservation reserved(store, job, step);  // released on error
   std::vector<StoredSlice> stored(slices.size());
   std::mutex mu;
-  PreparedChange change;
   PTC_RETURN_IF_ERROR(copy_in_parallel(
       store, ck.files.size(), total, progress,
       [&](size_t f, std::vector<BlobWriter>& mine, const std::function<void(uint64_t)>& advance) -> ptc::Status {
@@ -152,9 +148,7 @@ Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc:
   sum.tensors = layout.ptc().tensors.size();
   sum.bytes = total;
   std::vector<std::vector<StoredSlice>> shards{std::move(stored)};
-  change.next = std::make_shared<StepVersion>(job, step, 1, static_cast<int64_t>(::time(nullptr)), std::move(layout),
-                                              std::move(shards), &store.blobs(), StepPlacement{}, store.remote());
-  reserved.keep();
+  change.next = store.new_version(job, step, 1, std::move(layout), std::move(shards));
   PTC_RETURN_IF_ERROR(commit_change(store, change));
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ptc::log::info("imported {}/{} from Hugging Face checkpoint {} with template {}: {} files, {} tensors{}, {} bytes in "

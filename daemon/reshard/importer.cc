@@ -191,9 +191,8 @@ Result<PreparedChange> prepare_import(Store& store, const std::string& dir, cons
                                       const std::string& step, const PlaceFn& place, ImportSummary& sum,
                                       const ProgressFn& progress) {
   const auto t0 = std::chrono::steady_clock::now();
-  PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
-  PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
-  if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
+  PreparedChange change(store);
+  PTC_RETURN_IF_ERROR(change.claim(store, Claim::kNewStep, job, step));
   const std::string ptc_path = dir + "/ptc.json";
   PTC_ASSIGN_OR_RETURN(std::string text, read_small_file(ptc_path, 64 << 20));
   PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::parse_ptc_json(text, ptc_path));
@@ -218,13 +217,10 @@ Result<PreparedChange> prepare_import(Store& store, const std::string& dir, cons
   }
 
   PTC_RETURN_IF_ERROR(find_padding(layout, files));
-  PTC_RETURN_IF_ERROR(store.reserve_name(job, step));
-  NameReservation reserved(store, job, step);  // released on error
 
   // Copy the rank files in parallel, one blob each.
   std::vector<std::vector<StoredSlice>> stored(files.size());
   std::mutex mu;
-  PreparedChange change;
   PTC_RETURN_IF_ERROR(copy_in_parallel(
       store, held.size(), total, progress,
       [&](size_t k, std::vector<BlobWriter>& mine, const std::function<void(uint64_t)>& advance) -> ptc::Status {
@@ -239,9 +235,7 @@ Result<PreparedChange> prepare_import(Store& store, const std::string& dir, cons
   sum.shards = held.size();
   sum.tensors = layout.ptc().tensors.size();
   sum.bytes = total;
-  change.next = std::make_shared<StepVersion>(job, step, 1, static_cast<int64_t>(::time(nullptr)), std::move(layout),
-                                              std::move(stored), &store.blobs(), std::move(placement), store.remote());
-  reserved.keep();
+  change.next = store.new_version(job, step, 1, std::move(layout), std::move(stored), std::move(placement));
   failpoint("import.copied");
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return change;

@@ -33,7 +33,8 @@ using PlaceFn = std::function<ptc::Result<StepPlacement>(const ptc::Layout&)>;
 
 // The first phase of an import on a cluster node: validates ptc.json and the rank files of
 // the shards `place` gives this node (other shards' files may be absent; present ones
-// are not read), copies them into pending blobs and reserves the name. Commit or abort
+// are not read), copies them into pending blobs and claims the name (Store::claim, first:
+// an invalid, reserved or taken name is refused before any file is read). Commit or abort
 // the change (daemon/store/prepared.h); nothing is visible before.
 ptc::Result<PreparedChange> prepare_import(Store& store, const std::string& dir, const std::string& job,
                                            const std::string& step, const PlaceFn& place, ImportSummary& summary,
@@ -41,25 +42,6 @@ ptc::Result<PreparedChange> prepare_import(Store& store, const std::string& dir,
 
 // Shared by the importers (this one and hf_import.h).
 //
-// Holds a step name reserved with Store::reserve_name, releasing it on destruction unless
-// keep() was called (the change that uses it was handed out).
-class NameReservation {
- public:
-  NameReservation(Store& store, std::string job, std::string step)
-      : store_(store), job_(std::move(job)), step_(std::move(step)) {}
-  ~NameReservation() {
-    if (armed_) store_.release_name(job_, step_);
-  }
-  NameReservation(const NameReservation&) = delete;
-  NameReservation& operator=(const NameReservation&) = delete;
-  void keep() { armed_ = false; }
-
- private:
-  Store& store_;
-  std::string job_, step_;
-  bool armed_ = true;
-};
-
 // Runs copy(i, blobs, advance) for i in [0, n) in parallel: each copies one source into new
 // blobs (added to its `blobs`, finished or not) and counts its bytes with advance(n), which
 // reports progress against `total`. The ids of every blob made go to `made`; on the first

@@ -102,7 +102,7 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
     res.unchanged = true;
     res.bytes_total = old->total_bytes();
     if (!req.dry_run && !datasets->empty()) {
-      PreparedChange change;
+      PreparedChange change(store);
       change.datasets = std::move(datasets).value();
       PTC_RETURN_IF_ERROR(commit_change(store, change));
     }
@@ -136,20 +136,17 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
 
   // Built beside the old version and committed through the one commit path
   // (daemon/store/prepared.h), as a cluster node's part is.
-  PTC_RETURN_IF_ERROR(store.begin_change(req.job, req.step));
-  PreparedChange change;
+  PreparedChange change(store);
+  PTC_RETURN_IF_ERROR(change.claim(store, Claim::kChangeStep, req.job, req.step));
   change.replaced = old;
   change.datasets = std::move(datasets).value();
-  auto comp = compact(store.blobs(), stored, selection, policy, [&](uint64_t d, uint64_t t) { report("compact", d, t); });
-  if (!comp) {  // compaction removed what it wrote
-    store.end_change(req.job, req.step);
-    return comp.status();
-  }
-  for (const auto& w : comp->blobs) change.blobs.push_back(w.id());
+  // On error compaction removes what it wrote, and the change releases its claim.
+  PTC_ASSIGN_OR_RETURN(CompactionResult comp, compact(store.blobs(), stored, selection, policy,
+                                                      [&](uint64_t d, uint64_t t) { report("compact", d, t); }));
+  for (const auto& w : comp.blobs) change.blobs.push_back(w.id());
   report("commit", 0, 1);
-  auto next = std::make_shared<StepVersion>(req.job, req.step, old->version() + 1,
-                                            static_cast<int64_t>(::time(nullptr)), std::move(to), std::move(stored),
-                                            &store.blobs(), old->placement(), store.remote());
+  auto next = store.new_version(req.job, req.step, old->version() + 1, std::move(to), std::move(stored),
+                                old->placement());
   change.next = next;
   old.reset();  // the change holds it until the commit; then its blobs may go
   PTC_RETURN_IF_ERROR(commit_change(store, change));

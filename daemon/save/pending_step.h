@@ -38,6 +38,7 @@
 
 #include "daemon/save/byte_ranges.h"
 #include "daemon/store/blob_store.h"
+#include "daemon/store/store.h"
 #include "fs/content.h"
 #include "ptc/formats/npy.h"
 #include "ptc/formats/safetensors.h"
@@ -100,7 +101,10 @@ class PendingFile final : public fs::WriteFile {
 
 class PendingStep : public std::enable_shared_from_this<PendingStep> {
  public:
-  PendingStep(std::string job, std::string step, int64_t created) : job(std::move(job)), step(std::move(step)), created(created) {}
+  // `name`: the step's claim (Store::claim, kNewStep), held until the commit takes it or the
+  // step is removed.
+  PendingStep(std::string job, std::string step, int64_t created, Claim name = {})
+      : job(std::move(job)), step(std::move(step)), created(created), claim(std::move(name)) {}
 
   const std::string job, step;
   const int64_t created;
@@ -115,6 +119,13 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   bool removed = false;
   bool committing = false;
   std::string failure;  // a commit that failed: the step can only be removed
+  Claim claim;          // the step's name; moved into the change that commits it
+
+  // Frees the step's name (it is removed, or the save service stops).
+  void release_name() {
+    std::lock_guard lock(mu);
+    claim.release();
+  }
 
   std::string name() const { return job + "/" + step; }
   // Checks a file against the layout (when known) and records its error. Locked.

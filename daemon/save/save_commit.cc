@@ -8,6 +8,7 @@
 #include "daemon/save/save_service.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/prepared.h"
+#include "fs/read_buffer.h"
 #include "ptc/base/log.h"
 #include "ptc/base/metrics.h"
 
@@ -37,7 +38,6 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
   if (!padding) return fail(padding.status());
 
   std::vector<std::vector<StoredSlice>> stored(layout.shards().size());
-  PreparedChange change;
   std::map<std::string, const PendingFile*> by_rel;
   for (const auto& f : files) by_rel[f->rel] = f.get();
   for (size_t si = 0; si < layout.shards().size(); ++si) {
@@ -57,20 +57,22 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
         off = f->npy.data_start;
         len = f->npy.data_bytes;
       }
-      static const std::vector<char> zeros(1 << 20, 0);
       for (const auto& [poff, plen] : (*padding)[si][j])
         for (uint64_t done = 0; done < plen;) {
-          const uint64_t n = std::min<uint64_t>(plen - done, zeros.size());
-          if (auto st = f->blob->write_at(off + poff + done, zeros.data(), n); !st) return fail(st);
+          const uint64_t n = std::min<uint64_t>(plen - done, fs::kZeroBlock);
+          if (auto st = f->blob->write_at(off + poff + done, fs::zero_block(), n); !st) return fail(st);
           done += n;
         }
       stored[si].push_back(StoredSlice{{Extent{f->blob->id(), off, len, 0}}, std::nullopt, 1});
     }
   }
+  // The change takes the blobs at the end: until then they are the step's (a failed commit
+  // leaves the step pending, its blobs with it).
+  std::vector<uint64_t> blobs;
   for (const auto& f : files) {
     if (!f->blob) continue;
     if (auto st = f->blob->finish(); !st) return fail(st);
-    change.blobs.push_back(f->blob->id());
+    blobs.push_back(f->blob->id());
   }
   // Checksums, as import computes them, from the synced blobs' mappings.
   for (auto& shard : stored)
@@ -81,8 +83,13 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
         return fail(b ? ptc::corrupt("blob of " + name + " is shorter than written") : b.status());
       sl.xxh3 = xxh3_of((*b)->data() + x.offset, x.len);
     }
-  change.next = std::make_shared<StepVersion>(s->job, s->step, 1, static_cast<int64_t>(::time(nullptr)), layout,
-                                              std::move(stored), &store_.blobs(), std::move(placement), store_.remote());
+  PreparedChange change(store_);
+  change.next = store_.new_version(s->job, s->step, 1, layout, std::move(stored), std::move(placement));
+  change.blobs = std::move(blobs);
+  {
+    std::lock_guard lock(s->mu);
+    change.claims.push_back(std::move(s->claim));  // released when the change commits or aborts
+  }
   return change;
 }
 
@@ -120,7 +127,7 @@ ptc::Status SaveService::commit_complete(const std::string& job, const std::stri
     tensors = s->layout->ptc().tensors.size();
   }
   if (auto st = commit_change(store_, *change); !st) {
-    // commit_change released the name and removed the blobs: nothing of it is left.
+    // commit_change released the claim and removed the blobs: nothing of it is left.
     ptc::log::error("committing {}: {}", name, st.to_string());
     ptc::metrics::operation("save", false, seconds(), 0);
     forget(s->job, s->step);

@@ -69,7 +69,7 @@ SaveService::SaveService(Store& store, SaveMode mode, std::function<void()> wake
 
 SaveService::~SaveService() {
   std::lock_guard lock(mu_);
-  for (auto& [key, s] : steps_) store_.release_name(key.first, key.second);
+  for (auto& [key, s] : steps_) s->release_name();
 }
 
 void SaveService::changed() {
@@ -97,10 +97,8 @@ ptc::Status SaveService::make_job(const std::string& job) {
 }
 
 ptc::Status SaveService::make_step(const std::string& job, const std::string& step) {
-  PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
-  if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
-  PTC_RETURN_IF_ERROR(store_.reserve_name(job, step));  // kAlreadyExists when committed or being made
-  auto s = std::make_shared<PendingStep>(job, step, static_cast<int64_t>(::time(nullptr)));
+  PTC_ASSIGN_OR_RETURN(Claim name, store_.claim(Claim::kNewStep, job, step));  // kAlreadyExists when committed or being made
+  auto s = std::make_shared<PendingStep>(job, step, static_cast<int64_t>(::time(nullptr)), std::move(name));
   s->on_closed = [this](const std::shared_ptr<PendingStep>& st) { closed(st); };
   std::lock_guard lock(mu_);
   steps_[{job, step}] = std::move(s);
@@ -247,7 +245,7 @@ ptc::Status SaveService::remove(const std::string& job, const std::string& step)
     }
     steps_.erase(it);
   }
-  store_.release_name(job, step);
+  s->release_name();
   ptc::log::info("removed pending step {}/{}", job, step);
   changed();
   return ptc::Status::ok();

@@ -1,7 +1,9 @@
 // The metadata key-value store behind an interface. Only daemon/ sees it, and only
 // rocksdb_kv.cc knows RocksDB; its Status is converted at once.
 //
-// Thread-safety: every method may be called from any thread.
+// Thread-safety: every method may be called from any thread (MemoryKv, for tests and for
+// decoding records, is not thread-safe). Errors: kIo (RocksDB's IO errors, "metadata
+// write"/"metadata scan"), kCorrupt (its corruption), each naming the operation.
 #pragma once
 
 #include <functional>
@@ -35,9 +37,12 @@ class KvStore {
   virtual ptc::Result<std::optional<std::string>> get(std::string_view key) = 0;
   // All or nothing, synced to disk before it returns.
   virtual ptc::Status write(const WriteBatch& batch) = 0;
-  // Calls fn for each key starting with prefix, in key order, until fn returns false.
-  virtual ptc::Status scan(std::string_view prefix,
-                           const std::function<bool(std::string_view key, std::string_view value)>& fn) = 0;
+  // Called by scan for each record; an error stops the scan, which returns it.
+  using ScanFn = std::function<ptc::Status(std::string_view key, std::string_view value)>;
+  // Calls fn for each key starting with prefix, in key order, until fn returns an error (then
+  // returned). RocksDB: the scan sees a snapshot taken when it starts; writes made meanwhile
+  // (also from fn) are not seen. MemoryKv: no snapshot, and fn must not write to it.
+  virtual ptc::Status scan(std::string_view prefix, const ScanFn& fn) = 0;
 };
 
 // Opens (creating if needed) a RocksDB database at path.

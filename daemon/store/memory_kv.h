@@ -24,10 +24,9 @@ class MemoryKv final : public KvStore {
     }
     return ptc::Status::ok();
   }
-  ptc::Status scan(std::string_view prefix,
-                   const std::function<bool(std::string_view, std::string_view)>& fn) override {
+  ptc::Status scan(std::string_view prefix, const ScanFn& fn) override {
     for (auto it = map_.lower_bound(std::string(prefix)); it != map_.end() && it->first.starts_with(prefix); ++it)
-      if (!fn(it->first, it->second)) break;
+      PTC_RETURN_IF_ERROR(fn(it->first, it->second));
     return ptc::Status::ok();
   }
 

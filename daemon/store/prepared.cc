@@ -5,23 +5,65 @@
 #include "ptc/base/log.h"
 
 namespace ptcfs {
-namespace {
-void release(Store& store, PreparedChange& c) {
-  for (const auto& [job, name] : c.reserved_datasets) store.release_dataset(job, name);
-  c.reserved_datasets.clear();
-  if (c.removes_step && c.replaced) store.end_change(c.replaced->job(), c.replaced->step());
-  if (!c.next) return;
-  if (c.replaced) store.end_change(c.next->job(), c.next->step());
-  else store.release_name(c.next->job(), c.next->step());
+PreparedChange::PreparedChange(PreparedChange&& o) noexcept
+    : store(std::exchange(o.store, nullptr)),
+      next(std::move(o.next)),
+      replaced(std::move(o.replaced)),
+      datasets(std::exchange(o.datasets, {})),
+      claims(std::exchange(o.claims, {})),
+      blobs(std::exchange(o.blobs, {})),
+      bytes_received(o.bytes_received),
+      removes_step(o.removes_step),
+      kept(o.kept) {}
+
+PreparedChange& PreparedChange::operator=(PreparedChange&& o) noexcept {
+  if (this != &o) {
+    PreparedChange old(std::move(*this));  // aborts when it goes
+    store = std::exchange(o.store, nullptr);
+    next = std::move(o.next);
+    replaced = std::move(o.replaced);
+    datasets = std::exchange(o.datasets, {});
+    claims = std::exchange(o.claims, {});
+    blobs = std::exchange(o.blobs, {});
+    bytes_received = o.bytes_received;
+    removes_step = o.removes_step;
+    kept = o.kept;
+  }
+  return *this;
 }
-}  // namespace
+
+PreparedChange::~PreparedChange() {
+  if (!blobs.empty() && !kept) {
+    if (store) {
+      ptc::log::info("{} is dropped undecided: its new blobs go", describe(*this));
+      abort_blobs(*store, *this);
+    } else {
+      ptc::log::error("{} holds {} blobs but names no store: they stay until the next start", describe(*this),
+                      blobs.size());
+    }
+  }
+  // The claims release themselves.
+}
+
+ptc::Status PreparedChange::claim(Store& s, Claim::Kind kind, const std::string& job, const std::string& name) {
+  PTC_ASSIGN_OR_RETURN(Claim c, s.claim(kind, job, name));
+  store = &s;
+  claims.push_back(std::move(c));
+  return ptc::Status::ok();
+}
+
+bool PreparedChange::claims_new_dataset() const {
+  for (const auto& c : claims)
+    if (c.kind() == Claim::kNewDataset) return true;
+  return false;
+}
 
 ptc::Result<PreparedChange> prepare_removal(Store& store, const std::string& job, const std::string& step) {
   auto snap = store.snapshot();
   auto it = snap->steps.find({job, step});
   if (it == snap->steps.end()) return ptc::not_found("no step " + job + "/" + step);
-  PTC_RETURN_IF_ERROR(store.begin_change(job, step));
-  PreparedChange c;
+  PreparedChange c(store);
+  PTC_RETURN_IF_ERROR(c.claim(store, Claim::kChangeStep, job, step));
   c.replaced = it->second;
   c.removes_step = true;
   return c;
@@ -52,8 +94,8 @@ ptc::Status commit_change(Store& store, PreparedChange& c) {
   }
   failpoint("commit.after");
   for (uint64_t id : c.blobs) store.blobs().settle(id);  // the commit settled those the version uses
-  release(store, c);
   c.blobs.clear();
+  c.claims.clear();  // released
   // Blobs only the replaced versions used go as soon as no reader holds them.
   c.replaced.reset();
   for (auto& d : c.datasets) d.replaced.reset();
@@ -71,7 +113,7 @@ void abort_blobs(Store& store, PreparedChange& c) {
 
 void abort_change(Store& store, PreparedChange& c) {
   abort_blobs(store, c);
-  release(store, c);
+  c.claims.clear();  // released
 }
 
 }  // namespace ptcfs

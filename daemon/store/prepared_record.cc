@@ -42,13 +42,17 @@ ptc::Result<PreparedChange> rebuild(Store& store, const Snapshot& snap, const js
   PTC_ASSIGN_OR_RETURN(const std::string step, ptc::member_string_or(rec, "step", "", where));
   PTC_ASSIGN_OR_RETURN(const uint64_t replaced, ptc::member_u64_or(rec, "replaced", 0, where));
   PTC_ASSIGN_OR_RETURN(const bool removes, ptc::member_bool_or(rec, "removes_step", false, where));
-  PreparedChange c;
+  PreparedChange c(store);
   c.removes_step = removes;
+  c.kept = true;
+  // Its blobs join the change last: a change dropped before (committed already, or its base
+  // moved on) must not remove them on its way out; restore_prepared decides what they become.
+  std::vector<uint64_t> blobs;
   if (rec.contains("blobs")) {
     if (!rec["blobs"].is_array()) return ptc::corrupt(where + ": 'blobs' is not a list");
     for (const auto& b : rec["blobs"]) {
       if (!b.is_number_unsigned()) return ptc::corrupt(where + ": a blob id is not a number");
-      c.blobs.push_back(b.get<uint64_t>());
+      blobs.push_back(b.get<uint64_t>());
     }
   }
   const uint64_t current = step.empty() ? 0 : step_at(snap, job, step);
@@ -94,20 +98,21 @@ ptc::Result<PreparedChange> rebuild(Store& store, const Snapshot& snap, const js
       c.datasets.push_back(std::move(dc));
     }
   }
-  // Mark the step as the change left it before the restart.
+  // Claim the step as the change did before the restart.
   if (c.removes_step || (c.next && c.replaced)) {
-    PTC_RETURN_IF_ERROR(store.begin_change(job, step));
+    PTC_RETURN_IF_ERROR(c.claim(store, Claim::kChangeStep, job, step));
   } else if (c.next) {
-    PTC_RETURN_IF_ERROR(store.reserve_name(job, step));
+    PTC_RETURN_IF_ERROR(c.claim(store, Claim::kNewStep, job, step));
   }
+  c.blobs = std::move(blobs);
   return c;
 }
 
 }  // namespace
 
-bool can_keep(const PreparedChange& c) { return c.reserved_datasets.empty(); }
+bool can_keep(const PreparedChange& c) { return !c.claims_new_dataset(); }
 
-ptc::Status keep_prepared(Store& store, const std::string& tx, const PreparedChange& c, const json& about) {
+ptc::Status keep_prepared(Store& store, const std::string& tx, PreparedChange& c, const json& about) {
   json rec = {{"about", about}, {"removes_step", c.removes_step}, {"blobs", c.blobs}};
   const StepVersion* step = c.next ? c.next.get() : c.replaced.get();
   if (step) {
@@ -129,7 +134,9 @@ ptc::Status keep_prepared(Store& store, const std::string& tx, const PreparedCha
   if (!datasets.empty()) rec["datasets"] = std::move(datasets);
   WriteBatch batch;
   batch.put(record_key(tx), rec.dump());
-  return store.write_meta(batch);
+  PTC_RETURN_IF_ERROR(store.write_meta(batch));
+  c.kept = true;
+  return ptc::Status::ok();
 }
 
 void forget_prepared(Store& store, const std::string& tx) {
@@ -142,7 +149,7 @@ std::vector<KeptChange> restore_prepared(Store& store) {
   std::vector<std::pair<std::string, std::string>> records;
   if (auto s = store.scan_meta(Store::kPreparedPrefix, [&](std::string_view key, std::string_view value) {
         records.emplace_back(std::string(key.substr(Store::kPreparedPrefix.size())), std::string(value));
-        return true;
+        return ptc::Status::ok();
       });
       !s) {
     ptc::log::error("reading the prepared changes kept in the metadata: {}", s.to_string());

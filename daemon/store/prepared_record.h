@@ -25,13 +25,14 @@ struct KeptChange {
 // Whether a change can be kept: a change of a step (import, repartition, removal) and of
 // datasets' positions; not one that reserves new dataset names.
 bool can_keep(const PreparedChange& change);
-// Writes the record of `change` (synced) with `about` (a JSON object) beside it.
-ptc::Status keep_prepared(Store& store, const std::string& tx, const PreparedChange& change,
+// Writes the record of `change` (synced) with `about` (a JSON object) beside it, and marks
+// the change kept: destroyed undecided (the daemon stops), it leaves its blobs to the record.
+ptc::Status keep_prepared(Store& store, const std::string& tx, PreparedChange& change,
                           const nlohmann::json& about);
 // Removes the record (after the change is committed or aborted); failures are logged.
 void forget_prepared(Store& store, const std::string& tx);
-// After a restart: every kept change, rebuilt, its step marked as changing (or reserved)
-// again and its blobs pending. A record whose change is committed already (the node
+// After a restart: every kept change, rebuilt (kept), its step claimed again and its blobs
+// pending. A record whose change is committed already (the node
 // stopped between the commit and forgetting it) is forgotten; one whose base moved on (the
 // step is at another version) is forgotten and its blobs removed; so is a malformed one,
 // with a warning naming it.

@@ -38,14 +38,13 @@ class RocksKv final : public KvStore {
     return convert(db_->Write(wo, &wb), "metadata write");
   }
 
-  ptc::Status scan(std::string_view prefix,
-                   const std::function<bool(std::string_view, std::string_view)>& fn) override {
+  ptc::Status scan(std::string_view prefix, const ScanFn& fn) override {
+    // An iterator reads the database as of its creation (an implicit snapshot).
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
     const rocksdb::Slice p(prefix.data(), prefix.size());
     for (it->Seek(p); it->Valid() && it->key().starts_with(p); it->Next()) {
-      if (!fn(std::string_view(it->key().data(), it->key().size()),
-              std::string_view(it->value().data(), it->value().size())))
-        break;
+      PTC_RETURN_IF_ERROR(fn(std::string_view(it->key().data(), it->key().size()),
+                             std::string_view(it->value().data(), it->value().size())));
     }
     return convert(it->status(), "metadata scan");
   }

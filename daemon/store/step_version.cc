@@ -62,45 +62,69 @@ const StoredSlice& StepVersion::stored(const ptc::ShardId& shard, size_t slice) 
   return stored_[shard_index(shard)][slice];
 }
 
+ptc::Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, const OpenBlob& open, PieceSink& sink) {
+  std::shared_ptr<const BlobFile> file;  // the last blob opened, reused across pieces
+  ptc::Status st;
+  for_each_piece(slice, off, len, [&](uint64_t blob, uint64_t boff, uint64_t n) {
+    if (!st) return;
+    if (blob == kZeroBlob) {
+      st = sink.zeros(n);
+      return;
+    }
+    if (!file || file->id() != blob) {
+      auto f = open(blob);
+      if (!f) {
+        st = f.status();
+        return;
+      }
+      file = std::move(f).value();
+    }
+    st = sink.blob(file, boff, n);
+  });
+  return st;
+}
+
+ptc::Status StepVersion::pieces(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                                PieceSink& sink) const {
+  const StoredSlice& ss = stored(shard, slice);
+  if (off + len > slice_bytes(ss)) return ptc::internal("read past the end of a stored slice");
+  return walk_slice(ss, off, len, [this](uint64_t id) { return blobs_->file(id); }, sink);
+}
+
+namespace {
+
+// A read reply's pieces: memory of mapped blobs (the kernel copies it straight into its page
+// cache, fs/reply.h, with no read into a buffer first), a file range for a blob that cannot
+// be mapped, zeros for padding.
+class ReplySink final : public ReadBufferSink {
+ public:
+  ReplySink(const BlobStore& blobs, fs::ReadBuffer& out) : ReadBufferSink(out), blobs_(blobs) {}
+  ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) override {
+    fs::ReadBuffer& buf = out(file);
+    // A blob cut short behind our back: say so, rather than reply with fewer bytes (which
+    // the kernel would take for the end of the file) or touch its mapping past the end.
+    if (off + n > file->size())
+      return ptc::corrupt("blob " + blobs_.path(file->id()) + " is shorter than its metadata says (" +
+                          std::to_string(file->size()) + " bytes, a piece ends at " + std::to_string(off + n) + ")");
+    if (const std::byte* map = file->data()) buf.add_mapped(map + off, n, file->fd(), off);
+    else buf.add_fd(file->fd(), off, n);
+    return ptc::Status::ok();
+  }
+
+ private:
+  const BlobStore& blobs_;
+};
+
+}  // namespace
+
 ptc::Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
                                     fs::ReadBuffer& out) const {
   if (!holds(shard)) {
     if (!remote_) return ptc::error(ptc::Code::kUnavailable, "shard " + shard.name() + " is not held on this node");
     return remote_->read(*this, shard, slice, off, len, out);
   }
-  const StoredSlice& ss = stored(shard, slice);
-  if (off + len > slice_bytes(ss)) return ptc::internal("read past the end of a stored slice");
-  std::shared_ptr<const BlobFile> file;  // the last blob opened, reused across pieces
-  ptc::Status st;
-  for_each_piece(ss, off, len, [&](uint64_t blob, uint64_t boff, uint64_t n) {
-    if (!st) return;
-    if (blob == kZeroBlob) {
-      out.add_zeros(n);
-      return;
-    }
-    if (!file || file->id() != blob) {
-      auto f = blobs_->file(blob);
-      if (!f) {
-        st = f.status();
-        return;
-      }
-      file = std::move(f).value();
-      out.keep(file);
-    }
-    // A blob cut short behind our back: say so, rather than reply with fewer bytes (which
-    // the kernel would take for the end of the file) or touch its mapping past the end.
-    if (boff + n > file->size()) {
-      st = ptc::corrupt("blob " + blobs_->path(blob) + " is shorter than its metadata says (" +
-                        std::to_string(file->size()) + " bytes, a piece ends at " + std::to_string(boff + n) + ")");
-      return;
-    }
-    // Pieces are handed over as memory of the mapped blob: the kernel then copies them
-    // straight into its page cache (fs/filesystem.cc), with no read into a buffer first.
-    // A file range is the fallback for a blob that cannot be mapped.
-    if (const std::byte* map = file->data()) out.add_mapped(map + boff, n, file->fd(), boff);
-    else out.add_fd(file->fd(), boff, n);
-  });
-  return st;
+  ReplySink sink(*blobs_, out);
+  return pieces(shard, slice, off, len, sink);
 }
 
 uint64_t StepVersion::total_bytes() const {

@@ -53,6 +53,52 @@ uint64_t slice_bytes(const StoredSlice& s);
 void for_each_piece(const StoredSlice& s, uint64_t off, uint64_t len,
                     const std::function<void(uint64_t blob, uint64_t blob_off, uint64_t n)>& fn);
 
+// Where the bytes of a slice go, piece by piece (walk_slice, StepVersion::pieces): runs of
+// zeros (padding) and ranges of open blobs, in slice order.
+class PieceSink {
+ public:
+  virtual ~PieceSink() = default;
+  // `n` zero bytes (fs::zero_block() is their memory where one is needed).
+  virtual ptc::Status zeros(uint64_t n) = 0;
+  // Bytes [off, off + n) of `file`, as the slice's extents say. The sink checks they lie
+  // inside the blob (a damaged blob may be shorter, and each reader words that its own way)
+  // and takes them from its mapping (file->data(), null when it cannot be mapped) or its fd.
+  virtual ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) = 0;
+};
+
+// A PieceSink that appends to a read buffer: zeros as padding segments, and each blob it is
+// handed kept alive with the buffer. Subclasses check and add a blob's bytes (blob()).
+class ReadBufferSink : public PieceSink {
+ public:
+  explicit ReadBufferSink(fs::ReadBuffer& out) : out_(out) {}
+  ptc::Status zeros(uint64_t n) override {
+    out_.add_zeros(n);
+    return ptc::Status::ok();
+  }
+
+ protected:
+  // The buffer, with `file` kept alive by it (once per run of pieces from one blob).
+  fs::ReadBuffer& out(const std::shared_ptr<const BlobFile>& file) {
+    if (file != kept_) {
+      out_.keep(file);
+      kept_ = file;
+    }
+    return out_;
+  }
+
+ private:
+  fs::ReadBuffer& out_;
+  std::shared_ptr<const BlobFile> kept_;
+};
+
+// Opens a blob for walk_slice.
+using OpenBlob = std::function<ptc::Result<std::shared_ptr<const BlobFile>>(uint64_t id)>;
+
+// The one read primitive: walks bytes [off, off + len) of `slice` (they lie inside it) into
+// `sink`, opening a blob with `open` once per run of pieces from it. Stops at the first error
+// of `open` (kIo naming the blob) or of the sink, and returns it.
+ptc::Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, const OpenBlob& open, PieceSink& sink);
+
 // Where a version's shards live in a cluster: the nodes its ranks are placed on (ids, in
 // rank order: docs/ARCHITECTURE.md "Concepts") and which of its shards this node holds. No nodes: a
 // single node that holds every shard.
@@ -81,9 +127,15 @@ class RemoteSlices {
                            uint64_t len, fs::ReadBuffer& out) const = 0;
 };
 
+// Thread-safety: immutable once made; every method may be called from many threads at once.
+// Lifetime: a version borrows its BlobStore and its RemoteSlices (raw pointers). Both belong
+// to the Store that loads or makes it (Store::new_version), which outlives every version it
+// hands out: the daemon destroys its readers and services (the mount, the peer service)
+// before the store.
 class StepVersion final : public fs::StepContent {
  public:
-  // `stored` has an empty list for every shard this node does not hold.
+  // `stored` has an empty list for every shard this node does not hold. Outside tests, made
+  // by Store::new_version or load.
   StepVersion(std::string job, std::string step, uint64_t version, int64_t created, ptc::Layout layout,
               std::vector<std::vector<StoredSlice>> stored, BlobStore* blobs, StepPlacement placement = {},
               const RemoteSlices* remote = nullptr);
@@ -98,6 +150,9 @@ class StepVersion final : public fs::StepContent {
 
   // The stored slice of a shard this node holds.
   const StoredSlice& stored(const ptc::ShardId& shard, size_t slice) const;
+  // Walks bytes [off, off + len) of a slice of a shard this node holds into `sink`
+  // (walk_slice over this version's blobs). kInternal when the range passes the slice's end.
+  ptc::Status pieces(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len, PieceSink& sink) const;
   const StepPlacement& placement() const { return placement_; }
   bool holds(const ptc::ShardId& shard) const { return placement_.holds(shard_index(shard)); }
   size_t shard_index(const ptc::ShardId& s) const;

@@ -7,9 +7,11 @@
 #include <filesystem>
 
 #include <cerrno>
+#include <ctime>
 
 #include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
+#include "ptc/model.h"
 
 namespace ptcfs {
 
@@ -35,18 +37,14 @@ struct Record {
 // The records under `prefix`, keyed "<prefix><job>/<name>".
 ptc::Result<std::vector<Record>> scan_records(KvStore& kv, std::string_view prefix, const char* what) {
   std::vector<Record> out;
-  ptc::Status bad;
-  PTC_RETURN_IF_ERROR(kv.scan(prefix, [&](std::string_view key, std::string_view value) {
+  PTC_RETURN_IF_ERROR(kv.scan(prefix, [&](std::string_view key, std::string_view value) -> ptc::Status {
     const std::string_view rest = key.substr(prefix.size());
     const size_t slash = rest.find('/');
-    if (slash == std::string_view::npos) {
-      bad = ptc::corrupt(std::string("metadata: malformed ") + what + " key '" + std::string(rest) + "'");
-      return false;
-    }
+    if (slash == std::string_view::npos)
+      return ptc::corrupt(std::string("metadata: malformed ") + what + " key '" + std::string(rest) + "'");
     out.push_back({std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1)), std::string(value)});
-    return true;
+    return ptc::Status::ok();
   }));
-  PTC_RETURN_IF_ERROR(bad);
   return out;
 }
 }  // namespace
@@ -73,7 +71,7 @@ ptc::Status Store::load() {
           blobs_->hold_pending(b.get<uint64_t>());
           ++held;
         }
-    return true;
+    return ptc::Status::ok();
   }));
   if (held) ptc::log::info("store {}: {} blobs of prepared changes kept until they are decided", data_dir_, held);
   std::lock_guard lock(mu_);
@@ -97,44 +95,61 @@ std::shared_ptr<const StepVersion> Store::find_version(const std::string& job, c
   return nullptr;
 }
 
-ptc::Status Store::reserve_name(const std::string& job, const std::string& step) {
-  std::lock_guard lock(mu_);
-  if (snap_->steps.count({job, step}))
-    return ptc::error(ptc::Code::kAlreadyExists, "step " + job + "/" + step + " already exists");
-  if (!reserved_.insert({job, step}).second)
-    return ptc::error(ptc::Code::kAlreadyExists, "step " + job + "/" + step + " is being imported");
-  return ptc::Status::ok();
+Claim& Claim::operator=(Claim&& o) noexcept {
+  if (this != &o) {
+    release();
+    store_ = std::exchange(o.store_, nullptr);
+    kind_ = o.kind_;
+    job_ = std::move(o.job_);
+    name_ = std::move(o.name_);
+  }
+  return *this;
 }
 
-void Store::release_name(const std::string& job, const std::string& step) {
-  std::lock_guard lock(mu_);
-  reserved_.erase({job, step});
+void Claim::release() {
+  if (Store* s = std::exchange(store_, nullptr)) s->release(kind_, job_, name_);
 }
 
-ptc::Status Store::reserve_dataset(const std::string& job, const std::string& name) {
+ptc::Result<Claim> Store::claim(Claim::Kind kind, const std::string& job, const std::string& name) {
+  if (kind == Claim::kNewStep) {
+    PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
+    PTC_RETURN_IF_ERROR(ptc::validate_id("step", name));
+    if (name == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
+  }
   std::lock_guard lock(mu_);
-  if (snap_->datasets.count({job, name}))
-    return ptc::error(ptc::Code::kAlreadyExists, "dataset " + job + "/" + name + " already exists");
-  if (!reserved_datasets_.insert({job, name}).second)
-    return ptc::error(ptc::Code::kAlreadyExists, "dataset " + job + "/" + name + " is being added");
-  return ptc::Status::ok();
+  const std::string what = job + "/" + name;
+  switch (kind) {
+    case Claim::kNewStep:
+      if (snap_->steps.count({job, name})) return ptc::error(ptc::Code::kAlreadyExists, "step " + what + " already exists");
+      if (claimed_.count({kind, job, name}))
+        return ptc::error(ptc::Code::kAlreadyExists, "step " + what + " is being imported");
+      break;
+    case Claim::kChangeStep:
+      if (claimed_.count({kind, job, name}))
+        return ptc::error(ptc::Code::kFailedPrecondition, "step " + what + " is already being repartitioned");
+      break;
+    case Claim::kNewDataset:
+      if (snap_->datasets.count({job, name}))
+        return ptc::error(ptc::Code::kAlreadyExists, "dataset " + what + " already exists");
+      if (claimed_.count({kind, job, name}))
+        return ptc::error(ptc::Code::kAlreadyExists, "dataset " + what + " is being added");
+      break;
+  }
+  claimed_.emplace(kind, job, name);
+  return Claim(this, kind, job, name);
 }
 
-void Store::release_dataset(const std::string& job, const std::string& name) {
+void Store::release(Claim::Kind kind, const std::string& job, const std::string& name) {
   std::lock_guard lock(mu_);
-  reserved_datasets_.erase({job, name});
+  claimed_.erase({kind, job, name});
 }
 
-ptc::Status Store::begin_change(const std::string& job, const std::string& step) {
-  std::lock_guard lock(mu_);
-  if (!changing_.insert({job, step}).second)
-    return ptc::error(ptc::Code::kFailedPrecondition, "step " + job + "/" + step + " is already being repartitioned");
-  return ptc::Status::ok();
-}
-
-void Store::end_change(const std::string& job, const std::string& step) {
-  std::lock_guard lock(mu_);
-  changing_.erase({job, step});
+std::shared_ptr<StepVersion> Store::new_version(std::string job, std::string step, uint64_t version,
+                                                ptc::Layout layout, std::vector<std::vector<StoredSlice>> stored,
+                                                StepPlacement placement) {
+  return std::make_shared<StepVersion>(std::move(job), std::move(step), version, static_cast<int64_t>(::time(nullptr)),
+                                       std::move(layout), std::move(stored), blobs_.get(), std::move(placement),
+                                       remote_);
 }
 
 ptc::Status Store::remove_step(std::shared_ptr<const StepVersion> current) {

@@ -11,7 +11,9 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "daemon/store/blob_store.h"
 #include "daemon/store/dataset_version.h"
@@ -31,6 +33,39 @@ struct Snapshot {
 struct DatasetChange {
   std::shared_ptr<const DatasetVersion> next;
   std::shared_ptr<const DatasetVersion> replaced;
+};
+
+class Store;
+struct PreparedChange;
+
+// A name claimed for a change (Store::claim): released when destroyed, or by release().
+// Move-only; a moved-from or released claim holds nothing. The store must outlive it.
+// Not thread-safe: one owner at a time (a prepared change, a pending step).
+class Claim {
+ public:
+  enum Kind { kNewStep, kChangeStep, kNewDataset };
+
+  Claim() = default;
+  Claim(Claim&& o) noexcept
+      : store_(std::exchange(o.store_, nullptr)), kind_(o.kind_), job_(std::move(o.job_)), name_(std::move(o.name_)) {}
+  Claim& operator=(Claim&& o) noexcept;
+  Claim(const Claim&) = delete;
+  Claim& operator=(const Claim&) = delete;
+  ~Claim() { release(); }
+
+  void release();
+  explicit operator bool() const { return store_ != nullptr; }
+  Kind kind() const { return kind_; }
+  const std::string& job() const { return job_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  friend class Store;
+  Claim(Store* store, Kind kind, std::string job, std::string name)
+      : store_(store), kind_(kind), job_(std::move(job)), name_(std::move(name)) {}
+  Store* store_ = nullptr;
+  Kind kind_ = kNewStep;
+  std::string job_, name_;
 };
 
 class Store {
@@ -54,18 +89,42 @@ class Store {
   BlobStore& blobs() { return *blobs_; }
   const std::string& data_dir() const { return data_dir_; }
 
-  // Reserves (job, step) for a new import: kAlreadyExists when it exists or is being
-  // imported. Release with release_name.
-  ptc::Status reserve_name(const std::string& job, const std::string& step);
-  void release_name(const std::string& job, const std::string& step);
+  // Claims a name for a change until the Claim is released or destroyed (daemon/store/prepared.h):
+  //   kNewStep     a new step (an import, a save, a catch-up): the one door every new step
+  //                passes. kInvalidArgument for a job or step name ptc::validate_id refuses,
+  //                or the reserved step name "data" (MNT/<job>/data holds the job's datasets);
+  //                kAlreadyExists when the step exists or is claimed ("is being imported").
+  //   kChangeStep  a new version or the removal of a step (repartition, rm): kFailedPrecondition
+  //                when it is claimed already ("is already being repartitioned").
+  //   kNewDataset  a new dataset: kAlreadyExists when it exists or is claimed ("is being added").
+  ptc::Result<Claim> claim(Claim::Kind kind, const std::string& job, const std::string& name);
 
-  // Reserves a dataset name for an add, like reserve_name.
-  ptc::Status reserve_dataset(const std::string& job, const std::string& name);
-  void release_dataset(const std::string& job, const std::string& name);
+  // A new version of a step, not yet committed, created now: it reads its blobs from this
+  // store's BlobStore and the slices of shards held elsewhere through remote(). Both outlive
+  // it, as they outlive every version the store loads or hands out.
+  std::shared_ptr<StepVersion> new_version(std::string job, std::string step, uint64_t version, ptc::Layout layout,
+                                           std::vector<std::vector<StoredSlice>> stored, StepPlacement placement = {});
 
-  // Marks (job, step) busy for a repartition; kFailedPrecondition when it already is.
-  ptc::Status begin_change(const std::string& job, const std::string& step);
-  void end_change(const std::string& job, const std::string& step);
+  // Removes blob files that no live version refers to (current, or replaced but still held
+  // by a reader) and that are not pending. Returns how many were removed.
+  ptc::Result<size_t> collect_garbage();
+
+  // Metadata records of other kinds than versions (prepared changes kept across a restart,
+  // daemon/store/prepared_record.h): written atomically and durably, scanned by prefix.
+  ptc::Status write_meta(const WriteBatch& batch) { return kv_->write(batch); }
+  ptc::Status scan_meta(std::string_view prefix, const KvStore::ScanFn& fn) { return kv_->scan(prefix, fn); }
+  // Records under this prefix are prepared changes; each is JSON whose "blobs" lists the blob
+  // ids it holds, which open() keeps pending (garbage collection leaves them alone).
+  static constexpr std::string_view kPreparedPrefix = "prepared/";
+
+  // Called after every published change (the filesystem refreshes its tree).
+  void on_change(std::function<void()> fn);
+
+ private:
+  // commit and remove_step are the store's half of the one commit path: commit_change
+  // (daemon/store/prepared.h) is their only caller.
+  friend ptc::Status commit_change(Store& store, PreparedChange& change);
+  friend class Claim;
 
   // Commits a new step, or a new version replacing `replaced` (the current one), in one
   // atomic metadata write, then publishes it. The new version's blobs are settled; a
@@ -76,48 +135,27 @@ class Store {
   // A null `v` commits the datasets alone.
   ptc::Status commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced = nullptr,
                      const std::vector<DatasetChange>& datasets = {});
-  ptc::Status commit_datasets(const std::vector<DatasetChange>& datasets) { return commit(nullptr, nullptr, datasets); }
 
   // Removes a step, whose current version is `current`, in one atomic metadata write
   // (`ptcfs rm`, through commit_change); files opened before keep reading it, and its blobs
   // are collected once they close. kFailedPrecondition when `current` is no longer current.
   ptc::Status remove_step(std::shared_ptr<const StepVersion> current);
 
-  // Removes blob files that no live version refers to (current, or replaced but still held
-  // by a reader) and that are not pending. Returns how many were removed.
-  ptc::Result<size_t> collect_garbage();
-
-  // Metadata records of other kinds than versions (prepared changes kept across a restart,
-  // daemon/store/prepared_record.h): written atomically and durably, scanned by prefix.
-  ptc::Status write_meta(const WriteBatch& batch) { return kv_->write(batch); }
-  ptc::Status scan_meta(std::string_view prefix,
-                        const std::function<bool(std::string_view key, std::string_view value)>& fn) {
-    return kv_->scan(prefix, fn);
-  }
-  // Records under this prefix are prepared changes; each is JSON whose "blobs" lists the blob
-  // ids it holds, which open() keeps pending (garbage collection leaves them alone).
-  static constexpr std::string_view kPreparedPrefix = "prepared/";
-
-  // Called after every published change (the filesystem refreshes its tree).
-  void on_change(std::function<void()> fn);
-
- private:
   Store(std::string data_dir, std::unique_ptr<KvStore> kv, std::unique_ptr<BlobStore> blobs, const RemoteSlices* remote,
         const RemoteSamples* samples)
       : data_dir_(std::move(data_dir)), kv_(std::move(kv)), blobs_(std::move(blobs)), remote_(remote), samples_(samples) {}
   ptc::Status load();
+  void release(Claim::Kind kind, const std::string& job, const std::string& name);
 
   std::string data_dir_;
   std::unique_ptr<KvStore> kv_;
   std::unique_ptr<BlobStore> blobs_;
   const RemoteSlices* remote_;
   const RemoteSamples* samples_;
-  mutable std::mutex mu_;  // guards snap_, reserved_, listeners_; commits hold commit_mu_ first
+  mutable std::mutex mu_;  // guards snap_, claimed_, listeners_; commits hold commit_mu_ first
   std::mutex commit_mu_;
   std::shared_ptr<const Snapshot> snap_ = std::make_shared<Snapshot>();
-  std::set<std::pair<std::string, std::string>> reserved_;
-  std::set<std::pair<std::string, std::string>> reserved_datasets_;
-  std::set<std::pair<std::string, std::string>> changing_;
+  std::set<std::tuple<Claim::Kind, std::string, std::string>> claimed_;
   std::vector<std::weak_ptr<const StepVersion>> retired_;  // replaced versions, maybe still held
   std::vector<std::weak_ptr<const DatasetVersion>> retired_datasets_;
   std::vector<std::function<void()>> listeners_;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "fs/content.h"
+#include "fs/read_buffer.h"
 
 using ptcfs::fs::ReadBuffer;
 
@@ -166,4 +166,57 @@ TEST_CASE("a read buffer keeps its owners alive until it is destroyed") {
     CHECK_FALSE(weak.expired());
   }
   CHECK(weak.expired());
+}
+
+TEST_CASE("a fragmented read buffer is gathered into one segment it owns") {
+  std::string src(400, '\0');
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>('a' + i % 26);
+  TempFile file("0123456789");
+  ReadBuffer b;
+  for (size_t i = 0; i < 20; ++i) b.add_mem(src.data() + i * 20, 10);  // 20 pieces of 10 bytes, not contiguous
+  b.add_fd(file.fd(), 2, 3);
+  b.add_zeros(2);
+  const std::string want = bytes_of(b);
+  REQUIRE(b.segments().size() == 22);
+
+  SECTION("at or under the segment count, nothing changes") {
+    REQUIRE(b.gather_if_fragmented(22, 64 << 10).is_ok());
+    CHECK(b.segments().size() == 22);
+  }
+  SECTION("pieces long enough on average, nothing changes") {
+    REQUIRE(b.gather_if_fragmented(16, 8).is_ok());
+    CHECK(b.segments().size() == 22);
+  }
+  SECTION("many small pieces become one memory segment with the same bytes") {
+    REQUIRE(b.gather_if_fragmented(16, 64 << 10).is_ok());
+    REQUIRE(b.segments().size() == 1);
+    CHECK(b.segments()[0].fd == -1);
+    CHECK(b.segments()[0].origin_fd == -1);
+    CHECK_FALSE(b.segments()[0].zeros);
+    CHECK(b.size() == want.size());
+    CHECK(bytes_of(b) == want);
+  }
+}
+
+TEST_CASE("gathering a buffer whose file range cannot be read fails and leaves it as it was") {
+  const std::string m(100, 'x');
+  ReadBuffer b;
+  {
+    TempFile file("0123");
+    for (int i = 0; i < 20; ++i) b.add_mem(m.data() + (i % 2) * 50, 1);
+    b.add_fd(file.fd(), 0, 10);  // past the end of the file
+  }
+  const size_t n = b.segments().size();
+  CHECK_FALSE(b.gather_if_fragmented(16, 64 << 10).is_ok());
+  CHECK(b.segments().size() == n);
+}
+
+TEST_CASE("the zero block is zeros, shared by every zero segment") {
+  const std::byte* z = ptcfs::fs::zero_block();
+  CHECK(z == ptcfs::fs::zero_block());
+  for (uint64_t i = 0; i < ptcfs::fs::kZeroBlock; i += 4093) CHECK(z[i] == std::byte{0});
+  ReadBuffer b;
+  b.add_zeros(5);
+  REQUIRE(b.segments().size() == 1);
+  CHECK(b.segments()[0].mem == z);
 }

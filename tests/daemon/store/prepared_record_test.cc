@@ -46,7 +46,7 @@ size_t kept_records(Store& store) {
   size_t n = 0;
   REQUIRE(store.scan_meta(Store::kPreparedPrefix, [&](std::string_view, std::string_view) {
     ++n;
-    return true;
+    return ptc::Status::ok();
   }).is_ok());
   return n;
 }
@@ -70,7 +70,7 @@ TEST_CASE("a kept import survives a restart with its blobs and commits afterward
   CHECK(kept[0].change.next->version() == 1);
   CHECK_FALSE(kept[0].change.replaced);
   // The name is reserved again: a second import of it is refused while the change waits.
-  CHECK(store->reserve_name("gpt", "100").code() == ptc::Code::kAlreadyExists);
+  CHECK(store->claim(Claim::kNewStep, "gpt", "100").status().code() == ptc::Code::kAlreadyExists);
   REQUIRE(commit_change(*store, kept[0].change).is_ok());
   forget_prepared(*store, "tx1");
   check_step(*store, "gpt", "100", want);
@@ -113,7 +113,7 @@ TEST_CASE("a kept change whose base moved on, or a malformed one, is dropped wit
     std::string value;
     REQUIRE(store->scan_meta("prepared/tx1", [&](std::string_view, std::string_view v) {
       value = std::string(v);
-      return false;
+      return ptc::Status::ok();
     }).is_ok());
     auto rec = ptc::parse_json(value, "record");
     REQUIRE(rec.is_ok());
@@ -128,5 +128,5 @@ TEST_CASE("a kept change whose base moved on, or a malformed one, is dropped wit
   CHECK(kept_records(*store) == 0);
   for (const auto& f : added) CHECK_FALSE(blob_files(data).count(f));
   CHECK(store->snapshot()->steps.empty());
-  CHECK(store->reserve_name("gpt", "100").is_ok());  // nothing holds the name
+  CHECK(store->claim(Claim::kNewStep, "gpt", "100").is_ok());  // nothing holds the name
 }

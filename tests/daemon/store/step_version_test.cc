@@ -36,3 +36,50 @@ TEST_CASE("a flat slice is its extents in order", "[step_version]") {
   CHECK(slice_bytes(s) == 15);
   CHECK(pieces(s, 8, 4) == std::vector<Piece>{{3, 8, 2}, {4, 50, 2}});
 }
+
+namespace {
+// Records what walk_slice hands a sink.
+struct Recorder final : PieceSink {
+  std::vector<Piece> got;  // blob (0: zeros), offset, length
+  ptc::Status fail_at_blob = ptc::Status::ok();
+  ptc::Status zeros(uint64_t n) override {
+    got.emplace_back(kZeroBlob, 0, n);
+    return ptc::Status::ok();
+  }
+  ptc::Status blob(const std::shared_ptr<const BlobFile>& f, uint64_t off, uint64_t n) override {
+    got.emplace_back(f->id(), off, n);
+    return fail_at_blob;
+  }
+};
+}  // namespace
+
+TEST_CASE("walk_slice hands the sink a slice's pieces, opening a blob once per run of its pieces", "[step_version]") {
+  StoredSlice s;
+  s.rows = 2;
+  s.extents = {Extent{7, 100, 4, 10}, Extent{7, 200, 2, 10}, Extent{kZeroBlob, 0, 3, 0}, Extent{8, 0, 1, 1}};
+  std::vector<uint64_t> opened;
+  const OpenBlob open = [&](uint64_t id) -> ptc::Result<std::shared_ptr<const BlobFile>> {
+    opened.push_back(id);
+    return std::make_shared<const BlobFile>(id, -1, 1000);
+  };
+  Recorder r;
+  REQUIRE(walk_slice(s, 0, slice_bytes(s), open, r).is_ok());
+  CHECK(r.got == std::vector<Piece>{{7, 100, 4}, {7, 200, 2}, {0, 0, 3}, {8, 0, 1},  //
+                                    {7, 110, 4}, {7, 210, 2}, {0, 0, 3}, {8, 1, 1}});
+  CHECK(opened == std::vector<uint64_t>{7, 8, 7, 8});
+
+  SECTION("the first error of the sink stops the walk") {
+    Recorder f;
+    f.fail_at_blob = ptc::corrupt("short");
+    CHECK(walk_slice(s, 0, slice_bytes(s), open, f).code() == ptc::Code::kCorrupt);
+    CHECK(f.got.size() == 1);
+  }
+  SECTION("so does an error opening a blob") {
+    Recorder f;
+    const OpenBlob fails = [](uint64_t) -> ptc::Result<std::shared_ptr<const BlobFile>> {
+      return ptc::io_error("opening blob", 5);
+    };
+    CHECK(walk_slice(s, 0, slice_bytes(s), fails, f).code() == ptc::Code::kIo);
+    CHECK(f.got.empty());
+  }
+}

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "daemon/reshard/importer.h"
+#include "daemon/store/memory_kv.h"
 #include "ptc/formats/safetensors.h"
 #include "tests/daemon/store/store_fixture.h"
 #include "tests/daemon/temp_dir.h"
@@ -287,4 +288,36 @@ TEST_CASE("one checkpoint imported under two names reads back under both", "[sto
   check_step(*store, "bert", "100", want);
   check_step(*store, "gpt", "200", want);
   CHECK(blob_files(data).size() == 12);
+}
+
+TEST_CASE("a metadata scan stops at its callback's first error and returns it", "[kv]") {
+  ptcfs::testing::TempDir tmp;
+  auto rocks = ptcfs::open_rocksdb(tmp.path() + "/meta");
+  REQUIRE(rocks.is_ok());
+  ptcfs::MemoryKv memory;
+  for (ptcfs::KvStore* kv : {static_cast<ptcfs::KvStore*>(rocks->get()), static_cast<ptcfs::KvStore*>(&memory)}) {
+    ptcfs::WriteBatch b;
+    b.put("p/a", "1");
+    b.put("p/b", "2");
+    b.put("p/c", "3");
+    b.put("q/a", "4");
+    REQUIRE(kv->write(b).is_ok());
+    std::vector<std::string> seen;
+    const auto st = kv->scan("p/", [&](std::string_view key, std::string_view) -> ptc::Status {
+      seen.emplace_back(key);
+      return key == "p/b" ? ptc::corrupt("stop at b") : ptc::Status::ok();
+    });
+    CHECK(st.code() == ptc::Code::kCorrupt);
+    CHECK(st.message() == "stop at b");
+    CHECK(seen == std::vector<std::string>{"p/a", "p/b"});
+  }
+  // RocksDB's scan reads a snapshot: a record written from the callback is not seen.
+  std::vector<std::string> seen;
+  REQUIRE(rocks.value()->scan("p/", [&](std::string_view key, std::string_view) {
+    seen.emplace_back(key);
+    ptcfs::WriteBatch b;
+    b.put("p/bb", "new");
+    return rocks.value()->write(b);
+  }).is_ok());
+  CHECK(seen == std::vector<std::string>{"p/a", "p/b", "p/c"});
 }

@@ -1,0 +1,65 @@
+// ReadBuffer: the bytes of one read reply, as segments of memory and file ranges, built by
+// whoever reads (a step's slices, a dataset's records, a view's header) and sent by
+// fs/reply.h or the direct server without a copy where it can.
+//
+// Thread-safety: a value; one thread builds and sends it. Memory added stays valid while the
+// buffer lives (the caller keeps its owner with keep()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ptc/base/status.h"
+
+namespace ptcfs::fs {
+
+// A block of kZeroBlock zero bytes, static: the memory of zero segments (padding), here and
+// in the daemon (peer reads, padding written into saved blobs).
+inline constexpr uint64_t kZeroBlock = 1 << 20;
+const std::byte* zero_block();
+
+// The bytes of one read reply, as a list of segments: memory, or a range of a file
+// descriptor (libfuse splices it where it can, else reads it). Segments are in reply order.
+class ReadBuffer {
+ public:
+  struct Segment {
+    const std::byte* mem = nullptr;  // when fd < 0
+    int fd = -1;
+    uint64_t off = 0;                // in fd
+    uint64_t len = 0;
+    // Memory that is a mapping of a file: its descriptor and offset (the direct path hands
+    // the file to its client instead of the bytes); -1 otherwise.
+    int origin_fd = -1;
+    uint64_t origin_off = 0;
+    bool zeros = false;  // all zero bytes (padding)
+  };
+
+  // Memory that outlives the reply (owned by a view or static).
+  void add_mem(const void* p, uint64_t len);
+  // Zeros (padding).
+  void add_zeros(uint64_t len);
+  void add_fd(int fd, uint64_t off, uint64_t len);
+  // Memory `p` that maps bytes [off, off + len) of file `fd` (a mapped blob).
+  void add_mapped(const void* p, uint64_t len, int fd, uint64_t off);
+  // Keeps an owner (an open blob) alive until the buffer is destroyed.
+  void keep(std::shared_ptr<const void> owner) { keep_.push_back(std::move(owner)); }
+
+  const std::vector<Segment>& segments() const { return segs_; }
+  uint64_t size() const { return size_; }
+  // Reads every segment into dst (size() bytes). kIo naming the error of a file range's
+  // read, kCorrupt when a file is shorter than its range.
+  ptc::Status copy_to(std::byte* dst) const;
+  // Many small segments (more than `max_segments`, of fewer than `min_avg` bytes on average)
+  // become one buffer this object owns: one copy and one write beat handing the kernel (or a
+  // socket) each piece. Errors as copy_to; the buffer is unchanged then.
+  ptc::Status gather_if_fragmented(size_t max_segments, uint64_t min_avg);
+
+ private:
+  std::vector<Segment> segs_;
+  std::vector<std::shared_ptr<const void>> keep_;
+  uint64_t size_ = 0;
+};
+
+}  // namespace ptcfs::fs
