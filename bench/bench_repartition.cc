@@ -120,7 +120,10 @@ json run_scenario(const std::string& name, const std::string& root, int layers, 
   const uint64_t bytes = write_checkpoint(dir + "/ckpt", text, *layout);
   std::printf("   generated %.2f GiB in %.1f s\n", static_cast<double>(bytes) / (1 << 30), bench::now_s() - t0);
 
-  auto store = Store::open(dir + "/data");
+  std::function<void()> refresh;  // the mount's, once it is mounted
+  auto store = Store::open(dir + "/data", nullptr, nullptr, [&] {
+    if (refresh) refresh();
+  });
   if (!store) throw std::runtime_error(store.status().to_string());
   t0 = bench::now_s();
   auto imp = import_checkpoint(**store, dir + "/ckpt", "bench", "1");
@@ -133,7 +136,7 @@ json run_scenario(const std::string& name, const std::string& root, int layers, 
   Store& st = **store;
   auto fsys = fs::Filesystem::mount(mo, [&st] { return mount_contents(st); });
   if (!fsys) throw std::runtime_error(fsys.status().to_string());
-  st.on_change([&] { (void)(*fsys)->refresh(); });
+  refresh = [&] { (void)(*fsys)->refresh(); };
   std::thread loop([&] { (void)(*fsys)->run(); });
   const std::string shm = "/dev/shm/ptcfs-bench-" + name;
   // Whatever happens below: stop and unmount, and remove the tmpfs copies.

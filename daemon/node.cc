@@ -73,10 +73,10 @@ ptc::Status Node::join_cluster() {
 }
 
 ptc::Status Node::open_store() {
-  auto store = Store::open(cfg_.data, reader_.get(), reader_.get());
+  // Every published change refreshes the mount (once there is one).
+  auto store = Store::open(cfg_.data, reader_.get(), reader_.get(), [this] { refresh_mount(); });
   if (!store) return failed("opening data directory " + cfg_.data, store.status());
   store_ = std::move(store).value();
-  store_->on_change([this] { refresh_mount(); });
   CompactionPolicy policy;
   policy.min_piece = opts_.compact_below;
   // Steps saved into the mount: the save committer (run()) asks the runner to commit them.

@@ -59,12 +59,12 @@ ptc::Result<ImportResult> Coordinator::import(const ImportRequest& req, const Ph
   if (req.hf)
     return ptc::invalid("--format hf imports into a single daemon; on a cluster, import into one node's own daemon "
                         "before it joins, or convert with `ptcfs ptc infer` and import the ptc.json checkpoint");
+  PTC_RETURN_IF_ERROR(Store::check_new_step(req.job, req.step));
   const auto t0 = std::chrono::steady_clock::now();
   const std::string name = req.job + "/" + req.step;
   const auto nodes = placement_or_all(req.nodes);
   for (const auto& n : nodes)
     if (cluster()->find(n) < 0) return ptc::invalid("node '" + n + "' is not in the cluster");
-  if (req.step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
   // Every node records the step (all mounts show the whole namespace), so every node takes part.
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_step_key(req.job, req.step)));
   if (prior.record() && !prior.record()->removed())

@@ -211,8 +211,6 @@ static ptc::Result<ImportRequest> parse_import(const json& req) {
   }
   if (r.dir.empty() || r.dir[0] != '/')
     return ptc::invalid("import directory must be an absolute path, got '" + r.dir + "'");
-  PTC_RETURN_IF_ERROR(ptc::validate_id("job", r.job));
-  PTC_RETURN_IF_ERROR(ptc::validate_id("step", r.step));
   if (format == "hf") {
     PTC_ASSIGN_OR_RETURN(r.hf, template_of(req));
     PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string_or(req, "to", ""));

@@ -16,13 +16,13 @@
 namespace ptcfs {
 
 ptc::Result<std::unique_ptr<Store>> Store::open(const std::string& data_dir, const RemoteSlices* remote,
-                                                const RemoteSamples* samples) {
+                                                const RemoteSamples* samples, std::function<void()> changed) {
   std::error_code ec;
   std::filesystem::create_directories(data_dir, ec);
   if (ec) return ptc::error(ptc::Code::kIo, "creating data directory " + data_dir + ": " + ec.message());
   PTC_ASSIGN_OR_RETURN(auto kv, open_rocksdb(data_dir + "/meta"));
   PTC_ASSIGN_OR_RETURN(auto blobs, BlobStore::open(data_dir + "/blobs"));
-  std::unique_ptr<Store> s(new Store(data_dir, std::move(kv), std::move(blobs), remote, samples));
+  std::unique_ptr<Store> s(new Store(data_dir, std::move(kv), std::move(blobs), remote, samples, std::move(changed)));
   PTC_RETURN_IF_ERROR(s->load());
   // Blobs left by an interrupted import or repartition belong to no version.
   PTC_RETURN_IF_ERROR(s->collect_garbage().status());
@@ -110,12 +110,15 @@ void Claim::release() {
   if (Store* s = std::exchange(store_, nullptr)) s->release(kind_, job_, name_);
 }
 
+ptc::Status Store::check_new_step(const std::string& job, const std::string& step) {
+  PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
+  PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
+  if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
+  return ptc::Status::ok();
+}
+
 ptc::Result<Claim> Store::claim(Claim::Kind kind, const std::string& job, const std::string& name) {
-  if (kind == Claim::kNewStep) {
-    PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
-    PTC_RETURN_IF_ERROR(ptc::validate_id("step", name));
-    if (name == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
-  }
+  if (kind == Claim::kNewStep) PTC_RETURN_IF_ERROR(check_new_step(job, name));
   std::lock_guard lock(mu_);
   const std::string what = job + "/" + name;
   switch (kind) {
@@ -165,16 +168,14 @@ ptc::Status Store::remove_step(std::shared_ptr<const StepVersion> current) {
   current->delete_slice_records(batch);
   batch.del(StepVersion::step_key(job, step));
   PTC_RETURN_IF_ERROR(kv_->write(batch));
-  std::vector<std::function<void()>> listeners;
   {
     std::lock_guard lock(mu_);
     auto next = std::make_shared<Snapshot>(*snap_);
     next->steps.erase({job, step});
     snap_ = std::move(next);
     retired_.push_back(current);  // open files keep reading it; its blobs go when they close
-    listeners = listeners_;
   }
-  for (auto& fn : listeners) fn();
+  changed();
   return ptc::Status::ok();
 }
 
@@ -208,7 +209,6 @@ ptc::Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<
     for (uint64_t id : v->blobs_used()) blobs_->settle(id);
   for (const auto& d : datasets)
     for (uint64_t id : d.next->blobs_used()) blobs_->settle(id);
-  std::vector<std::function<void()>> listeners;
   {
     std::lock_guard lock(mu_);
     auto next = std::make_shared<Snapshot>(*snap_);
@@ -219,9 +219,8 @@ ptc::Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<
     }
     snap_ = std::move(next);
     if (replaced) retired_.push_back(replaced);
-    listeners = listeners_;
   }
-  for (auto& fn : listeners) fn();
+  changed();
   return ptc::Status::ok();
 }
 
@@ -261,10 +260,6 @@ ptc::Result<size_t> Store::collect_garbage() {
   return removed;
 }
 
-void Store::on_change(std::function<void()> fn) {
-  std::lock_guard lock(mu_);
-  listeners_.push_back(std::move(fn));
-}
 
 fs::Contents mount_contents(const Store& store) {
   fs::Contents c;

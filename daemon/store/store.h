@@ -75,9 +75,11 @@ class Store {
   // `remote` (may be null; must outlive the store) reads the slices of shards held by
   // other nodes; every version the store loads or is given refers to it. `samples` (may be
   // null; must outlive the store) likewise reads the samples of datasets whose files are
-  // on other nodes.
+  // on other nodes. `changed` (may be empty) is called after every published change, on the
+  // committing thread, outside the store's locks (the node refreshes the mount's tree).
   static ptc::Result<std::unique_ptr<Store>> open(const std::string& data_dir, const RemoteSlices* remote = nullptr,
-                                                  const RemoteSamples* samples = nullptr);
+                                                  const RemoteSamples* samples = nullptr,
+                                                  std::function<void()> changed = {});
   const RemoteSlices* remote() const { return remote_; }
   const RemoteSamples* remote_samples() const { return samples_; }
 
@@ -98,6 +100,9 @@ class Store {
   //                when it is claimed already ("is already being repartitioned").
   //   kNewDataset  a new dataset: kAlreadyExists when it exists or is claimed ("is being added").
   ptc::Result<Claim> claim(Claim::Kind kind, const std::string& job, const std::string& name);
+  // The name gate of kNewStep on its own, for a coordinator that refuses a bad name before it
+  // asks any node to claim it.
+  static ptc::Status check_new_step(const std::string& job, const std::string& step);
 
   // A new version of a step, not yet committed, created now: it reads its blobs from this
   // store's BlobStore and the slices of shards held elsewhere through remote(). Both outlive
@@ -116,9 +121,6 @@ class Store {
   // Records under this prefix are prepared changes; each is JSON whose "blobs" lists the blob
   // ids it holds, which open() keeps pending (garbage collection leaves them alone).
   static constexpr std::string_view kPreparedPrefix = "prepared/";
-
-  // Called after every published change (the filesystem refreshes its tree).
-  void on_change(std::function<void()> fn);
 
  private:
   // commit and remove_step are the store's half of the one commit path: commit_change
@@ -142,8 +144,16 @@ class Store {
   ptc::Status remove_step(std::shared_ptr<const StepVersion> current);
 
   Store(std::string data_dir, std::unique_ptr<KvStore> kv, std::unique_ptr<BlobStore> blobs, const RemoteSlices* remote,
-        const RemoteSamples* samples)
-      : data_dir_(std::move(data_dir)), kv_(std::move(kv)), blobs_(std::move(blobs)), remote_(remote), samples_(samples) {}
+        const RemoteSamples* samples, std::function<void()> changed)
+      : data_dir_(std::move(data_dir)),
+        kv_(std::move(kv)),
+        blobs_(std::move(blobs)),
+        remote_(remote),
+        samples_(samples),
+        changed_(std::move(changed)) {}
+  void changed() const {
+    if (changed_) changed_();
+  }
   ptc::Status load();
   void release(Claim::Kind kind, const std::string& job, const std::string& name);
 
@@ -152,13 +162,13 @@ class Store {
   std::unique_ptr<BlobStore> blobs_;
   const RemoteSlices* remote_;
   const RemoteSamples* samples_;
-  mutable std::mutex mu_;  // guards snap_, claimed_, listeners_; commits hold commit_mu_ first
+  const std::function<void()> changed_;
+  mutable std::mutex mu_;  // guards snap_, claimed_; commits hold commit_mu_ first
   std::mutex commit_mu_;
   std::shared_ptr<const Snapshot> snap_ = std::make_shared<Snapshot>();
   std::set<std::tuple<Claim::Kind, std::string, std::string>> claimed_;
   std::vector<std::weak_ptr<const StepVersion>> retired_;  // replaced versions, maybe still held
   std::vector<std::weak_ptr<const DatasetVersion>> retired_datasets_;
-  std::vector<std::function<void()>> listeners_;
 };
 
 // What the mount shows of a store: its current steps and datasets.

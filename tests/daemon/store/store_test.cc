@@ -40,12 +40,14 @@ TEST_CASE("import stores every slice with its checksum and a restart reads the s
   std::vector<uint64_t> blobs_before_restart;
   int64_t created = 0;
   {
-    auto store = open_store(data);
+    int changes = 0;
+    auto opened = Store::open(data, nullptr, nullptr, [&] { ++changes; });
+    REQUIRE(opened.is_ok());
+    auto store = std::move(opened).value();
     CHECK(stdfs::is_directory(data + "/meta"));
     CHECK(blob_files(data).empty());
     CHECK(store->snapshot()->steps.empty());
-    int changes = 0;
-    store->on_change([&] { ++changes; });
+    CHECK(changes == 0);
 
     uint64_t last_done = 0, last_total = 0;
     const int64_t t0 = ::time(nullptr);
