@@ -33,7 +33,7 @@ json to_json(const PrepareRequest& r) {
         if constexpr (std::is_same_v<T, ImportChange>) {
           j.update({{"dir", c.dir}, {"job", c.job}, {"step", c.step}, {"nodes", c.nodes}});
           if (!c.gpus.empty()) j["gpus"] = c.gpus;
-        } else if constexpr (std::is_same_v<T, ClusterChange>) {
+        } else if constexpr (std::is_same_v<T, RepartitionChange>) {
           j.update({{"job", c.job}, {"step", c.step}, {"from_version", c.from_version}, {"ptc", ptc_json(c.ptc)},
                     {"from_nodes", c.from_nodes}, {"to", c.to.to_string()}, {"to_nodes", c.to_nodes},
                     {"down", c.down}, {"digest", c.digest}});
@@ -79,7 +79,7 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc", "from_nodes",
                                                "from_holders", "from_gpus", "to", "to_nodes", "to_gpus", "down",
                                                "digest"}, w));
-    ClusterChange c;
+    RepartitionChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
     PTC_ASSIGN_OR_RETURN(c.from_version, ptc::member_u64(j, "from_version", w));

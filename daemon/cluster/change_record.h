@@ -21,7 +21,7 @@
 namespace ptcfs {
 
 // A repartition, as every node needs it to compute the same plan.
-struct ClusterChange {
+struct RepartitionChange {
   std::string job, step;
   uint64_t from_version = 0;
   ptc::Ptc ptc;                         // the step's PTC (its parallelism is the old config)
@@ -71,7 +71,7 @@ struct DatasetProgressChange {
 // (0: static mode): the prepared change lives only as long as that lease.
 struct PrepareRequest {
   std::string tx;
-  std::variant<ImportChange, ClusterChange, DatasetAddChange, DatasetProgressChange, SaveChange, RemoveChange> change;
+  std::variant<ImportChange, RepartitionChange, DatasetAddChange, DatasetProgressChange, SaveChange, RemoveChange> change;
   std::string coordinator;
   int64_t lease = 0;
 };

@@ -13,7 +13,7 @@
 #include "daemon/cluster/change_record.h"
 #include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/nodes.h"
-#include "daemon/cluster/prepare.h"
+#include "daemon/cluster/repartition_part.h"
 #include "ptc/base/log.h"
 
 namespace ptcfs {
@@ -90,7 +90,7 @@ ptc::Result<ImportResult> Coordinator::import(const ImportRequest& req, const Ph
   return res;
 }
 
-ptc::Result<std::vector<int>> Coordinator::nodes_up(ClusterChange& c, uint64_t version) {
+ptc::Result<std::vector<int>> Coordinator::nodes_up(RepartitionChange& c, uint64_t version) {
   const std::string name = c.job + "/" + c.step;
   const std::vector<int> all = members_.members();
   const auto states = peers_.state(all, StateRequest{c.job, c.step});
@@ -131,7 +131,7 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   const std::string name = req.job + "/" + req.step;
   PTC_ASSIGN_OR_RETURN(std::shared_ptr<const StepVersion> old, current_version(store_, req.job, req.step));
   const ptc::Layout& from = old->layout();
-  ClusterChange c;
+  RepartitionChange c;
   c.job = req.job;
   c.step = req.step;
   c.from_version = old->version();

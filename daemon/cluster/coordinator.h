@@ -95,7 +95,7 @@ class Coordinator final : public ChangeRunner {
   std::vector<std::string> placement_or_all(const std::vector<std::string>& nodes) const;
   // Who of the members is up, for a repartition of `c` from version `version`: fills c.down;
   // an error when a node is at another version or the new placement needs a down node.
-  ptc::Result<std::vector<int>> nodes_up(ClusterChange& c, uint64_t version);
+  ptc::Result<std::vector<int>> nodes_up(RepartitionChange& c, uint64_t version);
   size_t catch_up_datasets();
   // Brings job/step to the newest version its peers have (at least `at_least`), holding none
   // of it; whether it moved.

@@ -227,7 +227,7 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
   if (const auto* c = std::get_if<ImportChange>(&req.change)) {
     members_.learn(c->nodes);
     change = prepare_import(*c, reply);
-  } else if (const auto* c = std::get_if<ClusterChange>(&req.change)) {
+  } else if (const auto* c = std::get_if<RepartitionChange>(&req.change)) {
     std::vector<std::string> ids = c->to_nodes;
     ids.insert(ids.end(), c->from_nodes.begin(), c->from_nodes.end());
     for (const auto& h : c->from_holders) ids.insert(ids.end(), h.begin(), h.end());
@@ -235,7 +235,7 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
     // The job's datasets follow its dp, in the same commit.
     auto datasets = resplit_datasets(store_, c->job, c->to.dp);
     if (!datasets) return datasets.status().with_context("node " + id());
-    change = prepare_cluster_part(store_, peers_, self_, *c, options_);
+    change = prepare_repartition_part(store_, peers_, self_, *c, options_);
     if (change) {
       change->datasets = std::move(datasets).value();
       reply.bytes_received = change->bytes_received;

@@ -24,7 +24,7 @@
 
 #include "daemon/cluster/change_record.h"
 #include "daemon/cluster/membership.h"
-#include "daemon/cluster/prepare.h"
+#include "daemon/cluster/repartition_part.h"
 #include "daemon/save/save_service.h"
 #include "daemon/store/prepared.h"
 #include "daemon/store/store.h"

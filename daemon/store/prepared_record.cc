@@ -66,7 +66,7 @@ ptc::Result<PreparedChange> rebuild(Store& store, const Snapshot& snap, const js
       batch.put(key, value.get<std::string>());
     }
     PTC_RETURN_IF_ERROR(kv.write(batch));
-    PTC_ASSIGN_OR_RETURN(const auto step_rec, kv.get(StepVersion::step_key(job, step)));
+    PTC_ASSIGN_OR_RETURN(const auto step_rec, kv.get(StepVersion::meta_key(job, step)));
     if (!step_rec) return ptc::corrupt(where + ": no step record of " + job + "/" + step);
     PTC_ASSIGN_OR_RETURN(c.next, StepVersion::load(kv, job, step, *step_rec, &store.blobs(), store.remote()));
     if (current == c.next->version()) return ptc::error(ptc::Code::kAlreadyExists, "committed");

@@ -143,7 +143,7 @@ std::vector<uint64_t> StepVersion::blobs_used() const {
   return {ids.begin(), ids.end()};
 }
 
-std::string StepVersion::step_key(const std::string& job, const std::string& step) {
+std::string StepVersion::meta_key(const std::string& job, const std::string& step) {
   return std::string(kStepPrefix) + job + "/" + step;
 }
 
@@ -192,7 +192,7 @@ void StepVersion::to_records(WriteBatch& batch) const {
       step["holders"] = std::move(holders);
     }
   }
-  batch.put(step_key(job_, step_), step.dump());
+  batch.put(meta_key(job_, step_), step.dump());
 }
 
 void StepVersion::delete_slice_records(WriteBatch& batch) const {

@@ -169,7 +169,7 @@ class StepVersion final : public fs::StepContent {
                                                         std::string_view step_record, BlobStore* blobs,
                                                         const RemoteSlices* remote = nullptr);
 
-  static std::string step_key(const std::string& job, const std::string& step);
+  static std::string meta_key(const std::string& job, const std::string& step);
   static constexpr std::string_view kStepPrefix = "step/";
 
  private:

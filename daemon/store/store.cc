@@ -166,7 +166,7 @@ ptc::Status Store::remove_step(std::shared_ptr<const StepVersion> current) {
   }
   WriteBatch batch;
   current->delete_slice_records(batch);
-  batch.del(StepVersion::step_key(job, step));
+  batch.del(StepVersion::meta_key(job, step));
   PTC_RETURN_IF_ERROR(kv_->write(batch));
   {
     std::lock_guard lock(mu_);

@@ -1,8 +1,8 @@
-// The pure half of a node's part of a cluster repartition (daemon/cluster/prepare.h): the node
+// The pure half of a node's part of a cluster repartition (daemon/cluster/repartition_part.h): the node
 // table every node plans over, the holdings, and the digest nodes compare plans by.
 #include <catch2/catch.hpp>
 
-#include "daemon/cluster/prepare.h"
+#include "daemon/cluster/repartition_part.h"
 #include "ptc/layout.h"
 #include "ptc/plan.h"
 
@@ -26,8 +26,8 @@ ptc::ClusterConfig known(std::vector<std::string> ids) {
   return c;
 }
 
-ClusterChange change(std::vector<std::string> from, std::vector<std::string> to) {
-  ClusterChange c;
+RepartitionChange change(std::vector<std::string> from, std::vector<std::string> to) {
+  RepartitionChange c;
   c.job = "j";
   c.step = "1";
   c.from_nodes = std::move(from);
@@ -45,7 +45,7 @@ std::vector<std::string> ids(const ptc::ClusterConfig& c) {
 }  // namespace
 
 TEST_CASE("every node plans over the same table: the change's nodes sorted by id", "[repartition_part]") {
-  const ClusterChange c = change({"n2", "n0"}, {"n1", "n2"});
+  const RepartitionChange c = change({"n2", "n0"}, {"n1", "n2"});
   // Two nodes that learnt of the others in different orders.
   auto a = change_table(c, known({"n0", "n1", "n2", "n3"}));
   auto b = change_table(c, known({"n3", "n2", "n1", "n0"}));
@@ -63,7 +63,7 @@ TEST_CASE("a change naming a node this one does not know is refused, naming it",
 
 TEST_CASE("holdings: old shards on the old placement, new on the new, down nodes are no source",
           "[repartition_part]") {
-  const ClusterChange up = change({"n0", "n1"}, {"n1", "n0"});
+  const RepartitionChange up = change({"n0", "n1"}, {"n1", "n0"});
   const ptc::ClusterConfig table = known({"n0", "n1"});
   auto h = cluster_holdings(layout(2), layout(2), up, table);
   REQUIRE(h.is_ok());
@@ -71,7 +71,7 @@ TEST_CASE("holdings: old shards on the old placement, new on the new, down nodes
   CHECK(h->src_nodes == std::vector<std::vector<int>>{{0}, {1}});
   CHECK(h->dst_nodes == std::vector<std::vector<int>>{{1}, {0}});
 
-  ClusterChange down = up;
+  RepartitionChange down = up;
   down.down = {"n1"};
   auto d = cluster_holdings(layout(2), layout(2), down, table);
   REQUIRE(d.is_ok());
@@ -80,7 +80,7 @@ TEST_CASE("holdings: old shards on the old placement, new on the new, down nodes
 }
 
 TEST_CASE("holdings of a saved step follow its holders, which must match the layout", "[repartition_part]") {
-  ClusterChange c = change({}, {"n0", "n1"});
+  RepartitionChange c = change({}, {"n0", "n1"});
   c.from_holders = {{"n1"}, {"n0", "n1"}};
   auto h = cluster_holdings(layout(2), layout(2), c, known({"n0", "n1"}));
   REQUIRE(h.is_ok());
@@ -91,7 +91,7 @@ TEST_CASE("holdings of a saved step follow its holders, which must match the lay
 }
 
 TEST_CASE("the plan digest is the same for the same plan and differs when a copy moves", "[repartition_part]") {
-  const ClusterChange c = change({"n0", "n1"}, {"n1", "n0"});
+  const RepartitionChange c = change({"n0", "n1"}, {"n1", "n0"});
   const ptc::ClusterConfig table = known({"n0", "n1"});
   auto h = cluster_holdings(layout(2), layout(2), c, table);
   REQUIRE(h.is_ok());

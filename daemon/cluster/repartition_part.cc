@@ -1,4 +1,4 @@
-#include "daemon/cluster/prepare.h"
+#include "daemon/cluster/repartition_part.h"
 
 
 #include <ctime>
@@ -14,7 +14,7 @@ namespace ptcfs {
 
 using nlohmann::json;
 
-ptc::Result<ptc::ClusterConfig> change_table(const ClusterChange& c, const ptc::ClusterConfig& known) {
+ptc::Result<ptc::ClusterConfig> change_table(const RepartitionChange& c, const ptc::ClusterConfig& known) {
   std::vector<std::string> ids = c.from_nodes;
   ids.insert(ids.end(), c.to_nodes.begin(), c.to_nodes.end());
   for (const auto& h : c.from_holders) ids.insert(ids.end(), h.begin(), h.end());
@@ -30,7 +30,7 @@ ptc::Result<ptc::ClusterConfig> change_table(const ClusterChange& c, const ptc::
 }
 
 ptc::Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, const ptc::Layout& to,
-                                                   const ClusterChange& c, const ptc::ClusterConfig& cluster) {
+                                                   const RepartitionChange& c, const ptc::ClusterConfig& cluster) {
   ptc::ClusterHoldings h;
   h.num_nodes = static_cast<int>(cluster.nodes.size());
   if (!c.from_holders.empty()) {  // a saved step: held where it was written
@@ -76,7 +76,7 @@ struct Chunk {
 // Pulls every transfer into `w` (transfer i at offsets[i]); all or nothing.
 // `backend[n]`: the peer backend's index of node n of the plan; `self_id` names this node to
 // the peers it reads from (their sent-bytes metrics).
-ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& self_id, const ClusterChange& c,
+ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& self_id, const RepartitionChange& c,
                             const ptc::Layout& from,
                             const ptc::Plan& part, const std::vector<int>& backend, const std::vector<uint64_t>& offsets,
                             const BlobWriter& w, const PrepareOptions& opt) {
@@ -108,8 +108,8 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& se
 
 }  // namespace
 
-ptc::Result<PreparedChange> prepare_cluster_part(Store& store, transport::PeerBackend& peers, int self_in_backend,
-                                                 const ClusterChange& c, const PrepareOptions& opt) {
+ptc::Result<PreparedChange> prepare_repartition_part(Store& store, transport::PeerBackend& peers, int self_in_backend,
+                                                 const RepartitionChange& c, const PrepareOptions& opt) {
   const uint64_t digest = c.digest;
   const std::string name = c.job + "/" + c.step;
   const auto known = peers.cluster();
