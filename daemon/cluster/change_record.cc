@@ -317,4 +317,28 @@ ptc::Result<SamplesRequest> samples_request_from_json(const json& j) {
   return r;
 }
 
+json to_json(const ReadRequest& r) {
+  return {{"op", "peer.read"}, {"from", r.from}, {"job", r.job},     {"step", r.step}, {"version", r.version},
+          {"shard", r.shard},  {"tensor", r.tensor}, {"lo", r.lo}, {"len", r.len},   {"off", r.off},
+          {"n", r.n}};
+}
+
+ptc::Result<ReadRequest> read_request_from_json(const json& j) {
+  const std::string w = "peer.read";
+  PTC_RETURN_IF_ERROR(ptc::check_members(
+      j, {"op", "from", "job", "step", "version", "shard", "tensor", "lo", "len", "off", "n"}, w + " request"));
+  ReadRequest r;
+  PTC_ASSIGN_OR_RETURN(r.from, ptc::member_string_or(j, "from", "", w));
+  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(r.shard, ptc::member_string(j, "shard", w));
+  PTC_ASSIGN_OR_RETURN(r.tensor, ptc::member_string(j, "tensor", w));
+  PTC_ASSIGN_OR_RETURN(r.version, ptc::member_u64(j, "version", w));
+  PTC_ASSIGN_OR_RETURN(r.lo, ptc::member_u64(j, "lo", w));
+  PTC_ASSIGN_OR_RETURN(r.len, ptc::member_u64(j, "len", w));
+  PTC_ASSIGN_OR_RETURN(r.off, ptc::member_u64(j, "off", w));
+  PTC_ASSIGN_OR_RETURN(r.n, ptc::member_u64(j, "n", w));
+  return r;
+}
+
 }  // namespace ptcfs

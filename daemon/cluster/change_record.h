@@ -191,4 +191,14 @@ struct SamplesRequest {
 nlohmann::json to_json(const SamplesRequest& r);
 ptc::Result<SamplesRequest> samples_request_from_json(const nlohmann::json& j);
 
+// peer.read: bytes [off, off + n) of the slab [lo, lo + len) (along the slab dimension) of a
+// slice of version `version` of job/step, row by row (answered with {"xxh3"} and the bytes,
+// daemon/cluster/slab_read.h); `from` is the asking node's id (for the metrics).
+struct ReadRequest {
+  std::string from, job, step, shard, tensor;
+  uint64_t version = 0, lo = 0, len = 0, off = 0, n = 0;
+};
+nlohmann::json to_json(const ReadRequest& r);
+ptc::Result<ReadRequest> read_request_from_json(const nlohmann::json& j);
+
 }  // namespace ptcfs

@@ -165,11 +165,12 @@ ptc::Result<transport::Reply> PeerService::handle(const json& req) {
   return ptc::invalid("unknown peer operation '" + op + "'");
 }
 
-ptc::Result<transport::Reply> PeerService::read(const json& req) {
-  auto r = serve_slab_read(store_, req, kMaxPeerRead);
+ptc::Result<transport::Reply> PeerService::read(const json& j) {
+  auto req = read_request_from_json(j);
+  auto r = req ? serve_slab_read(store_, *req, kMaxPeerRead) : ptc::Result<transport::Reply>(req.status());
   if (r) {
     sent_ += r->payload.size;
-    ptc::metrics::peer_sent(ptc::member_string_or(req, "from", "").value_or(""), r->payload.size);
+    ptc::metrics::peer_sent(req->from, r->payload.size);
   } else {
     ptc::log::warn("refused a peer read: {}", r.status().to_string());
   }

@@ -92,9 +92,8 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& se
       const ptc::ShardId src = from.shards()[t.src_shard];
       const std::string& tensor = from.ptc().tensors[t.tensor].name;
       const std::string context = "pulling '" + tensor + "' of shard " + src.name();
-      const json req = {{"op", "peer.read"}, {"from", self_id}, {"job", c.job}, {"step", c.step}, {"version", c.from_version},
-                        {"shard", src.name()}, {"tensor", tensor}, {"lo", t.src_lo}, {"len", t.len},
-                        {"off", ch.off},      {"n", ch.n}};
+      const json req = to_json(ReadRequest{self_id, c.job, c.step, src.name(), tensor, c.from_version,
+                                           static_cast<uint64_t>(t.src_lo), static_cast<uint64_t>(t.len), ch.off, ch.n});
       const int peer = backend[static_cast<size_t>(t.src_node)];
       PTC_ASSIGN_OR_RETURN(json r, peers.call_data(peer, req, *buf, ch.n), context);
       if (buf->size() != ch.n || ptc::member_u64_or(r, "xxh3", 0).value_or(0) != xxh3_of(buf->data(), buf->size()))
@@ -108,92 +107,129 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& se
 
 }  // namespace
 
-ptc::Result<PreparedChange> prepare_repartition_part(Store& store, transport::PeerBackend& peers, int self_in_backend,
-                                                 const RepartitionChange& c, const PrepareOptions& opt) {
-  const uint64_t digest = c.digest;
+namespace {
+
+// What every node computes alike for a change: the node table, the layouts, the holdings, and
+// the plan (checked against the coordinator's digest), with this node's part of it.
+struct PartPlan {
+  ptc::ClusterConfig cluster;  // the change's table (change_table)
+  std::vector<int> backend;    // per node of the table, its index in the peer backend
+  std::string self_id;
+  int self = -1;  // this node in the table; -1: a node the change names nowhere (it only records the step)
+  std::shared_ptr<const StepVersion> old;  // null: this node has never held the step
+  ptc::Layout from, to;
+  ptc::ClusterHoldings holdings;
+  ptc::Plan part;  // ptc::node_part of the plan for `self`
+};
+
+ptc::Result<PartPlan> plan_part(const Store& store, const transport::PeerBackend& peers, int self_in_backend,
+                                const RepartitionChange& c) {
   const std::string name = c.job + "/" + c.step;
   const auto known = peers.cluster();
-  PTC_ASSIGN_OR_RETURN(const ptc::ClusterConfig cluster, change_table(c, *known));
-  std::vector<int> backend;
-  for (const auto& n : cluster.nodes) backend.push_back(known->find(n.id));
-  const std::string self_id = known->nodes[static_cast<size_t>(self_in_backend)].id;
-  const int self = cluster.find(self_id);  // -1: a node the change names nowhere (it only records the step)
-  // The old version: this node's, or (a node that has never held the step) an empty one.
-  std::shared_ptr<const StepVersion> old;
+  PartPlan p;
+  PTC_ASSIGN_OR_RETURN(p.cluster, change_table(c, *known));
+  for (const auto& n : p.cluster.nodes) p.backend.push_back(known->find(n.id));
+  p.self_id = known->nodes[static_cast<size_t>(self_in_backend)].id;
+  p.self = p.cluster.find(p.self_id);
   {
     const auto snap = store.snapshot();
-    if (auto it = snap->steps.find({c.job, c.step}); it != snap->steps.end()) old = it->second;
+    if (auto it = snap->steps.find({c.job, c.step}); it != snap->steps.end()) p.old = it->second;
   }
-  if (old && old->version() != c.from_version)
-    return ptc::error(ptc::Code::kFailedPrecondition, name + " is at version " + std::to_string(old->version()) +
-                                                          " on node " + self_id +
-                                                          ", not " + std::to_string(c.from_version));
-  PTC_ASSIGN_OR_RETURN(ptc::Layout from, ptc::Layout::make(c.ptc, c.ptc.parallelism));
-  PTC_ASSIGN_OR_RETURN(ptc::Layout to, ptc::Layout::make(c.ptc, c.to));
-  PTC_ASSIGN_OR_RETURN(ptc::ClusterHoldings h, cluster_holdings(from, to, c, cluster));
-  if (!old)
-    for (auto& nodes : h.src_nodes)
-      if (std::find(nodes.begin(), nodes.end(), self) != nodes.end())
-        return ptc::error(ptc::Code::kFailedPrecondition, name + " is placed on node " +
-                                                              self_id +
-                                                              " but that node does not hold it");
-  PTC_ASSIGN_OR_RETURN(ptc::Plan plan, ptc::make_cluster_plan(from, to, h));
-  if (digest != 0 && plan_digest(plan) != digest)
-    return ptc::internal("node " + self_id + " computed a different plan for " + name);
-  const ptc::Plan part = ptc::node_part(plan, self);
+  if (p.old && p.old->version() != c.from_version)
+    return ptc::error(ptc::Code::kFailedPrecondition, name + " is at version " + std::to_string(p.old->version()) +
+                                                          " on node " + p.self_id + ", not " +
+                                                          std::to_string(c.from_version));
+  PTC_ASSIGN_OR_RETURN(p.from, ptc::Layout::make(c.ptc, c.ptc.parallelism));
+  PTC_ASSIGN_OR_RETURN(p.to, ptc::Layout::make(c.ptc, c.to));
+  PTC_ASSIGN_OR_RETURN(p.holdings, cluster_holdings(p.from, p.to, c, p.cluster));
+  if (!p.old)
+    for (auto& nodes : p.holdings.src_nodes)
+      if (std::find(nodes.begin(), nodes.end(), p.self) != nodes.end())
+        return ptc::error(ptc::Code::kFailedPrecondition,
+                          name + " is placed on node " + p.self_id + " but that node does not hold it");
+  PTC_ASSIGN_OR_RETURN(ptc::Plan plan, ptc::make_cluster_plan(p.from, p.to, p.holdings));
+  if (c.digest != 0 && plan_digest(plan) != c.digest)
+    return ptc::internal("node " + p.self_id + " computed a different plan for " + name);
+  p.part = ptc::node_part(plan, p.self);
+  return p;
+}
 
-  // On error the change aborts itself: its blobs go and the claim is released.
-  PreparedChange change(store);
-  PTC_RETURN_IF_ERROR(change.claim(store, old ? Claim::kChangeStep : Claim::kNewStep, c.job, c.step));
-  change.replaced = old;
-
-  // Received slabs, one after another in one blob.
+// Pulls this node's transfers, one after another, into one new blob of `change` (none when
+// nothing comes): per transfer, the stored slice its slab became.
+ptc::Result<std::vector<StoredSlice>> receive(Store& store, transport::PeerBackend& peers, const RepartitionChange& c,
+                                              const PartPlan& p, const PrepareOptions& opt, PreparedChange& change) {
   std::vector<uint64_t> offsets;
   uint64_t total = 0;
-  for (const auto& t : part.transfers) {
+  for (const auto& t : p.part.transfers) {
     offsets.push_back(total);
     total += t.bytes;
   }
-  std::vector<StoredSlice> received(part.transfers.size());
-  if (total > 0) {
-    PTC_ASSIGN_OR_RETURN(BlobWriter w, store.blobs().create());
-    PTC_RETURN_IF_ERROR(fetch_transfers(peers, self_id, c, from, part, backend, offsets, w, opt));
-    PTC_RETURN_IF_ERROR(w.finish());
-    change.blobs.push_back(w.id());
-    for (size_t i = 0; i < part.transfers.size(); ++i) {
-      const ptc::Transfer& t = part.transfers[i];
-      const auto& ss = from.slices(from.shards()[t.src_shard])[t.src_slice];
-      const ptc::SlabGeometry g = ptc::slab_geometry(from.tensor(ss), ss.local_shape);
-      const uint64_t row = static_cast<uint64_t>(t.len) * g.inner;
-      StoredSlice& r = received[i];
-      r.rows = g.rows;
-      r.extents = {Extent{w.id(), offsets[i], row, g.rows > 1 ? row : 0}};
-    }
-  }
+  std::vector<StoredSlice> received(p.part.transfers.size());
   change.bytes_received = total;
-
-  auto stored = map_extents(from, to, part, [&](const ptc::Copy& cp) {
-    if (cp.transfer >= 0)
-      return CopySource{&received[static_cast<size_t>(cp.transfer)], part.transfers[static_cast<size_t>(cp.transfer)].src_lo};
-    return CopySource{&old->stored(from.shards()[cp.src_shard], cp.src_slice), 0};
-  });
-  StepPlacement placement;
-  placement.nodes = c.to_nodes;
-  placement.gpus = c.to_gpus.empty() ? ptc::gpus_of(cluster, c.to_nodes) : c.to_gpus;
-  placement.held.assign(to.shards().size(), false);
-  for (size_t s = 0; s < to.shards().size(); ++s) {
-    placement.held[s] = std::find(h.dst_nodes[s].begin(), h.dst_nodes[s].end(), self) != h.dst_nodes[s].end();
-    if (!placement.held[s]) stored[s].clear();
+  if (total == 0) return received;
+  PTC_ASSIGN_OR_RETURN(BlobWriter w, store.blobs().create());
+  PTC_RETURN_IF_ERROR(fetch_transfers(peers, p.self_id, c, p.from, p.part, p.backend, offsets, w, opt));
+  PTC_RETURN_IF_ERROR(w.finish());
+  change.blobs.push_back(w.id());
+  for (size_t i = 0; i < p.part.transfers.size(); ++i) {
+    const ptc::Transfer& t = p.part.transfers[i];
+    const auto& ss = p.from.slices(p.from.shards()[t.src_shard])[t.src_slice];
+    const ptc::SlabGeometry g = ptc::slab_geometry(p.from.tensor(ss), ss.local_shape);
+    const uint64_t row = static_cast<uint64_t>(t.len) * g.inner;
+    received[i].rows = g.rows;
+    received[i].extents = {Extent{w.id(), offsets[i], row, g.rows > 1 ? row : 0}};
   }
+  return received;
+}
+
+// The new version's shards: extents of the old blobs and of the received slabs (shards this
+// node does not hold left empty), compacted where too fragmented (new blobs go to `change`).
+ptc::Result<std::vector<std::vector<StoredSlice>>> build_shards(Store& store, const PartPlan& p,
+                                                                const std::vector<StoredSlice>& received,
+                                                                const std::vector<bool>& held,
+                                                                const PrepareOptions& opt, PreparedChange& change,
+                                                                uint64_t& compacted) {
+  auto stored = map_extents(p.from, p.to, p.part, [&](const ptc::Copy& cp) {
+    if (cp.transfer >= 0)
+      return CopySource{&received[static_cast<size_t>(cp.transfer)],
+                        p.part.transfers[static_cast<size_t>(cp.transfer)].src_lo};
+    return CopySource{&p.old->stored(p.from.shards()[cp.src_shard], cp.src_slice), 0};
+  });
+  for (size_t s = 0; s < stored.size(); ++s)
+    if (!held[s]) stored[s].clear();
   PTC_ASSIGN_OR_RETURN(Selection sel, select_compaction(stored, opt.policy,
                                                         [&](uint64_t id) { return store.blobs().size_of(id); }));
   PTC_ASSIGN_OR_RETURN(CompactionResult comp, compact(store.blobs(), stored, sel, opt.policy, {}));
   for (const auto& b : comp.blobs) change.blobs.push_back(b.id());
-  change.next = store.new_version(c.job, c.step, c.from_version + 1, std::move(to), std::move(stored),
-                                  std::move(placement));
-  ptc::log::info("prepared {} version {} on node {}: {} transfers, {} bytes received, {} compacted", name,
-                 c.from_version + 1, self_id, part.transfers.size(), total,
-                 comp.bytes);
+  compacted = comp.bytes;
+  return stored;
+}
+
+}  // namespace
+
+ptc::Result<PreparedChange> prepare_repartition_part(Store& store, transport::PeerBackend& peers, int self_in_backend,
+                                                     const RepartitionChange& c, const PrepareOptions& opt) {
+  PTC_ASSIGN_OR_RETURN(PartPlan p, plan_part(store, peers, self_in_backend, c));
+  // On error the change aborts itself: its blobs go and the claim is released.
+  PreparedChange change(store);
+  PTC_RETURN_IF_ERROR(change.claim(store, p.old ? Claim::kChangeStep : Claim::kNewStep, c.job, c.step));
+  change.replaced = p.old;
+  PTC_ASSIGN_OR_RETURN(const std::vector<StoredSlice> received, receive(store, peers, c, p, opt, change));
+
+  StepPlacement placement;
+  placement.nodes = c.to_nodes;
+  placement.gpus = c.to_gpus.empty() ? ptc::gpus_of(p.cluster, c.to_nodes) : c.to_gpus;
+  placement.held.assign(p.to.shards().size(), false);
+  for (size_t s = 0; s < p.to.shards().size(); ++s) {
+    const auto& dst = p.holdings.dst_nodes[s];
+    placement.held[s] = std::find(dst.begin(), dst.end(), p.self) != dst.end();
+  }
+  uint64_t compacted = 0;
+  PTC_ASSIGN_OR_RETURN(auto stored, build_shards(store, p, received, placement.held, opt, change, compacted));
+  change.next =
+      store.new_version(c.job, c.step, c.from_version + 1, std::move(p.to), std::move(stored), std::move(placement));
+  ptc::log::info("prepared {}/{} version {} on node {}: {} transfers, {} bytes received, {} compacted", c.job, c.step,
+                 c.from_version + 1, p.self_id, p.part.transfers.size(), change.bytes_received, compacted);
   return change;
 }
 

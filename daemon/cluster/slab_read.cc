@@ -32,34 +32,20 @@ class SlabSink final : public ReadBufferSink {
   const std::string& tensor_;
 };
 
-ptc::Result<std::string> str(const json& req, const char* key) {
-  if (!req.contains(key)) return ptc::invalid(std::string("peer.read lacks '") + key + "'");
-  return ptc::get_string(req[key], std::string("peer.read '") + key + "'");
-}
-
-ptc::Result<int64_t> num(const json& req, const char* key) {
-  if (!req.contains(key)) return ptc::invalid(std::string("peer.read lacks '") + key + "'");
-  return ptc::get_int(req[key], std::string("peer.read '") + key + "'", 0);
-}
-
 }  // namespace
 
-ptc::Result<transport::Reply> serve_slab_read(Store& store, const json& req, uint64_t max_bytes) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "from", "job", "step", "version", "shard", "tensor", "lo", "len", "off", "n"},
-                                         "peer.read request"));
-  PTC_ASSIGN_OR_RETURN(std::string job, str(req, "job"));
-  PTC_ASSIGN_OR_RETURN(std::string step, str(req, "step"));
-  PTC_ASSIGN_OR_RETURN(std::string shard_name, str(req, "shard"));
-  PTC_ASSIGN_OR_RETURN(std::string tensor, str(req, "tensor"));
-  PTC_ASSIGN_OR_RETURN(int64_t version, num(req, "version"));
-  PTC_ASSIGN_OR_RETURN(int64_t lo, num(req, "lo"));
-  PTC_ASSIGN_OR_RETURN(int64_t len, num(req, "len"));
-  PTC_ASSIGN_OR_RETURN(int64_t off, num(req, "off"));
-  PTC_ASSIGN_OR_RETURN(int64_t n, num(req, "n"));
+ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& req, uint64_t max_bytes) {
+  const std::string &job = req.job, &step = req.step, &shard_name = req.shard, &tensor = req.tensor;
+  const uint64_t version = req.version;
+  if (req.n > max_bytes)
+    return ptc::error(ptc::Code::kResourceExhausted, "peer.read of " + std::to_string(req.n) +
+                                                         " bytes exceeds the limit of " + std::to_string(max_bytes));
+  // Bounded here so that the slab arithmetic below cannot wrap.
+  if (req.lo > INT64_MAX / 2 || req.len > INT64_MAX / 2 || req.off > INT64_MAX / 2)
+    return ptc::error(ptc::Code::kOutOfRange, "peer.read: a position beyond 2^62");
+  const int64_t lo = static_cast<int64_t>(req.lo), len = static_cast<int64_t>(req.len),
+                off = static_cast<int64_t>(req.off), n = static_cast<int64_t>(req.n);
   const std::string name = job + "/" + step;
-  if (static_cast<uint64_t>(n) > max_bytes)
-    return ptc::error(ptc::Code::kResourceExhausted, "peer.read of " + std::to_string(n) + " bytes exceeds the limit of " +
-                                                         std::to_string(max_bytes));
   auto v = store.find_version(job, step, static_cast<uint64_t>(version));
   if (!v) return ptc::not_found("version " + std::to_string(version) + " of " + name + " is not on this node");
   const auto id = ptc::parse_shard_name(shard_name);

@@ -2,8 +2,8 @@
 // dimension) of a slice stored on this node, as spans of mapped blobs and zeros (no copy)
 // with the XXH3 of those bytes. A whole slice is the slab [0, extent).
 //
-// Request {"op": "peer.read", "job", "step", "version", "shard", "tensor", "lo", "len",
-//          "off", "n"}; reply {"xxh3": h} with n bytes: bytes [off, off + n) of the slab
+// Request: ReadRequest (daemon/cluster/change_record.h); reply {"xxh3": h} with n bytes:
+// bytes [off, off + n) of the slab
 // laid out row by row (ptc::SlabGeometry). Refused: an unknown step, version, shard or
 // tensor (not_found), a shard this node does not hold (unavailable), a slab or window
 // outside the slice (out_of_range), more than max_bytes (resource_exhausted).
@@ -11,13 +11,12 @@
 
 #include <cstdint>
 
-#include <nlohmann/json.hpp>
-
+#include "daemon/cluster/change_record.h"
 #include "daemon/store/store.h"
 #include "transport/rpc.h"
 
 namespace ptcfs {
 
-ptc::Result<transport::Reply> serve_slab_read(Store& store, const nlohmann::json& request, uint64_t max_bytes);
+ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& req, uint64_t max_bytes);
 
 }  // namespace ptcfs

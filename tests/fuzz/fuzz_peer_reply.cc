@@ -74,5 +74,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   again(stats_request_from_json(j), stats_request_from_json);
   again(dataset_table_request_from_json(j), dataset_table_request_from_json);
   again(samples_request_from_json(j), samples_request_from_json);
+  again(read_request_from_json(j), read_request_from_json);
   return 0;
 }
