@@ -39,16 +39,23 @@ std::string moe_ptc_json(int layers, int per_layer, Parallelism par) {
     for (int i = 0; i < per_layer; ++i) {
       const std::string n = p + "experts." + std::to_string(i / 4) + ".w" + std::to_string(i % 4);
       switch (i % 4) {
-        case 0: tensors[n] = {{"dtype", "BF16"}, {"shape", {4 * h, h}}, {"tp_dim", 0}, {"parts", 2}, {"layer", l}}; break;
-        case 1: tensors[n] = {{"dtype", "BF16"}, {"shape", {h, 2 * h}}, {"tp_dim", 1}, {"layer", l}}; break;
-        case 2: tensors[n] = {{"dtype", "BF16"}, {"shape", {3 * h, h}}, {"tp_dim", 0}, {"layer", l}}; break;
-        default: tensors[n] = {{"dtype", "F32"}, {"shape", {h}}, {"layer", l}}; break;
+        case 0:
+          tensors[n] = {{"dtype", "BF16"}, {"shape", {4 * h, h}}, {"tp_dim", 0}, {"parts", 2}, {"layer", l}};
+          break;
+        case 1:
+          tensors[n] = {{"dtype", "BF16"}, {"shape", {h, 2 * h}}, {"tp_dim", 1}, {"layer", l}};
+          break;
+        case 2:
+          tensors[n] = {{"dtype", "BF16"}, {"shape", {3 * h, h}}, {"tp_dim", 0}, {"layer", l}};
+          break;
+        default:
+          tensors[n] = {{"dtype", "F32"}, {"shape", {h}}, {"layer", l}};
+          break;
       }
     }
   }
-  json j = {{"parallelism", {{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}}},
-            {"num_layers", layers},
-            {"tensors", tensors}};
+  json j = {
+      {"parallelism", {{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}}}, {"num_layers", layers}, {"tensors", tensors}};
   return j.dump();
 }
 
@@ -120,7 +127,8 @@ int main(int argc, char** argv) {
 
   // 128 nodes of 8 GPUs; the new config is placed on the same nodes.
   ClusterConfig cluster;
-  for (int i = 0; i < 128; ++i) cluster.nodes.push_back({"n" + std::to_string(i), "10.0.0.1:" + std::to_string(7000 + i), 8});
+  for (int i = 0; i < 128; ++i)
+    cluster.nodes.push_back({"n" + std::to_string(i), "10.0.0.1:" + std::to_string(7000 + i), 8});
   ClusterHoldings holdings;
   holdings.src_nodes = must(shard_nodes(a, cluster), "placement from");
   holdings.dst_nodes = must(shard_nodes(b, cluster), "placement to");

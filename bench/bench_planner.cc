@@ -101,16 +101,17 @@ int main(int argc, char** argv) {
     total = r ? r->samples_per_s : -1;
   });
 
-  std::printf("plan: 1T GPT on 4,096 GPUs: %zu valid configurations, %zu fit: %.3f ms (every candidate through the "
-              "cost model: %.3f ms)\n",
-              valid.size(), fit, plan_s * 1e3, all_s * 1e3);
+  std::printf(
+      "plan: 1T GPT on 4,096 GPUs: %zu valid configurations, %zu fit: %.3f ms (every candidate through the "
+      "cost model: %.3f ms)\n",
+      valid.size(), fit, plan_s * 1e3, all_s * 1e3);
   std::printf("allocate: 100 jobs (%zu options) on 1,024 GPUs: %.3f ms (%.1f samples/s in all)\n", options,
               allocate_s * 1e3, total);
   if (!out.empty()) {
-    nlohmann::json j = {{"plan_gpus", 4096},          {"plan_valid", valid.size()}, {"plan_fit", fit},
-                        {"plan_s", plan_s},            {"plan_every_candidate_s", all_s},
-                        {"allocate_jobs", jobs.size()}, {"allocate_gpus", 1024},      {"allocate_options", options},
-                        {"allocate_s", allocate_s},    {"checksum", sink}};
+    nlohmann::json j = {{"plan_gpus", 4096},     {"plan_valid", valid.size()},      {"plan_fit", fit},
+                        {"plan_s", plan_s},      {"plan_every_candidate_s", all_s}, {"allocate_jobs", jobs.size()},
+                        {"allocate_gpus", 1024}, {"allocate_options", options},     {"allocate_s", allocate_s},
+                        {"checksum", sink}};
     std::ofstream(out) << j.dump(2) << "\n";
   }
   return 0;

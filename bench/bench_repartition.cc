@@ -208,14 +208,14 @@ json run_scenario(const std::string& name, const std::string& root, int layers, 
                   bench::gib_per_s(n3, tmpfs), tmpfs / again, ">= 0.9"});
 
   json out = {{"scenario", name},
-          {"bytes", moved},
-          {"repartition_s", res->seconds},
-          {"memcpy_s", mc},
-          {"threads", threads},
-          {"read_first_gib_s", static_cast<double>(n1) / (1 << 30) / first},
-          {"read_again_gib_s", static_cast<double>(n2) / (1 << 30) / again},
-          {"tmpfs_gib_s", static_cast<double>(n3) / (1 << 30) / tmpfs},
-          {"result", res->to_json()}};
+              {"bytes", moved},
+              {"repartition_s", res->seconds},
+              {"memcpy_s", mc},
+              {"threads", threads},
+              {"read_first_gib_s", static_cast<double>(n1) / (1 << 30) / first},
+              {"read_again_gib_s", static_cast<double>(n2) / (1 << 30) / again},
+              {"tmpfs_gib_s", static_cast<double>(n3) / (1 << 30) / tmpfs},
+              {"result", res->to_json()}};
   teardown.fn();
   teardown.fn = [] {};
   store->reset();
@@ -253,10 +253,14 @@ int main(int argc, char** argv) {
   json out = json::array();
   try {
     for (const auto& sc : scenarios) {
-      if (sc == "megatron") out.push_back(run_scenario(sc, dir, layers, h, {4, 2, 1}, {2, 4, 1}, false, threads, rows));
-      else if (sc == "pp-only") out.push_back(run_scenario(sc, dir, layers, h, {4, 2, 1}, {4, 4, 1}, false, threads, rows));
-      else if (sc == "last-dim") out.push_back(run_scenario(sc, dir, layers, h, {4, 2, 1}, {2, 2, 1}, true, threads, rows));
-      else throw std::runtime_error("unknown scenario '" + sc + "' (megatron, pp-only, last-dim)");
+      if (sc == "megatron")
+        out.push_back(run_scenario(sc, dir, layers, h, {4, 2, 1}, {2, 4, 1}, false, threads, rows));
+      else if (sc == "pp-only")
+        out.push_back(run_scenario(sc, dir, layers, h, {4, 2, 1}, {4, 4, 1}, false, threads, rows));
+      else if (sc == "last-dim")
+        out.push_back(run_scenario(sc, dir, layers, h, {4, 2, 1}, {2, 2, 1}, true, threads, rows));
+      else
+        throw std::runtime_error("unknown scenario '" + sc + "' (megatron, pp-only, last-dim)");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench failed: %s\n", e.what());

@@ -11,9 +11,7 @@
 
 namespace ptcfs::bench {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double parallel_memcpy(void* dst, const void* src, size_t n, unsigned threads) {
   const double t0 = now_s();

@@ -16,21 +16,23 @@ using nlohmann::json;
 
 CLI::App* add_allocate_command(CLI::App& app, AllocateArgs& a, Globals& g) {
   auto* cmd = app.add_subcommand(
-      "allocate", "Divide N GPUs among jobs (JOBS.json: each a GPU range and measured throughput or a MODEL.json): "
-                  "now, to maximise their total samples/s (throughput), or over time, to finish the whole queue "
-                  "first (makespan; each job needs 'samples'); docs/PLANNER.md; needs no daemon");
+      "allocate",
+      "Divide N GPUs among jobs (JOBS.json: each a GPU range and measured throughput or a MODEL.json): "
+      "now, to maximise their total samples/s (throughput), or over time, to finish the whole queue "
+      "first (makespan; each job needs 'samples'); docs/PLANNER.md; needs no daemon");
   cmd->add_option("--jobs", a.jobs_file, "JOBS.json")->required();
-  cmd->add_option("--gpus", a.gpus, "Number of GPUs (N)")->required()
-      ->check(non_negative());
+  cmd->add_option("--gpus", a.gpus, "Number of GPUs (N)")->required()->check(non_negative());
   cmd->add_option("--policy", a.policy,
                   "throughput: Saxena et al.'s dynamic program; makespan: Saturn's selection, allocation and "
                   "schedule as a MILP (GLPK)")
       ->check(CLI::IsMember({"throughput", "makespan"}));
-  cmd->add_option("--time-limit", a.time_limit_s, "makespan: seconds the solver may search (best found and its gap "
-                                                  "are printed)")
+  cmd->add_option("--time-limit", a.time_limit_s,
+                  "makespan: seconds the solver may search (best found and its gap "
+                  "are printed)")
       ->check(CLI::Range(0.01, 86400.0));
-  cmd->add_option("--slots", a.slots, "makespan: time slots of the program (the greedy schedule's length cut in this "
-                                      "many; more is finer and slower)")
+  cmd->add_option("--slots", a.slots,
+                  "makespan: time slots of the program (the greedy schedule's length cut in this "
+                  "many; more is finer and slower)")
       ->check(CLI::Range(2, 100000));
   cmd->add_flag("--json", g.json, "Print the allocation as JSON");
   return cmd;
@@ -137,7 +139,8 @@ int run_allocate(const AllocateArgs& a, const Globals& g) {
                 {"samples_per_s", alloc.samples_per_s},
                 {"jobs", json::array()}};
     for (const auto& j : alloc.jobs) {
-      json e = {{"name", j.name}, {"queued", j.queued}, {"gpus", j.option.gpus}, {"samples_per_s", j.option.samples_per_s}};
+      json e = {
+          {"name", j.name}, {"queued", j.queued}, {"gpus", j.option.gpus}, {"samples_per_s", j.option.samples_per_s}};
       if (j.option.config) e["config"] = config_json(j.option);
       out["jobs"].push_back(std::move(e));
     }

@@ -81,8 +81,9 @@ ptc::Result<Source> source_of(const ExportArgs& a, const Globals& g) {
   }
   PTC_ASSIGN_OR_RETURN(json ls, call(g, {{"op", "ls"}, {"path", a.step_path}}));
   if (ls.value("state", std::string("committed")) != "committed")
-    return ptc::error(ptc::Code::kFailedPrecondition, a.step_path + " is still being saved (pending); export it "
-                                                                     "once it is committed");
+    return ptc::error(ptc::Code::kFailedPrecondition, a.step_path +
+                                                          " is still being saved (pending); export it "
+                                                          "once it is committed");
   Source s{mount + "/" + job + "/" + step, {}};
   std::error_code ec;
   if (!fs::is_directory(s.dir, ec))
@@ -116,8 +117,9 @@ ptc::Result<json> export_hf(const Source& src, const std::string& dir, uint64_t 
   auto advance = [&](uint64_t n) { line.update(done += n, total); };
   json weight_map = json::object(), files = json::array();
   for (size_t k = 0; k < shards.size(); ++k) {
-    const std::string name = shards.size() == 1 ? "model.safetensors"
-                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
+    const std::string name = shards.size() == 1
+                                 ? "model.safetensors"
+                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
     std::vector<ptc::TensorDecl> decls;
     for (const auto* t : shards[k].tensors) decls.push_back({t->name, t->dtype, t->shape});
     PTC_ASSIGN_OR_RETURN(auto layout, ptc::layout_safetensors(decls, {{"format", "pt"}}));
@@ -178,13 +180,15 @@ ptc::Result<json> export_ptc(const Source& src, const std::string& dir) {
 }  // namespace
 
 CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g) {
-  auto* cmd = app.add_subcommand("export", "Write a committed step out: hf (full tensors as Hugging Face safetensors "
-                                           "shards with an index) or ptc (ptc.json and rank files, as import reads); "
-                                           "reads the daemon's mount");
+  auto* cmd = app.add_subcommand("export",
+                                 "Write a committed step out: hf (full tensors as Hugging Face safetensors "
+                                 "shards with an index) or ptc (ptc.json and rank files, as import reads); "
+                                 "reads the daemon's mount");
   cmd->add_option("JOB/STEP", a.step_path, "The step")->required();
   cmd->add_option("DIR", a.dir, "A new or empty directory to write")->required();
   cmd->add_option("--format", a.format, "hf or ptc")->check(CLI::IsMember({"hf", "ptc"}))->capture_default_str();
-  cmd->add_option("--max-shard-size", a.max_shard_size, "hf: the largest file (5GB = 5x10^9 bytes, 100kB, 2GiB, ...; units ignore case)")
+  cmd->add_option("--max-shard-size", a.max_shard_size,
+                  "hf: the largest file (5GB = 5x10^9 bytes, 100kB, 2GiB, ...; units ignore case)")
       ->capture_default_str();
   cmd->add_option("--mount", a.mount, "The daemon's mount point (default: asked from the daemon)");
   cmd->add_flag("--json", g.json, "Print the result as JSON");

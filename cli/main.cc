@@ -34,30 +34,31 @@ int cmd_status(const Globals& g) {
   if (!r) return fail(r.status());
   if (g.json) return print_json(*r);
   const json& j = *r;
-  fmt::print("daemon   {} (ptcfsd {}, up {:.0f} s)\n", j["listen"].get<std::string>(),
-              j["version"].get<std::string>(), j["uptime_s"].get<double>());
+  fmt::print("daemon   {} (ptcfsd {}, up {:.0f} s)\n", j["listen"].get<std::string>(), j["version"].get<std::string>(),
+             j["uptime_s"].get<double>());
   fmt::print("data     {}\n", j["data"].get<std::string>());
   fmt::print("mount    {}\n", j["mount"].get<std::string>());
   fmt::print("stored   {} jobs, {} steps, {}\n", j["jobs"].get<size_t>(), j["steps"].get<size_t>(),
-              human_bytes(j["bytes_stored"].get<uint64_t>()));
+             human_bytes(j["bytes_stored"].get<uint64_t>()));
   if (j.contains("node")) {
     std::string nodes;
     for (const auto& n : j["cluster"]["nodes"]) nodes += (nodes.empty() ? "" : ", ") + n["id"].get<std::string>();
-    fmt::print("node     {} of a {}-node cluster ({})\n", j["node"].get<std::string>(),
-                j["cluster"]["nodes"].size(), nodes);
+    fmt::print("node     {} of a {}-node cluster ({})\n", j["node"].get<std::string>(), j["cluster"]["nodes"].size(),
+               nodes);
     const json m = j["cluster"].value("membership", json::object());
     if (m.value("mode", "") == "etcd")
       fmt::print("members  live nodes registered in etcd at {} (lease {} s){}\n", m.value("endpoints", ""),
-                 m.value("lease_ttl_s", 0), m.value("fenced", false) ? "; FENCED: etcd unreachable, no changes here" : "");
+                 m.value("lease_ttl_s", 0),
+                 m.value("fenced", false) ? "; FENCED: etcd unreachable, no changes here" : "");
     for (const auto& n : j["cluster"]["nodes"]) {
       if (!n.contains("up")) continue;
       if (n["up"].get<bool>())
         fmt::print("  {:<10} {:<22} up    sent {:>10}  received {:>10}\n", n["id"].get<std::string>(),
-                    n["addr"].get<std::string>(), human_bytes(n["bytes_sent"].get<uint64_t>()),
-                    human_bytes(n["bytes_received"].get<uint64_t>()));
+                   n["addr"].get<std::string>(), human_bytes(n["bytes_sent"].get<uint64_t>()),
+                   human_bytes(n["bytes_received"].get<uint64_t>()));
       else
         fmt::print("  {:<10} {:<22} DOWN  {}\n", n["id"].get<std::string>(), n["addr"].get<std::string>(),
-                    n.value("error", ""));
+                   n.value("error", ""));
     }
   }
   return 0;
@@ -79,18 +80,18 @@ int cmd_ls(const Globals& g, const std::string& path) {
       fmt::print("{:<24} {}{}\n", job["job"].get<std::string>(), steps, datasets);
     }
   } else if (j.value("state", "") == "pending") {
-    fmt::print("{}/{}  pending: {} of {} written, {} files\n", j["job"].get<std::string>(), j["step"].get<std::string>(),
-               human_bytes(j["bytes_written"].get<uint64_t>()), human_bytes(j["bytes_total"].get<uint64_t>()),
-               j["files"].get<size_t>());
+    fmt::print("{}/{}  pending: {} of {} written, {} files\n", j["job"].get<std::string>(),
+               j["step"].get<std::string>(), human_bytes(j["bytes_written"].get<uint64_t>()),
+               human_bytes(j["bytes_total"].get<uint64_t>()), j["files"].get<size_t>());
     for (const auto& e : j["errors"]) fmt::print("  error: {}\n", e.get<std::string>());
   } else if (j.contains("shards")) {
     const auto& p = j["parallelism"];
-    fmt::print("{}/{}  tp={},pp={},dp={}  {} tensors  {}\n", j["job"].get<std::string>(),
-                j["step"].get<std::string>(), p["tp"].get<int>(), p["pp"].get<int>(), p["dp"].get<int>(),
-                j["tensors"].get<size_t>(), human_bytes(j["bytes"].get<uint64_t>()));
+    fmt::print("{}/{}  tp={},pp={},dp={}  {} tensors  {}\n", j["job"].get<std::string>(), j["step"].get<std::string>(),
+               p["tp"].get<int>(), p["pp"].get<int>(), p["dp"].get<int>(), j["tensors"].get<size_t>(),
+               human_bytes(j["bytes"].get<uint64_t>()));
     for (const auto& s : j["shards"])
       fmt::print("  {:<12} {:>6} tensors  {:>10}\n", s["name"].get<std::string>(), s["tensors"].get<size_t>(),
-                  human_bytes(s["bytes"].get<uint64_t>()));
+                 human_bytes(s["bytes"].get<uint64_t>()));
   } else {
     // A job: its steps, then its datasets (a job may hold only datasets, or nothing yet).
     for (const auto& s : j["steps"]) fmt::print("{}\n", s.get<std::string>());
@@ -128,9 +129,10 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
   if (ec) return fail(ptc::invalid(dir + ": " + ec.message()));
   json req = {{"op", "import"}, {"dir", abs.lexically_normal().string()}, {"job", job}, {"step", step}};
   if (f.format == "megatron")
-    return fail(ptc::invalid("Megatron-LM checkpoints are read with torch by the Python package: /usr/bin/python3 -m "
-                             "ptcfs import-megatron " + dir + " --job " + job +
-                             " [--step S] [--to tp=T,pp=P] (docs/FORMATS.md, \"Megatron-LM checkpoints\")"));
+    return fail(ptc::invalid(
+        "Megatron-LM checkpoints are read with torch by the Python package: /usr/bin/python3 -m "
+        "ptcfs import-megatron " +
+        dir + " --job " + job + " [--step S] [--to tp=T,pp=P] (docs/FORMATS.md, \"Megatron-LM checkpoints\")"));
   if (f.format == "hf") {
     if (f.template_name.empty()) return fail(ptc::invalid("--format hf needs --template NAME or a template file"));
     std::string text;
@@ -145,18 +147,16 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
   }
   ptcfs::cli::ProgressLine line("importing " + job + "/" + step);
   add_nodes(req, nodes);
-  auto r = call(g, req,
-                [&](const json& p) {
-                  if (!g.json) line.update(p.value("done", uint64_t{0}), p.value("total", uint64_t{0}));
-                });
+  auto r = call(g, req, [&](const json& p) {
+    if (!g.json) line.update(p.value("done", uint64_t{0}), p.value("total", uint64_t{0}));
+  });
   line.finish();
   if (!r) return fail(r.status());
   if (g.json) return print_json(*r);
   const json& j = *r;
-  fmt::print("imported {}/{}: {} shards, {} tensors, {} in {:.2f} s{}\n", job, step,
-              j["shards"].get<size_t>(), j["tensors"].get<size_t>(), human_bytes(j["bytes"].get<uint64_t>()),
-              j["seconds"].get<double>(),
-              j.contains("repartition") ? ", then repartitioned to " + f.to : std::string());
+  fmt::print("imported {}/{}: {} shards, {} tensors, {} in {:.2f} s{}\n", job, step, j["shards"].get<size_t>(),
+             j["tensors"].get<size_t>(), human_bytes(j["bytes"].get<uint64_t>()), j["seconds"].get<double>(),
+             j.contains("repartition") ? ", then repartitioned to " + f.to : std::string());
   return 0;
 }
 
@@ -179,8 +179,12 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
     if (!best) return fail(best.status());
     const auto& c = best->config;
     to = fmt::format("tp={},pp={},dp={}", c.tp, c.pp, c.dp);
-    planned = {{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}, {"micro_batch", c.micro_batch},
-               {"memory_gb", best->memory_gb()}, {"step_seconds", best->step_seconds()},
+    planned = {{"tp", c.tp},
+               {"pp", c.pp},
+               {"dp", c.dp},
+               {"micro_batch", c.micro_batch},
+               {"memory_gb", best->memory_gb()},
+               {"step_seconds", best->step_seconds()},
                {"tflops_per_gpu", best->tflops_per_gpu()}};
     if (!g.json)
       fmt::print("the planner's best for {} GPUs: {} (micro-batch {}, {:.2f} GiB per GPU, {:.4g} s per step)\n",
@@ -191,11 +195,10 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
   ptcfs::cli::ProgressLine line("repartition " + job + "/" + step);
   json req = {{"op", "repartition"}, {"job", job}, {"step", step}, {"to", to}, {"dry_run", dry_run}};
   add_nodes(req, nodes);
-  auto r = call(g, req,
-                [&](const json& p) {
-                  if (g.json || p.value("phase", "") != "compact") return;
-                  line.update(p.value("done", uint64_t{0}), p.value("total", uint64_t{0}));
-                });
+  auto r = call(g, req, [&](const json& p) {
+    if (g.json || p.value("phase", "") != "compact") return;
+    line.update(p.value("done", uint64_t{0}), p.value("total", uint64_t{0}));
+  });
   line.finish();
   if (!r) return fail(r.status());
   if (g.json) {
@@ -211,7 +214,7 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
   auto print_datasets = [&] {
     for (const auto& d : j.value("datasets", json::array()))
       fmt::print("  dataset {} {} dp={} -> dp={}\n", d["name"].get<std::string>(),
-                  dry_run ? "would be re-split" : "re-split", d["from_dp"].get<int>(), d["to_dp"].get<int>());
+                 dry_run ? "would be re-split" : "re-split", d["from_dp"].get<int>(), d["to_dp"].get<int>());
   };
   if (j["unchanged"].get<bool>()) {
     fmt::print("{}: already in that configuration, nothing to do\n", what);
@@ -220,20 +223,20 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
   }
   fmt::print("{}{}\n", dry_run ? "plan for " : "repartitioned ", what);
   fmt::print("  {} shards, {} tensors, {}\n", j["shards"].get<size_t>(), j["tensors"].get<size_t>(),
-              human_bytes(j["bytes_total"].get<uint64_t>()));
+             human_bytes(j["bytes_total"].get<uint64_t>()));
   fmt::print("  {} copies -> {} extents: {} remapped without copying, {} compacted ({} slices), {} padding\n",
-              j["copies"].get<size_t>(), j["extents"].get<size_t>(), human_bytes(j["bytes_remapped"].get<uint64_t>()),
-              human_bytes(j["bytes_compacted"].get<uint64_t>()), j["compacted_slices"].get<size_t>(),
-              human_bytes(j["bytes_fill"].get<uint64_t>()));
+             j["copies"].get<size_t>(), j["extents"].get<size_t>(), human_bytes(j["bytes_remapped"].get<uint64_t>()),
+             human_bytes(j["bytes_compacted"].get<uint64_t>()), j["compacted_slices"].get<size_t>(),
+             human_bytes(j["bytes_fill"].get<uint64_t>()));
   if (j.contains("nodes")) {
     fmt::print("  {} moved between nodes (the minimum: {})\n", human_bytes(j["bytes_moved"].get<uint64_t>()),
-                human_bytes(j["bytes_min"].get<uint64_t>()));
+               human_bytes(j["bytes_min"].get<uint64_t>()));
     for (const auto& n : j["nodes"])
       fmt::print("    {:<10} received {}\n", n["node"].get<std::string>(),
-                  human_bytes(n["bytes_received"].get<uint64_t>()));
+                 human_bytes(n["bytes_received"].get<uint64_t>()));
   } else if (j["bytes_min"].get<uint64_t>() > 0) {
     fmt::print("  {} to move between nodes (the minimum: {})\n", human_bytes(j["bytes_moved"].get<uint64_t>()),
-                human_bytes(j["bytes_min"].get<uint64_t>()));
+               human_bytes(j["bytes_min"].get<uint64_t>()));
   }
   print_datasets();
   if (!dry_run) fmt::print("  version {} in {:.3f} s\n", j["version"].get<uint64_t>(), j["seconds"].get<double>());
@@ -248,7 +251,8 @@ int usage_error(const CLI::App& app, const CLI::ParseError& e, int argc, char** 
   for (const CLI::App* sub : app.get_subcommands())
     if (sub->parsed()) cmd = sub;
   if (cmd == &app) {
-    if (dynamic_cast<const CLI::RequiredError*>(&e) && msg.find("subcommand") != std::string::npos) msg = "no command given";
+    if (dynamic_cast<const CLI::RequiredError*>(&e) && msg.find("subcommand") != std::string::npos)
+      msg = "no command given";
     std::vector<std::string> names;
     std::string list;
     for (const CLI::App* sub : app.get_subcommands({})) {
@@ -268,8 +272,8 @@ int usage_error(const CLI::App& app, const CLI::ParseError& e, int argc, char** 
     }
     if (msg == "no command given") msg += " (commands: " + list + ")";
   }
-  fmt::print(stderr, "ptcfs: error: {}\nRun 'ptcfs{}{} --help' for more information.\n", msg,
-             cmd == &app ? "" : " ", cmd == &app ? "" : cmd->get_name());
+  fmt::print(stderr, "ptcfs: error: {}\nRun 'ptcfs{}{} --help' for more information.\n", msg, cmd == &app ? "" : " ",
+             cmd == &app ? "" : cmd->get_name());
   return 2;
 }
 
@@ -282,18 +286,22 @@ int main(int argc, char** argv) {
   Globals g;
   const char* env = std::getenv("PTCFS_DAEMON");
   g.daemon = env && *env ? env : "127.0.0.1:7070";
-  app.add_option("--daemon", g.daemon, "Daemon control address HOST:PORT (default: $PTCFS_DAEMON, then 127.0.0.1:7070)");
+  app.add_option("--daemon", g.daemon,
+                 "Daemon control address HOST:PORT (default: $PTCFS_DAEMON, then 127.0.0.1:7070)");
   const char* sf = std::getenv("PTCFS_SECRET_FILE");
   g.secret_file = sf ? sf : "";
-  app.add_option("--secret-file", g.secret_file, "The cluster secret, when the daemon requires it (default: $PTCFS_SECRET_FILE)");
+  app.add_option("--secret-file", g.secret_file,
+                 "The cluster secret, when the daemon requires it (default: $PTCFS_SECRET_FILE)");
   app.set_version_flag("--version", PTCFS_VERSION);
 
   std::string dir, job, step, path;
   std::vector<std::string> nodes;
   ImportFormat import_format;
-  auto* imp = app.add_subcommand("import", "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors, or a "
-                                           "Hugging Face safetensors checkpoint with --format hf)");
-  imp->add_option("--format", import_format.format, "ptc (ptc.json and rank files) or hf (Hugging Face safetensors); megatron says "
+  auto* imp = app.add_subcommand("import",
+                                 "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors, or a "
+                                 "Hugging Face safetensors checkpoint with --format hf)");
+  imp->add_option("--format", import_format.format,
+                  "ptc (ptc.json and rank files) or hf (Hugging Face safetensors); megatron says "
                   "which Python command imports a Megatron-LM checkpoint")
       ->check(CLI::IsMember({"ptc", "hf", "megatron"}))
       ->capture_default_str();

@@ -27,8 +27,7 @@ ProgressLine::~ProgressLine() { finish(); }
 void ProgressLine::update(uint64_t done, uint64_t total) {
   if (!tty_) return;
   const int pct = total ? static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total)) : 100;
-  fmt::print(stderr, "\r\033[K{} {:>3}%  {} / {}", label_, pct, human_bytes(done),
-               human_bytes(total));
+  fmt::print(stderr, "\r\033[K{} {:>3}%  {} / {}", label_, pct, human_bytes(done), human_bytes(total));
   std::fflush(stderr);
   drawn_ = true;
 }

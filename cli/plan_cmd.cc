@@ -18,13 +18,14 @@ using nlohmann::json;
 
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& a, Globals& g) {
   auto* plan = app.add_subcommand(
-      "plan", "Rank every (tp, pp, dp, micro-batch) of a model on N GPUs that fits in memory by predicted step "
-              "time (docs/PLANNER.md); needs no daemon unless --from is given");
+      "plan",
+      "Rank every (tp, pp, dp, micro-batch) of a model on N GPUs that fits in memory by predicted step "
+      "time (docs/PLANNER.md); needs no daemon unless --from is given");
   plan->add_option("--model", a.model_file, "MODEL.json: the transformer and its GPUs")->required();
-  plan->add_option("--gpus", a.gpus, "Number of GPUs (N)")->required()
-      ->check(non_negative());
-  a.gpus_per_node_opt = plan->add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (default: the model's gpu.per_node)")
-      ->check(non_negative());
+  plan->add_option("--gpus", a.gpus, "Number of GPUs (N)")->required()->check(non_negative());
+  a.gpus_per_node_opt =
+      plan->add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (default: the model's gpu.per_node)")
+          ->check(non_negative());
   plan->add_option("--top", a.top, "Show the K best (default: 10 in the table, all with --json; 0: all)")
       ->check(non_negative());
   plan->add_option("--from", a.from,
@@ -116,16 +117,17 @@ void print_table(const PlanArgs& a, const ptc::ModelSpec& m, size_t valid, size_
   fmt::print("{} on {} GPUs ({} per node, {:g} GiB each): {} of {} valid configurations fit; {}\n", a.model_file,
              a.gpus, m.gpu.per_node, m.gpu.memory_gb, fit, valid,
              shown.size() == fit ? "best first" : fmt::format("the {} best", shown.size()));
-  fmt::print("{:>4} {:>3} {:>4} {:>5} {:>5}  {:>10}  {:>9}  {:>8}   {:>8} {:>8} {:>8} {:>8} {:>8}{}\n", "rank", "tp", "pp",
-             "dp", "micro", "memory/GPU", "step", "TFLOP/s", "compute", "bubble", "tp comm", "pp comm", "dp comm",
+  fmt::print("{:>4} {:>3} {:>4} {:>5} {:>5}  {:>10}  {:>9}  {:>8}   {:>8} {:>8} {:>8} {:>8} {:>8}{}\n", "rank", "tp",
+             "pp", "dp", "micro", "memory/GPU", "step", "TFLOP/s", "compute", "bubble", "tp comm", "pp comm", "dp comm",
              moved.empty() ? "" : fmt::format("  {:>10}", "moves"));
   for (size_t i = 0; i < shown.size(); ++i) {
     const ptc::Candidate& c = shown[i];
-    fmt::print("{:>4} {:>3} {:>4} {:>5} {:>5}  {:>6.2f} GiB  {:>7.4g} s  {:>8.1f}   {:>8.4g} {:>8.4g} {:>8.4g} {:>8.4g} "
-               "{:>8.4g}{}\n",
-               i + 1, c.config.tp, c.config.pp, c.config.dp, c.config.micro_batch, c.memory_gb(), c.step_seconds(),
-               c.tflops_per_gpu(), c.step.compute, c.step.bubble, c.step.tp_comm, c.step.pp_comm, c.step.dp_comm,
-               moved.empty() ? "" : fmt::format("  {:>10}", human_bytes(moved[i])));
+    fmt::print(
+        "{:>4} {:>3} {:>4} {:>5} {:>5}  {:>6.2f} GiB  {:>7.4g} s  {:>8.1f}   {:>8.4g} {:>8.4g} {:>8.4g} {:>8.4g} "
+        "{:>8.4g}{}\n",
+        i + 1, c.config.tp, c.config.pp, c.config.dp, c.config.micro_batch, c.memory_gb(), c.step_seconds(),
+        c.tflops_per_gpu(), c.step.compute, c.step.bubble, c.step.tp_comm, c.step.pp_comm, c.step.dp_comm,
+        moved.empty() ? "" : fmt::format("  {:>10}", human_bytes(moved[i])));
   }
   fmt::print("(seconds per step of {} sequences; TFLOP/s per GPU counts recomputation)\n", m.global_batch);
 }

@@ -17,9 +17,9 @@ struct PlanArgs {
   int gpus = 0;
   int gpus_per_node = 0;
   CLI::Option* gpus_per_node_opt = nullptr;  // not given: the model's gpu.per_node
-  int top = -1;           // -1: 10 in the table, all in JSON; 0: all
-  std::string from;       // JOB/STEP, or empty
-  int64_t horizon = 0;    // with from: rank by step time + move time / horizon (0: by step time)
+  int top = -1;                              // -1: 10 in the table, all in JSON; 0: all
+  std::string from;                          // JOB/STEP, or empty
+  int64_t horizon = 0;                       // with from: rank by step time + move time / horizon (0: by step time)
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& a, Globals& g);

@@ -36,8 +36,8 @@ ptc::Result<ptc::HfCheckpoint> read_hf(const std::string& dir) {
     };
     return ptc::read_safetensors_header(size, read_at, path);
   };
-  return ptc::read_hf_checkpoint(dir, {list, [&](const std::string& name) { return read_text_file(dir + "/" + name); },
-                                       header});
+  return ptc::read_hf_checkpoint(
+      dir, {list, [&](const std::string& name) { return read_text_file(dir + "/" + name); }, header});
 }
 
 }  // namespace
@@ -57,11 +57,13 @@ CLI::App* add_ptc_command(CLI::App& app, PtcArgs& a, Globals& g) {
   auto* ptc_cmd = app.add_subcommand("ptc", "PTC templates: infer a checkpoint's ptc.json (docs/FORMATS.md)");
   ptc_cmd->require_subcommand(1);
   auto* infer = ptc_cmd->add_subcommand(
-      "infer", "Print the ptc.json a template gives a Hugging Face checkpoint directory (model.safetensors, or "
-               "shards with model.safetensors.index.json); reads only the headers; needs no daemon");
+      "infer",
+      "Print the ptc.json a template gives a Hugging Face checkpoint directory (model.safetensors, or "
+      "shards with model.safetensors.index.json); reads only the headers; needs no daemon");
   infer->add_option("DIR", a.dir, "The checkpoint directory")->required();
-  infer->add_option("--template", a.template_name,
-                    "A shipped template (llama, gpt2, neox, megatron-gpt, megatron-swiglu) or a template file")
+  infer
+      ->add_option("--template", a.template_name,
+                   "A shipped template (llama, gpt2, neox, megatron-gpt, megatron-swiglu) or a template file")
       ->required();
   infer->add_option("--to", a.to, "The parallel configuration to write and check the shapes against")
       ->capture_default_str();
@@ -81,7 +83,8 @@ int run_ptc_command(CLI::App& cmd, const PtcArgs& a, const Globals& g) {
       out.push_back({{"name", t->name}, {"description", t->description}, {"rules", std::move(rules)}});
     }
     if (g.json) return print_json(out);
-    for (const auto& t : out) fmt::print("{:<16} {}\n", t["name"].get<std::string>(), t["description"].get<std::string>());
+    for (const auto& t : out)
+      fmt::print("{:<16} {}\n", t["name"].get<std::string>(), t["description"].get<std::string>());
     return 0;
   }
   auto tmpl = load_template(a.template_name);

@@ -18,9 +18,16 @@ std::string lower(std::string s) {
 
 // The unit's bytes, by lower-case name.
 std::optional<uint64_t> unit_bytes(const std::string& unit) {
-  static const std::pair<const char*, uint64_t> units[] = {
-      {"", 1},         {"b", 1},           {"kb", 1000},       {"mb", 1000000},    {"gb", 1000000000},
-      {"tb", 1000000000000}, {"kib", 1ull << 10}, {"mib", 1ull << 20}, {"gib", 1ull << 30}, {"tib", 1ull << 40}};
+  static const std::pair<const char*, uint64_t> units[] = {{"", 1},
+                                                           {"b", 1},
+                                                           {"kb", 1000},
+                                                           {"mb", 1000000},
+                                                           {"gb", 1000000000},
+                                                           {"tb", 1000000000000},
+                                                           {"kib", 1ull << 10},
+                                                           {"mib", 1ull << 20},
+                                                           {"gib", 1ull << 30},
+                                                           {"tib", 1ull << 40}};
   for (const auto& [name, bytes] : units)
     if (unit == name) return bytes;
   return std::nullopt;

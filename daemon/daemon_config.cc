@@ -10,9 +10,7 @@
 
 namespace ptcfs {
 namespace {
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 }  // namespace
 
 ptc::Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f) {
@@ -34,8 +32,10 @@ ptc::Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f) {
       return ptc::invalid("--listen " + f.listen + ": with --etcd, give the address peers reach this node at");
     ptc::ClusterConfig self;
     self.nodes.push_back({f.node, f.listen, f.gpus});
-    PTC_RETURN_IF_ERROR(ptc::parse_cluster_json(nlohmann::json{{"nodes", {{{"id", f.node}, {"addr", f.listen}, {"gpus", f.gpus}}}}}.dump(),
-                                                "--node/--listen/--gpus").status());
+    PTC_RETURN_IF_ERROR(ptc::parse_cluster_json(
+                            nlohmann::json{{"nodes", {{{"id", f.node}, {"addr", f.listen}, {"gpus", f.gpus}}}}}.dump(),
+                            "--node/--listen/--gpus")
+                            .status());
     c.cluster = std::move(self);
     c.node = 0;
   } else if (f.cluster.empty() != f.node.empty()) {

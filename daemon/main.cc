@@ -78,15 +78,17 @@ int main(int argc, char** argv) {
   // daemon's anonymous memory grow by 16 MiB per repartition up to ~300 MB and stay there.
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
   Options o;
-  CLI::App app{"ptcfsd: the ptcfs node daemon. Mounts the node's tensor store as a FUSE filesystem and serves `ptcfs`."};
+  CLI::App app{
+      "ptcfsd: the ptcfs node daemon. Mounts the node's tensor store as a FUSE filesystem and serves `ptcfs`."};
   app.add_option("--data", o.data, "Data directory (blobs and metadata); created if missing")->required();
   app.add_option("--mount", o.mount, "Mount point; created if missing; a stale mount there is recovered")->required();
-  auto* listen = app.add_option("--listen", o.listen,
-                                "Control address HOST:PORT (loopback only without a cluster secret)")
-                    ->capture_default_str();
-  app.add_option("--etcd", o.etcd,
-                 "etcd endpoints http://HOST:PORT[,...] or https://...: the node registers there (with --node, --listen, --gpus) "
-                 "and every commit is an etcd transaction; nodes join and leave at runtime");
+  auto* listen =
+      app.add_option("--listen", o.listen, "Control address HOST:PORT (loopback only without a cluster secret)")
+          ->capture_default_str();
+  app.add_option(
+      "--etcd", o.etcd,
+      "etcd endpoints http://HOST:PORT[,...] or https://...: the node registers there (with --node, --listen, --gpus) "
+      "and every commit is an etcd transaction; nodes join and leave at runtime");
   app.add_option("--etcd-ca", o.etcd_tls.ca_file,
                  "With https:// --etcd: the CA that signed etcd's certificate (PEM; default: the system's CAs)");
   app.add_option("--etcd-cert", o.etcd_tls.cert_file,

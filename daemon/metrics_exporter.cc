@@ -67,8 +67,8 @@ class Exporter final : public MetricsExporter {
 
 }  // namespace
 
-ptc::Result<std::unique_ptr<MetricsExporter>> MetricsExporter::start(
-    const std::string& addr, std::function<std::vector<GaugeSample>()> gauges) {
+ptc::Result<std::unique_ptr<MetricsExporter>> MetricsExporter::start(const std::string& addr,
+                                                                     std::function<std::vector<GaugeSample>()> gauges) {
   const auto colon = addr.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size())
     return ptc::invalid("--metrics " + addr + ": expected HOST:PORT");

@@ -80,8 +80,9 @@ ptc::Status Node::open_store() {
   CompactionPolicy policy;
   policy.min_piece = opts_.compact_below;
   // Steps saved into the mount: the save committer (run()) asks the runner to commit them.
-  saves_ = std::make_unique<SaveService>(*store_, cfg_.cluster ? SaveMode::kCluster : SaveMode::kOneNode,
-                                         [this] { saves_ready_.raise(); }, [this] { refresh_mount(); });
+  saves_ = std::make_unique<SaveService>(
+      *store_, cfg_.cluster ? SaveMode::kCluster : SaveMode::kOneNode, [this] { saves_ready_.raise(); },
+      [this] { refresh_mount(); });
   if (!cfg_.cluster) {
     for (auto& k : restore_prepared(*store_)) {  // kept by an earlier run in a cluster: nothing decides them here
       abort_change(*store_, k.change);
@@ -148,8 +149,9 @@ ptc::Status Node::serve() {
     return peer_service_->handle(req);
   };
   server_->serve(transport::route(
-      {{"peer.", peer_handler},
-       {"", [this](const nlohmann::json& req, const transport::ProgressSink& p) { return control_->handle(req, p); }}}));
+      {{"peer.", peer_handler}, {"", [this](const nlohmann::json& req, const transport::ProgressSink& p) {
+                                   return control_->handle(req, p);
+                                 }}}));
   failpoint("daemon.serving");
   if (!opts_.metrics.empty()) {
     const std::string id = cfg_.cluster ? cfg_.cluster->nodes[static_cast<size_t>(cfg_.node)].id : "";
@@ -166,8 +168,8 @@ ptc::Status Node::serve() {
 
 void Node::run() {
   if (etcd_) {
-    ptc::log::info("node {} ({} GPUs) in the cluster kept in etcd at {}: {} live nodes", coordinator_->id(),
-                   opts_.gpus, cfg_.etcd, membership_->members().size());
+    ptc::log::info("node {} ({} GPUs) in the cluster kept in etcd at {}: {} live nodes", coordinator_->id(), opts_.gpus,
+                   cfg_.etcd, membership_->members().size());
     // Every record (on start: each one there is) commits what it decides or brings this node to it.
     etcd_->start([c = coordinator_](const KeyedRecord& record) { c->on_record(record); });
   } else if (cfg_.cluster) {
@@ -183,8 +185,8 @@ void Node::run() {
       kill(getpid(), SIGTERM);
     }
   });
-  save_committer_ = std::make_unique<Ticker>(saves_ready_, std::chrono::seconds(5),
-                                             [this](unsigned tick) { commit_saves(tick); });
+  save_committer_ =
+      std::make_unique<Ticker>(saves_ready_, std::chrono::seconds(5), [this](unsigned tick) { commit_saves(tick); });
   ticker_ = std::make_unique<Ticker>(never_, std::chrono::seconds(1), [this](unsigned tick) { this->tick(tick); });
 }
 

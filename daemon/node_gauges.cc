@@ -15,8 +15,10 @@ namespace ptcfs {
 std::vector<GaugeSample> node_gauges(const NodeGaugeSources& src) {
   std::vector<GaugeSample> out;
   auto add = [&](const char* name, const char* help, double v) { out.push_back({name, help, {}, v}); };
-  out.push_back({"ptcfs_info", "The daemon's version and node id (always 1)",
-                 {{"version", PTCFS_VERSION}, {"node", src.node}}, 1});
+  out.push_back({"ptcfs_info",
+                 "The daemon's version and node id (always 1)",
+                 {{"version", PTCFS_VERSION}, {"node", src.node}},
+                 1});
 
   const auto snap = src.store->snapshot();
   std::set<std::string> jobs;
@@ -44,17 +46,21 @@ std::vector<GaugeSample> node_gauges(const NodeGaugeSources& src) {
   add("ptcfs_blob_files", "Blob files in the data directory", files);
   add("ptcfs_blob_bytes", "Bytes of the blob files in the data directory", disk);
 
-  if (src.saves) add("ptcfs_pending_saves", "Steps being saved into the mount, not committed yet",
-                     static_cast<double>(src.saves->pending().size()));
-  if (src.peers) add("ptcfs_prepared_changes", "Cluster changes prepared on this node and not decided yet",
-                     static_cast<double>(src.peers->prepared_count()));
+  if (src.saves)
+    add("ptcfs_pending_saves", "Steps being saved into the mount, not committed yet",
+        static_cast<double>(src.saves->pending().size()));
+  if (src.peers)
+    add("ptcfs_prepared_changes", "Cluster changes prepared on this node and not decided yet",
+        static_cast<double>(src.peers->prepared_count()));
   if (src.direct) {
-    add("ptcfs_direct_connections", "Clients connected to the direct socket", static_cast<double>(src.direct->connections()));
+    add("ptcfs_direct_connections", "Clients connected to the direct socket",
+        static_cast<double>(src.direct->connections()));
     add("ptcfs_direct_files_held", "Files open through the direct socket (their versions are held)",
         static_cast<double>(src.direct->files_held()));
   }
   if (src.membership) {
-    add("ptcfs_cluster_nodes", "Live member nodes of the cluster", static_cast<double>(src.membership->members().size()));
+    add("ptcfs_cluster_nodes", "Live member nodes of the cluster",
+        static_cast<double>(src.membership->members().size()));
     const auto d = src.membership->describe();
     if (d.value("mode", std::string()) == "etcd")
       add("ptcfs_etcd_fenced", "1 while this node has lost etcd and takes part in no change (self-fenced)",

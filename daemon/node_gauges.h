@@ -21,7 +21,7 @@ class DirectServer;
 struct NodeGaugeSources {
   const Store* store = nullptr;
   const SaveService* saves = nullptr;
-  PeerService* peers = nullptr;           // null outside a cluster
+  PeerService* peers = nullptr;            // null outside a cluster
   const Membership* membership = nullptr;  // null outside a cluster
   const DirectServer* direct = nullptr;    // null without a direct socket
   std::string node;                        // the node id ("" alone)

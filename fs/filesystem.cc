@@ -109,7 +109,8 @@ int do_opendir(Impl& fs, uint64_t ino, fuse_file_info* fi) {
     const Node* c = tree->find(cino);
     od->entries.push_back({name, cino, c->is_dir, c});
   }
-  for (const auto& [name, cino] : tree->added_children(n->ino)) od->entries.push_back({name, cino, false, tree->find(cino)});
+  for (const auto& [name, cino] : tree->added_children(n->ino))
+    od->entries.push_back({name, cino, false, tree->find(cino)});
   od->tree = std::move(tree);
   fi->fh = reinterpret_cast<uint64_t>(od);
   return 0;
@@ -134,16 +135,20 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kLookup);
   fuse_entry_param e;
   const int err = do_lookup(impl_of(req), parent, name, e);
-  if (err) fuse_reply_err(req, err);
-  else fuse_reply_entry(req, &e);
+  if (err)
+    fuse_reply_err(req, err);
+  else
+    fuse_reply_entry(req, &e);
 }
 
 void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kGetattr);
   struct stat st;
   const int err = do_getattr(impl_of(req), ino, fi, st);
-  if (err) fuse_reply_err(req, err);
-  else fuse_reply_attr(req, &st, fi && fi->fh && reinterpret_cast<const OpenFile*>(fi->fh)->writer ? 0.0 : kTimeout);
+  if (err)
+    fuse_reply_err(req, err);
+  else
+    fuse_reply_attr(req, &st, fi && fi->fh && reinterpret_cast<const OpenFile*>(fi->fh)->writer ? 0.0 : kTimeout);
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -177,8 +182,10 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kRelease);
   auto* of = reinterpret_cast<OpenFile*>(fi->fh);
-  if (of->writer) of->writer->release(of->writer_id);
-  else impl_of(req).closed(of->ino);
+  if (of->writer)
+    of->writer->release(of->writer_id);
+  else
+    impl_of(req).closed(of->ino);
   delete of;
   fuse_reply_err(req, 0);
 }
@@ -360,7 +367,8 @@ ptc::Result<std::shared_ptr<const View>> Filesystem::open_view(const std::string
   if (!node) return ptc::not_found("no file " + path + " in the mount");
   if (node->is_dir) return ptc::invalid(path + " is a folder, not a file");
   if (node->pending || !node->view)
-    return ptc::error(ptc::Code::kFailedPrecondition, path + " belongs to a step still being saved; read it once committed");
+    return ptc::error(ptc::Code::kFailedPrecondition,
+                      path + " belongs to a step still being saved; read it once committed");
   return node->view;
 }
 

@@ -20,9 +20,9 @@ namespace ptcfs::fs {
 
 struct MountOptions {
   std::string mountpoint;
-  bool allow_other = true;   // training processes may run as other users
+  bool allow_other = true;  // training processes may run as other users
   unsigned max_threads = 16;
-  bool debug = false;        // libfuse's request log
+  bool debug = false;  // libfuse's request log
   // The direct socket (daemon/direct/direct_server.h): the mount shows its path in the hidden
   // file MNT/.ptcfs-direct (fs/tree.h), so a client finds it from any path of the mount. Empty: none.
   std::string direct_socket;

@@ -27,7 +27,7 @@ class ReadBuffer {
   struct Segment {
     const std::byte* mem = nullptr;  // when fd < 0
     int fd = -1;
-    uint64_t off = 0;                // in fd
+    uint64_t off = 0;  // in fd
     uint64_t len = 0;
     // Memory that is a mapping of a file: its descriptor and offset (the direct path hands
     // the file to its client instead of the bytes); -1 otherwise.

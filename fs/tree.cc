@@ -70,8 +70,7 @@ class Builder {
   }
 
  private:
-  ptc::Result<uint64_t> add(uint64_t parent, const std::string& name, const std::string& path,
-                            const std::string& tag) {
+  ptc::Result<uint64_t> add(uint64_t parent, const std::string& name, const std::string& path, const std::string& tag) {
     const uint64_t ino = ino_of(path, tag);
     if (nodes_.count(ino)) return ptc::internal("inode number collision at '" + path + "'");
     Node n;
@@ -143,7 +142,8 @@ ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint6
   auto st = new_subtree(c, sp, job_ino, mtime);
   Builder b(st->nodes);
   const uint64_t step_dir = st->root_ino;
-  PTC_RETURN_IF_ERROR(b.file(step_dir, sp, "ptc.json", bytes_view(ptc::ptc_to_json(layout.ptc())), tag, mtime).status());
+  PTC_RETURN_IF_ERROR(
+      b.file(step_dir, sp, "ptc.json", bytes_view(ptc::ptc_to_json(layout.ptc())), tag, mtime).status());
   for (const auto& shard : layout.shards()) {
     PTC_ASSIGN_OR_RETURN(auto view, shard_safetensors_view(c, shard));
     PTC_RETURN_IF_ERROR(b.file(step_dir, sp, shard.name() + ".safetensors", std::move(view), tag, mtime).status());
@@ -151,7 +151,8 @@ ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint6
     const auto& slices = layout.slices(shard);
     for (size_t i = 0; i < slices.size(); ++i)
       PTC_RETURN_IF_ERROR(b.file(sd, sp + "/" + shard.name(), layout.tensor(slices[i]).name + ".npy",
-                                 slice_npy_view(c, shard, i), tag, mtime).status());
+                                 slice_npy_view(c, shard, i), tag, mtime)
+                              .status());
   }
   PTC_ASSIGN_OR_RETURN(uint64_t full, b.dir(step_dir, sp, "full", mtime));
   for (size_t i = 0; i < layout.ptc().tensors.size(); ++i)
@@ -195,7 +196,8 @@ std::shared_ptr<const Tree> Tree::with_file(std::shared_ptr<const Tree> base, No
 
 std::vector<std::pair<std::string, uint64_t>> Tree::added_children(uint64_t dir) const {
   std::vector<std::pair<std::string, uint64_t>> out;
-  for (auto it = extra_names_.lower_bound({dir, std::string()}); it != extra_names_.end() && it->first.first == dir; ++it)
+  for (auto it = extra_names_.lower_bound({dir, std::string()}); it != extra_names_.end() && it->first.first == dir;
+       ++it)
     out.emplace_back(it->first.second, it->second);
   return out;
 }
@@ -249,8 +251,7 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, c
     attach({e.job, e.step}, e.stamp, job_ino, e.step, [&] { return build_pending(e, job_ino); });
   }
   for (const auto& e : contents.datasets) {
-    PTC_ASSIGN_OR_RETURN(uint64_t data_ino,
-                         top.dir(kRootIno, "", e.job + "/" + kDataDir, e.content->mtime()));
+    PTC_ASSIGN_OR_RETURN(uint64_t data_ino, top.dir(kRootIno, "", e.job + "/" + kDataDir, e.content->mtime()));
     attach({e.job, std::string(kDataDir) + "/" + e.name}, e.content, data_ino, e.name,
            [&] { return build_dataset(e, data_ino); });
   }

@@ -45,11 +45,11 @@ struct Node {
   // Directories: new entries may be made in it (the root: jobs; a job: steps; a pending
   // step and its folders: folders and files). Files: part of a pending step.
   bool writable = false;
-  bool pending = false;  // part of a pending step: names and sizes change, so the kernel caches none
-  int64_t mtime = 0;  // seconds since the epoch
-  std::string path;   // directories: relative to the mount root ("" for the root, "job/step/tp0-pp0")
-  std::shared_ptr<const View> view;          // files
-  std::shared_ptr<WriteFile> file;           // files of a pending step
+  bool pending = false;              // part of a pending step: names and sizes change, so the kernel caches none
+  int64_t mtime = 0;                 // seconds since the epoch
+  std::string path;                  // directories: relative to the mount root ("" for the root, "job/step/tp0-pp0")
+  std::shared_ptr<const View> view;  // files
+  std::shared_ptr<WriteFile> file;   // files of a pending step
   std::map<std::string, uint64_t> children;  // directories: name -> ino
 };
 
@@ -93,8 +93,8 @@ class Tree {
   }
 
  private:
-  std::shared_ptr<const Tree> base_;  // with_file: the tree built last
-  std::unordered_map<uint64_t, Node> extra_;  // with_file: files added to it
+  std::shared_ptr<const Tree> base_;                                  // with_file: the tree built last
+  std::unordered_map<uint64_t, Node> extra_;                          // with_file: files added to it
   std::map<std::pair<uint64_t, std::string>, uint64_t> extra_names_;  // (parent, name) -> inode
   std::unordered_map<uint64_t, Node> top_;  // the root, the job folders and their data folders
   // By (job, step) and by (job, "data/" + dataset).

@@ -57,8 +57,8 @@ int writable_dir(Impl& fs, uint64_t parent, std::shared_ptr<const Tree>& tree, c
 // After a change of names: the new tree, and the entry of `name` in `parent`. `*out` points
 // into `tree`, which the caller keeps while it uses the node (another writer's create or a
 // commit may swap the filesystem's tree at any time).
-int entry_after(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e,
-                std::shared_ptr<const Tree>& tree, const Node** out = nullptr) {
+int entry_after(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e, std::shared_ptr<const Tree>& tree,
+                const Node** out = nullptr) {
   if (auto s = fs.rebuild(); !s) return to_errno(s);
   tree = fs.current();
   const Node* dir = tree->find(parent);
@@ -184,8 +184,10 @@ void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t) {
   ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kCreate);
   fuse_entry_param e;
   const int err = do_mkdir(impl_of(req), parent, name, e);
-  if (err) fuse_reply_err(req, err);
-  else fuse_reply_entry(req, &e);
+  if (err)
+    fuse_reply_err(req, err);
+  else
+    fuse_reply_entry(req, &e);
 }
 
 void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t, fuse_file_info* fi) {
@@ -204,8 +206,10 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t, fuse
 void op_write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
   ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kWrite);
   const int err = do_write(fi, buf, size, off);
-  if (err) fuse_reply_err(req, err);
-  else fuse_reply_write(req, size);
+  if (err)
+    fuse_reply_err(req, err);
+  else
+    fuse_reply_write(req, size);
 }
 
 void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {

@@ -63,7 +63,8 @@ Result<std::vector<int>> place_ranks(const Parallelism& par, const ClusterConfig
   std::vector<int> node_of(static_cast<size_t>(world));
   int rank = 0;
   for (size_t n = 0; n < cluster.nodes.size() && rank < world; ++n)
-    for (int g = 0; g < cluster.nodes[n].gpus && rank < world; ++g) node_of[static_cast<size_t>(rank++)] = static_cast<int>(n);
+    for (int g = 0; g < cluster.nodes[n].gpus && rank < world; ++g)
+      node_of[static_cast<size_t>(rank++)] = static_cast<int>(n);
   return node_of;
 }
 
@@ -83,8 +84,8 @@ Result<std::vector<std::vector<int>>> shard_nodes(const Layout& layout, const Cl
 }
 
 Result<std::vector<std::vector<int>>> shard_nodes_on(const Layout& layout, const ClusterConfig& cluster,
-                                                      const std::vector<std::string>& ids,
-                                                      const std::vector<int>& gpus) {
+                                                     const std::vector<std::string>& ids,
+                                                     const std::vector<int>& gpus) {
   if (!gpus.empty() && gpus.size() != ids.size())
     return invalid("a placement of " + std::to_string(ids.size()) + " nodes with " + std::to_string(gpus.size()) +
                    " GPU counts");

@@ -47,8 +47,8 @@ Result<std::vector<std::vector<int>>> shard_nodes(const Layout& layout, const Cl
 // another GPU count. kInvalidArgument for an unknown or repeated id, a `gpus` of another
 // length or below 1, or too few GPUs.
 Result<std::vector<std::vector<int>>> shard_nodes_on(const Layout& layout, const ClusterConfig& cluster,
-                                                      const std::vector<std::string>& ids,
-                                                      const std::vector<int>& gpus = {});
+                                                     const std::vector<std::string>& ids,
+                                                     const std::vector<int>& gpus = {});
 // The GPUs of each of `ids` in `cluster` (0 for an id it lacks).
 std::vector<int> gpus_of(const ClusterConfig& cluster, const std::vector<std::string>& ids);
 

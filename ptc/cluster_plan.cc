@@ -57,8 +57,10 @@ class PieceTable {
         const int k = slab_dim(l.tensor(slices[j]));
         const size_t at = ivs_.size();
         for (const auto& p : slices[j].pieces) {
-          if (k < 0) ivs_.push_back({s, j, 0, 1, 0});
-          else ivs_.push_back({s, j, p.global.lo[k], p.global.hi[k], p.local.lo[k]});
+          if (k < 0)
+            ivs_.push_back({s, j, 0, 1, 0});
+          else
+            ivs_.push_back({s, j, p.global.lo[k], p.global.hi[k], p.local.lo[k]});
         }
         std::sort(ivs_.begin() + static_cast<std::ptrdiff_t>(at), ivs_.end(),
                   [](const PieceIv& a, const PieceIv& b) { return a.llo < b.llo; });
@@ -164,8 +166,10 @@ class Unions {
         const Piece& p = all[i];
         while (x < p.tensor) u.first[++x] = u.ivs.size();
         const bool joins = i > 0 && all[i - 1].tensor == p.tensor && p.lo <= u.ivs.back().second;
-        if (joins) u.ivs.back().second = std::max(u.ivs.back().second, p.hi);
-        else u.ivs.emplace_back(p.lo, p.hi);
+        if (joins)
+          u.ivs.back().second = std::max(u.ivs.back().second, p.hi);
+        else
+          u.ivs.emplace_back(p.lo, p.hi);
       }
       while (x < nt) u.first[++x] = u.ivs.size();
     }
@@ -185,9 +189,16 @@ class Unions {
 class ClusterSweep {
  public:
   ClusterSweep(const Layout& from, const Layout& to, const ClusterHoldings& h)
-      : from_(from), to_(to), h_(h), to_pieces_(to), from_pieces_(from), sources_(source_pieces(from, from_pieces_, h)),
-        load_(static_cast<size_t>(h.num_nodes), 0), needs_(to, to_pieces_, h.dst_nodes),
-        haves_(from, from_pieces_, h.src_nodes), held_(from.shards().size()),
+      : from_(from),
+        to_(to),
+        h_(h),
+        to_pieces_(to),
+        from_pieces_(from),
+        sources_(source_pieces(from, from_pieces_, h)),
+        load_(static_cast<size_t>(h.num_nodes), 0),
+        needs_(to, to_pieces_, h.dst_nodes),
+        haves_(from, from_pieces_, h.src_nodes),
+        held_(from.shards().size()),
         tr_range_(to.ptc().tensors.size(), {0, 0}) {}
 
   // Adds the transfers, copies and fills into node n to `plan`.

@@ -28,8 +28,8 @@ Status check_spec(const DatasetSpec& spec) {
 Status check_dp(const DatasetSpec& spec, int dp) {
   if (dp < 1) return invalid("dp must be at least 1, got " + std::to_string(dp));
   if (spec.global_batch % static_cast<uint64_t>(dp) != 0)
-    return invalid("the global batch " + std::to_string(spec.global_batch) + " is not divisible by dp=" +
-                   std::to_string(dp));
+    return invalid("the global batch " + std::to_string(spec.global_batch) +
+                   " is not divisible by dp=" + std::to_string(dp));
   return Status::ok();
 }
 

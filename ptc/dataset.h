@@ -1,5 +1,5 @@
-// Datasets as PTCs (docs/ARCHITECTURE.md "Concepts", docs/FORMATS.md "Dataset order"): a sequence of samples partitioned over DP ranks
-// by a deterministic global order. Pure: no I/O.
+// Datasets as PTCs (docs/ARCHITECTURE.md "Concepts", docs/FORMATS.md "Dataset order"): a sequence of samples
+// partitioned over DP ranks by a deterministic global order. Pure: no I/O.
 //
 // The order (docs/FORMATS.md "Dataset order" states it for other implementations):
 //   - Epoch e of a dataset with seed S and n samples is a permutation of 0..n-1 drawn by a

@@ -9,12 +9,10 @@ struct Info {
   const char* npy;
 };
 constexpr Info kInfo[] = {
-    {DType::F64, "F64", 8, "<f8"},    {DType::F32, "F32", 4, "<f4"},
-    {DType::F16, "F16", 2, "<f2"},    {DType::BF16, "BF16", 2, "<u2"},
-    {DType::I64, "I64", 8, "<i8"},    {DType::I32, "I32", 4, "<i4"},
-    {DType::I16, "I16", 2, "<i2"},    {DType::I8, "I8", 1, "|i1"},
-    {DType::U8, "U8", 1, "|u1"},      {DType::BOOL, "BOOL", 1, "|b1"},
-    {DType::F8_E4M3, "F8_E4M3", 1, "|u1"}, {DType::F8_E5M2, "F8_E5M2", 1, "|u1"},
+    {DType::F64, "F64", 8, "<f8"},   {DType::F32, "F32", 4, "<f4"},         {DType::F16, "F16", 2, "<f2"},
+    {DType::BF16, "BF16", 2, "<u2"}, {DType::I64, "I64", 8, "<i8"},         {DType::I32, "I32", 4, "<i4"},
+    {DType::I16, "I16", 2, "<i2"},   {DType::I8, "I8", 1, "|i1"},           {DType::U8, "U8", 1, "|u1"},
+    {DType::BOOL, "BOOL", 1, "|b1"}, {DType::F8_E4M3, "F8_E4M3", 1, "|u1"}, {DType::F8_E5M2, "F8_E5M2", 1, "|u1"},
 };
 const Info& info(DType d) { return kInfo[static_cast<int>(d)]; }
 }  // namespace

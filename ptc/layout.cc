@@ -28,14 +28,17 @@ namespace {
 std::vector<int> stages_for(const Placement& pl, int num_layers, int pp) {
   using K = Placement::Kind;
   switch (pl.kind) {
-    case K::kFirst: return {0};
-    case K::kLast: return {pp - 1};
+    case K::kFirst:
+      return {0};
+    case K::kLast:
+      return {pp - 1};
     case K::kAll: {
       std::vector<int> all(pp);
       for (int i = 0; i < pp; ++i) all[i] = i;
       return all;
     }
-    case K::kList: return pl.stages;
+    case K::kList:
+      return pl.stages;
     case K::kLayer: {
       // Stage s holds base + (s < rem) layers, contiguous, in order.
       const int base = num_layers / pp, rem = num_layers % pp;
@@ -83,8 +86,8 @@ Result<Slice> slice_of(const TensorSpec& spec, size_t index, int tp, int t) {
   }
   // Megatron's rule (query groups divisible by tp): every rank holds whole heads.
   if (spec.heads > 0 && spec.heads % tp != 0)
-    return invalid(where + ": dimension " + std::to_string(k) + " holds " + std::to_string(spec.heads) +
-                   " heads" + (spec.parts > 1 ? " per part" : "") + ", which tp=" + std::to_string(tp) +
+    return invalid(where + ": dimension " + std::to_string(k) + " holds " + std::to_string(spec.heads) + " heads" +
+                   (spec.parts > 1 ? " per part" : "") + ", which tp=" + std::to_string(tp) +
                    " does not divide (a rank would hold part of a head)");
   const int64_t q = n / spec.parts;
   if (q % tp != 0)
@@ -143,8 +146,7 @@ std::vector<int> Layout::stages_of(const TensorSpec& t) const {
 
 int Layout::find_slice(const ShardId& s, size_t tensor_index) const {
   const auto& v = slices(s);
-  auto it = std::lower_bound(v.begin(), v.end(), tensor_index,
-                             [](const Slice& a, size_t i) { return a.tensor < i; });
+  auto it = std::lower_bound(v.begin(), v.end(), tensor_index, [](const Slice& a, size_t i) { return a.tensor < i; });
   return it != v.end() && it->tensor == tensor_index ? static_cast<int>(it - v.begin()) : -1;
 }
 

@@ -53,8 +53,8 @@ Result<LivePlan> make_live_plan(const Ptc& ptc, const Parallelism& from, const P
   out.bytes_min = min_transfer_bytes(old_layout, new_layout, h, &per_rank);
   const auto old_shard = shard_of_rank(from, world), new_shard = shard_of_rank(to, world);
   for (int r = 0; r < world; ++r)
-    out.ranks.push_back({old_shard[static_cast<size_t>(r)], new_shard[static_cast<size_t>(r)],
-                         per_rank[static_cast<size_t>(r)], 0, 0});
+    out.ranks.push_back(
+        {old_shard[static_cast<size_t>(r)], new_shard[static_cast<size_t>(r)], per_rank[static_cast<size_t>(r)], 0, 0});
   for (const Copy& c : cp.copies) {
     const ShardId dst_id = new_layout.shards()[c.dst_shard];
     const Slice& dst = new_layout.slices(dst_id)[c.dst_slice];
@@ -124,8 +124,11 @@ std::string live_plan_json(const Ptc& ptc, const Parallelism& from, const Parall
                      {"sent", lr.sent},
                      {"received", lr.received}});
   }
-  nlohmann::json j = {{"from", from.to_string()}, {"to", to.to_string()}, {"bytes_min", plan.bytes_min},
-                      {"ranks", ranks}, {"moves", moves}};
+  nlohmann::json j = {{"from", from.to_string()},
+                      {"to", to.to_string()},
+                      {"bytes_min", plan.bytes_min},
+                      {"ranks", ranks},
+                      {"moves", moves}};
   return j.dump() + "\n";
 }
 

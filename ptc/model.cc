@@ -90,8 +90,7 @@ Result<Parallelism> parse_par_json(const json& j, const std::string& where) {
 
 Result<Placement> parse_placement(const json& t, int num_layers, const std::string& where) {
   Placement pl;
-  if (t.contains("layer") && t.contains("stage"))
-    return invalid(where + ": give either 'layer' or 'stage', not both");
+  if (t.contains("layer") && t.contains("stage")) return invalid(where + ": give either 'layer' or 'stage', not both");
   if (t.contains("layer")) {
     if (num_layers < 1) return invalid(where + ": 'layer' given but num_layers is 0");
     PTC_ASSIGN_OR_RETURN(int64_t l, get_int(t["layer"], where + ": layer", 0, num_layers - 1));
@@ -103,10 +102,14 @@ Result<Placement> parse_placement(const json& t, int num_layers, const std::stri
   const json& s = t["stage"];
   if (s.is_string()) {
     const auto v = s.get<std::string>();
-    if (v == "first") pl.kind = Placement::Kind::kFirst;
-    else if (v == "last") pl.kind = Placement::Kind::kLast;
-    else if (v == "all") pl.kind = Placement::Kind::kAll;
-    else return invalid(where + ": stage '" + v + "' (expected \"first\", \"last\", \"all\" or a list of indices)");
+    if (v == "first")
+      pl.kind = Placement::Kind::kFirst;
+    else if (v == "last")
+      pl.kind = Placement::Kind::kLast;
+    else if (v == "all")
+      pl.kind = Placement::Kind::kAll;
+    else
+      return invalid(where + ": stage '" + v + "' (expected \"first\", \"last\", \"all\" or a list of indices)");
     return pl;
   }
   if (!s.is_array() || s.empty())
@@ -122,11 +125,11 @@ Result<Placement> parse_placement(const json& t, int num_layers, const std::stri
   return pl;
 }
 
-Result<TensorSpec> parse_tensor(const std::string& name, const json& t, int num_layers,
-                                const std::string& file) {
+Result<TensorSpec> parse_tensor(const std::string& name, const json& t, int num_layers, const std::string& file) {
   const std::string where = file + ": tensor '" + name + "'";
   PTC_RETURN_IF_ERROR(validate_tensor_name(name).with_context(file));
-  PTC_RETURN_IF_ERROR(check_members(t, {"dtype", "shape", "tp_dim", "parts", "pad_to", "heads", "layer", "stage"}, where));
+  PTC_RETURN_IF_ERROR(
+      check_members(t, {"dtype", "shape", "tp_dim", "parts", "pad_to", "heads", "layer", "stage"}, where));
   TensorSpec spec;
   spec.name = name;
   if (!t.contains("dtype")) return invalid(where + ": missing 'dtype'");
@@ -134,8 +137,7 @@ Result<TensorSpec> parse_tensor(const std::string& name, const json& t, int num_
   auto dtype = parse_dtype(dt);
   if (!dtype) return dtype.status().with_context(where);
   spec.dtype = *dtype;
-  if (!t.contains("shape") || !t["shape"].is_array())
-    return invalid(where + ": 'shape' must be a list of integers");
+  if (!t.contains("shape") || !t["shape"].is_array()) return invalid(where + ": 'shape' must be a list of integers");
   const json& sh = t["shape"];
   if (sh.size() > 16) return invalid(where + ": more than 16 dimensions");
   for (size_t i = 0; i < sh.size(); ++i) {
@@ -144,7 +146,8 @@ Result<TensorSpec> parse_tensor(const std::string& name, const json& t, int num_
   }
   if (t.contains("tp_dim")) {
     if (spec.shape.empty()) return invalid(where + ": a scalar cannot have a tp_dim");
-    PTC_ASSIGN_OR_RETURN(int64_t k, get_int(t["tp_dim"], where + ": tp_dim", 0, static_cast<int64_t>(spec.shape.size()) - 1));
+    PTC_ASSIGN_OR_RETURN(int64_t k,
+                         get_int(t["tp_dim"], where + ": tp_dim", 0, static_cast<int64_t>(spec.shape.size()) - 1));
     spec.tp_dim = static_cast<int>(k);
   }
   if (t.contains("parts")) {
@@ -152,8 +155,8 @@ Result<TensorSpec> parse_tensor(const std::string& name, const json& t, int num_
     spec.parts = static_cast<int>(n);
     if (!spec.tp_dim) return invalid(where + ": 'parts' needs a 'tp_dim'");
     if (spec.shape[*spec.tp_dim] % spec.parts != 0)
-      return invalid(where + ": shape[" + std::to_string(*spec.tp_dim) + "] = " +
-                     std::to_string(spec.shape[*spec.tp_dim]) + " is not divisible into " +
+      return invalid(where + ": shape[" + std::to_string(*spec.tp_dim) +
+                     "] = " + std::to_string(spec.shape[*spec.tp_dim]) + " is not divisible into " +
                      std::to_string(spec.parts) + " parts");
   }
   if (t.contains("pad_to")) {
@@ -168,9 +171,8 @@ Result<TensorSpec> parse_tensor(const std::string& name, const json& t, int num_
     if (spec.pad_to > 0) return invalid(where + ": 'heads' and 'pad_to' cannot be combined");
     const int64_t part = spec.shape[*spec.tp_dim] / spec.parts;
     if (part % spec.heads != 0)
-      return invalid(where + ": " + (spec.parts > 1 ? "each part of shape[" : "shape[") +
-                     std::to_string(*spec.tp_dim) + "] (" + std::to_string(part) + ") is not " +
-                     std::to_string(spec.heads) + " equal heads");
+      return invalid(where + ": " + (spec.parts > 1 ? "each part of shape[" : "shape[") + std::to_string(*spec.tp_dim) +
+                     "] (" + std::to_string(part) + ") is not " + std::to_string(spec.heads) + " equal heads");
   }
   PTC_ASSIGN_OR_RETURN(spec.placement, parse_placement(t, num_layers, where));
   return spec;
@@ -209,11 +211,21 @@ std::string ptc_to_json(const Ptc& ptc) {
     if (t.pad_to > 0) o["pad_to"] = t.pad_to;
     if (t.heads > 0) o["heads"] = t.heads;
     switch (t.placement.kind) {
-      case Placement::Kind::kFirst: o["stage"] = "first"; break;
-      case Placement::Kind::kLast: o["stage"] = "last"; break;
-      case Placement::Kind::kAll: o["stage"] = "all"; break;
-      case Placement::Kind::kList: o["stage"] = t.placement.stages; break;
-      case Placement::Kind::kLayer: o["layer"] = t.placement.layer; break;
+      case Placement::Kind::kFirst:
+        o["stage"] = "first";
+        break;
+      case Placement::Kind::kLast:
+        o["stage"] = "last";
+        break;
+      case Placement::Kind::kAll:
+        o["stage"] = "all";
+        break;
+      case Placement::Kind::kList:
+        o["stage"] = t.placement.stages;
+        break;
+      case Placement::Kind::kLayer:
+        o["layer"] = t.placement.layer;
+        break;
     }
     tensors[t.name] = std::move(o);
   }

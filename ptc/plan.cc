@@ -34,9 +34,12 @@ SlabGeometry slab_geometry(const TensorSpec& t, const Shape& local_shape) {
   g.inner = dtype_size(t.dtype);
   for (int d = 0; d < static_cast<int>(local_shape.size()); ++d) {
     const auto n = static_cast<uint64_t>(local_shape[static_cast<size_t>(d)]);
-    if (d < k) g.rows *= n;
-    else if (d > k) g.inner *= n;
-    else g.extent = local_shape[static_cast<size_t>(d)];
+    if (d < k)
+      g.rows *= n;
+    else if (d > k)
+      g.inner *= n;
+    else
+      g.extent = local_shape[static_cast<size_t>(d)];
   }
   return g;
 }
@@ -53,8 +56,10 @@ std::vector<Interval> intervals(const TensorSpec& spec, const Slice& s) {
   const int k = slab_dim(spec);
   std::vector<Interval> out;
   for (const auto& p : s.pieces) {
-    if (k < 0) out.push_back({0, 1, 0});
-    else out.push_back({p.global.lo[k], p.global.hi[k], p.local.lo[k]});
+    if (k < 0)
+      out.push_back({0, 1, 0});
+    else
+      out.push_back({p.global.lo[k], p.global.hi[k], p.local.lo[k]});
   }
   return out;
 }
@@ -65,8 +70,8 @@ int64_t local_extent(const TensorSpec& spec, const Slice& s) {
 }
 
 bool same_partitioning(const TensorSpec& a, const TensorSpec& b) {
-  return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape && a.tp_dim == b.tp_dim &&
-         a.parts == b.parts && a.pad_to == b.pad_to;
+  return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape && a.tp_dim == b.tp_dim && a.parts == b.parts &&
+         a.pad_to == b.pad_to;
 }
 
 struct Candidate {
@@ -101,8 +106,7 @@ std::vector<std::vector<Candidate>> candidates(const Layout& from, const Holding
     if (h.src_nodes[s].empty()) continue;
     const auto& slices = from.slices(from.shards()[s]);
     for (uint32_t j = 0; j < slices.size(); ++j)
-      for (const auto& iv : intervals(ft[slices[j].tensor], slices[j]))
-        cands[slices[j].tensor].push_back({s, j, iv});
+      for (const auto& iv : intervals(ft[slices[j].tensor], slices[j])) cands[slices[j].tensor].push_back({s, j, iv});
   }
   return cands;
 }
@@ -112,7 +116,10 @@ std::vector<std::vector<Candidate>> candidates(const Layout& from, const Holding
 class Sweep {
  public:
   Sweep(const Layout& from, const Layout& to, const Holdings& h)
-      : from_(from), to_(to), h_(h), cands_(candidates(from, h)),
+      : from_(from),
+        to_(to),
+        h_(h),
+        cands_(candidates(from, h)),
         load_(static_cast<size_t>(std::max(1, h.num_nodes)), 0) {}
 
   // Adds the fills and copies of slice j of destination shard d to `plan`.
@@ -142,11 +149,14 @@ Sweep::Choice Sweep::best_source(size_t tensor, int64_t x, int dnode, ShardId di
     const auto& nodes = h_.src_nodes[c.shard];
     int node = nodes.front();
     for (int n : nodes) {
-      if (n == dnode) { node = n; break; }
+      if (n == dnode) {
+        node = n;
+        break;
+      }
       if (load_[n] < load_[node]) node = n;
     }
     const std::tuple<int, int, uint64_t, uint32_t> key{node == dnode ? 0 : 1, from_.shards()[c.shard] == did ? 0 : 1,
-                                                        load_[node], c.shard};
+                                                       load_[node], c.shard};
     if (!best.cand || key < best_key) {
       best = {&c, node};
       best_key = key;

@@ -33,7 +33,7 @@ struct Holdings {
 };
 
 struct Copy {
-  uint32_t tensor = 0;                 // index in the PTC's tensors (the same in both layouts)
+  uint32_t tensor = 0;                    // index in the PTC's tensors (the same in both layouts)
   uint32_t src_shard = 0, src_slice = 0;  // from.shards() index, index in from.slices(shard)
   uint32_t dst_shard = 0, dst_slice = 0;  // to.shards() index, index in to.slices(shard)
   int32_t src_node = 0;
@@ -64,10 +64,10 @@ struct Transfer {
 struct Plan {
   std::vector<Copy> copies;
   std::vector<Fill> fills;
-  uint64_t bytes_total = 0;   // bytes of all destination slices
-  uint64_t bytes_local = 0;   // copied from a source on the destination's node
-  uint64_t bytes_remote = 0;  // copied from another node
-  uint64_t bytes_fill = 0;    // zeros (padding)
+  uint64_t bytes_total = 0;         // bytes of all destination slices
+  uint64_t bytes_local = 0;         // copied from a source on the destination's node
+  uint64_t bytes_remote = 0;        // copied from another node
+  uint64_t bytes_fill = 0;          // zeros (padding)
   std::vector<Transfer> transfers;  // cluster plans only (bytes_remote is then their sum)
 };
 

@@ -51,8 +51,7 @@ Box Box::translated(const std::vector<int64_t>& by) const {
 
 std::string Box::to_string() const {
   std::string out = "[";
-  for (size_t i = 0; i < rank(); ++i)
-    out += (i ? ", " : "") + std::to_string(lo[i]) + ":" + std::to_string(hi[i]);
+  for (size_t i = 0; i < rank(); ++i) out += (i ? ", " : "") + std::to_string(lo[i]) + ":" + std::to_string(hi[i]);
   return out + ")";
 }
 
@@ -73,10 +72,10 @@ namespace {
 struct RunGeometry {
   size_t m = 0;
   int64_t len = 0;
-  int64_t count = 0;                   // number of runs
-  std::vector<int64_t> ext;            // r's extent in the outer dims
+  int64_t count = 0;                      // number of runs
+  std::vector<int64_t> ext;               // r's extent in the outer dims
   std::vector<int64_t> sstride, dstride;  // byte strides of the outer dims
-  int64_t src0 = 0, dst0 = 0;          // offsets of r.lo
+  int64_t src0 = 0, dst0 = 0;             // offsets of r.lo
 
   RunGeometry(const Box& r, const Box& s, const Box& d, size_t elem) {
     const size_t n = r.rank();
@@ -127,13 +126,12 @@ struct RunGeometry {
 
 }  // namespace
 
-void for_each_run(const Box& r, const Box& s, const Box& d, size_t elem,
-                  const std::function<void(const Run&)>& fn) {
+void for_each_run(const Box& r, const Box& s, const Box& d, size_t elem, const std::function<void(const Run&)>& fn) {
   for_each_run_in(r, s, d, elem, 0, INT64_MAX, fn);
 }
 
-void for_each_run_in(const Box& r, const Box& s, const Box& d, size_t elem, int64_t dst_lo,
-                     int64_t dst_hi, const std::function<void(const Run&)>& fn) {
+void for_each_run_in(const Box& r, const Box& s, const Box& d, size_t elem, int64_t dst_lo, int64_t dst_hi,
+                     const std::function<void(const Run&)>& fn) {
   if (r.empty() || dst_lo >= dst_hi) return;
   RunGeometry g(r, s, d, elem);
   // Destination offsets grow with k: find the first run ending after dst_lo.
@@ -142,8 +140,10 @@ void for_each_run_in(const Box& r, const Box& s, const Box& d, size_t elem, int6
     const int64_t mid = lo + (hi - lo) / 2;
     int64_t so, dof;
     g.offsets(mid, so, dof);
-    if (dof + g.len <= dst_lo) lo = mid + 1;
-    else hi = mid;
+    if (dof + g.len <= dst_lo)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   if (lo >= g.count) return;
   std::vector<int64_t> idx(g.m);
@@ -172,8 +172,7 @@ void for_each_run_in(const Box& r, const Box& s, const Box& d, size_t elem, int6
   }
 }
 
-void copy_region(const Box& r, const void* src, const Box& s, void* dst, const Box& d,
-                 size_t elem) {
+void copy_region(const Box& r, const void* src, const Box& s, void* dst, const Box& d, size_t elem) {
   auto* sb = static_cast<const std::byte*>(src);
   auto* db = static_cast<std::byte*>(dst);
   for_each_run(r, s, d, elem, [&](const Run& run) { std::memcpy(db + run.dst, sb + run.src, run.len); });

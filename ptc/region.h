@@ -30,13 +30,13 @@ struct Box {
 
   static Box of_shape(const Shape& s);  // [0, s)
   size_t rank() const { return lo.size(); }
-  Shape extent() const;                 // hi - lo
-  int64_t num_elements() const;         // 0 when any extent is <= 0
+  Shape extent() const;          // hi - lo
+  int64_t num_elements() const;  // 0 when any extent is <= 0
   bool empty() const { return num_elements() == 0; }
-  bool contains(const Box& o) const;    // o ⊆ *this (an empty o is contained)
+  bool contains(const Box& o) const;  // o ⊆ *this (an empty o is contained)
   Box translated(const std::vector<int64_t>& by) const;
   bool operator==(const Box&) const = default;
-  std::string to_string() const;        // "[0:4, 2:8)"
+  std::string to_string() const;  // "[0:4, 2:8)"
 };
 
 // The intersection; empty (lo == hi on some dimension) when they do not overlap.
@@ -50,17 +50,15 @@ struct Run {
 
 // Calls fn for every run of copying region r (r ⊆ s, r ⊆ d) from a buffer holding s to a
 // buffer holding d, elements of `elem` bytes, in increasing order of both src and dst.
-void for_each_run(const Box& r, const Box& s, const Box& d, size_t elem,
-                  const std::function<void(const Run&)>& fn);
+void for_each_run(const Box& r, const Box& s, const Box& d, size_t elem, const std::function<void(const Run&)>& fn);
 
 // Like for_each_run, but only the parts of runs whose destination bytes fall in
 // [dst_lo, dst_hi); runs are clipped to that window. Skips directly to the first run that
 // reaches the window, so a small read of a large region costs O(runs in the window).
-void for_each_run_in(const Box& r, const Box& s, const Box& d, size_t elem, int64_t dst_lo,
-                     int64_t dst_hi, const std::function<void(const Run&)>& fn);
+void for_each_run_in(const Box& r, const Box& s, const Box& d, size_t elem, int64_t dst_lo, int64_t dst_hi,
+                     const std::function<void(const Run&)>& fn);
 
 // Copies region r from src (holding s) to dst (holding d).
-void copy_region(const Box& r, const void* src, const Box& s, void* dst, const Box& d,
-                 size_t elem);
+void copy_region(const Box& r, const void* src, const Box& s, void* dst, const Box& d, size_t elem);
 
 }  // namespace ptc

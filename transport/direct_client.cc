@@ -26,8 +26,8 @@ constexpr const char* kDirectName = ".ptcfs-direct";  // fs/tree.h
 
 ptc::Result<std::string> absolute(const std::string& path) {
   char buf[PATH_MAX];
-  if (!::realpath(path.c_str(), buf)) return ptc::error(errno == ENOENT ? ptc::Code::kNotFound : ptc::Code::kIo,
-                                                        path + ": " + std::strerror(errno));
+  if (!::realpath(path.c_str(), buf))
+    return ptc::error(errno == ENOENT ? ptc::Code::kNotFound : ptc::Code::kIo, path + ": " + std::strerror(errno));
   return std::string(buf);
 }
 
@@ -166,8 +166,10 @@ ptc::Status DirectFile::read(uint64_t off, uint64_t len, void* dst_arg) const {
     const Span& s = spans_[i];
     const uint64_t in = off - starts_[i];
     const uint64_t n = std::min(len, s.len - in);
-    if (s.data) std::memcpy(dst, s.data + in, n);
-    else std::memset(dst, 0, n);
+    if (s.data)
+      std::memcpy(dst, s.data + in, n);
+    else
+      std::memset(dst, 0, n);
     dst += n;
     off += n;
     len -= n;

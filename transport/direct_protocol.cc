@@ -19,7 +19,6 @@ constexpr char kMagic[4] = {'P', 'T', 'C', 'D'};
 constexpr size_t kHeader = 16;
 constexpr size_t kFdsPerMessage = 250;  // under SCM_MAX_FD (253)
 
-
 // Sends `len` bytes with up to kFdsPerMessage descriptors attached to them.
 ptc::Status send_with_fds(int sock, const char* data, size_t len, const int* fds, size_t nfds) {
   size_t done = 0;
@@ -132,10 +131,12 @@ ptc::Result<Message> recv_message(int sock, const Limits& limits) {
   };
   if (auto s = recv_exact(sock, header, kHeader, m.fds, kFdsPerMessage, true); !s) return fail(s);
   if (std::memcmp(header, kMagic, 4) != 0) return fail(ptc::invalid("direct socket: not a ptcfs message"));
-  const uint32_t json_len = ptc::load_le<uint32_t>(header + 4), bin_len = ptc::load_le<uint32_t>(header + 8), nfds = ptc::load_le<uint32_t>(header + 12);
+  const uint32_t json_len = ptc::load_le<uint32_t>(header + 4), bin_len = ptc::load_le<uint32_t>(header + 8),
+                 nfds = ptc::load_le<uint32_t>(header + 12);
   if (json_len > limits.max_json || bin_len > limits.max_binary || nfds > limits.max_fds)
-    return fail(ptc::invalid("direct socket: message larger than allowed (" + std::to_string(json_len) + " bytes of JSON, " +
-                             std::to_string(bin_len) + " binary, " + std::to_string(nfds) + " descriptors)"));
+    return fail(ptc::invalid("direct socket: message larger than allowed (" + std::to_string(json_len) +
+                             " bytes of JSON, " + std::to_string(bin_len) + " binary, " + std::to_string(nfds) +
+                             " descriptors)"));
   while (m.fds.size() < nfds) {
     char one;
     if (auto s = recv_exact(sock, &one, 1, m.fds, nfds, false); !s) return fail(s);
@@ -207,11 +208,12 @@ ptc::Result<int> connect_unix(const std::string& path) {
   if (!addr) return addr.status();
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ptc::Status st;
-  if (fd < 0) st = ptc::io_error("creating a Unix socket", errno);
+  if (fd < 0)
+    st = ptc::io_error("creating a Unix socket", errno);
   else if (::connect(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) != 0)
     st = ptc::error(errno == ENOENT || errno == ECONNREFUSED ? ptc::Code::kUnavailable
-                    : errno == EACCES                       ? ptc::Code::kPermissionDenied
-                                                            : ptc::Code::kIo,
+                    : errno == EACCES                        ? ptc::Code::kPermissionDenied
+                                                             : ptc::Code::kIo,
                     "connecting to the direct socket " + path + ": " + std::strerror(errno));
   if (dirfd >= 0) ::close(dirfd);
   if (!st) {

@@ -30,7 +30,8 @@ std::string b64(const std::string& in) {
 }
 
 ptc::Result<std::string> unb64(const std::string& in) {
-  if (in.size() % 4 != 0) return ptc::corrupt("etcd sent a value that is not base64 (length " + std::to_string(in.size()) + ")");
+  if (in.size() % 4 != 0)
+    return ptc::corrupt("etcd sent a value that is not base64 (length " + std::to_string(in.size()) + ")");
   std::string out(in.size() / 4 * 3, '\0');
   const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
                                 reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
@@ -86,13 +87,20 @@ ptc::Status etcd_error(const std::string& body, unsigned http_status) {
   const int code = j.is_object() ? j.value("code", 0) : 0;
   const std::string text = "etcd: " + msg;
   switch (code) {
-    case 3: return ptc::invalid(text);
-    case 4: return ptc::error(ptc::Code::kDeadlineExceeded, text);
-    case 5: return ptc::not_found(text);
-    case 9: return ptc::error(ptc::Code::kFailedPrecondition, text);
-    case 11: return ptc::error(ptc::Code::kOutOfRange, text);
-    case 14: return ptc::unavailable(text);
-    default: return ptc::internal(text + " (HTTP " + std::to_string(http_status) + ")");
+    case 3:
+      return ptc::invalid(text);
+    case 4:
+      return ptc::error(ptc::Code::kDeadlineExceeded, text);
+    case 5:
+      return ptc::not_found(text);
+    case 9:
+      return ptc::error(ptc::Code::kFailedPrecondition, text);
+    case 11:
+      return ptc::error(ptc::Code::kOutOfRange, text);
+    case 14:
+      return ptc::unavailable(text);
+    default:
+      return ptc::internal(text + " (HTTP " + std::to_string(http_status) + ")");
   }
 }
 
@@ -116,7 +124,7 @@ struct EtcdClient::Impl {
   std::vector<Endpoint> endpoints;
   std::chrono::milliseconds timeout;
   std::shared_ptr<asio::ssl::context> tls;  // for https:// endpoints
-  std::atomic<size_t> preferred{0};  // the endpoint that last answered
+  std::atomic<size_t> preferred{0};         // the endpoint that last answered
 
   // One POST to one endpoint. `sent` tells whether the request left (a failure after that
   // may have been applied).
@@ -151,9 +159,8 @@ struct EtcdClient::Impl {
     ioc.run();
     if (!done) {
       if (failed == beast::error::timeout)
-        return ptc::error(ptc::Code::kDeadlineExceeded,
-                          "etcd at " + ep.text + " did not answer " + path + " within " +
-                              std::to_string(timeout.count()) + " ms");
+        return ptc::error(ptc::Code::kDeadlineExceeded, "etcd at " + ep.text + " did not answer " + path + " within " +
+                                                            std::to_string(timeout.count()) + " ms");
       return conn.failed(ep, path, failed);
     }
     if (res.result() != http::status::ok) return etcd_error(res.body(), res.result_int());
@@ -187,7 +194,7 @@ struct EtcdClient::Impl {
 };
 
 ptc::Result<std::unique_ptr<EtcdClient>> EtcdClient::make(const std::string& urls, std::chrono::milliseconds timeout,
-                                                        const EtcdTls& tls) {
+                                                          const EtcdTls& tls) {
   auto impl = std::make_unique<Impl>();
   impl->urls = urls;
   impl->timeout = timeout;
@@ -241,7 +248,8 @@ ptc::Result<std::optional<EtcdKv>> EtcdClient::get(const std::string& key) {
 }
 
 ptc::Result<EtcdRange> EtcdClient::range_prefix(const std::string& prefix) {
-  PTC_ASSIGN_OR_RETURN(json r, impl_->post("/v3/kv/range", json{{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}}));
+  PTC_ASSIGN_OR_RETURN(json r,
+                       impl_->post("/v3/kv/range", json{{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}}));
   EtcdRange out;
   out.revision = r.contains("header") ? i64(r["header"], "revision") : 0;
   if (r.contains("kvs") && r["kvs"].is_array())
@@ -256,10 +264,14 @@ ptc::Result<bool> EtcdClient::txn(const std::vector<EtcdCompare>& compares, cons
   json cmp = json::array();
   for (const auto& c : compares) {
     json j{{"key", b64(c.key)}, {"target", c.target}, {"result", "EQUAL"}};
-    if (c.target == "MOD") j["mod_revision"] = std::to_string(c.number);
-    else if (c.target == "CREATE") j["create_revision"] = std::to_string(c.number);
-    else if (c.target == "LEASE") j["lease"] = std::to_string(c.number);
-    else j["value"] = b64(c.value);
+    if (c.target == "MOD")
+      j["mod_revision"] = std::to_string(c.number);
+    else if (c.target == "CREATE")
+      j["create_revision"] = std::to_string(c.number);
+    else if (c.target == "LEASE")
+      j["lease"] = std::to_string(c.number);
+    else
+      j["value"] = b64(c.value);
     cmp.push_back(std::move(j));
   }
   json ops = json::array();

@@ -77,8 +77,8 @@ class EtcdClient {
   // for http:// endpoints. A TLS connection etcd refuses (or whose certificate does not
   // verify) fails every call with kPermissionDenied.
   static ptc::Result<std::unique_ptr<EtcdClient>> make(const std::string& urls,
-                                                        std::chrono::milliseconds timeout = std::chrono::seconds(2),
-                                                        const EtcdTls& tls = {});
+                                                       std::chrono::milliseconds timeout = std::chrono::seconds(2),
+                                                       const EtcdTls& tls = {});
   ~EtcdClient();
 
   const std::string& urls() const;

@@ -54,8 +54,10 @@ ptc::Result<std::shared_ptr<ssl::context>> make_tls_context(const EtcdTls& tls) 
   SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
   SSL_CTX_set_max_proto_version(ctx->native_handle(), TLS1_2_VERSION);
   ctx->set_verify_mode(ssl::verify_peer, ec);
-  if (tls.ca_file.empty()) ctx->set_default_verify_paths(ec);
-  else ctx->load_verify_file(tls.ca_file, ec);
+  if (tls.ca_file.empty())
+    ctx->set_default_verify_paths(ec);
+  else
+    ctx->load_verify_file(tls.ca_file, ec);
   if (ec) return ptc::invalid("--etcd-ca " + tls.ca_file + ": " + ec.message());
   if (tls.cert_file.empty() != tls.key_file.empty())
     return ptc::invalid("--etcd-cert and --etcd-key go together (etcd's client-cert-auth needs both)");
@@ -72,8 +74,10 @@ ptc::Result<std::shared_ptr<ssl::context>> make_tls_context(const EtcdTls& tls) 
 }
 
 Connection::Connection(asio::io_context& ioc, ssl::context* tls) : ioc_(ioc) {
-  if (tls) tls_.emplace(ioc, *tls);
-  else plain_.emplace(ioc);
+  if (tls)
+    tls_.emplace(ioc, *tls);
+  else
+    plain_.emplace(ioc);
 }
 
 beast::tcp_stream& Connection::tcp() { return tls_ ? beast::get_lowest_layer(*tls_) : *plain_; }

@@ -51,8 +51,10 @@ class Connection {
   // Calls f with the stream HTTP is spoken on (the TLS stream or the TCP one).
   template <class F>
   void with(F&& f) {
-    if (tls_) f(*tls_);
-    else f(*plain_);
+    if (tls_)
+      f(*tls_);
+    else
+      f(*plain_);
   }
 
   // The Status of an exchange that failed with `ec` during `what`: kPermissionDenied when

@@ -23,16 +23,16 @@ inline constexpr uint16_t kProtocolVersion = 1;
 inline constexpr size_t kHeaderSize = 16;
 
 enum class FrameType : uint16_t {
-  kRequest = 1,   // JSON {"op": ..., ...}
-  kResponse = 2,  // JSON {"ok": true, "result": ...} or {"ok": false, "error": {"code", "message"}}
-  kProgress = 3,  // JSON, any number before the response
-  kHello = 4,     // server -> client, first frame: {"auth": "none"} or {"auth": "hmac-sha256", "nonce": hex}
-  kAuth = 5,      // client -> server: {"nonce": hex, "proof": hex}
-  kAuthOk = 6,    // server -> client: {"proof": hex}
-  kData = 7,      // a response with bytes: u32 LE JSON length, the JSON response, the bytes
-  kKeepalive = 8, // server -> client, empty: the request is still running (sent every
-                  // ServerLimits::keepalive_ms while it works), so a client can tell a slow
-                  // request from a peer that stopped answering
+  kRequest = 1,    // JSON {"op": ..., ...}
+  kResponse = 2,   // JSON {"ok": true, "result": ...} or {"ok": false, "error": {"code", "message"}}
+  kProgress = 3,   // JSON, any number before the response
+  kHello = 4,      // server -> client, first frame: {"auth": "none"} or {"auth": "hmac-sha256", "nonce": hex}
+  kAuth = 5,       // client -> server: {"nonce": hex, "proof": hex}
+  kAuthOk = 6,     // server -> client: {"proof": hex}
+  kData = 7,       // a response with bytes: u32 LE JSON length, the JSON response, the bytes
+  kKeepalive = 8,  // server -> client, empty: the request is still running (sent every
+                   // ServerLimits::keepalive_ms while it works), so a client can tell a slow
+                   // request from a peer that stopped answering
 };
 inline constexpr uint16_t kMaxFrameType = 8;
 

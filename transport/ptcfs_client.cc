@@ -88,7 +88,7 @@ int ptcfs_read_device(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst
       return -1;
     }
     if (stats)
-      *stats = ptcfs_device_stats{st.staged_bytes, st.zero_bytes, st.chunks,   st.direct_chunks, st.gathered_chunks,
+      *stats = ptcfs_device_stats{st.staged_bytes, st.zero_bytes, st.chunks,  st.direct_chunks, st.gathered_chunks,
                                   st.plan_ns,      st.stage_ns,   st.wait_ns, st.total_ns};
     return 0;
   } catch (const std::exception& e) {  // nothing may cross the C boundary

@@ -44,14 +44,14 @@ struct Reply {
 };
 
 struct ServerLimits {
-  int auth_timeout_s = 10;        // a connection that has not authenticated by then is closed
-  uint32_t max_frame = 1 << 20;   // bytes of one request body
-  size_t max_connections = 64;    // at the limit a new connection closes the one idle longest;
-                                  // when every one runs a request, the new one is told so
-  int idle_timeout_s = 600;       // a connection with no complete request for this long is closed
-  size_t workers = 8;             // handler threads
-  int max_inflight = 8;           // requests of one connection running at once; its next
-                                  // request is read only when one finishes (backpressure)
+  int auth_timeout_s = 10;          // a connection that has not authenticated by then is closed
+  uint32_t max_frame = 1 << 20;     // bytes of one request body
+  size_t max_connections = 64;      // at the limit a new connection closes the one idle longest;
+                                    // when every one runs a request, the new one is told so
+  int idle_timeout_s = 600;         // a connection with no complete request for this long is closed
+  size_t workers = 8;               // handler threads
+  int max_inflight = 8;             // requests of one connection running at once; its next
+                                    // request is read only when one finishes (backpressure)
   uint64_t max_payload = 64 << 20;  // bytes of one data reply
   size_t max_queued_progress = 64;  // progress frames beyond this are dropped (the response never is)
   int keepalive_ms = 1000;          // a running request sends a keepalive frame this often (0: never)

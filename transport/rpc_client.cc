@@ -46,11 +46,13 @@ class SyncClient final : public RpcClient {
     PTC_ASSIGN_OR_RETURN(const auto eps, resolve(io_, addr_));
     const auto deadline = Clock::now() + deadlines_.connect;
     auto ec = run_until(deadline, [&](auto handler) {
-      asio::async_connect(socket_, eps, [handler](const boost::system::error_code& e, const tcp::endpoint&) { handler(e); });
+      asio::async_connect(socket_, eps,
+                          [handler](const boost::system::error_code& e, const tcp::endpoint&) { handler(e); });
     });
     if (ec == asio::error::timed_out)
-      return ptc::error(ptc::Code::kDeadlineExceeded,
-                        "the daemon at " + addr_ + " did not accept a connection within " + seconds_text(deadlines_.connect));
+      return ptc::error(
+          ptc::Code::kDeadlineExceeded,
+          "the daemon at " + addr_ + " did not accept a connection within " + seconds_text(deadlines_.connect));
     if (ec) {
       std::string why = "cannot reach the daemon at " + addr_ + ": " + ec.message();
       if (!unreachable_hint_.empty()) why += " " + unreachable_hint_;
@@ -126,9 +128,10 @@ class SyncClient final : public RpcClient {
     broken_ = true;
     if (ec == asio::error::timed_out) {
       if (Clock::now() >= until)
-        return ptc::error(ptc::Code::kDeadlineExceeded, "the daemon at " + addr_ + " did not finish the request in time");
-      return ptc::error(ptc::Code::kDeadlineExceeded,
-                        "the daemon at " + addr_ + " stopped answering (nothing for " + seconds_text(deadlines_.idle) + ")");
+        return ptc::error(ptc::Code::kDeadlineExceeded,
+                          "the daemon at " + addr_ + " did not finish the request in time");
+      return ptc::error(ptc::Code::kDeadlineExceeded, "the daemon at " + addr_ + " stopped answering (nothing for " +
+                                                          seconds_text(deadlines_.idle) + ")");
     }
     return ptc::error(ptc::Code::kUnavailable, "connection to the daemon at " + addr_ + " lost: " + ec.message());
   }
@@ -142,15 +145,17 @@ class SyncClient final : public RpcClient {
     if (auth == "none") return ptc::Status::ok();
     if (auth != "hmac-sha256") return bad("asks for unknown authentication '" + auth + "'");
     if (secret_.empty())
-      return ptc::error(ptc::Code::kPermissionDenied,
-                        "the daemon at " + addr_ + " requires the cluster secret (give --secret-file or set PTCFS_SECRET_FILE)");
+      return ptc::error(
+          ptc::Code::kPermissionDenied,
+          "the daemon at " + addr_ + " requires the cluster secret (give --secret-file or set PTCFS_SECRET_FILE)");
     const std::string ns = ptc::member_string_or(hello.body, "nonce", "", "hello").value_or(""), nc = make_nonce();
     const json req = {{"nonce", nc}, {"proof", auth_proof(secret_, Role::kClient, nc, ns)}};
     PTC_RETURN_IF_ERROR(write_all(encode_frame(FrameType::kAuth, 0, req.dump()), until));
     PTC_ASSIGN_OR_RETURN(auto reply, read_frame(until));
     if (reply.type == FrameType::kResponse) return error_of(reply.body);
     if (reply.type != FrameType::kAuthOk) return bad("sent an unexpected frame");
-    if (!proof_matches(ptc::member_string_or(reply.body, "proof", "", "auth_ok").value_or(""), auth_proof(secret_, Role::kServer, ns, nc)))
+    if (!proof_matches(ptc::member_string_or(reply.body, "proof", "", "auth_ok").value_or(""),
+                       auth_proof(secret_, Role::kServer, ns, nc)))
       return ptc::error(ptc::Code::kPermissionDenied, "the daemon at " + addr_ + " does not hold the cluster secret");
     return ptc::Status::ok();
   }

@@ -36,8 +36,7 @@ std::string response_frame(uint32_t id, const ptc::Result<json>& r) {
   if (r) {
     body = {{"ok", true}, {"result", *r}};
   } else {
-    body = {{"ok", false},
-            {"error", {{"code", ptc::code_name(r.status().code())}, {"message", r.status().message()}}}};
+    body = {{"ok", false}, {"error", {{"code", ptc::code_name(r.status().code())}, {"message", r.status().message()}}}};
   }
   return encode_frame(FrameType::kResponse, id, body.dump());
 }
@@ -55,7 +54,8 @@ Outgoing reply_frame(uint32_t id, ptc::Result<Reply> r, uint64_t max_payload) {
     r = ptc::internal("a reply of " + std::to_string(r->payload.size) + " bytes exceeds the limit of " +
                       std::to_string(max_payload));
   if (!r || r->payload.size == 0)
-    return Outgoing{response_frame(id, r ? ptc::Result<json>(std::move(r->result)) : ptc::Result<json>(r.status())), {}};
+    return Outgoing{response_frame(id, r ? ptc::Result<json>(std::move(r->result)) : ptc::Result<json>(r.status())),
+                    {}};
   std::string head = encode_data_head(id, json{{"ok", true}, {"result", r->result}}.dump(), r->payload.size);
   return Outgoing{std::move(head), std::move(r->payload)};
 }
@@ -99,14 +99,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string peer_;
   asio::steady_timer signal_;
   asio::steady_timer idle_;
-  asio::steady_timer slot_;   // cancelled when a request finishes (the reader may go on)
+  asio::steady_timer slot_;  // cancelled when a request finishes (the reader may go on)
   Clock::time_point deadline_;
   Clock::time_point last_active_ = Clock::now();  // the last request or reply
   std::deque<Outgoing> out_;
   size_t queued_progress_ = 0;
-  int inflight_ = 0;           // requests whose response is not queued yet
-  std::string nonce_;          // sent in hello when the server has a secret
-  bool reader_done_ = false;   // the peer closed or sent a bad frame: close once flushed
+  int inflight_ = 0;          // requests whose response is not queued yet
+  std::string nonce_;         // sent in hello when the server has a secret
+  bool reader_done_ = false;  // the peer closed or sent a bad frame: close once flushed
 };
 
 class Server final : public RpcServer {
@@ -178,9 +178,8 @@ class Server final : public RpcServer {
       if (conns_.size() >= limits_.max_connections && !evict_idle()) {
         // Every connection runs a request: tell this client so, rather than letting it hang.
         ptc::log::warn("refusing a control connection: all {} connections run requests", conns_.size());
-        c->dismiss(ptc::error(ptc::Code::kUnavailable,
-                              "the daemon is busy: all " + std::to_string(conns_.size()) +
-                                  " control connections (its limit) run requests; try again"),
+        c->dismiss(ptc::error(ptc::Code::kUnavailable, "the daemon is busy: all " + std::to_string(conns_.size()) +
+                                                           " control connections (its limit) run requests; try again"),
                    false);
         continue;
       }
@@ -199,10 +198,10 @@ class Server final : public RpcServer {
     if (!victim) return false;
     ptc::log::info("control connections at the limit ({}): closing the one idle longest", conns_.size());
     forget(victim.get());
-    victim->dismiss(ptc::error(ptc::Code::kUnavailable,
-                               "the daemon closed this idle connection: it was at its limit of " +
-                                   std::to_string(limits_.max_connections) + " control connections"),
-                    true);
+    victim->dismiss(
+        ptc::error(ptc::Code::kUnavailable, "the daemon closed this idle connection: it was at its limit of " +
+                                                std::to_string(limits_.max_connections) + " control connections"),
+        true);
     return true;
   }
 
@@ -219,14 +218,17 @@ class Server final : public RpcServer {
 };
 
 Connection::Connection(tcp::socket s, Server& server)
-    : socket_(std::move(s)), server_(server), signal_(socket_.get_executor()), idle_(socket_.get_executor()),
+    : socket_(std::move(s)),
+      server_(server),
+      signal_(socket_.get_executor()),
+      idle_(socket_.get_executor()),
       slot_(socket_.get_executor()) {
   boost::system::error_code ec;
   auto ep = socket_.remote_endpoint(ec);
   peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
   signal_.expires_at(Clock::time_point::max());
   deadline_ = Clock::now() + std::chrono::seconds(server_.secret().empty() ? server_.limits().idle_timeout_s
-                                                                            : server_.limits().auth_timeout_s);
+                                                                           : server_.limits().auth_timeout_s);
 }
 
 void Connection::start() {
@@ -237,9 +239,12 @@ void Connection::start() {
     hello = {{"auth", "hmac-sha256"}, {"nonce", nonce_}};
   }
   send_control(encode_frame(FrameType::kHello, 0, hello.dump()));
-  asio::co_spawn(socket_.get_executor(), [self] { return self->reader(); }, logged_end());
-  asio::co_spawn(socket_.get_executor(), [self] { return self->writer(); }, logged_end());
-  asio::co_spawn(socket_.get_executor(), [self] { return self->watchdog(); }, logged_end());
+  asio::co_spawn(
+      socket_.get_executor(), [self] { return self->reader(); }, logged_end());
+  asio::co_spawn(
+      socket_.get_executor(), [self] { return self->writer(); }, logged_end());
+  asio::co_spawn(
+      socket_.get_executor(), [self] { return self->watchdog(); }, logged_end());
 }
 
 void Connection::close() {
@@ -274,7 +279,8 @@ void Connection::dismiss(const ptc::Status& why, bool started) {
     return;
   }
   auto self = shared_from_this();
-  asio::co_spawn(socket_.get_executor(), [self] { return self->writer(); }, logged_end());
+  asio::co_spawn(
+      socket_.get_executor(), [self] { return self->writer(); }, logged_end());
 }
 
 void Connection::send_control(std::string frame) {
@@ -307,7 +313,8 @@ awaitable<bool> Connection::authenticate() {
   const std::string& secret = server_.secret();
   if (!proof_matches(j["proof"].get<std::string>(), auth_proof(secret, Role::kClient, nc, nonce_)))
     co_return refuse("wrong proof");
-  send_control(encode_frame(FrameType::kAuthOk, 0, json{{"proof", auth_proof(secret, Role::kServer, nonce_, nc)}}.dump()));
+  send_control(
+      encode_frame(FrameType::kAuthOk, 0, json{{"proof", auth_proof(secret, Role::kServer, nonce_, nc)}}.dump()));
   deadline_ = Clock::now() + std::chrono::seconds(server_.limits().idle_timeout_s);
   co_return true;
 }
@@ -409,8 +416,10 @@ awaitable<void> Connection::reader() {
   }
   // Let the writer flush what is queued and the responses still to come, then close.
   reader_done_ = true;
-  if (out_.empty() && inflight_ <= 0) close();
-  else signal_.cancel_one();
+  if (out_.empty() && inflight_ <= 0)
+    close();
+  else
+    signal_.cancel_one();
 }
 
 awaitable<void> Connection::writer() {

@@ -33,7 +33,7 @@ class TcpBackend final : public PeerBackend {
   template <class Fn>
   ptc::Result<json> with_client(int node, Fn&& fn);
 
-  mutable std::mutex mu_;                            // guards cluster_ and idle_
+  mutable std::mutex mu_;                              // guards cluster_ and idle_
   std::shared_ptr<const ptc::ClusterConfig> cluster_;  // replaced, never changed in place
   std::string secret_;
   PeerDeadlines deadlines_;
@@ -47,7 +47,8 @@ ptc::Result<json> TcpBackend::with_client(int node, Fn&& fn) {
   d.connect = deadlines_.connect;
   d.idle = deadlines_.idle;
   const auto table = cluster();
-  if (node < 0 || static_cast<size_t>(node) >= table->nodes.size()) return ptc::internal("no node " + std::to_string(node));
+  if (node < 0 || static_cast<size_t>(node) >= table->nodes.size())
+    return ptc::internal("no node " + std::to_string(node));
   const auto& spec = table->nodes[static_cast<size_t>(node)];
   // An idle connection may have been closed by the peer meanwhile (it restarted, or its
   // idle timer ran out): such a failure is retried once on a new connection.

@@ -39,9 +39,9 @@ ptc::Result<ImportResult> LocalRunner::import(const ImportRequest& req, const Ph
 
 ptc::Result<ImportResult> LocalRunner::import_hf(const ImportRequest& req, const PhaseProgress& progress) {
   PTC_ASSIGN_OR_RETURN(ImportSummary s, ptcfs::import_hf(store_, req.dir, *req.hf, req.job, req.step, req.then,
-                                                          [&](uint64_t done, uint64_t total) {
-                                                            if (progress) progress("copy", done, total);
-                                                          }));
+                                                         [&](uint64_t done, uint64_t total) {
+                                                           if (progress) progress("copy", done, total);
+                                                         }));
   ImportResult r = result_of(s);
   r.format = "hf";
   r.template_name = req.hf->name;

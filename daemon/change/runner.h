@@ -38,24 +38,24 @@ namespace ptcfs {
 // checkpoint and a PTC template (then, optionally, straight into the layout `then`).
 struct ImportRequest {
   std::string dir, job, step;
-  std::vector<std::string> nodes;           // ids to place the ranks on (empty: every member)
-  std::optional<ptc::PtcTemplate> hf;       // set: --format hf with this template
-  std::optional<ptc::Parallelism> then;     // with hf: --to
+  std::vector<std::string> nodes;        // ids to place the ranks on (empty: every member)
+  std::optional<ptc::PtcTemplate> hf;    // set: --format hf with this template
+  std::optional<ptc::Parallelism> then;  // with hf: --to
 };
 
 struct ImportResult {
   std::string job, step;
-  std::string format = "ptc";               // "ptc" or "hf"
-  std::string template_name;                // with hf
-  size_t shards = 0, tensors = 0;           // on a cluster: shard copies over every node
-  uint64_t bytes = 0;                       // tensor bytes copied (every node together)
+  std::string format = "ptc";      // "ptc" or "hf"
+  std::string template_name;       // with hf
+  size_t shards = 0, tensors = 0;  // on a cluster: shard copies over every node
+  uint64_t bytes = 0;              // tensor bytes copied (every node together)
   double seconds = 0;
   struct NodePart {
     std::string node;
     size_t shards = 0;
     uint64_t bytes = 0;
   };
-  std::vector<NodePart> nodes;              // on a cluster: what each node imported
+  std::vector<NodePart> nodes;                   // on a cluster: what each node imported
   std::optional<RepartitionResult> repartition;  // with hf and `then`
 };
 
@@ -94,9 +94,9 @@ struct RunnerStatus {
     std::string error;  // why it is not up
   };
   bool cluster = false;
-  std::string self;            // this node's id (a cluster)
-  std::vector<Node> nodes;     // every member, in placement order
-  nlohmann::json membership;   // how membership works (static, or etcd's endpoints and lease)
+  std::string self;           // this node's id (a cluster)
+  std::vector<Node> nodes;    // every member, in placement order
+  nlohmann::json membership;  // how membership works (static, or etcd's endpoints and lease)
 };
 
 class ChangeRunner {

@@ -34,9 +34,15 @@ json to_json(const PrepareRequest& r) {
           j.update({{"dir", c.dir}, {"job", c.job}, {"step", c.step}, {"nodes", c.nodes}});
           if (!c.gpus.empty()) j["gpus"] = c.gpus;
         } else if constexpr (std::is_same_v<T, RepartitionChange>) {
-          j.update({{"job", c.job}, {"step", c.step}, {"from_version", c.from_version}, {"ptc", ptc_json(c.ptc)},
-                    {"from_nodes", c.from_nodes}, {"to", c.to.to_string()}, {"to_nodes", c.to_nodes},
-                    {"down", c.down}, {"digest", c.digest}});
+          j.update({{"job", c.job},
+                    {"step", c.step},
+                    {"from_version", c.from_version},
+                    {"ptc", ptc_json(c.ptc)},
+                    {"from_nodes", c.from_nodes},
+                    {"to", c.to.to_string()},
+                    {"to_nodes", c.to_nodes},
+                    {"down", c.down},
+                    {"digest", c.digest}});
           if (!c.from_holders.empty()) j["from_holders"] = c.from_holders;
           if (!c.from_gpus.empty()) j["from_gpus"] = c.from_gpus;
           if (!c.to_gpus.empty()) j["to_gpus"] = c.to_gpus;
@@ -47,7 +53,10 @@ json to_json(const PrepareRequest& r) {
         } else if constexpr (std::is_same_v<T, DatasetAddChange>) {
           j.update({{"job", c.job}, {"name", c.name}, {"record", c.record}});
         } else {
-          j.update({{"job", c.job}, {"name", c.name}, {"from_version", c.from_version}, {"epoch", c.epoch},
+          j.update({{"job", c.job},
+                    {"name", c.name},
+                    {"from_version", c.from_version},
+                    {"epoch", c.epoch},
                     {"consumed", c.consumed}});
         }
       },
@@ -67,7 +76,8 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
   }
   PTC_ASSIGN_OR_RETURN(std::string kind, ptc::member_string(j, "kind", w));
   if (kind == "import") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "dir", "job", "step", "nodes", "gpus"}, w));
+    PTC_RETURN_IF_ERROR(
+        ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "dir", "job", "step", "nodes", "gpus"}, w));
     ImportChange c;
     PTC_ASSIGN_OR_RETURN(c.dir, ptc::member_string(j, "dir", w));
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
@@ -76,9 +86,11 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(c.gpus, ptc::member_gpus_or_empty(j, "gpus", w));
     r.change = std::move(c);
   } else if (kind == "repartition") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc", "from_nodes",
-                                               "from_holders", "from_gpus", "to", "to_nodes", "to_gpus", "down",
-                                               "digest"}, w));
+    PTC_RETURN_IF_ERROR(
+        ptc::check_members(j,
+                           {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc",
+                            "from_nodes", "from_holders", "from_gpus", "to", "to_nodes", "to_gpus", "down", "digest"},
+                           w));
     RepartitionChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
@@ -103,7 +115,8 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
     r.change = std::move(c);
   } else if (kind == "save") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step", "ptc", "holders"}, w));
+    PTC_RETURN_IF_ERROR(
+        ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step", "ptc", "holders"}, w));
     SaveChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
@@ -111,7 +124,8 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(c.holders, ptc::member_string_lists(j, "holders", w));
     r.change = std::move(c);
   } else if (kind == "dataset_add") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "record"}, w));
+    PTC_RETURN_IF_ERROR(
+        ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "record"}, w));
     DatasetAddChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
@@ -120,8 +134,8 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     c.record = *it;
     r.change = std::move(c);
   } else if (kind == "dataset_progress") {
-    PTC_RETURN_IF_ERROR(
-        ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "from_version", "epoch", "consumed"}, w));
+    PTC_RETURN_IF_ERROR(ptc::check_members(
+        j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "from_version", "epoch", "consumed"}, w));
     DatasetProgressChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
@@ -136,7 +150,10 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
 }
 
 json to_json(const PrepareReply& r) {
-  return {{"shards", r.shards}, {"bytes", r.bytes}, {"ptc_digest", r.ptc_digest}, {"tensors", r.tensors},
+  return {{"shards", r.shards},
+          {"bytes", r.bytes},
+          {"ptc_digest", r.ptc_digest},
+          {"tensors", r.tensors},
           {"bytes_received", r.bytes_received},
           {"shard_digests", r.shard_digests}};
 }
@@ -194,8 +211,8 @@ ptc::Result<StepState> step_state_from_json(const json& j, const std::string& wh
 }
 
 json to_json(const DatasetState& s) {
-  return {{"version", s.version}, {"dp", s.dp}, {"epoch", s.epoch}, {"consumed", s.consumed},
-          {"table_xxh3", s.table_xxh3}};
+  return {
+      {"version", s.version}, {"dp", s.dp}, {"epoch", s.epoch}, {"consumed", s.consumed}, {"table_xxh3", s.table_xxh3}};
 }
 
 ptc::Result<DatasetState> dataset_state_from_json(const json& j, const std::string& where) {
@@ -262,9 +279,7 @@ ptc::Result<SaveReadyRequest> save_ready_request_from_json(const json& j) {
   return two_strings(j, "peer.save_ready", "job", "step", &SaveReadyRequest::job, &SaveReadyRequest::step);
 }
 
-json to_json(const DatasetStateRequest& r) {
-  return {{"op", "peer.dataset_state"}, {"job", r.job}, {"name", r.name}};
-}
+json to_json(const DatasetStateRequest& r) { return {{"op", "peer.dataset_state"}, {"job", r.job}, {"name", r.name}}; }
 
 ptc::Result<DatasetStateRequest> dataset_state_request_from_json(const json& j) {
   return two_strings(j, "peer.dataset_state", "job", "name", &DatasetStateRequest::job, &DatasetStateRequest::name);
@@ -294,8 +309,9 @@ ptc::Result<DatasetTableRequest> dataset_table_request_from_json(const json& j) 
 json to_json(const SamplesRequest& r) {
   json pieces = json::array();
   for (const auto& p : r.pieces) pieces.push_back({p.sample, p.off, p.len});
-  return {{"op", "peer.samples"}, {"from", r.from},          {"job", r.job},
-          {"name", r.name},       {"table_xxh3", r.table_xxh3}, {"pieces", std::move(pieces)}};
+  return {
+      {"op", "peer.samples"},       {"from", r.from}, {"job", r.job}, {"name", r.name}, {"table_xxh3", r.table_xxh3},
+      {"pieces", std::move(pieces)}};
 }
 
 ptc::Result<SamplesRequest> samples_request_from_json(const json& j) {
@@ -318,8 +334,8 @@ ptc::Result<SamplesRequest> samples_request_from_json(const json& j) {
 }
 
 json to_json(const ReadRequest& r) {
-  return {{"op", "peer.read"}, {"from", r.from}, {"job", r.job},     {"step", r.step}, {"version", r.version},
-          {"shard", r.shard},  {"tensor", r.tensor}, {"lo", r.lo}, {"len", r.len},   {"off", r.off},
+  return {{"op", "peer.read"}, {"from", r.from},     {"job", r.job}, {"step", r.step}, {"version", r.version},
+          {"shard", r.shard},  {"tensor", r.tensor}, {"lo", r.lo},   {"len", r.len},   {"off", r.off},
           {"n", r.n}};
 }
 

@@ -1,9 +1,9 @@
 // The records nodes exchange about a change: what a coordinator asks every node to prepare
 // (an import, a repartition, a dataset add or progress), what each node answers, what a
 // node reports of its state, and every other peer request (state, commit or abort, a save's
-// part, counters). Each request's encoder writes its "op"; the peer service dispatches on it. One typed struct per record and one JSON codec for each, so a
-// field is written in one place and read in one place; decoding never throws and names the
-// member at fault (docs/FORMATS.md "Data frames and peer operations" lists the fields).
+// part, counters). Each request's encoder writes its "op"; the peer service dispatches on it. One typed struct per
+// record and one JSON codec for each, so a field is written in one place and read in one place; decoding never throws
+// and names the member at fault (docs/FORMATS.md "Data frames and peer operations" lists the fields).
 #pragma once
 
 #include <cstdint>
@@ -24,15 +24,15 @@ namespace ptcfs {
 struct RepartitionChange {
   std::string job, step;
   uint64_t from_version = 0;
-  ptc::Ptc ptc;                         // the step's PTC (its parallelism is the old config)
-  std::vector<std::string> from_nodes;  // the old placement (node ids in rank order)
-  std::vector<int> from_gpus;           // their GPUs when it was made (empty: as the cluster says now)
+  ptc::Ptc ptc;                                        // the step's PTC (its parallelism is the old config)
+  std::vector<std::string> from_nodes;                 // the old placement (node ids in rank order)
+  std::vector<int> from_gpus;                          // their GPUs when it was made (empty: as the cluster says now)
   std::vector<std::vector<std::string>> from_holders;  // per old shard, its nodes, when not by rank (a saved step)
   ptc::Parallelism to;
-  std::vector<std::string> to_nodes;    // the new placement
-  std::vector<int> to_gpus;             // their GPUs, as the coordinator sees them (empty: as each node does)
-  std::vector<std::string> down;        // nodes that cannot serve as sources
-  uint64_t digest = 0;                  // of the coordinator's plan (0: not checked)
+  std::vector<std::string> to_nodes;  // the new placement
+  std::vector<int> to_gpus;           // their GPUs, as the coordinator sees them (empty: as each node does)
+  std::vector<std::string> down;      // nodes that cannot serve as sources
+  uint64_t digest = 0;                // of the coordinator's plan (0: not checked)
 };
 
 // An import: every node reads the rank files of the shards it is placed to hold from `dir`
@@ -71,7 +71,8 @@ struct DatasetProgressChange {
 // (0: static mode): the prepared change lives only as long as that lease.
 struct PrepareRequest {
   std::string tx;
-  std::variant<ImportChange, RepartitionChange, DatasetAddChange, DatasetProgressChange, SaveChange, RemoveChange> change;
+  std::variant<ImportChange, RepartitionChange, DatasetAddChange, DatasetProgressChange, SaveChange, RemoveChange>
+      change;
   std::string coordinator;
   int64_t lease = 0;
 };
@@ -81,9 +82,9 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const nlohmann::json& j);
 // What a node answers to peer.prepare (fields of the other kinds stay 0).
 struct PrepareReply {
   uint64_t shards = 0, bytes = 0, ptc_digest = 0;  // an import
-  uint64_t tensors = 0;                             // an import: the tensors of its ptc.json
-  uint64_t bytes_received = 0;                      // a repartition
-  std::map<std::string, uint64_t> shard_digests;    // a save: per shard held, a digest of its slices' XXH3s
+  uint64_t tensors = 0;                            // an import: the tensors of its ptc.json
+  uint64_t bytes_received = 0;                     // a repartition
+  std::map<std::string, uint64_t> shard_digests;   // a save: per shard held, a digest of its slices' XXH3s
 };
 nlohmann::json to_json(const PrepareReply& r);
 ptc::Result<PrepareReply> prepare_reply_from_json(const nlohmann::json& j, const std::string& where);

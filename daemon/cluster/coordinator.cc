@@ -35,7 +35,8 @@ auto same_ptc(const std::string& dir) {
   return [dir](const std::vector<int>&, const std::vector<PrepareReply>& replies) {
     std::set<uint64_t> digests;
     for (const auto& r : replies) digests.insert(r.ptc_digest);
-    return digests.size() > 1 ? ptc::invalid("ptc.json differs between the nodes' copies of " + dir) : ptc::Status::ok();
+    return digests.size() > 1 ? ptc::invalid("ptc.json differs between the nodes' copies of " + dir)
+                              : ptc::Status::ok();
   };
 }
 
@@ -57,8 +58,9 @@ std::vector<int> Coordinator::others() const {
 
 ptc::Result<ImportResult> Coordinator::import(const ImportRequest& req, const PhaseProgress& progress) {
   if (req.hf)
-    return ptc::invalid("--format hf imports into a single daemon; on a cluster, import into one node's own daemon "
-                        "before it joins, or convert with `ptcfs ptc infer` and import the ptc.json checkpoint");
+    return ptc::invalid(
+        "--format hf imports into a single daemon; on a cluster, import into one node's own daemon "
+        "before it joins, or convert with `ptcfs ptc infer` and import the ptc.json checkpoint");
   PTC_RETURN_IF_ERROR(Store::check_new_step(req.job, req.step));
   const auto t0 = std::chrono::steady_clock::now();
   const std::string name = req.job + "/" + req.step;
@@ -72,9 +74,15 @@ ptc::Result<ImportResult> Coordinator::import(const ImportRequest& req, const Ph
                                                      std::to_string(prior.record()->version()) + ")");
   const std::vector<int> gpus = ptc::gpus_of(*cluster(), nodes);  // pinned with the placement
   const StepRecord record = step_record("import", 1, nodes, gpus);
-  ChangeSpec spec{"import of " + name, members_.members(), {}, ChangeSpec::Quorum::kAll,
+  ChangeSpec spec{"import of " + name,
+                  members_.members(),
+                  {},
+                  ChangeSpec::Quorum::kAll,
                   two_phase_.request(ImportChange{req.dir, req.job, req.step, nodes, gpus}),
-                  same_ptc(req.dir), record, "", progress};
+                  same_ptc(req.dir),
+                  record,
+                  "",
+                  progress};
   PTC_ASSIGN_OR_RETURN(const TwoPhase::Prepared done, two_phase_.run(prior, std::move(spec)));
   ImportResult res;
   std::tie(res.job, res.step) = std::tie(req.job, req.step);
@@ -121,8 +129,9 @@ ptc::Result<std::vector<int>> Coordinator::nodes_up(RepartitionChange& c, uint64
     if (!up_ids.count(nid) && !contains(c.down, nid)) c.down.push_back(nid);
   for (const auto& nid : c.to_nodes)
     if (contains(c.down, nid) && !up_ids.count(nid))
-      return ptc::error(ptc::Code::kUnavailable, "node " + nid + " is down but the new layout places ranks on it "
-                                                 "(leave it out with --nodes)");
+      return ptc::error(ptc::Code::kUnavailable, "node " + nid +
+                                                     " is down but the new layout places ranks on it "
+                                                     "(leave it out with --nodes)");
   return up;
 }
 
@@ -140,7 +149,8 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   // GPU counts pinned with the placement (a version from before they were kept: as now).
   c.from_gpus = old->placement().gpus.empty() ? ptc::gpus_of(*cluster(), c.from_nodes) : old->placement().gpus;
   c.from_holders = old->placement().holders;
-  if (c.from_nodes.empty()) return ptc::error(ptc::Code::kFailedPrecondition, name + " was imported outside the cluster");
+  if (c.from_nodes.empty())
+    return ptc::error(ptc::Code::kFailedPrecondition, name + " was imported outside the cluster");
   c.to = req.to;
   c.to_nodes = placement_or_all(req.nodes);
   c.to_gpus = ptc::gpus_of(*cluster(), c.to_nodes);
@@ -159,9 +169,10 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   // What etcd records of the step, who is up, and at which version.
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_step_key(req.job, req.step)));
   if (prior.record() && prior.record()->version() != old->version())
-    return ptc::error(ptc::Code::kFailedPrecondition,
-                      "etcd records version " + std::to_string(prior.record()->version()) + " of " + name +
-                          ", this node has " + std::to_string(old->version()) + " (it is catching up; try again in a moment)");
+    return ptc::error(ptc::Code::kFailedPrecondition, "etcd records version " +
+                                                          std::to_string(prior.record()->version()) + " of " + name +
+                                                          ", this node has " + std::to_string(old->version()) +
+                                                          " (it is catching up; try again in a moment)");
   if (progress) progress("state", 0, 1);
   PTC_ASSIGN_OR_RETURN(const std::vector<int> up, nodes_up(c, old->version()));
 
@@ -187,8 +198,15 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   res.version = old->version() + 1;
   StepRecord record = step_record("repartition", res.version, c.to_nodes, c.to_gpus);
   record.parallelism = req.to.to_string();
-  ChangeSpec spec{"repartition of " + name, up, {}, ChangeSpec::Quorum::kAll, two_phase_.request(c), nullptr,
-                  record, "repartition of " + name + " aborted, the old layout stays", progress};
+  ChangeSpec spec{"repartition of " + name,
+                  up,
+                  {},
+                  ChangeSpec::Quorum::kAll,
+                  two_phase_.request(c),
+                  nullptr,
+                  record,
+                  "repartition of " + name + " aborted, the old layout stays",
+                  progress};
   PTC_ASSIGN_OR_RETURN(const TwoPhase::Prepared done, two_phase_.run(prior, std::move(spec)));
   for (size_t i = 0; i < done.nodes.size(); ++i) {
     const std::string nid = name_of(done.nodes[i]);
@@ -198,8 +216,8 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
     res.per_node.push_back({nid, received, in_table < 0 ? 0 : min_per_node[static_cast<size_t>(in_table)]});
   }
   res.seconds = since(t0);
-  ptc::log::info("repartitioned {} {} -> {} on {} nodes (version {}): {} bytes moved, {} the minimum, in {:.3f} s", name,
-                 res.from.to_string(), res.to.to_string(), up.size(), res.version, res.bytes_moved, res.bytes_min,
+  ptc::log::info("repartitioned {} {} -> {} on {} nodes (version {}): {} bytes moved, {} the minimum, in {:.3f} s",
+                 name, res.from.to_string(), res.to.to_string(), up.size(), res.version, res.bytes_moved, res.bytes_min,
                  res.seconds);
   return res;
 }
@@ -213,7 +231,8 @@ bool Coordinator::catch_up_step(const std::string& job, const std::string& step,
   std::optional<StepState> newest;
   for (auto& s : answers) {
     if (!s) {
-      if (s.status().code() == ptc::Code::kInvalidArgument) ptc::log::warn("catching up {}: {}", name, s.status().to_string());
+      if (s.status().code() == ptc::Code::kInvalidArgument)
+        ptc::log::warn("catching up {}: {}", name, s.status().to_string());
       continue;
     }
     if (s->version > std::max(have, newest ? newest->version : 0)) newest = std::move(s).value();
@@ -238,7 +257,8 @@ bool Coordinator::catch_up_step(const std::string& job, const std::string& step,
     ptc::log::warn("catching up {}: {}", name, s.to_string());
     return false;
   }
-  ptc::log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name, newest->version);
+  ptc::log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name,
+                 newest->version);
   return true;
 }
 
@@ -266,8 +286,10 @@ void Coordinator::on_record(const KeyedRecord& rec) {
     if (have() == 0) return;
     auto change = prepare_removal(store_, job, step);
     const ptc::Status s = change ? commit_change(store_, *change) : change.status();
-    if (s) ptc::log::info("{}/{} was removed on the other nodes (etcd records it); removed here too", job, step);
-    else ptc::log::warn("{}/{} is removed in etcd but not here: {}", job, step, s.to_string());
+    if (s)
+      ptc::log::info("{}/{} was removed on the other nodes (etcd records it); removed here too", job, step);
+    else
+      ptc::log::warn("{}/{} is removed in etcd but not here: {}", job, step, s.to_string());
     return;
   }
   const uint64_t version = rec.version();
@@ -285,8 +307,15 @@ ptc::Status Coordinator::remove(const RemoveRequest& req) {
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_step_key(req.job, req.step)));
   const std::vector<int> all = members_.members();
   const StepRecord record = step_record("remove", 0);
-  ChangeSpec spec{"removing " + name, all, {}, ChangeSpec::Quorum::kAll, two_phase_.request(RemoveChange{req.job, req.step}),
-                  nullptr, record, "removing " + name + ": nothing was removed", nullptr};
+  ChangeSpec spec{"removing " + name,
+                  all,
+                  {},
+                  ChangeSpec::Quorum::kAll,
+                  two_phase_.request(RemoveChange{req.job, req.step}),
+                  nullptr,
+                  record,
+                  "removing " + name + ": nothing was removed",
+                  nullptr};
   PTC_RETURN_IF_ERROR(two_phase_.run(prior, std::move(spec)).status());
   ptc::log::info("removed {} on {} nodes", name, all.size());
   return ptc::Status::ok();

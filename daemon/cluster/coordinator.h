@@ -34,7 +34,10 @@ class Coordinator final : public ChangeRunner {
   // Everything must outlive this object; `peers` asks the nodes (this node in process);
   // `members` says who takes part and decides each commit (static, or etcd).
   Coordinator(Store& store, PeerClient& peers, PeerService& local, Membership& members)
-      : store_(store), peers_(peers), local_(local), members_(members),
+      : store_(store),
+        peers_(peers),
+        local_(local),
+        members_(members),
         two_phase_(peers, members, peers.self(), peers.name_of(peers.self())) {}
 
   std::shared_ptr<const ptc::ClusterConfig> cluster() const { return peers_.cluster(); }

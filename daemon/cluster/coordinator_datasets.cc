@@ -26,8 +26,15 @@ ptc::Result<DatasetAddResult> Coordinator::dataset_add(const DatasetAddRequest& 
   // This node holds its part (the others pull the sample table from it while they prepare).
   const PrepareRequest prepare = two_phase_.request(DatasetAddChange{req.job, req.name, res.version->to_json()});
   local_.hold(prepare.tx, std::move(mine), key);
-  ChangeSpec spec{"adding dataset " + name, members_.members(), {peers_.self()}, ChangeSpec::Quorum::kAll, prepare,
-                  nullptr, dataset_record("dataset_add", 0), "dataset " + name + " added on no node", nullptr};
+  ChangeSpec spec{"adding dataset " + name,
+                  members_.members(),
+                  {peers_.self()},
+                  ChangeSpec::Quorum::kAll,
+                  prepare,
+                  nullptr,
+                  dataset_record("dataset_add", 0),
+                  "dataset " + name + " added on no node",
+                  nullptr};
   res.nodes = spec.nodes.size();
   PTC_RETURN_IF_ERROR(two_phase_.run(prior, std::move(spec)).status());
   return res;
@@ -37,14 +44,20 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> Coordinator::dataset_progress
   const std::string name = req.job + "/" + req.name;
   PTC_ASSIGN_OR_RETURN(auto cur, current_dataset(store_, req.job, req.name));
   // Validate here first: a bad request is refused before any node is asked.
-  PTC_ASSIGN_OR_RETURN(PreparedChange check, prepare_dataset_progress(store_, req.job, req.name, req.epoch, req.consumed));
+  PTC_ASSIGN_OR_RETURN(PreparedChange check,
+                       prepare_dataset_progress(store_, req.job, req.name, req.epoch, req.consumed));
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_dataset_key(req.job, req.name)));
   const uint64_t epoch = req.epoch.value_or(cur->position().epoch);
   // A node that cannot be reached catches up when it comes back; any other failure aborts.
-  ChangeSpec spec{"progress of dataset " + name, members_.members(), {}, ChangeSpec::Quorum::kReachable,
+  ChangeSpec spec{"progress of dataset " + name,
+                  members_.members(),
+                  {},
+                  ChangeSpec::Quorum::kReachable,
                   two_phase_.request(DatasetProgressChange{req.job, req.name, cur->version(), epoch, req.consumed}),
-                  nullptr, dataset_record("dataset_progress", cur->version() + 1),
-                  "progress of dataset " + name + " refused; nothing changed", nullptr};
+                  nullptr,
+                  dataset_record("dataset_progress", cur->version() + 1),
+                  "progress of dataset " + name + " refused; nothing changed",
+                  nullptr};
   PTC_RETURN_IF_ERROR(two_phase_.run(prior, std::move(spec)).status());
   return check.datasets.front().next;
 }

@@ -34,7 +34,8 @@ ptc::Result<std::unique_ptr<EtcdMembership>> EtcdMembership::join(const EtcdOpti
   if (existing) {
     // A record that does not decode is no daemon's registration: this node's replaces it.
     auto rec = node_record_from_json(ptc::parse_json_lenient(existing->value), options.id);
-    if (!rec) ptc::log::warn("{}; registering over it", rec.status().message());
+    if (!rec)
+      ptc::log::warn("{}; registering over it", rec.status().message());
     else if (rec->addr != options.addr)
       return ptc::error(ptc::Code::kAlreadyExists,
                         "node id '" + options.id + "' is registered in etcd by a live daemon at " + rec->addr +
@@ -69,8 +70,10 @@ void EtcdMembership::stop() {
   if (keep_alive_thread_.joinable()) keep_alive_thread_.join();
   if (watch_thread_.joinable()) watch_thread_.join();
   if (lease_.load() == 0) return;  // a join that failed before registering: nothing to leave
-  if (auto s = etcd_->revoke(lease_.load()); !s) ptc::log::warn("leaving etcd: {}", s.to_string());
-  else ptc::log::info("node {} left the cluster in etcd", options_.id);
+  if (auto s = etcd_->revoke(lease_.load()); !s)
+    ptc::log::warn("leaving etcd: {}", s.to_string());
+  else
+    ptc::log::info("node {} left the cluster in etcd", options_.id);
 }
 
 void EtcdMembership::start(RecordHandler on_record) {
@@ -99,9 +102,10 @@ void EtcdMembership::keep_alive_loop() {
         ptc::log::info("node {}: etcd answers again; it takes part in cluster changes again", options_.id);
     } else if (now - last_ok > fence_after && !fenced_.exchange(true)) {
       resync_ = true;
-      ptc::log::error("node {}: cannot renew its etcd lease for half its TTL ({}); it takes part in no cluster change "
-                      "until etcd answers (fenced); reads of what it holds go on",
-                      options_.id, r.status().to_string());
+      ptc::log::error(
+          "node {}: cannot renew its etcd lease for half its TTL ({}); it takes part in no cluster change "
+          "until etcd answers (fenced); reads of what it holds go on",
+          options_.id, r.status().to_string());
     }
     lock.lock();
   }
@@ -124,7 +128,8 @@ void EtcdMembership::apply(const std::string& key, const std::string& value, boo
     peers_.add_node(spec);
     std::lock_guard lock(mu_);
     auto [it, added] = live_.insert_or_assign(id, lease);
-    if (added && id != options_.id) ptc::log::info("node {} joined the cluster at {} ({} GPUs)", id, spec.addr, spec.gpus);
+    if (added && id != options_.id)
+      ptc::log::info("node {} joined the cluster at {} ({} GPUs)", id, spec.addr, spec.gpus);
     return;
   }
   if (deleted || !on_record_ || key.rfind(kLocks, 0) == 0) return;
@@ -159,11 +164,9 @@ void EtcdMembership::watch_loop() {
         }
       }
       for (const auto& kv : all->kvs) apply(kv.key, kv.value, false, kv.lease);
-      auto s = etcd_->watch_prefix(kRoot, all->revision + 1,
-                                   [this](const transport::EtcdEvent& e) {
-                                     apply(e.kv.key, e.kv.value, e.deleted, e.kv.lease);
-                                   },
-                                   stop);
+      auto s = etcd_->watch_prefix(
+          kRoot, all->revision + 1,
+          [this](const transport::EtcdEvent& e) { apply(e.kv.key, e.kv.value, e.deleted, e.kv.lease); }, stop);
       if (!s && !stopping_) ptc::log::debug("watch of etcd: {}; starting again", s.to_string());
     }
     std::unique_lock lock(wait_mu_);
@@ -234,9 +237,9 @@ ptc::Status EtcdMembership::lock(const std::string& key) {
     }
   }
   const std::string kind_and_name = key.substr(kRoot.size());  // "steps/j/1"
-  return ptc::error(ptc::Code::kFailedPrecondition,
-                    kind_and_name.substr(kind_and_name.find('/') + 1) +
-                        " is being changed by another coordinator (node " + who + "); try again when it is done");
+  return ptc::error(ptc::Code::kFailedPrecondition, kind_and_name.substr(kind_and_name.find('/') + 1) +
+                                                        " is being changed by another coordinator (node " + who +
+                                                        "); try again when it is done");
 }
 
 void EtcdMembership::unlock(const std::string& key) {

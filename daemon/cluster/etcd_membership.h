@@ -29,7 +29,7 @@
 namespace ptcfs {
 
 struct EtcdOptions {
-  std::string urls;  // comma-separated http://HOST:PORT or https://HOST:PORT
+  std::string urls;        // comma-separated http://HOST:PORT or https://HOST:PORT
   transport::EtcdTls tls;  // for https://
   std::string id, addr;
   int gpus = 1;
@@ -60,9 +60,7 @@ class EtcdMembership final : public Membership {
   bool lease_alive(const std::string& id, int64_t lease) const override;
   ptc::Result<Record> read(const std::string& key) override;
   ptc::Result<bool> decide(const std::string& key, int64_t revision, const nlohmann::json& value) override;
-  std::chrono::milliseconds decision_window() const override {
-    return std::chrono::seconds(options_.lease_ttl_s);
-  }
+  std::chrono::milliseconds decision_window() const override { return std::chrono::seconds(options_.lease_ttl_s); }
   ptc::Status lock(const std::string& key) override;
   void unlock(const std::string& key) override;
   void learn(const std::vector<std::string>& ids) override;
@@ -84,9 +82,9 @@ class EtcdMembership final : public Membership {
   std::atomic<int64_t> lease_{0};
   std::atomic<bool> fenced_{false};
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> resync_{false};  // the watch starts over (after etcd was unreachable)
-  mutable std::mutex mu_;            // guards live_, owed_unlocks_
-  std::map<std::string, int64_t> live_;  // id -> lease
+  std::atomic<bool> resync_{false};        // the watch starts over (after etcd was unreachable)
+  mutable std::mutex mu_;                  // guards live_, owed_unlocks_
+  std::map<std::string, int64_t> live_;    // id -> lease
   std::vector<std::string> owed_unlocks_;  // locks etcd did not answer the release of
   std::mutex wait_mu_;
   std::condition_variable wait_cv_;

@@ -63,8 +63,9 @@ json to_json(const StepRecord& r) {
 }
 
 ptc::Result<StepRecord> step_record_from_json(const json& j, const std::string& where) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"kind", "version", "tx", "coordinator", "nodes", "gpus", "parallelism",
-                                             "holders", "removed", "fenced"}, where));
+  PTC_RETURN_IF_ERROR(ptc::check_members(
+      j, {"kind", "version", "tx", "coordinator", "nodes", "gpus", "parallelism", "holders", "removed", "fenced"},
+      where));
   StepRecord r;
   PTC_RETURN_IF_ERROR(read_common(j, kStepKinds, where, r));
   if (j.contains("nodes")) {
@@ -93,7 +94,8 @@ ptc::Result<DatasetRecord> dataset_record_from_json(const json& j, const std::st
   PTC_RETURN_IF_ERROR(ptc::check_members(j, {"kind", "version", "tx", "coordinator", "removed", "fenced"}, where));
   DatasetRecord r;
   PTC_RETURN_IF_ERROR(read_common(j, kDatasetKinds, where, r));
-  if (r.removed != r.kind.empty()) return ptc::invalid(where + ": 'removed' is only a fence's, where there was no record");
+  if (r.removed != r.kind.empty())
+    return ptc::invalid(where + ": 'removed' is only a fence's, where there was no record");
   if (r.kind == "dataset_progress" && r.version == 0) return ptc::invalid(where + " lacks 'version' (at least 1)");
   return r;
 }
@@ -132,7 +134,8 @@ ptc::Result<KeyedRecord> keyed_record(const std::string& key, const json& value)
   KeyedRecord out;
   out.key = key;
   const bool step = parse_etcd_step_key(key, out.job, out.name);
-  if (!step && !parse_etcd_dataset_key(key, out.job, out.name)) return ptc::not_found(key + " is no step or dataset key");
+  if (!step && !parse_etcd_dataset_key(key, out.job, out.name))
+    return ptc::not_found(key + " is no step or dataset key");
   const std::string where = "etcd key " + key;
   PTC_RETURN_IF_ERROR(ptc::validate_id("job", out.job), where);
   PTC_RETURN_IF_ERROR(ptc::validate_id(step ? "step" : "dataset", out.name), where);

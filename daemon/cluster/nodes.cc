@@ -14,9 +14,7 @@ std::vector<int> all_nodes(const ptc::ClusterConfig& cluster) {
   return out;
 }
 
-std::string node_id(const ptc::ClusterConfig& cluster, int node) {
-  return cluster.nodes[static_cast<size_t>(node)].id;
-}
+std::string node_id(const ptc::ClusterConfig& cluster, int node) { return cluster.nodes[static_cast<size_t>(node)].id; }
 
 std::vector<std::vector<int>> node_indices(const ptc::ClusterConfig& cluster,
                                            const std::vector<std::vector<std::string>>& holders) {

@@ -103,7 +103,7 @@ std::vector<ptc::Result<SaveState>> PeerClient::save_state(const std::vector<int
 ptc::Status PeerClient::save_ready(int node, const SaveReadyRequest& req) { return ask(node, to_json(req)).status(); }
 
 std::vector<ptc::Result<DatasetState>> PeerClient::dataset_state(const std::vector<int>& nodes,
-                                                                const DatasetStateRequest& req) {
+                                                                 const DatasetStateRequest& req) {
   return ask_typed<DatasetState>(nodes, to_json(req), "state of dataset " + req.job + "/" + req.name,
                                  dataset_state_from_json);
 }

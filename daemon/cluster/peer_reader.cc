@@ -28,8 +28,8 @@ ptc::Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(cons
   if (!v.placement().holders.empty()) {  // held where it was written (a step saved into the mounts)
     h = node_indices(*peers_.cluster(), v.placement().holders);
   } else {
-    PTC_ASSIGN_OR_RETURN(h, ptc::shard_nodes_on(v.layout(), *peers_.cluster(), v.placement().nodes,
-                                                v.placement().gpus));
+    PTC_ASSIGN_OR_RETURN(h,
+                         ptc::shard_nodes_on(v.layout(), *peers_.cluster(), v.placement().nodes, v.placement().gpus));
   }
   auto shared = std::make_shared<const Holders>(std::move(h));
   std::lock_guard lock(mu_);
@@ -77,7 +77,8 @@ ptc::Status PeerReader::read_samples(const DatasetVersion& v, const std::vector<
   const std::string name = v.job() + "/" + v.name();
   const int home = peers_.cluster()->find(v.home());
   if (home < 0)
-    return ptc::error(ptc::Code::kUnavailable, "dataset " + name + ": its home node '" + v.home() + "' is not in the cluster");
+    return ptc::error(ptc::Code::kUnavailable,
+                      "dataset " + name + ": its home node '" + v.home() + "' is not in the cluster");
   for (size_t first = 0; first < pieces.size(); first += kPiecesPerRequest) {
     const size_t last = std::min(pieces.size(), first + kPiecesPerRequest);
     SamplesRequest req{self_id_, v.job(), v.name(), v.source().table_xxh3(), {}};

@@ -1,6 +1,5 @@
 #include "daemon/cluster/peer_service.h"
 
-
 #include <algorithm>
 #include <optional>
 
@@ -73,8 +72,10 @@ void PeerService::drop_superseded(const std::string& key, const std::string& tx,
         lost.push_back(t);
   }
   for (const auto& t : lost) {
-    ptc::log::warn("the change prepared for {} (transaction {}) can never commit: etcd records {} by transaction {}; "
-                   "aborted", key, t, removed ? "a removal" : "version " + std::to_string(version), tx);
+    ptc::log::warn(
+        "the change prepared for {} (transaction {}) can never commit: etcd records {} by transaction {}; "
+        "aborted",
+        key, t, removed ? "a removal" : "version " + std::to_string(version), tx);
     (void)finish(t, false);
   }
 }
@@ -87,9 +88,12 @@ void PeerService::restore() {
     const std::string w = "kept change " + k.tx;
     auto lease = k.about.is_object() && k.about.contains("lease") ? ptc::get_int(k.about["lease"], w + " lease")
                                                                   : ptc::Result<int64_t>(int64_t{0});
-    Held h{std::move(k.change), ptc::member_string_or(k.about, "key", "", w).value_or(""),
-           ptc::member_string_or(k.about, "coordinator", "", w).value_or(""), lease.value_or(0),
-           std::chrono::steady_clock::now(), true};
+    Held h{std::move(k.change),
+           ptc::member_string_or(k.about, "key", "", w).value_or(""),
+           ptc::member_string_or(k.about, "coordinator", "", w).value_or(""),
+           lease.value_or(0),
+           std::chrono::steady_clock::now(),
+           true};
     if (!decidable || h.key.empty() || h.lease == 0) {
       ptc::log::warn("dropping {} kept from before the restart (transaction {}): without etcd nothing decides it",
                      describe(h.change), k.tx);
@@ -206,7 +210,8 @@ ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, P
     for (const auto& h : holders) p.held.push_back(std::find(h.begin(), h.end(), self_) != h.end());
     return p;
   };
-  PTC_ASSIGN_OR_RETURN(PreparedChange change, ptcfs::prepare_import(store_, node_dir(c.dir, id()), c.job, c.step, place, sum));
+  PTC_ASSIGN_OR_RETURN(PreparedChange change,
+                       ptcfs::prepare_import(store_, node_dir(c.dir, id()), c.job, c.step, place, sum));
   const std::string text = ptc::ptc_to_json(seen);
   reply.shards = sum.shards;
   reply.bytes = sum.bytes;
@@ -313,9 +318,12 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
       // Committed already (on its record in etcd), or being committed by another thread: a
       // commit answered before this node serves the new version would let the coordinator
       // report success too early, so that one is waited for.
-      if (auto c = committing_.find(tx); c != committing_.end()) under_way = c->second;
-      else if (std::find(committed_.begin(), committed_.end(), tx) != committed_.end()) return ptc::Status::ok();
-      else return ptc::not_found("no prepared transaction " + tx + " on node " + id());
+      if (auto c = committing_.find(tx); c != committing_.end())
+        under_way = c->second;
+      else if (std::find(committed_.begin(), committed_.end(), tx) != committed_.end())
+        return ptc::Status::ok();
+      else
+        return ptc::not_found("no prepared transaction " + tx + " on node " + id());
     } else {
       change = std::move(it->second.change);
       kept = it->second.kept;

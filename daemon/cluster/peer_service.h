@@ -108,13 +108,13 @@ class PeerService {
     std::chrono::steady_clock::time_point since;
     bool kept = false;  // its record is in the metadata until it is decided
   };
-  std::mutex mu_;                                 // guards prepared_, committing_, committed_
-  std::map<std::string, Held> prepared_;          // by transaction id
+  std::mutex mu_;                         // guards prepared_, committing_, committed_
+  std::map<std::string, Held> prepared_;  // by transaction id
   // Commits under way (a transaction leaves prepared_ when its commit starts): a second commit
   // of one (the coordinator's peer.commit and the record seen in etcd race) waits for the
   // first's outcome, so that no node answers "committed" before it serves the new version.
   std::map<std::string, std::shared_future<ptc::Status>> committing_;
-  std::deque<std::string> committed_;             // the last transactions committed
+  std::deque<std::string> committed_;                                  // the last transactions committed
   std::map<std::string, std::pair<std::string, std::string>> saving_;  // tx -> (job, step) of a save prepared here
 };
 

@@ -37,8 +37,8 @@ ptc::Result<transport::Reply> PeerService::serve_samples(const json& j) {
     pieces.push_back({static_cast<uint32_t>(p.sample), p.off, p.len});
     total += p.len;
     if (p.len > kMaxSampleReply || total > kMaxSampleReply)
-      return ptc::error(ptc::Code::kResourceExhausted, "peer.samples asks for more than " +
-                                                           std::to_string(kMaxSampleReply) + " bytes");
+      return ptc::error(ptc::Code::kResourceExhausted,
+                        "peer.samples asks for more than " + std::to_string(kMaxSampleReply) + " bytes");
   }
   fs::ReadBuffer rb;
   PTC_RETURN_IF_ERROR(v->source().read(pieces, rb));
@@ -91,8 +91,7 @@ ptc::Result<PreparedChange> PeerService::prepare_dataset_add(const std::string& 
     Xxh3Stream hash;
     for (uint64_t off = 0; off < size; off += kTableChunk) {
       const uint64_t n = std::min(kTableChunk, size - off);
-      PTC_RETURN_IF_ERROR(
-          peers_.call_data(home, to_json(DatasetTableRequest{tx, off, n}), buf, n).status());
+      PTC_RETURN_IF_ERROR(peers_.call_data(home, to_json(DatasetTableRequest{tx, off, n}), buf, n).status());
       if (buf.size() != n) return ptc::corrupt("short sample table chunk from the home node");
       hash.update(buf.data(), n);
       PTC_RETURN_IF_ERROR(writer.append(buf.data(), n));

@@ -49,7 +49,8 @@ ptc::Result<PreparedChange> PeerService::prepare_save(const SaveChange& c, Prepa
   const bool wrote = saves_.progress(c.job, c.step).has_value();
   if (!wrote) {
     for (bool h : placement.held)
-      if (h) return ptc::internal("node " + id() + " is named a holder of " + c.job + "/" + c.step + " but has no part");
+      if (h)
+        return ptc::internal("node " + id() + " is named a holder of " + c.job + "/" + c.step + " but has no part");
     PreparedChange change(store_);
     PTC_RETURN_IF_ERROR(change.claim(store_, Claim::kNewStep, c.job, c.step));
     const size_t n = layout.shards().size();

@@ -1,6 +1,5 @@
 #include "daemon/cluster/repartition_part.h"
 
-
 #include <ctime>
 
 #include "daemon/cluster/nodes.h"
@@ -51,7 +50,7 @@ uint64_t plan_digest(const ptc::Plan& p) {
   Xxh3Stream st;
   for (const auto& c : p.copies) {
     const int64_t v[] = {c.tensor, c.src_shard, c.src_slice, c.dst_shard, c.dst_slice, c.src_node,
-                         c.src_lo, c.dst_lo,  c.len,       c.dst_node,  c.transfer};
+                         c.src_lo, c.dst_lo,    c.len,       c.dst_node,  c.transfer};
     st.update(v, sizeof v);
   }
   for (const auto& f : p.fills) {
@@ -77,9 +76,8 @@ struct Chunk {
 // `backend[n]`: the peer backend's index of node n of the plan; `self_id` names this node to
 // the peers it reads from (their sent-bytes metrics).
 ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& self_id, const RepartitionChange& c,
-                            const ptc::Layout& from,
-                            const ptc::Plan& part, const std::vector<int>& backend, const std::vector<uint64_t>& offsets,
-                            const BlobWriter& w, const PrepareOptions& opt) {
+                            const ptc::Layout& from, const ptc::Plan& part, const std::vector<int>& backend,
+                            const std::vector<uint64_t>& offsets, const BlobWriter& w, const PrepareOptions& opt) {
   std::vector<Chunk> chunks;
   for (size_t i = 0; i < part.transfers.size(); ++i)
     for (uint64_t off = 0; off < part.transfers[i].bytes; off += opt.chunk)
@@ -92,8 +90,9 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& se
       const ptc::ShardId src = from.shards()[t.src_shard];
       const std::string& tensor = from.ptc().tensors[t.tensor].name;
       const std::string context = "pulling '" + tensor + "' of shard " + src.name();
-      const json req = to_json(ReadRequest{self_id, c.job, c.step, src.name(), tensor, c.from_version,
-                                           static_cast<uint64_t>(t.src_lo), static_cast<uint64_t>(t.len), ch.off, ch.n});
+      const json req =
+          to_json(ReadRequest{self_id, c.job, c.step, src.name(), tensor, c.from_version,
+                              static_cast<uint64_t>(t.src_lo), static_cast<uint64_t>(t.len), ch.off, ch.n});
       const int peer = backend[static_cast<size_t>(t.src_node)];
       PTC_ASSIGN_OR_RETURN(json r, peers.call_data(peer, req, *buf, ch.n), context);
       if (buf->size() != ch.n || ptc::member_u64_or(r, "xxh3", 0).value_or(0) != xxh3_of(buf->data(), buf->size()))
@@ -197,8 +196,8 @@ ptc::Result<std::vector<std::vector<StoredSlice>>> build_shards(Store& store, co
   });
   for (size_t s = 0; s < stored.size(); ++s)
     if (!held[s]) stored[s].clear();
-  PTC_ASSIGN_OR_RETURN(Selection sel, select_compaction(stored, opt.policy,
-                                                        [&](uint64_t id) { return store.blobs().size_of(id); }));
+  PTC_ASSIGN_OR_RETURN(Selection sel,
+                       select_compaction(stored, opt.policy, [&](uint64_t id) { return store.blobs().size_of(id); }));
   PTC_ASSIGN_OR_RETURN(CompactionResult comp, compact(store.blobs(), stored, sel, opt.policy, {}));
   for (const auto& b : comp.blobs) change.blobs.push_back(b.id());
   compacted = comp.bytes;

@@ -40,6 +40,6 @@ struct PrepareOptions {
 // Prepares this node's part (`self`: this node's index in the peer backend). `c.digest` (0: not checked) must equal the
 // plan's. The step is marked as changing until the change is committed or aborted.
 ptc::Result<PreparedChange> prepare_repartition_part(Store& store, transport::PeerBackend& peers, int self,
-                                                 const RepartitionChange& c, const PrepareOptions& opt);
+                                                     const RepartitionChange& c, const PrepareOptions& opt);
 
 }  // namespace ptcfs

@@ -2,7 +2,6 @@
 
 #include "daemon/store/checksum.h"
 
-
 #include <algorithm>
 
 #include "ptc/base/json_util.h"
@@ -57,7 +56,8 @@ ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& r
   if (!spec) return ptc::not_found(name + " has no tensor '" + tensor + "'");
   const int j = layout.find_slice(*id, static_cast<size_t>(spec - layout.ptc().tensors.data()));
   if (j < 0) return ptc::not_found("shard " + shard_name + " of " + name + " does not hold tensor '" + tensor + "'");
-  if (!v->holds(*id)) return ptc::error(ptc::Code::kUnavailable, "shard " + shard_name + " of " + name + " is not held on this node");
+  if (!v->holds(*id))
+    return ptc::error(ptc::Code::kUnavailable, "shard " + shard_name + " of " + name + " is not held on this node");
 
   const ptc::Slice& sl = layout.slices(*id)[static_cast<size_t>(j)];
   const ptc::SlabGeometry g = ptc::slab_geometry(*spec, sl.local_shape);
@@ -77,8 +77,8 @@ ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& r
   // Row by row: window bytes [off, off + n) of the slab.
   for (uint64_t at = static_cast<uint64_t>(off), end = at + static_cast<uint64_t>(n); at < end;) {
     const uint64_t r = at / slab_row, col = at % slab_row, take = std::min(slab_row - col, end - at);
-    PTC_RETURN_IF_ERROR(v->pieces(*id, static_cast<size_t>(j), r * slice_row + static_cast<uint64_t>(lo) * g.inner + col,
-                                  take, sink));
+    PTC_RETURN_IF_ERROR(
+        v->pieces(*id, static_cast<size_t>(j), r * slice_row + static_cast<uint64_t>(lo) * g.inner + col, take, sink));
     at += take;
   }
   // Many small pieces (a slice re-cut along a later dimension) go as one gathered buffer.

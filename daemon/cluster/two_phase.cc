@@ -144,8 +144,8 @@ ptc::Result<TwoPhase::Prepared> TwoPhase::run(Locked& prior, ChangeSpec spec) {
   return prepared;
 }
 
-ptc::Status TwoPhase::decide(const std::vector<int>& nodes, const std::string& tx, Locked& prior,
-                             ChangeRecord record, const std::string& what) {
+ptc::Status TwoPhase::decide(const std::vector<int>& nodes, const std::string& tx, Locked& prior, ChangeRecord record,
+                             const std::string& what) {
   failpoint("coordinator.prepared");
   std::visit(
       [&](auto& r) {
@@ -162,7 +162,8 @@ ptc::Status TwoPhase::decide(const std::vector<int>& nodes, const std::string& t
   const auto until = std::chrono::steady_clock::now() + members_.decision_window();
   auto won = members_.decide(key, prior.revision(), value);
   const bool unanswered = !won;
-  if (unanswered) ptc::log::warn("{}: etcd did not answer the commit ({}); asking again", what, won.status().to_string());
+  if (unanswered)
+    ptc::log::warn("{}: etcd did not answer the commit ({}); asking again", what, won.status().to_string());
   while (!won && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     won = members_.decide(key, prior.revision(), value);
@@ -185,14 +186,15 @@ ptc::Status TwoPhase::decide(const std::vector<int>& nodes, const std::string& t
     return won.status().with_context(
         what + ": etcd did not answer the commit; node " + self_id_ + " keeps " + key +
         " locked until etcd answers, then, within a second, the change is aborted on every node (committed, if "
-        "etcd recorded it) and the lock is freed; if node " + self_id_ + " stops first, the lock goes with its lease (" +
+        "etcd recorded it) and the lock is freed; if node " +
+        self_id_ + " stops first, the lock goes with its lease (" +
         std::to_string(members_.decision_window().count() / 1000) + " s)");
   }
   if (!*won) {
     (void)finish_all(nodes, tx, false);
-    return ptc::error(ptc::Code::kFailedPrecondition,
-                      what + " aborted on every node: " + key + " changed in etcd since it was prepared (another "
-                             "change committed first), or this node's lease ended");
+    return ptc::error(ptc::Code::kFailedPrecondition, what + " aborted on every node: " + key +
+                                                          " changed in etcd since it was prepared (another "
+                                                          "change committed first), or this node's lease ended");
   }
   failpoint("coordinator.decided");
   auto s = finish_all(nodes, tx, true);
@@ -248,8 +250,10 @@ size_t TwoPhase::retry_aborts() {
   std::vector<std::pair<int, std::string>> still;
   for (const auto& [node, tx] : owed) {
     const auto r = peers_.finish({node}, FinishRequest{tx, false});
-    if (r.front()) ptc::log::info("node {} took the abort of transaction {} it had missed", peers_.name_of(node), tx);
-    else still.emplace_back(node, tx);
+    if (r.front())
+      ptc::log::info("node {} took the abort of transaction {} it had missed", peers_.name_of(node), tx);
+    else
+      still.emplace_back(node, tx);
   }
   std::lock_guard lock(mu_);
   unaborted_.insert(unaborted_.end(), still.begin(), still.end());

@@ -63,7 +63,7 @@ struct ChangeSpec {
   // Across the replies of the nodes asked (in order), when all prepared: ok, or why the
   // change must be aborted (their ptc.json differ, ...).
   std::function<ptc::Status(const std::vector<int>& nodes, const std::vector<PrepareReply>& replies)> check;
-  ChangeRecord record;     // what decides it (its tx and coordinator are filled in)
+  ChangeRecord record;  // what decides it (its tx and coordinator are filled in)
   // Added to a failed prepare's error ("" none), as "<refused>: <error>".
   std::string refused;
   // Called with ("prepare", 0, nodes) before preparing and ("commit", 0, nodes) before deciding.
@@ -83,7 +83,9 @@ class TwoPhase {
   class Locked {
    public:
     Locked(Locked&& o) noexcept
-        : key_(std::move(o.key_)), prior_(std::move(o.prior_)), record_(std::move(o.record_)),
+        : key_(std::move(o.key_)),
+          prior_(std::move(o.prior_)),
+          record_(std::move(o.record_)),
           members_(std::exchange(o.members_, nullptr)) {}
     Locked(const Locked&) = delete;
     Locked& operator=(const Locked&) = delete;

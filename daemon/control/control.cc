@@ -77,19 +77,26 @@ ptc::Result<transport::Reply> ControlService::handle(const json& req, const tran
   PTC_ASSIGN_OR_RETURN(const std::string op, ptc::member_string(req, "op"));
   const auto start = std::chrono::steady_clock::now();
   ptc::Result<json> r = ptc::invalid("unknown operation '" + op + "'");
-  if (op == "status") r = status();
-  else if (op == "ls") r = ls(req);
-  else if (op == "rm") r = rm(req);
-  else if (op == "import") r = import(req, progress);
-  else if (op == "repartition") r = repartition(req, progress);
-  else if (op == "dataset.add") r = dataset_add(req, progress);
-  else if (op == "dataset.progress") r = dataset_progress(req);
-  else if (op == "dataset.ls") r = dataset_ls(req);
+  if (op == "status")
+    r = status();
+  else if (op == "ls")
+    r = ls(req);
+  else if (op == "rm")
+    r = rm(req);
+  else if (op == "import")
+    r = import(req, progress);
+  else if (op == "repartition")
+    r = repartition(req, progress);
+  else if (op == "dataset.add")
+    r = dataset_add(req, progress);
+  else if (op == "dataset.progress")
+    r = dataset_progress(req);
+  else if (op == "dataset.ls")
+    r = dataset_ls(req);
   record_metrics(op, req, r, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!r) return r.status();
   return transport::Reply(std::move(r).value());
 }
-
 
 ptc::Result<json> ControlService::status() const {
   auto snap = store_.snapshot();
@@ -100,14 +107,9 @@ ptc::Result<json> ControlService::status() const {
     bytes += v->total_bytes();
   }
   const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  json out = {{"version", PTCFS_VERSION},
-              {"data", info_.data},
-              {"mount", info_.mount},
-              {"listen", info_.listen},
-              {"jobs", jobs.size()},
-              {"steps", snap->steps.size()},
-              {"bytes_stored", bytes},
-              {"uptime_s", up}};
+  json out = {{"version", PTCFS_VERSION}, {"data", info_.data},  {"mount", info_.mount},
+              {"listen", info_.listen},   {"jobs", jobs.size()}, {"steps", snap->steps.size()},
+              {"bytes_stored", bytes},    {"uptime_s", up}};
   add_status(runner_.status(), out);
   return out;
 }
@@ -152,9 +154,13 @@ ptc::Result<json> ControlService::ls(const json& req) const {
     return out;
   }
   if (auto p = saves_.progress(job, step))
-    return json{{"job", job},       {"step", step},         {"state", "pending"},
-                  {"bytes_written", p->bytes_written}, {"bytes_total", p->bytes_total},
-                  {"files", p->files}, {"errors", p->errors}};
+    return json{{"job", job},
+                {"step", step},
+                {"state", "pending"},
+                {"bytes_written", p->bytes_written},
+                {"bytes_total", p->bytes_total},
+                {"files", p->files},
+                {"errors", p->errors}};
   return ptc::not_found("job '" + job + "' has no step '" + step + "'");
 }
 

@@ -115,9 +115,8 @@ ptc::Result<DatasetIndex> index_dataset(ptc::DatasetFormat format, const std::ve
     PTC_ASSIGN_OR_RETURN(ptc::MmidxIndex m, ptc::parse_mmidx(idx, out.files[i].size, idx_path));
     if (i == 0) out.dtype_code = m.dtype_code;
     if (m.dtype_code != out.dtype_code)
-      return ptc::invalid(idx_path + " holds " + ptc::mmidx_dtype_name(m.dtype_code) + " sequences, " +
-                          sources[0] + ".idx " + ptc::mmidx_dtype_name(out.dtype_code) +
-                          ": a dataset has one dtype");
+      return ptc::invalid(idx_path + " holds " + ptc::mmidx_dtype_name(m.dtype_code) + " sequences, " + sources[0] +
+                          ".idx " + ptc::mmidx_dtype_name(out.dtype_code) + ": a dataset has one dtype");
     if (out.samples.size() + m.offsets.size() > ptc::kMaxSamples)
       return ptc::invalid("more than " + std::to_string(ptc::kMaxSamples) + " samples");
     for (size_t s = 0; s < m.offsets.size(); ++s) out.samples.push_back({m.offsets[s], m.bytes[s], file_no, 0});

@@ -35,7 +35,8 @@ ptc::Result<uint64_t> copy_into_blob(Store& store, const SourceFile& f, std::vec
   return w.id();
 }
 
-ptc::Result<uint64_t> write_table(Store& store, const std::vector<SampleRecord>& samples, std::vector<uint64_t>& blobs) {
+ptc::Result<uint64_t> write_table(Store& store, const std::vector<SampleRecord>& samples,
+                                  std::vector<uint64_t>& blobs) {
   PTC_ASSIGN_OR_RETURN(BlobWriter w, store.blobs().create());
   blobs.push_back(w.id());
   PTC_RETURN_IF_ERROR(w.append(samples.data(), samples.size() * sizeof(SampleRecord)));
@@ -62,7 +63,8 @@ ptc::Result<int> job_dp(const Store& store, const std::string& job) {
     }
   }
   if (dp == 0)
-    return ptc::error(ptc::Code::kFailedPrecondition, "job '" + job + "' has no checkpoint step to take dp from; give --dp");
+    return ptc::error(ptc::Code::kFailedPrecondition,
+                      "job '" + job + "' has no checkpoint step to take dp from; give --dp");
   return dp;
 }
 
@@ -115,8 +117,7 @@ ptc::Result<PreparedChange> prepare_dataset_add(Store& store, const DatasetAddRe
   PTC_ASSIGN_OR_RETURN(auto source, DatasetSource::open(store.blobs(), table, digest, index.files, spec.num_samples,
                                                         is_local_home(home, store.remote_samples())));
   auto next = std::make_shared<DatasetVersion>(req.job, req.name, 1, static_cast<int64_t>(::time(nullptr)), spec,
-                                               index.dtype_code, pos, std::move(source), home,
-                                               store.remote_samples());
+                                               index.dtype_code, pos, std::move(source), home, store.remote_samples());
   change.datasets.push_back({next, nullptr});
   summary.bytes = bytes;
   summary.bytes_copied = copied;
@@ -129,7 +130,7 @@ ptc::Result<PreparedChange> prepare_dataset_copy(Store& store, const std::string
   json local = record;
   local["table"] = table;
   for (auto& f : local["files"]) f["blob"] = 0;  // the home's copies stay on the home
-  PreparedChange change(store);  // on error it aborts itself: the table goes
+  PreparedChange change(store);                  // on error it aborts itself: the table goes
   change.blobs.push_back(table);
   PTC_ASSIGN_OR_RETURN(auto v, DatasetVersion::load(job, name, local.dump(), store.blobs(), store.remote_samples()));
   if (v->source().local()) return ptc::internal("a copied dataset record names this node as its home");

@@ -22,7 +22,7 @@ struct DatasetAddRequest {
   uint64_t seed = 0, global_batch = 0;
   std::optional<int> dp;  // none: the dp of the job's steps
   std::vector<std::string> files;
-  bool copy = false;      // copy the files into the store instead of reading them where they are
+  bool copy = false;  // copy the files into the store instead of reading them where they are
 };
 
 // What an add did besides the dataset it made.

@@ -38,9 +38,8 @@ ptc::Status check_peer(int sock) {
 
 }  // namespace
 
-ptc::Result<std::unique_ptr<DirectServer>> DirectServer::start(const std::string& socket_path,
-                                                               const std::string& mount, Resolve resolve,
-                                                               size_t max_connections) {
+ptc::Result<std::unique_ptr<DirectServer>> DirectServer::start(const std::string& socket_path, const std::string& mount,
+                                                               Resolve resolve, size_t max_connections) {
   PTC_ASSIGN_OR_RETURN(int fd, direct::listen_unix(socket_path));
   std::unique_ptr<DirectServer> s(new DirectServer(socket_path, mount, std::move(resolve), fd, max_connections));
   s->acceptor_ = std::thread([p = s.get()] { p->accept_loop(); });
@@ -129,7 +128,8 @@ void DirectServer::serve(int sock) {
         --held_;
         st = direct::send_message(sock, json{{"ok", true}}.dump(), {}, {});
       } else {
-        st = reply_error(sock, h ? ptc::not_found("no handle " + std::to_string(*h) + " on this connection") : h.status());
+        st = reply_error(sock,
+                         h ? ptc::not_found("no handle " + std::to_string(*h) + " on this connection") : h.status());
       }
     } else if (*op == "open") {
       auto path = ptc::member_string(*req, "path", "direct socket open");

@@ -43,7 +43,10 @@ class DirectServer {
 
  private:
   DirectServer(std::string path, std::string mount, Resolve resolve, int listen_fd, size_t max)
-      : path_(std::move(path)), mount_(std::move(mount)), resolve_(std::move(resolve)), listen_fd_(listen_fd),
+      : path_(std::move(path)),
+        mount_(std::move(mount)),
+        resolve_(std::move(resolve)),
+        listen_fd_(listen_fd),
         max_(max) {}
   void accept_loop();
   void serve(int sock);

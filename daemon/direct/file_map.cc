@@ -64,8 +64,7 @@ ptc::Result<FileMap> map_of(const fs::ReadBuffer& rb) {
     }
   }
   // Sealed: the client may map it without fearing it shrinks under the mapping.
-  if (m.memfd >= 0 &&
-      ::fcntl(m.memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+  if (m.memfd >= 0 && ::fcntl(m.memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
     return ptc::io_error("sealing a memfd of the direct path", errno);
   return m;
 }

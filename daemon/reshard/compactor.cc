@@ -3,7 +3,6 @@
 #include "daemon/store/parallel.h"
 #include "daemon/store/checksum.h"
 
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -38,8 +37,8 @@ struct ExtentsLess {
 
 // A part of one slice to copy.
 struct Part {
-  const StoredSlice* slice;       // its old extents
-  uint64_t slice_off;             // first byte of the slice copied
+  const StoredSlice* slice;  // its old extents
+  uint64_t slice_off;        // first byte of the slice copied
   uint64_t len;
   std::optional<uint64_t>* hash;  // set when the part is the whole slice
 };
@@ -87,8 +86,10 @@ ptc::Result<Selection> select_compaction(const std::vector<std::vector<StoredSli
     for (size_t j = 0; j < stored[i].size(); ++j) {
       const StoredSlice& s = stored[i][j];
       const uint64_t n = s.extents.size();
-      if (s.rows > 1) sel[i][j] = n > 0 && row_bytes(s) / n < policy.min_piece;  // tiny pieces
-      else sel[i][j] = n > 1 && row_bytes(s) / n < policy.min_avg_extent;       // fragmented
+      if (s.rows > 1)
+        sel[i][j] = n > 0 && row_bytes(s) / n < policy.min_piece;  // tiny pieces
+      else
+        sel[i][j] = n > 1 && row_bytes(s) / n < policy.min_avg_extent;  // fragmented
     }
   }
   // Slices moved out of a blob lower its live fraction, which may select more slices:

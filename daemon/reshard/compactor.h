@@ -51,7 +51,8 @@ struct CompactionResult {
 };
 
 // Rewrites in place the extents of every selected slice of `stored` (indexed by shard,
-// then slice) to point at new blobs. Selected slices with identical extents share one copy. `progress(done, total)` reports bytes copied.
+// then slice) to point at new blobs. Selected slices with identical extents share one copy. `progress(done, total)`
+// reports bytes copied.
 ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<StoredSlice>>& stored,
                                       const Selection& selection, const CompactionPolicy& policy,
                                       const std::function<void(uint64_t, uint64_t)>& progress);

@@ -13,7 +13,6 @@ struct Part {
   int64_t src_off;
 };
 
-
 // A slice in row form: `rows` rows of `lanes` (Extent with a stride).
 struct RowForm {
   uint64_t rows = 1;
@@ -74,7 +73,9 @@ using SourceFn = std::function<CopySource(const ptc::Copy&)>;
 
 // Row geometry of a slice: rows = product of the dimensions before the slab dimension k,
 // inner = bytes of one index along k within a row.
-ptc::SlabGeometry geometry_of(const ptc::TensorSpec& t, const ptc::Shape& local) { return ptc::slab_geometry(t, local); }
+ptc::SlabGeometry geometry_of(const ptc::TensorSpec& t, const ptc::Shape& local) {
+  return ptc::slab_geometry(t, local);
+}
 
 // Step 1: every destination slice's parts (row byte ranges from source slices, or zeros),
 // sorted by destination offset; indexed like `to`'s shards, then slices.
@@ -150,8 +151,8 @@ void map_rows(const std::vector<RowPart>& v, const std::vector<std::optional<Row
 
 // Step 3b, flat: a source that does not split into rows (not produced by ptcfs today; kept
 // for robustness) is mapped byte run by byte run.
-void map_flat(const ptc::Layout& from, const ptc::Layout& to, const ptc::Plan& plan, const SourceFn& source,
-              size_t s, size_t j, StoredSlice& result) {
+void map_flat(const ptc::Layout& from, const ptc::Layout& to, const ptc::Plan& plan, const SourceFn& source, size_t s,
+              size_t j, StoredSlice& result) {
   std::vector<Part> flat;
   for (const ptc::Copy& c : plan.copies) {
     if (c.dst_shard != s || c.dst_slice != j) continue;
@@ -163,9 +164,9 @@ void map_flat(const ptc::Layout& from, const ptc::Layout& to, const ptc::Plan& p
     const int64_t slice_row = g.extent * static_cast<int64_t>(g.inner);
     const int64_t slab_row = g.rows ? static_cast<int64_t>(slice_bytes(*src.slice) / g.rows) : 0;
     ptc::for_each_copy_run(from, to, c, [&](const ptc::Run& r) {
-      const int64_t at = src.lo == 0 ? r.src
-                                     : (r.src / slice_row) * slab_row + r.src % slice_row -
-                                           src.lo * static_cast<int64_t>(g.inner);
+      const int64_t at =
+          src.lo == 0 ? r.src
+                      : (r.src / slice_row) * slab_row + r.src % slice_row - src.lo * static_cast<int64_t>(g.inner);
       flat.push_back(Part{r.dst, r.len, src.slice, at});
     });
   }
@@ -175,10 +176,13 @@ void map_flat(const ptc::Layout& from, const ptc::Layout& to, const ptc::Plan& p
   }
   std::sort(flat.begin(), flat.end(), [](const Part& a, const Part& b) { return a.dst < b.dst; });
   for (const Part& p : flat) {
-    if (!p.src) push_lane(result.extents, Extent{kZeroBlob, 0, static_cast<uint64_t>(p.len), 0});
+    if (!p.src)
+      push_lane(result.extents, Extent{kZeroBlob, 0, static_cast<uint64_t>(p.len), 0});
     else
       for_each_piece(*p.src, static_cast<uint64_t>(p.src_off), static_cast<uint64_t>(p.len),
-                     [&](uint64_t blob, uint64_t boff, uint64_t n) { push_lane(result.extents, Extent{blob, boff, n, 0}); });
+                     [&](uint64_t blob, uint64_t boff, uint64_t n) {
+                       push_lane(result.extents, Extent{blob, boff, n, 0});
+                     });
   }
 }
 
@@ -191,8 +195,8 @@ void keep_checksum(const std::vector<RowPart>& v, StoredSlice& result) {
 
 }  // namespace
 
-std::vector<std::vector<StoredSlice>> map_extents(const ptc::Layout& from, const ptc::Layout& to,
-                                                  const ptc::Plan& plan, const SourceFn& source) {
+std::vector<std::vector<StoredSlice>> map_extents(const ptc::Layout& from, const ptc::Layout& to, const ptc::Plan& plan,
+                                                  const SourceFn& source) {
   const auto rparts = row_parts(to, plan, source);
   std::vector<std::vector<StoredSlice>> out(rparts.size());
   for (size_t s = 0; s < rparts.size(); ++s) {
@@ -202,8 +206,10 @@ std::vector<std::vector<StoredSlice>> map_extents(const ptc::Layout& from, const
       const auto& v = rparts[s][j];
       const uint64_t rows = geometry_of(to.tensor(slices[j]), slices[j].local_shape).rows;
       // Row form when every source splits into the same rows; each part then maps once.
-      if (auto forms = row_forms(v, rows)) map_rows(v, *forms, rows, out[s][j]);
-      else map_flat(from, to, plan, source, s, j, out[s][j]);
+      if (auto forms = row_forms(v, rows))
+        map_rows(v, *forms, rows, out[s][j]);
+      else
+        map_flat(from, to, plan, source, s, j, out[s][j]);
       keep_checksum(v, out[s][j]);
     }
   }

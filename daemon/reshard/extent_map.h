@@ -26,8 +26,7 @@ struct CopySource {
   int64_t lo = 0;
 };
 // The general form: each copy names its own source.
-std::vector<std::vector<StoredSlice>> map_extents(const ptc::Layout& from, const ptc::Layout& to,
-                                                  const ptc::Plan& plan,
+std::vector<std::vector<StoredSlice>> map_extents(const ptc::Layout& from, const ptc::Layout& to, const ptc::Plan& plan,
                                                   const std::function<CopySource(const ptc::Copy&)>& source);
 
 }  // namespace ptcfs

@@ -19,9 +19,9 @@ using ptc::Result;
 
 // One slice of the unsharded layout to fill from a tensor of a file.
 struct SliceSource {
-  size_t slice = 0;                                   // in layout.slices(shard 0)
-  const ptc::SafetensorsEntry* entry = nullptr;       // its bytes in the file
-  uint64_t bytes = 0;                                 // the slice's size (with padding)
+  size_t slice = 0;                                    // in layout.slices(shard 0)
+  const ptc::SafetensorsEntry* entry = nullptr;        // its bytes in the file
+  uint64_t bytes = 0;                                  // the slice's size (with padding)
   std::vector<std::pair<uint64_t, uint64_t>> padding;  // (offset in the slice, length), sorted
 };
 
@@ -101,7 +101,8 @@ Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc:
   PTC_RETURN_IF_ERROR(change.claim(store, Claim::kNewStep, job, step));
   PTC_ASSIGN_OR_RETURN(ptc::HfCheckpoint ck, read_hf_checkpoint(dir));
   std::vector<std::string> skipped;
-  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::infer_ptc(tmpl, ck.infos(), ptc::Parallelism{}, dir, ck.config ? &*ck.config : nullptr, &skipped));
+  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::infer_ptc(tmpl, ck.infos(), ptc::Parallelism{}, dir,
+                                                    ck.config ? &*ck.config : nullptr, &skipped));
   if (then)
     if (auto target = ptc::Layout::make(ptc, *then); !target)
       return target.status().with_context(dir + " cannot be laid out at " + then->to_string());
@@ -151,11 +152,12 @@ Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc:
   change.next = store.new_version(job, step, 1, std::move(layout), std::move(shards));
   PTC_RETURN_IF_ERROR(commit_change(store, change));
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ptc::log::info("imported {}/{} from Hugging Face checkpoint {} with template {}: {} files, {} tensors{}, {} bytes in "
-                 "{:.2f} s",
-                 job, step, dir, tmpl.name, ck.files.size(), sum.tensors,
-                 skipped.empty() ? std::string() : " (" + std::to_string(skipped.size()) + " skipped by the template)",
-                 sum.bytes, sum.seconds);
+  ptc::log::info(
+      "imported {}/{} from Hugging Face checkpoint {} with template {}: {} files, {} tensors{}, {} bytes in "
+      "{:.2f} s",
+      job, step, dir, tmpl.name, ck.files.size(), sum.tensors,
+      skipped.empty() ? std::string() : " (" + std::to_string(skipped.size()) + " skipped by the template)", sum.bytes,
+      sum.seconds);
   return sum;
 }
 

@@ -82,8 +82,8 @@ Result<std::vector<std::string>> rank_file_paths(const std::string& dir, const p
     if (expected.count(n)) continue;
     const auto id = ptc::parse_shard_name(n.substr(0, n.size() - suffix.size()));
     if (id)
-      return ptc::invalid(dir + "/" + n + ": extra rank file: " + layout.parallelism().to_string() +
-                          " has no shard " + id->name());
+      return ptc::invalid(dir + "/" + n + ": extra rank file: " + layout.parallelism().to_string() + " has no shard " +
+                          id->name());
     return ptc::invalid(dir + "/" + n + ": unexpected file (rank files are named tp{t}-pp{p}.safetensors)");
   }
   std::vector<std::string> paths;
@@ -96,8 +96,7 @@ Result<std::vector<std::string>> rank_file_paths(const std::string& dir, const p
     }
     if (std::find(names.begin(), names.end(), n) == names.end())
       return ptc::invalid(dir + "/" + n + ": missing rank file for shard " + s.name() + " of " +
-                          layout.parallelism().to_string() +
-                          (placement.nodes.empty() ? "" : " (placed on this node)"));
+                          layout.parallelism().to_string() + (placement.nodes.empty() ? "" : " (placed on this node)"));
     paths.push_back(dir + "/" + n);
   }
   return paths;
@@ -175,10 +174,10 @@ ptc::Status copy_in_parallel(Store& store, size_t n, uint64_t total, const Progr
 Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, const std::string& job,
                                         const std::string& step, const ProgressFn& progress) {
   ImportSummary sum;
-  PTC_ASSIGN_OR_RETURN(
-      PreparedChange change,
-      prepare_import(store, dir, job, step, [](const ptc::Layout&) -> Result<StepPlacement> { return StepPlacement{}; },
-                     sum, progress));
+  PTC_ASSIGN_OR_RETURN(PreparedChange change,
+                       prepare_import(
+                           store, dir, job, step,
+                           [](const ptc::Layout&) -> Result<StepPlacement> { return StepPlacement{}; }, sum, progress));
   const auto t0 = std::chrono::steady_clock::now();
   PTC_RETURN_IF_ERROR(commit_change(store, change));
   sum.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -46,8 +46,8 @@ ptc::Result<PreparedChange> prepare_import(Store& store, const std::string& dir,
 // blobs (added to its `blobs`, finished or not) and counts its bytes with advance(n), which
 // reports progress against `total`. The ids of every blob made go to `made`; on the first
 // error they are removed and the error returned.
-using CopyFn = std::function<ptc::Status(size_t i, std::vector<BlobWriter>& blobs,
-                                         const std::function<void(uint64_t)>& advance)>;
+using CopyFn =
+    std::function<ptc::Status(size_t i, std::vector<BlobWriter>& blobs, const std::function<void(uint64_t)>& advance)>;
 ptc::Status copy_in_parallel(Store& store, size_t n, uint64_t total, const ProgressFn& progress, const CopyFn& copy,
                              std::vector<uint64_t>& made);
 

@@ -19,27 +19,28 @@ json par_json(const ptc::Parallelism& p) { return {{"tp", p.tp}, {"pp", p.pp}, {
 
 json RepartitionResult::to_json() const {
   json nodes = json::array();
-  for (const auto& n : per_node) nodes.push_back({{"node", n.node}, {"bytes_received", n.received}, {"bytes_min", n.min}});
+  for (const auto& n : per_node)
+    nodes.push_back({{"node", n.node}, {"bytes_received", n.received}, {"bytes_min", n.min}});
   json out = {{"job", job},
-          {"step", step},
-          {"from", par_json(from)},
-          {"to", par_json(to)},
-          {"dry_run", dry_run},
-          {"unchanged", unchanged},
-          {"version", version},
-          {"shards", shards},
-          {"tensors", tensors},
-          {"copies", copies},
-          {"fills", fills},
-          {"extents", extents},
-          {"compacted_slices", compacted_slices},
-          {"bytes_total", bytes_total},
-          {"bytes_remapped", bytes_remapped},
-          {"bytes_compacted", bytes_compacted},
-          {"bytes_fill", bytes_fill},
-          {"bytes_moved", bytes_moved},
-          {"bytes_min", bytes_min},
-          {"seconds", seconds}};
+              {"step", step},
+              {"from", par_json(from)},
+              {"to", par_json(to)},
+              {"dry_run", dry_run},
+              {"unchanged", unchanged},
+              {"version", version},
+              {"shards", shards},
+              {"tensors", tensors},
+              {"copies", copies},
+              {"fills", fills},
+              {"extents", extents},
+              {"compacted_slices", compacted_slices},
+              {"bytes_total", bytes_total},
+              {"bytes_remapped", bytes_remapped},
+              {"bytes_compacted", bytes_compacted},
+              {"bytes_fill", bytes_fill},
+              {"bytes_moved", bytes_moved},
+              {"bytes_min", bytes_min},
+              {"seconds", seconds}};
   if (!per_node.empty()) out["nodes"] = std::move(nodes);
   json ds = json::array();
   for (const auto& d : datasets) ds.push_back({{"name", d.name}, {"from_dp", d.from_dp}, {"to_dp", d.to_dp}});
@@ -80,8 +81,8 @@ ptc::Result<ptc::Layout> start_result(const RepartitionRequest& req, const StepV
   return to;
 }
 
-ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& req,
-                                           const CompactionPolicy& policy, const PhaseProgress& progress) {
+ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& req, const CompactionPolicy& policy,
+                                           const PhaseProgress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   auto report = [&](const char* phase, uint64_t done, uint64_t total) {
     if (progress) progress(phase, done, total);
@@ -89,7 +90,8 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
   const std::string name = req.job + "/" + req.step;
   PTC_ASSIGN_OR_RETURN(std::shared_ptr<const StepVersion> old, current_version(store, req.job, req.step));
   if (!old->placement().nodes.empty())
-    return ptc::error(ptc::Code::kFailedPrecondition, name + " is placed on a cluster: repartition it through a cluster daemon");
+    return ptc::error(ptc::Code::kFailedPrecondition,
+                      name + " is placed on a cluster: repartition it through a cluster daemon");
   const ptc::Layout& from = old->layout();
 
   RepartitionResult res;
@@ -145,17 +147,18 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
                                                       [&](uint64_t d, uint64_t t) { report("compact", d, t); }));
   for (const auto& w : comp.blobs) change.blobs.push_back(w.id());
   report("commit", 0, 1);
-  auto next = store.new_version(req.job, req.step, old->version() + 1, std::move(to), std::move(stored),
-                                old->placement());
+  auto next =
+      store.new_version(req.job, req.step, old->version() + 1, std::move(to), std::move(stored), old->placement());
   change.next = next;
   old.reset();  // the change holds it until the commit; then its blobs may go
   PTC_RETURN_IF_ERROR(commit_change(store, change));
   res.version = next->version();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ptc::log::info("repartitioned {} {} -> {} (version {}): {} copies, {} extents, {} bytes remapped, {} compacted "
-                 "in {:.3f} s",
-                 name, res.from.to_string(), res.to.to_string(), res.version, res.copies, res.extents,
-                 res.bytes_remapped, res.bytes_compacted, res.seconds);
+  ptc::log::info(
+      "repartitioned {} {} -> {} (version {}): {} copies, {} extents, {} bytes remapped, {} compacted "
+      "in {:.3f} s",
+      name, res.from.to_string(), res.to.to_string(), res.version, res.copies, res.extents, res.bytes_remapped,
+      res.bytes_compacted, res.seconds);
   return res;
 }
 

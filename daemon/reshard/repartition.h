@@ -29,8 +29,8 @@ struct RepartitionResult {
   std::string job, step;
   ptc::Parallelism from, to;
   bool dry_run = false;
-  bool unchanged = false;   // the step already has this configuration
-  uint64_t version = 0;     // the new version (the current one for a dry run or no change)
+  bool unchanged = false;  // the step already has this configuration
+  uint64_t version = 0;    // the new version (the current one for a dry run or no change)
   size_t shards = 0, tensors = 0, copies = 0, fills = 0, extents = 0, compacted_slices = 0;
   uint64_t bytes_total = 0;      // bytes of the new shards
   uint64_t bytes_remapped = 0;   // served from old blobs without a copy

@@ -25,7 +25,11 @@ ptc::Status busy(const std::string& why) { return ptc::error(ptc::Code::kFailedP
 
 PendingFile::PendingFile(std::shared_ptr<PendingStep> step, Kind kind, std::string rel, ptc::ShardId shard,
                          std::string tensor, std::optional<BlobWriter> blob)
-    : kind(kind), rel(std::move(rel)), shard(shard), tensor(std::move(tensor)), blob(std::move(blob)),
+    : kind(kind),
+      rel(std::move(rel)),
+      shard(shard),
+      tensor(std::move(tensor)),
+      blob(std::move(blob)),
       step_(std::move(step)) {}
 
 uint64_t PendingFile::size() const {
@@ -85,7 +89,8 @@ ptc::Status PendingFile::write(uint64_t writer, uint64_t off, const void* data, 
     }
     if (!error.empty()) return ptc::invalid(error);
     if (kind == Kind::kPtcJson) {
-      if (off + len > kMaxPtcJson) return ptc::invalid(where + ": larger than " + std::to_string(kMaxPtcJson) + " bytes");
+      if (off + len > kMaxPtcJson)
+        return ptc::invalid(where + ": larger than " + std::to_string(kMaxPtcJson) + " bytes");
       if (text.size() < off + len) text.resize(off + len);
       std::copy_n(static_cast<const char*>(data), len, text.begin() + static_cast<std::ptrdiff_t>(off));
       end = std::max<uint64_t>(end, off + len);
@@ -131,7 +136,8 @@ ptc::Status PendingFile::truncate(uint64_t writer, uint64_t size) {
   // Only its writer changes a whole file; truncate(2) by path only while nobody has it open.
   if (whole() && owner != 0 && writer != owner) return busy(where + " is open for writing by another writer");
   if (size < written.end()) {
-    if (size != 0) return ptc::error(ptc::Code::kPermissionDenied, where + ": cannot cut written bytes off a file being saved");
+    if (size != 0)
+      return ptc::error(ptc::Code::kPermissionDenied, where + ": cannot cut written bytes off a file being saved");
     // Start again (open with O_TRUNC over a file written before).
     written.clear();
     text.clear();

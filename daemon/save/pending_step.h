@@ -64,26 +64,26 @@ class PendingFile final : public fs::WriteFile {
 
   // The rest is used under the step's lock (PendingStep::mu).
   Kind kind;
-  std::string rel;       // in the step's folder
-  ptc::ShardId shard;    // kShard, kTensor
-  std::string tensor;    // kTensor
-  std::string text;      // kPtcJson
+  std::string rel;     // in the step's folder
+  ptc::ShardId shard;  // kShard, kTensor
+  std::string tensor;  // kTensor
+  std::string text;    // kPtcJson
   std::optional<BlobWriter> blob;
   ByteRanges written;
-  uint64_t end = 0;      // the file's size: the largest end of a write or truncate
-  int writers = 0;           // handles open for writing
-  uint64_t last_writer = 0;  // ids given to them: 1, 2, ...
-  uint64_t owner = 0;        // a whole file's one open handle (0: none)
-  bool owner_closed = false;  // it was closed (flushed) and not written since: its release is coming
+  uint64_t end = 0;             // the file's size: the largest end of a write or truncate
+  int writers = 0;              // handles open for writing
+  uint64_t last_writer = 0;     // ids given to them: 1, 2, ...
+  uint64_t owner = 0;           // a whole file's one open handle (0: none)
+  bool owner_closed = false;    // it was closed (flushed) and not written since: its release is coming
   bool error_at_close = false;  // `error` was found by that close (void if the writer writes again)
-  bool dead = false;     // unlinked, or its step removed
+  bool dead = false;            // unlinked, or its step removed
   // Known once the header is written (and, for a shard, the file closed): where the data
   // starts and the size the header declares.
   std::optional<uint64_t> expected;
-  ptc::SafetensorsHeader header;  // kShard
-  ptc::NpyHeader npy;             // kTensor
+  ptc::SafetensorsHeader header;       // kShard
+  ptc::NpyHeader npy;                  // kTensor
   std::vector<size_t> entry_of_slice;  // kShard, once checked against the layout
-  std::string error;              // why the file contradicts ptc.json or itself ("" if it does not)
+  std::string error;                   // why the file contradicts ptc.json or itself ("" if it does not)
 
   // ptc.json or a shard file: written whole, by one writer at a time.
   bool whole() const { return kind != Kind::kTensor; }
@@ -109,8 +109,8 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   const std::string job, step;
   const int64_t created;
 
-  mutable std::mutex mu;  // guards everything below and the files' fields
-  std::condition_variable released;  // a whole file's handle was released
+  mutable std::mutex mu;                                         // guards everything below and the files' fields
+  std::condition_variable released;                              // a whole file's handle was released
   std::shared_ptr<const void> stamp = std::make_shared<int>(0);  // new on every add or remove
   std::set<std::string> dirs;
   std::map<std::string, std::shared_ptr<PendingFile>> files;

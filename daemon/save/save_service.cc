@@ -31,7 +31,8 @@ ptc::Status check_components(const std::string& where, const std::string& rel) {
     size_t slash = rel.find('/', pos);
     if (slash == std::string::npos) slash = rel.size();
     const std::string c = rel.substr(pos, slash - pos);
-    if (c.empty() || c == "." || c == ".." || c.size() > 250) return ptc::invalid(where + ": bad path component '" + c + "'");
+    if (c.empty() || c == "." || c == ".." || c.size() > 250)
+      return ptc::invalid(where + ": bad path component '" + c + "'");
     pos = slash + 1;
   }
   return ptc::Status::ok();
@@ -97,7 +98,8 @@ ptc::Status SaveService::make_job(const std::string& job) {
 }
 
 ptc::Status SaveService::make_step(const std::string& job, const std::string& step) {
-  PTC_ASSIGN_OR_RETURN(Claim name, store_.claim(Claim::kNewStep, job, step));  // kAlreadyExists when committed or being made
+  PTC_ASSIGN_OR_RETURN(Claim name,
+                       store_.claim(Claim::kNewStep, job, step));  // kAlreadyExists when committed or being made
   auto s = std::make_shared<PendingStep>(job, step, static_cast<int64_t>(::time(nullptr)), std::move(name));
   s->on_closed = [this](const std::shared_ptr<PendingStep>& st) { closed(st); };
   std::lock_guard lock(mu_);
@@ -144,7 +146,8 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::strin
   if (s->files.count(rel)) return ptc::error(ptc::Code::kAlreadyExists, where + " exists");
   const std::string shard_file = k.shard.name() + ".safetensors";
   if (k.kind == PendingFile::Kind::kTensor && s->files.count(shard_file))
-    return ptc::invalid(where + ": shard " + k.shard.name() + " is being written as " + shard_file + ", not per tensor");
+    return ptc::invalid(where + ": shard " + k.shard.name() + " is being written as " + shard_file +
+                        ", not per tensor");
   if (k.kind == PendingFile::Kind::kShard) {
     const std::string prefix = k.shard.name() + "/";
     for (const auto& [other, f] : s->files)
@@ -153,7 +156,8 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::strin
   }
   // A tensor's folders come with it (cp -r makes them first; a writer may not).
   if (k.kind == PendingFile::Kind::kTensor)
-    for (size_t at = rel.find('/'); at != std::string::npos; at = rel.find('/', at + 1)) s->dirs.insert(rel.substr(0, at));
+    for (size_t at = rel.find('/'); at != std::string::npos; at = rel.find('/', at + 1))
+      s->dirs.insert(rel.substr(0, at));
   auto f = std::make_shared<PendingFile>(s, k.kind, rel, k.shard, k.tensor, std::move(blob));  // not open yet
   if (auto st = s->check(*f); !st) return st;  // a shard or tensor the known layout does not have
   s->files[rel] = f;

@@ -41,8 +41,7 @@ BlobWriter::~BlobWriter() {
 }
 
 BlobWriter::BlobWriter(BlobWriter&& o) noexcept
-    : store_(o.store_),
-      id_(o.id_), fd_(o.fd_), path_(std::move(o.path_)), size_(o.size_), finished_(o.finished_) {
+    : store_(o.store_), id_(o.id_), fd_(o.fd_), path_(std::move(o.path_)), size_(o.size_), finished_(o.finished_) {
   o.fd_ = -1;
   o.path_.clear();
 }

@@ -9,7 +9,7 @@
 namespace ptcfs {
 
 struct SourceFile {
-  std::string path;      // absolute
+  std::string path;  // absolute
   uint64_t size = 0;
   int64_t mtime_ns = 0;  // when indexed: a file that changes afterwards is refused at read
   uint64_t blob = 0;     // non-zero when its bytes were copied into the store (--copy)
@@ -20,7 +20,7 @@ struct SampleRecord {
   uint64_t offset = 0;  // in its file
   uint64_t bytes = 0;   // in the file (a JSONL line with its '\n' when it has one)
   uint32_t file = 0;
-  uint32_t flags = 0;   // kSupplyNewline
+  uint32_t flags = 0;  // kSupplyNewline
 };
 static_assert(sizeof(SampleRecord) == 24);
 inline constexpr uint32_t kSupplyNewline = 1;

@@ -29,8 +29,8 @@ ptc::Result<std::shared_ptr<const DatasetSource>> DatasetSource::open(BlobStore&
   s->local_ = local;
   PTC_ASSIGN_OR_RETURN(s->table_, blobs.file(table));
   if (!s->table_->data() || s->table_->mapped_size() != num_samples * sizeof(SampleRecord))
-    return ptc::corrupt("sample table blob " + std::to_string(table) + " does not hold " +
-                        std::to_string(num_samples) + " samples");
+    return ptc::corrupt("sample table blob " + std::to_string(table) + " does not hold " + std::to_string(num_samples) +
+                        " samples");
   s->records_ = reinterpret_cast<const SampleRecord*>(s->table_->data());
   for (uint64_t i = 0; i < num_samples; ++i)
     if (s->records_[i].file >= files.size())
@@ -54,7 +54,8 @@ ptc::Result<std::shared_ptr<const DatasetSource>> DatasetSource::open(BlobStore&
     }
     auto opened = File::open_read(f.path);
     if (!opened) {
-      o.error = ptc::error(ptc::Code::kIo, "dataset file " + f.path + " cannot be opened: " + opened.status().message());
+      o.error =
+          ptc::error(ptc::Code::kIo, "dataset file " + f.path + " cannot be opened: " + opened.status().message());
       continue;
     }
     auto file = std::make_shared<File>(std::move(opened).value());
@@ -115,11 +116,12 @@ ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pi
         }
       } else {
         for (uint64_t done = 0; done < n;) {
-          const ssize_t got = ::pread(o.fd, gather->data() + used + done, n - done,
-                                      static_cast<off_t>(r.offset + p.off + done));
+          const ssize_t got =
+              ::pread(o.fd, gather->data() + used + done, n - done, static_cast<off_t>(r.offset + p.off + done));
           if (got < 0 && errno == EINTR) continue;
           if (got < 0) return ptc::io_error("reading dataset file " + files_[r.file].path, errno);
-          if (got == 0) return ptc::corrupt("dataset file " + files_[r.file].path + " is shorter than when it was added");
+          if (got == 0)
+            return ptc::corrupt("dataset file " + files_[r.file].path + " is shorter than when it was added");
           done += static_cast<uint64_t>(got);
         }
         out.add_mem(gather->data() + used, n);
@@ -158,13 +160,15 @@ const std::vector<uint32_t>& DatasetVersion::order() const {
 
 ptc::Status DatasetVersion::read_records(const std::vector<Piece>& pieces, fs::ReadBuffer& out) const {
   if (source_->local()) return source_->read(pieces, out);
-  if (!remote_) return ptc::error(ptc::Code::kUnavailable, "the files of dataset " + job_ + "/" + name_ + " are on node " + home_);
+  if (!remote_)
+    return ptc::error(ptc::Code::kUnavailable, "the files of dataset " + job_ + "/" + name_ + " are on node " + home_);
   return remote_->read_samples(*this, pieces, out);
 }
 
 std::shared_ptr<DatasetVersion> DatasetVersion::with_position(const ptc::DatasetPosition& pos, uint64_t version) const {
-  return std::make_shared<DatasetVersion>(job_, name_, version ? version : version_ + 1, static_cast<int64_t>(::time(nullptr)), spec_,
-                                          dtype_code_, pos, source_, home_, remote_);
+  return std::make_shared<DatasetVersion>(job_, name_, version ? version : version_ + 1,
+                                          static_cast<int64_t>(::time(nullptr)), spec_, dtype_code_, pos, source_,
+                                          home_, remote_);
 }
 
 std::vector<uint64_t> DatasetVersion::blobs_used() const {

@@ -43,9 +43,9 @@ class DatasetSource {
   // Maps the table (checking its size against num_samples) and, when `local`, opens the
   // files. A source file that is missing or changed since it was indexed is not an error
   // here: reads of its samples fail, naming it.
-  static ptc::Result<std::shared_ptr<const DatasetSource>> open(BlobStore& blobs, uint64_t table,
-                                                                uint64_t table_xxh3, std::vector<SourceFile> files,
-                                                                uint64_t num_samples, bool local);
+  static ptc::Result<std::shared_ptr<const DatasetSource>> open(BlobStore& blobs, uint64_t table, uint64_t table_xxh3,
+                                                                std::vector<SourceFile> files, uint64_t num_samples,
+                                                                bool local);
   const SampleRecord& sample(uint32_t s) const { return records_[s]; }
   uint64_t num_samples() const { return num_samples_; }
   uint64_t table() const { return table_id_; }

@@ -19,8 +19,10 @@ class MemoryKv final : public KvStore {
   }
   ptc::Status write(const WriteBatch& batch) override {
     for (const auto& [key, value] : batch.ops()) {
-      if (value) map_[key] = *value;
-      else map_.erase(key);
+      if (value)
+        map_[key] = *value;
+      else
+        map_.erase(key);
     }
     return ptc::Status::ok();
   }

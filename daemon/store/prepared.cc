@@ -70,8 +70,7 @@ ptc::Result<PreparedChange> prepare_removal(Store& store, const std::string& job
 }
 
 std::string describe(const PreparedChange& c) {
-  if (c.removes_step && c.replaced)
-    return "the removal of step " + c.replaced->job() + "/" + c.replaced->step();
+  if (c.removes_step && c.replaced) return "the removal of step " + c.replaced->job() + "/" + c.replaced->step();
   if (c.next) return "step " + c.next->job() + "/" + c.next->step() + " version " + std::to_string(c.next->version());
   std::string out;
   for (const auto& d : c.datasets)

@@ -36,8 +36,8 @@ uint64_t step_at(const Snapshot& snap, const std::string& job, const std::string
 // Rebuilds a change from its record. kFailedPrecondition: its base moved on; kAlreadyExists:
 // it is committed already.
 ptc::Result<PreparedChange> rebuild(Store& store, const Snapshot& snap, const json& rec, const std::string& where) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(rec, {"about", "job", "step", "replaced", "removes_step", "next", "datasets",
-                                               "blobs"}, where));
+  PTC_RETURN_IF_ERROR(ptc::check_members(
+      rec, {"about", "job", "step", "replaced", "removes_step", "next", "datasets", "blobs"}, where));
   PTC_ASSIGN_OR_RETURN(const std::string job, ptc::member_string_or(rec, "job", "", where));
   PTC_ASSIGN_OR_RETURN(const std::string step, ptc::member_string_or(rec, "step", "", where));
   PTC_ASSIGN_OR_RETURN(const uint64_t replaced, ptc::member_u64_or(rec, "replaced", 0, where));
@@ -92,8 +92,10 @@ ptc::Result<PreparedChange> rebuild(Store& store, const Snapshot& snap, const js
       if (step.empty() && dcurrent == dc.next->version()) return ptc::error(ptc::Code::kAlreadyExists, "committed");
       if (dcurrent != dreplaced)
         return ptc::error(ptc::Code::kFailedPrecondition, "dataset " + djob + "/" + name + " is at version " +
-                                                              std::to_string(dcurrent) + ", the change was prepared "
-                                                              "against " + std::to_string(dreplaced));
+                                                              std::to_string(dcurrent) +
+                                                              ", the change was prepared "
+                                                              "against " +
+                                                              std::to_string(dreplaced));
       if (dreplaced) dc.replaced = it->second;
       c.datasets.push_back(std::move(dc));
     }
@@ -147,10 +149,12 @@ void forget_prepared(Store& store, const std::string& tx) {
 
 std::vector<KeptChange> restore_prepared(Store& store) {
   std::vector<std::pair<std::string, std::string>> records;
-  if (auto s = store.scan_meta(Store::kPreparedPrefix, [&](std::string_view key, std::string_view value) {
-        records.emplace_back(std::string(key.substr(Store::kPreparedPrefix.size())), std::string(value));
-        return ptc::Status::ok();
-      });
+  if (auto s = store.scan_meta(Store::kPreparedPrefix,
+                               [&](std::string_view key, std::string_view value) {
+                                 records.emplace_back(std::string(key.substr(Store::kPreparedPrefix.size())),
+                                                      std::string(value));
+                                 return ptc::Status::ok();
+                               });
       !s) {
     ptc::log::error("reading the prepared changes kept in the metadata: {}", s.to_string());
     return {};
@@ -160,9 +164,9 @@ std::vector<KeptChange> restore_prepared(Store& store) {
   for (const auto& [tx, value] : records) {
     const std::string where = "prepared change " + tx + " kept in the metadata";
     auto rec = ptc::parse_json(value, where, ptc::Code::kCorrupt);
-    ptc::Result<PreparedChange> c = rec ? (rec->is_object() ? rebuild(store, *snap, *rec, where)
-                                                            : ptc::corrupt(where + ": not an object"))
-                                        : ptc::Result<PreparedChange>(rec.status());
+    ptc::Result<PreparedChange> c =
+        rec ? (rec->is_object() ? rebuild(store, *snap, *rec, where) : ptc::corrupt(where + ": not an object"))
+            : ptc::Result<PreparedChange>(rec.status());
     if (c) {
       ptc::log::info("kept {} (transaction {}) across the restart; it waits for its decision", describe(*c), tx);
       out.push_back(KeptChange{tx, std::move(c).value(), (*rec)["about"]});

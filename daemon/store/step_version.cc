@@ -88,7 +88,8 @@ ptc::Status StepVersion::pieces(const ptc::ShardId& shard, size_t slice, uint64_
                                 PieceSink& sink) const {
   const StoredSlice& ss = stored(shard, slice);
   if (off + len > slice_bytes(ss)) return ptc::internal("read past the end of a stored slice");
-  return walk_slice(ss, off, len, [this](uint64_t id) { return blobs_->file(id); }, sink);
+  return walk_slice(
+      ss, off, len, [this](uint64_t id) { return blobs_->file(id); }, sink);
 }
 
 namespace {
@@ -106,8 +107,10 @@ class ReplySink final : public ReadBufferSink {
     if (off + n > file->size())
       return ptc::corrupt("blob " + blobs_.path(file->id()) + " is shorter than its metadata says (" +
                           std::to_string(file->size()) + " bytes, a piece ends at " + std::to_string(off + n) + ")");
-    if (const std::byte* map = file->data()) buf.add_mapped(map + off, n, file->fd(), off);
-    else buf.add_fd(file->fd(), off, n);
+    if (const std::byte* map = file->data())
+      buf.add_mapped(map + off, n, file->fd(), off);
+    else
+      buf.add_fd(file->fd(), off, n);
     return ptc::Status::ok();
   }
 
@@ -148,8 +151,7 @@ std::string StepVersion::meta_key(const std::string& job, const std::string& ste
 }
 
 namespace {
-std::string slices_key(const std::string& job, const std::string& step, uint64_t version,
-                       const std::string& shard) {
+std::string slices_key(const std::string& job, const std::string& step, uint64_t version, const std::string& shard) {
   char v[24];
   std::snprintf(v, sizeof v, "%020" PRIu64, version);
   return "slices/" + job + "/" + step + "/" + v + "/" + shard;
@@ -166,8 +168,10 @@ void StepVersion::to_records(WriteBatch& batch) const {
       json x = json::array();
       const StoredSlice& ss = stored_[i][j];
       for (const auto& e : ss.extents) {
-        if (ss.rows > 1) x.push_back({e.blob, e.offset, e.len, e.stride});
-        else x.push_back({e.blob, e.offset, e.len});
+        if (ss.rows > 1)
+          x.push_back({e.blob, e.offset, e.len, e.stride});
+        else
+          x.push_back({e.blob, e.offset, e.len});
       }
       json o = {{"x", std::move(x)}};
       if (ss.rows > 1) o["r"] = ss.rows;
@@ -202,77 +206,76 @@ void StepVersion::delete_slice_records(WriteBatch& batch) const {
 }
 
 ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const std::string& job,
-                                                            const std::string& step,
-                                                            std::string_view step_record, BlobStore* blobs,
-                                                            const RemoteSlices* remote) {
+                                                            const std::string& step, std::string_view step_record,
+                                                            BlobStore* blobs, const RemoteSlices* remote) {
   const std::string where = "metadata of " + job + "/" + step;
   try {
-  PTC_ASSIGN_OR_RETURN(json rec, ptc::parse_json(step_record, where));
-  if (!rec.is_object() || !rec.contains("version") || !rec.contains("ptc"))
-    return ptc::corrupt(where + ": malformed step record");
-  PTC_ASSIGN_OR_RETURN(int64_t version, ptc::get_int(rec["version"], where + ": version", 0));
-  PTC_ASSIGN_OR_RETURN(int64_t created, ptc::get_int(rec.value("created", json(0)), where + ": created"));
-  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::parse_ptc_json(rec["ptc"].dump(), where));
-  PTC_ASSIGN_OR_RETURN(ptc::Layout layout, ptc::Layout::make(ptc, ptc.parallelism));
-  StepPlacement placement;
-  if (rec.contains("nodes")) {
-    for (const auto& n : rec.at("nodes")) placement.nodes.push_back(n.get<std::string>());
-    auto gpus = ptc::member_gpus_or_empty(rec, "gpus", where);
-    if (!gpus || (!gpus->empty() && gpus->size() != placement.nodes.size()))
-      return ptc::corrupt(where + ": malformed GPU counts of the placement");
-    placement.gpus = std::move(gpus).value();
-    placement.held.assign(layout.shards().size(), false);
-    for (const auto& h : rec.at("held")) {
-      const auto id = ptc::parse_shard_name(h.get<std::string>());
-      const auto& sh = layout.shards();
-      const auto it = id ? std::find(sh.begin(), sh.end(), *id) : sh.end();
-      if (it == sh.end()) return ptc::corrupt(where + ": holds unknown shard " + h.dump());
-      placement.held[static_cast<size_t>(it - sh.begin())] = true;
-    }
-    if (rec.contains("holders")) {
-      const json& hs = rec.at("holders");
-      if (!hs.is_object()) return ptc::corrupt(where + ": malformed holders");
-      for (const auto& sh : layout.shards()) {
-        auto ids = ptc::member_strings(hs, sh.name().c_str(), where + ": holders");
-        if (!ids) return ptc::corrupt(ids.status().message());
-        placement.holders.push_back(std::move(ids).value());
+    PTC_ASSIGN_OR_RETURN(json rec, ptc::parse_json(step_record, where));
+    if (!rec.is_object() || !rec.contains("version") || !rec.contains("ptc"))
+      return ptc::corrupt(where + ": malformed step record");
+    PTC_ASSIGN_OR_RETURN(int64_t version, ptc::get_int(rec["version"], where + ": version", 0));
+    PTC_ASSIGN_OR_RETURN(int64_t created, ptc::get_int(rec.value("created", json(0)), where + ": created"));
+    PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::parse_ptc_json(rec["ptc"].dump(), where));
+    PTC_ASSIGN_OR_RETURN(ptc::Layout layout, ptc::Layout::make(ptc, ptc.parallelism));
+    StepPlacement placement;
+    if (rec.contains("nodes")) {
+      for (const auto& n : rec.at("nodes")) placement.nodes.push_back(n.get<std::string>());
+      auto gpus = ptc::member_gpus_or_empty(rec, "gpus", where);
+      if (!gpus || (!gpus->empty() && gpus->size() != placement.nodes.size()))
+        return ptc::corrupt(where + ": malformed GPU counts of the placement");
+      placement.gpus = std::move(gpus).value();
+      placement.held.assign(layout.shards().size(), false);
+      for (const auto& h : rec.at("held")) {
+        const auto id = ptc::parse_shard_name(h.get<std::string>());
+        const auto& sh = layout.shards();
+        const auto it = id ? std::find(sh.begin(), sh.end(), *id) : sh.end();
+        if (it == sh.end()) return ptc::corrupt(where + ": holds unknown shard " + h.dump());
+        placement.held[static_cast<size_t>(it - sh.begin())] = true;
+      }
+      if (rec.contains("holders")) {
+        const json& hs = rec.at("holders");
+        if (!hs.is_object()) return ptc::corrupt(where + ": malformed holders");
+        for (const auto& sh : layout.shards()) {
+          auto ids = ptc::member_strings(hs, sh.name().c_str(), where + ": holders");
+          if (!ids) return ptc::corrupt(ids.status().message());
+          placement.holders.push_back(std::move(ids).value());
+        }
       }
     }
-  }
-  std::vector<std::vector<StoredSlice>> stored;
-  for (size_t si = 0; si < layout.shards().size(); ++si) {
-    const auto& shard = layout.shards()[si];
-    if (!placement.holds(si)) {
-      stored.emplace_back();
-      continue;
-    }
-    const std::string key = slices_key(job, step, static_cast<uint64_t>(version), shard.name());
-    PTC_ASSIGN_OR_RETURN(auto value, kv.get(key));
-    if (!value) return ptc::corrupt(where + ": missing record " + key);
-    PTC_ASSIGN_OR_RETURN(json sj, ptc::parse_json(*value, key));
-    const auto& slices = layout.slices(shard);
-    if (!sj.is_object() || sj.size() != slices.size()) return ptc::corrupt(key + ": wrong number of slices");
-    std::vector<StoredSlice> ss;
-    for (const auto& sl : slices) {
-      const std::string& name = layout.tensor(sl).name;
-      if (!sj.contains(name)) return ptc::corrupt(key + ": no slice for tensor '" + name + "'");
-      const json& o = sj[name];
-      StoredSlice s;
-      if (o.contains("h")) s.xxh3 = o.at("h").get<uint64_t>();
-      uint64_t total = 0;
-      for (const auto& e : o.at("x")) {
-        s.extents.push_back(Extent{e.at(0).get<uint64_t>(), e.at(1).get<uint64_t>(), e.at(2).get<uint64_t>(),
-                                   e.size() > 3 ? e.at(3).get<uint64_t>() : 0});
+    std::vector<std::vector<StoredSlice>> stored;
+    for (size_t si = 0; si < layout.shards().size(); ++si) {
+      const auto& shard = layout.shards()[si];
+      if (!placement.holds(si)) {
+        stored.emplace_back();
+        continue;
       }
-      if (o.contains("r")) s.rows = o.at("r").get<uint64_t>();
-      total = slice_bytes(s);
-      if (total != layout.bytes(sl)) return ptc::corrupt(key + ": extents of '" + name + "' do not add up");
-      ss.push_back(std::move(s));
+      const std::string key = slices_key(job, step, static_cast<uint64_t>(version), shard.name());
+      PTC_ASSIGN_OR_RETURN(auto value, kv.get(key));
+      if (!value) return ptc::corrupt(where + ": missing record " + key);
+      PTC_ASSIGN_OR_RETURN(json sj, ptc::parse_json(*value, key));
+      const auto& slices = layout.slices(shard);
+      if (!sj.is_object() || sj.size() != slices.size()) return ptc::corrupt(key + ": wrong number of slices");
+      std::vector<StoredSlice> ss;
+      for (const auto& sl : slices) {
+        const std::string& name = layout.tensor(sl).name;
+        if (!sj.contains(name)) return ptc::corrupt(key + ": no slice for tensor '" + name + "'");
+        const json& o = sj[name];
+        StoredSlice s;
+        if (o.contains("h")) s.xxh3 = o.at("h").get<uint64_t>();
+        uint64_t total = 0;
+        for (const auto& e : o.at("x")) {
+          s.extents.push_back(Extent{e.at(0).get<uint64_t>(), e.at(1).get<uint64_t>(), e.at(2).get<uint64_t>(),
+                                     e.size() > 3 ? e.at(3).get<uint64_t>() : 0});
+        }
+        if (o.contains("r")) s.rows = o.at("r").get<uint64_t>();
+        total = slice_bytes(s);
+        if (total != layout.bytes(sl)) return ptc::corrupt(key + ": extents of '" + name + "' do not add up");
+        ss.push_back(std::move(s));
+      }
+      stored.push_back(std::move(ss));
     }
-    stored.push_back(std::move(ss));
-  }
-  return std::make_shared<StepVersion>(job, step, static_cast<uint64_t>(version), created, std::move(layout),
-                                       std::move(stored), blobs, std::move(placement), remote);
+    return std::make_shared<StepVersion>(job, step, static_cast<uint64_t>(version), created, std::move(layout),
+                                         std::move(stored), blobs, std::move(placement), remote);
   } catch (const json::exception& e) {
     return ptc::corrupt(where + ": malformed slice record: " + e.what());
   }

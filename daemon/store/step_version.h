@@ -123,8 +123,8 @@ class RemoteSlices {
  public:
   virtual ~RemoteSlices() = default;
   // Appends bytes [off, off + len) of slice `slice` of `shard` of version v to out.
-  virtual ptc::Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off,
-                           uint64_t len, fs::ReadBuffer& out) const = 0;
+  virtual ptc::Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                           fs::ReadBuffer& out) const = 0;
 };
 
 // Thread-safety: immutable once made; every method may be called from many threads at once.
@@ -164,8 +164,7 @@ class StepVersion final : public fs::StepContent {
   // Adds deletions of this version's slice records to a batch (not the step record).
   void delete_slice_records(WriteBatch& batch) const;
   // Loads the current version of a step from its step record value.
-  static ptc::Result<std::shared_ptr<StepVersion>> load(KvStore& kv, const std::string& job,
-                                                        const std::string& step,
+  static ptc::Result<std::shared_ptr<StepVersion>> load(KvStore& kv, const std::string& job, const std::string& step,
                                                         std::string_view step_record, BlobStore* blobs,
                                                         const RemoteSlices* remote = nullptr);
 

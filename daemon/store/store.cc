@@ -123,7 +123,8 @@ ptc::Result<Claim> Store::claim(Claim::Kind kind, const std::string& job, const 
   const std::string what = job + "/" + name;
   switch (kind) {
     case Claim::kNewStep:
-      if (snap_->steps.count({job, name})) return ptc::error(ptc::Code::kAlreadyExists, "step " + what + " already exists");
+      if (snap_->steps.count({job, name}))
+        return ptc::error(ptc::Code::kAlreadyExists, "step " + what + " already exists");
       if (claimed_.count({kind, job, name}))
         return ptc::error(ptc::Code::kAlreadyExists, "step " + what + " is being imported");
       break;
@@ -147,9 +148,8 @@ void Store::release(Claim::Kind kind, const std::string& job, const std::string&
   claimed_.erase({kind, job, name});
 }
 
-std::shared_ptr<StepVersion> Store::new_version(std::string job, std::string step, uint64_t version,
-                                                ptc::Layout layout, std::vector<std::vector<StoredSlice>> stored,
-                                                StepPlacement placement) {
+std::shared_ptr<StepVersion> Store::new_version(std::string job, std::string step, uint64_t version, ptc::Layout layout,
+                                                std::vector<std::vector<StoredSlice>> stored, StepPlacement placement) {
   return std::make_shared<StepVersion>(std::move(job), std::move(step), version, static_cast<int64_t>(::time(nullptr)),
                                        std::move(layout), std::move(stored), blobs_.get(), std::move(placement),
                                        remote_);
@@ -259,7 +259,6 @@ ptc::Result<size_t> Store::collect_garbage() {
   if (removed) ptc::log::info("removed {} blobs that no version uses any more", removed);
   return removed;
 }
-
 
 fs::Contents mount_contents(const Store& store) {
   fs::Contents c;

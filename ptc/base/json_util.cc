@@ -53,8 +53,10 @@ size_t nesting_depth(std::string_view text, size_t limit) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -107,8 +109,8 @@ Result<int64_t> get_int(const nlohmann::json& v, const std::string& where, int64
     return invalid(where + ": integer out of range");
   const int64_t x = v.get<int64_t>();
   if (x < lo || x > hi)
-    return invalid(where + ": " + std::to_string(x) + " is outside [" + std::to_string(lo) + ", " +
-                   std::to_string(hi) + "]");
+    return invalid(where + ": " + std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                   "]");
   return x;
 }
 
@@ -191,7 +193,8 @@ Result<std::string> member_string_or(const nlohmann::json& obj, const char* key,
   return member_string(obj, key, where);
 }
 
-Result<uint64_t> member_u64_or(const nlohmann::json& obj, const char* key, uint64_t fallback, const std::string& where) {
+Result<uint64_t> member_u64_or(const nlohmann::json& obj, const char* key, uint64_t fallback,
+                               const std::string& where) {
   if (!member(obj, key)) return fallback;
   return member_u64(obj, key, where);
 }

@@ -19,11 +19,10 @@ namespace ptc {
 inline constexpr size_t kMaxJsonDepth = 64;
 
 // Parses text into JSON without exceptions. Refuses, with `code` and a message naming
-// `where`: nesting deeper than kMaxJsonDepth, bad syntax ("not valid JSON"), a raw NUL byte (nlohmann would stop reading
-// there, letting what follows pass unread), and a key repeated in one object (nlohmann
-// keeps the last one silently; other readers may keep the first).
-Result<nlohmann::json> parse_json(std::string_view text, const std::string& where,
-                                  Code code = Code::kInvalidArgument);
+// `where`: nesting deeper than kMaxJsonDepth, bad syntax ("not valid JSON"), a raw NUL byte (nlohmann would stop
+// reading there, letting what follows pass unread), and a key repeated in one object (nlohmann keeps the last one
+// silently; other readers may keep the first).
+Result<nlohmann::json> parse_json(std::string_view text, const std::string& where, Code code = Code::kInvalidArgument);
 
 // nlohmann's parse(text, nullptr, false) with the depth bound: a discarded value when the
 // text is not JSON or nests deeper than kMaxJsonDepth. For replies of peers and etcd, whose

@@ -52,7 +52,8 @@ struct Metrics {
       histograms(*reg, "ptcfs_operation_duration_seconds", "Duration of control operations");
   prometheus::Family<Counter>& op_bytes =
       counters(*reg, "ptcfs_operation_bytes_total", "Bytes imported, saved or re-split by control operations");
-  Counter& moved = counters(*reg, "ptcfs_repartition_moved_bytes_total", "Bytes repartitions moved between nodes").Add({});
+  Counter& moved =
+      counters(*reg, "ptcfs_repartition_moved_bytes_total", "Bytes repartitions moved between nodes").Add({});
   Counter& min = counters(*reg, "ptcfs_repartition_min_bytes_total",
                           "The least bytes those repartitions had to move (what any plan must move)")
                      .Add({});
@@ -98,7 +99,8 @@ struct Metrics {
     std::lock_guard lock(mu);
     auto it = peers_.find(id);
     if (it != peers_.end()) return it->second;
-    return peers_.emplace(id, std::make_pair(&peer_in.Add({{"peer", id}}), &peer_err.Add({{"peer", id}}))).first->second;
+    return peers_.emplace(id, std::make_pair(&peer_in.Add({{"peer", id}}), &peer_err.Add({{"peer", id}})))
+        .first->second;
   }
   Counter& sent(const std::string& id) {
     std::lock_guard lock(mu);
@@ -142,7 +144,9 @@ void repartition_bytes(uint64_t moved, uint64_t min) {
   m().min.Increment(static_cast<double>(min));
 }
 
-void peer_received(const std::string& peer, uint64_t bytes) { m().peer(peer).first->Increment(static_cast<double>(bytes)); }
+void peer_received(const std::string& peer, uint64_t bytes) {
+  m().peer(peer).first->Increment(static_cast<double>(bytes));
+}
 void peer_error(const std::string& peer) { m().peer(peer).second->Increment(); }
 void peer_sent(const std::string& peer, uint64_t bytes) {
   m().sent(peer.empty() ? "unknown" : peer).Increment(static_cast<double>(bytes));

@@ -37,8 +37,6 @@ Status Status::with_context(const std::string& context) const {
   return Status(code_, context + ": " + message_);
 }
 
-Status io_error(const std::string& what, int err) {
-  return Status(Code::kIo, what + ": " + std::strerror(err));
-}
+Status io_error(const std::string& what, int err) { return Status(Code::kIo, what + ": " + std::strerror(err)); }
 
 }  // namespace ptc

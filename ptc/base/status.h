@@ -13,20 +13,20 @@ namespace ptc {
 
 // The one table of error codes: enumerator, stable lower-case name (logs, JSON errors:
 // "not_found"), meaning. The enum and both name functions are generated from it.
-#define PTC_STATUS_CODES(X)                                                                          \
-  X(kOk, "ok")                                    /* success */                                      \
-  X(kInvalidArgument, "invalid_argument")         /* malformed input: bad ptc.json, shape, flag */   \
-  X(kNotFound, "not_found")                       /* an unknown job, step, tensor, file */           \
-  X(kAlreadyExists, "already_exists")             /* import over an existing step */                 \
-  X(kCorrupt, "corrupt")                          /* bytes fail validation: truncated, checksum */   \
-  X(kIo, "io")                                    /* the OS refused: open, read, write, fsync */     \
-  X(kPermissionDenied, "permission_denied")       /* authentication failed, path escapes its root */ \
-  X(kUnavailable, "unavailable")                  /* a peer or the daemon cannot be reached */       \
-  X(kFailedPrecondition, "failed_precondition")   /* well formed, but the state does not allow it */ \
-  X(kOutOfRange, "out_of_range")                  /* a region or offset outside its tensor or file */\
-  X(kResourceExhausted, "resource_exhausted")     /* a limit was hit: frame size, concurrency */     \
-  X(kDeadlineExceeded, "deadline_exceeded")       /* a peer did not answer in time */                \
-  X(kInternal, "internal")                        /* a bug: an invariant did not hold */
+#define PTC_STATUS_CODES(X)                                                                         \
+  X(kOk, "ok")                                  /* success */                                       \
+  X(kInvalidArgument, "invalid_argument")       /* malformed input: bad ptc.json, shape, flag */    \
+  X(kNotFound, "not_found")                     /* an unknown job, step, tensor, file */            \
+  X(kAlreadyExists, "already_exists")           /* import over an existing step */                  \
+  X(kCorrupt, "corrupt")                        /* bytes fail validation: truncated, checksum */    \
+  X(kIo, "io")                                  /* the OS refused: open, read, write, fsync */      \
+  X(kPermissionDenied, "permission_denied")     /* authentication failed, path escapes its root */  \
+  X(kUnavailable, "unavailable")                /* a peer or the daemon cannot be reached */        \
+  X(kFailedPrecondition, "failed_precondition") /* well formed, but the state does not allow it */  \
+  X(kOutOfRange, "out_of_range")                /* a region or offset outside its tensor or file */ \
+  X(kResourceExhausted, "resource_exhausted")   /* a limit was hit: frame size, concurrency */      \
+  X(kDeadlineExceeded, "deadline_exceeded")     /* a peer did not answer in time */                 \
+  X(kInternal, "internal")                      /* a bug: an invariant did not hold */
 
 enum class Code {
 #define PTC_STATUS_ENUM(e, name) e,
@@ -86,9 +86,18 @@ class [[nodiscard]] Result {
     static const Status kOk;
     return is_ok() ? kOk : std::get<Status>(v_);
   }
-  T& value() & { assert(is_ok()); return std::get<T>(v_); }
-  const T& value() const& { assert(is_ok()); return std::get<T>(v_); }
-  T&& value() && { assert(is_ok()); return std::get<T>(std::move(v_)); }
+  T& value() & {
+    assert(is_ok());
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    assert(is_ok());
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    assert(is_ok());
+    return std::get<T>(std::move(v_));
+  }
   // The value, or `fallback` on an error.
   T value_or(T fallback) const& { return is_ok() ? std::get<T>(v_) : std::move(fallback); }
   T* operator->() { return &value(); }
@@ -112,9 +121,9 @@ class [[nodiscard]] Result {
 #define PTC_RETURN_IF_ERROR(...) PTC_RIE_PICK(__VA_ARGS__, PTC_RIE_CTX, PTC_RIE_PLAIN, )(__VA_ARGS__)
 #define PTC_RIE_PICK(a, b, name, ...) name
 #define PTC_RIE_PLAIN(expr) PTC_RIE_CTX(expr, std::string())
-#define PTC_RIE_CTX(expr, context)                                                  \
-  do {                                                                              \
-    ::ptc::Status _ptc_st = (expr);                                                 \
+#define PTC_RIE_CTX(expr, context)                                                        \
+  do {                                                                                    \
+    ::ptc::Status _ptc_st = (expr);                                                       \
     if (!_ptc_st.is_ok()) return ::ptc::detail::add_context(std::move(_ptc_st), context); \
   } while (0)
 
@@ -124,9 +133,9 @@ class [[nodiscard]] Result {
 #define PTC_AOR_PICK(a, b, c, name, ...) name
 #define PTC_AOR_PLAIN(lhs, expr) PTC_AOR_CTX(lhs, expr, std::string())
 #define PTC_AOR_CTX(lhs, expr, context) PTC_AOR_IMPL(PTC_CONCAT(_ptc_res_, __LINE__), lhs, expr, context)
-#define PTC_AOR_IMPL(tmp, lhs, expr, context)                                     \
-  auto tmp = (expr);                                                              \
-  if (!tmp.is_ok()) return ::ptc::detail::add_context(tmp.status(), context);     \
+#define PTC_AOR_IMPL(tmp, lhs, expr, context)                                 \
+  auto tmp = (expr);                                                          \
+  if (!tmp.is_ok()) return ::ptc::detail::add_context(tmp.status(), context); \
   lhs = std::move(tmp).value()
 
 namespace ptc::detail {

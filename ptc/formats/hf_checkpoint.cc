@@ -69,7 +69,8 @@ Result<std::vector<HfTensor>> hf_tensors(const std::vector<HfFile>& files, const
       auto it = by_name.find(tensor);
       if (it == by_name.end()) return invalid(where + " names tensor " + tensor + " in " + file + ", which lacks it");
       if (files[it->second.file].name != file)
-        return invalid(where + " names tensor " + tensor + " in " + file + ", but it is in " + files[it->second.file].name);
+        return invalid(where + " names tensor " + tensor + " in " + file + ", but it is in " +
+                       files[it->second.file].name);
     }
     for (const auto& [tensor, t] : by_name)
       if (!map.count(tensor))

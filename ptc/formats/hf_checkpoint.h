@@ -44,14 +44,14 @@ Result<std::vector<HfTensor>> hf_tensors(const std::vector<HfFile>& files, const
 
 // The reads of a checkpoint directory, done by the caller (ptc does no I/O).
 struct HfReader {
-  std::function<Result<std::vector<std::string>>()> list;                      // the file names in it
-  std::function<Result<std::string>(const std::string& name)> read_text;       // a small file (the index)
+  std::function<Result<std::vector<std::string>>()> list;                         // the file names in it
+  std::function<Result<std::string>(const std::string& name)> read_text;          // a small file (the index)
   std::function<Result<SafetensorsHeader>(const std::string& name)> read_header;  // a file's header
 };
 
 struct HfCheckpoint {
   std::vector<HfFile> files;
-  std::vector<HfTensor> tensors;  // sorted by name
+  std::vector<HfTensor> tensors;   // sorted by name
   std::optional<HfConfig> config;  // config.json, when the directory has one
   std::vector<TensorInfo> infos() const;
 };

@@ -27,7 +27,8 @@ Result<int64_t> product(const HfConfig* config, std::string_view expr, const std
   size_t pos = 0;
   while (true) {
     const size_t star = expr.find('*', pos);
-    const std::string_view term = expr.substr(pos, star == std::string_view::npos ? std::string_view::npos : star - pos);
+    const std::string_view term =
+        expr.substr(pos, star == std::string_view::npos ? std::string_view::npos : star - pos);
     int64_t v = 0;
     if (is_name(term)) {
       if (!config) {

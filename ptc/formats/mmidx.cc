@@ -20,11 +20,20 @@ void append_le(std::string& out, T v) {
 
 int mmidx_itemsize(int code) {
   switch (code) {
-    case 1: case 2: return 1;
-    case 3: case 8: return 2;
-    case 4: case 7: return 4;
-    case 5: case 6: return 8;
-    default: return 0;
+    case 1:
+    case 2:
+      return 1;
+    case 3:
+    case 8:
+      return 2;
+    case 4:
+    case 7:
+      return 4;
+    case 5:
+    case 6:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -50,7 +59,8 @@ Result<MmidxIndex> parse_mmidx(std::string_view idx, uint64_t bin_size, const st
   const uint64_t body = idx.size() - kMmidxHeaderBytes;
   if (n > body / 12 || m > body / 8 || kMmidxHeaderBytes + n * 12 + m * 8 != idx.size())
     return bad("size " + std::to_string(idx.size()) + " bytes does not match its " + std::to_string(n) +
-               " sequences and " + std::to_string(m) + " document indices (truncated, or trailing bytes such as "
+               " sequences and " + std::to_string(m) +
+               " document indices (truncated, or trailing bytes such as "
                "multimodal sequence modes, which are not supported)");
   const char* lengths = idx.data() + kMmidxHeaderBytes;
   const char* pointers = lengths + n * 4;

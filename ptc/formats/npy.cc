@@ -103,8 +103,7 @@ class DictReader {
     return true;
   }
   void skip_ws() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
   }
   // A quoted string without escapes (no descr or key needs one).
   Status read_string(std::string& out) {
@@ -256,8 +255,7 @@ Result<NpyHeader> parse_header(std::string_view prefix, uint64_t file_size, cons
 
   int64_t n = static_cast<int64_t>(itemsize);
   for (int64_t d : h.shape)
-    if (__builtin_mul_overflow(n, d, &n))
-      return corrupt(file + ": shape " + shape_string(h.shape) + " is too large");
+    if (__builtin_mul_overflow(n, d, &n)) return corrupt(file + ": shape " + shape_string(h.shape) + " is too large");
   h.data_bytes = static_cast<uint64_t>(n);
   return h;
 }

@@ -269,7 +269,8 @@ Result<TemplateRule> parse_rule(const json& r, const std::string& where) {
     const bool listed = s.is_array() && !s.empty() &&
                         std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_number_integer(); });
     if (!named && !listed)
-      return invalid(where + ": stage must be \"first\", \"last\", \"all\" or a list of stage indices, got " + s.dump());
+      return invalid(where + ": stage must be \"first\", \"last\", \"all\" or a list of stage indices, got " +
+                     s.dump());
   }
   for (const char* k : {"tp_dim", "parts", "pad_to", "stage"})
     if (r.contains(k)) rule.fields[k] = r[k];
@@ -379,12 +380,14 @@ Result<Ptc> infer_ptc(const PtcTemplate& t, const std::vector<TensorInfo>& tenso
   if (!mismatched.empty()) {
     std::sort(mismatched.begin(), mismatched.end());
     return invalid(where + ": " + std::to_string(mismatched.size()) +
-                   (mismatched.size() == 1 ? " tensor disagrees" : " tensors disagree") + " with " + kHfConfigFile + " (template '" + t.name + "'):" + name_list(mismatched));
+                   (mismatched.size() == 1 ? " tensor disagrees" : " tensors disagree") + " with " + kHfConfigFile +
+                   " (template '" + t.name + "'):" + name_list(mismatched));
   }
   if (config && config->tie_word_embeddings == false)
     for (size_t i = 0; i < t.rules.size(); ++i)
       if (t.rules[i].required_if_untied && !used[i])
-        return invalid(where + ": " + kHfConfigFile + " says tie_word_embeddings is false, but the checkpoint has no tensor matching '" +
+        return invalid(where + ": " + kHfConfigFile +
+                       " says tie_word_embeddings is false, but the checkpoint has no tensor matching '" +
                        t.rules[i].match + "'");
   if (specs.empty()) return invalid(where + ": template '" + t.name + "' leaves no tensor");
   const json doc = {{"parallelism", {{"tp", parallelism.tp}, {"pp", parallelism.pp}, {"dp", parallelism.dp}}},

@@ -16,9 +16,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string range_string(uint64_t b, uint64_t e) {
-  return "[" + std::to_string(b) + ", " + std::to_string(e) + ")";
-}
+std::string range_string(uint64_t b, uint64_t e) { return "[" + std::to_string(b) + ", " + std::to_string(e) + ")"; }
 
 // Bytes of `shape` elements of `dtype`; false on overflow of int64 (no file holds more).
 bool byte_size(DType dtype, const Shape& shape, uint64_t& out) {
@@ -64,14 +62,16 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const json& v, uin
   const json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !as_index(off[0], e.begin) || !as_index(off[1], e.end))
     return corrupt(where + "data_offsets " + off.dump() + " is not a pair of non-negative integers");
-  if (e.begin > e.end) return corrupt(where + "data_offsets " + range_string(e.begin, e.end) + " end before they begin");
+  if (e.begin > e.end)
+    return corrupt(where + "data_offsets " + range_string(e.begin, e.end) + " end before they begin");
 
   uint64_t need;
   if (!byte_size(e.dtype, e.shape, need))
     return corrupt(where + std::string(dtype_name(e.dtype)) + " " + shape_string(e.shape) + " is too large");
   if (e.end - e.begin != need)
     return corrupt(where + "data_offsets " + range_string(e.begin, e.end) + " hold " + std::to_string(e.end - e.begin) +
-                   " bytes but " + dtype_name(e.dtype) + " " + shape_string(e.shape) + " needs " + std::to_string(need));
+                   " bytes but " + dtype_name(e.dtype) + " " + shape_string(e.shape) + " needs " +
+                   std::to_string(need));
   if (e.end > data_size)
     return corrupt(where + "data_offsets " + range_string(e.begin, e.end) + " run past the data area of " +
                    std::to_string(data_size) + " bytes");
@@ -87,7 +87,6 @@ Status parse_metadata(const json& v, const std::string& file, std::map<std::stri
   }
   return Status::ok();
 }
-
 
 // Whether s is valid UTF-8. dump() throws on anything else, so names and metadata are
 // checked with it here, once, and the header's own dump() cannot throw.
@@ -177,9 +176,7 @@ Result<SafetensorsHeader> parse_safetensors(std::string_view prefix, uint64_t fi
   return h;
 }
 
-uint64_t SafetensorsLayout::file_size() const {
-  return header.size() + (entries.empty() ? 0 : entries.back().end);
-}
+uint64_t SafetensorsLayout::file_size() const { return header.size() + (entries.empty() ? 0 : entries.back().end); }
 
 Result<SafetensorsLayout> layout_safetensors(const std::vector<TensorDecl>& tensors,
                                              const std::map<std::string, std::string>& metadata) {

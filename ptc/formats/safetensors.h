@@ -29,10 +29,10 @@ struct SafetensorsEntry {
 };
 
 struct SafetensorsHeader {
-  uint64_t header_len = 0;                     // N
-  uint64_t data_start = 0;                     // 8 + N: file offset of the data area
-  std::vector<SafetensorsEntry> entries;       // sorted by begin offset
-  std::map<std::string, std::string> metadata; // "__metadata__"
+  uint64_t header_len = 0;                      // N
+  uint64_t data_start = 0;                      // 8 + N: file offset of the data area
+  std::vector<SafetensorsEntry> entries;        // sorted by begin offset
+  std::map<std::string, std::string> metadata;  // "__metadata__"
   const SafetensorsEntry* find(std::string_view name) const;
 };
 
@@ -42,12 +42,10 @@ inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 // Parses the header, given the first bytes of the file (`prefix`, which must hold at least
 // 8 + N bytes; a shorter prefix is kCorrupt "truncated") and the file's total size.
 // `file` names the file in error messages.
-Result<SafetensorsHeader> parse_safetensors(std::string_view prefix, uint64_t file_size,
-                                            const std::string& file);
+Result<SafetensorsHeader> parse_safetensors(std::string_view prefix, uint64_t file_size, const std::string& file);
 
 // Reads just the 8-byte length from the start of a file; kCorrupt if it is absurd.
-Result<uint64_t> safetensors_header_len(std::string_view first8, uint64_t file_size,
-                                        const std::string& file);
+Result<uint64_t> safetensors_header_len(std::string_view first8, uint64_t file_size, const std::string& file);
 
 // Reads bytes [offset, offset + len) of a file into buf; how many it got (fewer at its end).
 using ReadAtFn = std::function<Result<size_t>(uint64_t offset, void* buf, size_t len)>;
@@ -58,7 +56,7 @@ Result<SafetensorsHeader> read_safetensors_header(uint64_t file_size, const Read
 // What a writer lays out: the header bytes (length prefix included, JSON padded with
 // spaces to a multiple of 8 so that the data area is 8-aligned) and each tensor's range.
 struct SafetensorsLayout {
-  std::string header;                   // file bytes [0, data_start)
+  std::string header;                     // file bytes [0, data_start)
   std::vector<SafetensorsEntry> entries;  // in the order given, packed, no gaps
   uint64_t file_size() const;
 };

@@ -110,8 +110,8 @@ Result<std::vector<JobOption>> job_options(const JobSpec& job, int gpus) {
   }
   if (out.empty())
     return invalid(at + ": its model runs on no GPU count between " + std::to_string(job.min_gpus) + " and " +
-                   std::to_string(hi) + (last.is_ok() ? std::string() : " (at " + std::to_string(hi) + ": " +
-                                                                             last.message() + ")"));
+                   std::to_string(hi) +
+                   (last.is_ok() ? std::string() : " (at " + std::to_string(hi) + ": " + last.message() + ")"));
   return out;
 }
 
@@ -149,12 +149,13 @@ std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::v
 
 Result<Allocation> allocate_throughput(const std::vector<JobSpec>& jobs, int gpus) {
   if (gpus < 1) return invalid("gpus must be at least 1, got " + std::to_string(gpus));
-  if (gpus > kMaxGpus) return invalid("gpus must be at most " + std::to_string(kMaxGpus) + ", got " + std::to_string(gpus));
+  if (gpus > kMaxGpus)
+    return invalid("gpus must be at most " + std::to_string(kMaxGpus) + ", got " + std::to_string(gpus));
   std::vector<std::vector<JobOption>> options;
   for (const JobSpec& job : jobs) {
     if (job.min_gpus > gpus)
-      return invalid("job '" + job.name + "' asks for at least " + std::to_string(job.min_gpus) + " GPUs, more than the " +
-                     std::to_string(gpus) + " there are");
+      return invalid("job '" + job.name + "' asks for at least " + std::to_string(job.min_gpus) +
+                     " GPUs, more than the " + std::to_string(gpus) + " there are");
     PTC_ASSIGN_OR_RETURN(auto o, job_options(job, gpus));
     options.push_back(std::move(o));
   }

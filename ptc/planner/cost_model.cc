@@ -105,9 +105,7 @@ int64_t model_params(const ModelSpec& m, int tp) {
   return m.layers * layer_params(m) + padded_vocab(m, tp) * h + m.seq * h + 2 * h;
 }
 
-int64_t stage_layers(int64_t layers, int pp, int stage) {
-  return layers / pp + (stage < layers % pp ? 1 : 0);
-}
+int64_t stage_layers(int64_t layers, int pp, int stage) { return layers / pp + (stage < layers % pp ? 1 : 0); }
 
 // Megatron splits the QKV and first MLP products by columns, the output projection and
 // second MLP product by rows (Shoeybi et al. 2019): every weight and the column-parallel
@@ -133,9 +131,12 @@ int64_t gpu_params(const ModelSpec& m, const ParallelConfig& c, int stage) {
 // Adam moments), FP16 20 / 4 + 16/d, FP32 16 / 8 + 8/d.
 BytesPerParam bytes_per_param(Precision p) {
   switch (p) {
-    case Precision::kBF16: return {2, 4, 12};
-    case Precision::kF16: return {2, 2, 16};
-    case Precision::kF32: return {4, 4, 8};
+    case Precision::kBF16:
+      return {2, 4, 12};
+    case Precision::kF16:
+      return {2, 2, 16};
+    case Precision::kF32:
+      return {4, 4, 8};
   }
   return {};
 }
@@ -196,8 +197,8 @@ MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int sta
   // 4 s b h / t (1 + V / h) in all.
   if (stage == c.pp - 1) {
     const double e_bytes = activation_element_bytes(m.dtype);
-    e.activations += 2 * e_bytes * sbh / share +
-                     4.0 * m.seq * c.micro_batch * static_cast<double>(padded_vocab(m, c.tp)) / c.tp;
+    e.activations +=
+        2 * e_bytes * sbh / share + 4.0 * m.seq * c.micro_batch * static_cast<double>(padded_vocab(m, c.tp)) / c.tp;
   }
   return e;
 }
@@ -210,7 +211,8 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const ParallelConfig& c) {
 }
 
 double flops_per_step(const ModelSpec& m, int tp) {
-  const double per_sequence = static_cast<double>(m.layers) * layer_training_flops(m, 1) + logit_training_flops(m, tp, 1);
+  const double per_sequence =
+      static_cast<double>(m.layers) * layer_training_flops(m, 1) + logit_training_flops(m, tp, 1);
   return static_cast<double>(m.global_batch) * per_sequence;
 }
 

@@ -32,7 +32,8 @@ double earliest_start(const std::vector<Interval>& placed, int gpus, double seco
   for (double t : candidates) {
     bool fits = used_at(placed, t) + gpus <= capacity;
     for (size_t k = 0; fits && k < placed.size(); ++k)
-      if (placed[k].start > t && placed[k].start < t + seconds) fits = used_at(placed, placed[k].start) + gpus <= capacity;
+      if (placed[k].start > t && placed[k].start < t + seconds)
+        fits = used_at(placed, placed[k].start) + gpus <= capacity;
     if (fits) return t;
   }
   return candidates.back();  // every placed job has ended by then (unreachable while gpus <= capacity)
@@ -78,11 +79,12 @@ Result<std::vector<std::vector<TimedOption>>> timed_options(const std::vector<Jo
   std::vector<std::vector<TimedOption>> out;
   for (const JobSpec& job : jobs) {
     if (!job.samples)
-      return invalid("job '" + job.name + "' lacks 'samples' (how many samples it trains), which the makespan policy "
+      return invalid("job '" + job.name +
+                     "' lacks 'samples' (how many samples it trains), which the makespan policy "
                      "needs to know how long it runs");
     if (job.min_gpus > gpus)
-      return invalid("job '" + job.name + "' asks for at least " + std::to_string(job.min_gpus) + " GPUs, more than the " +
-                     std::to_string(gpus) + " there are");
+      return invalid("job '" + job.name + "' asks for at least " + std::to_string(job.min_gpus) +
+                     " GPUs, more than the " + std::to_string(gpus) + " there are");
     PTC_ASSIGN_OR_RETURN(auto options, job_options(job, gpus));
     std::vector<TimedOption> timed;
     for (const auto& o : options)
@@ -154,8 +156,8 @@ Result<MakespanMilp> makespan_milp(const std::vector<std::vector<TimedOption>>& 
   for (const auto& job : slotted)
     for (const auto& o : job) columns += static_cast<size_t>(std::max(0.0, m.slots - o.seconds + 1));
   if (columns > max_columns)
-    return invalid("the schedule needs " + std::to_string(m.slots) + " slots of " + std::to_string(slot_s) +
-                   " s and " + std::to_string(columns) + " variables, more than " + std::to_string(max_columns) +
+    return invalid("the schedule needs " + std::to_string(m.slots) + " slots of " + std::to_string(slot_s) + " s and " +
+                   std::to_string(columns) + " variables, more than " + std::to_string(max_columns) +
                    ": use fewer, longer slots");
 
   Milp& p = m.milp;
@@ -196,7 +198,8 @@ Result<MakespanMilp> makespan_milp(const std::vector<std::vector<TimedOption>>& 
   for (size_t k = 0; k < m.x.size(); ++k) {
     const auto& x = m.x[k];
     const ScheduledJob& sj = greedy.jobs[x.job];
-    if (sj.option.option.gpus == slotted[x.job][x.option].option.gpus && std::llround(sj.start_s) == x.slot) m.start[k] = 1;
+    if (sj.option.option.gpus == slotted[x.job][x.option].option.gpus && std::llround(sj.start_s) == x.slot)
+      m.start[k] = 1;
   }
   m.start[static_cast<size_t>(m.makespan_column)] = m.slots;
   return m;

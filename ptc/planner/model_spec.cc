@@ -10,18 +10,24 @@ using nlohmann::json;
 
 const char* recompute_name(Recompute r) {
   switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
   }
   return "?";
 }
 
 const char* precision_name(Precision p) {
   switch (p) {
-    case Precision::kBF16: return "BF16";
-    case Precision::kF16: return "F16";
-    case Precision::kF32: return "F32";
+    case Precision::kBF16:
+      return "BF16";
+    case Precision::kF16:
+      return "F16";
+    case Precision::kF32:
+      return "F32";
   }
   return "?";
 }
@@ -53,7 +59,8 @@ Result<int64_t> required_int(const json& j, const char* key, const std::string& 
 }
 
 Result<GpuSpec> parse_gpu(const json& g, const std::string& where) {
-  PTC_RETURN_IF_ERROR(check_members(g, {"memory_gb", "tflops", "per_node", "intra_node_gbps", "inter_node_gbps"}, where));
+  PTC_RETURN_IF_ERROR(
+      check_members(g, {"memory_gb", "tflops", "per_node", "intra_node_gbps", "inter_node_gbps"}, where));
   GpuSpec gpu;
   for (const char* key : {"memory_gb", "tflops", "per_node", "intra_node_gbps", "inter_node_gbps"})
     if (!g.contains(key)) return invalid(where + " lacks '" + key + "'");
@@ -69,9 +76,9 @@ Result<GpuSpec> parse_gpu(const json& g, const std::string& where) {
 }  // namespace
 
 Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
-  PTC_RETURN_IF_ERROR(check_members(j, {"layers", "hidden", "heads", "ffn", "vocab", "seq", "global_batch",
-                                        "query_groups", "dtype", "distributed_optimizer", "recompute",
-                                        "sequence_parallel", "gpu"},
+  PTC_RETURN_IF_ERROR(check_members(j,
+                                    {"layers", "hidden", "heads", "ffn", "vocab", "seq", "global_batch", "query_groups",
+                                     "dtype", "distributed_optimizer", "recompute", "sequence_parallel", "gpu"},
                                     where));
   ModelSpec m;
   PTC_ASSIGN_OR_RETURN(m.layers, required_int(j, "layers", where, kMaxLayers));
@@ -93,19 +100,27 @@ Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
                    std::to_string(m.query_groups) + ")");
   if (j.contains("dtype")) {
     PTC_ASSIGN_OR_RETURN(std::string d, get_string(j["dtype"], where + ": dtype"));
-    if (d == "BF16") m.dtype = Precision::kBF16;
-    else if (d == "F16") m.dtype = Precision::kF16;
-    else if (d == "F32") m.dtype = Precision::kF32;
-    else return invalid(where + ": dtype '" + d + "' is not one of BF16, F16, F32");
+    if (d == "BF16")
+      m.dtype = Precision::kBF16;
+    else if (d == "F16")
+      m.dtype = Precision::kF16;
+    else if (d == "F32")
+      m.dtype = Precision::kF32;
+    else
+      return invalid(where + ": dtype '" + d + "' is not one of BF16, F16, F32");
   }
   PTC_ASSIGN_OR_RETURN(m.distributed_optimizer, member_bool_or(j, "distributed_optimizer", false, where));
   PTC_ASSIGN_OR_RETURN(m.sequence_parallel, member_bool_or(j, "sequence_parallel", true, where));
   if (j.contains("recompute")) {
     PTC_ASSIGN_OR_RETURN(std::string r, get_string(j["recompute"], where + ": recompute"));
-    if (r == "none") m.recompute = Recompute::kNone;
-    else if (r == "selective") m.recompute = Recompute::kSelective;
-    else if (r == "full") m.recompute = Recompute::kFull;
-    else return invalid(where + ": recompute '" + r + "' is not one of none, selective, full");
+    if (r == "none")
+      m.recompute = Recompute::kNone;
+    else if (r == "selective")
+      m.recompute = Recompute::kSelective;
+    else if (r == "full")
+      m.recompute = Recompute::kFull;
+    else
+      return invalid(where + ": recompute '" + r + "' is not one of none, selective, full");
   }
   if (!j.contains("gpu")) return invalid(where + " lacks 'gpu'");
   PTC_ASSIGN_OR_RETURN(m.gpu, parse_gpu(j["gpu"], where + ": gpu"));

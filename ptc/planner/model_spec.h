@@ -51,7 +51,7 @@ struct ModelSpec {
   Precision dtype = Precision::kBF16;
   bool distributed_optimizer = false;  // Adam state sharded over data-parallel ranks
   Recompute recompute = Recompute::kNone;
-  bool sequence_parallel = true;       // Korthikanti et al.'s sequence parallelism alongside tp
+  bool sequence_parallel = true;  // Korthikanti et al.'s sequence parallelism alongside tp
   GpuSpec gpu;
 };
 

@@ -86,7 +86,8 @@ bool better(const Candidate& a, const Candidate& b) {
 
 Result<std::vector<Candidate>> plan_parallelism(const ModelSpec& m, int gpus) {
   if (gpus < 1) return invalid("gpus must be at least 1, got " + std::to_string(gpus));
-  if (gpus > kMaxGpus) return invalid("gpus must be at most " + std::to_string(kMaxGpus) + ", got " + std::to_string(gpus));
+  if (gpus > kMaxGpus)
+    return invalid("gpus must be at most " + std::to_string(kMaxGpus) + ", got " + std::to_string(gpus));
   const std::vector<ParallelConfig> configs = valid_configs(m, gpus);
   if (configs.empty())
     return invalid("no valid configuration of " + std::to_string(gpus) + " GPUs: tp must divide heads (" +

@@ -23,7 +23,7 @@ struct Candidate {
   ParallelConfig config;
   MemoryEstimate memory;
   StepEstimate step;
-  double memory_gb() const;       // memory.total() in GiB
+  double memory_gb() const;  // memory.total() in GiB
   double step_seconds() const { return step.total(); }
   double tflops_per_gpu() const;  // step.flops / (gpus x step seconds), in TFLOP/s
 };

@@ -32,16 +32,16 @@ const std::map<Code, int>& expected_errno() {
 
 }  // namespace
 
-TEST_CASE("every status code maps to the errno it means") {
-  // Generated from the table itself: a code added to PTC_STATUS_CODES without a row above fails here.
-#define PTC_ERRNO_CASE(e, name)                                                  \
-  SECTION(name) {                                                                \
-    auto it = expected_errno().find(Code::e);                                    \
-    INFO("code " << name << " has no expected errno in this test");              \
-    REQUIRE(it != expected_errno().end());                                       \
-    CHECK(to_errno(ptc::Status(Code::e, "x")) == it->second);                    \
+TEST_CASE("every status code maps to the errno it means"){
+// Generated from the table itself: a code added to PTC_STATUS_CODES without a row above fails here.
+#define PTC_ERRNO_CASE(e, name)                                     \
+  SECTION(name) {                                                   \
+    auto it = expected_errno().find(Code::e);                       \
+    INFO("code " << name << " has no expected errno in this test"); \
+    REQUIRE(it != expected_errno().end());                          \
+    CHECK(to_errno(ptc::Status(Code::e, "x")) == it->second);       \
   }
-  PTC_STATUS_CODES(PTC_ERRNO_CASE)
+    PTC_STATUS_CODES(PTC_ERRNO_CASE)
 #undef PTC_ERRNO_CASE
 }
 

@@ -16,7 +16,11 @@ class FakeDataset final : public DatasetContent {
   // `records` by sample id; `order`: the epoch's permutation of them.
   FakeDataset(uint64_t version, ptc::DatasetSpec spec, ptc::DatasetPosition pos, std::vector<std::string> records,
               std::vector<uint32_t> order, int dtype_code = 0)
-      : spec_(spec), pos_(pos), version_(version), records_(std::move(records)), order_(std::move(order)),
+      : spec_(spec),
+        pos_(pos),
+        version_(version),
+        records_(std::move(records)),
+        order_(std::move(order)),
         dtype_code_(dtype_code) {}
 
   const ptc::DatasetSpec& spec() const override { return spec_; }
@@ -50,9 +54,9 @@ inline std::shared_ptr<const DatasetContent> small_jsonl(uint64_t version) {
   spec.global_batch = 2;
   ptc::DatasetPosition pos;
   pos.dp = 2;
-  return std::make_shared<FakeDataset>(version, spec, pos,
-                                       std::vector<std::string>{"{\"a\":0}\n", "{\"a\":1}\n", "{\"a\":2}\n", "{\"a\":3}\n"},
-                                       std::vector<uint32_t>{2, 0, 3, 1});
+  return std::make_shared<FakeDataset>(
+      version, spec, pos, std::vector<std::string>{"{\"a\":0}\n", "{\"a\":1}\n", "{\"a\":2}\n", "{\"a\":3}\n"},
+      std::vector<uint32_t>{2, 0, 3, 1});
 }
 
 }  // namespace ptcfs::fs::testing

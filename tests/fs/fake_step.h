@@ -48,9 +48,7 @@ enum Tensor : size_t { kEmb = 0, kFinalNorm = 1, kHeadBias = 2, kQkv = 3, kDense
 
 // Never zero, and distinct for the first 128 bytes of a tensor, so that a misplaced or
 // missing byte shows.
-inline char pattern_byte(size_t tensor, uint64_t i) {
-  return static_cast<char>(0x80 | ((tensor * 29 + i * 3) & 0x7f));
-}
+inline char pattern_byte(size_t tensor, uint64_t i) { return static_cast<char>(0x80 | ((tensor * 29 + i * 3) & 0x7f)); }
 
 inline std::string logical_bytes(size_t tensor, uint64_t n) {
   std::string out(n, '\0');
@@ -72,10 +70,14 @@ inline std::optional<std::string> stored_slice(int t, size_t tensor) {
     case kEmb:
       if (t == 1) return std::nullopt;
       return g + std::string(12, '\0');  // rows 0-1, then padding rows 2-3 (6 bytes each)
-    case kFinalNorm: return g;
-    case kHeadBias: return g.substr(4 * t, 4);
-    case kQkv: return g.substr(8 * t, 8) + g.substr(16 + 8 * t, 8);    // rows t and 2+t, 8 bytes each
-    case kDense: return g.substr(8 * t, 8) + g.substr(16 + 8 * t, 8);  // columns 2t, 2t+1 of both rows
+    case kFinalNorm:
+      return g;
+    case kHeadBias:
+      return g.substr(4 * t, 4);
+    case kQkv:
+      return g.substr(8 * t, 8) + g.substr(16 + 8 * t, 8);  // rows t and 2+t, 8 bytes each
+    case kDense:
+      return g.substr(8 * t, 8) + g.substr(16 + 8 * t, 8);  // columns 2t, 2t+1 of both rows
   }
   FAIL("no tensor " << tensor);
   return std::nullopt;
@@ -107,8 +109,7 @@ class FakeStep final : public StepContent {
   int64_t mtime() const override { return mtime_; }
   ptc::Status read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
                          ReadBuffer& out) const override {
-    if (unavailable.count(shard.name()))
-      return ptc::unavailable("shard " + shard.name() + " is not held on this node");
+    if (unavailable.count(shard.name())) return ptc::unavailable("shard " + shard.name() + " is not held on this node");
     const auto& sl = layout_.slices(shard).at(slice);
     if (off + len > layout_.bytes(sl)) return ptc::internal("read past the end of a stored slice");
     const auto& stored = stored_.at({shard.t, sl.tensor});

@@ -70,7 +70,10 @@ TEST_CASE("a read buffer copies memory, zeros, file ranges and mapped memory in 
   CHECK(s[3].origin_off == 4096);
   CHECK(s[3].len == 6);
   CHECK(b.size() == 21);
-  CHECK(bytes_of(b) == std::string("header:\0\0\0" "45678" "MAPPED", 21));
+  CHECK(bytes_of(b) == std::string("header:\0\0\0"
+                                   "45678"
+                                   "MAPPED",
+                                   21));
 }
 
 TEST_CASE("a read buffer merges a segment that continues the previous one") {
@@ -80,10 +83,10 @@ TEST_CASE("a read buffer merges a segment that continues the previous one") {
   b.add_mem(m.data(), 3);
   b.add_mem(m.data() + 3, 2);  // continues in memory: merged
   b.add_fd(file.fd(), 0, 4);
-  b.add_fd(file.fd(), 4, 3);   // continues in the file: merged
-  b.add_fd(file.fd(), 8, 2);   // skips byte 7: a new segment
+  b.add_fd(file.fd(), 4, 3);  // continues in the file: merged
+  b.add_fd(file.fd(), 8, 2);  // skips byte 7: a new segment
   b.add_zeros(2);
-  b.add_zeros(5);              // zeros after zeros: merged
+  b.add_zeros(5);  // zeros after zeros: merged
   REQUIRE(b.segments().size() == 4);
   CHECK(b.segments()[0].len == 5);
   CHECK(b.segments()[1].off == 0);
@@ -92,7 +95,11 @@ TEST_CASE("a read buffer merges a segment that continues the previous one") {
   CHECK(b.segments()[2].len == 2);
   CHECK(b.segments()[3].len == 7);
   CHECK(b.size() == 21);
-  CHECK(bytes_of(b) == std::string("abcde" "0123456" "89" "\0\0\0\0\0\0\0", 21));
+  CHECK(bytes_of(b) == std::string("abcde"
+                                   "0123456"
+                                   "89"
+                                   "\0\0\0\0\0\0\0",
+                                   21));
 }
 
 TEST_CASE("mapped memory merges only when both its memory and its file range continue") {

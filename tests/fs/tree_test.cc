@@ -134,13 +134,12 @@ std::vector<std::string> keys(const std::map<std::string, uint64_t>& m) {
 }  // namespace
 
 TEST_CASE("the namespace shows every step's files and folders and the job's datasets under data/") {
-  auto t = build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
-                                         small_jsonl(5)));
+  auto t = build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2), small_jsonl(5)));
   std::vector<std::string> expected = {"empty/", "gpt/"};
   for (const auto& p : step_paths("gpt/100")) expected.push_back(p);
   for (const auto& p : step_paths("gpt/200")) expected.push_back(p);
-  for (const auto& p : {"gpt/data/", "gpt/data/web/", "gpt/data/web/dp0.jsonl", "gpt/data/web/dp1.jsonl",
-                        "gpt/data/web/state.json"})
+  for (const auto& p :
+       {"gpt/data/", "gpt/data/web/", "gpt/data/web/dp0.jsonl", "gpt/data/web/dp1.jsonl", "gpt/data/web/state.json"})
     expected.push_back(p);
   std::sort(expected.begin(), expected.end());
   CHECK(keys(walk(*t)) == expected);
@@ -174,8 +173,7 @@ TEST_CASE("the namespace shows every step's files and folders and the job's data
 }
 
 TEST_CASE(".ptcfs-direct is found by name at the root and listed nowhere") {
-  Contents c = two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
-                                       small_jsonl(5));
+  Contents c = two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2), small_jsonl(5));
   SECTION("with a direct socket") {
     c.direct_socket = "/run/ptcfs/direct.sock";
     auto t = build(c);
@@ -200,8 +198,7 @@ TEST_CASE(".ptcfs-direct is found by name at the root and listed nowhere") {
 }
 
 TEST_CASE("a step named like the datasets' folder is not shown, and hides nothing else") {
-  Contents c = two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
-                                       small_jsonl(5));
+  Contents c = two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2), small_jsonl(5));
   c.steps.push_back({"gpt", kDataDir, std::make_shared<FakeStep>(3)});
   auto t = build(c);
   CHECK(lookup(*t, "gpt/data/ptc.json") == nullptr);
@@ -210,8 +207,7 @@ TEST_CASE("a step named like the datasets' folder is not shown, and hides nothin
 }
 
 TEST_CASE("inode numbers are hashes of the path, and of the step's version for files") {
-  auto t = build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
-                                         small_jsonl(5)));
+  auto t = build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2), small_jsonl(5)));
   CHECK(lookup(*t, "gpt")->ino == xxh3("/gpt"));
   CHECK(lookup(*t, "gpt/100")->ino == xxh3("/gpt/100"));
   CHECK(lookup(*t, "gpt/100/tp0-pp1/head")->ino == xxh3("/gpt/100/tp0-pp1/head"));
@@ -222,10 +218,10 @@ TEST_CASE("inode numbers are hashes of the path, and of the step's version for f
 }
 
 TEST_CASE("two builds of the same contents give every path the same inode number") {
-  auto a = walk(*build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
-                                               small_jsonl(5))));
-  auto b = walk(*build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2),
-                                               small_jsonl(5))));
+  auto a = walk(
+      *build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2), small_jsonl(5))));
+  auto b = walk(
+      *build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2), small_jsonl(5))));
   CHECK(a == b);
   CHECK(a.size() == 2 + 2 * 29 + 5);
 }
@@ -311,7 +307,7 @@ TEST_CASE("a file added with with_file is visible at once and folded into the ne
   CHECK(one->added_children(step_ino) ==
         std::vector<std::pair<std::string, uint64_t>>{{"tp0-pp0.safetensors", added->ino}});
   CHECK(lookup(*base, "gpt/300/tp0-pp0.safetensors") == nullptr);  // the base is unchanged
-  CHECK(lookup(*one, "gpt/100") == lookup(*base, "gpt/100"));       // and shared
+  CHECK(lookup(*one, "gpt/100") == lookup(*base, "gpt/100"));      // and shared
 
   auto npy = std::make_shared<FakeWriteFile>(0);
   auto two = Tree::with_file(one, node_of("tp0-pp0/w.npy", shard_dir, npy), "w.npy");
@@ -336,7 +332,8 @@ TEST_CASE("a file added with with_file is visible at once and folded into the ne
 }
 
 TEST_CASE("a committed step replaces its pending one with new inode numbers for its files") {
-  PendingEntry p{"gpt", "300", 1700000200, std::make_shared<int>(1), {}, {{"ptc.json", std::make_shared<FakeWriteFile>(10)}}};
+  PendingEntry p{
+      "gpt", "300", 1700000200, std::make_shared<int>(1), {}, {{"ptc.json", std::make_shared<FakeWriteFile>(10)}}};
   Contents pending;
   pending.pending.push_back(p);
   auto before = build(pending);
@@ -351,8 +348,8 @@ TEST_CASE("a committed step replaces its pending one with new inode numbers for 
 
 TEST_CASE("a pending step named like the datasets' folder is not shown, and hides nothing else") {
   Contents c = two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2), small_jsonl(5));
-  c.pending.push_back(
-      PendingEntry{"gpt", kDataDir, 1700000200, std::make_shared<int>(1), {}, {{"ptc.json", std::make_shared<FakeWriteFile>(10)}}});
+  c.pending.push_back(PendingEntry{
+      "gpt", kDataDir, 1700000200, std::make_shared<int>(1), {}, {{"ptc.json", std::make_shared<FakeWriteFile>(10)}}});
   auto t = build(c);
   CHECK(lookup(*t, "gpt/data/ptc.json") == nullptr);
   CHECK_FALSE(lookup(*t, "gpt/data")->pending);

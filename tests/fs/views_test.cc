@@ -163,8 +163,7 @@ TEST_CASE("a full npy view is the logical tensor assembled from the covering sli
   };
   const Case cases[] = {
       {kEmb, DType::I16, {2, 3}},  // rank 0's 2 padding rows and rank 1's all-padding slice left out
-      {kFinalNorm, DType::F32, {3}},
-      {kHeadBias, DType::F16, {4}},
+      {kFinalNorm, DType::F32, {3}}, {kHeadBias, DType::F16, {4}},
       {kQkv, DType::F32, {4, 2}},    // rows of both parts from both ranks, interleaved back
       {kDense, DType::F32, {2, 4}},  // columns from both ranks, row by row
   };

@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else if (data[0] % 3 == 2) {
     auto c = ptc::parse_hf_config(text, "config.json");
     if (c)
-      for (const char* e : {"num_attention_heads*head_dim", "num_key_value_heads*head_dim*hidden_size", "3*hidden_size"})
+      for (const char* e :
+           {"num_attention_heads*head_dim", "num_key_value_heads*head_dim*hidden_size", "3*hidden_size"})
         (void)ptc::eval_config_product(*c, e, "fuzz");
   } else {
     (void)ptc::parse_model_json(text, "model.json");

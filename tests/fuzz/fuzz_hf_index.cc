@@ -18,7 +18,8 @@ ptc::SafetensorsHeader header(const std::string& json) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<ptc::HfFile> files = {
-      {"model-00001-of-00002.safetensors", header(R"({"a.weight":{"dtype":"F32","shape":[2,4],"data_offsets":[0,32]}})")},
+      {"model-00001-of-00002.safetensors",
+       header(R"({"a.weight":{"dtype":"F32","shape":[2,4],"data_offsets":[0,32]}})")},
       {"model-00002-of-00002.safetensors", header(R"({"b.weight":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})")},
   };
   static const std::vector<std::string> listing = {"config.json", files[0].name, files[1].name,

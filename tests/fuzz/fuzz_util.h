@@ -12,9 +12,7 @@
 
 namespace ptcfs::fuzz {
 
-inline std::string_view view(const uint8_t* data, size_t size) {
-  return {reinterpret_cast<const char*>(data), size};
-}
+inline std::string_view view(const uint8_t* data, size_t size) { return {reinterpret_cast<const char*>(data), size}; }
 
 // The small parallel configs the targets lay accepted PTCs out for.
 inline constexpr ptc::Parallelism kConfigs[] = {{1, 1, 1}, {2, 1, 1}, {2, 2, 1}, {4, 1, 2}, {3, 3, 1}};

@@ -94,8 +94,10 @@ TEST_CASE("JOBS.json: bad documents are refused, naming the job and member", "[a
                  {"give exactly one of"});
   expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "throughput": {"two": 1}})"),
                  {"jobs[0] ('a'): throughput: 'two' is not a GPU count"});
-  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "throughput": {"01": 1}})"), {"'01' is not a GPU count"});
-  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "throughput": {"0": 1}})"), {"'0' is not a GPU count"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "throughput": {"01": 1}})"),
+                 {"'01' is not a GPU count"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "throughput": {"0": 1}})"),
+                 {"'0' is not a GPU count"});
   expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "throughput": {"1": -3}})"),
                  {"throughput[\"1\"] must be a number of samples/s >= 0, got -3"});
   expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "throughput": {}})"),
@@ -177,7 +179,8 @@ TEST_CASE("allocate refuses 0 GPUs, a job asking for more than there are, and a 
   const std::vector<JobSpec> ok = {measured("a", 1, 2, {{1, 1}})};
   CHECK(allocate_throughput(ok, 0).status().message() == "gpus must be at least 1, got 0");
   const std::vector<JobSpec> big = {measured("a", 1, 2, {{1, 1}}), measured("huge", 16, 32, {{16, 1}})};
-  CHECK(allocate_throughput(big, 8).status().message() == "job 'huge' asks for at least 16 GPUs, more than the 8 there are");
+  CHECK(allocate_throughput(big, 8).status().message() ==
+        "job 'huge' asks for at least 16 GPUs, more than the 8 there are");
   const std::vector<JobSpec> gap = {measured("gap", 1, 16, {{16, 1}})};
   CHECK(allocate_throughput(gap, 8).status().message() ==
         "job 'gap' has no throughput point between min_gpus 1 and max_gpus 16 (at most 8 GPUs exist)");

@@ -124,11 +124,11 @@ TEST_CASE("node_part keeps a node's transfers and renumbers its copies' transfer
   CHECK(min_transfer_bytes(from, to, h) == 32);
   const Plan on0 = node_part(plan, 0), on1 = node_part(plan, 1);
   CHECK(transfer_rows(on0) == std::vector<TransferRow>{{0, 1, 0, 1, 0, 0, 2, 2, 16}});
-  CHECK(cluster_copy_rows(on0) == std::vector<ClusterCopyRow>{{0, 1, 0, 1, 1, 0, 0, 0, 0, 2, 0},
-                                                              {1, 0, 1, 0, 1, 1, 0, 0, 0, 3, -1}});
+  CHECK(cluster_copy_rows(on0) ==
+        std::vector<ClusterCopyRow>{{0, 1, 0, 1, 1, 0, 0, 0, 0, 2, 0}, {1, 0, 1, 0, 1, 1, 0, 0, 0, 3, -1}});
   CHECK(transfer_rows(on1) == std::vector<TransferRow>{{0, 0, 1, 0, 0, 0, 0, 2, 16}});
-  CHECK(cluster_copy_rows(on1) == std::vector<ClusterCopyRow>{{0, 0, 0, 0, 0, 0, 1, 0, 0, 2, 0},
-                                                              {1, 1, 1, 1, 0, 1, 1, 0, 0, 3, -1}});
+  CHECK(cluster_copy_rows(on1) ==
+        std::vector<ClusterCopyRow>{{0, 0, 0, 0, 0, 0, 1, 0, 0, 2, 0}, {1, 1, 1, 1, 0, 1, 1, 0, 0, 3, -1}});
   CHECK(on0.bytes_remote == 16);
   CHECK(on1.bytes_remote == 16);
   CHECK(execution_problem(from, to, h, plan) == "");
@@ -179,13 +179,13 @@ TEST_CASE("holdings that do not match the layouts or name unknown nodes are inva
   const Ptc p = two_tensors();
   const Layout from = layout_of(p, 2), to = layout_of(p, 1);
   auto code_of = [&](const ClusterHoldings& h) { return make_cluster_plan(from, to, h).status().code(); };
-  CHECK(code_of({{{0}}, {{2}}, 3}) == Code::kInvalidArgument);             // one src entry for two shards
-  CHECK(code_of({{{0}, {1}}, {{2}, {2}}, 3}) == Code::kInvalidArgument);   // two dst entries for one shard
-  CHECK(code_of({{{0}, {3}}, {{2}}, 3}) == Code::kInvalidArgument);        // node 3 of 3
-  CHECK(code_of({{{0}, {-1}}, {{2}}, 3}) == Code::kInvalidArgument);       // negative node
-  CHECK(code_of({{{0}, {1}}, {{3}}, 3}) == Code::kInvalidArgument);        // dst node out of range
-  CHECK(code_of({{{}, {}}, {{}}, 0}) == Code::kInvalidArgument);           // no nodes
-  const Ptc other =  // a's shape differs
+  CHECK(code_of({{{0}}, {{2}}, 3}) == Code::kInvalidArgument);            // one src entry for two shards
+  CHECK(code_of({{{0}, {1}}, {{2}, {2}}, 3}) == Code::kInvalidArgument);  // two dst entries for one shard
+  CHECK(code_of({{{0}, {3}}, {{2}}, 3}) == Code::kInvalidArgument);       // node 3 of 3
+  CHECK(code_of({{{0}, {-1}}, {{2}}, 3}) == Code::kInvalidArgument);      // negative node
+  CHECK(code_of({{{0}, {1}}, {{3}}, 3}) == Code::kInvalidArgument);       // dst node out of range
+  CHECK(code_of({{{}, {}}, {{}}, 0}) == Code::kInvalidArgument);          // no nodes
+  const Ptc other =                                                       // a's shape differs
       ptc_of(R"({"a": {"dtype": "F32", "shape": [4, 4], "tp_dim": 0}, "b": {"dtype": "F32", "shape": [3]}})");
   const auto r = make_cluster_plan(from, layout_of(other, 1), ClusterHoldings{{{0}, {1}}, {{2}}, 3});
   CHECK(r.status().code() == Code::kInvalidArgument);
@@ -213,7 +213,6 @@ TEST_CASE("an element no live node holds makes the plan unavailable, naming the 
 
 // ---------------------------------------------------------------------------------------
 // Properties over random PTCs, configs and placements.
-
 
 TEST_CASE("random cluster plans move exactly bytes_min and rebuild every instance byte for byte", "[cluster_plan]") {
   Rng rng(20240917);

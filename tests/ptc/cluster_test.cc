@@ -21,7 +21,8 @@ void expect_invalid(const std::string& text, const std::string& needle) {
 }
 Layout layout_of(int tp, int pp, int dp) {
   auto ptc = parse_ptc_json(R"({"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": 4,
-      "tensors": {"w": {"dtype": "F32", "shape": [8, 8], "tp_dim": 0, "layer": 0}}})", "ptc.json");
+      "tensors": {"w": {"dtype": "F32", "shape": [8, 8], "tp_dim": 0, "layer": 0}}})",
+                            "ptc.json");
   REQUIRE(ptc);
   auto l = Layout::make(*ptc, Parallelism{tp, pp, dp});
   REQUIRE(l);
@@ -72,7 +73,8 @@ TEST_CASE("ranks fill nodes in order, gpus at a time", "[cluster]") {
 TEST_CASE("shards are held by the nodes of their ranks, DP replicas on several", "[cluster]") {
   // tp=2, pp=2, dp=2 on two nodes of 4 GPUs: rank = t + 2*(d + 2*p), so stage 0 (ranks 0-3) is
   // on node 0 and stage 1 (ranks 4-7) on node 1; each shard has its two DP replicas on one node.
-  const auto two = parse_ok(R"({"nodes": [{"id": "a", "addr": "h:1", "gpus": 4}, {"id": "b", "addr": "h:2", "gpus": 4}]})");
+  const auto two =
+      parse_ok(R"({"nodes": [{"id": "a", "addr": "h:1", "gpus": 4}, {"id": "b", "addr": "h:2", "gpus": 4}]})");
   auto s = shard_nodes(layout_of(2, 2, 2), two);
   REQUIRE(s);
   CHECK(*s == std::vector<std::vector<int>>{{0}, {0}, {1}, {1}});  // tp0-pp0, tp1-pp0, tp0-pp1, tp1-pp1
@@ -90,7 +92,8 @@ TEST_CASE("shards are held by the nodes of their ranks, DP replicas on several",
 
 TEST_CASE("a placement pinned with its GPU counts ignores the cluster's counts of now", "[cluster]") {
   // Node a now has 4 GPUs; the placement was made when it had 2: stage 1 stays on b.
-  const auto c = parse_ok(R"({"nodes": [{"id": "a", "addr": "h:1", "gpus": 4}, {"id": "b", "addr": "h:2", "gpus": 2}]})");
+  const auto c =
+      parse_ok(R"({"nodes": [{"id": "a", "addr": "h:1", "gpus": 4}, {"id": "b", "addr": "h:2", "gpus": 2}]})");
   auto now = shard_nodes_on(layout_of(2, 2, 1), c, {"a", "b"});
   REQUIRE(now);
   CHECK(*now == std::vector<std::vector<int>>{{0}, {0}, {0}, {0}});

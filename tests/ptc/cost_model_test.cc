@@ -22,9 +22,9 @@ TEST_CASE("parameters: Narayanan et al. 2021's formula plus the final LayerNorm,
     double billions;
     int64_t heads, hidden, layers;
   };
-  const Row table1[] = {{1.7, 24, 2304, 24},     {3.6, 32, 3072, 30},     {7.5, 32, 4096, 36},
-                        {18.4, 48, 6144, 40},    {39.1, 64, 8192, 48},    {76.1, 80, 10240, 60},
-                        {145.6, 96, 12288, 80},  {310.1, 128, 16384, 96}, {529.6, 128, 20480, 105},
+  const Row table1[] = {{1.7, 24, 2304, 24},      {3.6, 32, 3072, 30},     {7.5, 32, 4096, 36},
+                        {18.4, 48, 6144, 40},     {39.1, 64, 8192, 48},    {76.1, 80, 10240, 60},
+                        {145.6, 96, 12288, 80},   {310.1, 128, 16384, 96}, {529.6, 128, 20480, 105},
                         {1008.0, 160, 25600, 128}};
   for (const Row& r : table1) {
     INFO("hidden " << r.hidden);
@@ -56,9 +56,10 @@ TEST_CASE("stages take contiguous layers, earlier stages the remainder", "[cost_
   CHECK(stage_layers(10, 4, 3) == 2);
 }
 
-TEST_CASE("a GPU's parameters: split weights over tp, LayerNorms and row-parallel biases on every rank, tied "
-          "embeddings on the first and last stage",
-          "[cost_model]") {
+TEST_CASE(
+    "a GPU's parameters: split weights over tp, LayerNorms and row-parallel biases on every rank, tied "
+    "embeddings on the first and last stage",
+    "[cost_model]") {
   // GPT-3 175B, tp=8, pp=8: 12 layers per stage. Per layer 12 h^2 + 13 h, of which 6 h are
   // on every rank: (12 h^2 + 7 h) / 8 + 6 h = 226,576,896 with h = 12,288.
   const ModelSpec m = gpt(96, 12288, 96, 1536);
@@ -96,7 +97,7 @@ TEST_CASE("activations of one layer: every row of Korthikanti et al. 2022, Table
   ModelSpec m = gpt(96, 12288, 96, 1536);
   const double sbh = 2048.0 * 12288;
   m.sequence_parallel = false;
-  CHECK(layer_activation_bytes(m, 1, 1, Recompute::kNone) == sbh * (34 + 80));         // no parallelism
+  CHECK(layer_activation_bytes(m, 1, 1, Recompute::kNone) == sbh * (34 + 80));           // no parallelism
   CHECK(layer_activation_bytes(m, 8, 1, Recompute::kNone) == sbh * (10 + 24 / 8 + 10));  // tensor parallel
   CHECK(layer_activation_bytes(m, 8, 1, Recompute::kSelective) == sbh * (10 + 24 / 8));  // tp + selective
   CHECK(layer_activation_bytes(m, 8, 1, Recompute::kFull) == sbh * 2);                   // full recompute

@@ -252,8 +252,8 @@ std::vector<int> stage_of_layers(int L, int pp) {
   for (int i = 0; i < L; ++i)
     tensors += (i ? ", " : "") + std::string("\"layers.") + std::to_string(i) +
                R"(.w": {"dtype": "F32", "shape": [2], "layer": )" + std::to_string(i) + "}";
-  const Ptc p = parse_or_die(R"({"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": )" +
-                             std::to_string(L) + R"(, "tensors": {)" + tensors + "}}");
+  const Ptc p = parse_or_die(R"({"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": )" + std::to_string(L) +
+                             R"(, "tensors": {)" + tensors + "}}");
   const Layout l = layout_or_die(p, {1, pp, 1});
   std::vector<int> out(static_cast<size_t>(L), -1);
   for (const auto& t : l.ptc().tensors) {
@@ -329,16 +329,14 @@ TEST_CASE("Layout::make refuses a tp that does not divide a split dimension and 
   // 12 rows divide by 4, but each part of 6 rows does not.
   expect_make_fails(one_tensor(R"({"dtype": "F32", "shape": [12, 4], "tp_dim": 0, "parts": 2})"), {4, 1, 1},
                     {"tensor 'w'", "part size 6 is not divisible by tp=4"});
-  CHECK(Layout::make(one_tensor(R"({"dtype": "F32", "shape": [12, 4], "tp_dim": 0, "parts": 2})"), {3, 1, 1})
-            .is_ok());
+  CHECK(Layout::make(one_tensor(R"({"dtype": "F32", "shape": [12, 4], "tp_dim": 0, "parts": 2})"), {3, 1, 1}).is_ok());
 }
 
 TEST_CASE("Layout::make refuses a tp that does not divide a tensor's heads, naming the tensor and the count",
           "[layout]") {
   // 2 key/value heads of 64 rows: tp=4 divides the 128 rows, but each rank would hold half a head.
   const Ptc kv = one_tensor(R"({"dtype": "BF16", "shape": [128, 512], "tp_dim": 0, "heads": 2})");
-  expect_make_fails(kv, {4, 1, 1},
-                    {"tensor 'w': dimension 0 holds 2 heads, which tp=4 does not divide"});
+  expect_make_fails(kv, {4, 1, 1}, {"tensor 'w': dimension 0 holds 2 heads, which tp=4 does not divide"});
   expect_make_fails(kv, {8, 1, 1}, {"tensor 'w': dimension 0 holds 2 heads, which tp=8 does not divide"});
   const Layout two = layout_or_die(kv, {2, 1, 1});
   CHECK(slice0(two, 1).local_shape == Shape{64, 512});
@@ -356,15 +354,13 @@ TEST_CASE("Layout::make refuses a tp that does not divide a tensor's heads, nami
         "tensor 'w': dimension 0 holds 2 heads, which tp=4 does not divide (a rank would hold part of a head)");
 }
 
-TEST_CASE("Layout::make refuses more stages than layers, stage lists past pp and degrees below 1",
-          "[layout]") {
+TEST_CASE("Layout::make refuses more stages than layers, stage lists past pp and degrees below 1", "[layout]") {
   const Ptc two_layers = one_tensor(R"({"dtype": "F32", "shape": [4], "layer": 1})", 2);
   expect_make_fails(two_layers, {1, 3, 1}, {"config tp=1,pp=3,dp=1", "more pipeline stages (3) than layers (2)"});
   CHECK(Layout::make(two_layers, {1, 2, 1}).is_ok());
 
   const Ptc listed = one_tensor(R"({"dtype": "F32", "shape": [4], "stage": [0, 2]})");
-  expect_make_fails(listed, {1, 2, 1},
-                    {"tensor 'w'", "placed on stage 2 but there are only 2 stages"});
+  expect_make_fails(listed, {1, 2, 1}, {"tensor 'w'", "placed on stage 2 but there are only 2 stages"});
   CHECK(Layout::make(listed, {1, 3, 1}).is_ok());
 
   const Ptc plain = one_tensor(R"({"dtype": "F32", "shape": [4]})");
@@ -431,8 +427,7 @@ TEST_CASE("slice_of matches the layout's slices", "[layout]") {
   CHECK(bad.status().code() == Code::kInvalidArgument);
 }
 
-TEST_CASE("covering tiles every tensor exactly once, and so do the TP ranks of every holding stage",
-          "[layout]") {
+TEST_CASE("covering tiles every tensor exactly once, and so do the TP ranks of every holding stage", "[layout]") {
   std::mt19937 rng(20240517);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const char* dtypes[] = {"F32", "BF16", "U8", "I64"};
@@ -459,16 +454,25 @@ TEST_CASE("covering tiles every tensor exactly once, and so do the TP ranks of e
       if (mode == 2) t += R"(, "parts": )" + std::to_string(parts);
       if (mode == 3) t += R"(, "pad_to": )" + std::to_string(pick(1, 5));
       switch (pick(0, 4)) {
-        case 0: t += R"(, "layer": )" + std::to_string(pick(0, layers - 1)); break;
-        case 1: t += R"(, "stage": "last")"; break;
-        case 2: t += R"(, "stage": "all")"; break;
-        case 3: t += R"(, "stage": [)" + std::to_string(pick(0, pp - 1)) + "]"; break;
-        default: break;
+        case 0:
+          t += R"(, "layer": )" + std::to_string(pick(0, layers - 1));
+          break;
+        case 1:
+          t += R"(, "stage": "last")";
+          break;
+        case 2:
+          t += R"(, "stage": "all")";
+          break;
+        case 3:
+          t += R"(, "stage": [)" + std::to_string(pick(0, pp - 1)) + "]";
+          break;
+        default:
+          break;
       }
       tensors += (i ? ", " : "") + std::string("\"t") + std::to_string(i) + "\": " + t + "}";
     }
-    const std::string text = R"({"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": )" +
-                             std::to_string(layers) + R"(, "tensors": {)" + tensors + "}}";
+    const std::string text = R"({"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": )" + std::to_string(layers) +
+                             R"(, "tensors": {)" + tensors + "}}";
     INFO("ptc.json: " << text << " at tp=" << tp << " pp=" << pp);
     const Ptc p = parse_or_die(text);
     const Layout l = layout_or_die(p, {tp, pp, 1});
@@ -514,9 +518,11 @@ TEST_CASE("parse_shard_name reads tp{t}-pp{p} and nothing else", "[layout]") {
   ok("tp3-pp1", 3, 1);
   ok("tp12-pp105", 12, 105);
   ok("tp999999-pp0", 999999, 0);
-  for (std::string_view bad : {"tp01-pp0", "tp0-pp00", "tp-pp0", "tp1-pp", "tp1pp0", "tp1-pp0x", "xtp1-pp0",
-                               "tp1-pp0.safetensors", "", "tp", "tp1-", "TP1-PP0", "tp1-pp-1", "tp-1-pp0",
-                               "tp-0-pp0", "tp1-pp+1", "tp 1-pp0", "tp1-pp 0", "tp1000000-pp0", "tp1-pp0-pp0"}) {
+  for (std::string_view bad : {"tp01-pp0", "tp0-pp00", "tp-pp0",        "tp1-pp",
+                               "tp1pp0",   "tp1-pp0x", "xtp1-pp0",      "tp1-pp0.safetensors",
+                               "",         "tp",       "tp1-",          "TP1-PP0",
+                               "tp1-pp-1", "tp-1-pp0", "tp-0-pp0",      "tp1-pp+1",
+                               "tp 1-pp0", "tp1-pp 0", "tp1000000-pp0", "tp1-pp0-pp0"}) {
     INFO("name: '" << bad << "'");
     CHECK_FALSE(parse_shard_name(bad).has_value());
   }

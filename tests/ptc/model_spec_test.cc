@@ -88,10 +88,12 @@ TEST_CASE("MODEL.json: missing members are named", "[model_spec]") {
 }
 
 TEST_CASE("MODEL.json: values of the wrong type or range are refused, naming the member", "[model_spec]") {
-  expect_invalid(R"({"layers": 0, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8, "gpu": {}})",
-                 {"layers: 0 is outside [1, 65536]"});
-  expect_invalid(R"({"layers": 2.5, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8, "gpu": {}})",
-                 {"layers: expected an integer, got 2.5"});
+  expect_invalid(
+      R"({"layers": 0, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8, "gpu": {}})",
+      {"layers: 0 is outside [1, 65536]"});
+  expect_invalid(
+      R"({"layers": 2.5, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8, "gpu": {}})",
+      {"layers: expected an integer, got 2.5"});
   expect_invalid(minimal(R"( "dtype": "FP8",)"), {"dtype 'FP8' is not one of BF16, F16, F32"});
   expect_invalid(minimal(R"( "recompute": "some",)"), {"recompute 'some' is not one of none, selective, full"});
   expect_invalid(minimal(R"( "distributed_optimizer": 1,)"), {"field 'distributed_optimizer' must be true or false"});

@@ -27,8 +27,8 @@ const std::string kDesignExample = R"({
 
 // A document with tp=2, pp=2, 4 layers and one tensor `name` whose JSON object is `body`.
 std::string doc_with(const std::string& name, const std::string& body) {
-  return R"({"parallelism": {"tp": 2, "pp": 2, "dp": 1}, "num_layers": 4, "tensors": {")" + name +
-         R"(": )" + body + "}}";
+  return R"({"parallelism": {"tp": 2, "pp": 2, "dp": 1}, "num_layers": 4, "tensors": {")" + name + R"(": )" + body +
+         "}}";
 }
 
 // Expects parse_ptc_json(text) to fail with kInvalidArgument, naming the file and every needle.
@@ -159,7 +159,7 @@ TEST_CASE("parse_ptc_json reads every dtype name, stage list, 'all' and an absen
   CHECK(r->parallelism == Parallelism{1, 4, 3});
   CHECK(r->num_layers == 0);
   REQUIRE(r->tensors.size() == 12);
-  const DType want[] = {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32,
+  const DType want[] = {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64,     DType::I32,
                         DType::I16, DType::I8,  DType::U8,  DType::BOOL, DType::F8_E4M3, DType::F8_E5M2};
   for (size_t i = 0; i < 12; ++i) {
     CHECK(r->tensors[i].name == std::string(1, static_cast<char>('a' + i)));
@@ -264,13 +264,13 @@ TEST_CASE("parse_ptc_json refuses bad placements", "[model]") {
   expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [4], "stage": "First"})", "stage 'First'");
   expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [4], "stage": []})", "non-empty list of indices");
   expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [4], "stage": 1})", "non-empty list of indices");
-  expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [4], "stage": [0, 1, 0]})",
-                        "stage list repeats an index");
+  expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [4], "stage": [0, 1, 0]})", "stage list repeats an index");
   expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [4], "stage": [0, -1]})", "stage[1]: -1 is outside");
   expect_tensor_invalid("w", R"({"dtype": "F32", "shape": [4], "stage": ["last"]})", "stage[0]: expected an integer");
   // A layer needs layers.
-  expect_invalid(R"({"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "tensors": {"w": {"dtype": "F32", "shape": [4], "layer": 0}}})",
-                 {"tensor 'w'", "'layer' given but num_layers is 0"});
+  expect_invalid(
+      R"({"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "tensors": {"w": {"dtype": "F32", "shape": [4], "layer": 0}}})",
+      {"tensor 'w'", "'layer' given but num_layers is 0"});
 }
 
 TEST_CASE("parse_ptc_json refuses bad tensor names", "[model]") {

@@ -58,17 +58,13 @@ TEST_CASE("npy_header is byte-identical to numpy 1.24's numpy.save", "[npy]") {
        {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13},
        "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13), }",
        128},
-      {DType::I16,
-       {INT64_MAX},
-       "{'descr': '<i2', 'fortran_order': False, 'shape': (9223372036854775807,), }",
-       128},
+      {DType::I16, {INT64_MAX}, "{'descr': '<i2', 'fortran_order': False, 'shape': (9223372036854775807,), }", 128},
       // 10 + dict + growth + '\n' is exactly 128 here: numpy still adds a full 64 bytes.
       {DType::F32,
        {0, 100000, 100000, 1, 12, 12, 6789, 100000},
        "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 100000, 100000, 1, 12, 12, 6789, 100000), }",
        192},
-      {DType::F16,
-       Shape(20, 1000),
+      {DType::F16, Shape(20, 1000),
        "{'descr': '<f2', 'fortran_order': False, 'shape': (1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, "
        "1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000), }",
        256},
@@ -94,8 +90,8 @@ TEST_CASE("npy_header switches to version 2.0 when the header outgrows a u16", "
 }
 
 TEST_CASE("parse_npy reads back what npy_header writes", "[npy]") {
-  const std::pair<DType, Shape> cases[] = {{DType::F32, {3, 4}}, {DType::BF16, {}},         {DType::BOOL, {5}},
-                                           {DType::F64, {0, 3}}, {DType::I8, {2, 1, 3}},    {DType::U8, {7}},
+  const std::pair<DType, Shape> cases[] = {{DType::F32, {3, 4}}, {DType::BF16, {}},        {DType::BOOL, {5}},
+                                           {DType::F64, {0, 3}}, {DType::I8, {2, 1, 3}},   {DType::U8, {7}},
                                            {DType::I64, {1, 1}}, {DType::F8_E5M2, {4, 4}}, {DType::I32, {2}}};
   for (const auto& [dtype, shape] : cases) {
     INFO(dtype_name(dtype) << " " << shape_string(shape));
@@ -123,8 +119,8 @@ TEST_CASE("parse_npy requires the data area to match shape and dtype exactly", "
   const std::string h = npy_header(DType::F32, {3, 4});
   expect_error(h, 47, Code::kCorrupt, "data area holds 47 bytes but <f4 [3, 4] needs 48");
   expect_error(h, 49, Code::kCorrupt, "data area holds 49 bytes");
-  expect_error(raw_v1("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296)}"), 0,
-               Code::kCorrupt, "too large");
+  expect_error(raw_v1("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296)}"), 0, Code::kCorrupt,
+               "too large");
 }
 
 TEST_CASE("parse_npy refuses Fortran order as unsupported", "[npy]") {

@@ -199,8 +199,7 @@ std::string first_difference(const Layout& l, const Buffers& got, const Buffers&
 // ---------------------------------------------------------------------------------------
 // The write counter.
 
-std::string plan_problem(const Layout& from, const Layout& to, const Holdings& h, const Plan& plan,
-                         bool single_node) {
+std::string plan_problem(const Layout& from, const Layout& to, const Holdings& h, const Plan& plan, bool single_node) {
   const auto& fs = from.shards();
   const auto& ts = to.shards();
   std::vector<std::vector<std::vector<uint8_t>>> writes(ts.size());
@@ -350,7 +349,9 @@ Ptc random_ptc(Rng& rng) {
       const int k = rng.uniform(0, rank - 1);
       t.tp_dim = k;
       switch (rng.uniform(0, 2)) {
-        case 0: t.shape[k] = rng.pick<int64_t>({0, 1, 2, 3, 4, 6, 8, 12, 16, 24}); break;
+        case 0:
+          t.shape[k] = rng.pick<int64_t>({0, 1, 2, 3, 4, 6, 8, 12, 16, 24});
+          break;
         case 1:
           t.parts = rng.uniform(2, 3);
           t.shape[k] = t.parts * rng.pick<int64_t>({1, 2, 3, 4, 8});
@@ -363,9 +364,15 @@ Ptc random_ptc(Rng& rng) {
     }
     using K = Placement::Kind;
     switch (rng.uniform(0, 4)) {
-      case 0: t.placement.kind = K::kFirst; break;
-      case 1: t.placement.kind = K::kLast; break;
-      case 2: t.placement.kind = K::kAll; break;
+      case 0:
+        t.placement.kind = K::kFirst;
+        break;
+      case 1:
+        t.placement.kind = K::kLast;
+        break;
+      case 2:
+        t.placement.kind = K::kAll;
+        break;
       case 3:
         t.placement.kind = K::kList;
         for (int s = 0; s < 4; ++s)

@@ -80,8 +80,8 @@ std::string first_difference(const ptc::Layout& l, const Buffers& got, const Buf
 //   that a source on the destination's node holds;
 // - with `single_node`, the source chosen at the start of each copy is the destination's own
 //   shard id when it covers that element, else the lowest covering shard index.
-std::string plan_problem(const ptc::Layout& from, const ptc::Layout& to, const ptc::Holdings& h,
-                         const ptc::Plan& plan, bool single_node);
+std::string plan_problem(const ptc::Layout& from, const ptc::Layout& to, const ptc::Holdings& h, const ptc::Plan& plan,
+                         bool single_node);
 // With Holdings::single_node(from, to) and single_node = true.
 std::string plan_problem(const ptc::Layout& from, const ptc::Layout& to, const ptc::Plan& plan);
 

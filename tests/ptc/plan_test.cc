@@ -174,13 +174,13 @@ TEST_CASE("make_plan refuses layouts of different PTCs", "[plan]") {
   const Ptc base = ptc_of(R"({"w": {"dtype": "F32", "shape": [8, 4], "tp_dim": 0}})");
   const Layout from = layout_of(base, 2);
   const char* others[] = {
-      R"({"w": {"dtype": "F32", "shape": [8, 8], "tp_dim": 0}})",             // shape
-      R"({"w": {"dtype": "F16", "shape": [8, 4], "tp_dim": 0}})",             // dtype
-      R"({"w": {"dtype": "F32", "shape": [8, 4], "tp_dim": 1}})",             // tp_dim
-      R"({"w": {"dtype": "F32", "shape": [8, 4]}})",                          // replicated
-      R"({"w": {"dtype": "F32", "shape": [8, 4], "tp_dim": 0, "parts": 2}})", // parts
-      R"({"w": {"dtype": "F32", "shape": [8, 4], "tp_dim": 0, "pad_to": 2}})",// pad_to
-      R"({"v": {"dtype": "F32", "shape": [8, 4], "tp_dim": 0}})",             // name
+      R"({"w": {"dtype": "F32", "shape": [8, 8], "tp_dim": 0}})",                                       // shape
+      R"({"w": {"dtype": "F16", "shape": [8, 4], "tp_dim": 0}})",                                       // dtype
+      R"({"w": {"dtype": "F32", "shape": [8, 4], "tp_dim": 1}})",                                       // tp_dim
+      R"({"w": {"dtype": "F32", "shape": [8, 4]}})",                                                    // replicated
+      R"({"w": {"dtype": "F32", "shape": [8, 4], "tp_dim": 0, "parts": 2}})",                           // parts
+      R"({"w": {"dtype": "F32", "shape": [8, 4], "tp_dim": 0, "pad_to": 2}})",                          // pad_to
+      R"({"v": {"dtype": "F32", "shape": [8, 4], "tp_dim": 0}})",                                       // name
       R"({"w": {"dtype": "F32", "shape": [8, 4], "tp_dim": 0}, "x": {"dtype": "F32", "shape": [1]}})",  // count
   };
   for (const char* other : others) {
@@ -223,7 +223,9 @@ TEST_CASE("make_plan refuses holdings that do not match the layouts", "[plan]") 
   SECTION("a node id outside [0, num_nodes)") {
     for (auto mutate : std::initializer_list<void (*)(Holdings&)>{
              [](Holdings& h) { h.src_nodes[1] = {1}; },
-             [](Holdings& h) { h.src_nodes[0] = {0, -1}; },
+             [](Holdings& h) {
+               h.src_nodes[0] = {0, -1};
+             },
              [](Holdings& h) { h.dst_node[2] = 1; },
              [](Holdings& h) { h.dst_node[0] = -1; },
              [](Holdings& h) { h.num_nodes = 0; },

@@ -53,18 +53,19 @@ std::vector<Candidate> exhaustive(const ModelSpec& m, int gpus) {
 
 }  // namespace
 
-TEST_CASE("valid configurations of 8 GPUs: tp divides heads and ffn within a node, pp <= layers, dp x b divides "
-          "the batch",
-          "[planner]") {
+TEST_CASE(
+    "valid configurations of 8 GPUs: tp divides heads and ffn within a node, pp <= layers, dp x b divides "
+    "the batch",
+    "[planner]") {
   // small_model: 4 heads, ffn 256, 4 layers, global batch 8, 4 GPUs per node.
   const std::vector<std::string> expected = {
-      "1/1/8/1",                                  // tp=1
-      "1/2/4/1", "1/2/4/2",                       //
-      "1/4/2/1", "1/4/2/2", "1/4/2/4",            //
-      "2/1/4/1", "2/1/4/2",                       // tp=2
-      "2/2/2/1", "2/2/2/2", "2/2/2/4",            //
-      "2/4/1/1", "2/4/1/2", "2/4/1/4", "2/4/1/8", //
-      "4/1/2/1", "4/1/2/2", "4/1/2/4",            // tp=4
+      "1/1/8/1",                                   // tp=1
+      "1/2/4/1", "1/2/4/2",                        //
+      "1/4/2/1", "1/4/2/2", "1/4/2/4",             //
+      "2/1/4/1", "2/1/4/2",                        // tp=2
+      "2/2/2/1", "2/2/2/2", "2/2/2/4",             //
+      "2/4/1/1", "2/4/1/2", "2/4/1/4", "2/4/1/8",  //
+      "4/1/2/1", "4/1/2/2", "4/1/2/4",             // tp=4
       "4/2/1/1", "4/2/1/2", "4/2/1/4", "4/2/1/8",
   };
   CHECK(names(valid_configs(small_model(), 8)) == expected);

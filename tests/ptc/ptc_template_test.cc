@@ -75,8 +75,7 @@ TEST_CASE("template patterns: many stars cost no more than the pattern times the
   CHECK(layer == 3);
 }
 
-TEST_CASE("llama template: q/k/v/gate/up split rows, o/down columns, norms replicated, vocab padded",
-          "[template]") {
+TEST_CASE("llama template: q/k/v/gate/up split rows, o/down columns, norms replicated, vocab padded", "[template]") {
   auto t = builtin_template("llama");
   REQUIRE(t.is_ok());
   std::vector<std::string> skipped;
@@ -139,7 +138,8 @@ TEST_CASE("templates: the shipped ones parse; files with unknown keys or bad fie
     CHECK(t->name == name);
     CHECK_FALSE(t->description.empty());
   }
-  CHECK(builtin_template_names() == std::vector<std::string>{"gpt2", "llama", "megatron-gpt", "megatron-swiglu", "neox"});
+  CHECK(builtin_template_names() ==
+        std::vector<std::string>{"gpt2", "llama", "megatron-gpt", "megatron-swiglu", "neox"});
   auto missing = builtin_template("bert");
   REQUIRE_FALSE(missing.is_ok());
   CHECK_THAT(missing.status().message(), Catch::Contains("no template named 'bert' (shipped: gpt2, llama"));
@@ -182,8 +182,9 @@ TEST_CASE("HF checkpoints: one file, or the index's files; the index must agree 
   CHECK(*hf_file_names(listing, index, "d") == listing);
   auto gone = hf_file_names({listing[0]}, index, "d");
   REQUIRE_FALSE(gone.is_ok());
-  CHECK_THAT(gone.status().message(),
-             Catch::Contains("d/model.safetensors.index.json names model-00002-of-00002.safetensors, which is not in d"));
+  CHECK_THAT(
+      gone.status().message(),
+      Catch::Contains("d/model.safetensors.index.json names model-00002-of-00002.safetensors, which is not in d"));
   auto escape = hf_file_names(listing, R"({"weight_map": {"a": "../x.safetensors"}})", "d");
   REQUIRE_FALSE(escape.is_ok());
   CHECK_THAT(escape.status().message(), Catch::Contains("not a file of the directory"));
@@ -205,8 +206,8 @@ TEST_CASE("HF checkpoints: one file, or the index's files; the index must agree 
   REQUIRE_FALSE(wrong.is_ok());
   CHECK_THAT(wrong.status().message(), Catch::Contains("tensor a is in both model-00001-of-00002.safetensors and "
                                                        "model-00002-of-00002.safetensors"));
-  auto misplaced = hf_tensors({{listing[0], header_of({info("a", {3, 2})})}, {listing[1], header_of({info("b", {2})})}},
-                              index, "d");
+  auto misplaced =
+      hf_tensors({{listing[0], header_of({info("a", {3, 2})})}, {listing[1], header_of({info("b", {2})})}}, index, "d");
   REQUIRE_FALSE(misplaced.is_ok());
   CHECK_THAT(misplaced.status().message(), Catch::Contains("names tensor a in model-00002-of-00002.safetensors, but "
                                                            "it is in model-00001-of-00002.safetensors"));
@@ -250,9 +251,10 @@ TEST_CASE("llama template with config.json: q and o hold the attention heads, k 
   for (int tp : {4, 8}) {
     auto l = Layout::make(*p, {tp, 1, 1});
     REQUIRE_FALSE(l.is_ok());
-    CHECK(l.status().message() == "tensor 'model.layers.0.self_attn.k_proj.weight': dimension 0 holds 2 heads, "
-                                  "which tp=" + std::to_string(tp) +
-                                      " does not divide (a rank would hold part of a head)");
+    CHECK(l.status().message() ==
+          "tensor 'model.layers.0.self_attn.k_proj.weight': dimension 0 holds 2 heads, "
+          "which tp=" +
+              std::to_string(tp) + " does not divide (a rank would hold part of a head)");
   }
   // Without config.json nothing says where the heads are: the old behaviour.
   auto bare = infer_ptc(*t, tiny_llama(), Parallelism{4, 1, 1}, "ck");
@@ -293,8 +295,9 @@ TEST_CASE("llama template with config.json: an untied output layer must be there
   const HfConfig untied = config_of(kTinyLlamaConfig);
   auto p = infer_ptc(*t, tensors, Parallelism{}, "ck", &untied);
   REQUIRE_FALSE(p.is_ok());
-  CHECK(p.status().message() == "ck: config.json says tie_word_embeddings is false, but the checkpoint has no tensor "
-                                "matching 'lm_head.weight'");
+  CHECK(p.status().message() ==
+        "ck: config.json says tie_word_embeddings is false, but the checkpoint has no tensor "
+        "matching 'lm_head.weight'");
   HfConfig tied = untied;
   tied.tie_word_embeddings = true;
   CHECK(infer_ptc(*t, tensors, Parallelism{}, "ck", &tied).is_ok());

@@ -118,7 +118,7 @@ TEST_CASE("Box extent, num_elements and to_string", "[region]") {
   CHECK(b.to_string() == "[0:4, 2:8)");
   CHECK(Box{{1}, {1}}.num_elements() == 0);
   CHECK(Box{{3, 0}, {1, 5}}.num_elements() == 0);  // an inverted dimension counts as empty
-  CHECK(Box{}.num_elements() == 1);                 // a scalar
+  CHECK(Box{}.num_elements() == 1);                // a scalar
   CHECK_FALSE(Box{}.empty());
   CHECK(Box::of_shape({2, 3}) == Box{{0, 0}, {2, 3}});
   CHECK(b.translated({10, -2}) == Box{{10, 0}, {14, 6}});
@@ -162,11 +162,9 @@ TEST_CASE("for_each_run merges whole trailing dimensions into one run", "[region
 TEST_CASE("for_each_run gives one run per row for a column block", "[region]") {
   // Columns 2..5 of a 3x8 buffer into a 3x3 buffer: three runs of 3 elements.
   const Box g{{0, 0}, {3, 8}}, cols{{0, 2}, {3, 5}};
-  CHECK(runs_of(cols, g, cols, 4) ==
-        Runs{{2 * 4, 0, 12}, {10 * 4, 12, 12}, {18 * 4, 24, 12}});
+  CHECK(runs_of(cols, g, cols, 4) == Runs{{2 * 4, 0, 12}, {10 * 4, 12, 12}, {18 * 4, 24, 12}});
   // And back again.
-  CHECK(runs_of(cols, cols, g, 4) ==
-        Runs{{0, 2 * 4, 12}, {12, 10 * 4, 12}, {24, 18 * 4, 12}});
+  CHECK(runs_of(cols, cols, g, 4) == Runs{{0, 2 * 4, 12}, {12, 10 * 4, 12}, {24, 18 * 4, 12}});
   // Whole rows of s but a column block of d: still a run per row.
   const Box narrow{{0, 2}, {3, 5}}, wide{{0, 0}, {3, 6}};
   CHECK(runs_of(narrow, narrow, wide, 1) == Runs{{0, 2, 3}, {3, 8, 3}, {6, 14, 3}});

@@ -45,10 +45,9 @@ TEST_CASE("layout_safetensors writes the canonical header of Python's sort_keys 
       R"("shape":[2,3]},"model.embed":{"data_offsets":[0,64],"dtype":"BF16","shape":[4,8]},"scalar":)"
       R"({"data_offsets":[88,96],"dtype":"I64","shape":[]}}   )";
   REQUIRE(expected_json.size() == 240);
-  auto l = layout_safetensors({{"model.embed", DType::BF16, {4, 8}},
-                               {"layers.0.w", DType::F32, {2, 3}},
-                               {"scalar", DType::I64, {}}},
-                              {{"step", "100"}, {"format", "pt"}});
+  auto l = layout_safetensors(
+      {{"model.embed", DType::BF16, {4, 8}}, {"layers.0.w", DType::F32, {2, 3}}, {"scalar", DType::I64, {}}},
+      {{"step", "100"}, {"format", "pt"}});
   REQUIRE(l.is_ok());
   CHECK(l->header == le64(240) + expected_json);
   CHECK(l->file_size() == 8 + 240 + 96);

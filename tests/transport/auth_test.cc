@@ -17,9 +17,9 @@ TEST_CASE("a proof depends on the secret, the role and both nonces", "[auth]") {
   const std::string p = auth_proof(s, Role::kClient, a, b);
   CHECK(p.size() == 64);  // HMAC-SHA256, hex
   CHECK(p == auth_proof(s, Role::kClient, a, b));
-  const std::set<std::string> others = {
-      auth_proof(s, Role::kServer, a, b), auth_proof(s, Role::kClient, b, a),
-      auth_proof(s + "x", Role::kClient, a, b), auth_proof(s, Role::kClient, a, make_nonce())};
+  const std::set<std::string> others = {auth_proof(s, Role::kServer, a, b), auth_proof(s, Role::kClient, b, a),
+                                        auth_proof(s + "x", Role::kClient, a, b),
+                                        auth_proof(s, Role::kClient, a, make_nonce())};
   CHECK(others.size() == 4);
   CHECK(others.count(p) == 0);
   CHECK(proof_matches(p, auth_proof(s, Role::kClient, a, b)));

@@ -30,7 +30,8 @@ TEST_CASE("etcd endpoints are checked") {
   CHECK(bad.status().message() == "etcd endpoint 'ftp://127.0.0.1:2379' must be http://HOST:PORT or https://HOST:PORT");
   auto mixed = EtcdClient::make("https://127.0.0.1:2379,http://127.0.0.1:2380");
   REQUIRE_FALSE(mixed);
-  CHECK(mixed.status().message() == "etcd endpoints 'https://127.0.0.1:2379,http://127.0.0.1:2380' mix http:// and https://");
+  CHECK(mixed.status().message() ==
+        "etcd endpoints 'https://127.0.0.1:2379,http://127.0.0.1:2380' mix http:// and https://");
   // Certificates for a plain endpoint would be ignored, and the records sent in clear.
   auto clear = EtcdClient::make("http://127.0.0.1:2379", std::chrono::seconds(1), EtcdTls{"ca.crt", "", ""});
   REQUIRE_FALSE(clear);
@@ -110,10 +111,13 @@ TEST_CASE("etcd: a watch streams every change of its prefix in order, from a rev
   std::atomic<bool> stop{false};
   ptc::Status watch_end;
   std::thread watcher([&] {
-    watch_end = c->watch_prefix("/w/", start->revision + 1, [&](const EtcdEvent& e) {
-      std::lock_guard lock(mu);
-      seen.push_back(e);
-    }, [&] { return stop.load(); });
+    watch_end = c->watch_prefix(
+        "/w/", start->revision + 1,
+        [&](const EtcdEvent& e) {
+          std::lock_guard lock(mu);
+          seen.push_back(e);
+        },
+        [&] { return stop.load(); });
   });
   REQUIRE(c->put("/w/1", "one"));
   REQUIRE(c->put("/other", "not watched"));

@@ -32,8 +32,8 @@ inline int free_port() {
 class EtcdProcess {
  public:
   EtcdProcess() {
-    dir_ = std::filesystem::temp_directory_path() / ("ptcfs-etcd-" + std::to_string(::getpid()) + "-" +
-                                                     std::to_string(free_port()));
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ptcfs-etcd-" + std::to_string(::getpid()) + "-" + std::to_string(free_port()));
     std::filesystem::create_directories(dir_);
     const std::string client = "http://127.0.0.1:" + std::to_string(free_port());
     const std::string peer = "http://127.0.0.1:" + std::to_string(free_port());

@@ -17,7 +17,8 @@ namespace {
 // copied by 4 "threads" of copy_segment_share, as the kernel's block does.
 class HostDevice final : public Device {
  public:
-  HostDevice(size_t slots, uint64_t slot_bytes) : slot_bytes_(slot_bytes), staging_(slots, std::vector<std::byte>(slot_bytes)) {}
+  HostDevice(size_t slots, uint64_t slot_bytes)
+      : slot_bytes_(slot_bytes), staging_(slots, std::vector<std::byte>(slot_bytes)) {}
   size_t slots() const override { return staging_.size(); }
   uint64_t slot_bytes() const override { return slot_bytes_; }
   std::byte* staging(size_t i) override { return staging_[i].data(); }
@@ -32,7 +33,8 @@ class HostDevice final : public Device {
     std::vector<unsigned char> scratch(c.len);
     std::memcpy(scratch.data(), host, c.len);
     for (const Segment& s : c.segments)
-      for (uint64_t t = 0; t < 4; ++t) copy_segment_share(s, scratch.data(), reinterpret_cast<unsigned char*>(dst), t, 4);
+      for (uint64_t t = 0; t < 4; ++t)
+        copy_segment_share(s, scratch.data(), reinterpret_cast<unsigned char*>(dst), t, 4);
     ++gathered;
     return ptc::Status::ok();
   }
@@ -59,8 +61,10 @@ std::vector<std::byte> pattern(size_t n, uint32_t seed) {
 std::vector<std::byte> expected(const std::vector<Piece>& pieces) {
   std::vector<std::byte> out;
   for (const Piece& p : pieces) {
-    if (p.data) out.insert(out.end(), p.data, p.data + p.len);
-    else out.insert(out.end(), p.len, std::byte{0});
+    if (p.data)
+      out.insert(out.end(), p.data, p.data + p.len);
+    else
+      out.insert(out.end(), p.len, std::byte{0});
   }
   return out;
 }

@@ -37,7 +37,7 @@ std::vector<Move> moves(const nlohmann::json& plan) {
     const auto& s = m["src"];
     const auto& d = m["dst"];
     // Every tensor here is a slab along dimension 0.
-    CHECK(s["shape"] .size() == d["shape"].size());
+    CHECK(s["shape"].size() == d["shape"].size());
     out.emplace_back(m["tensor"], m["src_rank"], m["dst_rank"], s["start"][0], d["start"][0], d["shape"][0],
                      m["bytes"]);
   }

@@ -66,7 +66,8 @@ TEST_CASE("a data frame's head is coded once: the JSON length and the payload si
 
 TEST_CASE("routes pick the handler by the op's prefix, and bytes come back in a data frame") {
   static const std::string bytes = "0123456789";
-  auto server = serve(route({{"peer.", [](const json& r, const ProgressSink&) -> ptc::Result<Reply> {
+  auto server = serve(route({{"peer.",
+                              [](const json& r, const ProgressSink&) -> ptc::Result<Reply> {
                                 Reply rep(json{{"who", "peer"}, {"op", r["op"]}});
                                 rep.payload.add(bytes.data(), bytes.size());
                                 return rep;
@@ -217,7 +218,9 @@ TEST_CASE("a bound server answers nothing until it serves, and its handler then 
   quick.idle = std::chrono::milliseconds(300);
   CHECK_FALSE(RpcClient::connect(addr, "", quick).is_ok());
   std::string reported = addr;  // set between bind() and serve(), read by the handler
-  s.serve([&reported](const json&, const ProgressSink&) { return ptc::Result<Reply>(Reply(json{{"listen", reported}})); });
+  s.serve([&reported](const json&, const ProgressSink&) {
+    return ptc::Result<Reply>(Reply(json{{"listen", reported}}));
+  });
   auto c = RpcClient::connect(addr);
   REQUIRE(c);
   auto r = (*c)->call(json{{"op", "status"}});

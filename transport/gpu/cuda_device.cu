@@ -78,7 +78,9 @@ class CudaDevice final : public Device {
   uint64_t slot_bytes() const override { return slot_bytes_; }
   std::byte* staging(size_t i) override { return static_cast<std::byte*>(slots_[i].host); }
 
-  ptc::Status wait(size_t i) override { return cuda_status(cudaEventSynchronize(slots_[i].done), "waiting for a copy"); }
+  ptc::Status wait(size_t i) override {
+    return cuda_status(cudaEventSynchronize(slots_[i].done), "waiting for a copy");
+  }
 
   ptc::Status copy(size_t i, const Chunk& c, const std::byte* host, std::byte* dst) override {
     Slot& s = slots_[i];
@@ -92,7 +94,8 @@ class CudaDevice final : public Device {
         cudaFree(s.dev_segs);
         s.host_segs = nullptr, s.dev_segs = nullptr, s.seg_cap = 0;
         const size_t cap = std::max<size_t>(n, 4096);
-        CUDA_TRY(cudaHostAlloc(&s.host_segs, cap * sizeof(Segment), cudaHostAllocDefault), "allocating pinned segments");
+        CUDA_TRY(cudaHostAlloc(&s.host_segs, cap * sizeof(Segment), cudaHostAllocDefault),
+                 "allocating pinned segments");
         CUDA_TRY(cudaMalloc(&s.dev_segs, cap * sizeof(Segment)), "allocating device segments");
         s.seg_cap = cap;
       }

@@ -80,7 +80,8 @@ namespace {
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 }  // namespace
@@ -99,8 +100,8 @@ ptc::Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, P
       continue;
     }
     if (c.len > device.slot_bytes()) {
-      s = ptc::invalid("upload chunk " + std::to_string(n) + " has " + std::to_string(c.len) + " bytes, a staging slot " +
-                       std::to_string(device.slot_bytes()));
+      s = ptc::invalid("upload chunk " + std::to_string(n) + " has " + std::to_string(c.len) +
+                       " bytes, a staging slot " + std::to_string(device.slot_bytes()));
       break;
     }
     const uint64_t t0 = now_ns();
@@ -111,8 +112,8 @@ ptc::Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, P
     copier.copy(host, c.src, c.len);
     t.wait_ns += t1 - t0;
     t.stage_ns += now_ns() - t1;
-    s = device.copy(slot, c, host, dst).with_context("uploading chunk " + std::to_string(n) + " of " +
-                                                    std::to_string(plan.chunks.size()));
+    s = device.copy(slot, c, host, dst)
+            .with_context("uploading chunk " + std::to_string(n) + " of " + std::to_string(plan.chunks.size()));
     if (!s) break;
     slot = (slot + 1) % device.slots();
   }

@@ -28,7 +28,8 @@ TEST_CASE("the local runner imports, repartitions and removes a step on this nod
     if (phases.empty() || phases.back() != phase) phases.push_back(phase);
   };
 
-  auto imported = n.runner.import(ImportRequest{tmp.path() + "/ckpt", "job", "1", {}, std::nullopt, std::nullopt}, progress);
+  auto imported =
+      n.runner.import(ImportRequest{tmp.path() + "/ckpt", "job", "1", {}, std::nullopt, std::nullopt}, progress);
   REQUIRE(imported.is_ok());
   CHECK(imported->job == "job");
   CHECK(imported->format == "ptc");

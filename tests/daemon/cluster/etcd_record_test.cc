@@ -92,12 +92,12 @@ TEST_CASE("malformed step and dataset records are refused naming the key and the
         "invalid_argument: etcd key /ptcfs/steps/j/1: 'gpus' must give one count per node of 'nodes'");
   CHECK(refusal(k, R"({"kind": "import", "version": 1, "nodes": "n0"})") ==
         "invalid_argument: etcd key /ptcfs/steps/j/1 field 'nodes' must be a list of strings");
-  CHECK(refusal(k, R"({"kind": "import", "version": 1, "gpus": [0]})").rfind(
-            "invalid_argument: etcd key /ptcfs/steps/j/1 field 'gpus'", 0) == 0);
+  CHECK(refusal(k, R"({"kind": "import", "version": 1, "gpus": [0]})")
+            .rfind("invalid_argument: etcd key /ptcfs/steps/j/1 field 'gpus'", 0) == 0);
   CHECK(refusal(k, R"({"kind": "save", "version": 1, "holders": [["n0"], 3]})") ==
         "invalid_argument: etcd key /ptcfs/steps/j/1 field 'holders' must be a list of lists of strings");
-  CHECK(refusal(k, R"({"kind": "repartition", "version": 2, "parallelism": "tp=0"})").rfind(
-            "invalid_argument: etcd key /ptcfs/steps/j/1 field 'parallelism': ", 0) == 0);
+  CHECK(refusal(k, R"({"kind": "repartition", "version": 2, "parallelism": "tp=0"})")
+            .rfind("invalid_argument: etcd key /ptcfs/steps/j/1 field 'parallelism': ", 0) == 0);
   CHECK(refusal(k, R"({"kind": "repartition", "version": 2, "extra": 1})") ==
         "invalid_argument: etcd key /ptcfs/steps/j/1: unknown key 'extra' (allowed: kind, version, tx, coordinator, "
         "nodes, gpus, parallelism, holders, removed, fenced)");
@@ -142,7 +142,8 @@ TEST_CASE("node records: the key's id, an address, and a GPU count ptcfsd accept
     REQUIRE_FALSE(r.is_ok());
     return r.status().to_string();
   };
-  CHECK(bad(R"({"id":"n1","addr":5})", "n1") == "invalid_argument: etcd record of node n1 field 'addr' must be a string");
+  CHECK(bad(R"({"id":"n1","addr":5})", "n1") ==
+        "invalid_argument: etcd record of node n1 field 'addr' must be a string");
   CHECK(bad(R"({"id":"n2","addr":"h:1"})", "n1") == "invalid_argument: etcd record of node n1 names node 'n2'");
   CHECK(bad(R"({"id":"n1","addr":"h:1","gpus":0})", "n1") ==
         "invalid_argument: etcd record of node n1 field 'gpus': 0 is outside [1, 65536]");

@@ -61,8 +61,7 @@ TEST_CASE("a change naming a node this one does not know is refused, naming it",
   CHECK(t.status().to_string() == "not_found: node n9 of the change of j/1 is unknown here");
 }
 
-TEST_CASE("holdings: old shards on the old placement, new on the new, down nodes are no source",
-          "[repartition_part]") {
+TEST_CASE("holdings: old shards on the old placement, new on the new, down nodes are no source", "[repartition_part]") {
   const RepartitionChange up = change({"n0", "n1"}, {"n1", "n0"});
   const ptc::ClusterConfig table = known({"n0", "n1"});
   auto h = cluster_holdings(layout(2), layout(2), up, table);

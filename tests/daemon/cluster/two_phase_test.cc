@@ -83,8 +83,10 @@ class ScriptedPeers final : public ChangePeers {
     for (int n : nodes) {
       log.push_back("prepare " + name_of(n));
       last_tx = req.tx;
-      if (down.count(n)) out.push_back(ptc::error(ptc::Code::kDeadlineExceeded, "node " + name_of(n) + " is silent"));
-      else if (votes_no.count(n)) out.push_back(votes_no[n]);
+      if (down.count(n))
+        out.push_back(ptc::error(ptc::Code::kDeadlineExceeded, "node " + name_of(n) + " is silent"));
+      else if (votes_no.count(n))
+        out.push_back(votes_no[n]);
       else {
         PrepareReply r;
         r.ptc_digest = digests.count(n) ? digests[n] : 1;
@@ -285,8 +287,8 @@ TEST_CASE("two phases: a fence etcd refuses leaves the change undecided until it
   auto refused = f.two_phase.lock(kKey);
   REQUIRE_FALSE(refused.is_ok());
   CHECK(refused.status().code() == ptc::Code::kFailedPrecondition);
-  CHECK(has(refused.status(), "import of j/1 (transaction " + f.peers.last_tx +
-                                  ", coordinated by this node, n0) is not settled yet"));
+  CHECK(has(refused.status(),
+            "import of j/1 (transaction " + f.peers.last_tx + ", coordinated by this node, n0) is not settled yet"));
   CHECK(f.members.locks.at(kKey) == "n0");
   f.members.lease_lost = false;
   f.two_phase.settle();
@@ -365,8 +367,7 @@ TEST_CASE("two phases: kReachable still aborts on a refusal, on the nodes that p
   CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0"});
 }
 
-TEST_CASE("two phases: a node that holds its part already is not asked, and commits with the others",
-          "[two_phase]") {
+TEST_CASE("two phases: a node that holds its part already is not asked, and commits with the others", "[two_phase]") {
   Fixture f;
   auto spec = f.import_spec();
   spec.held = {0};

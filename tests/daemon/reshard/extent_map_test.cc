@@ -12,7 +12,8 @@ ptc::Layout layout(int tp) {
   // w: [4, 8] F32 split along dimension 1 (columns); v: [8, 2] split along dimension 0.
   auto ptc = ptc::parse_ptc_json(R"({"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "tensors": {
       "v": {"dtype": "F32", "shape": [8, 2], "tp_dim": 0},
-      "w": {"dtype": "F32", "shape": [4, 8], "tp_dim": 1}}})", "ptc.json");
+      "w": {"dtype": "F32", "shape": [4, 8], "tp_dim": 1}}})",
+                                 "ptc.json");
   REQUIRE(ptc);
   auto l = ptc::Layout::make(*ptc, ptc::Parallelism{tp, 1, 1});
   REQUIRE(l);
@@ -41,7 +42,7 @@ TEST_CASE("tp=2 -> tp=1: column halves interleave as two strided extents; row ha
   // w (4 rows of 4 floats = 64 B) at 32.
   std::vector<std::vector<StoredSlice>> old(2);
   for (uint64_t t = 0; t < 2; ++t) {
-    old[t].push_back(StoredSlice{{Extent{10 + t, 0, 32, 0}}, 111 + t});  // v
+    old[t].push_back(StoredSlice{{Extent{10 + t, 0, 32, 0}}, 111 + t});   // v
     old[t].push_back(StoredSlice{{Extent{10 + t, 32, 64, 0}}, 222 + t});  // w
   }
   auto plan = ptc::make_plan(from, to, ptc::Holdings::single_node(from, to));

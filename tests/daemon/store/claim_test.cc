@@ -18,8 +18,8 @@ namespace {
 
 ptc::Result<PreparedChange> prepare(Store& store, const std::string& ckpt, const std::string& step = "100") {
   ImportSummary sum;
-  return prepare_import(store, ckpt, "gpt", step,
-                        [](const ptc::Layout&) { return ptc::Result<StepPlacement>(StepPlacement{}); }, sum);
+  return prepare_import(
+      store, ckpt, "gpt", step, [](const ptc::Layout&) { return ptc::Result<StepPlacement>(StepPlacement{}); }, sum);
 }
 
 }  // namespace
@@ -86,7 +86,7 @@ TEST_CASE("a prepared change destroyed undecided aborts itself; a moved-from one
     CHECK(blob_files(data) != before);
     CHECK(store->claim(Claim::kNewStep, "gpt", "100").status().code() == ptc::Code::kAlreadyExists);
   }
-  CHECK(blob_files(data) == before);                               // its blobs went
+  CHECK(blob_files(data) == before);                           // its blobs went
   CHECK(store->claim(Claim::kNewStep, "gpt", "100").is_ok());  // and its name is free
 
   PreparedChange held;

@@ -22,8 +22,8 @@ const json kAbout = {{"key", "/ptcfs/steps/gpt/100"}, {"coordinator", "n0"}, {"l
 
 ptc::Result<PreparedChange> prepare(Store& store, const std::string& ckpt) {
   ImportSummary sum;
-  return prepare_import(store, ckpt, "gpt", "100", [](const ptc::Layout&) { return ptc::Result<StepPlacement>(StepPlacement{}); },
-                        sum);
+  return prepare_import(
+      store, ckpt, "gpt", "100", [](const ptc::Layout&) { return ptc::Result<StepPlacement>(StepPlacement{}); }, sum);
 }
 
 // Prepares an import of `ckpt` as gpt/100 and keeps it under `tx`; the new blob files.
@@ -44,10 +44,13 @@ std::set<std::string> keep_import(const std::string& data, const std::string& ck
 
 size_t kept_records(Store& store) {
   size_t n = 0;
-  REQUIRE(store.scan_meta(Store::kPreparedPrefix, [&](std::string_view, std::string_view) {
-    ++n;
-    return ptc::Status::ok();
-  }).is_ok());
+  REQUIRE(store
+              .scan_meta(Store::kPreparedPrefix,
+                         [&](std::string_view, std::string_view) {
+                           ++n;
+                           return ptc::Status::ok();
+                         })
+              .is_ok());
   return n;
 }
 
@@ -111,10 +114,13 @@ TEST_CASE("a kept change whose base moved on, or a malformed one, is dropped wit
     // The record now says it replaces version 7, which this node does not have.
     auto store = open_store(data);
     std::string value;
-    REQUIRE(store->scan_meta("prepared/tx1", [&](std::string_view, std::string_view v) {
-      value = std::string(v);
-      return ptc::Status::ok();
-    }).is_ok());
+    REQUIRE(store
+                ->scan_meta("prepared/tx1",
+                            [&](std::string_view, std::string_view v) {
+                              value = std::string(v);
+                              return ptc::Status::ok();
+                            })
+                .is_ok());
     auto rec = ptc::parse_json(value, "record");
     REQUIRE(rec.is_ok());
     (*rec)["replaced"] = 7;

@@ -23,9 +23,15 @@ TEST_CASE("a strided slice is its rows, each the concatenation of its extents", 
   s.extents = {Extent{7, 100, 4, 10}, Extent{kZeroBlob, 0, 2, 0}, Extent{8, 0, 3, 3}};
   CHECK(row_bytes(s) == 9);
   CHECK(slice_bytes(s) == 27);
-  CHECK(pieces(s, 0, 27) == std::vector<Piece>{{7, 100, 4}, {0, 0, 2}, {8, 0, 3},  //
-                                               {7, 110, 4}, {0, 0, 2}, {8, 3, 3},  //
-                                               {7, 120, 4}, {0, 0, 2}, {8, 6, 3}});
+  CHECK(pieces(s, 0, 27) == std::vector<Piece>{{7, 100, 4},
+                                               {0, 0, 2},
+                                               {8, 0, 3},  //
+                                               {7, 110, 4},
+                                               {0, 0, 2},
+                                               {8, 3, 3},  //
+                                               {7, 120, 4},
+                                               {0, 0, 2},
+                                               {8, 6, 3}});
   // A window starting inside row 1's first extent and ending inside row 2's second.
   CHECK(pieces(s, 11, 11) == std::vector<Piece>{{7, 112, 2}, {0, 0, 2}, {8, 3, 3}, {7, 120, 4}});
 }
@@ -64,8 +70,14 @@ TEST_CASE("walk_slice hands the sink a slice's pieces, opening a blob once per r
   };
   Recorder r;
   REQUIRE(walk_slice(s, 0, slice_bytes(s), open, r).is_ok());
-  CHECK(r.got == std::vector<Piece>{{7, 100, 4}, {7, 200, 2}, {0, 0, 3}, {8, 0, 1},  //
-                                    {7, 110, 4}, {7, 210, 2}, {0, 0, 3}, {8, 1, 1}});
+  CHECK(r.got == std::vector<Piece>{{7, 100, 4},
+                                    {7, 200, 2},
+                                    {0, 0, 3},
+                                    {8, 0, 1},  //
+                                    {7, 110, 4},
+                                    {7, 210, 2},
+                                    {0, 0, 3},
+                                    {8, 1, 1}});
   CHECK(opened == std::vector<uint64_t>{7, 8, 7, 8});
 
   SECTION("the first error of the sink stops the walk") {

@@ -120,7 +120,8 @@ inline std::string read_all(const StepVersion& v, const ptc::ShardId& shard, siz
   return out;
 }
 
-inline std::shared_ptr<const StepVersion> find_step(const Store& store, const std::string& job, const std::string& step) {
+inline std::shared_ptr<const StepVersion> find_step(const Store& store, const std::string& job,
+                                                    const std::string& step) {
   auto snap = store.snapshot();
   auto it = snap->steps.find({job, step});
   REQUIRE(it != snap->steps.end());

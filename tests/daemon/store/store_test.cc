@@ -99,9 +99,8 @@ TEST_CASE("a rank file with a wrong slice shape fails naming file and tensor and
   const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
   write_checkpoint(ckpt, kPtcJson);
   // tp1-pp0 holds emb as 8x4 (padded); write it as 5x4 instead (the unpadded rows).
-  auto sl = ptc::layout_safetensors({{"emb", ptc::DType::BF16, {5, 4}},
-                                     {"layers.0.qkv", ptc::DType::F32, {4, 3}},
-                                     {"step", ptc::DType::I64, {}}});
+  auto sl = ptc::layout_safetensors(
+      {{"emb", ptc::DType::BF16, {5, 4}}, {"layers.0.qkv", ptc::DType::F32, {4, 3}}, {"step", ptc::DType::I64, {}}});
   REQUIRE(sl.is_ok());
   write_file(ckpt + "/tp1-pp0.safetensors", sl->header + std::string(sl->file_size() - sl->header.size(), 'x'));
 
@@ -155,8 +154,7 @@ TEST_CASE("a missing rank file fails naming it and imports nothing", "[store]") 
   auto r = import_checkpoint(*store, ckpt, "gpt", "100");
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.status().code() == ptc::Code::kInvalidArgument);
-  CHECK(r.status().message() ==
-        ckpt + "/tp1-pp1.safetensors: missing rank file for shard tp1-pp1 of tp=2,pp=2,dp=1");
+  CHECK(r.status().message() == ckpt + "/tp1-pp1.safetensors: missing rank file for shard tp1-pp1 of tp=2,pp=2,dp=1");
   CHECK(store->snapshot()->steps.empty());
   CHECK(blob_files(data).empty());
 }
@@ -315,11 +313,14 @@ TEST_CASE("a metadata scan stops at its callback's first error and returns it", 
   }
   // RocksDB's scan reads a snapshot: a record written from the callback is not seen.
   std::vector<std::string> seen;
-  REQUIRE(rocks.value()->scan("p/", [&](std::string_view key, std::string_view) {
-    seen.emplace_back(key);
-    ptcfs::WriteBatch b;
-    b.put("p/bb", "new");
-    return rocks.value()->write(b);
-  }).is_ok());
+  REQUIRE(rocks.value()
+              ->scan("p/",
+                     [&](std::string_view key, std::string_view) {
+                       seen.emplace_back(key);
+                       ptcfs::WriteBatch b;
+                       b.put("p/bb", "new");
+                       return rocks.value()->write(b);
+                     })
+              .is_ok());
   CHECK(seen == std::vector<std::string>{"p/a", "p/b", "p/c"});
 }
