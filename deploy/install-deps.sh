@@ -26,7 +26,7 @@ TEST_PACKAGES=(
   python3-numpy python3-pytest python3-torch python3-yaml
   etcd-server etcd-client openssl
   prometheus
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
   iproute2 util-linux
 )
 mode=${1:-test}
