@@ -3,7 +3,8 @@
 //
 //   jsonl     every non-blank line is a sample and must be valid JSON; blank lines (only
 //             spaces, tabs or '\r') are skipped. A record is the line with its '\n'; a
-//             last line without one gets it supplied by the views.
+//             last line without one gets it supplied by the views (daemon/dataset/jsonl_index.h:
+//             the files are scanned in chunks on every core).
 //   megatron  FILES name indexed datasets as PREFIX, PREFIX.bin or PREFIX.idx; every
 //             sequence of every .idx (ptc/formats/mmidx.h) is a sample, read from its .bin. All
 //             must share one dtype.

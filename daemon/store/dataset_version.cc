@@ -1,5 +1,7 @@
 #include "daemon/store/dataset_version.h"
 
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -7,12 +9,40 @@
 
 #include "daemon/store/checksum.h"
 #include "daemon/store/file_util.h"
+#include "daemon/store/guarded_copy.h"
 #include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
 
 namespace ptcfs {
 
 using nlohmann::json;
+
+namespace {
+
+// A source file and its read-only mapping (null when empty or when mmap failed: then the
+// file is read with pread).
+class MappedSource {
+ public:
+  MappedSource(File file, uint64_t size) : file_(std::move(file)), size_(size) {
+    if (size_ == 0) return;
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, file_.fd(), 0);
+    if (p != MAP_FAILED) map_ = static_cast<const char*>(p);
+  }
+  MappedSource(const MappedSource&) = delete;
+  MappedSource& operator=(const MappedSource&) = delete;
+  ~MappedSource() {
+    if (map_) ::munmap(const_cast<char*>(map_), size_);
+  }
+  const File& file() const { return file_; }
+  const char* map() const { return map_; }
+
+ private:
+  File file_;
+  uint64_t size_;
+  const char* map_ = nullptr;
+};
+
+}  // namespace
 
 bool is_local_home(const std::string& home, const RemoteSamples* remote) {
   return home.empty() || !remote || home == remote->self_id();
@@ -49,6 +79,7 @@ ptc::Result<std::shared_ptr<const DatasetSource>> DatasetSource::open(BlobStore&
         continue;
       }
       o.fd = (*b)->fd();
+      if ((*b)->data() && (*b)->mapped_size() >= f.size) o.map = reinterpret_cast<const char*>((*b)->data());
       o.owner = *b;
       continue;
     }
@@ -58,16 +89,17 @@ ptc::Result<std::shared_ptr<const DatasetSource>> DatasetSource::open(BlobStore&
           ptc::error(ptc::Code::kIo, "dataset file " + f.path + " cannot be opened: " + opened.status().message());
       continue;
     }
-    auto file = std::make_shared<File>(std::move(opened).value());
-    auto size = file->size();
-    auto mtime = file->mtime_ns();
+    auto size = opened->size();
+    auto mtime = opened->mtime_ns();
     if (!size || !mtime || *size != f.size || *mtime != f.mtime_ns) {
       o.error = ptc::corrupt("dataset file " + f.path + " changed since it was added (it had " +
                              std::to_string(f.size) + " bytes; add the dataset again, or use --copy to keep a copy)");
       continue;
     }
-    o.fd = file->fd();
-    o.owner = std::move(file);
+    auto source = std::make_shared<MappedSource>(std::move(opened).value(), f.size);
+    o.fd = source->file().fd();
+    o.map = source->map();
+    o.owner = std::move(source);
   }
   for (const auto& o : s->opened_)
     if (!o.error) ptc::log::warn("{}", o.error.message());
@@ -79,10 +111,34 @@ std::string_view DatasetSource::table_bytes() const {
 }
 
 namespace {
-// Pieces smaller than this are read into one buffer, so that a read of many short records
+// Pieces smaller than this are copied into one buffer, so that a read of many short records
 // is one memory segment rather than a splice per record.
 constexpr uint64_t kGatherBelow = 64 << 10;
 }  // namespace
+
+ptc::Status DatasetSource::pread_piece(const SampleRecord& r, uint64_t off, uint64_t n, char* dst) const {
+  const Opened& o = opened_[r.file];
+  for (uint64_t done = 0; done < n;) {
+    const ssize_t got = ::pread(o.fd, dst + done, n - done, static_cast<off_t>(r.offset + off + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return ptc::io_error("reading dataset file " + files_[r.file].path, errno);
+    if (got == 0) return ptc::corrupt("dataset file " + files_[r.file].path + " is shorter than when it was added");
+    done += static_cast<uint64_t>(got);
+  }
+  return ptc::Status::ok();
+}
+
+bool DatasetSource::sizes_unchanged(const std::vector<const fs::DatasetContent::Piece*>& pieces) const {
+  std::vector<bool> checked(files_.size(), false);  // each file once per read
+  for (const auto* p : pieces) {
+    const uint32_t file = records_[p->sample].file;
+    if (checked[file]) continue;
+    struct stat st {};
+    if (::fstat(opened_[file].fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < files_[file].size) return false;
+    checked[file] = true;
+  }
+  return true;
+}
 
 ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pieces, fs::ReadBuffer& out) const {
   static const char kNewline = '\n';
@@ -99,10 +155,13 @@ ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pi
     const uint64_t n = in_file(p, r);
     small += (n < kGatherBelow ? n : 0) + (p.len - n);
   }
-  // Sized once, so that pointers into it stay valid.
-  auto gather = small ? std::make_shared<std::string>(small, '\0') : nullptr;
+  // Sized once, so that pointers into it stay valid; every byte of it is written below.
+  std::shared_ptr<char[]> gather(small ? new char[small] : nullptr);
   size_t used = 0;
   const void* kept = nullptr;
+  // Copies out of mapped files, done together under one SIGBUS guard: the piece of each.
+  std::vector<CopyRun> runs;
+  std::vector<const fs::DatasetContent::Piece*> run_pieces;
   for (const auto& p : pieces) {
     const SampleRecord& r = records_[p.sample];
     const Opened& o = opened_[r.file];
@@ -115,25 +174,29 @@ ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pi
           kept = o.owner.get();
         }
       } else {
-        for (uint64_t done = 0; done < n;) {
-          const ssize_t got =
-              ::pread(o.fd, gather->data() + used + done, n - done, static_cast<off_t>(r.offset + p.off + done));
-          if (got < 0 && errno == EINTR) continue;
-          if (got < 0) return ptc::io_error("reading dataset file " + files_[r.file].path, errno);
-          if (got == 0)
-            return ptc::corrupt("dataset file " + files_[r.file].path + " is shorter than when it was added");
-          done += static_cast<uint64_t>(got);
+        if (o.map) {
+          runs.push_back({gather.get() + used, o.map + r.offset + p.off, n});
+          run_pieces.push_back(&p);
+        } else {
+          PTC_RETURN_IF_ERROR(pread_piece(r, p.off, n, gather.get() + used));
         }
-        out.add_mem(gather->data() + used, n);
+        out.add_mem(gather.get() + used, n);
         used += n;
       }
     }
     if (p.off + p.len > r.bytes) {  // the supplied newline
-      (*gather)[used] = kNewline;
-      out.add_mem(gather->data() + used, 1);
+      gather[used] = kNewline;
+      out.add_mem(gather.get() + used, 1);
       ++used;
     }
   }
+  // A file truncated since it was mapped (its last page would read as zeros, the pages past
+  // it raise SIGBUS): read those pieces again with pread, which names the file.
+  if (!runs.empty() && (!sizes_unchanged(run_pieces) || !copy_guarded(runs.data(), runs.size())))
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const fs::DatasetContent::Piece& p = *run_pieces[i];
+      PTC_RETURN_IF_ERROR(pread_piece(records_[p.sample], p.off, runs[i].len, static_cast<char*>(runs[i].dst)));
+    }
   if (gather) out.keep(std::move(gather));
   return ptc::Status::ok();
 }

@@ -58,9 +58,16 @@ class DatasetSource {
   ptc::Status read(const std::vector<fs::DatasetContent::Piece>& pieces, fs::ReadBuffer& out) const;
 
  private:
+  // Reads n bytes at `off` of sample r from its file into dst.
+  ptc::Status pread_piece(const SampleRecord& r, uint64_t off, uint64_t n, char* dst) const;
+
+  // Whether the files of these pieces are still at least as long as when added.
+  bool sizes_unchanged(const std::vector<const fs::DatasetContent::Piece*>& pieces) const;
+
   struct Opened {
     int fd = -1;
-    std::shared_ptr<const void> owner;  // keeps fd open
+    const char* map = nullptr;          // the file mapped read-only, when it could be mapped
+    std::shared_ptr<const void> owner;  // keeps fd open and map mapped
     ptc::Status error;                  // why its samples cannot be read
   };
   uint64_t table_id_ = 0, table_xxh3_ = 0, num_samples_ = 0;

@@ -77,3 +77,38 @@ TEST_CASE("a JSONL dataset is stored, read by record, progressed and reloaded", 
   CHECK((*back)->position() == ptc::DatasetPosition{3, 1, 0});
   CHECK(read_records(**back, {{1, 0, 8}}) == "{\"a\":1}\n");
 }
+
+TEST_CASE("records are read from mapped files, and a file cut short is an error, not a crash", "[dataset_store]") {
+  TempDir tmp;
+  const std::string src = tmp.path() + "/big.jsonl";
+  std::string text;
+  std::vector<std::string> lines;
+  for (int i = 0; i < 3000; ++i) {
+    lines.push_back("{\"id\":" + std::to_string(i) + ",\"t\":\"" + std::string(static_cast<size_t>(i % 50), 'q') +
+                    "\"}\n");
+    text += lines.back();
+  }
+  std::ofstream(src, std::ios::binary) << text;
+  auto store = Store::open(tmp.path() + "/data");
+  REQUIRE(store.is_ok());
+  DatasetAddRequest req{"job", "big", ptc::DatasetFormat::kJsonl, 1, 3, 1, {src}, false};
+  DatasetAddSummary summary;
+  auto change = prepare_dataset_add(**store, req, 1, "", summary);
+  REQUIRE(change.is_ok());
+  REQUIRE(commit_change(**store, *change).is_ok());
+  auto v = current_dataset(**store, "job", "big");
+  REQUIRE(v.is_ok());
+  // Records in any order, whole and in parts, are exactly the lines.
+  CHECK(read_records(**v, {{2999, 0, lines[2999].size()}, {0, 0, lines[0].size()}, {1500, 3, 4}}) ==
+        lines[2999] + lines[0] + lines[1500].substr(3, 4));
+
+  // Cut short within its last page, then to nothing (every page past the end): pread
+  // names the file.
+  for (const uint64_t size : {text.size() - 10, uint64_t{0}}) {
+    REQUIRE(::truncate(src.c_str(), static_cast<off_t>(size)) == 0);
+    fs::ReadBuffer rb;
+    auto s = (*v)->read_records({{0, 0, 1}, {2999, 0, lines[2999].size()}}, rb);
+    CHECK(s.code() == ptc::Code::kCorrupt);
+    CHECK(s.message() == "dataset file " + src + " is shorter than when it was added");
+  }
+}

@@ -1,0 +1,37 @@
+// The lines of JSONL files as samples (docs/ARCHITECTURE.md "Datasets"): every non-blank
+// line must be valid JSON (daemon/dataset/json_check.h); blank lines (only spaces, tabs or
+// '\r') are skipped. A record is the line with its '\n'; a last line without one gets
+// kSupplyNewline.
+//
+// Each file is cut into chunks read with pread and scanned (memchr for newlines) on every
+// core: a chunk owns the lines that start in it, and reads on past its end to finish its
+// last one. The results are joined in file order, so samples, line numbers and the error
+// reported (the first in file order) are those of a scan line by line.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "daemon/store/dataset_records.h"
+#include "daemon/store/file_util.h"
+#include "ptc/base/status.h"
+
+namespace ptcfs {
+
+struct JsonlInput {
+  const File* file = nullptr;
+  uint64_t size = 0;  // as indexed: a file shorter when read is an error
+};
+
+struct JsonlScanOptions {
+  uint64_t chunk_bytes = 8 << 20;
+  unsigned threads = 0;  // 0: one per core
+};
+
+// Appends the samples of `files` (file numbers their positions) to `out`. `advance(bytes)`
+// is called, one call at a time, as chunks finish. Errors name the file and line at fault.
+ptc::Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<SampleRecord>& out,
+                              const std::function<void(uint64_t)>& advance, const JsonlScanOptions& options = {});
+
+}  // namespace ptcfs

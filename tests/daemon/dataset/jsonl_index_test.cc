@@ -1,0 +1,122 @@
+// JSONL files scanned in chunks on several threads give exactly the samples, line numbers and
+// errors of a scan line by line, wherever the chunk boundaries fall.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "daemon/dataset/jsonl_index.h"
+#include "tests/daemon/temp_dir.h"
+
+using namespace ptcfs;
+
+namespace {
+
+using testing::TempDir;
+
+struct Files {
+  std::vector<File> files;
+  std::vector<JsonlInput> inputs;
+};
+
+Files open_files(const TempDir& tmp, const std::vector<std::string>& contents) {
+  Files out;
+  for (size_t i = 0; i < contents.size(); ++i) {
+    const std::string path = tmp.path() + "/f" + std::to_string(i) + ".jsonl";
+    std::ofstream(path, std::ios::binary) << contents[i];
+    auto f = File::open_read(path);
+    REQUIRE(f.is_ok());
+    out.files.push_back(std::move(f).value());
+  }
+  for (size_t i = 0; i < contents.size(); ++i) out.inputs.push_back({&out.files[i], contents[i].size()});
+  return out;
+}
+
+// The samples a line-by-line scan finds (every content valid).
+std::vector<SampleRecord> by_line(const std::vector<std::string>& contents) {
+  std::vector<SampleRecord> out;
+  for (size_t f = 0; f < contents.size(); ++f) {
+    const std::string& s = contents[f];
+    for (size_t start = 0; start < s.size();) {
+      const size_t nl = s.find('\n', start);
+      const size_t end = nl == std::string::npos ? s.size() : nl + 1;
+      const std::string line = s.substr(start, (nl == std::string::npos ? s.size() : nl) - start);
+      if (line.find_first_not_of(" \t\r") != std::string::npos)
+        out.push_back({start, end - start, static_cast<uint32_t>(f), nl == std::string::npos ? kSupplyNewline : 0});
+      start = end;
+    }
+  }
+  return out;
+}
+
+bool same(const std::vector<SampleRecord>& a, const std::vector<SampleRecord>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].offset != b[i].offset || a[i].bytes != b[i].bytes || a[i].file != b[i].file || a[i].flags != b[i].flags)
+      return false;
+  return true;
+}
+
+std::string record(int i) {
+  return "{\"id\": " + std::to_string(i) + ", \"text\": \"" + std::string(static_cast<size_t>(i * 37 % 90), 'x') +
+         "\"}";
+}
+
+}  // namespace
+
+TEST_CASE("chunked scans find every line wherever the chunks end", "[jsonl_index]") {
+  std::string many;
+  for (int i = 0; i < 300; ++i) many += record(i) + (i % 7 == 0 ? "\r\n" : "\n") + (i % 11 == 0 ? "\n  \t\n" : "");
+  const std::vector<std::vector<std::string>> datasets = {
+      {"{\"a\":0}\n\n{\"a\":1}\n  \n{\"a\":22}"},         // blank lines, no final newline
+      {"{\"a\":0}\r\n{\"b\":[1,2]}\r\n"},                 // CRLF
+      {"\n\n\n{}\n"},                                     // leading empty lines
+      {"{}"},                                             // one line, no newline
+      {"[\"" + std::string(5000, 'y') + "\"]\n{}\n[1]"},  // a line longer than many chunks
+      {many},
+      {"", "{}\n", "[1]", "\n", many, "{\"z\": null}\n\n"},  // many files, empty ones too
+  };
+  TempDir tmp;
+  for (const auto& contents : datasets) {
+    Files files = open_files(tmp, contents);
+    const auto expected = by_line(contents);
+    for (uint64_t chunk : {1, 2, 3, 7, 64, 1000, 8 << 20})
+      for (unsigned threads : {1u, 3u}) {
+        INFO("chunk " << chunk << ", threads " << threads << ", first file " << contents[0].substr(0, 40));
+        std::vector<SampleRecord> got;
+        uint64_t advanced = 0;
+        REQUIRE(index_jsonl_files(files.inputs, got, [&](uint64_t n) { advanced += n; }, {chunk, threads}).is_ok());
+        CHECK(same(got, expected));
+        uint64_t total = 0;
+        for (const auto& c : contents) total += c.size();
+        CHECK(advanced == total);
+      }
+  }
+}
+
+TEST_CASE("the first line that is not JSON is named by file and line, wherever the chunks end", "[jsonl_index]") {
+  TempDir tmp;
+  std::string second;
+  for (int i = 0; i < 50; ++i) second += record(i) + "\n";
+  second += "\n{\"broken\": }\n" + record(1) + "\n{not json}\n";  // lines 51, 52 (blank, broken), 54
+  Files files = open_files(tmp, {"{}\n[1]\n", second});
+  for (uint64_t chunk : {1, 5, 64, 4096})
+    for (unsigned threads : {1u, 2u, 4u}) {
+      INFO("chunk " << chunk << ", threads " << threads);
+      std::vector<SampleRecord> got;
+      auto s = index_jsonl_files(files.inputs, got, {}, {chunk, threads});
+      CHECK(s.code() == ptc::Code::kCorrupt);
+      CHECK(s.message() == files.files[1].path() + ": line 52 is not valid JSON");
+    }
+}
+
+TEST_CASE("a file shorter than when it was sized is refused", "[jsonl_index]") {
+  TempDir tmp;
+  Files files = open_files(tmp, {"{}\n{}\n"});
+  files.inputs[0].size = 100;
+  std::vector<SampleRecord> got;
+  auto s = index_jsonl_files(files.inputs, got, {}, {16, 2});
+  CHECK(s.code() == ptc::Code::kCorrupt);
+  CHECK(s.message() == files.files[0].path() + ": shorter than its size while it was read (changed meanwhile?)");
+}
