@@ -1,5 +1,6 @@
 #include "daemon/store/guarded_copy.h"
 
+#include <atomic>
 #include <csetjmp>
 #include <csignal>
 #include <cstring>
@@ -8,8 +9,10 @@
 namespace ptcfs {
 namespace {
 
-// The jump out of the running copy of this thread; null outside copy_guarded.
-thread_local sigjmp_buf* t_guard = nullptr;
+// The jump out of the running copy of this thread; null outside copy_guarded. Volatile: the
+// handler reads it, so the stores around the copy must not be dropped or moved (the compiler
+// knows memcpy does not read it, and without volatile removed the first store).
+thread_local sigjmp_buf* volatile t_guard = nullptr;
 struct sigaction g_previous;
 
 void on_sigbus(int sig, siginfo_t* info, void* context) {
@@ -44,7 +47,9 @@ bool copy_guarded(const CopyRun* runs, size_t n) {
     return false;
   }
   t_guard = &guard;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   for (size_t i = 0; i < n; ++i) std::memcpy(runs[i].dst, runs[i].src, runs[i].len);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   t_guard = nullptr;
   return true;
 }
