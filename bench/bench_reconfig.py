@@ -164,13 +164,20 @@ def tcp_link_test(fab: Fabric, nbytes: int) -> float:
     return out["seconds"]
 
 
-def memcpy_rate(nbytes: int = 512 << 20) -> float:
-    """Bytes per second of one thread copying a buffer into another (numpy copyto; best of 3)."""
+def memcpy_rate(nbytes: int = 512 << 20, fresh: bool = False) -> float:
+    """Bytes per second of one thread copying a buffer into another (numpy copyto; best of 3).
+    With fresh, into memory allocated for the copy, whose pages the copy faults in first (what a
+    process that takes in new state pays); else into memory already touched (the limit's figure)."""
     src = np.ones(nbytes, dtype=np.uint8)
     dst = np.empty_like(src)
+    dst.fill(0)
     best = float("inf")
     for _ in range(3):
+        if fresh:
+            dst = None
         t0 = time.perf_counter()
+        if fresh:
+            dst = np.empty_like(src)
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - t0)
     return nbytes / best
@@ -311,7 +318,7 @@ def write_ckpt(root: str, gb: float) -> tuple:
     return summary, hidden, old_files
 
 
-def one_change(fab, nodes, ckroot, old_files, key, to, to_nodes, step, link_rate, copy_rate) -> dict:
+def one_change(fab, nodes, ckroot, old_files, key, to, to_nodes, step, link_rate, copy_rate, fresh_rate) -> dict:
     ranks = placement(to, to_nodes)
     procs = Ranks(fab, ranks)
     nodes_dir = os.path.join(ckroot, f"central-{step}")
@@ -346,9 +353,11 @@ def one_change(fab, nodes, ckroot, old_files, key, to, to_nodes, step, link_rate
     limit_nodes = {n: per_node.get(n, {}).get("bytes_min", 0) / link_rate + loaded.get(n, 0) / copy_rate
                    for n in range(3)}
     limit = max(limit_nodes.values())
+    fresh = max(per_node.get(n, {}).get("bytes_min", 0) / link_rate + loaded.get(n, 0) / fresh_rate for n in range(3))
     return {"change": key, "from": par(BASE), "to": par(to), "nodes": to_nodes, "ptcfs_s": ours,
             "repartition_s": rep_s, "load_s": load_s, "central_s": c_s, "central_phases": phases,
-            "limit_s": limit, "limit_per_node_s": limit_nodes, "bytes_moved": r["bytes_moved"],
+            "limit_s": limit, "limit_per_node_s": limit_nodes,
+            "limit_fresh_memory_s": fresh, "bytes_moved": r["bytes_moved"],
             "bytes_min": r["bytes_min"], "per_node": r["nodes"], "loaded_per_node": loaded,
             "rank_load_s": [g["seconds"] for g in got]}
 
@@ -391,11 +400,13 @@ def run(gb: float, rate: str, rounds: int, root: str, disk: bool = False, plot_p
         print(f"checkpoint: {summary['bytes'] / 1e9:.2f} GB, hidden {hidden}, {LAYERS} layers, {par(BASE)} on "
               f"n0,n1; links {rate}; data on {'disk' if disk else 'tmpfs'}", flush=True)
         copy_rate = memcpy_rate()
+        fresh_rate = memcpy_rate(fresh=True)
         with Fabric(3, rate) as fab:
             tcp_bytes = int(min(1e9, max(2e8, summary["bytes"] / 2)))
             tcp_s = min(tcp_link_test(fab, tcp_bytes) for _ in range(2))
             print(f"plain TCP through one link: {tcp_bytes / tcp_s / 1e6:.0f} MB/s "
-                  f"({rate} = {link_rate / 1e6:.0f} MB/s); memcpy {copy_rate / 1e9:.2f} GB/s", flush=True)
+                  f"({rate} = {link_rate / 1e6:.0f} MB/s); memcpy {copy_rate / 1e9:.2f} GB/s, into fresh memory "
+                  f"{fresh_rate / 1e9:.2f} GB/s", flush=True)
             secret = os.path.join(ckroot, "secret")
             with open(secret, "w") as f:
                 f.write("a cluster secret of some length\n")
@@ -418,10 +429,11 @@ def run(gb: float, rate: str, rounds: int, root: str, disk: bool = False, plot_p
                     for _ in range(rounds):
                         step += 1
                         res = one_change(fab, nodes, ckroot, old_files, key, to, to_nodes, str(step), link_rate,
-                                         copy_rate)
+                                         copy_rate, fresh_rate)
                         res["label"] = label
                         print(f"  {label}: ptcfs {res['ptcfs_s']:.2f} s (repartition {res['repartition_s']:.2f} s + "
-                              f"loads {res['load_s']:.2f} s), limit {res['limit_s']:.2f} s, central "
+                              f"loads {res['load_s']:.2f} s), limit {res['limit_s']:.2f} s (with fresh memory "
+                              f"{res['limit_fresh_memory_s']:.2f} s), central "
                               f"{res['central_s']:.2f} s ({phases(res)});"
                               f" moved {res['bytes_moved'] / 1e6:.0f} MB (min {res['bytes_min'] / 1e6:.0f} MB)",
                               flush=True)
@@ -449,7 +461,8 @@ def run(gb: float, rate: str, rounds: int, root: str, disk: bool = False, plot_p
         rows.append(row(SECTION, f"{size}, {r['label']}: ptcfs vs central (torch)", secs(r["ptcfs_s"]),
                         secs(r["central_s"]), vs_central, ">= 5", vs_central >= 5))
     raw = {"bytes": summary["bytes"], "hidden": hidden, "layers": LAYERS, "rate": rate, "link_bytes_per_s": link_rate,
-           "tcp_bytes_per_s": tcp_bytes / tcp_s, "memcpy_bytes_per_s": copy_rate, "data": "disk" if disk else "tmpfs",
+           "tcp_bytes_per_s": tcp_bytes / tcp_s, "memcpy_bytes_per_s": copy_rate,
+           "memcpy_fresh_bytes_per_s": fresh_rate, "data": "disk" if disk else "tmpfs",
            "changes": results}
     if plot_path:
         plot(results, plot_path, rate, summary["bytes"] / 1e9)
