@@ -28,15 +28,15 @@ def held_copy(a: np.ndarray) -> np.ndarray:
 
 
 def main() -> int:
-    held = {}
+    held, tensors = {}, None
     for line in sys.stdin:
         cmd = json.loads(line)
         if cmd["op"] == "load":
             t0 = time.perf_counter()
             tensors = ptcfs.load_shard(cmd["dir"], cmd["t"], cmd["p"])
             held = {name: held_copy(a) for name, a in tensors.items()}
-            del tensors
-            out = {"bytes": sum(a.nbytes for a in held.values()), "seconds": time.perf_counter() - t0}
+            out = {"bytes": sum(a.nbytes for a in held.values()), "seconds": time.perf_counter() - t0,
+                   "gathered": sum(a.nbytes for a in tensors.values() if a.flags.owndata)}
         elif cmd["op"] == "check":
             want = st.SafetensorsFile(cmd["path"])
             names = set(want.keys())
@@ -50,6 +50,7 @@ def main() -> int:
             out = {"ok": True}
         else:
             out = {"error": f"unknown op {cmd['op']}"}
+        tensors = None
         print(json.dumps(out), flush=True)
     return 0
 
