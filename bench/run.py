@@ -9,7 +9,8 @@ the build.
 
 Sections: mount (reads, import, 10,000 tensors), repartition (single node, in process),
 plan (1,024 GPUs, 100,000 tensors), planner, formats (Hugging Face import and export), torch (the re-sharding script users run today),
-cluster (three daemons), etcd, soak (32 readers for 10 minutes under changes). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
+cluster (three daemons), reconfig (end to end on 3 namespaced nodes with 2 Gbit/s links: ptcfs vs central torch vs
+the limit, plot docs/reconfiguration.png), etcd, soak (32 readers for 10 minutes under changes). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
 except bytes_moved / bytes_min.
 """
 
@@ -25,7 +26,8 @@ import tempfile
 
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
-SECTIONS = ["mount", "repartition", "plan", "planner", "formats", "torch", "live", "cluster", "etcd", "soak"]
+SECTIONS = ["mount", "repartition", "plan", "planner", "formats", "torch", "live", "cluster", "reconfig", "etcd",
+            "soak"]
 
 
 def cpp_repartition(gib: float, root: str) -> tuple:
@@ -123,12 +125,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=os.path.join(REPO, "bench", "results.json"), metavar="FILE")
     ap.add_argument("--plot", default=os.path.join(REPO, "docs", "repartition-vs-size.png"), metavar="PNG")
+    ap.add_argument("--reconfig-plot", default=os.path.join(REPO, "docs", "reconfiguration.png"), metavar="PNG")
     ap.add_argument("--only", default=",".join(SECTIONS), help="sections to run, comma-separated")
     ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run, not for quoting)")
     a = ap.parse_args()
     if a.quick:  # a smoke run leaves the quoted results alone
         a.json = a.json.replace("results.json", "results-quick.json")
         a.plot = os.path.join(REPO, "bench", "repartition-vs-size-quick.png")
+        a.reconfig_plot = os.path.join(REPO, "bench", "reconfiguration-quick.png")
     only = a.only.split(",")
     for s in only:
         if s not in SECTIONS:
@@ -140,6 +144,7 @@ def main() -> int:
     import bench_etcd
     import bench_formats
     import bench_live
+    import bench_reconfig
     import bench_soak
     import bench_mount
     import bench_torch
@@ -186,6 +191,12 @@ def main() -> int:
             r, raw["cluster"] = bench_cluster.run(200 if a.quick else 1100, 1 if a.quick else 2,
                                                   os.path.join(root, "cluster"))
             rows += r
+        if "reconfig" in only:
+            print("== reconfig: end to end on 3 namespaced nodes (2 Gbit/s links): ptcfs vs central torch vs the limit",
+                  flush=True)
+            r, raw["reconfig"] = bench_reconfig.run(0.2 if a.quick else 2.0, "2gbit", 1, os.path.join(root, "reconfig"),
+                                                    plot_path=a.reconfig_plot)
+            rows += r
         if "etcd" in only:
             print("== etcd: commit latency against static mode, time to join", flush=True)
             r, raw["etcd"] = bench_etcd.run(10 if a.quick else 20, 3 if a.quick else 5, os.path.join(root, "etcd"))
@@ -200,7 +211,8 @@ def main() -> int:
     raw["rows"] = rows
     with open(a.json, "w") as f:
         json.dump(raw, f, indent=2)
-    print(f"\nwritten: {a.json}" + (f", {a.plot}" if "torch" in only else ""))
+    print(f"\nwritten: {a.json}" + (f", {a.plot}" if "torch" in only else "") +
+          (f", {a.reconfig_plot}" if "reconfig" in only else ""))
     return 0
 
 

@@ -1,0 +1,59 @@
+#!/usr/bin/python3
+"""One training rank of bench/bench_reconfig.py, started ahead of the timed window in its
+node's network namespace (as a job's processes are alive when the change comes). Commands on
+stdin, one JSON line each; each answered with one JSON line on stdout:
+
+    {"op": "load", "dir": D, "t": T, "p": P}  ptcfs.load_shard(D, T, P), every tensor then held
+                                               in this process's own memory: {"bytes", "seconds"}
+    {"op": "check", "path": F}                 the held tensors equal the safetensors file F byte
+                                               for byte: {"ok", "detail"}
+    {"op": "drop"}                             lets the tensors go
+
+load_shard reads through the direct path in a ptcfs mount (the daemon's blobs mapped; a
+strided tensor gathered into a new array) and through a mapping of the file elsewhere. A view
+of a mapping is copied once into an array of this process; a gathered array is already one."""
+
+import json
+import sys
+import time
+
+import numpy as np
+
+import ptcfs
+from ptcfs import safetensors as st
+
+
+def held_copy(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.owndata else np.array(a)
+
+
+def main() -> int:
+    held, tensors = {}, None
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "load":
+            t0 = time.perf_counter()
+            tensors = ptcfs.load_shard(cmd["dir"], cmd["t"], cmd["p"])
+            held = {name: held_copy(a) for name, a in tensors.items()}
+            out = {"bytes": sum(a.nbytes for a in held.values()), "seconds": time.perf_counter() - t0,
+                   "gathered": sum(a.nbytes for a in tensors.values() if a.flags.owndata)}
+        elif cmd["op"] == "check":
+            want = st.SafetensorsFile(cmd["path"])
+            names = set(want.keys())
+            bad = [name for name in sorted(set(held) | names)
+                   if name not in held or name not in names
+                   or held[name].view(np.uint8).tobytes() != np.ascontiguousarray(want[name]).view(np.uint8).tobytes()]
+            out = {"ok": not bad and bool(held), "detail": f"{len(bad)} tensors differ (e.g. {bad[:3]})" if bad
+                   else f"{len(held)} tensors equal"}
+        elif cmd["op"] == "drop":
+            held = {}
+            out = {"ok": True}
+        else:
+            out = {"error": f"unknown op {cmd['op']}"}
+        tensors = None
+        print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
