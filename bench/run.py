@@ -7,7 +7,7 @@ the build.
     /usr/bin/python3 bench/run.py [--json bench/results.json] [--plot docs/repartition-vs-size.png]
                                   [--quick] [--only SECTION,...]
 
-Sections: mount (reads, import, 10,000 tensors), repartition (single node, in process),
+Sections: mount (reads, import, saves, 10,000 tensors, per-tensor saves of up to 100,000 files), repartition (single node, in process),
 plan (1,024 GPUs, 100,000 tensors), planner, formats (Hugging Face import and export), torch (the re-sharding script users run today),
 cluster (three daemons), reconfig (end to end on 3 namespaced nodes with 2 Gbit/s links: ptcfs vs central torch vs
 the limit, plot docs/reconfiguration.png), etcd, soak (32 readers for 10 minutes under changes). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
@@ -156,7 +156,8 @@ def main() -> int:
     try:
         if "mount" in only:
             print("== mount: reads, import, 10,000 tensors", flush=True)
-            r, raw["mount"] = bench_mount.run(300 if a.quick else 1200, os.path.join(root, "mount"))
+            r, raw["mount"] = bench_mount.run(300 if a.quick else 1200, os.path.join(root, "mount"), False,
+                                              (5000, 20000) if a.quick else (5000, 20000, 100000))
             rows += r
         if "repartition" in only:
             print("== repartition: single node, in process", flush=True)

@@ -55,16 +55,19 @@ int do_lookup(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e) 
   return 0;
 }
 
-int do_getattr(Impl& fs, uint64_t ino, fuse_file_info* fi, struct stat& st) {
+int do_getattr(Impl& fs, uint64_t ino, fuse_file_info* fi, struct stat& st, double& timeout) {
+  timeout = kTimeout;
   if (fi && fi->fh) {
     const auto* of = reinterpret_cast<const OpenFile*>(fi->fh);
     fill_attr(of->ino, false, of->view->size(), of->mtime, of->writer != nullptr, st);
+    if (of->writer) timeout = kPendingTimeout;
     return 0;
   }
   auto tree = fs.current();
   const Node* n = tree->find(ino);
   if (!n) return fs.open_attr(ino, st) ? 0 : ESTALE;  // a replaced version's file still open
   fill_node_attr(*n, st);
+  timeout = attr_timeout_of(*n);
   return 0;
 }
 
@@ -144,11 +147,12 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kGetattr);
   struct stat st;
-  const int err = do_getattr(impl_of(req), ino, fi, st);
+  double timeout = 0;
+  const int err = do_getattr(impl_of(req), ino, fi, st, timeout);
   if (err)
     fuse_reply_err(req, err);
   else
-    fuse_reply_attr(req, &st, fi && fi->fh && reinterpret_cast<const OpenFile*>(fi->fh)->writer ? 0.0 : kTimeout);
+    fuse_reply_attr(req, &st, timeout);
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -335,17 +339,12 @@ ptc::Status Filesystem::Impl::rebuild() {
   return ptc::Status::ok();
 }
 
-ptc::Result<std::shared_ptr<const Tree>> Filesystem::Impl::add_file(Node file, const std::string& name) {
-  // Every addition copies the added files so far: fold them in now and then (a rebuild costs
-  // the pending step's files), keeping both costs small.
-  constexpr size_t kFoldAfter = 256;
+ptc::Result<std::shared_ptr<const Tree>> Filesystem::Impl::add_node(Node node, const std::string& name) {
   std::lock_guard serial(build_mu);
   auto cur = current();
-  std::shared_ptr<const Tree> next;
-  if (cur->added() >= kFoldAfter) {
+  std::shared_ptr<const Tree> next = Tree::with_node(cur, std::move(node), name);
+  if (!next) {
     PTC_ASSIGN_OR_RETURN(next, Tree::build(contents(), cur.get()));
-  } else {
-    next = Tree::with_file(cur, std::move(file), name);
   }
   std::lock_guard lock(mu);
   tree = next;

@@ -21,9 +21,15 @@
 namespace ptcfs::fs {
 
 // Committed files never change under an inode (a new version gets new inodes), so the
-// kernel may cache names, attributes and pages for long. A pending step's names and sizes
-// change as it is written: they are not cached.
+// kernel may cache names, attributes and pages for long. A pending step changes as it is
+// written, but only through this mount: the kernel updates the size of a file it writes
+// itself, and a folder's name and inode stay when its step commits. So a pending step's
+// folders and the attributes of its files are cached for a moment (a save per tensor would
+// otherwise look up every folder of a path and ask its attributes once per file), and the
+// names of its files not at all: its commit gives them new inodes, which every lookup after
+// it must see.
 constexpr double kTimeout = 3600.0;
+constexpr double kPendingTimeout = 1.0;
 // Signal used to wake the loop thread when stopping.
 constexpr int kWakeSignal = SIGUSR1;
 
@@ -77,9 +83,10 @@ class Filesystem::Impl {
   // Rebuilds the tree from the source and swaps it in, without invalidating the kernel's
   // names: for a write operation's own additions and removals, from inside its handler.
   ptc::Status rebuild();
-  // A create's new file: the current tree plus its node (Tree::with_file), or, after many
-  // such additions, a rebuild that folds them in. Returns the tree now current.
-  ptc::Result<std::shared_ptr<const Tree>> add_file(Node file, const std::string& name);
+  // A create's new file or a mkdir's new folder of a pending step: the current tree plus its
+  // node (Tree::with_node), or a build when that tree cannot take it so. Returns the tree now
+  // current.
+  ptc::Result<std::shared_ptr<const Tree>> add_node(Node node, const std::string& name);
 };
 
 inline Filesystem::Impl& impl_of(fuse_req_t req) { return *static_cast<Filesystem::Impl*>(fuse_req_userdata(req)); }
@@ -109,13 +116,14 @@ inline void fill_node_attr(const Node& n, struct stat& st) {
   fill_attr(n.ino, n.is_dir, n.view ? n.view->size() : 0, n.mtime, n.writable, st);
 }
 
-inline double timeout_of(const Node& n) { return n.pending ? 0.0 : kTimeout; }
+inline double attr_timeout_of(const Node& n) { return n.pending ? kPendingTimeout : kTimeout; }
+inline double entry_timeout_of(const Node& n) { return !n.pending ? kTimeout : n.is_dir ? kPendingTimeout : 0.0; }
 
 inline void fill_entry(const Node& n, fuse_entry_param& e) {
   std::memset(&e, 0, sizeof e);
   e.ino = n.ino;
-  e.attr_timeout = timeout_of(n);
-  e.entry_timeout = timeout_of(n);
+  e.attr_timeout = attr_timeout_of(n);
+  e.entry_timeout = entry_timeout_of(n);
   fill_node_attr(n, e.attr);
 }
 

@@ -2,6 +2,10 @@
 
 #include <xxhash.h>
 
+#include <deque>
+#include <mutex>
+#include <shared_mutex>
+
 #include "fs/dataset_views.h"
 #include "ptc/base/log.h"
 
@@ -180,25 +184,65 @@ std::shared_ptr<const View> pending_view(std::shared_ptr<const WriteFile> f) {
 
 uint64_t Tree::pending_file_ino(const std::string& path) { return ino_of(path, "pending"); }
 
-std::shared_ptr<const Tree> Tree::with_file(std::shared_ptr<const Tree> base, Node file, const std::string& name) {
+uint64_t Tree::dir_ino(const std::string& path) { return ino_of(path, ""); }
+
+// Append-only: a node, once added, stays where it is (a deque keeps addresses) until the last
+// tree that shares the list goes, so the pointers find() gives stay valid as long as the tree.
+// Each index entry records the node's position, which a tree compares with how many nodes it
+// shows, so a tree made before an addition does not see it.
+struct Tree::Added {
+  mutable std::shared_mutex mu;  // guards everything below (readers: find, child)
+  std::deque<Node> nodes;
+  std::unordered_map<uint64_t, size_t> by_ino;
+  std::map<std::pair<uint64_t, std::string>, size_t> by_name;  // (parent, name) -> position
+};
+
+std::shared_ptr<const Tree> Tree::with_node(std::shared_ptr<const Tree> base, Node node, const std::string& name) {
+  const Node* parent = base->find(node.parent);
+  if (!parent || !parent->is_dir || base->find(node.ino) || base->child(*parent, name)) return nullptr;
   auto t = std::make_shared<Tree>();
-  if (base->base_) {  // already a tree with added files: add to a copy of them (few: the caller folds them in)
-    t->base_ = base->base_;
-    t->extra_ = base->extra_;
-    t->extra_names_ = base->extra_names_;
-  } else {
+  auto append = [&](Added& to) {  // locked
+    const size_t at = to.nodes.size();
+    to.by_ino[node.ino] = at;
+    to.by_name[{node.parent, name}] = at;
+    to.nodes.push_back(std::move(node));
+    t->visible_ = at + 1;
+  };
+  if (!base->base_) {
     t->base_ = std::move(base);
+    t->added_ = std::make_shared<Added>();
+    append(*t->added_);
+    return t;
   }
-  t->extra_names_[{file.parent, name}] = file.ino;
-  t->extra_.insert_or_assign(file.ino, std::move(file));
+  t->base_ = base->base_;
+  std::unique_lock lock(base->added_->mu);
+  if (base->added_->nodes.size() == base->visible_) {  // `base` is the latest tree of its list: add to it
+    append(*base->added_);
+    t->added_ = base->added_;
+    return t;
+  }
+  // Another tree was made from `base`'s list after it (the caller did not add to the current
+  // tree): a list of its own, with the nodes `base` shows.
+  auto own = std::make_shared<Added>();
+  for (size_t i = 0; i < base->visible_; ++i) {
+    own->nodes.push_back(base->added_->nodes[i]);
+    own->by_ino[own->nodes.back().ino] = i;
+  }
+  for (const auto& [key, i] : base->added_->by_name)
+    if (i < base->visible_) own->by_name.emplace(key, i);
+  lock.unlock();
+  append(*own);
+  t->added_ = std::move(own);
   return t;
 }
 
 std::vector<std::pair<std::string, uint64_t>> Tree::added_children(uint64_t dir) const {
   std::vector<std::pair<std::string, uint64_t>> out;
-  for (auto it = extra_names_.lower_bound({dir, std::string()}); it != extra_names_.end() && it->first.first == dir;
-       ++it)
-    out.emplace_back(it->first.second, it->second);
+  if (!added_) return out;
+  std::shared_lock lock(added_->mu);
+  for (auto it = added_->by_name.lower_bound({dir, std::string()});
+       it != added_->by_name.end() && it->first.first == dir; ++it)
+    if (it->second < visible_) out.emplace_back(it->first.second, added_->nodes[it->second].ino);
   return out;
 }
 
@@ -273,8 +317,12 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, c
 
 const Node* Tree::find(uint64_t ino) const {
   if (base_) {
-    auto e = extra_.find(ino);
-    return e != extra_.end() ? &e->second : base_->find(ino);
+    {
+      std::shared_lock lock(added_->mu);
+      auto e = added_->by_ino.find(ino);
+      if (e != added_->by_ino.end() && e->second < visible_) return &added_->nodes[e->second];
+    }
+    return base_->find(ino);
   }
   auto it = index_.find(ino);
   return it == index_.end() ? nullptr : it->second;
@@ -285,8 +333,9 @@ const Node* Tree::child(const Node& dir, const std::string& name) const {
   auto it = dir.children.find(name);
   if (it != dir.children.end()) return find(it->second);
   if (!base_) return nullptr;
-  auto e = extra_names_.find({dir.ino, name});
-  return e == extra_names_.end() ? nullptr : find(e->second);
+  std::shared_lock lock(added_->mu);
+  auto e = added_->by_name.find({dir.ino, name});
+  return e == added_->by_name.end() || e->second >= visible_ ? nullptr : &added_->nodes[e->second];
 }
 
 }  // namespace ptcfs::fs

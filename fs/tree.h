@@ -45,7 +45,7 @@ struct Node {
   // Directories: new entries may be made in it (the root: jobs; a job: steps; a pending
   // step and its folders: folders and files). Files: part of a pending step.
   bool writable = false;
-  bool pending = false;              // part of a pending step: names and sizes change, so the kernel caches none
+  bool pending = false;              // of a pending step: it changes (fs_impl.h: what the kernel caches)
   int64_t mtime = 0;                 // seconds since the epoch
   std::string path;                  // directories: relative to the mount root ("" for the root, "job/step/tp0-pp0")
   std::shared_ptr<const View> view;  // files
@@ -72,19 +72,24 @@ class Tree {
   // whose version is unchanged.
   static ptc::Result<std::shared_ptr<const Tree>> build(const Contents& contents, const Tree* previous = nullptr);
 
-  // A tree that is `base` plus one new file of a pending step (`file` holds its node; its
-  // parent folder is in `base`): what a create shows at once, without building the whole
-  // tree again (a step saved per tensor creates thousands of files). The files added this way
-  // are kept beside the base, and the next build folds them in.
-  static std::shared_ptr<const Tree> with_file(std::shared_ptr<const Tree> base, Node file, const std::string& name);
-  // Files added by with_file since the last build.
-  size_t added() const { return extra_.size(); }
+  // A tree that is `base` plus one new node of a pending step (a file a create made, or a folder
+  // of a mkdir; `node` holds it, its parent folder is in `base`): what a create shows at once,
+  // without building the whole tree again (a step saved per tensor creates 100,000s of files).
+  // The nodes added this way sit in an append-only list shared by every tree made from the
+  // same built tree, each tree seeing the ones added up to it, so that an addition costs
+  // O(log nodes) and not a copy of the earlier ones; the next build folds them in. Null when
+  // `base` (or an earlier addition to it) already has the inode: the caller builds instead.
+  static std::shared_ptr<const Tree> with_node(std::shared_ptr<const Tree> base, Node node, const std::string& name);
+  // Nodes added by with_node since the last build, seen by this tree.
+  size_t added() const { return visible_; }
   // The inode number a pending file at `path` ("/job/step/rel") has in every tree.
   static uint64_t pending_file_ino(const std::string& path);
+  // The inode number a folder at `path` ("/job/step/rel") has in every tree.
+  static uint64_t dir_ino(const std::string& path);
 
   const Node* find(uint64_t ino) const;
   const Node* child(const Node& dir, const std::string& name) const;
-  // The names in `dir` added by with_file (name -> inode), in name order.
+  // The names in `dir` added by with_node (name -> inode), in name order.
   std::vector<std::pair<std::string, uint64_t>> added_children(uint64_t dir) const;
   template <class F>
   void for_each_dir(F&& f) const {
@@ -93,9 +98,10 @@ class Tree {
   }
 
  private:
-  std::shared_ptr<const Tree> base_;                                  // with_file: the tree built last
-  std::unordered_map<uint64_t, Node> extra_;                          // with_file: files added to it
-  std::map<std::pair<uint64_t, std::string>, uint64_t> extra_names_;  // (parent, name) -> inode
+  struct Added;                             // the nodes added to base_ by with_node (tree.cc)
+  std::shared_ptr<const Tree> base_;        // with_node: the tree built last
+  std::shared_ptr<Added> added_;            // with_node: shared by the trees made from base_
+  size_t visible_ = 0;                      // with_node: how many of added_'s nodes this tree shows
   std::unordered_map<uint64_t, Node> top_;  // the root, the job folders and their data folders
   // By (job, step) and by (job, "data/" + dataset).
   std::map<std::pair<std::string, std::string>, std::shared_ptr<const SubTree>> subtrees_;

@@ -69,6 +69,19 @@ int entry_after(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e
   return 0;
 }
 
+// A folder or file of a pending step, made in `dir`: the node a build would make of it.
+Node pending_node(const Node& dir, const std::string& name, bool is_dir) {
+  Node n;
+  const std::string path = "/" + dir.path + "/" + name;
+  n.ino = is_dir ? Tree::dir_ino(path) : Tree::pending_file_ino(path);
+  n.parent = dir.ino;
+  n.is_dir = is_dir;
+  n.mtime = dir.mtime;
+  if (is_dir) n.path = path.substr(1);
+  n.writable = n.pending = true;
+  return n;
+}
+
 int do_mkdir(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e) {
   std::shared_ptr<const Tree> tree;
   const Node* dir = nullptr;
@@ -80,7 +93,16 @@ int do_mkdir(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e) {
                                   : fs.target->make_dir(p.job, p.step, p.rel);
   if (!s) return fail("mkdir", p, s);
   std::shared_ptr<const Tree> after;
-  return entry_after(fs, parent, name, e, after);
+  if (p.rel.empty()) return entry_after(fs, parent, name, e, after);  // a job or a step: few, built
+  // A folder of a pending step: added to the current tree, as a create adds a file.
+  const uint64_t ino = Tree::dir_ino("/" + dir->path + "/" + name);
+  auto next = fs.add_node(pending_node(*dir, name, true), name);
+  if (!next) return to_errno(next.status());
+  after = std::move(next).value();
+  const Node* n = after->find(ino);
+  if (!n) return EIO;
+  fill_entry(*n, e);
+  return 0;
 }
 
 int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, fuse_entry_param& e) {
@@ -110,15 +132,11 @@ int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, f
   if (!id) return fail("create", p, id.status());
   // The new file's node, added to the current tree without building it again: the same node
   // a rebuild makes of it (its inode tags the path "pending").
-  const uint64_t ino = Tree::pending_file_ino("/" + dir->path + "/" + name);
-  Node node;
-  node.ino = ino;
-  node.parent = dir->ino;
-  node.mtime = dir->mtime;
+  Node node = pending_node(*dir, name, false);
+  const uint64_t ino = node.ino;
   node.view = pending_view(*f);
   node.file = *f;
-  node.writable = node.pending = true;
-  auto next = fs.add_file(std::move(node), name);
+  auto next = fs.add_node(std::move(node), name);
   if (!next) {
     (*f)->release(*id);
     return to_errno(next.status());
@@ -131,6 +149,7 @@ int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, f
   }
   fill_entry(*n, e);
   fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n->ino, n->mtime, n->view, *f, *id});
+  fi->direct_io = 1;  // (do_open_for_write says why)
   return 0;
 }
 
@@ -176,7 +195,11 @@ int do_open_for_write(const Node& n, fuse_file_info* fi) {
     }
   }
   fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n.ino, n.mtime, n.view, n.file, *id});
-  fi->direct_io = 0;
+  // The kernel passes the writer's bytes on as they are, not through pages of its own cache
+  // for this file: a pending file is never read, so those pages would only cost a copy, memory
+  // and the page allocations of every write (the bytes are in the blob's pages once written).
+  // Writes still come as requests of at most max_write.
+  fi->direct_io = 1;
   return 0;
 }
 

@@ -12,6 +12,13 @@ namespace ptcfs {
 namespace {
 
 constexpr uint64_t kMaxPtcJson = 64 << 20;
+// A tensor file's bytes stay in memory until its header is known, up to this end; a write past
+// it first gives the file a blob of its own.
+constexpr uint64_t kKeepAtMost = 1 << 20;
+// Tensor files of at most this size share their shard's pack; larger ones get a blob each.
+constexpr uint64_t kPackAtMost = 4 << 20;
+// Where a file's region of a pack starts (a multiple of this).
+constexpr uint64_t kPackAlign = 64;
 // How long an open waits for the release of a whole file its writer has closed (the kernel
 // sends it after close() returns; milliseconds, unless the mount is swamped).
 constexpr auto kReleaseWait = std::chrono::seconds(2);
@@ -21,10 +28,24 @@ std::string range_text(uint64_t lo, uint64_t hi) { return "[" + std::to_string(l
 // EBUSY at the mount: a whole file that another writer holds.
 ptc::Status busy(const std::string& why) { return ptc::error(ptc::Code::kFailedPrecondition, why); }
 
+// Brings a file's part of its step's tally up to date when it goes out of scope: declared
+// right after taking the step's lock in every method that changes the file.
+class Noted {
+ public:
+  Noted(PendingStep& s, PendingFile& f) : s_(s), f_(f) {}
+  ~Noted() { s_.note(f_); }
+  Noted(const Noted&) = delete;
+  Noted& operator=(const Noted&) = delete;
+
+ private:
+  PendingStep& s_;
+  PendingFile& f_;
+};
+
 }  // namespace
 
 PendingFile::PendingFile(std::shared_ptr<PendingStep> step, Kind kind, std::string rel, ptc::ShardId shard,
-                         std::string tensor, std::optional<BlobWriter> blob)
+                         std::string tensor, std::shared_ptr<BlobWriter> blob)
     : kind(kind),
       rel(std::move(rel)),
       shard(shard),
@@ -39,6 +60,7 @@ uint64_t PendingFile::size() const {
 
 ptc::Result<uint64_t> PendingFile::open_writer() {
   std::unique_lock lock(step_->mu);
+  Noted noted(*step_, *this);
   if (whole() && owner != 0) {
     // Closed by its writer, its release still on the way: wait for it. Open elsewhere (still
     // written, or only a forked copy of its descriptor was closed): refused.
@@ -69,8 +91,11 @@ uint64_t PendingFile::data_written() const {
 
 ptc::Status PendingFile::write(uint64_t writer, uint64_t off, const void* data, size_t len) {
   const std::string where = step_->name() + "/" + rel;
+  std::shared_ptr<BlobWriter> to;
+  uint64_t at = 0, resets_before = 0;
   {
     std::lock_guard lock(step_->mu);
+    Noted noted(*step_, *this);
     if (dead) return ptc::not_found(where + " was removed");
     if (step_->committing) return ptc::error(ptc::Code::kPermissionDenied, where + ": its step is committing");
     if (whole()) {
@@ -100,37 +125,87 @@ ptc::Status PendingFile::write(uint64_t writer, uint64_t off, const void* data, 
     if (expected && off + len > *expected)
       return ptc::invalid(where + ": a write of " + range_text(off, off + len) + " goes past the end of the file, " +
                           std::to_string(*expected) + " bytes as its header says");
+    if (!blob) {  // a tensor file kept in memory
+      if (!expected && off + len <= kKeepAtMost) {
+        if (text.size() < off + len) text.resize(off + len);
+        std::copy_n(static_cast<const char*>(data), len, text.begin() + static_cast<std::ptrdiff_t>(off));
+        written.add(off, off + len);
+        end = std::max<uint64_t>(end, off + len);
+        return take_header(where);
+      }
+      PTC_RETURN_IF_ERROR(place(where));
+    }
+    to = blob;
+    at = base + off;
+    resets_before = resets;
   }
   // The bytes go to the blob outside the lock: writers of disjoint ranges run at once.
-  PTC_RETURN_IF_ERROR(blob->write_at(off, data, len), where);
+  PTC_RETURN_IF_ERROR(to->write_at(at, data, len), where);
   std::lock_guard lock(step_->mu);
+  Noted noted(*step_, *this);
+  if (dead) return ptc::not_found(where + " was removed");
+  if (resets != resets_before)  // the bytes went where the file was before it was cut to 0
+    return busy(where + " was truncated while this write was under way; write it again");
   written.add(off, off + len);
   end = std::max<uint64_t>(end, off + len);
-  if (kind == Kind::kTensor && !expected) {
+  return kind == Kind::kTensor ? take_header(where) : ptc::Status::ok();
+}
+
+ptc::Status PendingFile::take_header(const std::string& where) {
+  if (!expected) {
     // The npy header is short: parse it as soon as its bytes are there.
     const uint64_t have = std::min<uint64_t>(written.prefix(), 1 << 20);
-    if (have >= 10) {
-      std::string prefix(have, '\0');
-      PTC_ASSIGN_OR_RETURN(size_t got, blob->read_at(0, prefix.data(), prefix.size()));
+    if (have < 10) return ptc::Status::ok();
+    std::string prefix;
+    if (blob) {
+      prefix.assign(have, '\0');
+      PTC_ASSIGN_OR_RETURN(size_t got, blob->read_at(base, prefix.data(), prefix.size()));
       prefix.resize(got);
-      auto h = ptc::parse_npy_header(prefix, where);
-      if (h) {
-        npy = *h;
-        expected = h->data_start + h->data_bytes;
-        PTC_RETURN_IF_ERROR(step_->check(*this));
-        if (end > *expected)
-          return ptc::invalid(error = where + ": holds " + std::to_string(end) + " bytes, its header says " +
-                                      std::to_string(*expected));
-      } else if (h.status().message().find("truncated") == std::string::npos) {
-        return ptc::invalid(error = h.status().message());  // not an npy header, however long
-      }
+    } else {
+      prefix.assign(text, 0, have);
     }
+    auto h = ptc::parse_npy_header(prefix, where);
+    if (!h) {
+      if (h.status().message().find("truncated") != std::string::npos) return ptc::Status::ok();
+      return ptc::invalid(error = h.status().message());  // not an npy header, however long
+    }
+    npy = *h;
+    expected = h->data_start + h->data_bytes;
+    PTC_RETURN_IF_ERROR(step_->check(*this));
+    if (end > *expected)
+      return ptc::invalid(error = where + ": holds " + std::to_string(end) + " bytes, its header says " +
+                                  std::to_string(*expected));
   }
+  return blob ? ptc::Status::ok() : place(where);
+}
+
+ptc::Status PendingFile::place(const std::string& where) {
+  if (expected && *expected <= kPackAtMost) {
+    PendingStep::Pack& pack = step_->packs[shard];
+    if (!pack.blob) {
+      PTC_ASSIGN_OR_RETURN(BlobWriter w, step_->blobs->create(), where);
+      pack.blob = std::make_shared<BlobWriter>(std::move(w));
+    }
+    const uint64_t at = (pack.next + kPackAlign - 1) / kPackAlign * kPackAlign;
+    PTC_RETURN_IF_ERROR(pack.blob->write_at(at, text.data(), std::min<uint64_t>(text.size(), *expected)), where);
+    pack.next = at + *expected;
+    blob = pack.blob;
+    base = at;
+  } else {
+    PTC_ASSIGN_OR_RETURN(BlobWriter w, step_->blobs->create(), where);
+    auto own = std::make_shared<BlobWriter>(std::move(w));
+    PTC_RETURN_IF_ERROR(own->write_at(0, text.data(), text.size()), where);
+    blob = std::move(own);
+    base = 0;
+  }
+  text.clear();
+  text.shrink_to_fit();
   return ptc::Status::ok();
 }
 
 ptc::Status PendingFile::truncate(uint64_t writer, uint64_t size) {
   std::lock_guard lock(step_->mu);
+  Noted noted(*step_, *this);
   const std::string where = step_->name() + "/" + rel;
   if (dead) return ptc::not_found(where + " was removed");
   // Only its writer changes a whole file; truncate(2) by path only while nobody has it open.
@@ -138,12 +213,18 @@ ptc::Status PendingFile::truncate(uint64_t writer, uint64_t size) {
   if (size < written.end()) {
     if (size != 0)
       return ptc::error(ptc::Code::kPermissionDenied, where + ": cannot cut written bytes off a file being saved");
-    // Start again (open with O_TRUNC over a file written before).
+    // Start again (open with O_TRUNC over a file written before). A tensor file is kept in
+    // memory again until its new header says where it goes (its old region of a pack is left).
     written.clear();
     text.clear();
     expected.reset();
     error.clear();
     end = 0;
+    ++resets;
+    if (kind == Kind::kTensor) {
+      blob.reset();
+      base = 0;
+    }
     return ptc::Status::ok();
   }
   if (expected && size > *expected)
@@ -154,6 +235,7 @@ ptc::Status PendingFile::truncate(uint64_t writer, uint64_t size) {
 
 ptc::Status PendingFile::flush(uint64_t writer) {
   std::lock_guard lock(step_->mu);
+  Noted noted(*step_, *this);
   const std::string where = step_->name() + "/" + rel;
   if (dead) return ptc::Status::ok();
   // A whole file is checked when its writer closes it; its release follows (open_writer).
@@ -173,7 +255,7 @@ ptc::Status PendingFile::check_closed(const std::string& where) {
     return ptc::invalid(error);
   }
   auto h = ptc::read_safetensors_header(
-      end, [&](uint64_t off, void* buf, size_t len) { return blob->read_at(off, buf, len); }, where);
+      end, [&](uint64_t off, void* buf, size_t len) { return blob->read_at(base + off, buf, len); }, where);
   if (!h && h.status().code() != ptc::Code::kCorrupt) return h.status();  // the blob could not be read
   if (!h) return ptc::invalid(error = h.status().message());
   header = std::move(h).value();
@@ -185,6 +267,7 @@ void PendingFile::release(uint64_t writer) {
   std::shared_ptr<PendingStep> step;
   {
     std::lock_guard lock(step_->mu);
+    Noted noted(*step_, *this);
     if (whole() && writer == owner) {
       owner = 0;
       step_->released.notify_all();
@@ -249,6 +332,7 @@ ptc::Status PendingStep::take_ptc(PendingFile& f) {
     if (g.get() == &f || g->dead) continue;
     if (auto s = check(*g); !s && first.is_ok()) first = s;
   }
+  recount();
   return first;
 }
 
@@ -272,7 +356,7 @@ std::vector<bool> PendingStep::complete_shards() const {
   return out;
 }
 
-bool PendingStep::part_complete() const {
+bool PendingStep::part_complete_scan() const {
   if (!layout || removed || committing || !failure.empty()) return false;
   auto ptc_it = files.find("ptc.json");
   if (ptc_it == files.end() || !ptc_it->second->complete()) return false;
@@ -289,11 +373,91 @@ bool PendingStep::part_complete() const {
   return true;
 }
 
-bool PendingStep::complete() const {
-  if (!part_complete()) return false;
+bool PendingStep::complete_scan() const {
+  if (!part_complete_scan()) return false;
   const std::vector<bool> whole = complete_shards();
   return std::all_of(whole.begin(), whole.end(), [](bool b) { return b; });
 }
+
+// ---- the tally ---------------------------------------------------------------------------
+
+FileCount PendingStep::count_of(const PendingFile& f) const {
+  FileCount c;
+  if (f.dead) return c;  // not one of the step's files any more
+  c.open = f.writers > 0;
+  c.failed = !f.error.empty();
+  if (!layout || f.kind == PendingFile::Kind::kPtcJson) return c;
+  const auto& shards = layout->shards();
+  const auto it = std::find(shards.begin(), shards.end(), f.shard);
+  if (it == shards.end()) {
+    c.unplaced = true;
+    return c;
+  }
+  c.shard = static_cast<int>(it - shards.begin());
+  const size_t slices = layout->slices(f.shard).size();
+  if (f.kind == PendingFile::Kind::kShard) {
+    const bool full = f.complete() && f.entry_of_slice.size() == slices;
+    c.done = full ? slices : 0;
+    c.short_of = !full;
+    return c;
+  }
+  const ptc::TensorSpec* spec = layout->ptc().find(f.tensor);
+  const bool full = f.complete() && spec &&
+                    layout->find_slice(f.shard, static_cast<size_t>(spec - layout->ptc().tensors.data())) >= 0;
+  c.done = full ? 1 : 0;
+  c.short_of = !full;
+  return c;
+}
+
+void PendingStep::add(const FileCount& c, bool remove) {
+  auto step = [remove](size_t& n, size_t by) { n = remove ? n - by : n + by; };
+  auto flip = [](size_t& n, bool before, bool now) {
+    if (before != now) n = now ? n + 1 : n - 1;
+  };
+  step(tally_.open, c.open);
+  step(tally_.failed, c.failed);
+  step(tally_.unplaced, c.unplaced);
+  if (c.shard < 0) return;
+  const auto i = static_cast<size_t>(c.shard);
+  const bool whole_before = shard_whole(i), broken_before = tally_.files[i] > 0 && !whole_before;
+  step(tally_.files[i], 1);
+  step(tally_.done[i], c.done);
+  step(tally_.short_of[i], c.short_of);
+  const bool whole_now = shard_whole(i), broken_now = tally_.files[i] > 0 && !whole_now;
+  flip(tally_.whole, whole_before, whole_now);
+  flip(tally_.broken, broken_before, broken_now);
+}
+
+void PendingStep::note(PendingFile& f) {
+  const FileCount now = count_of(f);
+  if (now == f.counted) return;
+  add(f.counted, true);
+  add(now, false);
+  f.counted = now;
+}
+
+void PendingStep::recount() {
+  const size_t n = layout ? layout->shards().size() : 0;
+  tally_ = Tally{};
+  tally_.files.assign(n, 0);
+  tally_.done.assign(n, 0);
+  tally_.short_of.assign(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    if (shard_whole(i)) ++tally_.whole;  // a shard holding no tensor is written by nobody
+  for (auto& [rel, f] : files) {
+    f->counted = FileCount{};
+    note(*f);
+  }
+}
+
+bool PendingStep::part_complete() const {
+  if (!layout || removed || committing || !failure.empty()) return false;
+  auto ptc_it = files.find("ptc.json");
+  if (ptc_it == files.end() || !ptc_it->second->complete()) return false;
+  return tally_.open == 0 && tally_.failed == 0 && tally_.unplaced == 0 && tally_.broken == 0;
+}
+
+bool PendingStep::complete() const { return part_complete() && tally_.whole == layout->shards().size(); }
 
 uint64_t PendingStep::bytes_written() const {
   uint64_t n = 0;

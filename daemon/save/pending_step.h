@@ -7,6 +7,12 @@
 //   tp{t}-pp{p}/<tensor>.npy      one tensor of a shard; several writers may write disjoint
 //                                 ranges (pwrite); its header is checked as soon as written
 //
+// A tensor file's bytes are kept in memory until its npy header is known (at most 1 MiB: a
+// writer that goes further first gets the file a blob of its own); then a file of at most
+// 4 MiB gets a region of its shard's pack, one blob per shard holding every small tensor of
+// it, and a larger one a blob of its own. A step saved per tensor so uses a few blobs, not one
+// (and an open descriptor until the commit, and a sync at it) per tensor.
+//
 // A file written whole (ptc.json, a shard file) has at most one handle open for writing, so
 // that two writers never mix their bytes into one file: another open for writing is refused
 // (EBUSY) until that handle's release. The kernel sends a release after close() returns, so an
@@ -48,12 +54,23 @@ namespace ptcfs {
 
 class PendingStep;
 
+// What one file adds to its step's tally (PendingStep::note).
+struct FileCount {
+  bool open = false;      // a writer has it open
+  bool failed = false;    // it has an error
+  bool unplaced = false;  // a data file of a shard the layout does not have
+  int shard = -1;         // a data file: its shard's index in the layout (once known)
+  size_t done = 0;        // slices of that shard it holds in full (a shard file: all or none; a tensor: 0 or 1)
+  bool short_of = false;  // a data file that is not written in full (or not checked yet)
+  bool operator==(const FileCount&) const = default;
+};
+
 class PendingFile final : public fs::WriteFile {
  public:
   enum class Kind { kPtcJson, kShard, kTensor };
 
   PendingFile(std::shared_ptr<PendingStep> step, Kind kind, std::string rel, ptc::ShardId shard, std::string tensor,
-              std::optional<BlobWriter> blob);
+              std::shared_ptr<BlobWriter> blob);
 
   uint64_t size() const override;
   ptc::Result<uint64_t> open_writer() override;
@@ -67,8 +84,12 @@ class PendingFile final : public fs::WriteFile {
   std::string rel;     // in the step's folder
   ptc::ShardId shard;  // kShard, kTensor
   std::string tensor;  // kTensor
-  std::string text;    // kPtcJson
-  std::optional<BlobWriter> blob;
+  std::string text;    // kPtcJson: the file; kTensor: its bytes while they are kept in memory (no blob yet)
+  // Where the bytes go: a shard file's blob, or a tensor file's (its own or its shard's pack);
+  // null while a tensor file is kept in memory. Byte 0 of the file is at `base` in it.
+  std::shared_ptr<BlobWriter> blob;
+  uint64_t base = 0;
+  uint64_t resets = 0;  // truncations to 0: a write under way across one is not counted
   ByteRanges written;
   uint64_t end = 0;             // the file's size: the largest end of a write or truncate
   int writers = 0;              // handles open for writing
@@ -77,6 +98,7 @@ class PendingFile final : public fs::WriteFile {
   bool owner_closed = false;    // it was closed (flushed) and not written since: its release is coming
   bool error_at_close = false;  // `error` was found by that close (void if the writer writes again)
   bool dead = false;            // unlinked, or its step removed
+  FileCount counted;            // what it adds to the step's tally now
   // Known once the header is written (and, for a shard, the file closed): where the data
   // starts and the size the header declares.
   std::optional<uint64_t> expected;
@@ -95,6 +117,12 @@ class PendingFile final : public fs::WriteFile {
  private:
   // A whole file's checks at its close. Locked.
   ptc::Status check_closed(const std::string& where);
+  // A tensor file: parses its npy header once its first bytes are written, and gives the file
+  // its blob (place). Locked.
+  ptc::Status take_header(const std::string& where);
+  // A tensor file kept in memory: a region of its shard's pack (known to be small) or a blob of
+  // its own, with the bytes kept so far written there. Locked.
+  ptc::Status place(const std::string& where);
 
   std::shared_ptr<PendingStep> step_;
 };
@@ -118,8 +146,15 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   std::string ptc_text;  // of the parsed ptc.json
   bool removed = false;
   bool committing = false;
-  std::string failure;  // a commit that failed: the step can only be removed
-  Claim claim;          // the step's name; moved into the change that commits it
+  std::string failure;         // a commit that failed: the step can only be removed
+  Claim claim;                 // the step's name; moved into the change that commits it
+  BlobStore* blobs = nullptr;  // where its files' blobs are made
+  // Per shard: the blob that holds its small tensor files, and where the next one goes.
+  struct Pack {
+    std::shared_ptr<BlobWriter> blob;
+    uint64_t next = 0;
+  };
+  std::map<ptc::ShardId, Pack> packs;
 
   // Frees the step's name (it is removed, or the save service stops).
   void release_name() {
@@ -132,11 +167,21 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   ptc::Status check(PendingFile& f);
   // Parses ptc.json (closed by its last writer) and checks every file against it. Locked.
   ptc::Status take_ptc(PendingFile& f);
-  // ptc.json and every shard of the layout written in full and closed. Locked.
+  // The layout changed (ptc.json taken or removed): every file counted again. Locked.
+  void recount();
+  // A file changed (or was removed): its part of the tally brought up to date. Every change of
+  // a file that complete() and part_complete() look at goes through here. Locked.
+  void note(PendingFile& f);
+
+  // ptc.json and every shard of the layout written in full and closed: O(log files), from the
+  // tally (a close asks, and a step saved per tensor has 100,000s of files). Locked.
   bool complete() const;
   // In a cluster, this node's part: ptc.json written, every file closed and checked, and every
   // shard it has files of written in full (other shards may come from other nodes). Locked.
   bool part_complete() const;
+  // The same two, from a pass over every file (what the commit goes by). Locked.
+  bool complete_scan() const;
+  bool part_complete_scan() const;
   // The shards of the layout this node has written in full (layout order). Locked.
   std::vector<bool> complete_shards() const;
   // Bytes of tensor data written, and the total the layout needs (0 before ptc.json). Locked.
@@ -145,6 +190,20 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   // Set by the save service: called (outside the lock) when the last writer of a file
   // closes it, so that a complete step gets committed.
   std::function<void(const std::shared_ptr<PendingStep>&)> on_closed;
+
+ private:
+  FileCount count_of(const PendingFile& f) const;
+  void add(const FileCount& c, bool remove);
+  bool shard_whole(size_t i) const {
+    return tally_.done[i] == layout->slices(layout->shards()[i]).size() && tally_.short_of[i] == 0;
+  }
+  // Sums of every live file's FileCount, per shard where it says.
+  struct Tally {
+    size_t open = 0, failed = 0, unplaced = 0;
+    std::vector<size_t> files, done, short_of;  // per shard of the layout
+    size_t whole = 0;                           // shards written in full
+    size_t broken = 0;                          // shards with files here, not written in full
+  } tally_;
 };
 
 }  // namespace ptcfs

@@ -1,8 +1,11 @@
 // Committing a pending step (daemon/save/save_service.h): the version it becomes, committed
 // here on one node, or as this node's part of a cluster's two-phase commit.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <map>
+#include <thread>
 
 #include "daemon/reshard/rank_file.h"
 #include "daemon/save/save_service.h"
@@ -14,6 +17,12 @@
 
 namespace ptcfs {
 
+namespace {
+// The commit hashes a step's slices on up to this many threads, one per this many bytes.
+constexpr size_t kHashThreads = 4;
+constexpr uint64_t kHashBytesPerThread = 64 << 20;
+}  // namespace
+
 // The version a pending step becomes: every held shard's slices as extents of its files'
 // blobs (padding zeroed in place), the blobs synced, every slice hashed. Marks the step as
 // committing (no more writes); on error the step is marked failed.
@@ -22,7 +31,9 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
   ptc::Layout layout;
   {
     std::lock_guard lock(s->mu);
-    if (!s->part_complete()) return ptc::error(ptc::Code::kFailedPrecondition, s->name() + " is not complete here");
+    // The tally said so (PendingStep::note); the commit goes by a pass over every file.
+    if (!s->part_complete_scan())
+      return ptc::error(ptc::Code::kFailedPrecondition, s->name() + " is not complete here");
     s->committing = true;  // no more writes, creates or removals
     layout = *s->layout;
     for (const auto& [rel, f] : s->files) files.push_back(f);
@@ -51,10 +62,10 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
       uint64_t off = 0, len = 0;
       if (whole) {
         const auto& e = whole->header.entries[whole->entry_of_slice[j]];
-        off = whole->header.data_start + e.begin;
+        off = whole->base + whole->header.data_start + e.begin;
         len = e.end - e.begin;
       } else {
-        off = f->npy.data_start;
+        off = f->base + f->npy.data_start;  // the tensor file's region of its own blob or of its shard's pack
         len = f->npy.data_bytes;
       }
       for (const auto& [poff, plen] : (*padding)[si][j])
@@ -67,22 +78,42 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
     }
   }
   // The change takes the blobs at the end: until then they are the step's (a failed commit
-  // leaves the step pending, its blobs with it).
+  // leaves the step pending, its blobs with it). Each blob once: a pack holds many files.
+  std::map<uint64_t, BlobWriter*> writers;
+  for (const auto& f : files)
+    if (f->blob) writers.emplace(f->blob->id(), f->blob.get());
   std::vector<uint64_t> blobs;
-  for (const auto& f : files) {
-    if (!f->blob) continue;
-    if (auto st = f->blob->finish(); !st) return fail(st);
-    blobs.push_back(f->blob->id());
+  for (const auto& [id, w] : writers) {
+    if (auto st = w->finish(); !st) return fail(st);
+    blobs.push_back(id);
   }
-  // Checksums, as import computes them, from the synced blobs' mappings.
+  // Checksums, as import computes them, from the synced blobs' mappings: the slices, largest
+  // first, shared out between a few threads when there are many bytes.
+  std::vector<std::pair<StoredSlice*, std::shared_ptr<const BlobFile>>> todo;
   for (auto& shard : stored)
     for (auto& sl : shard) {
       const Extent& x = sl.extents.front();
       auto b = store_.blobs().file(x.blob);
       if (!b || !(*b)->data() || x.offset + x.len > (*b)->mapped_size())
         return fail(b ? ptc::corrupt("blob of " + name + " is shorter than written") : b.status());
-      sl.xxh3 = xxh3_of((*b)->data() + x.offset, x.len);
+      todo.emplace_back(&sl, *b);
     }
+  std::sort(todo.begin(), todo.end(),
+            [](const auto& a, const auto& b) { return a.first->extents[0].len > b.first->extents[0].len; });
+  uint64_t total = 0;
+  for (const auto& [sl, blob] : todo) total += sl->extents[0].len;
+  std::atomic<size_t> next{0};
+  auto hash = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < todo.size();)
+      todo[i].first->xxh3 =
+          xxh3_of(todo[i].second->data() + todo[i].first->extents[0].offset, todo[i].first->extents[0].len);
+  };
+  const size_t threads =
+      std::min<size_t>({kHashThreads, std::max(1u, std::thread::hardware_concurrency()), total / kHashBytesPerThread});
+  std::vector<std::thread> helpers;
+  for (size_t i = 1; i < threads; ++i) helpers.emplace_back(hash);
+  hash();
+  for (auto& t : helpers) t.join();
   PreparedChange change(store_);
   change.next = store_.new_version(s->job, s->step, 1, layout, std::move(stored), std::move(placement));
   change.blobs = std::move(blobs);
@@ -94,9 +125,20 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
 }
 
 void SaveService::forget(const std::string& job, const std::string& step) {
+  std::shared_ptr<PendingStep> s;
   {
     std::lock_guard lock(mu_);
-    steps_.erase({job, step});
+    auto it = steps_.find({job, step});
+    if (it != steps_.end()) {
+      s = std::move(it->second);
+      steps_.erase(it);
+    }
+  }
+  if (s) {
+    // Its files point at it: let both go (a handle still open keeps its own file).
+    std::lock_guard lock(s->mu);
+    s->files.clear();
+    s->packs.clear();
   }
   changed();
 }
@@ -106,7 +148,12 @@ ptc::Status SaveService::commit_complete(const std::string& job, const std::stri
   if (!s) return ptc::Status::ok();  // committed or removed meanwhile
   {
     std::lock_guard lock(s->mu);
-    if (!s->complete()) return ptc::Status::ok();  // changed since it was ready
+    if (!s->complete_scan()) {  // changed since it was ready
+      if (s->complete())
+        ptc::log::error("{}: its tally says complete, a pass over its files says not (a bug; it stays pending)",
+                        s->name());
+      return ptc::Status::ok();
+    }
   }
   const std::string name = s->name();
   const auto start = std::chrono::steady_clock::now();

@@ -101,6 +101,7 @@ ptc::Status SaveService::make_step(const std::string& job, const std::string& st
   PTC_ASSIGN_OR_RETURN(Claim name,
                        store_.claim(Claim::kNewStep, job, step));  // kAlreadyExists when committed or being made
   auto s = std::make_shared<PendingStep>(job, step, static_cast<int64_t>(::time(nullptr)), std::move(name));
+  s->blobs = &store_.blobs();
   s->on_closed = [this](const std::shared_ptr<PendingStep>& st) { closed(st); };
   std::lock_guard lock(mu_);
   steps_[{job, step}] = std::move(s);
@@ -136,10 +137,10 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::strin
   auto s = find(job, step);
   if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
   PTC_ASSIGN_OR_RETURN(FileKind k, classify(where, rel));
-  std::optional<BlobWriter> blob;
-  if (k.kind != PendingFile::Kind::kPtcJson) {
+  std::shared_ptr<BlobWriter> blob;  // a tensor file gets its blob once its header says how large it is
+  if (k.kind == PendingFile::Kind::kShard) {
     PTC_ASSIGN_OR_RETURN(BlobWriter w, store_.blobs().create());
-    blob.emplace(std::move(w));
+    blob = std::make_shared<BlobWriter>(std::move(w));
   }
   std::lock_guard lock(s->mu);
   if (s->committing || s->removed) return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is no longer pending");
@@ -161,6 +162,7 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::strin
   auto f = std::make_shared<PendingFile>(s, k.kind, rel, k.shard, k.tensor, std::move(blob));  // not open yet
   if (auto st = s->check(*f); !st) return st;  // a shard or tensor the known layout does not have
   s->files[rel] = f;
+  s->note(*f);
   s->stamp = std::make_shared<int>(0);
   return std::shared_ptr<fs::WriteFile>(f);
 }
@@ -173,11 +175,13 @@ ptc::Status SaveService::unlink(const std::string& job, const std::string& step,
   auto it = s->files.find(rel);
   if (it == s->files.end()) return ptc::not_found(s->name() + "/" + rel + " does not exist");
   it->second->dead = true;  // its blob goes with the last handle
+  s->note(*it->second);
+  s->files.erase(it);
   if (rel == "ptc.json") {
     s->layout.reset();
     s->ptc_text.clear();
+    s->recount();
   }
-  s->files.erase(it);
   s->stamp = std::make_shared<int>(0);
   return ptc::Status::ok();
 }

@@ -262,7 +262,7 @@ TEST_CASE("a build reuses the nodes of every step and dataset whose version is u
   CHECK(lookup(*fresh, "gpt/100") != lookup(*first, "gpt/100"));
 }
 
-TEST_CASE("a file added with with_file is visible at once and folded into the next build") {
+TEST_CASE("a file added with with_node is visible at once and folded into the next build") {
   auto ptc_json = std::make_shared<FakeWriteFile>(10);
   PendingEntry p{"gpt", "300", 1700000200, std::make_shared<int>(1), {"tp0-pp0"}, {{"ptc.json", ptc_json}}};
   Contents c;
@@ -297,7 +297,7 @@ TEST_CASE("a file added with with_file is visible at once and folded into the ne
   };
   const uint64_t step_ino = step->ino;
   const uint64_t shard_dir = lookup(*base, "gpt/300/tp0-pp0")->ino;
-  auto one = Tree::with_file(base, node_of("tp0-pp0.safetensors", step_ino, shard), "tp0-pp0.safetensors");
+  auto one = Tree::with_node(base, node_of("tp0-pp0.safetensors", step_ino, shard), "tp0-pp0.safetensors");
   CHECK(one->added() == 1);
   const Node* added = lookup(*one, "gpt/300/tp0-pp0.safetensors");
   REQUIRE(added != nullptr);
@@ -310,7 +310,7 @@ TEST_CASE("a file added with with_file is visible at once and folded into the ne
   CHECK(lookup(*one, "gpt/100") == lookup(*base, "gpt/100"));      // and shared
 
   auto npy = std::make_shared<FakeWriteFile>(0);
-  auto two = Tree::with_file(one, node_of("tp0-pp0/w.npy", shard_dir, npy), "w.npy");
+  auto two = Tree::with_node(one, node_of("tp0-pp0/w.npy", shard_dir, npy), "w.npy");
   CHECK(two->added() == 2);
   CHECK(lookup(*two, "gpt/300/tp0-pp0.safetensors") != nullptr);
   CHECK(lookup(*two, "gpt/300/tp0-pp0/w.npy")->ino == Tree::pending_file_ino("/gpt/300/tp0-pp0/w.npy"));
@@ -329,6 +329,61 @@ TEST_CASE("a file added with with_file is visible at once and folded into the ne
   CHECK(lookup(*rebuilt, "gpt/300/tp0-pp0/w.npy")->file == npy);
   CHECK(lookup(*rebuilt, "gpt/300/tp0-pp0")->children.size() == 1);
   CHECK(lookup(*rebuilt, "gpt/100") == lookup(*base, "gpt/100"));  // the base's subtrees were reused
+}
+
+TEST_CASE("nodes added with with_node: folders, many files, each tree sees only what was added up to it") {
+  PendingEntry p{"gpt", "300", 1700000200, std::make_shared<int>(1), {}, {}};
+  Contents c;
+  c.pending.push_back(p);
+  auto base = build(c);
+  const Node* step = lookup(*base, "gpt/300");
+  REQUIRE(step != nullptr);
+  // A mkdir's folder, then files in it (what fs/write_ops.cc adds).
+  Node dir;
+  dir.ino = Tree::dir_ino("/gpt/300/tp0-pp0");
+  dir.parent = step->ino;
+  dir.is_dir = dir.writable = dir.pending = true;
+  dir.path = "gpt/300/tp0-pp0";
+  auto t = Tree::with_node(base, dir, "tp0-pp0");
+  REQUIRE(t != nullptr);
+  const uint64_t shard_dir = dir.ino;
+  CHECK(lookup(*t, "gpt/300/tp0-pp0")->is_dir);
+  CHECK(Tree::with_node(t, dir, "tp0-pp0") == nullptr);  // already there: the caller builds instead
+  std::vector<std::shared_ptr<const Tree>> trees{t};
+  constexpr int kFiles = 20000;
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string name = "t" + std::to_string(i) + ".npy";
+    Node n;
+    n.ino = Tree::pending_file_ino("/gpt/300/tp0-pp0/" + name);
+    n.parent = shard_dir;
+    n.view = pending_view(std::make_shared<FakeWriteFile>(static_cast<uint64_t>(i)));
+    n.writable = n.pending = true;
+    t = Tree::with_node(t, std::move(n), name);
+    REQUIRE(t != nullptr);
+    if (i == 99) trees.push_back(t);
+  }
+  CHECK(t->added() == kFiles + 1);
+  CHECK(lookup(*t, "gpt/300/tp0-pp0/t19999.npy")->view->size() == 19999);
+  CHECK(t->added_children(shard_dir).size() == kFiles);
+  // A tree made earlier shows what was added up to it, nothing later.
+  CHECK(trees[1]->added() == 101);
+  CHECK(lookup(*trees[1], "gpt/300/tp0-pp0/t99.npy") != nullptr);
+  CHECK(lookup(*trees[1], "gpt/300/tp0-pp0/t100.npy") == nullptr);
+  CHECK(trees[1]->find(Tree::pending_file_ino("/gpt/300/tp0-pp0/t100.npy")) == nullptr);
+  CHECK(trees[1]->added_children(shard_dir).size() == 100);
+  CHECK(trees[0]->added_children(shard_dir).empty());
+  // Adding to that earlier tree leaves the later ones as they were.
+  Node other;
+  other.ino = Tree::pending_file_ino("/gpt/300/tp0-pp0/other.npy");
+  other.parent = shard_dir;
+  other.view = pending_view(std::make_shared<FakeWriteFile>(7));
+  auto branch = Tree::with_node(trees[1], other, "other.npy");
+  REQUIRE(branch != nullptr);
+  CHECK(branch->added() == 102);
+  CHECK(lookup(*branch, "gpt/300/tp0-pp0/other.npy")->view->size() == 7);
+  CHECK(lookup(*branch, "gpt/300/tp0-pp0/t100.npy") == nullptr);
+  CHECK(lookup(*t, "gpt/300/tp0-pp0/other.npy") == nullptr);
+  CHECK(lookup(*t, "gpt/300/tp0-pp0/t100.npy") != nullptr);
 }
 
 TEST_CASE("a committed step replaces its pending one with new inode numbers for its files") {
