@@ -18,7 +18,8 @@ void ReadBuffer::add_mem(const void* p, uint64_t len) {
   // Merge with the previous segment when it continues it in memory.
   if (!segs_.empty()) {
     Segment& last = segs_.back();
-    if (last.fd < 0 && last.origin_fd < 0 && !last.zeros && last.mem + last.len == static_cast<const std::byte*>(p)) {
+    if (last.fd < 0 && last.origin_fd < 0 && !last.zeros && last.rows < 0 &&
+        last.mem + last.len == static_cast<const std::byte*>(p)) {
       last.len += len;
       size_ += len;
       return;
@@ -76,8 +77,61 @@ void ReadBuffer::add_fd(int fd, uint64_t off, uint64_t len) {
   size_ += len;
 }
 
+void ReadBuffer::add_rows(uint64_t rows, const std::vector<RowPiece>& pieces_arg) {
+  std::vector<RowPiece> pieces;
+  uint64_t row = 0;
+  for (const RowPiece& p : pieces_arg)
+    if (p.len > 0) {
+      pieces.push_back(p);
+      row += p.len;
+    }
+  if (rows == 0 || pieces.empty()) return;
+  const auto add = [&](const RowPiece& p, uint64_t n, uint64_t at) {
+    if (p.fd < 0)
+      add_zeros(n);
+    else
+      add_mapped(p.mem + at, n, p.fd, p.off + at);
+  };
+  // All zeros, or pieces back to back in one file (each continues the one before, each row the
+  // row before): one piece.
+  bool flat = true;
+  for (size_t j = 0; j < pieces.size() && flat; ++j) {
+    const RowPiece& p = pieces[j];
+    flat = (p.fd < 0) == (pieces[0].fd < 0) &&
+           (p.fd < 0 || (p.fd == pieces[0].fd && (rows == 1 || p.stride == row) &&
+                         (j == 0 || (p.off == pieces[j - 1].off + pieces[j - 1].len &&
+                                     p.mem == pieces[j - 1].mem + pieces[j - 1].len))));
+  }
+  if (flat) {
+    add(pieces[0], rows * row, 0);
+    return;
+  }
+  if (!takes_rows_ || rows == 1) {
+    for (uint64_t r = 0; r < rows; ++r)
+      for (const RowPiece& p : pieces) add(p, p.len, r * p.stride);
+    return;
+  }
+  Segment s{nullptr, -1, 0, rows * row};
+  s.rows = static_cast<int32_t>(rows_.size());
+  rows_.push_back(Rows{rows, std::move(pieces)});
+  segs_.push_back(s);
+  size_ += s.len;
+}
+
 ptc::Status ReadBuffer::copy_to(std::byte* dst) const {
   for (const auto& s : segs_) {
+    if (s.rows >= 0) {
+      const Rows& r = rows_[static_cast<size_t>(s.rows)];
+      for (uint64_t row = 0; row < r.rows; ++row)
+        for (const RowPiece& p : r.pieces) {
+          if (p.fd < 0)
+            std::memset(dst, 0, p.len);
+          else
+            std::memcpy(dst, p.mem + row * p.stride, p.len);
+          dst += p.len;
+        }
+      continue;
+    }
     if (s.fd < 0) {
       std::memcpy(dst, s.mem, s.len);
     } else {
@@ -100,6 +154,7 @@ ptc::Status ReadBuffer::gather_if_fragmented(size_t max_segments, uint64_t min_a
   auto buf = std::make_shared<std::vector<std::byte>>(size_);
   PTC_RETURN_IF_ERROR(copy_to(buf->data()));
   segs_ = {Segment{buf->data(), -1, 0, size_}};
+  rows_.clear();
   keep_ = {std::move(buf)};
   return ptc::Status::ok();
 }

@@ -34,6 +34,22 @@ class ReadBuffer {
     int origin_fd = -1;
     uint64_t origin_off = 0;
     bool zeros = false;  // all zero bytes (padding)
+    // >= 0: the segment is rows()[rows] (`len` bytes in all), in a buffer that takes rows only.
+    int32_t rows = -1;
+  };
+
+  // Rows of a strided slice, for a buffer that takes them (take_rows(): the direct server's, which
+  // hands the client the layout rather than a segment per piece of every row). Row r is the
+  // pieces in order; piece j of row r is pieces[j].len bytes at pieces[j].mem + r * stride,
+  // which maps bytes at pieces[j].off + r * stride of file pieces[j].fd; zeros where fd < 0.
+  struct RowPiece {
+    const std::byte* mem = nullptr;
+    int fd = -1;
+    uint64_t off = 0, len = 0, stride = 0;
+  };
+  struct Rows {
+    uint64_t rows = 0;
+    std::vector<RowPiece> pieces;
   };
 
   // Memory that outlives the reply (owned by a view or static).
@@ -43,6 +59,15 @@ class ReadBuffer {
   void add_fd(int fd, uint64_t off, uint64_t len);
   // Memory `p` that maps bytes [off, off + len) of file `fd` (a mapped blob).
   void add_mapped(const void* p, uint64_t len, int fd, uint64_t off);
+  // From now on add_rows() keeps rows as rows; a buffer that does not take them gets none (the
+  // FUSE replies, which hand the kernel memory and file ranges).
+  void take_rows() { takes_rows_ = true; }
+  bool takes_rows() const { return takes_rows_; }
+  // `rows` rows of `pieces` (see RowPiece; empty pieces are left out). Rows that lie back to back
+  // (pieces that continue each other in one file, or all zeros) are added as one piece; others
+  // become one segment of rows in a buffer that takes them, else a segment per piece of each row.
+  void add_rows(uint64_t rows, const std::vector<RowPiece>& pieces);
+  const std::vector<Rows>& rows() const { return rows_; }
   // Keeps an owner (an open blob) alive until the buffer is destroyed.
   void keep(std::shared_ptr<const void> owner) { keep_.push_back(std::move(owner)); }
 
@@ -58,8 +83,10 @@ class ReadBuffer {
 
  private:
   std::vector<Segment> segs_;
+  std::vector<Rows> rows_;
   std::vector<std::shared_ptr<const void>> keep_;
   uint64_t size_ = 0;
+  bool takes_rows_ = false;
 };
 
 }  // namespace ptcfs::fs

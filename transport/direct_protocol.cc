@@ -179,6 +179,133 @@ ptc::Result<std::vector<Span>> decode_spans(const std::string& binary, size_t nf
   return out;
 }
 
+void RunMap::add(int32_t src, uint64_t off, uint64_t len) {
+  if (len == 0) return;
+  if (src == kZeros) off = 0;
+  size_ += len;
+  if (!runs_.empty() && runs_.back().rows == 1 && runs_.back().count == 1) {
+    Piece& last = pieces_.back();
+    if (last.src == src && (src == kZeros || last.off + last.len == off)) {
+      last.len += len;
+      last.stride = last.len;
+      return;
+    }
+  }
+  runs_.push_back(Run{1, static_cast<uint32_t>(pieces_.size()), 1});
+  pieces_.push_back(Piece{src, off, len, len});
+}
+
+void RunMap::add_rows(uint64_t rows, const std::vector<Piece>& pieces_arg) {
+  std::vector<Piece> pieces;
+  pieces.reserve(pieces_arg.size());
+  uint64_t row = 0;
+  for (const Piece& p : pieces_arg) {
+    if (p.len == 0) continue;
+    pieces.push_back(p);
+    if (p.src == kZeros) pieces.back().off = pieces.back().stride = 0;
+    row += p.len;
+  }
+  if (rows == 0 || pieces.empty()) return;
+  // Zeros, or pieces back to back in one descriptor (each continues the one before, and each row
+  // the row before): one span.
+  bool flat = true;
+  for (size_t j = 0; j < pieces.size() && flat; ++j) {
+    const Piece& p = pieces[j];
+    flat = p.src == pieces[0].src && (p.src == kZeros || ((rows == 1 || p.stride == row) &&
+                                                          (j == 0 || p.off == pieces[j - 1].off + pieces[j - 1].len)));
+  }
+  if (flat) {
+    add(pieces[0].src, pieces[0].off, rows * row);
+    return;
+  }
+  if (rows == 1) {
+    for (const Piece& p : pieces) add(p.src, p.off, p.len);
+    return;
+  }
+  runs_.push_back(Run{rows, static_cast<uint32_t>(pieces_.size()), static_cast<uint32_t>(pieces.size())});
+  pieces_.insert(pieces_.end(), pieces.begin(), pieces.end());
+  size_ += rows * row;
+}
+
+std::vector<Span> RunMap::spans() const {
+  std::vector<Span> out;
+  auto add = [&](int32_t src, uint64_t off, uint64_t len) {
+    if (!out.empty() && out.back().src == src && (src == kZeros || out.back().off + out.back().len == off)) {
+      out.back().len += len;
+      return;
+    }
+    out.push_back(Span{src, off, len});
+  };
+  for (const Run& r : runs_)
+    for (uint64_t row = 0; row < r.rows; ++row)
+      for (uint32_t j = r.first; j < r.first + r.count; ++j) {
+        const Piece& p = pieces_[j];
+        add(p.src, p.src == kZeros ? 0 : p.off + row * p.stride, p.len);
+      }
+  return out;
+}
+
+std::string encode_runs(const RunMap& map) {
+  std::string out(map.runs().size() * kRunBytes + map.pieces().size() * kPieceBytes, '\0');
+  char* p = out.data();
+  for (const auto& r : map.runs()) {
+    ptc::store_le<uint64_t>(p, r.rows);
+    ptc::store_le<uint32_t>(p + 8, r.count);
+    ptc::store_le<uint32_t>(p + 12, 0);
+    p += kRunBytes;
+    for (uint32_t j = r.first; j < r.first + r.count; ++j) {
+      const Piece& s = map.pieces()[j];
+      ptc::store_le<uint32_t>(p, static_cast<uint32_t>(s.src));
+      ptc::store_le<uint32_t>(p + 4, 0);
+      ptc::store_le<uint64_t>(p + 8, s.off);
+      ptc::store_le<uint64_t>(p + 16, s.len);
+      ptc::store_le<uint64_t>(p + 24, s.stride);
+      p += kPieceBytes;
+    }
+  }
+  return out;
+}
+
+ptc::Result<RunMap> decode_runs(const std::string& binary, size_t nfds) {
+  RunMap m;
+  const char* p = binary.data();
+  const char* end = p + binary.size();
+  while (p < end) {
+    if (static_cast<size_t>(end - p) < kRunBytes) return ptc::invalid("direct socket: the file map is cut short");
+    const uint64_t rows = ptc::load_le<uint64_t>(p);
+    const uint32_t count = ptc::load_le<uint32_t>(p + 8);
+    p += kRunBytes;
+    if (rows == 0 || count == 0) return ptc::invalid("direct socket: a run of the file map has no rows or no pieces");
+    if (static_cast<size_t>(end - p) / kPieceBytes < count)
+      return ptc::invalid("direct socket: the file map is cut short");
+    uint64_t row = 0;
+    const size_t first = m.pieces_.size();
+    for (uint32_t j = 0; j < count; ++j, p += kPieceBytes) {
+      Piece s;
+      s.src = static_cast<int32_t>(ptc::load_le<uint32_t>(p));
+      s.off = ptc::load_le<uint64_t>(p + 8);
+      s.len = ptc::load_le<uint64_t>(p + 16);
+      s.stride = ptc::load_le<uint64_t>(p + 24);
+      if (s.src != kZeros && (s.src < 0 || static_cast<size_t>(s.src) >= nfds))
+        return ptc::invalid("direct socket: a span names descriptor " + std::to_string(s.src) + " of " +
+                            std::to_string(nfds));
+      // The last row's piece ends at off + (rows - 1) * stride + len: in 64 bits.
+      uint64_t last = 0, piece_end = 0;
+      if (s.src != kZeros &&
+          (__builtin_mul_overflow(rows - 1, s.stride, &last) || __builtin_add_overflow(s.off, last, &last) ||
+           __builtin_add_overflow(last, s.len, &piece_end)))
+        return ptc::invalid("direct socket: a span overflows");
+      if (__builtin_add_overflow(row, s.len, &row)) return ptc::invalid("direct socket: a span overflows");
+      m.pieces_.push_back(s);
+    }
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(rows, row, &bytes) || __builtin_add_overflow(m.size_, bytes, &m.size_))
+      return ptc::invalid("direct socket: the file map's size overflows");
+    m.runs_.push_back(RunMap::Run{rows, static_cast<uint32_t>(first), count});
+  }
+  return m;
+}
+
 ptc::Result<int> listen_unix(const std::string& path, int backlog) {
   int dirfd = -1;
   auto addr = address(path, dirfd);

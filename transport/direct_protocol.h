@@ -50,6 +50,50 @@ ptc::Result<Message> recv_message(int sock, const Limits& limits = {});
 std::string encode_spans(const std::vector<Span>& spans);
 ptc::Result<std::vector<Span>> decode_spans(const std::string& binary, size_t nfds);
 
+// Map version 2 (asked for with "map": 2 in an open, answered with "map": 2 by a daemon that
+// knows it): the file's bytes as runs of rows, so that a slice a repartition left strided is one
+// run per tensor rather than one span per piece of every row. Run i is `rows` rows, each the run's
+// pieces in order; piece j of row r is `len` bytes at `off + r * stride` of descriptor `src`, or
+// zeros (src == kZeros). A version 1 span is a run of one row of one piece.
+struct Piece {
+  int32_t src = 0;
+  uint64_t off = 0, len = 0, stride = 0;
+};
+
+class RunMap {
+ public:
+  struct Run {
+    uint64_t rows = 1;
+    uint32_t first = 0, count = 0;  // pieces()[first, first + count)
+  };
+  // One row of one piece: appended to the last run when that is one row of one piece that it
+  // continues (same descriptor, next offset; zeros after zeros).
+  void add(int32_t src, uint64_t off, uint64_t len);
+  // `rows` rows of `pieces` (empty pieces left out; nothing for no bytes). A run that is one
+  // piece of one row, or whose rows lie back to back in one descriptor, is added as add() of it.
+  void add_rows(uint64_t rows, const std::vector<Piece>& pieces);
+
+  const std::vector<Run>& runs() const { return runs_; }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  uint64_t size() const { return size_; }
+  // Every piece of every row, in order, adjacent ones merged: the version 1 map.
+  std::vector<Span> spans() const;
+
+ private:
+  friend ptc::Result<RunMap> decode_runs(const std::string& binary, size_t nfds);
+  std::vector<Run> runs_;
+  std::vector<Piece> pieces_;
+  uint64_t size_ = 0;
+};
+
+// Version 2's binary part: per run, u64 rows, u32 pieces, u32 zero, then per piece i32 src, u32
+// zero, u64 off, u64 len, u64 stride (little-endian).
+inline constexpr size_t kRunBytes = 16, kPieceBytes = 32;
+std::string encode_runs(const RunMap& map);
+// kInvalidArgument for a map cut short, a run of no rows or pieces, a descriptor out of range, or
+// offsets or a size that overflow 64 bits.
+ptc::Result<RunMap> decode_runs(const std::string& binary, size_t nfds);
+
 // Binds (server) or connects (client) a Unix stream socket at `path`, also when the path is
 // longer than sockaddr_un allows (through /proc/self/fd/ of its directory). Close-on-exec.
 ptc::Result<int> listen_unix(const std::string& path, int backlog = 64);

@@ -6,6 +6,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ptc/live_plan.h"
 #include "ptc/model.h"
@@ -69,6 +70,49 @@ int ptcfs_read(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst, char*
   if (s) return 0;
   set_error(err, errlen, s.to_string());
   return -1;
+}
+
+size_t ptcfs_mapping_count(const ptcfs_file* f) { return f->f->mappings().size(); }
+
+int ptcfs_mapping(const ptcfs_file* f, size_t i, const void** data, uint64_t* len) {
+  const auto& maps = f->f->mappings();
+  if (i >= maps.size()) return -1;
+  *data = maps[i].data;
+  *len = maps[i].len;
+  return 0;
+}
+
+int ptcfs_locate(const ptcfs_file* f, size_t n, const uint64_t* off, const uint64_t* len, int64_t* mapping,
+                 uint64_t* at, char* err, size_t errlen) {
+  try {
+    std::vector<ptcfs::client::DirectFile::Location> where(n);
+    auto s = f->f->locate(n, off, len, where.data());
+    if (!s) {
+      set_error(err, errlen, s.to_string());
+      return -1;
+    }
+    for (size_t k = 0; k < n; ++k) {
+      mapping[k] = where[k].mapping;
+      at[k] = where[k].at;
+    }
+    return 0;
+  } catch (const std::exception& e) {  // nothing may cross the C boundary
+    set_error(err, errlen, std::string("internal: ") + e.what());
+    return -1;
+  }
+}
+
+int ptcfs_read_many(const ptcfs_file* f, size_t n, const uint64_t* off, const uint64_t* len, void* const* dst,
+                    char* err, size_t errlen) {
+  try {
+    auto s = f->f->read_many(n, off, len, dst);
+    if (s) return 0;
+    set_error(err, errlen, s.to_string());
+    return -1;
+  } catch (const std::exception& e) {  // nothing may cross the C boundary
+    set_error(err, errlen, std::string("internal: ") + e.what());
+    return -1;
+  }
 }
 
 int ptcfs_gpu_available(char* err, size_t errlen) {

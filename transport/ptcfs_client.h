@@ -31,13 +31,35 @@ void ptcfs_close(ptcfs_file* f);
 uint64_t ptcfs_size(const ptcfs_file* f);
 /* The version of the step or dataset the file belongs to (0: none). */
 uint64_t ptcfs_version(const ptcfs_file* f);
-/* The file's bytes as spans, in order; span i: *data (NULL: *len zero bytes) and *len. */
+/* The file's bytes as spans, in order; span i: *data (NULL: *len zero bytes) and *len. Every
+ * piece of every row: a slice a repartition left strided has a span per piece of each row (the
+ * first call lists them; ptcfs_locate and ptcfs_read_many work on the map's rows directly). */
 size_t ptcfs_span_count(const ptcfs_file* f);
 int ptcfs_span(const ptcfs_file* f, size_t i, const void** data, uint64_t* len);
 /* A pointer to bytes [off, off + len) when they lie in one mapped span (zero-copy), else NULL. */
 const void* ptcfs_contiguous(const ptcfs_file* f, uint64_t off, uint64_t len);
 /* Copies bytes [off, off + len) into dst. 0, or -1 with a message in err. */
 int ptcfs_read(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst, char* err, size_t errlen);
+
+/* Many ranges in one call (a shard's tensors: one call per file, not per tensor). */
+
+/* The files that hold the bytes, each mapped whole: mapping i at *data (NULL for an empty file),
+ * *len bytes. Pointers into mapping i stay valid until ptcfs_close. -1 past the last. */
+size_t ptcfs_mapping_count(const ptcfs_file* f);
+int ptcfs_mapping(const ptcfs_file* f, size_t i, const void** data, uint64_t* len);
+/* Where each range [off[k], off[k] + len[k]), k < n, lies: when one mapped span holds it,
+ * mapping[k] is the index of its mapping and at[k] its offset there (zero-copy); else mapping[k]
+ * is -1 (an empty range, zeros, or bytes over several spans: copy them with ptcfs_read_many).
+ * 0, or -1 with a message in err (out_of_range: a range past the end; nothing is written). */
+int ptcfs_locate(const ptcfs_file* f, size_t n, const uint64_t* off, const uint64_t* len, int64_t* mapping,
+                 uint64_t* at, char* err, size_t errlen);
+/* Copies each range [off[k], off[k] + len[k]), k < n, into dst[k], as ptcfs_read of each. Where
+ * the destinations follow one another (each less than 4 KiB past the last's end: one buffer) and
+ * come to 4 MiB or more, their pages, gaps included, are populated 2 MiB at a time ahead of the copy
+ * (MADV_POPULATE_WRITE), as for one large ptcfs_read. 0, or -1 with a message in err (out_of_range:
+ * a range past the end, checked before anything is copied). */
+int ptcfs_read_many(const ptcfs_file* f, size_t n, const uint64_t* off, const uint64_t* len, void* const* dst,
+                    char* err, size_t errlen);
 
 /* GPU memory (docs/ARCHITECTURE.md "Path of a GPU load"). In a build without CUDA, or on a
  * machine without a driver or a GPU, both fail with "unavailable: ..." saying which. */

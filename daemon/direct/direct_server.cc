@@ -133,14 +133,19 @@ void DirectServer::serve(int sock) {
       }
     } else if (*op == "open") {
       auto path = ptc::member_string(*req, "path", "direct socket open");
+      // Map version 2 (runs of rows) for a client that asks for it; 1 (spans) for any other.
+      auto version = ptc::member_u64_or(*req, "map", 1, "direct socket open");
       ptc::Result<std::shared_ptr<const fs::View>> view = path.status();
-      if (path) {
+      if (path && !version) view = version.status();
+      if (path && version) {
         if (path->rfind(mount_ + "/", 0) != 0)
           view = ptc::invalid(*path + " is not inside the mount " + mount_);
         else
           view = resolve_(path->substr(mount_.size() + 1));
       }
       fs::ReadBuffer rb;
+      const bool runs = version && *version >= 2;
+      if (runs) rb.take_rows();
       ptc::Result<FileMap> map = view.status();
       if (view) {
         auto s = (*view)->read(0, (*view)->size(), rb);
@@ -150,12 +155,18 @@ void DirectServer::serve(int sock) {
         st = reply_error(sock, map.status());
       } else {
         const uint64_t h = next++;
-        const json j = {{"ok", true},
-                        {"handle", h},
-                        {"size", (*view)->size()},
-                        {"version", (*view)->version()},
-                        {"spans", map->spans.size()}};
-        st = direct::send_message(sock, j.dump(), direct::encode_spans(map->spans), map->fds);
+        json j = {{"ok", true}, {"handle", h}, {"size", (*view)->size()}, {"version", (*view)->version()}};
+        std::string binary;
+        if (runs) {
+          j["map"] = 2;
+          j["runs"] = map->runs.runs().size();
+          binary = direct::encode_runs(map->runs);
+        } else {
+          const auto spans = map->runs.spans();
+          j["spans"] = spans.size();
+          binary = direct::encode_spans(spans);
+        }
+        st = direct::send_message(sock, j.dump(), binary, map->fds);
         if (st) {
           handles.emplace(h, *view);
           ++held_;

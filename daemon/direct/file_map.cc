@@ -9,7 +9,7 @@
 
 namespace ptcfs {
 
-using transport::direct::Span;
+using transport::direct::kZeros;
 
 FileMap::~FileMap() {
   if (memfd >= 0) ::close(memfd);
@@ -23,20 +23,10 @@ ptc::Result<FileMap> map_of(const fs::ReadBuffer& rb) {
     if (added) m.fds.push_back(fd);
     return it->second;
   };
-  auto add = [&](int32_t src, uint64_t off, uint64_t len) {
-    if (!m.spans.empty()) {
-      Span& last = m.spans.back();
-      if (last.src == src && (src == transport::direct::kZeros || last.off + last.len == off)) {
-        last.len += len;
-        return;
-      }
-    }
-    m.spans.push_back(Span{src, src == transport::direct::kZeros ? 0 : off, len});
-  };
   // Bytes only in memory, in file order, into one memfd.
   uint64_t mem_bytes = 0;
   for (const auto& s : rb.segments())
-    if (!s.zeros && s.fd < 0 && s.origin_fd < 0) mem_bytes += s.len;
+    if (!s.zeros && s.fd < 0 && s.origin_fd < 0 && s.rows < 0) mem_bytes += s.len;
   int32_t mem_src = -1;
   if (mem_bytes > 0) {
     m.memfd = ::memfd_create("ptcfs-direct", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -44,13 +34,21 @@ ptc::Result<FileMap> map_of(const fs::ReadBuffer& rb) {
     mem_src = src_of(m.memfd);
   }
   uint64_t mem_at = 0;
+  std::vector<transport::direct::Piece> pieces;
   for (const auto& s : rb.segments()) {
-    if (s.zeros) {
-      add(transport::direct::kZeros, 0, s.len);
+    if (s.rows >= 0) {
+      const fs::ReadBuffer::Rows& r = rb.rows()[static_cast<size_t>(s.rows)];
+      pieces.clear();
+      for (const auto& p : r.pieces)
+        pieces.push_back(p.fd < 0 ? transport::direct::Piece{kZeros, 0, p.len, 0}
+                                  : transport::direct::Piece{src_of(p.fd), p.off, p.len, p.stride});
+      m.runs.add_rows(r.rows, pieces);
+    } else if (s.zeros) {
+      m.runs.add(kZeros, 0, s.len);
     } else if (s.origin_fd >= 0) {
-      add(src_of(s.origin_fd), s.origin_off, s.len);
+      m.runs.add(src_of(s.origin_fd), s.origin_off, s.len);
     } else if (s.fd >= 0) {
-      add(src_of(s.fd), s.off, s.len);
+      m.runs.add(src_of(s.fd), s.off, s.len);
     } else {
       uint64_t done = 0;
       while (done < s.len) {
@@ -59,7 +57,7 @@ ptc::Result<FileMap> map_of(const fs::ReadBuffer& rb) {
         if (n < 0) return ptc::io_error("writing a memfd of the direct path", errno);
         done += static_cast<uint64_t>(n);
       }
-      add(mem_src, mem_at, s.len);
+      m.runs.add(mem_src, mem_at, s.len);
       mem_at += s.len;
     }
   }

@@ -62,8 +62,27 @@ const StoredSlice& StepVersion::stored(const ptc::ShardId& shard, size_t slice) 
   return stored_[shard_index(shard)][slice];
 }
 
-ptc::Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, const OpenBlob& open, PieceSink& sink) {
-  std::shared_ptr<const BlobFile> file;  // the last blob opened, reused across pieces
+namespace {
+
+// The blobs walk_slice has opened: a slice's extents name a few, and the pieces of one row
+// alternate between them.
+class OpenedBlobs {
+ public:
+  explicit OpenedBlobs(const OpenBlob& open) : open_(open) {}
+  ptc::Result<std::shared_ptr<const BlobFile>> get(uint64_t id) {
+    for (const auto& f : files_)
+      if (f->id() == id) return f;
+    PTC_ASSIGN_OR_RETURN(auto f, open_(id));
+    files_.push_back(f);
+    return f;
+  }
+
+ private:
+  const OpenBlob& open_;
+  std::vector<std::shared_ptr<const BlobFile>> files_;
+};
+
+ptc::Status walk_pieces(const StoredSlice& slice, uint64_t off, uint64_t len, OpenedBlobs& blobs, PieceSink& sink) {
   ptc::Status st;
   for_each_piece(slice, off, len, [&](uint64_t blob, uint64_t boff, uint64_t n) {
     if (!st) return;
@@ -71,17 +90,44 @@ ptc::Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, con
       st = sink.zeros(n);
       return;
     }
-    if (!file || file->id() != blob) {
-      auto f = open(blob);
-      if (!f) {
-        st = f.status();
-        return;
-      }
-      file = std::move(f).value();
-    }
-    st = sink.blob(file, boff, n);
+    auto file = blobs.get(blob);
+    st = file ? sink.blob(*file, boff, n) : file.status();
   });
   return st;
+}
+
+}  // namespace
+
+ptc::Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, const OpenBlob& open, PieceSink& sink) {
+  OpenedBlobs blobs(open);
+  const uint64_t rb = row_bytes(slice);
+  if (!sink.takes_rows() || rb == 0 || len < rb) return walk_pieces(slice, off, len, blobs, sink);
+  // A partial first row, the whole rows, a partial last row.
+  if (const uint64_t in = off % rb; in != 0) {
+    const uint64_t n = std::min(len, rb - in);
+    PTC_RETURN_IF_ERROR(walk_pieces(slice, off, n, blobs, sink));
+    off += n;
+    len -= n;
+  }
+  if (const uint64_t rows = len / rb; rows > 0) {
+    const uint64_t row = off / rb;
+    std::vector<PieceSink::RowPiece> pieces;
+    pieces.reserve(slice.extents.size());
+    for (const Extent& e : slice.extents) {
+      if (e.len == 0) continue;
+      PieceSink::RowPiece p{nullptr, 0, e.len, 0};
+      if (e.blob != kZeroBlob) {
+        PTC_ASSIGN_OR_RETURN(p.file, blobs.get(e.blob));
+        p.off = e.offset + row * e.stride;
+        p.stride = e.stride;
+      }
+      pieces.push_back(std::move(p));
+    }
+    PTC_RETURN_IF_ERROR(sink.rows(rows, pieces));
+    off += rows * rb;
+    len -= rows * rb;
+  }
+  return len > 0 ? walk_pieces(slice, off, len, blobs, sink) : ptc::Status::ok();
 }
 
 ptc::Status StepVersion::pieces(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
@@ -111,6 +157,30 @@ class ReplySink final : public ReadBufferSink {
       buf.add_mapped(map + off, n, file->fd(), off);
     else
       buf.add_fd(file->fd(), off, n);
+    return ptc::Status::ok();
+  }
+  // Rows go to a buffer that takes them (the direct server's) as one segment.
+  bool takes_rows() const override { return buffer().takes_rows(); }
+  ptc::Status rows(uint64_t rows, const std::vector<RowPiece>& pieces) override {
+    std::vector<fs::ReadBuffer::RowPiece> kept;
+    kept.reserve(pieces.size());
+    for (const RowPiece& p : pieces) {
+      if (!p.file) {
+        kept.push_back(fs::ReadBuffer::RowPiece{nullptr, -1, 0, p.len, 0});
+        continue;
+      }
+      const uint64_t end = p.off + (rows - 1) * p.stride + p.len;  // of the last row's piece
+      const std::byte* map = p.file->data();
+      if (!map || end > p.file->size()) {  // unmapped, or cut short: piece by piece, which says so
+        for (uint64_t r = 0; r < rows; ++r)
+          for (const RowPiece& q : pieces)
+            PTC_RETURN_IF_ERROR(q.file ? blob(q.file, q.off + r * q.stride, q.len) : zeros(q.len));
+        return ptc::Status::ok();
+      }
+      out(p.file);  // kept alive with the buffer
+      kept.push_back(fs::ReadBuffer::RowPiece{map + p.off, p.file->fd(), p.off, p.len, p.stride});
+    }
+    buffer().add_rows(rows, kept);
     return ptc::Status::ok();
   }
 

@@ -64,6 +64,21 @@ class PieceSink {
   // inside the blob (a damaged blob may be shorter, and each reader words that its own way)
   // and takes them from its mapping (file->data(), null when it cannot be mapped) or its fd.
   virtual ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) = 0;
+
+  // A piece of every row of a run of whole rows: `len` bytes at `off + r * stride` of `file` in
+  // row r (no file: zeros).
+  struct RowPiece {
+    std::shared_ptr<const BlobFile> file;
+    uint64_t off = 0, len = 0, stride = 0;
+  };
+  // Whether the sink takes whole rows at once (rows()); else walk_slice hands it every piece.
+  virtual bool takes_rows() const { return false; }
+  // `rows` whole rows of the slice, each the pieces in order. Checks and errors as blob().
+  virtual ptc::Status rows(uint64_t rows, const std::vector<RowPiece>& pieces) {
+    (void)rows;
+    (void)pieces;
+    return ptc::internal("this sink takes no rows");
+  }
 };
 
 // A PieceSink that appends to a read buffer: zeros as padding segments, and each blob it is
@@ -77,6 +92,9 @@ class ReadBufferSink : public PieceSink {
   }
 
  protected:
+  // The buffer itself.
+  const fs::ReadBuffer& buffer() const { return out_; }
+  fs::ReadBuffer& buffer() { return out_; }
   // The buffer, with `file` kept alive by it (once per run of pieces from one blob).
   fs::ReadBuffer& out(const std::shared_ptr<const BlobFile>& file) {
     if (file != kept_) {
@@ -95,8 +113,10 @@ class ReadBufferSink : public PieceSink {
 using OpenBlob = std::function<ptc::Result<std::shared_ptr<const BlobFile>>(uint64_t id)>;
 
 // The one read primitive: walks bytes [off, off + len) of `slice` (they lie inside it) into
-// `sink`, opening a blob with `open` once per run of pieces from it. Stops at the first error
-// of `open` (kIo naming the blob) or of the sink, and returns it.
+// `sink`, opening each blob with `open` once. A sink that takes_rows() gets the whole rows of
+// the range in one rows() call (a partial first or last row piece by piece), any other every
+// piece of every row. Stops at the first error of `open` (kIo naming the blob) or of the sink,
+// and returns it.
 ptc::Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, const OpenBlob& open, PieceSink& sink);
 
 // Where a version's shards live in a cluster: the nodes its ranks are placed on (ids, in

@@ -3,15 +3,16 @@
 ``ptcfs.direct.open(path)`` asks the node's daemon, over its direct socket, for the file's map
 and the descriptors of the files that hold its bytes, and maps them (libptcfs_client through
 ctypes). Arrays from ``tensors()`` are then views of memory the page cache already holds: no
-copy where a tensor's bytes lie in one piece, one gather where they do not. When there is no
-direct socket (another node's mount, an old daemon, a container without the socket, no
+copy where a tensor's bytes lie in one piece, one gather for all of those that do not. When there
+is no direct socket (another node's mount, an old daemon, a container without the socket, no
 libptcfs_client) or the caller runs as another uid, the same calls read through the mount,
 so user code has one API (``File.direct`` says which path it took, ``File.why_not`` why).
 ``PTCFS_DIRECT=0`` in the environment always reads through the mount.
 
-Lifetime: the daemon keeps the file's version, and every array keeps the mapping, for as long
-as the File or any array taken from it lives; ``close()`` lets go of the File's own reference.
-Arrays are read-only, like those of a mapping of the mount (``np.array(a)`` for a copy to write).
+Lifetime: the daemon keeps the file's version, and every array that is a view keeps the mapping,
+for as long as the File or any such array lives; ``close()`` lets go of the File's own reference.
+The tensors gathered from strided pieces share one buffer, freed with the last of them. Arrays are
+read-only, like those of a mapping of the mount (``np.array(a)`` for a copy to write).
 """
 
 import builtins
@@ -65,6 +66,9 @@ def library():
             except OSError as e:
                 _LIB_ERROR = f"{path}: {e}"
                 continue
+            if not hasattr(lib, "ptcfs_read_many"):
+                _LIB_ERROR = f"{path}: a libptcfs_client of before ptcfs_read_many (rebuild it)"
+                continue
             lib.ptcfs_open.restype = ctypes.c_void_p
             lib.ptcfs_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
             lib.ptcfs_close.argtypes = [ctypes.c_void_p]
@@ -82,6 +86,17 @@ def library():
             lib.ptcfs_read.restype = ctypes.c_int
             lib.ptcfs_read.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
                                        ctypes.c_char_p, ctypes.c_size_t]
+            lib.ptcfs_mapping_count.restype = ctypes.c_size_t
+            lib.ptcfs_mapping_count.argtypes = [ctypes.c_void_p]
+            lib.ptcfs_mapping.restype = ctypes.c_int
+            lib.ptcfs_mapping.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
+                                          ctypes.POINTER(ctypes.c_uint64)]
+            lib.ptcfs_locate.restype = ctypes.c_int
+            lib.ptcfs_locate.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+            lib.ptcfs_read_many.restype = ctypes.c_int
+            lib.ptcfs_read_many.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                                            ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
             if hasattr(lib, "ptcfs_read_device"):  # a library of before the GPU path has none
                 lib.ptcfs_gpu_available.restype = ctypes.c_int
                 lib.ptcfs_gpu_available.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -93,6 +108,14 @@ def library():
             return lib
         _LIB_ERROR = _LIB_ERROR or "libptcfs_client.so not found (build the project, or set PTCFS_CLIENT_LIB)"
         return None
+
+
+# A bytes object of n bytes, not yet written: filled in place before anyone else sees it (as
+# CPython's own os.read and file reads fill theirs), so that read_range neither zero-fills nor copies
+# twice. n == 0 gives the shared empty bytes, which must not be written.
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype = ctypes.py_object
+_new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
 
 
 class DeviceStats(ctypes.Structure):
@@ -152,9 +175,11 @@ class File:
         self.direct = handle is not None
         self.why_not = why_not
         self._mapped = None  # the mount's mapping of the file, when read through the mount
+        self._maps: Optional[List[Optional[np.ndarray]]] = None  # the direct path's mappings, as arrays
         self._dtypes: Dict[str, str] = {}
         self.gpu_stats: Optional[Dict[str, int]] = None  # of the last torch(device="cuda...")
         self.gpu_why_not = ""  # why the last torch(device="cuda...") copied through the host
+        self.gathered: List[str] = []  # the tensors the last tensors() copied (strided), by name
         if handle is not None:
             self.size = int(handle.lib.ptcfs_size(handle.ptr))
             self.version = int(handle.lib.ptcfs_version(handle.ptr))
@@ -173,6 +198,7 @@ class File:
         """Drops this File's hold; arrays taken from it keep theirs."""
         self._h = None
         self._mapped = None
+        self._maps = None
 
     def _handle(self) -> _Handle:
         if self._h is None:
@@ -208,12 +234,14 @@ class File:
             raise Error("out_of_range", f"{self.path}: bytes [{off}, {off + n}) of a {self.size}-byte file")
         if not self.direct:
             return bytes(self._mount_buffer()[off:off + n])
-        out = ctypes.create_string_buffer(n)
-        err = ctypes.create_string_buffer(_ERRLEN)
         h = self._handle()
+        if n == 0:
+            return b""
+        out = _new_bytes(None, n)  # uninitialised: ptcfs_read writes every byte of it
+        err = ctypes.create_string_buffer(_ERRLEN)
         if h.lib.ptcfs_read(h.ptr, off, n, out, err, _ERRLEN) != 0:
             raise _error(err)
-        return out.raw
+        return out
 
     def read(self):
         """The file's bytes: a memoryview of the mapping when the file is one piece, else bytes."""
@@ -221,20 +249,12 @@ class File:
         return v if v is not None else self.read_range(0, self.size)
 
     def _array(self, off: int, n: int, dtype: np.dtype, shape) -> np.ndarray:
-        v = self._view(off, n)
-        if v is not None:
-            a = np.frombuffer(v, dtype=dtype, count=n // dtype.itemsize).reshape(shape)
-        else:
-            a = np.empty(shape, dtype=dtype)  # owns its data: a gathered copy
-            if n:
-                err = ctypes.create_string_buffer(_ERRLEN)
-                h = self._handle()
-                if h.lib.ptcfs_read(h.ptr, off, n, a.ctypes.data, err, _ERRLEN) != 0:
-                    raise _error(err)
-        a.flags.writeable = False  # like a mapping of the mount, whichever way it came
+        """A tensor read through the mount: a view of the mount's mapping of the file."""
+        a = np.frombuffer(self._view(off, n), dtype=dtype, count=n // dtype.itemsize).reshape(shape)
+        a.flags.writeable = False  # like the direct path's arrays
         return a
 
-    def _entries(self) -> List[Tuple[str, str, np.dtype, list, int, int]]:
+    def _entries(self) -> List[Tuple[str, str, np.dtype, tuple, int, int]]:
         """[(name, safetensors dtype, numpy dtype, shape, offset, bytes)] of the file's tensors, by name: every
         tensor of a safetensors file, or the one of an npy file (named after the file)."""
         if self.path.endswith(".safetensors"):
@@ -245,8 +265,9 @@ class File:
             if n > _st.MAX_HEADER or 8 + n > self.size:
                 raise invalid(f"{self.path}: header length {n} does not fit the file ({self.size} bytes)")
             start, entries, _ = _st.parse_header(self.read_range(0, 8 + n), self.size, self.path)
-            return [(name, dtype, _dt.numpy_dtype(dtype), list(shape), start + b, e - b)
-                    for name, (dtype, shape, b, e) in sorted(entries.items())]
+            np_dtype = _dt.NUMPY  # parse_header has checked every dtype is one of these
+            return [(name, dtype, np_dtype[dtype], shape, start + b, e - b)
+                    for name, (dtype, shape, b, e) in ((name, entries[name]) for name in sorted(entries))]
         if self.path.endswith(".npy"):
             fh = io.BytesIO(self.read_range(0, min(self.size, 1 << 16)))
             try:  # numpy's own reader of the header
@@ -263,15 +284,86 @@ class File:
             n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             if start + n != self.size:
                 raise invalid(f"{self.path}: npy header gives {n} bytes of data, the file has {self.size - start}")
-            return [(name, _dt.safetensors_dtype_of(np.empty(0, dtype=dtype)), dtype, list(shape), start, n)]
+            return [(name, _dt.safetensors_dtype_of(np.empty(0, dtype=dtype)), dtype, tuple(shape), start, n)]
         raise invalid(f"{self.path}: not a tensor file (.safetensors or .npy)")
 
     def tensors(self) -> Dict[str, np.ndarray]:
         """{name: array} of a safetensors file (every tensor) or an npy file (one, named after the
-        file); zero-copy where a tensor lies in one piece. BF16 comes as uint16 raw bits."""
+        file); zero-copy where a tensor lies in one piece, the others (a repartition left them
+        strided) gathered into one buffer they share (``gathered`` names them). Read-only. BF16
+        comes as uint16 raw bits."""
         entries = self._entries()
         self._dtypes = {name: dtype for name, dtype, _, _, _, _ in entries if self.path.endswith(".safetensors")}
+        if self.direct:
+            return self._direct_arrays(entries)
         return {name: self._array(off, n, npd, shape) for name, _, npd, shape, off, n in entries}
+
+    def _mappings(self, h: _Handle) -> List[Optional[np.ndarray]]:
+        """A read-only uint8 array over each file the daemon passed, mapped whole (None: empty);
+        arrays sliced from them keep the handle, and so the mappings and the version, alive. Kept
+        by the File, not the handle: the handle must not keep itself alive."""
+        maps = self._maps
+        if maps is None:
+            maps = []
+            data, size = ctypes.c_void_p(), ctypes.c_uint64()
+            for i in range(h.lib.ptcfs_mapping_count(h.ptr)):
+                if h.lib.ptcfs_mapping(h.ptr, i, ctypes.byref(data), ctypes.byref(size)) != 0 or not data.value:
+                    maps.append(None)
+                    continue
+                buf = (ctypes.c_char * size.value).from_address(data.value)
+                buf._ptcfs_handle = h
+                a = np.frombuffer(buf, dtype=np.uint8)
+                a.flags.writeable = False
+                maps.append(a)
+            self._maps = maps
+        return maps
+
+    def _direct_arrays(self, entries) -> Dict[str, np.ndarray]:
+        """The arrays of `entries` with two calls into libptcfs_client for all of them: where each
+        lies (ptcfs_locate), then one gather of those that do not lie in one piece into one new
+        buffer (ptcfs_read_many, which walks the map's rows in C++ and populates the buffer's pages
+        a chunk at a time rather than faulting them in one by one)."""
+        h = self._handle()
+        k = len(entries)
+        offs = np.fromiter((e[4] for e in entries), dtype=np.uint64, count=k)
+        lens = np.fromiter((e[5] for e in entries), dtype=np.uint64, count=k)
+        where, at = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.uint64)
+        err = ctypes.create_string_buffer(_ERRLEN)
+        if k and h.lib.ptcfs_locate(h.ptr, k, offs.ctypes.data, lens.ctypes.data, where.ctypes.data, at.ctypes.data,
+                                    err, _ERRLEN) != 0:
+            raise _error(err)
+        maps = self._mappings(h)
+        where_l, at_l = where.tolist(), at.tolist()
+        gather = [i for i, m in enumerate(where_l) if m < 0 and entries[i][5]]
+        self.gathered = [entries[i][0] for i in gather]
+        block = None
+        if gather:
+            # One buffer for them all, each tensor at a multiple of 64 bytes: they live as long as
+            # the last of them (as views of a mapping keep the whole mapping).
+            idx = np.array(gather, dtype=np.intp)
+            g_len = lens[idx]
+            pos = np.zeros(len(gather), dtype=np.uint64)
+            np.cumsum((g_len[:-1] + 63) & ~np.uint64(63), out=pos[1:])
+            block = np.empty(int(pos[-1] + g_len[-1]), dtype=np.uint8)
+            dst = pos + np.uint64(block.ctypes.data)
+            g_off = offs[idx]  # fancy indexing: fresh and contiguous
+            if h.lib.ptcfs_read_many(h.ptr, len(gather), g_off.ctypes.data, g_len.ctypes.data, dst.ctypes.data,
+                                     err, _ERRLEN) != 0:
+                raise _error(err)
+            block.flags.writeable = False  # like a mapping of the mount, whichever way it came
+            for i, p in zip(gather, pos.tolist()):
+                where_l[i], at_l[i] = -2, p
+        ndarray = np.ndarray
+        out = {}
+        for (name, _, npd, shape, _, _), m, a in zip(entries, where_l, at_l):
+            if m >= 0:  # a view of the mapping, read-only as the mapping's array is
+                out[name] = ndarray(shape, npd, maps[m], a)
+            elif m == -2:  # gathered
+                out[name] = ndarray(shape, npd, block, a)
+            else:  # no bytes
+                out[name] = arr = np.empty(shape, dtype=npd)
+                arr.flags.writeable = False
+        return out
 
     def dtype_of(self, name: str) -> Optional[str]:
         """The stored dtype of a tensor tensors() gave (the safetensors name: "BF16", "F32"...)."""

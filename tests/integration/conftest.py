@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(_HERE)), "python
 
 # The daemon and checkpoint fixtures, shared with tests/gpu.
 from daemon_fixtures import daemon, make_ckpt, module_daemon, remap_daemon  # noqa: E402,F401
-from ptcfs_harness import Daemon  # noqa: E402
+from ptcfs_harness import Daemon  # noqa: E402  (a failed test's report carries its daemons' logs)
 
 
 @pytest.hookimpl(hookwrapper=True)

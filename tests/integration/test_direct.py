@@ -3,6 +3,7 @@ the daemon's Unix socket (descriptors passed with SCM_RIGHTS, mapped by libptcfs
 ptcfs.direct from Python. Every byte is checked against the generator's oracle and against the
 same file read through the mount; bad input gets an error, not a crash."""
 
+import ctypes
 import json
 import os
 import signal
@@ -42,8 +43,9 @@ def check_file(path: str, want: dict, *, zero_copy: bool):
             a = got[name]
             assert a.dtype == arr.dtype and a.shape == arr.shape and np.array_equal(a, arr), (path, name)
             assert not a.flags.writeable, (path, name)
-            if zero_copy:
-                assert not a.flags.owndata, f"{path}: {name} was copied, not mapped"
+        if zero_copy:
+            assert not f.gathered, f"{path}: {f.gathered} were copied, not mapped"
+        assert set(f.gathered) <= set(want)
     return got
 
 
@@ -107,9 +109,195 @@ def test_strided_slices_are_gathered(tmp_path, remap_daemon, make_ckpt):
     sd = remap_daemon.step_dir("j", "1")
     gathered = 0
     for (t, p), want in oracles((2, 1, 1)).slices.items():
-        got = check_file(os.path.join(sd, f"tp{t}-pp{p}.safetensors"), want, zero_copy=False)
-        gathered += sum(a.flags.owndata for a in got.values())
+        path = os.path.join(sd, f"tp{t}-pp{p}.safetensors")
+        check_file(path, want, zero_copy=False)
+        with direct.open(path, fallback=False) as f:
+            got = f.tensors()
+            gathered += len(f.gathered)
+            # The gathered tensors share one buffer of their own, not the mappings.
+            bases = {id(got[n].base) for n in f.gathered}
+            assert len(bases) <= 1 and all(got[n].base.flags.owndata for n in f.gathered)
     assert gathered > 0, "no tensor was strided: the gather path went untested"
+
+
+def test_a_strided_shard_reads_back_the_mounts_bytes_range_by_range(tmp_path, remap_daemon, make_ckpt):
+    """A shard whose slices a repartition left strided: the daemon sends its map as runs of rows
+    (one per strided tensor) and libptcfs_client walks them. Every range read and gathered
+    directly is the mount's bytes, in any order, across pieces, rows and tensors."""
+    require_binaries()
+    ck = make_ckpt(tp=4, pp=1, layers=2, hidden=512, vocab=512)
+    remap_daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    r = remap_daemon.cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=1,dp=1", "--json")
+    assert r["bytes_remapped"] > 0, r
+    path = os.path.join(remap_daemon.step_dir("j", "1"), "tp1-pp0.safetensors")
+    want = read_all(path)
+    lib = direct.library()
+    with direct.open(path, fallback=False) as f:
+        assert f.direct and f.size == len(want)
+        assert f.size > 8 << 20  # reads of 4 MiB and more go a chunk at a time, the chunk's pages populated first
+        assert bytes(f.read()) == want
+        # Windows of many sizes at many offsets: inside a piece, across pieces, rows and tensors.
+        rng = np.random.default_rng(7)
+        for n in (0, 1, 3, 64, 1000, 4096, 65537, f.size // 3):
+            for off in rng.integers(0, f.size - n + 1, size=8).tolist() + [0, f.size - n]:
+                assert f.read_range(off, n) == want[off:off + n], (off, n)
+        # One ptcfs_read_many for ranges out of order, overlapping and empty.
+        offs = [f.size - 100, 0, 50, 50, 7, f.size // 2, 0]
+        lens = [100, 200, 0, 3000, f.size // 2, f.size // 2, f.size]
+        outs = [np.empty(n, dtype=np.uint8) for n in lens]
+        ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
+        err = ctypes.create_string_buffer(256)
+        o64, l64 = np.array(offs, dtype=np.uint64), np.array(lens, dtype=np.uint64)
+        assert lib.ptcfs_read_many(f._h.ptr, len(offs), o64.ctypes.data, l64.ctypes.data, ptrs, err, 256) == 0
+        for off, n, o in zip(offs, lens, outs):
+            assert o.tobytes() == want[off:off + n], (off, n)
+        # ptcfs_locate: a range one mapped piece holds is those bytes of its mapping.
+        where, at = np.empty(len(offs), dtype=np.int64), np.empty(len(offs), dtype=np.uint64)
+        assert lib.ptcfs_locate(f._h.ptr, len(offs), o64.ctypes.data, l64.ctypes.data, where.ctypes.data,
+                                at.ctypes.data, err, 256) == 0
+        maps = f._mappings(f._h)
+        for off, n, m, a in zip(offs, lens, where.tolist(), at.tolist()):
+            if m >= 0:
+                assert maps[m][a:a + n].tobytes() == want[off:off + n], (off, n)
+        assert where[2] == -1 and where[-1] == -1  # an empty range; the whole (strided) file
+        # A range past the end: an error naming it, nothing read.
+        l64[3] = f.size
+        assert lib.ptcfs_read_many(f._h.ptr, len(offs), o64.ctypes.data, l64.ctypes.data, ptrs, err, 256) == -1
+        assert err.value.decode().startswith("out_of_range: range 3: read of [50, ")
+        with pytest.raises(ptcfs.Error) as e:
+            f.read_range(f.size - 1, 2)
+        assert e.value.code == "out_of_range"
+        # Every tensor: the bytes the header gives it in the mount's file.
+        (hlen,) = struct.unpack("<Q", want[:8])
+        header = json.loads(want[8:8 + hlen])
+        got = f.tensors()
+        assert f.gathered, "nothing was gathered: the shard is not strided"
+        # 8 MiB of them, into one buffer: its pages populated ahead of the copy, 2 MiB at a time.
+        assert sum(got[n].nbytes for n in f.gathered) >= 4 << 20
+        for name, a in got.items():
+            b, e = header[name]["data_offsets"]
+            assert a.tobytes() == want[8 + hlen + b:8 + hlen + e], name
+    # The map on the wire: version 2 is a run per strided tensor, version 1 a span per piece of every
+    # row; both say the same bytes.
+    with open(os.path.join(remap_daemon.mnt, ".ptcfs-direct")) as fh:
+        sock = fh.read()
+    v1, bin1, fds1 = open_raw(sock, path)
+    v2, bin2, fds2 = open_raw(sock, path, map=2)
+    try:
+        assert v1["ok"] and v2["ok"] and "map" not in v1 and v2["map"] == 2, (v1, v2)
+        assert v2["runs"] <= 2 * len(header) + 2 < v1["spans"], (v2["runs"], v1["spans"], len(header))
+        assert bytes_of_map(bin1, fds1, runs=False) == want
+        assert bytes_of_map(bin2, fds2, runs=True) == want
+    finally:
+        for fd in fds1 + fds2:
+            os.close(fd)
+
+
+def test_a_held_file_reads_its_version_after_the_path_is_replaced(tmp_path, remap_daemon, make_ckpt):
+    """read(), read_range() and tensors() of a File opened before a repartition replaced the file at
+    its path give the bytes of the version it opened; a new open gives the new ones."""
+    require_binaries()
+    ck = make_ckpt(tp=2, pp=1, layers=2, hidden=256, vocab=512)
+    oracles = Oracles(str(tmp_path), ck, 0)
+    remap_daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    path = os.path.join(remap_daemon.step_dir("j", "1"), "tp0-pp0.safetensors")
+    before = read_all(path)
+    held = direct.open(path, fallback=False)
+    remap_daemon.cli("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=1,dp=1")
+    after = read_all(path)
+    assert after != before and len(after) > len(before)
+    assert held.size == len(before) and held.version == 1
+    assert bytes(held.read()) == before
+    assert held.read_range(8, 100) == before[8:108]
+    got = held.tensors()
+    assert all(np.array_equal(got[n], a) for n, a in ck.slices[(0, 0)].items())
+    held.close()
+    with direct.open(path, fallback=False) as f:  # the new version, tp=1: its slices re-cut, strided
+        assert f.version == 2 and bytes(f.read()) == after
+        got = f.tensors()
+        assert all(np.array_equal(got[n], a) for n, a in oracles((1, 1, 1)).slices[(0, 0)].items())
+        assert f.gathered
+
+
+def test_empty_shards_empty_ranges_and_zero_size_tensors(tmp_path, daemon, make_ckpt):
+    """A shard that holds no tensor (its file is a header and no data), ranges of no bytes and
+    tensors of no elements read directly as they do through the mount. (The mount has no file of
+    zero bytes: a dataset of fewer samples than a global batch is refused.)"""
+    require_binaries()
+    ptc = {"parallelism": {"tp": 2, "pp": 2, "dp": 1}, "num_layers": 2, "tensors": {
+        "a": {"dtype": "F32", "shape": [8, 4], "tp_dim": 0, "stage": "first"},
+    }}
+    ck = make_ckpt("empty-stage", ptc=ptc)
+    daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    path = os.path.join(daemon.step_dir("j", "1"), "tp1-pp1.safetensors")
+    with direct.open(path, fallback=False) as f:
+        assert f.direct and f.size == len(read_all(path)) == len(ptcgen.safetensors_bytes({}))
+        assert bytes(f.read()) == read_all(path)
+        assert f.tensors() == {}
+        assert f.read_range(0, 0) == b"" and f.read_range(f.size, 0) == b""
+        with pytest.raises(ptcfs.Error):
+            f.read_range(f.size, 1)
+    # Zero-size tensors among others in a saved shard, through the direct path.
+    ptc = {"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": 1, "tensors": {
+        "empty": {"dtype": "F32", "shape": [0, 4]},
+        "w": {"dtype": "BF16", "shape": [3, 5]},
+        "z": {"dtype": "F16", "shape": [2, 0]},
+    }}
+    tensors = {"empty": np.zeros((0, 4), np.float32), "w": np.arange(15, dtype=np.uint16).reshape(3, 5),
+               "z": np.zeros((2, 0), np.float16)}
+    sd = ptcfs.step_dir(daemon.mnt, "e", "1", create=True)
+    ptcfs.save_ptc(sd, ptc)
+    ptcfs.save_shard(sd, ptc, 0, 0, tensors)
+    wait_for(lambda: os.path.exists(os.path.join(sd, "full")), 30, "the step did not commit")
+    path = os.path.join(sd, "tp0-pp0.safetensors")
+    with direct.open(path, fallback=False) as f:
+        assert bytes(f.read()) == read_all(path)
+        got = f.tensors()
+        for name, a in tensors.items():
+            assert got[name].shape == a.shape and got[name].dtype == a.dtype and np.array_equal(got[name], a), name
+            assert not got[name].flags.writeable
+
+
+def open_raw(sock_path: str, path: str, **extra) -> tuple:
+    """An open through the socket by hand: (reply, binary part, descriptors) (the caller closes them)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(sock_path)
+    s.sendall(message({"op": "open", "path": path, **extra}))
+    head, fds = b"", []
+    while len(head) < 16:
+        chunk, got, _, _ = socket.recv_fds(s, 16 - len(head), 250)
+        assert chunk, "the daemon closed without an answer"
+        head, fds = head + chunk, fds + list(got)
+    jlen, blen, nfds = struct.unpack("<III", head[4:])
+    assert len(fds) == nfds <= 250, (len(fds), nfds)
+    body = b""
+    while len(body) < jlen + blen:
+        body += s.recv(jlen + blen - len(body))
+    s.close()  # the version stays held only while the connection lives; the descriptors stay valid
+    return json.loads(body[:jlen]), body[jlen:], fds
+
+
+def bytes_of_map(binary: bytes, fds: list, runs: bool) -> bytes:
+    """The file's bytes as a map of the direct socket says (docs/FORMATS.md "Direct socket"): version 1
+    spans (`runs` False) or version 2 runs of rows, read from the descriptors with os.pread."""
+    out, at = [], 0
+
+    def piece(src, off, n):
+        out.append(bytes(n) if src == -1 else os.pread(fds[src], n, off))
+    while at < len(binary):
+        if not runs:
+            src, _, off, n = struct.unpack_from("<iIQQ", binary, at)
+            piece(src, off, n)
+            at += 24
+            continue
+        rows, count, _ = struct.unpack_from("<QII", binary, at)
+        pieces = [struct.unpack_from("<iIQQQ", binary, at + 16 + 32 * j) for j in range(count)]
+        at += 16 + 32 * count
+        for r in range(rows):
+            for src, _, off, n, stride in pieces:
+                piece(src, off + r * stride, n)
+    return b"".join(out)
 
 
 def raw_request(sock_path: str, payload: bytes) -> dict:

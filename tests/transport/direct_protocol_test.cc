@@ -134,6 +134,66 @@ TEST_CASE("spans round-trip and a map naming a missing descriptor is refused", "
   REQUIRE_FALSE(overflow.is_ok());
 }
 
+TEST_CASE("runs of rows round-trip; whole rows back to back merge into one span", "[direct]") {
+  RunMap m;
+  m.add(0, 0, 8);                                                     // a header
+  m.add(0, 8, 8);                                                     // continues it: merged
+  m.add_rows(3, {{1, 100, 4, 10}, {kZeros, 7, 2, 9}, {2, 0, 4, 4}});  // strided: a run of rows
+  m.add_rows(2, {{1, 500, 4, 8}, {1, 504, 4, 8}});                    // back to back: one span
+  m.add(1, 516, 1);                                                   // continues that span
+  m.add_rows(1, {{2, 50, 1, 0}, {kZeros, 0, 3, 0}});                  // one row: its pieces as spans
+  REQUIRE(m.runs().size() == 5);
+  CHECK(m.size() == 16 + 3 * 10 + 17 + 4);
+  CHECK(m.runs()[1].rows == 3);
+  CHECK(m.runs()[1].count == 3);
+  CHECK(m.pieces()[m.runs()[1].first + 1].off == 0);  // zeros have no offset
+  CHECK(m.runs()[2].rows == 1);
+  CHECK(m.pieces()[m.runs()[2].first].len == 17);
+
+  auto back = decode_runs(encode_runs(m), 3);
+  REQUIRE(back.is_ok());
+  CHECK(back->size() == m.size());
+  REQUIRE(back->runs().size() == m.runs().size());
+  REQUIRE(back->pieces().size() == m.pieces().size());
+  for (size_t i = 0; i < m.pieces().size(); ++i) {
+    CHECK(back->pieces()[i].src == m.pieces()[i].src);
+    CHECK(back->pieces()[i].off == m.pieces()[i].off);
+    CHECK(back->pieces()[i].len == m.pieces()[i].len);
+    CHECK(back->pieces()[i].stride == m.pieces()[i].stride);
+  }
+  // Version 1: every piece of every row.
+  const std::vector<Span> spans = m.spans();
+  REQUIRE(spans.size() == 1 + 9 + 1 + 2);
+  CHECK(spans[0].len == 16);
+  CHECK((spans[1].src == 1 && spans[1].off == 100 && spans[1].len == 4));
+  CHECK((spans[2].src == kZeros && spans[2].len == 2));
+  CHECK((spans[4].src == 1 && spans[4].off == 110));
+  CHECK((spans[9].src == 2 && spans[9].off == 8));
+  CHECK((spans[10].src == 1 && spans[10].off == 500 && spans[10].len == 17));
+}
+
+TEST_CASE("a malformed map of runs is refused", "[direct]") {
+  RunMap m;
+  m.add_rows(2, {{0, 0, 4, 8}, {1, 0, 4, 4}});
+  const std::string good = encode_runs(m);
+  auto refused = [](const std::string& bin, size_t nfds, const std::string& text) {
+    auto r = decode_runs(bin, nfds);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.status().message().find(text) != std::string::npos);
+  };
+  refused(good, 1, "names descriptor 1 of 1");
+  refused(good.substr(0, good.size() - 1), 2, "cut short");
+  refused(good.substr(0, 10), 2, "cut short");
+  std::string no_rows = good;
+  std::memset(no_rows.data(), 0, 8);
+  refused(no_rows, 2, "no rows or no pieces");
+  // Rows whose last piece ends past 2^64.
+  RunMap far;
+  far.add_rows(uint64_t{1} << 40, {{0, 0, 1, uint64_t{1} << 30}, {0, 5, 1, 1}});
+  refused(encode_runs(far), 1, "overflows");
+  CHECK(decode_runs("", 0).is_ok());  // an empty file
+}
+
 TEST_CASE("a socket path longer than sockaddr_un allows still listens and connects", "[direct]") {
   char tmpl[] = "/tmp/ptcfs-direct-dir-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);

@@ -59,7 +59,7 @@ struct Recorder final : PieceSink {
 };
 }  // namespace
 
-TEST_CASE("walk_slice hands the sink a slice's pieces, opening a blob once per run of its pieces", "[step_version]") {
+TEST_CASE("walk_slice hands the sink a slice's pieces, opening each blob once", "[step_version]") {
   StoredSlice s;
   s.rows = 2;
   s.extents = {Extent{7, 100, 4, 10}, Extent{7, 200, 2, 10}, Extent{kZeroBlob, 0, 3, 0}, Extent{8, 0, 1, 1}};
@@ -78,7 +78,7 @@ TEST_CASE("walk_slice hands the sink a slice's pieces, opening a blob once per r
                                     {7, 210, 2},
                                     {0, 0, 3},
                                     {8, 1, 1}});
-  CHECK(opened == std::vector<uint64_t>{7, 8, 7, 8});
+  CHECK(opened == std::vector<uint64_t>{7, 8});  // not once per row: the rows alternate between them
 
   SECTION("the first error of the sink stops the walk") {
     Recorder f;
@@ -93,5 +93,69 @@ TEST_CASE("walk_slice hands the sink a slice's pieces, opening a blob once per r
     };
     CHECK(walk_slice(s, 0, slice_bytes(s), fails, f).code() == ptc::Code::kIo);
     CHECK(f.got.empty());
+  }
+}
+
+namespace {
+// Records what walk_slice hands a sink that takes rows: rows() calls as (rows, pieces), and
+// pieces of partial rows as Recorder does.
+struct RowRecorder final : PieceSink {
+  struct RowPiece {
+    uint64_t blob, off, len, stride;
+    bool operator==(const RowPiece&) const = default;
+  };
+  std::vector<std::pair<uint64_t, std::vector<RowPiece>>> rows_got;
+  std::vector<Piece> got;
+  ptc::Status zeros(uint64_t n) override {
+    got.emplace_back(kZeroBlob, 0, n);
+    return ptc::Status::ok();
+  }
+  ptc::Status blob(const std::shared_ptr<const BlobFile>& f, uint64_t off, uint64_t n) override {
+    got.emplace_back(f->id(), off, n);
+    return ptc::Status::ok();
+  }
+  bool takes_rows() const override { return true; }
+  ptc::Status rows(uint64_t rows, const std::vector<PieceSink::RowPiece>& pieces) override {
+    std::vector<RowPiece> p;
+    for (const auto& x : pieces) p.push_back({x.file ? x.file->id() : kZeroBlob, x.off, x.len, x.stride});
+    rows_got.emplace_back(rows, p);
+    return ptc::Status::ok();
+  }
+};
+}  // namespace
+
+TEST_CASE("a sink that takes rows gets a range's whole rows in one call, a partial row piece by piece",
+          "[step_version]") {
+  StoredSlice s;
+  s.rows = 4;  // a row: 4 bytes of blob 7, 3 zeros, 2 bytes of blob 8 (9 bytes)
+  s.extents = {Extent{7, 100, 4, 10}, Extent{kZeroBlob, 0, 3, 0}, Extent{8, 0, 2, 5}};
+  std::vector<uint64_t> opened;
+  const OpenBlob open = [&](uint64_t id) -> ptc::Result<std::shared_ptr<const BlobFile>> {
+    opened.push_back(id);
+    return std::make_shared<const BlobFile>(id, -1, 1000);
+  };
+  RowRecorder r;
+  // From byte 5 of row 0 to byte 3 of row 3: the rest of row 0, rows 1 and 2, the start of row 3.
+  REQUIRE(walk_slice(s, 5, 4 + 2 * 9 + 3, open, r).is_ok());
+  using RP = RowRecorder::RowPiece;
+  REQUIRE(r.rows_got.size() == 1);
+  CHECK(r.rows_got[0].first == 2);
+  CHECK(r.rows_got[0].second == std::vector<RP>{{7, 110, 4, 10}, {kZeroBlob, 0, 3, 0}, {8, 5, 2, 5}});
+  CHECK(r.got == std::vector<Piece>{{0, 0, 2}, {8, 0, 2}, {7, 130, 3}});
+  CHECK(opened == std::vector<uint64_t>{8, 7});
+
+  SECTION("less than a row goes piece by piece") {
+    RowRecorder small;
+    REQUIRE(walk_slice(s, 9, 8, open, small).is_ok());
+    CHECK(small.rows_got.empty());
+    CHECK(small.got == std::vector<Piece>{{7, 110, 4}, {0, 0, 3}, {8, 5, 1}});
+  }
+  SECTION("whole rows from the first: one call") {
+    RowRecorder all;
+    REQUIRE(walk_slice(s, 0, slice_bytes(s), open, all).is_ok());
+    CHECK(all.got.empty());
+    REQUIRE(all.rows_got.size() == 1);
+    CHECK(all.rows_got[0].first == 4);
+    CHECK(all.rows_got[0].second == std::vector<RP>{{7, 100, 4, 10}, {kZeroBlob, 0, 3, 0}, {8, 0, 2, 5}});
   }
 }
