@@ -30,7 +30,7 @@ from the command until every rank holds every tensor of its new shard in its own
 Each rank's bytes are checked against the torch script's file for it. Also measured: a plain
 TCP copy through one link (n0 -> n1), to show the link runs at its rate.
 
-    /usr/bin/python3 bench/bench_reconfig.py [--gb 2] [--rate 2gbit] [--rounds 1] [--disk]
+    /usr/bin/python3 bench/bench_reconfig.py [--gb 2] [--rate 2gbit] [--rounds 1] [--disk] [--changes tp,pp,dp,node]
                                              [--plot PNG] [--json FILE]
 """
 
@@ -362,7 +362,10 @@ def one_change(fab, nodes, ckroot, old_files, key, to, to_nodes, step, link_rate
             "limit_s": limit, "limit_per_node_s": limit_nodes,
             "limit_fresh_memory_s": fresh, "limit_plain_load_s": measured, "bytes_moved": r["bytes_moved"],
             "bytes_min": r["bytes_min"], "per_node": r["nodes"], "loaded_per_node": loaded,
-            "rank_load_s": [g["seconds"] for g in got], "rank_gathered_bytes": [g["gathered"] for g in got]}
+            "rank_load_s": [g["seconds"] for g in got], "rank_gathered_bytes": [g["gathered"] for g in got],
+            "rank_cpu_s": [g["cpu_user"] + g["cpu_sys"] for g in got], "rank_sys_s": [g["cpu_sys"] for g in got],
+            "rank_minor_faults": [g["minor_faults"] for g in got],
+            "central_rank_cpu_s": [g["cpu_user"] + g["cpu_sys"] for g in c_got]}
 
 
 def phases(res: dict) -> str:
@@ -394,8 +397,12 @@ plot "{data}" using 4:xtic(2) title "central (gather, torch re-split, scatter, l
     os.unlink(data)
 
 
-def run(gb: float, rate: str, rounds: int, root: str, disk: bool = False, plot_path: str = "") -> tuple:
+def run(gb: float, rate: str, rounds: int, root: str, disk: bool = False, plot_path: str = "",
+        changes=None) -> tuple:
     link_rate = rate_bytes(rate)
+    unknown = sorted(set(changes or []) - {c[0] for c in CHANGES})
+    if unknown:
+        raise SystemExit(f"bench_reconfig: unknown change {unknown[0]!r} (known: {', '.join(c[0] for c in CHANGES)})")
     ckroot = root if disk else tempfile.mkdtemp(prefix="ptcfs-reconfig-", dir="/dev/shm")
     results = []
     try:
@@ -427,7 +434,7 @@ def run(gb: float, rate: str, rounds: int, root: str, disk: bool = False, plot_p
                 for d in nodes:
                     d.start()
                 step = 0
-                for key, label, to, to_nodes in CHANGES:
+                for key, label, to, to_nodes in [c for c in CHANGES if changes is None or c[0] in changes]:
                     tries = []
                     for _ in range(rounds):
                         step += 1
@@ -438,8 +445,9 @@ def run(gb: float, rate: str, rounds: int, root: str, disk: bool = False, plot_p
                               f"loads {res['load_s']:.2f} s), limit {res['limit_s']:.2f} s (with fresh memory "
                               f"{res['limit_fresh_memory_s']:.2f} s, with plain-file loads "
                               f"{res['limit_plain_load_s']:.2f} s), central {res['central_s']:.2f} s ({phases(res)});"
-                              f" moved {res['bytes_moved'] / 1e6:.0f} MB (min {res['bytes_min'] / 1e6:.0f} MB)",
-                              flush=True)
+                              f" moved {res['bytes_moved'] / 1e6:.0f} MB (min {res['bytes_min'] / 1e6:.0f} MB);"
+                              f" ranks' CPU while loading {sum(res['rank_cpu_s']):.2f} s (central's loads "
+                              f"{sum(res['central_rank_cpu_s']):.2f} s)", flush=True)
                         tries.append(res)
                     # Each side's best round, as the other sections take each side's best time.
                     best = dict(min(tries, key=lambda x: x["ptcfs_s"]))
@@ -484,7 +492,10 @@ def main() -> int:
         ap.add_argument("--rounds", type=int, default=1, help="runs of each change (each side's best is kept)")
         ap.add_argument("--disk", action="store_true", help="data under /var/tmp instead of /dev/shm")
         ap.add_argument("--plot", metavar="PNG", help="write the plot here")
-    return standalone(__doc__, configure, lambda a, root: run(a.gb, a.rate, a.rounds, root, a.disk, a.plot))
+        ap.add_argument("--changes", default=",".join(c[0] for c in CHANGES),
+                        help="the changes to run, of " + ",".join(c[0] for c in CHANGES) + " (default all)")
+    return standalone(__doc__, configure,
+                      lambda a, root: run(a.gb, a.rate, a.rounds, root, a.disk, a.plot, a.changes.split(",")))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ node's network namespace (as a job's processes are alive when the change comes).
 stdin, one JSON line each; each answered with one JSON line on stdout:
 
     {"op": "load", "dir": D, "t": T, "p": P}  ptcfs.load_shard(D, T, P), every tensor then held
-                                               in this process's own memory: {"bytes", "seconds"}
+                                               in this process's own memory: {"bytes", "seconds",
+                                               "gathered", "cpu_user", "cpu_sys", "minor_faults"}
     {"op": "check", "path": F}                 the held tensors equal the safetensors file F byte
                                                for byte: {"ok", "detail"}
     {"op": "drop"}                             lets the tensors go
@@ -14,6 +15,7 @@ strided tensor gathered into a new array) and through a mapping of the file else
 of a mapping is copied once into an array of this process; a gathered array is already one."""
 
 import json
+import resource
 import sys
 import time
 
@@ -32,11 +34,14 @@ def main() -> int:
     for line in sys.stdin:
         cmd = json.loads(line)
         if cmd["op"] == "load":
-            t0 = time.perf_counter()
+            r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
             tensors = ptcfs.load_shard(cmd["dir"], cmd["t"], cmd["p"])
             held = {name: held_copy(a) for name, a in tensors.items()}
-            out = {"bytes": sum(a.nbytes for a in held.values()), "seconds": time.perf_counter() - t0,
-                   "gathered": sum(a.nbytes for a in tensors.values() if a.flags.owndata)}
+            t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+            out = {"bytes": sum(a.nbytes for a in held.values()), "seconds": t1 - t0,
+                   "gathered": sum(a.nbytes for a in tensors.values() if a.flags.owndata),
+                   "cpu_user": r1.ru_utime - r0.ru_utime, "cpu_sys": r1.ru_stime - r0.ru_stime,
+                   "minor_faults": r1.ru_minflt - r0.ru_minflt}
         elif cmd["op"] == "check":
             want = st.SafetensorsFile(cmd["path"])
             names = set(want.keys())
