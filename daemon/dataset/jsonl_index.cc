@@ -1,15 +1,21 @@
 #include "daemon/dataset/jsonl_index.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 
 #include "daemon/dataset/json_check.h"
+#include "daemon/store/guarded_copy.h"
 #include "daemon/store/parallel.h"
+#include "daemon/store/read_mapping.h"
 #include "ptc/dataset.h"
 
 namespace ptcfs {
@@ -85,6 +91,99 @@ ptc::Status scan_chunk(const JsonlInput& in, const Chunk& c, std::string& buf, C
   return ptc::Status::ok();
 }
 
+ptc::Status cut_short(const File& file) {
+  return ptc::corrupt(file.path() + ": shorter than its size while it was read (changed meanwhile?)");
+}
+
+// The lines a pass under the SIGBUS guard found: at most kBatch samples, then the caller
+// takes them and starts the next pass. Nothing under the guard allocates.
+struct LineBatch {
+  static constexpr size_t kBatch = 4096;
+  enum class Stop { kEnd, kFull, kCheck };
+  std::array<SampleRecord, kBatch> samples;
+  size_t count = 0;
+  uint64_t lines = 0;  // lines the pass went past, blank ones too
+  uint64_t pos = 0;    // where the next line starts
+  Stop stop = Stop::kEnd;
+  uint64_t line_end = 0, next = 0;  // kCheck: the line at pos ends here, and the one after it starts at next
+};
+
+// From batch.pos, the lines that start before `end` in the mapped file: each line found
+// valid by the fast checker becomes a sample; one it leaves (invalid, or a case it does not
+// decide) stops the pass with kCheck, for the caller to decide outside the guard.
+void scan_lines(const char* base, uint64_t size, uint64_t end, uint32_t file, LineBatch& b) {
+  b.count = 0;
+  b.lines = 0;
+  while (b.pos < end) {
+    if (b.count == LineBatch::kBatch) {
+      b.stop = LineBatch::Stop::kFull;
+      return;
+    }
+    const char* nl = static_cast<const char*>(std::memchr(base + b.pos, '\n', size - b.pos));
+    const uint64_t line_end = nl ? static_cast<uint64_t>(nl - base) : size;
+    const uint64_t next = nl ? line_end + 1 : size;
+    const std::string_view line(base + b.pos, line_end - b.pos);
+    if (!blank(line)) {
+      if (!json_valid_fast(line)) {
+        b.stop = LineBatch::Stop::kCheck;
+        b.line_end = line_end;
+        b.next = next;
+        return;
+      }
+      b.samples[b.count++] = {b.pos, next - b.pos, file, nl ? 0u : kSupplyNewline};
+    }
+    ++b.lines;
+    b.pos = next;
+  }
+  b.stop = LineBatch::Stop::kEnd;
+}
+
+// scan_chunk over a mapping of the whole file: no copy of the bytes, each line checked where
+// it lies. A page the file no longer has (SIGBUS) is the same error as a short pread.
+ptc::Status scan_mapped_chunk(const JsonlInput& in, const char* base, const Chunk& c, LineBatch& b, ChunkResult& r) {
+  const uint64_t size = in.size;
+  b.pos = c.begin;
+  if (c.begin > 0) {  // the first line that starts in the chunk: after the first '\n' from c.begin - 1
+    const char* nl = nullptr;
+    auto find = [&] { nl = static_cast<const char*>(std::memchr(base + c.begin - 1, '\n', size - (c.begin - 1))); };
+    if (!run_guarded(find)) return cut_short(*in.file);
+    if (nl == nullptr) return ptc::Status::ok();  // a line from an earlier chunk covers this one
+    b.pos = static_cast<uint64_t>(nl - base) + 1;
+  }
+  std::string slow;  // a line the fast checker left, copied out for nlohmann
+  for (;;) {
+    auto pass = [&] { scan_lines(base, size, c.end, c.file, b); };
+    if (!run_guarded(pass)) return cut_short(*in.file);
+    r.samples.insert(r.samples.end(), b.samples.begin(), b.samples.begin() + static_cast<ptrdiff_t>(b.count));
+    r.lines += b.lines;
+    if (r.samples.size() > ptc::kMaxSamples) {
+      r.too_many = true;
+      return ptc::Status::ok();
+    }
+    if (b.stop == LineBatch::Stop::kEnd) return ptc::Status::ok();
+    if (b.stop == LineBatch::Stop::kCheck) {
+      slow.resize(b.line_end - b.pos);
+      const CopyRun run{slow.data(), base + b.pos, slow.size()};
+      if (!copy_guarded(&run, 1)) return cut_short(*in.file);
+      if (!json_valid(slow)) {
+        r.bad_line = true;
+        return ptc::Status::ok();
+      }
+      r.samples.push_back({b.pos, b.next - b.pos, c.file, b.next == b.line_end ? kSupplyNewline : 0u});
+      ++r.lines;
+      b.pos = b.next;
+    }
+  }
+}
+
+// Whether the file still has the size it was indexed at: a file cut short inside its last
+// mapped page reads as zeros there, without SIGBUS, so each mapped scan checks after.
+ptc::Status still_whole(const JsonlInput& in) {
+  struct stat st {};
+  if (::fstat(in.file->fd(), &st) != 0 || static_cast<uint64_t>(st.st_size) < in.size) return cut_short(*in.file);
+  return ptc::Status::ok();
+}
+
 ptc::Status too_many_samples() { return ptc::invalid("more than " + std::to_string(ptc::kMaxSamples) + " samples"); }
 
 }  // namespace
@@ -97,15 +196,25 @@ ptc::Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<
     for (uint64_t b = 0; b < files[f].size; b += step)
       chunks.push_back({static_cast<uint32_t>(f), b, std::min(files[f].size, b + step)});
 
+  std::vector<std::unique_ptr<ReadMapping>> maps;
+  for (const JsonlInput& f : files)
+    maps.push_back(options.map ? std::make_unique<ReadMapping>(f.file->fd(), f.size) : nullptr);
+
   std::vector<ChunkResult> results(chunks.size());
   // Chunks after one that stopped are not needed: its fault is reported first.
   std::atomic<size_t> first_stop{std::numeric_limits<size_t>::max()};
   std::mutex progress_mu;
   PTC_RETURN_IF_ERROR(parallel_for(chunks.size(), options.threads, [&]() -> Worker {
-    return [&, buf = std::string()](size_t i) mutable -> ptc::Status {
+    return [&, buf = std::string(), batch = std::shared_ptr<LineBatch>()](size_t i) mutable -> ptc::Status {
       if (i > first_stop.load()) return ptc::Status::ok();
       ChunkResult& r = results[i];
-      r.error = scan_chunk(files[chunks[i].file], chunks[i], buf, r);
+      const Chunk& c = chunks[i];
+      if (const char* base = maps[c.file] ? maps[c.file]->data() : nullptr) {
+        if (!batch) batch = std::make_shared<LineBatch>();
+        r.error = scan_mapped_chunk(files[c.file], base, c, *batch, r);
+      } else {
+        r.error = scan_chunk(files[c.file], c, buf, r);
+      }
       if (r.stopped())
         for (size_t s = first_stop.load(); i < s && !first_stop.compare_exchange_weak(s, i);) {
         }
@@ -116,6 +225,9 @@ ptc::Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<
       return ptc::Status::ok();
     };
   }));
+
+  for (size_t f = 0; f < files.size(); ++f)
+    if (maps[f] && maps[f]->data()) PTC_RETURN_IF_ERROR(still_whole(files[f]));
 
   // Joined in file order: the first fault in the files is the one reported.
   size_t total = out.size();

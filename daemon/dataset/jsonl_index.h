@@ -3,9 +3,11 @@
 // '\r') are skipped. A record is the line with its '\n'; a last line without one gets
 // kSupplyNewline.
 //
-// Each file is cut into chunks read with pread and scanned (memchr for newlines) on every
-// core: a chunk owns the lines that start in it, and reads on past its end to finish its
-// last one. The results are joined in file order, so samples, line numbers and the error
+// Each file is cut into chunks scanned (memchr for newlines) on every core: a chunk owns the
+// lines that start in it, and reads on past its end to finish its last one. A file is read
+// where it lies, through a read-only mapping, its lines checked in place under the SIGBUS
+// guard (daemon/store/guarded_copy.h: the file may be cut short meanwhile); where mmap
+// fails, chunks are read with pread. The results are joined in file order, so samples, line numbers and the error
 // reported (the first in file order) are those of a scan line by line.
 #pragma once
 
@@ -27,6 +29,7 @@ struct JsonlInput {
 struct JsonlScanOptions {
   uint64_t chunk_bytes = 8 << 20;
   unsigned threads = 0;  // 0: one per core
+  bool map = true;       // false: every chunk read with pread (tests both ways)
 };
 
 // Appends the samples of `files` (file numbers their positions) to `out`. `advance(bytes)`

@@ -1,6 +1,5 @@
 #include "daemon/store/dataset_version.h"
 
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +9,7 @@
 #include "daemon/store/checksum.h"
 #include "daemon/store/file_util.h"
 #include "daemon/store/guarded_copy.h"
+#include "daemon/store/read_mapping.h"
 #include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
 
@@ -23,23 +23,13 @@ namespace {
 // file is read with pread).
 class MappedSource {
  public:
-  MappedSource(File file, uint64_t size) : file_(std::move(file)), size_(size) {
-    if (size_ == 0) return;
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, file_.fd(), 0);
-    if (p != MAP_FAILED) map_ = static_cast<const char*>(p);
-  }
-  MappedSource(const MappedSource&) = delete;
-  MappedSource& operator=(const MappedSource&) = delete;
-  ~MappedSource() {
-    if (map_) ::munmap(const_cast<char*>(map_), size_);
-  }
+  MappedSource(File file, uint64_t size) : file_(std::move(file)), map_(file_.fd(), size) {}
   const File& file() const { return file_; }
-  const char* map() const { return map_; }
+  const char* map() const { return map_.data(); }
 
  private:
   File file_;
-  uint64_t size_;
-  const char* map_ = nullptr;
+  ReadMapping map_;
 };
 
 }  // namespace

@@ -9,7 +9,7 @@
 namespace ptcfs {
 namespace {
 
-// The jump out of the running copy of this thread; null outside copy_guarded. Volatile: the
+// The jump out of this thread's guarded run; null outside run_guarded. Volatile: the
 // handler reads it, so the stores around the copy must not be dropped or moved (the compiler
 // knows memcpy does not read it, and without volatile removed the first store).
 thread_local sigjmp_buf* volatile t_guard = nullptr;
@@ -39,7 +39,7 @@ void install_once() {
 
 }  // namespace
 
-bool copy_guarded(const CopyRun* runs, size_t n) {
+bool run_guarded(void (*fn)(void*), void* ctx) {
   install_once();
   sigjmp_buf guard;
   if (sigsetjmp(guard, 0) != 0) {
@@ -48,10 +48,17 @@ bool copy_guarded(const CopyRun* runs, size_t n) {
   }
   t_guard = &guard;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  for (size_t i = 0; i < n; ++i) std::memcpy(runs[i].dst, runs[i].src, runs[i].len);
+  fn(ctx);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_guard = nullptr;
   return true;
+}
+
+bool copy_guarded(const CopyRun* runs, size_t n) {
+  auto copy = [&] {
+    for (size_t i = 0; i < n; ++i) std::memcpy(runs[i].dst, runs[i].src, runs[i].len);
+  };
+  return run_guarded(copy);
 }
 
 }  // namespace ptcfs

@@ -2,6 +2,8 @@
 // errors of a scan line by line, wherever the chunk boundaries fall.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <string>
 #include <vector>
@@ -68,6 +70,10 @@ std::string record(int i) {
 TEST_CASE("chunked scans find every line wherever the chunks end", "[jsonl_index]") {
   std::string many;
   for (int i = 0; i < 300; ++i) many += record(i) + (i % 7 == 0 ? "\r\n" : "\n") + (i % 11 == 0 ? "\n  \t\n" : "");
+  std::string small, left;
+  for (int i = 0; i < 10000; ++i) small += i % 3 ? "{}\n" : "[" + std::to_string(i) + "]\n";
+  for (int i = 0; i < 40; ++i)
+    left += i % 2 ? "{\"e\": 1e" + std::to_string(i) + "}\n" : "[\"\\u00e9\", " + record(i) + "]\n";
   const std::vector<std::vector<std::string>> datasets = {
       {"{\"a\":0}\n\n{\"a\":1}\n  \n{\"a\":22}"},         // blank lines, no final newline
       {"{\"a\":0}\r\n{\"b\":[1,2]}\r\n"},                 // CRLF
@@ -76,22 +82,28 @@ TEST_CASE("chunked scans find every line wherever the chunks end", "[jsonl_index
       {"[\"" + std::string(5000, 'y') + "\"]\n{}\n[1]"},  // a line longer than many chunks
       {many},
       {"", "{}\n", "[1]", "\n", many, "{\"z\": null}\n\n"},  // many files, empty ones too
+      {small},                                               // more samples in a chunk than one guarded pass takes
+      {left},                                                // lines the fast checker leaves to nlohmann, all valid
   };
   TempDir tmp;
   for (const auto& contents : datasets) {
     Files files = open_files(tmp, contents);
     const auto expected = by_line(contents);
     for (uint64_t chunk : {1, 2, 3, 7, 64, 1000, 8 << 20})
-      for (unsigned threads : {1u, 3u}) {
-        INFO("chunk " << chunk << ", threads " << threads << ", first file " << contents[0].substr(0, 40));
-        std::vector<SampleRecord> got;
-        uint64_t advanced = 0;
-        REQUIRE(index_jsonl_files(files.inputs, got, [&](uint64_t n) { advanced += n; }, {chunk, threads}).is_ok());
-        CHECK(same(got, expected));
-        uint64_t total = 0;
-        for (const auto& c : contents) total += c.size();
-        CHECK(advanced == total);
-      }
+      for (unsigned threads : {1u, 3u})
+        for (bool map : {true, false}) {
+          if (contents[0] == small && chunk < 64) continue;  // 30,000 one-byte chunks say nothing more
+          INFO("chunk " << chunk << ", threads " << threads << ", mapped " << map << ", first file "
+                        << contents[0].substr(0, 40));
+          std::vector<SampleRecord> got;
+          uint64_t advanced = 0;
+          REQUIRE(
+              index_jsonl_files(files.inputs, got, [&](uint64_t n) { advanced += n; }, {chunk, threads, map}).is_ok());
+          CHECK(same(got, expected));
+          uint64_t total = 0;
+          for (const auto& c : contents) total += c.size();
+          CHECK(advanced == total);
+        }
   }
 }
 
@@ -102,21 +114,42 @@ TEST_CASE("the first line that is not JSON is named by file and line, wherever t
   second += "\n{\"broken\": }\n" + record(1) + "\n{not json}\n";  // lines 51, 52 (blank, broken), 54
   Files files = open_files(tmp, {"{}\n[1]\n", second});
   for (uint64_t chunk : {1, 5, 64, 4096})
-    for (unsigned threads : {1u, 2u, 4u}) {
-      INFO("chunk " << chunk << ", threads " << threads);
-      std::vector<SampleRecord> got;
-      auto s = index_jsonl_files(files.inputs, got, {}, {chunk, threads});
-      CHECK(s.code() == ptc::Code::kCorrupt);
-      CHECK(s.message() == files.files[1].path() + ": line 52 is not valid JSON");
-    }
+    for (unsigned threads : {1u, 2u, 4u})
+      for (bool map : {true, false}) {
+        INFO("chunk " << chunk << ", threads " << threads << ", mapped " << map);
+        std::vector<SampleRecord> got;
+        auto s = index_jsonl_files(files.inputs, got, {}, {chunk, threads, map});
+        CHECK(s.code() == ptc::Code::kCorrupt);
+        CHECK(s.message() == files.files[1].path() + ": line 52 is not valid JSON");
+      }
 }
 
 TEST_CASE("a file shorter than when it was sized is refused", "[jsonl_index]") {
   TempDir tmp;
   Files files = open_files(tmp, {"{}\n{}\n"});
   files.inputs[0].size = 100;
-  std::vector<SampleRecord> got;
-  auto s = index_jsonl_files(files.inputs, got, {}, {16, 2});
-  CHECK(s.code() == ptc::Code::kCorrupt);
-  CHECK(s.message() == files.files[0].path() + ": shorter than its size while it was read (changed meanwhile?)");
+  for (bool map : {true, false}) {
+    std::vector<SampleRecord> got;
+    auto s = index_jsonl_files(files.inputs, got, {}, {16, 2, map});
+    CHECK(s.code() == ptc::Code::kCorrupt);
+    CHECK(s.message() == files.files[0].path() + ": shorter than its size while it was read (changed meanwhile?)");
+  }
+}
+
+TEST_CASE("a file cut short under its mapping, pages before its size gone, is refused", "[jsonl_index]") {
+  // Its size as indexed is 5 pages; then it is cut to one, so the scan of its mapping meets
+  // pages the file no longer has (SIGBUS, caught) or, in the last page, zeros.
+  TempDir tmp;
+  std::string text;
+  while (text.size() < 5 * 4096) text += record(static_cast<int>(text.size() % 97)) + "\n";
+  Files files = open_files(tmp, {text});
+  REQUIRE(::truncate(files.files[0].path().c_str(), 4096) == 0);
+  for (uint64_t chunk : {1000, 4096, 8 << 20})
+    for (unsigned threads : {1u, 2u}) {
+      INFO("chunk " << chunk << ", threads " << threads);
+      std::vector<SampleRecord> got;
+      auto s = index_jsonl_files(files.inputs, got, {}, {chunk, threads, true});
+      CHECK(s.code() == ptc::Code::kCorrupt);
+      CHECK(s.message() == files.files[0].path() + ": shorter than its size while it was read (changed meanwhile?)");
+    }
 }
