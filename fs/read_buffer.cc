@@ -6,6 +6,8 @@
 
 #include "fs/read_buffer.h"
 
+#include "fs/scratch_pool.h"
+
 namespace ptcfs::fs {
 
 const std::byte* zero_block() {
@@ -151,9 +153,9 @@ ptc::Status ReadBuffer::copy_to(std::byte* dst) const {
 
 ptc::Status ReadBuffer::gather_if_fragmented(size_t max_segments, uint64_t min_avg) {
   if (segs_.size() <= max_segments || size_ / segs_.size() >= min_avg) return ptc::Status::ok();
-  auto buf = std::make_shared<std::vector<std::byte>>(size_);
-  PTC_RETURN_IF_ERROR(copy_to(buf->data()));
-  segs_ = {Segment{buf->data(), -1, 0, size_}};
+  std::shared_ptr<std::byte[]> buf = scratch(size_);
+  PTC_RETURN_IF_ERROR(copy_to(buf.get()));
+  segs_ = {Segment{buf.get(), -1, 0, size_}};
   rows_.clear();
   keep_ = {std::move(buf)};
   return ptc::Status::ok();

@@ -10,6 +10,7 @@
 #include "daemon/store/file_util.h"
 #include "daemon/store/guarded_copy.h"
 #include "daemon/store/read_mapping.h"
+#include "fs/scratch_pool.h"
 #include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
 
@@ -146,7 +147,8 @@ ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pi
     small += (n < kGatherBelow ? n : 0) + (p.len - n);
   }
   // Sized once, so that pointers into it stay valid; every byte of it is written below.
-  std::shared_ptr<char[]> gather(small ? new char[small] : nullptr);
+  std::shared_ptr<std::byte[]> gather_mem = small ? fs::scratch(small) : nullptr;
+  char* gather = reinterpret_cast<char*>(gather_mem.get());
   size_t used = 0;
   const void* kept = nullptr;
   // Copies out of mapped files, done together under one SIGBUS guard: the piece of each.
@@ -165,18 +167,18 @@ ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pi
         }
       } else {
         if (o.map) {
-          runs.push_back({gather.get() + used, o.map + r.offset + p.off, n});
+          runs.push_back({gather + used, o.map + r.offset + p.off, n});
           run_pieces.push_back(&p);
         } else {
-          PTC_RETURN_IF_ERROR(pread_piece(r, p.off, n, gather.get() + used));
+          PTC_RETURN_IF_ERROR(pread_piece(r, p.off, n, gather + used));
         }
-        out.add_mem(gather.get() + used, n);
+        out.add_mem(gather + used, n);
         used += n;
       }
     }
     if (p.off + p.len > r.bytes) {  // the supplied newline
       gather[used] = kNewline;
-      out.add_mem(gather.get() + used, 1);
+      out.add_mem(gather + used, 1);
       ++used;
     }
   }
@@ -187,7 +189,7 @@ ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pi
       const fs::DatasetContent::Piece& p = *run_pieces[i];
       PTC_RETURN_IF_ERROR(pread_piece(records_[p.sample], p.off, runs[i].len, static_cast<char*>(runs[i].dst)));
     }
-  if (gather) out.keep(std::move(gather));
+  if (gather_mem) out.keep(std::move(gather_mem));
   return ptc::Status::ok();
 }
 
