@@ -10,9 +10,10 @@ stdin, one JSON line each; each answered with one JSON line on stdout:
                                                for byte: {"ok", "detail"}
     {"op": "drop"}                             lets the tensors go
 
-load_shard reads through the direct path in a ptcfs mount (the daemon's blobs mapped; a
-strided tensor gathered into a new array) and through a mapping of the file elsewhere. A view
-of a mapping is copied once into an array of this process; a gathered array is already one."""
+load_shard reads through the direct path in a ptcfs mount (the daemon's blobs mapped;
+strided tensors gathered into one new buffer they share) and through a mapping of the file
+elsewhere. A view of a mapping is copied once into an array of this process; a gathered tensor
+already lies in one."""
 
 import json
 import resource
@@ -25,8 +26,17 @@ import ptcfs
 from ptcfs import safetensors as st
 
 
+def in_own_memory(a: np.ndarray) -> bool:
+    """Whether `a` lies in this process's own memory: its base chain ends at an array that owns
+    its data (the buffer the direct path gathered strided tensors into, which they share), not
+    at a mapping of a file."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return isinstance(a, np.ndarray) and a.flags.owndata
+
+
 def held_copy(a: np.ndarray) -> np.ndarray:
-    return a if a.flags.owndata else np.array(a)
+    return a if in_own_memory(a) else np.array(a)
 
 
 def main() -> int:
@@ -39,7 +49,7 @@ def main() -> int:
             held = {name: held_copy(a) for name, a in tensors.items()}
             t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
             out = {"bytes": sum(a.nbytes for a in held.values()), "seconds": t1 - t0,
-                   "gathered": sum(a.nbytes for a in tensors.values() if a.flags.owndata),
+                   "gathered": sum(a.nbytes for a in tensors.values() if in_own_memory(a)),
                    "cpu_user": r1.ru_utime - r0.ru_utime, "cpu_sys": r1.ru_stime - r0.ru_stime,
                    "minor_faults": r1.ru_minflt - r0.ru_minflt}
         elif cmd["op"] == "check":
