@@ -8,7 +8,8 @@ the build.
                                   [--quick] [--only SECTION,...]
 
 Sections: mount (reads, import, saves, 10,000 tensors, per-tensor saves of up to 100,000 files), repartition (single node, in process),
-plan (1,024 GPUs, 100,000 tensors), planner, formats (Hugging Face import and export), torch (the re-sharding script users run today),
+plan (1,024 GPUs, 100,000 tensors), planner, simulate (the allocation policies on a job trace, plot
+docs/scheduling.png), formats (Hugging Face import and export), torch (the re-sharding script users run today),
 cluster (three daemons), reconfig (end to end on 3 namespaced nodes with 2 Gbit/s links: ptcfs vs central torch vs
 the limit, plot docs/reconfiguration.png), etcd, soak (32 readers for 10 minutes under changes). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
 except bytes_moved / bytes_min.
@@ -26,8 +27,8 @@ import tempfile
 
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
-SECTIONS = ["mount", "repartition", "plan", "planner", "formats", "torch", "live", "cluster", "reconfig", "etcd",
-            "soak"]
+SECTIONS = ["mount", "repartition", "plan", "planner", "simulate", "formats", "torch", "live", "cluster", "reconfig",
+            "etcd", "soak"]
 
 
 def cpp_repartition(gib: float, root: str) -> tuple:
@@ -126,6 +127,7 @@ def main() -> int:
     ap.add_argument("--json", default=os.path.join(REPO, "bench", "results.json"), metavar="FILE")
     ap.add_argument("--plot", default=os.path.join(REPO, "docs", "repartition-vs-size.png"), metavar="PNG")
     ap.add_argument("--reconfig-plot", default=os.path.join(REPO, "docs", "reconfiguration.png"), metavar="PNG")
+    ap.add_argument("--simulate-plot", default=os.path.join(REPO, "docs", "scheduling.png"), metavar="PNG")
     ap.add_argument("--only", default=",".join(SECTIONS), help="sections to run, comma-separated")
     ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run, not for quoting)")
     a = ap.parse_args()
@@ -133,6 +135,7 @@ def main() -> int:
         a.json = a.json.replace("results.json", "results-quick.json")
         a.plot = os.path.join(REPO, "bench", "repartition-vs-size-quick.png")
         a.reconfig_plot = os.path.join(REPO, "bench", "reconfiguration-quick.png")
+        a.simulate_plot = os.path.join(REPO, "bench", "scheduling-quick.png")
     only = a.only.split(",")
     for s in only:
         if s not in SECTIONS:
@@ -148,6 +151,7 @@ def main() -> int:
     import bench_soak
     import bench_mount
     import bench_torch
+    import simulate
 
     rows, raw = [], {"machine": machine()}
     root = tempfile.mkdtemp(prefix="ptcfs-bench-", dir="/var/tmp")
@@ -198,6 +202,12 @@ def main() -> int:
             r, raw["reconfig"] = bench_reconfig.run(0.2 if a.quick else 2.0, "2gbit", 1, os.path.join(root, "reconfig"),
                                                     plot_path=a.reconfig_plot)
             rows += r
+        if "simulate" in only:
+            print("== simulate: the allocation policies on a job trace (ptcfs allocate, ptcfs plan's cost model)",
+                  flush=True)
+            r, raw["simulate"] = simulate.run(64, 20 if a.quick else 60, 1, 24, 4 if a.quick else 12, 30, 0.5,
+                                              3 if a.quick else 10, os.path.join(root, "simulate"), a.simulate_plot)
+            rows += r
         if "etcd" in only:
             print("== etcd: commit latency against static mode, time to join", flush=True)
             r, raw["etcd"] = bench_etcd.run(10 if a.quick else 20, 3 if a.quick else 5, os.path.join(root, "etcd"))
@@ -213,7 +223,8 @@ def main() -> int:
     with open(a.json, "w") as f:
         json.dump(raw, f, indent=2)
     print(f"\nwritten: {a.json}" + (f", {a.plot}" if "torch" in only else "") +
-          (f", {a.reconfig_plot}" if "reconfig" in only else ""))
+          (f", {a.reconfig_plot}" if "reconfig" in only else "") +
+          (f", {a.simulate_plot}" if "simulate" in only else ""))
     return 0
 
 
