@@ -72,7 +72,8 @@ double layer_forward_flops(const ModelSpec& m, int64_t b) {
 // product, and in the backward the input gradient (tokens x in, over out) and the weight
 // gradient (in x out, over tokens).
 LayerSeconds linear_seconds(const GpuSpec& g, double e, double tokens, double in, double out) {
-  return {gemm_seconds(g, e, tokens, out, in), gemm_seconds(g, e, tokens, in, out) + gemm_seconds(g, e, in, out, tokens)};
+  return {gemm_seconds(g, e, tokens, out, in),
+          gemm_seconds(g, e, tokens, in, out) + gemm_seconds(g, e, in, out, tokens)};
 }
 
 // The attention core of b sequences on one GPU, a / tp heads each (head width d): forward
@@ -121,7 +122,6 @@ double elementwise_bytes(const ModelSpec& m, int tp, int64_t b) {
 }
 
 LayerSeconds operator+(LayerSeconds a, LayerSeconds b) { return {a.forward + b.forward, a.backward + b.backward}; }
-
 
 }  // namespace
 
@@ -268,8 +268,8 @@ double flops_per_step(const ModelSpec& m, int tp) {
 double gemm_seconds(const GpuSpec& g, double element_bytes, double rows, double cols, double depth, double batch) {
   const double row_tiles = std::ceil(rows / 256), col_tiles = std::ceil(cols / 128);
   const double waves = batch * row_tiles * col_tiles / g.sms;
-  const double math = 2 * batch * (row_tiles * 256) * (col_tiles * 128) * depth / (g.tflops * 1e12) *
-                      ((waves + 0.5) / waves);
+  const double math =
+      2 * batch * (row_tiles * 256) * (col_tiles * 128) * depth / (g.tflops * 1e12) * ((waves + 0.5) / waves);
   const double memory =
       element_bytes * batch * (rows * depth + depth * cols + rows * cols) / (g.memory_bandwidth_gbs * 1e9);
   return std::max(math, memory);
@@ -338,8 +338,7 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
     const double tp = layers * tp_per_layer;
     // Megatron-LM's --overlap-p2p-communication (interleaved schedule only) sends while
     // the stage computes another chunk: only what exceeds its compute is left.
-    const double sends =
-        m.overlap_p2p_comm && c.virtual_stages > 1 ? std::max(0.0, p2p - (forward + backward)) : p2p;
+    const double sends = m.overlap_p2p_comm && c.virtual_stages > 1 ? std::max(0.0, p2p - (forward + backward)) : p2p;
     if (forward + backward + tp + sends > slot) {
       slot = forward + backward + tp + sends;
       s.compute = micro_batches * (forward + backward);

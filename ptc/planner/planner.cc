@@ -50,7 +50,8 @@ double Candidate::tflops_per_gpu() const { return step.flops / (config.gpus() * 
 
 Status validate_config(const ModelSpec& m, const ParallelConfig& c) {
   const std::string name = config_name(c);
-  if (c.tp < 1 || c.pp < 1 || c.dp < 1 || c.micro_batch < 1 || c.virtual_stages < 1) return invalid(name + ": every degree must be at least 1");
+  if (c.tp < 1 || c.pp < 1 || c.dp < 1 || c.micro_batch < 1 || c.virtual_stages < 1)
+    return invalid(name + ": every degree must be at least 1");
   if (m.heads % c.tp != 0 || m.query_groups % c.tp != 0 || m.ffn % c.tp != 0)
     return invalid(name + ": tp must divide heads (" + std::to_string(m.heads) + "), query_groups (" +
                    std::to_string(m.query_groups) + ") and ffn (" + std::to_string(m.ffn) + ")");

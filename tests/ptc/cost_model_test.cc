@@ -271,7 +271,8 @@ TEST_CASE("a layer's time is its GEMMs: four linear layers and the attention cor
   ModelSpec m = small_model();
   const GpuSpec& g = m.gpu;
   const auto linear = [&](double in, double out) {
-    return std::pair{gemm_seconds(g, 2, 64, out, in), gemm_seconds(g, 2, 64, in, out) + gemm_seconds(g, 2, in, out, 64)};
+    return std::pair{gemm_seconds(g, 2, 64, out, in),
+                     gemm_seconds(g, 2, 64, in, out) + gemm_seconds(g, 2, in, out, 64)};
   };
   const auto [qkv_f, qkv_b] = linear(64, 192 / 2);
   const auto [proj_f, proj_b] = linear(64 / 2, 64);

@@ -35,9 +35,8 @@ std::pair<ParallelConfig, double> compare_at(const ModelSpec& m, int gpus, const
 std::pair<ParallelConfig, double> compare(const ModelSpec& m, int gpus, int tp, int pp) {
   auto plan = plan_parallelism(m, gpus);
   REQUIRE(plan.is_ok());
-  const auto published = std::find_if(plan->begin(), plan->end(), [&](const Candidate& c) {
-    return c.config.tp == tp && c.config.pp == pp;
-  });
+  const auto published = std::find_if(plan->begin(), plan->end(),
+                                      [&](const Candidate& c) { return c.config.tp == tp && c.config.pp == pp; });
   REQUIRE(published != plan->end());
   return {plan->front().config, published->step_seconds() / plan->front().step_seconds()};
 }
@@ -91,6 +90,35 @@ TEST_CASE("Megatron-LM's GPT configurations on A100 nodes (Narayanan et al. 2021
   }
   CHECK(agree == 4);              // 1.7B, 76.1B, 310.1B and 1T
   CHECK(within_10_percent == 7);  // not 7.5B (15%), 18.4B (21%), 39.1B (11%)
+
+  // Two settings the table does not state change what the planner picks: with 16 GiB of
+  // each GPU kept for what the model does not count (CUDA context, NCCL buffers, allocator
+  // fragmentation) and the 1F1B schedule only (no interleaving), it agrees on 3.6B, 7.5B and
+  // 529.6B as well and loses 76.1B: 6 of 10, and every published choice is within 10%.
+  agree = within_10_percent = 0;
+  for (const Row& r : table1) {
+    INFO(r.billions << "B with 64 GiB usable, 1F1B");
+    ModelSpec m = gpt(r.layers, r.hidden, r.heads, r.batch);
+    m.dtype = Precision::kF16;
+    m.recompute = Recompute::kFull;
+    m.sequence_parallel = false;
+    m.gpu.memory_gb = 64;
+    m.interleave = false;
+    const auto [best, ratio] = compare(m, r.gpus, r.tp, r.pp);
+    agree += best.tp == r.tp && best.pp == r.pp ? 1 : 0;
+    within_10_percent += ratio <= 1.1 ? 1 : 0;
+    // Where it differs it takes less tp and more pp: 18.4B (2, 4), 39.1B (4, 4), 76.1B
+    // (4, 8), 145.6B (4, 16).
+    const Pick want = r.billions == 18.4    ? Pick{2, 4}
+                      : r.billions == 39.1  ? Pick{4, 4}
+                      : r.billions == 76.1  ? Pick{4, 8}
+                      : r.billions == 145.6 ? Pick{4, 16}
+                                            : Pick{r.tp, r.pp};
+    CHECK(best.tp == want.tp);
+    CHECK(best.pp == want.pp);
+  }
+  CHECK(agree == 6);
+  CHECK(within_10_percent == 10);
 }
 
 TEST_CASE("Tenplex's parallelism table for GPT-3 XL on 4, 8 and 16 GPUs", "[planner][published]") {

@@ -34,17 +34,17 @@ std::vector<Candidate> exhaustive(const ModelSpec& m, int gpus) {
     for (int pp = 1; pp <= gpus; ++pp)
       for (int64_t b = 1; b <= m.global_batch; ++b)
         for (int v = 1; v <= m.layers; ++v) {
-        if (gpus % (tp * pp) != 0) continue;
-        const int dp = gpus / (tp * pp);
-        if (m.heads % tp || m.query_groups % tp || m.ffn % tp || tp > m.gpu.per_node) continue;
-        if (pp > m.layers || m.global_batch % (dp * b)) continue;
-        // Interleaving: pp > 1, pp x v divides the layers, pp divides the micro-batches.
-        if (v > 1 && (!m.interleave || pp == 1 || m.layers % (pp * v) || (m.global_batch / (dp * b)) % pp)) continue;
-        const ParallelConfig c{tp, pp, dp, b, v};
-        const MemoryEstimate mem = estimate_memory(m, c);
-        if (mem.total() > m.gpu.memory_gb * 1024 * 1024 * 1024) continue;
-        out.push_back({c, mem, estimate_step(m, c)});
-      }
+          if (gpus % (tp * pp) != 0) continue;
+          const int dp = gpus / (tp * pp);
+          if (m.heads % tp || m.query_groups % tp || m.ffn % tp || tp > m.gpu.per_node) continue;
+          if (pp > m.layers || m.global_batch % (dp * b)) continue;
+          // Interleaving: pp > 1, pp x v divides the layers, pp divides the micro-batches.
+          if (v > 1 && (!m.interleave || pp == 1 || m.layers % (pp * v) || (m.global_batch / (dp * b)) % pp)) continue;
+          const ParallelConfig c{tp, pp, dp, b, v};
+          const MemoryEstimate mem = estimate_memory(m, c);
+          if (mem.total() > m.gpu.memory_gb * 1024 * 1024 * 1024) continue;
+          out.push_back({c, mem, estimate_step(m, c)});
+        }
   std::sort(out.begin(), out.end(), [](const Candidate& x, const Candidate& y) {
     if (x.step.total() != y.step.total()) return x.step.total() < y.step.total();
     if (x.memory.total() != y.memory.total()) return x.memory.total() < y.memory.total();
@@ -65,11 +65,11 @@ TEST_CASE(
   const std::vector<std::string> expected = {
       "1/1/8/1",                                                  // tp=1
       "1/2/4/1", "1/2/4/1v2", "1/2/4/2",                          //
-      "1/4/2/1", "1/4/2/2", "1/4/2/4",                            //
+      "1/4/2/1", "1/4/2/2",   "1/4/2/4",                          //
       "2/1/4/1", "2/1/4/2",                                       // tp=2
       "2/2/2/1", "2/2/2/1v2", "2/2/2/2", "2/2/2/2v2", "2/2/2/4",  //
-      "2/4/1/1", "2/4/1/2", "2/4/1/4", "2/4/1/8",                 //
-      "4/1/2/1", "4/1/2/2", "4/1/2/4",                            // tp=4
+      "2/4/1/1", "2/4/1/2",   "2/4/1/4", "2/4/1/8",               //
+      "4/1/2/1", "4/1/2/2",   "4/1/2/4",                          // tp=4
       "4/2/1/1", "4/2/1/1v2", "4/2/1/2", "4/2/1/2v2", "4/2/1/4", "4/2/1/4v2", "4/2/1/8",
   };
   CHECK(names(valid_configs(small_model(), 8)) == expected);
@@ -95,8 +95,9 @@ TEST_CASE("validate_config names the rule a configuration breaks", "[planner]") 
   CHECK(message({0, 1, 1, 1}) == "tp=0,pp=1,dp=1,micro_batch=1: every degree must be at least 1");
   // Interleaving: 4 layers over pp = 2 in v = 4 chunks is 8 chunks; pp = 1 has no stages
   // to interleave; 8 / (4 x 2) = 1 micro-batch is no multiple of pp = 2.
-  const std::string rule = "virtual stages need pp > 1, pp x virtual_stages dividing the 4 layers and pp dividing "
-                           "the micro-batches";
+  const std::string rule =
+      "virtual stages need pp > 1, pp x virtual_stages dividing the 4 layers and pp dividing "
+      "the micro-batches";
   CHECK(message({1, 2, 1, 1, 4}) == "tp=1,pp=2,dp=1,micro_batch=1,virtual_stages=4: " + rule);
   CHECK(message({1, 1, 1, 1, 2}) == "tp=1,pp=1,dp=1,micro_batch=1,virtual_stages=2: " + rule);
   CHECK(message({1, 2, 4, 2, 2}) == "tp=1,pp=2,dp=4,micro_batch=2,virtual_stages=2: " + rule);
@@ -192,9 +193,10 @@ TEST_CASE("the planner equals exhaustive search under the same model on random s
     m.interleave = pick({0, 1, 1}) == 1;
     m.overlap_grad_reduce = pick({0, 1}) == 1;
     m.overlap_p2p_comm = pick({0, 1}) == 1;
-    m.gpu = {pick({1, 4, 16, 64}) / 65536.0, static_cast<double>(pick({1, 100})), static_cast<int>(pick({1, 2, 4, 8})),
-             static_cast<double>(pick({100, 2400})), static_cast<double>(pick({10, 200})),
-             static_cast<int>(pick({1, 108})), static_cast<double>(pick({1, 2039}))};
+    m.gpu = {pick({1, 4, 16, 64}) / 65536.0,       static_cast<double>(pick({1, 100})),
+             static_cast<int>(pick({1, 2, 4, 8})), static_cast<double>(pick({100, 2400})),
+             static_cast<double>(pick({10, 200})), static_cast<int>(pick({1, 108})),
+             static_cast<double>(pick({1, 2039}))};
     const int gpus = static_cast<int>(pick({1, 2, 3, 4, 6, 8, 12, 16}));
     INFO("round " << round << ": " << gpus << " GPUs, layers " << m.layers << ", heads " << m.heads << ", batch "
                   << m.global_batch << ", memory " << m.gpu.memory_gb);
