@@ -84,7 +84,8 @@ LayerSeconds core_seconds(const ModelSpec& m, int tp, int64_t b) {
   const double e = activation_element_bytes(m.dtype), s = static_cast<double>(m.seq);
   const double d = static_cast<double>(m.hidden / m.heads), batch = static_cast<double>(b) * m.heads / tp;
   const double scores = gemm_seconds(g, e, s, s, d, batch), values = gemm_seconds(g, e, s, d, s, batch);
-  return {scores + values, scores + 3 * values};
+  // FlashAttention's backward pass computes Q K^T again (Dao et al. 2022, section 3.1).
+  return {scores + values, (m.flash_attention ? 2 : 1) * scores + 3 * values};
 }
 
 // Training FLOPs of one layer: backward is twice the forward (Narayanan et al. 2021,
@@ -117,7 +118,7 @@ double logit_training_flops(const ModelSpec& m, int tp, int64_t b) {
 double elementwise_bytes(const ModelSpec& m, int tp, int64_t b) {
   const double e = activation_element_bytes(m.dtype);
   const double sb = static_cast<double>(m.seq) * b, sbh = sb * m.hidden, sbf = sb * m.ffn;
-  const double core = (4 * e + 1) * m.heads * sb * m.seq;
+  const double core = m.flash_attention ? 0 : (4 * e + 1) * m.heads * sb * m.seq;
   return (10 * e + 2) * sbh / sequence_share(m, tp) + ((mlp_inputs(m) + 1) * e * sbf + core) / tp;
 }
 
@@ -209,7 +210,11 @@ double layer_activation_bytes(const ModelSpec& m, int tp, int64_t micro_batch, R
   const double inside = e * (2 * sbh + 2 * sbkv + (mlp_inputs(m) + 1) * sbf);
   // The attention core: softmax output (e), its dropout mask (1) and dropout output (e),
   // a x s x s per sequence: 5 a s^2 b for e = 2.
-  const double core = r == Recompute::kSelective ? 0 : (2 * e + 1) * m.heads * sb * m.seq;
+  // FlashAttention keeps none of it: the softmax's statistics, 4 bytes per head and
+  // position (Dao et al. 2022, section 3.1), and it recomputes the rest itself.
+  const double core = m.flash_attention            ? 4.0 * m.heads * sb
+                      : r == Recompute::kSelective ? 0
+                                                   : (2 * e + 1) * m.heads * sb * m.seq;
   return outside / share + (inside + core) / tp;
 }
 
@@ -288,14 +293,15 @@ LayerSeconds layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch) {
   const double f = static_cast<double>(m.ffn);
   const double bandwidth = g.memory_bandwidth_gbs * 1e9;
   const double elementwise = elementwise_bytes(m, tp, micro_batch) / bandwidth;
-  // The softmax and its dropout: what selective recomputation runs again with the core.
-  const double core_elementwise = (4 * e + 1) * m.heads * tokens * m.seq / tp / bandwidth;
+  // The softmax and its dropout: what selective recomputation runs again with the core
+  // (FlashAttention recomputes them inside its own backward pass already).
+  const double core_elementwise = m.flash_attention ? 0 : (4 * e + 1) * m.heads * tokens * m.seq / tp / bandwidth;
   const LayerSeconds core = core_seconds(m, tp, micro_batch);
   LayerSeconds s = linear_seconds(g, e, tokens, h, (h + 2 * kv) / tp) + linear_seconds(g, e, tokens, h / tp, h) +
                    linear_seconds(g, e, tokens, h, mlp_inputs(m) * f / tp) + linear_seconds(g, e, tokens, f / tp, h) +
                    core + LayerSeconds{elementwise, 2 * elementwise};
   if (m.recompute == Recompute::kFull) s.backward += s.forward;
-  if (m.recompute == Recompute::kSelective) s.backward += core.forward + core_elementwise;
+  if (m.recompute == Recompute::kSelective && !m.flash_attention) s.backward += core.forward + core_elementwise;
   return s;
 }
 

@@ -194,6 +194,30 @@ TEST_CASE("memory of a small configuration, by hand: weights, gradients, Adam st
   CHECK(stage_memory(m, {2, 2, 2, 1, 2}, 0).activations == 2.5 * 2 * 45056 + 2.5 * 2048 / 2);
 }
 
+TEST_CASE("FlashAttention keeps no s x s tensor, moves none, and computes Q K^T again in the backward pass",
+          "[cost_model]") {
+  // small_model, tp = 2, b = 1: the core's 5 a s^2 b = 20,480 bytes give way to the softmax
+  // statistics, 4 a s b = 512 bytes, split over tp.
+  ModelSpec m = small_model();
+  const ModelSpec plain = m;
+  m.flash_attention = true;
+  CHECK(layer_activation_bytes(plain, 2, 1, Recompute::kNone) - layer_activation_bytes(m, 2, 1, Recompute::kNone) ==
+        (20480 - 512) / 2);
+  // Selective recomputation has nothing more to drop.
+  CHECK(layer_activation_bytes(m, 2, 1, Recompute::kSelective) == layer_activation_bytes(m, 2, 1, Recompute::kNone));
+  // Time: the softmax and dropout traffic (9 a s^2 b / t = 18,432 bytes forward, twice that
+  // backward) goes; the backward pass runs Q K^T (2 heads per GPU, 32 x 32 over 16) again.
+  const double scores = gemm_seconds(m.gpu, 2, 32, 32, 16, 2);
+  CHECK(layer_seconds(m, 2, 1).forward == Approx(layer_seconds(plain, 2, 1).forward - 18432 / 2039e9).epsilon(1e-12));
+  CHECK(layer_seconds(m, 2, 1).backward ==
+        Approx(layer_seconds(plain, 2, 1).backward - 2 * 18432 / 2039e9 + scores).epsilon(1e-12));
+  // With selective recomputation the core is not run a second time before the backward.
+  m.recompute = Recompute::kSelective;
+  ModelSpec none = m;
+  none.recompute = Recompute::kNone;
+  CHECK(layer_seconds(m, 2, 1).backward == layer_seconds(none, 2, 1).backward);
+}
+
 TEST_CASE("a SwiGLU MLP and an untied output layer, by hand", "[cost_model]") {
   // small_model with SwiGLU: W1, W3 h x f and W2 f x h with biases: 3 h f + 2 f + h =
   // 49,152 + 512 + 64 in place of 2 h f + f + h = 32,768 + 256 + 64.

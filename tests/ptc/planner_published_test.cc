@@ -140,6 +140,7 @@ TEST_CASE("Tenplex's parallelism table for GPT-3 XL on 4, 8 and 16 GPUs", "[plan
   m.global_batch = 128;
   m.dtype = Precision::kF16;
   m.sequence_parallel = false;
+  m.flash_attention = false;  // Megatron-LM's --use-flash-attn is not in run.sh
   m.gpu = {48, 150, 4, 256, 100};
   struct Row {
     int gpus, tp, pp, dp;
