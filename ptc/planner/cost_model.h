@@ -7,12 +7,12 @@
 //     distributed-optimizer table: BF16 2 + 4 + 12, or 2 + 4 + 12/dp with a distributed
 //     optimizer; F16 2 + 2 + 16; F32 4 + 4 + 8), P_i the parameters of stage i on one TP rank;
 //   activations = layers_i x (one layer, one micro-batch: Korthikanti et al. 2022, Table 2)
-//     x micro-batches in flight (1F1B: min(pp - i, m) on stage i) + the input and output
-//     layers (Korthikanti et al. 2022, section 4.3).
+//     x micro-batches in flight (1F1B: min(pp - i, m) on stage i; interleaved: times
+//     1 + (pp - 1) / (pp v), section 4.2.3) + the input and output layers (section 4.3).
 // Time of one step, m = global_batch / (dp x micro_batch) micro-batches per pipeline:
 //   (m + (pp - 1) / v) x the slowest stage's time per micro-batch (its GEMMs, each at the
-//     efficiency its per-GPU shape allows: gemm_seconds; its tensor-parallel all-reduces;
-//     its pipeline sends): Narayanan et al. 2021's bubble (pp - 1) / (v m) with v
+//     efficiency its per-GPU shape allows: gemm_seconds; its memory-bound fused operations;
+//     its tensor-parallel all-reduces; its pipeline sends): Narayanan et al. 2021's bubble (pp - 1) / (v m) with v
 //     interleaved stages;
 //   + the data-parallel gradient all-reduce (ring: 2 (dp - 1) / dp x bytes), less what the
 //     backward pass of the last micro-batch hides with overlap_grad_reduce, and the tied
@@ -20,8 +20,9 @@
 // FLOPs per step generalise Narayanan et al. 2021 eq. 3 (96 B s l h^2 (1 + s/6h + V/16lh)
 // with full recomputation) to grouped-query attention, any ffn width and other recompute
 // modes. Communication moves at the link's bandwidth with no latency; only the overlaps
-// named above hide any of it; a group whose ranks lie on one node uses intra_node_gbps, else inter_node_gbps
-// (ranks placed in Megatron's order, rank = t + tp (d + dp p), per_node to a node).
+// named above hide any of it; a group whose ranks lie on one node uses intra_node_gbps,
+// else inter_node_gbps (ranks placed in Megatron's order, rank = t + tp (d + dp p),
+// per_node to a node).
 //
 // Preconditions of every function taking a ParallelConfig: a valid configuration (see
 // planner.h, validate_config): tp divides heads, query_groups, hidden and ffn; pp <= layers;
@@ -100,9 +101,9 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const ParallelConfig& c);
 double flops_per_step(const ModelSpec& m, int tp = 1);
 
 struct StepEstimate {
-  // Seconds: the slowest stage's compute, tensor-parallel and pipeline communication over
-  // the m micro-batches, the pipeline bubble (pp - 1 more of its slots), and the gradient
-  // all-reduces after the pipeline drains.
+  // Seconds: the slowest stage's compute (GEMMs and memory-bound operations), its
+  // tensor-parallel and exposed pipeline communication over the m micro-batches, the
+  // pipeline bubble ((pp - 1) / v more of its slots), and the exposed gradient all-reduces.
   double compute = 0, tp_comm = 0, pp_comm = 0, bubble = 0, dp_comm = 0;
   double flops = 0;  // flops_per_step
   // Seconds of gradient reduction run during the backward pass (overlap_grad_reduce), not
