@@ -160,3 +160,45 @@ TEST_CASE("Tenplex's parallelism table for GPT-3 XL on 4, 8 and 16 GPUs", "[plan
     CHECK(ratio > 1.2);  // the planner disagrees, and by a margin its model is sure of
   }
 }
+
+TEST_CASE("a Llama-style model: SwiGLU, untied output layer, long sequences with and without FlashAttention",
+          "[planner][published]") {
+  // Llama 2 7B (Touvron et al. 2023b): 32 layers, hidden 4096, 32 heads, SwiGLU of width
+  // 11,008, vocabulary 32,000, untied output layer; 6,738,415,616 parameters as released.
+  // This model is Megatron's GPT of that shape: it adds learned position embeddings (s h),
+  // biases on every linear layer ((h + 2kv) + h + 2f + h per layer) and LayerNorm biases
+  // (2h per layer, h for the final one).
+  ModelSpec m;
+  m.layers = 32;
+  m.hidden = 4096;
+  m.heads = 32;
+  m.query_groups = 32;
+  m.ffn = 11008;
+  m.vocab = 32000;
+  m.mlp = Mlp::kSwiglu;
+  m.tied_embeddings = false;
+  m.gpu = {80, 312, 8, 2400, 200};
+  const int64_t extras = 32 * ((4096 + 2 * 4096) + 4096 + 2 * 11008 + 4096 + 2 * 4096) + 4096;
+  for (int64_t seq : {4096, 8192, 32768}) {
+    INFO("seq " << seq);
+    m.seq = seq;
+    m.global_batch = 4 * 1024 * 1024 / seq;  // 4M tokens per step, as Llama 2 trained
+    CHECK(model_params(m) == 6738415616 + extras + seq * 4096);
+    m.flash_attention = true;
+    auto flash = plan_parallelism(m, 64);
+    REQUIRE(flash.is_ok());
+    m.flash_attention = false;
+    auto plain = plan_parallelism(m, 64);
+    if (seq == 32768) {
+      // Without FlashAttention the 32 heads' 32k x 32k scores (5 a s^2 b / t bytes per layer)
+      // fit nowhere: 657 GiB of activations on the smallest configuration.
+      REQUIRE_FALSE(plain.is_ok());
+      CHECK_THAT(plain.status().message(), Catch::Contains("activations 657.19 GiB"));
+      continue;
+    }
+    REQUIRE(plain.is_ok());
+    // FlashAttention fits more configurations and is predicted faster at the best of each.
+    CHECK(flash->size() > plain->size());
+    CHECK(flash->front().step_seconds() < plain->front().step_seconds());
+  }
+}
