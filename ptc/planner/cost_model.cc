@@ -363,7 +363,7 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   // ring's volume each (Megatron-LM distributed optimizer; ZeRO stage 1, Rajbhandari et al.
   // 2020). With overlap_grad_reduce the reduction of each bucket starts as the backward
   // pass of the last micro-batch produces it (Megatron-LM's --overlap-grad-reduce; Li et
-  // al. 2020, PyTorch DDP, section 3.2.3): that backward pass hides as much.
+  // al. 2020, PyTorch DDP, section 3.2): that backward pass hides as much.
   const BytesPerParam bpp = bytes_per_param(m.dtype);
   const double dp_link = link(g, dp_groups_cross_nodes(c, g.per_node));
   for (int stage : {0, c.pp - 1}) {
@@ -374,9 +374,13 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
                  ring_allreduce_seconds(params * bpp.weights, c.dp, dp_link));
     else
       t = ring_allreduce_seconds(params * bpp.gradients, c.dp, dp_link);
+    // Stage i's last backward pass ends i backward passes before stage 0's, which ends the
+    // step (the 1F1B cool-down, Narayanan et al. 2021, Figure 4): its reduction has those
+    // too (counted at stage 0's backward pass, the longest of the stages without logits).
     double window = 0;
     if (m.overlap_grad_reduce) {
-      window = static_cast<double>(stage_layers(m.layers, c.pp, stage)) * layer.backward;
+      const double first = static_cast<double>(stage_layers(m.layers, c.pp, 0)) * layer.backward;
+      window = static_cast<double>(stage_layers(m.layers, c.pp, stage)) * layer.backward + stage * first;
       if (stage == c.pp - 1) window += logits.backward;
     }
     if (std::max(0.0, t - window) >= s.dp_comm) {
