@@ -51,10 +51,6 @@ double link(const GpuSpec& g, bool crosses) {
   return bytes_per_second(crosses ? g.inter_node_gbps : g.intra_node_gbps);
 }
 
-// Forward FLOPs of one layer for one micro-batch of b sequences: 2 per multiply-add of
-// every matrix product (Narayanan et al. 2021, section 5.1: 24 b s h^2 + 4 b s^2 h for
-// MHA and ffn = 4h): QKV projection, Q K^T and attention over V (each 2 b s^2 h: every
-// query head attends over s keys), output projection, the two MLP products.
 // Korthikanti et al. shard an activation over tp either always (inside the attention and
 // MLP blocks) or only with sequence parallelism (LayerNorms, dropouts, block inputs).
 double sequence_share(const ModelSpec& m, int tp) { return m.sequence_parallel ? tp : 1; }
@@ -62,6 +58,10 @@ double sequence_share(const ModelSpec& m, int tp) { return m.sequence_parallel ?
 // A gated MLP (SwiGLU) has two input products of width ffn: 6 b s h ffn instead of 4.
 double mlp_inputs(const ModelSpec& m) { return m.mlp == Mlp::kSwiglu ? 2 : 1; }
 
+// Forward FLOPs of one layer for one micro-batch of b sequences: 2 per multiply-add of
+// every matrix product (Narayanan et al. 2021, section 5.1: 24 b s h^2 + 4 b s^2 h for
+// MHA and ffn = 4h): QKV projection, Q K^T and attention over V (each 2 b s^2 h: every
+// query head attends over s keys), output projection, the two MLP products.
 double layer_forward_flops(const ModelSpec& m, int64_t b) {
   const double bs = static_cast<double>(b) * m.seq, h = m.hidden;
   return 2 * bs * h * (h + 2.0 * kv_width(m)) + 4 * bs * m.seq * h + 2 * bs * h * h +
