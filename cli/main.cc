@@ -183,6 +183,7 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
                {"pp", c.pp},
                {"dp", c.dp},
                {"micro_batch", c.micro_batch},
+               {"virtual_stages", c.virtual_stages},
                {"memory_gb", best->memory_gb()},
                {"step_seconds", best->step_seconds()},
                {"tflops_per_gpu", best->tflops_per_gpu()}};

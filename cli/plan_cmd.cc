@@ -117,17 +117,17 @@ void print_table(const PlanArgs& a, const ptc::ModelSpec& m, size_t valid, size_
   fmt::print("{} on {} GPUs ({} per node, {:g} GiB each): {} of {} valid configurations fit; {}\n", a.model_file,
              a.gpus, m.gpu.per_node, m.gpu.memory_gb, fit, valid,
              shown.size() == fit ? "best first" : fmt::format("the {} best", shown.size()));
-  fmt::print("{:>4} {:>3} {:>4} {:>5} {:>5}  {:>10}  {:>9}  {:>8}   {:>8} {:>8} {:>8} {:>8} {:>8}{}\n", "rank", "tp",
-             "pp", "dp", "micro", "memory/GPU", "step", "TFLOP/s", "compute", "bubble", "tp comm", "pp comm", "dp comm",
-             moved.empty() ? "" : fmt::format("  {:>10}", "moves"));
+  fmt::print("{:>4} {:>3} {:>4} {:>3} {:>5} {:>5}  {:>10}  {:>9}  {:>8}   {:>8} {:>8} {:>8} {:>8} {:>8}{}\n", "rank",
+             "tp", "pp", "v", "dp", "micro", "memory/GPU", "step", "TFLOP/s", "compute", "bubble", "tp comm", "pp comm",
+             "dp comm", moved.empty() ? "" : fmt::format("  {:>10}", "moves"));
   for (size_t i = 0; i < shown.size(); ++i) {
     const ptc::Candidate& c = shown[i];
     fmt::print(
-        "{:>4} {:>3} {:>4} {:>5} {:>5}  {:>6.2f} GiB  {:>7.4g} s  {:>8.1f}   {:>8.4g} {:>8.4g} {:>8.4g} {:>8.4g} "
+        "{:>4} {:>3} {:>4} {:>3} {:>5} {:>5}  {:>6.2f} GiB  {:>7.4g} s  {:>8.1f}   {:>8.4g} {:>8.4g} {:>8.4g} {:>8.4g} "
         "{:>8.4g}{}\n",
-        i + 1, c.config.tp, c.config.pp, c.config.dp, c.config.micro_batch, c.memory_gb(), c.step_seconds(),
-        c.tflops_per_gpu(), c.step.compute, c.step.bubble, c.step.tp_comm, c.step.pp_comm, c.step.dp_comm,
-        moved.empty() ? "" : fmt::format("  {:>10}", human_bytes(moved[i])));
+        i + 1, c.config.tp, c.config.pp, c.config.virtual_stages, c.config.dp, c.config.micro_batch, c.memory_gb(),
+        c.step_seconds(), c.tflops_per_gpu(), c.step.compute, c.step.bubble, c.step.tp_comm, c.step.pp_comm,
+        c.step.dp_comm, moved.empty() ? "" : fmt::format("  {:>10}", human_bytes(moved[i])));
   }
   fmt::print("(seconds per step of {} sequences; TFLOP/s per GPU counts recomputation)\n", m.global_batch);
 }
@@ -143,6 +143,9 @@ ptc::Result<ptc::ModelSpec> load_model(const std::string& model_file) {
 
 ptc::Result<ptc::Candidate> best_plan(const std::string& model_file, int gpus) {
   PTC_ASSIGN_OR_RETURN(ptc::ModelSpec m, load_model(model_file));
+  // A repartition lays each stage's layers out contiguously (docs/FORMATS.md, "ptc.json"),
+  // which is the layout of virtual_stages 1: interleaved configurations are not targets.
+  m.interleave = false;
   PTC_ASSIGN_OR_RETURN(std::vector<ptc::Candidate> plan, ptc::plan_parallelism(m, gpus), model_file);
   return plan.front();  // plan_parallelism refuses an empty plan
 }
@@ -209,6 +212,7 @@ int run_plan(const PlanArgs& a, const Globals& g) {
               {"pp", c.config.pp},
               {"dp", c.config.dp},
               {"micro_batch", c.config.micro_batch},
+              {"virtual_stages", c.config.virtual_stages},
               {"memory_gb", c.memory_gb()},
               {"step_seconds", c.step_seconds()},
               {"tflops_per_gpu", c.tflops_per_gpu()}};

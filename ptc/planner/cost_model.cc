@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 
 namespace ptc {
 
@@ -50,13 +51,41 @@ double link(const GpuSpec& g, bool crosses) {
   return bytes_per_second(crosses ? g.inter_node_gbps : g.intra_node_gbps);
 }
 
+// Korthikanti et al. shard an activation over tp either always (inside the attention and
+// MLP blocks) or only with sequence parallelism (LayerNorms, dropouts, block inputs).
+double sequence_share(const ModelSpec& m, int tp) { return m.sequence_parallel ? tp : 1; }
+
+// A gated MLP (SwiGLU) has two input products of width ffn: 6 b s h ffn instead of 4.
+double mlp_inputs(const ModelSpec& m) { return m.mlp == Mlp::kSwiglu ? 2 : 1; }
+
 // Forward FLOPs of one layer for one micro-batch of b sequences: 2 per multiply-add of
 // every matrix product (Narayanan et al. 2021, section 5.1: 24 b s h^2 + 4 b s^2 h for
 // MHA and ffn = 4h): QKV projection, Q K^T and attention over V (each 2 b s^2 h: every
 // query head attends over s keys), output projection, the two MLP products.
 double layer_forward_flops(const ModelSpec& m, int64_t b) {
   const double bs = static_cast<double>(b) * m.seq, h = m.hidden;
-  return 2 * bs * h * (h + 2.0 * kv_width(m)) + 4 * bs * m.seq * h + 2 * bs * h * h + 4 * bs * h * m.ffn;
+  return 2 * bs * h * (h + 2.0 * kv_width(m)) + 4 * bs * m.seq * h + 2 * bs * h * h +
+         2 * (mlp_inputs(m) + 1) * bs * h * m.ffn;
+}
+
+// One linear layer of a micro-batch of `tokens` rows, `in` x `out` on this GPU: the forward
+// product, and in the backward the input gradient (tokens x in, over out) and the weight
+// gradient (in x out, over tokens).
+LayerSeconds linear_seconds(const GpuSpec& g, double e, double tokens, double in, double out) {
+  return {gemm_seconds(g, e, tokens, out, in),
+          gemm_seconds(g, e, tokens, in, out) + gemm_seconds(g, e, in, out, tokens)};
+}
+
+// The attention core of b sequences on one GPU, a / tp heads each (head width d): forward
+// Q K^T (s x s over d) and P V (s x d over s); backward dP = dO V^T (s x s over d) and dV,
+// dQ, dK (each s x d over s).
+LayerSeconds core_seconds(const ModelSpec& m, int tp, int64_t b) {
+  const GpuSpec& g = m.gpu;
+  const double e = activation_element_bytes(m.dtype), s = static_cast<double>(m.seq);
+  const double d = static_cast<double>(m.hidden / m.heads), batch = static_cast<double>(b) * m.heads / tp;
+  const double scores = gemm_seconds(g, e, s, s, d, batch), values = gemm_seconds(g, e, s, d, s, batch);
+  // FlashAttention's backward pass computes Q K^T again (Dao et al. 2022, section 3.1).
+  return {scores + values, (m.flash_attention ? 2 : 1) * scores + 3 * values};
 }
 
 // Training FLOPs of one layer: backward is twice the forward (Narayanan et al. 2021,
@@ -76,9 +105,24 @@ double logit_training_flops(const ModelSpec& m, int tp, int64_t b) {
   return 6.0 * b * m.seq * m.hidden * static_cast<double>(padded_vocab(m, tp));
 }
 
-// Korthikanti et al. shard an activation over tp either always (inside the attention and
-// MLP blocks) or only with sequence parallelism (LayerNorms, dropouts, block inputs).
-double sequence_share(const ModelSpec& m, int tp) { return m.sequence_parallel ? tp : 1; }
+// The memory-bound operations of one layer's forward pass for b sequences on one GPU, as
+// Megatron-LM runs them in fused kernels (Narayanan et al. 2021, section 4.2: bias + GeLU,
+// bias + dropout + add, scale + mask + softmax), each reading its inputs from and writing
+// its outputs to device memory once; the tensors are Korthikanti et al. 2022's (section
+// 4.1). Outside the tensor-parallel regions, on every tp rank unless sequence parallel:
+// two LayerNorms (read and write s b h each), two bias + dropout + adds (read the input and
+// the residual, write the sum and a 1-byte mask). Inside, split over tp: the GeLU (read and
+// write s b f; SwiGLU reads 2 s b f), the softmax (read and write a s^2 b) and its dropout
+// (read, write, mask). The backward pass of each reads its output's gradient and its saved
+// input and writes its input's gradient: taken as twice the forward's bytes.
+double elementwise_bytes(const ModelSpec& m, int tp, int64_t b) {
+  const double e = activation_element_bytes(m.dtype);
+  const double sb = static_cast<double>(m.seq) * b, sbh = sb * m.hidden, sbf = sb * m.ffn;
+  const double core = m.flash_attention ? 0 : (4 * e + 1) * m.heads * sb * m.seq;
+  return (10 * e + 2) * sbh / sequence_share(m, tp) + ((mlp_inputs(m) + 1) * e * sbf + core) / tp;
+}
+
+LayerSeconds operator+(LayerSeconds a, LayerSeconds b) { return {a.forward + b.forward, a.backward + b.backward}; }
 
 }  // namespace
 
@@ -93,16 +137,17 @@ int64_t kv_width(const ModelSpec& m) { return m.hidden / m.heads * m.query_group
 // with bias, MLP h x ffn and ffn x h with biases, two LayerNorms (weight and bias). With
 // kv = h and ffn = 4h: 12 h^2 + 13 h, the per-layer term of Narayanan et al. 2021's
 // P = 12 l h^2 (1 + 13/12h + (V + s)/12lh).
+// A SwiGLU MLP has two input products h x f with biases (Shazeer 2020): 3 h f + 2 f + h.
 int64_t layer_params(const ModelSpec& m) {
-  const int64_t h = m.hidden, kv = kv_width(m), f = m.ffn;
-  return h * (h + 2 * kv) + (h + 2 * kv) + h * h + h + 2 * h * f + f + h + 4 * h;
+  const int64_t h = m.hidden, kv = kv_width(m), f = m.ffn, in = m.mlp == Mlp::kSwiglu ? 2 : 1;
+  return h * (h + 2 * kv) + (h + 2 * kv) + h * h + h + (in + 1) * h * f + in * f + h + 4 * h;
 }
 
 // Layers, word embeddings (padded), position embeddings, final LayerNorm. Narayanan et
 // al.'s formula leaves out the final LayerNorm's 2h.
 int64_t model_params(const ModelSpec& m, int tp) {
-  const int64_t h = m.hidden;
-  return m.layers * layer_params(m) + padded_vocab(m, tp) * h + m.seq * h + 2 * h;
+  const int64_t h = m.hidden, word = padded_vocab(m, tp) * h;
+  return m.layers * layer_params(m) + word * (m.tied_embeddings ? 1 : 2) + m.seq * h + 2 * h;
 }
 
 int64_t stage_layers(int64_t layers, int pp, int stage) { return layers / pp + (stage < layers % pp ? 1 : 0); }
@@ -111,8 +156,8 @@ int64_t stage_layers(int64_t layers, int pp, int stage) { return layers / pp + (
 // second MLP product by rows (Shoeybi et al. 2019): every weight and the column-parallel
 // biases are divided by tp; the row-parallel biases (2h) and the LayerNorms (4h) are on
 // every rank. The vocabulary-parallel word embeddings are on the first stage and, for the
-// tied output layer, again on the last when pp > 1; position embeddings on the first, the
-// final LayerNorm on the last.
+// tied output layer, again on the last when pp > 1 (an untied output layer is on the last
+// whatever pp); position embeddings on the first, the final LayerNorm on the last.
 int64_t gpu_params(const ModelSpec& m, const ParallelConfig& c, int stage) {
   const int64_t h = m.hidden;
   const int64_t replicated = 6 * h;
@@ -121,7 +166,7 @@ int64_t gpu_params(const ModelSpec& m, const ParallelConfig& c, int stage) {
   int64_t p = stage_layers(m.layers, c.pp, stage) * (split / c.tp + replicated);
   const int64_t word = padded_vocab(m, c.tp) / c.tp * h;
   if (stage == 0) p += word + m.seq * h;
-  if (stage == c.pp - 1) p += 2 * h + (c.pp > 1 ? word : 0);
+  if (stage == c.pp - 1) p += 2 * h + (c.pp > 1 || !m.tied_embeddings ? word : 0);
   return p;
 }
 
@@ -160,11 +205,16 @@ double layer_activation_bytes(const ModelSpec& m, int tp, int64_t micro_batch, R
   // and first MLP products (e each), the two dropout masks (1 each): 10 s b h for e = 2.
   const double outside = (4 * e + 2) * sbh;
   // Inside, split over tp: Q, K, V and the output projection's input; the GeLU's input and
-  // the second MLP product's input: 24 s b h for e = 2, kv = h, f = 4h.
-  const double inside = e * (2 * sbh + 2 * sbkv + 2 * sbf);
+  // the second MLP product's input: 24 s b h for e = 2, kv = h, f = 4h. SwiGLU keeps both
+  // input products' outputs (2 s b f) and its own output.
+  const double inside = e * (2 * sbh + 2 * sbkv + (mlp_inputs(m) + 1) * sbf);
   // The attention core: softmax output (e), its dropout mask (1) and dropout output (e),
   // a x s x s per sequence: 5 a s^2 b for e = 2.
-  const double core = r == Recompute::kSelective ? 0 : (2 * e + 1) * m.heads * sb * m.seq;
+  // FlashAttention keeps none of it: the softmax's statistics, 4 bytes per head and
+  // position (Dao et al. 2022, section 3.1), and it recomputes the rest itself.
+  const double core = m.flash_attention            ? 4.0 * m.heads * sb
+                      : r == Recompute::kSelective ? 0
+                                                   : (2 * e + 1) * m.heads * sb * m.seq;
   return outside / share + (inside + core) / tp;
 }
 
@@ -179,8 +229,12 @@ MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int sta
 
   // 1F1B (Narayanan et al. 2021, section 2.2.1): stage i runs pp - i forward passes before
   // its first backward, so it keeps min(pp - i, m) micro-batches' activations.
+  // The interleaved schedule keeps 1 + (pp - 1) / (pp v) times as many (Korthikanti et al.
+  // 2022, section 4.2.3; stated for the first stage, applied here to the last too).
   const int64_t micro_batches = m.global_batch / (int64_t{c.dp} * c.micro_batch);
-  const double in_flight = static_cast<double>(std::min<int64_t>(c.pp - stage, micro_batches));
+  const double interleaved =
+      c.virtual_stages > 1 ? 1 + (c.pp - 1.0) / (static_cast<double>(c.pp) * c.virtual_stages) : 1;
+  const double in_flight = static_cast<double>(std::min<int64_t>(c.pp - stage, micro_batches)) * interleaved;
   const int64_t layers = stage_layers(m.layers, c.pp, stage);
   e.activations = static_cast<double>(layers) * layer_activation_bytes(m, c.tp, c.micro_batch, m.recompute) * in_flight;
   // With full recomputation the backward pass of a layer rebuilds that layer's activations
@@ -216,16 +270,47 @@ double flops_per_step(const ModelSpec& m, int tp) {
   return static_cast<double>(m.global_batch) * per_sequence;
 }
 
+double gemm_seconds(const GpuSpec& g, double element_bytes, double rows, double cols, double depth, double batch) {
+  const double row_tiles = std::ceil(rows / 256), col_tiles = std::ceil(cols / 128);
+  const double waves = batch * row_tiles * col_tiles / g.sms;
+  const double math =
+      2 * batch * (row_tiles * 256) * (col_tiles * 128) * depth / (g.tflops * 1e12) * ((waves + 0.5) / waves);
+  const double memory =
+      element_bytes * batch * (rows * depth + depth * cols + rows * cols) / (g.memory_bandwidth_gbs * 1e9);
+  return std::max(math, memory);
+}
+
+// Per GPU, t = tp, T = b s tokens: the QKV product (h in, (h + 2 kv) / t out), the output
+// projection (h / t in, h out), the MLP's input product(s) (h in, f / t out each, one
+// GEMM of both for SwiGLU) and output product (f / t in, h out), and the attention core.
+// Backward is twice the forward's FLOPs (Narayanan et al. 2021, section 5.1), here as its
+// two GEMMs per product; full recomputation runs the forward again before it, selective
+// the attention core's forward (Korthikanti et al. 2022, section 5).
+LayerSeconds layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch) {
+  const GpuSpec& g = m.gpu;
+  const double e = activation_element_bytes(m.dtype), tokens = static_cast<double>(micro_batch) * m.seq;
+  const double h = static_cast<double>(m.hidden), kv = static_cast<double>(kv_width(m));
+  const double f = static_cast<double>(m.ffn);
+  const double bandwidth = g.memory_bandwidth_gbs * 1e9;
+  const double elementwise = elementwise_bytes(m, tp, micro_batch) / bandwidth;
+  // The softmax and its dropout: what selective recomputation runs again with the core
+  // (FlashAttention recomputes them inside its own backward pass already).
+  const double core_elementwise = m.flash_attention ? 0 : (4 * e + 1) * m.heads * tokens * m.seq / tp / bandwidth;
+  const LayerSeconds core = core_seconds(m, tp, micro_batch);
+  LayerSeconds s = linear_seconds(g, e, tokens, h, (h + 2 * kv) / tp) + linear_seconds(g, e, tokens, h / tp, h) +
+                   linear_seconds(g, e, tokens, h, mlp_inputs(m) * f / tp) + linear_seconds(g, e, tokens, f / tp, h) +
+                   core + LayerSeconds{elementwise, 2 * elementwise};
+  if (m.recompute == Recompute::kFull) s.backward += s.forward;
+  if (m.recompute == Recompute::kSelective && !m.flash_attention) s.backward += core.forward + core_elementwise;
+  return s;
+}
+
 StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   const GpuSpec& g = m.gpu;
-  const double rate = g.tflops * 1e12;
-  // Every cost of a micro-batch below is linear in its b sequences, so it is computed for
-  // one sequence and scaled: then configurations that differ only in micro_batch get
-  // bit-identical compute and communication times, and differ only in the bubble.
-  const double sequences = static_cast<double>(m.global_batch / c.dp);  // per pipeline and step
-  const double b = static_cast<double>(c.micro_batch);
+  const double micro_batches = static_cast<double>(m.global_batch / (int64_t{c.dp} * c.micro_batch));
+  const double v = c.virtual_stages;
   const double e = activation_element_bytes(m.dtype);
-  const double sh_bytes = e * static_cast<double>(m.seq) * m.hidden;
+  const double sbh_bytes = e * static_cast<double>(m.seq) * c.micro_batch * m.hidden;
 
   // Megatron's tensor-parallel layer all-reduces its output twice in the forward pass
   // (attention, MLP) and twice in the backward (Shoeybi et al. 2019, Figure 4); full
@@ -233,39 +318,52 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   // reduce-scatter plus an all-gather: the same volume (Korthikanti et al. 2022, 4.2.2).
   const int allreduces = m.recompute == Recompute::kFull ? 6 : 4;
   const double tp_link = link(g, tp_groups_cross_nodes(c, g.per_node));
-  const double tp_per_layer = allreduces * ring_allreduce_seconds(sh_bytes, c.tp, tp_link);
+  const double tp_per_layer = allreduces * ring_allreduce_seconds(sbh_bytes, c.tp, tp_link);
   // Each stage boundary passes the activations forward and their gradients back, one
   // message of s b h elements per micro-batch each way, split over the tp ranks (the
   // scatter/gather optimisation of Narayanan et al. 2021, 4.1; with sequence parallelism
-  // they are split already).
+  // they are split already); with v model chunks per stage, v such boundaries.
   const double pp_link = link(g, pp_sends_cross_nodes(c, g.per_node));
-  const double p2p = c.pp > 1 ? 2 * (sh_bytes / c.tp) / pp_link : 0;
+  const double p2p = c.pp > 1 ? v * 2 * (sbh_bytes / c.tp) / pp_link : 0;
+
+  const LayerSeconds layer = layer_seconds(m, c.tp, c.micro_batch);
+  const double tokens = static_cast<double>(c.micro_batch) * m.seq;
+  const LayerSeconds logits =
+      linear_seconds(g, e, tokens, static_cast<double>(m.hidden), static_cast<double>(padded_vocab(m, c.tp)) / c.tp);
 
   // The slowest stage sets the pace: the first (most layers) or the last (the logits).
   StepEstimate s;
-  double slot = -1;  // per sequence
+  double slot = -1;  // one micro-batch
   for (int stage : {0, c.pp - 1}) {
     const double layers = static_cast<double>(stage_layers(m.layers, c.pp, stage));
-    double flops = layers * layer_training_flops(m, 1);
-    if (stage == c.pp - 1) flops += logit_training_flops(m, c.tp, 1);
-    const double compute = flops / c.tp / rate;
+    double forward = layers * layer.forward, backward = layers * layer.backward;
+    if (stage == c.pp - 1) {
+      forward += logits.forward;
+      backward += logits.backward;
+    }
     const double tp = layers * tp_per_layer;
-    if (compute + tp + p2p > slot) {
-      slot = compute + tp + p2p;
-      s.compute = sequences * compute;
-      s.tp_comm = sequences * tp;
+    // Megatron-LM's --overlap-p2p-communication (interleaved schedule only) sends while
+    // the stage computes another chunk: only what exceeds its compute is left.
+    const double sends = m.overlap_p2p_comm && c.virtual_stages > 1 ? std::max(0.0, p2p - (forward + backward)) : p2p;
+    if (forward + backward + tp + sends > slot) {
+      slot = forward + backward + tp + sends;
+      s.compute = micro_batches * (forward + backward);
+      s.tp_comm = micro_batches * tp;
+      s.pp_comm = micro_batches * sends;
     }
   }
-  s.pp_comm = sequences * p2p;
-  // The 1F1B schedule takes m + pp - 1 slots of a micro-batch each: a bubble of
-  // (pp - 1) / m of the ideal time (Narayanan et al. 2021, section 2.2.1).
-  s.bubble = (c.pp - 1) * b * slot;
+  // The 1F1B schedule takes m + pp - 1 slots of a micro-batch each, the interleaved one
+  // m + (pp - 1) / v: a bubble of (pp - 1) / (v m) of the ideal time (Narayanan et al.
+  // 2021, sections 2.2.1 and 2.2.2).
+  s.bubble = (c.pp - 1) / v * slot;
 
   // After the last backward, every stage all-reduces its gradients over dp in parallel;
   // the stage with the most parameters finishes last. A distributed optimizer
   // reduce-scatters the gradients and all-gathers the updated weights instead: half the
   // ring's volume each (Megatron-LM distributed optimizer; ZeRO stage 1, Rajbhandari et al.
-  // 2020).
+  // 2020). With overlap_grad_reduce the reduction of each bucket starts as the backward
+  // pass of the last micro-batch produces it (Megatron-LM's --overlap-grad-reduce; Li et
+  // al. 2020, PyTorch DDP, section 3.2): that backward pass hides as much.
   const BytesPerParam bpp = bytes_per_param(m.dtype);
   const double dp_link = link(g, dp_groups_cross_nodes(c, g.per_node));
   for (int stage : {0, c.pp - 1}) {
@@ -276,12 +374,24 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
                  ring_allreduce_seconds(params * bpp.weights, c.dp, dp_link));
     else
       t = ring_allreduce_seconds(params * bpp.gradients, c.dp, dp_link);
-    s.dp_comm = std::max(s.dp_comm, t);
+    // Stage i's last backward pass ends i backward passes before stage 0's, which ends the
+    // step (the 1F1B cool-down, Narayanan et al. 2021, Figure 4): its reduction has those
+    // too (counted at stage 0's backward pass, the longest of the stages without logits).
+    double window = 0;
+    if (m.overlap_grad_reduce) {
+      const double first = static_cast<double>(stage_layers(m.layers, c.pp, 0)) * layer.backward;
+      window = static_cast<double>(stage_layers(m.layers, c.pp, stage)) * layer.backward + stage * first;
+      if (stage == c.pp - 1) window += logits.backward;
+    }
+    if (std::max(0.0, t - window) >= s.dp_comm) {
+      s.dp_comm = std::max(0.0, t - window);
+      s.dp_comm_hidden = t - s.dp_comm;
+    }
   }
-  // With pp > 1 the tied word embeddings live on the first and the last stage, whose
+  // With pp > 1 tied word embeddings live on the first and the last stage, whose
   // gradients are all-reduced between the two (Megatron-LM, finalize_model_grads.py,
   // _allreduce_word_embedding_grads).
-  if (c.pp > 1) {
+  if (c.pp > 1 && m.tied_embeddings) {
     const double word = static_cast<double>(padded_vocab(m, c.tp) / c.tp * m.hidden);
     s.dp_comm += ring_allreduce_seconds(word * bpp.gradients, 2, pp_link);
   }

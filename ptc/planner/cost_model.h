@@ -7,23 +7,27 @@
 //     distributed-optimizer table: BF16 2 + 4 + 12, or 2 + 4 + 12/dp with a distributed
 //     optimizer; F16 2 + 2 + 16; F32 4 + 4 + 8), P_i the parameters of stage i on one TP rank;
 //   activations = layers_i x (one layer, one micro-batch: Korthikanti et al. 2022, Table 2)
-//     x micro-batches in flight (1F1B: min(pp - i, m) on stage i) + the input and output
-//     layers (Korthikanti et al. 2022, section 4.3).
+//     x micro-batches in flight (1F1B: min(pp - i, m) on stage i; interleaved: times
+//     1 + (pp - 1) / (pp v), section 4.2.3) + the input and output layers (section 4.3).
 // Time of one step, m = global_batch / (dp x micro_batch) micro-batches per pipeline:
-//   (m + pp - 1) x the slowest stage's time per micro-batch (its FLOPs / (tp x peak), its
-//     tensor-parallel all-reduces, its pipeline sends): Narayanan et al. 2021's bubble
-//     (pp - 1) / m;
-//   + the data-parallel gradient all-reduce (ring: 2 (dp - 1) / dp x bytes) and the tied
+//   (m + (pp - 1) / v) x the slowest stage's time per micro-batch (its GEMMs, each at the
+//     efficiency its per-GPU shape allows: gemm_seconds; its memory-bound fused operations;
+//     its tensor-parallel all-reduces; its pipeline sends): Narayanan et al. 2021's bubble (pp - 1) / (v m) with v
+//     interleaved stages;
+//   + the data-parallel gradient all-reduce (ring: 2 (dp - 1) / dp x bytes), less what the
+//     backward pass of the last micro-batch hides with overlap_grad_reduce, and the tied
 //     embeddings' gradient all-reduce between the first and last stage.
 // FLOPs per step generalise Narayanan et al. 2021 eq. 3 (96 B s l h^2 (1 + s/6h + V/16lh)
 // with full recomputation) to grouped-query attention, any ffn width and other recompute
-// modes. Communication moves at the link's bandwidth with no latency and no overlap with
-// compute; a group whose ranks lie on one node uses intra_node_gbps, else inter_node_gbps
-// (ranks placed in Megatron's order, rank = t + tp (d + dp p), per_node to a node).
+// modes. Communication moves at the link's bandwidth with no latency; only the overlaps
+// named above hide any of it; a group whose ranks lie on one node uses intra_node_gbps,
+// else inter_node_gbps (ranks placed in Megatron's order, rank = t + tp (d + dp p),
+// per_node to a node).
 //
 // Preconditions of every function taking a ParallelConfig: a valid configuration (see
 // planner.h, validate_config): tp divides heads, query_groups, hidden and ffn; pp <= layers;
-// dp x micro_batch divides global_batch.
+// dp x micro_batch divides global_batch; with virtual_stages v > 1, pp > 1, v x pp divides
+// layers and pp divides the micro-batches.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +39,9 @@ namespace ptc {
 struct ParallelConfig {
   int tp = 1, pp = 1, dp = 1;
   int64_t micro_batch = 1;
+  // Model chunks per pipeline stage (Narayanan et al. 2021, section 2.2.2): 1 is the plain
+  // 1F1B schedule; v > 1 the interleaved one, stage i holding chunks i, i + pp, ...
+  int virtual_stages = 1;
   int gpus() const { return tp * pp * dp; }
   bool operator==(const ParallelConfig&) const = default;
 };
@@ -45,7 +52,7 @@ int64_t padded_vocab(const ModelSpec& m, int tp);
 int64_t kv_width(const ModelSpec& m);
 // Parameters of one transformer layer, all TP ranks together.
 int64_t layer_params(const ModelSpec& m);
-// Parameters of the model (vocabulary padded for `tp`; output weights tied to the input).
+// Parameters of the model (vocabulary padded for `tp`; an untied output layer adds V x h).
 int64_t model_params(const ModelSpec& m, int tp = 1);
 // Layers of pipeline stage `stage`: contiguous groups, as even as possible, earlier stages
 // taking the remainder (docs/FORMATS.md "ptc.json").
@@ -59,6 +66,22 @@ struct BytesPerParam {
   double weights = 0, gradients = 0, optimizer = 0;
 };
 BytesPerParam bytes_per_param(Precision p);
+
+// Seconds of one GEMM of `batch` independent products, each (rows x depth) times (depth x
+// cols), on one GPU: the larger of its math time and its memory time (NVIDIA 2023, "Matrix
+// Multiplication Background", section 2: math-limited above the GPU's ops:byte ratio).
+// Math runs at peak on the output padded to whole 256 x 128 tiles (section 3.1, tile
+// quantization; 256 x 128 the largest cuBLAS tile of section 2.3), over waves of `sms`
+// tiles whose last is on average half full: efficiency w / (w + 1/2) for w = tiles / sms
+// waves (section 3.2, wave quantization). Memory moves both inputs and the output once.
+double gemm_seconds(const GpuSpec& g, double element_bytes, double rows, double cols, double depth, double batch = 1);
+
+// Seconds of one transformer layer for one micro-batch on one GPU of a tp group, by its
+// GEMMs (gemm_seconds): the forward pass, and the backward pass with its recomputation.
+struct LayerSeconds {
+  double forward = 0, backward = 0;
+};
+LayerSeconds layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch);
 
 // Activation bytes one transformer layer keeps for one micro-batch on one GPU.
 double layer_activation_bytes(const ModelSpec& m, int tp, int64_t micro_batch, Recompute r);
@@ -78,11 +101,14 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const ParallelConfig& c);
 double flops_per_step(const ModelSpec& m, int tp = 1);
 
 struct StepEstimate {
-  // Seconds: the slowest stage's compute, tensor-parallel and pipeline communication over
-  // the m micro-batches, the pipeline bubble (pp - 1 more of its slots), and the gradient
-  // all-reduces after the pipeline drains.
+  // Seconds: the slowest stage's compute (GEMMs and memory-bound operations), its
+  // tensor-parallel and exposed pipeline communication over the m micro-batches, the
+  // pipeline bubble ((pp - 1) / v more of its slots), and the exposed gradient all-reduces.
   double compute = 0, tp_comm = 0, pp_comm = 0, bubble = 0, dp_comm = 0;
   double flops = 0;  // flops_per_step
+  // Seconds of gradient reduction run during the backward pass (overlap_grad_reduce), not
+  // part of total(); dp_comm is what is left exposed.
+  double dp_comm_hidden = 0;
   double total() const { return compute + tp_comm + pp_comm + bubble + dp_comm; }
 };
 StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c);

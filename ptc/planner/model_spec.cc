@@ -32,6 +32,8 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
+const char* mlp_name(Mlp m) { return m == Mlp::kSwiglu ? "swiglu" : "gelu"; }
+
 namespace {
 
 // Bounds keep every parameter count within int64 (a layer's weights are below 2^45, times
@@ -44,6 +46,7 @@ constexpr int64_t kMaxVocab = int64_t{1} << 24;
 constexpr int64_t kMaxSeq = int64_t{1} << 24;
 constexpr int64_t kMaxBatch = int64_t{1} << 30;
 constexpr int64_t kMaxPerNode = 1024;
+constexpr int64_t kMaxSms = 1 << 16;
 
 // A finite number > 0 (JSON integers count).
 Result<double> get_positive(const json& v, const std::string& where) {
@@ -59,8 +62,9 @@ Result<int64_t> required_int(const json& j, const char* key, const std::string& 
 }
 
 Result<GpuSpec> parse_gpu(const json& g, const std::string& where) {
-  PTC_RETURN_IF_ERROR(
-      check_members(g, {"memory_gb", "tflops", "per_node", "intra_node_gbps", "inter_node_gbps"}, where));
+  PTC_RETURN_IF_ERROR(check_members(
+      g, {"memory_gb", "tflops", "per_node", "intra_node_gbps", "inter_node_gbps", "sms", "memory_bandwidth_gbs"},
+      where));
   GpuSpec gpu;
   for (const char* key : {"memory_gb", "tflops", "per_node", "intra_node_gbps", "inter_node_gbps"})
     if (!g.contains(key)) return invalid(where + " lacks '" + key + "'");
@@ -70,16 +74,26 @@ Result<GpuSpec> parse_gpu(const json& g, const std::string& where) {
   gpu.per_node = static_cast<int>(per_node);
   PTC_ASSIGN_OR_RETURN(gpu.intra_node_gbps, get_positive(g["intra_node_gbps"], where + ": intra_node_gbps"));
   PTC_ASSIGN_OR_RETURN(gpu.inter_node_gbps, get_positive(g["inter_node_gbps"], where + ": inter_node_gbps"));
+  if (g.contains("sms")) {
+    PTC_ASSIGN_OR_RETURN(int64_t sms, get_int(g["sms"], where + ": sms", 1, kMaxSms));
+    gpu.sms = static_cast<int>(sms);
+  }
+  if (g.contains("memory_bandwidth_gbs")) {
+    PTC_ASSIGN_OR_RETURN(gpu.memory_bandwidth_gbs,
+                         get_positive(g["memory_bandwidth_gbs"], where + ": memory_bandwidth_gbs"));
+  }
   return gpu;
 }
 
 }  // namespace
 
 Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
-  PTC_RETURN_IF_ERROR(check_members(j,
-                                    {"layers", "hidden", "heads", "ffn", "vocab", "seq", "global_batch", "query_groups",
-                                     "dtype", "distributed_optimizer", "recompute", "sequence_parallel", "gpu"},
-                                    where));
+  PTC_RETURN_IF_ERROR(
+      check_members(j,
+                    {"layers", "hidden", "heads", "ffn", "vocab", "seq", "global_batch", "query_groups", "dtype",
+                     "distributed_optimizer", "recompute", "sequence_parallel", "mlp", "tied_embeddings",
+                     "flash_attention", "interleave", "overlap_grad_reduce", "overlap_p2p_comm", "gpu"},
+                    where));
   ModelSpec m;
   PTC_ASSIGN_OR_RETURN(m.layers, required_int(j, "layers", where, kMaxLayers));
   PTC_ASSIGN_OR_RETURN(m.hidden, required_int(j, "hidden", where, kMaxHidden));
@@ -122,6 +136,20 @@ Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
     else
       return invalid(where + ": recompute '" + r + "' is not one of none, selective, full");
   }
+  if (j.contains("mlp")) {
+    PTC_ASSIGN_OR_RETURN(std::string mlp, get_string(j["mlp"], where + ": mlp"));
+    if (mlp == "gelu")
+      m.mlp = Mlp::kGelu;
+    else if (mlp == "swiglu")
+      m.mlp = Mlp::kSwiglu;
+    else
+      return invalid(where + ": mlp '" + mlp + "' is not one of gelu, swiglu");
+  }
+  PTC_ASSIGN_OR_RETURN(m.tied_embeddings, member_bool_or(j, "tied_embeddings", true, where));
+  PTC_ASSIGN_OR_RETURN(m.flash_attention, member_bool_or(j, "flash_attention", true, where));
+  PTC_ASSIGN_OR_RETURN(m.interleave, member_bool_or(j, "interleave", true, where));
+  PTC_ASSIGN_OR_RETURN(m.overlap_grad_reduce, member_bool_or(j, "overlap_grad_reduce", true, where));
+  PTC_ASSIGN_OR_RETURN(m.overlap_p2p_comm, member_bool_or(j, "overlap_p2p_comm", true, where));
   if (!j.contains("gpu")) return invalid(where + " lacks 'gpu'");
   PTC_ASSIGN_OR_RETURN(m.gpu, parse_gpu(j["gpu"], where + ": gpu"));
   return m;

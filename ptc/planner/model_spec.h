@@ -6,12 +6,16 @@
 //    "global_batch": 512,
 //    "query_groups": 16, "dtype": "BF16", "distributed_optimizer": false,
 //    "recompute": "none", "sequence_parallel": true,
+//    "mlp": "gelu", "tied_embeddings": true, "flash_attention": true, "interleave": true,
+//    "overlap_grad_reduce": true, "overlap_p2p_comm": true,
 //    "gpu": {"memory_gb": 80, "tflops": 312, "per_node": 8,
-//            "intra_node_gbps": 2400, "inter_node_gbps": 200}}
+//            "intra_node_gbps": 2400, "inter_node_gbps": 200,
+//            "sms": 108, "memory_bandwidth_gbs": 2039}}
 //
 // The model is a GPT-style decoder as Megatron-LM builds it: learned position embeddings,
-// biases on every linear layer, two LayerNorms per layer, a non-gated MLP of width `ffn`,
-// output weights tied to the word embeddings, the vocabulary padded to a multiple of
+// biases on every linear layer, two LayerNorms per layer, an MLP of width `ffn` (GeLU, or
+// gated SwiGLU with two input projections of width `ffn`), output weights tied to the word
+// embeddings unless `tied_embeddings` is false, the vocabulary padded to a multiple of
 // 128 x tp.
 #pragma once
 
@@ -43,7 +47,16 @@ struct GpuSpec {
   int per_node = 0;            // GPUs per node
   double intra_node_gbps = 0;  // link bandwidth per GPU inside a node, Gbit/s
   double inter_node_gbps = 0;  // link bandwidth per GPU across nodes, Gbit/s
+  // For the GEMM efficiency model (cost_model.h, gemm_seconds); an A100 SXM 80 GB unless
+  // given: 108 streaming multiprocessors, 2,039 GB/s of HBM2e (NVIDIA A100 datasheet).
+  int sms = 108;                       // streaming multiprocessors
+  double memory_bandwidth_gbs = 2039;  // device memory bandwidth, GB/s (1e9 bytes)
 };
+
+// The MLP: GeLU(x W1) W2 with W1 h x ffn, or SwiGLU (Shazeer 2020; Llama, Touvron et al.
+// 2023): (SiLU(x W1) * x W3) W2 with W1, W3 h x ffn.
+enum class Mlp { kGelu, kSwiglu };
+const char* mlp_name(Mlp m);
 
 struct ModelSpec {
   int64_t layers = 0, hidden = 0, heads = 0, ffn = 0, vocab = 0, seq = 0, global_batch = 0;
@@ -52,6 +65,19 @@ struct ModelSpec {
   bool distributed_optimizer = false;  // Adam state sharded over data-parallel ranks
   Recompute recompute = Recompute::kNone;
   bool sequence_parallel = true;  // Korthikanti et al.'s sequence parallelism alongside tp
+  Mlp mlp = Mlp::kGelu;
+  bool tied_embeddings = true;  // the output layer shares the word embeddings' weights
+  // The attention core as one fused kernel (FlashAttention, Dao et al. 2022): the s x s
+  // scores never reach device memory, and the backward pass computes them again.
+  bool flash_attention = true;
+  // The planner may choose interleaved (virtual) pipeline stages (Narayanan et al. 2021,
+  // section 2.2.2); false: every configuration has virtual_stages 1.
+  bool interleave = true;
+  // Megatron-LM's --overlap-grad-reduce: the data-parallel gradient reduction runs during
+  // the backward pass; --overlap-p2p-communication: pipeline sends of the interleaved
+  // schedule run during compute.
+  bool overlap_grad_reduce = true;
+  bool overlap_p2p_comm = true;
   GpuSpec gpu;
 };
 

@@ -32,7 +32,14 @@ std::vector<int64_t> divisors(int64_t n) {
 
 std::string config_name(const ParallelConfig& c) {
   return "tp=" + std::to_string(c.tp) + ",pp=" + std::to_string(c.pp) + ",dp=" + std::to_string(c.dp) +
-         ",micro_batch=" + std::to_string(c.micro_batch);
+         ",micro_batch=" + std::to_string(c.micro_batch) +
+         (c.virtual_stages != 1 ? ",virtual_stages=" + std::to_string(c.virtual_stages) : "");
+}
+
+// Whether v > 1 interleaved stages are allowed: Narayanan et al. 2021, section 2.2.2 (the
+// micro-batches a multiple of pp; each stage's layers split evenly into v chunks).
+bool interleavable(const ModelSpec& m, int pp, int64_t micro_batches, int v) {
+  return pp > 1 && m.layers % (int64_t{pp} * v) == 0 && micro_batches % pp == 0;
 }
 
 }  // namespace
@@ -43,7 +50,8 @@ double Candidate::tflops_per_gpu() const { return step.flops / (config.gpus() * 
 
 Status validate_config(const ModelSpec& m, const ParallelConfig& c) {
   const std::string name = config_name(c);
-  if (c.tp < 1 || c.pp < 1 || c.dp < 1 || c.micro_batch < 1) return invalid(name + ": every degree must be at least 1");
+  if (c.tp < 1 || c.pp < 1 || c.dp < 1 || c.micro_batch < 1 || c.virtual_stages < 1)
+    return invalid(name + ": every degree must be at least 1");
   if (m.heads % c.tp != 0 || m.query_groups % c.tp != 0 || m.ffn % c.tp != 0)
     return invalid(name + ": tp must divide heads (" + std::to_string(m.heads) + "), query_groups (" +
                    std::to_string(m.query_groups) + ") and ffn (" + std::to_string(m.ffn) + ")");
@@ -52,6 +60,12 @@ Status validate_config(const ModelSpec& m, const ParallelConfig& c) {
   if (c.pp > m.layers) return invalid(name + ": pp is more than the " + std::to_string(m.layers) + " layers");
   if (m.global_batch % (int64_t{c.dp} * c.micro_batch) != 0)
     return invalid(name + ": dp x micro_batch must divide global_batch (" + std::to_string(m.global_batch) + ")");
+  if (c.virtual_stages > 1) {
+    if (!m.interleave) return invalid(name + ": virtual stages need \"interleave\": true");
+    if (!interleavable(m, c.pp, m.global_batch / (int64_t{c.dp} * c.micro_batch), c.virtual_stages))
+      return invalid(name + ": virtual stages need pp > 1, pp x virtual_stages dividing the " +
+                     std::to_string(m.layers) + " layers and pp dividing the micro-batches");
+  }
   return Status::ok();
 }
 
@@ -65,7 +79,13 @@ std::vector<ParallelConfig> valid_configs(const ModelSpec& m, int gpus) {
       if (rest % pp != 0) continue;
       const int dp = rest / pp;
       if (m.global_batch % dp != 0) continue;
-      for (int64_t b : divisors(m.global_batch / dp)) out.push_back({tp, pp, dp, b});
+      for (int64_t b : divisors(m.global_batch / dp)) {
+        out.push_back({tp, pp, dp, b});
+        if (!m.interleave || m.layers % pp != 0) continue;
+        for (int64_t v : divisors(m.layers / pp))
+          if (v > 1 && interleavable(m, pp, m.global_batch / (int64_t{dp} * b), static_cast<int>(v)))
+            out.push_back({tp, pp, dp, b, static_cast<int>(v)});
+      }
     }
   }
   return out;
@@ -79,7 +99,8 @@ bool fits(const ModelSpec& m, const MemoryEstimate& e) { return e.total() <= m.g
 
 bool better(const Candidate& a, const Candidate& b) {
   const auto key = [](const Candidate& x) {
-    return std::make_tuple(x.step.total(), x.memory.total(), x.config.tp, x.config.pp, x.config.micro_batch);
+    return std::make_tuple(x.step.total(), x.memory.total(), x.config.tp, x.config.pp, x.config.micro_batch,
+                           x.config.virtual_stages);
   };
   return key(a) < key(b);
 }

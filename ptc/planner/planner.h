@@ -9,6 +9,9 @@
 //   pp <= layers (stages take contiguous layers, earlier ones the remainder);
 //   dp = N / (tp x pp) exactly, dp divides global_batch, and micro_batch divides
 //      global_batch / dp.
+//   virtual_stages v (when MODEL.json's interleave is true, else 1): v = 1, or v > 1 with
+//      pp > 1, pp x v dividing layers and pp dividing the micro-batches global_batch /
+//      (dp x micro_batch) (Narayanan et al. 2021, section 2.2.2).
 // Fits: the largest stage's memory (weights, gradients, optimizer state, activations) is at
 // most gpu.memory_gb GiB.
 #pragma once
@@ -30,13 +33,14 @@ struct Candidate {
 
 // kInvalidArgument naming the rule `c` breaks for `m` (the rules above; N = c.gpus()).
 Status validate_config(const ModelSpec& m, const ParallelConfig& c);
-// Every valid configuration of exactly `gpus` GPUs, by tp, then pp, then micro_batch.
+// Every valid configuration of exactly `gpus` GPUs, by tp, then pp, then micro_batch, then
+// virtual_stages.
 std::vector<ParallelConfig> valid_configs(const ModelSpec& m, int gpus);
 Candidate evaluate(const ModelSpec& m, const ParallelConfig& c);
 bool fits(const ModelSpec& m, const MemoryEstimate& e);
 
 // The order of plan(): shorter step first; then less memory; then smaller tp, pp,
-// micro_batch. A strict total order on distinct configurations.
+// micro_batch, virtual_stages. A strict total order on distinct configurations.
 bool better(const Candidate& a, const Candidate& b);
 
 // The candidates that fit, best first. kInvalidArgument when gpus < 1, when no

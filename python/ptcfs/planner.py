@@ -27,8 +27,8 @@ def cli_path() -> str:
 def plan(model: Union[str, Mapping[str, Any]], gpus: int, gpus_per_node: Optional[int] = None,
          top: int = 0) -> List[Dict[str, Any]]:
     """Every (tp, pp, dp, micro_batch) of `model` (a MODEL.json path, or its dict) on `gpus` GPUs that
-    fits in memory, best first: dicts of tp, pp, dp, micro_batch, memory_gb, step_seconds and
-    tflops_per_gpu. `top` > 0 keeps the best `top`. Raises Error with the planner's message (a model
+    fits in memory, best first: dicts of tp, pp, dp, micro_batch, virtual_stages, memory_gb,
+    step_seconds and tflops_per_gpu. `top` > 0 keeps the best `top`. Raises Error with the planner's message (a model
     that fits nowhere says by how much)."""
     tmp = None
     if not isinstance(model, str):

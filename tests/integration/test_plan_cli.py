@@ -19,7 +19,7 @@ GPT3 = {"layers": 96, "hidden": 12288, "heads": 96, "ffn": 49152, "vocab": 51200
         "global_batch": 1536, "recompute": "full", "sequence_parallel": False,
         "gpu": {"memory_gb": 80, "tflops": 312, "per_node": 8, "intra_node_gbps": 2400, "inter_node_gbps": 200}}
 
-CANDIDATE_KEYS = {"tp", "pp", "dp", "micro_batch", "memory_gb", "step_seconds", "tflops_per_gpu"}
+CANDIDATE_KEYS = {"tp", "pp", "dp", "micro_batch", "virtual_stages", "memory_gb", "step_seconds", "tflops_per_gpu"}
 
 
 def run(*args, check_rc=0):
@@ -41,7 +41,9 @@ def plan_json(model_path, gpus, *extra):
 
 
 def valid_configs(m, gpus, per_node):
-    """The planner's rules, written out again: (tp, pp, dp, micro_batch) in no order."""
+    """The planner's rules, written out again: (tp, pp, dp, micro_batch, virtual_stages) in no order.
+    Interleaving (on unless "interleave" is false): v > 1 stages when pp > 1, pp x v divides the
+    layers and pp divides the micro-batches global_batch / (dp x micro_batch)."""
     out = set()
     qg = m.get("query_groups", m["heads"])
     for tp in range(1, gpus + 1):
@@ -52,8 +54,12 @@ def valid_configs(m, gpus, per_node):
             if m["heads"] % tp or qg % tp or m["ffn"] % tp or tp > per_node or pp > m["layers"]:
                 continue
             for b in range(1, m["global_batch"] + 1):
-                if m["global_batch"] % (dp * b) == 0:
-                    out.add((tp, pp, dp, b))
+                if m["global_batch"] % (dp * b):
+                    continue
+                for v in range(1, m["layers"] + 1):
+                    if v == 1 or (m.get("interleave", True) and pp > 1 and m["layers"] % (pp * v) == 0
+                                  and (m["global_batch"] // (dp * b)) % pp == 0):
+                        out.add((tp, pp, dp, b, v))
     return out
 
 
@@ -67,9 +73,12 @@ def test_plan_ranks_fitting_configurations_by_step_time(tmp_path):
         assert 0 < c["memory_gb"] <= 80
     times = [c["step_seconds"] for c in cands]
     assert times == sorted(times)
-    assert {(c["tp"], c["pp"], c["dp"], c["micro_batch"]) for c in cands} <= valid_configs(GPT3, 1536, 8)
-    # The model's choice: tensor parallelism across the 8 GPUs of a node, 12 stages of 8 layers.
-    assert (cands[0]["tp"], cands[0]["pp"], cands[0]["dp"], cands[0]["micro_batch"]) == (8, 12, 16, 1)
+    assert {(c["tp"], c["pp"], c["dp"], c["micro_batch"], c["virtual_stages"]) for c in cands} <= valid_configs(GPT3, 1536, 8)
+    # The model's choice: tensor parallelism over half a node, 12 stages of 8 layers interleaved
+    # as 8 chunks of one layer, micro-batches of 2 (docs/PLANNER.md, "Against published
+    # configurations", explains why tp = 4 rather than Megatron's 8).
+    best = cands[0]
+    assert (best["tp"], best["pp"], best["dp"], best["micro_batch"], best["virtual_stages"]) == (4, 12, 32, 2, 8)
     # TFLOP/s per GPU: Narayanan et al. 2021 eq. 3 over the predicted step time.
     B, s, l, h = 1536, 2048, 96, 12288
     for c in cands:
@@ -84,12 +93,12 @@ def test_plan_lists_every_valid_configuration_that_fits_when_memory_is_ample(tmp
          "gpu": {"memory_gb": 1000, "tflops": 100, "per_node": 4, "intra_node_gbps": 800, "inter_node_gbps": 100}}
     model = write(tmp_path, "m.json", m)
     for gpus in (1, 2, 3, 4, 6, 12):
-        got = {(c["tp"], c["pp"], c["dp"], c["micro_batch"]) for c in plan_json(model, gpus)}
+        got = {(c["tp"], c["pp"], c["dp"], c["micro_batch"], c["virtual_stages"]) for c in plan_json(model, gpus)}
         assert got == valid_configs(m, gpus, 4), gpus
     # --gpus-per-node bounds tp.
-    got = {(c["tp"], c["pp"], c["dp"], c["micro_batch"]) for c in plan_json(model, 12, "--gpus-per-node", "2")}
+    got = {(c["tp"], c["pp"], c["dp"], c["micro_batch"], c["virtual_stages"]) for c in plan_json(model, 12, "--gpus-per-node", "2")}
     assert got == valid_configs(m, 12, 2)
-    assert max(t for t, _, _, _ in got) == 2
+    assert max(t for t, _, _, _, _ in got) == 2
     # --top K keeps the K best.
     assert plan_json(model, 12, "--top", "3") == plan_json(model, 12)[:3]
 
@@ -100,11 +109,12 @@ def test_plan_prints_a_table(tmp_path):
     lines = out.splitlines()
     assert lines[0].startswith(f"{model} on 1536 GPUs (8 per node, 80 GiB each): ")
     assert lines[0].endswith("the 10 best"), lines[0]
-    assert lines[1].split()[:5] == ["rank", "tp", "pp", "dp", "micro"]
+    assert lines[1].split()[:6] == ["rank", "tp", "pp", "v", "dp", "micro"]
     best = plan_json(model, 1536)[0]
     row = lines[2].split()
-    assert row[:5] == ["1", str(best["tp"]), str(best["pp"]), str(best["dp"]), str(best["micro_batch"])]
-    assert row[5:7] == [f"{best['memory_gb']:.2f}", "GiB"]
+    assert row[:6] == ["1", str(best["tp"]), str(best["pp"]), str(best["virtual_stages"]), str(best["dp"]),
+                       str(best["micro_batch"])]
+    assert row[6:8] == [f"{best['memory_gb']:.2f}", "GiB"]
     assert len(lines) == 2 + 10 + 1
 
 
@@ -114,8 +124,8 @@ def test_plan_refuses_bad_input(tmp_path):
     # GPT-3 on one node: what needs the least memory, and by how much it misses.
     r = run("plan", "--model", model, "--gpus", 8, check_rc=1)
     assert_error(r, model, "fits on no configuration of 8 GPUs of 80.00 GiB",
-                 "tp=8,pp=1,dp=1,micro_batch=1, needs 371.58 GiB per GPU of stage 0",
-                 "(weights 40.71 GiB, gradients 81.42 GiB, optimizer 244.25 GiB, activations 5.21 GiB), 291.58 GiB more "
+                 "tp=8,pp=1,dp=1,micro_batch=1, needs 371.35 GiB per GPU of stage 0",
+                 "(weights 40.71 GiB, gradients 81.42 GiB, optimizer 244.25 GiB, activations 4.97 GiB), 291.35 GiB more "
                  "than a GPU has")
     # 97 GPUs: tp = 1 (prime), pp = 97 is more than 96 layers, dp = 97 does not divide 1536.
     assert_error(run("plan", "--model", model, "--gpus", 97, check_rc=1), "no valid configuration of 97 GPUs")
@@ -195,25 +205,26 @@ def test_plan_with_a_horizon_ranks_by_step_time_plus_the_moves_time(tmp_path):
         assert scores == sorted(scores)
         assert (ranked[0]["tp"], ranked[0]["pp"], ranked[0]["dp"]) == (2, 2, 1) and ranked[0]["bytes_moved"] == 0
         plain = plan_json(model, 4)
-        assert {(x["tp"], x["pp"], x["dp"], x["micro_batch"]) for x in ranked} == \
-            {(x["tp"], x["pp"], x["dp"], x["micro_batch"]) for x in plain}
+        assert {(x["tp"], x["pp"], x["dp"], x["micro_batch"], x["virtual_stages"]) for x in ranked} == \
+            {(x["tp"], x["pp"], x["dp"], x["micro_batch"], x["virtual_stages"]) for x in plain}
         far = json.loads(c[0].cli("plan", "--model", model, "--gpus", 4, "--from", "j/1", "--horizon-steps",
                                   10 ** 15, "--json").stdout)
-        assert [(x["tp"], x["pp"], x["dp"], x["micro_batch"]) for x in far] == \
-            [(x["tp"], x["pp"], x["dp"], x["micro_batch"]) for x in plain]
+        assert [(x["tp"], x["pp"], x["dp"], x["micro_batch"], x["virtual_stages"]) for x in far] == \
+            [(x["tp"], x["pp"], x["dp"], x["micro_batch"], x["virtual_stages"]) for x in plain]
         r = c[0].cli("plan", "--model", model, "--gpus", 4, "--horizon-steps", 5, check=False)
         assert_error(r, "--horizon-steps needs --from JOB/STEP")
 
 
 def test_repartition_takes_the_planners_best_configuration(daemon, tmp_path):
-    """`repartition --gpus N --model MODEL.json` applies the first candidate of `plan`; a dry run shows it
-    without changing the step, and --to with --gpus is refused."""
+    """`repartition --gpus N --model MODEL.json` applies the first candidate of `plan` without interleaved
+    stages (a step's stages hold contiguous layers); a dry run shows it without changing the step, and
+    --to with --gpus is refused."""
     ck = Checkpoint(str(tmp_path / "ck"), tp=2, pp=2, layers=4, hidden=256, vocab=1000)
     m = {"layers": 4, "hidden": 256, "heads": 4, "ffn": 1024, "vocab": 1000, "seq": 128, "global_batch": 8,
          "gpu": {"memory_gb": 1000, "tflops": 100, "per_node": 4, "intra_node_gbps": 800, "inter_node_gbps": 100}}
     model = write(tmp_path, "m.json", m)
     daemon.cli("import", ck.path, "--job", "j", "--step", "1")
-    best = plan_json(model, 8)[0]
+    best = next(c for c in plan_json(model, 8) if c["virtual_stages"] == 1)
     want = {"tp": best["tp"], "pp": best["pp"], "dp": best["dp"]}
     dry = daemon.cli_json("repartition", "--job", "j", "--step", "1", "--gpus", 8, "--model", model, "--dry-run",
                           "--json")

@@ -189,6 +189,63 @@ TEST_CASE("memory of a small configuration, by hand: weights, gradients, Adam st
   ModelSpec full = m;
   full.recompute = Recompute::kFull;
   CHECK(stage_memory(full, c, 0).activations == 2 * 2 * (2 * 2048 / 2) + 45056 + 2 * 2048 / 2);
+  // Interleaved, v = 2: 1 + (pp - 1) / (pp v) = 5/4 times the micro-batches in flight
+  // (Korthikanti et al. 2022, section 4.2.3), embedding mask included.
+  CHECK(stage_memory(m, {2, 2, 2, 1, 2}, 0).activations == 2.5 * 2 * 45056 + 2.5 * 2048 / 2);
+}
+
+TEST_CASE("FlashAttention keeps no s x s tensor, moves none, and computes Q K^T again in the backward pass",
+          "[cost_model]") {
+  // small_model, tp = 2, b = 1: the core's 5 a s^2 b = 20,480 bytes give way to the softmax
+  // statistics, 4 a s b = 512 bytes, split over tp.
+  ModelSpec m = small_model();
+  const ModelSpec plain = m;
+  m.flash_attention = true;
+  CHECK(layer_activation_bytes(plain, 2, 1, Recompute::kNone) - layer_activation_bytes(m, 2, 1, Recompute::kNone) ==
+        (20480 - 512) / 2);
+  // Selective recomputation has nothing more to drop.
+  CHECK(layer_activation_bytes(m, 2, 1, Recompute::kSelective) == layer_activation_bytes(m, 2, 1, Recompute::kNone));
+  // Time: the softmax and dropout traffic (9 a s^2 b / t = 18,432 bytes forward, twice that
+  // backward) goes; the backward pass runs Q K^T (2 heads per GPU, 32 x 32 over 16) again.
+  const double scores = gemm_seconds(m.gpu, 2, 32, 32, 16, 2);
+  CHECK(layer_seconds(m, 2, 1).forward == Approx(layer_seconds(plain, 2, 1).forward - 18432 / 2039e9).epsilon(1e-12));
+  CHECK(layer_seconds(m, 2, 1).backward ==
+        Approx(layer_seconds(plain, 2, 1).backward - 2 * 18432 / 2039e9 + scores).epsilon(1e-12));
+  // With selective recomputation the core is not run a second time before the backward.
+  m.recompute = Recompute::kSelective;
+  ModelSpec none = m;
+  none.recompute = Recompute::kNone;
+  CHECK(layer_seconds(m, 2, 1).backward == layer_seconds(none, 2, 1).backward);
+}
+
+TEST_CASE("a SwiGLU MLP and an untied output layer, by hand", "[cost_model]") {
+  // small_model with SwiGLU: W1, W3 h x f and W2 f x h with biases: 3 h f + 2 f + h =
+  // 49,152 + 512 + 64 in place of 2 h f + f + h = 32,768 + 256 + 64.
+  ModelSpec m = small_model();
+  m.mlp = Mlp::kSwiglu;
+  CHECK(layer_params(m) == 49984 + 16384 + 256);
+  // Forward FLOPs per layer and sequence grow by 2 s h f = 1,048,576 (times 3 in training,
+  // 4 layers, 8 sequences).
+  ModelSpec gelu = small_model();
+  CHECK(flops_per_step(m) - flops_per_step(gelu) == 3.0 * 4 * 8 * 1048576);
+  // Activations keep both input products' outputs and the gate's: 3 s b f, not 2 s b f
+  // (e = 2, t = 2): 2 x 8192 / 2 more bytes.
+  CHECK(layer_activation_bytes(m, 2, 1, Recompute::kNone) == 45056 + 8192);
+  // Untied: the output layer (V h = 16,384) is a second copy, on the last stage whatever
+  // pp, and needs no gradient all-reduce with the first stage.
+  ModelSpec untied = small_model();
+  untied.tied_embeddings = false;
+  CHECK(model_params(untied) == model_params(gelu) + 256 * 64);
+  CHECK(gpu_params(untied, {2, 1, 4, 1}, 0) == gpu_params(gelu, {2, 1, 4, 1}, 0) + 256 / 2 * 64);
+  CHECK(gpu_params(untied, {2, 2, 2, 1}, 1) == gpu_params(gelu, {2, 2, 2, 1}, 1));
+  untied.overlap_grad_reduce = false;
+  gelu.overlap_grad_reduce = false;
+  gelu.gpu.intra_node_gbps = untied.gpu.intra_node_gbps = 8;
+  gelu.gpu.inter_node_gbps = untied.gpu.inter_node_gbps = 0.8;
+  // small_model has 4 GPUs per node: stage 0 pairs (0, 2), (1, 3) inside a node; the tied
+  // copy's sync crosses nodes: 2 x 1/2 x 4 x 8,192 B at 1e8 B/s.
+  CHECK(estimate_step(gelu, {2, 2, 2, 1}).dp_comm - estimate_step(untied, {2, 2, 2, 1}).dp_comm ==
+        Approx(32768 / 1e8).epsilon(1e-9));
 }
 
 TEST_CASE("FLOPs per step: Narayanan et al. 2021, eq. 3, and its form without recomputation", "[cost_model]") {
@@ -213,30 +270,88 @@ TEST_CASE("FLOPs per step: Narayanan et al. 2021, eq. 3, and its form without re
         Approx(96 * Bd * sd * ld * hd * hd * (1 + sd / (6 * hd) + Vd / (16 * ld * hd))).epsilon(1e-12));
 }
 
+TEST_CASE("a GEMM's time: tiles of 256 x 128, waves of one tile per SM, the larger of math and memory",
+          "[cost_model]") {
+  // 1 TFLOP/s, 4 SMs, 1,000 GB/s. 512 x 256 over 1,024: 2 x 2 tiles = 1 wave, efficiency
+  // 1 / (1 + 1/2): 2 x 512 x 256 x 1,024 / 1e12 x 1.5 s; memory 2 (512 x 1,024 + 1,024 x
+  // 256 + 512 x 256) / 1e12 s is less.
+  GpuSpec g{80, 1, 8, 100, 100, 4, 1000};
+  CHECK(gemm_seconds(g, 2, 512, 256, 1024) == Approx(268435456e-12 * 1.5).epsilon(1e-12));
+  // 300 rows still take two row tiles (tile quantization).
+  CHECK(gemm_seconds(g, 2, 300, 256, 1024) == Approx(268435456e-12 * 1.5).epsilon(1e-12));
+  // 4 of them: 16 tiles, 4 waves, efficiency 4 / 4.5.
+  CHECK(gemm_seconds(g, 2, 512, 256, 1024, 4) == Approx(4 * 268435456e-12 * 1.125).epsilon(1e-12));
+  // Depth 1 at 1 GB/s is memory-bound: 2 (256 + 128 + 256 x 128) bytes.
+  g.memory_bandwidth_gbs = 1;
+  CHECK(gemm_seconds(g, 2, 256, 128, 1) == Approx(2 * (256 + 128 + 32768) / 1e9).epsilon(1e-12));
+  // Larger products are more efficient: a micro-batch of 8 beats 8 of 1.
+  g.memory_bandwidth_gbs = 2039;
+  g.sms = 108;
+  CHECK(gemm_seconds(g, 2, 8 * 2048, 768, 2304) < 8 * gemm_seconds(g, 2, 2048, 768, 2304));
+}
+
+TEST_CASE("a layer's time is its GEMMs: four linear layers and the attention core", "[cost_model]") {
+  // small_model at tp = 2, b = 2: T = 64 tokens, h = 64, kv = 64, f = 256, 4 heads of 16.
+  ModelSpec m = small_model();
+  const GpuSpec& g = m.gpu;
+  const auto linear = [&](double in, double out) {
+    return std::pair{gemm_seconds(g, 2, 64, out, in),
+                     gemm_seconds(g, 2, 64, in, out) + gemm_seconds(g, 2, in, out, 64)};
+  };
+  const auto [qkv_f, qkv_b] = linear(64, 192 / 2);
+  const auto [proj_f, proj_b] = linear(64 / 2, 64);
+  const auto [up_f, up_b] = linear(64, 256 / 2);
+  const auto [down_f, down_b] = linear(256 / 2, 64);
+  // 2 sequences x 2 heads per GPU: Q K^T 32 x 32 over 16, P V 32 x 16 over 32.
+  const double scores = gemm_seconds(g, 2, 32, 32, 16, 4), values = gemm_seconds(g, 2, 32, 16, 32, 4);
+  // Memory-bound operations, forward (bytes at 2,039 GB/s; s b = 64, sequence parallel):
+  // outside (10 x 2 + 2) s b h / 2 = 45,056; inside (2 x 2 s b f + 9 a s^2 b) / 2 =
+  // (65,536 + 73,728) / 2 = 69,632. The backward pass moves twice as much.
+  const double elementwise = (45056 + 69632) / 2039e9;
+  const double forward = qkv_f + proj_f + up_f + down_f + scores + values + elementwise;
+  const double backward = qkv_b + proj_b + up_b + down_b + scores + 3 * values + 2 * elementwise;
+  CHECK(layer_seconds(m, 2, 2).forward == Approx(forward).epsilon(1e-12));
+  CHECK(layer_seconds(m, 2, 2).backward == Approx(backward).epsilon(1e-12));
+  m.recompute = Recompute::kFull;
+  CHECK(layer_seconds(m, 2, 2).backward == Approx(backward + forward).epsilon(1e-12));
+  m.recompute = Recompute::kSelective;
+  // Selective: the core's GEMMs and its softmax and dropout (73,728 / 2 bytes).
+  CHECK(layer_seconds(m, 2, 2).backward == Approx(backward + scores + values + 36864 / 2039e9).epsilon(1e-12));
+  // SwiGLU: one GEMM for both input products, 2f / t wide; its activation reads 2 s b f.
+  m.recompute = Recompute::kNone;
+  m.mlp = Mlp::kSwiglu;
+  const auto [gate_f, gate_b] = linear(64, 2 * 256 / 2);
+  CHECK(layer_seconds(m, 2, 2).forward == Approx(forward - up_f + gate_f + 32768 / 2 / 2039e9).epsilon(1e-12));
+}
+
 TEST_CASE("step time of a small configuration, by hand", "[cost_model]") {
-  // small_model on 8 GPUs, 4 per node, 1 TFLOP/s, 8 Gbit/s inside a node, 0.8 across:
-  // tp=2, pp=2, dp=2, b=1. Per sequence:
-  //   one layer: forward 2 s h (h + 2 kv) + 4 s^2 h + 2 s h^2 + 4 s h f = 3,407,872 FLOPs,
-  //     training 3x = 10,223,616; logits 6 s h V = 3,145,728 (V padded to 256).
-  //   last stage (the slower): (2 x 10,223,616 + 3,145,728) / 2 / 1e12 = 1.179648e-5 s.
+  // small_model on 8 GPUs, 4 per node, 8 Gbit/s inside a node, 0.8 across: tp=2, pp=2,
+  // dp=2, b=1: m = 4 micro-batches of 1 sequence.
+  //   compute per micro-batch on the last stage (the slower): 2 layers + the logits (64 in,
+  //     256 / 2 out);
   //   tp all-reduce of s h x 2 bytes = 4096 B over 2 ranks: 4096 B / 1e9 B/s; 4 per layer,
   //     2 layers: 3.2768e-5 s.
   //   pp: the job spans two nodes: 2 x 4096 / 2 B / 1e8 B/s = 4.096e-5 s.
-  //   slot: 8.552448e-5 s. Sequences per pipeline B / dp = 4.
   // dp: each DP pair is inside a node; stage 0 has the most parameters (60,608): 4-byte
   //   gradients, ring over 2: 242,432 B / 1e9 B/s. Tied embeddings (8192 parameters),
   //   first to last stage across nodes: 32,768 B / 1e8 B/s.
   ModelSpec m = small_model();
-  m.gpu.tflops = 1;
   m.gpu.per_node = 4;
   m.gpu.intra_node_gbps = 8;
   m.gpu.inter_node_gbps = 0.8;
+  m.overlap_grad_reduce = false;
+  const LayerSeconds layer = layer_seconds(m, 2, 1);
+  const double logits_f = gemm_seconds(m.gpu, 2, 32, 128, 64);
+  const double logits_b = gemm_seconds(m.gpu, 2, 32, 64, 128) + gemm_seconds(m.gpu, 2, 64, 128, 32);
+  const double compute = 2 * (layer.forward + layer.backward) + logits_f + logits_b;
+  const double slot = compute + 3.2768e-5 + 4.096e-5;
   const StepEstimate s = estimate_step(m, {2, 2, 2, 1});
-  CHECK(s.compute == Approx(4 * 1.179648e-5).epsilon(1e-12));
+  CHECK(s.compute == Approx(4 * compute).epsilon(1e-12));
   CHECK(s.tp_comm == Approx(4 * 3.2768e-5).epsilon(1e-12));
   CHECK(s.pp_comm == Approx(4 * 4.096e-5).epsilon(1e-12));
-  CHECK(s.bubble == Approx(8.552448e-5).epsilon(1e-12));
+  CHECK(s.bubble == Approx(slot).epsilon(1e-12));
   CHECK(s.dp_comm == Approx(2.42432e-4 + 3.2768e-4).epsilon(1e-12));
+  CHECK(s.dp_comm_hidden == 0);
   CHECK(s.flops == flops_per_step(m, 2));
 
   // On one node of 8 the pipeline sends and the embedding sync stay inside it.
@@ -249,12 +364,34 @@ TEST_CASE("step time of a small configuration, by hand", "[cost_model]") {
   m.gpu.per_node = 2;
   CHECK(estimate_step(m, {2, 2, 2, 1}).dp_comm == Approx(2.42432e-3 + 3.2768e-4).epsilon(1e-12));
 
-  // Doubling the micro-batch halves the micro-batches and doubles the slot: same compute,
-  // twice the bubble.
+  // Overlapped, the gradient reduction of each stage runs during the last micro-batch's
+  // backward pass: stage 0 (the larger reduction) hides 2 layers' backward.
   m.gpu.per_node = 4;
-  const StepEstimate b2 = estimate_step(m, {2, 2, 2, 2});
-  CHECK(b2.compute == s.compute);
-  CHECK(b2.bubble == Approx(2 * 8.552448e-5).epsilon(1e-12));
+  m.overlap_grad_reduce = true;
+  const StepEstimate overlapped = estimate_step(m, {2, 2, 2, 1});
+  const double hidden = std::min(2.42432e-4, 2 * layer.backward);
+  CHECK(overlapped.dp_comm == Approx(2.42432e-4 - hidden + 3.2768e-4).epsilon(1e-12));
+  CHECK(overlapped.dp_comm_hidden == Approx(hidden).epsilon(1e-12));
+  CHECK(overlapped.total() < s.total());
+
+  // Interleaved, v = 2: twice the sends (not overlapped when overlap_p2p_comm is off), half
+  // the bubble.
+  m.overlap_grad_reduce = false;
+  m.overlap_p2p_comm = false;
+  const StepEstimate v2 = estimate_step(m, {2, 2, 2, 1, 2});
+  CHECK(v2.pp_comm == Approx(4 * 2 * 4.096e-5).epsilon(1e-12));
+  CHECK(v2.bubble == Approx((compute + 3.2768e-5 + 2 * 4.096e-5) / 2).epsilon(1e-12));
+  // With overlap_p2p_comm the sends hide behind the other chunks' compute: only what
+  // exceeds the compute is left (on one node of 8 they take 2 x 4.096e-6 s, less).
+  m.overlap_p2p_comm = true;
+  REQUIRE(2 * 4.096e-5 > compute);
+  CHECK(estimate_step(m, {2, 2, 2, 1, 2}).pp_comm > 0);
+  m.gpu.per_node = 8;
+  REQUIRE(2 * 4.096e-6 < compute - logits_f - logits_b);
+  CHECK(estimate_step(m, {2, 2, 2, 1, 2}).pp_comm == 0);
+  m.gpu.per_node = 4;
+  // The 1F1B schedule's sends are never overlapped.
+  CHECK(estimate_step(m, {2, 2, 2, 1}).pp_comm == Approx(4 * 4.096e-5).epsilon(1e-12));
 }
 
 TEST_CASE("a distributed optimizer reduce-scatters gradients and all-gathers weights", "[cost_model]") {
@@ -264,6 +401,7 @@ TEST_CASE("a distributed optimizer reduce-scatters gradients and all-gathers wei
   ModelSpec m = small_model();
   m.gpu.per_node = 4;
   m.gpu.intra_node_gbps = 8;
+  m.overlap_grad_reduce = false;
   const double P = 218496;
   CHECK(gpu_params(m, {1, 1, 4, 1}, 0) == 218496);
   CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(2 * 0.75 * 4 * P / 1e9).epsilon(1e-12));

@@ -15,8 +15,10 @@ const std::string kFile = "MODEL.json";
 const std::string kFull = R"({
   "layers": 96, "hidden": 12288, "heads": 96, "ffn": 49152, "vocab": 51200, "seq": 2048,
   "global_batch": 1536, "query_groups": 8, "dtype": "F16", "distributed_optimizer": true,
-  "recompute": "selective", "sequence_parallel": false,
-  "gpu": {"memory_gb": 80, "tflops": 312.5, "per_node": 8, "intra_node_gbps": 2400, "inter_node_gbps": 200}
+  "recompute": "selective", "sequence_parallel": false, "mlp": "swiglu", "tied_embeddings": false, "flash_attention": false,
+  "interleave": false, "overlap_grad_reduce": false, "overlap_p2p_comm": false,
+  "gpu": {"memory_gb": 80, "tflops": 312.5, "per_node": 8, "intra_node_gbps": 2400, "inter_node_gbps": 200,
+          "sms": 132, "memory_bandwidth_gbs": 3350}
 })";
 
 // kFull's required members only, with `extra` spliced into the top-level object.
@@ -59,6 +61,14 @@ TEST_CASE("MODEL.json with every member is read as written", "[model_spec]") {
   CHECK(m.gpu.per_node == 8);
   CHECK(m.gpu.intra_node_gbps == 2400);
   CHECK(m.gpu.inter_node_gbps == 200);
+  CHECK(m.mlp == Mlp::kSwiglu);
+  CHECK_FALSE(m.tied_embeddings);
+  CHECK_FALSE(m.flash_attention);
+  CHECK_FALSE(m.interleave);
+  CHECK_FALSE(m.overlap_grad_reduce);
+  CHECK_FALSE(m.overlap_p2p_comm);
+  CHECK(m.gpu.sms == 132);
+  CHECK(m.gpu.memory_bandwidth_gbs == 3350);
 }
 
 TEST_CASE("MODEL.json defaults: query_groups = heads, BF16, no distributed optimizer, no recompute, sequence parallel",
@@ -70,6 +80,16 @@ TEST_CASE("MODEL.json defaults: query_groups = heads, BF16, no distributed optim
   CHECK_FALSE(r->distributed_optimizer);
   CHECK(r->recompute == Recompute::kNone);
   CHECK(r->sequence_parallel);
+  // GeLU, tied embeddings, FlashAttention, interleaving allowed, both overlaps on (as current Megatron-LM
+  // is run), an A100's 108 SMs and 2,039 GB/s.
+  CHECK(r->mlp == Mlp::kGelu);
+  CHECK(r->tied_embeddings);
+  CHECK(r->flash_attention);
+  CHECK(r->interleave);
+  CHECK(r->overlap_grad_reduce);
+  CHECK(r->overlap_p2p_comm);
+  CHECK(r->gpu.sms == 108);
+  CHECK(r->gpu.memory_bandwidth_gbs == 2039);
 }
 
 TEST_CASE("MODEL.json: unknown keys are refused, naming the key", "[model_spec]") {
@@ -98,6 +118,14 @@ TEST_CASE("MODEL.json: values of the wrong type or range are refused, naming the
   expect_invalid(minimal(R"( "recompute": "some",)"), {"recompute 'some' is not one of none, selective, full"});
   expect_invalid(minimal(R"( "distributed_optimizer": 1,)"), {"field 'distributed_optimizer' must be true or false"});
   expect_invalid(minimal(R"( "query_groups": 3,)"), {"heads (4) is not a multiple of query_groups (3)"});
+  expect_invalid(minimal(R"( "mlp": "relu",)"), {"mlp 'relu' is not one of gelu, swiglu"});
+  expect_invalid(minimal(R"( "mlp": 1,)"), {"mlp"});
+  for (const char* key :
+       {"tied_embeddings", "flash_attention", "interleave", "overlap_grad_reduce", "overlap_p2p_comm"})
+    expect_invalid(minimal(std::string(" \"") + key + "\": \"yes\","),
+                   {std::string("field '") + key + "' must be true or false"});
+  expect_invalid(minimal("", R"(, "sms": 0)"), {"gpu: sms: 0 is outside [1, 65536]"});
+  expect_invalid(minimal("", R"(, "memory_bandwidth_gbs": -1)"), {"gpu: memory_bandwidth_gbs: must be greater than 0"});
   expect_invalid(minimal("", R"(, "tflops": 0)"), {"duplicate key 'tflops'"});
   expect_invalid(R"({"layers": 4, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 256, "seq": 32, "global_batch": 8,
                      "gpu": {"memory_gb": -1, "tflops": 100, "per_node": 4, "intra_node_gbps": 800, "inter_node_gbps": 100}})",

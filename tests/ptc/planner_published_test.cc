@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "model_fixtures.h"
 
 using namespace ptc;
@@ -18,7 +20,7 @@ struct Pick {
 
 // The planner's best configuration, and the predicted step time of `published` (which must
 // be valid and fit) over the best one's.
-std::pair<ParallelConfig, double> compare(const ModelSpec& m, int gpus, const ParallelConfig& published) {
+std::pair<ParallelConfig, double> compare_at(const ModelSpec& m, int gpus, const ParallelConfig& published) {
   auto plan = plan_parallelism(m, gpus);
   REQUIRE(plan.is_ok());
   REQUIRE(validate_config(m, published).is_ok());
@@ -27,71 +29,96 @@ std::pair<ParallelConfig, double> compare(const ModelSpec& m, int gpus, const Pa
   return {plan->front().config, pub.step_seconds() / plan->front().step_seconds()};
 }
 
+// The planner's best configuration, and the predicted step time of the best configuration
+// with the published tp and pp (any micro-batch, any virtual stages: the table gives
+// neither), which must fit, over the best one's.
+std::pair<ParallelConfig, double> compare(const ModelSpec& m, int gpus, int tp, int pp) {
+  auto plan = plan_parallelism(m, gpus);
+  REQUIRE(plan.is_ok());
+  const auto published = std::find_if(plan->begin(), plan->end(),
+                                      [&](const Candidate& c) { return c.config.tp == tp && c.config.pp == pp; });
+  REQUIRE(published != plan->end());
+  return {plan->front().config, published->step_seconds() / plan->front().step_seconds()};
+}
+
 }  // namespace
 
 TEST_CASE("Megatron-LM's GPT configurations on A100 nodes (Narayanan et al. 2021, Table 1)", "[planner][published]") {
   // Narayanan et al. 2021, Table 1: GPT models with V = 51,200, s = 2,048, trained in mixed
   // precision (FP16) with full activation recomputation and without sequence parallelism
   // (which came a year later), on DGX A100 nodes (model_fixtures.h: gpt()). Micro-batch
-  // sizes are not in the table; the comparison is of (tp, pp) at the published GPU count.
+  // sizes and interleaving are not in the table; the comparison is of (tp, pp) at the
+  // published GPU count. MODEL.json defaults otherwise: overlapped gradient reduction,
+  // interleaving allowed (docs/PLANNER.md explains each disagreement).
   struct Row {
     double billions;
     int64_t heads, hidden, layers;
     int tp, pp, gpus;
     int64_t batch;
-    Pick planner;      // what the planner chooses instead (equal to tp, pp where it agrees)
+    Pick planner;      // what the planner chooses (equal to tp, pp where it agrees)
     double max_ratio;  // published step time / planner's best, predicted, upper bound
   };
   const Row table1[] = {
       {1.7, 24, 2304, 24, 1, 1, 32, 512, {1, 1}, 1.0},
-      {3.6, 32, 3072, 30, 2, 1, 64, 512, {1, 8}, 1.04},
-      {7.5, 32, 4096, 36, 4, 1, 128, 512, {4, 2}, 1.02},
-      {18.4, 48, 6144, 40, 8, 1, 256, 1024, {4, 2}, 1.09},
-      {39.1, 64, 8192, 48, 8, 2, 512, 1536, {4, 4}, 1.05},
+      {3.6, 32, 3072, 30, 2, 1, 64, 512, {1, 1}, 1.081},
+      {7.5, 32, 4096, 36, 4, 1, 128, 512, {1, 2}, 1.153},
+      {18.4, 48, 6144, 40, 8, 1, 256, 1024, {2, 4}, 1.211},
+      {39.1, 64, 8192, 48, 8, 2, 512, 1536, {4, 4}, 1.114},
       {76.1, 80, 10240, 60, 8, 4, 1024, 1792, {8, 4}, 1.0},
-      {145.6, 96, 12288, 80, 8, 8, 1536, 2304, {8, 8}, 1.0},
-      {310.1, 128, 16384, 96, 8, 16, 1920, 2160, {8, 12}, 1.01},
-      {529.6, 128, 20480, 105, 8, 35, 2520, 2520, {8, 21}, 1.02},
+      {145.6, 96, 12288, 80, 8, 8, 1536, 2304, {4, 16}, 1.033},
+      {310.1, 128, 16384, 96, 8, 16, 1920, 2160, {8, 16}, 1.0},
+      {529.6, 128, 20480, 105, 8, 35, 2520, 2520, {8, 21}, 1.030},
       {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, {8, 64}, 1.0},
   };
-  int agree = 0;
+  int agree = 0, within_10_percent = 0;
   for (const Row& r : table1) {
     INFO(r.billions << "B on " << r.gpus << " GPUs, published tp=" << r.tp << " pp=" << r.pp);
     ModelSpec m = gpt(r.layers, r.hidden, r.heads, r.batch);
     m.dtype = Precision::kF16;
     m.recompute = Recompute::kFull;
     m.sequence_parallel = false;
-    const auto [best, ratio] = compare(m, r.gpus, {r.tp, r.pp, r.gpus / (r.tp * r.pp), 1});
+    const auto [best, ratio] = compare(m, r.gpus, r.tp, r.pp);
     CHECK(best.tp == r.planner.tp);
     CHECK(best.pp == r.planner.pp);
-    CHECK(best.micro_batch == 1);
     CHECK(ratio <= r.max_ratio);
+    CHECK(ratio >= r.max_ratio - 0.002);
     if (best.tp == r.tp && best.pp == r.pp) {
       CHECK(ratio == 1.0);
       ++agree;
     }
+    within_10_percent += ratio <= 1.1 ? 1 : 0;
   }
-  CHECK(agree == 4);  // 1.7B, 76.1B, 145.6B and 1T
+  CHECK(agree == 4);              // 1.7B, 76.1B, 310.1B and 1T
+  CHECK(within_10_percent == 7);  // not 7.5B (15%), 18.4B (21%), 39.1B (11%)
 
-  // The planner's picks for 310.1B and 529.6B need 69.7 and 71.7 GiB of the 80; the
-  // published ones 54.8 and 48.8. With 16 GiB of each GPU kept for what the model does not
-  // count (CUDA context, NCCL buffers, allocator fragmentation): memory_gb 64, it agrees on
-  // those two as well, and nothing else changes.
-  agree = 0;
+  // Two settings the table does not state change what the planner picks: with 16 GiB of
+  // each GPU kept for what the model does not count (CUDA context, NCCL buffers, allocator
+  // fragmentation) and the 1F1B schedule only (no interleaving), it agrees on 3.6B, 7.5B and
+  // 529.6B as well and loses 76.1B: 6 of 10, and every published choice is within 10%.
+  agree = within_10_percent = 0;
   for (const Row& r : table1) {
-    INFO(r.billions << "B with 64 GiB usable");
+    INFO(r.billions << "B with 64 GiB usable, 1F1B");
     ModelSpec m = gpt(r.layers, r.hidden, r.heads, r.batch);
     m.dtype = Precision::kF16;
     m.recompute = Recompute::kFull;
     m.sequence_parallel = false;
     m.gpu.memory_gb = 64;
-    const auto [best, ratio] = compare(m, r.gpus, {r.tp, r.pp, r.gpus / (r.tp * r.pp), 1});
-    const bool large = r.billions > 300 && r.billions < 600;
-    CHECK(best.tp == (large ? r.tp : r.planner.tp));
-    CHECK(best.pp == (large ? r.pp : r.planner.pp));
+    m.interleave = false;
+    const auto [best, ratio] = compare(m, r.gpus, r.tp, r.pp);
     agree += best.tp == r.tp && best.pp == r.pp ? 1 : 0;
+    within_10_percent += ratio <= 1.1 ? 1 : 0;
+    // Where it differs it takes less tp and more pp: 18.4B (2, 4), 39.1B (4, 4), 76.1B
+    // (4, 8), 145.6B (4, 16).
+    const Pick want = r.billions == 18.4    ? Pick{2, 4}
+                      : r.billions == 39.1  ? Pick{4, 4}
+                      : r.billions == 76.1  ? Pick{4, 8}
+                      : r.billions == 145.6 ? Pick{4, 16}
+                                            : Pick{r.tp, r.pp};
+    CHECK(best.tp == want.tp);
+    CHECK(best.pp == want.pp);
   }
   CHECK(agree == 6);
+  CHECK(within_10_percent == 10);
 }
 
 TEST_CASE("Tenplex's parallelism table for GPT-3 XL on 4, 8 and 16 GPUs", "[planner][published]") {
@@ -113,6 +140,7 @@ TEST_CASE("Tenplex's parallelism table for GPT-3 XL on 4, 8 and 16 GPUs", "[plan
   m.global_batch = 128;
   m.dtype = Precision::kF16;
   m.sequence_parallel = false;
+  m.flash_attention = false;  // Megatron-LM's --use-flash-attn is not in run.sh
   m.gpu = {48, 150, 4, 256, 100};
   struct Row {
     int gpus, tp, pp, dp;
@@ -120,15 +148,57 @@ TEST_CASE("Tenplex's parallelism table for GPT-3 XL on 4, 8 and 16 GPUs", "[plan
     double max_ratio;  // Tenplex's configuration at micro-batch 8 over the planner's best
   };
   const Row table[] = {
-      {4, 2, 2, 1, {1, 1, 4, 1}, 1.52},
-      {8, 2, 4, 1, {1, 2, 4, 1}, 1.67},
-      {16, 2, 4, 2, {1, 4, 4, 1}, 1.59},
+      {4, 2, 2, 1, {1, 1, 4, 4}, 1.50},
+      {8, 2, 4, 1, {1, 2, 4, 4, 12}, 1.71},
+      {16, 2, 4, 2, {1, 2, 8, 4, 12}, 1.72},
   };
   for (const Row& r : table) {
     INFO(r.gpus << " GPUs");
-    const auto [best, ratio] = compare(m, r.gpus, {r.tp, r.pp, r.dp, 8});
+    const auto [best, ratio] = compare_at(m, r.gpus, {r.tp, r.pp, r.dp, 8});
     CHECK(best == r.planner);
     CHECK(ratio <= r.max_ratio);
     CHECK(ratio > 1.2);  // the planner disagrees, and by a margin its model is sure of
+  }
+}
+
+TEST_CASE("a Llama-style model: SwiGLU, untied output layer, long sequences with and without FlashAttention",
+          "[planner][published]") {
+  // Llama 2 7B (Touvron et al. 2023b): 32 layers, hidden 4096, 32 heads, SwiGLU of width
+  // 11,008, vocabulary 32,000, untied output layer; 6,738,415,616 parameters as released.
+  // This model is Megatron's GPT of that shape: it adds learned position embeddings (s h),
+  // biases on every linear layer ((h + 2kv) + h + 2f + h per layer) and LayerNorm biases
+  // (2h per layer, h for the final one).
+  ModelSpec m;
+  m.layers = 32;
+  m.hidden = 4096;
+  m.heads = 32;
+  m.query_groups = 32;
+  m.ffn = 11008;
+  m.vocab = 32000;
+  m.mlp = Mlp::kSwiglu;
+  m.tied_embeddings = false;
+  m.gpu = {80, 312, 8, 2400, 200};
+  const int64_t extras = 32 * ((4096 + 2 * 4096) + 4096 + 2 * 11008 + 4096 + 2 * 4096) + 4096;
+  for (int64_t seq : {4096, 8192, 32768}) {
+    INFO("seq " << seq);
+    m.seq = seq;
+    m.global_batch = 4 * 1024 * 1024 / seq;  // 4M tokens per step, as Llama 2 trained
+    CHECK(model_params(m) == 6738415616 + extras + seq * 4096);
+    m.flash_attention = true;
+    auto flash = plan_parallelism(m, 64);
+    REQUIRE(flash.is_ok());
+    m.flash_attention = false;
+    auto plain = plan_parallelism(m, 64);
+    if (seq == 32768) {
+      // Without FlashAttention the 32 heads' 32k x 32k scores (5 a s^2 b / t bytes per layer)
+      // fit nowhere: 657 GiB of activations on the smallest configuration.
+      REQUIRE_FALSE(plain.is_ok());
+      CHECK_THAT(plain.status().message(), Catch::Contains("activations 657.19 GiB"));
+      continue;
+    }
+    REQUIRE(plain.is_ok());
+    // FlashAttention fits more configurations and is predicted faster at the best of each.
+    CHECK(flash->size() > plain->size());
+    CHECK(flash->front().step_seconds() < plain->front().step_seconds());
   }
 }

@@ -17,7 +17,7 @@ namespace {
 
 std::string name(const ParallelConfig& c) {
   return std::to_string(c.tp) + "/" + std::to_string(c.pp) + "/" + std::to_string(c.dp) + "/" +
-         std::to_string(c.micro_batch);
+         std::to_string(c.micro_batch) + (c.virtual_stages > 1 ? "v" + std::to_string(c.virtual_stages) : "");
 }
 
 std::vector<std::string> names(const std::vector<ParallelConfig>& cs) {
@@ -32,21 +32,24 @@ std::vector<Candidate> exhaustive(const ModelSpec& m, int gpus) {
   std::vector<Candidate> out;
   for (int tp = 1; tp <= gpus; ++tp)
     for (int pp = 1; pp <= gpus; ++pp)
-      for (int64_t b = 1; b <= m.global_batch; ++b) {
-        if (gpus % (tp * pp) != 0) continue;
-        const int dp = gpus / (tp * pp);
-        if (m.heads % tp || m.query_groups % tp || m.ffn % tp || tp > m.gpu.per_node) continue;
-        if (pp > m.layers || m.global_batch % (dp * b)) continue;
-        const ParallelConfig c{tp, pp, dp, b};
-        const MemoryEstimate mem = estimate_memory(m, c);
-        if (mem.total() > m.gpu.memory_gb * 1024 * 1024 * 1024) continue;
-        out.push_back({c, mem, estimate_step(m, c)});
-      }
+      for (int64_t b = 1; b <= m.global_batch; ++b)
+        for (int v = 1; v <= m.layers; ++v) {
+          if (gpus % (tp * pp) != 0) continue;
+          const int dp = gpus / (tp * pp);
+          if (m.heads % tp || m.query_groups % tp || m.ffn % tp || tp > m.gpu.per_node) continue;
+          if (pp > m.layers || m.global_batch % (dp * b)) continue;
+          // Interleaving: pp > 1, pp x v divides the layers, pp divides the micro-batches.
+          if (v > 1 && (!m.interleave || pp == 1 || m.layers % (pp * v) || (m.global_batch / (dp * b)) % pp)) continue;
+          const ParallelConfig c{tp, pp, dp, b, v};
+          const MemoryEstimate mem = estimate_memory(m, c);
+          if (mem.total() > m.gpu.memory_gb * 1024 * 1024 * 1024) continue;
+          out.push_back({c, mem, estimate_step(m, c)});
+        }
   std::sort(out.begin(), out.end(), [](const Candidate& x, const Candidate& y) {
     if (x.step.total() != y.step.total()) return x.step.total() < y.step.total();
     if (x.memory.total() != y.memory.total()) return x.memory.total() < y.memory.total();
-    return std::tie(x.config.tp, x.config.pp, x.config.micro_batch) <
-           std::tie(y.config.tp, y.config.pp, y.config.micro_batch);
+    return std::tie(x.config.tp, x.config.pp, x.config.micro_batch, x.config.virtual_stages) <
+           std::tie(y.config.tp, y.config.pp, y.config.micro_batch, y.config.virtual_stages);
   });
   return out;
 }
@@ -57,19 +60,24 @@ TEST_CASE(
     "valid configurations of 8 GPUs: tp divides heads and ffn within a node, pp <= layers, dp x b divides "
     "the batch",
     "[planner]") {
-  // small_model: 4 heads, ffn 256, 4 layers, global batch 8, 4 GPUs per node.
+  // small_model: 4 heads, ffn 256, 4 layers, global batch 8, 4 GPUs per node. Interleaved
+  // (vV): pp = 2 with v = 2 (pp x v divides 4 layers) when pp divides the micro-batches.
   const std::vector<std::string> expected = {
-      "1/1/8/1",                                   // tp=1
-      "1/2/4/1", "1/2/4/2",                        //
-      "1/4/2/1", "1/4/2/2", "1/4/2/4",             //
-      "2/1/4/1", "2/1/4/2",                        // tp=2
-      "2/2/2/1", "2/2/2/2", "2/2/2/4",             //
-      "2/4/1/1", "2/4/1/2", "2/4/1/4", "2/4/1/8",  //
-      "4/1/2/1", "4/1/2/2", "4/1/2/4",             // tp=4
-      "4/2/1/1", "4/2/1/2", "4/2/1/4", "4/2/1/8",
+      "1/1/8/1",                                                  // tp=1
+      "1/2/4/1", "1/2/4/1v2", "1/2/4/2",                          //
+      "1/4/2/1", "1/4/2/2",   "1/4/2/4",                          //
+      "2/1/4/1", "2/1/4/2",                                       // tp=2
+      "2/2/2/1", "2/2/2/1v2", "2/2/2/2", "2/2/2/2v2", "2/2/2/4",  //
+      "2/4/1/1", "2/4/1/2",   "2/4/1/4", "2/4/1/8",               //
+      "4/1/2/1", "4/1/2/2",   "4/1/2/4",                          // tp=4
+      "4/2/1/1", "4/2/1/1v2", "4/2/1/2", "4/2/1/2v2", "4/2/1/4", "4/2/1/4v2", "4/2/1/8",
   };
   CHECK(names(valid_configs(small_model(), 8)) == expected);
   for (const auto& c : valid_configs(small_model(), 8)) CHECK(validate_config(small_model(), c).is_ok());
+  ModelSpec plain = small_model();
+  plain.interleave = false;
+  for (const auto& c : valid_configs(plain, 8)) CHECK(c.virtual_stages == 1);
+  CHECK(valid_configs(plain, 8).size() == expected.size() - 6);
 }
 
 TEST_CASE("validate_config names the rule a configuration breaks", "[planner]") {
@@ -85,6 +93,18 @@ TEST_CASE("validate_config names the rule a configuration breaks", "[planner]") 
   CHECK(message({1, 1, 3, 1}) == "tp=1,pp=1,dp=3,micro_batch=1: dp x micro_batch must divide global_batch (8)");
   CHECK(message({1, 1, 2, 8}) == "tp=1,pp=1,dp=2,micro_batch=8: dp x micro_batch must divide global_batch (8)");
   CHECK(message({0, 1, 1, 1}) == "tp=0,pp=1,dp=1,micro_batch=1: every degree must be at least 1");
+  // Interleaving: 4 layers over pp = 2 in v = 4 chunks is 8 chunks; pp = 1 has no stages
+  // to interleave; 8 / (4 x 2) = 1 micro-batch is no multiple of pp = 2.
+  const std::string rule =
+      "virtual stages need pp > 1, pp x virtual_stages dividing the 4 layers and pp dividing "
+      "the micro-batches";
+  CHECK(message({1, 2, 1, 1, 4}) == "tp=1,pp=2,dp=1,micro_batch=1,virtual_stages=4: " + rule);
+  CHECK(message({1, 1, 1, 1, 2}) == "tp=1,pp=1,dp=1,micro_batch=1,virtual_stages=2: " + rule);
+  CHECK(message({1, 2, 4, 2, 2}) == "tp=1,pp=2,dp=4,micro_batch=2,virtual_stages=2: " + rule);
+  CHECK(validate_config(m, {1, 2, 2, 1, 2}).is_ok());
+  m.interleave = false;
+  CHECK(message({1, 2, 2, 1, 2}) ==
+        "tp=1,pp=2,dp=2,micro_batch=1,virtual_stages=2: virtual stages need \"interleave\": true");
 }
 
 TEST_CASE("plan refuses 0 GPUs, a count with no valid configuration, and a model that fits nowhere", "[planner]") {
@@ -135,15 +155,16 @@ TEST_CASE("plan ranks the configurations that fit by step time, and drops the ot
   }
 }
 
-TEST_CASE("with one stage the micro-batch changes no time: the smaller memory wins", "[planner]") {
-  // pp = 1: no bubble, and every cost is linear in the sequences; a larger micro-batch only
-  // keeps more activations.
+TEST_CASE("with one stage a larger micro-batch fills more of the GPU: faster, and more memory", "[planner]") {
+  // pp = 1: no bubble; a larger micro-batch makes every GEMM larger (more waves of tiles,
+  // gemm_seconds) and keeps more activations.
   const ModelSpec m = small_model();
   const Candidate b1 = evaluate(m, {2, 1, 4, 1});
   const Candidate b2 = evaluate(m, {2, 1, 4, 2});
-  CHECK(b1.step.total() == b2.step.total());
+  CHECK(b2.step.compute < b1.step.compute);
+  CHECK(b2.step.total() < b1.step.total());
   CHECK(b1.memory.total() < b2.memory.total());
-  CHECK(better(b1, b2));
+  CHECK(better(b2, b1));
 }
 
 TEST_CASE("the planner equals exhaustive search under the same model on random small cases", "[planner]") {
@@ -167,8 +188,16 @@ TEST_CASE("the planner equals exhaustive search under the same model on random s
     m.recompute = static_cast<Recompute>(pick({0, 1, 2}));
     m.sequence_parallel = pick({0, 1}) == 1;
     m.distributed_optimizer = pick({0, 1}) == 1;
-    m.gpu = {pick({1, 4, 16, 64}) / 65536.0, static_cast<double>(pick({1, 100})), static_cast<int>(pick({1, 2, 4, 8})),
-             static_cast<double>(pick({100, 2400})), static_cast<double>(pick({10, 200}))};
+    m.mlp = static_cast<Mlp>(pick({0, 1}));
+    m.tied_embeddings = pick({0, 1}) == 1;
+    m.flash_attention = pick({0, 1}) == 1;
+    m.interleave = pick({0, 1, 1}) == 1;
+    m.overlap_grad_reduce = pick({0, 1}) == 1;
+    m.overlap_p2p_comm = pick({0, 1}) == 1;
+    m.gpu = {pick({1, 4, 16, 64}) / 65536.0,       static_cast<double>(pick({1, 100})),
+             static_cast<int>(pick({1, 2, 4, 8})), static_cast<double>(pick({100, 2400})),
+             static_cast<double>(pick({10, 200})), static_cast<int>(pick({1, 108})),
+             static_cast<double>(pick({1, 2039}))};
     const int gpus = static_cast<int>(pick({1, 2, 3, 4, 6, 8, 12, 16}));
     INFO("round " << round << ": " << gpus << " GPUs, layers " << m.layers << ", heads " << m.heads << ", batch "
                   << m.global_batch << ", memory " << m.gpu.memory_gb);
