@@ -87,12 +87,11 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(c.gpus, ptc::member_gpus_or_empty(j, "gpus", w));
     r.change = std::move(c);
   } else if (kind == "repartition") {
-    PTC_RETURN_IF_ERROR(
-        ptc::check_members(j,
-                           {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc",
-                            "from_nodes", "from_holders", "from_gpus", "to", "to_nodes", "to_gpus", "down", "digest",
-                            "global_batch"},
-                           w));
+    PTC_RETURN_IF_ERROR(ptc::check_members(
+        j,
+        {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc", "from_nodes", "from_holders",
+         "from_gpus", "to", "to_nodes", "to_gpus", "down", "digest", "global_batch"},
+        w));
     RepartitionChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
@@ -214,9 +213,12 @@ ptc::Result<StepState> step_state_from_json(const json& j, const std::string& wh
 }
 
 json to_json(const DatasetState& s) {
-  return {{"version", s.version},           {"dp", s.dp},
-          {"epoch", s.epoch},               {"consumed", s.consumed},
-          {"table_xxh3", s.table_xxh3},     {"global_batch", s.global_batch},
+  return {{"version", s.version},
+          {"dp", s.dp},
+          {"epoch", s.epoch},
+          {"consumed", s.consumed},
+          {"table_xxh3", s.table_xxh3},
+          {"global_batch", s.global_batch},
           {"batch_offset", s.batch_offset}};
 }
 

@@ -239,8 +239,8 @@ ptc::Result<json> ControlService::import(const json& req, const transport::Progr
 }
 
 ptc::Result<json> ControlService::repartition(const json& req, const transport::ProgressSink& progress) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "to", "dry_run", "nodes", "global_batch"},
-                                         "repartition request"));
+  PTC_RETURN_IF_ERROR(
+      ptc::check_members(req, {"op", "job", "step", "to", "dry_run", "nodes", "global_batch"}, "repartition request"));
   RepartitionRequest r;
   if (req.contains("nodes")) {
     PTC_ASSIGN_OR_RETURN(r.nodes, ptc::member_strings(req, "nodes"));

@@ -162,7 +162,8 @@ ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, con
     const uint64_t batch = global_batch ? global_batch : v->spec().global_batch;
     if (key.first != job || (v->position().dp == dp && batch == v->spec().global_batch)) continue;
     auto next = ptc::rebatched(v->spec(), v->position(), dp, batch);
-    if (!next) return ptc::invalid("cannot re-split dataset " + job + "/" + key.second + ": " + next.status().message());
+    if (!next)
+      return ptc::invalid("cannot re-split dataset " + job + "/" + key.second + ": " + next.status().message());
     out.push_back({v->with_position(next->pos, 0, next->global_batch), v});
   }
   return out;

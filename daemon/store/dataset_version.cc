@@ -233,8 +233,8 @@ std::shared_ptr<DatasetVersion> DatasetVersion::with_position(const ptc::Dataset
   ptc::DatasetSpec spec = spec_;
   if (global_batch) spec.global_batch = global_batch;
   return std::make_shared<DatasetVersion>(job_, name_, version ? version : version_ + 1,
-                                          static_cast<int64_t>(::time(nullptr)), spec, dtype_code_, pos, source_,
-                                          home_, remote_);
+                                          static_cast<int64_t>(::time(nullptr)), spec, dtype_code_, pos, source_, home_,
+                                          remote_);
 }
 
 std::vector<uint64_t> DatasetVersion::blobs_used() const {

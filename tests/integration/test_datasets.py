@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import ptcds
+import ptcfs
 from dataset_util import check_jsonl_views, interleave, jsonl_lines, state, write_jsonl
 from ptcfs_harness import Checkpoint, assert_error, errno_of, read_all
 
@@ -131,6 +132,12 @@ def test_a_new_global_batch_with_dp_continues_the_single_rank_order(daemon, tmp_
                    check=False)
     assert_error(r, "gpt/train", "global batch 10 is not divisible by dp=3")
     assert daemon.cli_json("ls", "gpt/100", "--json") == before_step
+    assert read_all(os.path.join(folder, "state.json")) == before_state
+    # The Python client asks the same; a dry run changes nothing.
+    with ptcfs.Client(daemon=daemon.addr, secret_file=daemon.secret_file) as client:
+        dry = client.repartition("gpt", 100, (1, 1, 3), dry_run=True, global_batch=9)
+    assert dry["datasets"] == [{"name": "train", "from_dp": 2, "to_dp": 3, "from_global_batch": 20,
+                                "to_global_batch": 9}]
     assert read_all(os.path.join(folder, "state.json")) == before_state
     daemon.cli("repartition", "--job", "gpt", "--step", "100", "--to", "tp=1,pp=1,dp=3", "--global-batch", 9)
     st = state(daemon, "gpt", "train")

@@ -113,8 +113,7 @@ TEST_CASE("records are read from mapped files, and a file cut short is an error,
   }
 }
 
-TEST_CASE("a new global batch re-splits a dataset from its consumed count, kept across a restart",
-          "[dataset_store]") {
+TEST_CASE("a new global batch re-splits a dataset from its consumed count, kept across a restart", "[dataset_store]") {
   TempDir tmp;
   const std::string src = tmp.path() + "/a.jsonl";
   {
