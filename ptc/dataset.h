@@ -32,7 +32,8 @@ enum class DatasetFormat { kJsonl, kMegatron };
 const char* format_name(DatasetFormat f);
 Result<DatasetFormat> parse_dataset_format(const std::string& name);
 
-// What never changes after a dataset is added.
+// What never changes after a dataset is added, but the global batch (a repartition may give a new one,
+// see rebatched()).
 struct DatasetSpec {
   DatasetFormat format = DatasetFormat::kJsonl;
   uint64_t seed = 0;
