@@ -17,7 +17,8 @@ using nlohmann::json;
 CLI::App* add_allocate_command(CLI::App& app, AllocateArgs& a, Globals& g) {
   auto* cmd = app.add_subcommand(
       "allocate",
-      "Divide N GPUs among jobs (JOBS.json: each a GPU range and measured throughput or a MODEL.json): "
+      "Divide N GPUs among jobs (JOBS.json: each a GPU range, optionally a global-batch range, and measured "
+      "throughput or a MODEL.json): "
       "now, to maximise their total samples/s (throughput), or over time, to finish the whole queue "
       "first (makespan; each job needs 'samples'); docs/PLANNER.md; needs no daemon");
   cmd->add_option("--jobs", a.jobs_file, "JOBS.json")->required();
@@ -57,6 +58,10 @@ std::string id_ranges(const std::vector<int>& ids) {
   }
   return out;
 }
+
+json batch_json(const ptc::JobOption& o) { return o.global_batch ? json(o.global_batch) : json(nullptr); }
+
+std::string batch_cell(const ptc::JobOption& o) { return o.global_batch ? std::to_string(o.global_batch) : "-"; }
 
 json config_json(const ptc::JobOption& o) {
   if (!o.config) return nullptr;
@@ -100,6 +105,7 @@ int run_makespan(const AllocateArgs& a, const Globals& g, const std::vector<ptc:
       out["jobs"].push_back({{"name", j.name},
                              {"gpus", j.option.option.gpus},
                              {"samples_per_s", j.option.option.samples_per_s},
+                             {"global_batch", batch_json(j.option.option)},
                              {"seconds", j.option.seconds},
                              {"start_s", j.start_s},
                              {"end_s", j.end_s},
@@ -139,8 +145,11 @@ int run_allocate(const AllocateArgs& a, const Globals& g) {
                 {"samples_per_s", alloc.samples_per_s},
                 {"jobs", json::array()}};
     for (const auto& j : alloc.jobs) {
-      json e = {
-          {"name", j.name}, {"queued", j.queued}, {"gpus", j.option.gpus}, {"samples_per_s", j.option.samples_per_s}};
+      json e = {{"name", j.name},
+                {"queued", j.queued},
+                {"gpus", j.option.gpus},
+                {"samples_per_s", j.option.samples_per_s},
+                {"global_batch", j.queued ? json(nullptr) : batch_json(j.option)}};
       if (j.option.config) e["config"] = config_json(j.option);
       out["jobs"].push_back(std::move(e));
     }
@@ -148,12 +157,13 @@ int run_allocate(const AllocateArgs& a, const Globals& g) {
   }
   fmt::print("{} on {} GPUs ({}): {} used, {:.6g} samples/s in all\n", a.jobs_file, a.gpus, a.policy, alloc.gpus_used,
              alloc.samples_per_s);
-  fmt::print("{:<20} {:>6} {:>12}  {}\n", "job", "gpus", "samples/s", "configuration");
+  fmt::print("{:<20} {:>6} {:>12} {:>12}  {}\n", "job", "gpus", "samples/s", "global_batch", "configuration");
   for (const auto& j : alloc.jobs) {
     if (j.queued)
-      fmt::print("{:<20} {:>6} {:>12}  {}\n", j.name, 0, "-", "queued (its smallest count does not fit)");
+      fmt::print("{:<20} {:>6} {:>12} {:>12}  {}\n", j.name, 0, "-", "-", "queued (its smallest count does not fit)");
     else
-      fmt::print("{:<20} {:>6} {:>12.6g}  {}\n", j.name, j.option.gpus, j.option.samples_per_s, config_text(j.option));
+      fmt::print("{:<20} {:>6} {:>12.6g} {:>12}  {}\n", j.name, j.option.gpus, j.option.samples_per_s,
+                 batch_cell(j.option), config_text(j.option));
   }
   return 0;
 }

@@ -165,6 +165,7 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
 struct Target {
   std::string to, model;
   int gpus = 0;
+  uint64_t global_batch = 0;  // the job's datasets' new global batch (0: unchanged)
 };
 
 int cmd_repartition(const Globals& g, const std::string& job, const std::string& step, const Target& target,
@@ -195,6 +196,7 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
   }
   ptcfs::cli::ProgressLine line("repartition " + job + "/" + step);
   json req = {{"op", "repartition"}, {"job", job}, {"step", step}, {"to", to}, {"dry_run", dry_run}};
+  if (target.global_batch) req["global_batch"] = target.global_batch;
   add_nodes(req, nodes);
   auto r = call(g, req, [&](const json& p) {
     if (g.json || p.value("phase", "") != "compact") return;
@@ -213,9 +215,12 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
   };
   const std::string what = job + "/" + step + " " + par(j["from"]) + " -> " + par(j["to"]);
   auto print_datasets = [&] {
-    for (const auto& d : j.value("datasets", json::array()))
-      fmt::print("  dataset {} {} dp={} -> dp={}\n", d["name"].get<std::string>(),
-                 dry_run ? "would be re-split" : "re-split", d["from_dp"].get<int>(), d["to_dp"].get<int>());
+    for (const auto& d : j.value("datasets", json::array())) {
+      const uint64_t from_b = d.value("from_global_batch", uint64_t{0}), to_b = d.value("to_global_batch", uint64_t{0});
+      fmt::print("  dataset {} {} dp={} -> dp={}{}\n", d["name"].get<std::string>(),
+                 dry_run ? "would be re-split" : "re-split", d["from_dp"].get<int>(), d["to_dp"].get<int>(),
+                 from_b == to_b ? std::string() : fmt::format(", global batch {} -> {}", from_b, to_b));
+    }
   };
   if (j["unchanged"].get<bool>()) {
     fmt::print("{}: already in that configuration, nothing to do\n", what);
@@ -331,6 +336,10 @@ int main(int argc, char** argv) {
   rep->add_option("--gpus", target.gpus, "Instead of --to: the planner's best configuration for N GPUs (with --model)")
       ->check(ptcfs::cli::non_negative());
   rep->add_option("--model", target.model, "MODEL.json for --gpus (docs/PLANNER.md)");
+  rep->add_option("--global-batch", target.global_batch,
+                  "A new global batch for the job's datasets, in the same commit: the sample order continues at "
+                  "the samples consumed (docs/FORMATS.md \"A new global batch\"); dp must divide it")
+      ->check(CLI::PositiveNumber);
   rep->add_flag("--dry-run", dry_run, "Print the plan summary without changing anything");
   rep->add_option("--nodes", nodes,
                   "In a cluster: the node ids to place the new ranks on, in order (default: every node); leave out "

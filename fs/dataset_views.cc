@@ -59,8 +59,9 @@ nlohmann::json dataset_state(const DatasetContent& c) {
           {"dp", p.dp},
           {"epoch", p.epoch},
           {"consumed", p.consumed},
-          {"dropped", s.dropped()},
-          {"samples_per_epoch", s.samples_per_epoch()},
+          {"batch_offset", p.batch_offset},
+          {"dropped", ptc::epoch_dropped(s, p)},
+          {"samples_per_epoch", ptc::epoch_end(s, p)},
           {"version", c.version()}};
 }
 
@@ -73,7 +74,7 @@ std::vector<std::pair<std::string, std::shared_ptr<const View>>> dataset_views(
   const auto& spec = c->spec();
   const auto& pos = c->position();
   for (int d = 0; d < pos.dp; ++d) {
-    auto view = std::make_shared<RecordsView>(c, ptc::rank_samples(c->order(), spec, pos.dp, d, pos.consumed));
+    auto view = std::make_shared<RecordsView>(c, ptc::rank_samples(c->order(), spec, pos, d));
     const std::string stem = "dp" + std::to_string(d);
     if (spec.format == ptc::DatasetFormat::kJsonl) {
       files.emplace_back(stem + ".jsonl", std::move(view));

@@ -14,6 +14,10 @@
 // Global batch k of an epoch is order[k*B, (k+1)*B); DP rank d reads the d-th contiguous
 // chunk of B/dp samples of each batch; the n mod B samples after the last whole batch are
 // dropped for that epoch (another epoch's order drops others).
+// A new global batch B' taken at `consumed` c mid-epoch starts its batches there: batch k
+// of the rest of the epoch is order[c + k*B', c + (k+1)*B') (the position's batch_offset is
+// c), and the (n - c) mod B' samples after the last whole one are dropped; the next epoch
+// starts at offset 0 (docs/FORMATS.md "A new global batch").
 #pragma once
 
 #include <cstdint>
@@ -28,13 +32,15 @@ enum class DatasetFormat { kJsonl, kMegatron };
 const char* format_name(DatasetFormat f);
 Result<DatasetFormat> parse_dataset_format(const std::string& name);
 
-// What never changes after a dataset is added.
+// What never changes after a dataset is added, but the global batch (a repartition may give a new one,
+// see rebatched()).
 struct DatasetSpec {
   DatasetFormat format = DatasetFormat::kJsonl;
   uint64_t seed = 0;
   uint64_t global_batch = 1;  // B
   uint64_t num_samples = 0;   // n
 
+  // With batches from the start of the epoch (batch_offset 0).
   uint64_t batches_per_epoch() const { return num_samples / global_batch; }
   uint64_t samples_per_epoch() const { return batches_per_epoch() * global_batch; }
   uint64_t dropped() const { return num_samples - samples_per_epoch(); }
@@ -44,25 +50,43 @@ struct DatasetSpec {
 struct DatasetPosition {
   int dp = 1;
   uint64_t epoch = 0;
-  uint64_t consumed = 0;  // samples of this epoch already read (a multiple of B)
+  uint64_t consumed = 0;      // samples of this epoch already read (batch_offset + a multiple of B)
+  uint64_t batch_offset = 0;  // where this epoch's batches of B start: the consumed count when B changed
   bool operator==(const DatasetPosition&) const = default;
 };
+
+// The samples of this epoch read by its end (the offset, then whole batches of B after it),
+// and those dropped after them.
+uint64_t epoch_end(const DatasetSpec& spec, const DatasetPosition& pos);
+uint64_t epoch_dropped(const DatasetSpec& spec, const DatasetPosition& pos);
 
 // The largest dataset: sample ids are 32-bit.
 inline constexpr uint64_t kMaxSamples = 0xFFFFFFFFull;
 
 // Validates a spec (n >= B >= 1, n <= kMaxSamples).
 Status check_spec(const DatasetSpec& spec);
-// Validates a position against a spec: dp >= 1 dividing B, consumed a multiple of B and
-// at most samples_per_epoch(). Messages name the field.
+// Validates a position against a spec: dp >= 1 dividing B, batch_offset <= consumed,
+// consumed - batch_offset a multiple of B, consumed at most epoch_end(). Messages name the field.
 Status check_position(const DatasetSpec& spec, const DatasetPosition& pos);
 // kInvalidArgument unless dp divides the global batch (the message says both).
 Status check_dp(const DatasetSpec& spec, int dp);
 
-// The position after training has consumed `consumed` samples of epoch `epoch`; consuming
-// the whole epoch starts the next one at 0. Validates like check_position.
+// The position after training has consumed `consumed` samples of epoch `epoch` (another epoch
+// than pos's has batch_offset 0); consuming the whole epoch starts the next one at 0.
+// Validates like check_position.
 Result<DatasetPosition> progressed(const DatasetSpec& spec, const DatasetPosition& pos, uint64_t epoch,
                                    uint64_t consumed);
+
+// A dataset at `pos` re-split for dp `dp` and global batch `global_batch`: the same position
+// when the batch is unchanged (dp only), otherwise batches of the new size start at the
+// consumed count (batch_offset = consumed), and when fewer than one new batch is left in the
+// epoch, the next epoch starts (the rest of this one is dropped). kInvalidArgument when dp
+// does not divide the new batch or the dataset has fewer samples than one (nothing changed).
+struct Rebatched {
+  uint64_t global_batch = 0;
+  DatasetPosition pos;
+};
+Result<Rebatched> rebatched(const DatasetSpec& spec, const DatasetPosition& pos, int dp, uint64_t global_batch);
 
 // SplitMix64 as above.
 class SplitMix64 {
@@ -80,10 +104,10 @@ class SplitMix64 {
 // The permutation of epoch `epoch`.
 std::vector<uint32_t> epoch_order(uint64_t seed, uint64_t epoch, uint64_t num_samples);
 
-// The samples rank `rank` of `dp` reads from position `consumed` to the end of the epoch,
-// in order: i-th is order[(consumed/B + i/(B/dp)) * B + rank*(B/dp) + i mod (B/dp)].
-// Requires a valid position.
-std::vector<uint32_t> rank_samples(const std::vector<uint32_t>& order, const DatasetSpec& spec, int dp, int rank,
-                                   uint64_t consumed);
+// The samples rank `rank` of pos.dp reads from pos.consumed to the end of the epoch, in
+// order: with o = pos.batch_offset, c = pos.consumed, the i-th is
+// order[o + ((c - o)/B + i/(B/dp)) * B + rank*(B/dp) + i mod (B/dp)]. Requires a valid position.
+std::vector<uint32_t> rank_samples(const std::vector<uint32_t>& order, const DatasetSpec& spec,
+                                   const DatasetPosition& pos, int rank);
 
 }  // namespace ptc

@@ -47,7 +47,8 @@ ptc::Result<ImportResult> LocalRunner::import_hf(const ImportRequest& req, const
   r.template_name = req.hf->name;
   if (!req.then) return r;
   // Straight into the asked layout: a repartition of the new step, which remaps (no copy).
-  auto res = ptcfs::repartition(store_, RepartitionRequest{req.job, req.step, *req.then, false, {}}, policy_, progress);
+  auto res =
+      ptcfs::repartition(store_, RepartitionRequest{req.job, req.step, *req.then, false, {}, 0}, policy_, progress);
   if (!res)
     return res.status().with_context("imported " + req.job + "/" + req.step + " in the layout tp=1,pp=1,dp=1, but " +
                                      "the repartition to " + req.then->to_string() + " failed");

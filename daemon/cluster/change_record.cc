@@ -46,6 +46,7 @@ json to_json(const PrepareRequest& r) {
           if (!c.from_holders.empty()) j["from_holders"] = c.from_holders;
           if (!c.from_gpus.empty()) j["from_gpus"] = c.from_gpus;
           if (!c.to_gpus.empty()) j["to_gpus"] = c.to_gpus;
+          if (c.global_batch) j["global_batch"] = c.global_batch;
         } else if constexpr (std::is_same_v<T, RemoveChange>) {
           j.update({{"job", c.job}, {"step", c.step}});
         } else if constexpr (std::is_same_v<T, SaveChange>) {
@@ -86,11 +87,11 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(c.gpus, ptc::member_gpus_or_empty(j, "gpus", w));
     r.change = std::move(c);
   } else if (kind == "repartition") {
-    PTC_RETURN_IF_ERROR(
-        ptc::check_members(j,
-                           {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc",
-                            "from_nodes", "from_holders", "from_gpus", "to", "to_nodes", "to_gpus", "down", "digest"},
-                           w));
+    PTC_RETURN_IF_ERROR(ptc::check_members(
+        j,
+        {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc", "from_nodes", "from_holders",
+         "from_gpus", "to", "to_nodes", "to_gpus", "down", "digest", "global_batch"},
+        w));
     RepartitionChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
@@ -104,6 +105,7 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(c.to_gpus, ptc::member_gpus_or_empty(j, "to_gpus", w));
     PTC_ASSIGN_OR_RETURN(c.down, ptc::member_strings(j, "down", w));
     PTC_ASSIGN_OR_RETURN(c.digest, ptc::member_u64_or(j, "digest", 0, w));
+    PTC_ASSIGN_OR_RETURN(c.global_batch, ptc::member_u64_or(j, "global_batch", 0, w));
     if (j.contains("from_holders")) {
       PTC_ASSIGN_OR_RETURN(c.from_holders, ptc::member_string_lists(j, "from_holders", w));
     }
@@ -211,8 +213,13 @@ ptc::Result<StepState> step_state_from_json(const json& j, const std::string& wh
 }
 
 json to_json(const DatasetState& s) {
-  return {
-      {"version", s.version}, {"dp", s.dp}, {"epoch", s.epoch}, {"consumed", s.consumed}, {"table_xxh3", s.table_xxh3}};
+  return {{"version", s.version},
+          {"dp", s.dp},
+          {"epoch", s.epoch},
+          {"consumed", s.consumed},
+          {"table_xxh3", s.table_xxh3},
+          {"global_batch", s.global_batch},
+          {"batch_offset", s.batch_offset}};
 }
 
 ptc::Result<DatasetState> dataset_state_from_json(const json& j, const std::string& where) {
@@ -222,6 +229,8 @@ ptc::Result<DatasetState> dataset_state_from_json(const json& j, const std::stri
   PTC_ASSIGN_OR_RETURN(s.epoch, ptc::member_u64(j, "epoch", where));
   PTC_ASSIGN_OR_RETURN(s.consumed, ptc::member_u64(j, "consumed", where));
   PTC_ASSIGN_OR_RETURN(s.table_xxh3, ptc::member_u64(j, "table_xxh3", where));
+  PTC_ASSIGN_OR_RETURN(s.global_batch, ptc::member_u64_or(j, "global_batch", 0, where));
+  PTC_ASSIGN_OR_RETURN(s.batch_offset, ptc::member_u64_or(j, "batch_offset", 0, where));
   return s;
 }
 

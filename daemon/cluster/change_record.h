@@ -33,6 +33,7 @@ struct RepartitionChange {
   std::vector<int> to_gpus;           // their GPUs, as the coordinator sees them (empty: as each node does)
   std::vector<std::string> down;      // nodes that cannot serve as sources
   uint64_t digest = 0;                // of the coordinator's plan (0: not checked)
+  uint64_t global_batch = 0;          // the job's datasets' new global batch (0: each keeps its own)
 };
 
 // An import: every node reads the rank files of the shards it is placed to hold from `dir`
@@ -103,6 +104,7 @@ ptc::Result<StepState> step_state_from_json(const nlohmann::json& j, const std::
 // peer.dataset_state: this node's current version of a dataset.
 struct DatasetState {
   uint64_t version = 0, dp = 1, epoch = 0, consumed = 0, table_xxh3 = 0;
+  uint64_t global_batch = 0, batch_offset = 0;  // global_batch 0: a peer that does not send it (the dataset's own)
 };
 nlohmann::json to_json(const DatasetState& s);
 ptc::Result<DatasetState> dataset_state_from_json(const nlohmann::json& j, const std::string& where);

@@ -152,13 +152,14 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   if (c.from_nodes.empty())
     return ptc::error(ptc::Code::kFailedPrecondition, name + " was imported outside the cluster");
   c.to = req.to;
+  c.global_batch = req.global_batch;
   c.to_nodes = placement_or_all(req.nodes);
   c.to_gpus = ptc::gpus_of(*cluster(), c.to_nodes);
 
   RepartitionResult res;
   PTC_ASSIGN_OR_RETURN(const ptc::Layout to, start_result(req, *old, res));
   // Every node re-splits the job's datasets in its prepare; refuse here when one cannot be.
-  auto datasets = resplit_datasets(store_, req.job, req.to.dp);
+  auto datasets = resplit_datasets(store_, req.job, req.to.dp, req.global_batch);
   if (!datasets) return datasets.status().with_context("cannot repartition " + name + " to " + req.to.to_string());
   note_datasets(*datasets, res);
   if (req.to == from.parallelism() && c.to_nodes == c.from_nodes && datasets->empty()) {

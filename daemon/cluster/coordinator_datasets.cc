@@ -78,10 +78,13 @@ size_t Coordinator::catch_up_datasets() {
     pos.dp = static_cast<int>(newest->dp);
     pos.epoch = newest->epoch;
     pos.consumed = newest->consumed;
-    if (!ptc::check_position(v->spec(), pos)) continue;
+    pos.batch_offset = newest->batch_offset;
+    ptc::DatasetSpec spec = v->spec();
+    if (newest->global_batch) spec.global_batch = newest->global_batch;
+    if (!ptc::check_spec(spec) || !ptc::check_position(spec, pos)) continue;
     // Take the peers' version number, so later changes agree on it.
     PreparedChange change;
-    change.datasets = {{v->with_position(pos, newest->version), v}};
+    change.datasets = {{v->with_position(pos, newest->version, spec.global_batch), v}};
     if (auto s = commit_change(store_, change); !s) {
       ptc::log::warn("catching up dataset {}: {}", name, s.to_string());
       continue;

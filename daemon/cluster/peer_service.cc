@@ -239,7 +239,7 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
     for (const auto& h : c->from_holders) ids.insert(ids.end(), h.begin(), h.end());
     members_.learn(ids);
     // The job's datasets follow its dp, in the same commit.
-    auto datasets = resplit_datasets(store_, c->job, c->to.dp);
+    auto datasets = resplit_datasets(store_, c->job, c->to.dp, c->global_batch);
     if (!datasets) return datasets.status().with_context("node " + id());
     change = prepare_repartition_part(store_, peers_, self_, *c, options_);
     if (change) {

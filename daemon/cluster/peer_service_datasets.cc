@@ -110,8 +110,8 @@ ptc::Result<transport::Reply> PeerService::dataset_state(const json& j) {
   PTC_ASSIGN_OR_RETURN(const DatasetStateRequest req, dataset_state_request_from_json(j));
   PTC_ASSIGN_OR_RETURN(auto v, current_dataset(store_, req.job, req.name));
   const auto& p = v->position();
-  return transport::Reply(
-      to_json(DatasetState{v->version(), static_cast<uint64_t>(p.dp), p.epoch, p.consumed, v->source().table_xxh3()}));
+  return transport::Reply(to_json(DatasetState{v->version(), static_cast<uint64_t>(p.dp), p.epoch, p.consumed,
+                                               v->source().table_xxh3(), v->spec().global_batch, p.batch_offset}));
 }
 
 }  // namespace ptcfs

@@ -239,7 +239,8 @@ ptc::Result<json> ControlService::import(const json& req, const transport::Progr
 }
 
 ptc::Result<json> ControlService::repartition(const json& req, const transport::ProgressSink& progress) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "to", "dry_run", "nodes"}, "repartition request"));
+  PTC_RETURN_IF_ERROR(
+      ptc::check_members(req, {"op", "job", "step", "to", "dry_run", "nodes", "global_batch"}, "repartition request"));
   RepartitionRequest r;
   if (req.contains("nodes")) {
     PTC_ASSIGN_OR_RETURN(r.nodes, ptc::member_strings(req, "nodes"));
@@ -249,6 +250,9 @@ ptc::Result<json> ControlService::repartition(const json& req, const transport::
   PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string(req, "to"));
   PTC_ASSIGN_OR_RETURN(r.to, ptc::parse_parallelism(to));
   PTC_ASSIGN_OR_RETURN(r.dry_run, ptc::member_bool_or(req, "dry_run", false));
+  PTC_ASSIGN_OR_RETURN(r.global_batch, ptc::member_u64_or(req, "global_batch", 0, "repartition request"));
+  if (req.contains("global_batch") && r.global_batch == 0)
+    return ptc::invalid("repartition request: global_batch must be at least 1");
   ThrottledProgress report(progress);
   auto res = runner_.repartition(r, report.fn());
   if (!res) {

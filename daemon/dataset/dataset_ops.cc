@@ -154,16 +154,17 @@ ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const s
   return change;
 }
 
-ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, const std::string& job, int dp) {
+ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, const std::string& job, int dp,
+                                                         uint64_t global_batch) {
   std::vector<DatasetChange> out;
   auto snap = store.snapshot();
   for (const auto& [key, v] : snap->datasets) {
-    if (key.first != job || v->position().dp == dp) continue;
-    if (auto s = ptc::check_dp(v->spec(), dp); !s)
-      return ptc::invalid("cannot re-split dataset " + job + "/" + key.second + ": " + s.message());
-    ptc::DatasetPosition pos = v->position();
-    pos.dp = dp;
-    out.push_back({v->with_position(pos), v});
+    const uint64_t batch = global_batch ? global_batch : v->spec().global_batch;
+    if (key.first != job || (v->position().dp == dp && batch == v->spec().global_batch)) continue;
+    auto next = ptc::rebatched(v->spec(), v->position(), dp, batch);
+    if (!next)
+      return ptc::invalid("cannot re-split dataset " + job + "/" + key.second + ": " + next.status().message());
+    out.push_back({v->with_position(next->pos, 0, next->global_batch), v});
   }
   return out;
 }

@@ -54,9 +54,12 @@ ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const s
                                                      const std::string& name, std::optional<uint64_t> epoch,
                                                      uint64_t consumed, std::optional<uint64_t> from_version = {});
 
-// The new versions of every dataset of `job` whose dp is not `dp`; kInvalidArgument naming
-// the dataset when dp does not divide its global batch (then nothing is to change).
-ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, const std::string& job, int dp);
+// The new versions of every dataset of `job` whose dp is not `dp` or, with `global_batch`
+// (0: none), whose global batch is not it (ptc::rebatched: the order continues at the
+// consumed count); kInvalidArgument naming the dataset when dp does not divide its (new)
+// global batch or the dataset has fewer samples than one (then nothing is to change).
+ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, const std::string& job, int dp,
+                                                         uint64_t global_batch = 0);
 
 // The current version; kNotFound naming the job or the dataset.
 ptc::Result<std::shared_ptr<const DatasetVersion>> current_dataset(const Store& store, const std::string& job,

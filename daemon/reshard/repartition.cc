@@ -43,14 +43,20 @@ json RepartitionResult::to_json() const {
               {"seconds", seconds}};
   if (!per_node.empty()) out["nodes"] = std::move(nodes);
   json ds = json::array();
-  for (const auto& d : datasets) ds.push_back({{"name", d.name}, {"from_dp", d.from_dp}, {"to_dp", d.to_dp}});
+  for (const auto& d : datasets)
+    ds.push_back({{"name", d.name},
+                  {"from_dp", d.from_dp},
+                  {"to_dp", d.to_dp},
+                  {"from_global_batch", d.from_global_batch},
+                  {"to_global_batch", d.to_global_batch}});
   out["datasets"] = std::move(ds);
   return out;
 }
 
 void note_datasets(const std::vector<DatasetChange>& datasets, RepartitionResult& res) {
   for (const auto& d : datasets)
-    res.datasets.push_back({d.next->name(), d.replaced->position().dp, d.next->position().dp});
+    res.datasets.push_back({d.next->name(), d.replaced->position().dp, d.next->position().dp,
+                            d.replaced->spec().global_batch, d.next->spec().global_batch});
 }
 
 ptc::Result<std::shared_ptr<const StepVersion>> current_version(const Store& store, const std::string& job,
@@ -97,7 +103,7 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
   RepartitionResult res;
   PTC_ASSIGN_OR_RETURN(ptc::Layout to, start_result(req, *old, res));
   // The job's datasets follow its dp; a dp that does not divide a global batch refuses all.
-  auto datasets = resplit_datasets(store, req.job, req.to.dp);
+  auto datasets = resplit_datasets(store, req.job, req.to.dp, req.global_batch);
   if (!datasets) return datasets.status().with_context("cannot repartition " + name + " to " + req.to.to_string());
   note_datasets(*datasets, res);
   if (req.to == from.parallelism()) {

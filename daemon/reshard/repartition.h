@@ -23,6 +23,7 @@ struct RepartitionRequest {
   ptc::Parallelism to;
   bool dry_run = false;
   std::vector<std::string> nodes;  // a cluster: node ids to place the new layout on (empty: every member)
+  uint64_t global_batch = 0;       // the job's datasets' new global batch (0: each keeps its own)
 };
 
 struct RepartitionResult {
@@ -46,8 +47,9 @@ struct RepartitionResult {
   struct DatasetSplit {
     std::string name;
     int from_dp = 0, to_dp = 0;
+    uint64_t from_global_batch = 0, to_global_batch = 0;
   };
-  std::vector<DatasetSplit> datasets;  // the job's datasets re-split for the new dp
+  std::vector<DatasetSplit> datasets;  // the job's datasets re-split for the new dp or global batch
   double seconds = 0;
   nlohmann::json to_json() const;
 };

@@ -220,10 +220,13 @@ ptc::Status DatasetVersion::read_records(const std::vector<Piece>& pieces, fs::R
   return remote_->read_samples(*this, pieces, out);
 }
 
-std::shared_ptr<DatasetVersion> DatasetVersion::with_position(const ptc::DatasetPosition& pos, uint64_t version) const {
+std::shared_ptr<DatasetVersion> DatasetVersion::with_position(const ptc::DatasetPosition& pos, uint64_t version,
+                                                              uint64_t global_batch) const {
+  ptc::DatasetSpec spec = spec_;
+  if (global_batch) spec.global_batch = global_batch;
   return std::make_shared<DatasetVersion>(job_, name_, version ? version : version_ + 1,
-                                          static_cast<int64_t>(::time(nullptr)), spec_, dtype_code_, pos, source_,
-                                          home_, remote_);
+                                          static_cast<int64_t>(::time(nullptr)), spec, dtype_code_, pos, source_, home_,
+                                          remote_);
 }
 
 std::vector<uint64_t> DatasetVersion::blobs_used() const {
@@ -251,6 +254,7 @@ json DatasetVersion::to_json() const {
             {"dp", pos_.dp},
             {"epoch", pos_.epoch},
             {"consumed", pos_.consumed},
+            {"batch_offset", pos_.batch_offset},
             {"files", std::move(files)},
             {"table", source_->table()},
             {"table_xxh3", source_->table_xxh3()}};
@@ -280,6 +284,9 @@ ptc::Result<std::shared_ptr<DatasetVersion>> DatasetVersion::load(const std::str
   PTC_ASSIGN_OR_RETURN(uint64_t dp, u64("dp"));
   PTC_ASSIGN_OR_RETURN(pos.epoch, u64("epoch"));
   PTC_ASSIGN_OR_RETURN(pos.consumed, u64("consumed"));
+  if (j.contains("batch_offset")) {  // absent in records written before it existed: 0
+    PTC_ASSIGN_OR_RETURN(pos.batch_offset, u64("batch_offset"));
+  }
   PTC_ASSIGN_OR_RETURN(uint64_t table, u64("table"));
   PTC_ASSIGN_OR_RETURN(uint64_t table_xxh3, u64("table_xxh3"));
   if (dp > INT32_MAX) return ptc::corrupt(where + ": bad 'dp'");

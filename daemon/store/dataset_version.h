@@ -1,11 +1,12 @@
 // One immutable version of a stored dataset (ptc/dataset.h): its spec, its position, and
 // where its samples lie. Versions of one dataset share one DatasetSource: the sample table
 // (a blob, mapped) and the open source files. Progress and repartitions make new versions
-// that change only the position.
+// that change only the position (and, at a repartition with a new global batch, the batch).
 //
 // Metadata record (JSON):
 //   dataset/<job>/<name>  {"version", "created", "format", "seed", "global_batch",
 //                          "num_samples", "dtype_code", "dp", "epoch", "consumed",
+//                          "batch_offset" (absent in older records: 0),
 //                          "files": [{"path", "size", "mtime_ns", "blob"}], "table": blob id,
 //                          "table_xxh3", in a cluster also "home": the node holding the files}
 // The sample table blob holds one SampleRecord (daemon/store/dataset_records.h) per sample.
@@ -97,8 +98,10 @@ class DatasetVersion final : public fs::DatasetContent {
   ptc::Status read_records(const std::vector<Piece>& pieces, fs::ReadBuffer& out) const override;
 
   const DatasetSource& source() const { return *source_; }
-  // A new version at another position (same samples): `version`, or this one's plus one.
-  std::shared_ptr<DatasetVersion> with_position(const ptc::DatasetPosition& pos, uint64_t version = 0) const;
+  // A new version at another position (same samples): `version`, or this one's plus one;
+  // `global_batch` (0: this one's) is its global batch (ptc::rebatched gives both).
+  std::shared_ptr<DatasetVersion> with_position(const ptc::DatasetPosition& pos, uint64_t version = 0,
+                                                uint64_t global_batch = 0) const;
   std::vector<uint64_t> blobs_used() const;
 
   // The record (its value) and adding it to a batch.

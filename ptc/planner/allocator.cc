@@ -26,8 +26,87 @@ Result<int> parse_gpu_count(const std::string& key, const std::string& where) {
   return n;
 }
 
+constexpr int64_t kMaxBatch = int64_t{1} << 30;
+
+Result<int64_t> parse_batch_key(const std::string& key, const std::string& where) {
+  if (key.empty() || key.size() > 10 || key.find_first_not_of("0123456789") != std::string::npos || key[0] == '0')
+    return invalid(where + ": '" + key + "' is not a global batch (a positive integer)");
+  const int64_t b = std::stoll(key);
+  if (b > kMaxBatch)
+    return invalid(where + ": a global batch of " + key + " is more than " + std::to_string(kMaxBatch));
+  return b;
+}
+
+// "batch": {"min": B0, "max": B1} or [B, ...].
+Result<BatchChoice> parse_batch(const json& b, const std::string& at) {
+  BatchChoice out;
+  if (b.is_array()) {
+    if (b.empty()) return invalid(at + ": batch must be a non-empty list of global batches or {\"min\", \"max\"}");
+    for (size_t i = 0; i < b.size(); ++i) {
+      PTC_ASSIGN_OR_RETURN(int64_t v, get_int(b[i], at + ": batch[" + std::to_string(i) + "]", 1, kMaxBatch));
+      out.listed.push_back(v);
+    }
+    std::sort(out.listed.begin(), out.listed.end());
+    if (auto rep = std::adjacent_find(out.listed.begin(), out.listed.end()); rep != out.listed.end())
+      return invalid(at + ": batch lists " + std::to_string(*rep) + " twice");
+    out.min = out.listed.front();
+    out.max = out.listed.back();
+    return out;
+  }
+  if (!b.is_object())
+    return invalid(at + ": batch must be a non-empty list of global batches or {\"min\", \"max\"}, got " + b.dump());
+  PTC_RETURN_IF_ERROR(check_members(b, {"min", "max"}, at + ": batch"));
+  for (const char* key : {"min", "max"})
+    if (!b.contains(key)) return invalid(at + ": batch lacks '" + key + "'");
+  PTC_ASSIGN_OR_RETURN(out.min, get_int(b["min"], at + ": batch.min", 1, kMaxBatch));
+  PTC_ASSIGN_OR_RETURN(out.max, get_int(b["max"], at + ": batch.max", 1, kMaxBatch));
+  if (out.min > out.max)
+    return invalid(at + ": batch.min (" + std::to_string(out.min) + ") is more than batch.max (" +
+                   std::to_string(out.max) + ")");
+  return out;
+}
+
+Result<double> parse_rate(const json& value, const std::string& what) {
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0)
+    return invalid(what + " must be a number of samples/s >= 0, got " + value.dump());
+  return value.get<double>();
+}
+
+// "throughput": GPU count -> samples/s, or, with "batch", GPU count -> global batch -> samples/s.
+Status parse_points(const json& t, bool per_batch, const std::string& at, JobSpec& job) {
+  if (!t.is_object() || t.empty())
+    return invalid(at + ": throughput must be a non-empty object of GPU count -> " +
+                   (per_batch ? "global batch -> samples/s" : "samples/s"));
+  std::set<int> seen;
+  for (const auto& [key, value] : t.items()) {
+    PTC_ASSIGN_OR_RETURN(int gpus, parse_gpu_count(key, at + ": throughput"));
+    if (!seen.insert(gpus).second) return invalid(at + ": throughput gives " + key + " GPUs twice");
+    const std::string what = at + ": throughput[\"" + key + "\"]";
+    if (!per_batch) {
+      if (value.is_object())
+        return invalid(what + " gives samples/s per global batch, but the job gives no 'batch' range");
+      PTC_ASSIGN_OR_RETURN(double rate, parse_rate(value, what));
+      job.points.push_back({gpus, rate, 0});
+      continue;
+    }
+    if (!value.is_object() || value.empty())
+      return invalid(what + " must be a non-empty object of global batch -> samples/s (the job gives 'batch'), got " +
+                     value.dump());
+    for (const auto& [bkey, rate_json] : value.items()) {
+      PTC_ASSIGN_OR_RETURN(int64_t batch, parse_batch_key(bkey, what));
+      PTC_ASSIGN_OR_RETURN(double rate, parse_rate(rate_json, what + "[\"" + bkey + "\"]"));
+      job.points.push_back({gpus, rate, batch});
+    }
+  }
+  std::sort(job.points.begin(), job.points.end(), [](const ThroughputPoint& a, const ThroughputPoint& b) {
+    return std::pair(a.gpus, a.batch) < std::pair(b.gpus, b.batch);
+  });
+  return Status();
+}
+
 Result<JobSpec> parse_job(const json& j, const std::string& where) {
-  PTC_RETURN_IF_ERROR(check_members(j, {"name", "min_gpus", "max_gpus", "throughput", "model", "samples"}, where));
+  PTC_RETURN_IF_ERROR(
+      check_members(j, {"name", "min_gpus", "max_gpus", "batch", "throughput", "model", "samples"}, where));
   JobSpec job;
   PTC_ASSIGN_OR_RETURN(job.name, member_string(j, "name", where));
   if (job.name.empty()) return invalid(where + ": name is empty");
@@ -46,25 +125,37 @@ Result<JobSpec> parse_job(const json& j, const std::string& where) {
       return invalid(at + ": samples must be a number of samples > 0, got " + n.dump());
     job.samples = n.get<double>();
   }
+  if (j.contains("batch")) {
+    PTC_ASSIGN_OR_RETURN(job.batch, parse_batch(j["batch"], at));
+  }
   if (j.contains("throughput") == j.contains("model"))
     return invalid(at + ": give exactly one of 'throughput' (measured points) and 'model' (MODEL.json)");
   if (j.contains("model")) {
     PTC_ASSIGN_OR_RETURN(job.model, parse_model_spec(j["model"], at + ": model"));
     return job;
   }
-  const json& t = j["throughput"];
-  if (!t.is_object() || t.empty())
-    return invalid(at + ": throughput must be a non-empty object of GPU count -> samples/s");
-  std::set<int> seen;
-  for (const auto& [key, value] : t.items()) {
-    PTC_ASSIGN_OR_RETURN(int gpus, parse_gpu_count(key, at + ": throughput"));
-    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0)
-      return invalid(at + ": throughput[\"" + key + "\"] must be a number of samples/s >= 0, got " + value.dump());
-    if (!seen.insert(gpus).second) return invalid(at + ": throughput gives " + key + " GPUs twice");
-    job.points.emplace_back(gpus, value.get<double>());
-  }
-  std::sort(job.points.begin(), job.points.end());
+  PTC_RETURN_IF_ERROR(parse_points(j["throughput"], job.batch.has_value(), at, job));
   return job;
+}
+
+// The planner's best configuration of `model` on each count of [lo, hi] that has one.
+void plan_options(const ModelSpec& model, int lo, int hi, std::vector<JobOption>& out, Status& last) {
+  for (int g = lo; g <= hi; ++g) {
+    auto plan = plan_parallelism(model, g);
+    if (!plan) {
+      last = plan.status();
+      continue;
+    }
+    const Candidate& best = plan->front();
+    out.push_back({g, static_cast<double>(model.global_batch) / best.step_seconds(), best.config, model.global_batch});
+  }
+}
+
+std::string batch_text(const BatchChoice& b) {
+  if (b.listed.empty()) return "global batches " + std::to_string(b.min) + ".." + std::to_string(b.max);
+  std::string out = "global batches ";
+  for (size_t i = 0; i < b.listed.size(); ++i) out += (i ? "," : "") + std::to_string(b.listed[i]);
+  return out;
 }
 
 }  // namespace
@@ -85,32 +176,50 @@ Result<std::vector<JobSpec>> parse_jobs_json(std::string_view text, const std::s
   return jobs;
 }
 
+bool BatchChoice::accepts(int64_t batch) const {
+  if (listed.empty()) return batch >= min && batch <= max;
+  return std::binary_search(listed.begin(), listed.end(), batch);
+}
+
+std::vector<int64_t> batches_to_plan(const BatchChoice& batch) {
+  if (!batch.listed.empty()) return batch.listed;
+  std::vector<int64_t> out;
+  for (int64_t b = batch.min; b < batch.max; b *= 2) out.push_back(b);
+  out.push_back(batch.max);
+  return out;
+}
+
 Result<std::vector<JobOption>> job_options(const JobSpec& job, int gpus) {
   const std::string at = "job '" + job.name + "'";
   const int hi = std::min(job.max_gpus, gpus);
   std::vector<JobOption> out;
   if (!job.model) {
-    for (const auto& [g, rate] : job.points)
-      if (g >= job.min_gpus && g <= hi) out.push_back({g, rate, std::nullopt});
+    for (const auto& p : job.points)
+      if (p.gpus >= job.min_gpus && p.gpus <= hi && (!job.batch || job.batch->accepts(p.batch)))
+        out.push_back({p.gpus, p.samples_per_s, std::nullopt, p.batch});
     if (out.empty())
       return invalid(at + " has no throughput point between min_gpus " + std::to_string(job.min_gpus) +
                      " and max_gpus " + std::to_string(job.max_gpus) +
-                     (hi < job.max_gpus ? " (at most " + std::to_string(gpus) + " GPUs exist)" : std::string()));
+                     (hi < job.max_gpus ? " (at most " + std::to_string(gpus) + " GPUs exist)" : std::string()) +
+                     (job.batch ? " at " + batch_text(*job.batch) : std::string()));
     return out;
   }
   Status last;
-  for (int g = job.min_gpus; g <= hi; ++g) {
-    auto plan = plan_parallelism(*job.model, g);
-    if (!plan) {
-      last = plan.status();
-      continue;
+  if (!job.batch) {
+    plan_options(*job.model, job.min_gpus, hi, out, last);
+  } else {
+    ModelSpec model = *job.model;
+    for (int64_t b : batches_to_plan(*job.batch)) {
+      model.global_batch = b;
+      plan_options(model, job.min_gpus, hi, out, last);
     }
-    const Candidate& best = plan->front();
-    out.push_back({g, static_cast<double>(job.model->global_batch) / best.step_seconds(), best.config});
+    std::stable_sort(out.begin(), out.end(), [](const JobOption& a, const JobOption& b) {
+      return std::pair(a.gpus, a.global_batch) < std::pair(b.gpus, b.global_batch);
+    });
   }
   if (out.empty())
     return invalid(at + ": its model runs on no GPU count between " + std::to_string(job.min_gpus) + " and " +
-                   std::to_string(hi) +
+                   std::to_string(hi) + (job.batch ? " at " + batch_text(*job.batch) : std::string()) +
                    (last.is_ok() ? std::string() : " (at " + std::to_string(hi) + ": " + last.message() + ")"));
   return out;
 }

@@ -1,10 +1,13 @@
 // The GPU allocator: divides N GPUs among training jobs to maximise their total throughput,
 // by the dynamic program of Saxena, Jayaram et al. 2020 ("Effective Elastic Scaling of Deep
-// Learning Workloads", MASCOTS 2020): with J jobs and options o = (gpus, samples/s) per job,
+// Learning Workloads", MASCOTS 2020): with J jobs and options o = (gpus, global batch,
+// samples/s) per job,
 //   best[j][g] = max over options o of job j with o.gpus <= g of best[j-1][g - o.gpus] + o.rate
 //   best[0][g] = 0,
 // the best total of the first j jobs on at most g GPUs; best[J][N] is the answer and the
-// choices that reached it the allocation. O(J x N x options).
+// choices that reached it the allocation (a GPU count and a global batch per job), in
+// O(J x N x options). The objective is plain samples/s: Saxena et al. take a job's batch
+// range as batches that reach the same accuracy (docs/PLANNER.md).
 //
 // Jobs are admitted in the order given (first come, first served) while the smallest counts
 // they accept fit together; a job that does not fit waits in the queue, with every job after
@@ -13,12 +16,18 @@
 // JOBS.json:
 //   {"jobs": [{"name": "bert", "min_gpus": 1, "max_gpus": 8,
 //              "throughput": {"1": 210.5, "2": 400, "4": 760, "8": 1300}},
-//             {"name": "gpt", "min_gpus": 4, "max_gpus": 64, "model": {...MODEL.json...}}]}
+//             {"name": "gpt", "min_gpus": 4, "max_gpus": 64, "model": {...MODEL.json...}},
+//             {"name": "vit", "min_gpus": 1, "max_gpus": 8, "batch": {"min": 256, "max": 1024},
+//              "throughput": {"1": {"256": 90}, "2": {"256": 170, "512": 185}}}]}
 // A job gets only GPU counts in [min_gpus, max_gpus] at which its throughput is known:
 // measured points (samples/s; points outside the range are ignored), or counts at which the
 // planner (planner.h) finds a configuration that fits, at global_batch / step seconds of
-// the best one. Optional "samples": how many samples the job trains in all (the makespan
-// policy, makespan.h, needs it to know how long a job runs on each option).
+// the best one. Optional "batch" (a range {"min", "max"} or a list of global batches): the
+// options are (GPU count, global batch) pairs, measured per batch (throughput: GPU count ->
+// global batch -> samples/s) or planned with the model's global_batch set to each batch of
+// the list, or of the range min, 2 min, 4 min, ... and max. Optional "samples": how many
+// samples the job trains in all (the makespan policy, makespan.h, needs it to know how long
+// a job runs on each option).
 #pragma once
 
 #include <optional>
@@ -31,27 +40,47 @@
 
 namespace ptc {
 
+// The global batches a job accepts: every batch in [min, max], or only those listed.
+struct BatchChoice {
+  int64_t min = 0, max = 0;
+  std::vector<int64_t> listed;  // ascending; empty: the whole range
+  bool accepts(int64_t batch) const;
+};
+
+struct ThroughputPoint {
+  int gpus = 0;
+  double samples_per_s = 0;
+  int64_t batch = 0;  // 0: the job gives no batch
+  bool operator==(const ThroughputPoint&) const = default;
+};
+
 struct JobSpec {
   std::string name;
   int min_gpus = 1, max_gpus = 1;
-  std::vector<std::pair<int, double>> points;  // measured (gpus, samples/s), gpus ascending
-  std::optional<ModelSpec> model;              // instead of points: the cost model
-  std::optional<double> samples;               // samples to train (needed by the makespan policy)
+  std::optional<BatchChoice> batch;     // none: the job's batch is fixed (not chosen here)
+  std::vector<ThroughputPoint> points;  // measured, by (gpus, batch) ascending
+  std::optional<ModelSpec> model;       // instead of points: the cost model
+  std::optional<double> samples;        // samples to train (needed by the makespan policy)
 };
 
 // Parses JOBS.json (strict: unknown keys, repeated names, empty lists, min > max, a job with
-// both or neither of throughput and model are refused, naming the job and member).
+// both or neither of throughput and model, per-batch points without "batch" or plain points
+// with it are refused, naming the job and member).
 Result<std::vector<JobSpec>> parse_jobs_json(std::string_view text, const std::string& where);
 
-// One GPU count a job may get, with its throughput (and, for a modelled job, the
-// configuration that reaches it).
+// One GPU count and global batch a job may get, with its throughput (and, for a modelled job,
+// the configuration that reaches it).
 struct JobOption {
   int gpus = 0;
   double samples_per_s = 0;
   std::optional<ParallelConfig> config;
+  int64_t global_batch = 0;  // 0: not known (measured points without a batch)
 };
 
-// The options of `job` on a cluster of `gpus` GPUs, by GPU count ascending. kInvalidArgument
+// The batches tried for a modelled job: the listed ones, or min, 2 min, 4 min, ... and max.
+std::vector<int64_t> batches_to_plan(const BatchChoice& batch);
+
+// The options of `job` on a cluster of `gpus` GPUs, by (GPU count, global batch) ascending. kInvalidArgument
 // when it has none (naming the job and why).
 Result<std::vector<JobOption>> job_options(const JobSpec& job, int gpus);
 

@@ -210,10 +210,13 @@ class Client:
                          nodes=list(nodes) if nodes else None)
 
     def repartition(self, job: str, step: Any, to: Any, dry_run: bool = False,
-                    nodes: Optional[Sequence[str]] = None, progress=None) -> dict:
-        """Re-splits JOB/STEP for `to`: "tp=T,pp=P,dp=D", a (tp, pp, dp) tuple or a dict."""
+                    nodes: Optional[Sequence[str]] = None, progress=None,
+                    global_batch: Optional[int] = None) -> dict:
+        """Re-splits JOB/STEP for `to`: "tp=T,pp=P,dp=D", a (tp, pp, dp) tuple or a dict; with
+        `global_batch`, the job's datasets take that global batch in the same commit."""
         return self.call("repartition", progress, job=job, step=str(step), to=format_parallelism(to),
-                         dry_run=bool(dry_run), nodes=list(nodes) if nodes else None)
+                         dry_run=bool(dry_run), nodes=list(nodes) if nodes else None,
+                         global_batch=None if global_batch is None else int(global_batch))
 
     def dataset_add(self, job: str, name: str, format: str, seed: int, global_batch: int,
                     files: Sequence[str], dp: Optional[int] = None, copy: bool = False, progress=None) -> dict:

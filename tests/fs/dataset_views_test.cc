@@ -57,6 +57,7 @@ TEST_CASE("state.json states the dataset's spec, position and version") {
   auto files = files_of(dataset(ptc::DatasetFormat::kJsonl, 2));
   CHECK(whole(*files.at("state.json")) ==
         "{\n"
+        "  \"batch_offset\": 0,\n"
         "  \"consumed\": 2,\n"
         "  \"dp\": 2,\n"
         "  \"dropped\": 1,\n"

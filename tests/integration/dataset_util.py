@@ -53,9 +53,10 @@ def state(d, job: str, name: str) -> dict:
 
 
 def check_jsonl_views(d, job: str, name: str, samples: List[bytes], seed: int, batch: int, dp: int,
-                      epoch: int, consumed: int) -> List[bytes]:
+                      epoch: int, consumed: int, batch_offset: int = 0) -> List[bytes]:
     """Every dp{r}.jsonl holds exactly what rank r reads, by the independent oracle; returns
-    the remaining global sequence (the ranks interleaved)."""
+    the remaining global sequence (the ranks interleaved). `batch_offset`: where the batches
+    of `batch` start in the epoch (a global batch changed there)."""
     folder = os.path.join(d.mnt, job, "data", name)
     want_files = {"state.json"} | {f"dp{r}.jsonl" for r in range(dp)}
     assert set(os.listdir(folder)) == want_files
@@ -63,11 +64,11 @@ def check_jsonl_views(d, job: str, name: str, samples: List[bytes], seed: int, b
     ranks = []
     for r in range(dp):
         got = jsonl_lines(os.path.join(folder, f"dp{r}.jsonl"))
-        want = [samples[i] for i in ptcds.rank_samples(order, batch, dp, r, consumed)]
+        want = [samples[i] for i in ptcds.rank_samples(order, batch, dp, r, consumed, batch_offset)]
         assert got == want, f"{name} dp{r}.jsonl differs from the oracle"
         assert os.path.getsize(os.path.join(folder, f"dp{r}.jsonl")) == sum(len(s) + 1 for s in want)
         ranks.append(got)
     merged = interleave(ranks, batch)
-    per_epoch = len(samples) // batch * batch
+    per_epoch = batch_offset + (len(samples) - batch_offset) // batch * batch
     assert merged == [samples[i] for i in order[consumed:per_epoch]]
     return merged

@@ -101,6 +101,7 @@ def test_makespan_with_a_modelled_job_and_the_table(tmp_path):
     assert gpt["samples_per_s"] == pytest.approx(512 / best["step_seconds"], rel=1e-12)
     assert out["makespan_s"] <= out["greedy_makespan_s"] + 1e-9
     assert out["jobs"][0]["config"] is None
+    assert out["jobs"][0]["global_batch"] is None and gpt["global_batch"] == 512
     text = run("allocate", "--jobs", path, "--gpus", 8, "--policy", "makespan").stdout.splitlines()
     assert text[0].startswith(f"{path} on 8 GPUs (makespan): every job done after ")
     assert text[1].startswith("solver: GLPK ")

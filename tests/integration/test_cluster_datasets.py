@@ -10,14 +10,34 @@ from ptcfs_harness import Checkpoint, assert_error, read_all
 from repartition_util import wait_for
 
 
-def test_every_node_serves_every_rank_and_follows_progress_and_repartitions(tmp_path):
-    root = str(tmp_path / "c")
+def import_and_write(c, tmp_path, **jsonl):
+    """Imports a dp=4 step gpt/7 onto n0 and n1; writes 200 JSONL samples for n1 to add."""
     ck = Checkpoint(str(tmp_path / "ckpt"), tp=1, pp=1, dp=4, layers=2, hidden=64, vocab=128)
-    with Cluster(root, 3, gpus=2) as c:
-        c[0].cli("import", ck.path, "--job", "gpt", "--step", "7", "--nodes", "n0,n1")
-        src = str(tmp_path / "home" / "train.jsonl")
-        os.makedirs(os.path.dirname(src))
-        samples = write_jsonl(src, 200, seed=4, final_newline=False)
+    c[0].cli("import", ck.path, "--job", "gpt", "--step", "7", "--nodes", "n0,n1")
+    src = str(tmp_path / "home" / "train.jsonl")
+    os.makedirs(os.path.dirname(src))
+    return src, write_jsonl(src, 200, **jsonl)
+
+
+def refused_everywhere(c, asker, message, *repartition):
+    """A repartition of gpt/7 asked of `asker` is refused with `message`; no node's dataset changes."""
+    before = [read_all(os.path.join(d.mnt, "gpt", "data", "train", "state.json")) for d in c.nodes]
+    r = asker.cli("repartition", "--job", "gpt", "--step", "7", *repartition, check=False)
+    assert_error(r, message)
+    assert [read_all(os.path.join(d.mnt, "gpt", "data", "train", "state.json")) for d in c.nodes] == before
+
+
+def progress_with_n2_down(c, consumed):
+    """Progress through n0 while n2 is down; n2 catches up when it comes back."""
+    c[2].stop(cleanup_mount=True)
+    c[0].cli("dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", consumed)
+    c[2].start()
+    wait_for(lambda: state(c[2], "gpt", "train")["consumed"] == consumed, 30, "n2 to catch up with the progress")
+
+
+def test_every_node_serves_every_rank_and_follows_progress_and_repartitions(tmp_path):
+    with Cluster(str(tmp_path / "c"), 3, gpus=2) as c:
+        src, samples = import_and_write(c, tmp_path, seed=4, final_newline=False)
         p = str(tmp_path / "home" / "tok")
         seqs = [list(range(i, i + (i % 9))) for i in range(64)]
         ptcds.write_megatron(p, seqs, 4)
@@ -49,16 +69,10 @@ def test_every_node_serves_every_rank_and_follows_progress_and_repartitions(tmp_
                 assert [g.tolist() for g in got] == [seqs[i] for i in ptcds.rank_samples(order, 16, 2, rank, 0)]
 
         # dp=3 does not divide 16: refused on every node, nothing changes.
-        before = [read_all(os.path.join(d.mnt, "gpt", "data", "train", "state.json")) for d in c.nodes]
-        r = c[2].cli("repartition", "--job", "gpt", "--step", "7", "--to", "tp=1,pp=1,dp=3", check=False)
-        assert_error(r, "not divisible by dp=3")
-        assert [read_all(os.path.join(d.mnt, "gpt", "data", "train", "state.json")) for d in c.nodes] == before
+        refused_everywhere(c, c[2], "not divisible by dp=3", "--to", "tp=1,pp=1,dp=3")
 
         # A node down during progress catches up when it comes back.
-        c[2].stop(cleanup_mount=True)
-        c[0].cli("dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", 48)
-        c[2].start()
-        wait_for(lambda: state(c[2], "gpt", "train")["consumed"] == 48, 30, "n2 to catch up with the progress")
+        progress_with_n2_down(c, 48)
         check_jsonl_views(c[2], "gpt", "train", samples, 5, 16, 2, 0, 48)
 
 
@@ -78,3 +92,41 @@ def test_a_cluster_add_with_a_node_down_adds_nothing(tmp_path):
         c[0].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 1,
                  "--global-batch", 8, "--dp", 2, src)
         assert state(c[1], "gpt", "train")["num_samples"] == 40
+
+
+def test_a_new_global_batch_reaches_every_node_in_the_repartitions_commit(tmp_path):
+    with Cluster(str(tmp_path / "c"), 3, gpus=2) as c:
+        src, samples = import_and_write(c, tmp_path, seed=8)
+        c[1].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 5,
+                 "--global-batch", 16, src)
+        c[2].cli("dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", 32)
+        order = ptcds.epoch_order(5, 0, 200)
+        # dp 2 with a batch of 24 from sample 32: 7 batches to sample 200, nothing dropped.
+        rep = c[2].cli_json("repartition", "--job", "gpt", "--step", "7", "--to", "tp=1,pp=1,dp=2",
+                            "--global-batch", 24, "--json")
+        assert rep["datasets"] == [{"name": "train", "from_dp": 4, "to_dp": 2, "from_global_batch": 16,
+                                    "to_global_batch": 24}]
+        for d in c.nodes:
+            st = state(d, "gpt", "train")
+            assert (st["global_batch"], st["dp"], st["consumed"], st["batch_offset"], st["dropped"]) == \
+                (24, 2, 32, 32, 0)
+            rest = check_jsonl_views(d, "gpt", "train", samples, 5, 24, 2, 0, 32, batch_offset=32)
+            assert rest == [samples[i] for i in order[32:200]]
+        # A batch dp=2 does not divide is refused on every node, nothing changes.
+        refused_everywhere(c, c[0], "global batch 25 is not divisible by dp=2", "--to", "tp=1,pp=1,dp=2",
+                           "--global-batch", 25)
+        # Progress by one batch of 24 reaches a node that was down, at the new batch.
+        progress_with_n2_down(c, 56)
+        for d in c.nodes:
+            check_jsonl_views(d, "gpt", "train", samples, 5, 24, 2, 0, 56, batch_offset=32)
+        # A change of batch while a node is down: it catches up to the new batch and offset.
+        c[2].stop(cleanup_mount=True)
+        c[0].cli("repartition", "--job", "gpt", "--step", "7", "--to", "tp=1,pp=1,dp=2", "--global-batch", 12,
+                 "--nodes", "n0,n1")
+        c[2].start()
+        wait_for(lambda: state(c[2], "gpt", "train")["global_batch"] == 12, 30, "n2 to catch up with the batch")
+        for d in c.nodes:
+            st = state(d, "gpt", "train")
+            assert (st["global_batch"], st["consumed"], st["batch_offset"], st["dropped"]) == (12, 56, 56, 0)
+            rest = check_jsonl_views(d, "gpt", "train", samples, 5, 12, 2, 0, 56, batch_offset=56)
+            assert rest == [samples[i] for i in order[56:200]]

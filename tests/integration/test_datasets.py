@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import ptcds
+import ptcfs
 from dataset_util import check_jsonl_views, interleave, jsonl_lines, state, write_jsonl
 from ptcfs_harness import Checkpoint, assert_error, errno_of, read_all
 
@@ -63,7 +64,8 @@ def test_progress_and_dp_changes_4_2_3_cover_the_epoch_once_in_order(daemon, tmp
     check_jsonl_views(daemon, "gpt", "train", samples, seed, batch, 4, 0, 0)
     assert train(4, 0, 2)["consumed"] == 24
     rep = daemon.cli_json("repartition", "--job", "gpt", "--step", "100", "--to", "tp=1,pp=1,dp=2", "--json")
-    assert rep["datasets"] == [{"name": "train", "from_dp": 4, "to_dp": 2}]
+    assert rep["datasets"] == [{"name": "train", "from_dp": 4, "to_dp": 2, "from_global_batch": 12,
+                                "to_global_batch": 12}]
     remaining = check_jsonl_views(daemon, "gpt", "train", samples, seed, batch, 2, 0, 24)
     assert trained + remaining == [samples[i] for i in order[:144]]
     assert train(2, 24, 3)["consumed"] == 60
@@ -80,6 +82,75 @@ def test_progress_and_dp_changes_4_2_3_cover_the_epoch_once_in_order(daemon, tmp
     before = {n: read_all(os.path.join(daemon.mnt, "gpt", "data", "train", n)) for n in ("dp0.jsonl", "state.json")}
     daemon.restart()
     assert {n: read_all(os.path.join(daemon.mnt, "gpt", "data", "train", n)) for n in before} == before
+
+
+def test_a_new_global_batch_with_dp_continues_the_single_rank_order(daemon, tmp_path):
+    # 150 samples, B=12 at dp=4; then B=20 at dp=2 after 24 samples, B=9 at dp=3 after 64: the
+    # ranks' reads, interleaved, are the epoch's order with nothing repeated or skipped, and
+    # the tail after the last whole batch of the current B is dropped.
+    ck = Checkpoint(str(tmp_path / "ckpt"), tp=1, pp=1, dp=4, layers=2, hidden=64, vocab=128)
+    daemon.cli("import", ck.path, "--job", "gpt", "--step", "100")
+    src = str(tmp_path / "a.jsonl")
+    samples = write_jsonl(src, 150, seed=3)
+    add(daemon, "gpt", "train", [src])
+    seed = 11
+    order = ptcds.epoch_order(seed, 0, 150)
+    folder = os.path.join(daemon.mnt, "gpt", "data", "train")
+    trained = []
+
+    def train(dp, batch, consumed, batches):
+        ranks = [jsonl_lines(os.path.join(folder, f"dp{r}.jsonl"))[:batches * batch // dp] for r in range(dp)]
+        trained.extend(interleave(ranks, batch))
+        return daemon.cli_json("dataset", "progress", "--job", "gpt", "--name", "train", "--consumed",
+                               consumed + batches * batch, "--json")
+
+    assert train(4, 12, 0, 2)["consumed"] == 24
+    rep = daemon.cli_json("repartition", "--job", "gpt", "--step", "100", "--to", "tp=1,pp=1,dp=2",
+                          "--global-batch", 20, "--json")
+    assert rep["datasets"] == [{"name": "train", "from_dp": 4, "to_dp": 2, "from_global_batch": 12,
+                                "to_global_batch": 20}]
+    assert daemon.cli_json("ls", "gpt/100", "--json")["parallelism"]["dp"] == 2  # the same commit
+    st = state(daemon, "gpt", "train")
+    assert {k: st[k] for k in ("global_batch", "dp", "epoch", "consumed", "batch_offset", "samples_per_epoch",
+                               "dropped")} == {"global_batch": 20, "dp": 2, "epoch": 0, "consumed": 24,
+                                               "batch_offset": 24, "samples_per_epoch": 144, "dropped": 6}
+    # Rank 0 reads order[24:34] then order[44:54] ...: batches of 20 from sample 24.
+    assert jsonl_lines(os.path.join(folder, "dp0.jsonl"))[:20] == \
+        [samples[i] for i in order[24:34] + order[44:54]]
+    remaining = check_jsonl_views(daemon, "gpt", "train", samples, seed, 20, 2, 0, 24, batch_offset=24)
+    assert trained + remaining == [samples[i] for i in order[:144]]
+    # The position survives a restart (the record keeps batch_offset).
+    daemon.restart()
+    assert state(daemon, "gpt", "train") == st
+    assert train(2, 20, 24, 2)["consumed"] == 64
+    r = daemon.cli("dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", 70, check=False)
+    assert_error(r, "consumed 70 is not batch_offset 24 plus a multiple of the global batch 20")
+    # A dp that does not divide the new batch refuses the whole repartition and changes nothing.
+    before_state = read_all(os.path.join(folder, "state.json"))
+    before_step = daemon.cli_json("ls", "gpt/100", "--json")
+    r = daemon.cli("repartition", "--job", "gpt", "--step", "100", "--to", "tp=1,pp=1,dp=3", "--global-batch", 10,
+                   check=False)
+    assert_error(r, "gpt/train", "global batch 10 is not divisible by dp=3")
+    assert daemon.cli_json("ls", "gpt/100", "--json") == before_step
+    assert read_all(os.path.join(folder, "state.json")) == before_state
+    # The Python client asks the same; a dry run changes nothing.
+    with ptcfs.Client(daemon=daemon.addr, secret_file=daemon.secret_file) as client:
+        dry = client.repartition("gpt", 100, (1, 1, 3), dry_run=True, global_batch=9)
+    assert dry["datasets"] == [{"name": "train", "from_dp": 2, "to_dp": 3, "from_global_batch": 20,
+                                "to_global_batch": 9}]
+    assert read_all(os.path.join(folder, "state.json")) == before_state
+    daemon.cli("repartition", "--job", "gpt", "--step", "100", "--to", "tp=1,pp=1,dp=3", "--global-batch", 9)
+    st = state(daemon, "gpt", "train")
+    assert (st["global_batch"], st["dp"], st["consumed"], st["batch_offset"], st["samples_per_epoch"],
+            st["dropped"]) == (9, 3, 64, 64, 145, 5)
+    remaining = check_jsonl_views(daemon, "gpt", "train", samples, seed, 9, 3, 0, 64, batch_offset=64)
+    assert trained + remaining == [samples[i] for i in order[:145]]
+    assert len(set(trained + remaining)) == 145
+    assert train(3, 9, 64, 9)["consumed"] == 0  # the whole rest of the epoch: epoch 1 starts
+    assert trained == [samples[i] for i in order[:145]]
+    st = state(daemon, "gpt", "train")
+    assert (st["epoch"], st["consumed"], st["batch_offset"], st["global_batch"]) == (1, 0, 0, 9)
+    check_jsonl_views(daemon, "gpt", "train", samples, seed, 9, 3, 1, 0)
 
 
 def test_a_dp_that_does_not_divide_the_batch_refuses_the_whole_repartition(daemon, tmp_path):

@@ -313,9 +313,88 @@ def test_allocate_a_modelled_job_at_the_planners_best(tmp_path):
 
     text = run("allocate", "--jobs", path, "--gpus", 12).stdout.splitlines()
     assert text[0].startswith(f"{path} on 12 GPUs (throughput): {out['gpus_used']} used")
-    assert text[1].split() == ["job", "gpus", "samples/s", "configuration"]
+    assert text[1].split() == ["job", "gpus", "samples/s", "global_batch", "configuration"]
+    assert text[2].split()[3] == "-"  # a measured job without a batch range
     assert text[3].split()[:2] == ["gpt", str(gpt["gpus"])]
-    assert text[3].split()[3] == "tp={tp},pp={pp},dp={dp},micro_batch={micro_batch}".format(**gpt["config"])
+    assert text[3].split()[3:] == ["512", "tp={tp},pp={pp},dp={dp},micro_batch={micro_batch}".format(**gpt["config"])]
+    assert a["global_batch"] is None and gpt["global_batch"] == 512
+
+
+def test_allocate_chooses_gpus_and_global_batch_as_brute_force_does(tmp_path):
+    import itertools
+    import random
+    rng = random.Random(2029)
+    checked = 0
+    for round_ in range(20):
+        gpus = rng.randint(2, 10)
+        jobs = []
+        for i in range(rng.randint(1, 3)):
+            batches = sorted(rng.sample([32, 64, 128, 256, 512], rng.randint(1, 4)))
+            accept = ({"min": batches[0], "max": batches[-1]} if rng.random() < 0.5 else
+                      rng.sample(batches, rng.randint(1, len(batches))))
+            counts = sorted(rng.sample(range(1, 9), rng.randint(1, 4)))
+            jobs.append({"name": f"j{i}", "min_gpus": counts[0], "max_gpus": 8, "batch": accept,
+                         "throughput": {str(c): {str(b): rng.randint(0, 1000) for b in batches} for c in counts}})
+
+        def accepted(j, b):
+            a = j["batch"]
+            return a["min"] <= b <= a["max"] if isinstance(a, dict) else b in a
+
+        def options(j):
+            return [(int(c), int(b), r) for c, per in j["throughput"].items() for b, r in per.items()
+                    if int(c) <= gpus and accepted(j, int(b))]
+
+        if any(j["min_gpus"] > gpus or not options(j) for j in jobs):
+            continue
+        admitted, need = [], 0
+        for j in jobs:
+            smallest = min(c for c, _, _ in options(j))
+            if need + smallest > gpus:
+                break
+            admitted.append(j)
+            need += smallest
+        best = max(sum(o[2] for o in choice) for choice in itertools.product(*[options(j) for j in admitted])
+                   if sum(o[0] for o in choice) <= gpus)
+        out = allocate_json(write(tmp_path, f"jobs{round_}.json", {"jobs": jobs}), gpus)
+        assert out["samples_per_s"] == best, (jobs, gpus, out)
+        assert out["gpus_used"] == sum(j["gpus"] for j in out["jobs"]) <= gpus
+        for j, spec in zip(out["jobs"], jobs):
+            if j["queued"]:
+                assert j["global_batch"] is None
+                continue
+            assert accepted(spec, j["global_batch"])
+            assert spec["throughput"][str(j["gpus"])][str(j["global_batch"])] == j["samples_per_s"]
+        checked += 1
+    assert checked >= 10
+
+
+def test_allocate_a_modelled_job_over_a_batch_list_at_the_planners_best(tmp_path):
+    jobs = {"jobs": [{"name": "a", "min_gpus": 1, "max_gpus": 8, "batch": [64, 128],
+                      "throughput": {"2": {"64": 30, "128": 33}, "4": {"64": 50, "128": 61}}},
+                     {"name": "gpt", "min_gpus": 8, "max_gpus": 16, "batch": [256, 1024], "model": SMALL_GPT}]}
+    out = allocate_json(write(tmp_path, "jobs.json", jobs), 12)
+    a, gpt = out["jobs"]
+    # Every (count, batch) of gpt against a's points: the allocation is the best of them.
+    totals = {}
+    for b in (256, 1024):
+        model = write(tmp_path, f"gpt{b}.json", dict(SMALL_GPT, global_batch=b))
+        for g in range(8, 13):
+            rate = b / plan_json(model, g)[0]["step_seconds"]
+            for c, per in jobs["jobs"][0]["throughput"].items():
+                for ab, v in per.items():
+                    if int(c) + g <= 12:
+                        totals[(int(c), int(ab), g, b)] = v + rate
+    assert out["samples_per_s"] == pytest.approx(max(totals.values()), rel=1e-12)
+    assert totals[(a["gpus"], a["global_batch"], gpt["gpus"], gpt["global_batch"])] == pytest.approx(
+        out["samples_per_s"], rel=1e-12)
+    best = plan_json(write(tmp_path, "chosen.json", dict(SMALL_GPT, global_batch=gpt["global_batch"])),
+                     gpt["gpus"])[0]
+    assert gpt["config"] == {k: best[k] for k in ("tp", "pp", "dp", "micro_batch")}
+    # The larger batch is the faster one at every count here (the cost model's fixed costs per step).
+    assert gpt["global_batch"] == 1024
+    r = run("allocate", "--jobs", write(tmp_path, "bad.json", {"jobs": [dict(jobs["jobs"][0], batch={"min": 9})]}),
+            "--gpus", 8, check_rc=1)
+    assert_error(r, "bad.json: jobs[0] ('a'): batch lacks 'max'")
 
 
 def test_allocate_queues_jobs_whose_minimum_does_not_fit(tmp_path):

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "model_fixtures.h"
 #include "ptc/planner/planner.h"
@@ -22,7 +23,7 @@ JobSpec measured(const std::string& name, int lo, int hi, std::vector<std::pair<
   j.name = name;
   j.min_gpus = lo;
   j.max_gpus = hi;
-  j.points = std::move(points);
+  for (const auto& [g, rate] : points) j.points.push_back({g, rate, 0});
   return j;
 }
 
@@ -69,7 +70,8 @@ TEST_CASE("JOBS.json: measured points and models are read, points sorted by GPU 
   CHECK(bert.name == "bert");
   CHECK(bert.min_gpus == 1);
   CHECK(bert.max_gpus == 8);
-  CHECK(bert.points == std::vector<std::pair<int, double>>{{1, 210.5}, {2, 400}, {4, 760}, {8, 1300}});
+  CHECK(bert.points == std::vector<ThroughputPoint>{{1, 210.5, 0}, {2, 400, 0}, {4, 760, 0}, {8, 1300, 0}});
+  CHECK_FALSE(bert.batch);
   CHECK_FALSE(bert.model);
   const JobSpec& gpt = (*r)[1];
   REQUIRE(gpt.model);
@@ -200,8 +202,8 @@ TEST_CASE("the dynamic program equals brute force on random instances up to 5 jo
       // Each job: a random non-empty subset of 1..16 GPUs with random rates.
       for (int g = 1; g <= 16; ++g)
         if (std::uniform_int_distribution<int>(0, 3)(rng) == 0)
-          o.push_back({g, std::uniform_real_distribution<double>(0, 100)(rng), std::nullopt});
-      if (o.empty()) o.push_back({std::uniform_int_distribution<int>(1, 16)(rng), 1.5, std::nullopt});
+          o.push_back({g, std::uniform_real_distribution<double>(0, 100)(rng), std::nullopt, 0});
+      if (o.empty()) o.push_back({std::uniform_int_distribution<int>(1, 16)(rng), 1.5, std::nullopt, 0});
     }
     INFO("round " << round << ": " << jobs << " jobs on " << gpus << " GPUs");
     const double want = brute_force(options, gpus);
@@ -222,4 +224,157 @@ TEST_CASE("the dynamic program equals brute force on random instances up to 5 jo
     ++feasible;
   }
   CHECK(feasible > 500);
+}
+
+TEST_CASE("JOBS.json: a batch range or list, with throughput per GPU count and global batch", "[allocator][batch]") {
+  auto r = parse_jobs_json(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 4, "batch": {"min": 128, "max": 512},
+                                   "throughput": {"2": {"256": 22, "128": 18}, "1": {"128": 10}}},
+                                  {"name": "b", "min_gpus": 2, "max_gpus": 4, "batch": [256, 64],
+                                   "throughput": {"2": {"64": 25}}})"),
+                           kFile);
+  REQUIRE(r.is_ok());
+  const JobSpec& a = (*r)[0];
+  REQUIRE(a.batch);
+  CHECK((a.batch->min == 128 && a.batch->max == 512 && a.batch->listed.empty()));
+  CHECK(a.points == std::vector<ThroughputPoint>{{1, 10, 128}, {2, 18, 128}, {2, 22, 256}});
+  const JobSpec& b = (*r)[1];
+  REQUIRE(b.batch);
+  CHECK((b.batch->min == 64 && b.batch->max == 256 && b.batch->listed == std::vector<int64_t>{64, 256}));
+  CHECK(b.batch->accepts(64));
+  CHECK_FALSE(b.batch->accepts(128));
+  CHECK(a.batch->accepts(128));
+  CHECK(a.batch->accepts(300));
+  CHECK_FALSE(a.batch->accepts(513));
+}
+
+TEST_CASE("JOBS.json: malformed batch members are refused naming the job and member", "[allocator][batch]") {
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "batch": {"min": 512, "max": 256},
+                         "throughput": {"1": {"256": 1}}})"),
+                 {"jobs[0] ('a'): batch.min (512) is more than batch.max (256)"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "batch": {"min": 256},
+                         "throughput": {"1": {"256": 1}}})"),
+                 {"jobs[0] ('a'): batch lacks 'max'"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "batch": {"min": 1, "max": 2, "step": 1},
+                         "throughput": {"1": {"2": 1}}})"),
+                 {"jobs[0] ('a'): batch: unknown key 'step'"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "batch": {"min": 0, "max": 2},
+                         "throughput": {"1": {"2": 1}}})"),
+                 {"jobs[0] ('a'): batch.min"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "batch": [],
+                         "throughput": {"1": {"2": 1}}})"),
+                 {"jobs[0] ('a'): batch must be a non-empty list of global batches"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "batch": [64, 32, 64],
+                         "throughput": {"1": {"64": 1}}})"),
+                 {"jobs[0] ('a'): batch lists 64 twice"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "batch": [64, "x"],
+                         "throughput": {"1": {"64": 1}}})"),
+                 {"jobs[0] ('a'): batch[1]"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "batch": 64, "throughput": {"1": {"64": 1}}})"),
+                 {"jobs[0] ('a'): batch must be a non-empty list of global batches or {\"min\", \"max\"}, got 64"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "batch": [64], "throughput": {"1": 5}})"),
+                 {"jobs[0] ('a'): throughput[\"1\"] must be a non-empty object of global batch -> samples/s"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "throughput": {"1": {"64": 5}}})"),
+                 {"jobs[0] ('a'): throughput[\"1\"] gives samples/s per global batch, but the job gives no 'batch'"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "batch": [64], "throughput": {"1": {"06": 5}}})"),
+                 {"jobs[0] ('a'): throughput[\"1\"]: '06' is not a global batch"});
+  expect_invalid(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 2, "batch": [64], "throughput": {"1": {"64": -1}}})"),
+                 {"jobs[0] ('a'): throughput[\"1\"][\"64\"] must be a number of samples/s >= 0, got -1"});
+}
+
+namespace {
+
+JobSpec batched(const std::string& name, int lo, int hi, BatchChoice batch, std::vector<ThroughputPoint> points) {
+  JobSpec j;
+  j.name = name;
+  j.min_gpus = lo;
+  j.max_gpus = hi;
+  j.batch = std::move(batch);
+  j.points = std::move(points);
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("the allocation of GPUs and global batches between two measured jobs, by hand", "[allocator][batch]") {
+  // a: batches 128..512; b: batches 64 and 256 only. Points outside a job's batches are not options.
+  const std::vector<JobSpec> jobs = {
+      batched("a", 1, 4, {128, 512, {}},
+              {{1, 10, 128}, {2, 18, 128}, {2, 22, 256}, {4, 40, 256}, {4, 46, 512}, {4, 60, 1024}}),
+      batched("b", 2, 4, {64, 256, {64, 256}}, {{2, 25, 64}, {2, 99, 128}, {2, 30, 256}, {4, 42, 64}, {4, 52, 256}})};
+  auto oa = job_options(jobs[0], 8);
+  REQUIRE(oa.is_ok());
+  std::vector<std::tuple<int, int64_t, double>> got;
+  for (const auto& o : *oa) got.emplace_back(o.gpus, o.global_batch, o.samples_per_s);
+  CHECK(got == std::vector<std::tuple<int, int64_t, double>>{
+                   {1, 128, 10}, {2, 128, 18}, {2, 256, 22}, {4, 256, 40}, {4, 512, 46}});
+  const auto pick = [&](int gpus) {
+    auto r = allocate_throughput(jobs, gpus);
+    REQUIRE(r.is_ok());
+    return *r;
+  };
+  // 6 GPUs: a1/128+b2/256 40, a1/128+b4/256 62, a2/256+b2/256 52, a2/256+b4/256 74, a4/512+b2/256 76.
+  Allocation six = pick(6);
+  CHECK((six.jobs[0].option.gpus == 4 && six.jobs[0].option.global_batch == 512));
+  CHECK((six.jobs[1].option.gpus == 2 && six.jobs[1].option.global_batch == 256));
+  CHECK(six.samples_per_s == 76);
+  CHECK(six.gpus_used == 6);
+  // 5 GPUs: a1/128+b4/256 62 beats a2/256+b2/256 52.
+  Allocation five = pick(5);
+  CHECK((five.jobs[0].option.gpus == 1 && five.jobs[0].option.global_batch == 128));
+  CHECK((five.jobs[1].option.gpus == 4 && five.jobs[1].option.global_batch == 256));
+  CHECK(five.samples_per_s == 62);
+  // 4 GPUs: a2/256+b2/256 52.
+  Allocation four = pick(4);
+  CHECK((four.jobs[0].option.gpus == 2 && four.jobs[0].option.global_batch == 256));
+  CHECK((four.jobs[1].option.gpus == 2 && four.jobs[1].option.global_batch == 256));
+  CHECK(four.samples_per_s == 52);
+  // 8 GPUs: a4/512+b4/256 98.
+  Allocation eight = pick(8);
+  CHECK((eight.jobs[0].option.global_batch == 512 && eight.jobs[1].option.global_batch == 256));
+  CHECK(eight.samples_per_s == 98);
+  // A range that no point falls in.
+  auto none = job_options(batched("c", 1, 4, {2048, 4096, {}}, {{1, 1, 128}}), 8);
+  CHECK(none.status().message() ==
+        "job 'c' has no throughput point between min_gpus 1 and max_gpus 4 at global batches 2048..4096");
+}
+
+TEST_CASE("the batches planned for a modelled job: the list, or doubling from min, and max", "[allocator][batch]") {
+  CHECK(batches_to_plan({256, 2048, {}}) == std::vector<int64_t>{256, 512, 1024, 2048});
+  CHECK(batches_to_plan({100, 300, {}}) == std::vector<int64_t>{100, 200, 300});
+  CHECK(batches_to_plan({5, 5, {}}) == std::vector<int64_t>{5});
+  CHECK(batches_to_plan({8, 24, {8, 12, 24}}) == std::vector<int64_t>{8, 12, 24});
+}
+
+TEST_CASE("a modelled job with a batch list: the planner's best per GPU count and batch", "[allocator][batch]") {
+  JobSpec g;
+  g.name = "g";
+  g.min_gpus = 1;
+  g.max_gpus = 4;
+  g.model = small_model();
+  g.batch = BatchChoice{8, 16, {8, 16}};
+  auto mo = job_options(g, 64);
+  REQUIRE(mo.is_ok());
+  std::vector<std::pair<int, int64_t>> got, want;
+  for (const auto& x : *mo) {
+    got.emplace_back(x.gpus, x.global_batch);
+    ModelSpec m = small_model();
+    m.global_batch = x.global_batch;
+    const auto plan = plan_parallelism(m, x.gpus);
+    REQUIRE(plan.is_ok());
+    CHECK(x.samples_per_s == static_cast<double>(x.global_batch) / plan->front().step_seconds());
+    CHECK(x.config == plan->front().config);
+  }
+  for (int n = 1; n <= 4; ++n)
+    for (int64_t b : {8, 16}) {
+      ModelSpec m = small_model();
+      m.global_batch = b;
+      if (plan_parallelism(m, n).is_ok()) want.emplace_back(n, b);
+    }
+  CHECK(got == want);
+  CHECK(got.size() == 8);  // 1..4 GPUs all fit small_model at both batches
+  // Without a batch range the model's own global_batch is the option's.
+  g.batch.reset();
+  auto plain = job_options(g, 64);
+  REQUIRE(plain.is_ok());
+  for (const auto& x : *plain) CHECK(x.global_batch == small_model().global_batch);
 }

@@ -45,11 +45,12 @@ def global_batches(order, batch):
     return [order[k * batch:(k + 1) * batch] for k in range(len(order) // batch)]
 
 
-def rank_samples(order, batch, dp, rank, consumed):
-    """What DP rank `rank` reads from position `consumed` to the end of the epoch."""
+def rank_samples(order, batch, dp, rank, consumed, batch_offset=0):
+    """What DP rank `rank` reads from position `consumed` to the end of the epoch; with a
+    batch_offset (a global batch changed there), the batches start at that sample."""
     chunk = batch // dp
     out = []
-    for b in global_batches(order, batch)[consumed // batch:]:
+    for b in global_batches(order[batch_offset:], batch)[(consumed - batch_offset) // batch:]:
         out.extend(b[rank * chunk:(rank + 1) * chunk])
     return out
 

@@ -39,7 +39,7 @@ TEST_CASE("the local runner imports, repartitions and removes a step on this nod
   CHECK(phases == std::vector<std::string>{"copy"});
   check_step(*n.store, "job", "1", want);
 
-  auto moved = n.runner.repartition(RepartitionRequest{"job", "1", ptc::Parallelism{1, 2, 2}, false, {}}, {});
+  auto moved = n.runner.repartition(RepartitionRequest{"job", "1", ptc::Parallelism{1, 2, 2}, false, {}, 0}, {});
   REQUIRE(moved.is_ok());
   CHECK(moved->version == 2);
   CHECK(moved->bytes_moved == 0);
@@ -59,7 +59,7 @@ TEST_CASE("the local runner refuses --nodes: there is no other node", "[local_ru
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.status().to_string() == "invalid_argument: --nodes needs a daemon in a cluster");
   CHECK(n.store->snapshot()->steps.count({"job", "1"}) == 0);
-  auto p = n.runner.repartition(RepartitionRequest{"job", "1", ptc::Parallelism{1, 1, 1}, false, {"n0"}}, {});
+  auto p = n.runner.repartition(RepartitionRequest{"job", "1", ptc::Parallelism{1, 1, 1}, false, {"n0"}, 0}, {});
   CHECK(p.status().to_string() == "invalid_argument: --nodes needs a daemon in a cluster");
 }
 

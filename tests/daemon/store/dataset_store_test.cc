@@ -112,3 +112,52 @@ TEST_CASE("records are read from mapped files, and a file cut short is an error,
     CHECK(s.message() == "dataset file " + src + " is shorter than when it was added");
   }
 }
+
+TEST_CASE("a new global batch re-splits a dataset from its consumed count, kept across a restart", "[dataset_store]") {
+  TempDir tmp;
+  const std::string src = tmp.path() + "/a.jsonl";
+  {
+    std::ofstream f(src, std::ios::binary);
+    for (int i = 0; i < 10; ++i) f << "{\"i\":" << i << "}\n";
+  }
+  auto store = Store::open(tmp.path() + "/data");
+  REQUIRE(store.is_ok());
+  DatasetAddRequest req{"job", "ds", ptc::DatasetFormat::kJsonl, 0, 4, 2, {src}, false};
+  DatasetAddSummary summary;
+  auto add = prepare_dataset_add(**store, req, 2, "", summary);
+  REQUIRE(add.is_ok());
+  REQUIRE(commit_change(**store, *add).is_ok());
+  auto p = prepare_dataset_progress(**store, "job", "ds", {}, 4);
+  REQUIRE(p.is_ok());
+  REQUIRE(commit_change(**store, *p).is_ok());
+  // A record written before batch_offset existed (no member) reads as offset 0.
+  auto cur = current_dataset(**store, "job", "ds");
+  REQUIRE(cur.is_ok());
+  nlohmann::json old = (*cur)->to_json();
+  REQUIRE(old.erase("batch_offset") == 1);
+  auto loaded = DatasetVersion::load("job", "ds", old.dump(), (*store)->blobs(), nullptr);
+  REQUIRE(loaded.is_ok());
+  CHECK((*loaded)->position() == ptc::DatasetPosition{2, 0, 4, 0});
+
+  // dp 3 does not divide 4 (the batch kept) nor 5: refused; 3 at dp 3 is taken at sample 4.
+  CHECK(resplit_datasets(**store, "job", 3).status().message() ==
+        "cannot re-split dataset job/ds: the global batch 4 is not divisible by dp=3");
+  CHECK(resplit_datasets(**store, "job", 3, 5).status().message() ==
+        "cannot re-split dataset job/ds: the global batch 5 is not divisible by dp=3");
+  CHECK(resplit_datasets(**store, "job", 2, 4)->empty());  // nothing changes
+  auto r = resplit_datasets(**store, "job", 3, 3);
+  REQUIRE(r.is_ok());
+  REQUIRE(r->size() == 1);
+  PreparedChange change(**store);
+  change.datasets = std::move(r).value();
+  REQUIRE(commit_change(**store, change).is_ok());
+  store->reset();
+  auto again = Store::open(tmp.path() + "/data");
+  REQUIRE(again.is_ok());
+  auto back = current_dataset(**again, "job", "ds");
+  REQUIRE(back.is_ok());
+  CHECK((*back)->spec().global_batch == 3);
+  CHECK((*back)->position() == ptc::DatasetPosition{3, 0, 4, 4});
+  CHECK((*back)->version() == 3);
+  CHECK(dataset_json(**back)["batch_offset"] == 4);
+}
