@@ -158,7 +158,9 @@ ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, con
                                                          uint64_t global_batch) {
   std::vector<DatasetChange> out;
   auto snap = store.snapshot();
+  bool any = false;
   for (const auto& [key, v] : snap->datasets) {
+    any = any || key.first == job;
     const uint64_t batch = global_batch ? global_batch : v->spec().global_batch;
     if (key.first != job || (v->position().dp == dp && batch == v->spec().global_batch)) continue;
     auto next = ptc::rebatched(v->spec(), v->position(), dp, batch);
@@ -166,6 +168,8 @@ ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, con
       return ptc::invalid("cannot re-split dataset " + job + "/" + key.second + ": " + next.status().message());
     out.push_back({v->with_position(next->pos, 0, next->global_batch), v});
   }
+  if (global_batch && !any)
+    return ptc::invalid("job '" + job + "' has no dataset to take the global batch " + std::to_string(global_batch));
   return out;
 }
 

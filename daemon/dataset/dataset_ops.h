@@ -57,7 +57,8 @@ ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const s
 // The new versions of every dataset of `job` whose dp is not `dp` or, with `global_batch`
 // (0: none), whose global batch is not it (ptc::rebatched: the order continues at the
 // consumed count); kInvalidArgument naming the dataset when dp does not divide its (new)
-// global batch or the dataset has fewer samples than one (then nothing is to change).
+// global batch or the dataset has fewer samples than one, or when `global_batch` is given to
+// a job with no dataset (then nothing is to change).
 ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, const std::string& job, int dp,
                                                          uint64_t global_batch = 0);
 

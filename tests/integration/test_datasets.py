@@ -92,6 +92,10 @@ def test_a_new_global_batch_with_dp_continues_the_single_rank_order(daemon, tmp_
     daemon.cli("import", ck.path, "--job", "gpt", "--step", "100")
     src = str(tmp_path / "a.jsonl")
     samples = write_jsonl(src, 150, seed=3)
+    r = daemon.cli("repartition", "--job", "gpt", "--step", "100", "--to", "tp=1,pp=1,dp=2", "--global-batch", 20,
+                   check=False)
+    assert_error(r, "job 'gpt' has no dataset to take the global batch 20")
+    assert daemon.cli_json("ls", "gpt/100", "--json")["parallelism"]["dp"] == 4
     add(daemon, "gpt", "train", [src])
     seed = 11
     order = ptcds.epoch_order(seed, 0, 150)

@@ -145,6 +145,9 @@ TEST_CASE("a new global batch re-splits a dataset from its consumed count, kept 
   CHECK(resplit_datasets(**store, "job", 3, 5).status().message() ==
         "cannot re-split dataset job/ds: the global batch 5 is not divisible by dp=3");
   CHECK(resplit_datasets(**store, "job", 2, 4)->empty());  // nothing changes
+  CHECK(resplit_datasets(**store, "other", 2, 4).status().message() ==
+        "job 'other' has no dataset to take the global batch 4");
+  CHECK(resplit_datasets(**store, "other", 2)->empty());
   auto r = resplit_datasets(**store, "job", 3, 3);
   REQUIRE(r.is_ok());
   REQUIRE(r->size() == 1);
