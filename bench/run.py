@@ -205,7 +205,7 @@ def main() -> int:
         if "simulate" in only:
             print("== simulate: the allocation policies on a job trace (ptcfs allocate, ptcfs plan's cost model)",
                   flush=True)
-            r, raw["simulate"] = simulate.run(64, 20 if a.quick else 60, 1, 24, 4 if a.quick else 12, 30, 0.5,
+            r, raw["simulate"] = simulate.run(256, 20 if a.quick else 120, 1, 24, 4 if a.quick else 12, 30, 0.5,
                                               3 if a.quick else 10, os.path.join(root, "simulate"), a.simulate_plot)
             rows += r
         if "etcd" in only:

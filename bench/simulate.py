@@ -28,8 +28,9 @@ master weights and two Adam moments) moved at the cluster's inter-node rate time
 the link ptcfs reaches (--link-share: bench_reconfig measures it; the whole state is charged,
 though a repartition moves only what each GPU lacks). Starting a job costs the restart alone.
 
-    /usr/bin/python3 bench/simulate.py [--gpus 64] [--jobs 60] [--seed 1] [--hours 24] [--batch-jobs 12]
-                                       [--restart-s 30] [--link-share 0.5] [--plot PNG] [--json FILE]
+    /usr/bin/python3 bench/simulate.py [--gpus 256] [--jobs 120] [--seed 1] [--hours 24] [--batch-jobs 12]
+                                       [--restart-s 30] [--link-share 0.5] [--batches 16,32,64] [--plot PNG]
+                                       [--json FILE]
 """
 
 import json
@@ -48,7 +49,7 @@ GPU = {"memory_gb": 80, "tflops": 312, "per_node": 8, "intra_node_gbps": 2400, "
 # GPT sizes of Brown et al. 2020 (Table 2.1): name -> (layers, hidden, heads); ffn 4h, vocabulary 51,200.
 SIZES = {"gpt-350m": (24, 1024, 16), "gpt-1.3b": (24, 2048, 16), "gpt-2.7b": (32, 2560, 32),
          "gpt-6.7b": (32, 4096, 32)}
-BATCHES = [64, 128, 256]  # a job's smallest global batch; it accepts B, 2B and 4B
+BATCHES = [16, 32, 64]  # a job's smallest global batch; it accepts B, 2B and 4B
 
 
 def model(size: str, batch: int) -> dict:
@@ -355,8 +356,8 @@ def run(gpus: int, njobs: int, seed: int, hours: float, batch_jobs: int, restart
 
 def main() -> int:
     def configure(ap):
-        ap.add_argument("--gpus", type=int, default=64, help="GPUs in the cluster (8 a node)")
-        ap.add_argument("--jobs", type=int, default=60, help="jobs in the online trace")
+        ap.add_argument("--gpus", type=int, default=256, help="GPUs in the cluster (8 a node)")
+        ap.add_argument("--jobs", type=int, default=120, help="jobs in the online trace")
         ap.add_argument("--seed", type=int, default=1, help="the trace's random seed")
         ap.add_argument("--hours", type=float, default=24, help="the online trace's arrivals spread over this")
         ap.add_argument("--batch-jobs", type=int, default=12, help="jobs in the batch queue (Saturn's experiment)")
@@ -364,9 +365,16 @@ def main() -> int:
         ap.add_argument("--link-share", type=float, default=0.5,
                         help="share of the inter-node link a state move reaches (bench_reconfig measures it)")
         ap.add_argument("--time-limit", type=float, default=10, help="the makespan MILP's time limit")
+        ap.add_argument("--batches", default=",".join(map(str, BATCHES)),
+                        help="the smallest global batches jobs draw from (each accepts B, 2B, 4B)")
         ap.add_argument("--plot", metavar="PNG", help="write the plot here")
-    return standalone(__doc__, configure, lambda a, root: run(a.gpus, a.jobs, a.seed, a.hours, a.batch_jobs,
-                                                              a.restart_s, a.link_share, a.time_limit, root, a.plot))
+
+    def go(a, root):
+        BATCHES[:] = [int(b) for b in a.batches.split(",")]
+        return run(a.gpus, a.jobs, a.seed, a.hours, a.batch_jobs, a.restart_s, a.link_share, a.time_limit, root,
+                   a.plot)
+
+    return standalone(__doc__, configure, go)
 
 
 if __name__ == "__main__":
