@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <set>
 
 #include "ptc/base/json_util.h"
@@ -231,10 +232,27 @@ std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::v
   // choice[j * width + g]: the option of job j that reached it.
   std::vector<double> best(width, 0.0), next(width);
   std::vector<size_t> choice(jobs * width, 0);
+  // The options that can be picked: each faster than every option on as many GPUs or fewer.
+  // The table is non-decreasing in g, so an option on more GPUs that is no faster never adds
+  // more, and the first listed of equals wins ties (the strict > below): dropping the others
+  // changes no pick (several batches on one count: only the fastest is looked at).
+  std::vector<size_t> useful;
   for (size_t j = 0; j < jobs; ++j) {
+    useful.resize(options[j].size());
+    std::iota(useful.begin(), useful.end(), size_t{0});
+    std::stable_sort(useful.begin(), useful.end(),
+                     [&](size_t a, size_t b) { return options[j][a].gpus < options[j][b].gpus; });
+    double fastest = kNone;
+    size_t kept = 0;
+    for (size_t o : useful)
+      if (options[j][o].samples_per_s > fastest) {
+        fastest = options[j][o].samples_per_s;
+        useful[kept++] = o;
+      }
+    useful.resize(kept);
     for (size_t g = 0; g < width; ++g) {
       next[g] = kNone;
-      for (size_t o = 0; o < options[j].size(); ++o) {
+      for (size_t o : useful) {
         const size_t k = static_cast<size_t>(options[j][o].gpus);
         if (k > g || best[g - k] == kNone) continue;
         const double total = best[g - k] + options[j][o].samples_per_s;

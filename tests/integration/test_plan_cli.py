@@ -390,8 +390,12 @@ def test_allocate_a_modelled_job_over_a_batch_list_at_the_planners_best(tmp_path
     best = plan_json(write(tmp_path, "chosen.json", dict(SMALL_GPT, global_batch=gpt["global_batch"])),
                      gpt["gpus"])[0]
     assert gpt["config"] == {k: best[k] for k in ("tp", "pp", "dp", "micro_batch")}
-    # The larger batch is the faster one at every count here (the cost model's fixed costs per step).
-    assert gpt["global_batch"] == 1024
+    # The chosen batch is the fastest on the chosen count; where batches tie there (8 GPUs: dp 8,
+    # no pipeline, the same time per sample), the one listed first.
+    rates = {b: b / plan_json(write(tmp_path, f"at{b}.json", dict(SMALL_GPT, global_batch=b)), gpt["gpus"])[0][
+        "step_seconds"] for b in (256, 1024)}
+    fastest = max(rates.values())
+    assert gpt["global_batch"] == min(b for b in rates if rates[b] == pytest.approx(fastest, rel=1e-12))
     r = run("allocate", "--jobs", write(tmp_path, "bad.json", {"jobs": [dict(jobs["jobs"][0], batch={"min": 9})]}),
             "--gpus", 8, check_rc=1)
     assert_error(r, "bad.json: jobs[0] ('a'): batch lacks 'max'")
