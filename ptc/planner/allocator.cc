@@ -250,15 +250,19 @@ std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::v
         useful[kept++] = o;
       }
     useful.resize(kept);
-    for (size_t g = 0; g < width; ++g) {
-      next[g] = kNone;
-      for (size_t o : useful) {
-        const size_t k = static_cast<size_t>(options[j][o].gpus);
-        if (k > g || best[g - k] == kNone) continue;
-        const double total = best[g - k] + options[j][o].samples_per_s;
+    // Option by option, each over every g: the same comparisons in the same order for each g as
+    // g by g (the first option reaching the largest total is the choice), in a loop over
+    // contiguous memory. An unreachable best[g - k] (kNone) stays kNone plus the rate, never larger.
+    std::fill(next.begin(), next.end(), kNone);
+    size_t* ch = choice.data() + j * width;
+    for (size_t o : useful) {
+      const size_t k = static_cast<size_t>(options[j][o].gpus);
+      const double rate = options[j][o].samples_per_s;
+      for (size_t g = k; g < width; ++g) {
+        const double total = best[g - k] + rate;
         if (total > next[g]) {
           next[g] = total;
-          choice[j * width + g] = o;
+          ch[g] = o;
         }
       }
     }
