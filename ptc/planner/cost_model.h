@@ -16,7 +16,8 @@
 //     interleaved stages;
 //   + the data-parallel gradient all-reduce (ring: 2 (dp - 1) / dp x bytes), less what the
 //     backward pass of the last micro-batch hides with overlap_grad_reduce, and the tied
-//     embeddings' gradient all-reduce between the first and last stage.
+//     embeddings' gradient all-reduce between the first and last stage;
+//   + the optimizer step (optimizer_step_bytes at the GPU's memory bandwidth).
 // FLOPs per step generalise Narayanan et al. 2021 eq. 3 (96 B s l h^2 (1 + s/6h + V/16lh)
 // with full recomputation) to grouped-query attention, any ffn width and other recompute
 // modes. Communication moves at the link's bandwidth with no latency; only the overlaps
