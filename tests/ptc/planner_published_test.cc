@@ -195,6 +195,45 @@ TEST_CASE("PTD-P against ZeRO-3: model-parallel sizes on 384-2,240 GPUs (Narayan
   }
 }
 
+TEST_CASE("GPT-NeoX-20B on 96 A100-40GB (EleutherAI's configs/20B.yml)", "[planner][published]") {
+  // EleutherAI/gpt-neox, configs/20B.yml ("as it was trained on 96x 40GB A100 GPUs"):
+  // pipe-parallel-size 4, model-parallel-size 2 (so dp 12), 44 layers, hidden 6,144, 64
+  // heads, seq 2,048, untied output layer, FP16, ZeRO stage 1 with overlap_comm (a
+  // distributed optimizer, overlapped reduction), checkpoint-activations every layer, micro-
+  // batch 4 and 32 accumulation steps (global batch 4 x 32 x 12 = 1,536), GPT-2's 50,257
+  // tokens. Black et al. 2022 (its hardware description): twelve servers of eight A100-SXM4-40GB, every GPU
+  // reaching InfiniBand through one of four ConnectX-6 HCAs (200 Gbit/s for two GPUs: 100
+  // each); NVSwitch inside (HGX A100); the 40 GB A100's 1,555 GB/s (NVIDIA datasheet).
+  // DeepSpeed's pipeline runs 1F1B, not interleaved. Differences this model ignores: rotary
+  // instead of learned position embeddings (s h = 12.6M parameters), attention and MLP in
+  // parallel (gpt_j_residual: the same FLOPs).
+  ModelSpec m;
+  m.layers = 44;
+  m.hidden = 6144;
+  m.heads = 64;
+  m.query_groups = 64;
+  m.ffn = 4 * 6144;
+  m.vocab = 50257;
+  m.seq = 2048;
+  m.global_batch = 1536;
+  m.dtype = Precision::kF16;
+  m.distributed_optimizer = true;
+  m.recompute = Recompute::kFull;
+  m.sequence_parallel = false;
+  m.tied_embeddings = false;
+  m.flash_attention = false;
+  m.interleave = false;
+  m.overlap_p2p_comm = false;
+  m.gpu = {40, 312, 8, 2400, 100, 108, 1555};
+  CHECK(padded_vocab(m, 2) == 50432);  // the released model's embedding rows
+  const auto [best, ratio] = compare_at(m, 96, {2, 4, 12, 4});
+  // The planner takes half the stages, twice the dp (30.1 GiB of 40, where the published
+  // configuration needs 21.1), 4.2% ahead.
+  CHECK(best == ParallelConfig{2, 2, 24, 4});
+  CHECK(ratio <= 1.042);
+  CHECK(ratio >= 1.040);
+}
+
 TEST_CASE("Tenplex's parallelism table for GPT-3 XL on 4, 8 and 16 GPUs", "[planner][published]") {
   // kungfu-team/tenplex, benchmark/dynamic_resources: run.sh trains Megatron-LM's GPT "xl"
   // (tenplex-run/job/params_gpt.go: 24 layers, hidden 2064, 24 heads; seq 1024, GPT-2's
