@@ -65,7 +65,11 @@ std::string batch_cell(const ptc::JobOption& o) { return o.global_batch ? std::t
 
 json config_json(const ptc::JobOption& o) {
   if (!o.config) return nullptr;
-  return {{"tp", o.config->tp}, {"pp", o.config->pp}, {"dp", o.config->dp}, {"micro_batch", o.config->micro_batch}};
+  return {{"tp", o.config->tp},
+          {"pp", o.config->pp},
+          {"dp", o.config->dp},
+          {"micro_batch", o.config->micro_batch},
+          {"virtual_stages", o.config->virtual_stages}};
 }
 
 int run_makespan(const AllocateArgs& a, const Globals& g, const std::vector<ptc::JobSpec>& jobs) {

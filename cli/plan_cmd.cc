@@ -117,17 +117,17 @@ void print_table(const PlanArgs& a, const ptc::ModelSpec& m, size_t valid, size_
   fmt::print("{} on {} GPUs ({} per node, {:g} GiB each): {} of {} valid configurations fit; {}\n", a.model_file,
              a.gpus, m.gpu.per_node, m.gpu.memory_gb, fit, valid,
              shown.size() == fit ? "best first" : fmt::format("the {} best", shown.size()));
-  fmt::print("{:>4} {:>3} {:>4} {:>3} {:>5} {:>5}  {:>10}  {:>9}  {:>8}   {:>8} {:>8} {:>8} {:>8} {:>8}{}\n", "rank",
-             "tp", "pp", "v", "dp", "micro", "memory/GPU", "step", "TFLOP/s", "compute", "bubble", "tp comm", "pp comm",
-             "dp comm", moved.empty() ? "" : fmt::format("  {:>10}", "moves"));
+  fmt::print("{:>4} {:>3} {:>4} {:>3} {:>5} {:>5}  {:>10}  {:>9}  {:>8}   {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}{}\n",
+             "rank", "tp", "pp", "v", "dp", "micro", "memory/GPU", "step", "TFLOP/s", "compute", "bubble", "tp comm",
+             "pp comm", "dp comm", "optimizer", moved.empty() ? "" : fmt::format("  {:>10}", "moves"));
   for (size_t i = 0; i < shown.size(); ++i) {
     const ptc::Candidate& c = shown[i];
     fmt::print(
         "{:>4} {:>3} {:>4} {:>3} {:>5} {:>5}  {:>6.2f} GiB  {:>7.4g} s  {:>8.1f}   {:>8.4g} {:>8.4g} {:>8.4g} {:>8.4g} "
-        "{:>8.4g}{}\n",
+        "{:>8.4g} {:>9.4g}{}\n",
         i + 1, c.config.tp, c.config.pp, c.config.virtual_stages, c.config.dp, c.config.micro_batch, c.memory_gb(),
         c.step_seconds(), c.tflops_per_gpu(), c.step.compute, c.step.bubble, c.step.tp_comm, c.step.pp_comm,
-        c.step.dp_comm, moved.empty() ? "" : fmt::format("  {:>10}", human_bytes(moved[i])));
+        c.step.dp_comm, c.step.optimizer, moved.empty() ? "" : fmt::format("  {:>10}", human_bytes(moved[i])));
   }
   fmt::print("(seconds per step of {} sequences; TFLOP/s per GPU counts recomputation)\n", m.global_batch);
 }

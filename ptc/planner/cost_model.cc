@@ -186,6 +186,11 @@ BytesPerParam bytes_per_param(Precision p) {
   return {};
 }
 
+double optimizer_step_bytes(const ModelSpec& m, double params, int dp) {
+  const BytesPerParam b = bytes_per_param(m.dtype);
+  return params * (b.gradients + 2 * b.optimizer + b.weights) / (m.distributed_optimizer ? dp : 1);
+}
+
 // Korthikanti et al. 2022, section 4 and Table 2, per layer and micro-batch (16-bit, e = 2):
 //   no parallelism          s b h (34 + 5 a s / h)
 //   tp                      s b h (10 + 24/t + 5 a s / h t)
@@ -387,6 +392,9 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
       s.dp_comm = std::max(0.0, t - window);
       s.dp_comm_hidden = t - s.dp_comm;
     }
+    // The optimizer step follows the reduction; the stage with the most parameters ends last
+    // (Narayanan et al. 2021, section 5.1, count it in the end-to-end step).
+    s.optimizer = std::max(s.optimizer, optimizer_step_bytes(m, params, c.dp) / (g.memory_bandwidth_gbs * 1e9));
   }
   // With pp > 1 tied word embeddings live on the first and the last stage, whose
   // gradients are all-reduced between the two (Megatron-LM, finalize_model_grads.py,

@@ -16,7 +16,8 @@
 //     interleaved stages;
 //   + the data-parallel gradient all-reduce (ring: 2 (dp - 1) / dp x bytes), less what the
 //     backward pass of the last micro-batch hides with overlap_grad_reduce, and the tied
-//     embeddings' gradient all-reduce between the first and last stage.
+//     embeddings' gradient all-reduce between the first and last stage;
+//   + the optimizer step (optimizer_step_bytes at the GPU's memory bandwidth).
 // FLOPs per step generalise Narayanan et al. 2021 eq. 3 (96 B s l h^2 (1 + s/6h + V/16lh)
 // with full recomputation) to grouped-query attention, any ffn width and other recompute
 // modes. Communication moves at the link's bandwidth with no latency; only the overlaps
@@ -67,6 +68,13 @@ struct BytesPerParam {
 };
 BytesPerParam bytes_per_param(Precision p);
 
+// Bytes of device memory the optimizer step moves for `params` parameters held by one GPU
+// (all of them before any division by dp): Adam reads each gradient and the optimizer state
+// and writes the state and the weights back, once each (a fused kernel: Megatron-LM's
+// Adam is one multi-tensor pass), gradients + 2 x optimizer + weights bytes per parameter
+// (BF16 4 + 24 + 2 = 30); a distributed optimizer updates 1/dp of them on each rank.
+double optimizer_step_bytes(const ModelSpec& m, double params, int dp);
+
 // Seconds of one GEMM of `batch` independent products, each (rows x depth) times (depth x
 // cols), on one GPU: the larger of its math time and its memory time (NVIDIA 2023, "Matrix
 // Multiplication Background", section 2: math-limited above the GPU's ops:byte ratio).
@@ -105,11 +113,14 @@ struct StepEstimate {
   // tensor-parallel and exposed pipeline communication over the m micro-batches, the
   // pipeline bubble ((pp - 1) / v more of its slots), and the exposed gradient all-reduces.
   double compute = 0, tp_comm = 0, pp_comm = 0, bubble = 0, dp_comm = 0;
+  // Seconds of the optimizer step after the gradients are reduced: memory-bound
+  // (optimizer_step_bytes at the GPU's memory bandwidth), on the stage with the most.
+  double optimizer = 0;
   double flops = 0;  // flops_per_step
   // Seconds of gradient reduction run during the backward pass (overlap_grad_reduce), not
   // part of total(); dp_comm is what is left exposed.
   double dp_comm_hidden = 0;
-  double total() const { return compute + tp_comm + pp_comm + bubble + dp_comm; }
+  double total() const { return compute + tp_comm + pp_comm + bubble + dp_comm + optimizer; }
 };
 StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c);
 

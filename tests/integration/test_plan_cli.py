@@ -299,7 +299,7 @@ def test_allocate_a_modelled_job_at_the_planners_best(tmp_path):
     assert a["gpus"] + gpt["gpus"] == out["gpus_used"] <= 12
     model = write(tmp_path, "gpt.json", SMALL_GPT)
     best = plan_json(model, gpt["gpus"])[0]
-    assert gpt["config"] == {k: best[k] for k in ("tp", "pp", "dp", "micro_batch")}
+    assert gpt["config"] == {k: best[k] for k in ("tp", "pp", "dp", "micro_batch", "virtual_stages")}
     assert gpt["samples_per_s"] == pytest.approx(512 / best["step_seconds"], rel=1e-12)
     # Every count of 8..12 against a's points: the allocation is the best of them.
     totals = {}
@@ -389,7 +389,7 @@ def test_allocate_a_modelled_job_over_a_batch_list_at_the_planners_best(tmp_path
         out["samples_per_s"], rel=1e-12)
     best = plan_json(write(tmp_path, "chosen.json", dict(SMALL_GPT, global_batch=gpt["global_batch"])),
                      gpt["gpus"])[0]
-    assert gpt["config"] == {k: best[k] for k in ("tp", "pp", "dp", "micro_batch")}
+    assert gpt["config"] == {k: best[k] for k in ("tp", "pp", "dp", "micro_batch", "virtual_stages")}
     # The chosen batch is the fastest on the chosen count; where batches tie there (8 GPUs: dp 8,
     # no pipeline, the same time per sample), the one listed first.
     rates = {b: b / plan_json(write(tmp_path, f"at{b}.json", dict(SMALL_GPT, global_batch=b)), gpt["gpus"])[0][

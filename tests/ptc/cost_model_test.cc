@@ -352,6 +352,10 @@ TEST_CASE("step time of a small configuration, by hand", "[cost_model]") {
   CHECK(s.bubble == Approx(slot).epsilon(1e-12));
   CHECK(s.dp_comm == Approx(2.42432e-4 + 3.2768e-4).epsilon(1e-12));
   CHECK(s.dp_comm_hidden == 0);
+  // The optimizer step of stage 0 (the most parameters): BF16, 4 + 2 x 12 + 2 = 30 bytes per
+  // parameter at 2,039 GB/s.
+  CHECK(s.optimizer == Approx(60608.0 * 30 / 2.039e12).epsilon(1e-12));
+  CHECK(s.total() == Approx(s.compute + s.tp_comm + s.pp_comm + s.bubble + s.dp_comm + s.optimizer).epsilon(1e-12));
   CHECK(s.flops == flops_per_step(m, 2));
 
   // On one node of 8 the pipeline sends and the embedding sync stay inside it.
@@ -405,7 +409,23 @@ TEST_CASE("a distributed optimizer reduce-scatters gradients and all-gathers wei
   const double P = 218496;
   CHECK(gpu_params(m, {1, 1, 4, 1}, 0) == 218496);
   CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(2 * 0.75 * 4 * P / 1e9).epsilon(1e-12));
+  CHECK(estimate_step(m, {1, 1, 4, 1}).optimizer == Approx(30 * P / 2.039e12).epsilon(1e-12));
   m.distributed_optimizer = true;
   CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(0.75 * 6 * P / 1e9).epsilon(1e-12));
   CHECK(stage_memory(m, {1, 1, 4, 1}, 0).optimizer == P * 12 / 4);
+  // Each rank updates a quarter: 30 P / 4 bytes.
+  CHECK(estimate_step(m, {1, 1, 4, 1}).optimizer == Approx(30 * P / 4 / 2.039e12).epsilon(1e-12));
+}
+
+TEST_CASE("the optimizer step reads gradients and state and writes state and weights once", "[cost_model]") {
+  // gradients + 2 x optimizer + weights bytes per parameter: BF16 4 + 24 + 2 = 30, F16
+  // 2 + 32 + 2 = 36, F32 4 + 16 + 4 = 24; a distributed optimizer divides by dp.
+  ModelSpec m = small_model();
+  CHECK(optimizer_step_bytes(m, 1000, 8) == 30000);
+  m.dtype = Precision::kF16;
+  CHECK(optimizer_step_bytes(m, 1000, 8) == 36000);
+  m.dtype = Precision::kF32;
+  CHECK(optimizer_step_bytes(m, 1000, 8) == 24000);
+  m.distributed_optimizer = true;
+  CHECK(optimizer_step_bytes(m, 1000, 8) == 3000);
 }
