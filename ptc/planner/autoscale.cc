@@ -135,13 +135,26 @@ std::vector<Decision> decisions_from(const std::vector<QueueEntry>& queue,
   return out;
 }
 
+size_t fitting_prefix(const std::vector<JobSpec>& specs, int gpus) {
+  size_t fit = 0;
+  while (fit < specs.size() && gpus > 0 && specs[fit].min_gpus <= gpus && job_options(specs[fit], gpus)) ++fit;
+  return fit;
+}
+
+std::vector<JobAllocation> starting_now(const Schedule& schedule) {
+  std::vector<JobAllocation> out;
+  for (const ScheduledJob& j : schedule.jobs) {
+    const bool now = j.start_s <= 0;
+    out.push_back({j.name, !now, now ? j.option.option : JobOption{}});
+  }
+  return out;
+}
+
 Result<std::vector<Decision>> decide_throughput(const std::vector<QueueEntry>& queue, int gpus) {
   if (gpus < 0) return invalid("the GPU capacity must be at least 0, got " + std::to_string(gpus));
   std::vector<JobSpec> specs = autoscale_specs(queue);
   // First come, first served: the jobs before the first that has no option on `gpus` GPUs.
-  size_t fit = 0;
-  while (fit < specs.size() && gpus > 0 && specs[fit].min_gpus <= gpus && job_options(specs[fit], gpus)) ++fit;
-  specs.resize(fit);
+  specs.resize(fitting_prefix(specs, gpus));
   std::vector<JobAllocation> allocated;
   if (!specs.empty()) {
     PTC_ASSIGN_OR_RETURN(Allocation a, allocate_throughput(specs, gpus));

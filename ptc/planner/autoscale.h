@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ptc/planner/allocator.h"
+#include "ptc/planner/makespan.h"
 
 namespace ptc {
 
@@ -59,6 +60,14 @@ Result<StoredDecision> parse_stored_decision(std::string_view text, const std::s
 // The specs the allocator sees: measured points at counts the layout does not divide (or
 // whose dp does not divide the point's batch) dropped, modelled jobs without interleaving.
 std::vector<JobSpec> autoscale_specs(const std::vector<QueueEntry>& queue);
+
+// How many jobs from the front of `specs` may run on `gpus` GPUs, first come, first served:
+// those before the first with no option there (min_gpus above `gpus`, or no usable count).
+size_t fitting_prefix(const std::vector<JobSpec>& specs, int gpus);
+
+// The makespan policy's decisions now: the jobs a schedule starts at time 0 get their
+// option, the others are queued (to be decided again when a job ends).
+std::vector<JobAllocation> starting_now(const Schedule& schedule);
 
 // Decisions by total throughput (allocator.h's dynamic program) for `gpus` GPUs, one per
 // entry, in queue order. First come, first served: the first job that has no option on
