@@ -19,7 +19,7 @@ struct AutoscaleArgs {
   transport::EtcdTls tls;
   int gpus = 0;  // the capacity when <prefix>/capacity is absent
   std::string policy = "throughput";
-  std::string prefix = "/ptcfs/autoscale";
+  std::string prefix = "/ptcfs-autoscale";
   std::string id;  // default: HOSTNAME:PID
   int lease_ttl_s = 5;
   double retry_s = 5;        // a pass that failed somewhere is tried again after this long

@@ -16,7 +16,7 @@ from etcd_util import Etcd
 from ptcfs_harness import PTCFS, Checkpoint, Daemon, check_ls_step, require_binaries, verify_step
 from repartition_util import Oracles, wait_for
 
-P = "/ptcfs/autoscale"
+P = "/ptcfs-autoscale"
 # a: any count, kept at pp=2, so 2 or 4 GPUs; b: tp=2 kept, a global batch from 4 to 16.
 A_JOB = {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 100, "2": 180, "4": 300}}
 B_JOB = {"min_gpus": 1, "max_gpus": 4, "batch": {"min": 4, "max": 16},
