@@ -171,3 +171,20 @@ def test_a_bad_queue_entry_is_named_and_the_others_decided(tmp_path, bad, needle
         assert f"{P}/queue/bad" in r.stderr and needle in r.stderr, r.stderr
         assert "job 'ok' not changed" in r.stderr and "127.0.0.1:1" in r.stderr, r.stderr
         assert etcd.keys(f"{P}/decision/") == []
+
+
+def test_makespan_policy_and_jobs_with_no_step_yet(tmp_path, daemon):
+    """Two jobs of 600 samples, 100 samples/s on 2 GPUs or 150 on 4: side by side on 2 GPUs each
+    (6 s) beats one after the other on 4 (8 s), so both start now. Neither has saved a step: each
+    just gets its decision."""
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        for name in ("a", "b"):
+            job = {"min_gpus": 2, "max_gpus": 4, "throughput": {"2": 100, "4": 150}, "samples": 600}
+            etcd.ctl("put", f"{P}/queue/{name}", json.dumps({"job": job, "daemon": daemon.addr}))
+        r = subprocess.run(Controllers(str(tmp_path), etcd).args("m", "--once", "--json", "--policy", "makespan"),
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        want = [decision(n, 2, None, 1, 1, 2, None, "m") for n in ("a", "b")]
+        assert [without_seq(json.loads(line)) for line in r.stdout.splitlines()] == want
+        assert [without_seq(etcd.get_json(f"{P}/decision/{n}")) for n in ("a", "b")] == want

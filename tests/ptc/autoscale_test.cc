@@ -158,3 +158,22 @@ TEST_CASE("stored decisions round-trip; the latest step is by number", "[autosca
   CHECK(latest_step({"a", "b"}) == std::optional<std::string>("b"));
   CHECK(latest_step({}) == std::nullopt);
 }
+
+TEST_CASE("the makespan policy runs now the jobs its schedule starts at 0", "[autoscale]") {
+  const std::vector<QueueEntry> q = {entry(kA, "a"), entry(b_entry(), "b")};
+  Schedule s;
+  JobOption a_opt{2, 180, std::nullopt, 0};
+  JobOption b_opt{4, 260, std::nullopt, 16};
+  s.jobs = {{"a", {a_opt, 10}, 0, 10, {0, 1}}, {"b", {b_opt, 5}, 10, 15, {0, 1, 2, 3}}};
+  s.makespan_s = 15;
+  const auto now = starting_now(s);
+  REQUIRE(now.size() == 2);
+  CHECK_FALSE(now[0].queued);
+  CHECK(now[1].queued);
+  CHECK(decisions_from(q, now) == std::vector<Decision>{running("a", 2, 0, 1, 1, 2), waiting("b")});
+  // fitting_prefix: the first job with no option on the capacity ends the prefix.
+  const auto specs = autoscale_specs({entry(kA, "a"), entry(b_entry(R"({"tp": 2})"), "b"), entry(kA, "c")});
+  CHECK(fitting_prefix(specs, 4) == 3);
+  CHECK(fitting_prefix(specs, 1) == 1);  // b has no option on 1 GPU at tp 2: b and c wait
+  CHECK(fitting_prefix(specs, 0) == 0);
+}
