@@ -282,8 +282,16 @@ bool Controller::pass(int64_t* revision) {
       ptc::log::info("autoscale: job '{}' left the queue; its decision removed", job);
     }
   }
-  for (const ptc::Decision& d : ch.changed) {
+  bool shrink_failed = false;
+  for (size_t i = 0; i < ch.changed.size(); ++i) {
+    const ptc::Decision& d = ch.changed[i];
     if (lost_) return false;
+    if (i >= ch.shrinks && shrink_failed) {
+      ptc::log::warn("autoscale: job '{}' not changed: it waits until the jobs giving up GPUs have; tried again later",
+                     d.job);
+      complete = false;
+      continue;
+    }
     const auto it = std::find_if(snap->queue.begin(), snap->queue.end(),
                                  [&](const ptc::QueueEntry& e) { return e.spec.name == d.job; });
     std::string step;
@@ -304,6 +312,7 @@ bool Controller::pass(int64_t* revision) {
     }
     ptc::log::error("autoscale: job '{}' not changed: {}; tried again later", d.job, s.message());
     complete = false;
+    shrink_failed = shrink_failed || i < ch.shrinks;
   }
   return complete;
 }

@@ -165,10 +165,17 @@ Result<std::vector<Decision>> decide_throughput(const std::vector<QueueEntry>& q
 
 Changes changes(const std::vector<Decision>& next, const std::map<std::string, Decision>& stored) {
   Changes c;
+  std::vector<Decision> others;
   for (const Decision& d : next) {
     auto it = stored.find(d.job);
-    if (it == stored.end() || !(it->second == d)) c.changed.push_back(d);
+    if (it != stored.end() && it->second == d) continue;
+    if (it != stored.end() && d.gpus < it->second.gpus)
+      c.changed.push_back(d);
+    else
+      others.push_back(d);
   }
+  c.shrinks = c.changed.size();
+  c.changed.insert(c.changed.end(), others.begin(), others.end());
   for (const auto& [job, d] : stored) {
     const bool queued = std::any_of(next.begin(), next.end(), [&](const Decision& n) { return n.job == job; });
     if (!queued) c.finished.push_back(job);

@@ -78,10 +78,14 @@ Result<std::vector<Decision>> decide_throughput(const std::vector<QueueEntry>& q
 // GPUs is queued. `allocated` is in queue order.
 std::vector<Decision> decisions_from(const std::vector<QueueEntry>& queue, const std::vector<JobAllocation>& allocated);
 
-// What a pass does: the decisions to carry out (new, or different from the stored one), in
-// queue order, and the jobs with a stored decision that left the queue (finished).
+// What a pass does: the decisions to carry out (new, or different from the stored one) and the
+// jobs with a stored decision that left the queue (finished). `changed` holds first the
+// `shrinks` decisions that give a job fewer GPUs than its stored one (queued counts as 0), then
+// the others (new jobs, grows, same count in another configuration), each part in queue order:
+// GPUs are freed before they are given.
 struct Changes {
   std::vector<Decision> changed;
+  size_t shrinks = 0;
   std::vector<std::string> finished;
 };
 Changes changes(const std::vector<Decision>& next, const std::map<std::string, Decision>& stored);

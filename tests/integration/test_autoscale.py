@@ -188,3 +188,30 @@ def test_makespan_policy_and_jobs_with_no_step_yet(tmp_path, daemon):
         want = [decision(n, 2, None, 1, 1, 2, None, "m") for n in ("a", "b")]
         assert [without_seq(json.loads(line)) for line in r.stdout.splitlines()] == want
         assert [without_seq(etcd.get_json(f"{P}/decision/{n}")) for n in ("a", "b")] == want
+
+
+def test_a_grow_waits_for_the_shrink_that_frees_its_gpus(tmp_path, daemon):
+    """x held 2 GPUs of 2; y arrives, so x shrinks to 1 and y gets 1. x's daemon is down: x's shrink
+    fails, and y is not started on GPUs x still holds. Once x's entry names a daemon that answers,
+    both are carried out, the shrink first."""
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        job = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100, "2": 180}}
+        old_x = {**decision("x", 2, None, 1, 1, 2, None, "old"), "seq": 1}
+        etcd.ctl("put", f"{P}/decision/x", json.dumps(old_x))
+        etcd.ctl("put", f"{P}/queue/x", json.dumps({"job": job, "daemon": "127.0.0.1:1"}))
+        etcd.ctl("put", f"{P}/queue/y", json.dumps({"job": job, "daemon": daemon.addr}))
+        etcd.ctl("put", f"{P}/capacity", "2")  # over the controllers' --gpus 4
+        ctl = Controllers(str(tmp_path), etcd)
+        r = subprocess.run(ctl.args("m", "--once", "--json"), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and r.stdout == "", r.stderr
+        assert "job 'x' not changed: listing job 'x' at 127.0.0.1:1" in r.stderr, r.stderr
+        assert "job 'y' not changed: it waits until the jobs giving up GPUs have" in r.stderr, r.stderr
+        assert etcd.get_json(f"{P}/decision/x") == old_x
+        assert etcd.keys(f"{P}/decision/y") == []
+        etcd.ctl("put", f"{P}/queue/x", json.dumps({"job": job, "daemon": daemon.addr}))
+        r = subprocess.run(ctl.args("m", "--once", "--json"), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        printed = [json.loads(line) for line in r.stdout.splitlines()]
+        assert printed == [{**decision("x", 1, None, 1, 1, 1, None, "m"), "seq": 2},
+                           {**decision("y", 1, None, 1, 1, 1, None, "m"), "seq": 3}]

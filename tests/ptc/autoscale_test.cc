@@ -134,6 +134,17 @@ TEST_CASE("changes: new or different decisions, finished jobs; none a second tim
   const Changes after = changes(grown, stored);
   CHECK(after.changed == grown);
   CHECK(after.finished == std::vector<std::string>{"a"});
+  CHECK(after.shrinks == 0);
+  // a waits, b shrinks, c is new, and d grows: the shrinks (a to 0 GPUs, b) come first.
+  stored["c0"] = running("c0", 1, 0, 1, 1, 1);
+  stored["d"] = running("d", 1, 0, 1, 1, 1);
+  const std::vector<Decision> moved = {waiting("a"), running("d", 2, 0, 1, 1, 2), running("c", 1, 0, 1, 1, 1),
+                                       running("b", 1, 4, 1, 1, 1), running("c0", 1, 0, 1, 1, 1)};
+  const Changes order = changes(moved, stored);
+  CHECK(order.changed == std::vector<Decision>{waiting("a"), running("b", 1, 4, 1, 1, 1), running("d", 2, 0, 1, 1, 2),
+                                               running("c", 1, 0, 1, 1, 1)});
+  CHECK(order.shrinks == 2);
+  CHECK(order.finished.empty());
 }
 
 TEST_CASE("stored decisions round-trip; the latest step is by number", "[autoscale]") {
