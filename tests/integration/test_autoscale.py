@@ -1,8 +1,9 @@
 """`ptcfs autoscale` with a real etcd and a real daemon: two jobs share 4 GPUs, each job's
 latest step is repartitioned to its decision (bytes read back through the mount equal a
 checkpoint written directly at that layout); one finishes and the other grows to more ranks
-and a larger global batch; a second controller stands by while the first holds the lease,
-takes over after the first is SIGKILLed, and resumes a change the daemon refused while down."""
+and a larger global batch (its step found already moved, as a controller that died between the
+repartition and the decision leaves it); a second controller stands by while the first holds the
+lease, takes over after the first is SIGKILLed, and resumes a change the daemon refused while down."""
 
 import json
 import os
@@ -118,13 +119,19 @@ def test_two_jobs_share_one_finishes_the_other_grows_a_standby_takes_over(tmp_pa
             r = ctl.once("third")
             assert r.returncode == 1 and '"id":"c1"' in r.stderr and "nothing done" in r.stderr, r.stderr
 
-            # a finishes: b grows to 4 GPUs (tp2 dp2) and a batch of 16.
+            # a finishes: b grows to 4 GPUs (tp2 dp2) and a batch of 16. As if a controller had died
+            # after repartitioning jb/20 and before writing the decision, the step is already there:
+            # c1 finds it so (no new version) and writes the decision.
+            d.cli("repartition", "--job", "jb", "--step", "20", "--to", "tp=2,pp=1,dp=2", "--global-batch", "16")
+            moved = d.cli_json("ls", "jb/20", "--json")["version"]
             etcd.ctl("del", f"{P}/queue/a")
             want_b = decision("b", 4, 16, 2, 1, 2, "20", "c1")
             wait_for(lambda: without_seq(etcd.get_json(f"{P}/decision/b")) == want_b, 60,
                      lambda: "b to grow: " + ctl.log("c1"))
             wait_for(lambda: etcd.keys(f"{P}/decision/a") == [], 30, "a's decision to go")
             check_step(d, "jb", "20", oracle_b((2, 1, 2)))
+            assert d.cli_json("ls", "jb/20", "--json")["version"] == moved
+            assert "jb/20 at {}: already tp=2,pp=1,dp=2".format(d.addr) in ctl.log("c1")
             st = state(d, "jb", "train")
             assert (st["global_batch"], st["dp"]) == (16, 2)
             assert "decision" not in ctl.log("c2")  # the standby never acted
