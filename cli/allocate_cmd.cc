@@ -72,23 +72,37 @@ json config_json(const ptc::JobOption& o) {
           {"virtual_stages", o.config->virtual_stages}};
 }
 
-int run_makespan(const AllocateArgs& a, const Globals& g, const std::vector<ptc::JobSpec>& jobs) {
-  auto options = ptc::timed_options(jobs, a.gpus);
-  if (!options) return fail(options.status().with_context(a.jobs_file));
+}  // namespace
+
+ptc::Result<MakespanSolution> solve_makespan(const std::vector<ptc::JobSpec>& jobs, int gpus, int slots,
+                                             double time_limit_s) {
+  PTC_ASSIGN_OR_RETURN(auto options, ptc::timed_options(jobs, gpus));
   std::vector<std::string> names;
   for (const auto& j : jobs) names.push_back(j.name);
-  const ptc::Schedule greedy = ptc::greedy_schedule(names, *options, a.gpus);
-  auto program = ptc::makespan_milp(*options, a.gpus, greedy.makespan_s / a.slots);
-  if (!program) return fail(program.status().with_context(a.jobs_file));
-  const auto limit = std::chrono::milliseconds(static_cast<int64_t>(a.time_limit_s * 1000));
-  auto answer = solve_milp_glpk(program->milp, limit, program->start);
-  if (!answer) return fail(answer.status().with_context("solving the makespan program of " + a.jobs_file));
-  auto solved = ptc::schedule_from_solution(*program, names, *options, a.gpus, answer->values);
-  if (!solved) return fail(solved.status().with_context("GLPK's solution"));
+  MakespanSolution out;
+  out.greedy = ptc::greedy_schedule(names, options, gpus);
+  PTC_ASSIGN_OR_RETURN(out.program, ptc::makespan_milp(options, gpus, out.greedy.makespan_s / slots));
+  const auto limit = std::chrono::milliseconds(static_cast<int64_t>(time_limit_s * 1000));
+  PTC_ASSIGN_OR_RETURN(out.answer, solve_milp_glpk(out.program.milp, limit, out.program.start),
+                       "solving the makespan program");
+  PTC_ASSIGN_OR_RETURN(auto solved, ptc::schedule_from_solution(out.program, names, options, gpus, out.answer.values),
+                       "GLPK's solution");
+  out.schedule = solved.makespan_s <= out.greedy.makespan_s ? std::move(solved) : out.greedy;
+  return out;
+}
+
+namespace {
+
+int run_makespan(const AllocateArgs& a, const Globals& g, const std::vector<ptc::JobSpec>& jobs) {
+  auto solved = solve_makespan(jobs, a.gpus, a.slots, a.time_limit_s);
+  if (!solved) return fail(solved.status().with_context(a.jobs_file));
+  const MilpAnswer* answer = &solved->answer;
+  const ptc::MakespanMilp* program = &solved->program;
+  const ptc::Schedule& greedy = solved->greedy;
+  const ptc::Schedule& s = solved->schedule;
   // The program's makespan is a whole number of slots, so its bound rounds up. Both are of the
   // program (run times rounded up to slots), not of the real schedule, which is never longer.
   const double bound_slots = std::ceil(answer->bound - 1e-6);
-  const ptc::Schedule& s = solved->makespan_s <= greedy.makespan_s ? *solved : greedy;
   if (g.json) {
     json out = {{"policy", "makespan"},
                 {"gpus", a.gpus},

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/client.h"
+#include "cli/milp_glpk.h"
+#include "ptc/planner/makespan.h"
 
 namespace ptcfs::cli {
 
@@ -21,5 +24,15 @@ struct AllocateArgs {
 
 CLI::App* add_allocate_command(CLI::App& app, AllocateArgs& a, Globals& g);
 int run_allocate(const AllocateArgs& a, const Globals& g);
+
+// The makespan policy's answer: the schedule (the solver's, or the greedy one when that is no
+// longer), the greedy schedule, the program and the solver's answer.
+struct MakespanSolution {
+  ptc::Schedule schedule, greedy;
+  ptc::MakespanMilp program;
+  MilpAnswer answer;
+};
+ptc::Result<MakespanSolution> solve_makespan(const std::vector<ptc::JobSpec>& jobs, int gpus, int slots,
+                                             double time_limit_s);
 
 }  // namespace ptcfs::cli

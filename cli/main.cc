@@ -11,6 +11,7 @@
 
 #include "cli/validators.h"
 #include "cli/allocate_cmd.h"
+#include "cli/autoscale_cmd.h"
 #include "cli/export_cmd.h"
 #include "cli/ptc_cmd.h"
 #include "cli/client.h"
@@ -360,6 +361,8 @@ int main(int argc, char** argv) {
   auto* plan = ptcfs::cli::add_plan_command(app, plan_args, g);
   ptcfs::cli::AllocateArgs allocate_args;
   auto* allocate = ptcfs::cli::add_allocate_command(app, allocate_args, g);
+  ptcfs::cli::AutoscaleArgs autoscale_args;
+  auto* autoscale = ptcfs::cli::add_autoscale_command(app, autoscale_args, g);
   ptcfs::cli::PtcArgs ptc_args;
   auto* ptc_cmd = ptcfs::cli::add_ptc_command(app, ptc_args, g);
   ptcfs::cli::ExportArgs export_args;
@@ -385,6 +388,7 @@ int main(int argc, char** argv) {
   if (rep->parsed()) return cmd_repartition(g, job, step, target, dry_run, nodes);
   if (plan->parsed()) return ptcfs::cli::run_plan(plan_args, g);
   if (allocate->parsed()) return ptcfs::cli::run_allocate(allocate_args, g);
+  if (autoscale->parsed()) return ptcfs::cli::run_autoscale(autoscale_args, g);
   if (dataset->parsed()) return ptcfs::cli::run_dataset_command(*dataset, ds, g);
   return 2;
 }

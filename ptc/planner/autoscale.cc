@@ -1,0 +1,210 @@
+#include "ptc/planner/autoscale.h"
+
+#include <algorithm>
+
+#include "ptc/base/json_util.h"
+
+namespace ptc {
+
+using nlohmann::json;
+
+Result<QueueEntry> parse_queue_entry(std::string_view text, const std::string& name, const std::string& where) {
+  PTC_ASSIGN_OR_RETURN(json doc, parse_json(text, where));
+  PTC_RETURN_IF_ERROR(check_members(doc, {"job", "daemon", "store_job", "layout"}, where));
+  if (!doc.contains("job") || !doc["job"].is_object()) return invalid(where + ": 'job' must be a JOBS.json entry");
+  json job = doc["job"];
+  if (!job.contains("name")) job["name"] = name;
+  if (!job["name"].is_string() || job["name"].get<std::string>() != name)
+    return invalid(where + ": job.name must be the queue name '" + name + "'");
+  PTC_ASSIGN_OR_RETURN(auto specs, parse_jobs_json(json{{"jobs", json::array({job})}}.dump(), where));
+  QueueEntry e;
+  e.spec = std::move(specs.front());
+  PTC_ASSIGN_OR_RETURN(e.daemon, member_string(doc, "daemon", where));
+  if (e.daemon.empty()) return invalid(where + ": 'daemon' must name the job's ptcfsd (HOST:PORT)");
+  PTC_ASSIGN_OR_RETURN(e.store_job, member_string_or(doc, "store_job", name, where));
+  if (doc.contains("layout")) {
+    if (e.spec.model) return invalid(where + ": 'layout' goes with measured throughput; the planner lays out a model");
+    const json& l = doc["layout"];
+    PTC_RETURN_IF_ERROR(check_members(l, {"tp", "pp"}, where + ": layout"));
+    if (l.contains("tp")) {
+      PTC_ASSIGN_OR_RETURN(e.tp, get_int(l["tp"], where + ": layout.tp", 1, 1 << 20));
+    }
+    if (l.contains("pp")) {
+      PTC_ASSIGN_OR_RETURN(e.pp, get_int(l["pp"], where + ": layout.pp", 1, 1 << 20));
+    }
+  }
+  return e;
+}
+
+std::string stored_decision_json(const StoredDecision& s) {
+  const Decision& d = s.decision;
+  json j = {{"job", d.job},
+            {"queued", d.queued},
+            {"gpus", d.gpus},
+            {"global_batch", d.global_batch ? json(d.global_batch) : json(nullptr)},
+            {"tp", d.tp},
+            {"pp", d.pp},
+            {"dp", d.dp},
+            {"micro_batch", d.micro_batch ? json(d.micro_batch) : json(nullptr)},
+            {"step", s.step.empty() ? json(nullptr) : json(s.step)},
+            {"seq", s.seq},
+            {"controller", s.controller}};
+  return j.dump();
+}
+
+namespace {
+
+Result<int64_t> int_or_null(const json& doc, const char* key, const std::string& where) {
+  if (!doc.contains(key)) return invalid(where + " lacks '" + key + "'");
+  if (doc[key].is_null()) return int64_t{0};
+  return get_int(doc[key], where + ": " + key, 0);
+}
+
+}  // namespace
+
+Result<StoredDecision> parse_stored_decision(std::string_view text, const std::string& job, const std::string& where) {
+  PTC_ASSIGN_OR_RETURN(json doc, parse_json(text, where));
+  PTC_RETURN_IF_ERROR(check_members(
+      doc, {"job", "queued", "gpus", "global_batch", "tp", "pp", "dp", "micro_batch", "step", "seq", "controller"},
+      where));
+  StoredDecision s;
+  Decision& d = s.decision;
+  d.job = job;
+  PTC_ASSIGN_OR_RETURN(d.queued, member_bool_or(doc, "queued", false, where));
+  int64_t v = 0;
+  PTC_ASSIGN_OR_RETURN(v, int_or_null(doc, "gpus", where));
+  d.gpus = static_cast<int>(v);
+  PTC_ASSIGN_OR_RETURN(d.global_batch, int_or_null(doc, "global_batch", where));
+  PTC_ASSIGN_OR_RETURN(v, int_or_null(doc, "tp", where));
+  d.tp = static_cast<int>(v);
+  PTC_ASSIGN_OR_RETURN(v, int_or_null(doc, "pp", where));
+  d.pp = static_cast<int>(v);
+  PTC_ASSIGN_OR_RETURN(v, int_or_null(doc, "dp", where));
+  d.dp = static_cast<int>(v);
+  PTC_ASSIGN_OR_RETURN(d.micro_batch, int_or_null(doc, "micro_batch", where));
+  PTC_ASSIGN_OR_RETURN(s.seq, int_or_null(doc, "seq", where));
+  if (doc.contains("step") && !doc["step"].is_null()) {
+    PTC_ASSIGN_OR_RETURN(s.step, get_string(doc["step"], where));
+  }
+  PTC_ASSIGN_OR_RETURN(s.controller, member_string_or(doc, "controller", "", where));
+  return s;
+}
+
+std::vector<JobSpec> autoscale_specs(const std::vector<QueueEntry>& queue) {
+  std::vector<JobSpec> out;
+  for (const QueueEntry& e : queue) {
+    JobSpec s = e.spec;
+    if (s.model) s.model->interleave = false;
+    const int mp = e.tp * e.pp;
+    std::erase_if(s.points, [&](const ThroughputPoint& p) {
+      return p.gpus % mp != 0 || (p.batch > 0 && p.batch % (p.gpus / mp) != 0);
+    });
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<Decision> decisions_from(const std::vector<QueueEntry>& queue,
+                                     const std::vector<JobAllocation>& allocated) {
+  std::vector<Decision> out;
+  for (size_t j = 0; j < queue.size(); ++j) {
+    const QueueEntry& e = queue[j];
+    Decision d;
+    d.job = e.spec.name;
+    const JobAllocation* a = j < allocated.size() ? &allocated[j] : nullptr;
+    if (!a || a->queued || a->option.gpus == 0) {
+      d.queued = true;
+      out.push_back(std::move(d));
+      continue;
+    }
+    const JobOption& o = a->option;
+    d.gpus = o.gpus;
+    d.global_batch = o.global_batch;
+    if (o.config) {
+      d.tp = o.config->tp;
+      d.pp = o.config->pp;
+      d.dp = o.config->dp;
+      d.micro_batch = o.config->micro_batch;
+    } else {
+      d.tp = e.tp;
+      d.pp = e.pp;
+      d.dp = o.gpus / (e.tp * e.pp);
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+size_t fitting_prefix(const std::vector<JobSpec>& specs, int gpus) {
+  size_t fit = 0;
+  while (fit < specs.size() && gpus > 0 && specs[fit].min_gpus <= gpus && job_options(specs[fit], gpus)) ++fit;
+  return fit;
+}
+
+std::vector<JobAllocation> starting_now(const Schedule& schedule) {
+  std::vector<JobAllocation> out;
+  for (const ScheduledJob& j : schedule.jobs) {
+    const bool now = j.start_s <= 0;
+    out.push_back({j.name, !now, now ? j.option.option : JobOption{}});
+  }
+  return out;
+}
+
+Result<std::vector<Decision>> decide_throughput(const std::vector<QueueEntry>& queue, int gpus) {
+  if (gpus < 0) return invalid("the GPU capacity must be at least 0, got " + std::to_string(gpus));
+  std::vector<JobSpec> specs = autoscale_specs(queue);
+  // First come, first served: the jobs before the first that has no option on `gpus` GPUs.
+  specs.resize(fitting_prefix(specs, gpus));
+  std::vector<JobAllocation> allocated;
+  if (!specs.empty()) {
+    PTC_ASSIGN_OR_RETURN(Allocation a, allocate_throughput(specs, gpus));
+    allocated = std::move(a.jobs);
+  }
+  return decisions_from(queue, allocated);
+}
+
+Changes changes(const std::vector<Decision>& next, const std::map<std::string, Decision>& stored) {
+  Changes c;
+  std::vector<Decision> others;
+  for (const Decision& d : next) {
+    auto it = stored.find(d.job);
+    if (it != stored.end() && it->second == d) continue;
+    if (it != stored.end() && d.gpus < it->second.gpus)
+      c.changed.push_back(d);
+    else
+      others.push_back(d);
+  }
+  c.shrinks = c.changed.size();
+  c.changed.insert(c.changed.end(), others.begin(), others.end());
+  for (const auto& [job, d] : stored) {
+    const bool queued = std::any_of(next.begin(), next.end(), [&](const Decision& n) { return n.job == job; });
+    if (!queued) c.finished.push_back(job);
+  }
+  return c;
+}
+
+namespace {
+
+bool decimal(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool step_before(const std::string& a, const std::string& b) {
+  if (decimal(a) && decimal(b)) {
+    const size_t za = a.find_first_not_of('0'), zb = b.find_first_not_of('0');
+    const std::string na = za == std::string::npos ? "" : a.substr(za);
+    const std::string nb = zb == std::string::npos ? "" : b.substr(zb);
+    if (na.size() != nb.size()) return na.size() < nb.size();
+    if (na != nb) return na < nb;
+  }
+  return a < b;
+}
+
+}  // namespace
+
+std::optional<std::string> latest_step(const std::vector<std::string>& steps) {
+  if (steps.empty()) return std::nullopt;
+  return *std::max_element(steps.begin(), steps.end(), step_before);
+}
+
+}  // namespace ptc

@@ -1,0 +1,224 @@
+"""`ptcfs autoscale` with a real etcd and a real daemon: two jobs share 4 GPUs, each job's
+latest step is repartitioned to its decision (bytes read back through the mount equal a
+checkpoint written directly at that layout); one finishes and the other grows to more ranks
+and a larger global batch (its step found already moved, as a controller that died between the
+repartition and the decision leaves it); a second controller stands by while the first holds the
+lease, takes over after the first is SIGKILLed, and resumes a change the daemon refused while down."""
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from dataset_util import state, write_jsonl
+from etcd_util import Etcd
+from ptcfs_harness import PTCFS, Checkpoint, Daemon, check_ls_step, require_binaries, verify_step
+from repartition_util import Oracles, wait_for
+
+P = "/ptcfs-autoscale"
+# a: any count, kept at pp=2, so 2 or 4 GPUs; b: tp=2 kept, a global batch from 4 to 16.
+A_JOB = {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 100, "2": 180, "4": 300}}
+B_JOB = {"min_gpus": 1, "max_gpus": 4, "batch": {"min": 4, "max": 16},
+         "throughput": {"1": {"4": 50}, "2": {"4": 90, "8": 110}, "4": {"8": 200, "16": 260}}}
+
+
+def decision(job, gpus, batch, tp, pp, dp, step, controller):
+    return {"job": job, "queued": False, "gpus": gpus, "global_batch": batch, "tp": tp, "pp": pp, "dp": dp,
+            "micro_batch": None, "step": step, "controller": controller}
+
+
+def without_seq(d):
+    return {k: v for k, v in d.items() if k != "seq"} if d else d
+
+
+class Controllers:
+    """`ptcfs autoscale` processes, each logging to its own file; killed at the end."""
+
+    def __init__(self, root, etcd):
+        self.root, self.etcd, self.procs = root, etcd, {}
+
+    def args(self, cid, *extra):
+        return [PTCFS, "autoscale", "--etcd", self.etcd.endpoints, "--gpus", "4", "--id", cid, "--lease-ttl", "2",
+                "--retry", "0.5", *extra]
+
+    def once(self, cid="once"):
+        return subprocess.run(self.args(cid, "--once", "--json"), capture_output=True, text=True, timeout=120)
+
+    def start(self, cid):
+        log = open(os.path.join(self.root, cid + ".log"), "w")
+        self.procs[cid] = subprocess.Popen(self.args(cid), stdout=log, stderr=log, start_new_session=True)
+        log.close()
+
+    def log(self, cid):
+        with open(os.path.join(self.root, cid + ".log")) as f:
+            return f.read()
+
+    def kill(self, cid):
+        p = self.procs.pop(cid)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+
+    def stop(self):
+        for cid in list(self.procs):
+            self.kill(cid)
+
+
+def test_two_jobs_share_one_finishes_the_other_grows_a_standby_takes_over(tmp_path):
+    require_binaries()
+    root = str(tmp_path)
+    base_a = Checkpoint(os.path.join(root, "ck-a"), tp=2, pp=2, layers=2, hidden=128, vocab=512, seed=0)
+    base_b = Checkpoint(os.path.join(root, "ck-b"), tp=2, pp=2, layers=2, hidden=128, vocab=512, seed=1)
+    oracle_a, oracle_b = Oracles(root, base_a, 0), Oracles(root, base_b, 1)
+    samples = os.path.join(root, "train.jsonl")
+    write_jsonl(samples, 64, seed=3)
+    d = Daemon(os.path.join(root, "daemon"))
+    with Etcd(root) as etcd:
+        ctl = Controllers(root, etcd)
+        d.start()
+        try:
+            d.cli("import", base_a.path, "--job", "ja", "--step", "10")
+            d.cli("import", base_b.path, "--job", "jb", "--step", "5")
+            d.cli("import", base_b.path, "--job", "jb", "--step", "20")
+            d.cli("dataset", "add", "--job", "jb", "--name", "train", "--format", "jsonl", "--seed", "1",
+                  "--global-batch", "4", samples)
+            etcd.ctl("put", f"{P}/queue/a", json.dumps({"job": A_JOB, "daemon": d.addr, "store_job": "ja",
+                                                        "layout": {"pp": 2}}))
+            etcd.ctl("put", f"{P}/queue/b", json.dumps({"job": B_JOB, "daemon": d.addr, "store_job": "jb",
+                                                        "layout": {"tp": 2}}))
+
+            # One pass: 4 GPUs split a 2 (tp1 pp2) + b 2 (tp2, batch 8): 180 + 110 samples/s.
+            r = ctl.once()
+            assert r.returncode == 0, r.stderr
+            want_a = decision("a", 2, None, 1, 2, 1, "10", "once")
+            want_b = decision("b", 2, 8, 2, 1, 1, "20", "once")
+            printed = [json.loads(line) for line in r.stdout.splitlines()]
+            assert [without_seq(x) for x in printed] == [want_a, want_b]
+            assert sorted(x["seq"] for x in printed) == [1, 2]
+            assert without_seq(etcd.get_json(f"{P}/decision/a")) == want_a
+            assert without_seq(etcd.get_json(f"{P}/decision/b")) == want_b
+            check_step(d, "ja", "10", oracle_a((1, 2, 1)))
+            check_step(d, "jb", "20", oracle_b((2, 1, 1)))
+            check_step(d, "jb", "5", base_b)  # not the latest: left as it was
+            st = state(d, "jb", "train")
+            assert (st["global_batch"], st["dp"]) == (8, 1)
+            assert etcd.keys(f"{P}/leader") == []  # --once gives the lead back
+
+            # Again: nothing changed, nothing done.
+            versions = {s: d.cli_json("ls", s, "--json")["version"] for s in ("ja/10", "jb/20")}
+            r = ctl.once("again")
+            assert (r.returncode, r.stdout) == (0, ""), r.stderr
+            assert {s: d.cli_json("ls", s, "--json")["version"] for s in ("ja/10", "jb/20")} == versions
+
+            # c1 leads; c2 stands by; --once is refused while c1 holds the lease.
+            ctl.start("c1")
+            wait_for(lambda: (etcd.get_json(f"{P}/leader") or {}).get("id") == "c1", 30, "c1 to lead")
+            ctl.start("c2")
+            wait_for(lambda: "standing by" in ctl.log("c2"), 30, lambda: "c2 to stand by: " + ctl.log("c2"))
+            r = ctl.once("third")
+            assert r.returncode == 1 and '"id":"c1"' in r.stderr and "nothing done" in r.stderr, r.stderr
+
+            # a finishes: b grows to 4 GPUs (tp2 dp2) and a batch of 16. As if a controller had died
+            # after repartitioning jb/20 and before writing the decision, the step is already there:
+            # c1 finds it so (no new version) and writes the decision.
+            d.cli("repartition", "--job", "jb", "--step", "20", "--to", "tp=2,pp=1,dp=2", "--global-batch", "16")
+            moved = d.cli_json("ls", "jb/20", "--json")["version"]
+            etcd.ctl("del", f"{P}/queue/a")
+            want_b = decision("b", 4, 16, 2, 1, 2, "20", "c1")
+            wait_for(lambda: without_seq(etcd.get_json(f"{P}/decision/b")) == want_b, 60,
+                     lambda: "b to grow: " + ctl.log("c1"))
+            wait_for(lambda: etcd.keys(f"{P}/decision/a") == [], 30, "a's decision to go")
+            check_step(d, "jb", "20", oracle_b((2, 1, 2)))
+            assert d.cli_json("ls", "jb/20", "--json")["version"] == moved
+            assert "jb/20 at {}: already tp=2,pp=1,dp=2".format(d.addr) in ctl.log("c1")
+            st = state(d, "jb", "train")
+            assert (st["global_batch"], st["dp"]) == (16, 2)
+            assert "decision" not in ctl.log("c2")  # the standby never acted
+
+            # c1 dies; the capacity drops to 2 while the daemon is down: c2 takes over after the
+            # lease TTL, cannot repartition (logged, no decision written), and does once it is back.
+            ctl.kill("c1")
+            d.stop()
+            etcd.ctl("put", f"{P}/capacity", "2")
+            wait_for(lambda: f"listing job 'jb' at {d.addr}" in ctl.log("c2"), 60, lambda: "c2 to try: " + ctl.log("c2"))
+            assert without_seq(etcd.get_json(f"{P}/decision/b")) == want_b
+            assert (etcd.get_json(f"{P}/leader") or {}).get("id") == "c2"
+            d.start()
+            want_b = decision("b", 2, 8, 2, 1, 1, "20", "c2")
+            wait_for(lambda: without_seq(etcd.get_json(f"{P}/decision/b")) == want_b, 60,
+                     lambda: "c2 to shrink b: " + ctl.log("c2"))
+            check_step(d, "jb", "20", oracle_b((2, 1, 1)))
+            st = state(d, "jb", "train")
+            assert (st["global_batch"], st["dp"]) == (8, 1)
+        finally:
+            ctl.stop()
+            d.stop()
+
+
+def check_step(d, job, step, ck):
+    """The step's ptc.json and every shard read through the mount equal `ck`'s files."""
+    verify_step(d, job, step, ck, full_views=False)
+    check_ls_step(d, job, step, ck)
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"job": {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 1}}}, "lacks 'daemon'"),
+    ({"job": {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 1}}, "daemon": "h:1", "layout": {"tp": 0}},
+     "layout.tp"),
+])
+def test_a_bad_queue_entry_is_named_and_the_others_decided(tmp_path, bad, needle):
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        etcd.ctl("put", f"{P}/queue/bad", json.dumps(bad))
+        etcd.ctl("put", f"{P}/queue/ok", json.dumps({"job": A_JOB, "daemon": "127.0.0.1:1"}))
+        r = Controllers(str(tmp_path), etcd).once()
+        # ok has no steps to move? Its daemon is unreachable: not carried out, exit 1, named.
+        assert r.returncode == 1, r.stderr
+        assert f"{P}/queue/bad" in r.stderr and needle in r.stderr, r.stderr
+        assert "job 'ok' not changed" in r.stderr and "127.0.0.1:1" in r.stderr, r.stderr
+        assert etcd.keys(f"{P}/decision/") == []
+
+
+def test_makespan_policy_and_jobs_with_no_step_yet(tmp_path, daemon):
+    """Two jobs of 600 samples, 100 samples/s on 2 GPUs or 150 on 4: side by side on 2 GPUs each
+    (6 s) beats one after the other on 4 (8 s), so both start now. Neither has saved a step: each
+    just gets its decision."""
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        for name in ("a", "b"):
+            job = {"min_gpus": 2, "max_gpus": 4, "throughput": {"2": 100, "4": 150}, "samples": 600}
+            etcd.ctl("put", f"{P}/queue/{name}", json.dumps({"job": job, "daemon": daemon.addr}))
+        r = subprocess.run(Controllers(str(tmp_path), etcd).args("m", "--once", "--json", "--policy", "makespan"),
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        want = [decision(n, 2, None, 1, 1, 2, None, "m") for n in ("a", "b")]
+        assert [without_seq(json.loads(line)) for line in r.stdout.splitlines()] == want
+        assert [without_seq(etcd.get_json(f"{P}/decision/{n}")) for n in ("a", "b")] == want
+
+
+def test_a_grow_waits_for_the_shrink_that_frees_its_gpus(tmp_path, daemon):
+    """x held 2 GPUs of 2; y arrives, so x shrinks to 1 and y gets 1. x's daemon is down: x's shrink
+    fails, and y is not started on GPUs x still holds. Once x's entry names a daemon that answers,
+    both are carried out, the shrink first."""
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        job = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100, "2": 180}}
+        old_x = {**decision("x", 2, None, 1, 1, 2, None, "old"), "seq": 1}
+        etcd.ctl("put", f"{P}/decision/x", json.dumps(old_x))
+        etcd.ctl("put", f"{P}/queue/x", json.dumps({"job": job, "daemon": "127.0.0.1:1"}))
+        etcd.ctl("put", f"{P}/queue/y", json.dumps({"job": job, "daemon": daemon.addr}))
+        etcd.ctl("put", f"{P}/capacity", "2")  # over the controllers' --gpus 4
+        ctl = Controllers(str(tmp_path), etcd)
+        r = subprocess.run(ctl.args("m", "--once", "--json"), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and r.stdout == "", r.stderr
+        assert "job 'x' not changed: listing job 'x' at 127.0.0.1:1" in r.stderr, r.stderr
+        assert "job 'y' not changed: it waits until the jobs giving up GPUs have" in r.stderr, r.stderr
+        assert etcd.get_json(f"{P}/decision/x") == old_x
+        assert etcd.keys(f"{P}/decision/y") == []
+        etcd.ctl("put", f"{P}/queue/x", json.dumps({"job": job, "daemon": daemon.addr}))
+        r = subprocess.run(ctl.args("m", "--once", "--json"), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        printed = [json.loads(line) for line in r.stdout.splitlines()]
+        assert printed == [{**decision("x", 1, None, 1, 1, 1, None, "m"), "seq": 2},
+                           {**decision("y", 1, None, 1, 1, 1, None, "m"), "seq": 3}]

@@ -1,0 +1,190 @@
+#include "ptc/planner/autoscale.h"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "model_fixtures.h"
+
+using namespace ptc;
+
+namespace {
+
+const char* kA = R"({"job": {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 100, "2": 180, "4": 300}},
+                     "daemon": "127.0.0.1:7070"})";
+// b accepts global batches 4..16; per (gpus, batch) samples/s.
+std::string b_entry(const std::string& layout = "") {
+  return R"({"job": {"min_gpus": 1, "max_gpus": 4, "batch": {"min": 4, "max": 16},
+             "throughput": {"1": {"4": 50}, "2": {"4": 90, "8": 110}, "4": {"8": 200, "16": 260}}},
+             "daemon": "10.0.0.2:7070", "store_job": "b-store")" +
+         (layout.empty() ? "" : ", \"layout\": " + layout) + "}";
+}
+
+QueueEntry entry(const std::string& text, const std::string& name) {
+  auto e = parse_queue_entry(text, name, "queue/" + name);
+  INFO((e.is_ok() ? "" : e.status().message()));
+  REQUIRE(e.is_ok());
+  return *e;
+}
+
+Decision running(const std::string& job, int gpus, int64_t batch, int tp, int pp, int dp) {
+  return {job, false, gpus, batch, tp, pp, dp, 0};
+}
+Decision waiting(const std::string& job) { return {job, true, 0, 0, 0, 0, 0, 0}; }
+
+std::vector<Decision> decide(const std::vector<QueueEntry>& q, int gpus) {
+  auto d = decide_throughput(q, gpus);
+  INFO((d.is_ok() ? "" : d.status().message()));
+  REQUIRE(d.is_ok());
+  return *d;
+}
+
+}  // namespace
+
+TEST_CASE("queue entries are parsed and bad ones refused by member", "[autoscale]") {
+  const QueueEntry a = entry(kA, "a");
+  CHECK(a.spec.name == "a");
+  CHECK(a.daemon == "127.0.0.1:7070");
+  CHECK(a.store_job == "a");
+  CHECK(a.tp == 1);
+  CHECK(a.pp == 1);
+  const QueueEntry b = entry(b_entry(R"({"tp": 2})"), "b");
+  CHECK(b.store_job == "b-store");
+  CHECK(b.tp == 2);
+  CHECK(b.pp == 1);
+  REQUIRE(b.spec.batch);
+  CHECK(b.spec.batch->max == 16);
+
+  auto refused = [](const std::string& text, const std::string& needle) {
+    auto e = parse_queue_entry(text, "x", "queue/x");
+    REQUIRE_FALSE(e.is_ok());
+    CHECK(e.status().code() == Code::kInvalidArgument);
+    CHECK_THAT(e.status().message(), Catch::StartsWith("queue/x") && Catch::Contains(needle));
+  };
+  refused(R"({"job": {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 1}}})", "'daemon'");
+  refused(R"({"job": {"name": "y", "min_gpus": 1, "max_gpus": 2, "throughput": {"1": 1}}, "daemon": "h:1"})",
+          "job.name must be the queue name 'x'");
+  refused(R"({"job": {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 1}}, "daemon": "h:1", "gpus": 3})", "unknown");
+  refused(R"({"job": {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 1}}, "daemon": "h:1",
+              "layout": {"tp": 0}})",
+          "layout.tp");
+  refused(R"({"job": {"min_gpus": 3, "max_gpus": 2, "throughput": {"1": 1}}, "daemon": "h:1"})", "min_gpus");
+  refused("[1]", "queue/x");
+}
+
+TEST_CASE("two jobs share the GPUs; when one finishes the other grows, batch included", "[autoscale]") {
+  const std::vector<QueueEntry> both = {entry(kA, "a"), entry(b_entry(), "b")};
+  // a2 + b2 at batch 8: 180 + 110 = 290, the best of every split of 4 GPUs.
+  CHECK(decide(both, 4) == std::vector<Decision>{running("a", 2, 0, 1, 1, 2), running("b", 2, 8, 1, 1, 2)});
+  // b alone: 4 GPUs at batch 16 (260 samples/s).
+  CHECK(decide({both[1]}, 4) == std::vector<Decision>{running("b", 4, 16, 1, 1, 4)});
+  // One GPU: a (first come) runs on it, b waits.
+  CHECK(decide(both, 1) == std::vector<Decision>{running("a", 1, 0, 1, 1, 1), waiting("b")});
+  CHECK(decide(both, 0) == std::vector<Decision>{waiting("a"), waiting("b")});
+}
+
+TEST_CASE("a layout keeps tp and pp: counts it does not divide are no options", "[autoscale]") {
+  const std::vector<QueueEntry> q = {entry(kA, "a"), entry(b_entry(R"({"tp": 2})"), "b")};
+  CHECK(decide(q, 4) == std::vector<Decision>{running("a", 2, 0, 1, 1, 2), running("b", 2, 8, 2, 1, 1)});
+  CHECK(decide({q[1]}, 4) == std::vector<Decision>{running("b", 4, 16, 2, 1, 2)});
+  // b's only count on 1 GPU is gone, so with 1 GPU b has no option and waits.
+  CHECK(decide({q[1]}, 1) == std::vector<Decision>{waiting("b")});
+  // A dp that does not divide the batch is no option: tp 1 and a batch of 6 on 4 GPUs.
+  const QueueEntry c = entry(R"({"job": {"min_gpus": 1, "max_gpus": 4, "batch": [6],
+                                  "throughput": {"2": {"6": 10}, "4": {"6": 30}}}, "daemon": "h:1"})",
+                             "c");
+  CHECK(decide({c}, 4) == std::vector<Decision>{running("c", 2, 6, 1, 1, 2)});
+}
+
+TEST_CASE("first come, first served: a job that cannot run holds back those after it", "[autoscale]") {
+  const QueueEntry big =
+      entry(R"({"job": {"min_gpus": 8, "max_gpus": 8, "throughput": {"8": 1000}}, "daemon": "h:1"})", "big");
+  CHECK(decide({big, entry(kA, "a")}, 4) == std::vector<Decision>{waiting("big"), waiting("a")});
+  CHECK(decide({entry(kA, "a"), big}, 4) == std::vector<Decision>{running("a", 4, 0, 1, 1, 4), waiting("big")});
+  CHECK_FALSE(decide_throughput({big}, -1).is_ok());
+}
+
+TEST_CASE("a modelled job gets the planner's configuration without interleaving", "[autoscale]") {
+  QueueEntry m;
+  m.spec.name = "m";
+  m.spec.min_gpus = 4;
+  m.spec.max_gpus = 4;
+  m.spec.model = ptc::testing::small_model();
+  m.daemon = "h:1";
+  const auto d = decide({m}, 4);
+  REQUIRE(d.size() == 1);
+  CHECK_FALSE(d[0].queued);
+  CHECK(d[0].gpus == 4);
+  CHECK(d[0].tp * d[0].pp * d[0].dp == 4);
+  CHECK(d[0].micro_batch >= 1);
+  CHECK(d[0].global_batch == m.spec.model->global_batch);
+  CHECK(autoscale_specs({m})[0].model->interleave == false);
+}
+
+TEST_CASE("changes: new or different decisions, finished jobs; none a second time", "[autoscale]") {
+  const std::vector<Decision> next = {running("a", 2, 0, 1, 1, 2), running("b", 2, 8, 1, 1, 2)};
+  const Changes first = changes(next, {});
+  CHECK(first.changed == next);
+  CHECK(first.finished.empty());
+  std::map<std::string, Decision> stored = {{"a", next[0]}, {"b", next[1]}};
+  const Changes again = changes(next, stored);
+  CHECK(again.changed.empty());
+  CHECK(again.finished.empty());
+  const std::vector<Decision> grown = {running("b", 4, 16, 1, 1, 4)};
+  const Changes after = changes(grown, stored);
+  CHECK(after.changed == grown);
+  CHECK(after.finished == std::vector<std::string>{"a"});
+  CHECK(after.shrinks == 0);
+  // a waits, b shrinks, c is new, and d grows: the shrinks (a to 0 GPUs, b) come first.
+  stored["c0"] = running("c0", 1, 0, 1, 1, 1);
+  stored["d"] = running("d", 1, 0, 1, 1, 1);
+  const std::vector<Decision> moved = {waiting("a"), running("d", 2, 0, 1, 1, 2), running("c", 1, 0, 1, 1, 1),
+                                       running("b", 1, 4, 1, 1, 1), running("c0", 1, 0, 1, 1, 1)};
+  const Changes order = changes(moved, stored);
+  CHECK(order.changed == std::vector<Decision>{waiting("a"), running("b", 1, 4, 1, 1, 1), running("d", 2, 0, 1, 1, 2),
+                                               running("c", 1, 0, 1, 1, 1)});
+  CHECK(order.shrinks == 2);
+  CHECK(order.finished.empty());
+}
+
+TEST_CASE("stored decisions round-trip; the latest step is by number", "[autoscale]") {
+  const StoredDecision s{running("b", 4, 16, 2, 1, 2), "20", 7, "ctl-1"};
+  CHECK(stored_decision_json(s) ==
+        R"({"controller":"ctl-1","dp":2,"global_batch":16,"gpus":4,"job":"b","micro_batch":null,"pp":1,)"
+        R"("queued":false,"seq":7,"step":"20","tp":2})");
+  auto back = parse_stored_decision(stored_decision_json(s), "b", "decision/b");
+  REQUIRE(back.is_ok());
+  CHECK(back->decision == s.decision);
+  CHECK(back->step == "20");
+  CHECK(back->seq == 7);
+  CHECK(back->controller == "ctl-1");
+  auto w = parse_stored_decision(stored_decision_json({waiting("a"), "", 1, "c"}), "a", "decision/a");
+  REQUIRE(w.is_ok());
+  CHECK(w->decision == waiting("a"));
+  CHECK(w->step.empty());
+  CHECK_FALSE(parse_stored_decision(R"({"gpus": -1})", "a", "decision/a").is_ok());
+
+  CHECK(latest_step({"9", "10", "2"}) == std::optional<std::string>("10"));
+  CHECK(latest_step({"010", "9"}) == std::optional<std::string>("010"));
+  CHECK(latest_step({"a", "b"}) == std::optional<std::string>("b"));
+  CHECK(latest_step({}) == std::nullopt);
+}
+
+TEST_CASE("the makespan policy runs now the jobs its schedule starts at 0", "[autoscale]") {
+  const std::vector<QueueEntry> q = {entry(kA, "a"), entry(b_entry(), "b")};
+  Schedule s;
+  JobOption a_opt{2, 180, std::nullopt, 0};
+  JobOption b_opt{4, 260, std::nullopt, 16};
+  s.jobs = {{"a", {a_opt, 10}, 0, 10, {0, 1}}, {"b", {b_opt, 5}, 10, 15, {0, 1, 2, 3}}};
+  s.makespan_s = 15;
+  const auto now = starting_now(s);
+  REQUIRE(now.size() == 2);
+  CHECK_FALSE(now[0].queued);
+  CHECK(now[1].queued);
+  CHECK(decisions_from(q, now) == std::vector<Decision>{running("a", 2, 0, 1, 1, 2), waiting("b")});
+  // fitting_prefix: the first job with no option on the capacity ends the prefix.
+  const auto specs = autoscale_specs({entry(kA, "a"), entry(b_entry(R"({"tp": 2})"), "b"), entry(kA, "c")});
+  CHECK(fitting_prefix(specs, 4) == 3);
+  CHECK(fitting_prefix(specs, 1) == 1);  // b has no option on 1 GPU at tp 2: b and c wait
+  CHECK(fitting_prefix(specs, 0) == 0);
+}
