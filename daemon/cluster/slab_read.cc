@@ -1,6 +1,7 @@
 #include "daemon/cluster/slab_read.h"
 
 #include "daemon/store/checksum.h"
+#include "daemon/store/failpoint.h"
 
 #include <algorithm>
 
@@ -90,7 +91,9 @@ ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& r
   for (const auto& seg : rb->segments()) p.add(seg.mem, seg.len);
   Xxh3Stream h;
   for (const auto& [ptr, cnt] : p.spans) h.update(ptr, cnt);
-  reply.result = json{{"xxh3", h.digest()}, {"n", p.size}};
+  uint64_t digest = h.digest();
+  if (failpoint_switch("peer.read.damage")) digest ^= 1;  // a test's damaged transfer
+  reply.result = json{{"xxh3", digest}, {"n", p.size}};
   return reply;
 }
 
