@@ -23,6 +23,13 @@ def blobs(d):
     return set(os.listdir(os.path.join(d.data, "blobs")))
 
 
+def old_layout_everywhere(c, old_blobs):
+    """Every node of c still at version 1 of j/1, with the blobs it had before the change."""
+    for i, d in enumerate(c.nodes):
+        assert d.cli_json("ls", "j/1", "--json")["version"] == 1
+        assert blobs(d) == old_blobs[i], f"n{i} kept blobs of the aborted change"
+
+
 @pytest.mark.parametrize("victim", ["receiver", "sender"])
 def test_a_daemon_killed_during_a_repartition_leaves_the_old_layout_everywhere(tmp_path, victim):
     require_binaries()
@@ -47,10 +54,9 @@ def test_a_daemon_killed_during_a_repartition_leaves_the_old_layout_everywhere(t
         assert "aborted, the old layout stays" in err, err
         killed.stop(cleanup_mount=True)
         killed.start()
-        for i, d in enumerate(c.nodes):
-            assert d.cli_json("ls", "j/1", "--json")["version"] == 1
+        old_layout_everywhere(c, old_blobs)
+        for d in c.nodes:
             verify_step(d, "j", "1", ck, full_views=False)
-            assert blobs(d) == old_blobs[i], f"n{i} kept blobs of the aborted change"
         # And the cluster can still repartition.
         r = c[1].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=1,dp=3", "--json")
         want = min_bytes_oracle(ck.ptc, (2, 1, 1), [2, 2, 2], (2, 1, 3), [2, 2, 2])
@@ -62,10 +68,8 @@ def test_a_damaged_transfer_aborts_the_repartition_and_leaves_the_old_layout_eve
     """The sender's replies carry a checksum one off (the peer.read.damage switch): each
     receiver hashes the bytes as they land, refuses them, and the change aborts."""
     require_binaries()
-    root = str(tmp_path)
-    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=1, layers=2, hidden=256, vocab=2000)
-    oracles = Oracles(root, ck, 0)
-    with Cluster(root, 3) as c:
+    ck = Checkpoint(str(tmp_path / "ck"), tp=2, pp=1, layers=2, hidden=256, vocab=2000)
+    with Cluster(str(tmp_path), 3) as c:
         c[0].cli("import", ck.path, "--job", "j", "--step", "1")
         old_blobs = [blobs(d) for d in c.nodes]
         c[0].stop(cleanup_mount=True)
@@ -75,9 +79,7 @@ def test_a_damaged_transfer_aborts_the_repartition_and_leaves_the_old_layout_eve
         assert r.returncode == 1, (r.stdout, r.stderr)
         assert "fail their checksum" in r.stderr and "from node n0" in r.stderr, r.stderr
         assert "aborted, the old layout stays" in r.stderr, r.stderr
-        for i, d in enumerate(c.nodes):
-            assert d.cli_json("ls", "j/1", "--json")["version"] == 1
-            assert blobs(d) == old_blobs[i], f"n{i} kept blobs of the aborted change"
+        old_layout_everywhere(c, old_blobs)
         verify_step(c[0], "j", "1", ck, full_views=False)
         # n1 holds none of it: its mount reads from n0 and refuses the damaged bytes too.
         with pytest.raises(OSError) as e:
@@ -92,6 +94,7 @@ def test_a_damaged_transfer_aborts_the_repartition_and_leaves_the_old_layout_eve
             verify_step(d, "j", "1", ck, full_views=False)
         r = c[1].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=1,dp=3", "--json")
         assert r["version"] == 2 and r["bytes_moved"] == r["bytes_min"], r
+        oracles = Oracles(str(tmp_path), ck, 0)
         for d in c.nodes[1:]:
             verify_step(d, "j", "1", oracles((2, 1, 3)), full_views=False)
 

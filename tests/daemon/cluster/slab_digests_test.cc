@@ -15,7 +15,7 @@ TEST_CASE("slab digests are found for the same key of the same live version, and
   CHECK(d.find(v1, "tp0-pp0\nw\n0 4 0 16") == 0xabcdef);
   CHECK_FALSE(d.find(v1, "tp0-pp0\nw\n0 4 16 16").has_value());  // another window
   CHECK_FALSE(d.find(v2, "tp0-pp0\nw\n0 4 0 16").has_value());   // another version
-  d.put(v1, "tp0-pp0\nw\n0 4 0 16", 7);                           // replaced
+  d.put(v1, "tp0-pp0\nw\n0 4 0 16", 7);                          // replaced
   CHECK(d.find(v1, "tp0-pp0\nw\n0 4 0 16") == 7);
 }
 
