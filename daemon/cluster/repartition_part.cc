@@ -81,9 +81,13 @@ struct Chunk {
 // a whole-chunk buffer and against receiving into a mapping of the blob).
 // `backend[n]`: the peer backend's index of node n of the plan; `self_id` names this node to
 // the peers it reads from (their sent-bytes metrics).
+// The chunks are taken in turn from a point that depends on this node (`self` of `nodes`), so that
+// replicas pulling the same windows from one sender ask for each at different times and the
+// later ones find its XXH3 computed (SlabDigests).
 ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& self_id, const RepartitionChange& c,
                             const ptc::Layout& from, const ptc::Plan& part, const std::vector<int>& backend,
-                            const std::vector<uint64_t>& offsets, const BlobWriter& w, const PrepareOptions& opt) {
+                            const std::vector<uint64_t>& offsets, const BlobWriter& w, const PrepareOptions& opt,
+                            size_t self, size_t nodes) {
   std::vector<Chunk> chunks;
   for (size_t i = 0; i < part.transfers.size(); ++i)
     for (uint64_t off = 0; off < part.transfers[i].bytes; off += opt.chunk)
@@ -91,7 +95,7 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& se
   return parallel_for(chunks.size(), opt.fetchers, [&]() -> Worker {
     auto buf = std::make_shared<std::vector<std::byte>>(transport::RpcClient::kIntoPiece);
     return [&, buf](size_t k) -> ptc::Status {
-      const Chunk& ch = chunks[k];
+      const Chunk& ch = chunks[(k + chunks.size() * self / std::max<size_t>(nodes, 1)) % chunks.size()];
       const ptc::Transfer& t = part.transfers[ch.transfer];
       const ptc::ShardId src = from.shards()[t.src_shard];
       const std::string& tensor = from.ptc().tensors[t.tensor].name;
@@ -185,7 +189,8 @@ ptc::Result<std::vector<StoredSlice>> receive(Store& store, transport::PeerBacke
   change.bytes_received = total;
   if (total == 0) return received;
   PTC_ASSIGN_OR_RETURN(BlobWriter w, store.blobs().create());
-  PTC_RETURN_IF_ERROR(fetch_transfers(peers, p.self_id, c, p.from, p.part, p.backend, offsets, w, opt));
+  PTC_RETURN_IF_ERROR(fetch_transfers(peers, p.self_id, c, p.from, p.part, p.backend, offsets, w, opt,
+                                      static_cast<size_t>(std::max(p.self, 0)), p.cluster.nodes.size()));
   PTC_RETURN_IF_ERROR(w.finish());
   change.blobs.push_back(w.id());
   for (size_t i = 0; i < p.part.transfers.size(); ++i) {
