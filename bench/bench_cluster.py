@@ -5,7 +5,8 @@ A checkpoint of about --mb MB is imported on n0 (tp=2 on its two GPUs); the repa
 tp=2,pp=1,dp=3 puts a replica on n1 and on n2, which pull every byte of it from n0. Printed:
 the repartition's throughput (bytes_moved / wall time of `ptcfs repartition`) over the
 throughput of a plain TCP copy of bytes_moved bytes over loopback (two streams, like the two
-receivers; sender and receiver in this process), and bytes_moved / bytes_min.
+receivers; sender and receiver in this process), and bytes_moved / bytes_min. Each round also
+prints the CPU time the three daemons used during the repartition (user + system, every thread).
 
     /usr/bin/python3 bench/bench_cluster.py [--mb 1100] [--rounds 2] [--tmpfs] [--json FILE]
 """
@@ -78,6 +79,16 @@ def tcp_copy(total: int, streams: int = 2, chunk: int = 16 << 20, sink_dir: str 
     return time.perf_counter() - t0
 
 
+def cpu_seconds(pids) -> float:
+    """User + system CPU seconds the processes `pids` (every thread) have used so far."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def run(mb: float, rounds: int, root: str, tmpfs: bool = False) -> tuple:
     """Returns (table rows, per-round results)."""
     hidden = ptcgen.hidden_for_target("gpt", 2, 1, 1, 8, 32000, int(mb * 1e6))
@@ -93,17 +104,22 @@ def run(mb: float, rounds: int, root: str, tmpfs: bool = False) -> tuple:
                 step = str(i + 1)
                 c[0].cli("import", ck, "--job", "bench", "--step", step)
                 subprocess.run(["sync"], check=True)
+                pids = [d.proc.pid for d in c.nodes]
+                cpu0 = cpu_seconds(pids)
                 t0 = time.perf_counter()
                 r = c[0].cli_json("repartition", "--job", "bench", "--step", step, "--to", "tp=2,pp=1,dp=3", "--json")
                 wall = time.perf_counter() - t0
+                cpu = cpu_seconds(pids) - cpu0
                 tcp = tcp_copy(r["bytes_moved"])
                 disk = tcp_copy(r["bytes_moved"], sink_dir=c[1].data)
                 results.append({"bytes_moved": r["bytes_moved"], "bytes_min": r["bytes_min"], "repartition_s": wall,
+                                "daemons_cpu_s": cpu,
                                 "tcp_copy_s": tcp, "tcp_to_disk_s": disk, "throughput_ratio": tcp / wall,
                                 "ratio_vs_tcp_to_disk": disk / wall,
                                 "moved_over_min": r["bytes_moved"] / r["bytes_min"]})
                 print(f"round {i + 1}: moved {r['bytes_moved'] / 1e6:.0f} MB (min {r['bytes_min'] / 1e6:.0f} MB) in "
-                      f"{wall:.2f} s = {r['bytes_moved'] / wall / 1e9:.2f} GB/s; loopback TCP copy {tcp:.2f} s; "
+                      f"{wall:.2f} s = {r['bytes_moved'] / wall / 1e9:.2f} GB/s (daemons' CPU {cpu:.2f} s); "
+                      f"loopback TCP copy {tcp:.2f} s; "
                       f"TCP copy into fsynced files on the same disk {disk:.2f} s", flush=True)
     finally:
         if tmpfs:

@@ -35,6 +35,10 @@ class PeerBackend {
   // A request answered with bytes (into out, at most max_bytes), counted in bytes_received.
   virtual ptc::Result<nlohmann::json> call_data(int node, const nlohmann::json& request, std::string& out,
                                                 uint64_t max_bytes) = 0;
+  // A request answered with exactly `len` bytes, placed by `hooks` (RpcClient::call_into);
+  // counted in bytes_received.
+  virtual ptc::Result<nlohmann::json> call_into(int node, const nlohmann::json& request, uint64_t len,
+                                                const IntoHooks& hooks) = 0;
   virtual uint64_t bytes_received() const = 0;
 };
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -23,6 +24,16 @@
 namespace ptcfs::transport {
 
 using ProgressSink = std::function<void(const nlohmann::json&)>;
+// Where RpcClient::call_into puts a reply's bytes, piece by piece [off, off + n), in order:
+// `place` says where the piece lands (n bytes of memory the caller owns: the piece's place
+// in a mapping of the file it belongs in, or a small buffer that stays in the CPU's cache),
+// `landed` sees it once it has (a checksum over it costs no second pass through memory; a
+// buffered piece is written out). An error from either stops the call and drops the
+// connection. A call retried on a new connection starts again at off 0.
+struct IntoHooks {
+  std::function<ptc::Result<std::byte*>(uint64_t off, size_t n)> place;
+  std::function<ptc::Status(uint64_t off, const std::byte* p, size_t n)> landed;
+};
 
 // Bytes a reply carries: spans of memory kept alive by `keep` until they are sent.
 struct Payload {
@@ -121,6 +132,12 @@ class RpcClient {
   // most `max_bytes` of them; kCorrupt when the reply carries more.
   virtual ptc::Result<nlohmann::json> call_data(const nlohmann::json& request, std::string& out,
                                                 uint64_t max_bytes) = 0;
+  // Like call_data, the bytes read where `hooks` place them, in pieces of at most kIntoPiece
+  // (no buffer of the whole reply between the socket and the bytes' place). The reply must
+  // carry exactly `len` bytes (kCorrupt otherwise; an error reply carries none).
+  virtual ptc::Result<nlohmann::json> call_into(const nlohmann::json& request, uint64_t len,
+                                                const IntoHooks& hooks) = 0;
+  static constexpr size_t kIntoPiece = 512 << 10;
   // The calls below use these deadlines (a peer backend tightens `total` per request).
   virtual void set_deadlines(Deadlines d) = 0;
   // The connection broke (lost, timed out, or the daemon sent garbage): it must not be reused.

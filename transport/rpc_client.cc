@@ -6,6 +6,7 @@
 #include <boost/asio.hpp>
 
 #include <algorithm>
+#include <cstddef>
 
 #include "ptc/base/json_util.h"
 #include "transport/address.h"
@@ -63,13 +64,19 @@ class SyncClient final : public RpcClient {
   }
 
   ptc::Result<json> call(const json& request, const ProgressSink& progress) override {
-    return exchange(request, progress, nullptr, 0);
+    return exchange(request, progress, nullptr);
   }
 
   ptc::Result<json> call_data(const json& request, std::string& out, uint64_t max_bytes) override {
     // `out` keeps its size from the last call: resizing it to the same size writes nothing,
     // where clearing it first would zero-fill every chunk (16 MiB) before reading into it.
-    return exchange(request, {}, &out, max_bytes);
+    const DataDest d{&out, max_bytes, nullptr};
+    return exchange(request, {}, &d);
+  }
+
+  ptc::Result<json> call_into(const json& request, uint64_t len, const IntoHooks& hooks) override {
+    const DataDest d{nullptr, len, &hooks};
+    return exchange(request, {}, &d);
   }
 
  private:
@@ -77,6 +84,14 @@ class SyncClient final : public RpcClient {
     FrameType type;
     uint32_t id;
     json body;
+  };
+
+  // Where a data frame's bytes go: into `str` (resized to them, at most `max`), or else
+  // where `hooks` place them (exactly `max` of them).
+  struct DataDest {
+    std::string* str;
+    uint64_t max;
+    const IntoHooks* hooks;
   };
 
   // Runs one async operation started by `start(handler)` until it completes or `deadline`
@@ -160,19 +175,26 @@ class SyncClient final : public RpcClient {
     return ptc::Status::ok();
   }
 
+  // An error of the caller's in the middle of a frame: the rest of it stays unread.
+  ptc::Status dropped(ptc::Status s) {
+    broken_ = true;
+    return s;
+  }
+
   ptc::Status bad(const std::string& what) {
     broken_ = true;
     return ptc::corrupt("daemon at " + addr_ + " " + what);
   }
 
-  // Reads one frame; a data frame's bytes go to `data` (refused when there is none or
-  // they exceed max_data), and it is returned as a response.
-  ptc::Result<Frame> read_frame(Clock::time_point until, std::string* data = nullptr, uint64_t max_data = 0) {
+  // Reads one frame; a data frame's bytes go to `data` (refused when there is none or they
+  // are not what it takes), and it is returned as a response.
+  ptc::Result<Frame> read_frame(Clock::time_point until, const DataDest* data = nullptr) {
     uint8_t hb[kHeaderSize];
     PTC_RETURN_IF_ERROR(read_exact(hb, sizeof hb, until));
     auto h = decode_header(hb, kMaxResponse);
     if (!h) return bad("sent a bad frame: " + h.status().message());
     uint32_t json_len = h->length;
+    uint64_t bytes = 0;
     if (h->type == FrameType::kData) {
       uint8_t lb[4];
       if (h->length < 4) return bad("sent a truncated data frame");
@@ -180,23 +202,40 @@ class SyncClient final : public RpcClient {
       auto n = decode_data_json_length(lb, h->length);
       if (!n) return bad("sent a malformed data frame");
       json_len = *n;
-      const uint64_t bytes = h->length - 4 - json_len;
-      if (!data || bytes > max_data)
-        return bad("sent " + std::to_string(bytes) + " bytes where at most " + std::to_string(data ? max_data : 0) +
+      bytes = h->length - 4 - json_len;
+      if (!data || bytes > data->max)
+        return bad("sent " + std::to_string(bytes) + " bytes where at most " + std::to_string(data ? data->max : 0) +
                    " were asked for");
+      if (!data->str && bytes != data->max)
+        return bad("sent " + std::to_string(bytes) + " bytes where " + std::to_string(data->max) + " were asked for");
     }
     std::string body(json_len, '\0');
     if (json_len) PTC_RETURN_IF_ERROR(read_exact(body.data(), body.size(), until));
     if (h->type == FrameType::kKeepalive) return Frame{h->type, h->request_id, json::object()};
-    if (data && h->type != FrameType::kData) data->clear();
+    if (data && data->str && h->type != FrameType::kData) data->str->clear();
     if (h->type == FrameType::kData) {
-      data->resize(h->length - 4 - json_len);
-      if (!data->empty()) PTC_RETURN_IF_ERROR(read_exact(data->data(), data->size(), until));
+      PTC_RETURN_IF_ERROR(read_data(*data, bytes, until));
       h->type = FrameType::kResponse;
     }
     auto j = ptc::parse_json_lenient(body);
     if (j.is_discarded() || !j.is_object()) return bad("sent malformed JSON");
     return Frame{h->type, h->request_id, std::move(j)};
+  }
+
+  // The `bytes` bytes of a data frame, into `data`.
+  ptc::Status read_data(const DataDest& data, uint64_t bytes, Clock::time_point until) {
+    if (data.str) {
+      data.str->resize(bytes);
+      return bytes ? read_exact(data.str->data(), bytes, until) : ptc::Status::ok();
+    }
+    for (uint64_t off = 0; off < bytes; off += kIntoPiece) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kIntoPiece, bytes - off));
+      auto p = data.hooks->place(off, n);
+      if (!p) return dropped(p.status());
+      PTC_RETURN_IF_ERROR(read_exact(*p, n, until));
+      if (auto s = data.hooks->landed(off, *p, n); !s) return dropped(s);
+    }
+    return ptc::Status::ok();
   }
 
   static ptc::Status error_of(const json& j) {
@@ -206,13 +245,13 @@ class SyncClient final : public RpcClient {
                        ptc::member_string_or(*err, "message", "unknown error").value_or("unknown error"));
   }
 
-  ptc::Result<json> exchange(const json& request, const ProgressSink& progress, std::string* data, uint64_t max_data) {
+  ptc::Result<json> exchange(const json& request, const ProgressSink& progress, const DataDest* data) {
     if (broken_) return ptc::error(ptc::Code::kUnavailable, "connection to the daemon at " + addr_ + " is broken");
     const auto until = deadlines_.total.count() > 0 ? Clock::now() + deadlines_.total : Clock::time_point::max();
     const uint32_t id = ++next_id_;
     PTC_RETURN_IF_ERROR(write_all(encode_frame(FrameType::kRequest, id, request.dump()), until));
     while (true) {
-      PTC_ASSIGN_OR_RETURN(Frame f, read_frame(until, data, max_data));
+      PTC_ASSIGN_OR_RETURN(Frame f, read_frame(until, data));
       if (f.type == FrameType::kKeepalive) continue;
       if (f.type == FrameType::kProgress) {
         if (progress) progress(f.body);

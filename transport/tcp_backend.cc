@@ -27,9 +27,11 @@ class TcpBackend final : public PeerBackend {
   int add_node(const ptc::NodeSpec& node) override;
   ptc::Result<json> call(int node, const json& request, const ProgressSink& progress) override;
   ptc::Result<json> call_data(int node, const json& request, std::string& out, uint64_t max_bytes) override;
+  ptc::Result<json> call_into(int node, const json& request, uint64_t len, const IntoHooks& hooks) override;
   uint64_t bytes_received() const override { return received_.load(); }
 
  private:
+  void count_received(int node, uint64_t n);
   template <class Fn>
   ptc::Result<json> with_client(int node, Fn&& fn);
 
@@ -118,14 +120,25 @@ ptc::Result<json> TcpBackend::call_data(int node, const json& request, std::stri
   return with_client(node, [&](RpcClient& c) {
     c.set_deadlines({deadlines_.connect, deadlines_.idle, deadlines_.data});
     auto r = c.call_data(request, out, max_bytes);
-    if (r) {
-      received_ += out.size();
-      const auto table = cluster();
-      if (node >= 0 && static_cast<size_t>(node) < table->nodes.size())
-        ptc::metrics::peer_received(table->nodes[static_cast<size_t>(node)].id, out.size());
-    }
+    if (r) count_received(node, out.size());
     return r;
   });
+}
+
+ptc::Result<json> TcpBackend::call_into(int node, const json& request, uint64_t len, const IntoHooks& hooks) {
+  return with_client(node, [&](RpcClient& c) {
+    c.set_deadlines({deadlines_.connect, deadlines_.idle, deadlines_.data});
+    auto r = c.call_into(request, len, hooks);
+    if (r) count_received(node, len);
+    return r;
+  });
+}
+
+void TcpBackend::count_received(int node, uint64_t n) {
+  received_ += n;
+  const auto table = cluster();
+  if (node >= 0 && static_cast<size_t>(node) < table->nodes.size())
+    ptc::metrics::peer_received(table->nodes[static_cast<size_t>(node)].id, n);
 }
 
 }  // namespace

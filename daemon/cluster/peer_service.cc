@@ -171,7 +171,7 @@ ptc::Result<transport::Reply> PeerService::handle(const json& req) {
 
 ptc::Result<transport::Reply> PeerService::read(const json& j) {
   auto req = read_request_from_json(j);
-  auto r = req ? serve_slab_read(store_, *req, kMaxPeerRead) : ptc::Result<transport::Reply>(req.status());
+  auto r = req ? serve_slab_read(store_, *req, kMaxPeerRead, &digests_) : ptc::Result<transport::Reply>(req.status());
   if (r) {
     sent_ += r->payload.size;
     ptc::metrics::peer_sent(req->from, r->payload.size);

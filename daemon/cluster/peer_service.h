@@ -25,6 +25,7 @@
 #include "daemon/cluster/change_record.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/repartition_part.h"
+#include "daemon/cluster/slab_digests.h"
 #include "daemon/save/save_service.h"
 #include "daemon/store/prepared.h"
 #include "daemon/store/store.h"
@@ -100,6 +101,7 @@ class PeerService {
   SaveService& saves_;
   PrepareOptions options_;
   std::atomic<uint64_t> sent_{0};
+  SlabDigests digests_;  // of the windows peer.read served lately
   // A prepared change, the record that decides it, and who prepared it under which lease.
   struct Held {
     PreparedChange change;

@@ -1,6 +1,8 @@
 #include "daemon/cluster/repartition_part.h"
 
+#include <chrono>
 #include <ctime>
+#include <optional>
 
 #include "daemon/cluster/nodes.h"
 #include "daemon/reshard/extent_map.h"
@@ -72,20 +74,28 @@ struct Chunk {
   uint64_t off, n;
 };
 
-// Pulls every transfer into `w` (transfer i at offsets[i]); all or nothing.
+// Pulls every transfer into `w` (transfer i at offsets[i]); all or nothing. Each chunk comes
+// in pieces of RpcClient::kIntoPiece into a small buffer of the thread's, which stays in the
+// CPU's cache: each piece is hashed and written to the blob while hot, and the chunk's hash
+// is then checked against the sender's XXH3 (docs/BENCHMARKS.md "cluster": measured against
+// a whole-chunk buffer and against receiving into a mapping of the blob).
 // `backend[n]`: the peer backend's index of node n of the plan; `self_id` names this node to
 // the peers it reads from (their sent-bytes metrics).
+// The chunks are taken in turn from a point that depends on this node (`self` of `nodes`), so that
+// replicas pulling the same windows from one sender ask for each at different times and the
+// later ones find its XXH3 computed (SlabDigests).
 ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& self_id, const RepartitionChange& c,
                             const ptc::Layout& from, const ptc::Plan& part, const std::vector<int>& backend,
-                            const std::vector<uint64_t>& offsets, const BlobWriter& w, const PrepareOptions& opt) {
+                            const std::vector<uint64_t>& offsets, const BlobWriter& w, const PrepareOptions& opt,
+                            size_t self, size_t nodes) {
   std::vector<Chunk> chunks;
   for (size_t i = 0; i < part.transfers.size(); ++i)
     for (uint64_t off = 0; off < part.transfers[i].bytes; off += opt.chunk)
       chunks.push_back({i, off, std::min(opt.chunk, part.transfers[i].bytes - off)});
   return parallel_for(chunks.size(), opt.fetchers, [&]() -> Worker {
-    auto buf = std::make_shared<std::string>();
+    auto buf = std::make_shared<std::vector<std::byte>>(transport::RpcClient::kIntoPiece);
     return [&, buf](size_t k) -> ptc::Status {
-      const Chunk& ch = chunks[k];
+      const Chunk& ch = chunks[(k + chunks.size() * self / std::max<size_t>(nodes, 1)) % chunks.size()];
       const ptc::Transfer& t = part.transfers[ch.transfer];
       const ptc::ShardId src = from.shards()[t.src_shard];
       const std::string& tensor = from.ptc().tensors[t.tensor].name;
@@ -94,12 +104,24 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& se
           to_json(ReadRequest{self_id, c.job, c.step, src.name(), tensor, c.from_version,
                               static_cast<uint64_t>(t.src_lo), static_cast<uint64_t>(t.len), ch.off, ch.n});
       const int peer = backend[static_cast<size_t>(t.src_node)];
-      PTC_ASSIGN_OR_RETURN(json r, peers.call_data(peer, req, *buf, ch.n), context);
-      if (buf->size() != ch.n || ptc::member_u64_or(r, "xxh3", 0).value_or(0) != xxh3_of(buf->data(), buf->size()))
+      const uint64_t at = offsets[ch.transfer] + ch.off;
+      std::optional<Xxh3Stream> hash;
+      transport::IntoHooks hooks;
+      hooks.place = [&](uint64_t off, size_t) -> ptc::Result<std::byte*> {
+        if (off == 0) hash.emplace();  // a retried call starts again
+        return buf->data();
+      };
+      hooks.landed = [&](uint64_t off, const std::byte* p, size_t n) {
+        hash->update(p, n);
+        return w.write_at(at + off, p, n);
+      };
+      PTC_ASSIGN_OR_RETURN(json r, peers.call_into(peer, req, ch.n, hooks), context);
+      if (!hash || ptc::member_u64_or(r, "xxh3", 0).value_or(0) != hash->digest())
         return ptc::corrupt("bytes of '" + tensor + "' from node " +
                             peers.cluster()->nodes[static_cast<size_t>(peer)].id + " fail their checksum")
             .with_context(context);
-      return w.write_at(offsets[ch.transfer] + ch.off, buf->data(), buf->size()).with_context(context);
+      w.start_writeback(at, ch.n);
+      return ptc::Status::ok();
     };
   });
 }
@@ -167,7 +189,8 @@ ptc::Result<std::vector<StoredSlice>> receive(Store& store, transport::PeerBacke
   change.bytes_received = total;
   if (total == 0) return received;
   PTC_ASSIGN_OR_RETURN(BlobWriter w, store.blobs().create());
-  PTC_RETURN_IF_ERROR(fetch_transfers(peers, p.self_id, c, p.from, p.part, p.backend, offsets, w, opt));
+  PTC_RETURN_IF_ERROR(fetch_transfers(peers, p.self_id, c, p.from, p.part, p.backend, offsets, w, opt,
+                                      static_cast<size_t>(std::max(p.self, 0)), p.cluster.nodes.size()));
   PTC_RETURN_IF_ERROR(w.finish());
   change.blobs.push_back(w.id());
   for (size_t i = 0; i < p.part.transfers.size(); ++i) {
@@ -208,12 +231,16 @@ ptc::Result<std::vector<std::vector<StoredSlice>>> build_shards(Store& store, co
 
 ptc::Result<PreparedChange> prepare_repartition_part(Store& store, transport::PeerBackend& peers, int self_in_backend,
                                                      const RepartitionChange& c, const PrepareOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto ms = [&t0] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
   PTC_ASSIGN_OR_RETURN(PartPlan p, plan_part(store, peers, self_in_backend, c));
+  ptc::log::debug("prepare {}/{}: planned at {:.1f} ms", c.job, c.step, ms());
   // On error the change aborts itself: its blobs go and the claim is released.
   PreparedChange change(store);
   PTC_RETURN_IF_ERROR(change.claim(store, p.old ? Claim::kChangeStep : Claim::kNewStep, c.job, c.step));
   change.replaced = p.old;
   PTC_ASSIGN_OR_RETURN(const std::vector<StoredSlice> received, receive(store, peers, c, p, opt, change));
+  ptc::log::debug("prepare {}/{}: received at {:.1f} ms", c.job, c.step, ms());
 
   StepPlacement placement;
   placement.nodes = c.to_nodes;
@@ -225,6 +252,7 @@ ptc::Result<PreparedChange> prepare_repartition_part(Store& store, transport::Pe
   }
   uint64_t compacted = 0;
   PTC_ASSIGN_OR_RETURN(auto stored, build_shards(store, p, received, placement.held, opt, change, compacted));
+  ptc::log::debug("prepare {}/{}: shards built at {:.1f} ms", c.job, c.step, ms());
   change.next =
       store.new_version(c.job, c.step, c.from_version + 1, std::move(p.to), std::move(stored), std::move(placement));
   ptc::log::info("prepared {}/{} version {} on node {}: {} transfers, {} bytes received, {} compacted", c.job, c.step,

@@ -34,7 +34,7 @@ uint64_t plan_digest(const ptc::Plan& plan);
 struct PrepareOptions {
   CompactionPolicy policy;
   uint64_t chunk = 16 << 20;  // bytes per peer read
-  unsigned fetchers = 8;      // parallel peer reads
+  unsigned fetchers = 4;      // parallel peer reads (docs/BENCHMARKS.md "cluster": 4 against 8 and 2)
 };
 
 // Prepares this node's part (`self`: this node's index in the peer backend). `c.digest` (0: not checked) must equal the

@@ -4,7 +4,8 @@
 //
 // Request: ReadRequest (daemon/cluster/change_record.h); reply {"xxh3": h} with n bytes:
 // bytes [off, off + n) of the slab
-// laid out row by row (ptc::SlabGeometry). Refused: an unknown step, version, shard or
+// laid out row by row (ptc::SlabGeometry); the XXH3 of a window served before is looked up
+// in `digests` rather than computed again. Refused: an unknown step, version, shard or
 // tensor (not_found), a shard this node does not hold (unavailable), a slab or window
 // outside the slice (out_of_range), more than max_bytes (resource_exhausted).
 #pragma once
@@ -12,11 +13,14 @@
 #include <cstdint>
 
 #include "daemon/cluster/change_record.h"
+#include "daemon/cluster/slab_digests.h"
 #include "daemon/store/store.h"
 #include "transport/rpc.h"
 
 namespace ptcfs {
 
-ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& req, uint64_t max_bytes);
+// `digests`: the XXH3s of windows served before (null: every window is hashed).
+ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& req, uint64_t max_bytes,
+                                              SlabDigests* digests = nullptr);
 
 }  // namespace ptcfs

@@ -74,9 +74,13 @@ ptc::Status BlobWriter::write_at(uint64_t offset, const void* data, size_t len) 
   // Start writeback of large writes now so that finish()'s fsync has little left to wait
   // for. Small ones (a FUSE write is at most 1 MiB) skip it: a writeback request per MiB cost
   // the daemon 3x the CPU of the copy when saving into the mount.
-  if (total >= kWritebackAtLeast)
-    ::sync_file_range(fd_, static_cast<off_t>(start), static_cast<off_t>(total), SYNC_FILE_RANGE_WRITE);
+  start_writeback(start, total);
   return ptc::Status::ok();
+}
+
+void BlobWriter::start_writeback(uint64_t offset, uint64_t len) const {
+  if (len >= kWritebackAtLeast)
+    ::sync_file_range(fd_, static_cast<off_t>(offset), static_cast<off_t>(len), SYNC_FILE_RANGE_WRITE);
 }
 
 ptc::Result<size_t> BlobWriter::read_at(uint64_t offset, void* data, size_t len) const {

@@ -64,6 +64,9 @@ class BlobWriter {
   // Writes at an offset; safe from several threads at once for disjoint ranges. A full
   // disk is kResourceExhausted (ENOSPC at the mount).
   ptc::Status write_at(uint64_t offset, const void* data, size_t len) const;
+  // Starts writeback of [offset, offset + len) when it is 4 MiB or more, as write_at does for
+  // one large write: for a range written in smaller pieces.
+  void start_writeback(uint64_t offset, uint64_t len) const;
   // Reads back what was written (fewer bytes past the end); before finish() only.
   ptc::Result<size_t> read_at(uint64_t offset, void* data, size_t len) const;
   ptc::Status finish();

@@ -13,10 +13,17 @@
 //   coordinator.prepared  every node prepared a cluster change; nothing is decided
 //   coordinator.decided   the change is decided (in etcd); no node was told to commit
 //   daemon.serving  ptcfsd answers requests; metrics, the etcd watch and catch-up are not started
+//
+// Armed the same way, a switch changes what the daemon does instead of stopping it:
+//
+//   peer.read.damage  every peer read this node serves carries a checksum one off, as if a
+//                     byte of it changed on the way (the reader must refuse the bytes)
 #pragma once
 
 namespace ptcfs {
 
 void failpoint(const char* name);
+// Whether the switch `name` is armed (PTCFS_FAILPOINT names it).
+bool failpoint_switch(const char* name);
 
 }  // namespace ptcfs

@@ -1,6 +1,7 @@
 """Faults in a cluster: a daemon killed in the middle of a repartition, and peers that send
 what they should not. The old layout stays complete everywhere; daemons keep serving."""
 
+import errno
 import hashlib
 import hmac
 import json
@@ -20,6 +21,13 @@ from test_control_protocol import HEADER, frame, read_frame
 
 def blobs(d):
     return set(os.listdir(os.path.join(d.data, "blobs")))
+
+
+def old_layout_everywhere(c, old_blobs):
+    """Every node of c still at version 1 of j/1, with the blobs it had before the change."""
+    for i, d in enumerate(c.nodes):
+        assert d.cli_json("ls", "j/1", "--json")["version"] == 1
+        assert blobs(d) == old_blobs[i], f"n{i} kept blobs of the aborted change"
 
 
 @pytest.mark.parametrize("victim", ["receiver", "sender"])
@@ -46,15 +54,49 @@ def test_a_daemon_killed_during_a_repartition_leaves_the_old_layout_everywhere(t
         assert "aborted, the old layout stays" in err, err
         killed.stop(cleanup_mount=True)
         killed.start()
-        for i, d in enumerate(c.nodes):
-            assert d.cli_json("ls", "j/1", "--json")["version"] == 1
+        old_layout_everywhere(c, old_blobs)
+        for d in c.nodes:
             verify_step(d, "j", "1", ck, full_views=False)
-            assert blobs(d) == old_blobs[i], f"n{i} kept blobs of the aborted change"
         # And the cluster can still repartition.
         r = c[1].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=1,dp=3", "--json")
         want = min_bytes_oracle(ck.ptc, (2, 1, 1), [2, 2, 2], (2, 1, 3), [2, 2, 2])
         assert r["version"] == 2 and r["bytes_moved"] == r["bytes_min"] == sum(want.values()), r
         verify_step(c[2], "j", "1", oracles((2, 1, 3)), full_views=False)
+
+
+def test_a_damaged_transfer_aborts_the_repartition_and_leaves_the_old_layout_everywhere(tmp_path):
+    """The sender's replies carry a checksum one off (the peer.read.damage switch): each
+    receiver hashes the bytes as they land, refuses them, and the change aborts."""
+    require_binaries()
+    ck = Checkpoint(str(tmp_path / "ck"), tp=2, pp=1, layers=2, hidden=256, vocab=2000)
+    with Cluster(str(tmp_path), 3) as c:
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        old_blobs = [blobs(d) for d in c.nodes]
+        c[0].stop(cleanup_mount=True)
+        c[0].env["PTCFS_FAILPOINT"] = "peer.read.damage"
+        c[0].start()
+        r = c[1].cli("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=1,dp=3", check=False)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert "fail their checksum" in r.stderr and "from node n0" in r.stderr, r.stderr
+        assert "aborted, the old layout stays" in r.stderr, r.stderr
+        old_layout_everywhere(c, old_blobs)
+        verify_step(c[0], "j", "1", ck, full_views=False)
+        # n1 holds none of it: its mount reads from n0 and refuses the damaged bytes too.
+        with pytest.raises(OSError) as e:
+            with open(os.path.join(c[1].step_dir("j", "1"), "tp0-pp0.safetensors"), "rb") as f:
+                f.read()
+        assert e.value.errno == errno.EIO
+        # Undamaged, every node reads the old layout, and the same change goes through.
+        c[0].stop(cleanup_mount=True)
+        del c[0].env["PTCFS_FAILPOINT"]
+        c[0].start()
+        for d in c.nodes:
+            verify_step(d, "j", "1", ck, full_views=False)
+        r = c[1].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=1,dp=3", "--json")
+        assert r["version"] == 2 and r["bytes_moved"] == r["bytes_min"], r
+        oracles = Oracles(str(tmp_path), ck, 0)
+        for d in c.nodes[1:]:
+            verify_step(d, "j", "1", oracles((2, 1, 3)), full_views=False)
 
 
 class Peer:
