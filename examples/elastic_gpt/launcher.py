@@ -7,8 +7,10 @@ iterations, each resuming from the job's latest saved step and saving at its end
 
 Before each segment it reads <prefix>/decision/<queue name> again, so a decision takes effect at
 the next segment boundary (the running segment is not interrupted: the step it saves is then
-repartitioned by train.py's ensure_layout on resume). No decision yet, or "queued": it waits,
-asking every --poll seconds. --segments N stops after N segments (for scripts and tests). What
+repartitioned by train.py's ensure_layout on resume). A decision with a global batch (the job
+gave `batch` in its queue entry) runs train.py with --global-batch: the controller gave the
+job's datasets that batch when it repartitioned the latest step. No decision yet, or "queued":
+it waits, asking every --poll seconds. --segments N stops after N segments (for scripts and tests). What
 train.py prints passes through; --out and the other train.py flags go to every segment.
 """
 
@@ -92,9 +94,13 @@ def main(argv=None) -> int:
                "--pp", str(d["pp"]), "--dp", str(d["dp"]), "--steps", str(end), "--save-at", str(end)]
         if start is not None:
             cmd += ["--resume", str(start)]
+        batch = ""
+        if d.get("global_batch") is not None:  # the job chooses its batch; its datasets have it
+            cmd += ["--global-batch", str(d["global_batch"])]
+            batch = f", global batch {d['global_batch']}"
         if a.daemon:
             cmd += ["--daemon", a.daemon]
-        print(f"launcher: decision {d['seq']} ({d['gpus']} GPUs, tp={d['tp']},pp={d['pp']},dp={d['dp']}): "
+        print(f"launcher: decision {d['seq']} ({d['gpus']} GPUs{batch}, tp={d['tp']},pp={d['pp']},dp={d['dp']}): "
               f"iterations {start or 0}..{end - 1}", file=sys.stderr, flush=True)
         r = subprocess.run(cmd + train_args)
         if r.returncode != 0:

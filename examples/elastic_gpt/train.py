@@ -8,9 +8,12 @@ samples from a ptcfs mount and saving into / resuming from ptcfs, at any (tp, pp
     train.py --job gpt --tp 1 --pp 2 --dp 2 --steps 12 --resume 4
     # the same with a ZeRO-style distributed optimizer (each DP rank saves its own ranges)
     train.py --job gpt --tp 1 --pp 2 --dp 2 --steps 12 --resume 4 --distributed-optimizer
+    # after a run that saved step 8: the datasets go on at global batch 16 from the samples read
+    ptcfs repartition --job gpt --step 8 --to tp=1,pp=2,dp=2 --global-batch 16
+    train.py --job gpt --tp 1 --pp 2 --dp 2 --steps 16 --resume 8 --global-batch 16
 
 Prints one JSON line per iteration on stdout: {"iter": i, "loss": x, "tp", "pp", "dp",
-"optimizer"}, where iteration i's loss is computed with the weights after i updates. One
+"optimizer", "global_batch"}, where iteration i's loss is computed with the weights after i updates. One
 process per rank (tp*pp*dp of them) is spawned here; gloo on CPU, NCCL when there is a GPU for
 every rank. See README.md (and scenario.py, which runs the whole elastic scenario).
 """
@@ -18,6 +21,7 @@ every rank. See README.md (and scenario.py, which runs the whole elastic scenari
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import socket
@@ -60,7 +64,7 @@ def worker(rank: int, a: argparse.Namespace, port: int) -> None:
                             rank=rank, world_size=a.tp * a.pp * a.dp)
     grid = Grid(a.tp, a.pp, a.dp, rank)
     grid.make_groups()
-    cfg = ModelConfig()
+    cfg = dataclasses.replace(ModelConfig(), global_batch=a.global_batch)
     stage = Stage(cfg, grid, a.seed, device)
     if a.distributed_optimizer:
         opt = DistributedAdam(stage.params, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, grid)
@@ -75,10 +79,10 @@ def worker(rank: int, a: argparse.Namespace, port: int) -> None:
         if a.out:
             write_json(a.out, f"loaded-r{rank}.json", {**who, **loaded})
     dist.barrier()  # the layout is there for everyone before anyone reads data
-    batches, ids = load_rank_samples(a.mount, a.job, a.dataset, a.dp, grid.d, cfg.global_batch, start,
-                                     a.steps - start, cfg.seq)
+    batches, ids, consumed = load_rank_samples(a.mount, a.job, a.dataset, a.dp, grid.d, cfg.global_batch,
+                                               start, a.steps - start, cfg.seq)
     if a.out:  # which samples this rank consumed, per iteration (every rank of a DP rank: the same)
-        with open(os.path.join(a.out, f"samples-r{rank}.jsonl"), "w") as f:
+        with open(os.path.join(a.out, f"samples-r{rank}.jsonl"), "a") as f:  # a later run appends
             for it in range(start, a.steps):
                 f.write(json.dumps({"iter": it, "d": grid.d, "ids": ids[it - start]}) + "\n")
     reporter = grid.rank_of(0, 0, a.pp - 1)
@@ -89,7 +93,7 @@ def worker(rank: int, a: argparse.Namespace, port: int) -> None:
         opt.zero_grad()
         if rank == reporter:
             line = json.dumps({"iter": it, "loss": loss, "tp": a.tp, "pp": a.pp, "dp": a.dp,
-                               "optimizer": optimizer})
+                               "optimizer": optimizer, "global_batch": cfg.global_batch})
             print(line, flush=True)
             if a.out:
                 with open(os.path.join(a.out, "losses.jsonl"), "a") as f:
@@ -100,7 +104,7 @@ def worker(rank: int, a: argparse.Namespace, port: int) -> None:
             if a.out:
                 write_json(a.out, f"saved-r{rank}-{it + 1}.json", {**who, "written": written})
             if rank == 0:  # the views now start after the samples this checkpoint has seen
-                client.dataset_progress(a.job, a.dataset, consumed=(it + 1) * cfg.global_batch)
+                client.dataset_progress(a.job, a.dataset, consumed=consumed + (it + 1 - start) * cfg.global_batch)
             dist.barrier()
     if client:
         client.close()
@@ -129,9 +133,12 @@ def main(argv=None) -> int:
     ap.add_argument("--mount", help="the ptcfs mount (default $PTCFS_MOUNT, then the daemon's)")
     ap.add_argument("--daemon", help="HOST:PORT (default $PTCFS_DAEMON, then 127.0.0.1:7070)")
     ap.add_argument("--secret-file", help="default $PTCFS_SECRET_FILE")
+    ap.add_argument("--global-batch", type=int, default=ModelConfig().global_batch, metavar="B",
+                    help="samples per iteration (default config.py's); the dataset must have this B (a "
+                         "repartition with --global-batch gives it a new one); the learning rate is kept")
     ap.add_argument("--seed", type=int, default=0, help="initial weights")
     ap.add_argument("--out", help="folder for losses.jsonl and, per rank, samples-r<rank>.jsonl (the sample ids "
-                                  "of each iteration), loaded-r<rank>.json (what a resume loaded) and "
+                                  "of each iteration; a later run appends), loaded-r<rank>.json (what a resume loaded) and "
                                   "saved-r<rank>-<k>.json (what the save of step k wrote)")
     ap.add_argument("--cpu", action="store_true", help="ignore GPUs")
     ap.add_argument("--distributed-optimizer", action="store_true",
@@ -142,6 +149,9 @@ def main(argv=None) -> int:
     if a.mount is None:
         with ptcfs.Client(a.daemon, a.secret_file) as c:
             a.mount = c.status()["mount"]
+    if a.global_batch < 1 or a.global_batch % (a.dp * ModelConfig().micro_batch):
+        ap.error(f"--global-batch {a.global_batch} is not a multiple of dp * micro-batch "
+                 f"({a.dp} * {ModelConfig().micro_batch})")
     if a.out:
         os.makedirs(a.out, exist_ok=True)
     if a.save_dir:

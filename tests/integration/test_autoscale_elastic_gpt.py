@@ -2,7 +2,9 @@
 the controller's decisions. Two jobs share 2 GPUs (1 each); the job trains iterations 0..3 at
 tp=1,pp=1,dp=1 and saves step 4; the other job finishes, the controller gives the first both GPUs
 (step 4 repartitioned to dp=2, the dataset re-split with it), and the launcher's next segment
-resumes step 4 on 2 ranks: its losses continue those of a run that never stopped."""
+resumes step 4 on 2 ranks: its losses continue those of a run that never stopped. The second test
+grows a job that chooses its batch: 1 GPU at batch 8, then 2 GPUs at batch 16, the samples it
+trains on staying the dataset's epoch order."""
 
 import json
 import os
@@ -10,6 +12,7 @@ import subprocess
 
 import pytest
 
+import ptcds
 from etcd_util import Etcd
 from ptcfs_harness import PTCFS, require_binaries
 from repartition_util import wait_for
@@ -28,6 +31,52 @@ def losses(out):
         return [json.loads(line) for line in f]
 
 
+def trained_ids(out):
+    """{iteration: the global batch's sample ids} from train.py's samples-r<rank>.jsonl (every
+    segment appends): DP rank 0's chunk, then rank 1's, ...; the ranks of one DP rank agree."""
+    per = {}
+    for fn in sorted(os.listdir(out)):
+        if fn.startswith("samples-r"):
+            with open(os.path.join(out, fn)) as f:
+                for x in map(json.loads, f):
+                    assert per.setdefault(x["iter"], {}).setdefault(x["d"], x["ids"]) == x["ids"], (fn, x)
+    return {it: [i for d in sorted(ds) for i in ds[d]] for it, ds in per.items()}
+
+
+def start_controller(root, etcd, daemon, gpt):
+    """Queues job `other` (1 or 2 GPUs) and then `gpt` (its JOBS.json entry `gpt`), and starts a
+    controller over 2 GPUs: both get 1 GPU until `other` leaves the queue."""
+    other = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100, "2": 150}}
+    etcd.ctl("put", f"{P}/queue/other", json.dumps({"job": other, "daemon": daemon.addr}))
+    etcd.ctl("put", f"{P}/queue/gpt", json.dumps({"job": gpt, "daemon": daemon.addr}))
+    log = open(os.path.join(root, "controller.log"), "w")
+    ctl = subprocess.Popen([PTCFS, "autoscale", "--etcd", etcd.endpoints, "--gpus", "2", "--id", "c",
+                            "--lease-ttl", "2", "--retry", "0.5"], stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    return ctl
+
+
+def launcher(etcd, out, common):
+    """One segment of 4 iterations of job gpt, up to 8, at its decision."""
+    return [PY, os.path.join(EX, "launcher.py"), "--etcd", etcd.endpoints, "--queue-name", "gpt", "--job", "gpt",
+            "--every", "4", "--until", "8", "--segments", "1", "--out", out, *common]
+
+
+def segment(launch, line):
+    """Runs the launcher for one segment; `line` is what it must print about the decision it ran."""
+    r = subprocess.run(launch, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert line in r.stderr, r.stderr
+
+
+def other_leaves(etcd, daemon):
+    """Job `other` finishes: gpt's decision grows to 2 GPUs (returned), step 4 repartitioned to dp=2."""
+    etcd.ctl("del", f"{P}/queue/other")
+    wait_for(lambda: (etcd.get_json(f"{P}/decision/gpt") or {}).get("gpus") == 2, 60, "gpt to grow")
+    assert daemon.cli_json("ls", "gpt/4", "--json")["parallelism"] == {"tp": 1, "pp": 1, "dp": 2}
+    return etcd.get_json(f"{P}/decision/gpt")
+
+
 def test_the_job_grows_under_the_controller_and_its_losses_continue(tmp_path, daemon):
     require_binaries()
     root = str(tmp_path)
@@ -37,33 +86,18 @@ def test_the_job_grows_under_the_controller_and_its_losses_continue(tmp_path, da
         daemon.cli("dataset", "add", "--job", job, "--name", "train", "--format", "jsonl", "--seed", "1",
                    "--global-batch", "8", "--dp", "1", "--copy", data)
     common = ["--mount", daemon.mnt, "--daemon", daemon.addr, "--cpu"]
-    ref = os.path.join(root, "ref")
+    ref, out = os.path.join(root, "ref"), os.path.join(root, "gpt")
     subprocess.run([PY, os.path.join(EX, "train.py"), "--job", "ref", "--steps", "8", "--out", ref, *common],
                    check=True, capture_output=True)
     with Etcd(root) as etcd:
-        other = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100, "2": 150}}
         gpt = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100, "2": 190}}
-        etcd.ctl("put", f"{P}/queue/other", json.dumps({"job": other, "daemon": daemon.addr}))
-        etcd.ctl("put", f"{P}/queue/gpt", json.dumps({"job": gpt, "daemon": daemon.addr}))
-        log = open(os.path.join(root, "controller.log"), "w")
-        ctl = subprocess.Popen([PTCFS, "autoscale", "--etcd", etcd.endpoints, "--gpus", "2", "--id", "c",
-                                "--lease-ttl", "2", "--retry", "0.5"], stdout=log, stderr=log, start_new_session=True)
-        log.close()
-        out = os.path.join(root, "gpt")
-        launch = [PY, os.path.join(EX, "launcher.py"), "--etcd", etcd.endpoints, "--queue-name", "gpt", "--job",
-                  "gpt", "--every", "4", "--until", "8", "--segments", "1", "--out", out, *common]
+        ctl = start_controller(root, etcd, daemon, gpt)
+        launch = launcher(etcd, out, common)
         try:
-            r = subprocess.run(launch, capture_output=True, text=True, timeout=300)
-            assert r.returncode == 0, r.stderr
-            assert "launcher: decision 2 (1 GPUs, tp=1,pp=1,dp=1): iterations 0..3" in r.stderr, r.stderr
-            etcd.ctl("del", f"{P}/queue/other")
-            wait_for(lambda: (etcd.get_json(f"{P}/decision/gpt") or {}).get("gpus") == 2, 60, "gpt to grow")
-            d = etcd.get_json(f"{P}/decision/gpt")
+            segment(launch, "launcher: decision 2 (1 GPUs, tp=1,pp=1,dp=1): iterations 0..3")
+            d = other_leaves(etcd, daemon)
             assert (d["tp"], d["pp"], d["dp"], d["step"]) == (1, 1, 2, "4"), d
-            assert daemon.cli_json("ls", "gpt/4", "--json")["parallelism"] == {"tp": 1, "pp": 1, "dp": 2}
-            r = subprocess.run(launch, capture_output=True, text=True, timeout=300)
-            assert r.returncode == 0, r.stderr
-            assert f"launcher: decision {d['seq']} (2 GPUs, tp=1,pp=1,dp=2): iterations 4..7" in r.stderr, r.stderr
+            segment(launch, f"launcher: decision {d['seq']} (2 GPUs, tp=1,pp=1,dp=2): iterations 4..7")
         finally:
             ctl.kill()
             ctl.wait(timeout=10)
@@ -72,3 +106,63 @@ def test_the_job_grows_under_the_controller_and_its_losses_continue(tmp_path, da
     assert [x["iter"] for x in want] == list(range(8))
     for g, w in zip(got, want):
         assert abs(g["loss"] - w["loss"]) <= LOSS_RTOL * abs(w["loss"]), (g, w)
+
+
+def test_the_job_grows_in_ranks_and_batch_and_trains_on_the_epoch_order(tmp_path, daemon):
+    # gpt accepts batches 8..16: alone on 1 GPU, batch 8 is its best (100 > 90 samples/s), on 2 GPUs
+    # batch 16 (220 > 150). It trains 0..3 at 1 GPU, batch 8 and saves step 4; the other job leaves;
+    # the controller repartitions step 4 to dp=2 and the dataset to batch 16 in one commit; the
+    # launcher trains 4..7 on 2 ranks at batch 16. Checked: (a) 0..3 equal a run that never stopped;
+    # (b) 4..7 equal a run resumed from that run's step 4 at batch 16 on one rank (another layout);
+    # (c) the samples of 0..7 are the epoch's order, 4 batches of 8 then 4 of 16, none repeated or skipped.
+    require_binaries()
+    root = str(tmp_path)
+    data, n, seed = os.path.join(root, "train.jsonl"), 112, 1  # 112 = 32 + 5 * 16: 96 read leaves a batch
+    subprocess.run([PY, os.path.join(EX, "make_data.py"), data, "--samples", str(n)], check=True,
+                   capture_output=True)
+    for job in ("gpt", "ref"):
+        daemon.cli("dataset", "add", "--job", job, "--name", "train", "--format", "jsonl", "--seed", seed,
+                   "--global-batch", "8", "--dp", "1", "--copy", data)
+    common = ["--mount", daemon.mnt, "--daemon", daemon.addr, "--cpu"]
+    train = [PY, os.path.join(EX, "train.py"), "--job", "ref", *common]
+    ref8, ref16, out = os.path.join(root, "ref8"), os.path.join(root, "ref16"), os.path.join(root, "gpt")
+    subprocess.run([*train, "--steps", "8", "--save-at", "4", "--out", ref8], check=True, capture_output=True)
+    daemon.cli("repartition", "--job", "ref", "--step", "4", "--to", "tp=1,pp=1,dp=1", "--global-batch", "16")
+    subprocess.run([*train, "--steps", "8", "--resume", "4", "--global-batch", "16", "--out", ref16], check=True,
+                   capture_output=True)
+    with Etcd(root) as etcd:
+        gpt = {"min_gpus": 1, "max_gpus": 2, "batch": {"min": 8, "max": 16},
+               "throughput": {"1": {"8": 100, "16": 90}, "2": {"8": 150, "16": 220}}}
+        ctl = start_controller(root, etcd, daemon, gpt)
+        launch = launcher(etcd, out, common)
+        try:
+            segment(launch, "launcher: decision 2 (1 GPUs, global batch 8, tp=1,pp=1,dp=1): iterations 0..3")
+            d = other_leaves(etcd, daemon)
+            assert (d["gpus"], d["global_batch"], d["tp"], d["pp"], d["dp"], d["step"]) == (2, 16, 1, 1, 2, "4"), d
+            with open(os.path.join(daemon.mnt, "gpt", "data", "train", "state.json")) as f:
+                st = json.load(f)
+            assert {k: st[k] for k in ("global_batch", "dp", "consumed", "batch_offset")} == \
+                {"global_batch": 16, "dp": 2, "consumed": 32, "batch_offset": 32}
+            segment(launch, f"launcher: decision {d['seq']} (2 GPUs, global batch 16, tp=1,pp=1,dp=2): iterations 4..7")
+        finally:
+            ctl.kill()
+            ctl.wait(timeout=10)
+    got, want8, want16 = losses(out), losses(ref8), losses(ref16)
+    assert [(x["iter"], x["dp"], x["global_batch"]) for x in got] == \
+        [(i, 1, 8) for i in range(4)] + [(i, 2, 16) for i in range(4, 8)]
+    assert [x["iter"] for x in want8] == list(range(8)) and [x["iter"] for x in want16] == list(range(4, 8))
+    for g, w in zip(got, want8[:4] + want16):  # (a) and (b)
+        assert abs(g["loss"] - w["loss"]) <= LOSS_RTOL * abs(w["loss"]), (g, w)
+    # The batch changed the training: iteration 4 at batch 16 is not iteration 4 at batch 8.
+    assert abs(want16[0]["loss"] - want8[4]["loss"]) > LOSS_RTOL * abs(want8[4]["loss"])
+    # (c) the samples, iteration by iteration, are the epoch's order (make_data's ids are line numbers).
+    order = ptcds.epoch_order(seed, 0, n)
+    ids = trained_ids(out)
+    assert sorted(ids) == list(range(8))
+    assert [len(ids[i]) for i in range(8)] == [8] * 4 + [16] * 4
+    assert [x for i in range(8) for x in ids[i]] == order[:96]
+    assert {i: ids[i] for i in range(4, 8)} == trained_ids(ref16)
+    # Progress counted the new batch: 32 samples at 8, then 4 batches of 16 (batch_offset plus a multiple).
+    with open(os.path.join(daemon.mnt, "gpt", "data", "train", "state.json")) as f:
+        st = json.load(f)
+    assert (st["epoch"], st["consumed"], st["batch_offset"], st["samples_per_epoch"]) == (0, 96, 32, 112)
