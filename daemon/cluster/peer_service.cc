@@ -223,10 +223,16 @@ ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, P
 ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
   PTC_ASSIGN_OR_RETURN(PrepareRequest req, prepare_request_from_json(j));
   PTC_RETURN_IF_ERROR(members_.can_change());
+  auto aborted_meanwhile = [&] {
+    return ptc::error(ptc::Code::kFailedPrecondition, "node " + id() + ": transaction " + req.tx +
+                                                          " was aborted by its coordinator before this node had "
+                                                          "prepared it");
+  };
   {
     std::lock_guard lock(mu_);
     if (prepared_.count(req.tx))
       return ptc::error(ptc::Code::kAlreadyExists, "transaction " + req.tx + " is already prepared");
+    if (std::find(aborted_.begin(), aborted_.end(), req.tx) != aborted_.end()) return aborted_meanwhile();
   }
   PrepareReply reply;
   ptc::Result<PreparedChange> change = ptc::internal("no change");
@@ -287,10 +293,27 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
   }
   {
     std::lock_guard lock(mu_);
-    prepared_.emplace(req.tx, Held{std::move(change).value(), record_key(req), req.coordinator, req.lease,
-                                   std::chrono::steady_clock::now(), keep});
+    if (std::find(aborted_.begin(), aborted_.end(), req.tx) == aborted_.end()) {
+      prepared_.emplace(req.tx, Held{std::move(change).value(), record_key(req), req.coordinator, req.lease,
+                                     std::chrono::steady_clock::now(), keep});
+      return transport::Reply(to_json(reply));
+    }
   }
-  return transport::Reply(to_json(reply));
+  // The coordinator aborted it while this node prepared it: nothing of it stays.
+  abort_change(store_, *change);
+  if (keep) forget_prepared(store_, req.tx);
+  std::optional<std::pair<std::string, std::string>> saved;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = saving_.find(req.tx); it != saving_.end()) {
+      saved = it->second;
+      saving_.erase(it);
+    }
+  }
+  if (saved) saves_.part_done(saved->first, saved->second, false);
+  ptc::log::info("dropped the change of transaction {}: its coordinator aborted it while this node prepared it",
+                 req.tx);
+  return aborted_meanwhile();
 }
 
 ptc::Result<transport::Reply> PeerService::commit(const json& j) {
@@ -314,7 +337,15 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
     std::unique_lock lock(mu_);
     auto it = prepared_.find(tx);
     if (it == prepared_.end()) {
-      if (!commit) return ptc::Status::ok();  // aborting what was never prepared (or already aborted) is fine
+      if (!commit) {
+        // Aborting what was never prepared (or already aborted) is fine; one still being
+        // prepared is aborted when its prepare ends (prepare()).
+        if (std::find(aborted_.begin(), aborted_.end(), tx) == aborted_.end()) {
+          aborted_.push_back(tx);
+          if (aborted_.size() > kRememberCommitted) aborted_.pop_front();
+        }
+        return ptc::Status::ok();
+      }
       // Committed already (on its record in etcd), or being committed by another thread: a
       // commit answered before this node serves the new version would let the coordinator
       // report success too early, so that one is waited for.

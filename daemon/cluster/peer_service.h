@@ -110,13 +110,17 @@ class PeerService {
     std::chrono::steady_clock::time_point since;
     bool kept = false;  // its record is in the metadata until it is decided
   };
-  std::mutex mu_;                         // guards prepared_, committing_, committed_
+  std::mutex mu_;                         // guards prepared_, committing_, committed_, aborted_
   std::map<std::string, Held> prepared_;  // by transaction id
   // Commits under way (a transaction leaves prepared_ when its commit starts): a second commit
   // of one (the coordinator's peer.commit and the record seen in etcd race) waits for the
   // first's outcome, so that no node answers "committed" before it serves the new version.
   std::map<std::string, std::shared_future<ptc::Status>> committing_;
-  std::deque<std::string> committed_;                                  // the last transactions committed
+  std::deque<std::string> committed_;  // the last transactions committed
+  // The last transactions aborted before this node had prepared them: an abort that comes while
+  // the prepare still runs (this node was slow or stopped, the coordinator gave up on it) is
+  // answered at once, and the prepare that finishes later must not keep its change.
+  std::deque<std::string> aborted_;
   std::map<std::string, std::pair<std::string, std::string>> saving_;  // tx -> (job, step) of a save prepared here
 };
 

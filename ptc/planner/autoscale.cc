@@ -176,7 +176,8 @@ Changes changes(const std::vector<Decision>& next, const std::map<std::string, D
   }
   c.shrinks = c.changed.size();
   c.changed.insert(c.changed.end(), others.begin(), others.end());
-  for (const auto& [job, d] : stored) {
+  for (const auto& entry : stored) {  // not a structured binding: clang 14 cannot capture one
+    const std::string& job = entry.first;
     const bool queued = std::any_of(next.begin(), next.end(), [&](const Decision& n) { return n.job == job; });
     if (!queued) c.finished.push_back(job);
   }

@@ -182,3 +182,31 @@ def test_peers_get_exact_bytes_and_bad_requests_are_refused_while_others_are_ser
         r = subprocess.run([PTCFS, "--daemon", c[0].addr, "status"], capture_output=True, text=True, env=env)
         assert r.returncode == 1 and "requires the cluster secret" in r.stderr
         assert "refused a peer read" in c[0].log_tail()
+
+
+def test_an_abort_that_comes_before_the_prepare_ends_leaves_nothing_prepared(tmp_path):
+    """A coordinator that gave up on a slow (or stopped) node aborts the transaction while the node
+    still prepares it: the node answers the abort at once, and the prepare that ends later must
+    drop its change rather than keep it prepared (and its step claimed) for a decision that never
+    comes. Here the abort simply comes first, on a raw peer connection."""
+    require_binaries()
+    ck = Checkpoint(str(tmp_path / "ck"), tp=2, pp=1, layers=2, hidden=128, vocab=1000)
+    with Cluster(str(tmp_path), 2) as c:
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        secret = open(c.secret, "rb").read().rstrip()
+        peer = Peer(c.ports[1], secret)
+        ok, res, _ = peer.request({"op": "peer.abort", "tx": "t-early"})
+        assert ok, res
+        ok, res, _ = peer.request({"op": "peer.prepare", "tx": "t-early", "kind": "remove", "job": "j",
+                                   "step": "1"}, rid=2)
+        assert not ok, res
+        assert res["code"] == "failed_precondition", res
+        assert "transaction t-early was aborted by its coordinator before this node had prepared it" in \
+            res["message"], res
+        # Nothing of it stays: the step is as it was on every node, not claimed, and a removal
+        # through the coordinator goes through on both.
+        for d in c.nodes:
+            assert d.cli_json("ls", "j/1", "--json")["version"] == 1
+        c[0].cli("rm", "j/1")
+        for d in c.nodes:
+            assert d.cli("ls", "j/1", check=False).returncode != 0
