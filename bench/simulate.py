@@ -132,7 +132,7 @@ def allocate(jobs: list, curves: Curves, gpus: int, tmp: str, with_batch: bool, 
             spec.append({"name": j.name, "min_gpus": j.min_gpus, "max_gpus": j.max_gpus,
                          "throughput": {str(g): curves.rate(j.size, g, j.batch0) / unit for g in j.counts}})
         if policy == "makespan":
-            spec[-1]["samples"] = j.remaining if hasattr(j, "remaining") else j.samples
+            spec[-1]["samples"] = getattr(j, "remaining", j.samples)  # what is left of a running job
     path = os.path.join(tmp, "jobs.json")
     with open(path, "w") as f:
         json.dump({"jobs": spec}, f)

@@ -142,7 +142,9 @@ void Controller::keep_alive_loop() {
     if (r) {
       last_ok = Clock::now();
     } else if (r.status().code() == ptc::Code::kNotFound ||
-               Clock::now() - last_ok > std::chrono::seconds(a_.lease_ttl_s)) {
+               Clock::now() - last_ok > std::chrono::milliseconds(a_.lease_ttl_s * 500)) {
+      // Half the TTL without a renewal: etcd may expire the lease any moment now, and a standby
+      // may lead (as daemons fence themselves, daemon/cluster/etcd_membership.cc).
       ptc::log::error("autoscale: lost the lease of {}: {}", key("leader"), r.status().to_string());
       lost_ = true;
       return;
@@ -251,7 +253,7 @@ ptc::Status Controller::carry_out(const ptc::QueueEntry& e, const ptc::Decision&
     return r.status().with_context("repartitioning " + e.store_job + "/" + *latest + " at " + e.daemon + " to " +
                                    to_text(d));
   ptc::log::info("autoscale: {}/{} at {}: {}", e.store_job, *latest, e.daemon,
-                 (*r)["unchanged"].get<bool>() ? "already " + to_text(d) : "repartitioned to " + to_text(d));
+                 r->value("unchanged", false) ? "already " + to_text(d) : "repartitioned to " + to_text(d));
   *step = *latest;
   return ptc::Status::ok();
 }

@@ -39,9 +39,14 @@ std::shared_ptr<std::byte[]> scratch(size_t bytes) {
   {
     std::lock_guard lock(g_mu);
     auto& blocks = free_blocks();
+    // The smallest block that fits, and not one over twice the request's size: a large block
+    // serving small requests would leave the large ones to allocate anew.
+    const size_t most = 2 * ((bytes + kGrain - 1) / kGrain * kGrain);
     size_t best = blocks.size();
     for (size_t i = 0; i < blocks.size(); ++i)
-      if (blocks[i].size >= bytes && (best == blocks.size() || blocks[i].size < blocks[best].size)) best = i;
+      if (blocks[i].size >= bytes && blocks[i].size <= most &&
+          (best == blocks.size() || blocks[i].size < blocks[best].size))
+        best = i;
     if (best < blocks.size()) {
       b = blocks[best];
       blocks[best] = blocks.back();

@@ -9,6 +9,7 @@
 #include "daemon/dataset/dataset_ops.h"
 #include "daemon/reshard/importer.h"
 #include "daemon/store/checksum.h"
+#include "daemon/store/failpoint.h"
 #include "daemon/store/prepared_record.h"
 #include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
@@ -281,6 +282,7 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
       }
     return why.with_context("node " + id());
   }
+  failpoint("peer.prepared");
   // With etcd deciding, this node keeps the change across a restart: once it answers
   // "prepared", the coordinator may commit, and this node's part must not die with it.
   const bool keep = req.lease != 0 && can_keep(*change) && !std::holds_alternative<SaveChange>(req.change);
@@ -300,20 +302,25 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
     }
   }
   // The coordinator aborted it while this node prepared it: nothing of it stays.
-  abort_change(store_, *change);
-  if (keep) forget_prepared(store_, req.tx);
-  std::optional<std::pair<std::string, std::string>> saved;
-  {
-    std::lock_guard lock(mu_);
-    if (auto it = saving_.find(req.tx); it != saving_.end()) {
-      saved = it->second;
-      saving_.erase(it);
-    }
-  }
-  if (saved) saves_.part_done(saved->first, saved->second, false);
+  drop(req.tx, *change, keep);
   ptc::log::info("dropped the change of transaction {}: its coordinator aborted it while this node prepared it",
                  req.tx);
   return aborted_meanwhile();
+}
+
+std::optional<std::pair<std::string, std::string>> PeerService::take_saving(const std::string& tx) {
+  std::lock_guard lock(mu_);
+  auto it = saving_.find(tx);
+  if (it == saving_.end()) return std::nullopt;
+  auto saved = it->second;
+  saving_.erase(it);
+  return saved;
+}
+
+void PeerService::drop(const std::string& tx, PreparedChange& change, bool kept) {
+  abort_change(store_, change);
+  if (kept) forget_prepared(store_, tx);
+  if (auto saved = take_saving(tx)) saves_.part_done(saved->first, saved->second, false);
 }
 
 ptc::Result<transport::Reply> PeerService::commit(const json& j) {
@@ -363,22 +370,13 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
     }
   }
   if (under_way.valid()) return under_way.get();
-  std::optional<std::pair<std::string, std::string>> saved;
-  {
-    std::lock_guard lock(mu_);
-    if (auto it = saving_.find(tx); it != saving_.end()) {
-      saved = it->second;
-      saving_.erase(it);
-    }
-  }
   const std::string name = describe(change);
   if (!commit) {
-    abort_change(store_, change);
-    if (kept) forget_prepared(store_, tx);
-    if (saved) saves_.part_done(saved->first, saved->second, false);
+    drop(tx, change, kept);
     ptc::log::info("aborted the change of {} (transaction {})", name, tx);
     return ptc::Status::ok();
   }
+  const auto saved = take_saving(tx);
   const ptc::Status committed = commit_change(store_, change).with_context("node " + id());
   if (kept) forget_prepared(store_, tx);  // committed, or (the commit failed) aborted
   {

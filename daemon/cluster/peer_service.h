@@ -17,6 +17,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <string>
 
@@ -81,6 +82,10 @@ class PeerService {
   ptc::Result<transport::Reply> commit(const nlohmann::json& req);
   ptc::Result<transport::Reply> abort(const nlohmann::json& req);
   ptc::Status finish(const std::string& tx, bool commit);
+  // An aborted change undone: its blobs, its kept record, its save's part.
+  void drop(const std::string& tx, PreparedChange& change, bool kept);
+  // The (job, step) of the save prepared under `tx`, taken out; none for other changes.
+  std::optional<std::pair<std::string, std::string>> take_saving(const std::string& tx);
   ptc::Result<transport::Reply> state(const nlohmann::json& req);
   ptc::Result<transport::Reply> stats(const nlohmann::json& req);
   ptc::Result<PreparedChange> prepare_import(const ImportChange& c, PrepareReply& reply);

@@ -143,9 +143,10 @@ void scan_lines(const char* base, uint64_t size, uint64_t end, uint32_t file, Li
 ptc::Status scan_mapped_chunk(const JsonlInput& in, const char* base, const Chunk& c, LineBatch& b, ChunkResult& r) {
   const uint64_t size = in.size;
   b.pos = c.begin;
-  if (c.begin > 0) {  // the first line that starts in the chunk: after the first '\n' from c.begin - 1
+  if (c.begin > 0) {  // the first line that starts in the chunk: after the first '\n' from c.begin - 1 on
+    // (one at c.end - 1 starts a line the next chunk owns: none is found here then)
     const char* nl = nullptr;
-    auto find = [&] { nl = static_cast<const char*>(std::memchr(base + c.begin - 1, '\n', size - (c.begin - 1))); };
+    auto find = [&] { nl = static_cast<const char*>(std::memchr(base + c.begin - 1, '\n', c.end - (c.begin - 1))); };
     if (!run_guarded(find)) return cut_short(*in.file);
     if (nl == nullptr) return ptc::Status::ok();  // a line from an earlier chunk covers this one
     b.pos = static_cast<uint64_t>(nl - base) + 1;

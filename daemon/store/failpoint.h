@@ -10,6 +10,7 @@
 //   commit.before   a change is prepared (blobs synced); its metadata is not written
 //   commit.written  the metadata batch is written; the new version is not yet published
 //   commit.after    the new version is published; the replaced one's blobs not yet collected
+//   peer.prepared   a participant prepared its part of a cluster change; it has not answered
 //   coordinator.prepared  every node prepared a cluster change; nothing is decided
 //   coordinator.decided   the change is decided (in etcd); no node was told to commit
 //   daemon.serving  ptcfsd answers requests; metrics, the etcd watch and catch-up are not started

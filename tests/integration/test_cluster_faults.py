@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 import ptcgen
 from cluster_util import Cluster, min_bytes_oracle
 from ptcfs_harness import Checkpoint, PTCFS, require_binaries, verify_step
-from repartition_util import Oracles
+from repartition_util import Oracles, wait_for
 from test_control_protocol import HEADER, frame, read_frame
 
 
@@ -123,9 +124,12 @@ class Peer:
     def request(self, req: dict, rid: int = 1):
         """(ok, result or error, bytes)."""
         self.s.sendall(frame(json.dumps(req).encode(), rid=rid))
-        head = self.recv_exact(HEADER.size)
-        _, _, ftype, length, got_rid = HEADER.unpack(head)
-        assert got_rid == rid
+        while True:  # keepalive (8) and progress (3) frames come while a request runs
+            _, _, ftype, length, got_rid = HEADER.unpack(self.recv_exact(HEADER.size))
+            assert got_rid == rid
+            if ftype not in (3, 8):
+                break
+            self.recv_exact(length)
         if ftype == 7:  # data: u32 JSON length, JSON, bytes
             n = int.from_bytes(self.recv_exact(4), "little")
             body = json.loads(self.recv_exact(n))
@@ -186,24 +190,38 @@ def test_peers_get_exact_bytes_and_bad_requests_are_refused_while_others_are_ser
 
 def test_an_abort_that_comes_before_the_prepare_ends_leaves_nothing_prepared(tmp_path):
     """A coordinator that gave up on a slow (or stopped) node aborts the transaction while the node
-    still prepares it: the node answers the abort at once, and the prepare that ends later must
-    drop its change rather than keep it prepared (and its step claimed) for a decision that never
-    comes. Here the abort simply comes first, on a raw peer connection."""
+    still prepares it: the node answers the abort at once, and the prepare that ends later drops
+    its change rather than keep it prepared (and its step claimed) for a decision that never comes.
+    n1 pauses 3 s with its part prepared (failpoint peer.prepared) while the abort comes on another
+    raw peer connection; then an abort that comes before the prepare starts."""
     require_binaries()
     ck = Checkpoint(str(tmp_path / "ck"), tp=2, pp=1, layers=2, hidden=128, vocab=1000)
     with Cluster(str(tmp_path), 2) as c:
         c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        c[1].stop(cleanup_mount=True)
+        c[1].env["PTCFS_FAILPOINT"] = "peer.prepared:3"
+        c[1].start()
         secret = open(c.secret, "rb").read().rstrip()
-        peer = Peer(c.ports[1], secret)
-        ok, res, _ = peer.request({"op": "peer.abort", "tx": "t-early"})
+        preparing, aborting = Peer(c.ports[1], secret), Peer(c.ports[1], secret)
+        prepare = {"op": "peer.prepare", "tx": "t-slow", "kind": "remove", "job": "j", "step": "1"}
+        got = {}
+        t = threading.Thread(target=lambda: got.update(r=preparing.request(prepare)))
+        t.start()
+        wait_for(lambda: "failpoint peer.prepared reached" in c[1].log_tail(), 20, "n1 never prepared")
+        ok, res, _ = aborting.request({"op": "peer.abort", "tx": "t-slow"})
         assert ok, res
-        ok, res, _ = peer.request({"op": "peer.prepare", "tx": "t-early", "kind": "remove", "job": "j",
-                                   "step": "1"}, rid=2)
-        assert not ok, res
-        assert res["code"] == "failed_precondition", res
-        assert "transaction t-early was aborted by its coordinator before this node had prepared it" in \
+        t.join(30)
+        ok, res, _ = got["r"]
+        assert not ok and res["code"] == "failed_precondition", res
+        assert "transaction t-slow was aborted by its coordinator before this node had prepared it" in \
             res["message"], res
-        # Nothing of it stays: the step is as it was on every node, not claimed, and a removal
+        assert "dropped the change of transaction t-slow" in c[1].log_tail()
+        # An abort before the prepare even starts: refused at once the same way.
+        ok, res, _ = aborting.request({"op": "peer.abort", "tx": "t-early"}, rid=2)
+        assert ok, res
+        ok, res, _ = aborting.request(dict(prepare, tx="t-early"), rid=3)
+        assert not ok and "transaction t-early was aborted" in res["message"], res
+        # Nothing of them stays: the step is as it was on every node, not claimed, and a removal
         # through the coordinator goes through on both.
         for d in c.nodes:
             assert d.cli_json("ls", "j/1", "--json")["version"] == 1

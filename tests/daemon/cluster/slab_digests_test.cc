@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <memory>
+#include <vector>
 
 #include "daemon/cluster/slab_digests.h"
 
@@ -21,15 +22,18 @@ TEST_CASE("slab digests are found for the same key of the same live version, and
 
 TEST_CASE("a digest of a version that is gone is never returned, even for an object at the same address") {
   SlabDigests d(8);
-  auto v = std::make_shared<const int>(1);
+  // Not make_shared: its one allocation (object and control block) stays while the entry's
+  // weak pointer does, so no new object could land at the old address.
+  std::shared_ptr<const int> v(new int(1));
   const void* where = v.get();
   d.put(v, "k", 42);
   v.reset();
-  // Allocate until an object lands where the old one was (the allocator reuses it at once
-  // in practice); either way the entry must not answer for it.
-  std::shared_ptr<const int> again;
-  for (int i = 0; i < 1000 && (!again || again.get() != where); ++i) again = std::make_shared<const int>(2);
-  CHECK_FALSE(d.find(again, "k").has_value());
+  // Allocate until an object lands where the old one was (the allocator reuses the freed int
+  // at once); the entry must not answer for it.
+  std::vector<std::shared_ptr<const int>> tries;
+  for (int i = 0; i < 1000 && (tries.empty() || tries.back().get() != where); ++i) tries.emplace_back(new int(2));
+  REQUIRE(tries.back().get() == where);
+  CHECK_FALSE(d.find(tries.back(), "k").has_value());
 }
 
 TEST_CASE("slab digests stay within their capacity") {
