@@ -4,7 +4,10 @@ from pinned host memory (the physical limit of a host-to-device copy) and agains
 today: safetensors' load_file through the mount, then .cuda(). Also a strided layout (tp2 -> tp1,
 re-cut slices left in place) against the same pinned baseline. Page cache warm in every case.
 --sweep also times the staging tunables (PTCFS_GPU_COPY_THREADS; also _SLOTS, _SLOT_MB),
-each in its own process."""
+each in its own process. --live: instead, a live reshard of a ~2 GB state (tp=2,pp=2,dp=1 ->
+tp=1,pp=2,dp=2) through ptcfs.live.NcclComm on one GPU (one process plays every rank; every byte
+the plan moves between ranks goes through ncclSend/ncclRecv), against a device-to-device copy of
+the same bytes."""
 
 import json
 import os
@@ -141,6 +144,46 @@ def run(a, root: str) -> tuple:
     return rows, out
 
 
+def live_run(a, root: str) -> tuple:
+    """The --live measurement (module docstring)."""
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+    from live_local import reshard_all
+    from live_worker import oracle_state
+    from ptcfs import live
+
+    frm, to = (2, 2, 1), (1, 2, 2)
+    hidden = ptcgen.hidden_for_target("gpt", 2, 2, 1, 8, 32000, int(a.live_gb * 1e9))
+    ptc = ptcgen.make_ptc("gpt", 2, 2, 1, 8, hidden, 32000)
+    full = ptcgen.full_tensors(ptc, 0)
+    states = [{n: t.to("cuda:0") for n, t in oracle_state(ptc, full, frm, r).items()} for r in range(4)]
+    del full
+    total = sum(t.numel() * t.element_size() for st in states for t in st.values())
+    out = {"gpu": torch.cuda.get_device_name(0), "state_bytes": total, "runs": []}
+    with live.NcclComm(rank=0, world=1, device="cuda:0") as comm:
+        for _ in range(3):
+            sync()
+            t0 = time.perf_counter()
+            new, st = reshard_all(states, ptc, frm, to, comm)
+            sync()
+            out["runs"].append(time.perf_counter() - t0)
+            del new
+    moved = st["plan"]["bytes_min"]
+    assert st["moved"] == moved
+    src = torch.empty(moved, dtype=torch.uint8, device="cuda:0")
+    dst = torch.empty_like(src)
+    d2d = timed_best(5, lambda: dst.copy_(src))
+    best = min(out["runs"])
+    out.update(moved=moved, rounds=st["rounds"], d2d_s=d2d)
+    print(f"live: {total / 1e9:.2f} GB state, {moved / 1e9:.2f} GB moved in {st['rounds']} rounds, "
+          f"runs {', '.join(f'{r:.3f}' for r in out['runs'])} s", file=sys.stderr)
+    rows = [row("gpu", f"live reshard of {total / 1e9:.1f} GB tp2,pp2,dp1 -> tp1,pp2,dp2 over NCCL on one GPU "
+                f"({moved / 1e9:.2f} GB moved, the plan's minimum) vs a device copy of those bytes",
+                gbps(moved, best), gbps(moved, d2d), d2d / best, "figure", None)]
+    return rows, out
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--load":
         s, stats = ptcfs_load(sys.argv[2:])
@@ -150,7 +193,9 @@ def main() -> int:
     def configure(ap):
         ap.add_argument("--gb", type=float, default=4.0, help="checkpoint size in GB")
         ap.add_argument("--sweep", action="store_true", help="also time the staging tunables")
-    return standalone(__doc__, configure, run)
+        ap.add_argument("--live", action="store_true", help="time a live reshard over NCCL instead")
+        ap.add_argument("--live-gb", type=float, default=2.0, help="the live reshard's state in GB")
+    return standalone(__doc__, configure, lambda a, root: (live_run if a.live else run)(a, root))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 
 #include "ptc/live_plan.h"
 #include "ptc/model.h"
+#include "transport/c_error.h"
 #include "transport/direct_client.h"
 #include "transport/gpu/cuda_device.h"
 #include "transport/gpu/device_read.h"
@@ -18,16 +19,7 @@ struct ptcfs_file {
   std::unique_ptr<ptcfs::client::DirectFile> f;
 };
 
-namespace {
-
-void set_error(char* err, size_t errlen, const std::string& message) {
-  if (!err || errlen == 0) return;
-  const size_t n = std::min(errlen - 1, message.size());
-  std::memcpy(err, message.data(), n);
-  err[n] = '\0';
-}
-
-}  // namespace
+using ptcfs::client::set_error;
 
 extern "C" {
 

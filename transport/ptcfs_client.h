@@ -92,6 +92,39 @@ char* ptcfs_live_plan(const char* ptc_json, const char* from, const char* to, ch
 /* Frees what ptcfs_live_plan returned (NULL: nothing). */
 void ptcfs_free(void* p);
 
+/* Live resharding between GPUs over NCCL (docs/ARCHITECTURE.md "Live resharding"). NCCL is loaded
+ * at the first call ($PTCFS_NCCL_LIBRARY, else libnccl.so.2: a process that imported torch with
+ * CUDA holds it already); without it, a GPU or a build with NCCL, calls fail with "unavailable:
+ * ..." saying which. */
+
+typedef struct ptcfs_nccl ptcfs_nccl;
+#define PTCFS_NCCL_ID_BYTES 128
+/* One operation of a round: send `bytes` at `data` (device memory of the communicator's GPU) to
+ * rank `peer` (send != 0), or receive them from it. */
+typedef struct ptcfs_p2p_op {
+  int peer;
+  int send;
+  void* data;
+  uint64_t bytes;
+} ptcfs_p2p_op;
+
+/* NCCL's version code (22809 for 2.28.9), or -1 with why in err. */
+int ptcfs_nccl_version(char* err, size_t errlen);
+/* Writes a fresh unique id (PTCFS_NCCL_ID_BYTES bytes) to `id`: one rank makes it, the others get
+ * it from that rank (any channel) and all open with it. 0, or -1 with a message in err. */
+int ptcfs_nccl_unique_id(unsigned char* id, char* err, size_t errlen);
+/* Joins communicator `id` as `rank` of `nranks` on GPU `device`; returns once every rank has joined.
+ * NULL with a message in err. Give it to ptcfs_nccl_close. */
+ptcfs_nccl* ptcfs_nccl_open(int rank, int nranks, const unsigned char* id, int device, char* err, size_t errlen);
+/* One round: posts the n operations as one NCCL group on `stream` (a cudaStream_t; NULL: the default
+ * stream) and returns when all are done. Each pair of ranks must list the messages between them in
+ * the same order; a rank may send to itself (its sends and receives to itself pair up in order).
+ * timeout_ms 0: no limit; past it the communicator is aborted ("deadline_exceeded: ...") and every
+ * later round fails. 0, or -1 with a message in err. One round at a time per communicator. */
+int ptcfs_nccl_exchange(ptcfs_nccl* c, const ptcfs_p2p_op* ops, size_t n, void* stream, uint64_t timeout_ms,
+                        char* err, size_t errlen);
+void ptcfs_nccl_close(ptcfs_nccl* c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,13 +20,14 @@ sending). ``reshard(state, ptc, frm, to, comm)`` carries it out on this rank:
 
 A communicator is any object with ``rank``, ``device`` and ``exchange(sends, recvs)``, where each
 is a list of ``(peer, tag, tensor)`` and the call returns when all are done. ``TorchComm`` is one
-over ``torch.distributed`` (gloo: CPU tensors; this is what the tests run); ``NcclComm`` is the same
-over an nccl process group for CUDA tensors (torch.distributed bootstraps NCCL's unique id over
-its TCP store). NcclComm has not run on a GPU.
+over ``torch.distributed`` (gloo: CPU tensors, what the CPU tests run; or an nccl group);
+``NcclComm`` is one over NCCL itself through libptcfs_client, for CUDA tensors (the unique id made
+by rank 0 and broadcast over torch.distributed, or given).
 """
 
 import ctypes
 import json
+import os
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import direct
@@ -34,7 +35,7 @@ from .control import format_parallelism
 from . import dtypes as _dt
 from .errors import Error, invalid
 
-__all__ = ["plan", "reshard", "rounds", "TorchComm", "NcclComm", "config_text"]
+__all__ = ["plan", "reshard", "rounds", "TorchComm", "NcclComm", "nccl_unique_id", "config_text"]
 
 _ERRLEN = 1024
 Config = Union[str, Tuple[int, int, int], Dict[str, int]]
@@ -203,18 +204,134 @@ class TorchComm:
             work.wait()
 
 
-class NcclComm(TorchComm):
-    """The same over an nccl process group, for CUDA tensors (``torch.distributed`` bootstraps
-    NCCL's unique id through its TCP store). batch_isend_irecv groups the operations of a round
-    into one NCCL group call; tags are ignored by NCCL, which matches a pair's messages in
-    order, and both ends list a round's chunks in plan order. Not yet run on a GPU."""
+def _nccl_library():
+    """libptcfs_client with its NCCL entries typed; NCCL itself is found as the C side documents,
+    and also in the nvidia-nccl wheel that pip's torch depends on, when the variable is unset."""
+    lib = _library()
+    if not hasattr(lib, "_ptcfs_nccl_ready"):
+        if not hasattr(lib, "ptcfs_nccl_open"):
+            raise Error("unavailable", "this libptcfs_client has no NCCL entries (rebuild it)")
+        lib.ptcfs_nccl_version.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.ptcfs_nccl_unique_id.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        lib.ptcfs_nccl_open.restype = ctypes.c_void_p
+        lib.ptcfs_nccl_open.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                                        ctypes.c_char_p, ctypes.c_size_t]
+        lib.ptcfs_nccl_exchange.argtypes = [ctypes.c_void_p, ctypes.POINTER(_P2POp), ctypes.c_size_t,
+                                            ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
+        lib.ptcfs_nccl_close.argtypes = [ctypes.c_void_p]
+        lib._ptcfs_nccl_ready = True
+    if not os.environ.get("PTCFS_NCCL_LIBRARY"):
+        wheel = _wheel_nccl()
+        if wheel:
+            os.environ["PTCFS_NCCL_LIBRARY"] = wheel
+    return lib
 
-    def __init__(self, group=None, device: Optional[str] = None):
+
+def _wheel_nccl() -> str:
+    """libnccl.so.2 of the nvidia-nccl wheel, when there is one ("" otherwise)."""
+    import importlib.util
+    spec = importlib.util.find_spec("nvidia")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(base, "nccl", "lib", "libnccl.so.2")
+        if os.path.exists(path):
+            return path
+    return ""
+
+
+class _P2POp(ctypes.Structure):
+    _fields_ = [("peer", ctypes.c_int), ("send", ctypes.c_int), ("data", ctypes.c_void_p),
+                ("bytes", ctypes.c_uint64)]
+
+
+def nccl_unique_id() -> bytes:
+    """A fresh NCCL unique id (128 bytes): one rank makes it, every rank opens ``NcclComm`` with it."""
+    lib = _nccl_library()
+    out = ctypes.create_string_buffer(128)
+    err = ctypes.create_string_buffer(_ERRLEN)
+    if lib.ptcfs_nccl_unique_id(out, err, _ERRLEN) != 0:
+        raise direct._error(err)
+    return out.raw
+
+
+class NcclComm:
+    """Grouped point-to-point over NCCL itself (libptcfs_client's ``ptcfs_nccl_*``, which loads
+    libnccl.so.2 at run time), for CUDA tensors on one GPU per rank. Each round is one NCCL group
+    (``ncclGroupStart``, a send or receive per chunk, ``ncclGroupEnd``) on the current stream, and
+    ``exchange`` returns when it is done. NCCL ignores tags and pairs a pair's messages in the order
+    both list them, which the plan's order gives. A rank may send to itself, so one GPU can play
+    every rank of a plan (which torch.distributed refuses).
+
+    ``rank``, ``world``: this process's global rank and the communicator's size (default: from
+    torch.distributed). ``unique_id``: the communicator's id (``nccl_unique_id()``); default:
+    made here when the world is 1, else made by rank 0 and broadcast over torch.distributed
+    (``group``, any backend). ``timeout_s``: a round not done by then aborts the communicator
+    (Error deadline_exceeded); 0: no limit. Close it with ``close()`` or a ``with`` block."""
+
+    def __init__(self, rank: Optional[int] = None, world: Optional[int] = None, device: Optional[str] = None,
+                 unique_id: Optional[bytes] = None, group=None, timeout_s: float = 300.0):
         import torch
-        import torch.distributed as dist
 
         if not torch.cuda.is_available():
             raise Error("unavailable", "NcclComm needs CUDA: torch sees no GPU in this process")
-        if dist.get_backend(group) != "nccl":
-            raise invalid(f"NcclComm needs an nccl process group, not {dist.get_backend(group)}")
-        super().__init__(group, device or f"cuda:{torch.cuda.current_device()}")
+        self._h = None
+        self.device = torch.device(device or f"cuda:{torch.cuda.current_device()}")
+        if self.device.type != "cuda":
+            raise invalid(f"NcclComm needs a cuda device, not {self.device}")
+        if self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        if rank is None or world is None:
+            import torch.distributed as dist
+            if not dist.is_initialized():
+                raise invalid("NcclComm needs rank and world, or an initialized torch.distributed")
+            rank = dist.get_rank() if rank is None else rank
+            world = dist.get_world_size(group) if world is None else world
+        self.rank, self.world, self.timeout_s = rank, world, timeout_s
+        if unique_id is None:
+            if world == 1:
+                unique_id = nccl_unique_id()
+            else:
+                import torch.distributed as dist
+                box = [nccl_unique_id() if rank == 0 else None]
+                dist.broadcast_object_list(box, src=0, group=group)
+                unique_id = box[0]
+        if len(unique_id) != 128:
+            raise invalid(f"an NCCL unique id has 128 bytes, not {len(unique_id)}")
+        lib = _nccl_library()
+        err = ctypes.create_string_buffer(_ERRLEN)
+        h = lib.ptcfs_nccl_open(rank, world, unique_id, self.device.index, err, _ERRLEN)
+        if not h:
+            raise direct._error(err)
+        self._h, self._lib = h, lib
+
+    def exchange(self, sends: List[Tuple[int, int, Any]], recvs: List[Tuple[int, int, Any]]) -> None:
+        """Posts every send and receive as one NCCL group, then waits for them all."""
+        import torch
+
+        if self._h is None:
+            raise Error("failed_precondition", "this NcclComm is closed")
+        both = [(peer, 1, t) for peer, _tag, t in sends] + [(peer, 0, t) for peer, _tag, t in recvs]
+        ops = (_P2POp * max(1, len(both)))()
+        for i, (peer, send, t) in enumerate(both):
+            if t.device != self.device or not t.is_contiguous():
+                raise invalid(f"NcclComm moves contiguous tensors on {self.device}, not one on {t.device}")
+            ops[i] = _P2POp(peer, send, t.data_ptr(), t.numel() * t.element_size())
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        err = ctypes.create_string_buffer(_ERRLEN)
+        if self._lib.ptcfs_nccl_exchange(self._h, ops, len(both), stream, int(self.timeout_s * 1000), err,
+                                         _ERRLEN) != 0:
+            raise direct._error(err)
+
+    def close(self) -> None:
+        if self._h is not None:
+            self._lib.ptcfs_nccl_close(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_h", None) is not None:
+            self.close()

@@ -11,6 +11,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _TESTS = os.path.dirname(_HERE)
 sys.path.insert(0, os.path.join(_TESTS, "tools"))  # ptcgen
 sys.path.insert(0, os.path.join(_TESTS, "integration"))  # ptcfs_harness, repartition_util
+sys.path.insert(0, os.path.join(_TESTS, "python"))  # live_worker
 sys.path.insert(0, os.path.join(os.path.dirname(_TESTS), "python"))  # ptcfs
 
 from daemon_fixtures import daemon, make_ckpt, remap_daemon  # noqa: E402,F401

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "transport/gpu/cuda_device.h"
+#include "transport/gpu/cuda_status.h"
 #include "transport/gpu/segment_copy.h"
 
 namespace ptcfs::gpu {
@@ -22,20 +23,10 @@ __global__ void gather_kernel(const unsigned char* src, unsigned char* dst, cons
   for (uint64_t s = blockIdx.x; s < n; s += gridDim.x) copy_segment_share(segs[s], src, dst, threadIdx.x, blockDim.x);
 }
 
-ptc::Status cuda_status(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return ptc::Status::ok();
-  const bool absent = e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || e == cudaErrorStubLibrary ||
-                      e == cudaErrorInitializationError || e == cudaErrorSystemDriverMismatch;
-  return ptc::error(absent ? ptc::Code::kUnavailable : ptc::Code::kIo,
-                    what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-
 unsigned copy_threads() {
   if (const char* env = std::getenv("PTCFS_GPU_COPY_THREADS"); env && *env) return std::max(1, std::atoi(env));
   return std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
 }
-
-#define CUDA_TRY(call, what) PTC_RETURN_IF_ERROR(cuda_status((call), (what)))
 
 uint64_t env_or(const char* name, uint64_t fallback, uint64_t lo, uint64_t hi) {
   const char* env = std::getenv(name);
@@ -51,9 +42,9 @@ class CudaDevice final : public Device {
     d->slots_.resize(env_or("PTCFS_GPU_SLOTS", 4, 2, 64));
     d->slot_bytes_ = env_or("PTCFS_GPU_SLOT_MB", 8, 1, 256) << 20;
     for (Slot& s : d->slots_) {
-      CUDA_TRY(cudaHostAlloc(&s.host, d->slot_bytes_, cudaHostAllocDefault), "allocating pinned staging");
-      CUDA_TRY(cudaMalloc(&s.scratch, d->slot_bytes_), "allocating device scratch");
-      CUDA_TRY(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "creating an event");
+      PTCFS_CUDA_TRY(cudaHostAlloc(&s.host, d->slot_bytes_, cudaHostAllocDefault), "allocating pinned staging");
+      PTCFS_CUDA_TRY(cudaMalloc(&s.scratch, d->slot_bytes_), "allocating device scratch");
+      PTCFS_CUDA_TRY(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "creating an event");
     }
     return ptc::Result<std::unique_ptr<CudaDevice>>(std::move(d));
   }
@@ -85,7 +76,7 @@ class CudaDevice final : public Device {
   ptc::Status copy(size_t i, const Chunk& c, const std::byte* host, std::byte* dst) override {
     Slot& s = slots_[i];
     if (c.direct()) {
-      CUDA_TRY(cudaMemcpyAsync(dst + c.segments[0].dst, host, c.len, cudaMemcpyHostToDevice, stream_),
+      PTCFS_CUDA_TRY(cudaMemcpyAsync(dst + c.segments[0].dst, host, c.len, cudaMemcpyHostToDevice, stream_),
                "copying to the device");
     } else {
       const size_t n = c.segments.size();
@@ -94,19 +85,19 @@ class CudaDevice final : public Device {
         cudaFree(s.dev_segs);
         s.host_segs = nullptr, s.dev_segs = nullptr, s.seg_cap = 0;
         const size_t cap = std::max<size_t>(n, 4096);
-        CUDA_TRY(cudaHostAlloc(&s.host_segs, cap * sizeof(Segment), cudaHostAllocDefault),
+        PTCFS_CUDA_TRY(cudaHostAlloc(&s.host_segs, cap * sizeof(Segment), cudaHostAllocDefault),
                  "allocating pinned segments");
-        CUDA_TRY(cudaMalloc(&s.dev_segs, cap * sizeof(Segment)), "allocating device segments");
+        PTCFS_CUDA_TRY(cudaMalloc(&s.dev_segs, cap * sizeof(Segment)), "allocating device segments");
         s.seg_cap = cap;
       }
       std::copy(c.segments.begin(), c.segments.end(), s.host_segs);
-      CUDA_TRY(cudaMemcpyAsync(s.scratch, host, c.len, cudaMemcpyHostToDevice, stream_), "copying to the device");
-      CUDA_TRY(cudaMemcpyAsync(s.dev_segs, s.host_segs, n * sizeof(Segment), cudaMemcpyHostToDevice, stream_),
+      PTCFS_CUDA_TRY(cudaMemcpyAsync(s.scratch, host, c.len, cudaMemcpyHostToDevice, stream_), "copying to the device");
+      PTCFS_CUDA_TRY(cudaMemcpyAsync(s.dev_segs, s.host_segs, n * sizeof(Segment), cudaMemcpyHostToDevice, stream_),
                "copying segments to the device");
       const unsigned blocks = static_cast<unsigned>(std::min<size_t>(n, 8192));
       gather_kernel<<<blocks, 256, 0, stream_>>>(static_cast<const unsigned char*>(s.scratch),
                                                  reinterpret_cast<unsigned char*>(dst), s.dev_segs, n);
-      CUDA_TRY(cudaGetLastError(), "starting the gather kernel");
+      PTCFS_CUDA_TRY(cudaGetLastError(), "starting the gather kernel");
     }
     return cuda_status(cudaEventRecord(s.done, stream_), "recording an event");
   }
@@ -143,7 +134,7 @@ std::map<int, std::unique_ptr<CudaDevice>> g_devices;
 
 ptc::Status gpu_available() {
   int n = 0;
-  CUDA_TRY(cudaGetDeviceCount(&n), "looking for a GPU");
+  PTCFS_CUDA_TRY(cudaGetDeviceCount(&n), "looking for a GPU");
   if (n == 0) return ptc::unavailable("looking for a GPU: the driver sees none");
   return ptc::Status::ok();
 }
@@ -151,12 +142,12 @@ ptc::Status gpu_available() {
 ptc::Result<DeviceLease> lease_device(void* dst, void* stream) {
   PTC_RETURN_IF_ERROR(gpu_available());
   cudaPointerAttributes attr{};
-  CUDA_TRY(cudaPointerGetAttributes(&attr, dst), "asking where the destination lies");
+  PTCFS_CUDA_TRY(cudaPointerGetAttributes(&attr, dst), "asking where the destination lies");
   if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
     return ptc::invalid("the destination is not device memory (allocate it with cudaMalloc or torch on a cuda device)");
   int previous = 0;
-  CUDA_TRY(cudaGetDevice(&previous), "asking which GPU this thread uses");
-  CUDA_TRY(cudaSetDevice(attr.device), "selecting GPU " + std::to_string(attr.device));
+  PTCFS_CUDA_TRY(cudaGetDevice(&previous), "asking which GPU this thread uses");
+  PTCFS_CUDA_TRY(cudaSetDevice(attr.device), "selecting GPU " + std::to_string(attr.device));
   // The caller's selection (torch's current device, say) is given back when the lease ends.
   std::shared_ptr<void> restore(nullptr, [previous](void*) { cudaSetDevice(previous); });
   CudaDevice* device = nullptr;
