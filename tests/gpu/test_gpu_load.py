@@ -108,3 +108,18 @@ def test_bad_destinations_and_ranges_are_refused(daemon, make_ckpt):
         dev = torch.empty(f.size + 1, dtype=torch.uint8, device="cuda:0")
         assert lib.ptcfs_read_device(h.ptr, 1, f.size, dev.data_ptr(), None, None, err, 1024) == -1
         assert err.value.decode().startswith("out_of_range:"), err.value
+
+
+def test_padding_no_blob_holds_is_zero_filled_on_the_device(tmp_path, remap_daemon, make_ckpt):
+    """vocab 900 stored at tp=1; at tp=16 the padded vocabulary has rows that no imported file
+    holds: the view lists them as zeros, which the upload fills on the device (cudaMemsetAsync)."""
+    require_binaries()
+    ck = make_ckpt(tp=1, pp=1, layers=2, hidden=256, vocab=900)
+    oracles = Oracles(str(tmp_path), ck, 0)
+    remap_daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    remap_daemon.cli("repartition", "--job", "j", "--step", "1", "--to", "tp=16,pp=1,dp=1")
+    sd = remap_daemon.step_dir("j", "1")
+    zero = 0
+    for (t, p), want in oracles((16, 1, 1)).slices.items():
+        zero += check_on_device(os.path.join(sd, f"tp{t}-pp{p}.safetensors"), want)["zero_bytes"]
+    assert zero > 0, "no view had a zero span: the device zero fill went untested"
