@@ -3,11 +3,11 @@ memory through ptcfs.direct (pinned staging, device gather), against cudaMemcpy 
 from pinned host memory (the physical limit of a host-to-device copy) and against what users do
 today: safetensors' load_file through the mount, then .cuda(). Also a strided layout (tp2 -> tp1,
 re-cut slices left in place) against the same pinned baseline. Page cache warm in every case.
---sweep also times the staging tunables (PTCFS_GPU_COPY_THREADS; also _SLOTS, _SLOT_MB),
-each in its own process. --live: instead, a live reshard of a ~2 GB state (tp=2,pp=2,dp=1 ->
-tp=1,pp=2,dp=2) through ptcfs.live.NcclComm on one GPU (one process plays every rank; every byte
-the plan moves between ranks goes through ncclSend/ncclRecv), against a device-to-device copy of
-the same bytes."""
+--sweep also times the staging tunables (PTCFS_GPU_COPY_THREADS; also _SLOTS, _SLOT_MB) and
+PTCFS_GPU_STAGE=pread, each in its own process; --stage picks the staging of the default load.
+--live: instead, a live reshard of a ~2 GB state (tp=2,pp=2,dp=1 -> tp=1,pp=2,dp=2) through
+ptcfs.live.NcclComm on one GPU (one process plays every rank; every byte the plan moves between
+ranks goes through ncclSend/ncclRecv), against a device-to-device copy of the same bytes."""
 
 import json
 import os
@@ -19,7 +19,10 @@ from bench_lib import Daemon, gbps, ptcgen, row, standalone
 
 VARIANTS = {
     "default": {},
-    "threads=4": {"PTCFS_GPU_COPY_THREADS": "4"},
+    "threads=12": {"PTCFS_GPU_COPY_THREADS": "12"},
+    "pread": {"PTCFS_GPU_STAGE": "pread"},
+    "pread threads=12": {"PTCFS_GPU_STAGE": "pread", "PTCFS_GPU_COPY_THREADS": "12"},
+    "pread slots of 32 MiB": {"PTCFS_GPU_STAGE": "pread", "PTCFS_GPU_SLOT_MB": "32"},
 }
 
 
@@ -123,8 +126,10 @@ def run(a, root: str) -> tuple:
         warm(paths + merged)
         base = pinned_baseline(sizes)
         mbase = pinned_baseline([msize])
-        out.update(bytes=total, pinned_s=base, strided_bytes=msize, strided_pinned_s=mbase, variants={})
-        for name, env in (VARIANTS.items() if a.sweep else [("default", {})]):
+        out.update(bytes=total, pinned_s=base, strided_bytes=msize, strided_pinned_s=mbase, stage=a.stage,
+                   variants={})
+        for name, variant in (VARIANTS.items() if a.sweep else [("default", {})]):
+            env = {"PTCFS_GPU_STAGE": a.stage, **variant}
             v = {"shards": load_in_child(paths, env), "strided": load_in_child(merged, env)}
             out["variants"][name] = v
             print(f"{name}: shards {gbps(total, v['shards']['s'])} ({summary(v['shards'])}), "
@@ -193,6 +198,8 @@ def main() -> int:
     def configure(ap):
         ap.add_argument("--gb", type=float, default=4.0, help="checkpoint size in GB")
         ap.add_argument("--sweep", action="store_true", help="also time the staging tunables")
+        ap.add_argument("--stage", choices=("copy", "pread"), default="copy",
+                        help="PTCFS_GPU_STAGE of the default load (and of the sweep's other variants)")
         ap.add_argument("--live", action="store_true", help="time a live reshard over NCCL instead")
         ap.add_argument("--live-gb", type=float, default=2.0, help="the live reshard's state in GB")
     return standalone(__doc__, configure, lambda a, root: (live_run if a.live else run)(a, root))

@@ -161,7 +161,7 @@ ptc::Result<std::unique_ptr<DirectFile>> DirectFile::open(const std::string& pat
     }
     f->maps_[i] = Mapping{static_cast<const std::byte*>(m), sizes[i]};
   }
-  close_all(fds);  // the mappings keep the files
+  f->fds_ = fds;  // kept open for fd(): closed with the file
   uint64_t at = 0;
   f->pieces_.reserve(map->pieces().size());
   for (const auto& r : map->runs()) {
@@ -186,6 +186,7 @@ ptc::Result<std::unique_ptr<DirectFile>> DirectFile::open(const std::string& pat
 DirectFile::~DirectFile() {
   for (const Mapping& m : maps_)
     if (m.data) ::munmap(const_cast<std::byte*>(m.data), m.len);
+  close_all(fds_);
   if (sock_ >= 0) ::close(sock_);  // the daemon lets the version go
 }
 

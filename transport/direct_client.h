@@ -4,8 +4,9 @@
 // maps them, so reading is reading memory the page cache already holds.
 //
 // Ownership: a DirectFile owns its connection to the daemon (the daemon keeps the file's
-// version, and its blobs, while the connection is open, even across a repartition) and its
-// mappings. Every pointer it returns is valid until it is destroyed. Mappings are private and
+// version, and its blobs, while the connection is open, even across a repartition), its
+// mappings, and the descriptors of the mapped files (fd(); the daemon does not track them).
+// Every pointer it returns is valid until it is destroyed. Mappings are private and
 // writable (copy-on-write): writing through a pointer changes this process's copy only.
 // Thread-safety: once open, the const methods may be called from many threads at once;
 // bytes() is not concurrent with itself.
@@ -70,6 +71,9 @@ class DirectFile {
   const std::vector<Span>& spans() const;
   // The files that hold the bytes, mapped whole; mapping i is the `source` of the spans it holds.
   const std::vector<Mapping>& mappings() const { return maps_; }
+  // The read-only descriptor of the file mapped as `mapping` (< mappings().size()), open until
+  // this is destroyed: the same bytes by pread (transport/gpu/upload.h stages from it).
+  int fd(size_t mapping) const { return fds_[mapping]; }
   // A pointer to bytes [off, off + len) when they lie in one mapped piece (zero-copy), else nullptr.
   const std::byte* contiguous(uint64_t off, uint64_t len) const;
   // Copies bytes [off, off + len) into dst; kOutOfRange past the end.
@@ -120,6 +124,7 @@ class DirectFile {
   int sock_ = -1;
   uint64_t size_ = 0, version_ = 0;
   std::vector<Mapping> maps_;  // by source; unmapped when destroyed
+  std::vector<int> fds_;       // by source; closed when destroyed
   std::vector<Run> runs_;
   std::vector<uint64_t> starts_;  // runs_[i].start, for the binary search
   std::vector<Piece> pieces_;

@@ -74,6 +74,8 @@ int ptcfs_mapping(const ptcfs_file* f, size_t i, const void** data, uint64_t* le
   return 0;
 }
 
+int ptcfs_mapping_fd(const ptcfs_file* f, size_t i) { return i < f->f->mappings().size() ? f->f->fd(i) : -1; }
+
 int ptcfs_locate(const ptcfs_file* f, size_t n, const uint64_t* off, const uint64_t* len, int64_t* mapping,
                  uint64_t* at, char* err, size_t errlen) {
   try {

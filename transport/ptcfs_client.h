@@ -47,6 +47,9 @@ int ptcfs_read(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst, char*
  * *len bytes. Pointers into mapping i stay valid until ptcfs_close. -1 past the last. */
 size_t ptcfs_mapping_count(const ptcfs_file* f);
 int ptcfs_mapping(const ptcfs_file* f, size_t i, const void** data, uint64_t* len);
+/* The read-only descriptor of the file mapped as mapping i (its bytes by pread), open until
+ * ptcfs_close: do not close it. -1 past the last. */
+int ptcfs_mapping_fd(const ptcfs_file* f, size_t i);
 /* Where each range [off[k], off[k] + len[k]), k < n, lies: when one mapped span holds it,
  * mapping[k] is the index of its mapping and at[k] its offset there (zero-copy); else mapping[k]
  * is -1 (an empty range, zeros, or bytes over several spans: copy them with ptcfs_read_many).

@@ -1,13 +1,15 @@
 """Loading views of the mount into GPU memory (docs/ARCHITECTURE.md "Path of a GPU load"): every
 tensor that lands on the device equals the generator's oracle byte for byte, imported shards go
 up as direct copies, strided shards left by a repartition are gathered by the kernel, padding
-is zero-filled on the device, and bad destinations are refused."""
+is zero-filled on the device, and bad destinations are refused. The loads run with each staging
+(PTCFS_GPU_STAGE: memcpy from the mappings, pread of the blob files)."""
 
 import ctypes
 import os
 import random
 
 import numpy as np
+import pytest
 import torch
 
 import ptcgen
@@ -36,8 +38,10 @@ def check_on_device(path: str, want: dict):
         return f.gpu_stats
 
 
-def test_imported_shards_and_full_views_load_into_gpu_memory(daemon, make_ckpt):
+@pytest.mark.parametrize("stage", ["copy", "pread"])
+def test_imported_shards_and_full_views_load_into_gpu_memory(daemon, make_ckpt, monkeypatch, stage):
     require_binaries()
+    monkeypatch.setenv("PTCFS_GPU_STAGE", stage)
     ck = make_ckpt(tp=2, pp=2, layers=2, hidden=256, vocab=1000)  # padded vocabulary: zeros
     daemon.cli("import", ck.path, "--job", "j", "--step", "1")
     sd = daemon.step_dir("j", "1")
@@ -72,8 +76,10 @@ def test_strided_slices_are_gathered_on_the_device(tmp_path, remap_daemon, make_
             check_on_device(os.path.join(sd, f"tp{t}-pp{p}.safetensors"), want)
 
 
-def test_random_ranges_of_a_strided_file_match_the_host_read(tmp_path, remap_daemon, make_ckpt):
+@pytest.mark.parametrize("stage", ["copy", "pread"])
+def test_random_ranges_of_a_strided_file_match_the_host_read(tmp_path, remap_daemon, make_ckpt, monkeypatch, stage):
     require_binaries()
+    monkeypatch.setenv("PTCFS_GPU_STAGE", stage)
     ck = make_ckpt(tp=4, pp=1, layers=2, hidden=512, vocab=512)
     remap_daemon.cli("import", ck.path, "--job", "j", "--step", "1")
     remap_daemon.cli("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=1,dp=1")

@@ -77,6 +77,48 @@ def test_every_view_reads_the_same_directly_and_zero_copy(tmp_path, daemon, make
     assert all(np.array_equal(got[n], ck.slices[(1, 1)][n]) for n in ck.slices[(1, 1)])
 
 
+def test_each_mapped_file_stays_open_for_pread_until_the_file_is_closed(tmp_path, daemon, make_ckpt):
+    """libptcfs_client keeps the read-only descriptor of every file it maps (ptcfs_mapping_fd: the
+    pread staging of a GPU load, PTCFS_GPU_STAGE): it reads the mapping's bytes, and goes with
+    the handle."""
+    require_binaries()
+    ck = make_ckpt(tp=2, pp=1, layers=2, hidden=128, vocab=1000)
+    daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    sd = daemon.step_dir("j", "1")
+    name = next(n for n in ck.full if ck.full[n].shape != ck.slices[(0, 0)].get(n, np.empty(0)).shape)
+    lib = direct.library()
+    lib.ptcfs_mapping_fd.restype = ctypes.c_int
+    lib.ptcfs_mapping_fd.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    # A shard (one blob) and a full tensor assembled from both shards' blobs (several files).
+    for path, least in ((os.path.join(sd, "tp0-pp0.safetensors"), 1),
+                        (os.path.join(sd, "full", ptcgen.npy_relpath(name)), 2)):
+        held = []
+        with direct.open(path, fallback=False) as f:
+            assert f.direct, f.why_not
+            maps = f._mappings(f._h)
+            n = lib.ptcfs_mapping_count(f._h.ptr)
+            assert n == len(maps) >= least, (path, n)
+            assert lib.ptcfs_mapping_fd(f._h.ptr, n) == -1
+            for i, m in enumerate(maps):
+                fd = lib.ptcfs_mapping_fd(f._h.ptr, i)
+                assert fd >= 0, (path, i)
+                st = os.fstat(fd)
+                held.append((fd, st.st_dev, st.st_ino))
+                assert st.st_size == (0 if m is None else len(m)), (path, i)
+                if m is not None:
+                    assert os.pread(fd, len(m), 0) == m.tobytes(), (path, i)
+                    assert os.pread(fd, 100, 4097) == m[4097:4197].tobytes(), (path, i)
+                with pytest.raises(OSError):
+                    os.write(fd, b"x")
+            del maps, m
+        for fd, dev, ino in held:  # closed with the handle (the number may be reused since)
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                continue
+            assert (st.st_dev, st.st_ino) != (dev, ino), (path, fd)
+
+
 def test_a_file_held_open_keeps_its_version_across_rm_and_repartition(tmp_path, daemon, make_ckpt):
     require_binaries()
     ck = make_ckpt(tp=2, pp=2, layers=2, hidden=128, vocab=512)

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "transport/gpu/cuda_device.h"
 #include "transport/gpu/upload.h"
@@ -23,12 +24,17 @@ ptc::Status read_to_device(const client::DirectFile& f, uint64_t off, uint64_t l
   if (len == 0) return ptc::Status::ok();
   const auto start = std::chrono::steady_clock::now();
   PTC_ASSIGN_OR_RETURN(DeviceLease lease, lease_device(dst, stream));
+  PTC_ASSIGN_OR_RETURN(const Stage stage, stage_from_env());
+  std::vector<SourceFile> files;  // empty: staged by memcpy from the mappings
+  if (stage == Stage::kPread)
+    for (size_t i = 0; i < f.mappings().size(); ++i)
+      files.push_back(SourceFile{f.mappings()[i].data, f.mappings()[i].len, f.fd(i)});
   UploadOptions options;
   options.chunk_bytes = lease.device->slot_bytes();
   const UploadPlan plan = plan_upload(cut_range(pieces_of(f), off, len), options);
   const auto planned = std::chrono::steady_clock::now();
   UploadTimes times;
-  PTC_RETURN_IF_ERROR(run_upload(plan, static_cast<std::byte*>(dst), *lease.device, *lease.copier, &times));
+  PTC_RETURN_IF_ERROR(run_upload(plan, static_cast<std::byte*>(dst), *lease.device, *lease.copier, &times, files));
   if (stats) {
     stats->plan_ns = static_cast<uint64_t>(std::chrono::nanoseconds(planned - start).count());
     stats->stage_ns = times.stage_ns;

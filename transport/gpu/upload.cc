@@ -1,9 +1,15 @@
 #include "transport/gpu/upload.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -15,8 +21,7 @@ struct ParallelCopy::State {
   uint64_t generation = 0;
   unsigned pending = 0;
   bool stop = false;
-  std::byte* dst = nullptr;
-  const std::byte* src = nullptr;
+  const std::function<void(uint64_t, uint64_t)>* part = nullptr;
   uint64_t len = 0;
   unsigned parts = 1;
   std::vector<std::thread> threads;
@@ -25,7 +30,7 @@ struct ParallelCopy::State {
   void share(unsigned i) const {
     const uint64_t per = (len / parts + 4095) & ~uint64_t{4095};
     const uint64_t b = std::min(len, per * i), e = std::min(len, per * (i + 1));
-    if (b < e) std::memcpy(dst + b, src + b, e - b);
+    if (b < e) (*part)(b, e);
   }
 };
 
@@ -57,15 +62,14 @@ ParallelCopy::~ParallelCopy() {
   for (auto& t : s_->threads) t.join();
 }
 
-void ParallelCopy::copy(std::byte* dst, const std::byte* src, uint64_t len) {
+void ParallelCopy::split(uint64_t len, const std::function<void(uint64_t, uint64_t)>& part) {
   if (s_->parts == 1 || len < (1u << 20)) {  // below 1 MiB waking threads costs more than it saves
-    std::memcpy(dst, src, len);
+    part(0, len);
     return;
   }
   {
     std::lock_guard lock(s_->mu);
-    s_->dst = dst;
-    s_->src = src;
+    s_->part = &part;
     s_->len = len;
     s_->pending = s_->parts - 1;
     ++s_->generation;
@@ -76,6 +80,50 @@ void ParallelCopy::copy(std::byte* dst, const std::byte* src, uint64_t len) {
   s_->done.wait(lock, [&] { return s_->pending == 0; });
 }
 
+void ParallelCopy::copy(std::byte* dst, const std::byte* src, uint64_t len) {
+  split(len, [&](uint64_t b, uint64_t e) { std::memcpy(dst + b, src + b, e - b); });
+}
+
+namespace {
+
+// Reads [off, off + len) of fd into dst, whatever pread returns at a time.
+ptc::Status pread_all(int fd, std::byte* dst, uint64_t off, uint64_t len) {
+  while (len > 0) {
+    const ssize_t n = ::pread(fd, dst, std::min<uint64_t>(len, uint64_t{1} << 30), static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return ptc::io_error("pread of " + std::to_string(len) + " bytes at offset " + std::to_string(off), errno);
+    if (n == 0)
+      return ptc::corrupt("pread at offset " + std::to_string(off) + ": the file ends " + std::to_string(len) +
+                          " bytes short");
+    dst += n;
+    off += static_cast<uint64_t>(n);
+    len -= static_cast<uint64_t>(n);
+  }
+  return ptc::Status::ok();
+}
+
+}  // namespace
+
+ptc::Status ParallelCopy::read(std::byte* dst, int fd, uint64_t off, uint64_t len) {
+  std::mutex mu;
+  ptc::Status first = ptc::Status::ok();  // the first share's error
+  split(len, [&](uint64_t b, uint64_t e) {
+    ptc::Status s = pread_all(fd, dst + b, off + b, e - b);
+    std::lock_guard lock(mu);
+    if (!s && first) first = std::move(s);
+  });
+  return first;
+}
+
+ptc::Result<Stage> stage_from_env() {
+  const char* env = std::getenv("PTCFS_GPU_STAGE");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "copy") return Stage::kCopy;
+  if (v == "pread") return Stage::kPread;
+  return ptc::invalid("PTCFS_GPU_STAGE must be copy or pread, not '" + v + "'");
+}
+
 namespace {
 
 uint64_t now_ns() {
@@ -84,10 +132,25 @@ uint64_t now_ns() {
           .count());
 }
 
+// Stages chunk c into host: a copy from its mapping, or a pread of its source's file.
+ptc::Status stage(ParallelCopy& copier, std::byte* host, const Chunk& c, const std::vector<SourceFile>& files) {
+  if (files.empty()) {
+    copier.copy(host, c.src, c.len);
+    return ptc::Status::ok();
+  }
+  const std::string what = "reading source " + std::to_string(c.source) + " by pread";
+  if (c.source >= files.size()) return ptc::internal(what + ": there are " + std::to_string(files.size()) + " sources");
+  const SourceFile& f = files[c.source];
+  const auto at = reinterpret_cast<uintptr_t>(c.src), base = reinterpret_cast<uintptr_t>(f.base);
+  if (at < base || c.len > f.len || at - base > f.len - c.len)
+    return ptc::internal(what + ": the chunk lies outside the source's mapping");
+  return copier.read(host, f.fd, at - base, c.len).with_context(what);
+}
+
 }  // namespace
 
-ptc::Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, ParallelCopy& copier,
-                       UploadTimes* times) {
+ptc::Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, ParallelCopy& copier, UploadTimes* times,
+                       const std::vector<SourceFile>& pread_from) {
   UploadTimes t;
   const uint64_t start = now_ns();
   size_t slot = 0, n = 0;
@@ -109,9 +172,13 @@ ptc::Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, P
     if (!s) break;
     const uint64_t t1 = now_ns();
     std::byte* host = device.staging(slot);
-    copier.copy(host, c.src, c.len);
+    s = stage(copier, host, c, pread_from);
     t.wait_ns += t1 - t0;
     t.stage_ns += now_ns() - t1;
+    if (!s) {
+      s = s.with_context("staging chunk " + std::to_string(n) + " of " + std::to_string(plan.chunks.size()));
+      break;
+    }
     s = device.copy(slot, c, host, dst)
             .with_context("uploading chunk " + std::to_string(n) + " of " + std::to_string(plan.chunks.size()));
     if (!s) break;

@@ -9,7 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "ptc/base/status.h"
 #include "transport/gpu/upload_plan.h"
@@ -46,10 +48,28 @@ class ParallelCopy {
   ParallelCopy(const ParallelCopy&) = delete;
   ParallelCopy& operator=(const ParallelCopy&) = delete;
   void copy(std::byte* dst, const std::byte* src, uint64_t len);
+  // The same split, each share read by pread from `fd` at `off` on (short reads and EINTR
+  // retried): kIo naming the offset, kCorrupt where the file ends first.
+  [[nodiscard]] ptc::Status read(std::byte* dst, int fd, uint64_t off, uint64_t len);
 
  private:
   struct State;
+  // Runs part(begin, end) over shares of [0, len) that cover it, on the threads.
+  void split(uint64_t len, const std::function<void(uint64_t, uint64_t)>& part);
   std::unique_ptr<State> s_;
+};
+
+// How chunks are staged (PTCFS_GPU_STAGE, docs/PYTHON.md): memcpy from the mapping (kCopy, the
+// default) or pread from the mapped file's descriptor (kPread), to measure which is faster.
+enum class Stage { kCopy, kPread };
+// PTCFS_GPU_STAGE: unset, empty or "copy": kCopy; "pread": kPread; else kInvalidArgument.
+ptc::Result<Stage> stage_from_env();
+
+// A mapped source's file, for staging by pread: mapped whole at [base, base + len), open as fd.
+struct SourceFile {
+  const std::byte* base = nullptr;
+  uint64_t len = 0;
+  int fd = -1;
 };
 
 // Where an upload's time went (nanoseconds of the calling thread).
@@ -60,7 +80,9 @@ struct UploadTimes {
 };
 
 // Uploads `plan` into `dst` (device memory of `device`); returns when every byte is there.
+// Chunks are staged by memcpy from their src, or, where `pread_from` has the files (by source),
+// by pread of the same bytes from chunk.source's file; an error there names the chunk.
 [[nodiscard]] ptc::Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, ParallelCopy& copier,
-                                     UploadTimes* times = nullptr);
+                                     UploadTimes* times = nullptr, const std::vector<SourceFile>& pread_from = {});
 
 }  // namespace ptcfs::gpu

@@ -36,7 +36,7 @@ void chunk_window(const std::vector<Placed>& w, const std::byte* lo, const std::
   size_t first = 0;  // pieces are by rising start: those before `first` end before this chunk
   for (const std::byte* a = lo; a < hi; a += o.chunk_bytes) {
     const std::byte* b = std::min<const std::byte*>(hi, a + o.chunk_bytes);
-    Chunk c{a, static_cast<uint64_t>(b - a), {}};
+    Chunk c{a, static_cast<uint64_t>(b - a), {}, w.front().piece.source};
     while (first < w.size() && w[first].piece.data + w[first].piece.len <= a) ++first;
     for (size_t k = first; k < w.size() && w[k].piece.data < b; ++k) {
       const Placed& p = w[k];
@@ -71,7 +71,7 @@ UploadPlan plan_upload(const std::vector<Piece>& pieces, const UploadOptions& o)
     if (p.data) {
       data.push_back(Placed{p, dst});
     } else {
-      plan.chunks.push_back(Chunk{nullptr, 0, {Segment{0, dst, p.len}}});
+      plan.chunks.push_back(Chunk{nullptr, 0, {Segment{0, dst, p.len}}, 0});
       plan.zero_bytes += p.len;
     }
     dst += p.len;

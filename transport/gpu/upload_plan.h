@@ -36,6 +36,7 @@ struct Chunk {
   const std::byte* src = nullptr;  // first host byte staged; nullptr: zero fill of segments[0]
   uint64_t len = 0;                // bytes staged from src (0 for a zero fill)
   std::vector<Segment> segments;
+  uint32_t source = 0;  // the mapped source src lies in (Piece::source)
   bool direct() const { return src && segments.size() == 1 && segments[0].src == 0 && segments[0].len == len; }
 };
 
