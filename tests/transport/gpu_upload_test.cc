@@ -302,8 +302,8 @@ TEST_CASE("PTCFS_GPU_STAGE picks the staging: copy by default, pread, else an er
     ::unsetenv("PTCFS_GPU_STAGE");
     return r;
   };
-  CHECK(*with(nullptr) == Stage::kCopy);
-  CHECK(*with("") == Stage::kCopy);
+  CHECK(*with(nullptr) == Stage::kPread);
+  CHECK(*with("") == Stage::kPread);
   CHECK(*with("copy") == Stage::kCopy);
   CHECK(*with("pread") == Stage::kPread);
   const auto bad = with("mmap");

@@ -119,8 +119,8 @@ ptc::Status ParallelCopy::read(std::byte* dst, int fd, uint64_t off, uint64_t le
 ptc::Result<Stage> stage_from_env() {
   const char* env = std::getenv("PTCFS_GPU_STAGE");
   const std::string v = env ? env : "";
-  if (v.empty() || v == "copy") return Stage::kCopy;
-  if (v == "pread") return Stage::kPread;
+  if (v.empty() || v == "pread") return Stage::kPread;
+  if (v == "copy") return Stage::kCopy;
   return ptc::invalid("PTCFS_GPU_STAGE must be copy or pread, not '" + v + "'");
 }
 
