@@ -5,7 +5,8 @@
  * Ownership: ptcfs_open returns a handle the caller must give to ptcfs_close. Every pointer
  * obtained from a handle is valid until ptcfs_close; while the handle is open the daemon
  * keeps the file's version (a repartition does not take its bytes away). Mappings are private
- * and copy-on-write: writing through a pointer changes this process's copy only.
+ * and copy-on-write: writing through a pointer changes this process's copy only. An open handle
+ * holds one descriptor for its socket and one per mapped file (ptcfs_mapping_count).
  * Thread-safety: after ptcfs_open, every function but ptcfs_close may be called from many
  * threads at once on the same handle.
  * Errors: functions that can fail take `err` (a buffer of `errlen` bytes, may be NULL) and
