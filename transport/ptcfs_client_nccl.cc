@@ -1,4 +1,5 @@
 // The NCCL part of libptcfs_client's C interface (transport/ptcfs_client.h) over NcclComm.
+#include <algorithm>
 #include <exception>
 #include <memory>
 #include <string>
