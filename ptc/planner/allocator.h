@@ -6,12 +6,12 @@
 //   best[0][g] = 0,
 // the best total of the first j jobs on at most g GPUs; best[J][N] is the answer and the
 // choices that reached it the allocation (a GPU count and a global batch per job), in
-// O(J x N x options). The objective is plain samples/s: Saxena et al. take a job's batch
-// range as batches that reach the same accuracy (docs/PLANNER.md).
+// O(J x N x options). The objective is plain samples/s, and the admission rule below is ptcfs's:
+// what the paper's text says of either was not available (docs/PLANNER.md says what is from it).
 //
 // Jobs are admitted in the order given (first come, first served) while the smallest counts
 // they accept fit together; a job that does not fit waits in the queue, with every job after
-// it, and gets no GPU (Saxena et al. queue a job that cannot get its minimum).
+// it, and gets no GPU.
 //
 // JOBS.json:
 //   {"jobs": [{"name": "bert", "min_gpus": 1, "max_gpus": 8,
