@@ -222,9 +222,12 @@ ptc::Result<Snapshot> Controller::read() {
 ptc::Result<std::vector<ptc::Decision>> Controller::decide(const Snapshot& s) {
   if (a_.policy == "throughput") return ptc::decide_throughput(s.queue, s.gpus);
   std::vector<ptc::JobSpec> specs = ptc::autoscale_specs(s.queue);
-  specs.resize(ptc::fitting_prefix(specs, s.gpus));
+  const auto options = ptc::fitting_options(specs, s.gpus);
+  specs.resize(options.size());
   if (specs.empty()) return ptc::decisions_from(s.queue, {});
-  PTC_ASSIGN_OR_RETURN(auto solved, solve_makespan(specs, s.gpus, a_.slots, a_.time_limit_s), "makespan policy");
+  PTC_ASSIGN_OR_RETURN(auto timed, ptc::timed_options(specs, options), "makespan policy");
+  PTC_ASSIGN_OR_RETURN(auto solved, solve_makespan(specs, timed, s.gpus, a_.slots, a_.time_limit_s),
+                       "makespan policy");
   return ptc::decisions_from(s.queue, ptc::starting_now(solved.schedule));
 }
 

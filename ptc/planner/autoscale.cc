@@ -135,10 +135,15 @@ std::vector<Decision> decisions_from(const std::vector<QueueEntry>& queue,
   return out;
 }
 
-size_t fitting_prefix(const std::vector<JobSpec>& specs, int gpus) {
-  size_t fit = 0;
-  while (fit < specs.size() && gpus > 0 && specs[fit].min_gpus <= gpus && job_options(specs[fit], gpus)) ++fit;
-  return fit;
+std::vector<std::vector<JobOption>> fitting_options(const std::vector<JobSpec>& specs, int gpus) {
+  std::vector<std::vector<JobOption>> out;
+  for (const JobSpec& s : specs) {
+    if (gpus <= 0 || s.min_gpus > gpus) break;
+    auto options = job_options(s, gpus);
+    if (!options) break;
+    out.push_back(std::move(*options));
+  }
+  return out;
 }
 
 std::vector<JobAllocation> starting_now(const Schedule& schedule) {
@@ -154,10 +159,12 @@ Result<std::vector<Decision>> decide_throughput(const std::vector<QueueEntry>& q
   if (gpus < 0) return invalid("the GPU capacity must be at least 0, got " + std::to_string(gpus));
   std::vector<JobSpec> specs = autoscale_specs(queue);
   // First come, first served: the jobs before the first that has no option on `gpus` GPUs.
-  specs.resize(fitting_prefix(specs, gpus));
+  std::vector<std::vector<JobOption>> options = fitting_options(specs, gpus);
+  std::vector<std::string> names;
+  for (size_t j = 0; j < options.size(); ++j) names.push_back(specs[j].name);
   std::vector<JobAllocation> allocated;
-  if (!specs.empty()) {
-    PTC_ASSIGN_OR_RETURN(Allocation a, allocate_throughput(specs, gpus));
+  if (!options.empty()) {
+    PTC_ASSIGN_OR_RETURN(Allocation a, allocate_options(names, std::move(options), gpus));
     allocated = std::move(a.jobs);
   }
   return decisions_from(queue, allocated);

@@ -61,9 +61,11 @@ Result<StoredDecision> parse_stored_decision(std::string_view text, const std::s
 // whose dp does not divide the point's batch) dropped, modelled jobs without interleaving.
 std::vector<JobSpec> autoscale_specs(const std::vector<QueueEntry>& queue);
 
-// How many jobs from the front of `specs` may run on `gpus` GPUs, first come, first served:
-// those before the first with no option there (min_gpus above `gpus`, or no usable count).
-size_t fitting_prefix(const std::vector<JobSpec>& specs, int gpus);
+// The options (job_options on `gpus` GPUs) of the jobs from the front of `specs` that may run
+// there, first come, first served: those before the first with no option there (min_gpus
+// above `gpus`, or no usable count). Its size is how many; the policies take these options
+// as they are (allocate_options, timed_options), so that each job's are computed once a pass.
+std::vector<std::vector<JobOption>> fitting_options(const std::vector<JobSpec>& specs, int gpus);
 
 // The makespan policy's decisions now: the jobs a schedule starts at time 0 get their
 // option, the others are queued (to be decided again when a job ends).

@@ -182,9 +182,9 @@ TEST_CASE("the makespan policy runs now the jobs its schedule starts at 0", "[au
   CHECK_FALSE(now[0].queued);
   CHECK(now[1].queued);
   CHECK(decisions_from(q, now) == std::vector<Decision>{running("a", 2, 0, 1, 1, 2), waiting("b")});
-  // fitting_prefix: the first job with no option on the capacity ends the prefix.
+  // fitting_options: the first job with no option on the capacity ends the prefix.
   const auto specs = autoscale_specs({entry(kA, "a"), entry(b_entry(R"({"tp": 2})"), "b"), entry(kA, "c")});
-  CHECK(fitting_prefix(specs, 4) == 3);
-  CHECK(fitting_prefix(specs, 1) == 1);  // b has no option on 1 GPU at tp 2: b and c wait
-  CHECK(fitting_prefix(specs, 0) == 0);
+  CHECK(fitting_options(specs, 4).size() == 3);
+  CHECK(fitting_options(specs, 1).size() == 1);  // b has no option on 1 GPU at tp 2: b and c wait
+  CHECK(fitting_options(specs, 0).size() == 0);
 }
