@@ -54,17 +54,26 @@ CLI::App* add_autoscale_command(CLI::App& app, AutoscaleArgs& a, Globals& g) {
       ->check(CLI::Range(0.01, 86400.0));
   cmd->add_option("--slots", a.slots, "makespan: time slots of the program")->check(CLI::Range(2, 100000));
   cmd->add_flag("--once", a.once, "One pass, then exit (1 when something was not carried out, or another leads)");
-  cmd->add_flag("--json", g.json, "Print each decision written, one JSON object a line");
+  cmd->add_flag("--json", g.json,
+                "Print each decision written, and each unreadable queue entry, one JSON object a line");
   return cmd;
 }
 
 namespace {
 
+// A queue entry that does not parse: its job keeps its stored decision and the GPUs in it.
+struct Unreadable {
+  std::string key, error;
+  int reserved = 0;  // the GPUs of its stored decision (0: none stored, or queued)
+};
+
 struct Snapshot {
-  std::vector<ptc::QueueEntry> queue;  // in submit order
-  std::set<std::string> unreadable;    // queue entries refused (their decisions are kept)
-  std::map<std::string, ptc::StoredDecision> stored;
-  int gpus = 0;
+  std::vector<ptc::QueueEntry> queue;           // in submit order
+  std::map<std::string, Unreadable> unreadable;  // by job, left out of the pass
+  std::map<std::string, ptc::StoredDecision> stored;  // of the readable entries and of finished jobs
+  int gpus = 0;      // the capacity
+  int reserved = 0;  // of it, held by the jobs whose entries are unreadable
+  int free() const { return std::max(0, gpus - reserved); }
   int64_t revision = 0;
 };
 
@@ -196,12 +205,10 @@ ptc::Result<Snapshot> Controller::read() {
     } else if (kv.key.starts_with(q)) {
       const std::string job = kv.key.substr(q.size());
       auto e = ptc::parse_queue_entry(kv.value, job, kv.key);
-      if (e) {
+      if (e)
         queued.emplace_back(kv.create_revision, std::move(*e));
-      } else {
-        ptc::log::error("autoscale: {}; the job keeps its decision until its entry is fixed", e.status().message());
-        s.unreadable.insert(job);
-      }
+      else
+        s.unreadable[job] = {kv.key, e.status().message(), 0};
     } else if (kv.key.starts_with(d)) {
       const std::string job = kv.key.substr(d.size());
       auto sd = ptc::parse_stored_decision(kv.value, job, kv.key);
@@ -215,18 +222,41 @@ ptc::Result<Snapshot> Controller::read() {
   }
   std::stable_sort(queued.begin(), queued.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   for (auto& [rev, e] : queued) s.queue.push_back(std::move(e));
-  for (const auto& job : s.unreadable) s.stored.erase(job);
+  // A job whose entry is unreadable may still run on its stored decision: its GPUs are not
+  // given to others until the entry is fixed or removed (docs/PLANNER.md "Crashes and errors").
+  for (auto& [job, u] : s.unreadable) {
+    const auto it = s.stored.find(job);
+    if (it != s.stored.end()) {
+      u.reserved = it->second.decision.gpus;
+      s.reserved += u.reserved;
+      s.stored.erase(it);
+    }
+  }
   return s;
 }
 
+void report(const Snapshot& s, const Globals& g) {
+  for (const auto& [job, u] : s.unreadable) {
+    ptc::log::error("autoscale: unreadable queue entry {}: {}; job '{}' keeps its decision{} until the entry is "
+                    "fixed or removed",
+                    u.key, u.error, job,
+                    u.reserved ? fmt::format(" and its {} GPUs stay reserved", u.reserved) : std::string());
+    if (g.json) {
+      fmt::print("{}\n", json{{"unreadable", u.key}, {"job", job}, {"error", u.error}, {"reserved_gpus", u.reserved}}
+                             .dump());
+      std::fflush(stdout);
+    }
+  }
+}
+
 ptc::Result<std::vector<ptc::Decision>> Controller::decide(const Snapshot& s) {
-  if (a_.policy == "throughput") return ptc::decide_throughput(s.queue, s.gpus);
+  if (a_.policy == "throughput") return ptc::decide_throughput(s.queue, s.free());
   std::vector<ptc::JobSpec> specs = ptc::autoscale_specs(s.queue);
-  const auto options = ptc::fitting_options(specs, s.gpus);
+  const auto options = ptc::fitting_options(specs, s.free());
   specs.resize(options.size());
   if (specs.empty()) return ptc::decisions_from(s.queue, {});
   PTC_ASSIGN_OR_RETURN(auto timed, ptc::timed_options(specs, options), "makespan policy");
-  PTC_ASSIGN_OR_RETURN(auto solved, solve_makespan(specs, timed, s.gpus, a_.slots, a_.time_limit_s),
+  PTC_ASSIGN_OR_RETURN(auto solved, solve_makespan(specs, timed, s.free(), a_.slots, a_.time_limit_s),
                        "makespan policy");
   return ptc::decisions_from(s.queue, ptc::starting_now(solved.schedule));
 }
@@ -268,9 +298,10 @@ bool Controller::pass(int64_t* revision) {
     return false;
   }
   *revision = snap->revision;
+  report(*snap, g_);
   auto next = decide(*snap);
   if (!next) {
-    ptc::log::error("autoscale: deciding {} jobs on {} GPUs: {}; no change made", snap->queue.size(), snap->gpus,
+    ptc::log::error("autoscale: deciding {} jobs on {} GPUs: {}; no change made", snap->queue.size(), snap->free(),
                     next.status().message());
     return false;
   }

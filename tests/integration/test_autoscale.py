@@ -222,3 +222,40 @@ def test_a_grow_waits_for_the_shrink_that_frees_its_gpus(tmp_path, daemon):
         printed = [json.loads(line) for line in r.stdout.splitlines()]
         assert printed == [{**decision("x", 1, None, 1, 1, 1, None, "m"), "seq": 2},
                            {**decision("y", 1, None, 1, 1, 1, None, "m"), "seq": 3}]
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ("{not json", "not valid JSON"),
+    (json.dumps({"job": {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 100}}, "daemon": "h:1", "gpus": 3}),
+     "unknown key 'gpus'"),
+])
+def test_an_unreadable_entry_keeps_the_gpus_of_its_running_job(tmp_path, daemon, bad, needle):
+    """x runs on 2 of the 4 GPUs (its stored decision) when its queue entry turns unreadable: y,
+    alone among the readable entries, gets the 2 others, not all 4 (x may still be running on
+    its 2); the pass names x's key and what is wrong, in the log and in --json. Once x's entry is
+    removed (x finished), its decision goes and y grows to 4."""
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        job = {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 100, "2": 180, "4": 300}}
+        old_x = {**decision("x", 2, None, 1, 1, 2, None, "old"), "seq": 1}
+        etcd.ctl("put", f"{P}/decision/x", json.dumps(old_x))
+        etcd.ctl("put", f"{P}/queue/x", bad)
+        etcd.ctl("put", f"{P}/queue/y", json.dumps({"job": job, "daemon": daemon.addr}))
+        ctl = Controllers(str(tmp_path), etcd)
+        r = ctl.once("m")
+        assert r.returncode == 0, r.stderr
+        printed = [json.loads(line) for line in r.stdout.splitlines()]
+        assert len(printed) == 2, r.stdout
+        assert printed[0]["unreadable"] == f"{P}/queue/x" and printed[0]["job"] == "x", printed
+        assert printed[0]["reserved_gpus"] == 2 and needle in printed[0]["error"], printed
+        assert printed[1] == {**decision("y", 2, None, 1, 1, 2, None, "m"), "seq": 2}
+        assert (f"unreadable queue entry {P}/queue/x: {P}/queue/x: " in r.stderr and needle in r.stderr
+                and "job 'x' keeps its decision and its 2 GPUs stay reserved" in r.stderr), r.stderr
+        assert etcd.get_json(f"{P}/decision/x") == old_x
+        assert without_seq(etcd.get_json(f"{P}/decision/y")) == decision("y", 2, None, 1, 1, 2, None, "m")
+        etcd.ctl("del", f"{P}/queue/x")
+        r = ctl.once("m")
+        assert r.returncode == 0, r.stderr
+        assert [json.loads(line) for line in r.stdout.splitlines()] == [
+            {**decision("y", 4, None, 1, 1, 4, None, "m"), "seq": 3}]
+        assert etcd.keys(f"{P}/decision/x") == []
