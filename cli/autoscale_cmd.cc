@@ -95,6 +95,9 @@ class Controller {
   ptc::Status carry_out(const ptc::QueueEntry& e, const ptc::Decision& d, std::string* step);
   ptc::Status fenced(const std::vector<EtcdWrite>& writes);
   ptc::Status still_leading();
+  // The lease kept alive in a thread while leading (a pass of --once included); lost_ when
+  // it is lost, which stops the pass (docs/PLANNER.md "One controller at a time").
+  void start_keep_alive();
   void keep_alive_loop();
   void stop_keep_alive();
 
@@ -138,6 +141,11 @@ void Controller::wait_for_vacancy() {
     ptc::log::warn("autoscale: watching {}: {}", key("leader"), s.to_string());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
+}
+
+void Controller::start_keep_alive() {
+  lost_ = false;
+  keep_alive_ = std::thread([this] { keep_alive_loop(); });
 }
 
 void Controller::keep_alive_loop() {
@@ -354,8 +362,7 @@ bool Controller::pass(int64_t* revision) {
 }
 
 void Controller::lead() {
-  lost_ = false;
-  keep_alive_ = std::thread([this] { keep_alive_loop(); });
+  start_keep_alive();
   while (!lost_) {
     int64_t revision = 0;
     const bool complete = pass(&revision);
@@ -401,8 +408,13 @@ int Controller::run() {
     }
     ptc::log::info("autoscale: {} leads {} (lease {} s)", a_.id, a_.prefix, a_.lease_ttl_s);
     if (a_.once) {
+      start_keep_alive();
       int64_t revision = 0;
       const bool complete = pass(&revision);
+      stop_keep_alive();
+      if (lost_)
+        return fail(ptc::unavailable(a_.id + " lost the lead of " + key("leader") +
+                                     " during its pass; what was left of it not done"));
       (void)etcd_->revoke(lease_);
       return complete ? 0 : 1;
     }

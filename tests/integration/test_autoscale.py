@@ -259,3 +259,59 @@ def test_an_unreadable_entry_keeps_the_gpus_of_its_running_job(tmp_path, daemon,
         assert [json.loads(line) for line in r.stdout.splitlines()] == [
             {**decision("y", 4, None, 1, 1, 4, None, "m"), "seq": 3}]
         assert etcd.keys(f"{P}/decision/x") == []
+
+
+def paused_repartition(root, etcd, pause_s):
+    """A daemon holding job ja's step 10 (tp2 pp2), restarted with every commit paused `pause_s`
+    (failpoint commit.before), and a queue of one job `a` (pp 2 kept) on it: a --once pass
+    repartitions step 10 to tp1 pp2 dp2, a pass longer than the controllers' 2 s lease."""
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=2, layers=2, hidden=128, vocab=512, seed=0)
+    d = Daemon(os.path.join(root, "daemon"))
+    d.start()
+    d.cli("import", ck.path, "--job", "ja", "--step", "10")
+    d.stop()
+    d.env = {"PTCFS_FAILPOINT": f"commit.before:{pause_s}"}
+    d.start()
+    etcd.ctl("put", f"{P}/queue/a", json.dumps({"job": A_JOB, "daemon": d.addr, "store_job": "ja",
+                                                "layout": {"pp": 2}}))
+    return d
+
+
+def test_once_keeps_its_lease_through_a_pass_longer_than_the_ttl(tmp_path):
+    """The repartition pauses 5 s in the daemon, past the 2 s lease: --once keeps its lease alive
+    meanwhile (as a leading controller does), so the decision is written under it."""
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        d = paused_repartition(str(tmp_path), etcd, 5)
+        try:
+            r = Controllers(str(tmp_path), etcd).once()
+            assert r.returncode == 0, r.stderr
+            assert "lost the lease" not in r.stderr, r.stderr
+            want = decision("a", 4, None, 1, 2, 2, "10", "once")
+            assert [without_seq(json.loads(line)) for line in r.stdout.splitlines()] == [want]
+            assert without_seq(etcd.get_json(f"{P}/decision/a")) == want
+            assert etcd.keys(f"{P}/leader") == []  # given back at the end
+        finally:
+            d.stop(cleanup_mount=True)
+
+
+def test_once_gives_up_when_its_lease_is_lost_mid_pass(tmp_path):
+    """While the repartition is paused in the daemon, the controller's lease is revoked: the
+    keep-alive finds it gone, the pass stops and --once exits 1 naming it; no decision is written."""
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        d = paused_repartition(str(tmp_path), etcd, 4)
+        try:
+            p = subprocess.Popen(Controllers(str(tmp_path), etcd).args("once", "--once", "--json"),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            d.wait_log("failpoint commit.before reached")
+            lease = etcd.get_json(f"{P}/leader")["lease"]
+            etcd.ctl("lease", "revoke", format(lease, "x"))
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 1, err
+            assert f"autoscale: lost the lease of {P}/leader" in err, err
+            assert f"once lost the lead of {P}/leader during its pass" in err, err
+            assert out == ""
+            assert etcd.keys(f"{P}/decision/") == []
+        finally:
+            d.stop(cleanup_mount=True)
