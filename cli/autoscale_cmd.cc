@@ -64,7 +64,8 @@ namespace {
 // A queue entry that does not parse: its job keeps its stored decision and the GPUs in it.
 struct Unreadable {
   std::string key, error;
-  int reserved = 0;  // the GPUs of its stored decision (0: none stored, or queued)
+  bool stored = false;  // it has a stored decision
+  int reserved = 0;     // the GPUs of that decision (0: none stored, or queued)
 };
 
 struct Snapshot {
@@ -216,7 +217,7 @@ ptc::Result<Snapshot> Controller::read() {
       if (e)
         queued.emplace_back(kv.create_revision, std::move(*e));
       else
-        s.unreadable[job] = {kv.key, e.status().message(), 0};
+        s.unreadable[job] = {kv.key, e.status().message(), false, 0};
     } else if (kv.key.starts_with(d)) {
       const std::string job = kv.key.substr(d.size());
       auto sd = ptc::parse_stored_decision(kv.value, job, kv.key);
@@ -235,6 +236,7 @@ ptc::Result<Snapshot> Controller::read() {
   for (auto& [job, u] : s.unreadable) {
     const auto it = s.stored.find(job);
     if (it != s.stored.end()) {
+      u.stored = true;
       u.reserved = it->second.decision.gpus;
       s.reserved += u.reserved;
       s.stored.erase(it);
@@ -245,10 +247,11 @@ ptc::Result<Snapshot> Controller::read() {
 
 void report(const Snapshot& s, const Globals& g) {
   for (const auto& [job, u] : s.unreadable) {
-    ptc::log::error("autoscale: unreadable queue entry {}: {}; job '{}' keeps its decision{} until the entry is "
-                    "fixed or removed",
-                    u.key, u.error, job,
-                    u.reserved ? fmt::format(" and its {} GPUs stay reserved", u.reserved) : std::string());
+    const std::string kept = !u.stored     ? "is left out"
+                             : u.reserved ? fmt::format("keeps its decision and its {} GPUs stay reserved", u.reserved)
+                                          : "keeps its decision";
+    ptc::log::error("autoscale: unreadable queue entry {}: {}; job '{}' {} until the entry is fixed or removed", u.key,
+                    u.error, job, kept);
     if (g.json) {
       fmt::print("{}\n", json{{"unreadable", u.key}, {"job", job}, {"error", u.error}, {"reserved_gpus", u.reserved}}
                              .dump());

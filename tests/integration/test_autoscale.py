@@ -176,6 +176,7 @@ def test_a_bad_queue_entry_is_named_and_the_others_decided(tmp_path, bad, needle
         # ok has no steps to move? Its daemon is unreachable: not carried out, exit 1, named.
         assert r.returncode == 1, r.stderr
         assert f"{P}/queue/bad" in r.stderr and needle in r.stderr, r.stderr
+        assert "job 'bad' is left out until the entry is fixed or removed" in r.stderr, r.stderr  # nothing stored
         assert "job 'ok' not changed" in r.stderr and "127.0.0.1:1" in r.stderr, r.stderr
         assert etcd.keys(f"{P}/decision/") == []
 
