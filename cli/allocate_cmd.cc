@@ -77,6 +77,12 @@ json config_json(const ptc::JobOption& o) {
 ptc::Result<MakespanSolution> solve_makespan(const std::vector<ptc::JobSpec>& jobs, int gpus, int slots,
                                              double time_limit_s) {
   PTC_ASSIGN_OR_RETURN(auto options, ptc::timed_options(jobs, gpus));
+  return solve_makespan(jobs, options, gpus, slots, time_limit_s);
+}
+
+ptc::Result<MakespanSolution> solve_makespan(const std::vector<ptc::JobSpec>& jobs,
+                                             const std::vector<std::vector<ptc::TimedOption>>& options, int gpus,
+                                             int slots, double time_limit_s) {
   std::vector<std::string> names;
   for (const auto& j : jobs) names.push_back(j.name);
   MakespanSolution out;

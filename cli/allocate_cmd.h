@@ -34,5 +34,9 @@ struct MakespanSolution {
 };
 ptc::Result<MakespanSolution> solve_makespan(const std::vector<ptc::JobSpec>& jobs, int gpus, int slots,
                                              double time_limit_s);
+// The same on options already timed (ptc::timed_options), options[j] those of jobs[j].
+ptc::Result<MakespanSolution> solve_makespan(const std::vector<ptc::JobSpec>& jobs,
+                                             const std::vector<std::vector<ptc::TimedOption>>& options, int gpus,
+                                             int slots, double time_limit_s);
 
 }  // namespace ptcfs::cli

@@ -54,17 +54,27 @@ CLI::App* add_autoscale_command(CLI::App& app, AutoscaleArgs& a, Globals& g) {
       ->check(CLI::Range(0.01, 86400.0));
   cmd->add_option("--slots", a.slots, "makespan: time slots of the program")->check(CLI::Range(2, 100000));
   cmd->add_flag("--once", a.once, "One pass, then exit (1 when something was not carried out, or another leads)");
-  cmd->add_flag("--json", g.json, "Print each decision written, one JSON object a line");
+  cmd->add_flag("--json", g.json,
+                "Print each decision written, and each unreadable queue entry, one JSON object a line");
   return cmd;
 }
 
 namespace {
 
+// A queue entry that does not parse: its job keeps its stored decision and the GPUs in it.
+struct Unreadable {
+  std::string key, error;
+  bool stored = false;  // it has a stored decision
+  int reserved = 0;     // the GPUs of that decision (0: none stored, or queued)
+};
+
 struct Snapshot {
-  std::vector<ptc::QueueEntry> queue;  // in submit order
-  std::set<std::string> unreadable;    // queue entries refused (their decisions are kept)
-  std::map<std::string, ptc::StoredDecision> stored;
-  int gpus = 0;
+  std::vector<ptc::QueueEntry> queue;           // in submit order
+  std::map<std::string, Unreadable> unreadable;  // by job, left out of the pass
+  std::map<std::string, ptc::StoredDecision> stored;  // of the readable entries and of finished jobs
+  int gpus = 0;      // the capacity
+  int reserved = 0;  // of it, held by the jobs whose entries are unreadable
+  int free() const { return std::max(0, gpus - reserved); }
   int64_t revision = 0;
 };
 
@@ -86,6 +96,9 @@ class Controller {
   ptc::Status carry_out(const ptc::QueueEntry& e, const ptc::Decision& d, std::string* step);
   ptc::Status fenced(const std::vector<EtcdWrite>& writes);
   ptc::Status still_leading();
+  // The lease kept alive in a thread while leading (a pass of --once included); lost_ when
+  // it is lost, which stops the pass (docs/PLANNER.md "One controller at a time").
+  void start_keep_alive();
   void keep_alive_loop();
   void stop_keep_alive();
 
@@ -129,6 +142,11 @@ void Controller::wait_for_vacancy() {
     ptc::log::warn("autoscale: watching {}: {}", key("leader"), s.to_string());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
+}
+
+void Controller::start_keep_alive() {
+  lost_ = false;
+  keep_alive_ = std::thread([this] { keep_alive_loop(); });
 }
 
 void Controller::keep_alive_loop() {
@@ -196,12 +214,10 @@ ptc::Result<Snapshot> Controller::read() {
     } else if (kv.key.starts_with(q)) {
       const std::string job = kv.key.substr(q.size());
       auto e = ptc::parse_queue_entry(kv.value, job, kv.key);
-      if (e) {
+      if (e)
         queued.emplace_back(kv.create_revision, std::move(*e));
-      } else {
-        ptc::log::error("autoscale: {}; the job keeps its decision until its entry is fixed", e.status().message());
-        s.unreadable.insert(job);
-      }
+      else
+        s.unreadable[job] = {kv.key, e.status().message(), false, 0};
     } else if (kv.key.starts_with(d)) {
       const std::string job = kv.key.substr(d.size());
       auto sd = ptc::parse_stored_decision(kv.value, job, kv.key);
@@ -215,16 +231,44 @@ ptc::Result<Snapshot> Controller::read() {
   }
   std::stable_sort(queued.begin(), queued.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   for (auto& [rev, e] : queued) s.queue.push_back(std::move(e));
-  for (const auto& job : s.unreadable) s.stored.erase(job);
+  // A job whose entry is unreadable may still run on its stored decision: its GPUs are not
+  // given to others until the entry is fixed or removed (docs/PLANNER.md "Crashes and errors").
+  for (auto& [job, u] : s.unreadable) {
+    const auto it = s.stored.find(job);
+    if (it != s.stored.end()) {
+      u.stored = true;
+      u.reserved = it->second.decision.gpus;
+      s.reserved += u.reserved;
+      s.stored.erase(it);
+    }
+  }
   return s;
 }
 
+void report(const Snapshot& s, const Globals& g) {
+  for (const auto& [job, u] : s.unreadable) {
+    const std::string kept = !u.stored     ? "is left out"
+                             : u.reserved ? fmt::format("keeps its decision and its {} GPUs stay reserved", u.reserved)
+                                          : "keeps its decision";
+    ptc::log::error("autoscale: unreadable queue entry {}: {}; job '{}' {} until the entry is fixed or removed", u.key,
+                    u.error, job, kept);
+    if (g.json) {
+      fmt::print("{}\n", json{{"unreadable", u.key}, {"job", job}, {"error", u.error}, {"reserved_gpus", u.reserved}}
+                             .dump());
+      std::fflush(stdout);
+    }
+  }
+}
+
 ptc::Result<std::vector<ptc::Decision>> Controller::decide(const Snapshot& s) {
-  if (a_.policy == "throughput") return ptc::decide_throughput(s.queue, s.gpus);
+  if (a_.policy == "throughput") return ptc::decide_throughput(s.queue, s.free());
   std::vector<ptc::JobSpec> specs = ptc::autoscale_specs(s.queue);
-  specs.resize(ptc::fitting_prefix(specs, s.gpus));
+  const auto options = ptc::fitting_options(specs, s.free());
+  specs.resize(options.size());
   if (specs.empty()) return ptc::decisions_from(s.queue, {});
-  PTC_ASSIGN_OR_RETURN(auto solved, solve_makespan(specs, s.gpus, a_.slots, a_.time_limit_s), "makespan policy");
+  PTC_ASSIGN_OR_RETURN(auto timed, ptc::timed_options(specs, options), "makespan policy");
+  PTC_ASSIGN_OR_RETURN(auto solved, solve_makespan(specs, timed, s.free(), a_.slots, a_.time_limit_s),
+                       "makespan policy");
   return ptc::decisions_from(s.queue, ptc::starting_now(solved.schedule));
 }
 
@@ -265,9 +309,10 @@ bool Controller::pass(int64_t* revision) {
     return false;
   }
   *revision = snap->revision;
+  report(*snap, g_);
   auto next = decide(*snap);
   if (!next) {
-    ptc::log::error("autoscale: deciding {} jobs on {} GPUs: {}; no change made", snap->queue.size(), snap->gpus,
+    ptc::log::error("autoscale: deciding {} jobs on {} GPUs: {}; no change made", snap->queue.size(), snap->free(),
                     next.status().message());
     return false;
   }
@@ -320,8 +365,7 @@ bool Controller::pass(int64_t* revision) {
 }
 
 void Controller::lead() {
-  lost_ = false;
-  keep_alive_ = std::thread([this] { keep_alive_loop(); });
+  start_keep_alive();
   while (!lost_) {
     int64_t revision = 0;
     const bool complete = pass(&revision);
@@ -367,8 +411,13 @@ int Controller::run() {
     }
     ptc::log::info("autoscale: {} leads {} (lease {} s)", a_.id, a_.prefix, a_.lease_ttl_s);
     if (a_.once) {
+      start_keep_alive();
       int64_t revision = 0;
       const bool complete = pass(&revision);
+      stop_keep_alive();
+      if (lost_)
+        return fail(ptc::unavailable(a_.id + " lost the lead of " + key("leader") +
+                                     " during its pass; what was left of it not done"));
       (void)etcd_->revoke(lease_);
       return complete ? 0 : 1;
     }

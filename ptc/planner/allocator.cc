@@ -278,29 +278,50 @@ std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::v
   return picked;
 }
 
-Result<Allocation> allocate_throughput(const std::vector<JobSpec>& jobs, int gpus) {
+namespace {
+
+Status check_capacity(int gpus) {
   if (gpus < 1) return invalid("gpus must be at least 1, got " + std::to_string(gpus));
   if (gpus > kMaxGpus)
     return invalid("gpus must be at most " + std::to_string(kMaxGpus) + ", got " + std::to_string(gpus));
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Allocation> allocate_throughput(const std::vector<JobSpec>& jobs, int gpus) {
+  PTC_RETURN_IF_ERROR(check_capacity(gpus));
   std::vector<std::vector<JobOption>> options;
+  std::vector<std::string> names;
   for (const JobSpec& job : jobs) {
     if (job.min_gpus > gpus)
       return invalid("job '" + job.name + "' asks for at least " + std::to_string(job.min_gpus) +
                      " GPUs, more than the " + std::to_string(gpus) + " there are");
     PTC_ASSIGN_OR_RETURN(auto o, job_options(job, gpus));
     options.push_back(std::move(o));
+    names.push_back(job.name);
   }
+  return allocate_options(names, std::move(options), gpus);
+}
+
+Result<Allocation> allocate_options(const std::vector<std::string>& names, std::vector<std::vector<JobOption>> options,
+                                    int gpus) {
+  PTC_RETURN_IF_ERROR(check_capacity(gpus));
+  if (names.size() != options.size())
+    return invalid(std::to_string(names.size()) + " job names for the options of " + std::to_string(options.size()));
+  for (size_t j = 0; j < options.size(); ++j)
+    if (options[j].empty()) return invalid("job '" + names[j] + "' has no option");
   // First come, first served: admit while the smallest counts fit together.
   size_t admitted = 0;
   int smallest = 0;
-  while (admitted < jobs.size() && smallest + options[admitted].front().gpus <= gpus)
+  while (admitted < options.size() && smallest + options[admitted].front().gpus <= gpus)
     smallest += options[admitted++].front().gpus;
   options.resize(admitted);
   auto picked = max_total_throughput(options, gpus);
   if (!picked) return internal("the admitted jobs' smallest counts fit, yet the dynamic program found no allocation");
   Allocation out;
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    JobAllocation a{jobs[j].name, j >= admitted, {}};
+  for (size_t j = 0; j < names.size(); ++j) {
+    JobAllocation a{names[j], j >= admitted, {}};
     if (!a.queued) {
       a.option = options[j][(*picked)[j]];
       out.gpus_used += a.option.gpus;

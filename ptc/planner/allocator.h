@@ -107,4 +107,10 @@ struct Allocation {
 // than `gpus`, or a job with no options.
 Result<Allocation> allocate_throughput(const std::vector<JobSpec>& jobs, int gpus);
 
+// allocate_throughput over options already known: options[j] those of job names[j] on `gpus`
+// GPUs, as job_options gives them (so that a caller that needs them too computes them once).
+// kInvalidArgument for gpus < 1, names and options of different lengths, or a job with none.
+Result<Allocation> allocate_options(const std::vector<std::string>& names, std::vector<std::vector<JobOption>> options,
+                                    int gpus);
+
 }  // namespace ptc

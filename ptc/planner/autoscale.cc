@@ -10,7 +10,7 @@ using nlohmann::json;
 
 Result<QueueEntry> parse_queue_entry(std::string_view text, const std::string& name, const std::string& where) {
   PTC_ASSIGN_OR_RETURN(json doc, parse_json(text, where));
-  PTC_RETURN_IF_ERROR(check_members(doc, {"job", "daemon", "store_job", "layout"}, where));
+  PTC_RETURN_IF_ERROR(check_members(doc, {"job", "daemon", "store_job", "layout", "samples_done"}, where));
   if (!doc.contains("job") || !doc["job"].is_object()) return invalid(where + ": 'job' must be a JOBS.json entry");
   json job = doc["job"];
   if (!job.contains("name")) job["name"] = name;
@@ -32,6 +32,15 @@ Result<QueueEntry> parse_queue_entry(std::string_view text, const std::string& n
     if (l.contains("pp")) {
       PTC_ASSIGN_OR_RETURN(e.pp, get_int(l["pp"], where + ": layout.pp", 1, 1 << 20));
     }
+  }
+  if (doc.contains("samples_done")) {
+    const json& n = doc["samples_done"];
+    if (!e.spec.samples) return invalid(where + ": 'samples_done' goes with the job's 'samples'");
+    if (!n.is_number() || n.get<double>() < 0 || n.get<double>() >= *e.spec.samples)
+      return invalid(where + ": samples_done must be a number of samples >= 0 and below the job's samples (" +
+                     json(*e.spec.samples).dump() + "; a job that trained them all leaves the queue), got " +
+                     n.dump());
+    e.samples_done = n.get<double>();
   }
   return e;
 }
@@ -95,6 +104,7 @@ std::vector<JobSpec> autoscale_specs(const std::vector<QueueEntry>& queue) {
   for (const QueueEntry& e : queue) {
     JobSpec s = e.spec;
     if (s.model) s.model->interleave = false;
+    if (s.samples) *s.samples -= e.samples_done;
     const int mp = e.tp * e.pp;
     std::erase_if(s.points, [&](const ThroughputPoint& p) {
       return p.gpus % mp != 0 || (p.batch > 0 && p.batch % (p.gpus / mp) != 0);
@@ -135,10 +145,15 @@ std::vector<Decision> decisions_from(const std::vector<QueueEntry>& queue,
   return out;
 }
 
-size_t fitting_prefix(const std::vector<JobSpec>& specs, int gpus) {
-  size_t fit = 0;
-  while (fit < specs.size() && gpus > 0 && specs[fit].min_gpus <= gpus && job_options(specs[fit], gpus)) ++fit;
-  return fit;
+std::vector<std::vector<JobOption>> fitting_options(const std::vector<JobSpec>& specs, int gpus) {
+  std::vector<std::vector<JobOption>> out;
+  for (const JobSpec& s : specs) {
+    if (gpus <= 0 || s.min_gpus > gpus) break;
+    auto options = job_options(s, gpus);
+    if (!options) break;
+    out.push_back(std::move(*options));
+  }
+  return out;
 }
 
 std::vector<JobAllocation> starting_now(const Schedule& schedule) {
@@ -154,10 +169,12 @@ Result<std::vector<Decision>> decide_throughput(const std::vector<QueueEntry>& q
   if (gpus < 0) return invalid("the GPU capacity must be at least 0, got " + std::to_string(gpus));
   std::vector<JobSpec> specs = autoscale_specs(queue);
   // First come, first served: the jobs before the first that has no option on `gpus` GPUs.
-  specs.resize(fitting_prefix(specs, gpus));
+  std::vector<std::vector<JobOption>> options = fitting_options(specs, gpus);
+  std::vector<std::string> names;
+  for (size_t j = 0; j < options.size(); ++j) names.push_back(specs[j].name);
   std::vector<JobAllocation> allocated;
-  if (!specs.empty()) {
-    PTC_ASSIGN_OR_RETURN(Allocation a, allocate_throughput(specs, gpus));
+  if (!options.empty()) {
+    PTC_ASSIGN_OR_RETURN(Allocation a, allocate_options(names, std::move(options), gpus));
     allocated = std::move(a.jobs);
   }
   return decisions_from(queue, allocated);

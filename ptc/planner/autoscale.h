@@ -6,9 +6,11 @@
 //
 // A queue entry (the value of <prefix>/queue/<job>):
 //   {"job": {...one JOBS.json entry (allocator.h); "name" may be left out...},
-//    "daemon": "HOST:PORT", "store_job": "NAME", "layout": {"tp": T, "pp": P}}
+//    "daemon": "HOST:PORT", "store_job": "NAME", "layout": {"tp": T, "pp": P}, "samples_done": N}
 // daemon: the ptcfsd that holds the job's steps; store_job: the job's name there (default:
-// its queue name); layout (measured jobs only; default tp 1, pp 1): the model-parallel part
+// its queue name); samples_done (with job.samples; default 0): the samples the job has
+// trained, as whoever runs it records them, so that the makespan policy plans what remains;
+// layout (measured jobs only; default tp 1, pp 1): the model-parallel part
 // kept at every count, so dp = gpus / (tp pp), and only counts that tp pp divides (and whose
 // dp divides the batch) are options. A modelled job's configuration is the planner's best
 // without interleaved stages (a repartitioned step holds contiguous layers per stage).
@@ -30,10 +32,12 @@ struct QueueEntry {
   int tp = 1, pp = 1;
   std::string daemon;
   std::string store_job;
+  double samples_done = 0;  // of spec.samples, in [0, samples)
 };
 
 // Parses one queue value of job `name` (strict: unknown keys, a "job.name" other than `name`,
-// a layout on a modelled job, tp or pp < 1 are refused, naming `where` and the member).
+// a layout on a modelled job, tp or pp < 1, samples_done without job.samples or outside
+// [0, samples) are refused, naming `where` and the member).
 Result<QueueEntry> parse_queue_entry(std::string_view text, const std::string& name, const std::string& where);
 
 struct Decision {
@@ -58,12 +62,15 @@ std::string stored_decision_json(const StoredDecision& d);
 Result<StoredDecision> parse_stored_decision(std::string_view text, const std::string& job, const std::string& where);
 
 // The specs the allocator sees: measured points at counts the layout does not divide (or
-// whose dp does not divide the point's batch) dropped, modelled jobs without interleaving.
+// whose dp does not divide the point's batch) dropped, modelled jobs without interleaving,
+// `samples` what remains (samples - samples_done: a running job is planned on its rest).
 std::vector<JobSpec> autoscale_specs(const std::vector<QueueEntry>& queue);
 
-// How many jobs from the front of `specs` may run on `gpus` GPUs, first come, first served:
-// those before the first with no option there (min_gpus above `gpus`, or no usable count).
-size_t fitting_prefix(const std::vector<JobSpec>& specs, int gpus);
+// The options (job_options on `gpus` GPUs) of the jobs from the front of `specs` that may run
+// there, first come, first served: those before the first with no option there (min_gpus
+// above `gpus`, or no usable count). Its size is how many; the policies take these options
+// as they are (allocate_options, timed_options), so that each job's are computed once a pass.
+std::vector<std::vector<JobOption>> fitting_options(const std::vector<JobSpec>& specs, int gpus);
 
 // The makespan policy's decisions now: the jobs a schedule starts at time 0 get their
 // option, the others are queued (to be decided again when a job ends).

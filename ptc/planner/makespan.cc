@@ -72,22 +72,37 @@ std::vector<std::vector<TimedOption>> in_slots(const std::vector<std::vector<Tim
   return out;
 }
 
+std::string lacks_samples(const JobSpec& job) {
+  return "job '" + job.name +
+         "' lacks 'samples' (how many samples it trains), which the makespan policy needs to know how long it runs";
+}
+
 }  // namespace
 
 Result<std::vector<std::vector<TimedOption>>> timed_options(const std::vector<JobSpec>& jobs, int gpus) {
   if (gpus < 1) return invalid("gpus must be at least 1, got " + std::to_string(gpus));
-  std::vector<std::vector<TimedOption>> out;
+  std::vector<std::vector<JobOption>> options;
   for (const JobSpec& job : jobs) {
-    if (!job.samples)
-      return invalid("job '" + job.name +
-                     "' lacks 'samples' (how many samples it trains), which the makespan policy "
-                     "needs to know how long it runs");
+    if (!job.samples) return invalid(lacks_samples(job));
     if (job.min_gpus > gpus)
       return invalid("job '" + job.name + "' asks for at least " + std::to_string(job.min_gpus) +
                      " GPUs, more than the " + std::to_string(gpus) + " there are");
-    PTC_ASSIGN_OR_RETURN(auto options, job_options(job, gpus));
+    PTC_ASSIGN_OR_RETURN(auto o, job_options(job, gpus));
+    options.push_back(std::move(o));
+  }
+  return timed_options(jobs, options);
+}
+
+Result<std::vector<std::vector<TimedOption>>> timed_options(const std::vector<JobSpec>& jobs,
+                                                             const std::vector<std::vector<JobOption>>& options) {
+  if (jobs.size() != options.size())
+    return invalid(std::to_string(jobs.size()) + " jobs for the options of " + std::to_string(options.size()));
+  std::vector<std::vector<TimedOption>> out;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const JobSpec& job = jobs[j];
+    if (!job.samples) return invalid(lacks_samples(job));
     std::vector<TimedOption> timed;
-    for (const auto& o : options)
+    for (const auto& o : options[j])
       if (o.samples_per_s > 0) timed.push_back({o, *job.samples / o.samples_per_s});
     // Drop what another option beats: no more GPUs and no longer (options are by GPUs ascending).
     std::vector<TimedOption> kept;

@@ -44,6 +44,10 @@ struct TimedOption {
 // a job without `samples`, one whose smallest count exceeds `gpus`, one with no option,
 // or gpus < 1.
 Result<std::vector<std::vector<TimedOption>>> timed_options(const std::vector<JobSpec>& jobs, int gpus);
+// The same from options already known: options[j] those of jobs[j] (job_options on the
+// cluster), so that a caller that needs them too computes them once.
+Result<std::vector<std::vector<TimedOption>>> timed_options(const std::vector<JobSpec>& jobs,
+                                                             const std::vector<std::vector<JobOption>>& options);
 
 struct ScheduledJob {
   std::string name;

@@ -176,6 +176,7 @@ def test_a_bad_queue_entry_is_named_and_the_others_decided(tmp_path, bad, needle
         # ok has no steps to move? Its daemon is unreachable: not carried out, exit 1, named.
         assert r.returncode == 1, r.stderr
         assert f"{P}/queue/bad" in r.stderr and needle in r.stderr, r.stderr
+        assert "job 'bad' is left out until the entry is fixed or removed" in r.stderr, r.stderr  # nothing stored
         assert "job 'ok' not changed" in r.stderr and "127.0.0.1:1" in r.stderr, r.stderr
         assert etcd.keys(f"{P}/decision/") == []
 
@@ -222,3 +223,96 @@ def test_a_grow_waits_for_the_shrink_that_frees_its_gpus(tmp_path, daemon):
         printed = [json.loads(line) for line in r.stdout.splitlines()]
         assert printed == [{**decision("x", 1, None, 1, 1, 1, None, "m"), "seq": 2},
                            {**decision("y", 1, None, 1, 1, 1, None, "m"), "seq": 3}]
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ("{not json", "not valid JSON"),
+    (json.dumps({"job": {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 100}}, "daemon": "h:1", "gpus": 3}),
+     "unknown key 'gpus'"),
+])
+def test_an_unreadable_entry_keeps_the_gpus_of_its_running_job(tmp_path, daemon, bad, needle):
+    """x runs on 2 of the 4 GPUs (its stored decision) when its queue entry turns unreadable: y,
+    alone among the readable entries, gets the 2 others, not all 4 (x may still be running on
+    its 2); the pass names x's key and what is wrong, in the log and in --json. Once x's entry is
+    removed (x finished), its decision goes and y grows to 4."""
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        job = {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 100, "2": 180, "4": 300}}
+        old_x = {**decision("x", 2, None, 1, 1, 2, None, "old"), "seq": 1}
+        etcd.ctl("put", f"{P}/decision/x", json.dumps(old_x))
+        etcd.ctl("put", f"{P}/queue/x", bad)
+        etcd.ctl("put", f"{P}/queue/y", json.dumps({"job": job, "daemon": daemon.addr}))
+        ctl = Controllers(str(tmp_path), etcd)
+        r = ctl.once("m")
+        assert r.returncode == 0, r.stderr
+        printed = [json.loads(line) for line in r.stdout.splitlines()]
+        assert len(printed) == 2, r.stdout
+        assert printed[0]["unreadable"] == f"{P}/queue/x" and printed[0]["job"] == "x", printed
+        assert printed[0]["reserved_gpus"] == 2 and needle in printed[0]["error"], printed
+        assert printed[1] == {**decision("y", 2, None, 1, 1, 2, None, "m"), "seq": 2}
+        assert (f"unreadable queue entry {P}/queue/x: {P}/queue/x: " in r.stderr and needle in r.stderr
+                and "job 'x' keeps its decision and its 2 GPUs stay reserved" in r.stderr), r.stderr
+        assert etcd.get_json(f"{P}/decision/x") == old_x
+        assert without_seq(etcd.get_json(f"{P}/decision/y")) == decision("y", 2, None, 1, 1, 2, None, "m")
+        etcd.ctl("del", f"{P}/queue/x")
+        r = ctl.once("m")
+        assert r.returncode == 0, r.stderr
+        assert [json.loads(line) for line in r.stdout.splitlines()] == [
+            {**decision("y", 4, None, 1, 1, 4, None, "m"), "seq": 3}]
+        assert etcd.keys(f"{P}/decision/x") == []
+
+
+def paused_repartition(root, etcd, pause_s):
+    """A daemon holding job ja's step 10 (tp2 pp2), restarted with every commit paused `pause_s`
+    (failpoint commit.before), and a queue of one job `a` (pp 2 kept) on it: a --once pass
+    repartitions step 10 to tp1 pp2 dp2, a pass longer than the controllers' 2 s lease."""
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=2, layers=2, hidden=128, vocab=512, seed=0)
+    d = Daemon(os.path.join(root, "daemon"))
+    d.start()
+    d.cli("import", ck.path, "--job", "ja", "--step", "10")
+    d.stop()
+    d.env = {"PTCFS_FAILPOINT": f"commit.before:{pause_s}"}
+    d.start()
+    etcd.ctl("put", f"{P}/queue/a", json.dumps({"job": A_JOB, "daemon": d.addr, "store_job": "ja",
+                                                "layout": {"pp": 2}}))
+    return d
+
+
+def test_once_keeps_its_lease_through_a_pass_longer_than_the_ttl(tmp_path):
+    """The repartition pauses 5 s in the daemon, past the 2 s lease: --once keeps its lease alive
+    meanwhile (as a leading controller does), so the decision is written under it."""
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        d = paused_repartition(str(tmp_path), etcd, 5)
+        try:
+            r = Controllers(str(tmp_path), etcd).once()
+            assert r.returncode == 0, r.stderr
+            assert "lost the lease" not in r.stderr, r.stderr
+            want = decision("a", 4, None, 1, 2, 2, "10", "once")
+            assert [without_seq(json.loads(line)) for line in r.stdout.splitlines()] == [want]
+            assert without_seq(etcd.get_json(f"{P}/decision/a")) == want
+            assert etcd.keys(f"{P}/leader") == []  # given back at the end
+        finally:
+            d.stop(cleanup_mount=True)
+
+
+def test_once_gives_up_when_its_lease_is_lost_mid_pass(tmp_path):
+    """While the repartition is paused in the daemon, the controller's lease is revoked: the
+    keep-alive finds it gone, the pass stops and --once exits 1 naming it; no decision is written."""
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        d = paused_repartition(str(tmp_path), etcd, 4)
+        try:
+            p = subprocess.Popen(Controllers(str(tmp_path), etcd).args("once", "--once", "--json"),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            d.wait_log("failpoint commit.before reached")
+            lease = etcd.get_json(f"{P}/leader")["lease"]
+            etcd.ctl("lease", "revoke", format(lease, "x"))
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 1, err
+            assert f"autoscale: lost the lease of {P}/leader" in err, err
+            assert f"once lost the lead of {P}/leader during its pass" in err, err
+            assert out == ""
+            assert etcd.keys(f"{P}/decision/") == []
+        finally:
+            d.stop(cleanup_mount=True)

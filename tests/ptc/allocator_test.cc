@@ -226,6 +226,50 @@ TEST_CASE("the dynamic program equals brute force on random instances up to 5 jo
   CHECK(feasible > 500);
 }
 
+TEST_CASE("the dynamic program equals brute force with several batches per GPU count", "[allocator][batch]") {
+  // As job_options gives them: by (GPU count, batch) ascending, 1-3 batches on a count, rates
+  // in whole numbers 0..12 so that equal rates (on one count and across counts) are common and
+  // the pruning of dominated options (on more GPUs, no faster) is exercised with its ties.
+  std::mt19937 rng(33);
+  int feasible = 0, several = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const int gpus = std::uniform_int_distribution<int>(1, 12)(rng);
+    const int jobs = std::uniform_int_distribution<int>(1, 4)(rng);
+    std::vector<std::vector<JobOption>> options(static_cast<size_t>(jobs));
+    for (auto& o : options) {
+      for (int g = 1; g <= 12; ++g) {
+        if (std::uniform_int_distribution<int>(0, 2)(rng) != 0) continue;
+        const int batches = std::uniform_int_distribution<int>(1, 3)(rng);
+        for (int b = 0; b < batches; ++b)
+          o.push_back({g, double(std::uniform_int_distribution<int>(0, 12)(rng)), std::nullopt, int64_t{8} << b});
+        several += batches > 1;
+      }
+      if (o.empty()) o.push_back({std::uniform_int_distribution<int>(1, 12)(rng), 1, std::nullopt, 8});
+    }
+    INFO("round " << round << ": " << jobs << " jobs on " << gpus << " GPUs");
+    const double want = brute_force(options, gpus);
+    const auto got = max_total_throughput(options, gpus);
+    if (want < 0) {
+      CHECK_FALSE(got);
+      continue;
+    }
+    REQUIRE(got);
+    REQUIRE(got->size() == options.size());
+    double total = 0;
+    int used = 0;
+    for (size_t j = 0; j < options.size(); ++j) {
+      REQUIRE((*got)[j] < options[j].size());
+      total += options[j][(*got)[j]].samples_per_s;
+      used += options[j][(*got)[j]].gpus;
+    }
+    CHECK(total == want);
+    CHECK(used <= gpus);
+    ++feasible;
+  }
+  CHECK(feasible > 1000);
+  CHECK(several > 1000);
+}
+
 TEST_CASE("JOBS.json: a batch range or list, with throughput per GPU count and global batch", "[allocator][batch]") {
   auto r = parse_jobs_json(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 4, "batch": {"min": 128, "max": 512},
                                    "throughput": {"2": {"256": 22, "128": 18}, "1": {"128": 10}}},

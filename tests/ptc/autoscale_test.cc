@@ -182,9 +182,43 @@ TEST_CASE("the makespan policy runs now the jobs its schedule starts at 0", "[au
   CHECK_FALSE(now[0].queued);
   CHECK(now[1].queued);
   CHECK(decisions_from(q, now) == std::vector<Decision>{running("a", 2, 0, 1, 1, 2), waiting("b")});
-  // fitting_prefix: the first job with no option on the capacity ends the prefix.
+  // fitting_options: the first job with no option on the capacity ends the prefix.
   const auto specs = autoscale_specs({entry(kA, "a"), entry(b_entry(R"({"tp": 2})"), "b"), entry(kA, "c")});
-  CHECK(fitting_prefix(specs, 4) == 3);
-  CHECK(fitting_prefix(specs, 1) == 1);  // b has no option on 1 GPU at tp 2: b and c wait
-  CHECK(fitting_prefix(specs, 0) == 0);
+  CHECK(fitting_options(specs, 4).size() == 3);
+  CHECK(fitting_options(specs, 1).size() == 1);  // b has no option on 1 GPU at tp 2: b and c wait
+  CHECK(fitting_options(specs, 0).size() == 0);
+}
+
+TEST_CASE("the makespan policy plans a running job on the samples it has left", "[autoscale]") {
+  const std::string job = R"({"min_gpus": 1, "max_gpus": 4, "samples": 36000, "throughput": {"1": 100, "2": 180}})";
+  const QueueEntry fresh = entry(R"({"job": )" + job + R"(, "daemon": "h:1"})", "fresh");
+  const QueueEntry half = entry(R"({"job": )" + job + R"(, "daemon": "h:1", "samples_done": 18000})", "half");
+  CHECK(fresh.samples_done == 0);
+  CHECK(half.samples_done == 18000);
+  CHECK(half.spec.samples == 36000.0);  // the entry keeps the total
+  const auto specs = autoscale_specs({fresh, half});
+  CHECK(specs[0].samples == 36000.0);
+  CHECK(specs[1].samples == 18000.0);
+  // The program's input: run times from what remains, 36000 / 100 and / 180 against half of each.
+  const auto timed = timed_options(specs, fitting_options(specs, 2));
+  REQUIRE(timed.is_ok());
+  REQUIRE(timed->size() == 2);
+  REQUIRE((*timed)[0].size() == 2);
+  REQUIRE((*timed)[1].size() == 2);
+  CHECK((*timed)[0][0].seconds == 360.0);
+  CHECK((*timed)[0][1].seconds == 200.0);
+  CHECK((*timed)[1][0].seconds == 180.0);
+  CHECK((*timed)[1][1].seconds == 100.0);
+
+  auto refused = [&](const std::string& text, const std::string& needle) {
+    auto e = parse_queue_entry(text, "x", "queue/x");
+    REQUIRE_FALSE(e.is_ok());
+    CHECK_THAT(e.status().message(), Catch::StartsWith("queue/x") && Catch::Contains(needle));
+  };
+  refused(R"({"job": )" + job + R"(, "daemon": "h:1", "samples_done": 36000})",
+          "samples_done must be a number of samples >= 0 and below the job's samples (36000.0");
+  refused(R"({"job": )" + job + R"(, "daemon": "h:1", "samples_done": -1})", "samples_done must be");
+  refused(R"({"job": )" + job + R"(, "daemon": "h:1", "samples_done": "1"})", "samples_done must be");
+  refused(R"({"job": {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 100}}, "daemon": "h:1", "samples_done": 1})",
+          "'samples_done' goes with the job's 'samples'");
 }
