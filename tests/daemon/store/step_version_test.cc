@@ -98,7 +98,8 @@ TEST_CASE("walk_slice hands the sink a slice's pieces, opening each blob once", 
 
 namespace {
 // Records what walk_slice hands a sink that takes rows: rows() calls as (rows, pieces), and
-// pieces of partial rows as Recorder does.
+// pieces of partial rows as Recorder does. With `decline`, rows() leaves every call's rows to
+// walk_slice.
 struct RowRecorder final : PieceSink {
   struct RowPiece {
     uint64_t blob, off, len, stride;
@@ -106,6 +107,7 @@ struct RowRecorder final : PieceSink {
   };
   std::vector<std::pair<uint64_t, std::vector<RowPiece>>> rows_got;
   std::vector<Piece> got;
+  bool decline = false;
   ptc::Status zeros(uint64_t n) override {
     got.emplace_back(kZeroBlob, 0, n);
     return ptc::Status::ok();
@@ -115,11 +117,11 @@ struct RowRecorder final : PieceSink {
     return ptc::Status::ok();
   }
   bool takes_rows() const override { return true; }
-  ptc::Status rows(uint64_t rows, const std::vector<PieceSink::RowPiece>& pieces) override {
+  ptc::Result<bool> rows(uint64_t rows, const std::vector<PieceSink::RowPiece>& pieces) override {
     std::vector<RowPiece> p;
     for (const auto& x : pieces) p.push_back({x.file ? x.file->id() : kZeroBlob, x.off, x.len, x.stride});
     rows_got.emplace_back(rows, p);
-    return ptc::Status::ok();
+    return !decline;
   }
 };
 }  // namespace
@@ -149,6 +151,16 @@ TEST_CASE("a sink that takes rows gets a range's whole rows in one call, a parti
     REQUIRE(walk_slice(s, 9, 8, open, small).is_ok());
     CHECK(small.rows_got.empty());
     CHECK(small.got == std::vector<Piece>{{7, 110, 4}, {0, 0, 3}, {8, 5, 1}});
+  }
+  SECTION("rows the sink leaves go piece by piece, where they lie") {
+    RowRecorder left;
+    left.decline = true;
+    REQUIRE(walk_slice(s, 5, 4 + 2 * 9 + 3, open, left).is_ok());
+    CHECK(left.rows_got.size() == 1);
+    CHECK(
+        left.got ==
+        std::vector<Piece>{
+            {0, 0, 2}, {8, 0, 2}, {7, 110, 4}, {0, 0, 3}, {8, 5, 2}, {7, 120, 4}, {0, 0, 3}, {8, 10, 2}, {7, 130, 3}});
   }
   SECTION("whole rows from the first: one call") {
     RowRecorder all;
