@@ -1,6 +1,7 @@
 #include "daemon/store/step_version.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <set>
@@ -52,7 +53,10 @@ StepVersion::StepVersion(std::string job, std::string step, uint64_t version, in
       stored_(std::move(stored)),
       blobs_(blobs),
       placement_(std::move(placement)),
-      remote_(remote) {}
+      remote_(remote) {
+  static std::atomic<uint64_t> next_serial{1};
+  serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
+}
 
 size_t StepVersion::shard_index(const ptc::ShardId& s) const {
   return static_cast<size_t>(s.p) * layout_.parallelism().tp + s.t;

@@ -176,6 +176,9 @@ class StepVersion final : public fs::StepContent {
   // (walk_slice over this version's blobs). kInternal when the range passes the slice's end.
   ptc::Status pieces(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len, PieceSink& sink) const;
   const StepPlacement& placement() const { return placement_; }
+  // Unique among the versions of this process, where an address may be reused once one is
+  // gone: what SlabDigests keeps a version's digests by, holding nothing of the version.
+  uint64_t serial() const { return serial_; }
   bool holds(const ptc::ShardId& shard) const { return placement_.holds(shard_index(shard)); }
   size_t shard_index(const ptc::ShardId& s) const;
   uint64_t total_bytes() const;  // of all stored slices (held here)
@@ -202,6 +205,7 @@ class StepVersion final : public fs::StepContent {
   BlobStore* blobs_;
   StepPlacement placement_;
   const RemoteSlices* remote_;
+  uint64_t serial_;
 };
 
 }  // namespace ptcfs

@@ -1,10 +1,12 @@
 // The pieces of a strided slice: row r of extent e at e.offset + r * e.stride.
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <tuple>
 #include <vector>
 
 #include "daemon/store/step_version.h"
+#include "ptc/layout.h"
 
 using namespace ptcfs;
 
@@ -170,4 +172,28 @@ TEST_CASE("a sink that takes rows gets a range's whole rows in one call, a parti
     CHECK(all.rows_got[0].first == 4);
     CHECK(all.rows_got[0].second == std::vector<RP>{{7, 100, 4, 10}, {kZeroBlob, 0, 3, 0}, {8, 0, 2, 5}});
   }
+}
+
+TEST_CASE("every version has a serial of its own, one made where a removed one was too", "[step_version]") {
+  // What SlabDigests keys by: it holds nothing of a version, so a removed one's memory is
+  // freed at once and the next version may be made at its address.
+  auto p = ptc::parse_ptc_json(R"({"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": 1, "tensors": {
+    "w": {"dtype": "F32", "shape": [2], "tp_dim": 0, "layer": 0}}})",
+                               "ptc.json");
+  REQUIRE(p.is_ok());
+  auto layout = ptc::Layout::make(*p, p->parallelism);
+  REQUIRE(layout.is_ok());
+  auto make = [&] {
+    return std::make_shared<const StepVersion>("j", "s", 1, 0, *layout, std::vector<std::vector<StoredSlice>>(1),
+                                               nullptr);
+  };
+  auto v = make();
+  const void* where = v.get();
+  const uint64_t first = v->serial();
+  v.reset();
+  std::vector<std::shared_ptr<const StepVersion>> made;
+  for (int i = 0; i < 100 && (made.empty() || made.back().get() != where); ++i) made.push_back(make());
+  REQUIRE(made.back().get() == where);  // the allocator reused the removed version's memory
+  CHECK(made.back()->serial() != first);
+  CHECK(made.front()->serial() == first + 1);
 }
