@@ -79,43 +79,13 @@ void ReadBuffer::add_fd(int fd, uint64_t off, uint64_t len) {
   size_ += len;
 }
 
-void ReadBuffer::add_rows(uint64_t rows, const std::vector<RowPiece>& pieces_arg) {
-  std::vector<RowPiece> pieces;
+void ReadBuffer::add_rows(uint64_t rows, const std::vector<RowPiece>& pieces) {
   uint64_t row = 0;
-  for (const RowPiece& p : pieces_arg)
-    if (p.len > 0) {
-      pieces.push_back(p);
-      row += p.len;
-    }
-  if (rows == 0 || pieces.empty()) return;
-  const auto add = [&](const RowPiece& p, uint64_t n, uint64_t at) {
-    if (p.fd < 0)
-      add_zeros(n);
-    else
-      add_mapped(p.mem + at, n, p.fd, p.off + at);
-  };
-  // All zeros, or pieces back to back in one file (each continues the one before, each row the
-  // row before): one piece.
-  bool flat = true;
-  for (size_t j = 0; j < pieces.size() && flat; ++j) {
-    const RowPiece& p = pieces[j];
-    flat = (p.fd < 0) == (pieces[0].fd < 0) &&
-           (p.fd < 0 || (p.fd == pieces[0].fd && (rows == 1 || p.stride == row) &&
-                         (j == 0 || (p.off == pieces[j - 1].off + pieces[j - 1].len &&
-                                     p.mem == pieces[j - 1].mem + pieces[j - 1].len))));
-  }
-  if (flat) {
-    add(pieces[0], rows * row, 0);
-    return;
-  }
-  if (!takes_rows_ || rows == 1) {
-    for (uint64_t r = 0; r < rows; ++r)
-      for (const RowPiece& p : pieces) add(p, p.len, r * p.stride);
-    return;
-  }
+  for (const RowPiece& p : pieces) row += p.len;
+  if (rows == 0 || row == 0) return;
   Segment s{nullptr, -1, 0, rows * row};
   s.rows = static_cast<int32_t>(rows_.size());
-  rows_.push_back(Rows{rows, std::move(pieces)});
+  rows_.push_back(Rows{rows, pieces});
   segs_.push_back(s);
   size_ += s.len;
 }

@@ -59,13 +59,14 @@ class ReadBuffer {
   void add_fd(int fd, uint64_t off, uint64_t len);
   // Memory `p` that maps bytes [off, off + len) of file `fd` (a mapped blob).
   void add_mapped(const void* p, uint64_t len, int fd, uint64_t off);
-  // From now on add_rows() keeps rows as rows; a buffer that does not take them gets none (the
-  // FUSE replies, which hand the kernel memory and file ranges).
+  // The buffer takes rows (add_rows()); one that does not gets none (the FUSE replies, which
+  // hand the kernel memory and file ranges): whoever fills it adds their pieces instead.
   void take_rows() { takes_rows_ = true; }
   bool takes_rows() const { return takes_rows_; }
-  // `rows` rows of `pieces` (see RowPiece; empty pieces are left out). Rows that lie back to back
-  // (pieces that continue each other in one file, or all zeros) are added as one piece; others
-  // become one segment of rows in a buffer that takes them, else a segment per piece of each row.
+  // `rows` rows of `pieces` (see RowPiece) as one segment of rows (none for no bytes), in a
+  // buffer that takes rows only. They are kept as given: the direct map shapes them
+  // (daemon/direct/file_map.cc hands them to transport/direct_protocol.h RunMap::add_rows,
+  // which leaves empty pieces out and makes rows that lie back to back one span).
   void add_rows(uint64_t rows, const std::vector<RowPiece>& pieces);
   const std::vector<Rows>& rows() const { return rows_; }
   // Keeps an owner (an open blob) alive until the buffer is destroyed.

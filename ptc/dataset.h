@@ -39,11 +39,6 @@ struct DatasetSpec {
   uint64_t seed = 0;
   uint64_t global_batch = 1;  // B
   uint64_t num_samples = 0;   // n
-
-  // With batches from the start of the epoch (batch_offset 0).
-  uint64_t batches_per_epoch() const { return num_samples / global_batch; }
-  uint64_t samples_per_epoch() const { return batches_per_epoch() * global_batch; }
-  uint64_t dropped() const { return num_samples - samples_per_epoch(); }
 };
 
 // Where training is: what changes with progress and repartitions.

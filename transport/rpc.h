@@ -134,7 +134,8 @@ class RpcClient {
                                                 uint64_t max_bytes) = 0;
   // Like call_data, the bytes read where `hooks` place them, in pieces of at most kIntoPiece
   // (no buffer of the whole reply between the socket and the bytes' place). The reply must
-  // carry exactly `len` bytes (kCorrupt otherwise; an error reply carries none).
+  // carry exactly `len` bytes (kCorrupt otherwise, a success without bytes too unless `len`
+  // is 0; an error reply carries none).
   virtual ptc::Result<nlohmann::json> call_into(const nlohmann::json& request, uint64_t len,
                                                 const IntoHooks& hooks) = 0;
   static constexpr size_t kIntoPiece = 512 << 10;

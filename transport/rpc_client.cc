@@ -84,6 +84,7 @@ class SyncClient final : public RpcClient {
     FrameType type;
     uint32_t id;
     json body;
+    bool had_data = false;  // a data frame, returned as a response
   };
 
   // Where a data frame's bytes go: into `str` (resized to them, at most `max`), or else
@@ -213,13 +214,14 @@ class SyncClient final : public RpcClient {
     if (json_len) PTC_RETURN_IF_ERROR(read_exact(body.data(), body.size(), until));
     if (h->type == FrameType::kKeepalive) return Frame{h->type, h->request_id, json::object()};
     if (data && data->str && h->type != FrameType::kData) data->str->clear();
-    if (h->type == FrameType::kData) {
+    const bool had_data = h->type == FrameType::kData;
+    if (had_data) {
       PTC_RETURN_IF_ERROR(read_data(*data, bytes, until));
       h->type = FrameType::kResponse;
     }
     auto j = ptc::parse_json_lenient(body);
     if (j.is_discarded() || !j.is_object()) return bad("sent malformed JSON");
-    return Frame{h->type, h->request_id, std::move(j)};
+    return Frame{h->type, h->request_id, std::move(j), had_data};
   }
 
   // The `bytes` bytes of a data frame, into `data`.
@@ -262,8 +264,13 @@ class SyncClient final : public RpcClient {
         return error_of(f.body);
       }
       if (f.type != FrameType::kResponse || f.id != id) return bad("sent an unexpected frame");
-      if (ptc::member_bool_or(f.body, "ok", false).value_or(false))
+      if (ptc::member_bool_or(f.body, "ok", false).value_or(false)) {
+        // A server answers a reply of no bytes with a plain response: only call_into of 0
+        // bytes may take one, where the hooks would otherwise never have seen the data.
+        if (data && data->hooks && data->max > 0 && !f.had_data)
+          return bad("answered without the " + std::to_string(data->max) + " bytes asked for");
         return f.body.contains("result") ? f.body["result"] : json::object();
+      }
       return error_of(f.body);
     }
   }

@@ -1,6 +1,5 @@
 #include "daemon/cluster/repartition_part.h"
 
-#include <chrono>
 #include <ctime>
 #include <optional>
 
@@ -231,16 +230,12 @@ ptc::Result<std::vector<std::vector<StoredSlice>>> build_shards(Store& store, co
 
 ptc::Result<PreparedChange> prepare_repartition_part(Store& store, transport::PeerBackend& peers, int self_in_backend,
                                                      const RepartitionChange& c, const PrepareOptions& opt) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto ms = [&t0] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
   PTC_ASSIGN_OR_RETURN(PartPlan p, plan_part(store, peers, self_in_backend, c));
-  ptc::log::debug("prepare {}/{}: planned at {:.1f} ms", c.job, c.step, ms());
   // On error the change aborts itself: its blobs go and the claim is released.
   PreparedChange change(store);
   PTC_RETURN_IF_ERROR(change.claim(store, p.old ? Claim::kChangeStep : Claim::kNewStep, c.job, c.step));
   change.replaced = p.old;
   PTC_ASSIGN_OR_RETURN(const std::vector<StoredSlice> received, receive(store, peers, c, p, opt, change));
-  ptc::log::debug("prepare {}/{}: received at {:.1f} ms", c.job, c.step, ms());
 
   StepPlacement placement;
   placement.nodes = c.to_nodes;
@@ -252,7 +247,6 @@ ptc::Result<PreparedChange> prepare_repartition_part(Store& store, transport::Pe
   }
   uint64_t compacted = 0;
   PTC_ASSIGN_OR_RETURN(auto stored, build_shards(store, p, received, placement.held, opt, change, compacted));
-  ptc::log::debug("prepare {}/{}: shards built at {:.1f} ms", c.job, c.step, ms());
   change.next =
       store.new_version(c.job, c.step, c.from_version + 1, std::move(p.to), std::move(stored), std::move(placement));
   ptc::log::info("prepared {}/{} version {} on node {}: {} transfers, {} bytes received, {} compacted", c.job, c.step,

@@ -92,12 +92,12 @@ ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& r
   for (const auto& seg : rb->segments()) p.add(seg.mem, seg.len);
   const std::string key = shard_name + '\n' + tensor + '\n' + std::to_string(lo) + ' ' + std::to_string(len) + ' ' +
                           std::to_string(off) + ' ' + std::to_string(n);
-  std::optional<uint64_t> known = digests ? digests->find(v, key) : std::nullopt;
+  std::optional<uint64_t> known = digests ? digests->find(v->serial(), key) : std::nullopt;
   if (!known) {
     Xxh3Stream h;
     for (const auto& [ptr, cnt] : p.spans) h.update(ptr, cnt);
     known = h.digest();
-    if (digests) digests->put(v, key, *known);
+    if (digests) digests->put(v->serial(), key, *known);
   }
   uint64_t digest = *known;
   if (failpoint_switch("peer.read.damage")) digest ^= 1;  // a test's damaged transfer

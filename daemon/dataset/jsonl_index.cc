@@ -42,55 +42,6 @@ struct ChunkResult {
   bool stopped() const { return bad_line || too_many || !error; }
 };
 
-// Scans the lines that start in [c.begin, c.end), with `buf` as the thread's buffer. It
-// reads from c.begin - 1: a line starts at c.begin only after a '\n' there.
-ptc::Status scan_chunk(const JsonlInput& in, const Chunk& c, std::string& buf, ChunkResult& r) {
-  const uint64_t from = c.begin == 0 ? 0 : c.begin - 1;
-  uint64_t have = 0;  // bytes in buf, from `from`
-  auto read = [&](uint64_t want) -> ptc::Status {
-    want = std::min(want, in.size - (from + have));
-    if (buf.size() < have + want) buf.resize(have + want);
-    PTC_ASSIGN_OR_RETURN(size_t got, read_full(in.file->fd(), from + have, buf.data() + have, want, in.file->path()));
-    if (got < want)
-      return ptc::corrupt(in.file->path() + ": shorter than its size while it was read (changed meanwhile?)");
-    have += got;
-    return ptc::Status::ok();
-  };
-  PTC_RETURN_IF_ERROR(read(c.end - from));
-  size_t pos = 0;
-  if (c.begin > 0) {
-    const void* nl = std::memchr(buf.data(), '\n', have);
-    if (nl == nullptr) return ptc::Status::ok();  // a line from an earlier chunk covers this one
-    pos = static_cast<size_t>(static_cast<const char*>(nl) - buf.data()) + 1;
-  }
-  while (from + pos < c.end) {
-    size_t scanned = pos;
-    const char* nl = nullptr;
-    while ((nl = static_cast<const char*>(std::memchr(buf.data() + scanned, '\n', have - scanned))) == nullptr) {
-      scanned = have;
-      if (from + have == in.size) break;  // the last line, without a newline
-      PTC_RETURN_IF_ERROR(read(std::max<uint64_t>(kReadOn, have - pos)));
-    }
-    const size_t line_end = nl ? static_cast<size_t>(nl - buf.data()) : have;
-    const size_t next = nl ? line_end + 1 : have;
-    const std::string_view line(buf.data() + pos, line_end - pos);
-    if (!blank(line)) {
-      if (!json_valid(line)) {
-        r.bad_line = true;
-        return ptc::Status::ok();
-      }
-      r.samples.push_back({from + pos, next - pos, c.file, nl ? 0u : kSupplyNewline});
-      if (r.samples.size() > ptc::kMaxSamples) {
-        r.too_many = true;
-        return ptc::Status::ok();
-      }
-    }
-    ++r.lines;
-    pos = next;
-  }
-  return ptc::Status::ok();
-}
-
 ptc::Status cut_short(const File& file) {
   return ptc::corrupt(file.path() + ": shorter than its size while it was read (changed meanwhile?)");
 }
@@ -108,21 +59,30 @@ struct LineBatch {
   uint64_t line_end = 0, next = 0;  // kCheck: the line at pos ends here, and the one after it starts at next
 };
 
-// From batch.pos, the lines that start before `end` in the mapped file: each line found
-// valid by the fast checker becomes a sample; one it leaves (invalid, or a case it does not
-// decide) stops the pass with kCheck, for the caller to decide outside the guard.
-void scan_lines(const char* base, uint64_t size, uint64_t end, uint32_t file, LineBatch& b) {
+// Bytes of a file in memory: its bytes [origin, end) at `data` (a mapping of the whole file,
+// or a chunk read with pread and read on to the end of its last line).
+struct Bytes {
+  const char* data = nullptr;
+  uint64_t origin = 0, end = 0;
+  const char* at(uint64_t pos) const { return data + (pos - origin); }
+};
+
+// From batch.pos, the lines that start before `stop` in `bytes`: each line found valid by
+// the fast checker becomes a sample; one it leaves (invalid, or a case it does not decide)
+// stops the pass with kCheck, for the caller to decide outside the guard. A line without a
+// '\n' before bytes.end is the file's last one.
+void scan_lines(const Bytes& bytes, uint64_t stop, uint32_t file, LineBatch& b) {
   b.count = 0;
   b.lines = 0;
-  while (b.pos < end) {
+  while (b.pos < stop) {
     if (b.count == LineBatch::kBatch) {
       b.stop = LineBatch::Stop::kFull;
       return;
     }
-    const char* nl = static_cast<const char*>(std::memchr(base + b.pos, '\n', size - b.pos));
-    const uint64_t line_end = nl ? static_cast<uint64_t>(nl - base) : size;
-    const uint64_t next = nl ? line_end + 1 : size;
-    const std::string_view line(base + b.pos, line_end - b.pos);
+    const char* nl = static_cast<const char*>(std::memchr(bytes.at(b.pos), '\n', bytes.end - b.pos));
+    const uint64_t line_end = nl ? bytes.origin + static_cast<uint64_t>(nl - bytes.data) : bytes.end;
+    const uint64_t next = nl ? line_end + 1 : bytes.end;
+    const std::string_view line(bytes.at(b.pos), line_end - b.pos);
     if (!blank(line)) {
       if (!json_valid_fast(line)) {
         b.stop = LineBatch::Stop::kCheck;
@@ -138,22 +98,23 @@ void scan_lines(const char* base, uint64_t size, uint64_t end, uint32_t file, Li
   b.stop = LineBatch::Stop::kEnd;
 }
 
-// scan_chunk over a mapping of the whole file: no copy of the bytes, each line checked where
-// it lies. A page the file no longer has (SIGBUS) is the same error as a short pread.
-ptc::Status scan_mapped_chunk(const JsonlInput& in, const char* base, const Chunk& c, LineBatch& b, ChunkResult& r) {
-  const uint64_t size = in.size;
+// The lines that start in [c.begin, c.end), from `bytes`, which hold c.begin - 1 (a line
+// starts at c.begin only after a '\n' there) up to the end of the last of them. Under the
+// SIGBUS guard, as a mapping needs: a page the file no longer has is the same error as a
+// short pread (harmless for bytes read into memory).
+ptc::Status scan_chunk(const JsonlInput& in, const Bytes& bytes, const Chunk& c, LineBatch& b, ChunkResult& r) {
   b.pos = c.begin;
   if (c.begin > 0) {  // the first line that starts in the chunk: after the first '\n' from c.begin - 1 on
     // (one at c.end - 1 starts a line the next chunk owns: none is found here then)
     const char* nl = nullptr;
-    auto find = [&] { nl = static_cast<const char*>(std::memchr(base + c.begin - 1, '\n', c.end - (c.begin - 1))); };
+    auto find = [&] { nl = static_cast<const char*>(std::memchr(bytes.at(c.begin - 1), '\n', c.end - (c.begin - 1))); };
     if (!run_guarded(find)) return cut_short(*in.file);
     if (nl == nullptr) return ptc::Status::ok();  // a line from an earlier chunk covers this one
-    b.pos = static_cast<uint64_t>(nl - base) + 1;
+    b.pos = bytes.origin + static_cast<uint64_t>(nl - bytes.data) + 1;
   }
   std::string slow;  // a line the fast checker left, copied out for nlohmann
   for (;;) {
-    auto pass = [&] { scan_lines(base, size, c.end, c.file, b); };
+    auto pass = [&] { scan_lines(bytes, c.end, c.file, b); };
     if (!run_guarded(pass)) return cut_short(*in.file);
     r.samples.insert(r.samples.end(), b.samples.begin(), b.samples.begin() + static_cast<ptrdiff_t>(b.count));
     r.lines += b.lines;
@@ -164,7 +125,7 @@ ptc::Status scan_mapped_chunk(const JsonlInput& in, const char* base, const Chun
     if (b.stop == LineBatch::Stop::kEnd) return ptc::Status::ok();
     if (b.stop == LineBatch::Stop::kCheck) {
       slow.resize(b.line_end - b.pos);
-      const CopyRun run{slow.data(), base + b.pos, slow.size()};
+      const CopyRun run{slow.data(), bytes.at(b.pos), slow.size()};
       if (!copy_guarded(&run, 1)) return cut_short(*in.file);
       if (!json_valid(slow)) {
         r.bad_line = true;
@@ -175,6 +136,29 @@ ptc::Status scan_mapped_chunk(const JsonlInput& in, const char* base, const Chun
       b.pos = b.next;
     }
   }
+}
+
+// scan_chunk where the file is not mapped: the chunk read into `buf` with pread from
+// c.begin - 1, then on past c.end (kReadOn at first, doubling) until its last line ends.
+ptc::Status read_and_scan_chunk(const JsonlInput& in, const Chunk& c, std::string& buf, LineBatch& b, ChunkResult& r) {
+  const uint64_t from = c.begin == 0 ? 0 : c.begin - 1;
+  uint64_t have = 0;  // bytes in buf, from `from`
+  auto read = [&](uint64_t want) -> ptc::Status {
+    want = std::min(want, in.size - (from + have));
+    if (buf.size() < have + want) buf.resize(have + want);
+    PTC_ASSIGN_OR_RETURN(size_t got, read_full(in.file->fd(), from + have, buf.data() + have, want, in.file->path()));
+    if (got < want) return cut_short(*in.file);
+    have += got;
+    return ptc::Status::ok();
+  };
+  PTC_RETURN_IF_ERROR(read(c.end - from));
+  // No '\n' at all: a line from an earlier chunk covers this one (and reading on is not needed).
+  if (c.begin > 0 && std::memchr(buf.data(), '\n', have) == nullptr) return ptc::Status::ok();
+  // Every line that starts in the chunk ends by the first '\n' from c.end - 1 on, or the file's end.
+  for (uint64_t seen = c.end - 1 - from;
+       std::memchr(buf.data() + seen, '\n', have - seen) == nullptr && from + have < in.size; seen = have)
+    PTC_RETURN_IF_ERROR(read(std::max<uint64_t>(kReadOn, have)));
+  return scan_chunk(in, {buf.data(), from, from + have}, c, b, r);
 }
 
 // Whether the file still has the size it was indexed at: a file cut short inside its last
@@ -210,12 +194,11 @@ ptc::Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<
       if (i > first_stop.load()) return ptc::Status::ok();
       ChunkResult& r = results[i];
       const Chunk& c = chunks[i];
-      if (const char* base = maps[c.file] ? maps[c.file]->data() : nullptr) {
-        if (!batch) batch = std::make_shared<LineBatch>();
-        r.error = scan_mapped_chunk(files[c.file], base, c, *batch, r);
-      } else {
-        r.error = scan_chunk(files[c.file], c, buf, r);
-      }
+      if (!batch) batch = std::make_shared<LineBatch>();
+      if (const char* base = maps[c.file] ? maps[c.file]->data() : nullptr)
+        r.error = scan_chunk(files[c.file], {base, 0, files[c.file].size}, c, *batch, r);
+      else
+        r.error = read_and_scan_chunk(files[c.file], c, buf, *batch, r);
       if (r.stopped())
         for (size_t s = first_stop.load(); i < s && !first_stop.compare_exchange_weak(s, i);) {
         }
@@ -230,20 +213,23 @@ ptc::Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<
   for (size_t f = 0; f < files.size(); ++f)
     if (maps[f] && maps[f]->data()) PTC_RETURN_IF_ERROR(still_whole(files[f]));
 
-  // Joined in file order: the first fault in the files is the one reported.
+  // Joined in file order: the first fault in the files is the one reported. Each chunk's
+  // samples are freed once appended, so the samples are held twice only a chunk at a time
+  // (out's reserved pages are touched as the chunks go).
   size_t total = out.size();
   for (const auto& r : results) total += r.samples.size();
   out.reserve(std::min<size_t>(total, ptc::kMaxSamples + 1));
   uint64_t line_base = 0;  // lines of the file before the chunk
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (i > 0 && chunks[i].file != chunks[i - 1].file) line_base = 0;
-    const ChunkResult& r = results[i];
+    ChunkResult& r = results[i];
     if (r.too_many || out.size() + r.samples.size() > ptc::kMaxSamples) return too_many_samples();
     if (!r.error) return r.error;
     if (r.bad_line)
       return ptc::corrupt(files[chunks[i].file].file->path() + ": line " + std::to_string(line_base + r.lines + 1) +
                           " is not valid JSON");
     out.insert(out.end(), r.samples.begin(), r.samples.end());
+    std::vector<SampleRecord>().swap(r.samples);
     line_base += r.lines;
   }
   return ptc::Status::ok();

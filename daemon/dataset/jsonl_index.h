@@ -7,8 +7,10 @@
 // lines that start in it, and reads on past its end to finish its last one. A file is read
 // where it lies, through a read-only mapping, its lines checked in place under the SIGBUS
 // guard (daemon/store/guarded_copy.h: the file may be cut short meanwhile); where mmap
-// fails, chunks are read with pread. The results are joined in file order, so samples, line numbers and the error
-// reported (the first in file order) are those of a scan line by line.
+// fails, each chunk is read with pread into a buffer (read on until its last line ends) and
+// its lines scanned there the same way. The results are joined in file order, so samples,
+// line numbers and the error reported (the first in file order) are those of a scan line by
+// line.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 #include "daemon/store/step_version.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <set>
@@ -52,7 +53,10 @@ StepVersion::StepVersion(std::string job, std::string step, uint64_t version, in
       stored_(std::move(stored)),
       blobs_(blobs),
       placement_(std::move(placement)),
-      remote_(remote) {}
+      remote_(remote) {
+  static std::atomic<uint64_t> next_serial{1};
+  serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
+}
 
 size_t StepVersion::shard_index(const ptc::ShardId& s) const {
   return static_cast<size_t>(s.p) * layout_.parallelism().tp + s.t;
@@ -123,7 +127,8 @@ ptc::Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, con
       }
       pieces.push_back(std::move(p));
     }
-    PTC_RETURN_IF_ERROR(sink.rows(rows, pieces));
+    PTC_ASSIGN_OR_RETURN(const bool taken, sink.rows(rows, pieces));
+    if (!taken) PTC_RETURN_IF_ERROR(walk_pieces(slice, off, rows * rb, blobs, sink));
     off += rows * rb;
     len -= rows * rb;
   }
@@ -159,9 +164,10 @@ class ReplySink final : public ReadBufferSink {
       buf.add_fd(file->fd(), off, n);
     return ptc::Status::ok();
   }
-  // Rows go to a buffer that takes them (the direct server's) as one segment.
+  // Rows go to a buffer that takes them (the direct server's) as one segment; rows with a
+  // blob unmapped, or cut short, are left to walk_slice: piece by piece, blob() says which.
   bool takes_rows() const override { return buffer().takes_rows(); }
-  ptc::Status rows(uint64_t rows, const std::vector<RowPiece>& pieces) override {
+  ptc::Result<bool> rows(uint64_t rows, const std::vector<RowPiece>& pieces) override {
     std::vector<fs::ReadBuffer::RowPiece> kept;
     kept.reserve(pieces.size());
     for (const RowPiece& p : pieces) {
@@ -171,17 +177,12 @@ class ReplySink final : public ReadBufferSink {
       }
       const uint64_t end = p.off + (rows - 1) * p.stride + p.len;  // of the last row's piece
       const std::byte* map = p.file->data();
-      if (!map || end > p.file->size()) {  // unmapped, or cut short: piece by piece, which says so
-        for (uint64_t r = 0; r < rows; ++r)
-          for (const RowPiece& q : pieces)
-            PTC_RETURN_IF_ERROR(q.file ? blob(q.file, q.off + r * q.stride, q.len) : zeros(q.len));
-        return ptc::Status::ok();
-      }
+      if (!map || end > p.file->size()) return false;
       out(p.file);  // kept alive with the buffer
       kept.push_back(fs::ReadBuffer::RowPiece{map + p.off, p.file->fd(), p.off, p.len, p.stride});
     }
     buffer().add_rows(rows, kept);
-    return ptc::Status::ok();
+    return true;
   }
 
  private:

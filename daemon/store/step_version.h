@@ -73,11 +73,13 @@ class PieceSink {
   };
   // Whether the sink takes whole rows at once (rows()); else walk_slice hands it every piece.
   virtual bool takes_rows() const { return false; }
-  // `rows` whole rows of the slice, each the pieces in order. Checks and errors as blob().
-  virtual ptc::Status rows(uint64_t rows, const std::vector<RowPiece>& pieces) {
+  // `rows` whole rows of the slice, each the pieces in order: true when the sink took them,
+  // false when it leaves them to walk_slice, which then hands it their pieces (blob() and
+  // zeros(), which check them). Errors as blob().
+  virtual ptc::Result<bool> rows(uint64_t rows, const std::vector<RowPiece>& pieces) {
     (void)rows;
     (void)pieces;
-    return ptc::internal("this sink takes no rows");
+    return false;
   }
 };
 
@@ -114,9 +116,9 @@ using OpenBlob = std::function<ptc::Result<std::shared_ptr<const BlobFile>>(uint
 
 // The one read primitive: walks bytes [off, off + len) of `slice` (they lie inside it) into
 // `sink`, opening each blob with `open` once. A sink that takes_rows() gets the whole rows of
-// the range in one rows() call (a partial first or last row piece by piece), any other every
-// piece of every row. Stops at the first error of `open` (kIo naming the blob) or of the sink,
-// and returns it.
+// the range in one rows() call (a partial first or last row piece by piece, and the rows too
+// when rows() leaves them), any other every piece of every row. Stops at the first error of
+// `open` (kIo naming the blob) or of the sink, and returns it.
 ptc::Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, const OpenBlob& open, PieceSink& sink);
 
 // Where a version's shards live in a cluster: the nodes its ranks are placed on (ids, in
@@ -174,6 +176,9 @@ class StepVersion final : public fs::StepContent {
   // (walk_slice over this version's blobs). kInternal when the range passes the slice's end.
   ptc::Status pieces(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len, PieceSink& sink) const;
   const StepPlacement& placement() const { return placement_; }
+  // Unique among the versions of this process, where an address may be reused once one is
+  // gone: what SlabDigests keeps a version's digests by, holding nothing of the version.
+  uint64_t serial() const { return serial_; }
   bool holds(const ptc::ShardId& shard) const { return placement_.holds(shard_index(shard)); }
   size_t shard_index(const ptc::ShardId& s) const;
   uint64_t total_bytes() const;  // of all stored slices (held here)
@@ -200,6 +205,7 @@ class StepVersion final : public fs::StepContent {
   BlobStore* blobs_;
   StepPlacement placement_;
   const RemoteSlices* remote_;
+  uint64_t serial_;
 };
 
 }  // namespace ptcfs

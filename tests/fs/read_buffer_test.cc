@@ -228,7 +228,7 @@ TEST_CASE("the zero block is zeros, shared by every zero segment") {
   CHECK(b.segments()[0].mem == z);
 }
 
-TEST_CASE("rows of a strided slice: one segment in a buffer that takes rows, a segment per piece in any other") {
+TEST_CASE("rows of a strided slice: one segment of rows, as given") {
   // Two "blobs" in memory; a row is 2 bytes of the first (stride 4), 3 zeros, 1 byte of the second (stride 2).
   const std::string x = "AaBbCcDd", y = "1_2_3_";
   const auto* px = reinterpret_cast<const std::byte*>(x.data());
@@ -249,33 +249,15 @@ TEST_CASE("rows of a strided slice: one segment in a buffer that takes rows, a s
   CHECK(rows.segments()[1].len == 12);
   REQUIRE(rows.rows().size() == 1);
   CHECK(rows.rows()[0].rows == 2);
-  CHECK(rows.rows()[0].pieces.size() == 3);  // without the empty one
+  CHECK(rows.rows()[0].pieces.size() == 4);  // the empty one too: the direct map leaves it out
+  CHECK(rows.rows()[0].pieces[2].fd == 8);
+  CHECK(rows.rows()[0].pieces[2].stride == 2);
   CHECK(rows.size() == 13);
   CHECK(bytes_of(rows) == "h" + want);
 
-  ReadBuffer flat;  // a FUSE reply's buffer
-  flat.add_rows(2, pieces);
-  CHECK(flat.rows().empty());
-  CHECK(flat.segments().size() == 6);
-  CHECK(flat.segments()[0].origin_fd == 7);
-  CHECK(flat.segments()[3].origin_off == 4);  // row 1 of the first piece
-  CHECK(bytes_of(flat) == want);
-}
-
-TEST_CASE("rows that lie back to back are one piece, in any buffer") {
-  const std::string m = "0123456789ab";
-  const auto* p = reinterpret_cast<const std::byte*>(m.data());
-  ReadBuffer b;
-  b.take_rows();
-  // Rows of 4 bytes, two pieces that continue each other in file 5, each row after the last.
-  b.add_rows(3, {{p, 5, 100, 3, 4}, {p + 3, 5, 103, 1, 4}});
-  b.add_rows(4, {{nullptr, -1, 0, 2, 0}, {nullptr, -1, 0, 1, 0}});  // zeros only
-  b.add_rows(0, {{p, 5, 100, 3, 4}});                               // no rows: nothing
-  REQUIRE(b.segments().size() == 2);
-  CHECK(b.rows().empty());
-  CHECK(b.segments()[0].origin_off == 100);
-  CHECK(b.segments()[0].len == 12);
-  CHECK(b.segments()[1].zeros);
-  CHECK(b.segments()[1].len == 12);
-  CHECK(bytes_of(b) == m + std::string(12, '\0'));
+  rows.add_rows(0, pieces);                                      // no rows: nothing
+  rows.add_rows(3, {{px, 7, 0, 0, 4}, {nullptr, -1, 0, 0, 0}});  // no bytes: nothing
+  CHECK(rows.segments().size() == 2);
+  CHECK(rows.rows().size() == 1);
+  CHECK(rows.size() == 13);
 }

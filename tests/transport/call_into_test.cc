@@ -3,8 +3,15 @@
 // can differ from what was asked for fails the call.
 #include <catch2/catch.hpp>
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -31,10 +38,12 @@ const std::string& payload() {
 }
 
 // Answers {"op": "peer.read", "n": N} with the first N bytes of payload(), sent as three
-// spans that do not line up with the client's pieces; "peer.missing" with not_found.
+// spans that do not line up with the client's pieces; "peer.missing" with not_found;
+// "peer.plain" with a success that carries no bytes (a plain response frame).
 std::unique_ptr<RpcServer> serve_bytes() {
   auto s = RpcServer::start("127.0.0.1:0", [](const json& r, const ProgressSink&) -> ptc::Result<Reply> {
     if (r["op"] == "peer.missing") return ptc::not_found("no such slice");
+    if (r["op"] == "peer.plain") return Reply(json{{"plain", true}});
     const size_t n = r["n"].get<size_t>();
     Reply rep(json{{"n", n}});
     const size_t a = std::min(n, size_t{1000}), b = std::min(n, kPiece + 3);
@@ -69,7 +78,91 @@ struct Receiver {
   }
 };
 
+sockaddr_in loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  return a;
+}
+
+// Copies bytes both ways between sockets a and b until either side closes, then closes both.
+void pass_both_ways(int a, int b) {
+  pollfd fds[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+  std::vector<char> buf(1 << 16);
+  for (bool open = true; open && ::poll(fds, 2, -1) > 0;)
+    for (int i = 0; i < 2 && open; ++i) {
+      if (fds[i].revents == 0) continue;
+      ssize_t n = ::read(fds[i].fd, buf.data(), buf.size());
+      open = n > 0;
+      for (const char* p = buf.data(); open && n > 0; p += n > 0 ? n : 0) {
+        const ssize_t w = ::send(fds[1 - i].fd, p, static_cast<size_t>(n), MSG_NOSIGNAL);
+        open = w > 0;
+        n -= w;
+      }
+    }
+  ::close(a);
+  ::close(b);
+}
+
+// A loopback proxy in front of the server at `upstream` ("127.0.0.1:PORT") that counts the
+// connections it accepts. Clients must close theirs before it is destroyed.
+struct CountingProxy {
+  int fd = -1;
+  int port = 0;
+  std::atomic<int> accepted{0};
+  std::vector<std::thread> pipes;  // the acceptor's until it is joined
+  std::thread acceptor;
+  explicit CountingProxy(const std::string& upstream) {
+    const int up = std::stoi(upstream.substr(upstream.rfind(':') + 1));
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = loopback(0);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 16) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port = ntohs(a.sin_port);
+    acceptor = std::thread([this, up] {
+      for (int c; (c = ::accept(fd, nullptr, nullptr)) >= 0;) {
+        ++accepted;
+        const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+        const sockaddr_in to = loopback(up);
+        if (::connect(s, reinterpret_cast<const sockaddr*>(&to), sizeof to) != 0) {
+          ::close(s);
+          ::close(c);
+          continue;
+        }
+        pipes.emplace_back(pass_both_ways, c, s);
+      }
+    });
+  }
+  ~CountingProxy() {
+    ::shutdown(fd, SHUT_RDWR);  // wakes the accept
+    acceptor.join();
+    for (auto& t : pipes) t.join();
+    ::close(fd);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+};
+
 }  // namespace
+
+TEST_CASE("call_into: a success without the bytes asked for is kCorrupt, unless none were asked for") {
+  auto server = serve_bytes();
+  auto c = RpcClient::connect(server->address());
+  REQUIRE(c);
+  Receiver rx;
+  auto none = (*c)->call_into(json{{"op", "peer.plain"}}, 0, rx.hooks());
+  REQUIRE(none);
+  CHECK(*none == json{{"plain", true}});
+  CHECK_FALSE((*c)->broken());
+  auto r = (*c)->call_into(json{{"op", "peer.plain"}}, 10, rx.hooks());
+  CHECK(r.status().code() == ptc::Code::kCorrupt);
+  CHECK(r.status().message() == "daemon at " + server->address() + " answered without the 10 bytes asked for");
+  CHECK(rx.placed.empty());
+  CHECK(rx.landed.empty());
+  CHECK((*c)->broken());
+}
 
 TEST_CASE("call_into: the bytes land piece by piece where the hooks place them, exactly as sent") {
   auto server = serve_bytes();
@@ -158,8 +251,9 @@ TEST_CASE("call_into: an error of the hooks stops the call mid-reply and drops t
 
 TEST_CASE("the TCP backend's call_into reads the bytes in, counts them and reuses the connection") {
   auto server = serve_bytes();
+  CountingProxy proxy(server->address());
   ptc::ClusterConfig cluster;
-  cluster.nodes.push_back(ptc::NodeSpec{"n0", server->address(), 1});
+  cluster.nodes.push_back(ptc::NodeSpec{"n0", proxy.address(), 1});
   auto backend = make_tcp_backend(cluster, "");
   const size_t n = payload().size();
   for (int round = 0; round < 2; ++round) {
@@ -174,4 +268,6 @@ TEST_CASE("the TCP backend's call_into reads the bytes in, counts them and reuse
   CHECK(bad.status().code() == ptc::Code::kNotFound);
   CHECK_THAT(bad.status().message(), Catch::Contains("node n0"));
   CHECK(backend->bytes_received() == 2 * n);
+  CHECK(proxy.accepted == 1);  // three calls, the error's too, on one connection
+  backend.reset();             // closes it, so the proxy can stop
 }

@@ -107,6 +107,29 @@ TEST_CASE("chunked scans find every line wherever the chunks end", "[jsonl_index
   }
 }
 
+TEST_CASE("a line whose newline falls at either side of a read's end is indexed exactly", "[jsonl_index]") {
+  // Unmapped, a chunk of 4096 bytes is read, then read on (1 MiB, then doubling) until its
+  // last line ends: reads end at 4096, 4096 + 2^20 and 2 * (4096 + 2^20).
+  const uint64_t ends[] = {4096, 4096 + (1 << 20), 2 * (4096 + (1 << 20))};
+  TempDir tmp;
+  for (uint64_t read_end : ends)
+    for (uint64_t newline : {read_end - 1, read_end}) {
+      const std::string line = "[\"" + std::string(newline - 4, 'y') + "\"]";  // its '\n' at `newline`
+      REQUIRE(line.size() == newline);
+      Files files = open_files(tmp, {line + "\n{}\n[1]"});
+      for (unsigned threads : {1u, 2u})
+        for (bool map : {true, false}) {
+          INFO("newline at " << newline << ", threads " << threads << ", mapped " << map);
+          std::vector<SampleRecord> got;
+          REQUIRE(index_jsonl_files(files.inputs, got, {}, {4096, threads, map}).is_ok());
+          REQUIRE(got.size() == 3);
+          CHECK((got[0].offset == 0 && got[0].bytes == newline + 1 && got[0].file == 0 && got[0].flags == 0));
+          CHECK((got[1].offset == newline + 1 && got[1].bytes == 3 && got[1].flags == 0));
+          CHECK((got[2].offset == newline + 4 && got[2].bytes == 3 && got[2].flags == kSupplyNewline));
+        }
+    }
+}
+
 TEST_CASE("the first line that is not JSON is named by file and line, wherever the chunks end", "[jsonl_index]") {
   TempDir tmp;
   std::string second;

@@ -1,10 +1,12 @@
 // The pieces of a strided slice: row r of extent e at e.offset + r * e.stride.
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <tuple>
 #include <vector>
 
 #include "daemon/store/step_version.h"
+#include "ptc/layout.h"
 
 using namespace ptcfs;
 
@@ -98,7 +100,8 @@ TEST_CASE("walk_slice hands the sink a slice's pieces, opening each blob once", 
 
 namespace {
 // Records what walk_slice hands a sink that takes rows: rows() calls as (rows, pieces), and
-// pieces of partial rows as Recorder does.
+// pieces of partial rows as Recorder does. With `decline`, rows() leaves every call's rows to
+// walk_slice.
 struct RowRecorder final : PieceSink {
   struct RowPiece {
     uint64_t blob, off, len, stride;
@@ -106,6 +109,7 @@ struct RowRecorder final : PieceSink {
   };
   std::vector<std::pair<uint64_t, std::vector<RowPiece>>> rows_got;
   std::vector<Piece> got;
+  bool decline = false;
   ptc::Status zeros(uint64_t n) override {
     got.emplace_back(kZeroBlob, 0, n);
     return ptc::Status::ok();
@@ -115,11 +119,11 @@ struct RowRecorder final : PieceSink {
     return ptc::Status::ok();
   }
   bool takes_rows() const override { return true; }
-  ptc::Status rows(uint64_t rows, const std::vector<PieceSink::RowPiece>& pieces) override {
+  ptc::Result<bool> rows(uint64_t rows, const std::vector<PieceSink::RowPiece>& pieces) override {
     std::vector<RowPiece> p;
     for (const auto& x : pieces) p.push_back({x.file ? x.file->id() : kZeroBlob, x.off, x.len, x.stride});
     rows_got.emplace_back(rows, p);
-    return ptc::Status::ok();
+    return !decline;
   }
 };
 }  // namespace
@@ -150,6 +154,16 @@ TEST_CASE("a sink that takes rows gets a range's whole rows in one call, a parti
     CHECK(small.rows_got.empty());
     CHECK(small.got == std::vector<Piece>{{7, 110, 4}, {0, 0, 3}, {8, 5, 1}});
   }
+  SECTION("rows the sink leaves go piece by piece, where they lie") {
+    RowRecorder left;
+    left.decline = true;
+    REQUIRE(walk_slice(s, 5, 4 + 2 * 9 + 3, open, left).is_ok());
+    CHECK(left.rows_got.size() == 1);
+    CHECK(
+        left.got ==
+        std::vector<Piece>{
+            {0, 0, 2}, {8, 0, 2}, {7, 110, 4}, {0, 0, 3}, {8, 5, 2}, {7, 120, 4}, {0, 0, 3}, {8, 10, 2}, {7, 130, 3}});
+  }
   SECTION("whole rows from the first: one call") {
     RowRecorder all;
     REQUIRE(walk_slice(s, 0, slice_bytes(s), open, all).is_ok());
@@ -158,4 +172,28 @@ TEST_CASE("a sink that takes rows gets a range's whole rows in one call, a parti
     CHECK(all.rows_got[0].first == 4);
     CHECK(all.rows_got[0].second == std::vector<RP>{{7, 100, 4, 10}, {kZeroBlob, 0, 3, 0}, {8, 0, 2, 5}});
   }
+}
+
+TEST_CASE("every version has a serial of its own, one made where a removed one was too", "[step_version]") {
+  // What SlabDigests keys by: it holds nothing of a version, so a removed one's memory is
+  // freed at once and the next version may be made at its address.
+  auto p = ptc::parse_ptc_json(R"({"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": 1, "tensors": {
+    "w": {"dtype": "F32", "shape": [2], "tp_dim": 0, "layer": 0}}})",
+                               "ptc.json");
+  REQUIRE(p.is_ok());
+  auto layout = ptc::Layout::make(*p, p->parallelism);
+  REQUIRE(layout.is_ok());
+  auto make = [&] {
+    return std::make_shared<const StepVersion>("j", "s", 1, 0, *layout, std::vector<std::vector<StoredSlice>>(1),
+                                               nullptr);
+  };
+  auto v = make();
+  const void* where = v.get();
+  const uint64_t first = v->serial();
+  v.reset();
+  std::vector<std::shared_ptr<const StepVersion>> made;
+  for (int i = 0; i < 100 && (made.empty() || made.back().get() != where); ++i) made.push_back(make());
+  REQUIRE(made.back().get() == where);  // the allocator reused the removed version's memory
+  CHECK(made.back()->serial() != first);
+  CHECK(made.front()->serial() == first + 1);
 }
