@@ -155,9 +155,12 @@ ptc::Status read_and_scan_chunk(const JsonlInput& in, const Chunk& c, std::strin
   // No '\n' at all: a line from an earlier chunk covers this one (and reading on is not needed).
   if (c.begin > 0 && std::memchr(buf.data(), '\n', have) == nullptr) return ptc::Status::ok();
   // Every line that starts in the chunk ends by the first '\n' from c.end - 1 on, or the file's end.
-  for (uint64_t seen = c.end - 1 - from;
-       std::memchr(buf.data() + seen, '\n', have - seen) == nullptr && from + have < in.size; seen = have)
+  // (Each pass looks only at the bytes it has not looked at yet.)
+  for (uint64_t seen = c.end - 1 - from; std::memchr(buf.data() + seen, '\n', have - seen) == nullptr;) {
+    if (from + have == in.size) break;  // the file's last line, without a '\n'
+    seen = have;
     PTC_RETURN_IF_ERROR(read(std::max<uint64_t>(kReadOn, have)));
+  }
   return scan_chunk(in, {buf.data(), from, from + have}, c, b, r);
 }
 
