@@ -69,11 +69,11 @@ struct Unreadable {
 };
 
 struct Snapshot {
-  std::vector<ptc::QueueEntry> queue;           // in submit order
-  std::map<std::string, Unreadable> unreadable;  // by job, left out of the pass
+  std::vector<ptc::QueueEntry> queue;                 // in submit order
+  std::map<std::string, Unreadable> unreadable;       // by job, left out of the pass
   std::map<std::string, ptc::StoredDecision> stored;  // of the readable entries and of finished jobs
-  int gpus = 0;      // the capacity
-  int reserved = 0;  // of it, held by the jobs whose entries are unreadable
+  int gpus = 0;                                       // the capacity
+  int reserved = 0;                                   // of it, held by the jobs whose entries are unreadable
   int free() const { return std::max(0, gpus - reserved); }
   int64_t revision = 0;
 };
@@ -247,14 +247,14 @@ ptc::Result<Snapshot> Controller::read() {
 
 void report(const Snapshot& s, const Globals& g) {
   for (const auto& [job, u] : s.unreadable) {
-    const std::string kept = !u.stored     ? "is left out"
+    const std::string kept = !u.stored    ? "is left out"
                              : u.reserved ? fmt::format("keeps its decision and its {} GPUs stay reserved", u.reserved)
                                           : "keeps its decision";
     ptc::log::error("autoscale: unreadable queue entry {}: {}; job '{}' {} until the entry is fixed or removed", u.key,
                     u.error, job, kept);
     if (g.json) {
-      fmt::print("{}\n", json{{"unreadable", u.key}, {"job", job}, {"error", u.error}, {"reserved_gpus", u.reserved}}
-                             .dump());
+      fmt::print("{}\n",
+                 json{{"unreadable", u.key}, {"job", job}, {"error", u.error}, {"reserved_gpus", u.reserved}}.dump());
       std::fflush(stdout);
     }
   }

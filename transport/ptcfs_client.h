@@ -125,8 +125,8 @@ ptcfs_nccl* ptcfs_nccl_open(int rank, int nranks, const unsigned char* id, int d
  * the same order; a rank may send to itself (its sends and receives to itself pair up in order).
  * timeout_ms 0: no limit; past it the communicator is aborted ("deadline_exceeded: ...") and every
  * later round fails. 0, or -1 with a message in err. One round at a time per communicator. */
-int ptcfs_nccl_exchange(ptcfs_nccl* c, const ptcfs_p2p_op* ops, size_t n, void* stream, uint64_t timeout_ms,
-                        char* err, size_t errlen);
+int ptcfs_nccl_exchange(ptcfs_nccl* c, const ptcfs_p2p_op* ops, size_t n, void* stream, uint64_t timeout_ms, char* err,
+                        size_t errlen);
 void ptcfs_nccl_close(ptcfs_nccl* c);
 
 #ifdef __cplusplus

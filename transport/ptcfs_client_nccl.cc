@@ -67,8 +67,8 @@ ptcfs_nccl* ptcfs_nccl_open(int rank, int nranks, const unsigned char* id, int d
   }
 }
 
-int ptcfs_nccl_exchange(ptcfs_nccl* c, const ptcfs_p2p_op* ops, size_t n, void* stream, uint64_t timeout_ms,
-                        char* err, size_t errlen) {
+int ptcfs_nccl_exchange(ptcfs_nccl* c, const ptcfs_p2p_op* ops, size_t n, void* stream, uint64_t timeout_ms, char* err,
+                        size_t errlen) {
   try {
     if (!c) {
       set_error(err, errlen, "invalid_argument: no communicator");

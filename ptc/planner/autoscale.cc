@@ -38,8 +38,7 @@ Result<QueueEntry> parse_queue_entry(std::string_view text, const std::string& n
     if (!e.spec.samples) return invalid(where + ": 'samples_done' goes with the job's 'samples'");
     if (!n.is_number() || n.get<double>() < 0 || n.get<double>() >= *e.spec.samples)
       return invalid(where + ": samples_done must be a number of samples >= 0 and below the job's samples (" +
-                     json(*e.spec.samples).dump() + "; a job that trained them all leaves the queue), got " +
-                     n.dump());
+                     json(*e.spec.samples).dump() + "; a job that trained them all leaves the queue), got " + n.dump());
     e.samples_done = n.get<double>();
   }
   return e;

@@ -94,7 +94,7 @@ Result<std::vector<std::vector<TimedOption>>> timed_options(const std::vector<Jo
 }
 
 Result<std::vector<std::vector<TimedOption>>> timed_options(const std::vector<JobSpec>& jobs,
-                                                             const std::vector<std::vector<JobOption>>& options) {
+                                                            const std::vector<std::vector<JobOption>>& options) {
   if (jobs.size() != options.size())
     return invalid(std::to_string(jobs.size()) + " jobs for the options of " + std::to_string(options.size()));
   std::vector<std::vector<TimedOption>> out;

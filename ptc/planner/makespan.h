@@ -47,7 +47,7 @@ Result<std::vector<std::vector<TimedOption>>> timed_options(const std::vector<Jo
 // The same from options already known: options[j] those of jobs[j] (job_options on the
 // cluster), so that a caller that needs them too computes them once.
 Result<std::vector<std::vector<TimedOption>>> timed_options(const std::vector<JobSpec>& jobs,
-                                                             const std::vector<std::vector<JobOption>>& options);
+                                                            const std::vector<std::vector<JobOption>>& options);
 
 struct ScheduledJob {
   std::string name;

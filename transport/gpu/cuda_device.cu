@@ -79,7 +79,7 @@ class CudaDevice final : public Device {
     Slot& s = slots_[i];
     if (c.direct()) {
       PTCFS_CUDA_TRY(cudaMemcpyAsync(dst + c.segments[0].dst, host, c.len, cudaMemcpyHostToDevice, stream_),
-               "copying to the device");
+                     "copying to the device");
     } else {
       const size_t n = c.segments.size();
       if (n > s.seg_cap) {  // the slot is idle (waited for): grow its segment tables
@@ -88,14 +88,14 @@ class CudaDevice final : public Device {
         s.host_segs = nullptr, s.dev_segs = nullptr, s.seg_cap = 0;
         const size_t cap = std::max<size_t>(n, 4096);
         PTCFS_CUDA_TRY(cudaHostAlloc(&s.host_segs, cap * sizeof(Segment), cudaHostAllocDefault),
-                 "allocating pinned segments");
+                       "allocating pinned segments");
         PTCFS_CUDA_TRY(cudaMalloc(&s.dev_segs, cap * sizeof(Segment)), "allocating device segments");
         s.seg_cap = cap;
       }
       std::copy(c.segments.begin(), c.segments.end(), s.host_segs);
       PTCFS_CUDA_TRY(cudaMemcpyAsync(s.scratch, host, c.len, cudaMemcpyHostToDevice, stream_), "copying to the device");
       PTCFS_CUDA_TRY(cudaMemcpyAsync(s.dev_segs, s.host_segs, n * sizeof(Segment), cudaMemcpyHostToDevice, stream_),
-               "copying segments to the device");
+                     "copying segments to the device");
       const unsigned blocks = static_cast<unsigned>(std::min<size_t>(n, 8192));
       gather_kernel<<<blocks, 256, 0, stream_>>>(static_cast<const unsigned char*>(s.scratch),
                                                  reinterpret_cast<unsigned char*>(dst), s.dev_segs, n);

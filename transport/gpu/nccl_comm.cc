@@ -92,8 +92,8 @@ class GpuSelection {
     int n = 0;
     PTCFS_CUDA_TRY(cudaGetDeviceCount(&n), "looking for a GPU");
     if (device < 0 || device >= n)
-      return ptc::invalid("GPU " + std::to_string(device) + " does not exist (this process sees " +
-                          std::to_string(n) + ")");
+      return ptc::invalid("GPU " + std::to_string(device) + " does not exist (this process sees " + std::to_string(n) +
+                          ")");
     PTCFS_CUDA_TRY(cudaGetDevice(&previous_), "asking which GPU this thread uses");
     return cuda_status(cudaSetDevice(device), "selecting GPU " + std::to_string(device));
   }
@@ -215,8 +215,7 @@ ptc::Status NcclComm::exchange(const P2POp* ops, size_t n, void* stream, uint64_
     if (!why.empty()) {
       a.abort(im.comm);
       im.aborted = why + "; the communicator was aborted: open a new one";
-      return ptc::error(async != ncclSuccess && async != ncclInProgress ? ptc::Code::kIo
-                                                                       : ptc::Code::kDeadlineExceeded,
+      return ptc::error(async != ncclSuccess && async != ncclInProgress ? ptc::Code::kIo : ptc::Code::kDeadlineExceeded,
                         im.aborted);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));

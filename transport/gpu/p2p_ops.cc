@@ -8,8 +8,8 @@ namespace ptcfs::gpu {
 namespace {
 
 std::string op_name(const P2POp& op, size_t i) {
-  return "operation " + std::to_string(i) + " (" + (op.send ? "send to " : "receive from ") +
-         std::to_string(op.peer) + ", " + std::to_string(op.bytes) + " bytes)";
+  return "operation " + std::to_string(i) + " (" + (op.send ? "send to " : "receive from ") + std::to_string(op.peer) +
+         ", " + std::to_string(op.bytes) + " bytes)";
 }
 
 }  // namespace
