@@ -10,6 +10,9 @@ sending). ``reshard(state, ptc, frm, to, comm)`` carries it out on this rank:
 * a move between ranks is cut into chunks of at most ``chunk_bytes`` along the region's first
   dimension (one index of it at least); the source packs each chunk (strided in the old slice)
   into a contiguous staging tensor, sends it, and the destination unpacks it into the new slice;
+  a chunk that is whole rows of a slice is contiguous there, and is sent from the old slice or
+  received into the new one in place, without a staging copy (``staging_peak`` counts only the
+  copies made);
 * chunks go in rounds: every rank computes the same rounds from the plan, in plan order, a new
   round starting when a chunk would take some rank's staging (bytes packed plus bytes being
   received) past ``staging_bytes``. In a round every rank posts all its sends and receives at
@@ -160,17 +163,24 @@ def reshard(state: Dict[str, Any], ptc: Union[dict, str], frm: Config, to: Confi
         for tag, c in enumerate(rnd):
             m = p["moves"][c["move"]]
             if m["src_rank"] == me:
-                buf = source(m)[_index(m["src"], c["lo"], c["hi"])].contiguous()  # pack
-                sends.append((m["dst_rank"], tag, buf))
+                view = source(m)[_index(m["src"], c["lo"], c["hi"])]
+                if not view.is_contiguous():  # pack; rows of the old slice go as they lie
+                    view = view.contiguous()
+                    staged += c["bytes"]
+                sends.append((m["dst_rank"], tag, view))
                 sent += c["bytes"]
-                staged += c["bytes"]
             elif m["dst_rank"] == me:
                 dst = new_state[m["tensor"]]
-                buf = torch.empty(_chunk_shape(m["dst"], c["lo"], c["hi"]), dtype=dst.dtype, device=dst.device)
-                recvs.append((m["src_rank"], tag, buf))
-                unpack.append((dst, _index(m["dst"], c["lo"], c["hi"]), buf))
+                idx = _index(m["dst"], c["lo"], c["hi"])
+                view = dst[idx]
+                if view.is_contiguous():  # rows of the new slice: received in place, no unpack
+                    recvs.append((m["src_rank"], tag, view))
+                else:
+                    buf = torch.empty(_chunk_shape(m["dst"], c["lo"], c["hi"]), dtype=dst.dtype, device=dst.device)
+                    recvs.append((m["src_rank"], tag, buf))
+                    unpack.append((dst, idx, buf))
+                    staged += c["bytes"]
                 received += c["bytes"]
-                staged += c["bytes"]
         peak = max(peak, staged)
         if sends or recvs:
             comm.exchange(sends, recvs)
