@@ -12,6 +12,12 @@ gave `batch` in its queue entry) runs train.py with --global-batch: the controll
 job's datasets that batch when it repartitioned the latest step. No decision yet, or "queued":
 it waits, asking every --poll seconds. --segments N stops after N segments (for scripts and tests). What
 train.py prints passes through; --out and the other train.py flags go to every segment.
+
+After each segment that train.py finished, the launcher adds the samples it trained (the global batch
+of each iteration train.py printed) to `samples_done` in the job's queue entry, when the entry gives
+the job's `samples` and the sum stays below them, in an etcd transaction on the entry's mod_revision
+(a change someone else made meanwhile is kept; a few tries, then it says on stderr that it gave up
+and goes on training).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Optional
+from typing import Dict, List, Optional, Tuple
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(_HERE)), "python"))  # the repo's ptcfs
@@ -32,21 +38,94 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(_HERE)), "python
 import ptcfs  # noqa: E402
 
 
-def etcd_get(endpoints: str, key: str) -> Optional[dict]:
-    """The JSON value of `key` (None when absent), through etcd's v3 JSON gateway."""
-    body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+def _b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
+def _gateway(endpoints: str, path: str, body: dict) -> dict:
+    """etcd's answer to `body` POSTed to `path` of its v3 JSON gateway (keys and values base64), from
+    the first endpoint that answers; ptcfs.Error `unavailable` when none does."""
+    data = json.dumps(body).encode()
     errors = []
     for url in endpoints.split(","):
-        req = urllib.request.Request(url.rstrip("/") + "/v3/kv/range", data=body,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(url.rstrip("/") + path, data=data, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=3) as r:
-                kvs = json.load(r).get("kvs", [])
+                return json.load(r)
         except OSError as e:
             errors.append(f"{url}: {e}")
-            continue
-        return json.loads(base64.b64decode(kvs[0]["value"])) if kvs else None
-    raise SystemExit("launcher: no etcd endpoint answered: " + "; ".join(errors))
+    raise ptcfs.Error("unavailable", "no etcd endpoint answered: " + "; ".join(errors))
+
+
+def etcd_range(endpoints: str, key: str) -> Optional[Tuple[dict, str]]:
+    """The JSON value of `key` and its mod_revision (None when absent)."""
+    kvs = _gateway(endpoints, "/v3/kv/range", {"key": _b64(key)}).get("kvs", [])
+    return (json.loads(base64.b64decode(kvs[0]["value"])), kvs[0]["mod_revision"]) if kvs else None
+
+
+def etcd_get(endpoints: str, key: str) -> Optional[dict]:
+    """The JSON value of `key` (None when absent); no etcd: the launcher stops, saying so."""
+    try:
+        kv = etcd_range(endpoints, key)
+    except ptcfs.Error as e:
+        raise SystemExit(f"launcher: {e.message}")
+    return kv[0] if kv else None
+
+
+def record_progress(endpoints: str, key: str, trained: int, tries: int = 5) -> None:
+    """Adds `trained` samples to `samples_done` of the queue entry at `key` (docs/PLANNER.md "The
+    autoscaler"), in a transaction on the entry's mod_revision, so that a change another writer made
+    meanwhile is kept: on a conflict it reads the entry again, `tries` times in all. Nothing written
+    when the entry is gone, gives no `samples`, or the sum would reach them (the entry takes fewer: a
+    job that trained them all leaves the queue). Says on stderr what it did not write; never raises."""
+    if trained == 0:
+        return
+    why = ""
+    for _ in range(tries):
+        try:
+            kv = etcd_range(endpoints, key)
+            if kv is None:
+                print(f"launcher: {key} is gone: progress (+{trained} samples) not recorded", file=sys.stderr)
+                return
+            entry, rev = kv
+            job = entry.get("job")
+            samples = job.get("samples") if isinstance(job, dict) else None
+            if samples is None:
+                return  # samples_done goes only with samples
+            before = entry.get("samples_done", 0)
+            if before + trained >= samples:
+                print(f"launcher: {key}: {before + trained} of the job's {samples} samples trained; samples_done "
+                      f"left at {before} (the entry takes fewer: the job leaves the queue when it finishes)",
+                      file=sys.stderr)
+                return
+            entry["samples_done"] = before + trained
+            r = _gateway(endpoints, "/v3/kv/txn", {
+                "compare": [{"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": rev}],
+                "success": [{"request_put": {"key": _b64(key), "value": _b64(json.dumps(entry))}}]})
+            if r.get("succeeded"):
+                return
+            why = "the entry changed between its read and the write"
+        except (ptcfs.Error, ValueError, TypeError, KeyError) as e:
+            why = str(e)
+    print(f"launcher: gave up recording progress (+{trained} samples) in {key} after {tries} tries (the last: {why}); "
+          f"training goes on", file=sys.stderr)
+
+
+def run_segment(cmd: List[str]) -> Tuple[int, Dict[int, int]]:
+    """Runs train.py, passing its stdout through: its exit status and {iteration: global batch} from
+    the iteration lines it printed."""
+    batches = {}
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as p:
+        for line in p.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            try:
+                x = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(x, dict) and "iter" in x and "global_batch" in x:
+                batches[x["iter"]] = x["global_batch"]
+    return p.returncode, batches
 
 
 def latest_step(client: ptcfs.Client, job: str) -> Optional[int]:
@@ -102,10 +181,11 @@ def main(argv=None) -> int:
             cmd += ["--daemon", a.daemon]
         print(f"launcher: decision {d['seq']} ({d['gpus']} GPUs{batch}, tp={d['tp']},pp={d['pp']},dp={d['dp']}): "
               f"iterations {start or 0}..{end - 1}", file=sys.stderr, flush=True)
-        r = subprocess.run(cmd + train_args)
-        if r.returncode != 0:
-            print(f"launcher: train.py exited {r.returncode}", file=sys.stderr)
-            return r.returncode
+        rc, batches = run_segment(cmd + train_args)
+        if rc != 0:
+            print(f"launcher: train.py exited {rc}", file=sys.stderr)
+            return rc
+        record_progress(a.etcd, f"{a.prefix}/queue/{a.queue_name}", sum(batches.values()))
         done += 1
     return 0
 

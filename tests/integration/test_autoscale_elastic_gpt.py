@@ -4,8 +4,10 @@ tp=1,pp=1,dp=1 and saves step 4; the other job finishes, the controller gives th
 (step 4 repartitioned to dp=2, the dataset re-split with it), and the launcher's next segment
 resumes step 4 on 2 ranks: its losses continue those of a run that never stopped. The second test
 grows a job that chooses its batch: 1 GPU at batch 8, then 2 GPUs at batch 16, the samples it
-trains on staying the dataset's epoch order."""
+trains on staying the dataset's epoch order. After each segment the launcher records the samples
+trained in the queue entry's samples_done, keeping what others changed in the entry meanwhile."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -62,11 +64,13 @@ def launcher(etcd, out, common):
             "--every", "4", "--until", "8", "--segments", "1", "--out", out, *common]
 
 
-def segment(launch, line):
-    """Runs the launcher for one segment; `line` is what it must print about the decision it ran."""
+def segment(launch, *lines):
+    """Runs the launcher for one segment; `lines` are what it must print (about the decision it ran, ...)."""
     r = subprocess.run(launch, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert line in r.stderr, r.stderr
+    for line in lines:
+        assert line in r.stderr, r.stderr
+    assert "gave up" not in r.stderr, r.stderr
 
 
 def other_leaves(etcd, daemon):
@@ -90,14 +94,18 @@ def test_the_job_grows_under_the_controller_and_its_losses_continue(tmp_path, da
     subprocess.run([PY, os.path.join(EX, "train.py"), "--job", "ref", "--steps", "8", "--out", ref, *common],
                    check=True, capture_output=True)
     with Etcd(root) as etcd:
-        gpt = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100, "2": 190}}
+        # 64 samples: the 8 iterations at batch 8; samples_done takes only fewer, so the last segment's are not written
+        gpt = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100, "2": 190}, "samples": 64}
         ctl = start_controller(root, etcd, daemon, gpt)
         launch = launcher(etcd, out, common)
         try:
             segment(launch, "launcher: decision 2 (1 GPUs, tp=1,pp=1,dp=1): iterations 0..3")
+            assert etcd.get_json(f"{P}/queue/gpt")["samples_done"] == 4 * 8
             d = other_leaves(etcd, daemon)
             assert (d["tp"], d["pp"], d["dp"], d["step"]) == (1, 1, 2, "4"), d
-            segment(launch, f"launcher: decision {d['seq']} (2 GPUs, tp=1,pp=1,dp=2): iterations 4..7")
+            segment(launch, f"launcher: decision {d['seq']} (2 GPUs, tp=1,pp=1,dp=2): iterations 4..7",
+                    f"launcher: {P}/queue/gpt: 64 of the job's 64 samples trained; samples_done left at 32")
+            assert etcd.get_json(f"{P}/queue/gpt") == {"job": gpt, "daemon": daemon.addr, "samples_done": 32}
         finally:
             ctl.kill()
             ctl.wait(timeout=10)
@@ -131,19 +139,26 @@ def test_the_job_grows_in_ranks_and_batch_and_trains_on_the_epoch_order(tmp_path
     subprocess.run([*train, "--steps", "8", "--resume", "4", "--global-batch", "16", "--out", ref16], check=True,
                    capture_output=True)
     with Etcd(root) as etcd:
-        gpt = {"min_gpus": 1, "max_gpus": 2, "batch": {"min": 8, "max": 16},
+        gpt = {"min_gpus": 1, "max_gpus": 2, "batch": {"min": 8, "max": 16}, "samples": 1000,
                "throughput": {"1": {"8": 100, "16": 90}, "2": {"8": 150, "16": 220}}}
         ctl = start_controller(root, etcd, daemon, gpt)
         launch = launcher(etcd, out, common)
         try:
             segment(launch, "launcher: decision 2 (1 GPUs, global batch 8, tp=1,pp=1,dp=1): iterations 0..3")
+            entry = etcd.get_json(f"{P}/queue/gpt")
+            assert entry == {"job": gpt, "daemon": daemon.addr, "samples_done": 4 * 8}
             d = other_leaves(etcd, daemon)
+            # Someone else edits the entry between the segments (the store job named, as it already was):
+            # the launcher's next write keeps it.
+            etcd.ctl("put", f"{P}/queue/gpt", json.dumps({**entry, "store_job": "gpt"}))
             assert (d["gpus"], d["global_batch"], d["tp"], d["pp"], d["dp"], d["step"]) == (2, 16, 1, 1, 2, "4"), d
             with open(os.path.join(daemon.mnt, "gpt", "data", "train", "state.json")) as f:
                 st = json.load(f)
             assert {k: st[k] for k in ("global_batch", "dp", "consumed", "batch_offset")} == \
                 {"global_batch": 16, "dp": 2, "consumed": 32, "batch_offset": 32}
             segment(launch, f"launcher: decision {d['seq']} (2 GPUs, global batch 16, tp=1,pp=1,dp=2): iterations 4..7")
+            assert etcd.get_json(f"{P}/queue/gpt") == \
+                {"job": gpt, "daemon": daemon.addr, "store_job": "gpt", "samples_done": 4 * 8 + 4 * 16}
         finally:
             ctl.kill()
             ctl.wait(timeout=10)
@@ -166,3 +181,56 @@ def test_the_job_grows_in_ranks_and_batch_and_trains_on_the_epoch_order(tmp_path
     with open(os.path.join(daemon.mnt, "gpt", "data", "train", "state.json")) as f:
         st = json.load(f)
     assert (st["epoch"], st["consumed"], st["batch_offset"], st["samples_per_epoch"]) == (0, 96, 32, 112)
+
+
+def load_launcher():
+    spec = importlib.util.spec_from_file_location("launcher", os.path.join(EX, "launcher.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_launchers_progress_write_keeps_a_concurrent_edit_and_gives_up_saying_so(tmp_path, monkeypatch, capsys):
+    # record_progress against a real etcd, with the test editing the entry between the launcher's read
+    # and its transaction (before the first N transactions): the transaction is refused, the launcher
+    # reads again and writes samples_done on top of the edit; edited before every try, it gives up.
+    lau = load_launcher()
+    key = f"{P}/queue/gpt"
+    with Etcd(str(tmp_path)) as etcd:
+        real, txns = lau._gateway, []
+
+        def edit_before_txn(n):
+            def gateway(endpoints, path, body):
+                if path == "/v3/kv/txn":
+                    txns.append(body)
+                    if len(txns) <= n:
+                        e = etcd.get_json(key)
+                        etcd.ctl("put", key, json.dumps({**e, "store_job": f"edit{len(txns)}"}))
+                return real(endpoints, path, body)
+            monkeypatch.setattr(lau, "_gateway", gateway)
+
+        job = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100}, "samples": 100}
+        etcd.ctl("put", key, json.dumps({"job": job, "daemon": "h:1", "samples_done": 8}))
+        edit_before_txn(1)
+        lau.record_progress(etcd.endpoints, key, 40)
+        assert len(txns) == 2
+        assert etcd.get_json(key) == {"job": job, "daemon": "h:1", "samples_done": 48, "store_job": "edit1"}
+        assert capsys.readouterr().err == ""
+
+        txns.clear()
+        edit_before_txn(5)
+        lau.record_progress(etcd.endpoints, key, 16, tries=3)
+        assert len(txns) == 3
+        assert etcd.get_json(key) == {"job": job, "daemon": "h:1", "samples_done": 48, "store_job": "edit3"}
+        assert capsys.readouterr().err == (
+            f"launcher: gave up recording progress (+16 samples) in {key} after 3 tries (the last: the entry "
+            "changed between its read and the write); training goes on\n")
+
+        # No samples in the job: no samples_done written (the entry would not parse); the entry gone: said.
+        txns.clear()
+        etcd.ctl("put", key, json.dumps({"job": {"min_gpus": 1, "max_gpus": 1, "throughput": {"1": 1}}}))
+        lau.record_progress(etcd.endpoints, key, 16)
+        etcd.ctl("del", key)
+        lau.record_progress(etcd.endpoints, key, 16)
+        assert txns == [] and etcd.get_json(key) is None
+        assert capsys.readouterr().err == f"launcher: {key} is gone: progress (+16 samples) not recorded\n"
