@@ -86,7 +86,7 @@ int ptcfs_gpu_available(char* err, size_t errlen);
 int ptcfs_read_device(const ptcfs_file* f, uint64_t off, uint64_t len, void* dst, void* stream,
                       ptcfs_device_stats* stats, char* err, size_t errlen);
 
-/* Live resharding (docs/ARCHITECTURE.md "Live resharding", docs/PYTHON.md "ptcfs.live"): the plan
+/* Live resharding (docs/ARCHITECTURE.md "Live resharding", docs/PYTHON.md "Live resharding (`ptcfs.live`)"): the plan
  * that moves a running job's slices from parallel config `from` to `to` ("tp=2,pp=2,dp=1"), rank to
  * rank, for the PTC in `ptc_json` (ptc.json's text). Pure: no daemon, no mount. Returns the plan as
  * JSON text (ptc/live_plan.h: "moves", "ranks", "bytes_min"), NUL-terminated, which the caller
@@ -123,8 +123,9 @@ ptcfs_nccl* ptcfs_nccl_open(int rank, int nranks, const unsigned char* id, int d
 /* One round: posts the n operations as one NCCL group on `stream` (a cudaStream_t; NULL: the default
  * stream) and returns when all are done. Each pair of ranks must list the messages between them in
  * the same order; a rank may send to itself (its sends and receives to itself pair up in order).
- * timeout_ms 0: no limit; past it the communicator is aborted ("deadline_exceeded: ...") and every
- * later round fails. 0, or -1 with a message in err. One round at a time per communicator. */
+ * timeout_ms 0: no limit; past it ("deadline_exceeded: ...") or when NCCL reports the round failed
+ * ("io: ...") the communicator is aborted, and every later round fails ("failed_precondition: ...").
+ * 0, or -1 with a message in err. One round at a time per communicator. */
 int ptcfs_nccl_exchange(ptcfs_nccl* c, const ptcfs_p2p_op* ops, size_t n, void* stream, uint64_t timeout_ms, char* err,
                         size_t errlen);
 void ptcfs_nccl_close(ptcfs_nccl* c);

@@ -70,6 +70,10 @@ ptcfs_nccl* ptcfs_nccl_open(int rank, int nranks, const unsigned char* id, int d
 int ptcfs_nccl_exchange(ptcfs_nccl* c, const ptcfs_p2p_op* ops, size_t n, void* stream, uint64_t timeout_ms, char* err,
                         size_t errlen) {
   try {
+    if (n > 0 && !ops) {
+      set_error(err, errlen, "invalid_argument: a round of " + std::to_string(n) + " operations without their list");
+      return -1;
+    }
     if (!c) {
       set_error(err, errlen, "invalid_argument: no communicator");
       return -1;

@@ -76,7 +76,7 @@ struct Chunk {
 // Pulls every transfer into `w` (transfer i at offsets[i]); all or nothing. Each chunk comes
 // in pieces of RpcClient::kIntoPiece into a small buffer of the thread's, which stays in the
 // CPU's cache: each piece is hashed and written to the blob while hot, and the chunk's hash
-// is then checked against the sender's XXH3 (docs/BENCHMARKS.md "cluster": measured against
+// is then checked against the sender's XXH3 (docs/BENCHMARKS.md "What each section does", cluster: measured against
 // a whole-chunk buffer and against receiving into a mapping of the blob).
 // `backend[n]`: the peer backend's index of node n of the plan; `self_id` names this node to
 // the peers it reads from (their sent-bytes metrics).

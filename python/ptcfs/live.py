@@ -23,7 +23,7 @@ sending). ``reshard(state, ptc, frm, to, comm)`` carries it out on this rank:
 
 A communicator is any object with ``rank``, ``device`` and ``exchange(sends, recvs)``, where each
 is a list of ``(peer, tag, tensor)`` and the call returns when all are done. ``TorchComm`` is one
-over ``torch.distributed`` (gloo: CPU tensors, what the CPU tests run; or an nccl group);
+over ``torch.distributed`` with gloo (CPU tensors; what the CPU tests run);
 ``NcclComm`` is one over NCCL itself through libptcfs_client, for CUDA tensors (the unique id made
 by rank 0 and broadcast over torch.distributed, or given).
 """

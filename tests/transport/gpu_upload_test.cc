@@ -292,7 +292,7 @@ TEST_CASE("a source file that fails a pread is an error naming the chunk, not a 
   CHECK(s.message() == "staging chunk 1 of 3: reading source 0 by pread: the chunk lies outside the source's mapping");
 }
 
-TEST_CASE("PTCFS_GPU_STAGE picks the staging: copy by default, pread, else an error", "[gpu]") {
+TEST_CASE("PTCFS_GPU_STAGE picks the staging: pread by default, copy, else an error", "[gpu]") {
   const auto with = [](const char* v) {
     if (v)
       ::setenv("PTCFS_GPU_STAGE", v, 1);

@@ -49,5 +49,7 @@ TEST_CASE("without a GPU the NCCL entries refuse clearly") {
   ptcfs_p2p_op op{0, 1, nullptr, 0};
   CHECK(ptcfs_nccl_exchange(nullptr, &op, 1, nullptr, 0, err, sizeof err) == -1);
   CHECK(std::string(err) == "invalid_argument: no communicator");
+  CHECK(ptcfs_nccl_exchange(nullptr, nullptr, 2, nullptr, 0, err, sizeof err) == -1);
+  CHECK(std::string(err) == "invalid_argument: a round of 2 operations without their list");
   ptcfs_nccl_close(nullptr);  // nothing to close
 }

@@ -25,8 +25,8 @@ __global__ void gather_kernel(const unsigned char* src, unsigned char* dst, cons
 
 unsigned copy_threads() {
   if (const char* env = std::getenv("PTCFS_GPU_COPY_THREADS"); env && *env) return std::max(1, std::atoi(env));
-  // Three quarters of the cores, at most 12: on a 16-core H100 host 12 threads staged 37-46 GB/s, 8
-  // threads 27-31 and 16 no better than 12 (docs/BENCHMARKS.md "GPU").
+  // Three quarters of the cores, at most 12: on a 16-core H100 host loads ran at 29-46 GB/s with 12
+  // threads, 27-31 with 8, and 16 were no better than 12 (docs/BENCHMARKS.md "GPU").
   return std::clamp(std::thread::hardware_concurrency() * 3 / 4, 1u, 12u);
 }
 

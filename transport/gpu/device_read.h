@@ -22,7 +22,9 @@ std::vector<Piece> pieces_of(const client::DirectFile& f);
 
 // Copies bytes [off, off + len) of `f` to `dst` (device memory) ordered on `stream` (a
 // cudaStream_t or nullptr); returns when they are there. kOutOfRange past the end of the file,
-// kUnavailable without a usable GPU, kInvalidArgument when dst is not device memory.
+// kUnavailable without a usable GPU, kInvalidArgument when dst is not device memory or
+// PTCFS_GPU_STAGE is neither copy nor pread; staging by pread: kIo (a failed read), kCorrupt (a
+// blob shorter than its mapping), kInternal (a chunk outside its source).
 ptc::Status read_to_device(const client::DirectFile& f, uint64_t off, uint64_t len, void* dst, void* stream,
                            UploadStats* stats = nullptr);
 

@@ -126,9 +126,11 @@ ptc::Result<NcclId> nccl_unique_id() {
   ncclUniqueId id;
   static_assert(sizeof(id) == kNcclIdBytes);
   const ncclResult_t r = a->get_unique_id(&id);
-  if (r != ncclSuccess)
-    return ptc::unavailable(std::string("making an NCCL unique id: ") + a->error_string(r) + " (" +
-                            a->last_error(nullptr) + ")");
+  if (r != ncclSuccess) {
+    const char* last = a->last_error(nullptr);
+    return ptc::unavailable(std::string("making an NCCL unique id: ") + a->error_string(r) +
+                            (last && *last ? std::string(" (") + last + ")" : std::string()));
+  }
   NcclId out;
   std::memcpy(out.data(), &id, kNcclIdBytes);
   return out;

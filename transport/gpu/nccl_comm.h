@@ -7,7 +7,8 @@
 // Thread-safety: a communicator runs one round at a time (a lock); open and close are not
 // concurrent with its rounds. Errors: kUnavailable (no NCCL, no driver, no GPU, a failed
 // bootstrap), kInvalidArgument (a bad rank, device or round), kDeadlineExceeded (a round not done
-// in time: the communicator is aborted and must be reopened), kIo (NCCL or CUDA failed mid-round).
+// in time) and kIo (a round NCCL reports failed, or CUDA failing mid-round); the first two of a
+// round abort the communicator, and every later round is kFailedPrecondition: open a new one.
 #pragma once
 
 #include <array>
