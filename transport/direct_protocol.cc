@@ -1,6 +1,7 @@
 #include "transport/direct_protocol.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -70,7 +71,15 @@ ptc::Status recv_exact(int sock, char* data, size_t len, std::vector<int>& fds, 
         fds.push_back(fd);
       }
     }
-    if (msg.msg_flags & MSG_CTRUNC) return ptc::invalid("direct socket: too many descriptors in one message");
+    if (msg.msg_flags & MSG_CTRUNC) {  // the kernel dropped descriptors: too many, or no room for them here
+      rlimit lim{};
+      ::getrlimit(RLIMIT_NOFILE, &lim);
+      return ptc::error(ptc::Code::kResourceExhausted,
+                        "direct socket: the descriptors of the file's blobs did not all arrive: this process may be "
+                        "at its limit of open files (" +
+                            std::to_string(lim.rlim_cur) +
+                            "; each open direct file holds one per blob it maps: close some, or raise the limit)");
+    }
     if (fds.size() > max_fds) return ptc::invalid("direct socket: more descriptors than announced");
     if (n == 0) {
       if (done == 0 && eof_ok) return ptc::unavailable("the direct socket's peer closed the connection");

@@ -271,8 +271,8 @@ class NcclComm:
     both list them, which the plan's order gives. A rank may send to itself, so one GPU can play
     every rank of a plan (which torch.distributed refuses).
 
-    ``rank``, ``world``: this process's global rank and the communicator's size (default: from
-    torch.distributed). ``unique_id``: the communicator's id (``nccl_unique_id()``); default:
+    ``rank``, ``world``: this process's rank in the communicator and its size (default: its rank
+    and size in torch.distributed's ``group``, the default group when None). ``unique_id``: the communicator's id (``nccl_unique_id()``); default:
     made here when the world is 1, else made by rank 0 and broadcast over torch.distributed
     (``group``, any backend). ``timeout_s``: a round not done by then aborts the communicator
     (Error deadline_exceeded); 0: no limit. Close it with ``close()`` or a ``with`` block."""
@@ -293,7 +293,7 @@ class NcclComm:
             import torch.distributed as dist
             if not dist.is_initialized():
                 raise invalid("NcclComm needs rank and world, or an initialized torch.distributed")
-            rank = dist.get_rank() if rank is None else rank
+            rank = dist.get_rank(group) if rank is None else rank
             world = dist.get_world_size(group) if world is None else world
         self.rank, self.world, self.timeout_s = rank, world, timeout_s
         if unique_id is None:
@@ -301,8 +301,16 @@ class NcclComm:
                 unique_id = nccl_unique_id()
             else:
                 import torch.distributed as dist
-                box = [nccl_unique_id() if rank == 0 else None]
-                dist.broadcast_object_list(box, src=0, group=group)
+                box: List[Any] = [None]
+                if rank == 0:  # its error goes to every rank, which would otherwise wait for the id
+                    try:
+                        box[0] = nccl_unique_id()
+                    except Error as e:
+                        box[0] = (e.code, e.message)
+                src = 0 if group is None else dist.get_global_rank(group, 0)
+                dist.broadcast_object_list(box, src=src, group=group)
+                if isinstance(box[0], tuple):
+                    raise Error(box[0][0], f"rank 0 could not make the NCCL unique id: {box[0][1]}")
                 unique_id = box[0]
         if len(unique_id) != 128:
             raise invalid(f"an NCCL unique id has 128 bytes, not {len(unique_id)}")

@@ -119,6 +119,43 @@ def test_each_mapped_file_stays_open_for_pread_until_the_file_is_closed(tmp_path
             assert (st.st_dev, st.st_ino) != (dev, ino), (path, fd)
 
 
+def test_at_its_open_file_limit_a_process_is_told_so(tmp_path, daemon, make_ckpt):
+    """An open direct file holds a descriptor per blob it maps: a process at its RLIMIT_NOFILE gets
+    resource_exhausted naming the limit, not a protocol error, and can open again once it has room."""
+    require_binaries()
+    ck = make_ckpt(tp=1, pp=1, layers=1, hidden=128, vocab=256)
+    daemon.cli("import", ck.path, "--job", "j", "--step", "1")
+    path = os.path.join(daemon.step_dir("j", "1"), "tp0-pp0.safetensors")
+    code = r"""
+import json, os, resource, sys
+from ptcfs import Error, direct
+direct.library()
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+n = len(os.listdir("/proc/self/fd")) - 1
+resource.setrlimit(resource.RLIMIT_NOFILE, (n + 1, hard))  # room for the socket, none for the blob
+out = {"limit": n + 1}
+try:
+    direct.open(sys.argv[1], fallback=False)
+    out["first"] = "opened"
+except Error as e:
+    out["first"] = [e.code, e.message]
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+with direct.open(sys.argv[1], fallback=False) as f:
+    out["again"] = f.direct
+print(json.dumps(out))
+"""
+    env = {**os.environ, "PYTHONPATH": os.path.join(REPO, "python")}
+    r = subprocess.run([PY, "-c", code, path], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    code_, message = out["first"]
+    assert code_ == "resource_exhausted", out
+    assert message.endswith("direct socket: the descriptors of the file's blobs did not all arrive: this process "
+                            f"may be at its limit of open files ({out['limit']}; each open direct file holds one "
+                            "per blob it maps: close some, or raise the limit)"), message
+    assert out["again"] is True
+
+
 def test_a_file_held_open_keeps_its_version_across_rm_and_repartition(tmp_path, daemon, make_ckpt):
     require_binaries()
     ck = make_ckpt(tp=2, pp=2, layers=2, hidden=128, vocab=512)

@@ -197,29 +197,30 @@ ptc::Status NcclComm::exchange(const P2POp* ops, size_t n, void* stream, uint64_
     posted = nccl_status(a, r, im.comm, "posting operation " + std::to_string(i));
   }
   const ptc::Status ended = nccl_status(a, a.group_end(), im.comm, "posting the round");
-  PTC_RETURN_IF_ERROR(posted);
-  PTC_RETURN_IF_ERROR(ended);
-  PTCFS_CUDA_TRY(cudaEventRecord(im.done, cs), "recording the round's end");
+  // From here on operations may be in flight: any failure aborts the communicator, so that no
+  // kernel of it still reads or writes the caller's buffers and no peer waits on this rank.
+  const auto give_up = [&](const ptc::Status& why) {
+    a.abort(im.comm);
+    im.aborted = why.message() + "; the communicator was aborted: open a new one";
+    return ptc::error(why.code(), im.aborted);
+  };
+  if (!posted) return give_up(posted);
+  if (!ended) return give_up(ended);
+  if (auto r = cuda_status(cudaEventRecord(im.done, cs), "recording the round's end"); !r) return give_up(r);
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     const cudaError_t e = cudaEventQuery(im.done);
     if (e == cudaSuccess) return ptc::Status::ok();
-    if (e != cudaErrorNotReady) return cuda_status(e, "waiting for the round");
+    if (e != cudaErrorNotReady) return give_up(cuda_status(e, "waiting for the round"));
     ncclResult_t async = ncclSuccess;
-    PTC_RETURN_IF_ERROR(nccl_status(a, a.async_error(im.comm, &async), im.comm, "asking NCCL how the round goes"));
-    std::string why;
-    if (async != ncclSuccess && async != ncclInProgress) {
-      why = nccl_status(a, async, im.comm, "the round failed").message();
-    } else if (timeout_ms && ms_since(start) > timeout_ms) {
-      why = "the round of " + std::to_string(n) + " operations was not done within " + std::to_string(timeout_ms) +
-            " ms (a peer that never posted its part?)";
-    }
-    if (!why.empty()) {
-      a.abort(im.comm);
-      im.aborted = why + "; the communicator was aborted: open a new one";
-      return ptc::error(async != ncclSuccess && async != ncclInProgress ? ptc::Code::kIo : ptc::Code::kDeadlineExceeded,
-                        im.aborted);
-    }
+    if (auto r = nccl_status(a, a.async_error(im.comm, &async), im.comm, "asking NCCL how the round goes"); !r)
+      return give_up(r);
+    if (async != ncclSuccess && async != ncclInProgress)
+      return give_up(nccl_status(a, async, im.comm, "the round failed"));
+    if (timeout_ms && ms_since(start) > timeout_ms)
+      return give_up(ptc::error(ptc::Code::kDeadlineExceeded,
+                                "the round of " + std::to_string(n) + " operations was not done within " +
+                                    std::to_string(timeout_ms) + " ms (a peer that never posted its part?)"));
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }

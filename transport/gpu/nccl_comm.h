@@ -9,6 +9,10 @@
 // bootstrap), kInvalidArgument (a bad rank, device or round), kDeadlineExceeded (a round not done
 // in time) and kIo (a round NCCL reports failed, or CUDA failing mid-round); the first two of a
 // round abort the communicator, and every later round is kFailedPrecondition: open a new one.
+// Any failure once a round's operations were posted aborts it too. Not covered by a timeout: open
+// waits for every rank to join, and NCCL connects two ranks the first time they exchange, inside
+// the round's posting (ncclGroupEnd), where a peer that never comes can hold it; the round's
+// timeout counts from the end of posting (a blocking communicator; docs/PYTHON.md).
 #pragma once
 
 #include <array>
