@@ -55,6 +55,29 @@ double brute_force(const std::vector<std::vector<JobOption>>& options, int gpus)
   return best;
 }
 
+// The dynamic program's allocation of `gpus` against brute force: the same total (exactly), on at
+// most `gpus`, one valid option per job; or both find none. Whether there was one.
+bool agrees_with_brute_force(const std::vector<std::vector<JobOption>>& options, int gpus) {
+  const double want = brute_force(options, gpus);
+  const auto got = max_total_throughput(options, gpus);
+  if (want < 0) {
+    CHECK_FALSE(got);
+    return false;
+  }
+  REQUIRE(got);
+  REQUIRE(got->size() == options.size());
+  double total = 0;
+  int used = 0;
+  for (size_t j = 0; j < options.size(); ++j) {
+    REQUIRE((*got)[j] < options[j].size());
+    total += options[j][(*got)[j]].samples_per_s;
+    used += options[j][(*got)[j]].gpus;
+  }
+  CHECK(total == want);
+  CHECK(used <= gpus);
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE("JOBS.json: measured points and models are read, points sorted by GPU count", "[allocator]") {
@@ -206,22 +229,7 @@ TEST_CASE("the dynamic program equals brute force on random instances up to 5 jo
       if (o.empty()) o.push_back({std::uniform_int_distribution<int>(1, 16)(rng), 1.5, std::nullopt, 0});
     }
     INFO("round " << round << ": " << jobs << " jobs on " << gpus << " GPUs");
-    const double want = brute_force(options, gpus);
-    const auto got = max_total_throughput(options, gpus);
-    if (want < 0) {
-      CHECK_FALSE(got);
-      continue;
-    }
-    REQUIRE(got);
-    double total = 0;
-    int used = 0;
-    for (size_t j = 0; j < options.size(); ++j) {
-      total += options[j][(*got)[j]].samples_per_s;
-      used += options[j][(*got)[j]].gpus;
-    }
-    CHECK(total == want);
-    CHECK(used <= gpus);
-    ++feasible;
+    feasible += agrees_with_brute_force(options, gpus);
   }
   CHECK(feasible > 500);
 }
@@ -247,24 +255,7 @@ TEST_CASE("the dynamic program equals brute force with several batches per GPU c
       if (o.empty()) o.push_back({std::uniform_int_distribution<int>(1, 12)(rng), 1, std::nullopt, 8});
     }
     INFO("round " << round << ": " << jobs << " jobs on " << gpus << " GPUs");
-    const double want = brute_force(options, gpus);
-    const auto got = max_total_throughput(options, gpus);
-    if (want < 0) {
-      CHECK_FALSE(got);
-      continue;
-    }
-    REQUIRE(got);
-    REQUIRE(got->size() == options.size());
-    double total = 0;
-    int used = 0;
-    for (size_t j = 0; j < options.size(); ++j) {
-      REQUIRE((*got)[j] < options[j].size());
-      total += options[j][(*got)[j]].samples_per_s;
-      used += options[j][(*got)[j]].gpus;
-    }
-    CHECK(total == want);
-    CHECK(used <= gpus);
-    ++feasible;
+    feasible += agrees_with_brute_force(options, gpus);
   }
   CHECK(feasible > 1000);
   CHECK(several > 1000);
