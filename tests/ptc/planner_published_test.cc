@@ -207,15 +207,8 @@ TEST_CASE("GPT-NeoX-20B on 96 A100-40GB (EleutherAI's configs/20B.yml)", "[plann
   // DeepSpeed's pipeline runs 1F1B, not interleaved. Differences this model ignores: rotary
   // instead of learned position embeddings (s h = 12.6M parameters), attention and MLP in
   // parallel (gpt_j_residual: the same FLOPs).
-  ModelSpec m;
-  m.layers = 44;
-  m.hidden = 6144;
-  m.heads = 64;
-  m.query_groups = 64;
-  m.ffn = 4 * 6144;
+  ModelSpec m = gpt(44, 6144, 64, 1536);
   m.vocab = 50257;
-  m.seq = 2048;
-  m.global_batch = 1536;
   m.dtype = Precision::kF16;
   m.distributed_optimizer = true;
   m.recompute = Recompute::kFull;
@@ -242,15 +235,9 @@ TEST_CASE("Tenplex's parallelism table for GPT-3 XL on 4, 8 and 16 GPUs", "[plan
   // tp=2,pp=4,dp=2. The GPUs are not in the scripts: assumed here 48 GiB (which micro-batch
   // 8 needs: about 26 GiB at tp=2, pp=2 by this model), 150 TFLOP/s, PCIe 4.0 x16 inside a
   // host (256 Gbit/s), 100 Gbit/s between hosts.
-  ModelSpec m;
-  m.layers = 24;
-  m.hidden = 2064;
-  m.heads = 24;
-  m.query_groups = 24;
-  m.ffn = 4 * 2064;
+  ModelSpec m = gpt(24, 2064, 24, 128);
   m.vocab = 50257;
   m.seq = 1024;
-  m.global_batch = 128;
   m.dtype = Precision::kF16;
   m.sequence_parallel = false;
   m.flash_attention = false;  // Megatron-LM's --use-flash-attn is not in run.sh

@@ -26,6 +26,14 @@ std::string read_records(const DatasetVersion& v, std::vector<fs::DatasetContent
   return out;
 }
 
+// Adds the dataset `req` names (over `dp` ranks) and commits it.
+void add_dataset(Store& store, const DatasetAddRequest& req, int dp) {
+  DatasetAddSummary summary;
+  auto change = prepare_dataset_add(store, req, dp, "", summary);
+  REQUIRE(change.is_ok());
+  REQUIRE(commit_change(store, *change).is_ok());
+}
+
 }  // namespace
 
 TEST_CASE("a JSONL dataset is stored, read by record, progressed and reloaded", "[dataset_store]") {
@@ -91,11 +99,7 @@ TEST_CASE("records are read from mapped files, and a file cut short is an error,
   std::ofstream(src, std::ios::binary) << text;
   auto store = Store::open(tmp.path() + "/data");
   REQUIRE(store.is_ok());
-  DatasetAddRequest req{"job", "big", ptc::DatasetFormat::kJsonl, 1, 3, 1, {src}, false};
-  DatasetAddSummary summary;
-  auto change = prepare_dataset_add(**store, req, 1, "", summary);
-  REQUIRE(change.is_ok());
-  REQUIRE(commit_change(**store, *change).is_ok());
+  add_dataset(**store, {"job", "big", ptc::DatasetFormat::kJsonl, 1, 3, 1, {src}, false}, 1);
   auto v = current_dataset(**store, "job", "big");
   REQUIRE(v.is_ok());
   // Records in any order, whole and in parts, are exactly the lines.
@@ -122,11 +126,7 @@ TEST_CASE("a new global batch re-splits a dataset from its consumed count, kept 
   }
   auto store = Store::open(tmp.path() + "/data");
   REQUIRE(store.is_ok());
-  DatasetAddRequest req{"job", "ds", ptc::DatasetFormat::kJsonl, 0, 4, 2, {src}, false};
-  DatasetAddSummary summary;
-  auto add = prepare_dataset_add(**store, req, 2, "", summary);
-  REQUIRE(add.is_ok());
-  REQUIRE(commit_change(**store, *add).is_ok());
+  add_dataset(**store, {"job", "ds", ptc::DatasetFormat::kJsonl, 0, 4, 2, {src}, false}, 2);
   auto p = prepare_dataset_progress(**store, "job", "ds", {}, 4);
   REQUIRE(p.is_ok());
   REQUIRE(commit_change(**store, *p).is_ok());
