@@ -14,6 +14,20 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // every term of Korthikanti et al.'s Table 2); F32 keeps 4. Dropout masks are 1 byte in all.
 double activation_element_bytes(Precision p) { return p == Precision::kF32 ? 4 : 2; }
 
+// Bytes of a dropout mask per element: 1 where the model trains with dropout, none without
+// (at probability 0 dropout passes its input on and keeps no mask).
+double mask_bytes(const ModelSpec& m) { return m.dropout ? 1 : 0; }
+
+// Device-memory traffic of the attention core's element-wise work, for b sequences on one
+// GPU (none with FlashAttention, which fuses it): the softmax reads and writes a s^2 b
+// elements (2e), its dropout reads, writes and writes a mask (2e + 1).
+double core_elementwise_bytes(const ModelSpec& m, int tp, int64_t b) {
+  if (m.flash_attention) return 0;
+  const double e = activation_element_bytes(m.dtype);
+  const double per_score = 2 * e + (m.dropout ? 2 * e + mask_bytes(m) : 0);
+  return per_score * m.heads * static_cast<double>(b) * m.seq * m.seq / tp;
+}
+
 double bytes_per_second(double gbps) { return gbps * 1e9 / 8; }
 
 // Ring all-reduce of `bytes` over n ranks: each sends and receives 2 (n - 1) / n x bytes
@@ -111,15 +125,15 @@ double logit_training_flops(const ModelSpec& m, int tp, int64_t b) {
 // its outputs to device memory once; the tensors are Korthikanti et al. 2022's (section
 // 4.1). Outside the tensor-parallel regions, on every tp rank unless sequence parallel:
 // two LayerNorms (read and write s b h each), two bias + dropout + adds (read the input and
-// the residual, write the sum and a 1-byte mask). Inside, split over tp: the GeLU (read and
-// write s b f; SwiGLU reads 2 s b f), the softmax (read and write a s^2 b) and its dropout
-// (read, write, mask). The backward pass of each reads its output's gradient and its saved
-// input and writes its input's gradient: taken as twice the forward's bytes.
+// the residual, write the sum and, with dropout, a 1-byte mask). Inside, split over tp: the
+// GeLU (read and write s b f; SwiGLU reads 2 s b f) and the attention core's softmax and
+// dropout (core_elementwise_bytes). The backward pass of each reads its output's gradient
+// and its saved input and writes its input's gradient: taken as twice the forward's bytes.
 double elementwise_bytes(const ModelSpec& m, int tp, int64_t b) {
   const double e = activation_element_bytes(m.dtype);
   const double sb = static_cast<double>(m.seq) * b, sbh = sb * m.hidden, sbf = sb * m.ffn;
-  const double core = m.flash_attention ? 0 : (4 * e + 1) * m.heads * sb * m.seq;
-  return (10 * e + 2) * sbh / sequence_share(m, tp) + ((mlp_inputs(m) + 1) * e * sbf + core) / tp;
+  return (10 * e + 2 * mask_bytes(m)) * sbh / sequence_share(m, tp) + (mlp_inputs(m) + 1) * e * sbf / tp +
+         core_elementwise_bytes(m, tp, b);
 }
 
 LayerSeconds operator+(LayerSeconds a, LayerSeconds b) { return {a.forward + b.forward, a.backward + b.backward}; }
@@ -207,19 +221,22 @@ double layer_activation_bytes(const ModelSpec& m, int tp, int64_t micro_batch, R
   const double share = sequence_share(m, tp);
   if (r == Recompute::kFull) return e * sbh / share;
   // Outside the tensor-parallel regions: both LayerNorm inputs (2e), the inputs of the QKV
-  // and first MLP products (e each), the two dropout masks (1 each): 10 s b h for e = 2.
-  const double outside = (4 * e + 2) * sbh;
+  // and first MLP products (e each), the two dropout masks (1 each, none without dropout):
+  // 10 s b h for e = 2.
+  const double outside = (4 * e + 2 * mask_bytes(m)) * sbh;
   // Inside, split over tp: Q, K, V and the output projection's input; the GeLU's input and
   // the second MLP product's input: 24 s b h for e = 2, kv = h, f = 4h. SwiGLU keeps both
   // input products' outputs (2 s b f) and its own output.
   const double inside = e * (2 * sbh + 2 * sbkv + (mlp_inputs(m) + 1) * sbf);
   // The attention core: softmax output (e), its dropout mask (1) and dropout output (e),
-  // a x s x s per sequence: 5 a s^2 b for e = 2.
+  // a x s x s per sequence: 5 a s^2 b for e = 2; without dropout the softmax output alone,
+  // the input of attention over V too (2 a s^2 b).
   // FlashAttention keeps none of it: the softmax's statistics, 4 bytes per head and
   // position (Dao et al. 2022, section 3.1), and it recomputes the rest itself.
+  const double per_score = e + (m.dropout ? e + mask_bytes(m) : 0);
   const double core = m.flash_attention            ? 4.0 * m.heads * sb
                       : r == Recompute::kSelective ? 0
-                                                   : (2 * e + 1) * m.heads * sb * m.seq;
+                                                   : per_score * m.heads * sb * m.seq;
   return outside / share + (inside + core) / tp;
 }
 
@@ -250,7 +267,7 @@ MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int sta
   const double share = sequence_share(m, c.tp);
   // Korthikanti et al. 2022, section 4.3: the embedding's dropout mask (s b h / t with
   // sequence parallelism) for each micro-batch in flight on the first stage ...
-  if (stage == 0) e.activations += in_flight * sbh / share;
+  if (stage == 0) e.activations += in_flight * mask_bytes(m) * sbh / share;
   // ... and on the last, the final LayerNorm's and the output layer's inputs (2 s b h / t
   // each) and the FP32 logits of the vocabulary-parallel cross entropy (4 s b V / t):
   // 4 s b h / t (1 + V / h) in all.
@@ -300,7 +317,7 @@ LayerSeconds layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch) {
   const double elementwise = elementwise_bytes(m, tp, micro_batch) / bandwidth;
   // The softmax and its dropout: what selective recomputation runs again with the core
   // (FlashAttention recomputes them inside its own backward pass already).
-  const double core_elementwise = m.flash_attention ? 0 : (4 * e + 1) * m.heads * tokens * m.seq / tp / bandwidth;
+  const double core_elementwise = core_elementwise_bytes(m, tp, micro_batch) / bandwidth;
   const LayerSeconds core = core_seconds(m, tp, micro_batch);
   LayerSeconds s = linear_seconds(g, e, tokens, h, (h + 2 * kv) / tp) + linear_seconds(g, e, tokens, h / tp, h) +
                    linear_seconds(g, e, tokens, h, mlp_inputs(m) * f / tp) + linear_seconds(g, e, tokens, f / tp, h) +

@@ -88,12 +88,28 @@ Result<GpuSpec> parse_gpu(const json& g, const std::string& where) {
 }  // namespace
 
 Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
-  PTC_RETURN_IF_ERROR(
-      check_members(j,
-                    {"layers", "hidden", "heads", "ffn", "vocab", "seq", "global_batch", "query_groups", "dtype",
-                     "distributed_optimizer", "recompute", "sequence_parallel", "mlp", "tied_embeddings",
-                     "flash_attention", "interleave", "overlap_grad_reduce", "overlap_p2p_comm", "gpu"},
-                    where));
+  PTC_RETURN_IF_ERROR(check_members(j,
+                                    {"layers",
+                                     "hidden",
+                                     "heads",
+                                     "ffn",
+                                     "vocab",
+                                     "seq",
+                                     "global_batch",
+                                     "query_groups",
+                                     "dtype",
+                                     "distributed_optimizer",
+                                     "recompute",
+                                     "sequence_parallel",
+                                     "mlp",
+                                     "tied_embeddings",
+                                     "flash_attention",
+                                     "dropout",
+                                     "interleave",
+                                     "overlap_grad_reduce",
+                                     "overlap_p2p_comm",
+                                     "gpu"},
+                                    where));
   ModelSpec m;
   PTC_ASSIGN_OR_RETURN(m.layers, required_int(j, "layers", where, kMaxLayers));
   PTC_ASSIGN_OR_RETURN(m.hidden, required_int(j, "hidden", where, kMaxHidden));
@@ -147,6 +163,7 @@ Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
   }
   PTC_ASSIGN_OR_RETURN(m.tied_embeddings, member_bool_or(j, "tied_embeddings", true, where));
   PTC_ASSIGN_OR_RETURN(m.flash_attention, member_bool_or(j, "flash_attention", true, where));
+  PTC_ASSIGN_OR_RETURN(m.dropout, member_bool_or(j, "dropout", true, where));
   PTC_ASSIGN_OR_RETURN(m.interleave, member_bool_or(j, "interleave", true, where));
   PTC_ASSIGN_OR_RETURN(m.overlap_grad_reduce, member_bool_or(j, "overlap_grad_reduce", true, where));
   PTC_ASSIGN_OR_RETURN(m.overlap_p2p_comm, member_bool_or(j, "overlap_p2p_comm", true, where));

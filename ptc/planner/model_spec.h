@@ -6,7 +6,8 @@
 //    "global_batch": 512,
 //    "query_groups": 16, "dtype": "BF16", "distributed_optimizer": false,
 //    "recompute": "none", "sequence_parallel": true,
-//    "mlp": "gelu", "tied_embeddings": true, "flash_attention": true, "interleave": true,
+//    "mlp": "gelu", "tied_embeddings": true, "flash_attention": true, "dropout": true,
+//    "interleave": true,
 //    "overlap_grad_reduce": true, "overlap_p2p_comm": true,
 //    "gpu": {"memory_gb": 80, "tflops": 312, "per_node": 8,
 //            "intra_node_gbps": 2400, "inter_node_gbps": 200,
@@ -70,6 +71,10 @@ struct ModelSpec {
   // The attention core as one fused kernel (FlashAttention, Dao et al. 2022): the s x s
   // scores never reach device memory, and the backward pass computes them again.
   bool flash_attention = true;
+  // Dropout after attention, after the MLP, on the embeddings and in the attention core (GPT's
+  // and Megatron-LM's default); false (Llama-style pretraining, dropout 0): no dropout mask
+  // is kept or written, and the attention core keeps its softmax output once.
+  bool dropout = true;
   // The planner may choose interleaved (virtual) pipeline stages (Narayanan et al. 2021,
   // section 2.2.2); false: every configuration has virtual_stages 1.
   bool interleave = true;

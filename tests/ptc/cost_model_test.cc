@@ -194,6 +194,44 @@ TEST_CASE("memory of a small configuration, by hand: weights, gradients, Adam st
   CHECK(stage_memory(m, {2, 2, 2, 1, 2}, 0).activations == 2.5 * 2 * 45056 + 2.5 * 2048 / 2);
 }
 
+TEST_CASE("without dropout no mask is kept or written, and the attention core keeps its softmax output once",
+          "[cost_model]") {
+  // Korthikanti et al. 2022, Table 2's rows less the masks: outside 10 s b h less the two
+  // 1-byte masks (8), the core 5 a s^2 b less mask and dropout output (2 a s^2 b, here 2 x 16
+  // s b h with a s / h = 16).
+  ModelSpec m = gpt(96, 12288, 96, 1536);
+  m.dropout = false;
+  const double sbh = 2048.0 * 12288;
+  m.sequence_parallel = false;
+  CHECK(layer_activation_bytes(m, 1, 1, Recompute::kNone) == sbh * (8 + 24 + 32));
+  CHECK(layer_activation_bytes(m, 8, 1, Recompute::kNone) == sbh * (8 + 24 / 8 + 32.0 / 8));
+  CHECK(layer_activation_bytes(m, 8, 1, Recompute::kSelective) == sbh * (8 + 24 / 8));
+  CHECK(layer_activation_bytes(m, 8, 1, Recompute::kFull) == sbh * 2);
+  m.sequence_parallel = true;
+  CHECK(layer_activation_bytes(m, 8, 1, Recompute::kNone) == sbh * (8 + 24 + 32) / 8);
+
+  // small_model, tp = 2, pp = 2, dp = 2, b = 1, sequence parallel (the by-hand case above):
+  // a layer keeps 8 x 2048 / 2 + 24,576 + 2 x 4,096 / 2 = 36,864 bytes instead of 45,056,
+  // and the first stage no embedding mask.
+  ModelSpec small = small_model();
+  const ModelSpec with = small;
+  small.dropout = false;
+  CHECK(layer_activation_bytes(small, 2, 1, Recompute::kNone) == 36864);
+  CHECK(stage_memory(small, {2, 2, 2, 1}, 0).activations == 2 * 2 * 36864);
+  // Time: each layer's forward moves the two masks (2 x 2048 / 2 bytes) and the core's
+  // dropout (read, write, mask: 5 a s^2 b / t = 10,240 bytes) less; the backward twice that.
+  CHECK(layer_seconds(small, 2, 1).forward ==
+        Approx(layer_seconds(with, 2, 1).forward - (2048 + 10240) / 2039e9).epsilon(1e-12));
+  CHECK(layer_seconds(small, 2, 1).backward ==
+        Approx(layer_seconds(with, 2, 1).backward - 2 * (2048 + 10240) / 2039e9).epsilon(1e-12));
+  // With FlashAttention only the masks are left to drop.
+  small.flash_attention = true;
+  ModelSpec flash = with;
+  flash.flash_attention = true;
+  CHECK(layer_activation_bytes(flash, 2, 1, Recompute::kNone) - layer_activation_bytes(small, 2, 1, Recompute::kNone) ==
+        2 * 2048 / 2);
+}
+
 TEST_CASE("FlashAttention keeps no s x s tensor, moves none, and computes Q K^T again in the backward pass",
           "[cost_model]") {
   // small_model, tp = 2, b = 1: the core's 5 a s^2 b = 20,480 bytes give way to the softmax

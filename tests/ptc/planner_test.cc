@@ -191,6 +191,7 @@ TEST_CASE("the planner equals exhaustive search under the same model on random s
     m.mlp = static_cast<Mlp>(pick({0, 1}));
     m.tied_embeddings = pick({0, 1}) == 1;
     m.flash_attention = pick({0, 1}) == 1;
+    m.dropout = pick({0, 1}) == 1;
     m.interleave = pick({0, 1, 1}) == 1;
     m.overlap_grad_reduce = pick({0, 1}) == 1;
     m.overlap_p2p_comm = pick({0, 1}) == 1;
