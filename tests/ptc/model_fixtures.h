@@ -25,6 +25,22 @@ inline ModelSpec gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t glob
   return m;
 }
 
+// A Llama-style model (SwiGLU MLP of width `ffn`, untied output layer, `groups` key/value
+// heads) as this model builds it, on the A100 cluster of gpt(); seq and global_batch unset.
+inline ModelSpec llama(int64_t layers, int64_t hidden, int64_t heads, int64_t groups, int64_t ffn, int64_t vocab) {
+  ModelSpec m;
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.query_groups = groups;
+  m.ffn = ffn;
+  m.vocab = vocab;
+  m.mlp = Mlp::kSwiglu;
+  m.tied_embeddings = false;
+  m.gpu = {80, 312, 8, 2400, 200};
+  return m;
+}
+
 // 4 layers, h = 64, 4 heads, ffn = 256, V = 256, s = 32, B = 8; 16 GiB GPUs, 4 per node.
 inline ModelSpec small_model() {
   ModelSpec m;

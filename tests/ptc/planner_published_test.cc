@@ -11,6 +11,7 @@
 
 using namespace ptc;
 using ptc::testing::gpt;
+using ptc::testing::llama;
 
 namespace {
 
@@ -268,16 +269,7 @@ TEST_CASE("a Llama-style model: SwiGLU, untied output layer, long sequences with
   // This model is Megatron's GPT of that shape: it adds learned position embeddings (s h),
   // biases on every linear layer ((h + 2kv) + h + 2f + h per layer) and LayerNorm biases
   // (2h per layer, h for the final one).
-  ModelSpec m;
-  m.layers = 32;
-  m.hidden = 4096;
-  m.heads = 32;
-  m.query_groups = 32;
-  m.ffn = 11008;
-  m.vocab = 32000;
-  m.mlp = Mlp::kSwiglu;
-  m.tied_embeddings = false;
-  m.gpu = {80, 312, 8, 2400, 200};
+  ModelSpec m = llama(32, 4096, 32, 32, 11008, 32000);
   const int64_t extras = 32 * ((4096 + 2 * 4096) + 4096 + 2 * 11008 + 4096 + 2 * 4096) + 4096;
   for (int64_t seq : {4096, 8192, 32768}) {
     INFO("seq " << seq);
@@ -314,17 +306,9 @@ TEST_CASE("Llama 3 405B on 8,192 and 16,384 H100s (Llama 3 paper, Table 4): wher
   // short, an interleaved schedule. H100 SXM 80 GB: 989 TFLOP/s dense BF16, 132 SMs, 3,350
   // GB/s, NVLink 450 GB/s per direction (3,600 Gbit/s), 400 Gbit/s per GPU between servers.
   // Assumed: sequence parallelism, FlashAttention, no dropout.
-  ModelSpec m;
-  m.layers = 126;
-  m.hidden = 16384;
-  m.heads = 128;
-  m.query_groups = 8;
-  m.ffn = 53248;
-  m.vocab = 128256;
+  ModelSpec m = llama(126, 16384, 128, 8, 53248, 128256);
   m.seq = 8192;
   m.global_batch = 2048;
-  m.mlp = Mlp::kSwiglu;
-  m.tied_embeddings = false;
   m.distributed_optimizer = true;
   m.dropout = false;
   m.gpu = {80, 989, 8, 3600, 400, 132, 3350};
