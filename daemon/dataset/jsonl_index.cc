@@ -139,14 +139,18 @@ ptc::Status scan_chunk(const JsonlInput& in, const Bytes& bytes, const Chunk& c,
 }
 
 // scan_chunk where the file is not mapped: the chunk read into `buf` with pread from
-// c.begin - 1, then on past c.end (kReadOn at first, doubling) until its last line ends.
-ptc::Status read_and_scan_chunk(const JsonlInput& in, const Chunk& c, std::string& buf, LineBatch& b, ChunkResult& r) {
+// c.begin - 1, then on past c.end (as many bytes as it holds, at least kReadOn: doubling)
+// until its last line ends.
+// The bytes read are added to `counted` when set.
+ptc::Status read_and_scan_chunk(const JsonlInput& in, const Chunk& c, std::string& buf, LineBatch& b, ChunkResult& r,
+                                std::atomic<uint64_t>* counted) {
   const uint64_t from = c.begin == 0 ? 0 : c.begin - 1;
   uint64_t have = 0;  // bytes in buf, from `from`
   auto read = [&](uint64_t want) -> ptc::Status {
     want = std::min(want, in.size - (from + have));
     if (buf.size() < have + want) buf.resize(have + want);
     PTC_ASSIGN_OR_RETURN(size_t got, read_full(in.file->fd(), from + have, buf.data() + have, want, in.file->path()));
+    if (counted) counted->fetch_add(got, std::memory_order_relaxed);
     if (got < want) return cut_short(*in.file);
     have += got;
     return ptc::Status::ok();
@@ -201,7 +205,7 @@ ptc::Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<
       if (const char* base = maps[c.file] ? maps[c.file]->data() : nullptr)
         r.error = scan_chunk(files[c.file], {base, 0, files[c.file].size}, c, *batch, r);
       else
-        r.error = read_and_scan_chunk(files[c.file], c, buf, *batch, r);
+        r.error = read_and_scan_chunk(files[c.file], c, buf, *batch, r, options.pread_bytes);
       if (r.stopped())
         for (size_t s = first_stop.load(); i < s && !first_stop.compare_exchange_weak(s, i);) {
         }

@@ -13,6 +13,7 @@
 // line.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -32,6 +33,9 @@ struct JsonlScanOptions {
   uint64_t chunk_bytes = 8 << 20;
   unsigned threads = 0;  // 0: one per core
   bool map = true;       // false: every chunk read with pread (tests both ways)
+  // When set, the bytes read with pread are added to it (a mapped scan adds none): what a
+  // test observes of how far the chunks read on past their ends.
+  std::atomic<uint64_t>* pread_bytes = nullptr;
 };
 
 // Appends the samples of `files` (file numbers their positions) to `out`. `advance(bytes)`

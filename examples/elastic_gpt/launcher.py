@@ -17,7 +17,8 @@ After each segment that train.py finished, the launcher adds the samples it trai
 of each iteration train.py printed) to `samples_done` in the job's queue entry, when the entry gives
 the job's `samples` and the sum stays below them, in an etcd transaction on the entry's mod_revision
 (a change someone else made meanwhile is kept; a few tries, then it says on stderr that it gave up
-and goes on training).
+and goes on training). With it, `samples_done_step`: the step the count reaches, so that no segment
+is counted twice (a retry after a lost reply) and one nobody counted is said (record_progress).
 """
 
 from __future__ import annotations
@@ -72,20 +73,32 @@ def etcd_get(endpoints: str, key: str) -> Optional[dict]:
     return kv[0] if kv else None
 
 
-def record_progress(endpoints: str, key: str, trained: int, tries: int = 5) -> None:
-    """Adds `trained` samples to `samples_done` of the queue entry at `key` (docs/PLANNER.md "The
-    autoscaler"), in a transaction on the entry's mod_revision, so that a change another writer made
-    meanwhile is kept: on a conflict it reads the entry again, `tries` times in all. Nothing written
-    when the entry is gone, gives no `samples`, or the sum would reach them (the entry takes fewer: a
-    job that trained them all leaves the queue). Says on stderr what it did not write; never raises."""
-    if trained == 0:
+def record_progress(endpoints: str, key: str, batches: Dict[int, int], start: int, end: int,
+                    tries: int = 5) -> None:
+    """Adds the samples of the segment that resumed from step `start` and saved step `end` (its
+    iterations start..end - 1; `batches` {iteration: global batch} from what train.py printed) to
+    `samples_done` of the queue entry at `key` (docs/PLANNER.md "The autoscaler"), and records `end` as
+    the entry's `samples_done_step`, the step the count reaches. The write is idempotent: only the
+    iterations at or after the entry's `samples_done_step` are added, so a segment already counted (a
+    retry after a reply lost although the write landed, a second call) adds nothing; an entry whose step
+    is behind `start` (a segment nobody counted: a launcher stopped between its save and its write) is
+    said on stderr, its missing samples not guessed. An entry without `samples_done_step` reaches step 0
+    when it has no (or a zero) `samples_done`, else an unknown step: the segment is added whole.
+    In a transaction on the entry's mod_revision, so that a change another writer made meanwhile is
+    kept: on a conflict it reads the entry again, `tries` times in all. Nothing written when the entry
+    is gone, gives no `samples`, or the sum would reach them (the entry takes fewer: a job that trained
+    them all leaves the queue). Says on stderr what it did not write; never raises."""
+    if not batches:
         return
     why = ""
+    unanswered = False  # a transaction of this call got no answer: it may have been applied
+    behind_said = False
     for _ in range(tries):
         try:
             kv = etcd_range(endpoints, key)
             if kv is None:
-                print(f"launcher: {key} is gone: progress (+{trained} samples) not recorded", file=sys.stderr)
+                print(f"launcher: {key} is gone: progress (+{sum(batches.values())} samples, iterations "
+                      f"{start}..{end - 1}) not recorded", file=sys.stderr)
                 return
             entry, rev = kv
             job = entry.get("job")
@@ -93,22 +106,41 @@ def record_progress(endpoints: str, key: str, trained: int, tries: int = 5) -> N
             if samples is None:
                 return  # samples_done goes only with samples
             before = entry.get("samples_done", 0)
+            reached = entry.get("samples_done_step", None if before else 0)
+            if reached is not None and (not isinstance(reached, int) or isinstance(reached, bool) or reached < 0):
+                raise ValueError(f"samples_done_step is {json.dumps(reached)}, not a step >= 0")
+            if reached is not None and end <= reached:
+                if not unanswered:  # else it may be this call's own write, its reply lost
+                    print(f"launcher: {key}: samples_done already counts the steps up to {reached}; iterations "
+                          f"{start}..{end - 1} not added again", file=sys.stderr)
+                return
+            if reached is not None and reached < start and not behind_said:
+                behind_said = True
+                print(f"launcher: {key}: samples_done counts the steps up to {reached}, this segment trained "
+                      f"iterations {start}..{end - 1}: the samples of iterations {reached}..{start - 1} are not "
+                      f"counted (a launcher stopped between their save and its write?)", file=sys.stderr)
+            trained = sum(b for it, b in batches.items() if reached is None or it >= reached)
             if before + trained >= samples:
                 print(f"launcher: {key}: {before + trained} of the job's {samples} samples trained; samples_done "
                       f"left at {before} (the entry takes fewer: the job leaves the queue when it finishes)",
                       file=sys.stderr)
                 return
             entry["samples_done"] = before + trained
-            r = _gateway(endpoints, "/v3/kv/txn", {
-                "compare": [{"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": rev}],
-                "success": [{"request_put": {"key": _b64(key), "value": _b64(json.dumps(entry))}}]})
+            entry["samples_done_step"] = end
+            try:
+                r = _gateway(endpoints, "/v3/kv/txn", {
+                    "compare": [{"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": rev}],
+                    "success": [{"request_put": {"key": _b64(key), "value": _b64(json.dumps(entry))}}]})
+            except (ptcfs.Error, ValueError):
+                unanswered = True
+                raise
             if r.get("succeeded"):
                 return
             why = "the entry changed between its read and the write"
         except (ptcfs.Error, ValueError, TypeError, KeyError) as e:
             why = str(e)
-    print(f"launcher: gave up recording progress (+{trained} samples) in {key} after {tries} tries (the last: {why}); "
-          f"training goes on", file=sys.stderr)
+    print(f"launcher: gave up recording progress (+{sum(batches.values())} samples, iterations {start}..{end - 1}) "
+          f"in {key} after {tries} tries (the last: {why}); training goes on", file=sys.stderr)
 
 
 def run_segment(cmd: List[str]) -> Tuple[int, Dict[int, int]]:
@@ -185,7 +217,7 @@ def main(argv=None) -> int:
         if rc != 0:
             print(f"launcher: train.py exited {rc}", file=sys.stderr)
             return rc
-        record_progress(a.etcd, f"{a.prefix}/queue/{a.queue_name}", sum(batches.values()))
+        record_progress(a.etcd, f"{a.prefix}/queue/{a.queue_name}", batches, start or 0, end)
         done += 1
     return 0
 

@@ -10,7 +10,8 @@ using nlohmann::json;
 
 Result<QueueEntry> parse_queue_entry(std::string_view text, const std::string& name, const std::string& where) {
   PTC_ASSIGN_OR_RETURN(json doc, parse_json(text, where));
-  PTC_RETURN_IF_ERROR(check_members(doc, {"job", "daemon", "store_job", "layout", "samples_done"}, where));
+  PTC_RETURN_IF_ERROR(
+      check_members(doc, {"job", "daemon", "store_job", "layout", "samples_done", "samples_done_step"}, where));
   if (!doc.contains("job") || !doc["job"].is_object()) return invalid(where + ": 'job' must be a JOBS.json entry");
   json job = doc["job"];
   if (!job.contains("name")) job["name"] = name;
@@ -40,6 +41,10 @@ Result<QueueEntry> parse_queue_entry(std::string_view text, const std::string& n
       return invalid(where + ": samples_done must be a number of samples >= 0 and below the job's samples (" +
                      json(*e.spec.samples).dump() + "; a job that trained them all leaves the queue), got " + n.dump());
     e.samples_done = n.get<double>();
+  }
+  if (doc.contains("samples_done_step")) {
+    if (!doc.contains("samples_done")) return invalid(where + ": 'samples_done_step' goes with 'samples_done'");
+    PTC_ASSIGN_OR_RETURN(e.samples_done_step, get_int(doc["samples_done_step"], where + ": samples_done_step", 0));
   }
   return e;
 }

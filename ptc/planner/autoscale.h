@@ -6,10 +6,13 @@
 //
 // A queue entry (the value of <prefix>/queue/<job>):
 //   {"job": {...one JOBS.json entry (allocator.h); "name" may be left out...},
-//    "daemon": "HOST:PORT", "store_job": "NAME", "layout": {"tp": T, "pp": P}, "samples_done": N}
+//    "daemon": "HOST:PORT", "store_job": "NAME", "layout": {"tp": T, "pp": P}, "samples_done": N,
+//    "samples_done_step": S}
 // daemon: the ptcfsd that holds the job's steps; store_job: the job's name there (default:
 // its queue name); samples_done (with job.samples; default 0): the samples the job has
 // trained, as whoever runs it records them, so that the makespan policy plans what remains;
+// samples_done_step (with samples_done; an integer >= 0): the step the count reaches, which
+// makes the recording writer's update idempotent (the planner does not use it);
 // layout (measured jobs only; default tp 1, pp 1): the model-parallel part
 // kept at every count, so dp = gpus / (tp pp), and only counts that tp pp divides (and whose
 // dp divides the batch) are options. A modelled job's configuration is the planner's best
@@ -32,12 +35,14 @@ struct QueueEntry {
   int tp = 1, pp = 1;
   std::string daemon;
   std::string store_job;
-  double samples_done = 0;  // of spec.samples, in [0, samples)
+  double samples_done = 0;                   // of spec.samples, in [0, samples)
+  std::optional<int64_t> samples_done_step;  // the step samples_done reaches, when recorded
 };
 
 // Parses one queue value of job `name` (strict: unknown keys, a "job.name" other than `name`,
 // a layout on a modelled job, tp or pp < 1, samples_done without job.samples or outside
-// [0, samples) are refused, naming `where` and the member).
+// [0, samples), samples_done_step without samples_done or not an integer >= 0 are refused,
+// naming `where` and the member).
 Result<QueueEntry> parse_queue_entry(std::string_view text, const std::string& name, const std::string& where);
 
 struct Decision {

@@ -5,7 +5,8 @@ tp=1,pp=1,dp=1 and saves step 4; the other job finishes, the controller gives th
 resumes step 4 on 2 ranks: its losses continue those of a run that never stopped. The second test
 grows a job that chooses its batch: 1 GPU at batch 8, then 2 GPUs at batch 16, the samples it
 trains on staying the dataset's epoch order. After each segment the launcher records the samples
-trained in the queue entry's samples_done, keeping what others changed in the entry meanwhile."""
+trained in the queue entry's samples_done, keeping what others changed in the entry meanwhile, and
+the step it reaches in samples_done_step, so that a retried write counts a segment once."""
 
 import importlib.util
 import json
@@ -105,7 +106,8 @@ def test_the_job_grows_under_the_controller_and_its_losses_continue(tmp_path, da
             assert (d["tp"], d["pp"], d["dp"], d["step"]) == (1, 1, 2, "4"), d
             segment(launch, f"launcher: decision {d['seq']} (2 GPUs, tp=1,pp=1,dp=2): iterations 4..7",
                     f"launcher: {P}/queue/gpt: 64 of the job's 64 samples trained; samples_done left at 32")
-            assert etcd.get_json(f"{P}/queue/gpt") == {"job": gpt, "daemon": daemon.addr, "samples_done": 32}
+            assert etcd.get_json(f"{P}/queue/gpt") == \
+                {"job": gpt, "daemon": daemon.addr, "samples_done": 32, "samples_done_step": 4}
         finally:
             ctl.kill()
             ctl.wait(timeout=10)
@@ -146,7 +148,7 @@ def test_the_job_grows_in_ranks_and_batch_and_trains_on_the_epoch_order(tmp_path
         try:
             segment(launch, "launcher: decision 2 (1 GPUs, global batch 8, tp=1,pp=1,dp=1): iterations 0..3")
             entry = etcd.get_json(f"{P}/queue/gpt")
-            assert entry == {"job": gpt, "daemon": daemon.addr, "samples_done": 4 * 8}
+            assert entry == {"job": gpt, "daemon": daemon.addr, "samples_done": 4 * 8, "samples_done_step": 4}
             d = other_leaves(etcd, daemon)
             # Someone else edits the entry between the segments (the store job named, as it already was):
             # the launcher's next write keeps it.
@@ -158,7 +160,8 @@ def test_the_job_grows_in_ranks_and_batch_and_trains_on_the_epoch_order(tmp_path
                 {"global_batch": 16, "dp": 2, "consumed": 32, "batch_offset": 32}
             segment(launch, f"launcher: decision {d['seq']} (2 GPUs, global batch 16, tp=1,pp=1,dp=2): iterations 4..7")
             assert etcd.get_json(f"{P}/queue/gpt") == \
-                {"job": gpt, "daemon": daemon.addr, "store_job": "gpt", "samples_done": 4 * 8 + 4 * 16}
+                {"job": gpt, "daemon": daemon.addr, "store_job": "gpt", "samples_done": 4 * 8 + 4 * 16,
+                 "samples_done_step": 8}
         finally:
             ctl.kill()
             ctl.wait(timeout=10)
@@ -210,27 +213,89 @@ def test_the_launchers_progress_write_keeps_a_concurrent_edit_and_gives_up_sayin
             monkeypatch.setattr(lau, "_gateway", gateway)
 
         job = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100}, "samples": 100}
+        # samples_done without samples_done_step: counted by someone else up to a step unknown; iterations
+        # 4..8 at batch 8 are added whole and the entry then reaches step 9.
         etcd.ctl("put", key, json.dumps({"job": job, "daemon": "h:1", "samples_done": 8}))
         edit_before_txn(1)
-        lau.record_progress(etcd.endpoints, key, 40)
+        lau.record_progress(etcd.endpoints, key, {i: 8 for i in range(4, 9)}, 4, 9)
         assert len(txns) == 2
-        assert etcd.get_json(key) == {"job": job, "daemon": "h:1", "samples_done": 48, "store_job": "edit1"}
+        assert etcd.get_json(key) == \
+            {"job": job, "daemon": "h:1", "samples_done": 48, "samples_done_step": 9, "store_job": "edit1"}
         assert capsys.readouterr().err == ""
 
         txns.clear()
         edit_before_txn(5)
-        lau.record_progress(etcd.endpoints, key, 16, tries=3)
+        lau.record_progress(etcd.endpoints, key, {9: 16}, 9, 10, tries=3)
         assert len(txns) == 3
-        assert etcd.get_json(key) == {"job": job, "daemon": "h:1", "samples_done": 48, "store_job": "edit3"}
+        assert etcd.get_json(key) == \
+            {"job": job, "daemon": "h:1", "samples_done": 48, "samples_done_step": 9, "store_job": "edit3"}
         assert capsys.readouterr().err == (
-            f"launcher: gave up recording progress (+16 samples) in {key} after 3 tries (the last: the entry "
-            "changed between its read and the write); training goes on\n")
+            f"launcher: gave up recording progress (+16 samples, iterations 9..9) in {key} after 3 tries (the last: "
+            "the entry changed between its read and the write); training goes on\n")
 
         # No samples in the job: no samples_done written (the entry would not parse); the entry gone: said.
         txns.clear()
         etcd.ctl("put", key, json.dumps({"job": {"min_gpus": 1, "max_gpus": 1, "throughput": {"1": 1}}}))
-        lau.record_progress(etcd.endpoints, key, 16)
+        lau.record_progress(etcd.endpoints, key, {0: 16}, 0, 1)
         etcd.ctl("del", key)
-        lau.record_progress(etcd.endpoints, key, 16)
+        lau.record_progress(etcd.endpoints, key, {0: 16}, 0, 1)
         assert txns == [] and etcd.get_json(key) is None
-        assert capsys.readouterr().err == f"launcher: {key} is gone: progress (+16 samples) not recorded\n"
+        assert capsys.readouterr().err == \
+            f"launcher: {key} is gone: progress (+16 samples, iterations 0..0) not recorded\n"
+
+
+def test_the_launchers_progress_write_counts_a_segment_once_and_says_what_nobody_counted(tmp_path, monkeypatch,
+                                                                                          capsys):
+    # record_progress against a real etcd. (a) The transaction lands but its reply is lost (the gateway
+    # raises as on a timeout after the write): the retry reads the entry, which already reaches the
+    # segment's end step, and adds nothing; a second call for the same segment adds nothing either, and
+    # says so. (b) A segment that starts after the entry's step (the one before it never written): its
+    # own samples are added and the gap is said, not guessed. (c) A segment that overlaps the entry's
+    # step adds only its iterations from that step on.
+    lau = load_launcher()
+    key = f"{P}/queue/gpt"
+    with Etcd(str(tmp_path)) as etcd:
+        real, txns = lau._gateway, []
+
+        def reply_lost(endpoints, path, body):
+            r = real(endpoints, path, body)
+            if path == "/v3/kv/txn":
+                txns.append(r["succeeded"])
+                if len(txns) == 1:
+                    raise lau.ptcfs.Error("unavailable", "no etcd endpoint answered: timed out")
+            return r
+        monkeypatch.setattr(lau, "_gateway", reply_lost)
+
+        job = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100}, "samples": 1000}
+        etcd.ctl("put", key, json.dumps({"job": job, "daemon": "h:1"}))
+        lau.record_progress(etcd.endpoints, key, {0: 8, 1: 8, 2: 8, 3: 8}, 0, 4)
+        assert txns == [True]  # the retry sent no second transaction
+        assert etcd.get_json(key) == {"job": job, "daemon": "h:1", "samples_done": 32, "samples_done_step": 4}
+        assert capsys.readouterr().err == ""
+        lau.record_progress(etcd.endpoints, key, {0: 8, 1: 8, 2: 8, 3: 8}, 0, 4)
+        assert txns == [True]
+        assert etcd.get_json(key) == {"job": job, "daemon": "h:1", "samples_done": 32, "samples_done_step": 4}
+        assert capsys.readouterr().err == (
+            f"launcher: {key}: samples_done already counts the steps up to 4; iterations 0..3 not added again\n")
+
+        # (b) iterations 4..7 were trained and saved but never written; the segment 8..11 at batch 16 is.
+        lau.record_progress(etcd.endpoints, key, {8: 16, 9: 16, 10: 16, 11: 16}, 8, 12)
+        assert txns == [True, True]
+        assert etcd.get_json(key) == {"job": job, "daemon": "h:1", "samples_done": 96, "samples_done_step": 12}
+        assert capsys.readouterr().err == (
+            f"launcher: {key}: samples_done counts the steps up to 4, this segment trained iterations 8..11: the "
+            "samples of iterations 4..7 are not counted (a launcher stopped between their save and its write?)\n")
+
+        # (c) a segment 10..13 at batch 4: only 12 and 13 are new.
+        lau.record_progress(etcd.endpoints, key, {10: 4, 11: 4, 12: 4, 13: 4}, 10, 14)
+        assert txns == [True, True, True]
+        assert etcd.get_json(key) == {"job": job, "daemon": "h:1", "samples_done": 104, "samples_done_step": 14}
+        assert capsys.readouterr().err == ""
+
+        # A fresh entry (no samples_done) counts from step 0: a first segment resumed from step 4 says so.
+        etcd.ctl("put", key, json.dumps({"job": job, "daemon": "h:1"}))
+        lau.record_progress(etcd.endpoints, key, {4: 8, 5: 8}, 4, 6)
+        assert etcd.get_json(key) == {"job": job, "daemon": "h:1", "samples_done": 16, "samples_done_step": 6}
+        assert capsys.readouterr().err == (
+            f"launcher: {key}: samples_done counts the steps up to 0, this segment trained iterations 4..5: the "
+            "samples of iterations 0..3 are not counted (a launcher stopped between their save and its write?)\n")

@@ -195,6 +195,15 @@ TEST_CASE("the makespan policy plans a running job on the samples it has left", 
   const QueueEntry half = entry(R"({"job": )" + job + R"(, "daemon": "h:1", "samples_done": 18000})", "half");
   CHECK(fresh.samples_done == 0);
   CHECK(half.samples_done == 18000);
+  CHECK(fresh.samples_done_step == std::nullopt);
+  CHECK(half.samples_done_step == std::nullopt);
+  // The step the count reaches (the launcher's, for an idempotent write): parsed, not planned on.
+  const QueueEntry stepped =
+      entry(R"({"job": )" + job + R"(, "daemon": "h:1", "samples_done": 18000, "samples_done_step": 450})", "stepped");
+  CHECK(stepped.samples_done_step == 450);
+  CHECK(entry(R"({"job": )" + job + R"(, "daemon": "h:1", "samples_done": 0, "samples_done_step": 0})", "zero")
+            .samples_done_step == 0);
+  CHECK(autoscale_specs({stepped})[0].samples == 18000.0);
   CHECK(half.spec.samples == 36000.0);  // the entry keeps the total
   const auto specs = autoscale_specs({fresh, half});
   CHECK(specs[0].samples == 36000.0);
@@ -221,4 +230,19 @@ TEST_CASE("the makespan policy plans a running job on the samples it has left", 
   refused(R"({"job": )" + job + R"(, "daemon": "h:1", "samples_done": "1"})", "samples_done must be");
   refused(R"({"job": {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 100}}, "daemon": "h:1", "samples_done": 1})",
           "'samples_done' goes with the job's 'samples'");
+  auto refused_exactly = [&](const std::string& members, const std::string& message) {
+    auto e = parse_queue_entry(R"({"job": )" + job + R"(, "daemon": "h:1", )" + members + "}", "x", "queue/x");
+    REQUIRE_FALSE(e.is_ok());
+    CHECK(e.status().message() == message);
+  };
+  refused_exactly(R"("samples_done_step": 4)", "queue/x: 'samples_done_step' goes with 'samples_done'");
+  refused_exactly(R"("samples_done": 8, "samples_done_step": -1)",
+                  "queue/x: samples_done_step: -1 is outside [0, 9223372036854775807]");
+  refused_exactly(R"("samples_done": 8, "samples_done_step": 4.5)",
+                  "queue/x: samples_done_step: expected an integer, got 4.5");
+  refused_exactly(R"("samples_done": 8, "samples_done_step": "4")",
+                  "queue/x: samples_done_step: expected an integer, got \"4\"");
+  refused_exactly(R"("samples_done": 8, "samples_dones_step": 4)",
+                  "queue/x: unknown key 'samples_dones_step' (allowed: job, daemon, store_job, layout, samples_done, "
+                  "samples_done_step)");
 }

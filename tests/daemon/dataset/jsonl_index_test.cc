@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -127,6 +128,39 @@ TEST_CASE("a line whose newline falls at either side of a read's end is indexed 
           CHECK((got[1].offset == newline + 1 && got[1].bytes == 3 && got[1].flags == 0));
           CHECK((got[2].offset == newline + 4 && got[2].bytes == 3 && got[2].flags == kSupplyNewline));
         }
+    }
+}
+
+TEST_CASE("unmapped, a chunk reads on only until its last line ends", "[jsonl_index]") {
+  // 3,600 lines of 1,000 bytes (the '\n' included) in chunks of 1 MiB: every chunk's end but the
+  // file's falls inside a line (2^20 is no multiple of 1,000). A chunk reads its bytes and the one
+  // before it, then on past its end, as many bytes as it holds but at least 1 MiB and no further
+  // than the file, until its last line's '\n'; every line here ends within the first read on, so
+  // the bytes read are exactly:
+  const uint64_t kLine = 1000, kChunk = 1 << 20, kReadOn = 1 << 20, size = 3600 * kLine;
+  std::string text;
+  for (uint64_t i = 0; i < size / kLine; ++i) {
+    const std::string head = "{\"id\": " + std::to_string(i) + ", \"t\": \"";
+    text += head + std::string(kLine - head.size() - 3, 'x') + "\"}\n";
+  }
+  REQUIRE(text.size() == size);
+  const uint64_t expected = (kChunk + kReadOn)                    // [0, 2^20), then 1 MiB
+                            + (1 + kChunk + (1 + kChunk))         // [2^20 - 1, 2^21), then as much
+                            + (1 + kChunk + (size - 3 * kChunk))  // [2^21 - 1, 3 * 2^20), then the rest
+                            + (1 + size - 3 * kChunk);            // [3 * 2^20 - 1, size): ends with a '\n'
+  REQUIRE(expected == 6'151'428);
+  TempDir tmp;
+  Files files = open_files(tmp, {text});
+  const auto want = by_line({text});
+  REQUIRE(want.size() == 3600);
+  for (unsigned threads : {1u, 3u})
+    for (bool map : {true, false}) {
+      INFO("threads " << threads << ", mapped " << map);
+      std::atomic<uint64_t> bytes_read{0};
+      std::vector<SampleRecord> got;
+      REQUIRE(index_jsonl_files(files.inputs, got, {}, {kChunk, threads, map, &bytes_read}).is_ok());
+      CHECK(same(got, want));
+      CHECK(bytes_read.load() == (map ? 0 : expected));
     }
 }
 
