@@ -24,7 +24,7 @@ double mask_bytes(const ModelSpec& m) { return m.dropout ? 1 : 0; }
 double core_elementwise_bytes(const ModelSpec& m, int tp, int64_t b) {
   if (m.flash_attention) return 0;
   const double e = activation_element_bytes(m.dtype);
-  const double per_score = 2 * e + (m.dropout ? 2 * e + mask_bytes(m) : 0);
+  const double per_score = 2 * e + (m.dropout ? 2 * e + 1 : 0);
   return per_score * m.heads * static_cast<double>(b) * m.seq * m.seq / tp;
 }
 
@@ -233,7 +233,7 @@ double layer_activation_bytes(const ModelSpec& m, int tp, int64_t micro_batch, R
   // the input of attention over V too (2 a s^2 b).
   // FlashAttention keeps none of it: the softmax's statistics, 4 bytes per head and
   // position (Dao et al. 2022, section 3.1), and it recomputes the rest itself.
-  const double per_score = e + (m.dropout ? e + mask_bytes(m) : 0);
+  const double per_score = e + (m.dropout ? e + 1 : 0);
   const double core = m.flash_attention            ? 4.0 * m.heads * sb
                       : r == Recompute::kSelective ? 0
                                                    : per_score * m.heads * sb * m.seq;

@@ -1,6 +1,8 @@
 #include "ptc/planner/model_spec.h"
 
 #include <cmath>
+#include <initializer_list>
+#include <string_view>
 
 #include "ptc/base/json_util.h"
 
@@ -85,31 +87,18 @@ Result<GpuSpec> parse_gpu(const json& g, const std::string& where) {
   return gpu;
 }
 
+// Every member MODEL.json may have (docs/PLANNER.md "MODEL.json").
+// clang-format off
+const std::initializer_list<std::string_view> kModelMembers = {
+    "layers", "hidden", "heads", "ffn", "vocab", "seq", "global_batch", "query_groups", "dtype",
+    "distributed_optimizer", "recompute", "sequence_parallel", "mlp", "tied_embeddings", "flash_attention", "dropout",
+    "interleave", "overlap_grad_reduce", "overlap_p2p_comm", "gpu"};
+// clang-format on
+
 }  // namespace
 
 Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
-  PTC_RETURN_IF_ERROR(check_members(j,
-                                    {"layers",
-                                     "hidden",
-                                     "heads",
-                                     "ffn",
-                                     "vocab",
-                                     "seq",
-                                     "global_batch",
-                                     "query_groups",
-                                     "dtype",
-                                     "distributed_optimizer",
-                                     "recompute",
-                                     "sequence_parallel",
-                                     "mlp",
-                                     "tied_embeddings",
-                                     "flash_attention",
-                                     "dropout",
-                                     "interleave",
-                                     "overlap_grad_reduce",
-                                     "overlap_p2p_comm",
-                                     "gpu"},
-                                    where));
+  PTC_RETURN_IF_ERROR(check_members(j, kModelMembers, where));
   ModelSpec m;
   PTC_ASSIGN_OR_RETURN(m.layers, required_int(j, "layers", where, kMaxLayers));
   PTC_ASSIGN_OR_RETURN(m.hidden, required_int(j, "hidden", where, kMaxHidden));
