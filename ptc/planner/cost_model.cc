@@ -1,6 +1,7 @@
 #include "ptc/planner/cost_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cmath>
 
@@ -138,6 +139,11 @@ double elementwise_bytes(const ModelSpec& m, int tp, int64_t b) {
 
 LayerSeconds operator+(LayerSeconds a, LayerSeconds b) { return {a.forward + b.forward, a.backward + b.backward}; }
 
+// The stages that can be the slowest or the fullest: the first (the most layers with the
+// even split, the embedding), the second (with the embedding-and-loss split, the middle
+// stage with the most layers and micro-batches in flight) and the last (the logits).
+std::array<int, 3> bounding_stages(const ParallelConfig& c) { return {0, std::min(1, c.pp - 1), c.pp - 1}; }
+
 }  // namespace
 
 int64_t padded_vocab(const ModelSpec& m, int tp) {
@@ -164,7 +170,17 @@ int64_t model_params(const ModelSpec& m, int tp) {
   return m.layers * layer_params(m) + word * (m.tied_embeddings ? 1 : 2) + m.seq * h + 2 * h;
 }
 
-int64_t stage_layers(int64_t layers, int pp, int stage) { return layers / pp + (stage < layers % pp ? 1 : 0); }
+int64_t pipeline_slots(const ModelSpec& m) {
+  return m.layers + (m.pipeline_split == PipelineSplit::kEmbeddingAndLoss ? 2 : 0);
+}
+
+int64_t stage_layers(const ModelSpec& m, int pp, int stage) {
+  if (pp == 1) return m.layers;
+  const int64_t slots = pipeline_slots(m);
+  int64_t layers = slots / pp + (stage < slots % pp ? 1 : 0);
+  if (m.pipeline_split == PipelineSplit::kEmbeddingAndLoss) layers -= (stage == 0) + (stage == pp - 1);
+  return std::max<int64_t>(layers, 0);
+}
 
 // Megatron splits the QKV and first MLP products by columns, the output projection and
 // second MLP product by rows (Shoeybi et al. 2019): every weight and the column-parallel
@@ -177,7 +193,7 @@ int64_t gpu_params(const ModelSpec& m, const ParallelConfig& c, int stage) {
   const int64_t replicated = 6 * h;
   const int64_t split = layer_params(m) - replicated;
   assert(split % c.tp == 0);
-  int64_t p = stage_layers(m.layers, c.pp, stage) * (split / c.tp + replicated);
+  int64_t p = stage_layers(m, c.pp, stage) * (split / c.tp + replicated);
   const int64_t word = padded_vocab(m, c.tp) / c.tp * h;
   if (stage == 0) p += word + m.seq * h;
   if (stage == c.pp - 1) p += 2 * h + (c.pp > 1 || !m.tied_embeddings ? word : 0);
@@ -257,7 +273,7 @@ MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int sta
   const double interleaved =
       c.virtual_stages > 1 ? 1 + (c.pp - 1.0) / (static_cast<double>(c.pp) * c.virtual_stages) : 1;
   const double in_flight = static_cast<double>(std::min<int64_t>(c.pp - stage, micro_batches)) * interleaved;
-  const int64_t layers = stage_layers(m.layers, c.pp, stage);
+  const int64_t layers = stage_layers(m, c.pp, stage);
   e.activations = static_cast<double>(layers) * layer_activation_bytes(m, c.tp, c.micro_batch, m.recompute) * in_flight;
   // With full recomputation the backward pass of a layer rebuilds that layer's activations
   // (one layer, one micro-batch) before it runs.
@@ -280,10 +296,13 @@ MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int sta
 }
 
 MemoryEstimate estimate_memory(const ModelSpec& m, const ParallelConfig& c) {
-  MemoryEstimate first = stage_memory(m, c, 0);
-  if (c.pp == 1) return first;
-  MemoryEstimate last = stage_memory(m, c, c.pp - 1);
-  return last.total() > first.total() ? last : first;
+  MemoryEstimate worst = stage_memory(m, c, 0);
+  for (int stage : bounding_stages(c)) {
+    if (stage == 0) continue;
+    MemoryEstimate e = stage_memory(m, c, stage);
+    if (e.total() > worst.total()) worst = e;
+  }
+  return worst;
 }
 
 double flops_per_step(const ModelSpec& m, int tp) {
@@ -353,11 +372,11 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   const LayerSeconds logits =
       linear_seconds(g, e, tokens, static_cast<double>(m.hidden), static_cast<double>(padded_vocab(m, c.tp)) / c.tp);
 
-  // The slowest stage sets the pace: the first (most layers) or the last (the logits).
+  // The slowest stage sets the pace (bounding_stages: the most layers, or the logits).
   StepEstimate s;
   double slot = -1;  // one micro-batch
-  for (int stage : {0, c.pp - 1}) {
-    const double layers = static_cast<double>(stage_layers(m.layers, c.pp, stage));
+  for (int stage : bounding_stages(c)) {
+    const double layers = static_cast<double>(stage_layers(m, c.pp, stage));
     double forward = layers * layer.forward, backward = layers * layer.backward;
     if (stage == c.pp - 1) {
       forward += logits.forward;
@@ -388,7 +407,7 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   // al. 2020, PyTorch DDP, section 3.2): that backward pass hides as much.
   const BytesPerParam bpp = bytes_per_param(m.dtype);
   const double dp_link = link(g, dp_groups_cross_nodes(c, g.per_node));
-  for (int stage : {0, c.pp - 1}) {
+  for (int stage : bounding_stages(c)) {
     const double params = static_cast<double>(gpu_params(m, c, stage));
     double t = 0;
     if (m.distributed_optimizer)
@@ -401,8 +420,8 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
     // too (counted at stage 0's backward pass, the longest of the stages without logits).
     double window = 0;
     if (m.overlap_grad_reduce) {
-      const double first = static_cast<double>(stage_layers(m.layers, c.pp, 0)) * layer.backward;
-      window = static_cast<double>(stage_layers(m.layers, c.pp, stage)) * layer.backward + stage * first;
+      const double first = static_cast<double>(stage_layers(m, c.pp, 0)) * layer.backward;
+      window = static_cast<double>(stage_layers(m, c.pp, stage)) * layer.backward + stage * first;
       if (stage == c.pp - 1) window += logits.backward;
     }
     if (std::max(0.0, t - window) >= s.dp_comm) {

@@ -55,9 +55,14 @@ int64_t kv_width(const ModelSpec& m);
 int64_t layer_params(const ModelSpec& m);
 // Parameters of the model (vocabulary padded for `tp`; an untied output layer adds V x h).
 int64_t model_params(const ModelSpec& m, int tp = 1);
-// Layers of pipeline stage `stage`: contiguous groups, as even as possible, earlier stages
-// taking the remainder (docs/FORMATS.md "ptc.json").
-int64_t stage_layers(int64_t layers, int pp, int stage);
+// The pipeline's layer slots: the transformer layers, plus the embedding and the loss with
+// PipelineSplit::kEmbeddingAndLoss.
+int64_t pipeline_slots(const ModelSpec& m);
+// Transformer layers of pipeline stage `stage`: the slots in contiguous groups, as even as
+// possible, earlier stages taking the remainder (docs/FORMATS.md "ptc.json"); with
+// kEmbeddingAndLoss and pp > 1 the first and last stages' embedding and loss take one
+// slot each (Megatron-LM's transformer_config.py, which needs pp to divide the slots).
+int64_t stage_layers(const ModelSpec& m, int pp, int stage);
 // Parameters one GPU of stage `stage` holds.
 int64_t gpu_params(const ModelSpec& m, const ParallelConfig& c, int stage);
 

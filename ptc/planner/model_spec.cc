@@ -92,7 +92,7 @@ Result<GpuSpec> parse_gpu(const json& g, const std::string& where) {
 const std::initializer_list<std::string_view> kModelMembers = {
     "layers", "hidden", "heads", "ffn", "vocab", "seq", "global_batch", "query_groups", "dtype",
     "distributed_optimizer", "recompute", "sequence_parallel", "mlp", "tied_embeddings", "flash_attention", "dropout",
-    "interleave", "overlap_grad_reduce", "overlap_p2p_comm", "gpu"};
+    "interleave", "pipeline_split", "overlap_grad_reduce", "overlap_p2p_comm", "gpu"};
 // clang-format on
 
 }  // namespace
@@ -154,6 +154,15 @@ Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
   PTC_ASSIGN_OR_RETURN(m.flash_attention, member_bool_or(j, "flash_attention", true, where));
   PTC_ASSIGN_OR_RETURN(m.dropout, member_bool_or(j, "dropout", true, where));
   PTC_ASSIGN_OR_RETURN(m.interleave, member_bool_or(j, "interleave", true, where));
+  if (j.contains("pipeline_split")) {
+    PTC_ASSIGN_OR_RETURN(std::string split, get_string(j["pipeline_split"], where + ": pipeline_split"));
+    if (split == "even")
+      m.pipeline_split = PipelineSplit::kEven;
+    else if (split == "embedding_and_loss")
+      m.pipeline_split = PipelineSplit::kEmbeddingAndLoss;
+    else
+      return invalid(where + ": pipeline_split '" + split + "' is not one of even, embedding_and_loss");
+  }
   PTC_ASSIGN_OR_RETURN(m.overlap_grad_reduce, member_bool_or(j, "overlap_grad_reduce", true, where));
   PTC_ASSIGN_OR_RETURN(m.overlap_p2p_comm, member_bool_or(j, "overlap_p2p_comm", true, where));
   if (!j.contains("gpu")) return invalid(where + " lacks 'gpu'");

@@ -7,7 +7,7 @@
 //    "query_groups": 16, "dtype": "BF16", "distributed_optimizer": false,
 //    "recompute": "none", "sequence_parallel": true,
 //    "mlp": "gelu", "tied_embeddings": true, "flash_attention": true, "dropout": true,
-//    "interleave": true,
+//    "interleave": true, "pipeline_split": "even",
 //    "overlap_grad_reduce": true, "overlap_p2p_comm": true,
 //    "gpu": {"memory_gb": 80, "tflops": 312, "per_node": 8,
 //            "intra_node_gbps": 2400, "inter_node_gbps": 200,
@@ -59,6 +59,14 @@ struct GpuSpec {
 enum class Mlp { kGelu, kSwiglu };
 const char* mlp_name(Mlp m);
 
+// How pipeline stages share the layers. kEven: the transformer layers in contiguous groups,
+// as even as possible, earlier stages taking the remainder (ptcfs's own layout,
+// docs/FORMATS.md "ptc.json"). kEmbeddingAndLoss: the embedding and the output layer with
+// the loss count as one layer each, so the first and last stages hold one transformer layer
+// fewer (Megatron-LM's --account-for-embedding-in-pipeline-split and
+// --account-for-loss-in-pipeline-split; the Llama 3 and BLOOM runs, docs/PLANNER.md).
+enum class PipelineSplit { kEven, kEmbeddingAndLoss };
+
 struct ModelSpec {
   int64_t layers = 0, hidden = 0, heads = 0, ffn = 0, vocab = 0, seq = 0, global_batch = 0;
   int64_t query_groups = 0;  // key/value heads (grouped-query attention); `heads` when absent
@@ -78,6 +86,7 @@ struct ModelSpec {
   // The planner may choose interleaved (virtual) pipeline stages (Narayanan et al. 2021,
   // section 2.2.2); false: every configuration has virtual_stages 1.
   bool interleave = true;
+  PipelineSplit pipeline_split = PipelineSplit::kEven;
   // Megatron-LM's --overlap-grad-reduce: the data-parallel gradient reduction runs during
   // the backward pass; --overlap-p2p-communication: pipeline sends of the interleaved
   // schedule run during compute.

@@ -37,9 +37,23 @@ std::string config_name(const ParallelConfig& c) {
 }
 
 // Whether v > 1 interleaved stages are allowed: Narayanan et al. 2021, section 2.2.2 (the
-// micro-batches a multiple of pp; each stage's layers split evenly into v chunks).
+// micro-batches a multiple of pp; each stage's layers split evenly into v chunks; with the
+// embedding-and-loss split, its slots, as Megatron-LM's transformer_config.py requires).
 bool interleavable(const ModelSpec& m, int pp, int64_t micro_batches, int v) {
-  return pp > 1 && m.layers % (int64_t{pp} * v) == 0 && micro_batches % pp == 0;
+  return pp > 1 && pipeline_slots(m) % (int64_t{pp} * v) == 0 && micro_batches % pp == 0;
+}
+
+// The embedding-and-loss split needs pp to divide its slots (Megatron-LM refuses the rest);
+// the even split takes any pp.
+bool splittable(const ModelSpec& m, int pp) {
+  return m.pipeline_split == PipelineSplit::kEven || pp == 1 || pipeline_slots(m) % pp == 0;
+}
+
+// "4 layers", or "128 slots (126 layers, the embedding and the loss)".
+std::string slots_name(const ModelSpec& m) {
+  if (m.pipeline_split == PipelineSplit::kEven) return std::to_string(m.layers) + " layers";
+  return std::to_string(pipeline_slots(m)) + " slots (" + std::to_string(m.layers) +
+         " layers, the embedding and the loss)";
 }
 
 }  // namespace
@@ -58,13 +72,15 @@ Status validate_config(const ModelSpec& m, const ParallelConfig& c) {
   if (c.tp > m.gpu.per_node)
     return invalid(name + ": tp is more than the " + std::to_string(m.gpu.per_node) + " GPUs of a node");
   if (c.pp > m.layers) return invalid(name + ": pp is more than the " + std::to_string(m.layers) + " layers");
+  if (!splittable(m, c.pp))
+    return invalid(name + ": pipeline_split embedding_and_loss needs pp to divide the " + slots_name(m));
   if (m.global_batch % (int64_t{c.dp} * c.micro_batch) != 0)
     return invalid(name + ": dp x micro_batch must divide global_batch (" + std::to_string(m.global_batch) + ")");
   if (c.virtual_stages > 1) {
     if (!m.interleave) return invalid(name + ": virtual stages need \"interleave\": true");
     if (!interleavable(m, c.pp, m.global_batch / (int64_t{c.dp} * c.micro_batch), c.virtual_stages))
-      return invalid(name + ": virtual stages need pp > 1, pp x virtual_stages dividing the " +
-                     std::to_string(m.layers) + " layers and pp dividing the micro-batches");
+      return invalid(name + ": virtual stages need pp > 1, pp x virtual_stages dividing the " + slots_name(m) +
+                     " and pp dividing the micro-batches");
   }
   return Status::ok();
 }
@@ -76,13 +92,13 @@ std::vector<ParallelConfig> valid_configs(const ModelSpec& m, int gpus) {
     if (gpus % tp != 0 || m.heads % tp != 0 || m.query_groups % tp != 0 || m.ffn % tp != 0) continue;
     const int rest = gpus / tp;
     for (int pp = 1; pp <= rest && pp <= m.layers; ++pp) {
-      if (rest % pp != 0) continue;
+      if (rest % pp != 0 || !splittable(m, pp)) continue;
       const int dp = rest / pp;
       if (m.global_batch % dp != 0) continue;
       for (int64_t b : divisors(m.global_batch / dp)) {
         out.push_back({tp, pp, dp, b});
-        if (!m.interleave || m.layers % pp != 0) continue;
-        for (int64_t v : divisors(m.layers / pp))
+        if (!m.interleave || pipeline_slots(m) % pp != 0) continue;
+        for (int64_t v : divisors(pipeline_slots(m) / pp))
           if (v > 1 && interleavable(m, pp, m.global_batch / (int64_t{dp} * b), static_cast<int>(v)))
             out.push_back({tp, pp, dp, b, static_cast<int>(v)});
       }

@@ -49,11 +49,38 @@ TEST_CASE("the vocabulary is padded to a multiple of 128 x tp, as Megatron pads 
 }
 
 TEST_CASE("stages take contiguous layers, earlier stages the remainder", "[cost_model]") {
-  CHECK(stage_layers(105, 35, 0) == 3);
-  CHECK(stage_layers(10, 4, 0) == 3);
-  CHECK(stage_layers(10, 4, 1) == 3);
-  CHECK(stage_layers(10, 4, 2) == 2);
-  CHECK(stage_layers(10, 4, 3) == 2);
+  ModelSpec m = small_model();
+  m.layers = 105;
+  CHECK(stage_layers(m, 35, 0) == 3);
+  m.layers = 10;
+  CHECK(stage_layers(m, 4, 0) == 3);
+  CHECK(stage_layers(m, 4, 1) == 3);
+  CHECK(stage_layers(m, 4, 2) == 2);
+  CHECK(stage_layers(m, 4, 3) == 2);
+  CHECK(stage_layers(m, 1, 0) == 10);
+}
+
+TEST_CASE("the embedding-and-loss split: the first and last stages give one slot each to the embedding and the loss",
+          "[cost_model]") {
+  // Megatron-LM's --account-for-embedding-in-pipeline-split and
+  // --account-for-loss-in-pipeline-split: l + 2 slots over pp stages. BLOOM: 70 layers over
+  // 12 stages, 5 on the first and last and 6 between (BigScience's tr11-176B-ml README);
+  // Llama 3 405B: 126 over 16, 7 and 8.
+  ModelSpec m = small_model();
+  m.pipeline_split = PipelineSplit::kEmbeddingAndLoss;
+  m.layers = 70;
+  CHECK(pipeline_slots(m) == 72);
+  CHECK(stage_layers(m, 12, 0) == 5);
+  for (int stage = 1; stage < 11; ++stage) CHECK(stage_layers(m, 12, stage) == 6);
+  CHECK(stage_layers(m, 12, 11) == 5);
+  m.layers = 126;
+  CHECK(stage_layers(m, 16, 0) == 7);
+  CHECK(stage_layers(m, 16, 8) == 8);
+  CHECK(stage_layers(m, 16, 15) == 7);
+  // One stage holds every layer; two share the layers evenly, each giving one slot away.
+  CHECK(stage_layers(m, 1, 0) == 126);
+  CHECK(stage_layers(m, 2, 0) == 63);
+  CHECK(stage_layers(m, 2, 1) == 63);
 }
 
 TEST_CASE(
