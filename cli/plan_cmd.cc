@@ -143,12 +143,8 @@ ptc::Result<ptc::ModelSpec> load_model(const std::string& model_file) {
 
 ptc::Result<ptc::Candidate> best_plan(const std::string& model_file, int gpus) {
   PTC_ASSIGN_OR_RETURN(ptc::ModelSpec m, load_model(model_file));
-  // A repartition lays each stage's layers out contiguously and evenly (docs/FORMATS.md,
-  // "ptc.json"), which is the layout of virtual_stages 1 and the even split: interleaved
-  // configurations and the embedding-and-loss split are not targets.
-  m.interleave = false;
-  m.pipeline_split = ptc::PipelineSplit::kEven;
-  PTC_ASSIGN_OR_RETURN(std::vector<ptc::Candidate> plan, ptc::plan_parallelism(m, gpus), model_file);
+  // Only configurations a repartitioned step can hold are targets.
+  PTC_ASSIGN_OR_RETURN(std::vector<ptc::Candidate> plan, ptc::plan_parallelism(ptc::as_stored(m), gpus), model_file);
   return plan.front();  // plan_parallelism refuses an empty plan
 }
 

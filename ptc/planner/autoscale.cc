@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ptc/base/json_util.h"
+#include "ptc/planner/planner.h"
 
 namespace ptc {
 
@@ -107,7 +108,7 @@ std::vector<JobSpec> autoscale_specs(const std::vector<QueueEntry>& queue) {
   std::vector<JobSpec> out;
   for (const QueueEntry& e : queue) {
     JobSpec s = e.spec;
-    if (s.model) s.model->interleave = false;
+    if (s.model) s.model = as_stored(*s.model);
     if (s.samples) *s.samples -= e.samples_done;
     const int mp = e.tp * e.pp;
     std::erase_if(s.points, [&](const ThroughputPoint& p) {

@@ -111,6 +111,12 @@ Candidate evaluate(const ModelSpec& m, const ParallelConfig& c) {
   return {c, estimate_memory(m, c), estimate_step(m, c)};
 }
 
+ModelSpec as_stored(ModelSpec m) {
+  m.interleave = false;
+  m.pipeline_split = PipelineSplit::kEven;
+  return m;
+}
+
 bool fits(const ModelSpec& m, const MemoryEstimate& e) { return e.total() <= m.gpu.memory_gb * kGiB; }
 
 bool better(const Candidate& a, const Candidate& b) {

@@ -6,11 +6,13 @@
 //   tp divides heads, query_groups and ffn (Megatron splits heads, key/value groups and the
 //      MLP's columns evenly), and tp <= gpu.per_node (a tensor-parallel group stays within
 //      a node: its all-reduces run on every layer);
-//   pp <= layers (stages take contiguous layers, earlier ones the remainder);
+//   pp <= layers (stages take contiguous layers, earlier ones the remainder); with
+//      pipeline_split embedding_and_loss pp divides layers + 2;
 //   dp = N / (tp x pp) exactly, dp divides global_batch, and micro_batch divides
 //      global_batch / dp.
 //   virtual_stages v (when MODEL.json's interleave is true, else 1): v = 1, or v > 1 with
-//      pp > 1, pp x v dividing layers and pp dividing the micro-batches global_batch /
+//      pp > 1, pp x v dividing the layers (+ 2 with the embedding-and-loss split) and pp
+//      dividing the micro-batches global_batch /
 //      (dp x micro_batch) (Narayanan et al. 2021, section 2.2.2).
 // Fits: the largest stage's memory (weights, gradients, optimizer state, activations) is at
 // most gpu.memory_gb GiB.
@@ -47,5 +49,10 @@ bool better(const Candidate& a, const Candidate& b);
 // configuration is valid (naming the rules), or when none fits (naming the configuration
 // that needs the least memory, what it needs and how much more than a GPU has).
 Result<std::vector<Candidate>> plan_parallelism(const ModelSpec& m, int gpus);
+
+// `m` limited to the layouts a repartitioned step has (docs/FORMATS.md "ptc.json": each
+// stage's layers contiguous and as even as possible): no interleaved stages, the even split.
+// What `repartition --gpus` and the autoscaler plan with.
+ModelSpec as_stored(ModelSpec m);
 
 }  // namespace ptc

@@ -43,9 +43,12 @@ def plan_json(model_path, gpus, *extra):
 def valid_configs(m, gpus, per_node):
     """The planner's rules, written out again: (tp, pp, dp, micro_batch, virtual_stages) in no order.
     Interleaving (on unless "interleave" is false): v > 1 stages when pp > 1, pp x v divides the
-    layers and pp divides the micro-batches global_batch / (dp x micro_batch)."""
+    layers and pp divides the micro-batches global_batch / (dp x micro_batch). With "pipeline_split"
+    "embedding_and_loss" the layers + 2 slots take the layers' place and pp must divide them."""
     out = set()
     qg = m.get("query_groups", m["heads"])
+    split = m.get("pipeline_split", "even") == "embedding_and_loss"
+    slots = m["layers"] + (2 if split else 0)
     for tp in range(1, gpus + 1):
         for pp in range(1, gpus + 1):
             if gpus % (tp * pp):
@@ -53,11 +56,13 @@ def valid_configs(m, gpus, per_node):
             dp = gpus // (tp * pp)
             if m["heads"] % tp or qg % tp or m["ffn"] % tp or tp > per_node or pp > m["layers"]:
                 continue
+            if split and pp > 1 and slots % pp:
+                continue
             for b in range(1, m["global_batch"] + 1):
                 if m["global_batch"] % (dp * b):
                     continue
-                for v in range(1, m["layers"] + 1):
-                    if v == 1 or (m.get("interleave", True) and pp > 1 and m["layers"] % (pp * v) == 0
+                for v in range(1, slots + 1):
+                    if v == 1 or (m.get("interleave", True) and pp > 1 and slots % (pp * v) == 0
                                   and (m["global_batch"] // (dp * b)) % pp == 0):
                         out.add((tp, pp, dp, b, v))
     return out
@@ -101,6 +106,14 @@ def test_plan_lists_every_valid_configuration_that_fits_when_memory_is_ample(tmp
     assert max(t for t, _, _, _, _ in got) == 2
     # --top K keeps the K best.
     assert plan_json(model, 12, "--top", "3") == plan_json(model, 12)[:3]
+    # The embedding-and-loss split: 8 slots, so pp 3 and 6 are gone, pp 4 takes 2 chunks (of one slot each).
+    m["pipeline_split"] = "embedding_and_loss"
+    model = write(tmp_path, "split.json", m)
+    for gpus in (1, 2, 3, 4, 6, 12):
+        got = {(c["tp"], c["pp"], c["dp"], c["micro_batch"], c["virtual_stages"]) for c in plan_json(model, gpus)}
+        assert got == valid_configs(m, gpus, 4), gpus
+    got = {(c["pp"], c["virtual_stages"]) for c in plan_json(model, 12)}
+    assert got == {(1, 1), (2, 1), (2, 2), (2, 4), (4, 1), (4, 2)}
 
 
 def test_plan_prints_a_table(tmp_path):
@@ -217,8 +230,8 @@ def test_plan_with_a_horizon_ranks_by_step_time_plus_the_moves_time(tmp_path):
 
 def test_repartition_takes_the_planners_best_configuration(daemon, tmp_path):
     """`repartition --gpus N --model MODEL.json` applies the first candidate of `plan` without interleaved
-    stages (a step's stages hold contiguous layers); a dry run shows it without changing the step, and
-    --to with --gpus is refused."""
+    stages and with the even split (a step's stages hold contiguous layers, as even as possible); a dry run
+    shows it without changing the step, and --to with --gpus is refused."""
     ck = Checkpoint(str(tmp_path / "ck"), tp=2, pp=2, layers=4, hidden=256, vocab=1000)
     m = {"layers": 4, "hidden": 256, "heads": 4, "ffn": 1024, "vocab": 1000, "seq": 128, "global_batch": 8,
          "gpu": {"memory_gb": 1000, "tflops": 100, "per_node": 4, "intra_node_gbps": 800, "inter_node_gbps": 100}}
@@ -235,6 +248,18 @@ def test_repartition_takes_the_planners_best_configuration(daemon, tmp_path):
     assert out.splitlines()[0].startswith(f"the planner's best for 8 GPUs: {to} (micro-batch {best['micro_batch']}"), out
     info = daemon.cli_json("ls", "j/1", "--json")
     assert info["version"] == 2 and info["parallelism"] == want, info
+    # A MODEL.json with the embedding-and-loss split plans as the even split. On 6 GPUs of 0.02 GiB both put
+    # 3 stages first, but the split (6 slots: 1, 2, 1 layers) would take micro-batch 3 where the even split
+    # (2, 1, 1) takes 1.
+    tight = {**m, "global_batch": 12, "gpu": {**m["gpu"], "memory_gb": 0.02}}
+    even = next(c for c in plan_json(write(tmp_path, "even.json", tight), 6) if c["virtual_stages"] == 1)
+    split_path = write(tmp_path, "split.json", {**tight, "pipeline_split": "embedding_and_loss"})
+    split = next(c for c in plan_json(split_path, 6) if c["virtual_stages"] == 1)
+    assert (even["tp"], even["pp"], even["micro_batch"]) == (2, 3, 1), even
+    assert (split["tp"], split["pp"], split["micro_batch"]) == (2, 3, 3), split
+    again = daemon.cli_json("repartition", "--job", "j", "--step", "1", "--gpus", 6, "--model", split_path,
+                            "--dry-run", "--json")
+    assert again["planned"] == even, again
     r = daemon.cli("repartition", "--job", "j", "--step", "1", "--gpus", 8, "--model", model, "--to", to, check=False)
     assert_error(r, "not both")
     r = daemon.cli("repartition", "--job", "j", "--step", "1", "--gpus", 8, check=False)

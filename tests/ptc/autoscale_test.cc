@@ -119,6 +119,9 @@ TEST_CASE("a modelled job gets the planner's configuration without interleaving"
   CHECK(d[0].micro_batch >= 1);
   CHECK(d[0].global_batch == m.spec.model->global_batch);
   CHECK(autoscale_specs({m})[0].model->interleave == false);
+  // A repartitioned step's stages split the layers evenly, whatever the job's MODEL.json says.
+  m.spec.model->pipeline_split = PipelineSplit::kEmbeddingAndLoss;
+  CHECK(autoscale_specs({m})[0].model->pipeline_split == PipelineSplit::kEven);
 }
 
 TEST_CASE("changes: new or different decisions, finished jobs; none a second time", "[autoscale]") {

@@ -16,7 +16,8 @@ const std::string kFull = R"({
   "layers": 96, "hidden": 12288, "heads": 96, "ffn": 49152, "vocab": 51200, "seq": 2048,
   "global_batch": 1536, "query_groups": 8, "dtype": "F16", "distributed_optimizer": true,
   "recompute": "selective", "sequence_parallel": false, "mlp": "swiglu", "tied_embeddings": false, "flash_attention": false,
-  "dropout": false, "interleave": false, "overlap_grad_reduce": false, "overlap_p2p_comm": false,
+  "dropout": false, "interleave": false, "pipeline_split": "embedding_and_loss", "overlap_grad_reduce": false,
+  "overlap_p2p_comm": false,
   "gpu": {"memory_gb": 80, "tflops": 312.5, "per_node": 8, "intra_node_gbps": 2400, "inter_node_gbps": 200,
           "sms": 132, "memory_bandwidth_gbs": 3350}
 })";
@@ -66,6 +67,7 @@ TEST_CASE("MODEL.json with every member is read as written", "[model_spec]") {
   CHECK_FALSE(m.flash_attention);
   CHECK_FALSE(m.dropout);
   CHECK_FALSE(m.interleave);
+  CHECK(m.pipeline_split == PipelineSplit::kEmbeddingAndLoss);
   CHECK_FALSE(m.overlap_grad_reduce);
   CHECK_FALSE(m.overlap_p2p_comm);
   CHECK(m.gpu.sms == 132);
@@ -81,13 +83,14 @@ TEST_CASE("MODEL.json defaults: query_groups = heads, BF16, no distributed optim
   CHECK_FALSE(r->distributed_optimizer);
   CHECK(r->recompute == Recompute::kNone);
   CHECK(r->sequence_parallel);
-  // GeLU, tied embeddings, FlashAttention, dropout, interleaving allowed, both overlaps on (as current Megatron-LM
-  // is run), an A100's 108 SMs and 2,039 GB/s.
+  // GeLU, tied embeddings, FlashAttention, dropout, interleaving allowed, the even split, both overlaps on (as current
+  // Megatron-LM is run), an A100's 108 SMs and 2,039 GB/s.
   CHECK(r->mlp == Mlp::kGelu);
   CHECK(r->tied_embeddings);
   CHECK(r->flash_attention);
   CHECK(r->dropout);
   CHECK(r->interleave);
+  CHECK(r->pipeline_split == PipelineSplit::kEven);
   CHECK(r->overlap_grad_reduce);
   CHECK(r->overlap_p2p_comm);
   CHECK(r->gpu.sms == 108);
@@ -122,6 +125,8 @@ TEST_CASE("MODEL.json: values of the wrong type or range are refused, naming the
   expect_invalid(minimal(R"( "query_groups": 3,)"), {"heads (4) is not a multiple of query_groups (3)"});
   expect_invalid(minimal(R"( "mlp": "relu",)"), {"mlp 'relu' is not one of gelu, swiglu"});
   expect_invalid(minimal(R"( "mlp": 1,)"), {"mlp"});
+  expect_invalid(minimal(R"( "pipeline_split": "uneven",)"),
+                 {"pipeline_split 'uneven' is not one of even, embedding_and_loss"});
   for (const char* key :
        {"tied_embeddings", "flash_attention", "dropout", "interleave", "overlap_grad_reduce", "overlap_p2p_comm"})
     expect_invalid(minimal(std::string(" \"") + key + "\": \"yes\","),

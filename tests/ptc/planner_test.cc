@@ -33,13 +33,17 @@ std::vector<Candidate> exhaustive(const ModelSpec& m, int gpus) {
   for (int tp = 1; tp <= gpus; ++tp)
     for (int pp = 1; pp <= gpus; ++pp)
       for (int64_t b = 1; b <= m.global_batch; ++b)
-        for (int v = 1; v <= m.layers; ++v) {
+        for (int v = 1; v <= m.layers + 2; ++v) {
           if (gpus % (tp * pp) != 0) continue;
           const int dp = gpus / (tp * pp);
           if (m.heads % tp || m.query_groups % tp || m.ffn % tp || tp > m.gpu.per_node) continue;
           if (pp > m.layers || m.global_batch % (dp * b)) continue;
-          // Interleaving: pp > 1, pp x v divides the layers, pp divides the micro-batches.
-          if (v > 1 && (!m.interleave || pp == 1 || m.layers % (pp * v) || (m.global_batch / (dp * b)) % pp)) continue;
+          // The embedding-and-loss split: pp divides the layers + 2 slots.
+          const bool split = m.pipeline_split == PipelineSplit::kEmbeddingAndLoss;
+          const int64_t slots = m.layers + (split ? 2 : 0);
+          if (split && pp > 1 && slots % pp) continue;
+          // Interleaving: pp > 1, pp x v divides the slots, pp divides the micro-batches.
+          if (v > 1 && (!m.interleave || pp == 1 || slots % (pp * v) || (m.global_batch / (dp * b)) % pp)) continue;
           const ParallelConfig c{tp, pp, dp, b, v};
           const MemoryEstimate mem = estimate_memory(m, c);
           if (mem.total() > m.gpu.memory_gb * 1024 * 1024 * 1024) continue;
@@ -105,6 +109,21 @@ TEST_CASE("validate_config names the rule a configuration breaks", "[planner]") 
   m.interleave = false;
   CHECK(message({1, 2, 2, 1, 2}) ==
         "tp=1,pp=2,dp=2,micro_batch=1,virtual_stages=2: virtual stages need \"interleave\": true");
+  // The embedding-and-loss split: 4 layers + 2 = 6 slots, which pp = 4 does not divide; pp = 3
+  // gives the first and last stage 1 layer and the middle one 2; v = 2 chunks of pp = 3 need
+  // 6 slots, v = 3 nine.
+  m.interleave = true;
+  m.pipeline_split = PipelineSplit::kEmbeddingAndLoss;
+  CHECK(message({1, 4, 1, 1}) ==
+        "tp=1,pp=4,dp=1,micro_batch=1: pipeline_split embedding_and_loss needs pp to divide the 6 slots (4 layers, "
+        "the embedding and the loss)");
+  CHECK(validate_config(m, {1, 3, 1, 1}).is_ok());
+  CHECK(validate_config(m, {1, 2, 1, 1}).is_ok());
+  CHECK(message({1, 3, 1, 1, 3}) ==
+        "tp=1,pp=3,dp=1,micro_batch=1,virtual_stages=3: virtual stages need pp > 1, pp x virtual_stages dividing the "
+        "6 slots (4 layers, the embedding and the loss) and pp dividing the micro-batches");
+  m.global_batch = 6;
+  CHECK(validate_config(m, {1, 3, 1, 2, 2}).is_ok());
 }
 
 TEST_CASE("plan refuses 0 GPUs, a count with no valid configuration, and a model that fits nowhere", "[planner]") {
@@ -195,6 +214,7 @@ TEST_CASE("the planner equals exhaustive search under the same model on random s
     m.interleave = pick({0, 1, 1}) == 1;
     m.overlap_grad_reduce = pick({0, 1}) == 1;
     m.overlap_p2p_comm = pick({0, 1}) == 1;
+    m.pipeline_split = static_cast<PipelineSplit>(pick({0, 1}));
     m.gpu = {pick({1, 4, 16, 64}) / 65536.0,       static_cast<double>(pick({1, 100})),
              static_cast<int>(pick({1, 2, 4, 8})), static_cast<double>(pick({100, 2400})),
              static_cast<double>(pick({10, 200})), static_cast<int>(pick({1, 108})),
