@@ -3,6 +3,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <string_view>
+#include <utility>
 
 #include "ptc/base/json_util.h"
 
@@ -87,6 +88,24 @@ Result<GpuSpec> parse_gpu(const json& g, const std::string& where) {
   return gpu;
 }
 
+// Member `key` of `j`, when present, as one of `names` (a string), into `out`:
+// "MODEL.json: mlp 'relu' is not one of gelu, swiglu".
+template <typename E>
+Status parse_choice(const json& j, const char* key, std::initializer_list<std::pair<std::string_view, E>> names,
+                    const std::string& where, E& out) {
+  if (!j.contains(key)) return Status::ok();
+  PTC_ASSIGN_OR_RETURN(std::string value, get_string(j[key], where + ": " + key));
+  std::string allowed;
+  for (const auto& [name, choice] : names) {
+    if (value == name) {
+      out = choice;
+      return Status::ok();
+    }
+    allowed += (allowed.empty() ? "" : ", ") + std::string(name);
+  }
+  return invalid(where + ": " + key + " '" + value + "' is not one of " + allowed);
+}
+
 // Every member MODEL.json may have (docs/PLANNER.md "MODEL.json").
 // clang-format off
 const std::initializer_list<std::string_view> kModelMembers = {
@@ -117,52 +136,21 @@ Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
   if (m.heads % m.query_groups != 0)
     return invalid(where + ": heads (" + std::to_string(m.heads) + ") is not a multiple of query_groups (" +
                    std::to_string(m.query_groups) + ")");
-  if (j.contains("dtype")) {
-    PTC_ASSIGN_OR_RETURN(std::string d, get_string(j["dtype"], where + ": dtype"));
-    if (d == "BF16")
-      m.dtype = Precision::kBF16;
-    else if (d == "F16")
-      m.dtype = Precision::kF16;
-    else if (d == "F32")
-      m.dtype = Precision::kF32;
-    else
-      return invalid(where + ": dtype '" + d + "' is not one of BF16, F16, F32");
-  }
+  PTC_RETURN_IF_ERROR(parse_choice(
+      j, "dtype", {{"BF16", Precision::kBF16}, {"F16", Precision::kF16}, {"F32", Precision::kF32}}, where, m.dtype));
   PTC_ASSIGN_OR_RETURN(m.distributed_optimizer, member_bool_or(j, "distributed_optimizer", false, where));
   PTC_ASSIGN_OR_RETURN(m.sequence_parallel, member_bool_or(j, "sequence_parallel", true, where));
-  if (j.contains("recompute")) {
-    PTC_ASSIGN_OR_RETURN(std::string r, get_string(j["recompute"], where + ": recompute"));
-    if (r == "none")
-      m.recompute = Recompute::kNone;
-    else if (r == "selective")
-      m.recompute = Recompute::kSelective;
-    else if (r == "full")
-      m.recompute = Recompute::kFull;
-    else
-      return invalid(where + ": recompute '" + r + "' is not one of none, selective, full");
-  }
-  if (j.contains("mlp")) {
-    PTC_ASSIGN_OR_RETURN(std::string mlp, get_string(j["mlp"], where + ": mlp"));
-    if (mlp == "gelu")
-      m.mlp = Mlp::kGelu;
-    else if (mlp == "swiglu")
-      m.mlp = Mlp::kSwiglu;
-    else
-      return invalid(where + ": mlp '" + mlp + "' is not one of gelu, swiglu");
-  }
+  PTC_RETURN_IF_ERROR(parse_choice(
+      j, "recompute", {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}},
+      where, m.recompute));
+  PTC_RETURN_IF_ERROR(parse_choice(j, "mlp", {{"gelu", Mlp::kGelu}, {"swiglu", Mlp::kSwiglu}}, where, m.mlp));
   PTC_ASSIGN_OR_RETURN(m.tied_embeddings, member_bool_or(j, "tied_embeddings", true, where));
   PTC_ASSIGN_OR_RETURN(m.flash_attention, member_bool_or(j, "flash_attention", true, where));
   PTC_ASSIGN_OR_RETURN(m.dropout, member_bool_or(j, "dropout", true, where));
   PTC_ASSIGN_OR_RETURN(m.interleave, member_bool_or(j, "interleave", true, where));
-  if (j.contains("pipeline_split")) {
-    PTC_ASSIGN_OR_RETURN(std::string split, get_string(j["pipeline_split"], where + ": pipeline_split"));
-    if (split == "even")
-      m.pipeline_split = PipelineSplit::kEven;
-    else if (split == "embedding_and_loss")
-      m.pipeline_split = PipelineSplit::kEmbeddingAndLoss;
-    else
-      return invalid(where + ": pipeline_split '" + split + "' is not one of even, embedding_and_loss");
-  }
+  PTC_RETURN_IF_ERROR(parse_choice(
+      j, "pipeline_split", {{"even", PipelineSplit::kEven}, {"embedding_and_loss", PipelineSplit::kEmbeddingAndLoss}},
+      where, m.pipeline_split));
   PTC_ASSIGN_OR_RETURN(m.overlap_grad_reduce, member_bool_or(j, "overlap_grad_reduce", true, where));
   PTC_ASSIGN_OR_RETURN(m.overlap_p2p_comm, member_bool_or(j, "overlap_p2p_comm", true, where));
   if (!j.contains("gpu")) return invalid(where + " lacks 'gpu'");
