@@ -21,8 +21,9 @@
 namespace ptcfs {
 namespace {
 
-// How far a chunk reads past its end at a time to finish its last line (doubling after).
-constexpr uint64_t kReadOn = 1 << 20;
+// How far an unmapped chunk first reads past its end to finish its last line (doubling
+// after): most lines end well within it, so a chunk reads little more than its own bytes.
+constexpr uint64_t kReadOn = 64 << 10;
 
 bool blank(std::string_view line) {
   return std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
@@ -139,8 +140,8 @@ ptc::Status scan_chunk(const JsonlInput& in, const Bytes& bytes, const Chunk& c,
 }
 
 // scan_chunk where the file is not mapped: the chunk read into `buf` with pread from
-// c.begin - 1, then on past c.end (as many bytes as it holds, at least kReadOn: doubling)
-// until its last line ends.
+// c.begin - 1, then on past c.end (kReadOn, then twice as much each time) until its last line
+// ends.
 // The bytes read are added to `counted` when set.
 ptc::Status read_and_scan_chunk(const JsonlInput& in, const Chunk& c, std::string& buf, LineBatch& b, ChunkResult& r,
                                 std::atomic<uint64_t>* counted) {
@@ -160,10 +161,11 @@ ptc::Status read_and_scan_chunk(const JsonlInput& in, const Chunk& c, std::strin
   if (c.begin > 0 && std::memchr(buf.data(), '\n', have) == nullptr) return ptc::Status::ok();
   // Every line that starts in the chunk ends by the first '\n' from c.end - 1 on, or the file's end.
   // (Each pass looks only at the bytes it has not looked at yet.)
-  for (uint64_t seen = c.end - 1 - from; std::memchr(buf.data() + seen, '\n', have - seen) == nullptr;) {
+  uint64_t read_on = kReadOn;
+  for (uint64_t seen = c.end - 1 - from; std::memchr(buf.data() + seen, '\n', have - seen) == nullptr; read_on *= 2) {
     if (from + have == in.size) break;  // the file's last line, without a '\n'
     seen = have;
-    PTC_RETURN_IF_ERROR(read(std::max<uint64_t>(kReadOn, have)));
+    PTC_RETURN_IF_ERROR(read(read_on));
   }
   return scan_chunk(in, {buf.data(), from, from + have}, c, b, r);
 }

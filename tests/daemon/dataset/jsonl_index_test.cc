@@ -109,9 +109,9 @@ TEST_CASE("chunked scans find every line wherever the chunks end", "[jsonl_index
 }
 
 TEST_CASE("a line whose newline falls at either side of a read's end is indexed exactly", "[jsonl_index]") {
-  // Unmapped, a chunk of 4096 bytes is read, then read on (1 MiB, then doubling) until its
-  // last line ends: reads end at 4096, 4096 + 2^20 and 2 * (4096 + 2^20).
-  const uint64_t ends[] = {4096, 4096 + (1 << 20), 2 * (4096 + (1 << 20))};
+  // Unmapped, a chunk of 4096 bytes is read, then read on (64 KiB, then twice as much each
+  // time) until its last line ends: reads end at 4096, 4096 + 2^16 and 4096 + 2^16 + 2^17.
+  const uint64_t ends[] = {4096, 4096 + (1 << 16), 4096 + (1 << 16) + (1 << 17)};
   TempDir tmp;
   for (uint64_t read_end : ends)
     for (uint64_t newline : {read_end - 1, read_end}) {
@@ -134,21 +134,20 @@ TEST_CASE("a line whose newline falls at either side of a read's end is indexed 
 TEST_CASE("unmapped, a chunk reads on only until its last line ends", "[jsonl_index]") {
   // 3,600 lines of 1,000 bytes (the '\n' included) in chunks of 1 MiB: every chunk's end but the
   // file's falls inside a line (2^20 is no multiple of 1,000). A chunk reads its bytes and the one
-  // before it, then on past its end, as many bytes as it holds but at least 1 MiB and no further
-  // than the file, until its last line's '\n'; every line here ends within the first read on, so
-  // the bytes read are exactly:
-  const uint64_t kLine = 1000, kChunk = 1 << 20, kReadOn = 1 << 20, size = 3600 * kLine;
+  // before it, then on past its end, 64 KiB at first and no further than the file, until its last
+  // line's '\n'; every line here ends within the first read on, so the bytes read are exactly:
+  const uint64_t kLine = 1000, kChunk = 1 << 20, kReadOn = 64 << 10, size = 3600 * kLine;
   std::string text;
   for (uint64_t i = 0; i < size / kLine; ++i) {
     const std::string head = "{\"id\": " + std::to_string(i) + ", \"t\": \"";
     text += head + std::string(kLine - head.size() - 3, 'x') + "\"}\n";
   }
   REQUIRE(text.size() == size);
-  const uint64_t expected = (kChunk + kReadOn)                    // [0, 2^20), then 1 MiB
-                            + (1 + kChunk + (1 + kChunk))         // [2^20 - 1, 2^21), then as much
-                            + (1 + kChunk + (size - 3 * kChunk))  // [2^21 - 1, 3 * 2^20), then the rest
-                            + (1 + size - 3 * kChunk);            // [3 * 2^20 - 1, size): ends with a '\n'
-  REQUIRE(expected == 6'151'428);
+  const uint64_t expected = (kChunk + kReadOn)          // [0, 2^20), then 64 KiB
+                            + (1 + kChunk + kReadOn)    // [2^20 - 1, 2^21), then 64 KiB
+                            + (1 + kChunk + kReadOn)    // [2^21 - 1, 3 * 2^20), then 64 KiB
+                            + (1 + size - 3 * kChunk);  // [3 * 2^20 - 1, size): ends with a '\n'
+  REQUIRE(expected == 3'796'611);
   TempDir tmp;
   Files files = open_files(tmp, {text});
   const auto want = by_line({text});
