@@ -400,33 +400,36 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
 
   // After the last backward, every stage all-reduces its gradients over dp in parallel;
   // the stage with the most parameters finishes last. A distributed optimizer
-  // reduce-scatters the gradients and all-gathers the updated weights instead: half the
-  // ring's volume each (Megatron-LM distributed optimizer; ZeRO stage 1, Rajbhandari et al.
-  // 2020). With overlap_grad_reduce the reduction of each bucket starts as the backward
-  // pass of the last micro-batch produces it (Megatron-LM's --overlap-grad-reduce; Li et
-  // al. 2020, PyTorch DDP, section 3.2): that backward pass hides as much.
+  // reduce-scatters the gradients and, after its step, all-gathers the updated weights
+  // instead: half the ring's volume each (Megatron-LM distributed optimizer; ZeRO stage 1,
+  // Rajbhandari et al. 2020). With overlap_grad_reduce the reduction of each bucket starts
+  // as the backward pass of the last micro-batch produces it (Megatron-LM's
+  // --overlap-grad-reduce; Li et al. 2020, PyTorch DDP, section 3.2): that backward pass
+  // hides as much. With overlap_param_gather the all-gather of each bucket is waited for
+  // only when the next step's first forward pass reaches it (Megatron-LM's
+  // --overlap-param-gather, forward pre-hooks): that forward pass hides as much.
   const BytesPerParam bpp = bytes_per_param(m.dtype);
   const double dp_link = link(g, dp_groups_cross_nodes(c, g.per_node));
   for (int stage : bounding_stages(c)) {
     const double params = static_cast<double>(gpu_params(m, c, stage));
-    double t = 0;
-    if (m.distributed_optimizer)
-      t = 0.5 * (ring_allreduce_seconds(params * bpp.gradients, c.dp, dp_link) +
-                 ring_allreduce_seconds(params * bpp.weights, c.dp, dp_link));
-    else
-      t = ring_allreduce_seconds(params * bpp.gradients, c.dp, dp_link);
+    const double share = m.distributed_optimizer ? 0.5 : 1;
+    const double reduce = share * ring_allreduce_seconds(params * bpp.gradients, c.dp, dp_link);
+    const double gather =
+        m.distributed_optimizer ? share * ring_allreduce_seconds(params * bpp.weights, c.dp, dp_link) : 0;
     // Stage i's last backward pass ends i backward passes before stage 0's, which ends the
-    // step (the 1F1B cool-down, Narayanan et al. 2021, Figure 4): its reduction has those
-    // too (counted at stage 0's backward pass, the longest of the stages without logits).
-    double window = 0;
-    if (m.overlap_grad_reduce) {
-      const double first = static_cast<double>(stage_layers(m, c.pp, 0)) * layer.backward;
-      window = static_cast<double>(stage_layers(m, c.pp, stage)) * layer.backward + stage * first;
-      if (stage == c.pp - 1) window += logits.backward;
-    }
-    if (std::max(0.0, t - window) >= s.dp_comm) {
-      s.dp_comm = std::max(0.0, t - window);
-      s.dp_comm_hidden = t - s.dp_comm;
+    // step (the 1F1B cool-down, Narayanan et al. 2021, Figure 4), and its first forward pass
+    // starts i forward passes after stage 0's: its reduction and gather have those too
+    // (counted at stage 0's passes, the longest of the stages without logits).
+    const auto window = [&](double per_layer, double logit) {
+      return static_cast<double>(stage_layers(m, c.pp, stage)) * per_layer +
+             stage * static_cast<double>(stage_layers(m, c.pp, 0)) * per_layer + (stage == c.pp - 1 ? logit : 0);
+    };
+    const double reduce_window = m.overlap_grad_reduce ? window(layer.backward, logits.backward) : 0;
+    const double gather_window = m.overlap_param_gather ? window(layer.forward, logits.forward) : 0;
+    const double exposed = std::max(0.0, reduce - reduce_window) + std::max(0.0, gather - gather_window);
+    if (exposed >= s.dp_comm) {
+      s.dp_comm = exposed;
+      s.dp_comm_hidden = reduce + gather - exposed;
     }
     // The optimizer step follows the reduction; the stage with the most parameters ends last
     // (Narayanan et al. 2021, section 5.1, count it in the end-to-end step).

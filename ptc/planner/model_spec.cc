@@ -111,7 +111,8 @@ Status parse_choice(const json& j, const char* key, std::initializer_list<std::p
 const std::initializer_list<std::string_view> kModelMembers = {
     "layers", "hidden", "heads", "ffn", "vocab", "seq", "global_batch", "query_groups", "dtype",
     "distributed_optimizer", "recompute", "sequence_parallel", "mlp", "tied_embeddings", "flash_attention", "dropout",
-    "interleave", "pipeline_split", "overlap_grad_reduce", "overlap_p2p_comm", "gpu"};
+    "interleave", "pipeline_split", "overlap_grad_reduce", "overlap_p2p_comm", "overlap_param_gather",
+    "gpu"};
 // clang-format on
 
 }  // namespace
@@ -153,6 +154,7 @@ Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
       where, m.pipeline_split));
   PTC_ASSIGN_OR_RETURN(m.overlap_grad_reduce, member_bool_or(j, "overlap_grad_reduce", true, where));
   PTC_ASSIGN_OR_RETURN(m.overlap_p2p_comm, member_bool_or(j, "overlap_p2p_comm", true, where));
+  PTC_ASSIGN_OR_RETURN(m.overlap_param_gather, member_bool_or(j, "overlap_param_gather", true, where));
   if (!j.contains("gpu")) return invalid(where + " lacks 'gpu'");
   PTC_ASSIGN_OR_RETURN(m.gpu, parse_gpu(j["gpu"], where + ": gpu"));
   return m;

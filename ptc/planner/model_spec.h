@@ -8,7 +8,7 @@
 //    "recompute": "none", "sequence_parallel": true,
 //    "mlp": "gelu", "tied_embeddings": true, "flash_attention": true, "dropout": true,
 //    "interleave": true, "pipeline_split": "even",
-//    "overlap_grad_reduce": true, "overlap_p2p_comm": true,
+//    "overlap_grad_reduce": true, "overlap_p2p_comm": true, "overlap_param_gather": true,
 //    "gpu": {"memory_gb": 80, "tflops": 312, "per_node": 8,
 //            "intra_node_gbps": 2400, "inter_node_gbps": 200,
 //            "sms": 108, "memory_bandwidth_gbs": 2039}}
@@ -92,6 +92,9 @@ struct ModelSpec {
   // schedule run during compute.
   bool overlap_grad_reduce = true;
   bool overlap_p2p_comm = true;
+  // Megatron-LM's --overlap-param-gather: with a distributed optimizer, the all-gather of the
+  // updated weights runs during the next step's forward pass instead of after the step.
+  bool overlap_param_gather = true;
   GpuSpec gpu;
 };
 

@@ -476,10 +476,23 @@ TEST_CASE("a distributed optimizer reduce-scatters gradients and all-gathers wei
   CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(2 * 0.75 * 4 * P / 1e9).epsilon(1e-12));
   CHECK(estimate_step(m, {1, 1, 4, 1}).optimizer == Approx(30 * P / 2.039e12).epsilon(1e-12));
   m.distributed_optimizer = true;
+  m.overlap_param_gather = false;
   CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(0.75 * 6 * P / 1e9).epsilon(1e-12));
   CHECK(stage_memory(m, {1, 1, 4, 1}, 0).optimizer == P * 12 / 4);
   // Each rank updates a quarter: 30 P / 4 bytes.
   CHECK(estimate_step(m, {1, 1, 4, 1}).optimizer == Approx(30 * P / 4 / 2.039e12).epsilon(1e-12));
+  // --overlap-param-gather: the weights' all-gather (3/4 x 2P B) runs during the next step's
+  // forward pass of one micro-batch (4 layers and the logits), which hides as much of it; the
+  // reduce-scatter stays exposed without overlap_grad_reduce.
+  m.overlap_param_gather = true;
+  const double forward = 4 * layer_seconds(m, 1, 1).forward + gemm_seconds(m.gpu, 2, 32, 256, 64);
+  REQUIRE(forward < 0.75 * 2 * P / 1e9);
+  const StepEstimate gathered = estimate_step(m, {1, 1, 4, 1});
+  CHECK(gathered.dp_comm == Approx(0.75 * 6 * P / 1e9 - forward).epsilon(1e-12));
+  CHECK(gathered.dp_comm_hidden == Approx(forward).epsilon(1e-12));
+  // Without a distributed optimizer there is no gather to overlap.
+  m.distributed_optimizer = false;
+  CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(2 * 0.75 * 4 * P / 1e9).epsilon(1e-12));
 }
 
 TEST_CASE("the optimizer step reads gradients and state and writes state and weights once", "[cost_model]") {

@@ -17,7 +17,7 @@ const std::string kFull = R"({
   "global_batch": 1536, "query_groups": 8, "dtype": "F16", "distributed_optimizer": true,
   "recompute": "selective", "sequence_parallel": false, "mlp": "swiglu", "tied_embeddings": false, "flash_attention": false,
   "dropout": false, "interleave": false, "pipeline_split": "embedding_and_loss", "overlap_grad_reduce": false,
-  "overlap_p2p_comm": false,
+  "overlap_p2p_comm": false, "overlap_param_gather": false,
   "gpu": {"memory_gb": 80, "tflops": 312.5, "per_node": 8, "intra_node_gbps": 2400, "inter_node_gbps": 200,
           "sms": 132, "memory_bandwidth_gbs": 3350}
 })";
@@ -70,6 +70,7 @@ TEST_CASE("MODEL.json with every member is read as written", "[model_spec]") {
   CHECK(m.pipeline_split == PipelineSplit::kEmbeddingAndLoss);
   CHECK_FALSE(m.overlap_grad_reduce);
   CHECK_FALSE(m.overlap_p2p_comm);
+  CHECK_FALSE(m.overlap_param_gather);
   CHECK(m.gpu.sms == 132);
   CHECK(m.gpu.memory_bandwidth_gbs == 3350);
 }
@@ -83,7 +84,7 @@ TEST_CASE("MODEL.json defaults: query_groups = heads, BF16, no distributed optim
   CHECK_FALSE(r->distributed_optimizer);
   CHECK(r->recompute == Recompute::kNone);
   CHECK(r->sequence_parallel);
-  // GeLU, tied embeddings, FlashAttention, dropout, interleaving allowed, the even split, both overlaps on (as current
+  // GeLU, tied embeddings, FlashAttention, dropout, interleaving allowed, the even split, the overlaps on (as current
   // Megatron-LM is run), an A100's 108 SMs and 2,039 GB/s.
   CHECK(r->mlp == Mlp::kGelu);
   CHECK(r->tied_embeddings);
@@ -93,6 +94,7 @@ TEST_CASE("MODEL.json defaults: query_groups = heads, BF16, no distributed optim
   CHECK(r->pipeline_split == PipelineSplit::kEven);
   CHECK(r->overlap_grad_reduce);
   CHECK(r->overlap_p2p_comm);
+  CHECK(r->overlap_param_gather);
   CHECK(r->gpu.sms == 108);
   CHECK(r->gpu.memory_bandwidth_gbs == 2039);
 }
@@ -127,8 +129,8 @@ TEST_CASE("MODEL.json: values of the wrong type or range are refused, naming the
   expect_invalid(minimal(R"( "mlp": 1,)"), {"mlp"});
   expect_invalid(minimal(R"( "pipeline_split": "uneven",)"),
                  {"pipeline_split 'uneven' is not one of even, embedding_and_loss"});
-  for (const char* key :
-       {"tied_embeddings", "flash_attention", "dropout", "interleave", "overlap_grad_reduce", "overlap_p2p_comm"})
+  for (const char* key : {"tied_embeddings", "flash_attention", "dropout", "interleave", "overlap_grad_reduce",
+                          "overlap_p2p_comm", "overlap_param_gather"})
     expect_invalid(minimal(std::string(" \"") + key + "\": \"yes\","),
                    {std::string("field '") + key + "' must be true or false"});
   expect_invalid(minimal("", R"(, "sms": 0)"), {"gpu: sms: 0 is outside [1, 65536]"});

@@ -218,14 +218,14 @@ TEST_CASE("GPT-NeoX-20B on 96 A100-40GB (EleutherAI's configs/20B.yml)", "[plann
   m.flash_attention = false;
   m.interleave = false;
   m.overlap_p2p_comm = false;
+  m.overlap_param_gather = false;  // DeepSpeed gathers the updated weights after the step
   m.gpu = {40, 312, 8, 2400, 100, 108, 1555};
   CHECK(padded_vocab(m, 2) == 50432);  // the released model's embedding rows
   const auto [best, ratio] = compare_at(m, 96, {2, 4, 12, 4});
-  // The planner takes half the stages, twice the dp (30.1 GiB of 40, where the published
-  // configuration needs 21.1), 4.2% ahead.
-  CHECK(best == ParallelConfig{2, 2, 24, 4});
-  CHECK(ratio <= 1.042);
-  CHECK(ratio >= 1.040);
+  // The planner takes half the stages, twice the dp and half the micro-batch (26.3 GiB of 40,
+  // where the published configuration needs 21.1), 4.4% ahead.
+  CHECK(best == ParallelConfig{2, 2, 24, 2});
+  CHECK(ratio == Approx(1.0440).epsilon(1e-3));
 }
 
 TEST_CASE("BLOOM-176B on 384 A100-80GB (BigScience's tr11-176B-ml): the published tp, the stages halved",
@@ -251,6 +251,7 @@ TEST_CASE("BLOOM-176B on 384 A100-80GB (BigScience's tr11-176B-ml): the publishe
   m.interleave = false;
   m.overlap_grad_reduce = false;
   m.overlap_p2p_comm = false;
+  m.overlap_param_gather = false;
   m.pipeline_split = PipelineSplit::kEmbeddingAndLoss;
   m.gpu = {80, 312, 8, 2400, 50};
   CHECK(padded_vocab(m, 4) == 250880);
@@ -281,7 +282,7 @@ TEST_CASE("Nemotron-4 340B on 6,144 H100s (NVIDIA's NeMo launcher): the later re
   // virtual 8 (so dp 64), micro-batch 1, global batch 2,304, seq 4,096, 96 layers, hidden
   // 18,432, 96 heads, 8 query groups, ffn 4h (squared ReLU: GeLU's shapes), untied, dropout 0,
   // selective recomputation, sequence parallelism, a distributed optimizer overlapping its
-  // gradient reduction, overlap_p2p_comm false; Transformer Engine (FlashAttention). Its
+  // gradient reduction and weight gather, overlap_p2p_comm false; Transformer Engine (FlashAttention). Its
   // vocabulary: 256,000 (the released config.json). The same file at 630e654 (December 2024)
   // runs pp 8 with 12 virtual stages and the sends overlapped. H100 SXM as for Llama 3 above.
   // RoPE and the missing biases are ignored (under 0.1% of the parameters).
@@ -299,9 +300,9 @@ TEST_CASE("Nemotron-4 340B on 6,144 H100s (NVIDIA's NeMo launcher): the later re
   const auto [best, ratio] = compare_at(m, 6144, {8, 12, 64, 1, 8});
   // The planner takes the later recipe's 8 stages of 12 chunks: the last stage's 8 layers
   // plus the 256,000-wide output layer set the pace at pp 12; at pp 8 the output layer is a
-  // smaller share of 12 layers. The pretraining configuration is 1.4% behind.
+  // smaller share of 12 layers. The pretraining configuration is 1.7% behind.
   CHECK(best == ParallelConfig{8, 8, 96, 1, 12});
-  CHECK(ratio == Approx(1.0141).epsilon(1e-3));
+  CHECK(ratio == Approx(1.0172).epsilon(1e-3));
   // With the sends overlapped, as the later recipe runs them, the same pick.
   m.overlap_p2p_comm = true;
   const auto [later, later_ratio] = compare_at(m, 6144, {8, 8, 96, 1, 12});
@@ -406,7 +407,7 @@ TEST_CASE("Llama 3 405B on 8,192 and 16,384 H100s (Llama 3 paper, Table 4): the 
     auto plan = plan_parallelism(m, 8192);
     REQUIRE(plan.is_ok());
     CHECK(plan->front().config == ParallelConfig{8, 32, 32, 1});
-    CHECK(pub.step_seconds() / plan->front().step_seconds() == Approx(0.9948).epsilon(1e-3));
+    CHECK(pub.step_seconds() / plan->front().step_seconds() == Approx(0.9919).epsilon(1e-3));
   }
 
   SECTION("with Meta's split (the embedding and the loss one layer each) the planner picks it") {
@@ -422,24 +423,24 @@ TEST_CASE("Llama 3 405B on 8,192 and 16,384 H100s (Llama 3 paper, Table 4): the 
     auto plan = plan_parallelism(m, 8192);
     REQUIRE(plan.is_ok());
     CHECK(plan->front().config == published);
-    // Predicted 467.6 TFLOP/s against the 430 measured (1.09x, where the A100 runs of
+    // Predicted 469.9 TFLOP/s against the 430 measured (1.09x, where the A100 runs of
     // Narayanan et al. were 1.24-1.49x).
-    CHECK(pub.tflops_per_gpu() == Approx(467.57).epsilon(1e-3));
+    CHECK(pub.tflops_per_gpu() == Approx(469.94).epsilon(1e-3));
 
     auto wide = plan_parallelism(m, 16384);
     REQUIRE(wide.is_ok());
     CHECK(wide->front().config == ParallelConfig{8, 16, 128, 1});
     // With m = 16 micro-batches the uninterleaved bubble is 15 slots to the micro-batches'
-    // 16: 350 TFLOP/s predicted, below the 400 measured. Two interleaved stages (valid now:
-    // 32 divides 128) would halve it, 460 TFLOP/s, but keep 1.47 times the activations
+    // 16: 353 TFLOP/s predicted, below the 400 measured. Two interleaved stages (valid now:
+    // 32 divides 128) would halve it, 464 TFLOP/s, but keep 1.47 times the activations
     // (105.6 GiB by this model). Meta's schedule, which tunes the micro-batches in flight,
     // lies between the two.
     const Candidate flat = wide->front();
     CHECK(flat.step.bubble / (flat.step.compute + flat.step.tp_comm + flat.step.pp_comm) == Approx(15.0 / 16));
-    CHECK(flat.tflops_per_gpu() == Approx(350.29).epsilon(1e-3));
+    CHECK(flat.tflops_per_gpu() == Approx(352.96).epsilon(1e-3));
     const Candidate two = evaluate(m, {8, 16, 128, 1, 2});
     CHECK(validate_config(m, two.config).is_ok());
-    CHECK(two.tflops_per_gpu() == Approx(459.62).epsilon(1e-3));
+    CHECK(two.tflops_per_gpu() == Approx(464.24).epsilon(1e-3));
     CHECK(two.memory_gb() == Approx(105.62).epsilon(1e-3));
   }
 }
