@@ -203,11 +203,12 @@ int64_t gpu_params(const ModelSpec& m, const ParallelConfig& c, int stage) {
 // Megatron-LM's distributed-optimizer documentation (docs/source/api-guide/
 // distrib_optimizer.md), bytes per parameter without / with a distributed optimizer:
 // BF16 params with FP32 grads 18 / 6 + 12/d (2 param + 4 main grad + 4 master + 4 + 4
-// Adam moments), FP16 20 / 4 + 16/d, FP32 16 / 8 + 8/d.
-BytesPerParam bytes_per_param(Precision p) {
-  switch (p) {
+// Adam moments), FP16 20 / 4 + 16/d, FP32 16 / 8 + 8/d. BF16 gradients reduced in BF16
+// (Megatron-LM's --grad-reduce-in-bf16) are 2 bytes: 16 / 4 + 12/d.
+BytesPerParam bytes_per_param(const ModelSpec& m) {
+  switch (m.dtype) {
     case Precision::kBF16:
-      return {2, 4, 12};
+      return {2, m.grad_reduce_in_bf16 ? 2.0 : 4.0, 12};
     case Precision::kF16:
       return {2, 2, 16};
     case Precision::kF32:
@@ -217,7 +218,7 @@ BytesPerParam bytes_per_param(Precision p) {
 }
 
 double optimizer_step_bytes(const ModelSpec& m, double params, int dp) {
-  const BytesPerParam b = bytes_per_param(m.dtype);
+  const BytesPerParam b = bytes_per_param(m);
   return params * (b.gradients + 2 * b.optimizer + b.weights) / (m.distributed_optimizer ? dp : 1);
 }
 
@@ -260,7 +261,7 @@ MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int sta
   MemoryEstimate e;
   e.stage = stage;
   const double params = static_cast<double>(gpu_params(m, c, stage));
-  const BytesPerParam bpp = bytes_per_param(m.dtype);
+  const BytesPerParam bpp = bytes_per_param(m);
   e.weights = params * bpp.weights;
   e.gradients = params * bpp.gradients;
   e.optimizer = params * bpp.optimizer / (m.distributed_optimizer ? c.dp : 1);
@@ -408,7 +409,7 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   // hides as much. With overlap_param_gather the all-gather of each bucket is waited for
   // only when the next step's first forward pass reaches it (Megatron-LM's
   // --overlap-param-gather, forward pre-hooks): that forward pass hides as much.
-  const BytesPerParam bpp = bytes_per_param(m.dtype);
+  const BytesPerParam bpp = bytes_per_param(m);
   const double dp_link = link(g, dp_groups_cross_nodes(c, g.per_node));
   for (int stage : bounding_stages(c)) {
     const double params = static_cast<double>(gpu_params(m, c, stage));

@@ -67,11 +67,12 @@ int64_t stage_layers(const ModelSpec& m, int pp, int stage);
 int64_t gpu_params(const ModelSpec& m, const ParallelConfig& c, int stage);
 
 // Bytes per parameter of weights, gradients and Adam state (the state before any division
-// by dp), for mixed-precision training in `p`.
+// by dp), for mixed-precision training in m.dtype (and BF16 gradients with
+// grad_reduce_in_bf16).
 struct BytesPerParam {
   double weights = 0, gradients = 0, optimizer = 0;
 };
-BytesPerParam bytes_per_param(Precision p);
+BytesPerParam bytes_per_param(const ModelSpec& m);
 
 // Bytes of device memory the optimizer step moves for `params` parameters held by one GPU
 // (all of them before any division by dp): Adam reads each gradient and the optimizer state

@@ -493,6 +493,10 @@ TEST_CASE("a distributed optimizer reduce-scatters gradients and all-gathers wei
   // Without a distributed optimizer there is no gather to overlap.
   m.distributed_optimizer = false;
   CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(2 * 0.75 * 4 * P / 1e9).epsilon(1e-12));
+  // BF16 gradients (--grad-reduce-in-bf16): 2 bytes held and reduced per parameter.
+  m.grad_reduce_in_bf16 = true;
+  CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(2 * 0.75 * 2 * P / 1e9).epsilon(1e-12));
+  CHECK(stage_memory(m, {1, 1, 4, 1}, 0).gradients == 2 * P);
 }
 
 TEST_CASE("the optimizer step reads gradients and state and writes state and weights once", "[cost_model]") {
@@ -500,6 +504,10 @@ TEST_CASE("the optimizer step reads gradients and state and writes state and wei
   // 2 + 32 + 2 = 36, F32 4 + 16 + 4 = 24; a distributed optimizer divides by dp.
   ModelSpec m = small_model();
   CHECK(optimizer_step_bytes(m, 1000, 8) == 30000);
+  // BF16 gradients (--grad-reduce-in-bf16): 2 + 24 + 2 = 28.
+  m.grad_reduce_in_bf16 = true;
+  CHECK(optimizer_step_bytes(m, 1000, 8) == 28000);
+  m.grad_reduce_in_bf16 = false;
   m.dtype = Precision::kF16;
   CHECK(optimizer_step_bytes(m, 1000, 8) == 36000);
   m.dtype = Precision::kF32;
