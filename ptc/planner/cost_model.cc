@@ -324,29 +324,24 @@ double gemm_seconds(const GpuSpec& g, double element_bytes, double rows, double 
 
 // Per GPU, t = tp, T = b s tokens: the QKV product (h in, (h + 2 kv) / t out), the output
 // projection (h / t in, h out), the MLP's input product(s) (h in, f / t out each, one
-// GEMM of both for SwiGLU) and output product (f / t in, h out).
-LayerSeconds linear_layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch) {
-  const GpuSpec& g = m.gpu;
-  const double e = activation_element_bytes(m.dtype), tokens = static_cast<double>(micro_batch) * m.seq;
-  const double h = static_cast<double>(m.hidden), kv = static_cast<double>(kv_width(m));
-  const double f = static_cast<double>(m.ffn);
-  return linear_seconds(g, e, tokens, h, (h + 2 * kv) / tp) + linear_seconds(g, e, tokens, h / tp, h) +
-         linear_seconds(g, e, tokens, h, mlp_inputs(m) * f / tp) + linear_seconds(g, e, tokens, f / tp, h);
-}
-
-// The linear products, the attention core and the memory-bound operations of a layer.
+// GEMM of both for SwiGLU) and output product (f / t in, h out), and the attention core.
 // Backward is twice the forward's FLOPs (Narayanan et al. 2021, section 5.1), here as its
 // two GEMMs per product; full recomputation runs the forward again before it, selective
 // the attention core's forward (Korthikanti et al. 2022, section 5).
 LayerSeconds layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch) {
   const GpuSpec& g = m.gpu;
+  const double e = activation_element_bytes(m.dtype), tokens = static_cast<double>(micro_batch) * m.seq;
+  const double h = static_cast<double>(m.hidden), kv = static_cast<double>(kv_width(m));
+  const double f = static_cast<double>(m.ffn);
   const double bandwidth = g.memory_bandwidth_gbs * 1e9;
   const double elementwise = elementwise_bytes(m, tp, micro_batch) / bandwidth;
   // The softmax and its dropout: what selective recomputation runs again with the core
   // (FlashAttention recomputes them inside its own backward pass already).
   const double core_elementwise = core_elementwise_bytes(m, tp, micro_batch) / bandwidth;
   const LayerSeconds core = core_seconds(m, tp, micro_batch);
-  LayerSeconds s = linear_layer_seconds(m, tp, micro_batch) + core + LayerSeconds{elementwise, 2 * elementwise};
+  LayerSeconds s = linear_seconds(g, e, tokens, h, (h + 2 * kv) / tp) + linear_seconds(g, e, tokens, h / tp, h) +
+                   linear_seconds(g, e, tokens, h, mlp_inputs(m) * f / tp) + linear_seconds(g, e, tokens, f / tp, h) +
+                   core + LayerSeconds{elementwise, 2 * elementwise};
   if (m.recompute == Recompute::kFull) s.backward += s.forward;
   if (m.recompute == Recompute::kSelective && !m.flash_attention) s.backward += core.forward + core_elementwise;
   return s;
@@ -365,16 +360,7 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   // reduce-scatter plus an all-gather: the same volume (Korthikanti et al. 2022, 4.2.2).
   const int allreduces = m.recompute == Recompute::kFull ? 6 : 4;
   const double tp_link = link(g, tp_groups_cross_nodes(c, g.per_node));
-  double tp_per_layer = allreduces * ring_allreduce_seconds(sbh_bytes, c.tp, tp_link);
-  // Megatron-LM's --tp-comm-overlap (sequence parallelism only) runs each all-gather and
-  // reduce-scatter during the linear layer's GEMM next to it, forward and backward (its
-  // ModelParallelConfig.tp_comm_overlap): the layer's linear GEMMs (the forward twice with
-  // full recomputation) hide as much.
-  if (m.overlap_tp_comm) {
-    const LayerSeconds linear = linear_layer_seconds(m, c.tp, c.micro_batch);
-    const double window = linear.forward * (m.recompute == Recompute::kFull ? 2 : 1) + linear.backward;
-    tp_per_layer = std::max(0.0, tp_per_layer - window);
-  }
+  const double tp_per_layer = allreduces * ring_allreduce_seconds(sbh_bytes, c.tp, tp_link);
   // Each stage boundary passes the activations forward and their gradients back, one
   // message of s b h elements per micro-batch each way, split over the tp ranks (the
   // scatter/gather optimisation of Narayanan et al. 2021, 4.1; with sequence parallelism

@@ -96,9 +96,6 @@ struct LayerSeconds {
   double forward = 0, backward = 0;
 };
 LayerSeconds layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch);
-// The same for the layer's four linear products alone (no attention core, no memory-bound
-// operations, no recomputation).
-LayerSeconds linear_layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch);
 
 // Activation bytes one transformer layer keeps for one micro-batch on one GPU.
 double layer_activation_bytes(const ModelSpec& m, int tp, int64_t micro_batch, Recompute r);

@@ -112,7 +112,7 @@ const std::initializer_list<std::string_view> kModelMembers = {
     "layers", "hidden", "heads", "ffn", "vocab", "seq", "global_batch", "query_groups", "dtype",
     "distributed_optimizer", "recompute", "sequence_parallel", "mlp", "tied_embeddings", "flash_attention", "dropout",
     "interleave", "pipeline_split", "overlap_grad_reduce", "overlap_p2p_comm", "overlap_param_gather",
-    "overlap_tp_comm", "grad_reduce_in_bf16", "gpu"};
+    "grad_reduce_in_bf16", "gpu"};
 // clang-format on
 
 }  // namespace
@@ -155,11 +155,6 @@ Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
   PTC_ASSIGN_OR_RETURN(m.overlap_grad_reduce, member_bool_or(j, "overlap_grad_reduce", true, where));
   PTC_ASSIGN_OR_RETURN(m.overlap_p2p_comm, member_bool_or(j, "overlap_p2p_comm", true, where));
   PTC_ASSIGN_OR_RETURN(m.overlap_param_gather, member_bool_or(j, "overlap_param_gather", true, where));
-  PTC_ASSIGN_OR_RETURN(m.overlap_tp_comm, member_bool_or(j, "overlap_tp_comm", false, where));
-  if (m.overlap_tp_comm && !m.sequence_parallel)
-    return invalid(where +
-                   ": overlap_tp_comm needs sequence_parallel (Megatron-LM overlaps its all-gathers and "
-                   "reduce-scatters)");
   PTC_ASSIGN_OR_RETURN(m.grad_reduce_in_bf16, member_bool_or(j, "grad_reduce_in_bf16", false, where));
   if (m.grad_reduce_in_bf16 && m.dtype != Precision::kBF16)
     return invalid(where + ": grad_reduce_in_bf16 needs dtype BF16, got " + precision_name(m.dtype));

@@ -9,7 +9,6 @@
 //    "mlp": "gelu", "tied_embeddings": true, "flash_attention": true, "dropout": true,
 //    "interleave": true, "pipeline_split": "even",
 //    "overlap_grad_reduce": true, "overlap_p2p_comm": true, "overlap_param_gather": true,
-//    "overlap_tp_comm": false,
 //    "grad_reduce_in_bf16": false,
 //    "gpu": {"memory_gb": 80, "tflops": 312, "per_node": 8,
 //            "intra_node_gbps": 2400, "inter_node_gbps": 200,
@@ -97,9 +96,6 @@ struct ModelSpec {
   // Megatron-LM's --overlap-param-gather: with a distributed optimizer, the all-gather of the
   // updated weights runs during the next step's forward pass instead of after the step.
   bool overlap_param_gather = true;
-  // Megatron-LM's --tp-comm-overlap (Transformer Engine): the tensor-parallel all-gathers and
-  // reduce-scatters run during the linear layers' GEMMs. Only with sequence_parallel.
-  bool overlap_tp_comm = false;
   // With BF16: gradients accumulated and reduced in BF16 (Megatron-LM's --grad-reduce-in-bf16,
   // NeMo's grad_sync_dtype bf16), 2 bytes per parameter; false: in FP32, as Megatron-LM does
   // by default for BF16. Only with dtype BF16.

@@ -499,29 +499,6 @@ TEST_CASE("a distributed optimizer reduce-scatters gradients and all-gathers wei
   CHECK(stage_memory(m, {1, 1, 4, 1}, 0).gradients == 2 * P);
 }
 
-TEST_CASE("--tp-comm-overlap hides the tensor-parallel collectives behind the linear GEMMs", "[cost_model]") {
-  // The small model at tp = 2, b = 1, on one node at 2 Gbit/s: 4 collectives of 4,096 B per
-  // layer, each a ring over 2 (4,096 B at 2.5e8 B/s). Overlapped, the layer's linear GEMMs
-  // (forward and backward) hide as much of them; with full recomputation the forward's
-  // GEMMs twice and 6 collectives.
-  ModelSpec m = small_model();
-  m.gpu.per_node = 4;
-  m.gpu.intra_node_gbps = 2;
-  const ParallelConfig c{2, 1, 1, 1};
-  const double per_layer = 4 * 1.6384e-5;
-  CHECK(estimate_step(m, c).tp_comm == Approx(8 * 4 * per_layer).epsilon(1e-12));
-  m.overlap_tp_comm = true;
-  const LayerSeconds linear = linear_layer_seconds(m, 2, 1);
-  REQUIRE(linear.forward + linear.backward < per_layer);
-  CHECK(estimate_step(m, c).tp_comm == Approx(8 * 4 * (per_layer - linear.forward - linear.backward)).epsilon(1e-12));
-  m.recompute = Recompute::kFull;
-  CHECK(estimate_step(m, c).tp_comm ==
-        Approx(8 * 4 * (1.5 * per_layer - 2 * linear.forward - linear.backward)).epsilon(1e-12));
-  // Slow enough links stay exposed; GEMMs longer than the collectives hide them whole.
-  m.gpu.intra_node_gbps = 8e6;
-  CHECK(estimate_step(m, c).tp_comm == 0);
-}
-
 TEST_CASE("the optimizer step reads gradients and state and writes state and weights once", "[cost_model]") {
   // gradients + 2 x optimizer + weights bytes per parameter: BF16 4 + 24 + 2 = 30, F16
   // 2 + 32 + 2 = 36, F32 4 + 16 + 4 = 24; a distributed optimizer divides by dp.

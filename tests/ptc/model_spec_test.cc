@@ -17,7 +17,7 @@ const std::string kFull = R"({
   "global_batch": 1536, "query_groups": 8, "dtype": "F16", "distributed_optimizer": true,
   "recompute": "selective", "sequence_parallel": false, "mlp": "swiglu", "tied_embeddings": false, "flash_attention": false,
   "dropout": false, "interleave": false, "pipeline_split": "embedding_and_loss", "overlap_grad_reduce": false,
-  "overlap_p2p_comm": false, "overlap_param_gather": false, "grad_reduce_in_bf16": false, "overlap_tp_comm": false,
+  "overlap_p2p_comm": false, "overlap_param_gather": false, "grad_reduce_in_bf16": false,
   "gpu": {"memory_gb": 80, "tflops": 312.5, "per_node": 8, "intra_node_gbps": 2400, "inter_node_gbps": 200,
           "sms": 132, "memory_bandwidth_gbs": 3350}
 })";
@@ -72,7 +72,6 @@ TEST_CASE("MODEL.json with every member is read as written", "[model_spec]") {
   CHECK_FALSE(m.overlap_p2p_comm);
   CHECK_FALSE(m.overlap_param_gather);
   CHECK_FALSE(m.grad_reduce_in_bf16);
-  CHECK_FALSE(m.overlap_tp_comm);
   CHECK(m.gpu.sms == 132);
   CHECK(m.gpu.memory_bandwidth_gbs == 3350);
 }
@@ -98,7 +97,6 @@ TEST_CASE("MODEL.json defaults: query_groups = heads, BF16, no distributed optim
   CHECK(r->overlap_p2p_comm);
   CHECK(r->overlap_param_gather);
   CHECK_FALSE(r->grad_reduce_in_bf16);
-  CHECK_FALSE(r->overlap_tp_comm);
   CHECK(r->gpu.sms == 108);
   CHECK(r->gpu.memory_bandwidth_gbs == 2039);
 }
@@ -134,13 +132,10 @@ TEST_CASE("MODEL.json: values of the wrong type or range are refused, naming the
   expect_invalid(minimal(R"( "dtype": "F16", "grad_reduce_in_bf16": true,)"),
                  {"grad_reduce_in_bf16 needs dtype BF16, got F16"});
   CHECK(parse_model_json(minimal(R"( "grad_reduce_in_bf16": true,)"), kFile)->grad_reduce_in_bf16);
-  expect_invalid(minimal(R"( "sequence_parallel": false, "overlap_tp_comm": true,)"),
-                 {"overlap_tp_comm needs sequence_parallel"});
-  CHECK(parse_model_json(minimal(R"( "overlap_tp_comm": true,)"), kFile)->overlap_tp_comm);
   expect_invalid(minimal(R"( "pipeline_split": "uneven",)"),
                  {"pipeline_split 'uneven' is not one of even, embedding_and_loss"});
   for (const char* key : {"tied_embeddings", "flash_attention", "dropout", "interleave", "overlap_grad_reduce",
-                          "overlap_p2p_comm", "overlap_param_gather", "grad_reduce_in_bf16", "overlap_tp_comm"})
+                          "overlap_p2p_comm", "overlap_param_gather", "grad_reduce_in_bf16"})
     expect_invalid(minimal(std::string(" \"") + key + "\": \"yes\","),
                    {std::string("field '") + key + "' must be true or false"});
   expect_invalid(minimal("", R"(, "sms": 0)"), {"gpu: sms: 0 is outside [1, 65536]"});

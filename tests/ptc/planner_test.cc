@@ -216,7 +216,6 @@ TEST_CASE("the planner equals exhaustive search under the same model on random s
     m.overlap_p2p_comm = pick({0, 1}) == 1;
     m.overlap_param_gather = pick({0, 1}) == 1;
     m.grad_reduce_in_bf16 = m.dtype == Precision::kBF16 && pick({0, 1}) == 1;
-    m.overlap_tp_comm = m.sequence_parallel && pick({0, 1}) == 1;
     m.pipeline_split = static_cast<PipelineSplit>(pick({0, 1}));
     m.gpu = {pick({1, 4, 16, 64}) / 65536.0,       static_cast<double>(pick({1, 100})),
              static_cast<int>(pick({1, 2, 4, 8})), static_cast<double>(pick({100, 2400})),
