@@ -182,6 +182,17 @@ int64_t stage_layers(const ModelSpec& m, int pp, int stage) {
   return std::max<int64_t>(layers, 0);
 }
 
+namespace {
+
+// Transformer layers of the stages before `stage`.
+double layers_before(const ModelSpec& m, int pp, int stage) {
+  int64_t n = 0;
+  for (int j = 0; j < stage; ++j) n += stage_layers(m, pp, j);
+  return static_cast<double>(n);
+}
+
+}  // namespace
+
 // Megatron splits the QKV and first MLP products by columns, the output projection and
 // second MLP product by rows (Shoeybi et al. 2019): every weight and the column-parallel
 // biases are divided by tp; the row-parallel biases (2h) and the LayerNorms (4h) are on
@@ -417,16 +428,18 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
     const double reduce = share * ring_allreduce_seconds(params * bpp.gradients, c.dp, dp_link);
     const double gather =
         m.distributed_optimizer ? share * ring_allreduce_seconds(params * bpp.weights, c.dp, dp_link) : 0;
-    // Stage i's last backward pass ends i backward passes before stage 0's, which ends the
-    // step (the 1F1B cool-down, Narayanan et al. 2021, Figure 4), and its first forward pass
-    // starts i forward passes after stage 0's: its reduction and gather have those too
-    // (counted at stage 0's passes, the longest of the stages without logits).
+    // Stage i's last backward pass ends before stage 0's, which ends the step (the 1F1B
+    // cool-down, Narayanan et al. 2021, Figure 4), by the passes of the stages before it, and
+    // its first forward pass starts that much after stage 0's: its reduction and gather have
+    // those too. With v model chunks the stages are a chunk apart, not a stage.
     const auto window = [&](double per_layer, double logit) {
-      return static_cast<double>(stage_layers(m, c.pp, stage)) * per_layer +
-             stage * static_cast<double>(stage_layers(m, c.pp, 0)) * per_layer + (stage == c.pp - 1 ? logit : 0);
+      return (static_cast<double>(stage_layers(m, c.pp, stage)) + layers_before(m, c.pp, stage) / v) * per_layer +
+             (stage == c.pp - 1 ? logit : 0);
     };
     const double reduce_window = m.overlap_grad_reduce ? window(layer.backward, logits.backward) : 0;
-    const double gather_window = m.overlap_param_gather ? window(layer.forward, logits.forward) : 0;
+    // Megatron-LM takes --overlap-param-gather only with --overlap-grad-reduce.
+    const double gather_window =
+        m.overlap_param_gather && m.overlap_grad_reduce ? window(layer.forward, logits.forward) : 0;
     const double exposed = std::max(0.0, reduce - reduce_window) + std::max(0.0, gather - gather_window);
     if (exposed >= s.dp_comm) {
       s.dp_comm = exposed;

@@ -5,7 +5,8 @@
 // Memory of one GPU of pipeline stage i (the planner keeps the largest over stages):
 //   weights + gradients + Adam state = P_i x bytes per parameter (Megatron-LM's
 //     distributed-optimizer table: BF16 2 + 4 + 12, or 2 + 4 + 12/dp with a distributed
-//     optimizer; F16 2 + 2 + 16; F32 4 + 4 + 8), P_i the parameters of stage i on one TP rank;
+//     optimizer, gradients of 2 with grad_reduce_in_bf16; F16 2 + 2 + 16; F32 4 + 4 + 8),
+//     P_i the parameters of stage i on one TP rank;
 //   activations = layers_i x (one layer, one micro-batch: Korthikanti et al. 2022, Table 2)
 //     x micro-batches in flight (1F1B: min(pp - i, m) on stage i; interleaved: times
 //     1 + (pp - 1) / (pp v), section 4.2.3) + the input and output layers (section 4.3).
@@ -14,9 +15,11 @@
 //     efficiency its per-GPU shape allows: gemm_seconds; its memory-bound fused operations;
 //     its tensor-parallel all-reduces; its pipeline sends): Narayanan et al. 2021's bubble (pp - 1) / (v m) with v
 //     interleaved stages;
-//   + the data-parallel gradient all-reduce (ring: 2 (dp - 1) / dp x bytes), less what the
-//     backward pass of the last micro-batch hides with overlap_grad_reduce, and the tied
-//     embeddings' gradient all-reduce between the first and last stage;
+//   + the data-parallel gradient all-reduce (ring: 2 (dp - 1) / dp x bytes; with a
+//     distributed optimizer a reduce-scatter, then an all-gather of the weights), less what
+//     the backward pass of the last micro-batch hides with overlap_grad_reduce and the next
+//     step's first forward pass with overlap_param_gather, and the tied embeddings' gradient
+//     all-reduce between the first and last stage;
 //   + the optimizer step (optimizer_step_bytes at the GPU's memory bandwidth).
 // FLOPs per step generalise Narayanan et al. 2021 eq. 3 (96 B s l h^2 (1 + s/6h + V/16lh)
 // with full recomputation) to grouped-query attention, any ffn width and other recompute
@@ -26,9 +29,10 @@
 // per_node to a node).
 //
 // Preconditions of every function taking a ParallelConfig: a valid configuration (see
-// planner.h, validate_config): tp divides heads, query_groups, hidden and ffn; pp <= layers;
-// dp x micro_batch divides global_batch; with virtual_stages v > 1, pp > 1, v x pp divides
-// layers and pp divides the micro-batches.
+// planner.h, validate_config): tp divides heads, query_groups, hidden and ffn; pp <= layers
+// (and pp divides layers + 2 with the embedding-and-loss split); dp x micro_batch divides
+// global_batch; with virtual_stages v > 1, pp > 1, v x pp divides the layers (+ 2 with the
+// split) and pp divides the micro-batches.
 #pragma once
 
 #include <cstdint>
@@ -107,8 +111,9 @@ struct MemoryEstimate {
 };
 // One GPU of stage `stage`.
 MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int stage);
-// The stage that needs the most (the first or the last: the stages between hold no more
-// layers and no more micro-batches than the first).
+// The stage that needs the most: the first, the second or the last (the stages between hold
+// no more layers and no more micro-batches than the second, which with the even split holds
+// no more than the first).
 MemoryEstimate estimate_memory(const ModelSpec& m, const ParallelConfig& c);
 
 // FLOPs of one training step (the global batch), recomputation included.
@@ -123,8 +128,9 @@ struct StepEstimate {
   // (optimizer_step_bytes at the GPU's memory bandwidth), on the stage with the most.
   double optimizer = 0;
   double flops = 0;  // flops_per_step
-  // Seconds of gradient reduction run during the backward pass (overlap_grad_reduce), not
-  // part of total(); dp_comm is what is left exposed.
+  // Seconds of gradient reduction run during the backward pass (overlap_grad_reduce) and of
+  // weight all-gather run during the forward pass (overlap_param_gather), not part of
+  // total(); dp_comm is what is left exposed.
   double dp_comm_hidden = 0;
   double total() const { return compute + tp_comm + pp_comm + bubble + dp_comm + optimizer; }
 };

@@ -83,6 +83,29 @@ TEST_CASE("the embedding-and-loss split: the first and last stages give one slot
   CHECK(stage_layers(m, 2, 1) == 63);
 }
 
+TEST_CASE("with the embedding-and-loss split the second stage can set the pace and need the most memory",
+          "[cost_model]") {
+  // small_model (4 layers) over 3 stages: 6 slots, 1, 2 and 1 layers. Stage 1's two layers
+  // take longer per micro-batch than the last stage's layer and logits, and it keeps 2
+  // micro-batches of 2 layers where stage 0 keeps 3 of 1.
+  ModelSpec m = small_model();
+  m.pipeline_split = PipelineSplit::kEmbeddingAndLoss;
+  const ParallelConfig c{1, 3, 1, 1};
+  const LayerSeconds layer = layer_seconds(m, 1, 1);
+  const double logits =
+      gemm_seconds(m.gpu, 2, 32, 256, 64) + gemm_seconds(m.gpu, 2, 32, 64, 256) + gemm_seconds(m.gpu, 2, 64, 256, 32);
+  REQUIRE(logits < layer.forward + layer.backward);
+  const StepEstimate s = estimate_step(m, c);
+  CHECK(s.compute == Approx(8 * 2 * (layer.forward + layer.backward)).epsilon(1e-12));
+  const MemoryEstimate mem = estimate_memory(m, c);
+  CHECK(mem.stage == 1);
+  CHECK(mem.activations == Approx(2 * 2 * layer_activation_bytes(m, 1, 1, Recompute::kNone)).epsilon(1e-12));
+  // With the even split (2, 1, 1 layers) the first stage is the fullest and the slowest.
+  m.pipeline_split = PipelineSplit::kEven;
+  CHECK(estimate_memory(m, c).stage == 0);
+  CHECK(estimate_step(m, c).compute == Approx(8 * 2 * (layer.forward + layer.backward)).epsilon(1e-12));
+}
+
 TEST_CASE(
     "a GPU's parameters: split weights over tp, LayerNorms and row-parallel biases on every rank, tied "
     "embeddings on the first and last stage",
@@ -482,14 +505,22 @@ TEST_CASE("a distributed optimizer reduce-scatters gradients and all-gathers wei
   // Each rank updates a quarter: 30 P / 4 bytes.
   CHECK(estimate_step(m, {1, 1, 4, 1}).optimizer == Approx(30 * P / 4 / 2.039e12).epsilon(1e-12));
   // --overlap-param-gather: the weights' all-gather (3/4 x 2P B) runs during the next step's
-  // forward pass of one micro-batch (4 layers and the logits), which hides as much of it; the
-  // reduce-scatter stays exposed without overlap_grad_reduce.
+  // forward pass of one micro-batch (4 layers and the logits), which hides as much of it, and
+  // the reduce-scatter (3/4 x 4P B) during the last backward pass. Megatron-LM takes it only
+  // with --overlap-grad-reduce: without, both stay exposed.
   m.overlap_param_gather = true;
-  const double forward = 4 * layer_seconds(m, 1, 1).forward + gemm_seconds(m.gpu, 2, 32, 256, 64);
+  CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(0.75 * 6 * P / 1e9).epsilon(1e-12));
+  m.overlap_grad_reduce = true;
+  const LayerSeconds layer = layer_seconds(m, 1, 1);
+  const double forward = 4 * layer.forward + gemm_seconds(m.gpu, 2, 32, 256, 64);
+  const double backward =
+      4 * layer.backward + gemm_seconds(m.gpu, 2, 32, 64, 256) + gemm_seconds(m.gpu, 2, 64, 256, 32);
   REQUIRE(forward < 0.75 * 2 * P / 1e9);
+  REQUIRE(backward < 0.75 * 4 * P / 1e9);
   const StepEstimate gathered = estimate_step(m, {1, 1, 4, 1});
-  CHECK(gathered.dp_comm == Approx(0.75 * 6 * P / 1e9 - forward).epsilon(1e-12));
-  CHECK(gathered.dp_comm_hidden == Approx(forward).epsilon(1e-12));
+  CHECK(gathered.dp_comm == Approx(0.75 * 6 * P / 1e9 - forward - backward).epsilon(1e-12));
+  CHECK(gathered.dp_comm_hidden == Approx(forward + backward).epsilon(1e-12));
+  m.overlap_grad_reduce = false;
   // Without a distributed optimizer there is no gather to overlap.
   m.distributed_optimizer = false;
   CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(2 * 0.75 * 4 * P / 1e9).epsilon(1e-12));

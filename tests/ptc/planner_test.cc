@@ -234,6 +234,7 @@ TEST_CASE("the planner equals exhaustive search under the same model on random s
     REQUIRE(got->size() == want.size());
     for (size_t i = 0; i < want.size(); ++i) {
       CHECK((*got)[i].config == want[i].config);
+      CHECK(validate_config(m, (*got)[i].config).is_ok());
       CHECK((*got)[i].step.total() == want[i].step.total());
       CHECK((*got)[i].memory.total() == want[i].memory.total());
     }
