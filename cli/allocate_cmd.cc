@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "cli/milp_glpk.h"
+#include "cli/plan_cmd.h"
 #include "cli/validators.h"
 #include "ptc/planner/allocator.h"
 #include "ptc/planner/makespan.h"
@@ -43,7 +44,8 @@ namespace {
 
 std::string config_text(const ptc::JobOption& o) {
   if (!o.config) return "";
-  return fmt::format("tp={},pp={},dp={},micro_batch={}", o.config->tp, o.config->pp, o.config->dp,
+  return fmt::format("tp={},{}pp={},dp={},micro_batch={}", o.config->tp,
+                     o.config->cp > 1 ? fmt::format("cp={},", o.config->cp) : "", o.config->pp, o.config->dp,
                      o.config->micro_batch);
 }
 
@@ -63,14 +65,7 @@ json batch_json(const ptc::JobOption& o) { return o.global_batch ? json(o.global
 
 std::string batch_cell(const ptc::JobOption& o) { return o.global_batch ? std::to_string(o.global_batch) : "-"; }
 
-json config_json(const ptc::JobOption& o) {
-  if (!o.config) return nullptr;
-  return {{"tp", o.config->tp},
-          {"pp", o.config->pp},
-          {"dp", o.config->dp},
-          {"micro_batch", o.config->micro_batch},
-          {"virtual_stages", o.config->virtual_stages}};
-}
+json option_config_json(const ptc::JobOption& o) { return o.config ? config_json(*o.config) : json(nullptr); }
 
 }  // namespace
 
@@ -134,7 +129,7 @@ int run_makespan(const AllocateArgs& a, const Globals& g, const std::vector<ptc:
                              {"start_s", j.start_s},
                              {"end_s", j.end_s},
                              {"gpu_ids", j.gpu_ids},
-                             {"config", config_json(j.option.option)}});
+                             {"config", option_config_json(j.option.option)}});
     return print_json(out);
   }
   fmt::print("{} on {} GPUs (makespan): every job done after {:.6g} s (greedy list schedule: {:.6g} s)\n", a.jobs_file,
@@ -174,7 +169,7 @@ int run_allocate(const AllocateArgs& a, const Globals& g) {
                 {"gpus", j.option.gpus},
                 {"samples_per_s", j.option.samples_per_s},
                 {"global_batch", j.queued ? json(nullptr) : batch_json(j.option)}};
-      if (j.option.config) e["config"] = config_json(j.option);
+      if (j.option.config) e["config"] = config_json(*j.option.config);
       out["jobs"].push_back(std::move(e));
     }
     return print_json(out);

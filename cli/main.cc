@@ -181,14 +181,7 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
     if (!best) return fail(best.status());
     const auto& c = best->config;
     to = fmt::format("tp={},pp={},dp={}", c.tp, c.pp, c.dp);
-    planned = {{"tp", c.tp},
-               {"pp", c.pp},
-               {"dp", c.dp},
-               {"micro_batch", c.micro_batch},
-               {"virtual_stages", c.virtual_stages},
-               {"memory_gb", best->memory_gb()},
-               {"step_seconds", best->step_seconds()},
-               {"tflops_per_gpu", best->tflops_per_gpu()}};
+    planned = ptcfs::cli::candidate_json(*best);
     if (!g.json)
       fmt::print("the planner's best for {} GPUs: {} (micro-batch {}, {:.2f} GiB per GPU, {:.4g} s per step)\n",
                  target.gpus, to, c.micro_batch, best->memory_gb(), best->step_seconds());

@@ -62,10 +62,15 @@ class MoveAsker {
   }
 
   ptc::Result<Move> ask(const ptc::Candidate& c) {
+    Move m;
+    // A stored step gives every rank whole sequences (docs/FORMATS.md): no layout for cp.
+    if (c.config.cp > 1) {
+      m.refused = "cp=" + std::to_string(c.config.cp) + ": a repartitioned step has no context parallelism";
+      return m;
+    }
     const std::string to = fmt::format("tp={},pp={},dp={}", c.config.tp, c.config.pp, c.config.dp);
     auto it = asked_.find(to);
     if (it != asked_.end()) return it->second;
-    Move m;
     auto r = call(g_, {{"op", "repartition"}, {"job", job_}, {"step", step_}, {"to", to}, {"dry_run", true}});
     if (r) {
       PTC_ASSIGN_OR_RETURN(m.bytes, ptc::member_u64(*r, "bytes_moved", "reply"));
@@ -101,7 +106,9 @@ ptc::Result<std::pair<std::vector<ptc::Candidate>, std::vector<uint64_t>>> movab
       kept.push_back(c);
       moved.push_back(*m.bytes);
     } else {
-      refused.emplace(fmt::format("tp={},pp={},dp={}", c.config.tp, c.config.pp, c.config.dp), m.refused);
+      refused.emplace(fmt::format("tp={},{}pp={},dp={}", c.config.tp,
+                                  c.config.cp > 1 ? fmt::format("cp={},", c.config.cp) : "", c.config.pp, c.config.dp),
+                      m.refused);
     }
   }
   if (kept.empty() && !refused.empty())
@@ -117,16 +124,20 @@ void print_table(const PlanArgs& a, const ptc::ModelSpec& m, size_t valid, size_
   fmt::print("{} on {} GPUs ({} per node, {:g} GiB each): {} of {} valid configurations fit; {}\n", a.model_file,
              a.gpus, m.gpu.per_node, m.gpu.memory_gb, fit, valid,
              shown.size() == fit ? "best first" : fmt::format("the {} best", shown.size()));
-  fmt::print("{:>4} {:>3} {:>4} {:>3} {:>5} {:>5}  {:>10}  {:>9}  {:>8}   {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}{}\n",
-             "rank", "tp", "pp", "v", "dp", "micro", "memory/GPU", "step", "TFLOP/s", "compute", "bubble", "tp comm",
-             "pp comm", "dp comm", "optimizer", moved.empty() ? "" : fmt::format("  {:>10}", "moves"));
+  // The context-parallel columns only where the model may choose cp > 1.
+  const bool cp = m.context_parallel;
+  fmt::print("{:>4} {:>3}{} {:>4} {:>3} {:>5} {:>5}  {:>10}  {:>9}  {:>8}   {:>8} {:>8} {:>8}{} {:>8} {:>8} {:>9}{}\n",
+             "rank", "tp", cp ? fmt::format(" {:>3}", "cp") : "", "pp", "v", "dp", "micro", "memory/GPU", "step",
+             "TFLOP/s", "compute", "bubble", "tp comm", cp ? fmt::format(" {:>8}", "cp comm") : "", "pp comm",
+             "dp comm", "optimizer", moved.empty() ? "" : fmt::format("  {:>10}", "moves"));
   for (size_t i = 0; i < shown.size(); ++i) {
     const ptc::Candidate& c = shown[i];
     fmt::print(
-        "{:>4} {:>3} {:>4} {:>3} {:>5} {:>5}  {:>6.2f} GiB  {:>7.4g} s  {:>8.1f}   {:>8.4g} {:>8.4g} {:>8.4g} {:>8.4g} "
-        "{:>8.4g} {:>9.4g}{}\n",
-        i + 1, c.config.tp, c.config.pp, c.config.virtual_stages, c.config.dp, c.config.micro_batch, c.memory_gb(),
-        c.step_seconds(), c.tflops_per_gpu(), c.step.compute, c.step.bubble, c.step.tp_comm, c.step.pp_comm,
+        "{:>4} {:>3}{} {:>4} {:>3} {:>5} {:>5}  {:>6.2f} GiB  {:>7.4g} s  {:>8.1f}   {:>8.4g} {:>8.4g} {:>8.4g}{} "
+        "{:>8.4g} {:>8.4g} {:>9.4g}{}\n",
+        i + 1, c.config.tp, cp ? fmt::format(" {:>3}", c.config.cp) : "", c.config.pp, c.config.virtual_stages,
+        c.config.dp, c.config.micro_batch, c.memory_gb(), c.step_seconds(), c.tflops_per_gpu(), c.step.compute,
+        c.step.bubble, c.step.tp_comm, cp ? fmt::format(" {:>8.4g}", c.step.cp_comm) : "", c.step.pp_comm,
         c.step.dp_comm, c.step.optimizer, moved.empty() ? "" : fmt::format("  {:>10}", human_bytes(moved[i])));
   }
   fmt::print("(seconds per step of {} sequences; TFLOP/s per GPU counts recomputation)\n", m.global_batch);
@@ -140,6 +151,23 @@ ptc::Result<ptc::ModelSpec> load_model(const std::string& model_file) {
   return ptc::parse_model_json(text, model_file);
 }
 }  // namespace
+
+json config_json(const ptc::ParallelConfig& c) {
+  return {{"tp", c.tp},
+          {"cp", c.cp},
+          {"pp", c.pp},
+          {"dp", c.dp},
+          {"micro_batch", c.micro_batch},
+          {"virtual_stages", c.virtual_stages}};
+}
+
+json candidate_json(const ptc::Candidate& c) {
+  json j = config_json(c.config);
+  j["memory_gb"] = c.memory_gb();
+  j["step_seconds"] = c.step_seconds();
+  j["tflops_per_gpu"] = c.tflops_per_gpu();
+  return j;
+}
 
 ptc::Result<ptc::Candidate> best_plan(const std::string& model_file, int gpus) {
   PTC_ASSIGN_OR_RETURN(ptc::ModelSpec m, load_model(model_file));
@@ -206,14 +234,7 @@ int run_plan(const PlanArgs& a, const Globals& g) {
   json out = json::array();
   for (size_t i = 0; i < shown.size(); ++i) {
     const ptc::Candidate& c = shown[i];
-    json j = {{"tp", c.config.tp},
-              {"pp", c.config.pp},
-              {"dp", c.config.dp},
-              {"micro_batch", c.config.micro_batch},
-              {"virtual_stages", c.config.virtual_stages},
-              {"memory_gb", c.memory_gb()},
-              {"step_seconds", c.step_seconds()},
-              {"tflops_per_gpu", c.tflops_per_gpu()}};
+    json j = candidate_json(c);
     if (!moved.empty()) j["bytes_moved"] = moved[i];
     if (!move_s.empty()) {
       j["move_seconds"] = move_s[i];

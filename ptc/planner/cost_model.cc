@@ -21,12 +21,13 @@ double mask_bytes(const ModelSpec& m) { return m.dropout ? 1 : 0; }
 
 // Device-memory traffic of the attention core's element-wise work, for b sequences on one
 // GPU (none with FlashAttention, which fuses it): the softmax reads and writes a s^2 b
-// elements (2e), its dropout reads, writes and writes a mask (2e + 1).
-double core_elementwise_bytes(const ModelSpec& m, int tp, int64_t b) {
+// elements (2e), its dropout reads, writes and writes a mask (2e + 1). With context
+// parallelism a GPU scores its s / cp queries against all s keys.
+double core_elementwise_bytes(const ModelSpec& m, int tp, int64_t b, int cp) {
   if (m.flash_attention) return 0;
   const double e = activation_element_bytes(m.dtype);
   const double per_score = 2 * e + (m.dropout ? 2 * e + 1 : 0);
-  return per_score * m.heads * static_cast<double>(b) * m.seq * m.seq / tp;
+  return per_score * m.heads * static_cast<double>(b) * m.seq / cp * m.seq / tp;
 }
 
 double bytes_per_second(double gbps) { return gbps * 1e9 / 8; }
@@ -50,10 +51,20 @@ bool tp_groups_cross_nodes(const ParallelConfig& c, int per_node) {
   return false;
 }
 
+// The gradients are reduced over dp x cp ranks (Megatron-LM's data-parallel group with
+// context parallelism): t + tp (c + cp d) for one t and p.
 bool dp_groups_cross_nodes(const ParallelConfig& c, int per_node) {
   for (int p = 0; p < c.pp; ++p)
     for (int t = 0; t < c.tp; ++t)
-      if (group_crosses_nodes(t + int64_t{c.tp} * c.dp * p, c.tp, c.dp, per_node)) return true;
+      if (group_crosses_nodes(t + int64_t{c.tp} * c.cp * c.dp * p, c.tp, int64_t{c.cp} * c.dp, per_node)) return true;
+  return false;
+}
+
+// A context-parallel group: t + tp c for one t, d and p.
+bool cp_groups_cross_nodes(const ParallelConfig& c, int per_node) {
+  for (int64_t k = 0; k < c.gpus() / (int64_t{c.tp} * c.cp); ++k)
+    for (int t = 0; t < c.tp; ++t)
+      if (group_crosses_nodes(t + k * c.tp * c.cp, c.tp, c.cp, per_node)) return true;
   return false;
 }
 
@@ -91,18 +102,6 @@ LayerSeconds linear_seconds(const GpuSpec& g, double e, double tokens, double in
           gemm_seconds(g, e, tokens, in, out) + gemm_seconds(g, e, in, out, tokens)};
 }
 
-// The attention core of b sequences on one GPU, a / tp heads each (head width d): forward
-// Q K^T (s x s over d) and P V (s x d over s); backward dP = dO V^T (s x s over d) and dV,
-// dQ, dK (each s x d over s).
-LayerSeconds core_seconds(const ModelSpec& m, int tp, int64_t b) {
-  const GpuSpec& g = m.gpu;
-  const double e = activation_element_bytes(m.dtype), s = static_cast<double>(m.seq);
-  const double d = static_cast<double>(m.hidden / m.heads), batch = static_cast<double>(b) * m.heads / tp;
-  const double scores = gemm_seconds(g, e, s, s, d, batch), values = gemm_seconds(g, e, s, d, s, batch);
-  // FlashAttention's backward pass computes Q K^T again (Dao et al. 2022, section 3.1).
-  return {scores + values, (m.flash_attention ? 2 : 1) * scores + 3 * values};
-}
-
 // Training FLOPs of one layer: backward is twice the forward (Narayanan et al. 2021,
 // section 5.1); full recomputation runs the forward once more, selective recomputation
 // only Q K^T and attention over V (Korthikanti et al. 2022, section 5).
@@ -130,11 +129,12 @@ double logit_training_flops(const ModelSpec& m, int tp, int64_t b) {
 // GeLU (read and write s b f; SwiGLU reads 2 s b f) and the attention core's softmax and
 // dropout (core_elementwise_bytes). The backward pass of each reads its output's gradient
 // and its saved input and writes its input's gradient: taken as twice the forward's bytes.
-double elementwise_bytes(const ModelSpec& m, int tp, int64_t b) {
+// With context parallelism a GPU holds s / cp of each sequence's tokens.
+double elementwise_bytes(const ModelSpec& m, int tp, int64_t b, int cp) {
   const double e = activation_element_bytes(m.dtype);
-  const double sb = static_cast<double>(m.seq) * b, sbh = sb * m.hidden, sbf = sb * m.ffn;
+  const double sb = static_cast<double>(m.seq) / cp * b, sbh = sb * m.hidden, sbf = sb * m.ffn;
   return (10 * e + 2 * mask_bytes(m)) * sbh / sequence_share(m, tp) + (mlp_inputs(m) + 1) * e * sbf / tp +
-         core_elementwise_bytes(m, tp, b);
+         core_elementwise_bytes(m, tp, b, cp);
 }
 
 LayerSeconds operator+(LayerSeconds a, LayerSeconds b) { return {a.forward + b.forward, a.backward + b.backward}; }
@@ -242,9 +242,11 @@ double optimizer_step_bytes(const ModelSpec& m, double params, int dp) {
 //                           parallelism, whose layer inputs are split along s).
 // Written here per tensor so that grouped-query attention (K and V of width kv) and any ffn
 // width f fit: with kv = h and f = 4h the terms are exactly the paper's.
-double layer_activation_bytes(const ModelSpec& m, int tp, int64_t micro_batch, Recompute r) {
+double layer_activation_bytes(const ModelSpec& m, int tp, int64_t micro_batch, Recompute r, int cp) {
   const double e = activation_element_bytes(m.dtype);
-  const double sb = static_cast<double>(m.seq) * micro_batch;
+  // With context parallelism a GPU holds s / cp of each sequence's tokens (and their
+  // scores against all s keys).
+  const double sb = static_cast<double>(m.seq) / cp * micro_batch;
   const double sbh = sb * m.hidden, sbkv = sb * kv_width(m), sbf = sb * m.ffn;
   const double share = sequence_share(m, tp);
   if (r == Recompute::kFull) return e * sbh / share;
@@ -275,7 +277,9 @@ MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int sta
   const BytesPerParam bpp = bytes_per_param(m);
   e.weights = params * bpp.weights;
   e.gradients = params * bpp.gradients;
-  e.optimizer = params * bpp.optimizer / (m.distributed_optimizer ? c.dp : 1);
+  // A distributed optimizer shards its state over the dp x cp ranks that reduce the
+  // gradients (Megatron-LM's data-parallel group with context parallelism).
+  e.optimizer = params * bpp.optimizer / (m.distributed_optimizer ? c.dp * c.cp : 1);
 
   // 1F1B (Narayanan et al. 2021, section 2.2.1): stage i runs pp - i forward passes before
   // its first backward, so it keeps min(pp - i, m) micro-batches' activations.
@@ -286,12 +290,13 @@ MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int sta
       c.virtual_stages > 1 ? 1 + (c.pp - 1.0) / (static_cast<double>(c.pp) * c.virtual_stages) : 1;
   const double in_flight = static_cast<double>(std::min<int64_t>(c.pp - stage, micro_batches)) * interleaved;
   const int64_t layers = stage_layers(m, c.pp, stage);
-  e.activations = static_cast<double>(layers) * layer_activation_bytes(m, c.tp, c.micro_batch, m.recompute) * in_flight;
+  e.activations =
+      static_cast<double>(layers) * layer_activation_bytes(m, c.tp, c.micro_batch, m.recompute, c.cp) * in_flight;
   // With full recomputation the backward pass of a layer rebuilds that layer's activations
   // (one layer, one micro-batch) before it runs.
   if (m.recompute == Recompute::kFull && layers > 0)
-    e.activations += layer_activation_bytes(m, c.tp, c.micro_batch, Recompute::kNone);
-  const double sbh = static_cast<double>(m.seq) * c.micro_batch * m.hidden;
+    e.activations += layer_activation_bytes(m, c.tp, c.micro_batch, Recompute::kNone, c.cp);
+  const double sbh = static_cast<double>(m.seq) / c.cp * c.micro_batch * m.hidden;
   const double share = sequence_share(m, c.tp);
   // Korthikanti et al. 2022, section 4.3: the embedding's dropout mask (s b h / t with
   // sequence parallelism) for each micro-batch in flight on the first stage ...
@@ -301,8 +306,8 @@ MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int sta
   // 4 s b h / t (1 + V / h) in all.
   if (stage == c.pp - 1) {
     const double e_bytes = activation_element_bytes(m.dtype);
-    e.activations +=
-        2 * e_bytes * sbh / share + 4.0 * m.seq * c.micro_batch * static_cast<double>(padded_vocab(m, c.tp)) / c.tp;
+    e.activations += 2 * e_bytes * sbh / share +
+                     4.0 * m.seq / c.cp * c.micro_batch * static_cast<double>(padded_vocab(m, c.tp)) / c.tp;
   }
   return e;
 }
@@ -339,17 +344,30 @@ double gemm_seconds(const GpuSpec& g, double element_bytes, double rows, double 
 // Backward is twice the forward's FLOPs (Narayanan et al. 2021, section 5.1), here as its
 // two GEMMs per product; full recomputation runs the forward again before it, selective
 // the attention core's forward (Korthikanti et al. 2022, section 5).
-LayerSeconds layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch) {
+// The attention core of b sequences on one GPU, a / tp heads each (head width d): forward
+// Q K^T (s x s over d) and P V (s x d over s); backward dP = dO V^T (s x s over d) and dV,
+// dQ, dK (each s x d over s). With context parallelism a GPU holds s / cp queries against
+// all s keys: a cp-th of each product (the backward's taken at the forward's shapes).
+LayerSeconds core_seconds(const ModelSpec& m, int tp, int64_t b, int cp) {
   const GpuSpec& g = m.gpu;
-  const double e = activation_element_bytes(m.dtype), tokens = static_cast<double>(micro_batch) * m.seq;
+  const double e = activation_element_bytes(m.dtype), s = static_cast<double>(m.seq), q = s / cp;
+  const double d = static_cast<double>(m.hidden / m.heads), batch = static_cast<double>(b) * m.heads / tp;
+  const double scores = gemm_seconds(g, e, q, s, d, batch), values = gemm_seconds(g, e, q, d, s, batch);
+  // FlashAttention's backward pass computes Q K^T again (Dao et al. 2022, section 3.1).
+  return {scores + values, (m.flash_attention ? 2 : 1) * scores + 3 * values};
+}
+
+LayerSeconds layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch, int cp) {
+  const GpuSpec& g = m.gpu;
+  const double e = activation_element_bytes(m.dtype), tokens = static_cast<double>(micro_batch) * m.seq / cp;
   const double h = static_cast<double>(m.hidden), kv = static_cast<double>(kv_width(m));
   const double f = static_cast<double>(m.ffn);
   const double bandwidth = g.memory_bandwidth_gbs * 1e9;
-  const double elementwise = elementwise_bytes(m, tp, micro_batch) / bandwidth;
+  const double elementwise = elementwise_bytes(m, tp, micro_batch, cp) / bandwidth;
   // The softmax and its dropout: what selective recomputation runs again with the core
   // (FlashAttention recomputes them inside its own backward pass already).
-  const double core_elementwise = core_elementwise_bytes(m, tp, micro_batch) / bandwidth;
-  const LayerSeconds core = core_seconds(m, tp, micro_batch);
+  const double core_elementwise = core_elementwise_bytes(m, tp, micro_batch, cp) / bandwidth;
+  const LayerSeconds core = core_seconds(m, tp, micro_batch, cp);
   LayerSeconds s = linear_seconds(g, e, tokens, h, (h + 2 * kv) / tp) + linear_seconds(g, e, tokens, h / tp, h) +
                    linear_seconds(g, e, tokens, h, mlp_inputs(m) * f / tp) + linear_seconds(g, e, tokens, f / tp, h) +
                    core + LayerSeconds{elementwise, 2 * elementwise};
@@ -363,7 +381,8 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   const double micro_batches = static_cast<double>(m.global_batch / (int64_t{c.dp} * c.micro_batch));
   const double v = c.virtual_stages;
   const double e = activation_element_bytes(m.dtype);
-  const double sbh_bytes = e * static_cast<double>(m.seq) * c.micro_batch * m.hidden;
+  // A GPU's tokens of a micro-batch: s / cp of each of its b sequences.
+  const double sbh_bytes = e * static_cast<double>(m.seq) / c.cp * c.micro_batch * m.hidden;
 
   // Megatron's tensor-parallel layer all-reduces its output twice in the forward pass
   // (attention, MLP) and twice in the backward (Shoeybi et al. 2019, Figure 4); full
@@ -379,8 +398,24 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   const double pp_link = link(g, pp_sends_cross_nodes(c, g.per_node));
   const double p2p = c.pp > 1 ? v * 2 * (sbh_bytes / c.tp) / pp_link : 0;
 
-  const LayerSeconds layer = layer_seconds(m, c.tp, c.micro_batch);
-  const double tokens = static_cast<double>(c.micro_batch) * m.seq;
+  const LayerSeconds layer = layer_seconds(m, c.tp, c.micro_batch, c.cp);
+  const double tokens = static_cast<double>(c.micro_batch) * m.seq / c.cp;
+
+  // Context parallelism (Megatron-LM, docs/user-guide/features/context_parallel.md): each
+  // GPU keeps the keys and values of its s / cp tokens and all-gathers the others' in a ring
+  // of point-to-point sends before attention, again in the backward pass, which also
+  // reduce-scatters their gradients: (cp - 1) / cp of the sequence's K and V (its kv / tp
+  // heads' width) received per pass, three times per layer (four with full recomputation).
+  // The ring passes each block while attention runs on the one before (Ring Attention, Liu et
+  // al. 2023): the attention core of the pass hides as much.
+  double cp_per_layer = 0;
+  if (c.cp > 1) {
+    const double kv_bytes = 2 * e * static_cast<double>(m.seq) * c.micro_batch * kv_width(m) / c.tp;
+    const double gather = (c.cp - 1.0) / c.cp * kv_bytes / link(g, cp_groups_cross_nodes(c, g.per_node));
+    const LayerSeconds core = core_seconds(m, c.tp, c.micro_batch, c.cp);
+    const double forward = std::max(0.0, gather - core.forward);
+    cp_per_layer = forward * (m.recompute == Recompute::kFull ? 2 : 1) + std::max(0.0, 2 * gather - core.backward);
+  }
   const LayerSeconds logits =
       linear_seconds(g, e, tokens, static_cast<double>(m.hidden), static_cast<double>(padded_vocab(m, c.tp)) / c.tp);
 
@@ -394,14 +429,15 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
       forward += logits.forward;
       backward += logits.backward;
     }
-    const double tp = layers * tp_per_layer;
+    const double tp = layers * tp_per_layer, cp = layers * cp_per_layer;
     // Megatron-LM's --overlap-p2p-communication (interleaved schedule only) sends while
     // the stage computes another chunk: only what exceeds its compute is left.
     const double sends = m.overlap_p2p_comm && c.virtual_stages > 1 ? std::max(0.0, p2p - (forward + backward)) : p2p;
-    if (forward + backward + tp + sends > slot) {
-      slot = forward + backward + tp + sends;
+    if (forward + backward + tp + cp + sends > slot) {
+      slot = forward + backward + tp + cp + sends;
       s.compute = micro_batches * (forward + backward);
       s.tp_comm = micro_batches * tp;
+      s.cp_comm = micro_batches * cp;
       s.pp_comm = micro_batches * sends;
     }
   }
@@ -425,9 +461,11 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   for (int stage : bounding_stages(c)) {
     const double params = static_cast<double>(gpu_params(m, c, stage));
     const double share = m.distributed_optimizer ? 0.5 : 1;
-    const double reduce = share * ring_allreduce_seconds(params * bpp.gradients, c.dp, dp_link);
+    // Over the dp x cp ranks of the data-parallel group with context parallelism.
+    const int ranks = c.dp * c.cp;
+    const double reduce = share * ring_allreduce_seconds(params * bpp.gradients, ranks, dp_link);
     const double gather =
-        m.distributed_optimizer ? share * ring_allreduce_seconds(params * bpp.weights, c.dp, dp_link) : 0;
+        m.distributed_optimizer ? share * ring_allreduce_seconds(params * bpp.weights, ranks, dp_link) : 0;
     // Stage i's last backward pass ends before stage 0's, which ends the step (the 1F1B
     // cool-down, Narayanan et al. 2021, Figure 4), by the passes of the stages before it, and
     // its first forward pass starts that much after stage 0's: its reduction and gather have
@@ -447,7 +485,7 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
     }
     // The optimizer step follows the reduction; the stage with the most parameters ends last
     // (Narayanan et al. 2021, section 5.1, count it in the end-to-end step).
-    s.optimizer = std::max(s.optimizer, optimizer_step_bytes(m, params, c.dp) / (g.memory_bandwidth_gbs * 1e9));
+    s.optimizer = std::max(s.optimizer, optimizer_step_bytes(m, params, c.dp * c.cp) / (g.memory_bandwidth_gbs * 1e9));
   }
   // With pp > 1 tied word embeddings live on the first and the last stage, whose
   // gradients are all-reduced between the two (Megatron-LM, finalize_model_grads.py,

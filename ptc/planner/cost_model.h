@@ -47,7 +47,10 @@ struct ParallelConfig {
   // Model chunks per pipeline stage (Narayanan et al. 2021, section 2.2.2): 1 is the plain
   // 1F1B schedule; v > 1 the interleaved one, stage i holding chunks i, i + pp, ...
   int virtual_stages = 1;
-  int gpus() const { return tp * pp * dp; }
+  // Context parallelism: each sequence's tokens split over cp GPUs (Megatron-LM's
+  // --context-parallel-size); ranks t + tp (c + cp (d + dp p)).
+  int cp = 1;
+  int gpus() const { return tp * cp * pp * dp; }
   bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -99,10 +102,14 @@ double gemm_seconds(const GpuSpec& g, double element_bytes, double rows, double 
 struct LayerSeconds {
   double forward = 0, backward = 0;
 };
-LayerSeconds layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch);
+LayerSeconds layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch, int cp = 1);
+// The same for the attention core alone (Q K^T and attention over V): with context
+// parallelism a GPU's s / cp queries against all s keys.
+LayerSeconds core_seconds(const ModelSpec& m, int tp, int64_t micro_batch, int cp = 1);
 
 // Activation bytes one transformer layer keeps for one micro-batch on one GPU.
-double layer_activation_bytes(const ModelSpec& m, int tp, int64_t micro_batch, Recompute r);
+// With context parallelism `cp`, a GPU's share: s / cp of each sequence's tokens.
+double layer_activation_bytes(const ModelSpec& m, int tp, int64_t micro_batch, Recompute r, int cp = 1);
 
 struct MemoryEstimate {
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes per GPU
@@ -121,9 +128,10 @@ double flops_per_step(const ModelSpec& m, int tp = 1);
 
 struct StepEstimate {
   // Seconds: the slowest stage's compute (GEMMs and memory-bound operations), its
-  // tensor-parallel and exposed pipeline communication over the m micro-batches, the
-  // pipeline bubble ((pp - 1) / v more of its slots), and the exposed gradient all-reduces.
-  double compute = 0, tp_comm = 0, pp_comm = 0, bubble = 0, dp_comm = 0;
+  // tensor-parallel, exposed context-parallel and exposed pipeline communication over the m
+  // micro-batches, the pipeline bubble ((pp - 1) / v more of its slots), and the exposed
+  // gradient all-reduces.
+  double compute = 0, tp_comm = 0, cp_comm = 0, pp_comm = 0, bubble = 0, dp_comm = 0;
   // Seconds of the optimizer step after the gradients are reduced: memory-bound
   // (optimizer_step_bytes at the GPU's memory bandwidth), on the stage with the most.
   double optimizer = 0;
@@ -132,7 +140,7 @@ struct StepEstimate {
   // weight all-gather run during the forward pass (overlap_param_gather), not part of
   // total(); dp_comm is what is left exposed.
   double dp_comm_hidden = 0;
-  double total() const { return compute + tp_comm + pp_comm + bubble + dp_comm + optimizer; }
+  double total() const { return compute + tp_comm + cp_comm + pp_comm + bubble + dp_comm + optimizer; }
 };
 StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c);
 

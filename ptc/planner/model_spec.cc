@@ -111,7 +111,7 @@ Status parse_choice(const json& j, const char* key, std::initializer_list<std::p
 const std::initializer_list<std::string_view> kModelMembers = {
     "layers", "hidden", "heads", "ffn", "vocab", "seq", "global_batch", "query_groups", "dtype",
     "distributed_optimizer", "recompute", "sequence_parallel", "mlp", "tied_embeddings", "flash_attention", "dropout",
-    "interleave", "pipeline_split", "overlap_grad_reduce", "overlap_p2p_comm", "overlap_param_gather",
+    "interleave", "pipeline_split", "context_parallel", "overlap_grad_reduce", "overlap_p2p_comm", "overlap_param_gather",
     "grad_reduce_in_bf16", "gpu"};
 // clang-format on
 
@@ -152,6 +152,7 @@ Result<ModelSpec> parse_model_spec(const json& j, const std::string& where) {
   PTC_RETURN_IF_ERROR(parse_choice(
       j, "pipeline_split", {{"even", PipelineSplit::kEven}, {"embedding_and_loss", PipelineSplit::kEmbeddingAndLoss}},
       where, m.pipeline_split));
+  PTC_ASSIGN_OR_RETURN(m.context_parallel, member_bool_or(j, "context_parallel", false, where));
   PTC_ASSIGN_OR_RETURN(m.overlap_grad_reduce, member_bool_or(j, "overlap_grad_reduce", true, where));
   PTC_ASSIGN_OR_RETURN(m.overlap_p2p_comm, member_bool_or(j, "overlap_p2p_comm", true, where));
   PTC_ASSIGN_OR_RETURN(m.overlap_param_gather, member_bool_or(j, "overlap_param_gather", true, where));

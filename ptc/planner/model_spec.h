@@ -7,7 +7,7 @@
 //    "query_groups": 16, "dtype": "BF16", "distributed_optimizer": false,
 //    "recompute": "none", "sequence_parallel": true,
 //    "mlp": "gelu", "tied_embeddings": true, "flash_attention": true, "dropout": true,
-//    "interleave": true, "pipeline_split": "even",
+//    "interleave": true, "pipeline_split": "even", "context_parallel": false,
 //    "overlap_grad_reduce": true, "overlap_p2p_comm": true, "overlap_param_gather": true,
 //    "grad_reduce_in_bf16": false,
 //    "gpu": {"memory_gb": 80, "tflops": 312, "per_node": 8,
@@ -88,6 +88,10 @@ struct ModelSpec {
   // section 2.2.2); false: every configuration has virtual_stages 1.
   bool interleave = true;
   PipelineSplit pipeline_split = PipelineSplit::kEven;
+  // The planner may choose context parallelism, cp > 1 (Megatron-LM's
+  // --context-parallel-size: each sequence's tokens split over cp GPUs, keys and values
+  // passed around them in a ring); false: every configuration has cp 1.
+  bool context_parallel = false;
   // Megatron-LM's --overlap-grad-reduce: the data-parallel gradient reduction runs during
   // the backward pass; --overlap-p2p-communication: pipeline sends of the interleaved
   // schedule run during compute.

@@ -31,9 +31,16 @@ std::vector<int64_t> divisors(int64_t n) {
 }
 
 std::string config_name(const ParallelConfig& c) {
-  return "tp=" + std::to_string(c.tp) + ",pp=" + std::to_string(c.pp) + ",dp=" + std::to_string(c.dp) +
+  return "tp=" + std::to_string(c.tp) + (c.cp != 1 ? ",cp=" + std::to_string(c.cp) : "") +
+         ",pp=" + std::to_string(c.pp) + ",dp=" + std::to_string(c.dp) +
          ",micro_batch=" + std::to_string(c.micro_batch) +
          (c.virtual_stages != 1 ? ",virtual_stages=" + std::to_string(c.virtual_stages) : "");
+}
+
+// Context parallelism of `cp` GPUs: the load-balanced causal split gives each GPU two chunks
+// of the sequence, so 2 cp divides it (Megatron-LM's context parallelism).
+bool context_splittable(const ModelSpec& m, int cp) {
+  return cp == 1 || (m.context_parallel && m.seq % (2 * int64_t{cp}) == 0);
 }
 
 // Whether v > 1 interleaved stages are allowed: Narayanan et al. 2021, section 2.2.2 (the
@@ -64,8 +71,11 @@ double Candidate::tflops_per_gpu() const { return step.flops / (config.gpus() * 
 
 Status validate_config(const ModelSpec& m, const ParallelConfig& c) {
   const std::string name = config_name(c);
-  if (c.tp < 1 || c.pp < 1 || c.dp < 1 || c.micro_batch < 1 || c.virtual_stages < 1)
+  if (c.tp < 1 || c.pp < 1 || c.dp < 1 || c.micro_batch < 1 || c.virtual_stages < 1 || c.cp < 1)
     return invalid(name + ": every degree must be at least 1");
+  if (c.cp > 1 && !m.context_parallel) return invalid(name + ": cp > 1 needs \"context_parallel\": true");
+  if (!context_splittable(m, c.cp))
+    return invalid(name + ": cp needs 2 x cp to divide seq (" + std::to_string(m.seq) + ")");
   if (m.heads % c.tp != 0 || m.query_groups % c.tp != 0 || m.ffn % c.tp != 0)
     return invalid(name + ": tp must divide heads (" + std::to_string(m.heads) + "), query_groups (" +
                    std::to_string(m.query_groups) + ") and ffn (" + std::to_string(m.ffn) + ")");
@@ -90,17 +100,20 @@ std::vector<ParallelConfig> valid_configs(const ModelSpec& m, int gpus) {
   if (gpus < 1) return out;
   for (int tp = 1; tp <= std::min(gpus, m.gpu.per_node); ++tp) {
     if (gpus % tp != 0 || m.heads % tp != 0 || m.query_groups % tp != 0 || m.ffn % tp != 0) continue;
-    const int rest = gpus / tp;
-    for (int pp = 1; pp <= rest && pp <= m.layers; ++pp) {
-      if (rest % pp != 0 || !splittable(m, pp)) continue;
-      const int dp = rest / pp;
-      if (m.global_batch % dp != 0) continue;
-      for (int64_t b : divisors(m.global_batch / dp)) {
-        out.push_back({tp, pp, dp, b});
-        if (!m.interleave || pipeline_slots(m) % pp != 0) continue;
-        for (int64_t v : divisors(pipeline_slots(m) / pp))
-          if (v > 1 && interleavable(m, pp, m.global_batch / (int64_t{dp} * b), static_cast<int>(v)))
-            out.push_back({tp, pp, dp, b, static_cast<int>(v)});
+    for (int cp = 1; cp <= gpus / tp; ++cp) {
+      if ((gpus / tp) % cp != 0 || !context_splittable(m, cp)) continue;
+      const int rest = gpus / tp / cp;
+      for (int pp = 1; pp <= rest && pp <= m.layers; ++pp) {
+        if (rest % pp != 0 || !splittable(m, pp)) continue;
+        const int dp = rest / pp;
+        if (m.global_batch % dp != 0) continue;
+        for (int64_t b : divisors(m.global_batch / dp)) {
+          out.push_back({tp, pp, dp, b, 1, cp});
+          if (!m.interleave || pipeline_slots(m) % pp != 0) continue;
+          for (int64_t v : divisors(pipeline_slots(m) / pp))
+            if (v > 1 && interleavable(m, pp, m.global_batch / (int64_t{dp} * b), static_cast<int>(v)))
+              out.push_back({tp, pp, dp, b, static_cast<int>(v), cp});
+        }
       }
     }
   }
@@ -113,6 +126,7 @@ Candidate evaluate(const ModelSpec& m, const ParallelConfig& c) {
 
 ModelSpec as_stored(ModelSpec m) {
   m.interleave = false;
+  m.context_parallel = false;
   m.pipeline_split = PipelineSplit::kEven;
   return m;
 }
@@ -121,8 +135,8 @@ bool fits(const ModelSpec& m, const MemoryEstimate& e) { return e.total() <= m.g
 
 bool better(const Candidate& a, const Candidate& b) {
   const auto key = [](const Candidate& x) {
-    return std::make_tuple(x.step.total(), x.memory.total(), x.config.tp, x.config.pp, x.config.micro_batch,
-                           x.config.virtual_stages);
+    return std::make_tuple(x.step.total(), x.memory.total(), x.config.tp, x.config.cp, x.config.pp,
+                           x.config.micro_batch, x.config.virtual_stages);
   };
   return key(a) < key(b);
 }

@@ -8,12 +8,13 @@
 //      a node: its all-reduces run on every layer);
 //   pp <= layers (stages take contiguous layers, earlier ones the remainder); with
 //      pipeline_split embedding_and_loss pp divides layers + 2;
-//   dp = N / (tp x pp) exactly, dp divides global_batch, and micro_batch divides
+//   cp (when MODEL.json's context_parallel is true, else 1): 2 cp divides seq;
+//   dp = N / (tp x cp x pp) exactly, dp divides global_batch, and micro_batch divides
 //      global_batch / dp.
 //   virtual_stages v (when MODEL.json's interleave is true, else 1): v = 1, or v > 1 with
 //      pp > 1, pp x v dividing the layers (+ 2 with the embedding-and-loss split) and pp
-//      dividing the micro-batches global_batch /
-//      (dp x micro_batch) (Narayanan et al. 2021, section 2.2.2).
+//      dividing the micro-batches global_batch / (dp x micro_batch) (Narayanan et al.
+//      2021, section 2.2.2).
 // Fits: the largest stage's memory (weights, gradients, optimizer state, activations) is at
 // most gpu.memory_gb GiB.
 #pragma once
@@ -35,13 +36,13 @@ struct Candidate {
 
 // kInvalidArgument naming the rule `c` breaks for `m` (the rules above; N = c.gpus()).
 Status validate_config(const ModelSpec& m, const ParallelConfig& c);
-// Every valid configuration of exactly `gpus` GPUs, by tp, then pp, then micro_batch, then
-// virtual_stages.
+// Every valid configuration of exactly `gpus` GPUs, by tp, then cp, then pp, then
+// micro_batch, then virtual_stages.
 std::vector<ParallelConfig> valid_configs(const ModelSpec& m, int gpus);
 Candidate evaluate(const ModelSpec& m, const ParallelConfig& c);
 bool fits(const ModelSpec& m, const MemoryEstimate& e);
 
-// The order of plan(): shorter step first; then less memory; then smaller tp, pp,
+// The order of plan(): shorter step first; then less memory; then smaller tp, cp, pp,
 // micro_batch, virtual_stages. A strict total order on distinct configurations.
 bool better(const Candidate& a, const Candidate& b);
 
@@ -51,7 +52,8 @@ bool better(const Candidate& a, const Candidate& b);
 Result<std::vector<Candidate>> plan_parallelism(const ModelSpec& m, int gpus);
 
 // `m` limited to the layouts a repartitioned step has (docs/FORMATS.md "ptc.json": each
-// stage's layers contiguous and as even as possible): no interleaved stages, the even split.
+// stage's layers contiguous and as even as possible; every rank a whole sequence): no
+// interleaved stages, the even split, no context parallelism.
 // What `repartition --gpus` and the autoscaler plan with.
 ModelSpec as_stored(ModelSpec m);
 

@@ -97,7 +97,7 @@ def test_makespan_with_a_modelled_job_and_the_table(tmp_path):
     check_schedule(out, jobs, 8)
     gpt = out["jobs"][1]
     best = plan_json(write(tmp_path, "gpt.json", SMALL_GPT), gpt["gpus"])[0]
-    assert gpt["config"] == {k: best[k] for k in ("tp", "pp", "dp", "micro_batch", "virtual_stages")}
+    assert gpt["config"] == {k: best[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "virtual_stages")}
     assert gpt["samples_per_s"] == pytest.approx(512 / best["step_seconds"], rel=1e-12)
     assert out["makespan_s"] <= out["greedy_makespan_s"] + 1e-9
     assert out["jobs"][0]["config"] is None

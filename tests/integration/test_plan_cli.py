@@ -19,7 +19,7 @@ GPT3 = {"layers": 96, "hidden": 12288, "heads": 96, "ffn": 49152, "vocab": 51200
         "global_batch": 1536, "recompute": "full", "sequence_parallel": False,
         "gpu": {"memory_gb": 80, "tflops": 312, "per_node": 8, "intra_node_gbps": 2400, "inter_node_gbps": 200}}
 
-CANDIDATE_KEYS = {"tp", "pp", "dp", "micro_batch", "virtual_stages", "memory_gb", "step_seconds", "tflops_per_gpu"}
+CANDIDATE_KEYS = {"tp", "cp", "pp", "dp", "micro_batch", "virtual_stages", "memory_gb", "step_seconds", "tflops_per_gpu"}
 
 
 def run(*args, check_rc=0):
@@ -41,30 +41,35 @@ def plan_json(model_path, gpus, *extra):
 
 
 def valid_configs(m, gpus, per_node):
-    """The planner's rules, written out again: (tp, pp, dp, micro_batch, virtual_stages) in no order.
+    """The planner's rules, written out again: (tp, pp, dp, micro_batch, virtual_stages) in no order, with cp
+    after them when "context_parallel" is true (cp > 1 where 2 cp divides seq).
     Interleaving (on unless "interleave" is false): v > 1 stages when pp > 1, pp x v divides the
     layers and pp divides the micro-batches global_batch / (dp x micro_batch). With "pipeline_split"
     "embedding_and_loss" the layers + 2 slots take the layers' place and pp must divide them."""
     out = set()
+    with_cp = m.get("context_parallel", False)
     qg = m.get("query_groups", m["heads"])
     split = m.get("pipeline_split", "even") == "embedding_and_loss"
     slots = m["layers"] + (2 if split else 0)
     for tp in range(1, gpus + 1):
-        for pp in range(1, gpus + 1):
-            if gpus % (tp * pp):
+        for cp in range(1, gpus + 1) if with_cp else (1,):
+            if cp > 1 and m["seq"] % (2 * cp):
                 continue
-            dp = gpus // (tp * pp)
-            if m["heads"] % tp or qg % tp or m["ffn"] % tp or tp > per_node or pp > m["layers"]:
-                continue
-            if split and pp > 1 and slots % pp:
-                continue
-            for b in range(1, m["global_batch"] + 1):
-                if m["global_batch"] % (dp * b):
+            for pp in range(1, gpus + 1):
+                if gpus % (tp * cp * pp):
                     continue
-                for v in range(1, slots + 1):
-                    if v == 1 or (m.get("interleave", True) and pp > 1 and slots % (pp * v) == 0
-                                  and (m["global_batch"] // (dp * b)) % pp == 0):
-                        out.add((tp, pp, dp, b, v))
+                dp = gpus // (tp * cp * pp)
+                if m["heads"] % tp or qg % tp or m["ffn"] % tp or tp > per_node or pp > m["layers"]:
+                    continue
+                if split and pp > 1 and slots % pp:
+                    continue
+                for b in range(1, m["global_batch"] + 1):
+                    if m["global_batch"] % (dp * b):
+                        continue
+                    for v in range(1, slots + 1):
+                        if v == 1 or (m.get("interleave", True) and pp > 1 and slots % (pp * v) == 0
+                                      and (m["global_batch"] // (dp * b)) % pp == 0):
+                            out.add((tp, pp, dp, b, v, cp) if with_cp else (tp, pp, dp, b, v))
     return out
 
 
@@ -114,6 +119,16 @@ def test_plan_lists_every_valid_configuration_that_fits_when_memory_is_ample(tmp
         assert got == valid_configs(m, gpus, 4), gpus
     got = {(c["pp"], c["virtual_stages"]) for c in plan_json(model, 12)}
     assert got == {(1, 1), (2, 1), (2, 2), (2, 4), (4, 1), (4, 2)}
+    # Context parallelism: cp with 2 cp dividing seq (64), every candidate's cp in its JSON.
+    m["pipeline_split"] = "even"
+    m["context_parallel"] = True
+    model = write(tmp_path, "cp.json", m)
+    for gpus in (1, 2, 4, 6, 12):
+        cands = plan_json(model, gpus)
+        got = {(c["tp"], c["pp"], c["dp"], c["micro_batch"], c["virtual_stages"], c["cp"]) for c in cands}
+        assert got == valid_configs(m, gpus, 4), gpus
+    # On 12 GPUs cp divides 12 and 2 cp divides 64: 1, 2, 4 (not 3, 6, 12).
+    assert {c["cp"] for c in plan_json(model, 12)} == {1, 2, 4}
 
 
 def test_plan_prints_a_table(tmp_path):
@@ -324,7 +339,7 @@ def test_allocate_a_modelled_job_at_the_planners_best(tmp_path):
     assert a["gpus"] + gpt["gpus"] == out["gpus_used"] <= 12
     model = write(tmp_path, "gpt.json", SMALL_GPT)
     best = plan_json(model, gpt["gpus"])[0]
-    assert gpt["config"] == {k: best[k] for k in ("tp", "pp", "dp", "micro_batch", "virtual_stages")}
+    assert gpt["config"] == {k: best[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "virtual_stages")}
     assert gpt["samples_per_s"] == pytest.approx(512 / best["step_seconds"], rel=1e-12)
     # Every count of 8..12 against a's points: the allocation is the best of them.
     totals = {}
@@ -414,7 +429,7 @@ def test_allocate_a_modelled_job_over_a_batch_list_at_the_planners_best(tmp_path
         out["samples_per_s"], rel=1e-12)
     best = plan_json(write(tmp_path, "chosen.json", dict(SMALL_GPT, global_batch=gpt["global_batch"])),
                      gpt["gpus"])[0]
-    assert gpt["config"] == {k: best[k] for k in ("tp", "pp", "dp", "micro_batch", "virtual_stages")}
+    assert gpt["config"] == {k: best[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "virtual_stages")}
     # The chosen batch is the fastest on the chosen count; where batches tie there (8 GPUs: dp 8,
     # no pipeline, the same time per sample), the one listed first.
     rates = {b: b / plan_json(write(tmp_path, f"at{b}.json", dict(SMALL_GPT, global_batch=b)), gpt["gpus"])[0][

@@ -1,6 +1,7 @@
 // The cost model against hand-computed values and published formulas (each test names its
 // source).
 #include "ptc/planner/cost_model.h"
+#include "ptc/planner/planner.h"
 
 #include <catch2/catch.hpp>
 
@@ -528,6 +529,39 @@ TEST_CASE("a distributed optimizer reduce-scatters gradients and all-gathers wei
   m.grad_reduce_in_bf16 = true;
   CHECK(estimate_step(m, {1, 1, 4, 1}).dp_comm == Approx(2 * 0.75 * 2 * P / 1e9).epsilon(1e-12));
   CHECK(stage_memory(m, {1, 1, 4, 1}, 0).gradients == 2 * P);
+}
+
+TEST_CASE("context parallelism: a cp-th of the tokens per GPU, keys and values passed around a ring", "[cost_model]") {
+  // small_model (s = 32, h = kv = 64, 4 layers, B = 8) on one node of 4 at 0.08 Gbit/s, tp 1:
+  // cp 2 halves every activation of a layer (its 16 tokens, their scores against all 32 keys)
+  // and the tokens of each GEMM.
+  ModelSpec m = small_model();
+  m.context_parallel = true;
+  m.gpu.intra_node_gbps = 0.08;
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
+    CHECK(layer_activation_bytes(m, 1, 1, r, 2) == layer_activation_bytes(m, 1, 1, r) / 2);
+  const ParallelConfig c{1, 1, 2, 1, 1, 2};
+  CHECK(validate_config(m, c).is_ok());
+  // The ring: each pass receives the other GPU's K and V, 2 x 2 bytes x 16 tokens x 64 = 4,096 B
+  // at 1e7 B/s; forward once, backward twice (K and V again, their gradients back), each less
+  // the attention core it runs beside; 4 layers, 4 micro-batches per pipeline.
+  const double gather = 4096 / 1e7;
+  const LayerSeconds core = core_seconds(m, 1, 1, 2);
+  REQUIRE(core.forward < gather);
+  REQUIRE(core.backward < 2 * gather);
+  const StepEstimate s = estimate_step(m, c);
+  CHECK(s.cp_comm == Approx(4 * 4 * (gather - core.forward + 2 * gather - core.backward)).epsilon(1e-12));
+  CHECK(s.compute == Approx(4 * 4 * (layer_seconds(m, 1, 1, 2).forward + layer_seconds(m, 1, 1, 2).backward) +
+                            4 * (gemm_seconds(m.gpu, 2, 16, 256, 64) + gemm_seconds(m.gpu, 2, 16, 64, 256) +
+                                 gemm_seconds(m.gpu, 2, 64, 256, 16)))
+                         .epsilon(1e-12));
+  CHECK(s.total() ==
+        Approx(s.compute + s.tp_comm + s.cp_comm + s.pp_comm + s.bubble + s.dp_comm + s.optimizer).epsilon(1e-12));
+  // The gradients are reduced over dp x cp = 4 ranks, the optimizer state sharded over them.
+  m.distributed_optimizer = true;
+  m.overlap_grad_reduce = false;
+  CHECK(stage_memory(m, c, 0).optimizer == stage_memory(m, {1, 1, 4, 1}, 0).optimizer);
+  CHECK(estimate_step(m, c).dp_comm == Approx(estimate_step(m, {1, 1, 4, 1}).dp_comm).epsilon(1e-12));
 }
 
 TEST_CASE("the optimizer step reads gradients and state and writes state and weights once", "[cost_model]") {

@@ -16,7 +16,7 @@ const std::string kFull = R"({
   "layers": 96, "hidden": 12288, "heads": 96, "ffn": 49152, "vocab": 51200, "seq": 2048,
   "global_batch": 1536, "query_groups": 8, "dtype": "F16", "distributed_optimizer": true,
   "recompute": "selective", "sequence_parallel": false, "mlp": "swiglu", "tied_embeddings": false, "flash_attention": false,
-  "dropout": false, "interleave": false, "pipeline_split": "embedding_and_loss", "overlap_grad_reduce": false,
+  "dropout": false, "interleave": false, "pipeline_split": "embedding_and_loss", "context_parallel": true, "overlap_grad_reduce": false,
   "overlap_p2p_comm": false, "overlap_param_gather": false, "grad_reduce_in_bf16": false,
   "gpu": {"memory_gb": 80, "tflops": 312.5, "per_node": 8, "intra_node_gbps": 2400, "inter_node_gbps": 200,
           "sms": 132, "memory_bandwidth_gbs": 3350}
@@ -68,6 +68,7 @@ TEST_CASE("MODEL.json with every member is read as written", "[model_spec]") {
   CHECK_FALSE(m.dropout);
   CHECK_FALSE(m.interleave);
   CHECK(m.pipeline_split == PipelineSplit::kEmbeddingAndLoss);
+  CHECK(m.context_parallel);
   CHECK_FALSE(m.overlap_grad_reduce);
   CHECK_FALSE(m.overlap_p2p_comm);
   CHECK_FALSE(m.overlap_param_gather);
@@ -93,6 +94,7 @@ TEST_CASE("MODEL.json defaults: query_groups = heads, BF16, no distributed optim
   CHECK(r->dropout);
   CHECK(r->interleave);
   CHECK(r->pipeline_split == PipelineSplit::kEven);
+  CHECK_FALSE(r->context_parallel);
   CHECK(r->overlap_grad_reduce);
   CHECK(r->overlap_p2p_comm);
   CHECK(r->overlap_param_gather);
@@ -135,7 +137,7 @@ TEST_CASE("MODEL.json: values of the wrong type or range are refused, naming the
   expect_invalid(minimal(R"( "pipeline_split": "uneven",)"),
                  {"pipeline_split 'uneven' is not one of even, embedding_and_loss"});
   for (const char* key : {"tied_embeddings", "flash_attention", "dropout", "interleave", "overlap_grad_reduce",
-                          "overlap_p2p_comm", "overlap_param_gather", "grad_reduce_in_bf16"})
+                          "overlap_p2p_comm", "overlap_param_gather", "grad_reduce_in_bf16", "context_parallel"})
     expect_invalid(minimal(std::string(" \"") + key + "\": \"yes\","),
                    {std::string("field '") + key + "' must be true or false"});
   expect_invalid(minimal("", R"(, "sms": 0)"), {"gpu: sms: 0 is outside [1, 65536]"});

@@ -31,29 +31,32 @@ std::vector<std::string> names(const std::vector<ParallelConfig>& cs) {
 std::vector<Candidate> exhaustive(const ModelSpec& m, int gpus) {
   std::vector<Candidate> out;
   for (int tp = 1; tp <= gpus; ++tp)
-    for (int pp = 1; pp <= gpus; ++pp)
-      for (int64_t b = 1; b <= m.global_batch; ++b)
-        for (int v = 1; v <= m.layers + 2; ++v) {
-          if (gpus % (tp * pp) != 0) continue;
-          const int dp = gpus / (tp * pp);
-          if (m.heads % tp || m.query_groups % tp || m.ffn % tp || tp > m.gpu.per_node) continue;
-          if (pp > m.layers || m.global_batch % (dp * b)) continue;
-          // The embedding-and-loss split: pp divides the layers + 2 slots.
-          const bool split = m.pipeline_split == PipelineSplit::kEmbeddingAndLoss;
-          const int64_t slots = m.layers + (split ? 2 : 0);
-          if (split && pp > 1 && slots % pp) continue;
-          // Interleaving: pp > 1, pp x v divides the slots, pp divides the micro-batches.
-          if (v > 1 && (!m.interleave || pp == 1 || slots % (pp * v) || (m.global_batch / (dp * b)) % pp)) continue;
-          const ParallelConfig c{tp, pp, dp, b, v};
-          const MemoryEstimate mem = estimate_memory(m, c);
-          if (mem.total() > m.gpu.memory_gb * 1024 * 1024 * 1024) continue;
-          out.push_back({c, mem, estimate_step(m, c)});
-        }
+    for (int cp = 1; cp <= gpus; ++cp)
+      for (int pp = 1; pp <= gpus; ++pp)
+        for (int64_t b = 1; b <= m.global_batch; ++b)
+          for (int v = 1; v <= m.layers + 2; ++v) {
+            if (gpus % (tp * cp * pp) != 0) continue;
+            // Context parallelism: allowed, and 2 cp divides the sequence.
+            if (cp > 1 && (!m.context_parallel || m.seq % (2 * cp) != 0)) continue;
+            const int dp = gpus / (tp * cp * pp);
+            if (m.heads % tp || m.query_groups % tp || m.ffn % tp || tp > m.gpu.per_node) continue;
+            if (pp > m.layers || m.global_batch % (dp * b)) continue;
+            // The embedding-and-loss split: pp divides the layers + 2 slots.
+            const bool split = m.pipeline_split == PipelineSplit::kEmbeddingAndLoss;
+            const int64_t slots = m.layers + (split ? 2 : 0);
+            if (split && pp > 1 && slots % pp) continue;
+            // Interleaving: pp > 1, pp x v divides the slots, pp divides the micro-batches.
+            if (v > 1 && (!m.interleave || pp == 1 || slots % (pp * v) || (m.global_batch / (dp * b)) % pp)) continue;
+            const ParallelConfig c{tp, pp, dp, b, v, cp};
+            const MemoryEstimate mem = estimate_memory(m, c);
+            if (mem.total() > m.gpu.memory_gb * 1024 * 1024 * 1024) continue;
+            out.push_back({c, mem, estimate_step(m, c)});
+          }
   std::sort(out.begin(), out.end(), [](const Candidate& x, const Candidate& y) {
     if (x.step.total() != y.step.total()) return x.step.total() < y.step.total();
     if (x.memory.total() != y.memory.total()) return x.memory.total() < y.memory.total();
-    return std::tie(x.config.tp, x.config.pp, x.config.micro_batch, x.config.virtual_stages) <
-           std::tie(y.config.tp, y.config.pp, y.config.micro_batch, y.config.virtual_stages);
+    return std::tie(x.config.tp, x.config.cp, x.config.pp, x.config.micro_batch, x.config.virtual_stages) <
+           std::tie(y.config.tp, y.config.cp, y.config.pp, y.config.micro_batch, y.config.virtual_stages);
   });
   return out;
 }
@@ -124,6 +127,13 @@ TEST_CASE("validate_config names the rule a configuration breaks", "[planner]") 
         "6 slots (4 layers, the embedding and the loss) and pp dividing the micro-batches");
   m.global_batch = 6;
   CHECK(validate_config(m, {1, 3, 1, 2, 2}).is_ok());
+  // Context parallelism: only with "context_parallel", and 2 cp must divide seq (32).
+  m.pipeline_split = PipelineSplit::kEven;
+  CHECK(message({1, 1, 1, 1, 1, 2}) == "tp=1,cp=2,pp=1,dp=1,micro_batch=1: cp > 1 needs \"context_parallel\": true");
+  m.context_parallel = true;
+  CHECK(validate_config(m, {1, 1, 1, 1, 1, 2}).is_ok());
+  CHECK(message({1, 1, 1, 1, 1, 32}) == "tp=1,cp=32,pp=1,dp=1,micro_batch=1: cp needs 2 x cp to divide seq (32)");
+  CHECK(message({1, 1, 1, 1, 1, 0}) == "tp=1,cp=0,pp=1,dp=1,micro_batch=1: every degree must be at least 1");
 }
 
 TEST_CASE("plan refuses 0 GPUs, a count with no valid configuration, and a model that fits nowhere", "[planner]") {
@@ -216,6 +226,7 @@ TEST_CASE("the planner equals exhaustive search under the same model on random s
     m.overlap_p2p_comm = pick({0, 1}) == 1;
     m.overlap_param_gather = pick({0, 1}) == 1;
     m.grad_reduce_in_bf16 = m.dtype == Precision::kBF16 && pick({0, 1}) == 1;
+    m.context_parallel = pick({0, 1}) == 1;
     m.pipeline_split = static_cast<PipelineSplit>(pick({0, 1}));
     m.gpu = {pick({1, 4, 16, 64}) / 65536.0,       static_cast<double>(pick({1, 100})),
              static_cast<int>(pick({1, 2, 4, 8})), static_cast<double>(pick({100, 2400})),
