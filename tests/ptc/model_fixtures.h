@@ -41,6 +41,29 @@ inline ModelSpec llama(int64_t layers, int64_t hidden, int64_t heads, int64_t gr
   return m;
 }
 
+// An H100 SXM 80 GB in a DGX H100 (NVIDIA datasheets): 989 TFLOP/s dense BF16, 8 per node,
+// NVLink 450 GB/s per direction (3,600 Gbit/s), one 400 Gbit/s InfiniBand card per GPU, 132
+// SMs, 3,350 GB/s.
+inline GpuSpec h100() { return {80, 989, 8, 3600, 400, 132, 3350}; }
+
+// Nemotron-4 as NVIDIA's NeMo configurations give it, a GPT of ffn 4h (squared ReLU: GeLU's
+// shapes) with 8 query groups, 256,000 tokens, seq 4,096, untied, dropout 0, FlashAttention
+// (Transformer Engine), a distributed optimizer with BF16 gradients (grad_sync_dtype bf16), on
+// H100s. RoPE and the missing biases are ignored (under 0.1% of the parameters).
+inline ModelSpec nemotron4(int64_t layers, int64_t hidden, int64_t heads, int64_t global_batch) {
+  ModelSpec m = gpt(layers, hidden, heads, global_batch);
+  m.query_groups = 8;
+  m.vocab = 256000;
+  m.seq = 4096;
+  m.tied_embeddings = false;
+  m.dropout = false;
+  m.flash_attention = true;
+  m.distributed_optimizer = true;
+  m.grad_reduce_in_bf16 = true;
+  m.gpu = h100();
+  return m;
+}
+
 // 4 layers, h = 64, 4 heads, ffn = 256, V = 256, s = 32, B = 8; 16 GiB GPUs, 4 per node.
 inline ModelSpec small_model() {
   ModelSpec m;

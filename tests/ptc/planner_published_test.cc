@@ -11,7 +11,9 @@
 
 using namespace ptc;
 using ptc::testing::gpt;
+using ptc::testing::h100;
 using ptc::testing::llama;
+using ptc::testing::nemotron4;
 
 namespace {
 
@@ -289,18 +291,9 @@ TEST_CASE("Nemotron-4 340B on 6,144 H100s (NVIDIA's NeMo launcher): the publishe
   // vocabulary: 256,000 (the released config.json). The same file at 630e654 (December 2024)
   // runs pp 8 with 12 virtual stages and the sends overlapped. H100 SXM as for Llama 3 above.
   // RoPE and the missing biases are ignored (under 0.1% of the parameters).
-  ModelSpec m = gpt(96, 18432, 96, 2304);
-  m.query_groups = 8;
-  m.vocab = 256000;
-  m.seq = 4096;
-  m.tied_embeddings = false;
-  m.dropout = false;
-  m.flash_attention = true;
+  ModelSpec m = nemotron4(96, 18432, 96, 2304);
   m.recompute = Recompute::kSelective;
-  m.distributed_optimizer = true;
-  m.grad_reduce_in_bf16 = true;
   m.overlap_p2p_comm = false;
-  m.gpu = {80, 989, 8, 3600, 400, 132, 3350};
   const auto [best, ratio] = compare_at(m, 6144, {8, 12, 64, 1, 8});
   // The planner keeps tp 8 and takes 6 stages of 8 chunks: at pp 12 the last stage's 8
   // layers plus the 256,000-wide output layer set every slot's pace; at pp 6 the output
@@ -337,7 +330,7 @@ TEST_CASE("NVIDIA's tuned H100 recipes (NVIDIA/dgxc-benchmarking): GPT-3 175B, N
     m.flash_attention = true;
     m.distributed_optimizer = true;
     m.grad_reduce_in_bf16 = true;
-    m.gpu = {80, 989, 8, 3600, 400, 132, 3350};
+    m.gpu = h100();
     for (int gpus : {128, 256, 512, 1024, 2048}) {
       INFO(gpus << " GPUs");
       m.global_batch = 2 * gpus;
@@ -361,16 +354,7 @@ TEST_CASE("NVIDIA's tuned H100 recipes (NVIDIA/dgxc-benchmarking): GPT-3 175B, N
     // GPUs; measured 2.66 s at 16 GPUs to 2.78 s at 2,048. The rest from
     // nemotron4-15b-synth.yaml at 8f5cbb3: untied, dropout 0, no recomputation, vocabulary
     // 256,000.
-    ModelSpec m = gpt(32, 6144, 48, 64);
-    m.query_groups = 8;
-    m.vocab = 256000;
-    m.seq = 4096;
-    m.tied_embeddings = false;
-    m.dropout = false;
-    m.flash_attention = true;
-    m.distributed_optimizer = true;
-    m.grad_reduce_in_bf16 = true;
-    m.gpu = {80, 989, 8, 3600, 400, 132, 3350};
+    ModelSpec m = nemotron4(32, 6144, 48, 64);
     // BF16 gradients, as the README's log shows: after a step at 64 GPUs 34,466,545,664 bytes
     // stay allocated, where weights, gradients and the optimizer's share are 34.30e9 by this
     // model with BF16 gradients (49.98e9 with FP32 ones).
@@ -405,7 +389,7 @@ TEST_CASE("NVIDIA's tuned H100 recipes (NVIDIA/dgxc-benchmarking): GPT-3 175B, N
     small.sequence_parallel = false;
     small.distributed_optimizer = true;
     small.grad_reduce_in_bf16 = true;
-    small.gpu = {80, 989, 8, 3600, 400, 132, 3350};
+    small.gpu = h100();
     for (int gpus : {8, 16, 32, 64, 128}) {
       INFO("8B on " << gpus << " GPUs");
       small.global_batch = 16 * gpus;
@@ -457,7 +441,7 @@ TEST_CASE("NVIDIA's tuned H100 recipes (NVIDIA/dgxc-benchmarking): GPT-3 175B, N
     m.dropout = false;
     m.distributed_optimizer = true;
     m.grad_reduce_in_bf16 = true;
-    m.gpu = {80, 989, 8, 3600, 400, 132, 3350};
+    m.gpu = h100();
     // Without context parallelism no configuration fits: every one keeps a whole sequence of
     // 8,192 tokens per GPU.
     CHECK_FALSE(plan_parallelism(m, 576).is_ok());
@@ -480,18 +464,9 @@ TEST_CASE("NVIDIA's tuned H100 recipes (NVIDIA/dgxc-benchmarking): GPT-3 175B, N
     // measured 4.36 s at 256 GPUs to 4.43 s at 2,048. The rest from nemotron4-340b-synth.yaml
     // at 8f5cbb3: untied, dropout 0, selective recomputation, distributed_fused_adam with
     // grad_sync_dtype bf16, overlap_p2p_comm false.
-    ModelSpec m = gpt(96, 18432, 96, 64);
-    m.query_groups = 8;
-    m.vocab = 256000;
-    m.seq = 4096;
-    m.tied_embeddings = false;
-    m.dropout = false;
-    m.flash_attention = true;
+    ModelSpec m = nemotron4(96, 18432, 96, 64);
     m.recompute = Recompute::kSelective;
-    m.distributed_optimizer = true;
-    m.grad_reduce_in_bf16 = true;
     m.overlap_p2p_comm = false;
-    m.gpu = {80, 989, 8, 3600, 400, 132, 3350};
     for (int gpus : {256, 512, 1024, 2048}) {
       INFO(gpus << " GPUs");
       m.global_batch = gpus / 4;
@@ -591,7 +566,7 @@ TEST_CASE("Llama 3 405B on 8,192 and 16,384 H100s (Llama 3 paper, Table 4): the 
   m.global_batch = 2048;
   m.distributed_optimizer = true;
   m.dropout = false;
-  m.gpu = {80, 989, 8, 3600, 400, 132, 3350};
+  m.gpu = h100();
   const ParallelConfig published{8, 16, 64, 1};
 
   SECTION("with the even split the published configuration does not fit") {
