@@ -144,6 +144,15 @@ def test_plan_prints_a_table(tmp_path):
                        str(best["micro_batch"])]
     assert row[6:8] == [f"{best['memory_gb']:.2f}", "GiB"]
     assert len(lines) == 2 + 10 + 1
+    # With context parallelism allowed, cp after tp and its exposed communication after tp's.
+    model = write(tmp_path, "gpt3-cp.json", {**GPT3, "context_parallel": True})
+    lines = run("plan", "--model", model, "--gpus", 1536, "--top", 1).stdout.splitlines()
+    assert lines[1].split()[:7] == ["rank", "tp", "cp", "pp", "v", "dp", "micro"]
+    assert " tp comm  cp comm  pp comm " in lines[1], lines[1]
+    best = plan_json(model, 1536)[0]
+    row = lines[2].split()
+    assert row[:7] == ["1", str(best["tp"]), str(best["cp"]), str(best["pp"]), str(best["virtual_stages"]),
+                       str(best["dp"]), str(best["micro_batch"])]
 
 
 def test_plan_refuses_bad_input(tmp_path):
