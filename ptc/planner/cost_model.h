@@ -21,6 +21,9 @@
 //     step's first forward pass with overlap_param_gather, and the tied embeddings' gradient
 //     all-reduce between the first and last stage;
 //   + the optimizer step (optimizer_step_bytes at the GPU's memory bandwidth).
+// With context parallelism (cp > 1) a GPU holds s / cp tokens of each sequence: every term
+// that grows with s b is a cp-th, attention scores s / cp queries against s keys, and the
+// keys and values pass around a ring beside attention (cp_comm is what it does not hide).
 // FLOPs per step generalise Narayanan et al. 2021 eq. 3 (96 B s l h^2 (1 + s/6h + V/16lh)
 // with full recomputation) to grouped-query attention, any ffn width and other recompute
 // modes. Communication moves at the link's bandwidth with no latency; only the overlaps
