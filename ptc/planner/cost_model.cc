@@ -139,10 +139,23 @@ double elementwise_bytes(const ModelSpec& m, int tp, int64_t b, int cp) {
 
 LayerSeconds operator+(LayerSeconds a, LayerSeconds b) { return {a.forward + b.forward, a.backward + b.backward}; }
 
-// The stages that can be the slowest or the fullest: the first (the most layers with the
-// even split, the embedding), the second (with the embedding-and-loss split, the middle
-// stage with the most layers and micro-batches in flight) and the last (the logits).
-std::array<int, 3> bounding_stages(const ParallelConfig& c) { return {0, std::min(1, c.pp - 1), c.pp - 1}; }
+// The stages that can be the slowest or the fullest, each once: the first (the most layers
+// with the even split, the embedding), the second with the embedding-and-loss split (the
+// middle stage with the most layers and micro-batches in flight) and the last (the logits).
+struct Stages {
+  std::array<int, 3> at{};
+  int n = 0;
+  const int* begin() const { return at.data(); }
+  const int* end() const { return at.data() + n; }
+};
+
+Stages bounding_stages(const ModelSpec& m, const ParallelConfig& c) {
+  Stages s;
+  s.at[s.n++] = 0;
+  if (m.pipeline_split == PipelineSplit::kEmbeddingAndLoss && c.pp > 2) s.at[s.n++] = 1;
+  if (c.pp > 1) s.at[s.n++] = c.pp - 1;
+  return s;
+}
 
 }  // namespace
 
@@ -314,7 +327,7 @@ MemoryEstimate stage_memory(const ModelSpec& m, const ParallelConfig& c, int sta
 
 MemoryEstimate estimate_memory(const ModelSpec& m, const ParallelConfig& c) {
   MemoryEstimate worst = stage_memory(m, c, 0);
-  for (int stage : bounding_stages(c)) {
+  for (int stage : bounding_stages(m, c)) {
     if (stage == 0) continue;
     MemoryEstimate e = stage_memory(m, c, stage);
     if (e.total() > worst.total()) worst = e;
@@ -422,7 +435,7 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   // The slowest stage sets the pace (bounding_stages: the most layers, or the logits).
   StepEstimate s;
   double slot = -1;  // one micro-batch
-  for (int stage : bounding_stages(c)) {
+  for (int stage : bounding_stages(m, c)) {
     const double layers = static_cast<double>(stage_layers(m, c.pp, stage));
     double forward = layers * layer.forward, backward = layers * layer.backward;
     if (stage == c.pp - 1) {
@@ -458,7 +471,7 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   // --overlap-param-gather, forward pre-hooks): that forward pass hides as much.
   const BytesPerParam bpp = bytes_per_param(m);
   const double dp_link = link(g, dp_groups_cross_nodes(c, g.per_node));
-  for (int stage : bounding_stages(c)) {
+  for (int stage : bounding_stages(m, c)) {
     const double params = static_cast<double>(gpu_params(m, c, stage));
     const double share = m.distributed_optimizer ? 0.5 : 1;
     // Over the dp x cp ranks of the data-parallel group with context parallelism.

@@ -100,7 +100,7 @@ std::vector<ParallelConfig> valid_configs(const ModelSpec& m, int gpus) {
   if (gpus < 1) return out;
   for (int tp = 1; tp <= std::min(gpus, m.gpu.per_node); ++tp) {
     if (gpus % tp != 0 || m.heads % tp != 0 || m.query_groups % tp != 0 || m.ffn % tp != 0) continue;
-    for (int cp = 1; cp <= gpus / tp; ++cp) {
+    for (int cp = 1; cp <= (m.context_parallel ? gpus / tp : 1); ++cp) {
       if ((gpus / tp) % cp != 0 || !context_splittable(m, cp)) continue;
       const int rest = gpus / tp / cp;
       for (int pp = 1; pp <= rest && pp <= m.layers; ++pp) {
