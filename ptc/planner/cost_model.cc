@@ -351,12 +351,6 @@ double gemm_seconds(const GpuSpec& g, double element_bytes, double rows, double 
   return std::max(math, memory);
 }
 
-// Per GPU, t = tp, T = b s tokens: the QKV product (h in, (h + 2 kv) / t out), the output
-// projection (h / t in, h out), the MLP's input product(s) (h in, f / t out each, one
-// GEMM of both for SwiGLU) and output product (f / t in, h out), and the attention core.
-// Backward is twice the forward's FLOPs (Narayanan et al. 2021, section 5.1), here as its
-// two GEMMs per product; full recomputation runs the forward again before it, selective
-// the attention core's forward (Korthikanti et al. 2022, section 5).
 // The attention core of b sequences on one GPU, a / tp heads each (head width d): forward
 // Q K^T (s x s over d) and P V (s x d over s); backward dP = dO V^T (s x s over d) and dV,
 // dQ, dK (each s x d over s). With context parallelism a GPU holds s / cp queries against
@@ -370,6 +364,12 @@ LayerSeconds core_seconds(const ModelSpec& m, int tp, int64_t b, int cp) {
   return {scores + values, (m.flash_attention ? 2 : 1) * scores + 3 * values};
 }
 
+// Per GPU, t = tp, T = b s / cp tokens: the QKV product (h in, (h + 2 kv) / t out), the output
+// projection (h / t in, h out), the MLP's input product(s) (h in, f / t out each, one
+// GEMM of both for SwiGLU) and output product (f / t in, h out), and the attention core.
+// Backward is twice the forward's FLOPs (Narayanan et al. 2021, section 5.1), here as its
+// two GEMMs per product; full recomputation runs the forward again before it, selective
+// the attention core's forward (Korthikanti et al. 2022, section 5).
 LayerSeconds layer_seconds(const ModelSpec& m, int tp, int64_t micro_batch, int cp) {
   const GpuSpec& g = m.gpu;
   const double e = activation_element_bytes(m.dtype), tokens = static_cast<double>(micro_batch) * m.seq / cp;
