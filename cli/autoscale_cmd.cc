@@ -319,6 +319,8 @@ bool Controller::pass(int64_t* revision) {
   std::map<std::string, ptc::Decision> stored;
   for (const auto& [job, sd] : snap->stored) stored.emplace(job, sd.decision);
   const ptc::Changes ch = ptc::changes(*next, stored);
+  ptc::log::info("autoscale: pass at revision {}: {} jobs on {} GPUs ({}), {} decisions to change, {} to remove",
+                 snap->revision, snap->queue.size(), snap->free(), a_.policy, ch.changed.size(), ch.finished.size());
   bool complete = true;
   for (const auto& job : ch.finished) {
     auto s = fenced({EtcdWrite::erase(key("decision/" + job))});

@@ -11,6 +11,7 @@ the step it reaches in samples_done_step, so that a retried write counts a segme
 import importlib.util
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -46,17 +47,31 @@ def trained_ids(out):
     return {it: [i for d in sorted(ds) for i in ds[d]] for it, ds in per.items()}
 
 
-def start_controller(root, etcd, daemon, gpt):
+def start_controller(root, etcd, daemon, gpt, other=None, policy="throughput"):
     """Queues job `other` (1 or 2 GPUs) and then `gpt` (its JOBS.json entry `gpt`), and starts a
-    controller over 2 GPUs: both get 1 GPU until `other` leaves the queue."""
-    other = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100, "2": 150}}
+    controller over 2 GPUs with `policy`: both get 1 GPU until `other` leaves the queue."""
+    other = other or {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100, "2": 150}}
     etcd.ctl("put", f"{P}/queue/other", json.dumps({"job": other, "daemon": daemon.addr}))
     etcd.ctl("put", f"{P}/queue/gpt", json.dumps({"job": gpt, "daemon": daemon.addr}))
     log = open(os.path.join(root, "controller.log"), "w")
     ctl = subprocess.Popen([PTCFS, "autoscale", "--etcd", etcd.endpoints, "--gpus", "2", "--id", "c",
-                            "--lease-ttl", "2", "--retry", "0.5"], stdout=log, stderr=log, start_new_session=True)
+                            "--lease-ttl", "2", "--retry", "0.5", "--policy", policy], stdout=log, stderr=log,
+                           start_new_session=True)
     log.close()
     return ctl
+
+
+def passes(root):
+    """The controller's passes so far, from its log: [(etcd revision read, decisions to change)]."""
+    with open(os.path.join(root, "controller.log")) as f:
+        found = [re.search(r"autoscale: pass at revision (\d+): .*, (\d+) decisions to change", line) for line in f]
+    return [(int(m.group(1)), int(m.group(2))) for m in found if m]
+
+
+def revision(etcd, key):
+    """The etcd revision at which `key` was last written."""
+    r = etcd.ctl("get", key, "-w", "json")
+    return int(json.loads(r.stdout)["kvs"][0]["mod_revision"])
 
 
 def launcher(etcd, out, common):
@@ -82,7 +97,12 @@ def other_leaves(etcd, daemon):
     return etcd.get_json(f"{P}/decision/gpt")
 
 
-def test_the_job_grows_under_the_controller_and_its_losses_continue(tmp_path, daemon):
+@pytest.mark.parametrize("policy", ["throughput", "makespan"])
+def test_the_job_grows_under_the_controller_and_its_losses_continue(tmp_path, daemon, policy):
+    # Both policies give each job 1 GPU, then gpt both once other leaves. The makespan policy plans
+    # on the samples left: side by side, other's 100 samples on 1 GPU (1.0 s) outlast gpt's 64
+    # (0.64 s), against 0.91 + 0.43 s one after the other on 2; once gpt has trained 32 (the
+    # launcher's write wakes the controller), 1.0 s against 0.91 + 0.21: still side by side.
     require_binaries()
     root = str(tmp_path)
     data = os.path.join(root, "train.jsonl")
@@ -96,14 +116,20 @@ def test_the_job_grows_under_the_controller_and_its_losses_continue(tmp_path, da
                    check=True, capture_output=True)
     with Etcd(root) as etcd:
         # 64 samples: the 8 iterations at batch 8; samples_done takes only fewer, so the last segment's are not written
-        gpt = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100, "2": 190}, "samples": 64}
-        ctl = start_controller(root, etcd, daemon, gpt)
+        gpt = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100, "2": 150}, "samples": 64}
+        other = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100, "2": 110}, "samples": 100}
+        ctl = start_controller(root, etcd, daemon, gpt, other, policy)
         launch = launcher(etcd, out, common)
         try:
             segment(launch, "launcher: decision 2 (1 GPUs, tp=1,pp=1,dp=1): iterations 0..3")
             assert etcd.get_json(f"{P}/queue/gpt")["samples_done"] == 4 * 8
+            # The controller decides again on the entry as the launcher left it: nothing changes.
+            written = revision(etcd, f"{P}/queue/gpt")
+            wait_for(lambda: any(rev >= written for rev, _ in passes(root)), 60, "a pass over the new samples_done")
+            assert [n for rev, n in passes(root) if rev >= written] == [0]
+            assert etcd.get_json(f"{P}/decision/gpt")["seq"] == 2
             d = other_leaves(etcd, daemon)
-            assert (d["tp"], d["pp"], d["dp"], d["step"]) == (1, 1, 2, "4"), d
+            assert (d["tp"], d["pp"], d["dp"], d["step"], d["seq"]) == (1, 1, 2, "4", 3), d
             segment(launch, f"launcher: decision {d['seq']} (2 GPUs, tp=1,pp=1,dp=2): iterations 4..7",
                     f"launcher: {P}/queue/gpt: 64 of the job's 64 samples trained; samples_done left at 32")
             assert etcd.get_json(f"{P}/queue/gpt") == \
