@@ -47,6 +47,7 @@ json to_json(const PrepareRequest& r) {
           if (!c.from_gpus.empty()) j["from_gpus"] = c.from_gpus;
           if (!c.to_gpus.empty()) j["to_gpus"] = c.to_gpus;
           if (c.global_batch) j["global_batch"] = c.global_batch;
+          if (!c.datasets.empty()) j["datasets"] = c.datasets;
         } else if constexpr (std::is_same_v<T, RemoveChange>) {
           j.update({{"job", c.job}, {"step", c.step}});
         } else if constexpr (std::is_same_v<T, SaveChange>) {
@@ -90,7 +91,7 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_RETURN_IF_ERROR(ptc::check_members(
         j,
         {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc", "from_nodes", "from_holders",
-         "from_gpus", "to", "to_nodes", "to_gpus", "down", "digest", "global_batch"},
+         "from_gpus", "to", "to_nodes", "to_gpus", "down", "digest", "global_batch", "datasets"},
         w));
     RepartitionChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
@@ -108,6 +109,13 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     PTC_ASSIGN_OR_RETURN(c.global_batch, ptc::member_u64_or(j, "global_batch", 0, w));
     if (j.contains("from_holders")) {
       PTC_ASSIGN_OR_RETURN(c.from_holders, ptc::member_string_lists(j, "from_holders", w));
+    }
+    if (j.contains("datasets")) {
+      const json& d = j["datasets"];
+      if (!d.is_object()) return ptc::invalid(w + ": 'datasets' must be an object of dataset name -> version");
+      for (const auto& [name, version] : d.items()) {
+        PTC_ASSIGN_OR_RETURN(c.datasets[name], ptc::member_u64(d, name.c_str(), w + ": datasets"));
+      }
     }
     r.change = std::move(c);
   } else if (kind == "remove") {

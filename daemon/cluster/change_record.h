@@ -34,6 +34,9 @@ struct RepartitionChange {
   std::vector<std::string> down;      // nodes that cannot serve as sources
   uint64_t digest = 0;                // of the coordinator's plan (0: not checked)
   uint64_t global_batch = 0;          // the job's datasets' new global batch (0: each keeps its own)
+  // The job's datasets the repartition re-splits, each at the version the coordinator re-splits
+  // from: a node that has another version (catching up) or re-splits other datasets refuses.
+  std::map<std::string, uint64_t> datasets;
 };
 
 // An import: every node reads the rank files of the shards it is placed to hold from `dir`

@@ -162,6 +162,7 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   auto datasets = resplit_datasets(store_, req.job, req.to.dp, req.global_batch);
   if (!datasets) return datasets.status().with_context("cannot repartition " + name + " to " + req.to.to_string());
   note_datasets(*datasets, res);
+  c.datasets = resplit_versions(*datasets);
   if (req.to == from.parallelism() && c.to_nodes == c.from_nodes && datasets->empty()) {
     res.unchanged = true;
     res.bytes_total = old->total_bytes();

@@ -44,6 +44,23 @@ std::string record_key(const PrepareRequest& r) {
 
 constexpr size_t kRememberCommitted = 256;
 
+// A repartition re-splits on this node the datasets, at the versions, that the coordinator
+// re-split: else the nodes would serve different splits after it (a node catching up on a
+// progress it missed has another version).
+ptc::Status same_datasets(const RepartitionChange& c, const std::vector<DatasetChange>& here) {
+  const std::map<std::string, uint64_t> have = resplit_versions(here);
+  if (have == c.datasets) return ptc::Status::ok();
+  const auto text = [](const std::map<std::string, uint64_t>& m) {
+    std::string out;
+    for (const auto& [name, version] : m)
+      out += (out.empty() ? "" : ", ") + name + " version " + std::to_string(version);
+    return out.empty() ? std::string("none") : out;
+  };
+  return ptc::error(ptc::Code::kFailedPrecondition, "the datasets of job '" + c.job + "' to re-split differ: here " +
+                                                        text(have) + ", at the coordinator " + text(c.datasets) +
+                                                        " (a node catching up; try again in a moment)");
+}
+
 }  // namespace
 
 std::string PeerService::id() const { return node_id(*peers_.cluster(), self_); }
@@ -245,18 +262,27 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
     ids.insert(ids.end(), c->from_nodes.begin(), c->from_nodes.end());
     for (const auto& h : c->from_holders) ids.insert(ids.end(), h.begin(), h.end());
     members_.learn(ids);
-    // The job's datasets follow its dp, in the same commit.
+    // The job's datasets follow its dp, in the same commit, re-split from the versions the
+    // coordinator re-split and claimed before the part is prepared (its pulls take a while):
+    // no other change of them is prepared here until this one is decided.
     auto datasets = resplit_datasets(store_, c->job, c->to.dp, c->global_batch);
     if (!datasets) return datasets.status().with_context("node " + id());
-    change = prepare_repartition_part(store_, peers_, self_, *c, options_);
+    PreparedChange held(store_);
+    held.datasets = std::move(datasets).value();
+    ptc::Status ready = same_datasets(*c, held.datasets);
+    if (ready) ready = held.claim_datasets(store_);
+    change = ready ? prepare_repartition_part(store_, peers_, self_, *c, options_) : ptc::Result<PreparedChange>(ready);
     if (change) {
-      change->datasets = std::move(datasets).value();
+      change->datasets = std::move(held.datasets);
+      for (Claim& claim : held.claims) change->claims.push_back(std::move(claim));
       reply.bytes_received = change->bytes_received;
     }
   } else if (const auto* c = std::get_if<DatasetAddChange>(&req.change)) {
     change = prepare_dataset_add(req.tx, *c);
   } else if (const auto* c = std::get_if<DatasetProgressChange>(&req.change)) {
     change = prepare_dataset_progress(store_, c->job, c->name, c->epoch, c->consumed, c->from_version);
+    if (change)
+      if (auto s = change->claim_datasets(store_); !s) change = s;
   } else if (const auto* c = std::get_if<RemoveChange>(&req.change)) {
     change = prepare_removal(store_, c->job, c->step);
     if (!change && change.status().code() == ptc::Code::kNotFound) change = PreparedChange{};  // never had it

@@ -154,6 +154,12 @@ ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const s
   return change;
 }
 
+std::map<std::string, uint64_t> resplit_versions(const std::vector<DatasetChange>& changes) {
+  std::map<std::string, uint64_t> out;
+  for (const auto& d : changes) out[d.next->name()] = d.replaced ? d.replaced->version() : 0;
+  return out;
+}
+
 ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, const std::string& job, int dp,
                                                          uint64_t global_batch) {
   std::vector<DatasetChange> out;

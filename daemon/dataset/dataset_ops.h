@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +62,9 @@ ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const s
 // a job with no dataset (then nothing is to change).
 ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, const std::string& job, int dp,
                                                          uint64_t global_batch = 0);
+
+// The datasets `changes` re-split, each at the version it replaces (name -> version).
+std::map<std::string, uint64_t> resplit_versions(const std::vector<DatasetChange>& changes);
 
 // The current version; kNotFound naming the job or the dataset.
 ptc::Result<std::shared_ptr<const DatasetVersion>> current_dataset(const Store& store, const std::string& job,

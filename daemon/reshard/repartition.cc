@@ -112,6 +112,7 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
     if (!req.dry_run && !datasets->empty()) {
       PreparedChange change(store);
       change.datasets = std::move(datasets).value();
+      PTC_RETURN_IF_ERROR(change.claim_datasets(store));
       PTC_RETURN_IF_ERROR(commit_change(store, change));
     }
     return res;
@@ -148,6 +149,7 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
   PTC_RETURN_IF_ERROR(change.claim(store, Claim::kChangeStep, req.job, req.step));
   change.replaced = old;
   change.datasets = std::move(datasets).value();
+  PTC_RETURN_IF_ERROR(change.claim_datasets(store));
   // On error compaction removes what it wrote, and the change releases its claim.
   PTC_ASSIGN_OR_RETURN(CompactionResult comp, compact(store.blobs(), stored, selection, policy,
                                                       [&](uint64_t d, uint64_t t) { report("compact", d, t); }));

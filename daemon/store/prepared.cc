@@ -52,6 +52,22 @@ ptc::Status PreparedChange::claim(Store& s, Claim::Kind kind, const std::string&
   return ptc::Status::ok();
 }
 
+ptc::Status PreparedChange::claim_datasets(Store& s) {
+  for (const DatasetChange& d : datasets) {
+    if (!d.replaced) continue;  // a new dataset: claimed as kNewDataset
+    const std::string& job = d.next->job();
+    const std::string& name = d.next->name();
+    PTC_RETURN_IF_ERROR(claim(s, Claim::kChangeDataset, job, name));
+    const auto snap = s.snapshot();
+    const auto it = snap->datasets.find({job, name});
+    if (it == snap->datasets.end() || it->second != d.replaced)
+      return ptc::error(ptc::Code::kFailedPrecondition, "dataset " + job + "/" + name + " changed (version " +
+                                                            std::to_string(d.replaced->version()) +
+                                                            " replaced) while its new version was prepared");
+  }
+  return ptc::Status::ok();
+}
+
 bool PreparedChange::claims_new_dataset() const {
   for (const auto& c : claims)
     if (c.kind() == Claim::kNewDataset) return true;

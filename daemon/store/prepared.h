@@ -33,6 +33,12 @@ struct PreparedChange {
 
   // Claims `name` (Store::claim) and holds the claim until the change is committed or aborted.
   ptc::Status claim(Store& store, Claim::Kind kind, const std::string& job, const std::string& name);
+  // Claims every dataset `datasets` changes (kChangeDataset), so that no other change of one is
+  // prepared on this node until this one is committed or aborted, then checks that each is
+  // still the version it replaces (kFailedPrecondition naming it when one changed meanwhile).
+  // A change of datasets on a cluster is decided for every node at once: two such changes
+  // prepared side by side could commit in different orders on different nodes.
+  ptc::Status claim_datasets(Store& store);
   bool claims_new_dataset() const;
 
   Store* store = nullptr;                       // where `blobs` are; set by claim() too

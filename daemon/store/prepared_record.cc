@@ -106,6 +106,7 @@ ptc::Result<PreparedChange> rebuild(Store& store, const Snapshot& snap, const js
   } else if (c.next) {
     PTC_RETURN_IF_ERROR(c.claim(store, Claim::kNewStep, job, step));
   }
+  PTC_RETURN_IF_ERROR(c.claim_datasets(store));
   c.blobs = std::move(blobs);
   return c;
 }

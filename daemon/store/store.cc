@@ -138,6 +138,11 @@ ptc::Result<Claim> Store::claim(Claim::Kind kind, const std::string& job, const 
       if (claimed_.count({kind, job, name}))
         return ptc::error(ptc::Code::kAlreadyExists, "dataset " + what + " is being added");
       break;
+    case Claim::kChangeDataset:
+      if (claimed_.count({kind, job, name}))
+        return ptc::error(ptc::Code::kFailedPrecondition,
+                          "dataset " + what + " is already being changed (a progress or a re-split is prepared)");
+      break;
   }
   claimed_.emplace(kind, job, name);
   return Claim(this, kind, job, name);

@@ -43,7 +43,7 @@ struct PreparedChange;
 // Not thread-safe: one owner at a time (a prepared change, a pending step).
 class Claim {
  public:
-  enum Kind { kNewStep, kChangeStep, kNewDataset };
+  enum Kind { kNewStep, kChangeStep, kNewDataset, kChangeDataset };
 
   Claim() = default;
   Claim(Claim&& o) noexcept

@@ -2,6 +2,7 @@
 node that holds the files; progress and dp changes reach every node."""
 
 import os
+import threading
 
 import ptcds
 from cluster_util import Cluster
@@ -130,3 +131,41 @@ def test_a_new_global_batch_reaches_every_node_in_the_repartitions_commit(tmp_pa
             assert (st["global_batch"], st["consumed"], st["batch_offset"], st["dropped"]) == (12, 56, 56, 0)
             rest = check_jsonl_views(d, "gpt", "train", samples, 5, 12, 2, 0, 56, batch_offset=56)
             assert rest == [samples[i] for i in order[56:200]]
+
+
+def test_a_repartition_racing_a_progress_is_refused_and_the_nodes_stay_alike(tmp_path):
+    """A progress of the dataset is prepared on both nodes (n0 pauses 3 s with its part prepared:
+    failpoint peer.prepared) when a repartition with a new global batch comes through n1: it is
+    refused, since the dataset is being changed, the progress goes through, and both nodes serve
+    the same dataset and step. Without the dataset's claim both changes were prepared side by
+    side and could commit in different orders on the two nodes, leaving them apart for good."""
+    with Cluster(str(tmp_path / "c"), 2, gpus=2) as c:
+        src, samples = import_and_write(c, tmp_path, seed=8)
+        c[1].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 5,
+                 "--global-batch", 16, src)
+        c[0].stop(cleanup_mount=True)
+        c[0].env["PTCFS_FAILPOINT"] = "peer.prepared:3"
+        c[0].start()
+        got = {}
+        progress = threading.Thread(target=lambda: got.update(r=c[1].cli(
+            "dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", 16, check=False)))
+        progress.start()
+        wait_for(lambda: "failpoint peer.prepared reached" in c[0].log_tail(), 20, "n0 to prepare the progress")
+        r = c[1].cli("repartition", "--job", "gpt", "--step", "7", "--to", "tp=1,pp=1,dp=2", "--global-batch", 8,
+                     check=False)
+        assert_error(r, "dataset gpt/train is already being changed (a progress or a re-split is prepared)")
+        progress.join(60)
+        assert got["r"].returncode == 0, got["r"].stderr
+        for d in c.nodes:
+            st = state(d, "gpt", "train")
+            assert (st["version"], st["global_batch"], st["dp"], st["consumed"]) == (2, 16, 4, 16)
+            assert d.cli_json("ls", "gpt/7", "--json")["version"] == 1
+            check_jsonl_views(d, "gpt", "train", samples, 5, 16, 4, 0, 16)
+        # Asked again, alone, the repartition goes through on both nodes.
+        c[1].cli("repartition", "--job", "gpt", "--step", "7", "--to", "tp=1,pp=1,dp=2", "--global-batch", 8)
+        order = ptcds.epoch_order(5, 0, 200)
+        for d in c.nodes:
+            st = state(d, "gpt", "train")
+            assert (st["version"], st["global_batch"], st["dp"], st["consumed"], st["batch_offset"]) == (3, 8, 2, 16, 16)
+            rest = check_jsonl_views(d, "gpt", "train", samples, 5, 8, 2, 0, 16, batch_offset=16)
+            assert rest == [samples[i] for i in order[16:200]]

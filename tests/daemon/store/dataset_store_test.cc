@@ -69,10 +69,28 @@ TEST_CASE("a JSONL dataset is stored, read by record, progressed and reloaded", 
   REQUIRE(p2.is_ok());
   REQUIRE(commit_change(**store, *p1).is_ok());
   CHECK(commit_change(**store, *p2).code() == ptc::Code::kFailedPrecondition);
+  // Claimed, a change of the dataset is the only one prepared until it ends; one prepared from
+  // a version that is no longer current is refused when it claims, not at its commit.
+  auto held = prepare_dataset_progress(**store, "job", "ds", {}, 0);
+  REQUIRE(held.is_ok());
+  REQUIRE(held->claim_datasets(**store).is_ok());
+  auto second = prepare_dataset_progress(**store, "job", "ds", {}, 0);
+  REQUIRE(second.is_ok());
+  const ptc::Status busy = second->claim_datasets(**store);
+  CHECK(busy.code() == ptc::Code::kFailedPrecondition);
+  CHECK(busy.message() == "dataset job/ds is already being changed (a progress or a re-split is prepared)");
+  abort_change(**store, *held);  // releases the claim
+  auto stale = prepare_dataset_progress(**store, "job", "ds", {}, 0);
+  REQUIRE(stale.is_ok());
+  REQUIRE(second->claim_datasets(**store).is_ok());
+  REQUIRE(commit_change(**store, *second).is_ok());
+  const ptc::Status moved = stale->claim_datasets(**store);
+  CHECK(moved.code() == ptc::Code::kFailedPrecondition);
+  CHECK(moved.message() == "dataset job/ds changed (version 2 replaced) while its new version was prepared");
   // 3 samples, batch 3: consuming the epoch starts the next.
   auto cur = current_dataset(**store, "job", "ds");
   CHECK((*cur)->position() == ptc::DatasetPosition{3, 1, 0});
-  CHECK((*cur)->version() == 2);
+  CHECK((*cur)->version() == 3);
   CHECK(resplit_datasets(**store, "job", 2).status().code() == ptc::Code::kInvalidArgument);
   CHECK(resplit_datasets(**store, "job", 3)->empty());
 
