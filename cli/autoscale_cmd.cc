@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -72,6 +73,7 @@ struct Snapshot {
   std::vector<ptc::QueueEntry> queue;                 // in submit order
   std::map<std::string, Unreadable> unreadable;       // by job, left out of the pass
   std::map<std::string, ptc::StoredDecision> stored;  // of the readable entries and of finished jobs
+  std::vector<std::string> unreadable_decisions;      // jobs whose stored decision does not parse
   int gpus = 0;                                       // the capacity
   int reserved = 0;                                   // of it, held by the jobs whose entries are unreadable
   int free() const { return std::max(0, gpus - reserved); }
@@ -226,7 +228,12 @@ ptc::Result<Snapshot> Controller::read() {
         s.stored.emplace(job, std::move(*sd));
       } else {
         ptc::log::warn("autoscale: {}; decided again", sd.status().message());
+        s.unreadable_decisions.push_back(job);
       }
+    } else if (kv.key == key("seq")) {
+      // The last decision's seq, kept beside the decisions so that it survives their deletion.
+      auto n = ptc::parse_json(kv.value, kv.key);
+      if (n && n->is_number_integer()) seq_ = std::max(seq_, n->get<int64_t>());
     }
   }
   std::stable_sort(queued.begin(), queued.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
@@ -283,15 +290,21 @@ ptc::Status Controller::carry_out(const ptc::QueueEntry& e, const ptc::Decision&
     if (listed.status().code() == ptc::Code::kNotFound) return ptc::Status::ok();  // nothing saved yet
     return listed.status().with_context("listing job '" + e.store_job + "' at " + e.daemon);
   }
-  std::vector<std::string> steps;
-  for (const auto& st : listed->value("steps", json::array())) steps.push_back(st.get<std::string>());
+  // The committed steps: a save still pending (being written, or left half written) is no step.
+  std::vector<std::string> steps, pending;
+  for (const auto& st : listed->value("pending", json::array())) pending.push_back(st.get<std::string>());
+  for (const auto& st : listed->value("steps", json::array()))
+    if (std::find(pending.begin(), pending.end(), st.get<std::string>()) == pending.end())
+      steps.push_back(st.get<std::string>());
   const auto latest = ptc::latest_step(steps);
   if (!latest) return ptc::Status::ok();
   PTC_RETURN_IF_ERROR(still_leading());
-  json req = {{"op", "repartition"}, {"job", e.store_job}, {"step", *latest}, {"to", to_text(d)}, {"dry_run", false}};
-  // The batch goes with the step only when the job chooses batches and has datasets to take it.
-  if (e.spec.batch && d.global_batch > 0 && !listed->value("datasets", json::array()).empty())
-    req["global_batch"] = d.global_batch;
+  // The tensors only (and the datasets' dp with them): the decision's global batch is the
+  // launcher's to apply when it starts the job at it (docs/PLANNER.md "The autoscaler"), since
+  // re-splitting the datasets' batch under a segment still running at the old one would refuse
+  // that segment's progress.
+  const json req = {
+      {"op", "repartition"}, {"job", e.store_job}, {"step", *latest}, {"to", to_text(d)}, {"dry_run", false}};
   auto r = call(g, req);
   if (!r)
     return r.status().with_context("repartitioning " + e.store_job + "/" + *latest + " at " + e.daemon + " to " +
@@ -318,7 +331,12 @@ bool Controller::pass(int64_t* revision) {
   }
   std::map<std::string, ptc::Decision> stored;
   for (const auto& [job, sd] : snap->stored) stored.emplace(job, sd.decision);
-  const ptc::Changes ch = ptc::changes(*next, stored);
+  ptc::Changes ch = ptc::changes(*next, stored);
+  // A finished job's decision that does not parse goes too (a queued job's is written anew).
+  for (const auto& job : snap->unreadable_decisions)
+    if (std::none_of(next->begin(), next->end(), [&](const ptc::Decision& d) { return d.job == job; }) &&
+        !snap->unreadable.count(job))
+      ch.finished.push_back(job);
   ptc::log::info("autoscale: pass at revision {}: {} jobs on {} GPUs ({}), {} decisions to change, {} to remove",
                  snap->revision, snap->queue.size(), snap->free(), a_.policy, ch.changed.size(), ch.finished.size());
   bool complete = true;
@@ -348,7 +366,7 @@ bool Controller::pass(int64_t* revision) {
     if (s) {
       const ptc::StoredDecision out{d, step, ++seq_, a_.id};
       const std::string text = ptc::stored_decision_json(out);
-      s = fenced({EtcdWrite::put(key("decision/" + d.job), text)});
+      s = fenced({EtcdWrite::put(key("decision/" + d.job), text), EtcdWrite::put(key("seq"), std::to_string(out.seq))});
       if (s) {
         ptc::log::info("autoscale: decision {} for '{}': {}", out.seq, d.job,
                        d.queued ? std::string("waits") : fmt::format("{} GPUs, {}", d.gpus, to_text(d)));

@@ -109,14 +109,16 @@ def _digest(a) -> str:
 
 
 def resume(stage: Stage, opt: Optimizer, mount: str, job: str, step: int, daemon: Optional[str],
-           secret_file: Optional[str]) -> dict:
-    """Makes the mount show step `step` at this run's (tp, pp, dp) (every rank asks; one
-    repartition happens) and loads this rank's state from it: the whole shard with the plain
+           secret_file: Optional[str], global_batch: Optional[int] = None) -> dict:
+    """Makes the mount show step `step` at this run's (tp, pp, dp) and, when given, the job's
+    datasets at `global_batch` (every rank asks; one repartition happens, the datasets re-split
+    in its commit) and loads this rank's state from it: the whole shard with the plain
     optimizer, its new ranges of the moments with the distributed one. Returns, for checks,
     {"sha256": {name: sha256 of the loaded bytes}, "ranges": {name: [lo, hi)} of the tensors
     loaded as a range}."""
     g = stage.grid
-    ptcfs.ensure_layout(job, step, g.tp, g.pp, g.dp, mount=mount, daemon=daemon, secret_file=secret_file)
+    ptcfs.ensure_layout(job, step, g.tp, g.pp, g.dp, mount=mount, daemon=daemon, secret_file=secret_file,
+                        global_batch=global_batch)
     sd = os.path.join(mount, job, str(step))
     shown = ptcfs.load_ptc(sd)
     if ptcfs.ptc.normalize(shown) != ptcfs.ptc.normalize(stage.ptc):

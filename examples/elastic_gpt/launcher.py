@@ -43,9 +43,11 @@ def _b64(s: str) -> str:
     return base64.b64encode(s.encode()).decode()
 
 
-def _gateway(endpoints: str, path: str, body: dict) -> dict:
+def _gateway(endpoints: str, path: str, body: dict, unanswered: Optional[list] = None) -> dict:
     """etcd's answer to `body` POSTed to `path` of its v3 JSON gateway (keys and values base64), from
-    the first endpoint that answers; ptcfs.Error `unavailable` when none does."""
+    the first endpoint that answers; ptcfs.Error `unavailable` when none does. The endpoints tried
+    before the one that answered are appended to `unanswered` (when given): one of them may have
+    applied a write whose answer never came."""
     data = json.dumps(body).encode()
     errors = []
     for url in endpoints.split(","):
@@ -55,6 +57,8 @@ def _gateway(endpoints: str, path: str, body: dict) -> dict:
                 return json.load(r)
         except OSError as e:
             errors.append(f"{url}: {e}")
+            if unanswered is not None:
+                unanswered.append(url)
     raise ptcfs.Error("unavailable", "no etcd endpoint answered: " + "; ".join(errors))
 
 
@@ -65,11 +69,18 @@ def etcd_range(endpoints: str, key: str) -> Optional[Tuple[dict, str]]:
 
 
 def etcd_get(endpoints: str, key: str) -> Optional[dict]:
-    """The JSON value of `key` (None when absent); no etcd: the launcher stops, saying so."""
+    """The JSON object at `key` (None when absent, or when it is not a JSON object: said on stderr);
+    no etcd: the launcher stops, saying so."""
     try:
         kv = etcd_range(endpoints, key)
     except ptcfs.Error as e:
         raise SystemExit(f"launcher: {e.message}")
+    except ValueError as e:
+        print(f"launcher: {key} is not JSON ({e}); taken as absent", file=sys.stderr)
+        return None
+    if kv and not isinstance(kv[0], dict):
+        print(f"launcher: {key} is {json.dumps(kv[0])[:80]}, not a JSON object; taken as absent", file=sys.stderr)
+        return None
     return kv[0] if kv else None
 
 
@@ -101,6 +112,8 @@ def record_progress(endpoints: str, key: str, batches: Dict[int, int], start: in
                       f"{start}..{end - 1}) not recorded", file=sys.stderr)
                 return
             entry, rev = kv
+            if not isinstance(entry, dict):
+                raise ValueError(f"{key} is {json.dumps(entry)[:80]}, not a JSON object")
             job = entry.get("job")
             samples = job.get("samples") if isinstance(job, dict) else None
             if samples is None:
@@ -127,13 +140,15 @@ def record_progress(endpoints: str, key: str, batches: Dict[int, int], start: in
                 return
             entry["samples_done"] = before + trained
             entry["samples_done_step"] = end
+            tried = []  # endpoints that did not answer this transaction: it may have been applied there
             try:
                 r = _gateway(endpoints, "/v3/kv/txn", {
                     "compare": [{"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": rev}],
-                    "success": [{"request_put": {"key": _b64(key), "value": _b64(json.dumps(entry))}}]})
+                    "success": [{"request_put": {"key": _b64(key), "value": _b64(json.dumps(entry))}}]}, tried)
             except (ptcfs.Error, ValueError):
                 unanswered = True
                 raise
+            unanswered = unanswered or bool(tried)
             if r.get("succeeded"):
                 return
             why = "the entry changed between its read and the write"
@@ -161,14 +176,16 @@ def run_segment(cmd: List[str]) -> Tuple[int, Dict[int, int]]:
 
 
 def latest_step(client: ptcfs.Client, job: str) -> Optional[int]:
-    """The job's latest numbered step (train.py names steps by iteration), None when it has none."""
+    """The job's latest committed numbered step (train.py names steps by iteration), None when it has
+    none; a save still pending (being written, or left half written) is no step to resume from."""
     try:
-        steps = client.ls(job)["steps"]
+        listed = client.ls(job)
     except ptcfs.Error as e:
         if e.code == "not_found":
             return None
         raise
-    numbered = [int(s) for s in steps if s.isdigit()]
+    pending = set(listed.get("pending", []))
+    numbered = [int(s) for s in listed["steps"] if s.isdigit() and s not in pending]
     return max(numbered) if numbered else None
 
 

@@ -74,7 +74,8 @@ def worker(rank: int, a: argparse.Namespace, port: int) -> None:
     client = ptcfs.Client(a.daemon, a.secret_file, timeout=None) if rank == 0 else None
     start = 0
     if a.resume is not None:
-        loaded = ckpt.resume(stage, opt, a.mount, a.job, a.resume, a.daemon, a.secret_file)
+        loaded = ckpt.resume(stage, opt, a.mount, a.job, a.resume, a.daemon, a.secret_file,
+                             a.global_batch if a.batch_given else None)
         start = a.resume
         if a.out:
             write_json(a.out, f"loaded-r{rank}.json", {**who, **loaded})
@@ -133,9 +134,11 @@ def main(argv=None) -> int:
     ap.add_argument("--mount", help="the ptcfs mount (default $PTCFS_MOUNT, then the daemon's)")
     ap.add_argument("--daemon", help="HOST:PORT (default $PTCFS_DAEMON, then 127.0.0.1:7070)")
     ap.add_argument("--secret-file", help="default $PTCFS_SECRET_FILE")
-    ap.add_argument("--global-batch", type=int, default=ModelConfig().global_batch, metavar="B",
-                    help="samples per iteration (default config.py's); the dataset must have this B (a "
-                         "repartition with --global-batch gives it a new one); the learning rate is kept")
+    ap.add_argument("--global-batch", type=int, metavar="B",
+                    help="samples per iteration (default config.py's); the dataset must have this B: given with "
+                         "--resume, the step resumed from is repartitioned with it when the dataset has another "
+                         "(ptcfs.ensure_layout), else a repartition with --global-batch gives it a new one; the "
+                         "learning rate is kept")
     ap.add_argument("--seed", type=int, default=0, help="initial weights")
     ap.add_argument("--out", help="folder for losses.jsonl and, per rank, samples-r<rank>.jsonl (the sample ids "
                                   "of each iteration; a later run appends), loaded-r<rank>.json (what a resume loaded) and "
@@ -144,6 +147,9 @@ def main(argv=None) -> int:
     ap.add_argument("--distributed-optimizer", action="store_true",
                     help="ZeRO-style: each DP rank keeps, updates and saves only its range of Adam's state")
     a = ap.parse_args(argv)
+    a.batch_given = a.global_batch is not None  # the dataset is brought to it on resume
+    if a.global_batch is None:
+        a.global_batch = ModelConfig().global_batch
     if a.mount is None:
         a.mount = os.environ.get("PTCFS_MOUNT")
     if a.mount is None:

@@ -34,6 +34,11 @@ Result<QueueEntry> parse_queue_entry(std::string_view text, const std::string& n
     if (l.contains("pp")) {
       PTC_ASSIGN_OR_RETURN(e.pp, get_int(l["pp"], where + ": layout.pp", 1, 1 << 20));
     }
+    // A model-parallel group larger than any GPU count the allocator takes is no layout (and
+    // tp x pp must not overflow where it divides the counts).
+    if (int64_t{e.tp} * e.pp > e.spec.max_gpus)
+      return invalid(where + ": layout.tp x layout.pp (" + std::to_string(int64_t{e.tp} * e.pp) +
+                     ") is more than the job's max_gpus (" + std::to_string(e.spec.max_gpus) + ")");
   }
   if (doc.contains("samples_done")) {
     const json& n = doc["samples_done"];

@@ -26,6 +26,26 @@ from .errors import Error
 _TRANSIENT = ("already being repartitioned", "changed while", "by another coordinator", "is not settled yet")
 
 
+def _mount_batches(mount: str, job: str) -> Optional[list]:
+    """The global batch of each of the job's datasets as the mount shows them (MNT/job/data/<name>/
+    state.json), or None when one cannot be read yet."""
+    folder = os.path.join(mount, job, "data")
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    out = []
+    for name in names:
+        try:
+            with open(os.path.join(folder, name, "state.json"), "rb") as f:
+                out.append(json.loads(f.read())["global_batch"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    return out
+
+
 def _mount_parallelism(mount: str, job: str, step: str) -> Optional[dict]:
     """The parallelism MNT/job/step/ptc.json shows, or None when it cannot be read yet."""
     try:
@@ -42,10 +62,12 @@ def default_mount(client: Client) -> str:
 
 def ensure_layout(job: str, step: Any, tp: int, pp: int, dp: int, mount: Optional[str] = None,
                   daemon: Optional[str] = None, secret_file: Optional[str] = None,
-                  timeout: float = 600.0, poll: float = 0.05, retry: float = 2.0) -> dict:
-    """Returns once MNT/<job>/<step>/ptc.json shows tp, pp, dp, repartitioning the step if it
-    does not. `mount` defaults to $PTCFS_MOUNT, then the daemon's own mount; `daemon` and
-    `secret_file` as for Client.
+                  timeout: float = 600.0, poll: float = 0.05, retry: float = 2.0,
+                  global_batch: Optional[int] = None) -> dict:
+    """Returns once MNT/<job>/<step>/ptc.json shows tp, pp, dp (and, with `global_batch`, every
+    dataset of the job has that global batch), repartitioning the step if it does not (with
+    `global_batch`: the datasets take it in the same commit). `mount` defaults to $PTCFS_MOUNT,
+    then the daemon's own mount; `daemon` and `secret_file` as for Client.
 
     Returns {"repartitioned": True when this call committed the new layout, "result": the
     daemon's repartition result or None, "refused": how many times the daemon said another
@@ -61,7 +83,12 @@ def ensure_layout(job: str, step: Any, tp: int, pp: int, dp: int, mount: Optiona
     deadline = time.monotonic() + timeout
 
     def shown(mnt):
-        return _mount_parallelism(mnt, job, step) == target
+        if _mount_parallelism(mnt, job, step) != target:
+            return False
+        if global_batch is None:
+            return True
+        batches = _mount_batches(mnt, job)
+        return batches is not None and all(b == int(global_batch) for b in batches)
 
     refused = 0
 
@@ -81,7 +108,9 @@ def ensure_layout(job: str, step: Any, tp: int, pp: int, dp: int, mount: Optiona
         while True:
             if time.monotonic() >= next_ask:
                 try:
-                    res = c.repartition(job, step, to)
+                    # A job without datasets has no batch to take: only the layout is asked for.
+                    res = c.repartition(job, step, to,
+                                        global_batch=global_batch if _mount_batches(mount, job) else None)
                     # Done (by this call, or unchanged because another caller got there).
                     while not shown(mount):
                         if time.monotonic() > deadline:

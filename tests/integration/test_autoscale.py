@@ -101,8 +101,10 @@ def test_two_jobs_share_one_finishes_the_other_grows_a_standby_takes_over(tmp_pa
             check_step(d, "ja", "10", oracle_a((1, 2, 1)))
             check_step(d, "jb", "20", oracle_b((2, 1, 1)))
             check_step(d, "jb", "5", base_b)  # not the latest: left as it was
+            # The datasets keep their batch: the decision's 8 is the launcher's to apply when it
+            # resumes the job (a segment may still run at the old batch).
             st = state(d, "jb", "train")
-            assert (st["global_batch"], st["dp"]) == (8, 1)
+            assert (st["global_batch"], st["dp"]) == (4, 1)
             assert etcd.keys(f"{P}/leader") == []  # --once gives the lead back
 
             # Again: nothing changed, nothing done.
@@ -150,7 +152,7 @@ def test_two_jobs_share_one_finishes_the_other_grows_a_standby_takes_over(tmp_pa
                      lambda: "c2 to shrink b: " + ctl.log("c2"))
             check_step(d, "jb", "20", oracle_b((2, 1, 1)))
             st = state(d, "jb", "train")
-            assert (st["global_batch"], st["dp"]) == (8, 1)
+            assert (st["global_batch"], st["dp"]) == (16, 1)  # the dp follows; the batch is the launcher's
         finally:
             ctl.stop()
             d.stop()
@@ -166,6 +168,9 @@ def check_step(d, job, step, ck):
     ({"job": {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 1}}}, "lacks 'daemon'"),
     ({"job": {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 1}}, "daemon": "h:1", "layout": {"tp": 0}},
      "layout.tp"),
+    # tp x pp overflowed an int and divided by zero: the controller died of SIGFPE on every pass.
+    ({"job": {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 1}}, "daemon": "h:1",
+      "layout": {"tp": 65536, "pp": 65536}}, "layout.tp x layout.pp (4294967296) is more than the job's max_gpus (2)"),
 ])
 def test_a_bad_queue_entry_is_named_and_the_others_decided(tmp_path, bad, needle):
     require_binaries()
@@ -179,6 +184,32 @@ def test_a_bad_queue_entry_is_named_and_the_others_decided(tmp_path, bad, needle
         assert "job 'bad' is left out until the entry is fixed or removed" in r.stderr, r.stderr  # nothing stored
         assert "job 'ok' not changed" in r.stderr and "127.0.0.1:1" in r.stderr, r.stderr
         assert etcd.keys(f"{P}/decision/") == []
+
+
+def test_a_pending_save_is_no_step_a_finished_jobs_bad_decision_goes_and_seq_goes_on(tmp_path, daemon):
+    """ja has step 10 and a save of step 20 that never completes (a killed writer's folder): the
+    controller repartitions step 10, not 20. The decision of a job that left the queue and does
+    not parse is deleted; and the seq goes on from the last one written, 7, although that
+    decision is deleted in the same pass."""
+    require_binaries()
+    ck = Checkpoint(os.path.join(str(tmp_path), "ck"), tp=2, pp=2, layers=2, hidden=128, vocab=512, seed=0)
+    daemon.cli("import", ck.path, "--job", "ja", "--step", "10")
+    os.mkdir(os.path.join(daemon.mnt, "ja", "20"))
+    assert daemon.cli_json("ls", "ja", "--json")["pending"] == ["20"]
+    with Etcd(str(tmp_path)) as etcd:
+        etcd.ctl("put", f"{P}/decision/gone", json.dumps({**decision("gone", 2, None, 1, 1, 2, None, "old"),
+                                                          "seq": 7}))
+        etcd.ctl("put", f"{P}/decision/broken", "{not json")
+        etcd.ctl("put", f"{P}/queue/a", json.dumps({"job": A_JOB, "daemon": daemon.addr, "store_job": "ja",
+                                                    "layout": {"pp": 2}}))
+        r = Controllers(str(tmp_path), etcd).once()
+        assert r.returncode == 0, r.stderr
+        assert [json.loads(line) for line in r.stdout.splitlines()] == \
+            [{**decision("a", 4, None, 1, 2, 2, "10", "once"), "seq": 8}]
+        assert daemon.cli_json("ls", "ja/10", "--json")["parallelism"] == {"tp": 1, "pp": 2, "dp": 2}
+        assert "job 'broken' left the queue; its decision removed" in r.stderr, r.stderr
+        assert etcd.keys(f"{P}/decision/") == [f"{P}/decision/a"]
+        assert etcd.get_json(f"{P}/seq") == 8
 
 
 def test_makespan_policy_and_jobs_with_no_step_yet(tmp_path, daemon):

@@ -8,11 +8,15 @@ trains on staying the dataset's epoch order. After each segment the launcher rec
 trained in the queue entry's samples_done, keeping what others changed in the entry meanwhile, and
 the step it reaches in samples_done_step, so that a retried write counts a segment once."""
 
+import http.server
 import importlib.util
 import json
 import os
 import re
 import subprocess
+import threading
+import time
+import urllib.request
 
 import pytest
 
@@ -147,8 +151,9 @@ def test_the_job_grows_under_the_controller_and_its_losses_continue(tmp_path, da
 def test_the_job_grows_in_ranks_and_batch_and_trains_on_the_epoch_order(tmp_path, daemon):
     # gpt accepts batches 8..16: alone on 1 GPU, batch 8 is its best (100 > 90 samples/s), on 2 GPUs
     # batch 16 (220 > 150). It trains 0..3 at 1 GPU, batch 8 and saves step 4; the other job leaves;
-    # the controller repartitions step 4 to dp=2 and the dataset to batch 16 in one commit; the
-    # launcher trains 4..7 on 2 ranks at batch 16. Checked: (a) 0..3 equal a run that never stopped;
+    # the controller repartitions step 4 to dp=2 (the dataset's dp with it, its batch kept: a segment
+    # may still run at 8); the launcher's train.py --global-batch 16 resumes step 4, re-splitting the
+    # dataset to batch 16 in that step's commit, and trains 4..7 on 2 ranks at batch 16. Checked: (a) 0..3 equal a run that never stopped;
     # (b) 4..7 equal a run resumed from that run's step 4 at batch 16 on one rank (another layout);
     # (c) the samples of 0..7 are the epoch's order, 4 batches of 8 then 4 of 16, none repeated or skipped.
     require_binaries()
@@ -183,7 +188,7 @@ def test_the_job_grows_in_ranks_and_batch_and_trains_on_the_epoch_order(tmp_path
             with open(os.path.join(daemon.mnt, "gpt", "data", "train", "state.json")) as f:
                 st = json.load(f)
             assert {k: st[k] for k in ("global_batch", "dp", "consumed", "batch_offset")} == \
-                {"global_batch": 16, "dp": 2, "consumed": 32, "batch_offset": 32}
+                {"global_batch": 8, "dp": 2, "consumed": 32, "batch_offset": 0}
             segment(launch, f"launcher: decision {d['seq']} (2 GPUs, global batch 16, tp=1,pp=1,dp=2): iterations 4..7")
             assert etcd.get_json(f"{P}/queue/gpt") == \
                 {"job": gpt, "daemon": daemon.addr, "store_job": "gpt", "samples_done": 4 * 8 + 4 * 16,
@@ -229,13 +234,13 @@ def test_the_launchers_progress_write_keeps_a_concurrent_edit_and_gives_up_sayin
         real, txns = lau._gateway, []
 
         def edit_before_txn(n):
-            def gateway(endpoints, path, body):
+            def gateway(endpoints, path, body, *unanswered):
                 if path == "/v3/kv/txn":
                     txns.append(body)
                     if len(txns) <= n:
                         e = etcd.get_json(key)
                         etcd.ctl("put", key, json.dumps({**e, "store_job": f"edit{len(txns)}"}))
-                return real(endpoints, path, body)
+                return real(endpoints, path, body, *unanswered)
             monkeypatch.setattr(lau, "_gateway", gateway)
 
         job = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100}, "samples": 100}
@@ -283,8 +288,8 @@ def test_the_launchers_progress_write_counts_a_segment_once_and_says_what_nobody
     with Etcd(str(tmp_path)) as etcd:
         real, txns = lau._gateway, []
 
-        def reply_lost(endpoints, path, body):
-            r = real(endpoints, path, body)
+        def reply_lost(endpoints, path, body, *unanswered):
+            r = real(endpoints, path, body, *unanswered)
             if path == "/v3/kv/txn":
                 txns.append(r["succeeded"])
                 if len(txns) == 1:
@@ -325,3 +330,62 @@ def test_the_launchers_progress_write_counts_a_segment_once_and_says_what_nobody
         assert capsys.readouterr().err == (
             f"launcher: {key}: samples_done counts the steps up to 0, this segment trained iterations 4..5: the "
             "samples of iterations 0..3 are not counted (a launcher stopped between their save and its write?)\n")
+
+
+def test_the_launcher_takes_entries_and_decisions_it_cannot_read_without_dying(tmp_path, capsys):
+    # An entry that is JSON but no object: the progress write gives up, saying so (it raised
+    # AttributeError and killed the launcher after its segment). A decision that is not JSON, or no
+    # object, is taken as absent (the launcher waits for the controller to write it anew).
+    lau = load_launcher()
+    key = f"{P}/queue/gpt"
+    with Etcd(str(tmp_path)) as etcd:
+        etcd.ctl("put", key, "[1, 2]")
+        lau.record_progress(etcd.endpoints, key, {0: 8}, 0, 1, tries=2)
+        assert capsys.readouterr().err == (
+            f"launcher: gave up recording progress (+8 samples, iterations 0..0) in {key} after 2 tries (the last: "
+            f"{key} is [1, 2], not a JSON object); training goes on\n")
+        assert etcd.get_json(key) == [1, 2]
+        for value, said in (("{not json", "is not JSON"), ("42", "is 42, not a JSON object")):
+            etcd.ctl("put", f"{P}/decision/gpt", value)
+            assert lau.etcd_get(etcd.endpoints, f"{P}/decision/gpt") is None
+            err = capsys.readouterr().err
+            assert f"launcher: {P}/decision/gpt {said}" in err and "taken as absent" in err, err
+
+
+def test_a_progress_write_whose_first_endpoint_applied_it_unanswered_is_counted_once_in_silence(tmp_path, capsys):
+    # The first endpoint is a proxy that passes the transaction to etcd and never answers; the
+    # launcher sends it to the second (etcd itself), where it is refused (the entry changed: it was
+    # the launcher's own write). It reads again, finds the segment counted, and says nothing: the
+    # count may be its own (before, it said the segment was "already counted").
+    lau = load_launcher()
+    key = f"{P}/queue/gpt"
+    with Etcd(str(tmp_path)) as etcd:
+        real = etcd.endpoints.split(",")[0]
+
+        class Silent(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                req = urllib.request.Request(real + self.path, data=body, headers={"Content-Type": "application/json"})
+                reply = urllib.request.urlopen(req, timeout=5).read()
+                if self.path == "/v3/kv/txn":
+                    time.sleep(4)  # past the launcher's 3 s: no answer
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *args):
+                pass
+
+        proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Silent)
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        try:
+            job = {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 100}, "samples": 1000}
+            etcd.ctl("put", key, json.dumps({"job": job, "daemon": "h:1"}))
+            endpoints = f"http://127.0.0.1:{proxy.server_address[1]},{real}"
+            lau.record_progress(endpoints, key, {0: 8, 1: 8, 2: 8, 3: 8}, 0, 4)
+            assert etcd.get_json(key) == {"job": job, "daemon": "h:1", "samples_done": 32, "samples_done_step": 4}
+            assert capsys.readouterr().err == ""
+        finally:
+            proxy.shutdown()

@@ -68,6 +68,13 @@ TEST_CASE("queue entries are parsed and bad ones refused by member", "[autoscale
   refused(R"({"job": {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 1}}, "daemon": "h:1",
               "layout": {"tp": 0}})",
           "layout.tp");
+  // A product that overflowed an int divided by zero when the counts were filtered.
+  refused(R"({"job": {"min_gpus": 1, "max_gpus": 2, "throughput": {"1": 1}}, "daemon": "h:1",
+              "layout": {"tp": 65536, "pp": 65536}})",
+          "layout.tp x layout.pp (4294967296) is more than the job's max_gpus (2)");
+  refused(R"({"job": {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 1}}, "daemon": "h:1",
+              "layout": {"tp": 2, "pp": 4}})",
+          "layout.tp x layout.pp (8) is more than the job's max_gpus (4)");
   refused(R"({"job": {"min_gpus": 3, "max_gpus": 2, "throughput": {"1": 1}}, "daemon": "h:1"})", "min_gpus");
   refused("[1]", "queue/x");
 }

@@ -111,3 +111,24 @@ def test_wait_committed(daemon, tmp_path):
     with pytest.raises(ptcfs.Error) as e:
         ptcfs.wait_committed("j", 5, client=FakeLs([ptcfs.Error("permission_denied", "no")]))
     assert e.value.code == "permission_denied"
+
+
+def test_a_global_batch_the_datasets_lack_is_taken_in_one_commit_with_the_step(daemon, tmp_path):
+    """With global_batch, the layout already shown but the dataset at another batch: one
+    repartition (the step's version kept: only the dataset changes), then nothing."""
+    import_step(daemon, tmp_path)
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"i": i}) + "\n" for i in range(64)))
+    with daemon.client() as c:
+        c.dataset_add("j", "train", "jsonl", 1, 8, [str(data)], dp=1)
+    state = os.path.join(daemon.mnt, "j", "data", "train", "state.json")
+    r = ptcfs.ensure_layout("j", 10, 2, 2, 1, mount=daemon.mnt, daemon=daemon.addr, global_batch=16)
+    assert r["repartitioned"] is False  # the layout was there: "unchanged", the datasets re-split
+    assert r["result"]["datasets"] == [{"name": "train", "from_dp": 1, "to_dp": 1, "from_global_batch": 8,
+                                        "to_global_batch": 16}]
+    with open(state) as f:
+        assert json.load(f)["global_batch"] == 16
+    with daemon.client() as c:
+        assert c.ls("j/10")["version"] == 1
+    again = ptcfs.ensure_layout("j", 10, 2, 2, 1, mount=daemon.mnt, daemon=daemon.addr, global_batch=16)
+    assert (again["repartitioned"], again["result"]) == (False, None)  # shown already: nothing asked
