@@ -114,31 +114,43 @@ def make_jobs(curves: Curves, n: int, gpus: int, seed: int, mean_gap_s: float, a
 
 
 def allocate(jobs: list, curves: Curves, gpus: int, tmp: str, with_batch: bool, policy: str = "throughput",
-             time_limit: float = 10) -> dict:
+             time_limit: float = 10, horizon_s: float = 0, pause=None, penalty: float = 0) -> dict:
     """`ptcfs allocate` of `jobs` (in arrival order): the JSON of its answer. Each job's curve is
     in units of its own speed on its smallest count at its smallest batch (samples/s of different
     models do not add up: a small model's would outweigh every large one's), so the dynamic
     program maximises the jobs' summed speed-up; the makespan program gets samples/s, with
-    which its run times are samples / rate."""
+    which its run times are samples / rate. Moves weighed: with horizon_s, a running job's entry
+    gives `current` and `move_seconds` (pause(job)) and allocate gets --horizon; with `penalty`
+    (Pollux's, emulated here), a running job's other options are scaled by 1 - penalty."""
     spec = []
     for j in jobs:
         unit = 1.0 if policy == "makespan" else curves.rate(j.size, j.min_gpus, j.batch0)
+        now = getattr(j, "alloc", (0, 0))
+        f = 1.0 - penalty if now[0] else 1.0
+
+        def value(g, b):
+            return curves.rate(j.size, g, b) / unit * (1.0 if (g, b) == now else f)
         if with_batch:
-            tput = {str(g): {str(b): curves.rate(j.size, g, b) / unit for b in j.batches
-                             if curves.rate(j.size, g, b) > 0} for g in j.counts}
+            tput = {str(g): {str(b): value(g, b) for b in j.batches if curves.rate(j.size, g, b) > 0}
+                    for g in j.counts}
             spec.append({"name": j.name, "min_gpus": j.min_gpus, "max_gpus": j.max_gpus, "batch": j.batches,
                          "throughput": {g: t for g, t in tput.items() if t}})
         else:
             spec.append({"name": j.name, "min_gpus": j.min_gpus, "max_gpus": j.max_gpus,
-                         "throughput": {str(g): curves.rate(j.size, g, j.batch0) / unit for g in j.counts}})
+                         "throughput": {str(g): value(g, j.batch0) for g in j.counts}})
         if policy == "makespan":
             spec[-1]["samples"] = getattr(j, "remaining", j.samples)  # what is left of a running job
+        if horizon_s and now[0]:
+            spec[-1]["current"] = {"gpus": now[0], **({"global_batch": now[1]} if with_batch else {})}
+            spec[-1]["move_seconds"] = pause(j)
     path = os.path.join(tmp, "jobs.json")
     with open(path, "w") as f:
         json.dump({"jobs": spec}, f)
     cmd = [PTCFS, "allocate", "--jobs", path, "--gpus", str(gpus), "--policy", policy, "--json"]
     if policy == "makespan":
         cmd += ["--time-limit", str(time_limit)]
+    if horizon_s:
+        cmd += ["--horizon", str(horizon_s)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"simulate: {' '.join(cmd)} failed: {r.stderr.strip()}")
@@ -149,9 +161,13 @@ class Run:
     """One policy over one list of jobs, event by event."""
 
     def __init__(self, jobs: list, curves: Curves, gpus: int, tmp: str, policy: str, restart_s: float,
-                 link_share: float, static_gpus: int = 8):
+                 link_share: float, static_gpus: int = 8, horizon_s: float = 0, restart_penalty: float = 0):
         self.jobs = [Job(j.name, j.arrival, j.size, j.batch0, j.counts, j.samples) for j in jobs]
         self.curves, self.gpus, self.tmp, self.policy = curves, gpus, tmp, policy
+        # Moves weighed (0: not): `allocate --horizon` (a running job's other options count at
+        # 1 - pause / horizon_s of their rate: the samples its pause costs over that horizon), or
+        # Pollux's flat penalty on a job whose allocation changes (1 - restart_penalty).
+        self.horizon_s, self.restart_penalty = horizon_s, restart_penalty
         self.restart_s, self.link_bps = restart_s, GPU["inter_node_gbps"] / 8 * 1e9 * link_share
         self.static_gpus = static_gpus  # what the static policy gives a job (at least its smallest count)
         self.reconfigs, self.pause_s, self.decisions = 0, 0.0, 0
@@ -172,10 +188,15 @@ class Run:
                 out[j.name], free = (want, j.batch0), free - want
             return out
         self.decisions += 1
-        a = allocate(active, self.curves, self.gpus, self.tmp, self.policy == "batch-aware")
+        a = allocate(active, self.curves, self.gpus, self.tmp, self.policy == "batch-aware",
+                     horizon_s=self.horizon_s, pause=self.pause, penalty=self.restart_penalty)
         by = {x["name"]: x for x in a["jobs"]}
         return {j.name: (by[j.name]["gpus"], by[j.name].get("global_batch") or j.batch0) for j in active
                 if by[j.name]["gpus"]}
+
+    def pause(self, j: Job) -> float:
+        """What a change of a running job's GPUs or batch costs it: a restart and its state moved."""
+        return self.restart_s + 16 * params(j.size) / self.link_bps
 
     def rate(self, j: Job) -> float:
         return self.curves.rate(j.size, *j.alloc) if j.alloc[0] else 0.0
@@ -209,7 +230,7 @@ class Run:
                 if a == j.alloc:
                     continue
                 if a[0] and j.alloc[0]:  # a running job changes: restart and move its state
-                    pause = self.restart_s + 16 * params(j.size) / self.link_bps
+                    pause = self.pause(j)
                     self.reconfigs += 1
                     self.pause_s += pause
                     j.resume = t + pause
@@ -311,6 +332,26 @@ def run(gpus: int, njobs: int, seed: int, hours: float, batch_jobs: int, restart
         print(f"  online, {policy}: {r['completed_in_window']} of {len(jobs)} jobs done within {window / 3600:.1f} h,"
               f" average completion {r['avg_jct_s'] / 3600:.2f} h, makespan {r['makespan_s'] / 3600:.1f} h,"
               f" {r['reconfigs']} reconfigurations ({r['pause_s'] / 3600:.2f} GPU-job hours paused)", flush=True)
+    # batch-aware with its moves weighed (allocate --horizon: the trace's mean time between
+    # arrivals, what an operator knows of the queue), and with Pollux's flat penalty, at the moves'
+    # costs above and at costly ones (a restart of 5 minutes, the state at a tenth of the link).
+    gap = hours * 3600 / njobs
+    weighed = []
+    for rs, ls in ((restart_s, link_share), (300.0, 0.1)):
+        costs = f"restarts of {rs:g} s, state at {ls:g} of the link"
+        base = online[0] if rs == restart_s and ls == link_share else None
+        for name, h, pen in (("batch-aware", 0.0, 0.0), (f"batch-aware, moves weighed over {gap:.0f} s", gap, 0.0),
+                             ("batch-aware, Pollux's restart penalty 0.1", 0.0, 0.1)):
+            if base and not h and not pen:
+                r = base
+            else:
+                r = summary(Run(jobs, curves, gpus, tmp, "batch-aware", rs, ls, horizon_s=h, restart_penalty=pen).go(),
+                            window)
+            r = {**r, "policy": name, "costs": costs, "restart_s": rs, "link_share": ls}
+            weighed.append(r)
+            print(f"  online, {costs}, {name}: {r['completed_in_window']} done, average completion "
+                  f"{r['avg_jct_s'] / 3600:.3f} h, {r['reconfigs']} reconfigurations "
+                  f"({r['pause_s'] / 3600:.1f} h paused)", flush=True)
 
     queue = make_jobs(curves, batch_jobs, gpus, seed + 1, 0, at_zero=True)
     batch = []
@@ -340,6 +381,14 @@ def run(gpus: int, njobs: int, seed: int, hours: float, batch_jobs: int, restart
         rows.append(row(SECTION, f"online: average completion time, batch-aware vs {base}",
                         f"{a['avg_jct_s'] / 3600:.2f} h", f"{b['avg_jct_s'] / 3600:.2f} h",
                         b["avg_jct_s"] / a["avg_jct_s"], "", None))
+    unweighed = {r["costs"]: r for r in weighed if r["policy"] == "batch-aware"}
+    for r in weighed:
+        if r["policy"] == "batch-aware":
+            continue
+        b = unweighed[r["costs"]]
+        rows.append(row(SECTION, f"online ({r['costs']}): average completion time, {r['policy']} vs unweighed",
+                        f"{r['avg_jct_s'] / 3600:.3f} h", f"{b['avg_jct_s'] / 3600:.3f} h",
+                        b["avg_jct_s"] / r["avg_jct_s"], "", None))
     rows.append(row(SECTION, f"batch of {len(queue)} jobs at time 0: makespan, Saturn's MILP vs practice ({share} GPUs each)",
                     f"{bb['makespan']['makespan_s'] / 3600:.2f} h", f"{bb['practice']['makespan_s'] / 3600:.2f} h",
                     bb["practice"]["makespan_s"] / bb["makespan"]["makespan_s"], "", None))
@@ -351,7 +400,7 @@ def run(gpus: int, njobs: int, seed: int, hours: float, batch_jobs: int, restart
     raw = {"scale": raw_scale, "gpus": gpus, "seed": seed, "window_s": window, "restart_s": restart_s, "link_share": link_share,
            "jobs": [{"name": j.name, "arrival_s": j.arrival, "size": j.size, "batches": j.batches,
                      "counts": j.counts, "samples": j.samples} for j in jobs],
-           "online": online, "batch": batch, "plan_calls": curves.calls}
+           "online": online, "moves_weighed": weighed, "batch": batch, "plan_calls": curves.calls}
     if plot_path:
         plot(online, batch, plot_path, f"{len(jobs)} jobs over {hours:g} h on {gpus} GPUs (seed {seed}); "
                                        f"batch queue of {len(queue)}")

@@ -36,6 +36,10 @@ CLI::App* add_allocate_command(CLI::App& app, AllocateArgs& a, Globals& g) {
                   "makespan: time slots of the program (the greedy schedule's length cut in this "
                   "many; more is finer and slower)")
       ->check(CLI::Range(2, 100000));
+  cmd->add_option("--horizon", a.horizon_s,
+                  "throughput: weigh moves over this many seconds: a job that gives 'current' and 'move_seconds' "
+                  "counts any other option at 1 - move_seconds / SECONDS of its samples/s (docs/PLANNER.md)")
+      ->check(CLI::Range(1e-3, 1e9));
   cmd->add_flag("--json", g.json, "Print the allocation as JSON");
   return cmd;
 }
@@ -153,8 +157,13 @@ int run_allocate(const AllocateArgs& a, const Globals& g) {
   if (!text) return fail(text.status());
   auto jobs = ptc::parse_jobs_json(*text, a.jobs_file);
   if (!jobs) return fail(jobs.status());
-  if (a.policy == "makespan") return run_makespan(a, g, *jobs);
-  auto r = ptc::allocate_throughput(*jobs, a.gpus);
+  if (a.policy == "makespan") {
+    if (a.horizon_s > 0)
+      return fail(
+          ptc::invalid("--horizon weighs moves for --policy throughput; the makespan program plans whole runs"));
+    return run_makespan(a, g, *jobs);
+  }
+  auto r = ptc::allocate_throughput(*jobs, a.gpus, a.horizon_s);
   if (!r) return fail(r.status().with_context(a.jobs_file));
   const ptc::Allocation& alloc = *r;
   if (g.json) {

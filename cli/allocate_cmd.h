@@ -20,6 +20,7 @@ struct AllocateArgs {
   std::string policy = "throughput";
   double time_limit_s = 10;  // makespan: the solver's limit
   int slots = 40;            // makespan: the greedy schedule's length is cut into this many slots
+  double horizon_s = 0;      // throughput: weigh running jobs' moves over this many seconds (0: not)
 };
 
 CLI::App* add_allocate_command(CLI::App& app, AllocateArgs& a, Globals& g);

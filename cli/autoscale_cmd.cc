@@ -54,6 +54,10 @@ CLI::App* add_autoscale_command(CLI::App& app, AutoscaleArgs& a, Globals& g) {
   cmd->add_option("--time-limit", a.time_limit_s, "makespan: seconds the solver may search")
       ->check(CLI::Range(0.01, 86400.0));
   cmd->add_option("--slots", a.slots, "makespan: time slots of the program")->check(CLI::Range(2, 100000));
+  cmd->add_option("--horizon", a.horizon_s,
+                  "throughput: weigh moves over this many seconds: a running job whose entry gives move_seconds "
+                  "counts any other option at 1 - move_seconds / SECONDS of its samples/s (docs/PLANNER.md)")
+      ->check(CLI::Range(1e-3, 1e9));
   cmd->add_flag("--once", a.once, "One pass, then exit (1 when something was not carried out, or another leads)");
   cmd->add_flag("--json", g.json,
                 "Print each decision written, and each unreadable queue entry, one JSON object a line");
@@ -268,7 +272,11 @@ void report(const Snapshot& s, const Globals& g) {
 }
 
 ptc::Result<std::vector<ptc::Decision>> Controller::decide(const Snapshot& s) {
-  if (a_.policy == "throughput") return ptc::decide_throughput(s.queue, s.free());
+  if (a_.policy == "throughput") {
+    std::map<std::string, ptc::Decision> running;
+    for (const auto& [job, sd] : s.stored) running.emplace(job, sd.decision);
+    return ptc::decide_throughput(s.queue, s.free(), running, a_.horizon_s);
+  }
   std::vector<ptc::JobSpec> specs = ptc::autoscale_specs(s.queue);
   const auto options = ptc::fitting_options(specs, s.free());
   specs.resize(options.size());
@@ -450,6 +458,8 @@ int Controller::run() {
 int run_autoscale(const AutoscaleArgs& args, const Globals& g) {
   AutoscaleArgs a = args;
   if (a.prefix.empty() || a.prefix.back() == '/') return fail(ptc::invalid("--prefix must not be empty or end in '/'"));
+  if (a.horizon_s > 0 && a.policy != "throughput")
+    return fail(ptc::invalid("--horizon weighs moves for --policy throughput; the makespan program plans whole runs"));
   if (a.id.empty()) {
     char host[256] = {};
     (void)gethostname(host, sizeof host - 1);

@@ -25,6 +25,7 @@ struct AutoscaleArgs {
   double retry_s = 5;        // a pass that failed somewhere is tried again after this long
   double time_limit_s = 10;  // makespan: the solver's limit
   int slots = 40;            // makespan: slots of the program
+  double horizon_s = 0;      // throughput: weigh running jobs' moves over this many seconds (0: not)
   bool once = false;
 };
 

@@ -105,9 +105,24 @@ Status parse_points(const json& t, bool per_batch, const std::string& at, JobSpe
   return Status();
 }
 
+// "current": {"gpus": G, "global_batch": B}, B optional.
+Result<Running> parse_current(const json& c, const std::string& at) {
+  if (!c.is_object()) return invalid(at + ": current must be {\"gpus\": G, \"global_batch\": B}, got " + c.dump());
+  PTC_RETURN_IF_ERROR(check_members(c, {"gpus", "global_batch"}, at + ": current"));
+  if (!c.contains("gpus")) return invalid(at + ": current lacks 'gpus'");
+  Running r;
+  PTC_ASSIGN_OR_RETURN(int64_t g, get_int(c["gpus"], at + ": current.gpus", 1, kMaxGpus));
+  r.gpus = static_cast<int>(g);
+  if (c.contains("global_batch")) {
+    PTC_ASSIGN_OR_RETURN(r.global_batch, get_int(c["global_batch"], at + ": current.global_batch", 1, kMaxBatch));
+  }
+  return r;
+}
+
 Result<JobSpec> parse_job(const json& j, const std::string& where) {
-  PTC_RETURN_IF_ERROR(
-      check_members(j, {"name", "min_gpus", "max_gpus", "batch", "throughput", "model", "samples"}, where));
+  PTC_RETURN_IF_ERROR(check_members(
+      j, {"name", "min_gpus", "max_gpus", "batch", "throughput", "model", "samples", "current", "move_seconds"},
+      where));
   JobSpec job;
   PTC_ASSIGN_OR_RETURN(job.name, member_string(j, "name", where));
   if (job.name.empty()) return invalid(where + ": name is empty");
@@ -128,6 +143,15 @@ Result<JobSpec> parse_job(const json& j, const std::string& where) {
   }
   if (j.contains("batch")) {
     PTC_ASSIGN_OR_RETURN(job.batch, parse_batch(j["batch"], at));
+  }
+  if (j.contains("current")) {
+    PTC_ASSIGN_OR_RETURN(job.current, parse_current(j["current"], at));
+  }
+  if (j.contains("move_seconds")) {
+    const json& n = j["move_seconds"];
+    if (!n.is_number() || !std::isfinite(n.get<double>()) || n.get<double>() < 0)
+      return invalid(at + ": move_seconds must be a number of seconds >= 0, got " + n.dump());
+    job.move_seconds = n.get<double>();
   }
   if (j.contains("throughput") == j.contains("model"))
     return invalid(at + ": give exactly one of 'throughput' (measured points) and 'model' (MODEL.json)");
@@ -225,6 +249,16 @@ Result<std::vector<JobOption>> job_options(const JobSpec& job, int gpus) {
   return out;
 }
 
+void weigh_moves(const JobSpec& job, double horizon_s, std::vector<JobOption>& options) {
+  if (!job.current || job.move_seconds <= 0 || horizon_s <= 0) return;
+  const double moved = std::max(0.0, 1.0 - job.move_seconds / horizon_s);
+  for (JobOption& o : options) {
+    const bool current = o.gpus == job.current->gpus && (job.current->global_batch == 0 || o.global_batch == 0 ||
+                                                         o.global_batch == job.current->global_batch);
+    o.weight = current ? 1.0 : moved;
+  }
+}
+
 std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::vector<JobOption>>& options, int gpus) {
   const size_t jobs = options.size(), width = static_cast<size_t>(gpus) + 1;
   constexpr double kNone = -std::numeric_limits<double>::infinity();
@@ -232,10 +266,11 @@ std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::v
   // choice[j * width + g]: the option of job j that reached it.
   std::vector<double> best(width, 0.0), next(width);
   std::vector<size_t> choice(jobs * width, 0);
-  // The options that can be picked: each faster than every option on as many GPUs or fewer.
-  // The table is non-decreasing in g, so an option on more GPUs that is no faster never adds
-  // more, and the first listed of equals wins ties (the strict > below): dropping the others
-  // changes no pick (several batches on one count: only the fastest is looked at).
+  // The options that can be picked: each worth more (samples_per_s x weight) than every option
+  // on as many GPUs or fewer. The table is non-decreasing in g, so an option on more GPUs that
+  // is worth no more never adds more, and the first listed of equals wins ties (the strict >
+  // below): dropping the others changes no pick (several batches on one count: only the one
+  // worth most is looked at).
   std::vector<size_t> useful;
   for (size_t j = 0; j < jobs; ++j) {
     useful.resize(options[j].size());
@@ -244,9 +279,10 @@ std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::v
                      [&](size_t a, size_t b) { return options[j][a].gpus < options[j][b].gpus; });
     double fastest = kNone;
     size_t kept = 0;
+    const auto value = [&](size_t o) { return options[j][o].samples_per_s * options[j][o].weight; };
     for (size_t o : useful)
-      if (options[j][o].samples_per_s > fastest) {
-        fastest = options[j][o].samples_per_s;
+      if (value(o) > fastest) {
+        fastest = value(o);
         useful[kept++] = o;
       }
     useful.resize(kept);
@@ -257,7 +293,7 @@ std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::v
     size_t* ch = choice.data() + j * width;
     for (size_t o : useful) {
       const size_t k = static_cast<size_t>(options[j][o].gpus);
-      const double rate = options[j][o].samples_per_s;
+      const double rate = value(o);
       for (size_t g = k; g < width; ++g) {
         const double total = best[g - k] + rate;
         if (total > next[g]) {
@@ -289,7 +325,7 @@ Status check_capacity(int gpus) {
 
 }  // namespace
 
-Result<Allocation> allocate_throughput(const std::vector<JobSpec>& jobs, int gpus) {
+Result<Allocation> allocate_throughput(const std::vector<JobSpec>& jobs, int gpus, double horizon_s) {
   PTC_RETURN_IF_ERROR(check_capacity(gpus));
   std::vector<std::vector<JobOption>> options;
   std::vector<std::string> names;
@@ -298,6 +334,7 @@ Result<Allocation> allocate_throughput(const std::vector<JobSpec>& jobs, int gpu
       return invalid("job '" + job.name + "' asks for at least " + std::to_string(job.min_gpus) +
                      " GPUs, more than the " + std::to_string(gpus) + " there are");
     PTC_ASSIGN_OR_RETURN(auto o, job_options(job, gpus));
+    weigh_moves(job, horizon_s, o);
     options.push_back(std::move(o));
     names.push_back(job.name);
   }

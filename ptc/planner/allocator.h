@@ -27,7 +27,10 @@
 // global batch -> samples/s) or planned with the model's global_batch set to each batch of
 // the list, or of the range min, 2 min, 4 min, ... and max. Optional "samples": how many
 // samples the job trains in all (the makespan policy, makespan.h, needs it to know how long
-// a job runs on each option).
+// a job runs on each option). Optional "current": {"gpus": G, "global_batch": B} (B optional),
+// what a running job runs on now, and "move_seconds": what changing it costs the job (its
+// pause: a restart and its state moved); with a horizon, allocate_throughput weighs the
+// move (weigh_moves below).
 #pragma once
 
 #include <optional>
@@ -54,6 +57,13 @@ struct ThroughputPoint {
   bool operator==(const ThroughputPoint&) const = default;
 };
 
+// What a running job runs on now: its GPU count and, when given, its global batch.
+struct Running {
+  int gpus = 0;
+  int64_t global_batch = 0;  // 0: not given (any batch on `gpus` GPUs is the current one)
+  bool operator==(const Running&) const = default;
+};
+
 struct JobSpec {
   std::string name;
   int min_gpus = 1, max_gpus = 1;
@@ -61,6 +71,8 @@ struct JobSpec {
   std::vector<ThroughputPoint> points;  // measured, by (gpus, batch) ascending
   std::optional<ModelSpec> model;       // instead of points: the cost model
   std::optional<double> samples;        // samples to train (needed by the makespan policy)
+  std::optional<Running> current;       // running now: changing it costs move_seconds
+  double move_seconds = 0;
 };
 
 // Parses JOBS.json (strict: unknown keys, repeated names, empty lists, min > max, a job with
@@ -75,6 +87,7 @@ struct JobOption {
   double samples_per_s = 0;
   std::optional<ParallelConfig> config;
   int64_t global_batch = 0;  // 0: not known (measured points without a batch)
+  double weight = 1;         // the dynamic program counts samples_per_s x weight (weigh_moves)
 };
 
 // The batches tried for a modelled job: the listed ones, or min, 2 min, 4 min, ... and max.
@@ -84,8 +97,17 @@ std::vector<int64_t> batches_to_plan(const BatchChoice& batch);
 // when it has none (naming the job and why).
 Result<std::vector<JobOption>> job_options(const JobSpec& job, int gpus);
 
+// Weighs a running job's moves over the next `horizon_s` seconds (docs/PLANNER.md "Weighing
+// moves"): an option other than job.current pauses the job for move_seconds, so it trains for
+// horizon_s - move_seconds of them and its weight is max(0, 1 - move_seconds / horizon_s); the
+// current option (same GPU count, and batch when both current and the option give one) keeps
+// weight 1. A job
+// without current (new: it starts whichever option it gets) or move_seconds, or a horizon <= 0,
+// is left as it is.
+void weigh_moves(const JobSpec& job, double horizon_s, std::vector<JobOption>& options);
+
 // The dynamic program: one option per job, GPUs summing to at most `gpus`, the largest sum
-// of samples_per_s (added in job order). Returns the chosen option's index for every job,
+// of samples_per_s x weight (added in job order). Returns the chosen option's index for every job,
 // or nullopt when even the first options do not fit together. Ties keep the first choice
 // found (fewer GPUs to the later jobs).
 std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::vector<JobOption>>& options, int gpus);
@@ -99,13 +121,14 @@ struct JobAllocation {
 struct Allocation {
   std::vector<JobAllocation> jobs;  // in the order given
   int gpus_used = 0;
-  double samples_per_s = 0;
+  double samples_per_s = 0;  // the chosen options' own rates (not weighed)
 };
 
 // Admits the jobs first come, first served, and divides `gpus` among the admitted ones by
-// max_total_throughput. kInvalidArgument for gpus < 1, a job whose smallest count is more
-// than `gpus`, or a job with no options.
-Result<Allocation> allocate_throughput(const std::vector<JobSpec>& jobs, int gpus);
+// max_total_throughput, each job's moves weighed over `horizon_s` (0: not weighed).
+// kInvalidArgument for gpus < 1, a job whose smallest count is more than `gpus`, or a job
+// with no options.
+Result<Allocation> allocate_throughput(const std::vector<JobSpec>& jobs, int gpus, double horizon_s = 0);
 
 // allocate_throughput over options already known: options[j] those of job names[j] on `gpus`
 // GPUs, as job_options gives them (so that a caller that needs them too computes them once).

@@ -18,6 +18,8 @@ Result<QueueEntry> parse_queue_entry(std::string_view text, const std::string& n
   if (!job.contains("name")) job["name"] = name;
   if (!job["name"].is_string() || job["name"].get<std::string>() != name)
     return invalid(where + ": job.name must be the queue name '" + name + "'");
+  if (job.contains("current"))
+    return invalid(where + ": job.current is the controller's: a job runs on its stored decision");
   PTC_ASSIGN_OR_RETURN(auto specs, parse_jobs_json(json{{"jobs", json::array({job})}}.dump(), where));
   QueueEntry e;
   e.spec = std::move(specs.front());
@@ -175,13 +177,20 @@ std::vector<JobAllocation> starting_now(const Schedule& schedule) {
   return out;
 }
 
-Result<std::vector<Decision>> decide_throughput(const std::vector<QueueEntry>& queue, int gpus) {
+Result<std::vector<Decision>> decide_throughput(const std::vector<QueueEntry>& queue, int gpus,
+                                                const std::map<std::string, Decision>& running, double horizon_s) {
   if (gpus < 0) return invalid("the GPU capacity must be at least 0, got " + std::to_string(gpus));
   std::vector<JobSpec> specs = autoscale_specs(queue);
   // First come, first served: the jobs before the first that has no option on `gpus` GPUs.
   std::vector<std::vector<JobOption>> options = fitting_options(specs, gpus);
   std::vector<std::string> names;
-  for (size_t j = 0; j < options.size(); ++j) names.push_back(specs[j].name);
+  for (size_t j = 0; j < options.size(); ++j) {
+    names.push_back(specs[j].name);
+    const auto it = running.find(specs[j].name);
+    if (it == running.end() || it->second.queued || it->second.gpus == 0) continue;
+    specs[j].current = Running{it->second.gpus, it->second.global_batch};
+    weigh_moves(specs[j], horizon_s, options[j]);
+  }
   std::vector<JobAllocation> allocated;
   if (!options.empty()) {
     PTC_ASSIGN_OR_RETURN(Allocation a, allocate_options(names, std::move(options), gpus));

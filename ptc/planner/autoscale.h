@@ -83,8 +83,12 @@ std::vector<JobAllocation> starting_now(const Schedule& schedule);
 
 // Decisions by total throughput (allocator.h's dynamic program) for `gpus` GPUs, one per
 // entry, in queue order. First come, first served: the first job that has no option on
-// `gpus` GPUs waits, with every job after it. kInvalidArgument for gpus < 0.
-Result<std::vector<Decision>> decide_throughput(const std::vector<QueueEntry>& queue, int gpus);
+// `gpus` GPUs waits, with every job after it. With horizon_s > 0, a job that runs on its
+// decision in `running` (not queued) has its moves weighed over horizon_s seconds
+// (allocator.h weigh_moves; its cost is its JOBS.json move_seconds). kInvalidArgument for gpus < 0.
+Result<std::vector<Decision>> decide_throughput(const std::vector<QueueEntry>& queue, int gpus,
+                                                const std::map<std::string, Decision>& running = {},
+                                                double horizon_s = 0);
 
 // Decisions from an allocation of autoscale_specs(queue) (any policy): a job allocated no
 // GPUs is queued. `allocated` is in queue order.

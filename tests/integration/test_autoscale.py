@@ -212,6 +212,33 @@ def test_a_pending_save_is_no_step_a_finished_jobs_bad_decision_goes_and_seq_goe
         assert etcd.get_json(f"{P}/seq") == 8
 
 
+def test_with_a_horizon_a_running_job_keeps_its_gpus_when_its_move_does_not_pay(tmp_path, daemon):
+    """a runs on 4 GPUs (its stored decision); b arrives on a capacity of 5. Unweighed, a would
+    shrink to 1 for b to take 4 (100 + 260 against 300 + 50); a's move costs 300 s, and over
+    --horizon 600 its other options count half, so a keeps its 4 and b gets the fifth. Without
+    the horizon, the next pass moves a."""
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        a = {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 100, "2": 180, "4": 300}, "move_seconds": 300}
+        b = {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 50, "2": 90, "4": 260}}
+        kept = {**decision("a", 4, None, 1, 1, 4, None, "old"), "seq": 1}
+        etcd.ctl("put", f"{P}/decision/a", json.dumps(kept))
+        etcd.ctl("put", f"{P}/queue/a", json.dumps({"job": a, "daemon": daemon.addr}))
+        etcd.ctl("put", f"{P}/queue/b", json.dumps({"job": b, "daemon": daemon.addr}))
+        etcd.ctl("put", f"{P}/capacity", "5")
+        ctl = Controllers(str(tmp_path), etcd)
+        r = subprocess.run(ctl.args("h", "--once", "--json", "--horizon", "600"), capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert [json.loads(line) for line in r.stdout.splitlines()] == [{**decision("b", 1, None, 1, 1, 1, None, "h"),
+                                                                         "seq": 2}]
+        assert etcd.get_json(f"{P}/decision/a") == kept
+        r = ctl.once("unweighed")
+        assert r.returncode == 0, r.stderr
+        assert [without_seq(json.loads(line)) for line in r.stdout.splitlines()] == \
+            [decision("a", 1, None, 1, 1, 1, None, "unweighed"), decision("b", 4, None, 1, 1, 4, None, "unweighed")]
+
+
 def test_makespan_policy_and_jobs_with_no_step_yet(tmp_path, daemon):
     """Two jobs of 600 samples, 100 samples/s on 2 GPUs or 150 on 4: side by side on 2 GPUs each
     (6 s) beats one after the other on 4 (8 s), so both start now. Neither has saved a step: each

@@ -300,8 +300,8 @@ SMALL_GPT = {"layers": 24, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 51
              "gpu": {"memory_gb": 80, "tflops": 312, "per_node": 8, "intra_node_gbps": 2400, "inter_node_gbps": 200}}
 
 
-def allocate_json(jobs_path, gpus):
-    return json.loads(run("allocate", "--jobs", jobs_path, "--gpus", gpus, "--json").stdout)
+def allocate_json(jobs_path, gpus, *extra):
+    return json.loads(run("allocate", "--jobs", jobs_path, "--gpus", gpus, *extra, "--json").stdout)
 
 
 def test_allocate_maximises_total_throughput_as_brute_force_does(tmp_path):
@@ -458,6 +458,22 @@ def test_allocate_queues_jobs_whose_minimum_does_not_fit(tmp_path):
     assert [(j["name"], j["gpus"], j["queued"]) for j in out["jobs"]] == [("big", 8, False), ("mid", 0, True),
                                                                         ("small", 0, True)]
     assert out["samples_per_s"] == 70
+
+
+def test_allocate_weighs_a_running_jobs_move_over_the_horizon(tmp_path):
+    # a ran alone on 4 GPUs; b arrives; 5 GPUs. Unweighed: a1 + b4 (100 + 260) beats a4 + b1
+    # (300 + 50). a's change costs 300 s: over --horizon 600 its other options count half
+    # (a1 50 + b4 260 = 310 < 350), so it keeps its 4; the JSON gives the options' own rates.
+    jobs = {"jobs": [{"name": "a", "min_gpus": 1, "max_gpus": 4, "throughput": {"1": 100, "2": 180, "4": 300},
+                      "current": {"gpus": 4}, "move_seconds": 300},
+                     {"name": "b", "min_gpus": 1, "max_gpus": 4, "throughput": {"1": 50, "2": 90, "4": 260}}]}
+    path = write(tmp_path, "jobs.json", jobs)
+    out = allocate_json(path, 5, "--horizon", 600)
+    assert [(j["name"], j["gpus"], j["samples_per_s"]) for j in out["jobs"]] == [("a", 4, 300), ("b", 1, 50)]
+    assert out["samples_per_s"] == 350
+    assert [(j["name"], j["gpus"]) for j in allocate_json(path, 5)["jobs"]] == [("a", 1), ("b", 4)]
+    assert_error(run("allocate", "--jobs", path, "--gpus", 5, "--policy", "makespan", "--horizon", 600, check_rc=1),
+                 "--horizon weighs moves for --policy throughput")
 
 
 def test_allocate_refuses_bad_input(tmp_path):

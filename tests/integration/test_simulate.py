@@ -58,6 +58,25 @@ def test_gpus_only_shares_the_gpus_and_pays_for_each_change(tmp_path):
     assert r["decisions"] == 3  # A arrives, B arrives, A ends (B's end leaves no one to decide for)
 
 
+def test_moves_weighed_keep_a_job_where_a_short_horizon_does_not_pay_for_its_move(tmp_path):
+    # As above, with `allocate --horizon 60`: a change costs each job its pause (about 30.5 s), so a
+    # running job's other options count at f = 1 - pause / 60 (about 0.49). At B's arrival A still
+    # shrinks to 4 (it cannot keep 8: B needs one), but when A ends B keeps its 4 GPUs: on 8 it
+    # would count f x sqrt(8), about 1.4, against 2 on its current 4.
+    curves = FixedCurves(lambda g, b: 10.0 * math.sqrt(g))
+    work = 10.0 * math.sqrt(8) * 3600
+    jobs = two_jobs(work)
+    r = simulate.Run(jobs, curves, 8, str(tmp_path), "gpus-only", restart_s=30, link_share=0.5, horizon_s=60).go()
+    pause = 30 + 16 * simulate.params("gpt-350m") / (simulate.GPU["inter_node_gbps"] / 8 * 1e9 * 0.5)
+    assert 0 < 1 - pause / 60 < 2 / math.sqrt(8)
+    left_a = work - 10 * math.sqrt(8) * (1800 - 30)
+    end_a = 1800 + pause + left_a / (10 * 2)
+    end_b = 1830 + work / (10 * 2)  # on 4 GPUs from its start to its end
+    assert r["ends_s"] == pytest.approx([end_a, end_b], rel=1e-9)
+    assert r["reconfigs"] == 1
+    assert r["pause_s"] == pytest.approx(pause, rel=1e-12)
+
+
 def test_summary_counts_jobs_done_within_the_window():
     res = {"jct_s": [10.0, 30.0, 50.0], "ends_s": [10.0, 40.0, 90.0]}
     s = simulate.summary(res, 40.0)

@@ -189,6 +189,74 @@ TEST_CASE("the allocation of 8 GPUs between two measured jobs, by hand", "[alloc
   CHECK(seven->gpus_used == 6);
 }
 
+TEST_CASE("moves weighed: a running job's other options count at 1 - move_seconds / horizon", "[allocator]") {
+  // a ran alone on 8 GPUs; b arrives. Unweighed, a4 + b4 (75) is the best of 8 GPUs (above).
+  std::vector<JobSpec> jobs = {measured("a", 1, 8, {{1, 10}, {2, 19}, {4, 30}, {8, 40}}),
+                               measured("b", 2, 6, {{2, 25}, {4, 45}, {6, 50}})};
+  jobs[0].current = Running{8, 0};
+  jobs[0].move_seconds = 480;
+  // Over 600 s a pays 480 for any change: its options count at 0.2 (a1 2, a2 3.8, a4 6); a8
+  // leaves b no room. a2 + b6 = 53.8 beats a4 + b4 = 51 and a1 + b6 = 52.
+  auto r = allocate_throughput(jobs, 8, 600);
+  REQUIRE(r.is_ok());
+  CHECK(r->jobs[0].option.gpus == 2);
+  CHECK(r->jobs[1].option.gpus == 6);
+  CHECK(r->samples_per_s == 69);  // the options' own rates: 19 + 50
+  // Without a horizon, or without the move's cost, nothing is weighed.
+  CHECK(allocate_throughput(jobs, 8)->jobs[0].option.gpus == 4);
+  jobs[0].move_seconds = 0;
+  CHECK(allocate_throughput(jobs, 8, 600)->jobs[0].option.gpus == 4);
+  // a on 4 of 7 GPUs now, a change costing 360 of 600 s (0.4): staying (a4 30 + b2 25 = 55) beats
+  // the unweighed best a2 + b4 (7.6 + 45 = 52.6) and a1 + b6 (4 + 50 = 54).
+  jobs[0].current = Running{4, 0};
+  jobs[0].move_seconds = 360;
+  auto seven = allocate_throughput(jobs, 7, 600);
+  REQUIRE(seven.is_ok());
+  CHECK(seven->jobs[0].option.gpus == 4);
+  CHECK(seven->jobs[1].option.gpus == 2);
+  CHECK(seven->samples_per_s == 55);
+  CHECK(allocate_throughput(jobs, 7)->jobs[0].option.gpus == 2);
+}
+
+TEST_CASE("weigh_moves: the current option, by count and batch, keeps weight 1", "[allocator][batch]") {
+  JobSpec j;
+  j.name = "a";
+  j.move_seconds = 60;
+  const std::vector<JobOption> base = {
+      {2, 100, std::nullopt, 8}, {2, 110, std::nullopt, 16}, {4, 200, std::nullopt, 16}};
+  const auto weights = [&](std::optional<Running> current, double horizon) {
+    j.current = current;
+    std::vector<JobOption> o = base;
+    weigh_moves(j, horizon, o);
+    return std::vector<double>{o[0].weight, o[1].weight, o[2].weight};
+  };
+  CHECK(weights(Running{2, 8}, 120) == std::vector<double>{1, 0.5, 0.5});
+  CHECK(weights(Running{2, 0}, 120) == std::vector<double>{1, 1, 0.5});  // no batch given: any at 2 GPUs
+  CHECK(weights(Running{4, 16}, 40) == std::vector<double>{0, 0, 1});    // a move longer than the horizon
+  CHECK(weights(Running{2, 8}, 0) == std::vector<double>{1, 1, 1});      // no horizon
+  CHECK(weights(std::nullopt, 120) == std::vector<double>{1, 1, 1});     // not running: starts anyway
+  j.current = Running{2, 8};  // a measured option without a batch matches any
+  std::vector<JobOption> plain = {{2, 100, std::nullopt, 0}, {4, 200, std::nullopt, 0}};
+  weigh_moves(j, 120, plain);
+  CHECK((plain[0].weight == 1 && plain[1].weight == 0.5));
+}
+
+TEST_CASE("JOBS.json: current and move_seconds", "[allocator]") {
+  auto r = parse_jobs_json(job(R"({"name": "a", "min_gpus": 1, "max_gpus": 4, "throughput": {"1": 1},
+                                    "current": {"gpus": 2, "global_batch": 64}, "move_seconds": 90.5})"),
+                           kFile);
+  REQUIRE(r.is_ok());
+  CHECK(r->front().current == Running{2, 64});
+  CHECK(r->front().move_seconds == 90.5);
+  const std::string head = R"({"name": "a", "min_gpus": 1, "max_gpus": 4, "throughput": {"1": 1}, )";
+  expect_invalid(job(head + R"("current": 2})"), {"('a')", "current must be {\"gpus\": G"});
+  expect_invalid(job(head + R"("current": {"global_batch": 8}})"), {"('a')", "current lacks 'gpus'"});
+  expect_invalid(job(head + R"("current": {"gpus": 0}})"), {"('a')", "current.gpus"});
+  expect_invalid(job(head + R"("current": {"gpus": 2, "batch": 8}})"), {"('a')", "unknown key 'batch'"});
+  expect_invalid(job(head + R"("move_seconds": -1})"), {"('a')", "move_seconds must be a number of seconds >= 0"});
+  expect_invalid(job(head + R"("move_seconds": "60"})"), {"('a')", "move_seconds"});
+}
+
 TEST_CASE("jobs are admitted first come, first served; the rest wait with no GPUs", "[allocator]") {
   const std::vector<JobSpec> jobs = {measured("a", 6, 8, {{6, 60}, {8, 70}}), measured("b", 4, 4, {{4, 100}}),
                                      measured("c", 1, 1, {{1, 5}})};

@@ -256,3 +256,27 @@ TEST_CASE("the makespan policy plans a running job on the samples it has left", 
                   "queue/x: unknown key 'samples_dones_step' (allowed: job, daemon, store_job, layout, samples_done, "
                   "samples_done_step)");
 }
+
+TEST_CASE("with a horizon, a running job's moves are weighed against its stored decision", "[autoscale]") {
+  // a ran alone on 4 GPUs; b arrives and the capacity is 5. Unweighed: a1 + b4 at 16 (100 + 260)
+  // beats a4 + b1 (300 + 50). a's change costs 300 s: over 600 s its other options count half
+  // (a1 50 + b4 260 = 310), so a stays on 4 and b gets 1 at batch 4.
+  const std::string a_text = R"({"job": {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 100, "2": 180, "4": 300},
+                                          "move_seconds": 300}, "daemon": "127.0.0.1:7070"})";
+  const std::vector<QueueEntry> q = {entry(a_text, "a"), entry(b_entry(), "b")};
+  const std::map<std::string, Decision> stored = {{"a", running("a", 4, 0, 1, 1, 4)}};
+  auto weighed = decide_throughput(q, 5, stored, 600);
+  REQUIRE(weighed.is_ok());
+  CHECK(*weighed == std::vector<Decision>{running("a", 4, 0, 1, 1, 4), running("b", 1, 4, 1, 1, 1)});
+  CHECK(decide(q, 5) == std::vector<Decision>{running("a", 1, 0, 1, 1, 1), running("b", 4, 16, 1, 1, 4)});
+  // A stored decision that waits is no run to keep.
+  auto queued = decide_throughput(q, 5, {{"a", waiting("a")}}, 600);
+  REQUIRE(queued.is_ok());
+  CHECK((*queued)[0] == running("a", 1, 0, 1, 1, 1));
+  // The controller's to know: an entry may not say what its job runs on.
+  auto e = parse_queue_entry(R"({"job": {"min_gpus": 1, "max_gpus": 4, "throughput": {"1": 1},
+                                         "current": {"gpus": 1}}, "daemon": "h:1"})",
+                             "x", "queue/x");
+  REQUIRE_FALSE(e.is_ok());
+  CHECK(e.status().message() == "queue/x: job.current is the controller's: a job runs on its stored decision");
+}
