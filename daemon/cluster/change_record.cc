@@ -47,7 +47,7 @@ json to_json(const PrepareRequest& r) {
           if (!c.from_gpus.empty()) j["from_gpus"] = c.from_gpus;
           if (!c.to_gpus.empty()) j["to_gpus"] = c.to_gpus;
           if (c.global_batch) j["global_batch"] = c.global_batch;
-          if (!c.datasets.empty()) j["datasets"] = c.datasets;
+          if (c.datasets) j["datasets"] = *c.datasets;
         } else if constexpr (std::is_same_v<T, RemoveChange>) {
           j.update({{"job", c.job}, {"step", c.step}});
         } else if constexpr (std::is_same_v<T, SaveChange>) {
@@ -113,8 +113,9 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     if (j.contains("datasets")) {
       const json& d = j["datasets"];
       if (!d.is_object()) return ptc::invalid(w + ": 'datasets' must be an object of dataset name -> version");
+      c.datasets.emplace();
       for (const auto& [name, version] : d.items()) {
-        PTC_ASSIGN_OR_RETURN(c.datasets[name], ptc::member_u64(d, name.c_str(), w + ": datasets"));
+        PTC_ASSIGN_OR_RETURN((*c.datasets)[name], ptc::member_u64(d, name.c_str(), w + ": datasets"));
       }
     }
     r.change = std::move(c);

@@ -36,7 +36,8 @@ struct RepartitionChange {
   uint64_t global_batch = 0;          // the job's datasets' new global batch (0: each keeps its own)
   // The job's datasets the repartition re-splits, each at the version the coordinator re-splits
   // from: a node that has another version (catching up) or re-splits other datasets refuses.
-  std::map<std::string, uint64_t> datasets;
+  // Absent (a coordinator of an older build): not checked.
+  std::optional<std::map<std::string, uint64_t>> datasets;
 };
 
 // An import: every node reads the rank files of the shards it is placed to hold from `dir`

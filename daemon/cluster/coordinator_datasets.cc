@@ -85,6 +85,11 @@ size_t Coordinator::catch_up_datasets() {
     // Take the peers' version number, so later changes agree on it.
     PreparedChange change;
     change.datasets = {{v->with_position(pos, newest->version, spec.global_batch), v}};
+    // Not under a change prepared here (a kept repartition that re-splits it commits it itself).
+    if (auto s = change.claim_datasets(store_); !s) {
+      ptc::log::warn("catching up dataset {}: {}; tried again later", name, s.to_string());
+      continue;
+    }
     if (auto s = commit_change(store_, change); !s) {
       ptc::log::warn("catching up dataset {}: {}", name, s.to_string());
       continue;

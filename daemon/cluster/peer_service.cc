@@ -44,12 +44,25 @@ std::string record_key(const PrepareRequest& r) {
 
 constexpr size_t kRememberCommitted = 256;
 
+// The job a change is of, and whether it may change that job's datasets (a progress; a
+// repartition, which re-splits them).
+std::pair<std::string, bool> dataset_change_of(const PrepareRequest& r) {
+  return std::visit(
+      [](const auto& c) -> std::pair<std::string, bool> {
+        using T = std::decay_t<decltype(c)>;
+        return {c.job, std::is_same_v<T, DatasetProgressChange> || std::is_same_v<T, RepartitionChange>};
+      },
+      r.change);
+}
+
 // A repartition re-splits on this node the datasets, at the versions, that the coordinator
 // re-split: else the nodes would serve different splits after it (a node catching up on a
 // progress it missed has another version).
 ptc::Status same_datasets(const RepartitionChange& c, const std::vector<DatasetChange>& here) {
+  if (!c.datasets) return ptc::Status::ok();  // a coordinator of an older build
+  const std::map<std::string, uint64_t>& want = *c.datasets;
   const std::map<std::string, uint64_t> have = resplit_versions(here);
-  if (have == c.datasets) return ptc::Status::ok();
+  if (have == want) return ptc::Status::ok();
   const auto text = [](const std::map<std::string, uint64_t>& m) {
     std::string out;
     for (const auto& [name, version] : m)
@@ -57,7 +70,7 @@ ptc::Status same_datasets(const RepartitionChange& c, const std::vector<DatasetC
     return out.empty() ? std::string("none") : out;
   };
   return ptc::error(ptc::Code::kFailedPrecondition, "the datasets of job '" + c.job + "' to re-split differ: here " +
-                                                        text(have) + ", at the coordinator " + text(c.datasets) +
+                                                        text(have) + ", at the coordinator " + text(want) +
                                                         " (a node catching up; try again in a moment)");
 }
 
@@ -295,17 +308,34 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
   }
   if (!change) {
     // Refused because a change of the same step or dataset is prepared here and undecided:
-    // name its coordinator, who ends it (docs/FORMATS.md "Keys in etcd").
+    // name its coordinator, who ends it (docs/FORMATS.md "Keys in etcd"). The same record, or,
+    // for a change of the job's datasets (a repartition re-splits them), one holding a dataset of
+    // the job (its claim refused this one).
     ptc::Status why = change.status();
     std::lock_guard lock(mu_);
-    for (const auto& [t, h] : prepared_)
-      if (why.code() == ptc::Code::kFailedPrecondition && h.key == record_key(req) && t != req.tx) {
-        why = ptc::error(why.code(), why.message() + ": it holds the change that node " + h.coordinator +
-                                         " coordinates (transaction " + t + "), not decided yet; that goes when " +
-                                         h.coordinator + " commits or aborts it" +
-                                         (h.lease != 0 ? ", or when its lease ends" : ""));
-        break;
+    const Held* holder = nullptr;
+    std::string holder_tx;
+    if (why.code() == ptc::Code::kFailedPrecondition) {
+      const auto [job, datasets] = dataset_change_of(req);
+      for (const auto& [t, h] : prepared_) {
+        if (t == req.tx) continue;
+        const bool same_record = h.key == record_key(req);
+        const bool same_datasets =
+            datasets && std::any_of(h.change.datasets.begin(), h.change.datasets.end(),
+                                    [&](const DatasetChange& d) { return d.next->job() == job; });
+        if (same_record || (!holder && same_datasets)) {
+          holder = &h;
+          holder_tx = t;
+          if (same_record) break;
+        }
       }
+    }
+    if (holder)
+      why =
+          ptc::error(why.code(), why.message() + ": it holds the change that node " + holder->coordinator +
+                                     " coordinates (transaction " + holder_tx + "), not decided yet; that goes when " +
+                                     holder->coordinator + " commits or aborts it" +
+                                     (holder->lease != 0 ? ", or when its lease ends" : ""));
     return why.with_context("node " + id());
   }
   failpoint("peer.prepared");

@@ -61,9 +61,9 @@ ptc::Status PreparedChange::claim_datasets(Store& s) {
     const auto snap = s.snapshot();
     const auto it = snap->datasets.find({job, name});
     if (it == snap->datasets.end() || it->second != d.replaced)
-      return ptc::error(ptc::Code::kFailedPrecondition, "dataset " + job + "/" + name + " changed (version " +
-                                                            std::to_string(d.replaced->version()) +
-                                                            " replaced) while its new version was prepared");
+      return ptc::error(ptc::Code::kFailedPrecondition,
+                        "dataset " + job + "/" + name + " changed while its new version was prepared (from version " +
+                            std::to_string(d.replaced->version()) + ")");
   }
   return ptc::Status::ok();
 }

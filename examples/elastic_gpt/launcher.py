@@ -189,11 +189,21 @@ def latest_step(client: ptcfs.Client, job: str) -> Optional[int]:
     return max(numbered) if numbered else None
 
 
+DECISION_KEYS = ("queued", "gpus", "tp", "pp", "dp", "seq")
+
+
 def wait_for_decision(a) -> dict:
+    """The job's decision once it is one to run (not queued). One that lacks a member the launcher
+    needs is taken as absent, said once on stderr: the controller writes decisions anew."""
     key = f"{a.prefix}/decision/{a.queue_name}"
+    said = None
     while True:
         d = etcd_get(a.etcd, key)
-        if d is not None and not d["queued"]:
+        missing = [k for k in DECISION_KEYS if d is not None and k not in d]
+        if missing and d != said:
+            print(f"launcher: {key} lacks {', '.join(missing)}; taken as absent", file=sys.stderr)
+            said = d
+        elif d is not None and not missing and not d["queued"]:
             return d
         time.sleep(a.poll)
 

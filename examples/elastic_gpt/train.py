@@ -105,7 +105,8 @@ def worker(rank: int, a: argparse.Namespace, port: int) -> None:
             if a.out:
                 write_json(a.out, f"saved-r{rank}-{it + 1}.json", {**who, "written": written})
             if rank == 0:  # the views now start after the samples this checkpoint has seen
-                client.dataset_progress(a.job, a.dataset, consumed=consumed + (it + 1 - start) * cfg.global_batch)
+                # Waits out a repartition that re-splits the dataset meanwhile (the autoscaler's).
+                ptcfs.record_dataset_progress(client, a.job, a.dataset, consumed + (it + 1 - start) * cfg.global_batch)
             dist.barrier()
     if client:
         client.close()

@@ -249,9 +249,13 @@ Result<std::vector<JobOption>> job_options(const JobSpec& job, int gpus) {
   return out;
 }
 
+constexpr double kLeastWeight = 1e-9;
+
 void weigh_moves(const JobSpec& job, double horizon_s, std::vector<JobOption>& options) {
   if (!job.current || job.move_seconds <= 0 || horizon_s <= 0) return;
-  const double moved = std::max(0.0, 1.0 - job.move_seconds / horizon_s);
+  // Floored above 0: a move the horizon cannot pay back still ranks by its rate, for when the
+  // current option is gone (fewer GPUs) and the job must move anyway.
+  const double moved = std::max(kLeastWeight, 1.0 - job.move_seconds / horizon_s);
   for (JobOption& o : options) {
     const bool current = o.gpus == job.current->gpus && (job.current->global_batch == 0 || o.global_batch == 0 ||
                                                          o.global_batch == job.current->global_batch);

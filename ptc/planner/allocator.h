@@ -99,7 +99,8 @@ Result<std::vector<JobOption>> job_options(const JobSpec& job, int gpus);
 
 // Weighs a running job's moves over the next `horizon_s` seconds (docs/PLANNER.md "Weighing
 // moves"): an option other than job.current pauses the job for move_seconds, so it trains for
-// horizon_s - move_seconds of them and its weight is max(0, 1 - move_seconds / horizon_s); the
+// horizon_s - move_seconds of them and its weight is 1 - move_seconds / horizon_s, at least 1e-9
+// (a move that cannot pay back still ranks by its rate, for a job whose current option is gone); the
 // current option (same GPU count, and batch when both current and the option give one) keeps
 // weight 1. A job
 // without current (new: it starts whichever option it gets) or move_seconds, or a horizon <= 0,

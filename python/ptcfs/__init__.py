@@ -6,7 +6,7 @@ from .errors import Error
 from . import dtypes, safetensors, ptc, megatron, checkpoint, control, elastic, planner, direct, live
 from .checkpoint import load_full, load_ptc, load_shard, save_ptc, save_shard, save_tensor_range, shard_file, step_dir
 from .control import Client, connect
-from .elastic import ensure_layout, wait_committed
+from .elastic import ensure_layout, record_dataset_progress, wait_committed
 from .megatron import infer_megatron
 from .ptc import gather, shard_tensors, split
 from .dtypes import to_torch
@@ -14,6 +14,6 @@ from .planner import plan
 
 __version__ = "0.2.0"
 
-__all__ = ["Error", "Client", "connect", "ensure_layout", "plan", "planner", "wait_committed", "infer_megatron", "split", "gather",
+__all__ = ["Error", "Client", "connect", "ensure_layout", "record_dataset_progress", "plan", "planner", "wait_committed", "infer_megatron", "split", "gather",
            "shard_tensors", "to_torch", "save_shard", "save_tensor_range", "save_ptc", "load_shard", "load_full", "load_ptc", "shard_file", "step_dir",
            "direct", "live", "dtypes", "safetensors", "ptc", "megatron", "checkpoint", "control", "elastic", "__version__"]

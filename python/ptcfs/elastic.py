@@ -23,7 +23,10 @@ from .errors import Error
 # Refusals that mean "another repartition of this step is under way or just won": wait. On etcd
 # the step's lock refuses a second coordinator ("by another coordinator (node n0)"), also while
 # a change whose commit etcd did not answer is settled ("is not settled yet" from its own node).
-_TRANSIENT = ("already being repartitioned", "changed while", "by another coordinator", "is not settled yet")
+# A change of the job's datasets prepared meanwhile (a progress, another caller's re-split) refuses
+# with "is already being changed"; a node catching up with "try again in a moment".
+_TRANSIENT = ("already being repartitioned", "changed while", "by another coordinator", "is not settled yet",
+              "is already being changed", "try again in a moment")
 
 
 def _mount_batches(mount: str, job: str) -> Optional[list]:
@@ -106,18 +109,23 @@ def ensure_layout(job: str, step: Any, tp: int, pp: int, dp: int, mount: Optiona
         next_ask = time.monotonic()
         wait = poll
         while True:
-            if time.monotonic() >= next_ask:
+            batches = [] if global_batch is None else _mount_batches(mount, job)
+            if time.monotonic() >= next_ask and batches is None:
+                next_ask = time.monotonic() + poll  # a dataset's state.json cannot be read yet
+            elif time.monotonic() >= next_ask:
                 try:
                     # A job without datasets has no batch to take: only the layout is asked for.
-                    res = c.repartition(job, step, to,
-                                        global_batch=global_batch if _mount_batches(mount, job) else None)
-                    # Done (by this call, or unchanged because another caller got there).
-                    while not shown(mount):
+                    res = c.repartition(job, step, to, global_batch=global_batch if batches else None)
+                    # Done (by this call, or unchanged because another caller got there). The layout
+                    # shown without the batch (a dataset came meanwhile): asked again below.
+                    while _mount_parallelism(mount, job, step) != target:
                         if time.monotonic() > deadline:
                             raise Error("deadline_exceeded", f"{job}/{step} was repartitioned to {to} but "
                                         f"{mount}/{job}/{step}/ptc.json does not show it")
                         time.sleep(poll)
-                    return result(mount, not res.get("unchanged", False), res)
+                    if shown(mount):
+                        return result(mount, not res.get("unchanged", False), res)
+                    next_ask = time.monotonic() + poll
                 except Error as e:
                     if e.code != "failed_precondition" or not any(s in e.message for s in _TRANSIENT):
                         raise
@@ -162,3 +170,21 @@ def wait_committed(job: str, step: Any, client: Optional[Client] = None, daemon:
     finally:
         if own:
             c.close()
+
+
+def record_dataset_progress(client: Client, job: str, name: str, consumed: int, epoch: Optional[int] = None,
+                    timeout: float = 600.0, poll: float = 0.05) -> dict:
+    """client.dataset_progress, waiting out another change of the dataset prepared meanwhile (a
+    repartition that re-splits it, the controller's while a job trains: refused with
+    failed_precondition "is already being changed"); asked again until it goes through. Other
+    refusals are raised at once; still refused after `timeout` seconds, the last refusal is."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return client.dataset_progress(job, name, consumed, epoch)
+        except Error as e:
+            if e.code != "failed_precondition" or "is already being changed" not in e.message or \
+                    time.monotonic() > deadline:
+                raise
+        time.sleep(poll)
+        poll = min(poll * 2, 0.5)

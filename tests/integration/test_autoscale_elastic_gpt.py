@@ -389,3 +389,17 @@ def test_a_progress_write_whose_first_endpoint_applied_it_unanswered_is_counted_
             assert capsys.readouterr().err == ""
         finally:
             proxy.shutdown()
+
+
+def test_the_launcher_waits_on_a_decision_that_lacks_what_it_needs(tmp_path, capsys):
+    # A decision without tp (an object all the same) is taken as absent, said once; the launcher
+    # waits until a whole one comes (it raised KeyError and died).
+    lau = load_launcher()
+    with Etcd(str(tmp_path)) as etcd:
+        key = f"{P}/decision/gpt"
+        etcd.ctl("put", key, json.dumps({"queued": False, "gpus": 1, "pp": 1, "dp": 1, "seq": 3}))
+        whole = {"queued": False, "gpus": 1, "tp": 1, "pp": 1, "dp": 1, "seq": 4}
+        threading.Timer(1.0, lambda: etcd.ctl("put", key, json.dumps(whole))).start()
+        a = lau.argparse.Namespace(prefix=P, queue_name="gpt", etcd=etcd.endpoints, poll=0.1)
+        assert lau.wait_for_decision(a) == whole
+        assert capsys.readouterr().err == f"launcher: {key} lacks tp; taken as absent\n"

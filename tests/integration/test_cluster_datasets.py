@@ -134,26 +134,28 @@ def test_a_new_global_batch_reaches_every_node_in_the_repartitions_commit(tmp_pa
 
 
 def test_a_repartition_racing_a_progress_is_refused_and_the_nodes_stay_alike(tmp_path):
-    """A progress of the dataset is prepared on both nodes (n0 pauses 3 s with its part prepared:
-    failpoint peer.prepared) when a repartition with a new global batch comes through n1: it is
-    refused, since the dataset is being changed, the progress goes through, and both nodes serve
-    the same dataset and step. Without the dataset's claim both changes were prepared side by
+    """A progress of the dataset is prepared on both nodes (its coordinator n1 pauses 3 s before
+    deciding: failpoint coordinator.prepared) when a repartition with a new global batch comes
+    through n1: it is refused, since the dataset is being changed, naming the progress's
+    coordinator and transaction; the progress goes through, and both nodes serve the same dataset
+    and step. Without the dataset's claim both changes were prepared side by
     side and could commit in different orders on the two nodes, leaving them apart for good."""
     with Cluster(str(tmp_path / "c"), 2, gpus=2) as c:
         src, samples = import_and_write(c, tmp_path, seed=8)
         c[1].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 5,
                  "--global-batch", 16, src)
-        c[0].stop(cleanup_mount=True)
-        c[0].env["PTCFS_FAILPOINT"] = "peer.prepared:3"
-        c[0].start()
+        c[1].stop(cleanup_mount=True)
+        c[1].env["PTCFS_FAILPOINT"] = "coordinator.prepared:3"
+        c[1].start()
         got = {}
         progress = threading.Thread(target=lambda: got.update(r=c[1].cli(
             "dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", 16, check=False)))
         progress.start()
-        wait_for(lambda: "failpoint peer.prepared reached" in c[0].log_tail(), 20, "n0 to prepare the progress")
+        wait_for(lambda: "failpoint coordinator.prepared reached" in c[1].log_tail(), 20, "the progress to be prepared")
         r = c[1].cli("repartition", "--job", "gpt", "--step", "7", "--to", "tp=1,pp=1,dp=2", "--global-batch", 8,
                      check=False)
-        assert_error(r, "dataset gpt/train is already being changed (a progress or a re-split is prepared)")
+        assert_error(r, "dataset gpt/train is already being changed (a progress or a re-split is prepared): it holds "
+                        "the change that node n1 coordinates (transaction")
         progress.join(60)
         assert got["r"].returncode == 0, got["r"].stderr
         for d in c.nodes:

@@ -216,6 +216,12 @@ TEST_CASE("moves weighed: a running job's other options count at 1 - move_second
   CHECK(seven->jobs[1].option.gpus == 2);
   CHECK(seven->samples_per_s == 55);
   CHECK(allocate_throughput(jobs, 7)->jobs[0].option.gpus == 2);
+  // A move longer than the horizon, when the current option is gone (a ran on 8; 6 are left): the
+  // moves still rank by rate, so a takes the 6, not its smallest count.
+  std::vector<JobSpec> shrunk = {measured("a", 1, 8, {{1, 10}, {2, 19}, {4, 30}, {6, 35}, {8, 40}})};
+  shrunk[0].current = Running{8, 0};
+  shrunk[0].move_seconds = 900;
+  CHECK(allocate_throughput(shrunk, 6, 600)->jobs[0].option.gpus == 6);
 }
 
 TEST_CASE("weigh_moves: the current option, by count and batch, keeps weight 1", "[allocator][batch]") {
@@ -231,10 +237,10 @@ TEST_CASE("weigh_moves: the current option, by count and batch, keeps weight 1",
     return std::vector<double>{o[0].weight, o[1].weight, o[2].weight};
   };
   CHECK(weights(Running{2, 8}, 120) == std::vector<double>{1, 0.5, 0.5});
-  CHECK(weights(Running{2, 0}, 120) == std::vector<double>{1, 1, 0.5});  // no batch given: any at 2 GPUs
-  CHECK(weights(Running{4, 16}, 40) == std::vector<double>{0, 0, 1});    // a move longer than the horizon
-  CHECK(weights(Running{2, 8}, 0) == std::vector<double>{1, 1, 1});      // no horizon
-  CHECK(weights(std::nullopt, 120) == std::vector<double>{1, 1, 1});     // not running: starts anyway
+  CHECK(weights(Running{2, 0}, 120) == std::vector<double>{1, 1, 0.5});      // no batch given: any at 2 GPUs
+  CHECK(weights(Running{4, 16}, 40) == std::vector<double>{1e-9, 1e-9, 1});  // a move longer than the horizon
+  CHECK(weights(Running{2, 8}, 0) == std::vector<double>{1, 1, 1});          // no horizon
+  CHECK(weights(std::nullopt, 120) == std::vector<double>{1, 1, 1});         // not running: starts anyway
   j.current = Running{2, 8};  // a measured option without a batch matches any
   std::vector<JobOption> plain = {{2, 100, std::nullopt, 0}, {4, 200, std::nullopt, 0}};
   weigh_moves(j, 120, plain);

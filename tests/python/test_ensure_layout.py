@@ -132,3 +132,54 @@ def test_a_global_batch_the_datasets_lack_is_taken_in_one_commit_with_the_step(d
         assert c.ls("j/10")["version"] == 1
     again = ptcfs.ensure_layout("j", 10, 2, 2, 1, mount=daemon.mnt, daemon=daemon.addr, global_batch=16)
     assert (again["repartitioned"], again["result"]) == (False, None)  # shown already: nothing asked
+
+
+def test_a_dataset_state_unreadable_at_ask_time_is_asked_for_later(daemon, tmp_path, monkeypatch):
+    """_mount_batches cannot read a state.json when ensure_layout would ask: it does not ask
+    without the batch (which left it waiting for a batch nobody would set); it asks once it can."""
+    import_step(daemon, tmp_path)
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"i": i}) + "\n" for i in range(64)))
+    with daemon.client() as c:
+        c.dataset_add("j", "train", "jsonl", 1, 8, [str(data)], dp=1)
+    real, calls = ptcfs.elastic._mount_batches, []
+
+    def flaky(mount, job):
+        calls.append(1)
+        return None if len(calls) <= 2 else real(mount, job)
+    monkeypatch.setattr(ptcfs.elastic, "_mount_batches", flaky)
+    r = ptcfs.ensure_layout("j", 10, 1, 2, 2, mount=daemon.mnt, daemon=daemon.addr, global_batch=16, timeout=30)
+    assert r["repartitioned"] is True
+    assert r["result"]["datasets"] == [{"name": "train", "from_dp": 1, "to_dp": 2, "from_global_batch": 8,
+                                        "to_global_batch": 16}]
+    with open(os.path.join(daemon.mnt, "j", "data", "train", "state.json")) as f:
+        assert (json.load(f)["global_batch"]) == 16
+
+
+class _BusyThenFree:
+    """A client whose dataset_progress is refused as the daemon refuses it while a re-split of the
+    dataset is prepared, `busy` times, then answers."""
+
+    def __init__(self, busy, error=None):
+        self.busy, self.calls = busy, []
+        self.error = error or ptcfs.Error("failed_precondition", "dataset j/train is already being changed "
+                                          "(a progress or a re-split is prepared)")
+
+    def dataset_progress(self, job, name, consumed, epoch=None):
+        self.calls.append((job, name, consumed, epoch))
+        if len(self.calls) <= self.busy:
+            raise self.error
+        return {"consumed": consumed}
+
+
+def test_record_dataset_progress_waits_out_a_re_split_and_raises_the_rest():
+    c = _BusyThenFree(3)
+    assert ptcfs.record_dataset_progress(c, "j", "train", 48, poll=0.01) == {"consumed": 48}
+    assert c.calls == [("j", "train", 48, None)] * 4
+    other = _BusyThenFree(1, ptcfs.Error("invalid_argument", "consumed 48 is not batch_offset 24 plus a multiple"))
+    with pytest.raises(ptcfs.Error, match="not batch_offset"):
+        ptcfs.record_dataset_progress(other, "j", "train", 48, poll=0.01)
+    assert len(other.calls) == 1
+    stuck = _BusyThenFree(10 ** 6)
+    with pytest.raises(ptcfs.Error, match="already being changed"):
+        ptcfs.record_dataset_progress(stuck, "j", "train", 48, timeout=0.2, poll=0.01)

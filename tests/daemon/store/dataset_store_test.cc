@@ -86,7 +86,7 @@ TEST_CASE("a JSONL dataset is stored, read by record, progressed and reloaded", 
   REQUIRE(commit_change(**store, *second).is_ok());
   const ptc::Status moved = stale->claim_datasets(**store);
   CHECK(moved.code() == ptc::Code::kFailedPrecondition);
-  CHECK(moved.message() == "dataset job/ds changed (version 2 replaced) while its new version was prepared");
+  CHECK(moved.message() == "dataset job/ds changed while its new version was prepared (from version 2)");
   // 3 samples, batch 3: consuming the epoch starts the next.
   auto cur = current_dataset(**store, "job", "ds");
   CHECK((*cur)->position() == ptc::DatasetPosition{3, 1, 0});
