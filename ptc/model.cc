@@ -65,6 +65,20 @@ Status validate_tensor_name(std::string_view name) {
   return Status::ok();
 }
 
+Status validate_tensor_names(const std::vector<TensorSpec>& tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string& n = tensors[i].name;
+    if (n == "__metadata__") return invalid("tensor name '__metadata__' is reserved by safetensors (the header's key)");
+    const std::string folder = n + ".npy/";
+    auto it = std::lower_bound(tensors.begin(), tensors.end(), folder,
+                               [](const TensorSpec& t, const std::string& f) { return t.name < f; });
+    if (it != tensors.end() && it->name.compare(0, folder.size(), folder) == 0)
+      return invalid("tensor names '" + n + "' and '" + it->name + "' clash: '" + n + "' is shown as the file " + n +
+                     ".npy, which '" + it->name + "' needs as a folder");
+  }
+  return Status::ok();
+}
+
 Status validate_id(std::string_view what, std::string_view id) {
   const std::string q = std::string(what) + " name '" + std::string(id) + "'";
   if (id.empty()) return invalid("empty " + std::string(what) + " name");

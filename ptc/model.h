@@ -64,6 +64,10 @@ std::string ptc_to_json(const Ptc& ptc);
 // A tensor name is '/'-separated components, none empty, "." or "..", none longer than
 // 250 bytes, no NUL; the whole at most 4096 bytes.
 Status validate_tensor_name(std::string_view name);
+// The names of one PTC together (sorted, as Ptc keeps them): none is "__metadata__" (the
+// safetensors header's own key: no rank file could hold it), and none is shown where another
+// needs a folder (tensor "a" is the view file a.npy, so no other name may start with "a.npy/").
+Status validate_tensor_names(const std::vector<TensorSpec>& tensors);
 
 // Job and step names: [A-Za-z0-9_.-]+, not starting with '.', at most 128 bytes.
 Status validate_id(std::string_view what, std::string_view id);

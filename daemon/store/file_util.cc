@@ -11,7 +11,10 @@
 namespace ptcfs {
 
 ptc::Result<File> File::open_read(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a device) for reading would otherwise wait for a writer,
+  // forever, holding the change's claim; it is refused below instead. On a regular file the
+  // flag does nothing, and it is cleared all the same.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return ptc::not_found(path + ": no such file");
     return ptc::io_error("opening " + path, errno);
@@ -20,6 +23,12 @@ ptc::Result<File> File::open_read(const std::string& path) {
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return ptc::invalid(path + ": not a regular file");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ptc::io_error("opening " + path, err);
   }
   return File(fd, path);
 }

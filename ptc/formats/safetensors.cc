@@ -142,6 +142,9 @@ Result<SafetensorsHeader> parse_safetensors(std::string_view prefix, uint64_t fi
   const uint64_t data_size = file_size - h.data_start;
 
   const std::string_view text = prefix.substr(8, h.header_len);
+  // As the safetensors format has it: the header opens with '{' (no byte order mark, no space;
+  // a BOM was skipped by the JSON parser, so Python's reader and this one disagreed).
+  if (text.empty() || text.front() != '{') return corrupt(file + ": header does not start with '{'");
   PTC_ASSIGN_OR_RETURN(const json root, parse_json(text, file + ": header", Code::kCorrupt));
   if (!root.is_object()) return corrupt(file + ": header is a JSON " + root.type_name() + ", not an object");
 

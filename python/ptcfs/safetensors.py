@@ -11,6 +11,7 @@ whole-file buffer: that is what the mount's write path accepts (one writer, in o
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import struct
@@ -35,7 +36,7 @@ def encode_header(entries: Mapping[str, Tuple[str, Tuple[int, ...]]]) -> Tuple[b
     h, offsets, pos = {}, {}, 0
     for name in sorted(entries):
         dtype, shape = entries[name]
-        n = _dt.itemsize(dtype) * int(np.prod([int(s) for s in shape], dtype=np.int64))
+        n = _dt.itemsize(dtype) * math.prod(int(s) for s in shape)
         h[name] = {"data_offsets": [pos, pos + n], "dtype": dtype, "shape": [int(s) for s in shape]}
         offsets[name] = (pos, pos + n)
         pos += n
@@ -54,6 +55,8 @@ def parse_header(buf, file_size: int, where: str) -> Tuple[int, Dict[str, Tuple[
     (n,) = struct.unpack("<Q", bytes(buf[:8]))
     if n > MAX_HEADER or 8 + n > file_size:
         raise invalid(f"{where}: header length {n} does not fit the file ({file_size} bytes)")
+    if bytes(buf[8:9]) != b"{":
+        raise invalid(f"{where}: header does not start with '{{'")
     try:
         h = json.loads(bytes(buf[8:8 + n]).decode("utf-8"), object_pairs_hook=no_duplicates(f"{where}: header"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -67,6 +70,10 @@ def parse_header(buf, file_size: int, where: str) -> Tuple[int, Dict[str, Tuple[
     entries = {}
     for name, e in h.items():
         at = f"{where}: tensor '{name}'"
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate escaped in the JSON: no UTF-8 name (ptcfs refuses it too)
+            raise invalid(f"{where}: tensor name {name!r} is not valid UTF-8") from None
         if not isinstance(e, dict) or set(e) != {"dtype", "shape", "data_offsets"}:
             raise invalid(f"{at}: entry must have exactly dtype, shape and data_offsets")
         dtype, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
@@ -77,7 +84,7 @@ def parse_header(buf, file_size: int, where: str) -> Tuple[int, Dict[str, Tuple[
         if not (isinstance(offs, list) and len(offs) == 2 and all(type(o) is int for o in offs)
                 and 0 <= offs[0] <= offs[1]):
             raise invalid(f"{at}: bad data_offsets {offs!r}")
-        want = _dt.itemsize(dtype) * int(np.prod(shape, dtype=np.int64))
+        want = _dt.itemsize(dtype) * math.prod(shape)  # exact: numpy's int64 product wraps around
         if offs[1] - offs[0] != want:
             raise invalid(f"{at}: data_offsets {offs} hold {offs[1] - offs[0]} bytes, {dtype} {shape} needs {want}")
         if offs[1] > data_len:

@@ -250,6 +250,20 @@ def test_import_hf_refuses_bad_input_and_imports_nothing(daemon, tmp_path):
     write_hf(str(tmp_path / "ok"), ck.full)
     refused(tmp_path / "ok", "cannot be laid out at tp=3,pp=1,dp=1", "not divisible by tp=3",
             extra_args=("--to", "tp=3,pp=1,dp=1"))
+    # A FIFO for config.json: refused at once (opening it waited for a writer forever, holding the
+    # step's claim, and the daemon then ignored SIGTERM); once it is a file, the import goes through.
+    write_hf(str(tmp_path / "fifo"), ck.full)
+    os.remove(tmp_path / "fifo" / "config.json")
+    os.mkfifo(tmp_path / "fifo" / "config.json")
+    refused(tmp_path / "fifo", f"{tmp_path / 'fifo' / 'config.json'}: not a regular file")
+    # Names the mount cannot show side by side ('a' is the file a.npy, 'a.npy/b' needs it as a
+    # folder): refused (the step was committed and never shown), nothing stored.
+    clash = {"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": 0,
+             "tensors": {"a": {"dtype": "F32", "shape": [2]}, "a.npy/b": {"dtype": "F32", "shape": [2]}}}
+    ptcgen.write_checkpoint(str(tmp_path / "clash"), clash, ptcgen.full_tensors(clash))
+    r = daemon.cli("import", str(tmp_path / "clash"), "--job", "j", "--step", "1", check=False)
+    assert_error(r, "tensor names 'a' and 'a.npy/b' clash: 'a' is shown as the file a.npy")
+    assert daemon.cli_json("ls", "--json") == NOTHING
     # Not a Hugging Face directory; an unknown template.
     os.makedirs(tmp_path / "empty")
     refused(tmp_path / "empty", "no model.safetensors and no model.safetensors.index.json")

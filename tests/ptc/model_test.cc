@@ -307,6 +307,27 @@ TEST_CASE("validate_tensor_name limits the whole name to 4096 bytes", "[model]")
   CHECK(validate_tensor_name("a/b/c").is_ok());
 }
 
+TEST_CASE("validate_tensor_names refuses safetensors' key and a name shown where another needs a folder", "[model]") {
+  const auto specs = [](std::initializer_list<const char*> names) {
+    std::vector<TensorSpec> out;
+    for (const char* n : names) {
+      TensorSpec t;
+      t.name = n;
+      out.push_back(std::move(t));
+    }
+    return out;  // given sorted, as Ptc keeps them
+  };
+  CHECK(validate_tensor_names(specs({"a", "a.npx/b", "a.npy", "a.npyb", "b/a.npy"})).is_ok());
+  const Status clash = validate_tensor_names(specs({"a", "a.npy/b", "b"}));
+  CHECK(clash.code() == Code::kInvalidArgument);
+  CHECK(clash.message() ==
+        "tensor names 'a' and 'a.npy/b' clash: 'a' is shown as the file a.npy, which 'a.npy/b' needs as a folder");
+  CHECK_THAT(validate_tensor_names(specs({"x/a", "x/a.npy/c/d"})).message(),
+             Catch::StartsWith("tensor names 'x/a' and 'x/a.npy/c/d' clash"));
+  CHECK(validate_tensor_names(specs({"__metadata__", "w"})).message() ==
+        "tensor name '__metadata__' is reserved by safetensors (the header's key)");
+}
+
 TEST_CASE("parse_ptc_json refuses a NUL byte in the text and bad JSON", "[model]") {
   std::string text = kDesignExample;
   text.push_back('\0');

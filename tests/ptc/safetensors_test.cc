@@ -191,12 +191,16 @@ TEST_CASE("parse_safetensors refuses a prefix or file too short for its header",
 
 TEST_CASE("parse_safetensors refuses headers that are not a JSON object", "[safetensors]") {
   expect_corrupt(R"({"a":{"dtype":"F32",)", 0, "not valid JSON");
-  expect_corrupt("", 0, "not valid JSON");
+  expect_corrupt("", 0, "header does not start with '{'");
   // NUL padding, and bytes hidden after a NUL (nlohmann alone would stop reading there).
   expect_corrupt(std::string("{}\0\0\0\0\0\0", 8), 0, "not valid JSON");
   expect_corrupt(std::string("{}\0{\"x\":1}", 10), 0, "not valid JSON");
-  expect_corrupt("[1, 2]", 0, "not an object");
-  expect_corrupt("\"str\"", 0, "not an object");
+  // The header opens with '{', as safetensors has it: no other JSON value, no space, no byte
+  // order mark (which the JSON parser skipped).
+  expect_corrupt("[1, 2]", 0, "header does not start with '{'");
+  expect_corrupt("\"str\"", 0, "header does not start with '{'");
+  expect_corrupt(" {}", 0, "header does not start with '{'");
+  expect_corrupt("\xEF\xBB\xBF{}", 0, "header does not start with '{'");
   expect_corrupt(R"({"a":"F32"})", 0, "tensor 'a'");
 }
 

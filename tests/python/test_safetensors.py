@@ -130,6 +130,8 @@ def write_raw(path, header: dict, data: bytes, pad=True):
       "b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 8, "overlap"),
     ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8, "hole"),
     ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4], "x": 1}}, b"\0" * 4, "exactly dtype"),
+    # A shape whose element count wraps around in int64 (it raised a bare ValueError later).
+    ({"a": {"dtype": "F32", "shape": [4611686018427387905, 4], "data_offsets": [0, 16]}}, b"\0" * 16, "needs"),
 ])
 def test_strict_reader_names_file_and_tensor(tmp_path, header, data, text):
     p = str(tmp_path / "bad.safetensors")
@@ -139,6 +141,18 @@ def test_strict_reader_names_file_and_tensor(tmp_path, header, data, text):
     assert e.value.code == "invalid_argument" and p in e.value.message and text in e.value.message
     if len(header) == 1:
         assert "tensor 'a'" in e.value.message
+
+
+def test_reader_refuses_a_header_not_opening_with_a_brace_and_a_name_not_utf8(tmp_path):
+    p = str(tmp_path / "bad.safetensors")
+    js = b'\xef\xbb\xbf{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'  # a byte order mark first
+    open(p, "wb").write(struct.pack("<Q", len(js)) + js + b"x")
+    with pytest.raises(ptcfs.Error, match=r"bad.safetensors: header does not start with '\{'"):
+        st.load(p)
+    js = b'{"a\\ud800":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'  # a lone surrogate, escaped
+    open(p, "wb").write(struct.pack("<Q", len(js)) + js + b"x")
+    with pytest.raises(ptcfs.Error, match=r"is not valid UTF-8"):
+        st.load(p)
 
 
 def test_reader_refuses_repeated_keys_and_a_lying_length(tmp_path):
