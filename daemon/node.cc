@@ -188,6 +188,13 @@ void Node::run() {
   save_committer_ =
       std::make_unique<Ticker>(saves_ready_, std::chrono::seconds(5), [this](unsigned tick) { commit_saves(tick); });
   ticker_ = std::make_unique<Ticker>(never_, std::chrono::seconds(1), [this](unsigned tick) { this->tick(tick); });
+  // A node that missed a change while it stayed up (unreachable for a while; the others went on
+  // without it) takes their versions of steps and datasets, as after a restart: on its own
+  // thread, since asking a peer that is down waits for the peer timeout. With etcd, the
+  // change's record brings it (Coordinator::on_record).
+  if (coordinator_ && !etcd_)
+    caught_up_ = std::make_unique<Ticker>(caught_up_never_, std::chrono::seconds(10),
+                                          [c = coordinator_](unsigned) { c->catch_up(); });
 }
 
 // Every second: prepared changes whose coordinator's lease ended (or that waited too long)
@@ -223,6 +230,7 @@ void Node::refresh_mount() {
 Node::~Node() {
   stopping_ = true;
   ticker_.reset();
+  caught_up_.reset();
   save_committer_.reset();
   if (catch_up_.joinable()) catch_up_.join();
   if (server_) server_->stop();

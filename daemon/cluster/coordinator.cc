@@ -14,6 +14,7 @@
 #include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/nodes.h"
 #include "daemon/cluster/repartition_part.h"
+#include "daemon/dataset/dataset_ops.h"
 #include "ptc/base/log.h"
 
 namespace ptcfs {
@@ -277,7 +278,13 @@ void Coordinator::on_record(const KeyedRecord& rec) {
   if (!tx.empty() && local_.commit_decided(tx)) return;  // prepared here: the record is its commit
   // A change prepared here against what this record replaced can never commit now.
   local_.drop_superseded(rec.key, tx, rec.version(), rec.removed());
-  if (!rec.is_step()) return;  // a dataset's record: only its commit concerns this node
+  if (!rec.is_step()) {
+    // A dataset's record this node did not commit (it missed the change, or prepared it late):
+    // brought to the others' version.
+    const auto have = current_dataset(store_, rec.job, rec.name);
+    if (have && (*have)->version() < rec.version()) catch_up_datasets();
+    return;
+  }
   const std::string& job = rec.job;
   const std::string& step = rec.name;
   auto have = [&] {
@@ -296,12 +303,19 @@ void Coordinator::on_record(const KeyedRecord& rec) {
   }
   const uint64_t version = rec.version();
   // The nodes that took part commit at about the time this record appears: give them a moment.
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    if (have() >= version || catch_up_step(job, step, version)) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
+  bool caught = false;
+  for (int attempt = 0; attempt < 5 && !caught; ++attempt) {
+    caught = have() >= version || catch_up_step(job, step, version);
+    if (!caught) std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
   }
-  ptc::log::warn("{}/{}: etcd records version {}, and no other node serves it yet; this node stays at {}", job, step,
-                 version, have());
+  if (!caught)
+    ptc::log::warn("{}/{}: etcd records version {}, and no other node serves it yet; this node stays at {}", job, step,
+                   version, have());
+  // A repartition re-splits the job's datasets in its commit, under the step's record alone: a
+  // node that missed it takes the datasets' new versions from the others too.
+  const auto snap = store_.snapshot();
+  const auto first = snap->datasets.lower_bound({job, ""});
+  if (first != snap->datasets.end() && first->first.first == job) catch_up_datasets();
 }
 
 ptc::Status Coordinator::remove(const RemoveRequest& req) {

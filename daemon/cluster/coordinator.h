@@ -64,11 +64,15 @@ class Coordinator final : public ChangeRunner {
 
   // Periodic work of a node in a cluster (the daemon's ticker).
   //
-  // After a restart: a step that peers moved to a newer version while this node was down
-  // (a repartition cannot place shards on a down node) is brought to that version, holding
-  // no shard; its old blobs are then collected. Datasets whose position moved take the
-  // newest one. Returns how many steps and datasets were caught up.
+  // After a restart, and every 10 s on a static cluster: a step that peers moved to a newer
+  // version while this node was down or unreachable (a repartition cannot place shards on a
+  // down node) is brought to that version, holding no shard; its old blobs are then collected.
+  // Datasets whose position moved take the newest one. Returns how many steps and datasets
+  // were caught up.
   size_t catch_up();
+  // The datasets alone, as catch_up takes them (a dataset's record newer than this node's
+  // version, or a step's record of a job with datasets: a node that missed the change).
+  size_t catch_up_datasets();
   // A record written in etcd (EtcdMembership's watch; on start, every record): commits the
   // change it decides if this node prepared it; otherwise brings the step to the recorded
   // version (holding none of it) or removes it.
@@ -99,7 +103,6 @@ class Coordinator final : public ChangeRunner {
   // Who of the members is up, for a repartition of `c` from version `version`: fills c.down;
   // an error when a node is at another version or the new placement needs a down node.
   ptc::Result<std::vector<int>> nodes_up(RepartitionChange& c, uint64_t version);
-  size_t catch_up_datasets();
   // Brings job/step to the newest version its peers have (at least `at_least`), holding none
   // of it; whether it moved.
   bool catch_up_step(const std::string& job, const std::string& step, uint64_t at_least);

@@ -74,6 +74,9 @@ size_t Coordinator::catch_up_datasets() {
       if (s->version > (newest ? newest->version : v->version())) newest = *s;
     }
     if (!newest) continue;
+    // A change of it prepared here and decided without this node (it prepared late, or missed
+    // the word) would hold its claim until it expires: the others' version replaces it.
+    local_.drop_superseded(etcd_dataset_key(key.first, key.second), "", newest->version, false);
     ptc::DatasetPosition pos;
     pos.dp = static_cast<int>(newest->dp);
     pos.epoch = newest->epoch;

@@ -87,7 +87,13 @@ bool PeerService::commit_decided(const std::string& tx) {
   {
     std::lock_guard lock(mu_);
     if (std::find(committed_.begin(), committed_.end(), tx) != committed_.end()) return true;
-    if (!prepared_.count(tx) && !committing_.count(tx)) return false;
+    if (!prepared_.count(tx) && !committing_.count(tx)) {
+      if (std::find(recorded_.begin(), recorded_.end(), tx) == recorded_.end()) {
+        recorded_.push_back(tx);
+        if (recorded_.size() > kRememberCommitted) recorded_.pop_front();
+      }
+      return false;
+    }
   }
   auto s = finish(tx, true);  // commits it, or waits for the commit under way (the coordinator's peer.commit)
   if (!s) ptc::log::error("committing transaction {} recorded in etcd: {}", tx, s.to_string());
@@ -95,18 +101,30 @@ bool PeerService::commit_decided(const std::string& tx) {
 }
 
 void PeerService::drop_superseded(const std::string& key, const std::string& tx, uint64_t version, bool removed) {
+  // The version a change makes of its record: its step's, or, for a change of a dataset alone
+  // (a progress), that dataset's.
+  const auto makes = [](const PreparedChange& c) -> uint64_t {
+    if (c.next) return c.next->version();
+    return c.datasets.size() == 1 ? c.datasets.front().next->version() : 0;
+  };
   std::vector<std::string> lost;
   {
     std::lock_guard lock(mu_);
     for (const auto& [t, h] : prepared_)
-      if (h.key == key && t != tx && (removed || (h.change.next && version >= h.change.next->version())))
+      if (h.key == key && t != tx && (removed || (makes(h.change) != 0 && version >= makes(h.change))))
         lost.push_back(t);
   }
   for (const auto& t : lost) {
-    ptc::log::warn(
-        "the change prepared for {} (transaction {}) can never commit: etcd records {} by transaction {}; "
-        "aborted",
-        key, t, removed ? "a removal" : "version " + std::to_string(version), tx);
+    if (tx.empty())
+      ptc::log::warn(
+          "the change prepared for {} (transaction {}) was decided without this node: the others are at "
+          "version {}; aborted here, caught up instead",
+          key, t, version);
+    else
+      ptc::log::warn(
+          "the change prepared for {} (transaction {}) can never commit: etcd records {} by transaction {}; "
+          "aborted",
+          key, t, removed ? "a removal" : "version " + std::to_string(version), tx);
     (void)finish(t, false);
   }
 }
@@ -349,13 +367,22 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
       return s.with_context("node " + id() + ": keeping the prepared change");
     }
   }
+  bool recorded = false;
   {
     std::lock_guard lock(mu_);
     if (std::find(aborted_.begin(), aborted_.end(), req.tx) == aborted_.end()) {
       prepared_.emplace(req.tx, Held{std::move(change).value(), record_key(req), req.coordinator, req.lease,
                                      std::chrono::steady_clock::now(), keep});
-      return transport::Reply(to_json(reply));
+      recorded = std::find(recorded_.begin(), recorded_.end(), req.tx) != recorded_.end();
+      if (!recorded) return transport::Reply(to_json(reply));
     }
+  }
+  if (recorded) {
+    // Its record came while it was prepared (the others committed it without this node).
+    ptc::log::info("transaction {} was recorded in etcd while this node prepared it; committing", req.tx);
+    if (auto s = finish(req.tx, true); !s)
+      ptc::log::error("committing transaction {} recorded in etcd: {}", req.tx, s.to_string());
+    return transport::Reply(to_json(reply));
   }
   // The coordinator aborted it while this node prepared it: nothing of it stays.
   drop(req.tx, *change, keep);

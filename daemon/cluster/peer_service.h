@@ -56,7 +56,8 @@ class PeerService {
   // A record of `key` written by transaction `tx` at `version` (0: none; `removed`: the step
   // was removed): a change prepared here for the same key under another transaction can
   // never commit any more (the record moved past what it was prepared against) and is
-  // aborted.
+  // aborted. `tx` empty: the other nodes are at `version` (a dataset's catch-up), and a change
+  // prepared here to make a version no newer is aborted: what the others have replaces it.
   void drop_superseded(const std::string& key, const std::string& tx, uint64_t version, bool removed);
   // On start, before the records are read: the changes this node had prepared (and kept,
   // daemon/store/prepared_record.h) when it stopped wait again for their decision, under the
@@ -115,7 +116,7 @@ class PeerService {
     std::chrono::steady_clock::time_point since;
     bool kept = false;  // its record is in the metadata until it is decided
   };
-  std::mutex mu_;                         // guards prepared_, committing_, committed_, aborted_
+  std::mutex mu_;                         // guards prepared_, committing_, committed_, aborted_, recorded_
   std::map<std::string, Held> prepared_;  // by transaction id
   // Commits under way (a transaction leaves prepared_ when its commit starts): a second commit
   // of one (the coordinator's peer.commit and the record seen in etcd race) waits for the
@@ -126,6 +127,10 @@ class PeerService {
   // the prepare still runs (this node was slow or stopped, the coordinator gave up on it) is
   // answered at once, and the prepare that finishes later must not keep its change.
   std::deque<std::string> aborted_;
+  // The last transactions whose etcd record (their commit) was seen while this node did not hold
+  // them prepared: a prepare that finishes after its record was read (the node was slow or
+  // stopped; the others committed without it) commits at once instead of waiting to expire.
+  std::deque<std::string> recorded_;
   std::map<std::string, std::pair<std::string, std::string>> saving_;  // tx -> (job, step) of a save prepared here
 };
 

@@ -2,10 +2,12 @@
 node that holds the files; progress and dp changes reach every node."""
 
 import os
+import signal
 import threading
 
 import ptcds
 from cluster_util import Cluster
+from etcd_util import Etcd, EtcdCluster, require_etcd
 from dataset_util import check_jsonl_views, state, write_jsonl
 from ptcfs_harness import Checkpoint, assert_error, read_all
 from repartition_util import wait_for
@@ -171,3 +173,46 @@ def test_a_repartition_racing_a_progress_is_refused_and_the_nodes_stay_alike(tmp
             assert (st["version"], st["global_batch"], st["dp"], st["consumed"], st["batch_offset"]) == (3, 8, 2, 16, 16)
             rest = check_jsonl_views(d, "gpt", "train", samples, 5, 8, 2, 0, 16, batch_offset=16)
             assert rest == [samples[i] for i in order[16:200]]
+
+
+def _frozen_during_a_progress(c, samples):
+    """n2 is stopped (SIGSTOP) past the peer timeout while a progress to 32 goes through without
+    it, then resumed, not restarted: it must come to the others' version of the dataset, and the
+    job's changes must go on."""
+    os.kill(c[2].proc.pid, signal.SIGSTOP)
+    try:
+        c[0].cli("dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", 32)
+    finally:
+        os.kill(c[2].proc.pid, signal.SIGCONT)
+    wait_for(lambda: state(c[2], "gpt", "train")["version"] == 2, 30, "n2 to take the progress it missed")
+    for d in c.nodes:
+        assert (state(d, "gpt", "train")["version"], state(d, "gpt", "train")["consumed"]) == (2, 32)
+        check_jsonl_views(d, "gpt", "train", samples, 5, 16, 4, 0, 32)
+    c[1].cli("dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", 48)
+    c[0].cli("repartition", "--job", "gpt", "--step", "7", "--to", "tp=1,pp=1,dp=2", "--global-batch", 24)
+    for d in c.nodes:
+        st = state(d, "gpt", "train")
+        assert (st["version"], st["dp"], st["global_batch"], st["consumed"], st["batch_offset"]) == (4, 2, 24, 48, 48)
+        assert d.cli_json("ls", "gpt/7", "--json")["parallelism"] == {"tp": 1, "pp": 1, "dp": 2}
+
+
+def test_a_node_that_missed_a_progress_without_restarting_catches_up_static(tmp_path):
+    """Static membership: its periodic catch-up (every 10 s) takes the others' version; before, it
+    stayed at version 1 until restarted and refused every later change of the dataset."""
+    with Cluster(str(tmp_path / "c"), 3, gpus=2, extra_flags=["--peer-timeout", "2"]) as c:
+        src, samples = import_and_write(c, tmp_path, seed=8)
+        c[1].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 5,
+                 "--global-batch", 16, src)
+        _frozen_during_a_progress(c, samples)
+
+
+def test_a_node_that_missed_a_progress_without_restarting_catches_up_etcd(tmp_path):
+    """etcd: the progress's record, read when it resumes, commits the change it prepared late (it
+    held it, claim and all, until it expired) or brings it to the others' version."""
+    require_etcd()
+    with Etcd(str(tmp_path)) as etcd, EtcdCluster(str(tmp_path / "c"), etcd, 3, lease_ttl=8) as c:
+        c.start()
+        src, samples = import_and_write(c, tmp_path, seed=8)
+        c[1].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 5,
+                 "--global-batch", 16, src)
+        _frozen_during_a_progress(c, samples)
