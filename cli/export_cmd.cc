@@ -7,13 +7,17 @@
 #include <fmt/core.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli/output.h"
 #include "cli/size_arg.h"
 #include "ptc/formats/npy.h"
+#include "ptc/formats/rank_file.h"
 #include "ptc/formats/safetensors.h"
 #include "ptc/model.h"
 
@@ -27,6 +31,14 @@ namespace {
 // An open file descriptor, closed on destruction.
 struct Fd {
   int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd, o.fd);
+    return *this;
+  }
+  Fd(const Fd&) = delete;
   ~Fd() {
     if (fd >= 0) ::close(fd);
   }
@@ -152,25 +164,84 @@ ptc::Result<json> export_hf(const Source& src, const std::string& dir, uint64_t 
   return json{{"files", files}, {"tensors", src.ptc.tensors.size()}, {"bytes", total}};
 }
 
-ptc::Result<json> export_ptc(const Source& src, const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(src.dir)) {
-    const std::string n = e.path().filename().string();
-    if (n == "ptc.json" || (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0)) names.push_back(n);
+// A file of the step, open, and its size.
+struct OpenFile {
+  std::string name;
+  Fd fd;
+  uint64_t size = 0;
+};
+
+ptc::Result<OpenFile> open_in(const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/" + name;
+  Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (in.fd < 0) return ptc::io_error("opening " + path, errno);
+  struct stat st {};
+  if (::fstat(in.fd, &st) != 0) return ptc::io_error(path, errno);
+  return OpenFile{name, std::move(in), static_cast<uint64_t>(st.st_size)};
+}
+
+// The step's ptc.json and every rank file of the layout it states, all open before a byte is
+// copied: an open view keeps the version it opened, whatever commits meanwhile. Each rank
+// file's header is checked against that layout, so that a repartition that switched the
+// mount between two opens shows (kFailedPrecondition) instead of being written out as a mix
+// of two layouts.
+ptc::Result<std::vector<OpenFile>> open_step(const std::string& dir) {
+  std::vector<OpenFile> files;
+  PTC_ASSIGN_OR_RETURN(OpenFile pj, open_in(dir, "ptc.json"));
+  std::string text(pj.size, '\0');
+  if (::pread(pj.fd.fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
+    return ptc::io_error("reading " + dir + "/ptc.json", errno);
+  PTC_ASSIGN_OR_RETURN(const ptc::Ptc ptc, ptc::parse_ptc_json(text, dir + "/ptc.json"));
+  PTC_ASSIGN_OR_RETURN(const ptc::Layout layout, ptc::Layout::make(ptc, ptc.parallelism));
+  files.push_back(std::move(pj));
+  for (const ptc::ShardId& shard : layout.shards()) {
+    const std::string name = fmt::format("tp{}-pp{}.safetensors", shard.t, shard.p);
+    auto f = open_in(dir, name);
+    if (!f) return ptc::error(ptc::Code::kFailedPrecondition, f.status().message());
+    const int fd = f->fd.fd;
+    auto header = ptc::read_safetensors_header(
+        f->size,
+        [fd](uint64_t off, void* buf, size_t len) -> ptc::Result<size_t> {
+          const ssize_t n = ::pread(fd, buf, len, static_cast<off_t>(off));
+          if (n < 0) return ptc::io_error("reading", errno);
+          return static_cast<size_t>(n);
+        },
+        dir + "/" + name);
+    if (!header) return ptc::error(ptc::Code::kFailedPrecondition, header.status().message());
+    if (auto m = match_rank_header(layout, shard, *header, dir + "/" + name); !m)
+      return ptc::error(ptc::Code::kFailedPrecondition, m.status().message());
+    files.push_back(std::move(*f));
   }
-  std::sort(names.begin(), names.end());
+  std::sort(files.begin(), files.end(), [](const OpenFile& a, const OpenFile& b) { return a.name < b.name; });
+  return files;
+}
+
+ptc::Result<json> export_ptc(const Source& src, const std::string& dir) {
+  // A repartition that commits while the files are opened: opened again, from ptc.json.
+  ptc::Result<std::vector<OpenFile>> opened = ptc::internal("not opened");
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    opened = open_step(src.dir);
+    if (opened || opened.status().code() != ptc::Code::kFailedPrecondition) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (!opened)
+    return opened.status().with_context(
+        "the step changed while export opened its files (a repartition?); "
+        "5 tries");
   uint64_t total = 0;
-  for (const auto& n : names) total += fs::file_size(src.dir + "/" + n);
+  json names = json::array();
+  for (const auto& f : *opened) {
+    total += f.size;
+    names.push_back(f.name);
+  }
   ProgressLine line("exporting");
   uint64_t done = 0;
   auto advance = [&](uint64_t n) { line.update(done += n, total); };
-  for (const auto& n : names) {
-    const std::string from = src.dir + "/" + n, to = dir + "/" + n;
-    Fd in{::open(from.c_str(), O_RDONLY)};
-    if (in.fd < 0) return ptc::io_error("opening " + from, errno);
+  for (const auto& f : *opened) {
+    const std::string from = src.dir + "/" + f.name, to = dir + "/" + f.name;
     Fd out{::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644)};
     if (out.fd < 0) return ptc::io_error("creating " + to, errno);
-    PTC_RETURN_IF_ERROR(copy_range(in.fd, from, 0, fs::file_size(from), out.fd, to, advance));
+    PTC_RETURN_IF_ERROR(copy_range(f.fd.fd, from, 0, f.size, out.fd, to, advance));
     if (::fsync(out.fd) != 0) return ptc::io_error("syncing " + to, errno);
   }
   line.finish();

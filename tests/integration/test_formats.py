@@ -12,6 +12,7 @@ import ptcgen
 from ptcfs_harness import PTCFS, Checkpoint, assert_error, require_binaries, verify_step
 
 import subprocess
+import time
 
 LAYERS, HIDDEN, KV, FFN, VOCAB = 2, 64, 32, 128, 1000  # vocab is no multiple of 128: padded
 HEADS, KV_HEADS = 4, 2  # heads of 16: k and v hold 2 key/value heads in their 32 rows
@@ -332,6 +333,32 @@ def test_export_ptc_writes_the_checkpoint_import_reads_byte_for_byte(daemon, mak
     assert sorted(got) == sorted(ck.full) and "extra/rng_state" in got
     for name, a in ck.full.items():
         assert got[name][0] == ck.ptc["tensors"][name]["dtype"] and np.array_equal(got[name][1], a), name
+
+
+def test_export_ptc_during_repartitions_writes_one_layout(daemon, tmp_path):
+    """Exports of 128 MB while the step is repartitioned between tp=2 and tp=4: every export is
+    one layout, which imports again with exactly the step's tensors (it could write tp=2's
+    ptc.json beside a rank file cut for tp=4, and say it was done)."""
+    ptc = {"parallelism": {"tp": 2, "pp": 1, "dp": 1}, "num_layers": 0,
+           "tensors": {f"w{i}": {"dtype": "F32", "shape": [1024, 4096], "tp_dim": 0, "stage": "first"}
+                       for i in range(8)}}
+    oracle = {tp: Checkpoint(str(tmp_path / f"ck{tp}"), ptc=dict(ptc, parallelism={"tp": tp, "pp": 1, "dp": 1}))
+              for tp in (2, 4)}
+    daemon.cli("import", oracle[2].path, "--job", "j", "--step", "1")
+    for k in range(4):
+        out = tmp_path / f"out{k}"
+        export = subprocess.Popen([PTCFS, "--daemon", daemon.addr, "export", "j/1", str(out), "--format", "ptc"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.05 * (k + 1))
+        daemon.cli("repartition", "--job", "j", "--step", "1", "--to", "tp=4,pp=1,dp=1" if k % 2 == 0 else
+                   "tp=2,pp=1,dp=1")
+        _, err = export.communicate(timeout=300)
+        assert export.returncode == 0, err
+        tp = json.loads((out / "ptc.json").read_text())["parallelism"]["tp"]
+        assert sorted(os.listdir(out)) == ["ptc.json"] + [f"tp{t}-pp0.safetensors" for t in range(tp)]
+        daemon.cli("import", str(out), "--job", "k", "--step", str(k))
+        verify_step(daemon, "k", str(k), oracle[tp], full_views=False)
+        daemon.cli("rm", f"k/{k}")
 
 
 def test_export_refuses_a_non_empty_dir_an_unknown_step_and_a_bad_size(daemon, make_ckpt, tmp_path):
