@@ -46,6 +46,11 @@ Result<std::vector<std::string>> hf_file_names(const std::vector<std::string>& l
   for (const auto& f : files)
     if (std::find(listing.begin(), listing.end(), f) == listing.end())
       return invalid(where + " names " + f + ", which is not in " + dir);
+  // Both a single file the index does not name and the index: which holds the weights is not
+  // settled (transformers' versions look for one or the other first), so neither is guessed.
+  if (!files.count(kHfSingleFile) && std::find(listing.begin(), listing.end(), kHfSingleFile) != listing.end())
+    return invalid(dir + ": both " + std::string(kHfSingleFile) + " and " + std::string(kHfIndexFile) +
+                   ", which does not name it: which one holds the weights is unclear; remove the other");
   return std::vector<std::string>(files.begin(), files.end());
 }
 

@@ -180,6 +180,14 @@ TEST_CASE("HF checkpoints: one file, or the index's files; the index must agree 
                                                       "b": "model-00001-of-00002.safetensors"}})";
   const std::vector<std::string> listing{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
   CHECK(*hf_file_names(listing, index, "d") == listing);
+  // A model.safetensors beside an index that does not name it: not guessed which holds the weights.
+  auto both = hf_file_names({listing[0], listing[1], "model.safetensors"}, index, "d");
+  REQUIRE_FALSE(both.is_ok());
+  CHECK(both.status().message() ==
+        "d: both model.safetensors and model.safetensors.index.json, which does not name it: which one holds the "
+        "weights is unclear; remove the other");
+  const std::string one = R"({"weight_map": {"a": "model.safetensors"}})";  // an index of the one file: fine
+  CHECK(*hf_file_names({"model.safetensors"}, one, "d") == std::vector<std::string>{"model.safetensors"});
   auto gone = hf_file_names({listing[0]}, index, "d");
   REQUIRE_FALSE(gone.is_ok());
   CHECK_THAT(
