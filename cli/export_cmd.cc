@@ -174,6 +174,7 @@ struct OpenFile {
 ptc::Result<OpenFile> open_in(const std::string& dir, const std::string& name) {
   const std::string path = dir + "/" + name;
   Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (in.fd < 0 && errno == ENOENT) return ptc::not_found(path + ": no such file");
   if (in.fd < 0) return ptc::io_error("opening " + path, errno);
   struct stat st {};
   if (::fstat(in.fd, &st) != 0) return ptc::io_error(path, errno);
@@ -183,8 +184,9 @@ ptc::Result<OpenFile> open_in(const std::string& dir, const std::string& name) {
 // The step's ptc.json and every rank file of the layout it states, all open before a byte is
 // copied: an open view keeps the version it opened, whatever commits meanwhile. Each rank
 // file's header is checked against that layout, so that a repartition that switched the
-// mount between two opens shows (kFailedPrecondition) instead of being written out as a mix
-// of two layouts.
+// mount between two opens shows (kFailedPrecondition: a rank file of the layout missing, or
+// one that does not match it) instead of being written out as a mix of two layouts; any other
+// error is returned as it is.
 ptc::Result<std::vector<OpenFile>> open_step(const std::string& dir) {
   std::vector<OpenFile> files;
   PTC_ASSIGN_OR_RETURN(OpenFile pj, open_in(dir, "ptc.json"));
@@ -197,7 +199,9 @@ ptc::Result<std::vector<OpenFile>> open_step(const std::string& dir) {
   for (const ptc::ShardId& shard : layout.shards()) {
     const std::string name = fmt::format("tp{}-pp{}.safetensors", shard.t, shard.p);
     auto f = open_in(dir, name);
-    if (!f) return ptc::error(ptc::Code::kFailedPrecondition, f.status().message());
+    if (!f && f.status().code() == ptc::Code::kNotFound)
+      return ptc::error(ptc::Code::kFailedPrecondition, f.status().message());
+    if (!f) return f.status();
     const int fd = f->fd.fd;
     auto header = ptc::read_safetensors_header(
         f->size,
@@ -207,7 +211,7 @@ ptc::Result<std::vector<OpenFile>> open_step(const std::string& dir) {
           return static_cast<size_t>(n);
         },
         dir + "/" + name);
-    if (!header) return ptc::error(ptc::Code::kFailedPrecondition, header.status().message());
+    if (!header) return header.status();
     if (auto m = match_rank_header(layout, shard, *header, dir + "/" + name); !m)
       return ptc::error(ptc::Code::kFailedPrecondition, m.status().message());
     files.push_back(std::move(*f));

@@ -177,7 +177,8 @@ void Node::run() {
                    cfg_.cluster->total_gpus());
   }
   // A node that was down while its peers repartitioned catches up with them.
-  if (coordinator_) catch_up_ = std::thread([c = coordinator_] { c->catch_up(); });
+  if (coordinator_)
+    catch_up_ = std::thread([this, c = coordinator_] { c->catch_up([this] { return stopping_.load(); }); });
   fuse_thread_ = std::thread([this] {
     if (auto s = fs_->run(); !s) ptc::log::error("{}", s.to_string());
     if (!stopping_) {
@@ -190,11 +191,21 @@ void Node::run() {
   ticker_ = std::make_unique<Ticker>(never_, std::chrono::seconds(1), [this](unsigned tick) { this->tick(tick); });
   // A node that missed a change while it stayed up (unreachable for a while; the others went on
   // without it) takes their versions of steps and datasets, as after a restart: on its own
-  // thread, since asking a peer that is down waits for the peer timeout. With etcd, the
-  // change's record brings it (Coordinator::on_record).
-  if (coordinator_ && !etcd_)
-    caught_up_ = std::make_unique<Ticker>(caught_up_never_, std::chrono::seconds(10),
-                                          [c = coordinator_](unsigned) { c->catch_up(); });
+  // thread, since asking a peer that is down waits for the peer timeout. Statically every 10 s;
+  // with etcd the change's record brings the step (Coordinator::on_record) and wakes this for
+  // the datasets, tried on the next few ticks of 2 s.
+  if (coordinator_) {
+    const auto stopping = [this] { return stopping_.load(); };
+    if (etcd_) {
+      coordinator_->on_behind([this] { catch_up_signal_.raise(); });
+      caught_up_ =
+          std::make_unique<Ticker>(catch_up_signal_, std::chrono::seconds(2),
+                                   [c = coordinator_, stopping](unsigned) { c->catch_up_if_behind(stopping); });
+    } else {
+      caught_up_ = std::make_unique<Ticker>(catch_up_signal_, std::chrono::seconds(10),
+                                            [c = coordinator_, stopping](unsigned) { c->catch_up(stopping); });
+    }
+  }
 }
 
 // Every second: prepared changes whose coordinator's lease ended (or that waited too long)

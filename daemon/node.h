@@ -102,8 +102,8 @@ class Node {
   unsigned saves_tick_ = 0;  // the committer's last period (its thread only)
   Signal never_;
   std::unique_ptr<Ticker> ticker_;
-  Signal caught_up_never_;             // its own: a ticker's end stops every ticker of its signal
-  std::unique_ptr<Ticker> caught_up_;  // every 10 s on a static cluster (Coordinator::catch_up)
+  Signal catch_up_signal_;             // its own: a ticker's end stops every ticker of its signal
+  std::unique_ptr<Ticker> caught_up_;  // on a cluster: Coordinator::catch_up (static), catch_up_if_behind (etcd)
 };
 
 }  // namespace ptcfs

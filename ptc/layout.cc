@@ -111,7 +111,6 @@ Result<Slice> slice_of(const TensorSpec& spec, size_t index, int tp, int t) {
 Result<Layout> Layout::make(const Ptc& ptc, Parallelism par) {
   const std::string cfg = "config " + par.to_string();
   if (par.tp < 1 || par.pp < 1 || par.dp < 1) return invalid(cfg + ": every degree must be at least 1");
-  PTC_RETURN_IF_ERROR(validate_tensor_names(ptc.tensors));
   if (ptc.num_layers > 0 && par.pp > ptc.num_layers)
     return invalid(cfg + ": more pipeline stages (" + std::to_string(par.pp) + ") than layers (" +
                    std::to_string(ptc.num_layers) + ")");

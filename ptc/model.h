@@ -67,6 +67,8 @@ Status validate_tensor_name(std::string_view name);
 // The names of one PTC together (sorted, as Ptc keeps them): none is "__metadata__" (the
 // safetensors header's own key: no rank file could hold it), and none is shown where another
 // needs a folder (tensor "a" is the view file a.npy, so no other name may start with "a.npy/").
+// Checked where a new PTC enters (import, HF import and ptc infer, a save into the mount), not
+// where a stored step is loaded: a step stored before the check still loads (and is not shown).
 Status validate_tensor_names(const std::vector<TensorSpec>& tensors);
 
 // Job and step names: [A-Za-z0-9_.-]+, not starting with '.', at most 128 bytes.

@@ -265,12 +265,28 @@ bool Coordinator::catch_up_step(const std::string& job, const std::string& step,
   return true;
 }
 
-size_t Coordinator::catch_up() {
+size_t Coordinator::catch_up(const std::function<bool()>& stopping) {
   size_t caught = 0;
   const auto snap = store_.snapshot();  // commits below publish new snapshots; this one stays valid
-  for (const auto& [key, v] : snap->steps)
+  for (const auto& [key, v] : snap->steps) {
+    if (stopping && stopping()) return caught;
     if (!v->placement().nodes.empty() && catch_up_step(key.first, key.second, 0)) ++caught;
-  return caught + catch_up_datasets();
+  }
+  return caught + catch_up_datasets(stopping);
+}
+
+void Coordinator::behind() {
+  behind_tries_ = 6;  // one now, then on the ticker's next ones: the others commit just after their record
+  if (wake_) wake_();
+}
+
+bool Coordinator::catch_up_if_behind(const std::function<bool()>& stopping) {
+  int tries = behind_tries_.load();
+  while (tries > 0 && !behind_tries_.compare_exchange_weak(tries, tries - 1)) {
+  }
+  if (tries <= 0) return false;
+  catch_up_datasets(stopping);
+  return true;
 }
 
 void Coordinator::on_record(const KeyedRecord& rec) {
@@ -280,9 +296,9 @@ void Coordinator::on_record(const KeyedRecord& rec) {
   local_.drop_superseded(rec.key, tx, rec.version(), rec.removed());
   if (!rec.is_step()) {
     // A dataset's record this node did not commit (it missed the change, or prepared it late):
-    // brought to the others' version.
+    // brought to the others' version, on the catch-up ticker.
     const auto have = current_dataset(store_, rec.job, rec.name);
-    if (have && (*have)->version() < rec.version()) catch_up_datasets();
+    if (have && (*have)->version() < rec.version()) behind();
     return;
   }
   const std::string& job = rec.job;
@@ -302,6 +318,7 @@ void Coordinator::on_record(const KeyedRecord& rec) {
     return;
   }
   const uint64_t version = rec.version();
+  const bool was_behind = have() < version;
   // The nodes that took part commit at about the time this record appears: give them a moment.
   bool caught = false;
   for (int attempt = 0; attempt < 5 && !caught; ++attempt) {
@@ -313,9 +330,10 @@ void Coordinator::on_record(const KeyedRecord& rec) {
                    version, have());
   // A repartition re-splits the job's datasets in its commit, under the step's record alone: a
   // node that missed it takes the datasets' new versions from the others too.
+  if (!was_behind) return;
   const auto snap = store_.snapshot();
   const auto first = snap->datasets.lower_bound({job, ""});
-  if (first != snap->datasets.end() && first->first.first == job) catch_up_datasets();
+  if (first != snap->datasets.end() && first->first.first == job) behind();
 }
 
 ptc::Status Coordinator::remove(const RemoveRequest& req) {

@@ -11,6 +11,9 @@
 // under change is refused (its key's lock, or its nodes' claims).
 #pragma once
 
+#include <atomic>
+#include <functional>
+
 #include <mutex>
 #include <optional>
 #include <string>
@@ -69,10 +72,17 @@ class Coordinator final : public ChangeRunner {
   // down node) is brought to that version, holding no shard; its old blobs are then collected.
   // Datasets whose position moved take the newest one. Returns how many steps and datasets
   // were caught up.
-  size_t catch_up();
-  // The datasets alone, as catch_up takes them (a dataset's record newer than this node's
-  // version, or a step's record of a job with datasets: a node that missed the change).
-  size_t catch_up_datasets();
+  // `stopping` (may be empty) ends it early, between one step or dataset and the next.
+  size_t catch_up(const std::function<bool()>& stopping = {});
+  // The datasets alone, as catch_up takes them.
+  size_t catch_up_datasets(const std::function<bool()>& stopping = {});
+  // With etcd: a record showed that this node missed a change of a dataset (a dataset's record
+  // newer than its version, or the record of a step it was behind on, of a job with datasets).
+  // on_record does not catch up itself (the watch thread would wait on peers): it calls `wake`
+  // and counts a few tries down; catch_up_if_behind, on the node's catch-up ticker, makes one
+  // (the others may commit just after their record appears). Whether one was made.
+  void on_behind(std::function<void()> wake) { wake_ = std::move(wake); }
+  bool catch_up_if_behind(const std::function<bool()>& stopping = {});
   // A record written in etcd (EtcdMembership's watch; on start, every record): commits the
   // change it decides if this node prepared it; otherwise brings the step to the recorded
   // version (holding none of it) or removes it.
@@ -108,9 +118,13 @@ class Coordinator final : public ChangeRunner {
   bool catch_up_step(const std::string& job, const std::string& step, uint64_t at_least);
   void commit_save(const std::string& job, const std::string& step);
 
+  void behind();  // a missed dataset change: tries counted afresh, the ticker woken
+
   Store& store_;
   PeerClient& peers_;
   PeerService& local_;
+  std::function<void()> wake_;
+  std::atomic<int> behind_tries_{0};
   Membership& members_;
   TwoPhase two_phase_;
   std::mutex save_mu_;  // one save commit at a time

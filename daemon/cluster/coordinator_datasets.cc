@@ -62,11 +62,12 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> Coordinator::dataset_progress
   return check.datasets.front().next;
 }
 
-size_t Coordinator::catch_up_datasets() {
+size_t Coordinator::catch_up_datasets(const std::function<bool()>& stopping) {
   const std::vector<int> peers = others();
   size_t caught = 0;
   const auto snap = store_.snapshot();
   for (const auto& [key, v] : snap->datasets) {
+    if (stopping && stopping()) return caught;
     const std::string name = key.first + "/" + key.second;
     std::optional<DatasetState> newest;
     for (const auto& s : peers_.dataset_state(peers, DatasetStateRequest{key.first, key.second})) {
@@ -75,8 +76,10 @@ size_t Coordinator::catch_up_datasets() {
     }
     if (!newest) continue;
     // A change of it prepared here and decided without this node (it prepared late, or missed
-    // the word) would hold its claim until it expires: the others' version replaces it.
-    local_.drop_superseded(etcd_dataset_key(key.first, key.second), "", newest->version, false);
+    // the word) would hold its claim until it expires: the others' version replaces it. Only
+    // one held a while: a change whose commit is just now reaching the nodes is held here too.
+    local_.drop_superseded(etcd_dataset_key(key.first, key.second), "", newest->version, false,
+                           std::chrono::seconds(10));
     ptc::DatasetPosition pos;
     pos.dp = static_cast<int>(newest->dp);
     pos.epoch = newest->epoch;

@@ -100,7 +100,8 @@ bool PeerService::commit_decided(const std::string& tx) {
   return s.is_ok();
 }
 
-void PeerService::drop_superseded(const std::string& key, const std::string& tx, uint64_t version, bool removed) {
+void PeerService::drop_superseded(const std::string& key, const std::string& tx, uint64_t version, bool removed,
+                                  std::chrono::seconds held) {
   // The version a change makes of its record: its step's, or, for a change of a dataset alone
   // (a progress), that dataset's.
   const auto makes = [](const PreparedChange& c) -> uint64_t {
@@ -110,8 +111,10 @@ void PeerService::drop_superseded(const std::string& key, const std::string& tx,
   std::vector<std::string> lost;
   {
     std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
     for (const auto& [t, h] : prepared_)
-      if (h.key == key && t != tx && (removed || (makes(h.change) != 0 && version >= makes(h.change))))
+      if (h.key == key && t != tx && now - h.since >= held &&
+          (removed || (makes(h.change) != 0 && version >= makes(h.change))))
         lost.push_back(t);
   }
   for (const auto& t : lost) {

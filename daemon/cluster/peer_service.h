@@ -57,8 +57,10 @@ class PeerService {
   // was removed): a change prepared here for the same key under another transaction can
   // never commit any more (the record moved past what it was prepared against) and is
   // aborted. `tx` empty: the other nodes are at `version` (a dataset's catch-up), and a change
-  // prepared here to make a version no newer is aborted: what the others have replaces it.
-  void drop_superseded(const std::string& key, const std::string& tx, uint64_t version, bool removed);
+  // prepared here to make a version no newer, held at least `held` (its commit is not on its way
+  // any more), is aborted: what the others have replaces it.
+  void drop_superseded(const std::string& key, const std::string& tx, uint64_t version, bool removed,
+                       std::chrono::seconds held = std::chrono::seconds(0));
   // On start, before the records are read: the changes this node had prepared (and kept,
   // daemon/store/prepared_record.h) when it stopped wait again for their decision, under the
   // coordinator's lease they were prepared for. Without etcd nothing decides them: aborted.

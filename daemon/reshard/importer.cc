@@ -195,6 +195,7 @@ Result<PreparedChange> prepare_import(Store& store, const std::string& dir, cons
   const std::string ptc_path = dir + "/ptc.json";
   PTC_ASSIGN_OR_RETURN(std::string text, read_small_file(ptc_path, 64 << 20));
   PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::parse_ptc_json(text, ptc_path));
+  PTC_RETURN_IF_ERROR(ptc::validate_tensor_names(ptc.tensors).with_context(ptc_path));
   auto layout_r = ptc::Layout::make(ptc, ptc.parallelism);
   if (!layout_r) return layout_r.status().with_context(ptc_path);
   ptc::Layout layout = std::move(layout_r).value();

@@ -317,6 +317,8 @@ ptc::Status PendingStep::take_ptc(PendingFile& f) {
   if (!f.written.covers(0, f.end)) return ptc::invalid(f.error = where + ": closed with bytes never written");
   auto p = ptc::parse_ptc_json(f.text, where);
   if (!p) return ptc::invalid(f.error = p.status().message());
+  if (auto s = ptc::validate_tensor_names(p->tensors); !s)
+    return ptc::invalid(f.error = s.with_context(where).message());
   auto l = ptc::Layout::make(*p, p->parallelism);
   if (!l) return ptc::invalid(f.error = l.status().with_context(where).message());
   if (layout && ptc_text != f.text) {

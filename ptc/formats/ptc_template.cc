@@ -393,7 +393,9 @@ Result<Ptc> infer_ptc(const PtcTemplate& t, const std::vector<TensorInfo>& tenso
   const json doc = {{"parallelism", {{"tp", parallelism.tp}, {"pp", parallelism.pp}, {"dp", parallelism.dp}}},
                     {"num_layers", layers},
                     {"tensors", std::move(specs)}};
-  return parse_ptc_json(doc.dump(), where + " (with template '" + t.name + "')");
+  PTC_ASSIGN_OR_RETURN(Ptc ptc, parse_ptc_json(doc.dump(), where + " (with template '" + t.name + "')"));
+  PTC_RETURN_IF_ERROR(validate_tensor_names(ptc.tensors).with_context(where));
+  return ptc;
 }
 
 }  // namespace ptc

@@ -176,15 +176,16 @@ def record_dataset_progress(client: Client, job: str, name: str, consumed: int, 
                     timeout: float = 600.0, poll: float = 0.05) -> dict:
     """client.dataset_progress, waiting out another change of the dataset prepared meanwhile (a
     repartition that re-splits it, the controller's while a job trains: refused with
-    failed_precondition "is already being changed"); asked again until it goes through. Other
-    refusals are raised at once; still refused after `timeout` seconds, the last refusal is."""
+    failed_precondition "is already being changed", or, on a cluster while its commit reaches the
+    nodes, "is at version V, not W"); asked again until it goes through. Other refusals are
+    raised at once; still refused after `timeout` seconds, the last refusal is."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             return client.dataset_progress(job, name, consumed, epoch)
         except Error as e:
-            if e.code != "failed_precondition" or "is already being changed" not in e.message or \
-                    time.monotonic() > deadline:
+            busy = "is already being changed" in e.message or "is at version" in e.message
+            if e.code != "failed_precondition" or not busy or time.monotonic() > deadline:
                 raise
         time.sleep(poll)
         poll = min(poll * 2, 0.5)

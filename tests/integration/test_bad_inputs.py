@@ -119,11 +119,12 @@ def m_header_not_json(ck, path):
     return ("tp1-pp0.safetensors",), ()
 
 
-def _nested_header(f, depth):
-    """Replaces the rank file's header with `depth` nested '[' (no DOM may be built of it)."""
+def _nested_header(f, size):
+    """Replaces the rank file's header with `size` bytes: an object whose first member opens
+    nested '[' to the end (no DOM may be built of it; a header must start with '{')."""
     data, n, _ = _header(f)
     with open(f, "wb") as fh:
-        fh.write(depth.to_bytes(8, "little") + b"[" * depth + data[8 + n:])
+        fh.write(size.to_bytes(8, "little") + b'{"a":' + b"[" * (size - 5) + data[8 + n:])
 
 
 def m_header_nested_arrays(ck, path):
