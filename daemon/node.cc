@@ -167,6 +167,9 @@ ptc::Status Node::serve() {
 }
 
 void Node::run() {
+  // Set before the watch starts (it calls on_record); a raise before the ticker below exists
+  // runs it as soon as it does.
+  if (coordinator_ && etcd_) coordinator_->on_behind([this] { catch_up_signal_.raise(); });
   if (etcd_) {
     ptc::log::info("node {} ({} GPUs) in the cluster kept in etcd at {}: {} live nodes", coordinator_->id(), opts_.gpus,
                    cfg_.etcd, membership_->members().size());
@@ -197,7 +200,6 @@ void Node::run() {
   if (coordinator_) {
     const auto stopping = [this] { return stopping_.load(); };
     if (etcd_) {
-      coordinator_->on_behind([this] { catch_up_signal_.raise(); });
       caught_up_ =
           std::make_unique<Ticker>(catch_up_signal_, std::chrono::seconds(2),
                                    [c = coordinator_, stopping](unsigned) { c->catch_up_if_behind(stopping); });
