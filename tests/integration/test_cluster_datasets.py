@@ -184,7 +184,7 @@ def _frozen_during_a_progress(c, samples):
         c[0].cli("dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", 32)
     finally:
         os.kill(c[2].proc.pid, signal.SIGCONT)
-    wait_for(lambda: state(c[2], "gpt", "train")["version"] == 2, 30, "n2 to take the progress it missed")
+    wait_for(lambda: state(c[2], "gpt", "train")["version"] == 2, 60, "n2 to take the progress it missed")
     for d in c.nodes:
         assert (state(d, "gpt", "train")["version"], state(d, "gpt", "train")["consumed"]) == (2, 32)
         check_jsonl_views(d, "gpt", "train", samples, 5, 16, 4, 0, 32)
