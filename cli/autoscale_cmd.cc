@@ -81,6 +81,11 @@ struct Snapshot {
   int gpus = 0;                                       // the capacity
   int reserved = 0;                                   // of it, held by the jobs whose entries are unreadable
   int free() const { return std::max(0, gpus - reserved); }
+  std::map<std::string, ptc::Decision> decisions() const {  // the stored ones, by job
+    std::map<std::string, ptc::Decision> out;
+    for (const auto& [job, sd] : stored) out.emplace(job, sd.decision);
+    return out;
+  }
   int64_t revision = 0;
 };
 
@@ -272,11 +277,7 @@ void report(const Snapshot& s, const Globals& g) {
 }
 
 ptc::Result<std::vector<ptc::Decision>> Controller::decide(const Snapshot& s) {
-  if (a_.policy == "throughput") {
-    std::map<std::string, ptc::Decision> running;
-    for (const auto& [job, sd] : s.stored) running.emplace(job, sd.decision);
-    return ptc::decide_throughput(s.queue, s.free(), running, a_.horizon_s);
-  }
+  if (a_.policy == "throughput") return ptc::decide_throughput(s.queue, s.free(), s.decisions(), a_.horizon_s);
   std::vector<ptc::JobSpec> specs = ptc::autoscale_specs(s.queue);
   const auto options = ptc::fitting_options(specs, s.free());
   specs.resize(options.size());
@@ -337,9 +338,7 @@ bool Controller::pass(int64_t* revision) {
                     next.status().message());
     return false;
   }
-  std::map<std::string, ptc::Decision> stored;
-  for (const auto& [job, sd] : snap->stored) stored.emplace(job, sd.decision);
-  ptc::Changes ch = ptc::changes(*next, stored);
+  ptc::Changes ch = ptc::changes(*next, snap->decisions());
   // A finished job's decision that does not parse goes too (a queued job's is written anew).
   for (const auto& job : snap->unreadable_decisions)
     if (std::none_of(next->begin(), next->end(), [&](const ptc::Decision& d) { return d.job == job; }) &&

@@ -228,10 +228,9 @@ ptc::Result<json> export_ptc(const Source& src, const std::string& dir) {
     if (opened || opened.status().code() != ptc::Code::kFailedPrecondition) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  if (!opened)
-    return opened.status().with_context(
-        "the step changed while export opened its files (a repartition?); "
-        "5 tries");
+  if (!opened && opened.status().code() == ptc::Code::kFailedPrecondition)
+    return opened.status().with_context("the step changed while export opened its files (a repartition?); 5 tries");
+  if (!opened) return opened.status();
   uint64_t total = 0;
   json names = json::array();
   for (const auto& f : *opened) {

@@ -180,8 +180,8 @@ void Node::run() {
                    cfg_.cluster->total_gpus());
   }
   // A node that was down while its peers repartitioned catches up with them.
-  if (coordinator_)
-    catch_up_ = std::thread([this, c = coordinator_] { c->catch_up([this] { return stopping_.load(); }); });
+  const auto stopping = [this] { return stopping_.load(); };
+  if (coordinator_) catch_up_ = std::thread([c = coordinator_, stopping] { c->catch_up(stopping); });
   fuse_thread_ = std::thread([this] {
     if (auto s = fs_->run(); !s) ptc::log::error("{}", s.to_string());
     if (!stopping_) {
@@ -198,7 +198,6 @@ void Node::run() {
   // with etcd the change's record brings the step (Coordinator::on_record) and wakes this for
   // the datasets, tried on the next few ticks of 2 s.
   if (coordinator_) {
-    const auto stopping = [this] { return stopping_.load(); };
     if (etcd_) {
       caught_up_ =
           std::make_unique<Ticker>(catch_up_signal_, std::chrono::seconds(2),

@@ -341,10 +341,10 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
       for (const auto& [t, h] : prepared_) {
         if (t == req.tx) continue;
         const bool same_record = h.key == record_key(req);
-        const bool same_datasets =
+        const bool holds_job_dataset =
             datasets && std::any_of(h.change.datasets.begin(), h.change.datasets.end(),
                                     [&](const DatasetChange& d) { return d.next->job() == job; });
-        if (same_record || (!holder && same_datasets)) {
+        if (same_record || (!holder && holds_job_dataset)) {
           holder = &h;
           holder_tx = t;
           if (same_record) break;

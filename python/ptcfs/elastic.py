@@ -109,12 +109,13 @@ def ensure_layout(job: str, step: Any, tp: int, pp: int, dp: int, mount: Optiona
         next_ask = time.monotonic()
         wait = poll
         while True:
-            batches = [] if global_batch is None else _mount_batches(mount, job)
-            if time.monotonic() >= next_ask and batches is None:
+            asking = time.monotonic() >= next_ask
+            # The datasets' batches, read only when asking: a job without datasets has none.
+            batches = _mount_batches(mount, job) if asking and global_batch is not None else []
+            if asking and batches is None:
                 next_ask = time.monotonic() + poll  # a dataset's state.json cannot be read yet
-            elif time.monotonic() >= next_ask:
+            elif asking:
                 try:
-                    # A job without datasets has no batch to take: only the layout is asked for.
                     res = c.repartition(job, step, to, global_batch=global_batch if batches else None)
                     # Done (by this call, or unchanged because another caller got there). The layout
                     # shown without the batch (a dataset came meanwhile): asked again below.
@@ -173,7 +174,7 @@ def wait_committed(job: str, step: Any, client: Optional[Client] = None, daemon:
 
 
 def record_dataset_progress(client: Client, job: str, name: str, consumed: int, epoch: Optional[int] = None,
-                    timeout: float = 600.0, poll: float = 0.05) -> dict:
+                            timeout: float = 600.0, poll: float = 0.05) -> dict:
     """client.dataset_progress, waiting out another change of the dataset prepared meanwhile (a
     repartition that re-splits it, the controller's while a job trains: refused with
     failed_precondition "is already being changed", or, on a cluster while its commit reaches the
