@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Three-daemon repartition against a plain loopback TCP copy of the same bytes, in one run.
 
 A checkpoint of about --mb MB is imported on n0 (tp=2 on its two GPUs); the repartition to
@@ -8,7 +8,7 @@ throughput of a plain TCP copy of bytes_moved bytes over loopback (two streams, 
 receivers; sender and receiver in this process), and bytes_moved / bytes_min. Each round also
 prints the CPU time the three daemons used during the repartition (user + system, every thread).
 
-    /usr/bin/python3 bench/bench_cluster.py [--mb 1100] [--rounds 2] [--tmpfs] [--json FILE]
+    $PTCFS_PYTHON bench/bench_cluster.py [--mb 1100] [--rounds 2] [--tmpfs] [--json FILE]
 """
 
 import os

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The price of etcd: commit latency of a repartition on 3 and 8 loopback daemons with --etcd
 against the same cluster in static mode (cluster.json), and the time from a new daemon's start
 to its appearance in another node's `ptcfs status`.
@@ -7,7 +7,7 @@ A small checkpoint (--mb, default 20 MB) is imported; repartitions then alternat
 layouts on every node, so each moves the same bytes in both modes. Each side's median round is
 printed; etcd runs as one local member on loopback.
 
-    /usr/bin/python3 bench/bench_etcd.py [--mb 20] [--rounds 5] [--json FILE]
+    $PTCFS_PYTHON bench/bench_etcd.py [--mb 20] [--rounds 5] [--json FILE]
 """
 
 import os

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Checkpoint formats in and out (issue 15's budgets), against baselines in the same run:
 
 - `ptcfs import --format hf` of a Hugging Face style checkpoint of about --mb MB (shards of
@@ -7,7 +7,7 @@
 - `ptcfs export --format hf` of the step against `cp -r` of its full views out of the same mount
   plus `sync` (both read through FUSE).
 
-    /usr/bin/python3 bench/bench_formats.py [--mb 2000]
+    $PTCFS_PYTHON bench/bench_formats.py [--mb 2000]
 """
 
 import json

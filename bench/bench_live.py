@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Live resharding against the store's path, on CPU processes (gloo), in the same run: a
 GPT-style state of about SIZE GB at tp=2,pp=2,dp=1 in 4 processes moves to tp=1,pp=2,dp=2
 
@@ -10,7 +10,7 @@ GPT-style state of about SIZE GB at tp=2,pp=2,dp=1 in 4 processes moves to tp=1,
 Both start from the same old state in the same processes, and their new states must agree bit
 for bit (checked). Also: the bytes the live path sent in all against the plan's minimum.
 
-    /usr/bin/python3 bench/bench_live.py [--size 2] [--json FILE]     (root: it mounts FUSE)
+    $PTCFS_PYTHON bench/bench_live.py [--size 2] [--json FILE]     (root: it mounts FUSE)
 """
 
 import json

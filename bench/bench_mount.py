@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """One daemon and its mount against tmpfs and cp, in one run:
 
 - import of a checkpoint of about --mb MB (one rank file) against `cp -r` of the same files
@@ -17,7 +17,7 @@
 - a 200 MB JSONL dataset: `dataset add` against `cat` of the file, and its rank view (every
   record, in the shuffled order) read through the mount against the same bytes on tmpfs.
 
-    /usr/bin/python3 bench/bench_mount.py [--mb 1200] [--reads-only] [--tensor-files 5000,20000,100000]
+    $PTCFS_PYTHON bench/bench_mount.py [--mb 1200] [--reads-only] [--tensor-files 5000,20000,100000]
                                           [--json FILE]
 """
 

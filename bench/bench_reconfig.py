@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Reconfiguration time end to end (Tenplex's figure 14): what a user waits for when a job's
 parallel configuration changes, on a 3-node cluster whose links are the bottleneck.
 
@@ -30,7 +30,7 @@ from the command until every rank holds every tensor of its new shard in its own
 Each rank's bytes are checked against the torch script's file for it. Also measured: a plain
 TCP copy through one link (n0 -> n1), to show the link runs at its rate.
 
-    /usr/bin/python3 bench/bench_reconfig.py [--gb 2] [--rate 2gbit] [--rounds 1] [--disk] [--changes tp,pp,dp,node]
+    $PTCFS_PYTHON bench/bench_reconfig.py [--gb 2] [--rate 2gbit] [--rounds 1] [--disk] [--changes tp,pp,dp,node]
                                              [--plot PNG] [--json FILE]
 """
 
@@ -49,7 +49,7 @@ import numpy as np
 from bench_lib import HERE, REPO, Daemon, ptcgen, row, secs, standalone
 
 SECTION = "reconfig"
-PY = "/usr/bin/python3"
+PY = sys.executable
 GPUS = 2
 LAYERS = 12
 VOCAB = 32000

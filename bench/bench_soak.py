@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Soak (issue 19's load test, long): 32 readers (16 threads, 16 processes) read random views
 and byte ranges of a step through the mount and check every byte, while the step is repartitioned
 back and forth, steps are saved into the mount and removed, and a dataset's progress moves
@@ -6,7 +6,7 @@ back and forth, steps are saved into the mount and removed, and a dataset's prog
 percentiles against the same readers on a tmpfs copy of the same files in the same run (no
 changes there), throughput, the changes made, and the daemon's anonymous memory over the run.
 
-    /usr/bin/python3 bench/bench_soak.py [--seconds 600]
+    $PTCFS_PYTHON bench/bench_soak.py [--seconds 600]
 """
 
 import os

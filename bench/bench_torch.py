@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ptcfs against what users do today, on the same model and disk: for each model size, a
 GPT-style checkpoint saved at tp=4,pp=2 is re-sharded to tp=2,pp=4 by
 
@@ -10,7 +10,7 @@ GPT-style checkpoint saved at tp=4,pp=2 is re-sharded to tp=2,pp=4 by
 The torch script's files must equal the mount's byte for byte (checked). Writes a plot of
 time against model size (gnuplot, PNG).
 
-    /usr/bin/python3 bench/bench_torch.py [--sizes 0.25,0.5,1,2] [--plot FILE] [--json FILE]
+    $PTCFS_PYTHON bench/bench_torch.py [--sizes 0.25,0.5,1,2] [--plot FILE] [--json FILE]
 """
 
 import filecmp
@@ -36,7 +36,7 @@ def one_size(d: Daemon, root: str, gb: float, step: str) -> dict:
     subprocess.run(["sync"], check=True)
 
     t0 = time.perf_counter()
-    subprocess.run(["/usr/bin/python3", os.path.join(HERE, "torch_reshard.py"), ck, out, "--tp", str(TO[0]),
+    subprocess.run([sys.executable, os.path.join(HERE, "torch_reshard.py"), ck, out, "--tp", str(TO[0]),
                     "--pp", str(TO[1])], check=True)
     t_torch = time.perf_counter() - t0
 

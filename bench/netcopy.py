@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Files over plain TCP, for bench/bench_reconfig.py's central baseline and link test (run in a
 node's network namespace, like scp without the encryption).
 

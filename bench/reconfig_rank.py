@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """One training rank of bench/bench_reconfig.py, started ahead of the timed window in its
 node's network namespace (as a job's processes are alive when the change comes). Commands on
 stdin, one JSON line each; each answered with one JSON line on stdout:

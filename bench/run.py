@@ -1,10 +1,10 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """`make bench`: every benchmark of ptcfs against a baseline measured in the same run, as one
 table (docs/BENCHMARKS.md "Budgets"), also written as JSON, plus a plot of re-sharding time against
 model size. About 25 minutes on a 2-core machine (the soak alone is 10); needs root (FUSE) and
 the build.
 
-    /usr/bin/python3 bench/run.py [--json bench/results.json] [--plot docs/repartition-vs-size.png]
+    $PTCFS_PYTHON bench/run.py [--json bench/results.json] [--plot docs/repartition-vs-size.png]
                                   [--quick] [--only SECTION,...]
 
 Sections: mount (reads, import, saves, 10,000 tensors, per-tensor saves of up to 100,000 files), repartition (single node, in process),

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A trace-driven simulation of the allocation policies on a shared GPU cluster (issue 29 part 4),
 with every decision made by `ptcfs allocate` and every throughput by `ptcfs plan`'s cost model.
 
@@ -29,7 +29,7 @@ master weights and two Adam moments) moved at the cluster's inter-node rate time
 the link ptcfs reaches (--link-share: bench_reconfig measures it; the whole state is charged,
 though a repartition moves only what each GPU lacks). Starting a job costs the restart alone.
 
-    /usr/bin/python3 bench/simulate.py [--gpus 256] [--jobs 120] [--seed 1] [--hours 24] [--batch-jobs 12]
+    $PTCFS_PYTHON bench/simulate.py [--gpus 256] [--jobs 120] [--seed 1] [--hours 24] [--batch-jobs 12]
                                        [--restart-s 30] [--link-share 0.5] [--batches 16,32,64] [--plot PNG]
                                        [--json FILE]
 """

@@ -1,10 +1,10 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """What users do today without ptcfs: re-shard a checkpoint with torch, as Megatron's
 checkpoint converters do. Loads every old rank file, concatenates each tensor's TP slices
 into the full tensor (fused parts separately, padding dropped), then splits the full
 tensors again for the new config and writes new rank files and ptc.json.
 
-    /usr/bin/python3 bench/torch_reshard.py SRC DST --tp T --pp P [--dp D]
+    $PTCFS_PYTHON bench/torch_reshard.py SRC DST --tp T --pp P [--dp D]
 
 SRC is a checkpoint directory (docs/FORMATS.md: ptc.json + tp{t}-pp{p}.safetensors). The
 files written are canonical safetensors (sorted header, tensors in name order), so they

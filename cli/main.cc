@@ -131,7 +131,7 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
   json req = {{"op", "import"}, {"dir", abs.lexically_normal().string()}, {"job", job}, {"step", step}};
   if (f.format == "megatron")
     return fail(ptc::invalid(
-        "Megatron-LM checkpoints are read with torch by the Python package: /usr/bin/python3 -m "
+        "Megatron-LM checkpoints are read with torch by the Python package (docs/PYTHON.md): python3 -m "
         "ptcfs import-megatron " +
         dir + " --job " + job + " [--step S] [--to tp=T,pp=P] (docs/FORMATS.md, \"Megatron-LM checkpoints\")"));
   if (f.format == "hf") {

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package that building, testing and the demo need (Debian's torch
-# trains the elastic GPT example in the tests), and the Kubernetes schema validator the
-# manifest test uses (npm, tests/tools/k8s-validate); iproute2 and nsenter (util-linux) put a
-# node of the partition test in its own network namespace. With the argument `build`, only what
-# compiling needs (deploy/Dockerfile); with `bench`, also what `make bench` needs (gnuplot).
+# Installs every Debian 12 package that building, testing and the demo need, and the project's
+# Python environment (deploy/python-env.sh: a venv of python/requirements.lock, torch 2.x and the
+# frameworks from PyPI, cached outside the clone), which the tests, the demo, the examples and
+# the benches run on. iproute2 and nsenter (util-linux) put a node of the partition test in its
+# own network namespace. With the argument `build`, only what compiling needs (deploy/Dockerfile);
+# with `bench`, also what `make bench` needs (gnuplot); with `gpu`, what compiling needs and no
+# Python environment (make test-gpu: the GPU machine's own torch). Nothing here uses npm.
 # Idempotent and quiet when everything is already there. Run as root.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,7 +25,7 @@ BUILD_PACKAGES=(
   prometheus-cpp-dev libcivetweb-dev
 )
 TEST_PACKAGES=(
-  python3-numpy python3-pytest python3-torch python3-yaml
+  python3 python3-venv
   etcd-server etcd-client openssl
   prometheus
   clang libclang-rt-14-dev clang-format
@@ -34,24 +36,13 @@ case "$mode" in
   build) PACKAGES=("${BUILD_PACKAGES[@]}") ;;
   test) PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
   bench) PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}" gnuplot-nox) ;;
-  *) echo "usage: install-deps.sh [build|bench]" >&2; exit 2 ;;
+  gpu) PACKAGES=("${BUILD_PACKAGES[@]}") ;;
+  *) echo "usage: install-deps.sh [build|bench|gpu]" >&2; exit 2 ;;
 esac
-# Node.js and npm for the manifest validator: the machine's own where it has them, else Debian's.
-if [ "$mode" != build ]; then
-  command -v node >/dev/null || PACKAGES+=(nodejs)
-  command -v npm >/dev/null || PACKAGES+=(npm)
-fi
-
-# The Kubernetes schema validator's packages, pinned by its package-lock.json, into
-# tests/tools/k8s-validate/node_modules (ignored by git); again only when the lock changed.
-install_k8s_validator() {
-  local dir=$ROOT/tests/tools/k8s-validate
-  [ "$mode" = build ] && return 0
-  if [ -f "$dir/node_modules/.package-lock.json" ] && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
-    return 0
-  fi
-  echo "install-deps: installing the Kubernetes schema validator (npm ci in $dir)"
-  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+# The Python environment, after the Debian packages (its venv is made from /usr/bin/python3).
+python_env() {
+  case "$mode" in build|gpu) return 0 ;; esac
+  bash "$ROOT/deploy/python-env.sh"
 }
 
 missing=()
@@ -61,7 +52,7 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  install_k8s_validator
+  python_env
   exit 0
 fi
 
@@ -73,4 +64,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-install_k8s_validator
+python_env

@@ -9,7 +9,8 @@
 
 namespace ptc {
 
-enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2 };
+// New types go last: the order is the table's in dtype.cc.
+enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2, U16, U32, U64 };
 
 // Bytes per element.
 size_t dtype_size(DType d);

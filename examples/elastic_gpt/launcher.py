@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The launcher of one job under `ptcfs autoscale` (docs/PLANNER.md "The autoscaler"): reads the
 job's decision from etcd and runs train.py at the decided (tp, pp, dp) in segments of --every
 iterations, each resuming from the job's latest saved step and saving at its end, until --until.

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The live elastic scenario: one job changes its parallel config between iterations without
 saving anything (ptcfs.live, docs/PYTHON.md "Live resharding"), compared with a run that never
 changed:
@@ -17,7 +17,7 @@ Samples: a synthetic dataset (make_data.py) read in file order, global batch i =
 [i*B, (i+1)*B), DP rank d taking its d-th chunk of B/dp: every config sees the same global
 batches. Exit status 0 when every loss is within 1e-5 (relative) of the reference's, the
 tolerance of the save/restore scenario (scenario.py), and every rank moved the plan's bytes.
-    /usr/bin/python3 examples/elastic_gpt/live_scenario.py [--distributed-optimizer]
+    $PTCFS_PYTHON examples/elastic_gpt/live_scenario.py [--distributed-optimizer]
 """
 
 from __future__ import annotations
@@ -140,7 +140,8 @@ def worker(rank: int, world: int, port: int, configs: List[Config], iters: int, 
             chunk = B // g.dp
             for it in range(i * iters, (i + 1) * iters):
                 rows = samples[it * B + g.d * chunk: it * B + (g.d + 1) * chunk]
-                loss = train_iteration(stage, torch.tensor(rows, dtype=torch.long))
+                loss = train_iteration(stage, torch.tensor(rows, dtype=torch.long),
+                                       reduce=not isinstance(opt, DistributedAdam))
                 opt.step()
                 opt.zero_grad()
                 if rank == g.rank_of(0, 0, g.pp - 1):

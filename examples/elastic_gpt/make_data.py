@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes a small synthetic token dataset as JSONL: one {"id": i, "tokens": [...]} per line,
 each seq + 1 tokens (inputs and next-token targets); i is the line's index, so a trainer can
 record which samples it consumed. Deterministic in --seed.
@@ -7,7 +7,7 @@ The sequences have structure a small GPT can learn within a few steps: each is a
 through the vocabulary whose stride is drawn per sequence from a few values, with an
 occasional random jump.
 
-    /usr/bin/python3 examples/elastic_gpt/make_data.py /tmp/train.jsonl --samples 256
+    $PTCFS_PYTHON examples/elastic_gpt/make_data.py /tmp/train.jsonl --samples 256
 """
 
 import argparse

@@ -1,6 +1,7 @@
 """One training iteration: GPipe over micro-batches (every forward, then every backward in
 reverse order), activations and their gradients sent between the same TP rank of adjacent
-stages, then the DP all-reduce (average) of the gradients."""
+stages, then the DP all-reduce (average) of the gradients, unless the optimizer reduces them
+itself (the distributed optimizer's reduce-scatter, zero.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import torch.distributed as dist
 from model import Stage
 
 
-def train_iteration(stage: Stage, tokens: torch.Tensor) -> Optional[float]:
+def train_iteration(stage: Stage, tokens: torch.Tensor, reduce: bool = True) -> Optional[float]:
     """Forward and backward of one iteration over this DP rank's samples [B/dp, seq + 1];
-    leaves the DP-averaged gradients in the parameters. Returns, on the last stage, the
+    leaves the DP-averaged gradients in the parameters (with reduce=False, this rank's own sums,
+    for an optimizer that reduces them itself). Returns, on the last stage, the
     iteration's loss (the mean over the whole global batch), else None."""
     cfg, g = stage.cfg, stage.grid
     n_mb = tokens.shape[0] // cfg.micro_batch
@@ -52,7 +54,8 @@ def train_iteration(stage: Stage, tokens: torch.Tensor) -> Optional[float]:
             outputs[i].backward(grad)
         if not g.first_stage:
             dist.send(inputs[i].grad.contiguous(), dst=prev)
-    average_gradients(stage)
+    if reduce:
+        average_gradients(stage)
     if not g.last_stage:
         return None
     if g.dp > 1:  # every DP rank saw B/dp samples: the global mean is the mean of theirs

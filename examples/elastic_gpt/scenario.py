@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The elastic scenario of the example, against a running daemon, compared with a run that
 never stopped:
 
@@ -14,7 +14,7 @@ per saved step the largest relative difference of any saved tensor (the mount's 
 of the resumed job against the reference's). Exit status 0 when losses and state agree to
 1e-5 (relative) and the sample order is the same; 1 otherwise.
 
-    /usr/bin/python3 examples/elastic_gpt/scenario.py --job gpt [--distributed-optimizer]
+    $PTCFS_PYTHON examples/elastic_gpt/scenario.py --job gpt [--distributed-optimizer]
 
 With --distributed-optimizer the phases use the ZeRO-style optimizer (zero.py: each DP rank
 keeps and saves its own range of Adam's state); the reference stays the plain optimizer, so
@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 
 import ptcfs  # noqa: E402
 
-PY = sys.executable or "/usr/bin/python3"
+PY = sys.executable
 GLOBAL_BATCH = 8  # config.ModelConfig.global_batch (not imported: that pulls in torch)
 LOSS_RTOL = 1e-5
 STATE_RTOL = 1e-5

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Trains a small GPT with Megatron-style tensor, pipeline and data parallelism, reading its
 samples from a ptcfs mount and saving into / resuming from ptcfs, at any (tp, pp, dp).
 
@@ -89,7 +89,7 @@ def worker(rank: int, a: argparse.Namespace, port: int) -> None:
     reporter = grid.rank_of(0, 0, a.pp - 1)
     optimizer = "distributed" if a.distributed_optimizer else "adam"
     for it in range(start, a.steps):
-        loss = train_iteration(stage, batches[it - start])
+        loss = train_iteration(stage, batches[it - start], reduce=not a.distributed_optimizer)
         opt.step()
         opt.zero_grad()
         if rank == reporter:

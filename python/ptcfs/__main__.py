@@ -1,4 +1,4 @@
-"""`/usr/bin/python3 -m ptcfs COMMAND`: the commands that need Python (torch).
+"""`python -m ptcfs COMMAND`: the commands that need Python (torch).
 
     import-megatron CKPT --job J [--step S]   read a Megatron-LM checkpoint and import it
     import-megatron CKPT --out DIR            write ptc.json + rank files only (for `ptcfs import`)
@@ -28,6 +28,8 @@ def _parallelism(text: str) -> Tuple[int, int, int]:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python3 -m ptcfs", description="ptcfs commands that need Python and torch.")
+    from . import __version__
+    ap.add_argument("--version", action="version", version=f"ptcfs {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     m = sub.add_parser(
         "import-megatron", help="import a Megatron-LM checkpoint (iter_N/mp_rank_*/model_optim_rng.pt)",

@@ -40,9 +40,15 @@ _ERRLEN = 1024
 
 
 def _candidates():
+    """Where libptcfs_client may be, in order: PTCFS_CLIENT_LIB; inside the package (a pip install,
+    pyproject.toml: every folder of the package's path, which an editable install extends); the
+    build folder of a source tree (PTCFS_BUILD, else <repo>/build); the system's."""
     env = os.environ.get("PTCFS_CLIENT_LIB")
     if env:
         yield env
+    from . import __path__ as package_dirs
+    for d in package_dirs:
+        yield os.path.join(d, "libptcfs_client.so")
     here = os.path.dirname(os.path.abspath(__file__))
     build = os.environ.get("PTCFS_BUILD") or os.path.join(here, "..", "..", "build")
     yield os.path.join(build, "transport", "libptcfs_client.so")
@@ -52,7 +58,8 @@ def _candidates():
 
 
 def library():
-    """libptcfs_client loaded with ctypes (PTCFS_CLIENT_LIB, the build folder, or the system's),
+    """libptcfs_client loaded with ctypes (PTCFS_CLIENT_LIB, the package's own, the build folder, or
+    the system's),
     or None with the reason in ``library_error()``."""
     global _LIB, _LIB_ERROR
     with _LIB_LOCK:
@@ -106,7 +113,7 @@ def library():
                                                   ctypes.c_size_t]
             _LIB, _LIB_ERROR = lib, ""
             return lib
-        _LIB_ERROR = _LIB_ERROR or "libptcfs_client.so not found (build the project, or set PTCFS_CLIENT_LIB)"
+        _LIB_ERROR = _LIB_ERROR or "libptcfs_client.so not found (pip install the package, build the project, or set PTCFS_CLIENT_LIB)"
         return None
 
 

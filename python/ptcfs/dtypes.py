@@ -1,7 +1,10 @@
 """safetensors dtype names and the numpy dtypes that hold them.
 
 numpy has no bfloat16 or float8, so those are held as their raw bits (BF16 as ``<u2``,
-F8_E4M3 and F8_E5M2 as ``|u1``), exactly as the mount's .npy views show them.
+F8_E4M3 and F8_E5M2 as ``|u1``), exactly as the mount's .npy views show them. torch 2.x has
+them all: ``to_torch`` gives torch.bfloat16, torch.float8_e4m3fn and torch.float8_e5m2 tensors
+over the same bytes, and torch.uint16/uint32/uint64 tensors are stored as U16/U32/U64.
+A numpy uint16 array given without a dtype is taken as BF16 bits, as before U16 existed.
 """
 
 from typing import Any, Dict, Optional
@@ -23,13 +26,17 @@ NUMPY: Dict[str, np.dtype] = {
     "BOOL": np.dtype("?"),
     "F8_E4M3": np.dtype("u1"),
     "F8_E5M2": np.dtype("u1"),
+    "U16": np.dtype("<u2"),
+    "U32": np.dtype("<u4"),
+    "U64": np.dtype("<u8"),
 }
 
 # Held as raw bits: any unsigned or signed integer array of the right width is accepted.
 RAW_BITS = ("BF16", "F8_E4M3", "F8_E5M2")
 
 # numpy dtype -> safetensors name, for arrays that say what they are.
-_FROM_NUMPY = {np.dtype(v).newbyteorder("=").str.lstrip("<>|="): k for k, v in NUMPY.items() if k not in RAW_BITS}
+_FROM_NUMPY = {np.dtype(v).newbyteorder("=").str.lstrip("<>|="): k for k, v in NUMPY.items()
+               if k not in RAW_BITS and k != "U16"}
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
@@ -52,15 +59,27 @@ def is_torch(x: Any) -> bool:
 
 
 def torch_to_numpy(x: Any):
-    """(numpy array, safetensors dtype or None) of a torch tensor, zero-copy for a CPU tensor.
-    bfloat16 becomes its uint16 raw bits and says BF16."""
+    """(numpy array, safetensors dtype or None) of a torch tensor, zero-copy for a contiguous
+    CPU tensor. bfloat16 and float8 become their raw bits and say BF16 or F8_*; torch's unsigned
+    types say U16, U32, U64."""
     import torch
     t = x.detach()
     if t.device.type != "cpu":
         t = t.cpu()
-    if t.dtype == torch.bfloat16:
-        # torch 1.13 has no uint16: view as int16, then reinterpret the bits in numpy.
-        return t.contiguous().view(torch.int16).numpy().view(np.uint16), "BF16"
+    raw = {torch.bfloat16: (torch.int16, np.uint16, "BF16")}
+    for name, st in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2")):
+        if hasattr(torch, name):
+            raw[getattr(torch, name)] = (torch.uint8, np.uint8, st)
+    if t.dtype in raw:
+        # Reinterpret the bits through a type torch and numpy share (int16: torch.uint16 tensors
+        # reach numpy only from torch 2.3 on).
+        via, np_type, name = raw[t.dtype]
+        return t.contiguous().view(via).numpy().view(np_type), name
+    unsigned = {getattr(torch, n, None): n.upper().replace("INT", "") for n in ("uint16", "uint32", "uint64")}
+    if t.dtype in unsigned and t.dtype is not None:
+        bits = {"U16": (torch.int16, np.uint16), "U32": (torch.int32, np.uint32), "U64": (torch.int64, np.uint64)}
+        via, np_type = bits[unsigned[t.dtype]]
+        return t.contiguous().view(via).numpy().view(np_type), unsigned[t.dtype]
     return t.numpy(), None
 
 
@@ -120,7 +139,8 @@ def as_storage(x: Any, dtype: Optional[str], where: str):
 
 _TORCH = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
           "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
-          "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+          "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "U16": "uint16", "U32": "uint32",
+          "U64": "uint64"}
 
 
 def torch_dtype(dtype: str):
@@ -134,17 +154,20 @@ def torch_dtype(dtype: str):
 
 def to_torch(arr: np.ndarray, dtype: Optional[str] = None):
     """A torch tensor sharing `arr`'s memory. With dtype "BF16" (or a uint16 array and no
-    dtype) the raw bits become torch.bfloat16. A read-only array (a mapping of the mount)
-    gives a tensor that must not be written: torch warns once about that; we silence it
-    because reading such a tensor is the point."""
+    dtype) the raw bits become torch.bfloat16; with F8_E4M3 or F8_E5M2, torch's float8 type; with
+    U16, U32 or U64, torch's unsigned type. A read-only array (a mapping of the mount) gives a
+    tensor that must not be written: torch warns once about that; we silence it because reading
+    such a tensor is the point."""
     import warnings
 
     import torch
-    if dtype in ("F8_E4M3", "F8_E5M2"):
-        raise invalid(f"torch {torch.__version__} has no {dtype}; use the uint8 raw bits")
-    bf16 = dtype == "BF16" or (dtype is None and arr.dtype == np.uint16)
-    src = arr.view(np.int16) if bf16 else arr
+    if dtype is None and arr.dtype == np.uint16:
+        dtype = "BF16"
+    # Types torch.from_numpy cannot take: their bits through a same-width signed type, then a view.
+    via = {"BF16": np.int16, "F8_E4M3": np.uint8, "F8_E5M2": np.uint8, "U16": np.int16, "U32": np.int32,
+           "U64": np.int64}.get(dtype or "")
+    want = torch_dtype(dtype) if via is not None else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        t = torch.from_numpy(src)
-    return t.view(torch.bfloat16) if bf16 else t
+        t = torch.from_numpy(arr.view(via) if via is not None else arr)
+    return t.view(want) if want is not None else t

@@ -326,6 +326,11 @@ def _allowed(u: _Budget) -> Dict[Tuple[str, str], Any]:
     allocates by an argument without charging `u`."""
     import numpy as np
     import torch
+    # numpy 2 moved numpy.core to numpy._core (numpy.core warns); pickles name either.
+    try:
+        from numpy._core import multiarray as _np_multiarray
+    except ImportError:
+        from numpy.core import multiarray as _np_multiarray
 
     def bytearray_(source: Any = b"", *rest: Any) -> bytearray:
         if isinstance(source, int):
@@ -337,11 +342,11 @@ def _allowed(u: _Budget) -> Dict[Tuple[str, str], Any]:
         if (cls is not ndarray and cls is not np.ndarray) or dims is None:
             raise pickle.UnpicklingError(f"numpy _reconstruct({describe(cls)}, {str(shape)[:40]}) is refused")
         u.charge(math.prod(dims) * np.dtype(dtype).itemsize, f"a numpy array of shape {dims[:8]}")
-        return np.core.multiarray._reconstruct(np.ndarray, tuple(dims), dtype)
+        return _np_multiarray._reconstruct(np.ndarray, tuple(dims), dtype)
 
     def scalar(dtype: Any, *rest: Any) -> Any:
         u.charge(getattr(dtype, "itemsize", 0), f"a numpy scalar of {str(dtype)[:40]}")
-        return np.core.multiarray.scalar(dtype, *rest)
+        return _np_multiarray.scalar(dtype, *rest)
 
     ndarray = _Type("numpy.ndarray", np.ndarray)
     out: Dict[Tuple[str, str], Any] = {

@@ -2,7 +2,7 @@
 """Writes the seed corpus of every fuzz target into OUTDIR/<target>/, from the test generators
 (tests/tools/ptcgen.py, ptcds.py) and the documented formats: valid inputs the fuzzer mutates.
 
-Usage: /usr/bin/python3 tests/fuzz/make_seeds.py OUTDIR
+Usage: $PTCFS_PYTHON tests/fuzz/make_seeds.py OUTDIR
 """
 
 import io

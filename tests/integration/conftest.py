@@ -1,7 +1,7 @@
 """Fixtures for the ptcfs integration tests: real daemons on real FUSE mounts.
 
 Binaries: $PTCFS_BUILD/daemon/ptcfsd and $PTCFS_BUILD/cli/ptcfs (PTCFS_BUILD defaults to <repo>/build).
-Run: PTCFS_BUILD=$PWD/build /usr/bin/python3 -m pytest -q tests/integration
+Run: make integration, or PTCFS_BUILD=$PWD/build PYTHONPATH=$PWD/python $PTCFS_PYTHON -m pytest -q tests/integration
 """
 
 import os
@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(_HERE)), "python
 
 # The daemon and checkpoint fixtures, shared with tests/gpu.
 from daemon_fixtures import daemon, make_ckpt, module_daemon, remap_daemon  # noqa: E402,F401
+from package_fixtures import ptcfs_wheel  # noqa: E402,F401
 from ptcfs_harness import Daemon  # noqa: E402  (a failed test's report carries its daemons' logs)
 
 

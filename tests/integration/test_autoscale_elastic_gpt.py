@@ -14,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -25,7 +26,7 @@ from etcd_util import Etcd
 from ptcfs_harness import PTCFS, require_binaries
 from repartition_util import wait_for
 
-PY = "/usr/bin/python3"
+PY = sys.executable
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EX = os.path.join(_REPO, "examples", "elastic_gpt")
 P = "/ptcfs-autoscale"

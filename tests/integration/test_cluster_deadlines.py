@@ -7,6 +7,7 @@ import errno
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -25,7 +26,7 @@ def read_in_child(path: str) -> subprocess.CompletedProcess:
             f"  open({path!r}, 'rb').read(); print('ok')\n"
             "except OSError as e:\n"
             "  print(errno.errorcode[e.errno])\n")
-    return subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 
 def stopped(d):

@@ -1,7 +1,8 @@
 """Container and Kubernetes deployment (deploy/Dockerfile, deploy/k8s/, docs/DEPLOY.md).
 
 No cluster and no container builder here, so: every manifest validates against the Kubernetes
-API's schemas (tests/tools/k8s-validate, which is shown to reject a broken object); the wiring
+API's schemas (tests/tools/k8s_validate.py over the pinned kubernetes-validate wheel's schemas,
+offline, and shown to reject a broken object); the wiring
 a schema cannot see is read field by field (FUSE device, mount propagation, the Secret, probes
 on the metrics port, etcd endpoints = the StatefulSet's members); the DaemonSet's own command
 line, with its environment filled in as the kubelet would, starts a real daemon against a real
@@ -13,18 +14,20 @@ import json
 import os
 import re
 import subprocess
+import sys
 import urllib.request
+import zipfile
 
 import pytest
 import yaml
 
+import k8s_validate
 from etcd_util import Etcd, live_ids
 from cluster_util import write_secret
 from ptcfs_harness import PTCFS, PTCFSD, Checkpoint, Daemon, free_port, require_binaries
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K8S = os.path.join(REPO, "deploy", "k8s")
-VALIDATOR = os.path.join(REPO, "tests", "tools", "k8s-validate")
 DOCKERFILE = os.path.join(REPO, "deploy", "Dockerfile")
 
 
@@ -42,13 +45,6 @@ def find(kind: str, name: str) -> dict:
     hits = [o for _, o in manifests() if o["kind"] == kind and o["metadata"]["name"] == name]
     assert len(hits) == 1, f"{kind}/{name}: {len(hits)} in deploy/k8s"
     return hits[0]
-
-
-def validate(objects) -> subprocess.CompletedProcess:
-    if not os.path.isdir(os.path.join(VALIDATOR, "node_modules")):
-        pytest.fail("the Kubernetes schema validator is not installed: run deploy/install-deps.sh", pytrace=False)
-    return subprocess.run(["node", os.path.join(VALIDATOR, "validate.mjs")], input=json.dumps(objects),
-                          capture_output=True, text=True, timeout=120)
 
 
 def project_version() -> str:
@@ -95,21 +91,30 @@ def test_every_manifest_validates_against_the_kubernetes_schemas():
     kinds = sorted(f"{o['kind']}/{o['metadata']['name']}" for _, o in manifests())
     assert kinds == ["DaemonSet/ptcfsd", "Job/ptcfs-read-example", "Namespace/ptcfs", "NetworkPolicy/etcd",
                      "Service/etcd", "StatefulSet/etcd"]
-    r = validate(objects)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.strip() == f"{len(objects)} objects valid"
-    # The validator is live: a port given as a string, a missing selector and an unknown
-    # propagation mode are each refused, naming the object and the field.
+    assert k8s_validate.validate(objects) == []
+    # The validator is live: a port given as a string, a missing selector, an unknown propagation
+    # mode, an unknown field and an unknown kind are each refused, naming the object and the field.
     bad = copy.deepcopy(find("DaemonSet", "ptcfsd"))
-    bad["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "7070"
+    container = bad["spec"]["template"]["spec"]["containers"][0]
+    container["ports"][0]["containerPort"] = "7070"
     del bad["spec"]["selector"]
-    bad["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][1]["mountPropagation"] = "Both"
-    r = validate([{**bad, "_source": "broken"}])
-    assert r.returncode == 1
-    assert "broken: DaemonSet ptcfsd:" in r.stdout
-    assert "containers/0/ports/0/containerPort must be integer" in r.stdout
-    assert "must have required property selector" in r.stdout
-    assert "volumeMounts/1/mountPropagation must be equal to one of the allowed values" in r.stdout
+    container["volumeMounts"][1]["mountPropagation"] = "Both"
+    container["imagePullPolice"] = "Always"
+    where = "broken: DaemonSet ptcfsd: "
+    assert k8s_validate.validate([{**bad, "_source": "broken"}]) == [
+        where + "spec: 'selector' is a required property",
+        where + "spec/template/spec/containers/0: Additional properties are not allowed "
+                "('imagePullPolice' was unexpected)",
+        where + "spec/template/spec/containers/0/ports/0/containerPort: '7070' is not of type 'integer'",
+        where + "spec/template/spec/containers/0/volumeMounts/1/mountPropagation: "
+                "'Both' is not one of ['Bidirectional', 'HostToContainer', 'None']"]
+    assert k8s_validate.validate([{"apiVersion": "apps/v1", "kind": "DaemonSett", "metadata": {"name": "x"},
+                                   "_source": "typo"}]) == ["typo: DaemonSett x: unknown apiVersion/kind apps/v1/DaemonSett"]
+    # The command line a person runs (docs/DEPLOY.md) reads the manifests from YAML.
+    files = [os.path.join(K8S, n) for n in sorted(os.listdir(K8S)) if n.endswith(".yaml") and n != "kustomization.yaml"]
+    r = subprocess.run([sys.executable, os.path.join(REPO, "tests", "tools", "k8s_validate.py"), *files],
+                       capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout.strip()) == (0, f"{len(objects)} objects valid (Kubernetes {k8s_validate.K8S_VERSION})")
 
 
 def test_kustomization_applies_the_deployment_and_not_the_example():
@@ -296,7 +301,9 @@ def test_daemonset_command_line_starts_a_daemon_the_probes_find_ready(tmp_path):
             script = reader["args"][0].replace(reader["volumeMounts"][0]["mountPath"], d.mnt)
             # It reads through the direct socket, found through the mount as in the pod.
             script += "\nprint(ptcfs.direct.open(os.path.join(step, 'tp0-pp0.safetensors')).direct)\n"
-            py = subprocess.run([reader["command"][0], *reader["command"][1:], script], capture_output=True,
+            # The image's /opt/ptcfs/bin/python is, here, the project's venv with the source tree's package.
+            assert reader["command"][0] == "/opt/ptcfs/bin/python"
+            py = subprocess.run([sys.executable, *reader["command"][1:], script], capture_output=True,
                                 text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.path.join(REPO, "python")})
             assert py.returncode == 0, py.stderr
             want = [f"{n} {tuple(a.shape)} {a.dtype}" for n, a in sorted(ck.slices[(0, 0)].items())]
@@ -346,7 +353,7 @@ def package_of(lib: str) -> str:
 def test_runtime_image_carries_every_library_the_binaries_link():
     require_binaries()
     pkgs = runtime_packages()
-    assert {"fuse3", "python3-numpy"} <= pkgs
+    assert {"fuse3", "python3", "python3-venv"} <= pkgs
     # Debian 12's base image has the Priority: required packages and what they depend on.
     q = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Priority}\n"], capture_output=True, text=True)
     base = apt_closure(sorted(l.split()[0] for l in q.stdout.splitlines() if l.endswith(" required")))
@@ -380,36 +387,31 @@ def dockerfile_stages() -> list:
     return stages
 
 
-def test_runtime_image_carries_the_direct_client_library_where_ptcfs_direct_finds_it(tmp_path):
-    """The image's Python client loads libptcfs_client (else every read in a pod goes through FUSE):
-    the build stage builds it, the runtime stage copies it and names it in PTCFS_CLIENT_LIB; laid
-    out as the image does under a scratch root, the library of a fresh build is what
-    ptcfs.direct loads with only that environment, and it links nothing the runtime lacks."""
-    require_binaries()
+def test_runtime_image_installs_the_python_package_as_users_do(ptcfs_wheel, tmp_path):
+    """The image's Python client is the wheel pip builds from pyproject.toml, pip-installed into the
+    venv /opt/ptcfs that is first on PATH and that the example Job runs (tests/integration/
+    test_pip_install.py shows such an install reading a view directly); the library inside the
+    wheel links nothing the runtime lacks; C programs get the CMake-built library and its header."""
     build, runtime = dockerfile_stages()
     (run,) = [a for w, a in build if w == "RUN" and "cmake --build" in a]
     targets = re.search(r"--target ([\w ]+?)(?: &&|$)", run).group(1).split()
     assert "ptcfs_client" in targets, targets
+    assert run.endswith("python3 -m venv /opt/pip && /opt/pip/bin/pip wheel --no-deps -w /wheels "
+                        "-C cmake.define.PTCFS_WITH_NCCL=OFF ."), run
+    assert ["--from=build", "/wheels", "/tmp/wheels"] in [a.split() for w, a in runtime if w == "COPY"]
+    (install,) = [a for w, a in runtime if w == "RUN" and "pip install" in a]
+    assert install == ("python3 -m venv /opt/ptcfs && /opt/ptcfs/bin/pip install --no-cache-dir "
+                       "/tmp/wheels/ptcfs-*.whl && rm -rf /tmp/wheels")
+    env = dict(a.split("=", 1) for w, a in runtime if w == "ENV")
+    assert env["PATH"].split(":")[0] == "/opt/ptcfs/bin" and "PTCFS_CLIENT_LIB" not in env
+    assert {"python3", "python3-venv"} <= runtime_packages()
+    (reader,) = find("Job", "ptcfs-read-example")["spec"]["template"]["spec"]["containers"]
+    assert reader["command"] == ["/opt/ptcfs/bin/python", "-c"]
     copies = [a.split() for w, a in runtime if w == "COPY" and "libptcfs_client.so" in a]
     assert copies == [["--from=build", "/build/transport/libptcfs_client.so", "/usr/local/lib/"]], copies
-    env = dict(a.split("=", 1) for w, a in runtime if w == "ENV")
-    assert env["PTCFS_CLIENT_LIB"] == "/usr/local/lib/libptcfs_client.so"
     assert ("RUN", "ldconfig") in runtime
-    # The image's layout under tmp_path: the library and the Python package where the COPYs put them.
-    lib = os.path.join(os.path.dirname(PTCFSD), "..", "transport", "libptcfs_client.so")
-    image_root = str(tmp_path / "image")
-    os.makedirs(image_root + "/usr/local/lib")
-    subprocess.run(["cp", lib, image_root + env["PTCFS_CLIENT_LIB"]], check=True)
-    (pkg,) = [a.split()[2] for w, a in runtime if w == "COPY" and a.split()[1] == "/src/python/ptcfs"]
-    os.makedirs(os.path.dirname(image_root + pkg))
-    subprocess.run(["cp", "-r", os.path.join(REPO, "python", "ptcfs"), image_root + pkg], check=True)
-    probe = "import ptcfs.direct as d; lib = d.library(); print(lib is not None, lib and lib._name, d.library_error())"
-    py = subprocess.run(["/usr/bin/python3", "-c", probe], capture_output=True, text=True, timeout=60, cwd=image_root,
-                        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.path.dirname(image_root + pkg),
-                             "PTCFS_BUILD": str(tmp_path / "no-build"),
-                             "PTCFS_CLIENT_LIB": image_root + env["PTCFS_CLIENT_LIB"]})
-    assert py.returncode == 0, py.stderr
-    assert py.stdout.split() == ["True", image_root + env["PTCFS_CLIENT_LIB"]], py.stdout
+    with zipfile.ZipFile(ptcfs_wheel) as z:
+        lib = z.extract("ptcfs/libptcfs_client.so", str(tmp_path))
     ldd = subprocess.run(["ldd", lib], capture_output=True, text=True, check=True).stdout
     linked = sorted(os.path.basename(l) for l in re.findall(r"=> (/\S+)", ldd))
     assert linked == ["libc.so.6", "libgcc_s.so.1", "libm.so.6", "libstdc++.so.6"], linked
@@ -424,7 +426,7 @@ def test_dockerfile_builds_with_the_projects_install_script_and_copies_what_k8s_
     assert daemon_container()["command"][0].startswith("/usr/local/bin/")
     r = subprocess.run(["bash", os.path.join(REPO, "deploy", "install-deps.sh"), "nonsense"], capture_output=True,
                        text=True)
-    assert r.returncode == 2 and "usage: install-deps.sh [build|bench]" in r.stderr
+    assert r.returncode == 2 and "usage: install-deps.sh [build|bench|gpu]" in r.stderr
     with open(os.path.join(REPO, ".dockerignore")) as f:
         ignored = f.read().split()
     assert {".git", "build*/", "**/node_modules"} <= set(ignored)

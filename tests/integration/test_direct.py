@@ -24,7 +24,7 @@ from repartition_util import Oracles, wait_for
 import ptcfs
 from ptcfs import direct
 
-PY = "/usr/bin/python3"
+PY = sys.executable
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

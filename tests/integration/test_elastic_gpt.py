@@ -36,7 +36,7 @@ import ptcds  # noqa: E402
 import ptcfs  # noqa: E402
 from ptcfs_daemon import Daemon  # noqa: E402
 
-PY = "/usr/bin/python3"  # Debian's numpy and torch
+PY = sys.executable  # the project's venv (docs/PYTHON.md)
 SCENARIO = os.path.join(_REPO, "examples", "elastic_gpt", "scenario.py")
 GLOBAL_BATCH = 8  # examples/elastic_gpt/config.py
 SEED = 1  # the dataset's shuffle seed (scenario.py)

@@ -21,7 +21,7 @@ from ptcfs import live  # noqa: E402
 
 pytest.importorskip("torch")
 
-PY = "/usr/bin/python3"
+PY = sys.executable
 SCENARIO = os.path.join(_REPO, "examples", "elastic_gpt", "live_scenario.py")
 CONFIGS = [(2, 2, 1), (1, 2, 2), (1, 1, 1), (2, 2, 1)]
 ITERS = 2

@@ -12,6 +12,7 @@ import os
 import pickle
 import struct
 import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -37,7 +38,7 @@ _MEASURE = ("import resource, subprocess, sys\n"
 def run_import(d, ckpt, job):
     """(result, the importer's peak RSS in MiB)."""
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
-    r = subprocess.run(["/usr/bin/python3", "-c", _MEASURE, "/usr/bin/python3", "-m", "ptcfs", "import-megatron",
+    r = subprocess.run([sys.executable, "-c", _MEASURE, sys.executable, "-m", "ptcfs", "import-megatron",
                         str(ckpt), "--job", job, "--daemon", d.addr], capture_output=True, text=True, env=env,
                        timeout=300)
     lines = r.stdout.splitlines()
@@ -226,7 +227,7 @@ def case_huge_claimed_storage(root, marker):
     # A generated checkpoint whose word embedding (its shape right) sits at the end of a storage that
     # claims 2 GiB over a 16-byte member: torch's loader reads 2 GiB past the member (SIGSEGV).
     f = generated(root)
-    sd = torch.load(f)
+    sd = torch.load(f, weights_only=False)  # the test's own file, with args (a Namespace)
     emb = sd["model"]["language_model"]["embedding"]["word_embeddings"]
     emb["weight"] = View(Storage(bytes(16), numel=1 << 30), (1 << 30) - 1600, [100, 16], [16, 1])
     write_pt(f, crafted(sd))
@@ -303,7 +304,7 @@ def case_a_million_dicts(root, marker):
 def _edit(root, change):
     """A generated checkpoint, loaded, changed by `change(state dict)` and written back."""
     f = generated(root)
-    sd = torch.load(f)
+    sd = torch.load(f, weights_only=False)  # the test's own file, with args (a Namespace)
     change(sd)
     write_pt(f, crafted(sd))
 

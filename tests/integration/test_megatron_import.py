@@ -20,7 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def run_import(d, *args, check_rc=0):
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
-    r = subprocess.run(["/usr/bin/python3", "-m", "ptcfs", "import-megatron", *map(str, args), "--daemon", d.addr],
+    r = subprocess.run([sys.executable, "-m", "ptcfs", "import-megatron", *map(str, args), "--daemon", d.addr],
                        capture_output=True, text=True, timeout=300, env=env)
     if check_rc is not None:
         assert r.returncode == check_rc, (args, r.stdout, r.stderr, d.log_tail())
@@ -89,7 +89,7 @@ def test_megatron_core_model_only_out_dir(daemon, tmp_path):
     s = mg.Spec(tp=2, pp=2, mcore=True, tied=False)
     full, _, _ = mg.write(str(tmp_path / "ckpt"), s)
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
-    r = subprocess.run(["/usr/bin/python3", "-m", "ptcfs", "import-megatron", str(tmp_path / "ckpt" / "iter_0001000"),
+    r = subprocess.run([sys.executable, "-m", "ptcfs", "import-megatron", str(tmp_path / "ckpt" / "iter_0001000"),
                         "--out", str(tmp_path / "out"), "--model-only"], capture_output=True, text=True, env=env,
                        timeout=300)
     assert r.returncode == 0, r.stderr
@@ -106,7 +106,7 @@ def test_loading_runs_no_code_from_the_file(daemon, tmp_path):
     s = mg.Spec(tp=1, pp=1, layers=2, optimizer=False)
     full, _, _ = mg.write(str(tmp_path / "ckpt"), s)
     f = tmp_path / "ckpt" / "iter_0001000" / "mp_rank_00" / "model_optim_rng.pt"
-    sd = torch.load(f)
+    sd = torch.load(f, weights_only=False)  # the test's own file, with args (a Namespace)
     marker = tmp_path / "pwned"
     sd["args"].hook = _Evil(f"touch {marker}")
     torch.save(sd, f)
@@ -143,7 +143,7 @@ def test_bad_checkpoints_are_refused_and_nothing_is_imported(daemon, tmp_path, d
         names = ["distrib_optim.pt", "--model-only"]
     elif damage == "unknown_tensor":
         f = it / "mp_rank_00_001" / "model_optim_rng.pt"
-        sd = torch.load(f)
+        sd = torch.load(f, weights_only=False)  # the test's own file, with args (a Namespace)
         sd["model"]["language_model"]["encoder"]["layers.0.mystery.weight"] = torch.ones(3)
         torch.save(sd, f)
         names = ["no partitioning rule", "language_model.encoder.layers.2.mystery.weight"]
@@ -157,14 +157,14 @@ def test_bad_checkpoints_are_refused_and_nothing_is_imported(daemon, tmp_path, d
     elif damage == "embedding_1d":  # both TP ranks agree, on a shape the args contradict
         for t in range(2):
             f = it / f"mp_rank_0{t}_000" / "model_optim_rng.pt"
-            sd = torch.load(f)
+            sd = torch.load(f, weights_only=False)  # the test's own file, with args (a Namespace)
             sd["model"]["language_model"]["embedding"]["word_embeddings"]["weight"] = torch.ones(52, dtype=torch.float16)
             torch.save(sd, f)
         names = ["tensor 'language_model.embedding.word_embeddings.weight' has shape [104]", "say [104, 16]"]
         args = ["--model-only"]
     elif damage == "query_groups":  # args of a GQA run (2 groups of 2 heads): QKV has (4 + 2 x 2) x 4 rows, not 48
         for f in it.glob("mp_rank_*/model_optim_rng.pt"):
-            sd = torch.load(f)
+            sd = torch.load(f, weights_only=False)  # the test's own file, with args (a Namespace)
             sd["args"].group_query_attention, sd["args"].num_query_groups = True, 2
             torch.save(sd, f)
         names = ["tensor 'language_model.encoder.layers.0.self_attention.query_key_value.bias' has shape [48]",

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -221,7 +222,7 @@ def test_a_killed_writer_leaves_the_step_pending_and_rm_removes_it(daemon, make_
     code = (f"import os,signal\nsrc=open({ck.shard_path(0, 0)!r},'rb').read()\n"
             f"f=open({os.path.join(sd, 'tp0-pp0.safetensors')!r},'wb')\nf.write(src[:len(src)//2]); f.flush()\n"
             "os.kill(os.getpid(), signal.SIGKILL)\n")
-    p = subprocess.run(["/usr/bin/python3", "-c", code])
+    p = subprocess.run([sys.executable, "-c", code])
     assert p.returncode == -signal.SIGKILL
     info = step_info(daemon, "k", "1")
     assert info["state"] == "pending" and info["errors"], info

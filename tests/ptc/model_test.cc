@@ -153,15 +153,17 @@ TEST_CASE("parse_ptc_json reads every dtype name, stage list, 'all' and an absen
     "g": {"dtype": "I16", "shape": [5]}, "h": {"dtype": "I8", "shape": [6]},
     "i": {"dtype": "U8", "shape": [7]}, "j": {"dtype": "BOOL", "shape": [8]},
     "k": {"dtype": "F8_E4M3", "shape": [9], "stage": [3, 1]},
-    "l": {"dtype": "F8_E5M2", "shape": [1, 2, 3], "stage": "all"}}})";
+    "l": {"dtype": "F8_E5M2", "shape": [1, 2, 3], "stage": "all"},
+    "m": {"dtype": "U16", "shape": [2]}, "n": {"dtype": "U32", "shape": [2]}, "o": {"dtype": "U64", "shape": [2]}}})";
   auto r = parse_ptc_json(text, kFile);
   REQUIRE(r.is_ok());
   CHECK(r->parallelism == Parallelism{1, 4, 3});
   CHECK(r->num_layers == 0);
-  REQUIRE(r->tensors.size() == 12);
-  const DType want[] = {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64,     DType::I32,
-                        DType::I16, DType::I8,  DType::U8,  DType::BOOL, DType::F8_E4M3, DType::F8_E5M2};
-  for (size_t i = 0; i < 12; ++i) {
+  REQUIRE(r->tensors.size() == 15);
+  const DType want[] = {DType::F64,     DType::F32,     DType::F16, DType::BF16, DType::I64,
+                        DType::I32,     DType::I16,     DType::I8,  DType::U8,   DType::BOOL,
+                        DType::F8_E4M3, DType::F8_E5M2, DType::U16, DType::U32,  DType::U64};
+  for (size_t i = 0; i < 15; ++i) {
     CHECK(r->tensors[i].name == std::string(1, static_cast<char>('a' + i)));
     CHECK(r->tensors[i].dtype == want[i]);
   }

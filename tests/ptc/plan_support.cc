@@ -78,8 +78,9 @@ void for_each_source_covering(const Layout& from, const Holdings& h, size_t ti, 
   }
 }
 
-constexpr DType kDTypes[] = {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64,     DType::I32,
-                             DType::I16, DType::I8,  DType::U8,  DType::BOOL, DType::F8_E4M3, DType::F8_E5M2};
+constexpr DType kDTypes[] = {DType::F64,     DType::F32,     DType::F16, DType::BF16, DType::I64,
+                             DType::I32,     DType::I16,     DType::I8,  DType::U8,   DType::BOOL,
+                             DType::F8_E4M3, DType::F8_E5M2, DType::U16, DType::U32,  DType::U64};
 
 }  // namespace
 
@@ -342,7 +343,7 @@ Ptc random_ptc(Rng& rng) {
   for (int i = 0; i < n; ++i) {
     TensorSpec t;
     t.name = std::string(1, static_cast<char>('a' + i)) + "/w";
-    t.dtype = kDTypes[rng.uniform(0, 11)];
+    t.dtype = kDTypes[rng.uniform(0, static_cast<int>(std::size(kDTypes)) - 1)];
     const int rank = rng.uniform(0, 3);
     for (int d = 0; d < rank; ++d) t.shape.push_back(rng.chance(0.03) ? 0 : rng.uniform(1, 3));
     if (rank > 0 && rng.chance(0.7)) {

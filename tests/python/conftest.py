@@ -1,4 +1,4 @@
-"""Fixtures for the Python package's tests. Run: /usr/bin/python3 -m pytest -q tests/python
+"""Fixtures for the Python package's tests. Run: $PTCFS_PYTHON -m pytest -q tests/python
 (daemon tests need root, /dev/fuse and the binaries: see ptcfs_daemon.py)."""
 
 import os

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ptcgen: checkpoint generator and independent reference layout for ptcfs tests.
 
 This module is the test oracle. It implements the checkpoint-directory contract of
@@ -23,7 +23,7 @@ with spaces so that N is a multiple of 8; the data area holds the tensors packed
 
 CLI::
 
-    /usr/bin/python3 tests/tools/ptcgen.py OUTDIR --style gpt --tp 2 --pp 2 --dp 1 \\
+    $PTCFS_PYTHON tests/tools/ptcgen.py OUTDIR --style gpt --tp 2 --pp 2 --dp 1 \\
         --layers 4 --hidden 256 --vocab 1000 --seed 0 [--ref REFDIR] [--target-mb N]
 """
 
