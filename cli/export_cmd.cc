@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/output.h"
+#include "cli/python_cmd.h"
 #include "cli/size_arg.h"
 #include "ptc/formats/npy.h"
 #include "ptc/formats/rank_file.h"
@@ -260,7 +261,10 @@ CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g) {
                                  "reads the daemon's mount");
   cmd->add_option("JOB/STEP", a.step_path, "The step")->required();
   cmd->add_option("DIR", a.dir, "A new or empty directory to write")->required();
-  cmd->add_option("--format", a.format, "hf or ptc")->check(CLI::IsMember({"hf", "ptc"}))->capture_default_str();
+  cmd->add_option("--format", a.format,
+                  "hf, ptc, or dcp (a PyTorch Distributed Checkpoint directory, through the Python package)")
+      ->check(CLI::IsMember({"hf", "ptc", "dcp"}))
+      ->capture_default_str();
   cmd->add_option("--max-shard-size", a.max_shard_size,
                   "hf: the largest file (5GB = 5x10^9 bytes, 100kB, 2GiB, ...; units ignore case)")
       ->capture_default_str();
@@ -274,6 +278,7 @@ int run_export(const ExportArgs& a, const Globals& g) {
   if (!max_shard) return fail(max_shard.status().with_context("--max-shard-size"));
   auto src = source_of(a, g);
   if (!src) return fail(src.status());
+  if (a.format == "dcp") return exec_python(g, {"export-dcp", src->dir, a.dir}, false);
   std::error_code ec;
   const bool existed = fs::exists(a.dir, ec);
   if (existed && !fs::is_empty(a.dir, ec)) return fail(ptc::invalid(a.dir + " is not empty"));

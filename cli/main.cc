@@ -18,6 +18,7 @@
 #include "cli/dataset_cmd.h"
 #include "cli/output.h"
 #include "cli/plan_cmd.h"
+#include "cli/python_cmd.h"
 #include "transport/auth.h"
 #include "transport/rpc.h"
 
@@ -129,6 +130,11 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
   const auto abs = std::filesystem::absolute(dir, ec);
   if (ec) return fail(ptc::invalid(dir + ": " + ec.message()));
   json req = {{"op", "import"}, {"dir", abs.lexically_normal().string()}, {"job", job}, {"step", step}};
+  if (f.format == "dcp") {
+    if (!f.template_name.empty() || !f.to.empty()) return fail(ptc::invalid("--template and --to go with --format hf"));
+    if (!nodes.empty()) return fail(ptc::invalid("--format dcp imports through this daemon's mount (no --nodes)"));
+    return exec_python(g, {"import-dcp", abs.lexically_normal().string(), "--job", job, "--step", step}, true);
+  }
   if (f.format == "megatron")
     return fail(ptc::invalid(
         "Megatron-LM checkpoints are read with torch by the Python package (docs/PYTHON.md): python3 -m "
@@ -301,9 +307,10 @@ int main(int argc, char** argv) {
                                  "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors, or a "
                                  "Hugging Face safetensors checkpoint with --format hf)");
   imp->add_option("--format", import_format.format,
-                  "ptc (ptc.json and rank files) or hf (Hugging Face safetensors); megatron says "
-                  "which Python command imports a Megatron-LM checkpoint")
-      ->check(CLI::IsMember({"ptc", "hf", "megatron"}))
+                  "ptc (ptc.json and rank files), hf (Hugging Face safetensors) or dcp (a PyTorch "
+                  "Distributed Checkpoint directory, through the Python package); megatron says which "
+                  "Python command imports a Megatron-LM checkpoint")
+      ->check(CLI::IsMember({"ptc", "hf", "dcp", "megatron"}))
       ->capture_default_str();
   imp->add_option("--template", import_format.template_name,
                   "With --format hf: a shipped PTC template (ptcfs ptc templates) or a template file");

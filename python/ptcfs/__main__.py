@@ -50,6 +50,25 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--work-dir", help="where the rank files are staged before the daemon imports them "
                                       "(default: $TMPDIR); removed afterwards")
     m.add_argument("--json", action="store_true", help="print the result as JSON")
+    d = sub.add_parser(
+        "import-dcp", help="import a PyTorch Distributed Checkpoint directory (.metadata, *.distcp)",
+        description="Reads a directory written by torch.distributed.checkpoint.save (without running code "
+                    "from it; every storage reference checked, docs/FORMATS.md \"Distributed Checkpoint\") "
+                    "and saves it into the daemon's mount as JOB/STEP, which stock dcp.load then reads "
+                    "through ptcfs.dcp.StorageReader at any mesh.")
+    d.add_argument("checkpoint", help="the DCP directory (with .metadata)")
+    d.add_argument("--job", required=True, help="job to import into")
+    d.add_argument("--step", required=True, help="step name")
+    d.add_argument("--daemon", help="daemon address HOST:PORT (default $PTCFS_DAEMON, then 127.0.0.1:7070)")
+    d.add_argument("--secret-file", help="cluster secret (default $PTCFS_SECRET_FILE)")
+    d.add_argument("--json", action="store_true", help="print the result as JSON")
+    e = sub.add_parser(
+        "export-dcp", help="write a committed step as a DCP directory that stock dcp.load reads",
+        description="Writes JOB/STEP of the mount (any step: DCP, ptc, HF, Megatron) with torch's own "
+                    "FileSystemWriter into DIR; non-tensor entries keep their bytes as saved.")
+    e.add_argument("step_dir", help="the step folder in the mount, MNT/JOB/STEP")
+    e.add_argument("out", help="a new directory to write")
+    e.add_argument("--json", action="store_true", help="print the result as JSON")
     lp = sub.add_parser(
         "live-plan", help="print the live reshard plan between two configs (no processes, no daemon)",
         description="Prints what ptcfs.live.reshard carries out (docs/PYTHON.md \"Live resharding\"): per rank "
@@ -100,6 +119,34 @@ def import_megatron(a: argparse.Namespace) -> dict:
     return result
 
 
+def import_dcp(a: argparse.Namespace) -> dict:
+    from . import checkpoint, dcp
+    from .control import Client
+    checkpoint.step_dir("/", a.job, a.step)  # the names' rules, before anything is read
+    with Client(a.daemon, a.secret_file, timeout=None) as client:
+        mnt = client.status()["mount"]
+        job_dir = os.path.join(mnt, a.job)
+        try:
+            os.mkdir(job_dir)
+        except FileExistsError:
+            pass
+        step = os.path.join(job_dir, a.step)
+        existed = os.path.exists(step)
+        try:
+            result = dcp.import_dir(a.checkpoint, step, progress=_say(a.json))
+        except BaseException:
+            # A chunk refused after the first bytes went in: the pending step goes, the store is as it was.
+            if not existed and os.path.exists(step):
+                client.call("rm", path=f"{a.job}/{a.step}")
+            raise
+    return {"checkpoint": os.path.abspath(a.checkpoint), "job": a.job, "step": a.step, **result}
+
+
+def export_dcp(a: argparse.Namespace) -> dict:
+    from . import dcp
+    return {"step": os.path.abspath(a.step_dir), "out": os.path.abspath(a.out), **dcp.export_dir(a.step_dir, a.out)}
+
+
 def _print(result: dict) -> None:
     par = result["parallelism"]
     where = result.get("out") or f"{result['job']}/{result['step']}"
@@ -140,6 +187,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         except (Error, OSError) as e:
             print(f"ptcfs: error: {e}", file=sys.stderr)
             return 1
+    if a.command in ("import-dcp", "export-dcp"):
+        try:
+            result = (import_dcp if a.command == "import-dcp" else export_dcp)(a)
+        except (Error, OSError) as e:
+            print(f"ptcfs: error: {getattr(e, 'message', None) or e}", file=sys.stderr)
+            return 1
+        if a.json:
+            print(json.dumps(result, indent=2))
+        elif a.command == "import-dcp":
+            print(f"imported {result['checkpoint']} as {a.job}/{a.step}: {result['tensors']} tensors "
+                  f"({result['bytes']} bytes), {result['items']} other entries")
+        else:
+            print(f"exported {result['step']} to {result['out']}: {result['tensors']} tensors, "
+                  f"{result['items']} other entries")
+        return 0
     try:
         result = import_megatron(a)
     except Error as e:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -88,6 +88,34 @@ def save_tensor_range(dir: str, ptc: Mapping, t: int, p: int, name: str, start: 
     total = int(np.prod(shape, dtype=np.int64))
     if start < 0 or start + arr.size > total:
         raise invalid(f"{path}: elements [{start}, {start + arr.size}) lie outside the slice of {total} elements")
+    write_npy_runs(path, dtype, shape, [(start, arr)])
+    return path
+
+
+def box_runs(shape: Sequence[int], offsets: Sequence[int], sizes: Sequence[int]) -> Tuple[int, int, List[int]]:
+    """The box [offsets, offsets + sizes) of a C-order array of `shape` as runs of contiguous
+    elements: (run length, number of runs, flat start of each run). A box that spans every
+    dimension after its first partial one is one run."""
+    n = len(shape)
+    k = n - 1
+    while k >= 0 and sizes[k] == shape[k] and offsets[k] == 0:
+        k -= 1
+    if k < 0:
+        return int(np.prod(shape, dtype=np.int64)), 1, [0]
+    inner = int(np.prod(shape[k + 1:], dtype=np.int64))
+    run = int(sizes[k]) * inner
+    strides = [int(np.prod(shape[j + 1:], dtype=np.int64)) for j in range(k)]
+    starts = np.full(1, int(offsets[k]) * inner, dtype=np.int64)
+    for j in range(k):  # every index of the dimensions before k, in C order
+        starts = (starts[:, None] + (offsets[j] + np.arange(sizes[j], dtype=np.int64))[None, :] * strides[j]).reshape(-1)
+    return run, len(starts), starts.tolist()
+
+
+def write_npy_runs(path: str, dtype: str, shape: Sequence[int], runs) -> None:
+    """Writes `runs` ([(flat start, 1-d array of the file's dtype)]) into the .npy file `path` of
+    `shape` (created if missing), each with pwrite at its place, and the npy header (the same bytes
+    from every writer, so that no writer waits for another: the mount's contract for several
+    writers of one tensor file, docs/FORMATS.md)."""
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(
         header, {"descr": np.lib.format.dtype_to_descr(numpy_dtype(dtype)), "fortran_order": False,
@@ -97,14 +125,14 @@ def save_tensor_range(dir: str, ptc: Mapping, t: int, p: int, name: str, start: 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.pwrite(fd, head, 0)
-        view = memoryview(arr.view(np.uint8))
-        off = len(head) + start * arr.itemsize
-        while view:
-            n = os.pwrite(fd, view[:64 << 20], off)
-            view, off = view[n:], off + n
+        for start, arr in runs:
+            view = memoryview(arr.view(np.uint8))
+            off = len(head) + start * arr.itemsize
+            while view:
+                n = os.pwrite(fd, view[:64 << 20], off)
+                view, off = view[n:], off + n
     finally:
         os.close(fd)
-    return path
 
 
 def load_ptc(dir: str) -> dict:

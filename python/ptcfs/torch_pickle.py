@@ -409,20 +409,22 @@ def _find_bad(obj: Any) -> Optional[Tuple[str, BadTensor]]:
     return None
 
 
-def load(path: str) -> Any:
+def load(path: str, offset: int = 0, length: Optional[int] = None) -> Any:
     """The object in a torch checkpoint file (the zip format torch writes since 1.6), tensors on
     the CPU over the file's bytes, built without calling anything the allowlist does not name.
+    With `offset` and `length`, the archive is those bytes of the file (an item of a DCP .distcp).
     Refused (ptcfs.Error, invalid_argument, naming the file and what): a damaged archive, any
     member torch would not write, a tensor its storage cannot hold, objects past MAX_OBJECT_BYTES."""
     # torch's first import keeps every frame up the stack (torch.fx's wrap() takes the caller's frame),
     # so it runs here, and the frame that holds the storages is another one.
     importlib.import_module("numpy")
     importlib.import_module("torch")
-    return _load(path)
+    return _load(path, offset, length)
 
 
-def _load(path: str) -> Any:
-    with TorchZip(path) as archive:
+def _load(path: str, offset: int = 0, length: Optional[int] = None) -> Any:
+    with TorchZip(path, offset, length) as archive:
+        path = archive.path
         data = archive.read_small("data.pkl", MAX_PICKLE_BYTES)
         u = _Unpickler(data, archive)
         try:

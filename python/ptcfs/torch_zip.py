@@ -11,6 +11,7 @@ Storage members are read straight into one buffer each (no second copy) and thei
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import struct
@@ -27,12 +28,54 @@ _LOCAL_HEADER = struct.Struct(zipfile.structFileHeader)
 _KEY = re.compile(r"^[A-Za-z0-9_]+$")
 
 
-class TorchZip:
-    """An open torch zip archive whose members have been checked; close() (or `with`) when done."""
+class _Window(io.RawIOBase):
+    """Bytes [offset, offset + length) of an open file, as a file of its own (seek, tell, read):
+    one torch.save archive among others in a DCP .distcp file."""
 
-    def __init__(self, path: str):
-        self.path = path
-        self._f = open(path, "rb")
+    def __init__(self, f, offset: int, length: int):
+        super().__init__()
+        self._f, self._base, self._len, self._pos = f, offset, length, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._len}[whence]
+        self._pos = max(0, base + pos)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, b) -> int:
+        n = max(0, min(len(b), self._len - self._pos))
+        if n == 0:
+            return 0
+        self._f.seek(self._base + self._pos)
+        got = self._f.readinto(memoryview(b)[:n])
+        self._pos += got
+        return got
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+class TorchZip:
+    """An open torch zip archive whose members have been checked; close() (or `with`) when done.
+    With `offset` and `length`, the archive is those bytes of the file (a DCP item); `path` then
+    names it in errors as PATH[offset:offset+length]."""
+
+    def __init__(self, path: str, offset: int = 0, length: Optional[int] = None):
+        f = open(path, "rb")
+        if length is None:
+            self.path, self._size, self._f = path, os.fstat(f.fileno()).st_size, f
+        else:
+            self.path, self._size = f"{path}[{offset}:{offset + length}]", length
+            self._f = io.BufferedReader(_Window(f, offset, length))
         try:
             self._check()
         except zipfile.BadZipFile as e:
@@ -52,7 +95,7 @@ class TorchZip:
         self._f.close()
 
     def _check(self) -> None:
-        size = os.fstat(self._f.fileno()).st_size
+        size = self._size
         end = zipfile._EndRecData(self._f)  # the end record alone, before zipfile parses the directory
         if end is None:
             raise invalid(f"{self.path}: not a torch checkpoint (not a zip archive; files of torch < 1.6 are not read)")

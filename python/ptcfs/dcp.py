@@ -1,0 +1,346 @@
+"""PyTorch Distributed Checkpoint (torch.distributed.checkpoint, "DCP") through ptcfs.
+
+``StorageWriter(step)`` and ``StorageReader(step)`` are DCP storage objects over a step folder of the
+mount (``MNT/<job>/<step>``): stock ``dcp.save``, ``dcp.async_save`` and ``dcp.load`` take them and run
+unchanged, from any number of processes, with any placements on either side::
+
+    import torch.distributed.checkpoint as dcp
+    import ptcfs.dcp
+    dcp.save(state_dict, storage_writer=ptcfs.dcp.StorageWriter(f"{MNT}/{job}/{step}"))
+    dcp.load(state_dict, storage_reader=ptcfs.dcp.StorageReader(f"{MNT}/{job}/{step}"))
+
+How a DCP save becomes a ptcfs step (docs/FORMATS.md, "Distributed Checkpoint"):
+
+* every tensor of the flattened state dict (DCP's own names: ``model.layers.0.w``,
+  ``optim.state.model.layers.0.w.exp_avg``, ...) is one PTC tensor of its global shape and dtype,
+  whole on every shard (no ``tp_dim``): each rank writes each chunk it owns (a DTensor's local shard,
+  a replicated tensor once, as DCP's planner deduplicates them) with ``pwrite`` into
+  ``tp0-pp0/<name>.npy``, a box as runs of contiguous elements, straight into the daemon's blobs;
+* every non-tensor entry (DCP's bytes items: a step counter, an RNG state, hyperparameters) is the
+  U8 tensor ``__dcp__/bytes/<name>`` holding the ``torch.save`` bytes DCP makes of it, and DCP's
+  ``planner_data`` (how flat names map back to nested keys) the U8 tensor ``__dcp__/planner_data``
+  (JSON); the coordinator writes them once every rank has written its chunks;
+* the coordinator writes ``ptc.json`` last: the step commits, as one version, when its bytes are
+  all there, as every save into the mount does. Until then readers of other steps see nothing.
+
+The reader serves the step's current layout: each tensor is one chunk, read from the mount's
+``full/<name>.npy`` view (a mapping: a rank reads the pages of its own boxes only), so a load works
+at any world size and placements, before and after ``ptcfs repartition``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from . import checkpoint as _ckpt
+from . import dtypes as _dt
+from . import ptc as _ptc
+from .errors import Error, invalid
+
+__all__ = ["StorageWriter", "StorageReader", "import_dir", "BYTES_PREFIX", "PLANNER_DATA"]
+
+BYTES_PREFIX = "__dcp__/bytes/"
+PLANNER_DATA = "__dcp__/planner_data"
+_SHARD = (0, 0)  # every tensor whole on every shard: tp0-pp0 holds them all
+
+
+def _dist():
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import metadata, planner, storage
+    return dcp, metadata, planner, storage
+
+
+def _dtype_name(dtype, where: str) -> str:
+    import torch
+    for name, attr in _dt._TORCH.items():
+        if getattr(torch, attr, None) == dtype:
+            return name
+    raise invalid(f"{where}: dtype {dtype} has no safetensors type (ptcfs stores {' '.join(_dt.NUMPY)})")
+
+
+def _npy_path(step: str, name: str) -> str:
+    return os.path.join(step, f"tp{_SHARD[0]}-pp{_SHARD[1]}", name + ".npy")
+
+
+def _done(value=None):
+    """A completed torch.futures.Future (what DCP waits on)."""
+    import torch
+    f = torch.futures.Future()
+    f.set_result(value)
+    return f
+
+
+def _jsonable_path(path) -> list:
+    """planner_data's tuple of str and int keys, as a JSON list (ints stay ints)."""
+    return [k if isinstance(k, (str, int)) else str(k) for k in path]
+
+
+class StorageWriter:
+    """A DCP storage writer into a ptcfs step folder (``MNT/<job>/<step>``, made if missing). Each
+    rank writes the chunks DCP's planner gives it; the coordinator commits the step by writing
+    ptc.json last. Errors are ptcfs.Error naming the tensor (a dtype ptcfs cannot store, a name the
+    PTC refuses), raised on the coordinator's global plan, before any rank writes a byte."""
+
+    def __init__(self, path: str):
+        self.path = os.fspath(path)
+        self.is_coordinator = False
+
+    # -- torch.distributed.checkpoint.StorageWriter
+
+    def reset(self, checkpoint_id=None) -> None:
+        if checkpoint_id is not None:
+            self.path = os.fspath(checkpoint_id)
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
+        self.is_coordinator = is_coordinator
+
+    def storage_meta(self):
+        return None
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike))
+
+    def prepare_local_plan(self, plan):
+        parent = os.path.dirname(os.path.abspath(self.path))
+        for d in (parent, self.path):  # every rank at once: EEXIST is fine (the mount's mkdir contract)
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                pass
+        return plan
+
+    def prepare_global_plan(self, plans):
+        _, _, planner, _ = _dist()
+        for plan in plans:
+            for item in plan.items:
+                name = item.index.fqn
+                if item.type == planner.WriteItemType.BYTE_IO:
+                    _ptc.check_tensor_name(BYTES_PREFIX + name, f"{self.path}: DCP entry '{name}'")
+                else:
+                    _ptc.check_tensor_name(name, f"{self.path}: DCP tensor '{name}'")
+                    _dtype_name(item.tensor_data.properties.dtype, f"{self.path}: DCP tensor '{name}'")
+        return plans
+
+    def write_data(self, plan, planner):
+        """Each tensor chunk into its tensor file at its place; each bytes item back to the
+        coordinator in the write results (it writes them, with their sizes, in finish)."""
+        _, _, planner_mod, storage = _dist()
+        results = []
+        for item in plan.items:
+            data = planner.resolve_data(item)
+            if item.type == planner_mod.WriteItemType.BYTE_IO:
+                payload = data.getvalue()
+                results.append(storage.WriteResult(index=item.index, size_in_bytes=len(payload),
+                                                   storage_data=payload))
+                continue
+            td = item.tensor_data
+            name = item.index.fqn
+            where = f"{self.path}: DCP tensor '{name}'"
+            dtype = _dtype_name(td.properties.dtype, where)
+            t = data.detach()
+            if list(t.shape) != list(td.chunk.sizes):
+                raise invalid(f"{where}: a chunk of shape {list(t.shape)} where the plan says {list(td.chunk.sizes)}")
+            n = write_chunk(self.path, name, dtype, td.size, td.chunk.offsets, t.cpu())
+            results.append(storage.WriteResult(index=item.index, size_in_bytes=n, storage_data=None))
+        return _done(results)
+
+    def finish(self, metadata, results) -> None:
+        """The coordinator: the bytes items and planner_data as U8 tensors, then ptc.json (the commit)."""
+        _, md, _, _ = _dist()
+        payloads = {r.index.fqn: r.storage_data for rs in results for r in rs if r.storage_data is not None}
+        tensors: Dict[str, tuple] = {}
+        for name, m in metadata.state_dict_metadata.items():
+            if isinstance(m, md.TensorStorageMetadata):
+                tensors[name] = (_dtype_name(m.properties.dtype, f"{self.path}: DCP tensor '{name}'"), list(m.size))
+            elif name not in payloads:
+                raise invalid(f"{self.path}: DCP entry '{name}': no rank wrote it")
+        planner_data = {k: _jsonable_path(v) for k, v in (metadata.planner_data or {}).items()}
+        commit(self.path, tensors, payloads, planner_data)
+
+
+def commit(step: str, tensors: Dict[str, tuple], payloads: Dict[str, bytes], planner_data: Optional[dict]) -> dict:
+    """Writes what makes a step of a DCP save complete, once every tensor's bytes are written into
+    STEP/tp0-pp0/<name>.npy: the bytes items and planner_data as U8 tensors, then ptc.json (in the
+    mount: the commit). `tensors` is {name: (safetensors dtype, global shape)}. Returns the PTC."""
+    spec = {name: {"dtype": dt, "shape": list(shape), "stage": "first"} for name, (dt, shape) in tensors.items()}
+    extra = {BYTES_PREFIX + k: v for k, v in payloads.items()}
+    extra[PLANNER_DATA] = json.dumps(planner_data or {}, sort_keys=True).encode()
+    for name, payload in extra.items():
+        spec[name] = {"dtype": "U8", "shape": [len(payload)], "stage": "first"}
+    ptc = {"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": 0, "tensors": spec}
+    _ptc.check_layout(ptc, where=f"{step}: the PTC of a DCP checkpoint")
+    for name, payload in sorted(extra.items()):
+        _ckpt.write_npy_runs(_npy_path(step, name), "U8", [len(payload)],
+                             [(0, np.frombuffer(payload, dtype=np.uint8))] if payload else [])
+    _ckpt.save_ptc(step, ptc)
+    return ptc
+
+
+def write_chunk(step: str, name: str, dtype: str, shape, offsets, values) -> int:
+    """Writes one chunk (a box of the global tensor at `offsets`) into STEP/tp0-pp0/<name>.npy as
+    runs of contiguous elements; returns its bytes."""
+    arr = _dt.as_storage(values, dtype, f"{step}: tensor '{name}'")[0].reshape(-1)
+    runs = []
+    if arr.size:
+        run, _, starts = _ckpt.box_runs(list(shape), list(offsets), list(np.shape(values)))
+        runs = [(s, arr[i * run:(i + 1) * run]) for i, s in enumerate(starts)]
+    _ckpt.write_npy_runs(_npy_path(step, name), dtype, list(shape), runs)
+    return arr.nbytes
+
+
+def import_dir(src: str, step: str, progress=None) -> dict:
+    """A DCP directory written elsewhere (stock dcp.save to a plain folder) as the step folder `step`
+    of the mount (made here; an existing step is refused by the mount): every tensor's chunks,
+    loaded code-free and checked (ptcfs.dcp_files), written into its tensor file, then the bytes
+    items and ptc.json. Nothing is written before the whole .metadata is checked."""
+    from . import dcp_files
+    ck = dcp_files.read(src)
+    for name in ck.tensors:
+        _ptc.check_tensor_name(name, f"{src}: DCP tensor '{name}'")
+    for name in ck.items:
+        _ptc.check_tensor_name(BYTES_PREFIX + name, f"{src}: DCP entry '{name}'")
+    payloads = {name: ck.read_item(name) for name in sorted(ck.items)}
+    os.mkdir(step)
+    total = 0
+    for i, (name, t) in enumerate(sorted(ck.tensors.items())):
+        nonempty = [c for c in t.chunks if all(c.sizes)]  # (a 0-d tensor's one chunk has sizes ())
+        for c in nonempty:
+            total += write_chunk(step, name, t.dtype, t.shape, c.offsets, ck.load_chunk(t, c))
+        if not nonempty:  # a tensor of no elements: its header alone
+            _ckpt.write_npy_runs(_npy_path(step, name), t.dtype, t.shape, [])
+        if progress:
+            progress(f"{i + 1}/{len(ck.tensors)} tensors, {total} bytes")
+    ptc = commit(step, {n: (t.dtype, t.shape) for n, t in ck.tensors.items()}, payloads, ck.planner_data)
+    return {"tensors": len(ck.tensors), "items": len(ck.items), "bytes": total,
+            "parallelism": ptc["parallelism"]}
+
+
+class StorageReader:
+    """A DCP storage reader of a committed ptcfs step (``MNT/<job>/<step>``, whatever wrote it: a
+    DCP save through StorageWriter, or any step whose tensors have safetensors dtypes). Tensors come
+    from the mount's full/<name>.npy views, mapped; only the boxes a rank asks for are read."""
+
+    def __init__(self, path: str):
+        self.path = os.fspath(path)
+        self._ptc: Optional[dict] = None
+        self._arrays: Dict[str, np.ndarray] = {}
+
+    def reset(self, checkpoint_id=None) -> None:
+        if checkpoint_id is not None:
+            self.path = os.fspath(checkpoint_id)
+        self._ptc, self._arrays = None, {}
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike))
+
+    def _full(self, name: str) -> np.ndarray:
+        a = self._arrays.get(name)
+        if a is None:
+            a = self._arrays[name] = _ckpt.load_full(self.path, name, self._ptc)
+        return a
+
+    def read_metadata(self, *args, **kwargs):
+        import torch
+        _, md, _, _ = _dist()
+        if not os.path.isfile(os.path.join(self.path, "ptc.json")):
+            raise Error("not_found", f"{self.path}: no committed step here (no ptc.json)")
+        self._ptc = _ckpt.load_ptc(self.path)
+        sd_md: Dict[str, Any] = {}
+        for name, spec in self._ptc["tensors"].items():
+            if name == PLANNER_DATA:
+                continue
+            if name.startswith(BYTES_PREFIX):
+                sd_md[name[len(BYTES_PREFIX):]] = md.BytesStorageMetadata()
+                continue
+            shape = torch.Size(spec["shape"])
+            props = md.TensorProperties(dtype=_dt.torch_dtype(spec["dtype"]))
+            chunk = md.ChunkStorageMetadata(offsets=torch.Size([0] * len(shape)), sizes=shape)
+            sd_md[name] = md.TensorStorageMetadata(properties=props, size=shape, chunks=[chunk])
+        planner_data = None
+        if PLANNER_DATA in self._ptc["tensors"]:
+            raw = json.loads(bytes(np.asarray(self._full(PLANNER_DATA))).decode())
+            planner_data = {k: tuple(v) for k, v in raw.items()}
+        return md.Metadata(state_dict_metadata=sd_md, planner_data=planner_data, storage_data={})
+
+    def set_up_storage_reader(self, metadata, is_coordinator: bool, *args, **kwargs) -> None:
+        if self._ptc is None:
+            self._ptc = _ckpt.load_ptc(self.path)
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def read_data(self, plan, planner):
+        _, _, planner_mod, _ = _dist()
+        for item in plan.items:
+            name = item.storage_index.fqn
+            if item.type == planner_mod.LoadItemType.BYTE_IO:
+                planner.load_bytes(item, io.BytesIO(bytes(np.asarray(self._full(BYTES_PREFIX + name)))))
+                continue
+            spec = self._ptc["tensors"][name]
+            box = tuple(slice(o, o + n) for o, n in zip(item.storage_offsets, item.lengths))
+            full = self._full(name)
+            src = _dt.to_torch(full[box] if box else full, spec["dtype"])  # (a 0-d array stays an array)
+            target = planner.resolve_tensor(item).detach()
+            if target.shape != src.shape:
+                raise invalid(f"{self.path}: tensor '{name}': DCP asks a box of {list(src.shape)} "
+                              f"into a tensor of {list(target.shape)}")
+            target.copy_(src)
+            planner.commit_tensor(item, target)
+        return _done()
+
+
+class _RawItem:
+    """A bytes item kept as the torch.save bytes it was saved as (exported verbatim, not re-pickled)."""
+
+    def __init__(self, payload: bytes):
+        self.payload = payload
+
+
+def export_dir(step: str, out: str) -> dict:
+    """Writes the committed step `step` as a DCP directory `out` with torch's own FileSystemWriter,
+    in one process: each tensor whole (mapped from the mount's full/ view), each bytes item verbatim.
+    Stock dcp.load reads it from any filesystem, at any world size."""
+    import torch
+    dcp, _, _, _ = _dist()
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+
+    class _Planner(DefaultSavePlanner):
+        def create_global_plan(self, all_plans):  # the flat names' nested keys, as the source saved them
+            plans, metadata = super().create_global_plan(all_plans)
+            if planner_data:
+                metadata = dataclasses.replace(metadata, planner_data=planner_data)
+            return plans, metadata
+
+        def transform_object(self, write_item, object):
+            if isinstance(object, _RawItem):
+                return io.BytesIO(object.payload)
+            return super().transform_object(write_item, object)
+
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise Error("already_exists", f"{out}: exists and is not an empty directory")
+    reader = StorageReader(step)
+    md = reader.read_metadata()
+    planner_data = md.planner_data
+    sd: Dict[str, Any] = {}
+    for name, m in md.state_dict_metadata.items():
+        if hasattr(m, "chunks"):  # a TensorStorageMetadata
+            spec = reader._ptc["tensors"][name]
+            sd[name] = _dt.to_torch(reader._full(name), spec["dtype"])
+        else:
+            sd[name] = _RawItem(bytes(np.asarray(reader._full(BYTES_PREFIX + name))))
+    os.makedirs(out, exist_ok=True)
+    # flatten_state_dict=False: the names are DCP's flat names already; planner_data carries their keys.
+    dcp.save(sd, checkpoint_id=out, planner=_Planner(flatten_state_dict=False), no_dist=True)
+    tensors = sum(1 for v in sd.values() if isinstance(v, torch.Tensor))
+    return {"tensors": tensors, "items": len(sd) - tensors}
