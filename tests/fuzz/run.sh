@@ -11,7 +11,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${FUZZ_BUILD:-$ROOT/build-fuzz}
 SEEDS=${FUZZ_SEEDS:-$BUILD/seeds}
 rm -rf "$SEEDS"
-"${PTCFS_PYTHON:?the project venv's python (make fuzz sets it)}" "$ROOT/tests/fuzz/make_seeds.py" "$SEEDS"
+"${PTCFS_PYTHON:?the project venv python, as make fuzz sets it}" "$ROOT/tests/fuzz/make_seeds.py" "$SEEDS"
 mkdir -p "$BUILD/crashes"
 status=0
 for bin in "$BUILD"/tests/fuzz/fuzz_*; do
