@@ -26,6 +26,11 @@ def _parallelism(text: str) -> Tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)
 
 
+def _daemon_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--daemon", help="daemon address HOST:PORT (default $PTCFS_DAEMON, then 127.0.0.1:7070)")
+    p.add_argument("--secret-file", help="cluster secret (default $PTCFS_SECRET_FILE)")
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python3 -m ptcfs", description="ptcfs commands that need Python and torch.")
     from . import __version__
@@ -45,8 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--vocab-size", type=int, help="true vocabulary size: drops Megatron's padding rows "
                                                   "(default: keep them)")
     m.add_argument("--model-only", action="store_true", help="leave optimizer state out")
-    m.add_argument("--daemon", help="daemon address HOST:PORT (default $PTCFS_DAEMON, then 127.0.0.1:7070)")
-    m.add_argument("--secret-file", help="cluster secret (default $PTCFS_SECRET_FILE)")
+    _daemon_options(m)
     m.add_argument("--work-dir", help="where the rank files are staged before the daemon imports them "
                                       "(default: $TMPDIR); removed afterwards")
     m.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -59,8 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("checkpoint", help="the DCP directory (with .metadata)")
     d.add_argument("--job", required=True, help="job to import into")
     d.add_argument("--step", required=True, help="step name")
-    d.add_argument("--daemon", help="daemon address HOST:PORT (default $PTCFS_DAEMON, then 127.0.0.1:7070)")
-    d.add_argument("--secret-file", help="cluster secret (default $PTCFS_SECRET_FILE)")
+    _daemon_options(d)
     d.add_argument("--json", action="store_true", help="print the result as JSON")
     e = sub.add_parser(
         "export-dcp", help="write a committed step as a DCP directory that stock dcp.load reads",

@@ -134,16 +134,26 @@ def reshard(state: Dict[str, Any], ptc: Union[dict, str], frm: Config, to: Confi
     "rounds", "staging_peak"} in bytes for this rank. ``live_plan``: a plan already computed."""
     import torch
 
-    p = live_plan if live_plan is not None else plan(ptc, frm, to)
     ptc_d = json.loads(ptc) if isinstance(ptc, str) else ptc
     me = comm.rank
-    if me >= len(p["ranks"]):
-        raise invalid(f"rank {me} is outside both worlds of {p['from']} -> {p['to']}")
+    # Before a byte moves, every rank learns that all agree on (ptc, from, to), that every rank has
+    # a plan and that every state holds its slices as the PTC says: else each raises, naming the
+    # rank at fault (no hang on the others, no wrong bytes on another rank).
+    p, problem = None, ""
+    try:
+        p = live_plan if live_plan is not None else plan(ptc, frm, to)
+        if me >= len(p["ranks"]):
+            problem = f"rank {me} is outside both worlds of {p['from']} -> {p['to']}"
+        else:
+            problem = _check_state(state, ptc_d, frm, me)
+    except Error as e:
+        problem = f"rank {me}: {e.message}"
+    _agree(comm, _digest(ptc_d, frm, to), problem, len(p["ranks"]) if p else 1)
     mine = p["ranks"][me]
     new_state: Dict[str, Any] = {}
-    for name, shape in mine["new_shapes"].items():
-        dt = state[name].dtype if name in state else _dt.torch_dtype(ptc_d["tensors"][name]["dtype"])
-        new_state[name] = torch.zeros(shape, dtype=dt, device=comm.device)
+    for name, shape in mine["new_shapes"].items():  # the PTC's dtype, the plan's shape: nothing the peers say
+        new_state[name] = torch.zeros(shape, dtype=_dt.torch_dtype(ptc_d["tensors"][name]["dtype"]),
+                                      device=comm.device)
 
     def source(m: dict):
         t = state.get(m["tensor"])
@@ -189,6 +199,67 @@ def reshard(state: Dict[str, Any], ptc: Union[dict, str], frm: Config, to: Confi
     stats = {"sent": sent, "received": received, "min": mine["min"], "plan_sent": mine["sent"],
              "plan_received": mine["received"], "rounds": len(rs), "staging_peak": peak}
     return new_state, stats
+
+
+def _digest(ptc: dict, frm: Config, to: Config) -> bytes:
+    import hashlib
+    text = json.dumps(ptc, sort_keys=True) + "|" + config_text(frm) + "|" + config_text(to)
+    return hashlib.sha256(text.encode()).digest()
+
+
+def _check_state(state: Dict[str, Any], ptc: dict, frm: Config, rank: int) -> str:
+    """"" when `state` holds exactly this rank's slices at `frm` (names, dtypes, shapes), else what
+    is wrong, naming the tensor."""
+    from . import ptc as _ptc
+    tp, pp, dp = (int(x.split("=")[1]) for x in config_text(frm).split(","))
+    if rank >= tp * pp * dp:
+        return "" if not state else f"rank {rank} is past {config_text(frm)}'s world but holds {len(state)} tensors"
+    t, p = rank % tp, rank // (tp * dp)
+    want = _ptc.shard_tensors(_ptc.with_parallelism(ptc, tp, pp, dp), t, p)
+    missing = sorted(set(want) - set(state))
+    if missing:
+        return f"rank {rank} (tp{t}-pp{p} of {config_text(frm)}) lacks tensor '{missing[0]}'" + (
+            f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+    for name, (dtype, shape) in sorted(want.items()):
+        x = state[name]
+        if x.dtype != _dt.torch_dtype(dtype) or list(x.shape) != list(shape):
+            return (f"rank {rank} (tp{t}-pp{p} of {config_text(frm)}): tensor '{name}' is {x.dtype} "
+                    f"{list(x.shape)}, its slice is {_dt.torch_dtype(dtype)} {list(shape)}")
+    return ""
+
+
+_HELLO = 32 + 1 + 2 + 400  # digest, failed, message length, message
+
+
+def _agree(comm, digest: bytes, problem: str, plan_world: int) -> None:
+    """One round in which every rank sends every other rank its digest of (ptc, from, to) and the
+    result of its own state check; every rank then raises the same kind of error when any digest
+    differs from its own or any rank's check failed, naming those ranks."""
+    import torch
+    world = getattr(comm, "world", None) or plan_world
+    me = comm.rank
+    msg = problem.encode()[:400]
+    hello = bytes(digest) + bytes([1 if problem else 0]) + len(msg).to_bytes(2, "little") + msg
+    hello = hello.ljust(_HELLO, b"\0")
+    peers = [r for r in range(world) if r != me]
+    if peers:
+        mine = torch.tensor(list(hello), dtype=torch.uint8, device=comm.device)
+        bufs = {r: torch.zeros(_HELLO, dtype=torch.uint8, device=comm.device) for r in peers}
+        comm.exchange([(r, 0, mine) for r in peers], [(r, 0, bufs[r]) for r in peers])
+        got = {r: bytes(bufs[r].cpu().tolist()) for r in peers}
+    else:
+        got = {}
+    got[me] = hello
+    differ = sorted(r for r, h in got.items() if h[:32] != digest)
+    if differ:
+        raise invalid(f"live reshard: rank{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} "
+                      f"called with another PTC, from or to than rank {me} (nothing was sent)")
+    failed = sorted(r for r, h in got.items() if h[32])
+    if failed:
+        first = got[failed[0]]
+        why = first[35:35 + int.from_bytes(first[33:35], "little")].decode(errors="replace")
+        raise invalid(f"live reshard: the state of rank{'s' if len(failed) > 1 else ''} "
+                      f"{', '.join(map(str, failed))} does not fit the PTC (nothing was sent): {why}")
 
 
 class TorchComm:

@@ -46,3 +46,29 @@ def run(rank, world, init_file, out_dir, ptc, configs, chunk_bytes, staging_byte
     with open(os.path.join(out_dir, f"r{rank}.json"), "w") as f:
         json.dump(records, f)
     dist.destroy_process_group()
+
+
+def run_faulty(rank, world, init_file, out_dir, ptc, frm, to, fault):
+    """One rank of a reshard where rank 1 is at fault: its BF16 query_key_value weight passed as
+    float16 ("f16"), the whole tensor where its slice belongs ("whole"), or another `to` ("other_to").
+    Records what reshard raised on this rank ("ok" when nothing)."""
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+    comm = live.TorchComm()
+    full = ptcgen.full_tensors(ptc, seed=0)
+    state = oracle_state(ptc, full, frm, rank)
+    name = "layers.0.self_attention.query_key_value.weight"
+    target = to
+    if rank == 1 and fault == "f16":
+        state[name] = state[name].to(torch.float16)
+    elif rank == 1 and fault == "whole":
+        state[name] = dtypes.to_torch(np.array(full[name]), "BF16")
+    elif rank == 1 and fault == "other_to":
+        target = (1, 2, 2)
+    try:
+        live.reshard(state, ptc, frm, target, comm)
+        outcome = "ok"
+    except Exception as e:  # noqa: BLE001 (the test reads what each rank got)
+        outcome = f"{type(e).__name__}: {e}"
+    with open(os.path.join(out_dir, f"r{rank}.json"), "w") as f:
+        json.dump(outcome, f)
+    dist.destroy_process_group()

@@ -128,3 +128,40 @@ def test_nccl_communicator_says_it_needs_cuda_where_there_is_none():
         live.NcclComm()
     assert e.value.code == "unavailable"
     assert e.value.message == "NcclComm needs CUDA: torch sees no GPU in this process"
+
+
+@pytest.mark.parametrize("fault, says", [
+    ("f16", "the state of rank 1 does not fit the PTC (nothing was sent): rank 1 (tp1-pp0 of tp=2,pp=2,dp=1): "
+            "tensor 'layers.0.self_attention.query_key_value.weight' is torch.float16 [48, 32], its slice is "
+            "torch.bfloat16 [48, 32]"),
+    ("whole", "the state of rank 1 does not fit the PTC (nothing was sent): rank 1 (tp1-pp0 of tp=2,pp=2,dp=1): "
+              "tensor 'layers.0.self_attention.query_key_value.weight' is torch.bfloat16 [96, 32], its slice is "
+              "torch.bfloat16 [48, 32]"),
+])
+def test_a_rank_whose_state_does_not_fit_fails_every_rank_before_a_byte_moves(tmp_path, fault, says):
+    outcomes = run_faulty(tmp_path, fault)
+    assert outcomes == ["Error: invalid_argument: live reshard: " + says] * 4, outcomes
+
+
+def test_a_rank_with_another_plan_fails_every_rank_fast_naming_it(tmp_path):
+    outcomes = run_faulty(tmp_path, "other_to")
+    want = "Error: invalid_argument: live reshard: rank{} {} called with another PTC, from or to than rank {} " \
+           "(nothing was sent)"
+    assert outcomes == [want.format("", 1, 0), want.format("s", "0, 2, 3", 1), want.format("", 1, 2),
+                        want.format("", 1, 3)], outcomes
+
+
+def run_faulty(tmp_path, fault, timeout=120):
+    """Outcomes of 4 ranks resharding tp=2,pp=2,dp=1 -> tp=1,pp=1,dp=1 with rank 1 at fault; every rank
+    must return within `timeout` seconds (a hang is a failure, not a wait for gloo's 30 minutes)."""
+    import time
+    ptc = small_ptc()
+    ctx = mp.spawn(live_worker.run_faulty, args=(4, str(tmp_path / "init"), str(tmp_path), ptc, (2, 2, 1),
+                                                 (1, 1, 1), fault), nprocs=4, join=False)
+    deadline = time.monotonic() + timeout
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"ranks still running after {timeout} s")
+    return [json.load(open(tmp_path / f"r{r}.json")) for r in range(4)]
