@@ -74,6 +74,7 @@ ptc::Result<uint64_t> PendingFile::open_writer() {
     owner = last_writer + 1;
     owner_closed = false;
   }
+  if (kind == Kind::kPtcJson) drafts[last_writer + 1];
   return ++last_writer;
 }
 
@@ -112,16 +113,8 @@ ptc::Status PendingFile::write(uint64_t writer, uint64_t off, const void* data, 
         }
       }
     }
+    if (kind == Kind::kPtcJson) return write_draft(writer, off, data, len, where);
     if (!error.empty()) return ptc::invalid(error);
-    if (kind == Kind::kPtcJson) {
-      if (off + len > kMaxPtcJson)
-        return ptc::invalid(where + ": larger than " + std::to_string(kMaxPtcJson) + " bytes");
-      if (text.size() < off + len) text.resize(off + len);
-      std::copy_n(static_cast<const char*>(data), len, text.begin() + static_cast<std::ptrdiff_t>(off));
-      end = std::max<uint64_t>(end, off + len);
-      written.add(off, off + len);
-      return ptc::Status::ok();
-    }
     if (expected && off + len > *expected)
       return ptc::invalid(where + ": a write of " + range_text(off, off + len) + " goes past the end of the file, " +
                           std::to_string(*expected) + " bytes as its header says");
@@ -149,6 +142,27 @@ ptc::Status PendingFile::write(uint64_t writer, uint64_t off, const void* data, 
   written.add(off, off + len);
   end = std::max<uint64_t>(end, off + len);
   return kind == Kind::kTensor ? take_header(where) : ptc::Status::ok();
+}
+
+ptc::Status PendingFile::write_draft(uint64_t writer, uint64_t off, const void* data, size_t len,
+                                     const std::string& where) {
+  auto it = drafts.find(writer);
+  if (it == drafts.end()) return busy(where + ": written through a handle that is not open for writing");
+  if (off + len > kMaxPtcJson) return ptc::invalid(where + ": larger than " + std::to_string(kMaxPtcJson) + " bytes");
+  Draft& d = it->second;
+  if (d.text.size() < off + len) d.text.resize(off + len);
+  std::copy_n(static_cast<const char*>(data), len, d.text.begin() + static_cast<std::ptrdiff_t>(off));
+  d.written.add(off, off + len);
+  return ptc::Status::ok();
+}
+
+ptc::Status PendingFile::close_draft(uint64_t writer, const std::string& where) {
+  auto it = drafts.find(writer);
+  // Opened for writing and closed without a write (or a second close of the handle): nothing to check.
+  if (it == drafts.end() || it->second.text.empty()) return ptc::Status::ok();
+  if (!it->second.written.covers(0, it->second.text.size()))
+    return ptc::invalid(where + ": closed with bytes never written");
+  return step_->take_ptc(*this, it->second.text);
 }
 
 ptc::Status PendingFile::take_header(const std::string& where) {
@@ -208,6 +222,18 @@ ptc::Status PendingFile::truncate(uint64_t writer, uint64_t size) {
   Noted noted(*step_, *this);
   const std::string where = step_->name() + "/" + rel;
   if (dead) return ptc::not_found(where + " was removed");
+  if (kind == Kind::kPtcJson) {
+    // A handle cuts its own draft (open with O_TRUNC); truncate(2) by path changes no one's.
+    auto it = drafts.find(writer);
+    if (it == drafts.end()) return ptc::Status::ok();
+    Draft& d = it->second;
+    if (size < d.text.size()) {
+      if (size != 0)
+        return ptc::error(ptc::Code::kPermissionDenied, where + ": cannot cut written bytes off a file being saved");
+      d = Draft{};
+    }
+    return ptc::Status::ok();
+  }
   // Only its writer changes a whole file; truncate(2) by path only while nobody has it open.
   if (whole() && owner != 0 && writer != owner) return busy(where + " is open for writing by another writer");
   if (size < written.end()) {
@@ -240,6 +266,7 @@ ptc::Status PendingFile::flush(uint64_t writer) {
   if (dead) return ptc::Status::ok();
   // A whole file is checked when its writer closes it; its release follows (open_writer).
   if (whole() && writer == owner) owner_closed = true;
+  if (kind == Kind::kPtcJson) return close_draft(writer, where);
   if (!error.empty()) return ptc::invalid(error);
   if (kind == Kind::kTensor) return ptc::Status::ok();  // its header was checked as it came
   const ptc::Status s = check_closed(where);
@@ -248,7 +275,6 @@ ptc::Status PendingFile::flush(uint64_t writer) {
 }
 
 ptc::Status PendingFile::check_closed(const std::string& where) {
-  if (kind == Kind::kPtcJson) return step_->take_ptc(*this);
   // A shard file, written front to back: closed, it must be whole.
   if (!written.covers(0, end)) {
     error = where + ": closed with bytes never written (a shard file is written front to back by one writer)";
@@ -272,6 +298,7 @@ void PendingFile::release(uint64_t writer) {
       owner = 0;
       step_->released.notify_all();
     }
+    drafts.erase(writer);
     if (--writers > 0 || dead) return;
     step = step_;
   }
@@ -312,22 +339,28 @@ ptc::Status PendingStep::check(PendingFile& f) {
   return ptc::Status::ok();
 }
 
-ptc::Status PendingStep::take_ptc(PendingFile& f) {
+ptc::Status PendingStep::take_ptc(PendingFile& f, const std::string& text) {
   const std::string where = name() + "/ptc.json";
-  if (!f.written.covers(0, f.end)) return ptc::invalid(f.error = where + ": closed with bytes never written");
-  auto p = ptc::parse_ptc_json(f.text, where);
-  if (!p) return ptc::invalid(f.error = p.status().message());
-  if (auto s = ptc::validate_tensor_names(p->tensors); !s)
-    return ptc::invalid(f.error = s.with_context(where).message());
+  // A draft that is not a valid ptc.json, or that differs from the one taken, fails its own close
+  // and leaves the file as it was: every writer of a job writes the same ptc.json, so a different
+  // one is a writer's mistake, not the step's.
+  auto p = ptc::parse_ptc_json(text, where);
+  if (!p) return ptc::invalid(p.status().message());
+  if (auto s = ptc::validate_tensor_names(p->tensors); !s) return ptc::invalid(s.with_context(where).message());
   auto l = ptc::Layout::make(*p, p->parallelism);
-  if (!l) return ptc::invalid(f.error = l.status().with_context(where).message());
-  if (layout && ptc_text != f.text) {
-    // Written again: it must say the same, or the files checked against it would not hold.
+  if (!l) return ptc::invalid(l.status().with_context(where).message());
+  if (layout) {
     if (ptc::ptc_to_json(*p) != ptc::ptc_to_json(layout->ptc()))
-      return ptc::invalid(f.error = where + ": differs from the ptc.json this step was written with");
+      return ptc::invalid(where + ": differs from the ptc.json this step was written with (another writer's, or "
+                                  "an earlier one; every writer must write the same)");
+    return ptc::Status::ok();
   }
   layout = std::move(l).value();
-  ptc_text = f.text;
+  ptc_text = text;
+  f.text = text;
+  f.end = text.size();
+  f.written.clear();
+  f.written.add(0, f.end);
   // Every file written so far, against it: the first contradiction fails this close too.
   ptc::Status first;
   for (auto& [rel, g] : files) {

@@ -1,7 +1,9 @@
 // A step being saved through the mount (docs/FORMATS.md "Saving into the mount"): the files
 // written into MNT/<job>/<step>/ so far, each straight into the blob that will hold it.
 //
-//   ptc.json                      kept in memory (at most 64 MiB), one writer; parsed when closed
+//   ptc.json                      kept in memory (at most 64 MiB); several writers at once, each
+//                                 its own copy, parsed when it closes: the first valid one is the
+//                                 step's, a later one must say the same (else its close fails)
 //   tp{t}-pp{p}.safetensors       a whole shard, one writer front to back; checked against
 //                                 ptc.json with import's rules when closed
 //   tp{t}-pp{p}/<tensor>.npy      one tensor of a shard; several writers may write disjoint
@@ -13,8 +15,11 @@
 // it, and a larger one a blob of its own. A step saved per tensor so uses a few blobs, not one
 // (and an open descriptor until the commit, and a sync at it) per tensor.
 //
-// A file written whole (ptc.json, a shard file) has at most one handle open for writing, so
-// that two writers never mix their bytes into one file: another open for writing is refused
+// ptc.json is what every writing rank or node of a job writes alike: each handle writes its own
+// draft, checked at its close, so that identical copies all succeed and a different one fails
+// its own close (EINVAL) without touching the step's. A shard file is written whole: it has at
+// most one handle open for writing, so that two writers never mix their bytes into one file:
+// another open for writing is refused
 // (EBUSY) until that handle's release. The kernel sends a release after close() returns, so an
 // open that finds the handle closed (flushed) and not written since waits for its release a
 // moment: a writer that closes the file and opens it again at once is not refused. A flush
@@ -106,9 +111,16 @@ class PendingFile final : public fs::WriteFile {
   ptc::NpyHeader npy;                  // kTensor
   std::vector<size_t> entry_of_slice;  // kShard, once checked against the layout
   std::string error;                   // why the file contradicts ptc.json or itself ("" if it does not)
+  // kPtcJson: what each open handle has written, until its close (the file is the first one
+  // accepted: text, written, end).
+  struct Draft {
+    std::string text;
+    ByteRanges written;
+  };
+  std::map<uint64_t, Draft> drafts;
 
-  // ptc.json or a shard file: written whole, by one writer at a time.
-  bool whole() const { return kind != Kind::kTensor; }
+  // A shard file: written whole, by one writer at a time.
+  bool whole() const { return kind == Kind::kShard; }
   // Written in full, closed, and (with the layout known) checked.
   bool complete() const;
   // Data bytes written (for `ls`).
@@ -117,6 +129,9 @@ class PendingFile final : public fs::WriteFile {
  private:
   // A whole file's checks at its close. Locked.
   ptc::Status check_closed(const std::string& where);
+  // ptc.json: a write into the writer's draft, and the draft's check at its close. Locked.
+  ptc::Status write_draft(uint64_t writer, uint64_t off, const void* data, size_t len, const std::string& where);
+  ptc::Status close_draft(uint64_t writer, const std::string& where);
   // A tensor file: parses its npy header once its first bytes are written, and gives the file
   // its blob (place). Locked.
   ptc::Status take_header(const std::string& where);
@@ -165,8 +180,9 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   std::string name() const { return job + "/" + step; }
   // Checks a file against the layout (when known) and records its error. Locked.
   ptc::Status check(PendingFile& f);
-  // Parses ptc.json (closed by its last writer) and checks every file against it. Locked.
-  ptc::Status take_ptc(PendingFile& f);
+  // A writer's draft of ptc.json `f`, at its close: the first valid one becomes the file and the
+  // layout, and every file is checked against it; a later one must say the same. Locked.
+  ptc::Status take_ptc(PendingFile& f, const std::string& text);
   // The layout changed (ptc.json taken or removed): every file counted again. Locked.
   void recount();
   // A file changed (or was removed): its part of the tally brought up to date. Every change of

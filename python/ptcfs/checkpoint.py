@@ -19,7 +19,7 @@ from . import direct as _direct
 from . import ptc as _ptc
 from . import safetensors as _st
 from .dtypes import as_storage, numpy_dtype
-from .errors import Error, invalid
+from .errors import Error, from_os_error, invalid
 
 
 def shard_file(t: int, p: int) -> str:
@@ -42,11 +42,17 @@ def step_dir(root: str, job: str, step: Any, create: bool = False) -> str:
 
 
 def save_ptc(dir: str, ptc: Mapping) -> str:
-    """Writes DIR/ptc.json (the normalized form the mount shows); returns its path."""
+    """Writes DIR/ptc.json (the normalized form the mount shows); returns its path. Every rank of a
+    job may call it at once with the same PTC; in the mount, one that writes a different PTC gets
+    ptcfs.Error (invalid_argument) and the step keeps the first."""
     _ptc.check_layout(ptc)
     path = os.path.join(dir, "ptc.json")
-    with open(path, "w") as f:
-        f.write(_ptc.dumps(ptc))
+    text = _ptc.dumps(ptc)
+    try:  # in the mount, every rank may write the same ptc.json at once; a different one fails its close
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise from_os_error(e, path) from None
     return path
 
 

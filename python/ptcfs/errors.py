@@ -15,3 +15,18 @@ class Error(Exception):
 
 def invalid(message: str) -> Error:
     return Error("invalid_argument", message)
+
+
+# errno -> code, for a failed file operation on the mount (which maps the daemon's codes to these).
+_ERRNO_CODES = {"ENOENT": "not_found", "EINVAL": "invalid_argument", "EBUSY": "failed_precondition",
+                "EEXIST": "already_exists", "EACCES": "permission_denied", "EPERM": "permission_denied",
+                "EROFS": "permission_denied", "ENOSPC": "resource_exhausted", "EIO": "io_error",
+                "ETIMEDOUT": "deadline_exceeded", "EHOSTUNREACH": "unavailable"}
+
+
+def from_os_error(e: OSError, where: str) -> Error:
+    """An OSError of a file operation as the package's one error, naming the file."""
+    import errno
+    import os
+    name = errno.errorcode.get(e.errno or 0, "")
+    return Error(_ERRNO_CODES.get(name, "io_error"), f"{where}: {os.strerror(e.errno) if e.errno else e}")

@@ -387,16 +387,15 @@ def _two_writers_at_once(path, first, second):
 
 
 def test_a_second_writer_of_a_whole_file_is_refused_and_no_mix_commits(daemon, make_ckpt):
-    """Two processes writing one shard file (or ptc.json) at once (once committed 8 tensors of each): the second
+    """Two processes writing one shard file at once (once committed 8 tensors of each): the second
     opener gets EBUSY however it opens it, the first writer's bytes stay; a writer that closes the file and
-    opens it again at once (its release still on the way) is not refused, and neither is the next writer."""
+    opens it again at once (its release still on the way) is not refused, and neither is the next writer.
+    ptc.json is the one file several writers may write at once (test_every_rank_writes_the_same_ptc_json)."""
     ck = make_ckpt(tp=2, pp=1, layers=2, hidden=128, vocab=500)
     other = make_ckpt("other", tp=2, pp=1, layers=2, hidden=128, vocab=500, seed=7)  # same sizes, other bytes
     os.makedirs(os.path.join(daemon.mnt, "x", "1"))
     sd = daemon.step_dir("x", "1")
-    text = open(os.path.join(ck.path, "ptc.json"), "rb").read()
-    assert _two_writers_at_once(os.path.join(sd, "ptc.json"), text, b"{}" + b" " * (len(text) - 2)) == \
-        [errno.EBUSY] * 3
+    copy_in(ck, sd, ["ptc.json"])
     path = os.path.join(sd, "tp0-pp0.safetensors")
     mine, theirs = (open(c.shard_path(0, 0), "rb").read() for c in (ck, other))
     assert len(mine) == len(theirs) and mine != theirs
@@ -414,6 +413,70 @@ def test_a_second_writer_of_a_whole_file_is_refused_and_no_mix_commits(daemon, m
     verify_step(daemon, "x", "1", other)
 
 
+def _write_when_all_have_opened(path, data, barrier, out):
+    """Opens `path`, waits until every writer has opened it, writes `data` and closes; puts the errno of
+    the write or the close (0: none)."""
+    try:
+        with open(path, "wb") as f:
+            barrier.wait(30)
+            f.write(data)
+        out.put(0)
+    except OSError as e:
+        out.put(e.errno)
+
+
+def test_every_rank_writes_the_same_ptc_json_at_once_and_a_different_one_fails_alone(daemon, make_ckpt):
+    """Four processes open ptc.json of a new step together, then write the same bytes: all succeed (each
+    got EBUSY once, and ptcfs.save_ptc a bare OSError). A fifth writes another valid ptc.json: its close
+    fails with EINVAL naming the file, and the step keeps the first and commits with its shards."""
+    ck = make_ckpt(tp=2, pp=1, layers=2, hidden=128, vocab=500)
+    os.makedirs(os.path.join(daemon.mnt, "r", "1"))
+    sd = daemon.step_dir("r", "1")
+    path = os.path.join(sd, "ptc.json")
+    text = open(os.path.join(ck.path, "ptc.json"), "rb").read()
+    ctx = multiprocessing.get_context("fork")
+    barrier, out = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_write_when_all_have_opened, args=(path, text, barrier, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert sorted(out.get(timeout=5) for _ in procs) == [0, 0, 0, 0]
+    other = json.loads(text)
+    other["parallelism"]["tp"] = 1
+    with pytest.raises(OSError) as e:
+        with open(path, "w") as f:
+            json.dump(other, f)
+    assert e.value.errno == errno.EINVAL
+    assert "r/1/ptc.json: differs from the ptc.json this step was written with" in daemon.log_tail()
+    assert step_info(daemon, "r", "1")["errors"] == []
+    copy_in(ck, sd, ["tp0-pp0.safetensors", "tp1-pp0.safetensors"])
+    wait_committed(daemon, "r", "1")
+    assert json.loads(open(path).read())["parallelism"]["tp"] == 2  # the first ptc.json, not the fifth
+    verify_step(daemon, "r", "1", ck)
+
+
+def test_ptcfs_save_ptc_from_every_rank_at_once_and_its_error_is_a_ptcfs_error(daemon, make_ckpt):
+    import ptcfs
+    ck = make_ckpt(tp=2, pp=1, layers=2, hidden=128, vocab=500)
+    ptc = json.load(open(os.path.join(ck.path, "ptc.json")))
+    sd = ptcfs.step_dir(daemon.mnt, "s", "1", create=True)
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=ptcfs.save_ptc, args=(sd, ptc)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * 4
+    other = ptcfs.ptc.with_parallelism(ptc, 1, 1, 1)
+    with pytest.raises(ptcfs.Error) as e:
+        ptcfs.save_ptc(sd, other)
+    assert e.value.code == "invalid_argument" and e.value.message == f"{sd}/ptc.json: Invalid argument"
+    for t in range(2):
+        ptcfs.save_shard(sd, ptc, t, 0, ck.slices[(t, 0)])
+    wait_committed(daemon, "s", "1")
+
+
 def test_a_process_started_while_a_whole_file_is_written_does_not_spoil_it(daemon, make_ckpt):
     """A writer that starts a process half way through ptc.json or a shard file: the child's copy of the
     descriptor is closed at its exec, which the daemon sees as a close of the half-written file. The writer
@@ -429,8 +492,10 @@ def test_a_process_started_while_a_whole_file_is_written_does_not_spoil_it(daemo
             f.write(data[:len(data) // 2])
             f.flush()
             subprocess.run(["true"], check=True)
-            # Meanwhile the file is open and not written: another writer still waits its turn.
-            assert errno_of(open, os.path.join(sd, name), "r+b") == errno.EBUSY
+            # Meanwhile the file is open and not written: another writer of the shard still waits its
+            # turn; one of ptc.json opens (and, writing nothing, changes nothing at its close).
+            want = None if name == "ptc.json" else errno.EBUSY
+            assert errno_of(open, os.path.join(sd, name), "r+b") == want
             f.write(data[len(data) // 2:])
     wait_committed(daemon, "c", "1")
     verify_step(daemon, "c", "1", ck)
