@@ -351,8 +351,9 @@ ptc::Status PendingStep::take_ptc(PendingFile& f, const std::string& text) {
   if (!l) return ptc::invalid(l.status().with_context(where).message());
   if (layout) {
     if (ptc::ptc_to_json(*p) != ptc::ptc_to_json(layout->ptc()))
-      return ptc::invalid(where + ": differs from the ptc.json this step was written with (another writer's, or "
-                                  "an earlier one; every writer must write the same)");
+      return ptc::invalid(where +
+                          ": differs from the ptc.json this step was written with (another writer's, or "
+                          "an earlier one; every writer must write the same)");
     return ptc::Status::ok();
   }
   layout = std::move(l).value();
