@@ -340,7 +340,7 @@ int main(int argc, char** argv) {
   rep->add_option("--global-batch", target.global_batch,
                   "A new global batch for the job's datasets, in the same commit: the sample order continues at "
                   "the samples consumed (docs/FORMATS.md \"A new global batch\"); dp must divide it")
-      ->check(CLI::PositiveNumber);
+      ->check(ptcfs::cli::positive());
   rep->add_flag("--dry-run", dry_run, "Print the plan summary without changing anything");
   rep->add_option("--nodes", nodes,
                   "In a cluster: the node ids to place the new ranks on, in order (default: every node); leave out "

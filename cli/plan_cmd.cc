@@ -181,7 +181,9 @@ int run_plan(const PlanArgs& a, const Globals& g) {
   if (!model) return fail(model.status());
   ptc::ModelSpec m = *model;
   if (a.gpus_per_node_opt->count() > 0) {
-    if (a.gpus_per_node < 1) return fail(ptc::invalid("--gpus-per-node must be at least 1"));
+    if (a.gpus_per_node < 1 || a.gpus_per_node > ptc::kMaxPerNode)
+      return fail(ptc::invalid("--gpus-per-node must be 1 to " + std::to_string(ptc::kMaxPerNode) + " (got " +
+                               std::to_string(a.gpus_per_node) + ")"));
     m.gpu.per_node = a.gpus_per_node;
   }
   if (a.top < -1) return fail(ptc::invalid("--top must be at least 0"));

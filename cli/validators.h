@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <exception>
 #include <string>
 
 namespace ptcfs::cli {
@@ -17,6 +18,24 @@ inline CLI::Validator non_negative() {
         return "";
       },
       "NUMBER >= 0");
+}
+
+// A whole number of at least 1, said plainly (CLI::PositiveNumber prints its range up to DBL_MAX:
+// "Value 0 not in range 0.000000 to 1797...", 309 digits).
+inline CLI::Validator positive() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        size_t used = 0;
+        long long n = 0;
+        try {
+          n = std::stoll(v, &used);
+        } catch (const std::exception&) {
+          return "must be a whole number of at least 1 (got " + v + ")";
+        }
+        if (used != v.size() || n < 1) return "must be a whole number of at least 1 (got " + v + ")";
+        return "";
+      },
+      "NUMBER >= 1");
 }
 
 }  // namespace ptcfs::cli

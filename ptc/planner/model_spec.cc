@@ -48,7 +48,6 @@ constexpr int64_t kMaxFfn = int64_t{1} << 22;
 constexpr int64_t kMaxVocab = int64_t{1} << 24;
 constexpr int64_t kMaxSeq = int64_t{1} << 24;
 constexpr int64_t kMaxBatch = int64_t{1} << 30;
-constexpr int64_t kMaxPerNode = 1024;
 constexpr int64_t kMaxSms = 1 << 16;
 
 // A finite number > 0 (JSON integers count).

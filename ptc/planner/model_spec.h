@@ -46,7 +46,7 @@ const char* precision_name(Precision p);
 struct GpuSpec {
   double memory_gb = 0;        // usable memory per GPU, GiB (2^30 bytes)
   double tflops = 0;           // dense peak TFLOP/s per GPU in the model's precision
-  int per_node = 0;            // GPUs per node
+  int per_node = 0;            // GPUs per node, 1 to kMaxPerNode
   double intra_node_gbps = 0;  // link bandwidth per GPU inside a node, Gbit/s
   double inter_node_gbps = 0;  // link bandwidth per GPU across nodes, Gbit/s
   // For the GEMM efficiency model (cost_model.h, gemm_seconds); an A100 SXM 80 GB unless
@@ -110,6 +110,9 @@ struct ModelSpec {
 // Parses a MODEL.json document; `where` (the file name) prefixes every error, which names
 // the member at fault: "MODEL.json: unknown key 'layer' (allowed: ...)",
 // "MODEL.json: heads (24) is not a multiple of query_groups (5)".
+// The most GPUs per node MODEL.json (and `--gpus-per-node`) may give.
+inline constexpr int64_t kMaxPerNode = 1024;
+
 Result<ModelSpec> parse_model_json(std::string_view text, const std::string& where);
 // The same for a parsed object (a job's "model" in JOBS.json).
 Result<ModelSpec> parse_model_spec(const nlohmann::json& j, const std::string& where);

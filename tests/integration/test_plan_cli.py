@@ -181,7 +181,16 @@ def test_plan_refuses_bad_input(tmp_path):
                  "absent.json: cannot open")
     assert_error(run("plan", "--model", str(tmp_path), "--gpus", 8, check_rc=1), "is a directory")
     assert_error(run("plan", "--model", model, "--gpus", 8, "--gpus-per-node", 0, check_rc=1),
-                 "--gpus-per-node must be at least 1")
+                 "--gpus-per-node must be 1 to 1024 (got 0)")
+    # MODEL.json caps per_node at 1024; the flag that overrides it too.
+    assert_error(run("plan", "--model", model, "--gpus", 8, "--gpus-per-node", 4096, check_rc=1),
+                 "--gpus-per-node must be 1 to 1024 (got 4096)")
+    # A bad global batch is said plainly, not as a range up to DBL_MAX's 309 digits.
+    for bad in ("0", "-3", "2x"):
+        r = run("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=1,dp=1", "--global-batch", bad,
+                check_rc=2)
+        want = "ptcfs: error: --global-batch: must be a whole number of at least 1 (got " + bad + ")"
+        assert r.stderr.startswith(want), r.stderr
     r = run("plan", "--model", model, "--gpus", "eight", check_rc=None)
     assert r.returncode != 0 and "--gpus" in r.stderr
 
