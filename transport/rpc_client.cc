@@ -60,7 +60,14 @@ class SyncClient final : public RpcClient {
       return ptc::error(ptc::Code::kUnavailable, why);
     }
     socket_.set_option(tcp::no_delay(true), ec);
-    return handshake(deadline);
+    auto s = handshake(deadline);
+    // The kernel accepted the connection, but the daemon never said hello: it is stopped or
+    // swamped. Nothing was sent; say so, not that a request took too long.
+    if (s.code() == ptc::Code::kDeadlineExceeded && Clock::now() >= deadline)
+      return ptc::error(ptc::Code::kDeadlineExceeded,
+                        "the daemon at " + addr_ + " accepted the connection but did not answer within " +
+                            seconds_text(deadlines_.connect) + " (stopped or overloaded?); nothing was sent");
+    return s;
   }
 
   ptc::Result<json> call(const json& request, const ProgressSink& progress) override {

@@ -150,6 +150,10 @@ TEST_CASE("connecting to a daemon that never says hello fails with deadline_exce
   d.connect = std::chrono::milliseconds(300);
   auto c = RpcClient::connect("127.0.0.1:" + std::to_string(silent.port), "", d);
   CHECK(c.status().code() == ptc::Code::kDeadlineExceeded);
+  // It says what happened: no answer, nothing sent (not that a request took too long).
+  CHECK(c.status().message() == "the daemon at 127.0.0.1:" + std::to_string(silent.port) +
+                                    " accepted the connection but did not answer within 0.3 s (stopped or "
+                                    "overloaded?); nothing was sent");
 }
 
 TEST_CASE("at the connection limit with every connection running a request, a new client is told the daemon is busy") {
