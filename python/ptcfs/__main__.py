@@ -134,14 +134,9 @@ def import_dcp(a: argparse.Namespace) -> dict:
         except FileExistsError:
             pass
         step = os.path.join(job_dir, a.step)
-        existed = os.path.exists(step)
-        try:
-            result = dcp.import_dir(a.checkpoint, step, progress=_say(a.json))
-        except BaseException:
-            # A chunk refused after the first bytes went in: the pending step goes, the store is as it was.
-            if not existed and os.path.exists(step):
-                client.call("rm", path=f"{a.job}/{a.step}")
-            raise
+        # A chunk refused after the first bytes went in: the pending step this import made goes.
+        result = dcp.import_dir(a.checkpoint, step, progress=_say(a.json),
+                                remove=lambda: client.call("rm", path=f"{a.job}/{a.step}"))
     return {"checkpoint": os.path.abspath(a.checkpoint), "job": a.job, "step": a.step, **result}
 
 

@@ -121,10 +121,10 @@ class StorageWriter:
         for plan in plans:
             for item in plan.items:
                 name = item.index.fqn
+                _check_names([name], self.path)
                 if item.type == planner.WriteItemType.BYTE_IO:
                     _ptc.check_tensor_name(BYTES_PREFIX + name, f"{self.path}: DCP entry '{name}'")
                 else:
-                    _ptc.check_tensor_name(name, f"{self.path}: DCP tensor '{name}'")
                     _dtype_name(item.tensor_data.properties.dtype, f"{self.path}: DCP tensor '{name}'")
         return plans
 
@@ -165,6 +165,32 @@ class StorageWriter:
         commit(self.path, tensors, payloads, planner_data)
 
 
+def plain_item(payload: bytes, where: str) -> io.BytesIO:
+    """A bytes item's torch.save bytes, for DCP's planner, whose load_bytes unpickles them with
+    torch.load(weights_only=False): they are first loaded with weights_only=True (plain data, tensors
+    and containers; no code runs), and that object saved again, so that nothing a file carries other
+    than plain data reaches the unrestricted loader. An item of any other object is refused."""
+    import pickle
+
+    import torch
+    try:
+        obj = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError) as e:
+        first = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
+        raise invalid(f"{where}: holds more than plain data, which ptcfs does not unpickle ({first})") from None
+    out = io.BytesIO()
+    torch.save(obj, out)
+    out.seek(0)
+    return out
+
+
+def _check_names(names, where: str) -> None:
+    for name in names:
+        _ptc.check_tensor_name(name, f"{where}: DCP entry '{name}'")
+        if name.startswith("__dcp__/"):
+            raise invalid(f"{where}: DCP entry '{name}': names under __dcp__/ are ptcfs's own")
+
+
 def commit(step: str, tensors: Dict[str, tuple], payloads: Dict[str, bytes], planner_data: Optional[dict]) -> dict:
     """Writes what makes a step of a DCP save complete, once every tensor's bytes are written into
     STEP/tp0-pp0/<name>.npy: the bytes items and planner_data as U8 tensors, then ptc.json (in the
@@ -195,19 +221,34 @@ def write_chunk(step: str, name: str, dtype: str, shape, offsets, values) -> int
     return arr.nbytes
 
 
-def import_dir(src: str, step: str, progress=None) -> dict:
+def import_dir(src: str, step: str, progress=None, remove=None) -> dict:
     """A DCP directory written elsewhere (stock dcp.save to a plain folder) as the step folder `step`
     of the mount (made here; an existing step is refused by the mount): every tensor's chunks,
     loaded code-free and checked (ptcfs.dcp_files), written into its tensor file, then the bytes
-    items and ptc.json. Nothing is written before the whole .metadata is checked."""
+    items (each checked to be plain data, plain_item) and ptc.json. Nothing is written before the
+    whole .metadata and every bytes item are checked. When a chunk is refused after the step folder
+    was made, `remove()` (when given) is called to remove the pending step; FileExistsError when the
+    step exists already (nothing is written into it)."""
     from . import dcp_files
     ck = dcp_files.read(src)
-    for name in ck.tensors:
-        _ptc.check_tensor_name(name, f"{src}: DCP tensor '{name}'")
+    _check_names(ck.tensors, src)
+    _check_names(ck.items, src)
     for name in ck.items:
         _ptc.check_tensor_name(BYTES_PREFIX + name, f"{src}: DCP entry '{name}'")
-    payloads = {name: ck.read_item(name) for name in sorted(ck.items)}
+    payloads = {}
+    for name in sorted(ck.items):
+        payloads[name] = ck.read_item(name)
+        plain_item(payloads[name], f"{src}: DCP entry '{name}'")  # refused here, not at a later load
     os.mkdir(step)
+    try:
+        return _import_into(ck, payloads, step, progress)
+    except BaseException:
+        if remove is not None:  # the pending step this import made goes: the store is as it was
+            remove()
+        raise
+
+
+def _import_into(ck, payloads: Dict[str, bytes], step: str, progress) -> dict:
     total = 0
     for i, (name, t) in enumerate(sorted(ck.tensors.items())):
         nonempty = [c for c in t.chunks if all(c.sizes)]  # (a 0-d tensor's one chunk has sizes ())
@@ -285,7 +326,8 @@ class StorageReader:
         for item in plan.items:
             name = item.storage_index.fqn
             if item.type == planner_mod.LoadItemType.BYTE_IO:
-                planner.load_bytes(item, io.BytesIO(bytes(np.asarray(self._full(BYTES_PREFIX + name)))))
+                planner.load_bytes(item, plain_item(bytes(np.asarray(self._full(BYTES_PREFIX + name))),
+                                                    f"{self.path}: DCP entry '{name}'"))
                 continue
             spec = self._ptc["tensors"][name]
             box = tuple(slice(o, o + n) for o, n in zip(item.storage_offsets, item.lengths))

@@ -22,15 +22,17 @@ import io
 import math
 import os
 import pickle
+import stat
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import dtypes as _dt
-from .errors import invalid
-from .torch_pickle import Opaque, describe
+from .errors import Error, invalid
+from .torch_pickle import Opaque, _rss, describe
 from .torch_zip import TorchZip
 
-MAX_METADATA_BYTES = 512 << 20
-MAX_CHUNKS = 1 << 16  # per tensor: one per rank that saved a shard of it
+MAX_METADATA_BYTES = 256 << 20
+MAX_OBJECT_BYTES = 2 << 30  # what the unpickled objects may take (a 256 MiB .metadata of DCP's takes ~2 GB)
+MAX_CHUNKS = 4096  # per tensor: one per rank that saved a shard of it (the overlap check is pairwise)
 
 _MD = "torch.distributed.checkpoint.metadata"
 _FS = "torch.distributed.checkpoint.filesystem"
@@ -38,12 +40,15 @@ _FS = "torch.distributed.checkpoint.filesystem"
 
 class _Record:
     """A DCP dataclass as the pickle builds it: NEWOBJ, then BUILD with its fields (a dict; a
-    tuple for TensorProperties, in its __getstate__ order)."""
+    tuple for TensorProperties, in its __getstate__ order). Only the class's own fields are taken,
+    kept in `fields` (never as attributes: a state cannot replace a method)."""
 
     FIELDS: Tuple[str, ...] = ()
 
     def __new__(cls, *args: Any, **kwargs: Any):
-        return object.__new__(cls)
+        obj = object.__new__(cls)
+        object.__setattr__(obj, "fields", {})
+        return obj
 
     def __setstate__(self, state: Any) -> None:
         if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):  # (dict, slots)
@@ -51,26 +56,42 @@ class _Record:
         if isinstance(state, tuple):
             state = dict(zip(self.FIELDS, state))
         if not isinstance(state, dict):
-            raise pickle.UnpicklingError(f"{type(self).__name__}: state of type {type(state).__name__}")
-        self.__dict__.update(state)
+            raise pickle.UnpicklingError(f"{type(self).__name__}: a state of type {type(state).__name__}")
+        for k, v in state.items():
+            if k not in self.FIELDS:
+                raise pickle.UnpicklingError(f"{type(self).__name__}: unknown field {_brief(k)}")
+            self.fields[k] = v
 
     def get(self, name: str, default: Any = None) -> Any:
-        return self.__dict__.get(name, default)
+        return self.fields.get(name, default)
 
 
-def _record(name: str, fields: Tuple[str, ...] = ()) -> type:
+def _record(name: str, fields: Tuple[str, ...]) -> type:
     return type(name, (_Record,), {"FIELDS": fields, "__module__": __name__})
 
 
-Metadata = _record("Metadata")
-TensorStorageMetadata = _record("TensorStorageMetadata")
-BytesStorageMetadata = _record("BytesStorageMetadata")
-ChunkStorageMetadata = _record("ChunkStorageMetadata")
+Metadata = _record("Metadata", ("state_dict_metadata", "planner_data", "storage_data", "storage_meta", "version",
+                                "all_local_plans"))
+TensorStorageMetadata = _record("TensorStorageMetadata", ("properties", "size", "chunks"))
+BytesStorageMetadata = _record("BytesStorageMetadata", ())
+ChunkStorageMetadata = _record("ChunkStorageMetadata", ("offsets", "sizes"))
 TensorProperties = _record("TensorProperties", ("dtype", "layout", "requires_grad", "memory_format",
                                                 "pin_memory", "strides"))
-MetadataIndex = _record("MetadataIndex")
-StorageMeta = _record("StorageMeta")
-StorageInfo = _record("_StorageInfo")
+MetadataIndex = _record("MetadataIndex", ("fqn", "offset", "index"))
+StorageMeta = _record("StorageMeta", ("checkpoint_id", "save_id", "load_id", "modules"))
+StorageInfo = _record("_StorageInfo", ("relative_path", "offset", "length", "transform_descriptors"))
+
+
+def _brief(x: Any) -> str:
+    """How an error shows a value from the file: ints, short strings and tuples of ints as they are,
+    anything else by its type (str() of a crafted object graph can be exponentially long)."""
+    if type(x) is int:
+        return str(x) if abs(x) < 10 ** 30 else "a huge int"
+    if type(x) is str:
+        return repr(x[:80])
+    if type(x) is tuple and len(x) <= 8 and all(type(v) is int and abs(v) < 10 ** 30 for v in x):
+        return str(x)
+    return f"a {type(x).__name__}"
 
 
 class _Dtype(str):
@@ -82,9 +103,16 @@ class _MemFormat:
 
 
 def _size(*args: Any) -> Tuple[int, ...]:
-    if len(args) != 1 or not isinstance(args[0], (tuple, list)) or not all(type(x) is int for x in args[0]):
-        raise pickle.UnpicklingError(f"torch.Size of {str(args)[:80]}")
+    if len(args) != 1 or not isinstance(args[0], (tuple, list)) or len(args[0]) > 64 or \
+            not all(type(x) is int for x in args[0]):
+        raise pickle.UnpicklingError("torch.Size of something other than up to 64 integers")
     return tuple(args[0])
+
+
+def _layout(name: Any) -> str:
+    if type(name) is not str or len(name) > 64:
+        raise pickle.UnpicklingError("torch.serialization._get_layout of something other than a short name")
+    return name
 
 
 def _getattr(obj: Any, name: Any) -> str:
@@ -94,7 +122,9 @@ def _getattr(obj: Any, name: Any) -> str:
 
 
 def _path(*parts: Any) -> str:
-    return "/".join(str(p) for p in parts)
+    if len(parts) > 4096 or not all(type(p) is str for p in parts):
+        raise pickle.UnpicklingError("a pathlib path of something other than strings")
+    return "/".join(parts)
 
 
 _TORCH_DTYPES = {attr: name for name, attr in _dt._TORCH.items()}
@@ -105,7 +135,7 @@ _ALLOWED: Dict[Tuple[str, str], Any] = {
     (_MD, "TensorProperties"): TensorProperties, (_MD, "MetadataIndex"): MetadataIndex,
     (_MD, "StorageMeta"): StorageMeta, (_MD, "_MEM_FORMAT_ENCODING"): _MemFormat,
     (_FS, "_StorageInfo"): StorageInfo,
-    ("torch", "Size"): _size, ("torch.serialization", "_get_layout"): lambda name: str(name),
+    ("torch", "Size"): _size, ("torch.serialization", "_get_layout"): _layout,
     ("builtins", "getattr"): _getattr, ("collections", "OrderedDict"): dict,
     ("pathlib", "PosixPath"): _path, ("pathlib", "PurePosixPath"): _path,
     ("pathlib._local", "PosixPath"): _path, ("pathlib._local", "PurePosixPath"): _path,
@@ -114,9 +144,19 @@ _ALLOWED: Dict[Tuple[str, str], Any] = {
 
 class _Unpickler(pickle._Unpickler):
     """Python's own unpickler (its memo is a dict: no huge allocation from a crafted index), with
-    find_class limited to _ALLOWED; other classes become placeholders that are never called."""
+    find_class limited to _ALLOWED; other classes become placeholders that are never called. What
+    the objects take is bounded: resident memory is sampled as the opcodes run (as ptcfs.torch_pickle
+    does) and may grow by at most MAX_OBJECT_BYTES."""
 
-    _opaque: Dict[Tuple[str, str], type] = {}
+    def __init__(self, data: bytes, where: str):
+        super().__init__(io.BytesIO(data), encoding="utf-8")
+        self._opaque: Dict[Tuple[str, str], type] = {}
+        self.where, self.ops, self.rss0 = where, 0, _rss()
+
+    def sample(self) -> None:
+        if _rss() - self.rss0 > MAX_OBJECT_BYTES:
+            raise pickle.UnpicklingError(f"its objects take more than {MAX_OBJECT_BYTES} bytes (after {self.ops} "
+                                         "opcodes); a DCP .metadata takes far less")
 
     def find_class(self, module: str, name: str) -> Any:
         key = (module, name)
@@ -128,6 +168,18 @@ class _Unpickler(pickle._Unpickler):
             self._opaque[key] = type(name, (Opaque,), {"__ptcfs_name__": f"{module}.{name}",
                                                        "__module__": "ptcfs.dcp_files.opaque"})
         return self._opaque[key]
+
+
+def _sampled(op):
+    def run(self: _Unpickler) -> None:
+        self.ops += 1
+        if self.ops % 4096 == 0:
+            self.sample()
+        op(self)
+    return run
+
+
+_Unpickler.dispatch = {code: _sampled(op) for code, op in pickle._Unpickler.dispatch.items()}
 
 
 class Chunk:
@@ -179,8 +231,9 @@ class Checkpoint:
 
 
 def _ints(x: Any, n: Optional[int], where: str) -> List[int]:
-    if not isinstance(x, tuple) or not all(type(v) is int and v >= 0 for v in x) or (n is not None and len(x) != n):
-        raise invalid(f"{where}: {str(x)[:80]} is not {'a' if n is None else n} non-negative integer(s)")
+    if type(x) is not tuple or len(x) > 64 or not all(type(v) is int and 0 <= v < 1 << 62 for v in x) or \
+            (n is not None and len(x) != n):
+        raise invalid(f"{where}: {_brief(x)} is not {'a tuple of' if n is None else n} non-negative integer(s)")
     return list(x)
 
 
@@ -189,17 +242,23 @@ def _ref(path: str, info: Any, sizes: Dict[str, int], where: str) -> Tuple[str, 
         raise invalid(f"{where}: its storage record is {type(info).__name__}, not a _StorageInfo")
     rel, off, length = info.get("relative_path"), info.get("offset"), info.get("length")
     if info.get("transform_descriptors"):
-        raise invalid(f"{where}: stored through transforms {list(info.get('transform_descriptors'))[:4]} "
-                      "(compression); ptcfs reads only plain torch.save items")
+        td = info.get("transform_descriptors")
+        shown = [_brief(t) for t in td[:4]] if type(td) is list else [_brief(td)]
+        raise invalid(f"{where}: stored through transforms [{', '.join(shown)}] (compression); ptcfs reads only "
+                      "plain torch.save items")
     if not isinstance(rel, str) or not rel or "/" in rel or rel in (".", "..") or "\0" in rel:
-        raise invalid(f"{where}: storage file {str(rel)[:80]!r} is not a file name of this folder")
+        raise invalid(f"{where}: storage file {_brief(rel)} is not a file name of this folder")
     if type(off) is not int or type(length) is not int or off < 0 or length <= 0:
-        raise invalid(f"{where}: storage range offset {str(off)[:40]}, length {str(length)[:40]}")
+        raise invalid(f"{where}: storage range offset {_brief(off)}, length {_brief(length)}")
     if rel not in sizes:
         full = os.path.join(path, rel)
-        if not os.path.isfile(full):
-            raise invalid(f"{where}: storage file {rel} is not in {path}")
-        sizes[rel] = os.path.getsize(full)
+        try:
+            st = os.lstat(full)  # a symlink could lead out of the folder
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            raise invalid(f"{where}: storage file {rel} is not a regular file of {path}")
+        sizes[rel] = st.st_size
     if off + length > sizes[rel]:
         raise invalid(f"{where}: bytes [{off}, {off + length}) of {rel} lie past its end ({sizes[rel]} bytes)")
     return os.path.join(path, rel), off, length
@@ -234,13 +293,26 @@ def read(path: str) -> Checkpoint:
     with open(meta, "rb") as f:
         data = f.read()
     try:
-        md = _Unpickler(io.BytesIO(data), encoding="utf-8").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
-        raise invalid(f"{meta}: not a DCP .metadata pickle ({type(e).__name__}: {str(e)[:200]})") from None
+        md = _Unpickler(data, meta).load()
     except RecursionError:
         raise invalid(f"{meta}: the pickle nests too deeply") from None
+    except MemoryError:
+        raise invalid(f"{meta}: its objects do not fit in memory") from None
+    except Exception as e:  # noqa: BLE001 (any failure of a crafted pickle is the file's fault)
+        raise invalid(f"{meta}: not a DCP .metadata pickle ({type(e).__name__}: {str(e)[:200]})") from None
     finally:
         del data
+    try:
+        return _checked(path, meta, md)
+    except RecursionError:
+        raise invalid(f"{meta}: its objects nest too deeply") from None
+    except Error:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise invalid(f"{meta}: malformed ({type(e).__name__})") from None
+
+
+def _checked(path: str, meta: str, md: Any) -> "Checkpoint":
     if not isinstance(md, Metadata) or not isinstance(md.get("state_dict_metadata"), dict):
         raise invalid(f"{meta}: holds {describe(md)}, not DCP's Metadata")
     storage = md.get("storage_data")
@@ -248,15 +320,18 @@ def read(path: str) -> Checkpoint:
         raise invalid(f"{meta}: no storage_data (not written by a FileSystemWriter)")
     refs: Dict[Tuple[str, Optional[Tuple[int, ...]]], Any] = {}
     for idx, info in storage.items():
-        if not isinstance(idx, MetadataIndex) or not isinstance(idx.get("fqn"), str):
+        if not isinstance(idx, MetadataIndex) or type(idx.get("fqn")) is not str:
             raise invalid(f"{meta}: a storage_data key of type {type(idx).__name__}")
-        refs[(idx.get("fqn"), idx.get("offset"))] = info
+        off = idx.get("offset")
+        if off is not None:  # checked before it is hashed: a crafted nested tuple hashes in exponential time
+            off = tuple(_ints(off, None, f"{meta}: storage_data offset of '{idx.get('fqn')[:200]}'"))
+        refs[(idx.get("fqn"), off)] = info
     ck = Checkpoint(path)
     sizes: Dict[str, int] = {}
     for name, m in md.get("state_dict_metadata").items():
-        if not isinstance(name, str):
+        if type(name) is not str:
             raise invalid(f"{meta}: a state_dict_metadata key of type {type(name).__name__}")
-        where = f"{meta}: entry '{name}'"
+        where = f"{meta}: entry '{name[:200]}'"
         if isinstance(m, BytesStorageMetadata):
             if (name, None) not in refs:
                 raise invalid(f"{where}: no storage record")
@@ -267,7 +342,8 @@ def read(path: str) -> Checkpoint:
         props = m.get("properties")
         dtype = props.get("dtype") if isinstance(props, TensorProperties) else None
         if not isinstance(dtype, _Dtype):
-            raise invalid(f"{where}: dtype {str(dtype)[:40]} (ptcfs stores {' '.join(_dt.NUMPY)})")
+            shown = getattr(dtype, "__ptcfs_name__", None) or _brief(dtype)  # torch.complex64: a placeholder
+            raise invalid(f"{where}: dtype {shown} (ptcfs stores {' '.join(_dt.NUMPY)})")
         shape = _ints(m.get("size"), None, f"{where}: size")
         chunks_md = m.get("chunks")
         if not isinstance(chunks_md, list) or len(chunks_md) > MAX_CHUNKS:
@@ -286,6 +362,7 @@ def read(path: str) -> Checkpoint:
         _check_cover(meta, name, shape, chunks)
         ck.tensors[name] = Tensor(name, _TORCH_DTYPES[str(dtype)], shape, chunks)
     pd = md.get("planner_data")
-    if isinstance(pd, dict) and all(isinstance(k, str) and isinstance(v, tuple) for k, v in pd.items()):
-        ck.planner_data = {k: [x if isinstance(x, (str, int)) else str(x) for x in v] for k, v in pd.items()}
+    if type(pd) is dict and all(type(k) is str and type(v) is tuple and len(v) <= 256 and
+                                all(type(x) in (str, int) for x in v) for k, v in pd.items()):
+        ck.planner_data = {k: list(v) for k, v in pd.items()}
     return ck

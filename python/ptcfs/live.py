@@ -134,13 +134,15 @@ def reshard(state: Dict[str, Any], ptc: Union[dict, str], frm: Config, to: Confi
     "rounds", "staging_peak"} in bytes for this rank. ``live_plan``: a plan already computed."""
     import torch
 
-    ptc_d = json.loads(ptc) if isinstance(ptc, str) else ptc
     me = comm.rank
     # Before a byte moves, every rank learns that all agree on (ptc, from, to), that every rank has
     # a plan and that every state holds its slices as the PTC says: else each raises, naming the
-    # rank at fault (no hang on the others, no wrong bytes on another rank).
-    p, problem = None, ""
+    # rank at fault (no hang on the others, no wrong bytes on another rank). Whatever fails here
+    # fails after that exchange, never before it.
+    p, problem, ptc_d, digest = None, "", None, b"\0" * 32
     try:
+        ptc_d = json.loads(ptc) if isinstance(ptc, str) else ptc
+        digest = _digest(ptc_d, frm, to)
         p = live_plan if live_plan is not None else plan(ptc, frm, to)
         if me >= len(p["ranks"]):
             problem = f"rank {me} is outside both worlds of {p['from']} -> {p['to']}"
@@ -148,7 +150,9 @@ def reshard(state: Dict[str, Any], ptc: Union[dict, str], frm: Config, to: Confi
             problem = _check_state(state, ptc_d, frm, me)
     except Error as e:
         problem = f"rank {me}: {e.message}"
-    _agree(comm, _digest(ptc_d, frm, to), problem, len(p["ranks"]) if p else 1)
+    except Exception as e:  # noqa: BLE001 (a bad argument: the other ranks must hear of it)
+        problem = f"rank {me}: {type(e).__name__}: {e}"
+    _agree(comm, digest, problem, _world(frm, to))
     mine = p["ranks"][me]
     new_state: Dict[str, Any] = {}
     for name, shape in mine["new_shapes"].items():  # the PTC's dtype, the plan's shape: nothing the peers say
@@ -201,6 +205,19 @@ def reshard(state: Dict[str, Any], ptc: Union[dict, str], frm: Config, to: Confi
     return new_state, stats
 
 
+def _world(frm: Config, to: Config) -> int:
+    """The ranks that take part: the larger of the two configs' worlds (every rank of it calls
+    reshard; a process group may hold more)."""
+    sizes = []
+    for c in (frm, to):
+        try:
+            tp, pp, dp = (int(x.split("=")[1]) for x in config_text(c).split(","))
+            sizes.append(tp * pp * dp)
+        except Exception:  # noqa: BLE001 (a config that does not parse: its rank reports it)
+            sizes.append(1)
+    return max(sizes)
+
+
 def _digest(ptc: dict, frm: Config, to: Config) -> bytes:
     import hashlib
     text = json.dumps(ptc, sort_keys=True) + "|" + config_text(frm) + "|" + config_text(to)
@@ -231,13 +248,14 @@ def _check_state(state: Dict[str, Any], ptc: dict, frm: Config, rank: int) -> st
 _HELLO = 32 + 1 + 2 + 400  # digest, failed, message length, message
 
 
-def _agree(comm, digest: bytes, problem: str, plan_world: int) -> None:
-    """One round in which every rank sends every other rank its digest of (ptc, from, to) and the
-    result of its own state check; every rank then raises the same kind of error when any digest
+def _agree(comm, digest: bytes, problem: str, world: int) -> None:
+    """One round in which every rank of `world` sends every other its digest of (ptc, from, to) and
+    the result of its own checks; every rank then raises the same kind of error when any digest
     differs from its own or any rank's check failed, naming those ranks."""
     import torch
-    world = getattr(comm, "world", None) or plan_world
     me = comm.rank
+    if me >= world:  # not one of the ranks that reshard: none of them waits for this one
+        raise invalid(f"live reshard: {problem or f'rank {me} is outside both worlds'}")
     msg = problem.encode()[:400]
     hello = bytes(digest) + bytes([1 if problem else 0]) + len(msg).to_bytes(2, "little") + msg
     hello = hello.ljust(_HELLO, b"\0")

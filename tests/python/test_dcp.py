@@ -226,3 +226,81 @@ def test_a_compressed_item_a_zip_bomb_is_refused_before_inflating(tmp_path, daem
     r = import_dcp(daemon, d, "bad", "1")
     assert r.returncode == 1 and "is compressed" in r.stderr, r.stderr
     assert not os.path.exists(os.path.join(daemon.mnt, "bad", "1"))  # the pending step was removed
+
+
+class Evil:
+    """A non-tensor entry whose pickle calls os.system: what a hostile bytes item holds."""
+
+    def __init__(self, mark):
+        self.mark = mark
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.mark}",))
+
+
+def test_a_bytes_item_that_is_not_plain_data_is_refused_at_import_and_never_run(tmp_path, daemon):
+    import torch.distributed.checkpoint as dcp
+    mark = tmp_path / "ran"
+    d = tmp_path / "src"
+    dcp.save({"w": torch.ones(2), "evil": Evil(mark)}, checkpoint_id=str(d), no_dist=True)
+    r = import_dcp(daemon, d, "bad", "1")
+    assert r.returncode == 1 and f"{d}: DCP entry 'evil': holds more than plain data" in r.stderr, r.stderr
+    assert not mark.exists()
+    assert not os.path.exists(os.path.join(daemon.mnt, "bad", "1"))
+
+
+def test_the_reader_never_unpickles_more_than_plain_data(tmp_path, daemon):
+    """A step whose bytes item holds a call (the job's own save through StorageWriter, or any step
+    with such a U8 tensor): loading it is refused, and nothing runs."""
+    import torch.distributed.checkpoint as dcp
+    import ptcfs.dcp
+    mark = tmp_path / "ran"
+    step = os.path.join(daemon.mnt, "ev", "1")
+    dcp.save({"w": torch.ones(2), "evil": Evil(mark)}, storage_writer=ptcfs.dcp.StorageWriter(step), no_dist=True)
+    assert daemon.cli_json("ls", "ev/1", "--json")["state"] == "committed"
+    from torch.distributed.checkpoint.api import CheckpointException
+    with pytest.raises(CheckpointException, match="DCP entry 'evil': holds more than plain data"):
+        dcp.load({"w": torch.zeros(2), "evil": None}, storage_reader=ptcfs.dcp.StorageReader(step), no_dist=True)
+    assert not mark.exists()
+
+
+def symlinked(tmp_path, d):
+    """The tensor item's file replaced by a symlink to a file outside the folder."""
+    outside = tmp_path / "outside.distcp"
+    os.rename(d / "__0_0.distcp", outside)
+    os.symlink(outside, d / "__0_0.distcp")
+
+
+def unknown_field(md):
+    md.state_dict_metadata["w"].__dict__["get"] = 1  # a state key that would shadow a method
+
+
+def nested_offset(md):
+    k = info_of(md, "w")
+    info = md.storage_data.pop(k)
+    deep = (0,)
+    for _ in range(20):  # 2^20 leaves, a few hundred bytes pickled: str() or hash() of it is slow
+        deep = (deep, deep)
+    object.__setattr__(k, "offset", deep)  # (a frozen dataclass: set as a crafted file would hold it)
+    md.storage_data[k] = info
+
+
+@pytest.mark.parametrize("change, text", [
+    (unknown_field, "TensorStorageMetadata: unknown field 'get'"),
+    (nested_offset, "storage_data offset of 'w': a tuple is not a tuple of non-negative integer(s)"),
+])
+def test_crafted_objects_in_the_metadata_are_refused_quickly(tmp_path, daemon, change, text):
+    import time
+    d = stock_dir(tmp_path)
+    rewrite_metadata(d, change)
+    t0 = time.monotonic()
+    r = import_dcp(daemon, d, "bad", "1")
+    assert r.returncode == 1 and text in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_storage_file_that_is_a_symlink_is_refused(tmp_path, daemon):
+    d = stock_dir(tmp_path)
+    symlinked(tmp_path, d)
+    r = import_dcp(daemon, d, "bad", "1")
+    assert r.returncode == 1 and "storage file __0_0.distcp is not a regular file of" in r.stderr, r.stderr
