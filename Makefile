@@ -5,8 +5,9 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # The project's Python environment (deploy/python-env.sh, docs/PYTHON.md): torch 2.x and the
 # frameworks of python/requirements.lock, in a venv cached outside the clone. Everything Python
 # below runs on it, with this clone's python/ first on the path (no .pth file, no install).
-PY := $(shell bash deploy/python-env.sh --path)/bin/python
-PYENV := PTCFS_BUILD=$(abspath $(BUILD)) PTCFS_PYTHON=$(PY) PYTHONPATH=$(abspath python)
+# (Expanded when used, after `deps` made /usr/bin/python3 and the venv: its key depends on them.)
+PY = $(shell bash deploy/python-env.sh --path)/bin/python
+PYENV = PTCFS_BUILD=$(abspath $(BUILD)) PTCFS_PYTHON=$(PY) PYTHONPATH=$(abspath python)
 
 .PHONY: deps build compile test unit integration fuzz fuzz-build demo bench clean test-gpu bench-gpu
 

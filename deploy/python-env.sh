@@ -27,7 +27,13 @@ fi
 [ $# -eq 0 ] || { echo "usage: python-env.sh [--path]" >&2; exit 2; }
 
 # The stamp is written last: a venv without it is an interrupted install, made again from scratch.
+# One install at a time (two clones or CI jobs may start at once): the second waits, then finds
+# the stamp.
 STAMP=$VENV/.ptcfs-complete
+[ -f "$STAMP" ] && exit 0
+mkdir -p "$(dirname "$VENV")"
+exec 9>"$VENV.lock"
+flock 9
 [ -f "$STAMP" ] && exit 0
 
 # The build backend's own requirements, pinned by the lock (resolved with pip download below).
@@ -39,11 +45,10 @@ start=$(date +%s)
 echo "install-deps: creating the Python environment $VENV from python/requirements.lock"
 echo "install-deps: (the first time downloads about 4 GB: torch's wheels bring CUDA libraries)"
 rm -rf "$VENV"
-mkdir -p "$(dirname "$VENV")"
 "$BASE_PY" -m venv "$VENV"
 # pip's own cache (~/.cache/pip) keeps the wheels, so a new lock downloads only what changed.
 "$VENV/bin/python" -m pip install -q --require-hashes --no-deps --only-binary :all: -r "$LOCK"
-"$VENV/bin/python" -m pip download -q --only-binary :all: -d "$VENV/wheelhouse" $(wheelhouse_pins)
+"$VENV/bin/python" -m pip download -q --no-deps --only-binary :all: -d "$VENV/wheelhouse" $(wheelhouse_pins)
 "$VENV/bin/python" -m pip check >/dev/null
 "$VENV/bin/python" -c 'import torch, numpy, pytest, yaml, safetensors, kubernetes_validate'
 date -u +%FT%TZ > "$STAMP"

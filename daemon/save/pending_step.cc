@@ -12,6 +12,9 @@ namespace ptcfs {
 namespace {
 
 constexpr uint64_t kMaxPtcJson = 64 << 20;
+// What the drafts of ptc.json of one step may hold together (every rank writes one at once; a
+// draft is sized by its furthest write, so one byte at 64 MiB takes 64 MiB).
+constexpr uint64_t kMaxDraftBytes = 256 << 20;
 // A tensor file's bytes stay in memory until its header is known, up to this end; a write past
 // it first gives the file a blob of its own.
 constexpr uint64_t kKeepAtMost = 1 << 20;
@@ -150,7 +153,15 @@ ptc::Status PendingFile::write_draft(uint64_t writer, uint64_t off, const void* 
   if (it == drafts.end()) return busy(where + ": written through a handle that is not open for writing");
   if (off + len > kMaxPtcJson) return ptc::invalid(where + ": larger than " + std::to_string(kMaxPtcJson) + " bytes");
   Draft& d = it->second;
-  if (d.text.size() < off + len) d.text.resize(off + len);
+  if (d.text.size() < off + len) {
+    const uint64_t grow = off + len - d.text.size();
+    if (step_->draft_bytes + grow > kMaxDraftBytes)
+      return ptc::error(ptc::Code::kResourceExhausted,
+                        where + ": the copies of ptc.json open at once would hold more than " +
+                            std::to_string(kMaxDraftBytes) + " bytes");
+    step_->draft_bytes += grow;
+    d.text.resize(off + len);
+  }
   std::copy_n(static_cast<const char*>(data), len, d.text.begin() + static_cast<std::ptrdiff_t>(off));
   d.written.add(off, off + len);
   return ptc::Status::ok();
@@ -225,11 +236,14 @@ ptc::Status PendingFile::truncate(uint64_t writer, uint64_t size) {
   if (kind == Kind::kPtcJson) {
     // A handle cuts its own draft (open with O_TRUNC); truncate(2) by path changes no one's.
     auto it = drafts.find(writer);
-    if (it == drafts.end()) return ptc::Status::ok();
+    if (it == drafts.end())
+      return ptc::error(ptc::Code::kPermissionDenied,
+                        where + ": written through a handle (open it with O_TRUNC to start a copy again)");
     Draft& d = it->second;
     if (size < d.text.size()) {
       if (size != 0)
         return ptc::error(ptc::Code::kPermissionDenied, where + ": cannot cut written bytes off a file being saved");
+      step_->draft_bytes -= d.text.size();
       d = Draft{};
     }
     return ptc::Status::ok();
@@ -298,7 +312,10 @@ void PendingFile::release(uint64_t writer) {
       owner = 0;
       step_->released.notify_all();
     }
-    drafts.erase(writer);
+    if (auto it = drafts.find(writer); it != drafts.end()) {
+      step_->draft_bytes -= it->second.text.size();
+      drafts.erase(it);
+    }
     if (--writers > 0 || dead) return;
     step = step_;
   }

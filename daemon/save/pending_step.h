@@ -158,7 +158,8 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   std::set<std::string> dirs;
   std::map<std::string, std::shared_ptr<PendingFile>> files;
   std::optional<ptc::Layout> layout;
-  std::string ptc_text;  // of the parsed ptc.json
+  std::string ptc_text;      // of the parsed ptc.json
+  uint64_t draft_bytes = 0;  // what the open drafts of ptc.json hold, together (kMaxDraftBytes at most)
   bool removed = false;
   bool committing = false;
   std::string failure;         // a commit that failed: the step can only be removed

@@ -456,13 +456,46 @@ def test_every_rank_writes_the_same_ptc_json_at_once_and_a_different_one_fails_a
     verify_step(daemon, "r", "1", ck)
 
 
+def test_the_copies_of_ptc_json_open_at_once_are_bounded(daemon):
+    """Each open handle of ptc.json holds its own copy, sized by its furthest write: together they may
+    take at most 256 MiB of the daemon's memory (a fifth copy of 60 MiB is ENOSPC), closing one gives
+    its share back, and truncate(2) by path, which cuts no handle's copy, is refused."""
+    os.makedirs(os.path.join(daemon.mnt, "m", "1"))
+    path = os.path.join(daemon.step_dir("m", "1"), "ptc.json")
+    fds = [os.open(path, os.O_WRONLY | os.O_CREAT, 0o644) for _ in range(5)]
+    for fd in fds[:4]:
+        os.pwrite(fd, b"x", 60 << 20)
+    assert errno_of(os.pwrite, fds[4], b"x", 60 << 20) == errno.ENOSPC
+    assert "the copies of ptc.json open at once would hold more than 268435456 bytes" in daemon.log_tail()
+    assert errno_of(os.close, fds.pop(0)) == errno.EINVAL  # its copy is not a ptc.json (holes, then "x")
+    assert os.pwrite(fds[-1], b"x", 60 << 20) == 1  # room again
+    assert [errno_of(os.close, fd) for fd in fds] == [errno.EINVAL] * 4
+    assert errno_of(os.truncate, path, 0) == errno.EACCES
+    assert step_info(daemon, "m", "1")["state"] == "pending"
+
+
+def _save_ptc_together(sd, ptc, barrier):
+    import builtins
+    import ptcfs
+    real_open = builtins.open
+
+    def opened_together(path, *a, **kw):  # save_ptc's own open, then the wait for the others
+        f = real_open(path, *a, **kw)
+        if str(path).endswith("ptc.json"):
+            barrier.wait(30)
+        return f
+    builtins.open = opened_together
+    ptcfs.save_ptc(sd, ptc)
+
+
 def test_ptcfs_save_ptc_from_every_rank_at_once_and_its_error_is_a_ptcfs_error(daemon, make_ckpt):
     import ptcfs
     ck = make_ckpt(tp=2, pp=1, layers=2, hidden=128, vocab=500)
     ptc = json.load(open(os.path.join(ck.path, "ptc.json")))
     sd = ptcfs.step_dir(daemon.mnt, "s", "1", create=True)
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=ptcfs.save_ptc, args=(sd, ptc)) for _ in range(4)]
+    barrier = ctx.Barrier(4)  # all four at once: each opens while the others have it open
+    procs = [ctx.Process(target=_save_ptc_together, args=(sd, ptc, barrier)) for _ in range(4)]
     for p in procs:
         p.start()
     for p in procs:
