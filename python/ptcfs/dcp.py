@@ -206,7 +206,31 @@ def commit(step: str, tensors: Dict[str, tuple], payloads: Dict[str, bytes], pla
         _ckpt.write_npy_runs(_npy_path(step, name), "U8", [len(payload)],
                              [(0, np.frombuffer(payload, dtype=np.uint8))] if payload else [])
     _ckpt.save_ptc(step, ptc)
+    _wait_committed(step)
     return ptc
+
+
+def _wait_committed(step: str, timeout: float = 600.0) -> None:
+    """Returns once the step reads as committed: the daemon commits a save just after its last file
+    closes, and a pending step's files are EACCES to readers. So dcp.save returns, on every rank,
+    only when a load of the step can start. (A plain folder reads at once.)"""
+    import errno
+    import time
+    path = os.path.join(step, "ptc.json")
+    deadline, pause = time.monotonic() + timeout, 0.01
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+            return
+        except OSError as e:
+            if e.errno != errno.EACCES:
+                raise
+        if time.monotonic() > deadline:
+            raise Error("deadline_exceeded", f"{step}: written in full but not committed after {timeout:g} s "
+                                             "(`ptcfs ls` says why)")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
 
 
 def write_chunk(step: str, name: str, dtype: str, shape, offsets, values) -> int:
