@@ -45,6 +45,16 @@ void add_dataset_commands(CLI::App& dataset, DatasetArgs& a, Globals& g) {
   a.epoch_opt =
       a.progress->add_option("--epoch", a.epoch, "The epoch (default: the current one); to rewind to a checkpoint")
           ->check(non_negative());
+  a.progress_dp = a.progress
+                      ->add_option("--dp", a.dp,
+                                   "Also split the dataset for this dp from there (a job that changed its mesh "
+                                   "without a repartition)")
+                      ->check(positive());
+  a.progress_batch = a.progress
+                         ->add_option("--global-batch", a.global_batch,
+                                      "Also take this global batch from there (the order goes on at the "
+                                      "consumed count, as with repartition --global-batch)")
+                         ->check(positive());
   a.progress->add_flag("--json", g.json, "Print the result as JSON");
 
   a.ls = dataset.add_subcommand("ls", "List datasets and where training is in each");
@@ -96,6 +106,8 @@ int run_dataset_command(const CLI::App&, const DatasetArgs& a, const Globals& g)
   if (a.progress->parsed()) {
     json req = {{"op", "dataset.progress"}, {"job", a.job}, {"name", a.name}, {"consumed", a.consumed}};
     if (a.epoch_opt->count()) req["epoch"] = a.epoch;
+    if (a.progress_dp->count()) req["dp"] = a.dp;
+    if (a.progress_batch->count()) req["global_batch"] = a.global_batch;
     auto r = call(g, req);
     if (!r) return fail(r.status());
     if (g.json) return print_json(*r);

@@ -22,6 +22,8 @@ struct DatasetArgs {
   CLI::App* ls = nullptr;
   CLI::Option* dp_opt = nullptr;
   CLI::Option* epoch_opt = nullptr;
+  CLI::Option* progress_dp = nullptr;
+  CLI::Option* progress_batch = nullptr;
 };
 
 void add_dataset_commands(CLI::App& dataset, DatasetArgs& a, Globals& g);

@@ -58,6 +58,9 @@ uint64_t epoch_dropped(const DatasetSpec& spec, const DatasetPosition& pos);
 // The largest dataset: sample ids are 32-bit.
 inline constexpr uint64_t kMaxSamples = 0xFFFFFFFFull;
 
+// The largest dp a dataset is split for.
+inline constexpr int kMaxDatasetDp = 1 << 20;
+
 // Validates a spec (n >= B >= 1, n <= kMaxSamples).
 Status check_spec(const DatasetSpec& spec);
 // Validates a position against a spec: dp >= 1 dividing B, batch_offset <= consumed,

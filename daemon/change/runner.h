@@ -76,6 +76,11 @@ struct DatasetProgressRequest {
   std::string job, name;
   std::optional<uint64_t> epoch;
   uint64_t consumed = 0;
+  // Also re-split there for this dp and global batch (0: the dataset's own), as a repartition
+  // would: what a job that changed its mesh without a checkpoint asks (docs/FORMATS.md
+  // "A new global batch").
+  int dp = 0;
+  uint64_t global_batch = 0;
 };
 
 // A step saved into the mount whose part on this node is complete: commit it (on one node at

@@ -1,6 +1,7 @@
 #include "daemon/cluster/change_record.h"
 
 #include "ptc/base/json_util.h"
+#include "ptc/dataset.h"
 
 namespace ptcfs {
 
@@ -60,6 +61,8 @@ json to_json(const PrepareRequest& r) {
                     {"from_version", c.from_version},
                     {"epoch", c.epoch},
                     {"consumed", c.consumed}});
+          if (c.dp) j["dp"] = static_cast<uint64_t>(c.dp);
+          if (c.global_batch) j["global_batch"] = c.global_batch;
         }
       },
       r.change);
@@ -145,14 +148,25 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     c.record = *it;
     r.change = std::move(c);
   } else if (kind == "dataset_progress") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(
-        j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "from_version", "epoch", "consumed"}, w));
+    PTC_RETURN_IF_ERROR(ptc::check_members(j,
+                                           {"op", "tx", "kind", "coordinator", "lease", "job", "name", "from_version",
+                                            "epoch", "consumed", "dp", "global_batch"},
+                                           w));
     DatasetProgressChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
     PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
     PTC_ASSIGN_OR_RETURN(c.from_version, ptc::member_u64(j, "from_version", w));
     PTC_ASSIGN_OR_RETURN(c.epoch, ptc::member_u64(j, "epoch", w));
     PTC_ASSIGN_OR_RETURN(c.consumed, ptc::member_u64(j, "consumed", w));
+    if (j.contains("dp")) {
+      PTC_ASSIGN_OR_RETURN(uint64_t dp, ptc::member_u64(j, "dp", w));
+      if (dp == 0 || dp > static_cast<uint64_t>(ptc::kMaxDatasetDp))
+        return ptc::invalid(w + ": dp " + std::to_string(dp) + " is out of range");
+      c.dp = static_cast<int>(dp);
+    }
+    if (j.contains("global_batch")) {
+      PTC_ASSIGN_OR_RETURN(c.global_batch, ptc::member_u64(j, "global_batch", w));
+    }
     r.change = std::move(c);
   } else {
     return ptc::invalid("peer.prepare: unknown kind '" + kind + "'");

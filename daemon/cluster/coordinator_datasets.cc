@@ -44,8 +44,8 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> Coordinator::dataset_progress
   const std::string name = req.job + "/" + req.name;
   PTC_ASSIGN_OR_RETURN(auto cur, current_dataset(store_, req.job, req.name));
   // Validate here first: a bad request is refused before any node is asked.
-  PTC_ASSIGN_OR_RETURN(PreparedChange check,
-                       prepare_dataset_progress(store_, req.job, req.name, req.epoch, req.consumed));
+  PTC_ASSIGN_OR_RETURN(PreparedChange check, prepare_dataset_progress(store_, req.job, req.name, req.epoch,
+                                                                      req.consumed, {}, req.dp, req.global_batch));
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_dataset_key(req.job, req.name)));
   const uint64_t epoch = req.epoch.value_or(cur->position().epoch);
   // A node that cannot be reached catches up when it comes back; any other failure aborts.
@@ -53,7 +53,8 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> Coordinator::dataset_progress
                   members_.members(),
                   {},
                   ChangeSpec::Quorum::kReachable,
-                  two_phase_.request(DatasetProgressChange{req.job, req.name, cur->version(), epoch, req.consumed}),
+                  two_phase_.request(DatasetProgressChange{req.job, req.name, cur->version(), epoch, req.consumed,
+                                                           req.dp, req.global_batch}),
                   nullptr,
                   dataset_record("dataset_progress", cur->version() + 1),
                   "progress of dataset " + name + " refused; nothing changed",

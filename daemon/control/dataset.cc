@@ -41,7 +41,7 @@ ptc::Result<DatasetAddRequest> ControlService::parse_dataset_add(const json& req
   PTC_ASSIGN_OR_RETURN(r.global_batch, ptc::member_u64(req, "global_batch"));
   if (r.global_batch == 0) return ptc::invalid("the global batch must be at least 1");
   if (req.contains("dp")) {
-    PTC_ASSIGN_OR_RETURN(int64_t dp, ptc::get_int(req["dp"], "request field 'dp'", 1, 1 << 20));
+    PTC_ASSIGN_OR_RETURN(int64_t dp, ptc::get_int(req["dp"], "request field 'dp'", 1, ptc::kMaxDatasetDp));
     r.dp = static_cast<int>(dp);
   }
   if (!req.contains("files") || !req["files"].is_array() || req["files"].empty())
@@ -77,13 +77,22 @@ ptc::Result<json> ControlService::dataset_add(const json& req, const transport::
 }
 
 ptc::Result<json> ControlService::dataset_progress(const json& req) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "name", "consumed", "epoch"}, "dataset.progress request"));
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "name", "consumed", "epoch", "dp", "global_batch"},
+                                         "dataset.progress request"));
   DatasetProgressRequest r;
   PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(req, "job"));
   PTC_ASSIGN_OR_RETURN(r.name, ptc::member_string(req, "name"));
   PTC_ASSIGN_OR_RETURN(r.consumed, ptc::member_u64(req, "consumed"));
   if (req.contains("epoch")) {
     PTC_ASSIGN_OR_RETURN(r.epoch, ptc::member_u64(req, "epoch"));
+  }
+  if (req.contains("dp")) {
+    PTC_ASSIGN_OR_RETURN(int64_t dp, ptc::get_int(req["dp"], "request field 'dp'", 1, ptc::kMaxDatasetDp));
+    r.dp = static_cast<int>(dp);
+  }
+  if (req.contains("global_batch")) {
+    PTC_ASSIGN_OR_RETURN(r.global_batch, ptc::member_u64(req, "global_batch"));
+    if (r.global_batch == 0) return ptc::invalid("the global batch must be at least 1");
   }
   PTC_ASSIGN_OR_RETURN(std::shared_ptr<const DatasetVersion> next, runner_.dataset_progress(r));
   return dataset_json(*next);

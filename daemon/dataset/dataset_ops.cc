@@ -141,7 +141,8 @@ ptc::Result<PreparedChange> prepare_dataset_copy(Store& store, const std::string
 
 ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const std::string& job,
                                                      const std::string& name, std::optional<uint64_t> epoch,
-                                                     uint64_t consumed, std::optional<uint64_t> from_version) {
+                                                     uint64_t consumed, std::optional<uint64_t> from_version, int dp,
+                                                     uint64_t global_batch) {
   PTC_ASSIGN_OR_RETURN(auto cur, current_dataset(store, job, name));
   if (from_version && cur->version() != *from_version)
     return ptc::error(ptc::Code::kFailedPrecondition, "dataset " + job + "/" + name + " is at version " +
@@ -150,7 +151,15 @@ ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const s
   auto pos = ptc::progressed(cur->spec(), cur->position(), epoch.value_or(cur->position().epoch), consumed);
   if (!pos) return pos.status().with_context("dataset " + job + "/" + name);
   PreparedChange change;
-  change.datasets.push_back({cur->with_position(*pos), cur});
+  const int new_dp = dp ? dp : pos->dp;
+  const uint64_t batch = global_batch ? global_batch : cur->spec().global_batch;
+  if (new_dp == pos->dp && batch == cur->spec().global_batch) {
+    change.datasets.push_back({cur->with_position(*pos), cur});
+    return change;
+  }
+  auto next = ptc::rebatched(cur->spec(), *pos, new_dp, batch);
+  if (!next) return ptc::invalid("cannot re-split dataset " + job + "/" + name + ": " + next.status().message());
+  change.datasets.push_back({cur->with_position(next->pos, 0, next->global_batch), cur});
   return change;
 }
 

@@ -182,3 +182,36 @@ TEST_CASE("a new global batch re-splits a dataset from its consumed count, kept 
   CHECK((*back)->version() == 3);
   CHECK(dataset_json(**back)["batch_offset"] == 4);
 }
+
+TEST_CASE("a progress may re-split the dataset in the same version (a mesh changed without a repartition)",
+          "[dataset_store]") {
+  TempDir tmp;
+  const std::string src = tmp.path() + "/a.jsonl";
+  {
+    std::ofstream f(src, std::ios::binary);
+    for (int i = 0; i < 20; ++i) f << "{\"i\":" << i << "}\n";
+  }
+  auto store = Store::open(tmp.path() + "/data");
+  REQUIRE(store.is_ok());
+  add_dataset(**store, {"job", "ds", ptc::DatasetFormat::kJsonl, 0, 4, 20, {src}, false}, 2);
+  // To sample 8 and dp 4 with the batch kept: the position moves, the offset stays 0.
+  auto p = prepare_dataset_progress(**store, "job", "ds", {}, 8, {}, 4);
+  REQUIRE(p.is_ok());
+  CHECK(p->datasets.front().next->position() == ptc::DatasetPosition{4, 0, 8, 0});
+  CHECK(p->datasets.front().next->spec().global_batch == 4);
+  REQUIRE(commit_change(**store, *p).is_ok());
+  // To sample 12 with dp 3 and batch 6: batches of 6 start at 12 (two more fit in the epoch).
+  auto q = prepare_dataset_progress(**store, "job", "ds", {}, 12, {}, 3, 6);
+  REQUIRE(q.is_ok());
+  const auto& next = *q->datasets.front().next;
+  CHECK(next.position() == ptc::DatasetPosition{3, 0, 12, 12});
+  CHECK(next.spec().global_batch == 6);
+  CHECK(dataset_json(next)["samples_per_epoch"] == 18);  // 12 + (20 - 12) div 6 * 6
+  // dp must divide the (new) batch; nothing is prepared then.
+  CHECK(prepare_dataset_progress(**store, "job", "ds", {}, 12, {}, 5).status().message() ==
+        "cannot re-split dataset job/ds: the global batch 4 is not divisible by dp=5");
+  CHECK(prepare_dataset_progress(**store, "job", "ds", {}, 12, {}, 4, 6).status().message() ==
+        "cannot re-split dataset job/ds: the global batch 6 is not divisible by dp=4");
+  // A position the old batch does not allow is refused before any re-split.
+  CHECK(!prepare_dataset_progress(**store, "job", "ds", {}, 10, {}, 3, 6).is_ok());
+}

@@ -1,0 +1,45 @@
+// The peer.prepare request of a dataset progress (daemon/cluster/change_record.h): what the
+// coordinator sends decodes to the same change on the peer, with and without a re-split, and
+// a dp out of range is refused there.
+#include "daemon/cluster/change_record.h"
+
+#include <catch2/catch.hpp>
+
+#include "ptc/base/json_util.h"
+
+using namespace ptcfs;
+using nlohmann::json;
+
+namespace {
+
+DatasetProgressChange round_trip(const DatasetProgressChange& c) {
+  PrepareRequest req;
+  req.tx = "ab";
+  req.change = c;
+  auto back = prepare_request_from_json(to_json(req));
+  INFO(back.status().to_string());
+  REQUIRE(back.is_ok());
+  REQUIRE(back->tx == "ab");
+  const auto* got = std::get_if<DatasetProgressChange>(&back->change);
+  REQUIRE(got != nullptr);
+  return *got;
+}
+
+}  // namespace
+
+TEST_CASE("a dataset progress goes to the peers with its re-split, and without one as before") {
+  DatasetProgressChange plain{"j", "d", 3, 1, 8};
+  auto a = round_trip(plain);
+  CHECK((a.job == "j" && a.name == "d" && a.from_version == 3 && a.epoch == 1 && a.consumed == 8));
+  CHECK((a.dp == 0 && a.global_batch == 0));
+  PrepareRequest req;
+  req.change = plain;
+  CHECK_FALSE(to_json(req).contains("dp"));  // a peer of before reads it
+
+  auto b = round_trip({"j", "d", 3, 0, 12, 3, 6});
+  CHECK((b.consumed == 12 && b.dp == 3 && b.global_batch == 6));
+
+  json bad = to_json(PrepareRequest{"ab", DatasetProgressChange{"j", "d", 3, 0, 12, 3, 6}});
+  bad["dp"] = uint64_t{0};
+  CHECK(prepare_request_from_json(bad).status().message() == "peer.prepare: dp 0 is out of range");
+}
