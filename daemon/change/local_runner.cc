@@ -82,8 +82,9 @@ ptc::Result<DatasetAddResult> LocalRunner::dataset_add(const DatasetAddRequest& 
 }
 
 ptc::Result<std::shared_ptr<const DatasetVersion>> LocalRunner::dataset_progress(const DatasetProgressRequest& req) {
-  PTC_ASSIGN_OR_RETURN(PreparedChange change, prepare_dataset_progress(store_, req.job, req.name, req.epoch,
-                                                                       req.consumed, {}, req.dp, req.global_batch));
+  PTC_ASSIGN_OR_RETURN(PreparedChange change,
+                       prepare_dataset_progress(store_, req.job, req.name, req.epoch, req.consumed, {}, req.dp,
+                                                req.global_batch, req.batch_offset));
   PTC_RETURN_IF_ERROR(change.claim_datasets(store_));
   std::shared_ptr<const DatasetVersion> next = change.datasets.front().next;
   PTC_RETURN_IF_ERROR(commit_change(store_, change));

@@ -81,6 +81,10 @@ struct DatasetProgressRequest {
   // "A new global batch").
   int dp = 0;
   uint64_t global_batch = 0;
+  // With epoch and global_batch: the position is set to exactly this (epoch, consumed,
+  // batch_offset) at that batch, not moved from the current one (a job back at a checkpoint
+  // taken before a later change of the batch).
+  std::optional<uint64_t> batch_offset;
 };
 
 // A step saved into the mount whose part on this node is complete: commit it (on one node at

@@ -63,6 +63,7 @@ json to_json(const PrepareRequest& r) {
                     {"consumed", c.consumed}});
           if (c.dp) j["dp"] = static_cast<uint64_t>(c.dp);
           if (c.global_batch) j["global_batch"] = c.global_batch;
+          if (c.batch_offset) j["batch_offset"] = *c.batch_offset;
         }
       },
       r.change);
@@ -150,7 +151,7 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
   } else if (kind == "dataset_progress") {
     PTC_RETURN_IF_ERROR(ptc::check_members(j,
                                            {"op", "tx", "kind", "coordinator", "lease", "job", "name", "from_version",
-                                            "epoch", "consumed", "dp", "global_batch"},
+                                            "epoch", "consumed", "dp", "global_batch", "batch_offset"},
                                            w));
     DatasetProgressChange c;
     PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
@@ -166,6 +167,9 @@ ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
     }
     if (j.contains("global_batch")) {
       PTC_ASSIGN_OR_RETURN(c.global_batch, ptc::member_u64(j, "global_batch", w));
+    }
+    if (j.contains("batch_offset")) {
+      PTC_ASSIGN_OR_RETURN(c.batch_offset, ptc::member_u64(j, "batch_offset", w));
     }
     r.change = std::move(c);
   } else {

@@ -70,8 +70,9 @@ struct RemoveChange {
 struct DatasetProgressChange {
   std::string job, name;
   uint64_t from_version = 0, epoch = 0, consumed = 0;
-  int dp = 0;                 // re-split for it (0: keep)
-  uint64_t global_batch = 0;  // and this batch (0: keep)
+  int dp = 0;                            // re-split for it (0: keep)
+  uint64_t global_batch = 0;             // and this batch (0: keep)
+  std::optional<uint64_t> batch_offset;  // set exactly (DatasetProgressRequest)
 };
 
 // peer.prepare: transaction `tx` and its change; the coordinator that asks and its etcd lease

@@ -44,8 +44,9 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> Coordinator::dataset_progress
   const std::string name = req.job + "/" + req.name;
   PTC_ASSIGN_OR_RETURN(auto cur, current_dataset(store_, req.job, req.name));
   // Validate here first: a bad request is refused before any node is asked.
-  PTC_ASSIGN_OR_RETURN(PreparedChange check, prepare_dataset_progress(store_, req.job, req.name, req.epoch,
-                                                                      req.consumed, {}, req.dp, req.global_batch));
+  PTC_ASSIGN_OR_RETURN(PreparedChange check,
+                       prepare_dataset_progress(store_, req.job, req.name, req.epoch, req.consumed, {}, req.dp,
+                                                req.global_batch, req.batch_offset));
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_dataset_key(req.job, req.name)));
   const uint64_t epoch = req.epoch.value_or(cur->position().epoch);
   // A node that cannot be reached catches up when it comes back; any other failure aborts.
@@ -54,7 +55,7 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> Coordinator::dataset_progress
                   {},
                   ChangeSpec::Quorum::kReachable,
                   two_phase_.request(DatasetProgressChange{req.job, req.name, cur->version(), epoch, req.consumed,
-                                                           req.dp, req.global_batch}),
+                                                           req.dp, req.global_batch, req.batch_offset}),
                   nullptr,
                   dataset_record("dataset_progress", cur->version() + 1),
                   "progress of dataset " + name + " refused; nothing changed",

@@ -315,7 +315,7 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
     change = prepare_dataset_add(req.tx, *c);
   } else if (const auto* c = std::get_if<DatasetProgressChange>(&req.change)) {
     change = prepare_dataset_progress(store_, c->job, c->name, c->epoch, c->consumed, c->from_version, c->dp,
-                                      c->global_batch);
+                                      c->global_batch, c->batch_offset);
     if (change)
       if (auto s = change->claim_datasets(store_); !s) change = s;
   } else if (const auto* c = std::get_if<RemoveChange>(&req.change)) {

@@ -77,8 +77,9 @@ ptc::Result<json> ControlService::dataset_add(const json& req, const transport::
 }
 
 ptc::Result<json> ControlService::dataset_progress(const json& req) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "name", "consumed", "epoch", "dp", "global_batch"},
-                                         "dataset.progress request"));
+  PTC_RETURN_IF_ERROR(
+      ptc::check_members(req, {"op", "job", "name", "consumed", "epoch", "dp", "global_batch", "batch_offset"},
+                         "dataset.progress request"));
   DatasetProgressRequest r;
   PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(req, "job"));
   PTC_ASSIGN_OR_RETURN(r.name, ptc::member_string(req, "name"));
@@ -93,6 +94,9 @@ ptc::Result<json> ControlService::dataset_progress(const json& req) {
   if (req.contains("global_batch")) {
     PTC_ASSIGN_OR_RETURN(r.global_batch, ptc::member_u64(req, "global_batch"));
     if (r.global_batch == 0) return ptc::invalid("the global batch must be at least 1");
+  }
+  if (req.contains("batch_offset")) {
+    PTC_ASSIGN_OR_RETURN(r.batch_offset, ptc::member_u64(req, "batch_offset"));
   }
   PTC_ASSIGN_OR_RETURN(std::shared_ptr<const DatasetVersion> next, runner_.dataset_progress(r));
   return dataset_json(*next);

@@ -142,14 +142,29 @@ ptc::Result<PreparedChange> prepare_dataset_copy(Store& store, const std::string
 ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const std::string& job,
                                                      const std::string& name, std::optional<uint64_t> epoch,
                                                      uint64_t consumed, std::optional<uint64_t> from_version, int dp,
-                                                     uint64_t global_batch) {
+                                                     uint64_t global_batch, std::optional<uint64_t> batch_offset) {
   PTC_ASSIGN_OR_RETURN(auto cur, current_dataset(store, job, name));
+  const std::string what = "dataset " + job + "/" + name;
   if (from_version && cur->version() != *from_version)
     return ptc::error(ptc::Code::kFailedPrecondition, "dataset " + job + "/" + name + " is at version " +
                                                           std::to_string(cur->version()) + ", not " +
                                                           std::to_string(*from_version));
+  if (batch_offset) {
+    if (!epoch || !global_batch)
+      return ptc::invalid(what + ": a batch_offset is set together with its epoch and global batch");
+    ptc::DatasetSpec spec = cur->spec();
+    spec.global_batch = global_batch;
+    PTC_RETURN_IF_ERROR(ptc::check_spec(spec).with_context(what));
+    const ptc::DatasetPosition at{dp ? dp : cur->position().dp, *epoch, *batch_offset, *batch_offset};
+    PTC_RETURN_IF_ERROR(ptc::check_position(spec, at).with_context(what));
+    auto pos = ptc::progressed(spec, at, *epoch, consumed);
+    if (!pos) return pos.status().with_context(what);
+    PreparedChange change;
+    change.datasets.push_back({cur->with_position(*pos, 0, global_batch), cur});
+    return change;
+  }
   auto pos = ptc::progressed(cur->spec(), cur->position(), epoch.value_or(cur->position().epoch), consumed);
-  if (!pos) return pos.status().with_context("dataset " + job + "/" + name);
+  if (!pos) return pos.status().with_context(what);
   PreparedChange change;
   const int new_dp = dp ? dp : pos->dp;
   const uint64_t batch = global_batch ? global_batch : cur->spec().global_batch;
@@ -158,7 +173,7 @@ ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const s
     return change;
   }
   auto next = ptc::rebatched(cur->spec(), *pos, new_dp, batch);
-  if (!next) return ptc::invalid("cannot re-split dataset " + job + "/" + name + ": " + next.status().message());
+  if (!next) return ptc::invalid("cannot re-split " + what + ": " + next.status().message());
   change.datasets.push_back({cur->with_position(next->pos, 0, next->global_batch), cur});
   return change;
 }

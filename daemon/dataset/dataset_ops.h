@@ -52,11 +52,14 @@ ptc::Result<PreparedChange> prepare_dataset_copy(Store& store, const std::string
 // The next version of a dataset at `epoch` (none: its current epoch) after `consumed`
 // samples; `from_version` (when given) must be the current version. With `dp` or
 // `global_batch` (0: the dataset's own) it is also re-split there as resplit_datasets does
-// (ptc::rebatched), both in one version.
+// (ptc::rebatched), both in one version. With `batch_offset` (which needs `epoch` and
+// `global_batch`) the position is set to exactly (epoch, consumed, batch_offset) at that
+// global batch (and `dp`, 0: the current one), whatever it was: a job restoring a checkpoint.
 ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const std::string& job,
                                                      const std::string& name, std::optional<uint64_t> epoch,
                                                      uint64_t consumed, std::optional<uint64_t> from_version = {},
-                                                     int dp = 0, uint64_t global_batch = 0);
+                                                     int dp = 0, uint64_t global_batch = 0,
+                                                     std::optional<uint64_t> batch_offset = {});
 
 // The new versions of every dataset of `job` whose dp is not `dp` or, with `global_batch`
 // (0: none), whose global batch is not it (ptc::rebatched: the order continues at the

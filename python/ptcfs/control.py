@@ -216,7 +216,8 @@ class Client:
         `global_batch`, the job's datasets take that global batch in the same commit."""
         return self.call("repartition", progress, job=job, step=str(step), to=format_parallelism(to),
                          dry_run=bool(dry_run), nodes=list(nodes) if nodes else None,
-                         global_batch=None if global_batch is None else int(global_batch))
+                         global_batch=None if global_batch is None else int(global_batch),
+                         batch_offset=None if batch_offset is None else int(batch_offset))
 
     def dataset_add(self, job: str, name: str, format: str, seed: int, global_batch: int,
                     files: Sequence[str], dp: Optional[int] = None, copy: bool = False, progress=None) -> dict:
@@ -224,11 +225,17 @@ class Client:
                          global_batch=int(global_batch), files=[os.path.abspath(f) for f in files],
                          dp=dp, copy=bool(copy))
 
-    def dataset_progress(self, job: str, name: str, consumed: int, epoch: Optional[int] = None) -> dict:
+    def dataset_progress(self, job: str, name: str, consumed: int, epoch: Optional[int] = None,
+                         dp: Optional[int] = None, global_batch: Optional[int] = None,
+                         batch_offset: Optional[int] = None) -> dict:
         """Records that training consumed `consumed` samples of epoch `epoch` (default: the
-        current one); the rank views then start there."""
+        current one); the rank views then start there. With `dp` or `global_batch` the dataset is
+        also re-split there for them, in the same version (as a repartition would). With
+        `batch_offset` (and `epoch`, `global_batch`) the position is set to exactly that, whatever
+        it was (a job back at a checkpoint)."""
         return self.call("dataset.progress", job=job, name=name, consumed=int(consumed),
-                         epoch=None if epoch is None else int(epoch))
+                         epoch=None if epoch is None else int(epoch), dp=None if dp is None else int(dp),
+                         global_batch=None if global_batch is None else int(global_batch))
 
     def dataset_ls(self, job: Optional[str] = None) -> dict:
         return self.call("dataset.ls", job=job)

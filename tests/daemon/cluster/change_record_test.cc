@@ -37,7 +37,9 @@ TEST_CASE("a dataset progress goes to the peers with its re-split, and without o
   CHECK_FALSE(to_json(req).contains("dp"));  // a peer of before reads it
 
   auto b = round_trip({"j", "d", 3, 0, 12, 3, 6});
-  CHECK((b.consumed == 12 && b.dp == 3 && b.global_batch == 6));
+  CHECK((b.consumed == 12 && b.dp == 3 && b.global_batch == 6 && !b.batch_offset));
+  auto c = round_trip({"j", "d", 3, 0, 12, 1, 4, 8});
+  CHECK((c.global_batch == 4 && c.batch_offset == 8));
 
   json bad = to_json(PrepareRequest{"ab", DatasetProgressChange{"j", "d", 3, 0, 12, 3, 6}});
   bad["dp"] = uint64_t{0};

@@ -214,4 +214,17 @@ TEST_CASE("a progress may re-split the dataset in the same version (a mesh chang
         "cannot re-split dataset job/ds: the global batch 6 is not divisible by dp=4");
   // A position the old batch does not allow is refused before any re-split.
   CHECK(!prepare_dataset_progress(**store, "job", "ds", {}, 10, {}, 3, 6).is_ok());
+  REQUIRE(commit_change(**store, *q).is_ok());
+
+  // Back to a checkpoint taken before that change (batch 4 from 0, at sample 4): set exactly.
+  auto back = prepare_dataset_progress(**store, "job", "ds", 0, 4, {}, 1, 4, 0);
+  REQUIRE(back.is_ok());
+  CHECK(back->datasets.front().next->position() == ptc::DatasetPosition{1, 0, 4, 0});
+  CHECK(back->datasets.front().next->spec().global_batch == 4);
+  CHECK(prepare_dataset_progress(**store, "job", "ds", {}, 4, {}, 1, 4, 0).status().message() ==
+        "dataset job/ds: a batch_offset is set together with its epoch and global batch");
+  CHECK(prepare_dataset_progress(**store, "job", "ds", 0, 6, {}, 1, 4, 0).status().message() ==
+        "dataset job/ds: consumed 6 is not a multiple of the global batch 4");
+  CHECK(prepare_dataset_progress(**store, "job", "ds", 0, 4, {}, 1, 40, 0).status().message() ==
+        "dataset job/ds: the dataset has 20 samples, fewer than one global batch of 40");
 }
