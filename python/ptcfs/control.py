@@ -216,8 +216,7 @@ class Client:
         `global_batch`, the job's datasets take that global batch in the same commit."""
         return self.call("repartition", progress, job=job, step=str(step), to=format_parallelism(to),
                          dry_run=bool(dry_run), nodes=list(nodes) if nodes else None,
-                         global_batch=None if global_batch is None else int(global_batch),
-                         batch_offset=None if batch_offset is None else int(batch_offset))
+                         global_batch=None if global_batch is None else int(global_batch))
 
     def dataset_add(self, job: str, name: str, format: str, seed: int, global_batch: int,
                     files: Sequence[str], dp: Optional[int] = None, copy: bool = False, progress=None) -> dict:
@@ -235,7 +234,8 @@ class Client:
         it was (a job back at a checkpoint)."""
         return self.call("dataset.progress", job=job, name=name, consumed=int(consumed),
                          epoch=None if epoch is None else int(epoch), dp=None if dp is None else int(dp),
-                         global_batch=None if global_batch is None else int(global_batch))
+                         global_batch=None if global_batch is None else int(global_batch),
+                         batch_offset=None if batch_offset is None else int(batch_offset))
 
     def dataset_ls(self, job: Optional[str] = None) -> dict:
         return self.call("dataset.ls", job=job)

@@ -175,17 +175,18 @@ def wait_committed(job: str, step: Any, client: Optional[Client] = None, daemon:
 
 def record_dataset_progress(client: Client, job: str, name: str, consumed: int, epoch: Optional[int] = None,
                             timeout: float = 600.0, poll: float = 0.05, dp: Optional[int] = None,
-                            global_batch: Optional[int] = None) -> dict:
+                            global_batch: Optional[int] = None, batch_offset: Optional[int] = None) -> dict:
     """client.dataset_progress, waiting out another change of the dataset prepared meanwhile (a
     repartition that re-splits it, the controller's while a job trains: refused with
     failed_precondition "is already being changed", or, on a cluster while its commit reaches the
     nodes, "is at version V, not W"); asked again until it goes through. Other refusals are
     raised at once; still refused after `timeout` seconds, the last refusal is. `dp`,
-    `global_batch`: re-split there too (Client.dataset_progress)."""
+    `global_batch`, `batch_offset`: as Client.dataset_progress."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return client.dataset_progress(job, name, consumed, epoch, dp=dp, global_batch=global_batch)
+            return client.dataset_progress(job, name, consumed, epoch, dp=dp, global_batch=global_batch,
+                                           batch_offset=batch_offset)
         except Error as e:
             busy = "is already being changed" in e.message or "is at version" in e.message
             if e.code != "failed_precondition" or not busy or time.monotonic() > deadline:
