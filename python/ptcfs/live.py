@@ -38,7 +38,7 @@ from .control import format_parallelism
 from . import dtypes as _dt
 from .errors import Error, invalid
 
-__all__ = ["plan", "reshard", "rounds", "TorchComm", "NcclComm", "nccl_unique_id", "config_text"]
+__all__ = ["plan", "reshard", "reshard_dtensors", "rounds", "run_moves", "TorchComm", "NcclComm", "nccl_unique_id", "config_text"]
 
 _ERRLEN = 1024
 Config = Union[str, Tuple[int, int, int], Dict[str, int]]
@@ -159,15 +159,32 @@ def reshard(state: Dict[str, Any], ptc: Union[dict, str], frm: Config, to: Confi
         new_state[name] = torch.zeros(shape, dtype=_dt.torch_dtype(ptc_d["tensors"][name]["dtype"]),
                                       device=comm.device)
 
-    def source(m: dict):
-        t = state.get(m["tensor"])
+    def source(name: str):
+        t = state.get(name)
         if t is None:
-            raise invalid(f"rank {me} ({mine['old_shard']}) has no {m['tensor']} to send")
+            raise invalid(f"rank {me} ({mine['old_shard']}) has no {name} to send")
         return t
 
+    sent, received, peak, nrounds = run_moves(p, source, new_state.__getitem__, comm, chunk_bytes, staging_bytes)
+    stats = {"sent": sent, "received": received, "min": mine["min"], "plan_sent": mine["sent"],
+             "plan_received": mine["received"], "rounds": nrounds, "staging_peak": peak}
+    return new_state, stats
+
+
+def run_moves(p: dict, src_of, dst_of, comm, chunk_bytes: int = 16 << 20,
+              staging_bytes: int = 64 << 20) -> Tuple[int, int, int, int]:
+    """Carries out this rank's part of the moves of plan ``p`` (``p["moves"]``: {"tensor",
+    "src_rank", "dst_rank", "src", "dst", "bytes"}, regions as {"start", "shape"} boxes of the local
+    tensors ``src_of(tensor)`` on the source rank and ``dst_of(tensor)`` on the destination): moves
+    within the rank are one copy each, the others go in the rounds of ``rounds()`` (module
+    docstring). Every rank of the plan calls it with the same plan. Returns (bytes sent, bytes
+    received, staging peak, rounds)."""
+    import torch
+
+    me = comm.rank
     for m in p["moves"]:  # within the rank: one copy each
-        if m["src_rank"] == me and m["dst_rank"] == me:
-            new_state[m["tensor"]][_index(m["dst"])] = source(m)[_index(m["src"])]
+        if m["src_rank"] == me and m["dst_rank"] == me and m["bytes"]:
+            dst_of(m["tensor"])[_index(m["dst"])] = src_of(m["tensor"])[_index(m["src"])]
 
     sent = received = peak = 0
     rs = rounds(p, chunk_bytes, staging_bytes)
@@ -177,14 +194,14 @@ def reshard(state: Dict[str, Any], ptc: Union[dict, str], frm: Config, to: Confi
         for tag, c in enumerate(rnd):
             m = p["moves"][c["move"]]
             if m["src_rank"] == me:
-                view = source(m)[_index(m["src"], c["lo"], c["hi"])]
+                view = src_of(m["tensor"])[_index(m["src"], c["lo"], c["hi"])]
                 if not view.is_contiguous():  # pack; rows of the old slice go as they lie
                     view = view.contiguous()
                     staged += c["bytes"]
                 sends.append((m["dst_rank"], tag, view))
                 sent += c["bytes"]
             elif m["dst_rank"] == me:
-                dst = new_state[m["tensor"]]
+                dst = dst_of(m["tensor"])
                 idx = _index(m["dst"], c["lo"], c["hi"])
                 view = dst[idx]
                 if view.is_contiguous():  # rows of the new slice: received in place, no unpack
@@ -200,9 +217,7 @@ def reshard(state: Dict[str, Any], ptc: Union[dict, str], frm: Config, to: Confi
             comm.exchange(sends, recvs)
         for dst, idx, buf in unpack:
             dst[idx] = buf
-    stats = {"sent": sent, "received": received, "min": mine["min"], "plan_sent": mine["sent"],
-             "plan_received": mine["received"], "rounds": len(rs), "staging_peak": peak}
-    return new_state, stats
+    return sent, received, peak, len(rs)
 
 
 def _world(frm: Config, to: Config) -> int:
@@ -442,3 +457,11 @@ class NcclComm:
     def __del__(self):
         if getattr(self, "_h", None) is not None:
             self.close()
+
+
+def reshard_dtensors(state: dict, target: dict, comm=None, group=None, chunk_bytes: int = 16 << 20,
+                     staging_bytes: int = 64 << 20):
+    """A live mesh change of DTensor state: ptcfs.live_dtensor.reshard_dtensors (docs/PYTHON.md
+    "Live mesh change for DTensors")."""
+    from .live_dtensor import reshard_dtensors as run
+    return run(state, target, comm=comm, group=group, chunk_bytes=chunk_bytes, staging_bytes=staging_bytes)
