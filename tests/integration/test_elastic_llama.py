@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import ptcfs
+
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCENARIO = os.path.join(_REPO, "examples", "elastic_llama", "scenario.py")
 
@@ -33,6 +35,6 @@ def test_live_and_dcp_mesh_changes_match_the_reference(daemon, tmp_path):
         assert all(x["received"] == x["min"] for x in m["ranks"])
         assert sum(x["sent"] for x in m["ranks"]) == sum(x["received"] for x in m["ranks"]) > 0
     # The daemon's dataset position is where the last save left it (iteration 16 of batch 12).
-    with daemon.client() as c:
+    with ptcfs.connect(daemon.addr) as c:
         st = [d for d in c.dataset_ls("llama")["datasets"] if d["job"] == "llama"][0]
     assert (st["consumed"], st["global_batch"]) == (16 * 12, 12)
