@@ -140,3 +140,27 @@ def test_bad_states_are_refused_and_change_nothing(daemon, tmp_path):
     with daemon.client() as c:
         st = c.dataset_ls("job")["datasets"][0]
     assert (st["consumed"], st["dp"], st["version"]) == (0, 4, 1)
+
+
+def test_stock_dcp_keeps_the_loader_as_bytes_items_and_resumes_it_at_another_dp(daemon, tmp_path):
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    make_dataset(daemon, tmp_path)
+    lds = loaders(daemon, 4)
+    take(lds, 2)
+    w = torch.arange(6.0)
+    ck = str(tmp_path / "ck")  # a plain folder: torch's own FileSystemWriter and FileSystemReader
+    dcp.save({"w": w, "data": lds[0]}, checkpoint_id=ck)
+    meta = dcp.FileSystemReader(ck).read_metadata()
+    assert sorted(k for k in meta.state_dict_metadata if k.startswith("data.")) == \
+        sorted("data." + k for k in ("version", "dataset", "seed", "num_samples", "epoch", "consumed",
+                                     "batch_offset", "global_batch"))
+    new = loaders(daemon, 3)
+    sd = {"w": torch.zeros(6), "data": new[0]}
+    dcp.load(sd, checkpoint_id=ck)
+    assert torch.equal(sd["w"], w)
+    for ld in new[1:]:
+        ld.load_state_dict(new[0].state_dict())
+    order0 = ptcds.epoch_order(SEED, 0, N)
+    assert take(new, 1) == [order0[24:36]]
