@@ -7,6 +7,7 @@
 #include <shared_mutex>
 
 #include "fs/dataset_views.h"
+#include "fs/dcp_views.h"
 #include "ptc/base/log.h"
 
 namespace ptcfs::fs {
@@ -162,6 +163,9 @@ ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint6
   for (size_t i = 0; i < layout.ptc().tensors.size(); ++i)
     PTC_RETURN_IF_ERROR(
         b.file(full, sp + "/full", layout.ptc().tensors[i].name + ".npy", full_npy_view(c, i), tag, mtime).status());
+  PTC_ASSIGN_OR_RETURN(uint64_t dcp, b.dir(step_dir, sp, kDcpDir, mtime));
+  for (auto& [name, view] : dcp_views(c))
+    PTC_RETURN_IF_ERROR(b.file(dcp, sp + "/" + kDcpDir, name, std::move(view), tag, mtime).status());
   return std::shared_ptr<const SubTree>(std::move(st));
 }
 

@@ -53,12 +53,20 @@ def test_stock_dcp_saves_into_the_mount_and_loads_at_any_mesh(tmp_path, daemon):
     for world, layout in ((1, "plain"), (3, "shard1"), (2, "shard0")):
         for rec in run(tmp_path, world, "load", step, layout):
             assert rec["differ"] == [], (world, layout, rec)
+    # Stock dcp.load with torch's own FileSystemReader, from the step's DCP view (dcp/).
+    for world, layout in ((1, "plain"), (3, "shard1")):
+        for rec in run(tmp_path, world, "stock_load", os.path.join(step, "dcp"), layout):
+            assert rec["differ"] == [], ("dcp view", world, layout, rec)
 
     daemon.cli("repartition", "--job", "llama", "--step", "100", "--to", "tp=2,pp=1,dp=2")
     assert json.load(open(os.path.join(step, "ptc.json")))["parallelism"] == {"tp": 2, "pp": 1, "dp": 2}
     for world, layout in ((4, "mesh2x2"), (3, "shard0")):
         for rec in run(tmp_path, world, "load", step, layout):
             assert rec["differ"] == [], ("after repartition", world, layout, rec)
+    for rec in run(tmp_path, 4, "stock_load", os.path.join(step, "dcp"), "mesh2x2"):
+        assert rec["differ"] == [], ("dcp view after repartition", rec)
+    # A DCP save's PTC splits no tensor (each replicated): the view reads every chunk from TP rank 0.
+    assert sorted(os.listdir(os.path.join(step, "dcp"))) == [".metadata", "tp0-pp0.distcp"]
 
 
 def test_stock_dcp_async_save_into_the_mount(tmp_path, daemon):
