@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
+#include <set>
 
 #include "ptc/formats/dcp_metadata.h"
 #include "ptc/formats/npy.h"
@@ -115,10 +117,8 @@ ptc::DcpChunk archive(Files& files, const std::string& file, ptc::DType dtype, c
   return c;
 }
 
-}  // namespace
-
-std::vector<std::pair<std::string, std::shared_ptr<const View>>> dcp_views(
-    const std::shared_ptr<const StepContent>& c) {
+// Every file of the folder, built (what a Folder builds on first use).
+std::map<std::string, std::shared_ptr<const View>> build_files(const std::shared_ptr<const StepContent>& c) {
   const auto& layout = c->layout();
   const auto& tensors = layout.ptc().tensors;
   Files files;
@@ -192,9 +192,86 @@ std::vector<std::pair<std::string, std::shared_ptr<const View>>> dcp_views(
     }
     items.push_back(std::move(it));
   }
+  std::map<std::string, std::shared_ptr<const View>> out;
+  out.emplace(".metadata", bytes_view(ptc::dcp_metadata(items)));
+  for (auto& [name, segs] : files.segs) out.emplace(name, std::make_shared<SegmentView>(c, std::move(segs)));
+  return out;
+}
+
+// The folder of one version, built on first use: its names are known at once (cheaply, from the
+// layout), its bytes (about 1.3 KB of archive headers and metadata per chunk) only when a file
+// of it is first sized or read.
+class Folder {
+ public:
+  explicit Folder(std::shared_ptr<const StepContent> c) : c_(std::move(c)) {}
+  const View& file(const std::string& name) const {
+    std::call_once(once_, [&] { files_ = build_files(c_); });
+    auto it = files_.find(name);
+    return it == files_.end() ? empty_ : *it->second;
+  }
+
+ private:
+  std::shared_ptr<const StepContent> c_;
+  mutable std::once_flag once_;
+  mutable std::map<std::string, std::shared_ptr<const View>> files_;
+  SegmentView empty_{nullptr, {}};
+};
+
+class LazyView final : public View {
+ public:
+  LazyView(std::shared_ptr<const Folder> folder, std::string name, uint64_t version, ptc::metrics::ViewKind kind)
+      : folder_(std::move(folder)), name_(std::move(name)), version_(version), kind_(kind) {}
+  ptc::metrics::ViewKind kind() const override { return kind_; }
+  uint64_t version() const override { return version_; }
+  uint64_t size() const override { return folder_->file(name_).size(); }
+  ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
+    return folder_->file(name_).read(off, len, out);
+  }
+
+ private:
+  std::shared_ptr<const Folder> folder_;
+  std::string name_;
+  uint64_t version_;
+  ptc::metrics::ViewKind kind_;
+};
+
+// The names of the folder's files, from the layout alone (as build_files would make them).
+std::set<std::string> file_names(const ptc::Layout& layout) {
+  std::set<std::string> names{".metadata"};
+  const auto& tensors = layout.ptc().tensors;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto cover = layout.covering(i);
+    const std::string_view name = tensors[i].name;
+    if (name.starts_with(kReserved)) {
+      if (name.starts_with(kBytesPrefix) && cover.size() == 1) names.insert(cover.front().first.name() + ".distcp");
+      continue;
+    }
+    bool rows = true;
+    for (const auto& [shard, slice] : cover) {
+      const auto& sl = layout.slices(shard)[slice];
+      if (one_box(sl)) continue;
+      for (const auto& pc : sl.pieces) rows = rows && whole_rows(pc, sl.local_shape);
+    }
+    if (!rows) {
+      names.insert("full.distcp");
+      continue;
+    }
+    for (const auto& [shard, slice] : cover)
+      if (!layout.slices(shard)[slice].pieces.empty()) names.insert(shard.name() + ".distcp");
+  }
+  return names;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::shared_ptr<const View>>> dcp_views(
+    const std::shared_ptr<const StepContent>& c) {
+  auto folder = std::make_shared<const Folder>(c);
   std::vector<std::pair<std::string, std::shared_ptr<const View>>> out;
-  out.emplace_back(".metadata", bytes_view(ptc::dcp_metadata(items)));
-  for (auto& [name, segs] : files.segs) out.emplace_back(name, std::make_shared<SegmentView>(c, std::move(segs)));
+  for (const std::string& name : file_names(c->layout()))
+    out.emplace_back(name, std::make_shared<LazyView>(
+                               folder, name, c->version(),
+                               name == ".metadata" ? ptc::metrics::ViewKind::kMetadata : ptc::metrics::ViewKind::kDcp));
   return out;
 }
 
