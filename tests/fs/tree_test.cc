@@ -95,6 +95,12 @@ std::string tagged(const std::string& path, const std::string& tag) { return pat
 // The files and folders of one committed step of the fake layout (fake_step.h).
 std::vector<std::string> step_paths(const std::string& sp) {
   return {sp + "/",
+          sp + "/dcp/",
+          sp + "/dcp/.metadata",
+          sp + "/dcp/tp0-pp0.distcp",
+          sp + "/dcp/tp0-pp1.distcp",
+          sp + "/dcp/tp1-pp0.distcp",
+          sp + "/dcp/tp1-pp1.distcp",
           sp + "/full/",
           sp + "/full/emb.weight.npy",
           sp + "/full/final_norm.npy",
@@ -162,6 +168,8 @@ TEST_CASE("the namespace shows every step's files and folders and the job's data
   CHECK(lookup(*t, "gpt/data/web/dp0.jsonl")->view->version() == 5);
   CHECK(lookup(*t, "gpt/data/web/dp0.jsonl")->view->size() == 16);  // 2 of the 4 records of 8 bytes
   CHECK(lookup(*t, "gpt/100/nothing") == nullptr);
+  CHECK(lookup(*t, "gpt/100/dcp/.metadata")->view->version() == 1);
+  CHECK(lookup(*t, "gpt/200/dcp/tp1-pp1.distcp")->view->version() == 2);
 
   // Folders: the root takes new jobs and a job new steps; a committed step takes nothing.
   CHECK(t->find(kRootIno)->writable);
@@ -169,7 +177,7 @@ TEST_CASE("the namespace shows every step's files and folders and the job's data
   CHECK(lookup(*t, "empty")->children.empty());
   size_t dirs = 0;
   t->for_each_dir([&](const Node&) { ++dirs; });
-  CHECK(dirs == 1 + 2 + 2 * 9 + 2);  // root, 2 jobs, 9 folders per step, data/ and web/
+  CHECK(dirs == 1 + 2 + 2 * 10 + 2);  // root, 2 jobs, 10 folders per step, data/ and web/
 }
 
 TEST_CASE(".ptcfs-direct is found by name at the root and listed nowhere") {
@@ -223,7 +231,7 @@ TEST_CASE("two builds of the same contents give every path the same inode number
   auto b = walk(
       *build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2), small_jsonl(5))));
   CHECK(a == b);
-  CHECK(a.size() == 2 + 2 * 29 + 5);
+  CHECK(a.size() == 2 + 2 * 35 + 5);
 }
 
 TEST_CASE("a new version of a step gives its files new inode numbers and keeps its folders' and the others'") {
@@ -239,7 +247,7 @@ TEST_CASE("a new version of a step gives its files new inode numbers and keeps i
     CHECK((after.at(path) != ino) == new_file);
     changed += new_file;
   }
-  CHECK(changed == 20);  // ptc.json, 4 safetensors, 10 slice npy, 5 full npy
+  CHECK(changed == 25);  // ptc.json, 4 safetensors, 10 slice npy, 5 full npy, the DCP view's 5 files
 }
 
 TEST_CASE("a build reuses the nodes of every step and dataset whose version is unchanged") {
