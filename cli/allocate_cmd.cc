@@ -153,7 +153,7 @@ int run_makespan(const AllocateArgs& a, const Globals& g, const std::vector<ptc:
 }  // namespace
 
 int run_allocate(const AllocateArgs& a, const Globals& g) {
-  auto text = read_text_file(a.jobs_file);
+  auto text = read_text_file(a.jobs_file, size_t{16} << 20);  // 10,000 jobs take under 1 MiB
   if (!text) return fail(text.status());
   auto jobs = ptc::parse_jobs_json(*text, a.jobs_file);
   if (!jobs) return fail(jobs.status());

@@ -220,7 +220,7 @@ ptc::Result<Snapshot> Controller::read() {
     if (kv.key == key("capacity")) {
       auto n = ptc::parse_json(kv.value, kv.key);
       if (!n) return n.status();
-      PTC_ASSIGN_OR_RETURN(int64_t c, ptc::get_int(*n, kv.key + " (a GPU count)", 0, 1 << 20));
+      PTC_ASSIGN_OR_RETURN(int64_t c, ptc::get_int(*n, kv.key + " (a GPU count)", 0, ptc::kMaxDecisionGpus));
       s.gpus = static_cast<int>(c);
     } else if (kv.key.starts_with(q)) {
       const std::string job = kv.key.substr(q.size());
@@ -247,6 +247,14 @@ ptc::Result<Snapshot> Controller::read() {
   }
   std::stable_sort(queued.begin(), queued.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   for (auto& [rev, e] : queued) s.queue.push_back(std::move(e));
+  // A later entry naming the store job of an earlier one is left out as unreadable (its
+  // decision's GPUs stay reserved, below): two jobs would repartition one step.
+  const auto dups = ptc::duplicate_store_jobs(s.queue);
+  for (auto it = dups.rbegin(); it != dups.rend(); ++it) {
+    const std::string job = s.queue[it->first].spec.name;
+    s.unreadable[job] = {q + job, q + job + ": " + it->second, false, 0};
+    s.queue.erase(s.queue.begin() + static_cast<std::ptrdiff_t>(it->first));
+  }
   // A job whose entry is unreadable may still run on its stored decision: its GPUs are not
   // given to others until the entry is fixed or removed (docs/PLANNER.md "Crashes and errors").
   for (auto& [job, u] : s.unreadable) {

@@ -28,15 +28,23 @@ ptc::Result<nlohmann::json> call(const Globals& g, const nlohmann::json& req, co
   return client->call(req, progress);
 }
 
-ptc::Result<std::string> read_text_file(const std::string& path) {
+ptc::Result<std::string> read_text_file(const std::string& path, size_t max_bytes) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return ptc::invalid(path + ": is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) return ptc::invalid(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
+  // At most max_bytes + 1 bytes are read: /dev/zero or a huge file is refused at once.
+  std::string text;
+  char buf[1 << 16];
+  while (in && text.size() <= max_bytes) {
+    in.read(buf, sizeof buf);
+    text.append(buf, static_cast<size_t>(in.gcount()));
+  }
   if (in.bad()) return ptc::invalid(path + ": cannot read: " + std::strerror(errno));
-  return text.str();
+  if (text.size() > max_bytes)
+    return ptc::invalid(path + ": more than " + std::to_string(max_bytes >> 20) +
+                        " MiB; not a file this command reads");
+  return text;
 }
 
 int print_json(const nlohmann::json& j) {

@@ -22,7 +22,8 @@ ptc::Result<nlohmann::json> call(const Globals& g, const nlohmann::json& req,
                                  const transport::ProgressSink& progress = {});
 // The contents of a file the user named (MODEL.json, JOBS.json); kInvalidArgument naming it
 // when it cannot be read.
-ptc::Result<std::string> read_text_file(const std::string& path);
+// At most max_bytes (more is refused after reading max_bytes + 1: a device or a huge file).
+ptc::Result<std::string> read_text_file(const std::string& path, size_t max_bytes = size_t{64} << 20);
 // Prints JSON (two-space indent); returns 0.
 int print_json(const nlohmann::json& j);
 

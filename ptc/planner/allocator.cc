@@ -67,9 +67,14 @@ Result<BatchChoice> parse_batch(const json& b, const std::string& at) {
   return out;
 }
 
+// A million times any cluster's rate: the totals of 65,536 jobs stay finite (they overflowed to
+// infinity, printed as null).
+constexpr double kMaxRate = 1e15;
+
 Result<double> parse_rate(const json& value, const std::string& what) {
-  if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0)
-    return invalid(what + " must be a number of samples/s >= 0, got " + value.dump());
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0 ||
+      value.get<double>() > kMaxRate)
+    return invalid(what + " must be a number of samples/s from 0 to 1e15, got " + value.dump());
   return value.get<double>();
 }
 
@@ -269,7 +274,7 @@ std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::v
   // best[g]: the largest total of the jobs so far on at most g GPUs (row j of the table);
   // choice[j * width + g]: the option of job j that reached it.
   std::vector<double> best(width, 0.0), next(width);
-  std::vector<size_t> choice(jobs * width, 0);
+  std::vector<uint32_t> choice(jobs * width, 0);  // option indexes (check_table bounds the size)
   // The options that can be picked: each worth more (samples_per_s x weight) than every option
   // on as many GPUs or fewer. The table is non-decreasing in g, so an option on more GPUs that
   // is worth no more never adds more, and the first listed of equals wins ties (the strict >
@@ -294,7 +299,7 @@ std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::v
     // g by g (the first option reaching the largest total is the choice), in a loop over
     // contiguous memory. An unreachable best[g - k] (kNone) stays kNone plus the rate, never larger.
     std::fill(next.begin(), next.end(), kNone);
-    size_t* ch = choice.data() + j * width;
+    uint32_t* ch = choice.data() + j * width;
     for (size_t o : useful) {
       const size_t k = static_cast<size_t>(options[j][o].gpus);
       const double rate = value(o);
@@ -302,7 +307,7 @@ std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::v
         const double total = best[g - k] + rate;
         if (total > next[g]) {
           next[g] = total;
-          ch[g] = o;
+          ch[g] = static_cast<uint32_t>(o);
         }
       }
     }
@@ -358,6 +363,12 @@ Result<Allocation> allocate_options(const std::vector<std::string>& names, std::
   while (admitted < options.size() && smallest + options[admitted].front().gpus <= gpus)
     smallest += options[admitted++].front().gpus;
   options.resize(admitted);
+  const size_t cells = admitted * (static_cast<size_t>(gpus) + 1);
+  if (cells > kMaxTableCells)
+    return invalid(std::to_string(admitted) + " jobs on " + std::to_string(gpus) + " GPUs need a table of " +
+                   std::to_string(cells) + " choices (" + std::to_string(cells * sizeof(uint32_t) >> 20) +
+                   " MiB), more than " + std::to_string(kMaxTableCells) +
+                   ": allocate fewer jobs at a time, or fewer GPUs");
   auto picked = max_total_throughput(options, gpus);
   if (!picked) return internal("the admitted jobs' smallest counts fit, yet the dynamic program found no allocation");
   Allocation out;

@@ -112,6 +112,9 @@ void weigh_moves(const JobSpec& job, double horizon_s, std::vector<JobOption>& o
 // or nullopt when even the first options do not fit together. Ties keep the first choice
 // found (fewer GPUs to the later jobs).
 std::optional<std::vector<size_t>> max_total_throughput(const std::vector<std::vector<JobOption>>& options, int gpus);
+// Its table holds a 4-byte choice per job and GPU count; allocate_options refuses more cells
+// than this (512 MiB) before building it.
+inline constexpr size_t kMaxTableCells = size_t{1} << 27;
 
 struct JobAllocation {
   std::string name;

@@ -1,6 +1,8 @@
 #include "ptc/planner/autoscale.h"
 
 #include <algorithm>
+#include <limits>
+#include <map>
 
 #include "ptc/base/json_util.h"
 #include "ptc/planner/planner.h"
@@ -75,10 +77,11 @@ std::string stored_decision_json(const StoredDecision& s) {
 
 namespace {
 
-Result<int64_t> int_or_null(const json& doc, const char* key, const std::string& where) {
+Result<int64_t> int_or_null(const json& doc, const char* key, const std::string& where,
+                            int64_t max = std::numeric_limits<int64_t>::max()) {
   if (!doc.contains(key)) return invalid(where + " lacks '" + key + "'");
   if (doc[key].is_null()) return int64_t{0};
-  return get_int(doc[key], where + ": " + key, 0);
+  return get_int(doc[key], where + ": " + key, 0, max);
 }
 
 }  // namespace
@@ -92,23 +95,46 @@ Result<StoredDecision> parse_stored_decision(std::string_view text, const std::s
   Decision& d = s.decision;
   d.job = job;
   PTC_ASSIGN_OR_RETURN(d.queued, member_bool_or(doc, "queued", false, where));
+  // Every count within what a capacity may be (a capacity is at most kMaxDecisionGpus): a value read
+  // from etcd is anyone's who can write under the prefix.
   int64_t v = 0;
-  PTC_ASSIGN_OR_RETURN(v, int_or_null(doc, "gpus", where));
+  PTC_ASSIGN_OR_RETURN(v, int_or_null(doc, "gpus", where, kMaxDecisionGpus));
   d.gpus = static_cast<int>(v);
-  PTC_ASSIGN_OR_RETURN(d.global_batch, int_or_null(doc, "global_batch", where));
-  PTC_ASSIGN_OR_RETURN(v, int_or_null(doc, "tp", where));
+  PTC_ASSIGN_OR_RETURN(d.global_batch, int_or_null(doc, "global_batch", where, kMaxBatch));
+  PTC_ASSIGN_OR_RETURN(v, int_or_null(doc, "tp", where, kMaxDecisionGpus));
   d.tp = static_cast<int>(v);
-  PTC_ASSIGN_OR_RETURN(v, int_or_null(doc, "pp", where));
+  PTC_ASSIGN_OR_RETURN(v, int_or_null(doc, "pp", where, kMaxDecisionGpus));
   d.pp = static_cast<int>(v);
-  PTC_ASSIGN_OR_RETURN(v, int_or_null(doc, "dp", where));
+  PTC_ASSIGN_OR_RETURN(v, int_or_null(doc, "dp", where, kMaxDecisionGpus));
   d.dp = static_cast<int>(v);
-  PTC_ASSIGN_OR_RETURN(d.micro_batch, int_or_null(doc, "micro_batch", where));
+  PTC_ASSIGN_OR_RETURN(d.micro_batch, int_or_null(doc, "micro_batch", where, kMaxBatch));
+  // A decision is what the controller writes: queued with nothing, or running on gpus = tp pp dp.
+  if (d.queued ? (d.gpus || d.tp || d.pp || d.dp)
+               : (d.gpus < 1 || d.tp < 1 || d.pp < 1 || d.dp < 1 || int64_t{d.tp} * d.pp * d.dp != d.gpus))
+    return invalid(where + ": " +
+                   (d.queued ? "a queued decision holds no GPUs and no layout"
+                             : "a running decision has gpus = tp x pp x dp, each at least 1") +
+                   " (gpus " + std::to_string(d.gpus) + ", tp " + std::to_string(d.tp) + ", pp " +
+                   std::to_string(d.pp) + ", dp " + std::to_string(d.dp) + ")");
   PTC_ASSIGN_OR_RETURN(s.seq, int_or_null(doc, "seq", where));
   if (doc.contains("step") && !doc["step"].is_null()) {
     PTC_ASSIGN_OR_RETURN(s.step, get_string(doc["step"], where));
   }
   PTC_ASSIGN_OR_RETURN(s.controller, member_string_or(doc, "controller", "", where));
   return s;
+}
+
+std::vector<std::pair<size_t, std::string>> duplicate_store_jobs(const std::vector<QueueEntry>& queue) {
+  std::map<std::pair<std::string, std::string>, size_t> first;
+  std::vector<std::pair<size_t, std::string>> out;
+  for (size_t i = 0; i < queue.size(); ++i) {
+    const auto [it, fresh] = first.emplace(std::make_pair(queue[i].daemon, queue[i].store_job), i);
+    if (!fresh)
+      out.emplace_back(i, "it names store job '" + queue[i].store_job + "' at " + queue[i].daemon +
+                              ", as the earlier queue entry of job '" + queue[it->second].spec.name +
+                              "' does (one step cannot follow two jobs' decisions)");
+  }
+  return out;
 }
 
 std::vector<JobSpec> autoscale_specs(const std::vector<QueueEntry>& queue) {

@@ -64,7 +64,16 @@ struct StoredDecision {
   std::string controller;
 };
 std::string stored_decision_json(const StoredDecision& d);
+// Strict, as parse_queue_entry: every count bounded (GPUs, tp, pp, dp at most kMaxDecisionGpus; batches
+// at most kMaxBatch) and a running decision's gpus = tp x pp x dp; anything else is refused,
+// naming `where`, so that a hostile or damaged record never counts as GPUs in use.
 Result<StoredDecision> parse_stored_decision(std::string_view text, const std::string& job, const std::string& where);
+inline constexpr int64_t kMaxDecisionGpus = 1 << 20;  // a capacity's bound (the controller's too)
+inline constexpr int64_t kMaxBatch = int64_t{1} << 40;
+
+// Queue entries that name a store job (daemon and store_job) an earlier entry names (in queue
+// order): (index, why). Two jobs would repartition one step; the later is left out.
+std::vector<std::pair<size_t, std::string>> duplicate_store_jobs(const std::vector<QueueEntry>& queue);
 
 // The specs the allocator sees: measured points at counts the layout does not divide (or
 // whose dp does not divide the point's batch) dropped, modelled jobs without interleaving,

@@ -167,13 +167,21 @@ Result<MakespanMilp> makespan_milp(const std::vector<std::vector<TimedOption>>& 
   const std::vector<std::string> no_names(options.size());
   const Schedule greedy = greedy_schedule(no_names, slotted, gpus);
   m.slots = static_cast<int>(std::llround(greedy.makespan_s));
-  size_t columns = 1;
+  // Its size before it is built: a column per start slot, each in its job's two rows, the
+  // area row and the d slots it runs through (so the terms grow as slots squared).
+  size_t columns = 1, terms = 0;
   for (const auto& job : slotted)
-    for (const auto& o : job) columns += static_cast<size_t>(std::max(0.0, m.slots - o.seconds + 1));
-  if (columns > max_columns)
-    return invalid("the schedule needs " + std::to_string(m.slots) + " slots of " + std::to_string(slot_s) + " s and " +
-                   std::to_string(columns) + " variables, more than " + std::to_string(max_columns) +
-                   ": use fewer, longer slots");
+    for (const auto& o : job) {
+      const auto starts = static_cast<size_t>(std::max(0.0, m.slots - o.seconds + 1));
+      columns += starts;
+      terms += starts * (3 + static_cast<size_t>(o.seconds));
+    }
+  if (columns > max_columns || terms > kMaxMakespanTerms)
+    return invalid("the schedule needs " + std::to_string(m.slots) + " slots of " + std::to_string(slot_s) +
+                   " s: " + std::to_string(columns) + " variables and " + std::to_string(terms) + " terms (about " +
+                   std::to_string((terms * kBytesPerTerm + columns * 64) >> 20) +
+                   " MiB to build and solve), more than " + std::to_string(max_columns) + " variables or " +
+                   std::to_string(kMaxMakespanTerms) + " terms: use fewer, longer slots (--slots)");
 
   Milp& p = m.milp;
   const size_t n = options.size();

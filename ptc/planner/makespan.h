@@ -93,6 +93,10 @@ struct MakespanMilp {
 // Builds the program. The horizon is the greedy schedule of the rounded durations, so the
 // program always has a solution. kInvalidArgument for slot_s <= 0 or a horizon of more
 // than `max_columns` columns (name a coarser slot).
+// Also refused before anything is built: more than kMaxMakespanTerms nonzero terms (they grow
+// as the slots squared; about kBytesPerTerm bytes each in the program and the solver).
+inline constexpr size_t kMaxMakespanTerms = 20'000'000;
+inline constexpr size_t kBytesPerTerm = 48;
 Result<MakespanMilp> makespan_milp(const std::vector<std::vector<TimedOption>>& options, int gpus, double slot_s,
                                    size_t max_columns = 2'000'000);
 

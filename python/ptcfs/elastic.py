@@ -183,10 +183,12 @@ def record_dataset_progress(client: Client, job: str, name: str, consumed: int, 
     raised at once; still refused after `timeout` seconds, the last refusal is. `dp`,
     `global_batch`, `batch_offset`: as Client.dataset_progress."""
     deadline = time.monotonic() + timeout
+    # Only the fields given: a client of before (or a stand-in) takes (job, name, consumed, epoch).
+    extra = {k: v for k, v in (("dp", dp), ("global_batch", global_batch), ("batch_offset", batch_offset))
+             if v is not None}
     while True:
         try:
-            return client.dataset_progress(job, name, consumed, epoch, dp=dp, global_batch=global_batch,
-                                           batch_offset=batch_offset)
+            return client.dataset_progress(job, name, consumed, epoch, **extra)
         except Error as e:
             busy = "is already being changed" in e.message or "is at version" in e.message
             if e.code != "failed_precondition" or not busy or time.monotonic() > deadline:

@@ -341,11 +341,12 @@ def npy_tree(root: str) -> List[str]:
 def verify_step(d: Daemon, job: str, step: str, ck: Checkpoint, full_views: bool = True) -> None:
     """Every view of an imported step against the oracle."""
     sd = d.step_dir(job, step)
-    expect = {"ptc.json", "full"}
+    expect = {"ptc.json", "full", "dcp"}
     for (t, p) in ck.slices:
         expect.add(f"tp{t}-pp{p}.safetensors")
         expect.add(f"tp{t}-pp{p}")
     assert sorted(os.listdir(sd)) == sorted(expect)
+    assert ".metadata" in os.listdir(os.path.join(sd, "dcp"))  # its contents: tests/python/test_dcp_view.py
 
     with open(os.path.join(sd, "ptc.json")) as f:
         got_ptc = json.load(f)

@@ -139,3 +139,22 @@ def test_makespan_refuses_bad_input(tmp_path):
                      check_rc=1), "('a'): samples must be a number of samples > 0")
     r = run("allocate", "--jobs", path, "--gpus", 8, "--policy", "makespan", "--slots", 1, check_rc=None)
     assert r.returncode != 0 and "--slots" in r.stderr
+
+
+def test_allocate_refuses_inputs_it_cannot_hold_before_building_anything(tmp_path):
+    # --slots 20000 is in range, but the program's terms grow as the slots squared (it ran out of
+    # memory): refused with the size it would need.
+    jobs = {"jobs": [{"name": "a", "min_gpus": 1, "max_gpus": 1, "samples": 250, "throughput": {"1": 100}},
+                     {"name": "b", "min_gpus": 1, "max_gpus": 1, "samples": 250, "throughput": {"1": 100}}]}
+    path = write(tmp_path, "two.json", jobs)
+    r = run("allocate", "--jobs", path, "--gpus", 1, "--policy", "makespan", "--slots", 20000, check_rc=1)
+    assert_error(r, "terms (about")
+    assert "use fewer, longer slots (--slots)" in r.stderr
+    # A JOBS.json that is a device: refused after 16 MiB, not read to the end.
+    assert_error(run("allocate", "--jobs", "/dev/zero", "--gpus", 8, check_rc=1),
+                 "/dev/zero: more than 16 MiB; not a file this command reads")
+    # 3,000 jobs on 65,536 GPUs: the throughput policy's table would take 750 MiB.
+    many = {"jobs": [{"name": f"j{i}", "min_gpus": 1, "max_gpus": 2, "throughput": {"1": 10, "2": 19}}
+                     for i in range(3000)]}
+    assert_error(run("allocate", "--jobs", write(tmp_path, "many.json", many), "--gpus", 65536, check_rc=1),
+                 "3000 jobs on 65536 GPUs need a table of 196611000 choices (750 MiB), more than 134217728")

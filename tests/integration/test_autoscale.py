@@ -374,3 +374,29 @@ def test_once_gives_up_when_its_lease_is_lost_mid_pass(tmp_path):
             assert etcd.keys(f"{P}/decision/") == []
         finally:
             d.stop(cleanup_mount=True)
+
+
+def test_hostile_decisions_never_count_as_gpus_and_a_second_entry_for_one_store_job_is_left_out(tmp_path, daemon):
+    """x's stored decision claims 2^32 - 8 GPUs (once read as -8: the capacity grew by 8) while x's
+    entry is unreadable, and z's entry names y's store job: the bad decision is refused and
+    decided again (it reserves nothing), z is left out naming y, and the GPUs decided never
+    exceed the 4 there are."""
+    require_binaries()
+    with Etcd(str(tmp_path)) as etcd:
+        etcd.ctl("put", f"{P}/decision/x", json.dumps({**decision("x", 4294967288, None, 1, 1, 4294967288, None,
+                                                                   "old"), "seq": 1}))
+        etcd.ctl("put", f"{P}/queue/x", "{not json")
+        etcd.ctl("put", f"{P}/queue/y", json.dumps({"job": A_JOB, "daemon": daemon.addr}))
+        etcd.ctl("put", f"{P}/queue/z", json.dumps({"job": A_JOB, "daemon": daemon.addr, "store_job": "y"}))
+        r = Controllers(str(tmp_path), etcd).once("m")
+        assert r.returncode == 0, r.stderr
+        printed = [json.loads(line) for line in r.stdout.splitlines()]
+        unreadable = {p["job"]: p for p in printed if "unreadable" in p}
+        assert unreadable["x"]["reserved_gpus"] == 0
+        assert unreadable["z"]["reserved_gpus"] == 0 and (
+            "it names store job 'y' at " + daemon.addr + ", as the earlier queue entry of job 'y' does"
+            in unreadable["z"]["error"]), unreadable
+        assert f"{P}/decision/x: gpus: 4294967288 is outside [0, 1048576]" in r.stderr
+        decided = [p for p in printed if "unreadable" not in p]
+        assert [d["job"] for d in decided] == ["y"] and decided[0]["gpus"] == 4
+        assert sum(d["gpus"] for d in decided) <= 4

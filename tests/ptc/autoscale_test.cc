@@ -173,6 +173,38 @@ TEST_CASE("stored decisions round-trip; the latest step is by number", "[autosca
   CHECK(w->decision == waiting("a"));
   CHECK(w->step.empty());
   CHECK_FALSE(parse_stored_decision(R"({"gpus": -1})", "a", "decision/a").is_ok());
+}
+
+TEST_CASE("a stored decision beyond any capacity, or not tp x pp x dp, is refused", "[autoscale]") {
+  const auto text = [](const std::string& gpus, int tp, int pp, int dp, bool queued = false) {
+    return R"({"controller":"c","dp":)" + std::to_string(dp) + R"(,"global_batch":null,"gpus":)" + gpus +
+           R"(,"job":"a","micro_batch":null,"pp":)" + std::to_string(pp) + R"(,"queued":)" +
+           (queued ? "true" : "false") + R"(,"seq":1,"step":"1","tp":)" + std::to_string(tp) + "}";
+  };
+  // 2^32 - 8 GPUs read as an int was -8: capacity grew by 8 for the jobs after it.
+  CHECK(parse_stored_decision(text("4294967288", 1, 1, 8), "a", "decision/a").status().message() ==
+        "decision/a: gpus: 4294967288 is outside [0, 1048576]");
+  CHECK(parse_stored_decision(text("8", 1, 1, 4), "a", "decision/a").status().message() ==
+        "decision/a: a running decision has gpus = tp x pp x dp, each at least 1 (gpus 8, tp 1, pp 1, dp 4)");
+  CHECK(parse_stored_decision(text("0", 0, 0, 0), "a", "decision/a").status().message() ==
+        "decision/a: a running decision has gpus = tp x pp x dp, each at least 1 (gpus 0, tp 0, pp 0, dp 0)");
+  CHECK(parse_stored_decision(text("2", 1, 1, 2, true), "a", "decision/a").status().message() ==
+        "decision/a: a queued decision holds no GPUs and no layout (gpus 2, tp 1, pp 1, dp 2)");
+  CHECK(parse_stored_decision(text("8", 2, 2, 2), "a", "decision/a").is_ok());
+}
+
+TEST_CASE("a queue entry naming the store job of an earlier one is found", "[autoscale]") {
+  std::vector<QueueEntry> q = {entry(kA, "a"), entry(kA, "b"), entry(kA, "c")};
+  q[0].daemon = q[1].daemon = q[2].daemon = "h:1";
+  q[1].store_job = "a";  // b's store job is a's
+  q[2].store_job = "a";
+  q[2].daemon = "h:2";  // another daemon's job of that name: another step
+  const auto d = duplicate_store_jobs(q);
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].first == 1);
+  CHECK(d[0].second ==
+        "it names store job 'a' at h:1, as the earlier queue entry of job 'a' does (one step cannot follow two jobs' "
+        "decisions)");
 
   CHECK(latest_step({"9", "10", "2"}) == std::optional<std::string>("10"));
   CHECK(latest_step({"010", "9"}) == std::optional<std::string>("010"));

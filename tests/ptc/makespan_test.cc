@@ -119,6 +119,14 @@ TEST_CASE("makespan program: run times round up to whole slots; too many variabl
   REQUIRE_FALSE(big.is_ok());
   CHECK_THAT(big.status().message(), Catch::Contains("use fewer, longer slots"));
   CHECK_FALSE(makespan_milp(options, 1, 0).is_ok());
+  // Few variables but terms growing as slots squared (allocate --slots 20000 ran out of memory):
+  // 12,500 + 1,000 = 13,500 slots; 1 + 1,001 + 12,501 variables; 1,001 x (3 + 12,500) + 12,501 x
+  // (3 + 1,000) = 25,054,006 terms, x 48 bytes (+ 64 a variable) = 1,147 MiB: refused unbuilt.
+  auto square = makespan_milp(options, 1, 0.0002);
+  REQUIRE_FALSE(square.is_ok());
+  CHECK_THAT(square.status().message(),
+             Catch::Contains("13503 variables and 25054006 terms (about 1147 MiB to build and solve)") &&
+                 Catch::Contains("use fewer, longer slots (--slots)"));
 }
 
 TEST_CASE("schedule_from_solution refuses a solution that starts a job twice or never", "[makespan]") {
