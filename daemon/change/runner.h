@@ -84,7 +84,7 @@ struct DatasetProgressRequest {
   // With epoch and global_batch: the position is set to exactly this (epoch, consumed,
   // batch_offset) at that batch, not moved from the current one (a job back at a checkpoint
   // taken before a later change of the batch).
-  std::optional<uint64_t> batch_offset;
+  std::optional<uint64_t> batch_offset{};
 };
 
 // A step saved into the mount whose part on this node is complete: commit it (on one node at

@@ -226,6 +226,7 @@ ptc::Result<SaveState> save_state_from_json(const json& j, const std::string& wh
 json to_json(const StepState& s) {
   json j = {{"version", s.version}, {"nodes", s.nodes}, {"held", s.held}, {"ptc", ptc_json(s.ptc)}};
   if (!s.gpus.empty()) j["gpus"] = s.gpus;
+  if (!s.holders.empty()) j["holders"] = s.holders;
   return j;
 }
 
@@ -236,6 +237,9 @@ ptc::Result<StepState> step_state_from_json(const json& j, const std::string& wh
   PTC_ASSIGN_OR_RETURN(s.gpus, ptc::member_gpus_or_empty(j, "gpus", where));
   PTC_ASSIGN_OR_RETURN(s.held, ptc::member_strings(j, "held", where));
   PTC_ASSIGN_OR_RETURN(s.ptc, ptc_of(j, "ptc", where));
+  if (j.contains("holders")) {
+    PTC_ASSIGN_OR_RETURN(s.holders, ptc::member_string_lists(j, "holders", where));
+  }
   return s;
 }
 

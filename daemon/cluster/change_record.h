@@ -59,7 +59,7 @@ struct DatasetAddChange {
 struct SaveChange {
   std::string job, step;
   ptc::Ptc ptc;
-  std::vector<std::vector<std::string>> holders;
+  std::vector<std::vector<std::string>> holders{};
 };
 
 // `ptcfs rm` of a committed step: every node removes it together.
@@ -70,9 +70,9 @@ struct RemoveChange {
 struct DatasetProgressChange {
   std::string job, name;
   uint64_t from_version = 0, epoch = 0, consumed = 0;
-  int dp = 0;                            // re-split for it (0: keep)
-  uint64_t global_batch = 0;             // and this batch (0: keep)
-  std::optional<uint64_t> batch_offset;  // set exactly (DatasetProgressRequest)
+  int dp = 0;                              // re-split for it (0: keep)
+  uint64_t global_batch = 0;               // and this batch (0: keep)
+  std::optional<uint64_t> batch_offset{};  // set exactly (DatasetProgressRequest)
 };
 
 // peer.prepare: transaction `tx` and its change; the coordinator that asks and its etcd lease
@@ -104,6 +104,9 @@ struct StepState {
   std::vector<int> gpus;           // their GPUs when it was made (empty: not pinned)
   std::vector<std::string> held;   // shards this node holds
   ptc::Ptc ptc;
+  // Per shard, the nodes holding it when not the rank placement's (a step saved into the
+  // mounts: where it was written); empty otherwise. A node catching up must read from them.
+  std::vector<std::vector<std::string>> holders{};
 };
 nlohmann::json to_json(const StepState& s);
 ptc::Result<StepState> step_state_from_json(const nlohmann::json& j, const std::string& where);

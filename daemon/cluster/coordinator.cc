@@ -247,6 +247,16 @@ bool Coordinator::catch_up_step(const std::string& job, const std::string& step,
   placement.nodes = newest->nodes;
   placement.gpus = newest->gpus;
   placement.held.assign(layout->shards().size(), false);
+  // A step saved into the mounts is held where it was written, not where the ranks go: read
+  // from those nodes (else every read here fails until the next repartition).
+  if (!newest->holders.empty()) {
+    if (newest->holders.size() != layout->shards().size()) {
+      ptc::log::warn("catching up {}: the peer names holders of {} shards, the layout has {}", name,
+                     newest->holders.size(), layout->shards().size());
+      return false;
+    }
+    placement.holders = newest->holders;
+  }
   const size_t nshards = layout->shards().size();
   PreparedChange change(store_);
   change.replaced = v;

@@ -244,7 +244,7 @@ ptc::Result<transport::Reply> PeerService::state(const json& j) {
   auto it = snap->steps.find({req.job, req.step});
   if (it == snap->steps.end()) return ptc::not_found("no step " + req.job + "/" + req.step + " on node " + id());
   const StepVersion& v = *it->second;
-  StepState s{v.version(), v.placement().nodes, v.placement().gpus, {}, v.layout().ptc()};
+  StepState s{v.version(), v.placement().nodes, v.placement().gpus, {}, v.layout().ptc(), v.placement().holders};
   for (const auto& sh : v.layout().shards())
     if (v.holds(sh)) s.held.push_back(sh.name());
   return transport::Reply(to_json(s));

@@ -403,3 +403,33 @@ def test_a_participant_stopped_during_a_pull_fails_the_change_within_its_deadlin
         r = c[1].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=1,dp=3", "--json")
         assert r["version"] == 2 and r["bytes_moved"] == r["bytes_min"], r
         verify_step(c[2], "j", "1", oracles((2, 1, 3)), full_views=False)
+
+
+def test_a_step_saved_while_a_node_was_away_reads_through_it_when_it_is_back(tmp_path):
+    """n2 is down while n0 and n1 save a step into their mounts (each holds what it wrote, not what
+    the rank placement names); once n2 is back it shows the step and reads every shard through its
+    mount from the nodes that hold it (it read from the rank placement's nodes and got EHOSTUNREACH
+    until the next repartition, even across a restart)."""
+    from test_cluster_save import state, write
+    require_binaries()
+
+    def committed(d):
+        return (state(d, "w", "1") or {}).get("state") == "committed"
+
+    root = str(tmp_path)
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=1, layers=2, hidden=64, vocab=200)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start(0, 1, 2)
+        c[2].stop()
+        wait_for(lambda: live_ids(c[0]) == ["n0", "n1"], 15, lambda: f"live: {live_ids(c[0])}")
+        write(c[0], ck, "w", "1", ["ptc.json", "tp1-pp0.safetensors"])
+        write(c[1], ck, "w", "1", ["ptc.json", "tp0-pp0.safetensors"])
+        for d in (c[0], c[1]):
+            wait_for(lambda: committed(d), 30, lambda: f"not committed:\n{c[0].log_tail()}")
+        c.start(2)
+        wait_for(lambda: committed(c[2]), 30, lambda: f"n2 did not catch up:\n{c[2].log_tail()}")
+        verify_step(c[2], "w", "1", ck, full_views=True)
+        c[2].stop()  # and after a restart
+        c.start(2)
+        wait_for(lambda: committed(c[2]), 30, lambda: f"n2 lost the step:\n{c[2].log_tail()}")
+        verify_step(c[2], "w", "1", ck, full_views=True)

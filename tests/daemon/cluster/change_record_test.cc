@@ -41,7 +41,10 @@ TEST_CASE("a dataset progress goes to the peers with its re-split, and without o
   auto c = round_trip({"j", "d", 3, 0, 12, 1, 4, 8});
   CHECK((c.global_batch == 4 && c.batch_offset == 8));
 
-  json bad = to_json(PrepareRequest{"ab", DatasetProgressChange{"j", "d", 3, 0, 12, 3, 6}});
+  PrepareRequest with_dp;
+  with_dp.tx = "ab";
+  with_dp.change = DatasetProgressChange{"j", "d", 3, 0, 12, 3, 6, {}};
+  json bad = to_json(with_dp);
   bad["dp"] = uint64_t{0};
   CHECK(prepare_request_from_json(bad).status().message() == "peer.prepare: dp 0 is out of range");
 }
