@@ -102,6 +102,24 @@ ptc::Shape extent(const ptc::Box& b) {
   return s;
 }
 
+// How a tensor shows in the folder: not at all (a reserved name), as a bytes item, as chunks of
+// the slices covering it (each slice one box, or every piece whole rows of its slice), or as one
+// whole-tensor archive in full.distcp.
+enum class Shown { kHidden, kBytes, kSlices, kFull };
+
+Shown how_shown(const ptc::Layout& layout, size_t tensor, const std::vector<std::pair<ptc::ShardId, size_t>>& cover) {
+  const std::string_view name = layout.ptc().tensors[tensor].name;
+  if (name.starts_with(kReserved))
+    return name.starts_with(kBytesPrefix) && cover.size() == 1 ? Shown::kBytes : Shown::kHidden;
+  for (const auto& [shard, slice] : cover) {
+    const auto& sl = layout.slices(shard)[slice];
+    if (one_box(sl)) continue;
+    for (const auto& pc : sl.pieces)
+      if (!whole_rows(pc, sl.local_shape)) return Shown::kFull;
+  }
+  return Shown::kSlices;
+}
+
 // One archive of `dtype` and `shape` in `file`, its data the segment `data` (its len set here).
 ptc::DcpChunk archive(Files& files, const std::string& file, ptc::DType dtype, const ptc::Shape& shape, Segment data) {
   ptc::TorchArchive a = ptc::torch_tensor_archive(dtype, shape);
@@ -127,8 +145,9 @@ std::map<std::string, std::shared_ptr<const View>> build_files(const std::shared
     const auto& spec = tensors[i];
     const auto cover = layout.covering(i);
     const size_t elem = ptc::dtype_size(spec.dtype);
-    if (std::string_view(spec.name).starts_with(kReserved)) {
-      if (!std::string_view(spec.name).starts_with(kBytesPrefix) || cover.size() != 1) continue;
+    const Shown shown = how_shown(layout, i, cover);
+    if (shown == Shown::kHidden) continue;
+    if (shown == Shown::kBytes) {
       const auto& [shard, slice] = cover.front();
       ptc::DcpItem it;
       it.fqn = spec.name.substr(kBytesPrefix.size());
@@ -150,13 +169,7 @@ std::map<std::string, std::shared_ptr<const View>> build_files(const std::shared
     it.fqn = spec.name;
     it.dtype = spec.dtype;
     it.size = spec.shape;
-    bool rows = true;
-    for (const auto& [shard, slice] : cover) {
-      const auto& sl = layout.slices(shard)[slice];
-      if (one_box(sl)) continue;
-      for (const auto& pc : sl.pieces) rows = rows && whole_rows(pc, sl.local_shape);
-    }
-    if (rows) {  // every slice one box, or every piece a range of its slice: an archive each
+    if (shown == Shown::kSlices) {  // every slice one box, or every piece a range of its slice: an archive each
       for (const auto& [shard, slice] : cover) {
         const auto& sl = layout.slices(shard)[slice];
         const std::string file = shard.name() + ".distcp";
@@ -238,26 +251,19 @@ class LazyView final : public View {
 // The names of the folder's files, from the layout alone (as build_files would make them).
 std::set<std::string> file_names(const ptc::Layout& layout) {
   std::set<std::string> names{".metadata"};
-  const auto& tensors = layout.ptc().tensors;
-  for (size_t i = 0; i < tensors.size(); ++i) {
+  for (size_t i = 0; i < layout.ptc().tensors.size(); ++i) {
     const auto cover = layout.covering(i);
-    const std::string_view name = tensors[i].name;
-    if (name.starts_with(kReserved)) {
-      if (name.starts_with(kBytesPrefix) && cover.size() == 1) names.insert(cover.front().first.name() + ".distcp");
-      continue;
+    switch (how_shown(layout, i, cover)) {
+      case Shown::kHidden:
+        break;
+      case Shown::kFull:
+        names.insert("full.distcp");
+        break;
+      case Shown::kBytes:
+      case Shown::kSlices:
+        for (const auto& [shard, slice] : cover) names.insert(shard.name() + ".distcp");
+        break;
     }
-    bool rows = true;
-    for (const auto& [shard, slice] : cover) {
-      const auto& sl = layout.slices(shard)[slice];
-      if (one_box(sl)) continue;
-      for (const auto& pc : sl.pieces) rows = rows && whole_rows(pc, sl.local_shape);
-    }
-    if (!rows) {
-      names.insert("full.distcp");
-      continue;
-    }
-    for (const auto& [shard, slice] : cover)
-      if (!layout.slices(shard)[slice].pieces.empty()) names.insert(shard.name() + ".distcp");
   }
   return names;
 }

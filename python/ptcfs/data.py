@@ -94,7 +94,6 @@ class Loader:
         self._pos = {"epoch": st["epoch"], "consumed": st["consumed"], "batch_offset": st.get("batch_offset", 0),
                      "global_batch": st["global_batch"]}
         self._view = None  # the open rank view, once in step with the daemon
-        self.samples_read = 0
 
     # -- Stateful --------------------------------------------------------------------------
 
@@ -144,7 +143,6 @@ class Loader:
         out = self._view.take(chunk)
         self._left -= 1
         self._pos["consumed"] += self.global_batch
-        self.samples_read += chunk
         return out
 
     def close(self) -> None:
