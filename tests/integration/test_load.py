@@ -20,11 +20,15 @@ def test_readers_under_repartitions_saves_and_progress(daemon, tmp_path):
     assert r["reads"] > 1000 and r["opens"] > 100, r
     assert r["changes"]["repartition"] >= 3 and r["changes"]["save"] >= 2 and r["changes"]["progress"] >= 2, r
     # Flat: the second half of the run needs no more memory than the first (the first half's peak
-    # is the working set of 32 readers: FUSE worker threads and their buffers).
+    # is the working set of 32 readers: FUSE worker threads and their buffers). The second half is
+    # taken at its median: a change holds tens of MB for a moment (a sample of 42 MB among 9 MB
+    # ones, back at 9 MB at the next sample, was seen under a loaded `make test`); a leak raises
+    # every later sample, the median with them.
     rss = r["rss_anon_kb"]
     half = len(rss) // 2
     assert half >= 5, rss
-    assert max(rss[half:]) - max(rss[:half]) < 32 * 1024, f"daemon anonymous memory kept growing: {rss}"
+    later = sorted(rss[half:])[len(rss[half:]) // 2]
+    assert later - max(rss[:half]) < 32 * 1024, f"daemon anonymous memory kept growing: {rss}"
     # Afterwards the step still reads right, and every removed save is gone.
     full_views(load.step_dir, load.ck)
     assert daemon.cli_json("ls", "saves", "--json")["steps"] == []
