@@ -111,6 +111,11 @@ class WriteTarget {
   virtual ptc::Result<std::shared_ptr<WriteFile>> create(const std::string& job, const std::string& step,
                                                          const std::string& rel) = 0;
   virtual ptc::Status unlink(const std::string& job, const std::string& step, const std::string& rel) = 0;
+  // rename(2) of `from` to `to`, both in the step's folder: a stock DCP save's .metadata.tmp to
+  // .metadata, which makes the save the step's tensors (docs/FORMATS.md "Stock dcp.save into the
+  // mount"); any other is kPermissionDenied (files are written in place).
+  virtual ptc::Status rename(const std::string& job, const std::string& step, const std::string& from,
+                             const std::string& to) = 0;
 };
 
 // A step being saved: the folders and files written into it so far.

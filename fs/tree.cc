@@ -163,9 +163,13 @@ ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint6
   for (size_t i = 0; i < layout.ptc().tensors.size(); ++i)
     PTC_RETURN_IF_ERROR(
         b.file(full, sp + "/full", layout.ptc().tensors[i].name + ".npy", full_npy_view(c, i), tag, mtime).status());
+  // The DCP view, in dcp/ and at the step's top (stock dcp.load of MNT/<job>/<step> itself): the
+  // same views, so a file read through both names is generated once.
   PTC_ASSIGN_OR_RETURN(uint64_t dcp, b.dir(step_dir, sp, kDcpDir, mtime));
-  for (auto& [name, view] : dcp_views(c))
-    PTC_RETURN_IF_ERROR(b.file(dcp, sp + "/" + kDcpDir, name, std::move(view), tag, mtime).status());
+  for (auto& [name, view] : dcp_views(c)) {
+    PTC_RETURN_IF_ERROR(b.file(dcp, sp + "/" + kDcpDir, name, view, tag, mtime).status());
+    PTC_RETURN_IF_ERROR(b.file(step_dir, sp, name, std::move(view), tag, mtime).status());
+  }
   return std::shared_ptr<const SubTree>(std::move(st));
 }
 

@@ -7,7 +7,10 @@
 #include <fcntl.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <string>
+#include <thread>
 
 #include "fs/errno_map.h"
 #include "fs/fs_impl.h"
@@ -178,6 +181,34 @@ int do_unlink(Impl& fs, uint64_t parent, const char* name) {
   return 0;
 }
 
+// How long a rename that committed a step waits for the mount to show it.
+constexpr auto kShowWait = std::chrono::seconds(60);
+
+int do_rename(Impl& fs, uint64_t parent, const char* name, uint64_t newparent, const char* newname,
+              unsigned int flags) {
+  std::shared_ptr<const Tree> tree;
+  const Node* dir = nullptr;
+  if (int err = writable_dir(fs, parent, tree, dir)) return err;
+  if (newparent != parent || flags != 0 || std::strcmp(name, ".metadata.tmp") != 0 ||
+      std::strcmp(newname, ".metadata") != 0)
+    return EPERM;  // the one rename a step takes (WriteTarget::rename)
+  const Node* n = tree->child(*dir, name);
+  if (!n) return ENOENT;
+  const Place from = place_of(*dir, name), to = place_of(*dir, newname);
+  if (from.rel.empty()) return EPERM;
+  if (auto s = fs.target->rename(from.job, from.step, from.rel, to.rel); !s) return fail("rename", from, s);
+  const uint64_t step_ino = Tree::dir_ino("/" + from.job + "/" + from.step);
+  const auto deadline = std::chrono::steady_clock::now() + kShowWait;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto now = fs.current();
+    const Node* d = now->find(step_ino);
+    if (d && !d->pending) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ptc::log::warn("{}/{} committed, but the mount did not show it within 60 s", from.job, from.step);
+  return 0;
+}
+
 }  // namespace
 
 int do_open_for_write(const Node& n, fuse_file_info* fi) {
@@ -294,13 +325,15 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char*) {
   fuse_reply_err(req, dir && dir->writable && fs.target ? EPERM : EROFS);
 }
 
-// Files are written in place (no temporary file and rename).
-void op_rename(fuse_req_t req, fuse_ino_t parent, const char*, fuse_ino_t, const char*, unsigned int) {
+// Files are written in place; the one rename is a stock DCP save's .metadata.tmp to .metadata,
+// which commits the step (WriteTarget::rename). It returns once the step is committed and the
+// mount shows it: torch's dcp.save returns then, and a load right after it finds the step. The
+// kernel holds the step's folder locked until the reply, so this waits for the new tree, not for
+// the refresh's invalidation of old names in that folder (which waits for the lock).
+void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+               unsigned int flags) {
   ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
-  Impl& fs = impl_of(req);
-  auto tree = fs.current();
-  const Node* dir = tree->find(parent);
-  fuse_reply_err(req, dir && dir->writable && fs.target ? EPERM : EROFS);
+  fuse_reply_err(req, do_rename(impl_of(req), parent, name, newparent, newname, flags));
 }
 
 }  // namespace ptcfs::fs

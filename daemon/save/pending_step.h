@@ -58,6 +58,7 @@
 namespace ptcfs {
 
 class PendingStep;
+class DcpStagedFile;
 
 // What one file adds to its step's tally (PendingStep::note).
 struct FileCount {
@@ -157,6 +158,9 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   std::shared_ptr<const void> stamp = std::make_shared<int>(0);  // new on every add or remove
   std::set<std::string> dirs;
   std::map<std::string, std::shared_ptr<PendingFile>> files;
+  // The files of a stock DCP save, until its .metadata lands (daemon/save/dcp_staged.h).
+  std::map<std::string, std::shared_ptr<DcpStagedFile>> staged;
+  bool converting = false;  // its .metadata landed: the save becomes tensor files
   std::optional<ptc::Layout> layout;
   std::string ptc_text;      // of the parsed ptc.json
   uint64_t draft_bytes = 0;  // what the open drafts of ptc.json hold, together (kMaxDraftBytes at most)

@@ -1,8 +1,11 @@
 #include "daemon/save/save_service.h"
 
+#include <chrono>
 #include <ctime>
+#include <thread>
 
 #include "daemon/reshard/rank_file.h"
+#include "daemon/save/dcp_staged.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/prepared.h"
 #include "ptc/base/log.h"
@@ -19,7 +22,15 @@ struct FileKind {
   std::string tensor;
 };
 
-const char* kLayoutHint = " (a step holds ptc.json, tp{t}-pp{p}.safetensors and tp{t}-pp{p}/<tensor>.npy)";
+const char* kLayoutHint =
+    " (a step holds ptc.json, tp{t}-pp{p}.safetensors and tp{t}-pp{p}/<tensor>.npy, or a stock DCP save's "
+    "<name>.distcp files and .metadata.tmp)";
+
+// The files of a stock DCP save (dcp_staged.h): its data files and its metadata.
+constexpr const char* kDcpMetadataTmp = ".metadata.tmp";
+constexpr const char* kDcpMetadata = ".metadata";
+// How long the rename that ends a stock DCP save waits for the step's commit.
+constexpr auto kCommitWait = std::chrono::minutes(30);
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -38,8 +49,26 @@ ptc::Status check_components(const std::string& where, const std::string& rel) {
   return ptc::Status::ok();
 }
 
+bool is_dcp_file(const std::string& rel) {
+  return rel.find('/') == std::string::npos && (rel == kDcpMetadataTmp || ends_with(rel, ".distcp"));
+}
+
+// A name a stock DCP save uses that ptcfs does not take, and why.
+std::optional<std::string> refused_dcp_name(const std::string& rel) {
+  if (rel == kDcpMetadata)
+    return std::string(
+        " is written by renaming .metadata.tmp once every .distcp file is (as torch's "
+        "FileSystemWriter does); to bring in a DCP folder, use ptcfs import DIR --format dcp");
+  if (rel.find('/') == std::string::npos && ends_with(rel, ".metadata.tmp"))
+    return std::string(
+        ": a DCP save without collectives (one .metadata per rank) is not supported: save with "
+        "use_collectives=True (the default)");
+  return std::nullopt;
+}
+
 ptc::Result<FileKind> classify(const std::string& where, const std::string& rel) {
   PTC_RETURN_IF_ERROR(check_components(where, rel));
+  if (auto why = refused_dcp_name(rel)) return ptc::invalid(where + *why);
   FileKind k;
   if (rel == "ptc.json") return k;
   const size_t slash = rel.find('/');
@@ -136,6 +165,7 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::strin
   const std::string where = job + "/" + step + "/" + rel;
   auto s = find(job, step);
   if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
+  if (is_dcp_file(rel)) return create_staged(s, rel, where);
   PTC_ASSIGN_OR_RETURN(FileKind k, classify(where, rel));
   std::shared_ptr<BlobWriter> blob;  // a tensor file gets its blob once its header says how large it is
   if (k.kind == PendingFile::Kind::kShard) {
@@ -145,6 +175,9 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::strin
   std::lock_guard lock(s->mu);
   if (s->committing || s->removed) return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is no longer pending");
   if (s->files.count(rel)) return ptc::error(ptc::Code::kAlreadyExists, where + " exists");
+  if (!s->staged.empty() && !s->converting)
+    return ptc::invalid(where + ": " + s->name() + " is being written by a stock DCP save (" +
+                        s->staged.begin()->first + "), not as ptcfs files");
   const std::string shard_file = k.shard.name() + ".safetensors";
   if (k.kind == PendingFile::Kind::kTensor && s->files.count(shard_file))
     return ptc::invalid(where + ": shard " + k.shard.name() + " is being written as " + shard_file +
@@ -167,11 +200,44 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::strin
   return std::shared_ptr<fs::WriteFile>(f);
 }
 
+ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create_staged(const std::shared_ptr<PendingStep>& s,
+                                                                       const std::string& rel,
+                                                                       const std::string& where) {
+  PTC_RETURN_IF_ERROR(check_components(where, rel));
+  if (mode_ == SaveMode::kCluster)
+    return ptc::invalid(where +
+                        ": a stock DCP save into a cluster's mount is not supported yet (each node would "
+                        "hold only its ranks' files): save with ptcfs.dcp.StorageWriter, or import the folder");
+  std::shared_ptr<BlobWriter> blob;  // the metadata is kept in memory
+  if (rel != kDcpMetadataTmp) {
+    PTC_ASSIGN_OR_RETURN(BlobWriter w, store_.blobs().create());
+    blob = std::make_shared<BlobWriter>(std::move(w));
+  }
+  std::lock_guard lock(s->mu);
+  if (s->committing || s->removed || s->converting)
+    return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is no longer pending");
+  if (s->staged.count(rel)) return ptc::error(ptc::Code::kAlreadyExists, where + " exists");
+  if (!s->files.empty())
+    return ptc::invalid(where + ": " + s->name() + " is being written as ptcfs files (" + s->files.begin()->first +
+                        "), not by a stock DCP save");
+  auto f = std::make_shared<DcpStagedFile>(where, std::move(blob));
+  s->staged[rel] = f;
+  s->stamp = std::make_shared<int>(0);
+  return std::shared_ptr<fs::WriteFile>(f);
+}
+
 ptc::Status SaveService::unlink(const std::string& job, const std::string& step, const std::string& rel) {
   auto s = find(job, step);
   if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
   std::lock_guard lock(s->mu);
   if (s->committing) return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is committing");
+  if (auto st = s->staged.find(rel); st != s->staged.end()) {
+    if (s->converting) return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is being converted");
+    st->second->kill();
+    s->staged.erase(st);
+    s->stamp = std::make_shared<int>(0);
+    return ptc::Status::ok();
+  }
   auto it = s->files.find(rel);
   if (it == s->files.end()) return ptc::not_found(s->name() + "/" + rel + " does not exist");
   it->second->dead = true;  // its blob goes with the last handle
@@ -205,6 +271,7 @@ void SaveService::add_to(fs::Contents& c) const {
     e.stamp = s->stamp;
     e.dirs.assign(s->dirs.begin(), s->dirs.end());
     for (const auto& [rel, f] : s->files) e.files.emplace_back(rel, f);
+    for (const auto& [rel, f] : s->staged) e.files.emplace_back(rel, f);
     c.pending.push_back(std::move(e));
   }
 }
@@ -249,7 +316,9 @@ ptc::Status SaveService::remove(const std::string& job, const std::string& step)
       if (s->committing) return ptc::error(ptc::Code::kFailedPrecondition, s->name() + " is committing");
       s->removed = true;
       for (auto& [rel, f] : s->files) f->dead = true;
+      for (auto& [rel, f] : s->staged) f->kill();
       s->files.clear();
+      s->staged.clear();
     }
     steps_.erase(it);
   }
@@ -257,6 +326,93 @@ ptc::Status SaveService::remove(const std::string& job, const std::string& step)
   ptc::log::info("removed pending step {}/{}", job, step);
   changed();
   return ptc::Status::ok();
+}
+
+ptc::Status SaveService::rename(const std::string& job, const std::string& step, const std::string& from,
+                                const std::string& to) {
+  const std::string where = job + "/" + step + "/" + from;
+  if (from != kDcpMetadataTmp || to != kDcpMetadata)
+    return ptc::error(ptc::Code::kPermissionDenied,
+                      where +
+                          ": files of a step are written in place; the one rename is a stock DCP save's "
+                          ".metadata.tmp to .metadata");
+  auto s = find(job, step);
+  if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
+  {
+    std::lock_guard lock(s->mu);
+    if (s->committing || s->removed || s->converting)
+      return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is no longer pending");
+    if (!s->staged.count(from)) return ptc::not_found(where + " does not exist");
+    s->converting = true;
+  }
+  auto save = convert_dcp(s);
+  {
+    std::lock_guard lock(s->mu);
+    if (save) {
+      for (auto& [rel, f] : s->staged) f->kill();  // their bytes are in the tensor files now
+      s->staged.clear();
+      s->stamp = std::make_shared<int>(0);
+    }
+  }
+  ptc::Status st = save ? write_dcp_ptc(*this, job, step, *save) : save.status();
+  if (!st) {
+    std::lock_guard lock(s->mu);
+    s->failure = "stock DCP save: " + st.message();
+    ptc::log::warn("stock DCP save {}: {}", s->name(), st.to_string());
+    return st;
+  }
+  return wait_committed(s);
+}
+
+ptc::Status SaveService::wait_committed(const std::shared_ptr<PendingStep>& s) const {
+  // torch's save returns when the rename does: a load right after it must find the step.
+  const auto deadline = std::chrono::steady_clock::now() + kCommitWait;
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    if (store_.snapshot()->steps.count({s->job, s->step})) return ptc::Status::ok();
+    {
+      std::lock_guard lock(s->mu);
+      if (!s->failure.empty()) return ptc::io_error(s->name() + ": the commit failed: " + s->failure, EIO);
+      if (s->removed) return ptc::error(ptc::Code::kFailedPrecondition, s->name() + " was removed before it committed");
+    }
+    if (std::chrono::steady_clock::now() > deadline)
+      return ptc::error(ptc::Code::kDeadlineExceeded,
+                        s->name() + ": written in full but not committed after 30 minutes");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
+ptc::Result<DcpSave> SaveService::convert_dcp(const std::shared_ptr<PendingStep>& s) {
+  std::map<std::string, std::shared_ptr<DcpStagedFile>> staged;
+  {
+    std::lock_guard lock(s->mu);
+    staged = s->staged;
+  }
+  const std::string where = s->name();
+  std::map<std::string, uint64_t> sizes;
+  for (const auto& [rel, f] : staged) {
+    PTC_ASSIGN_OR_RETURN(uint64_t size, f->seal());
+    if (rel != kDcpMetadataTmp) sizes[rel] = size;
+  }
+  PTC_ASSIGN_OR_RETURN(ptc::DcpMetadata md,
+                       ptc::parse_dcp_metadata(staged.at(kDcpMetadataTmp)->text(), where + "/.metadata"));
+  PTC_RETURN_IF_ERROR(ptc::check_dcp_references(md, sizes, where));
+  auto read = [&](const std::string& file, uint64_t off, uint64_t len) -> ptc::Result<std::string> {
+    auto it = staged.find(file);
+    if (it == staged.end() || file == kDcpMetadataTmp) return ptc::not_found(where + "/" + file + " was not written");
+    return it->second->read(off, len);
+  };
+  auto item = [&](const ptc::DcpItem& t, const ptc::DcpChunk& c) {
+    return ptc::read_torch_tensor_item(
+        c.length, [&](uint64_t off, uint64_t len) { return read(c.file, c.offset + off, len); },
+        where + "/" + c.file + " (chunk of '" + t.fqn + "' at " + ptc::shape_string(c.offsets) + ")");
+  };
+  PTC_ASSIGN_OR_RETURN(DcpSave save, plan_dcp_save(md, item, where));
+  ptc::log::info("stock DCP save {}: {} tensors, {} bytes from {} files", where, save.files.size(), save.bytes,
+                 sizes.size());
+  PTC_RETURN_IF_ERROR(write_dcp_tensors(*this, s->job, s->step, save, read));
+  return save;
 }
 
 bool SaveService::ready(const PendingStep& step) const {

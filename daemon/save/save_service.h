@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/save/dcp_save.h"
 #include "daemon/save/pending_step.h"
 #include "daemon/store/prepared.h"
 #include "daemon/store/store.h"
@@ -45,6 +46,11 @@ class SaveService final : public fs::WriteTarget {
   ptc::Result<std::shared_ptr<fs::WriteFile>> create(const std::string& job, const std::string& step,
                                                      const std::string& rel) override;
   ptc::Status unlink(const std::string& job, const std::string& step, const std::string& rel) override;
+  // .metadata.tmp to .metadata of a stock DCP save: converts it (daemon/save/dcp_save.h), so that
+  // the step is complete and commits. A conversion that fails leaves the step pending and failed
+  // (ls says why; remove it with ptcfs rm).
+  ptc::Status rename(const std::string& job, const std::string& step, const std::string& from,
+                     const std::string& to) override;
 
   // What the mount shows besides the store: pending steps and jobs made by mkdir.
   void add_to(fs::Contents& contents) const;
@@ -98,6 +104,12 @@ class SaveService final : public fs::WriteTarget {
   std::shared_ptr<PendingStep> find(const std::string& job, const std::string& step) const;
   void closed(const std::shared_ptr<PendingStep>& step);
   bool ready(const PendingStep& step) const;  // locked
+  ptc::Result<std::shared_ptr<fs::WriteFile>> create_staged(const std::shared_ptr<PendingStep>& s,
+                                                            const std::string& rel, const std::string& where);
+  // Writes a stock DCP save's tensor files; what ptc.json then says.
+  ptc::Result<DcpSave> convert_dcp(const std::shared_ptr<PendingStep>& s);
+  // Until the step is committed in the store, its commit failed, or it was removed.
+  ptc::Status wait_committed(const std::shared_ptr<PendingStep>& s) const;
   ptc::Result<PreparedChange> build_change(const std::shared_ptr<PendingStep>& step, StepPlacement placement);
   void forget(const std::string& job, const std::string& step);
   void changed();

@@ -95,6 +95,11 @@ std::string tagged(const std::string& path, const std::string& tag) { return pat
 // The files and folders of one committed step of the fake layout (fake_step.h).
 std::vector<std::string> step_paths(const std::string& sp) {
   return {sp + "/",
+          sp + "/.metadata",  // the DCP view, at the top too (stock dcp.load of the step folder)
+          sp + "/tp0-pp0.distcp",
+          sp + "/tp0-pp1.distcp",
+          sp + "/tp1-pp0.distcp",
+          sp + "/tp1-pp1.distcp",
           sp + "/dcp/",
           sp + "/dcp/.metadata",
           sp + "/dcp/tp0-pp0.distcp",
@@ -170,6 +175,9 @@ TEST_CASE("the namespace shows every step's files and folders and the job's data
   CHECK(lookup(*t, "gpt/100/nothing") == nullptr);
   CHECK(lookup(*t, "gpt/100/dcp/.metadata")->view->version() == 1);
   CHECK(lookup(*t, "gpt/200/dcp/tp1-pp1.distcp")->view->version() == 2);
+  // One view under two names: dcp/ and the step's top.
+  CHECK(lookup(*t, "gpt/200/tp1-pp1.distcp")->view == lookup(*t, "gpt/200/dcp/tp1-pp1.distcp")->view);
+  CHECK(lookup(*t, "gpt/200/.metadata")->view == lookup(*t, "gpt/200/dcp/.metadata")->view);
 
   // Folders: the root takes new jobs and a job new steps; a committed step takes nothing.
   CHECK(t->find(kRootIno)->writable);
@@ -231,7 +239,7 @@ TEST_CASE("two builds of the same contents give every path the same inode number
   auto b = walk(
       *build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2), small_jsonl(5))));
   CHECK(a == b);
-  CHECK(a.size() == 2 + 2 * 35 + 5);
+  CHECK(a.size() == 2 + 2 * 40 + 5);
 }
 
 TEST_CASE("a new version of a step gives its files new inode numbers and keeps its folders' and the others'") {
@@ -247,7 +255,7 @@ TEST_CASE("a new version of a step gives its files new inode numbers and keeps i
     CHECK((after.at(path) != ino) == new_file);
     changed += new_file;
   }
-  CHECK(changed == 25);  // ptc.json, 4 safetensors, 10 slice npy, 5 full npy, the DCP view's 5 files
+  CHECK(changed == 30);  // ptc.json, 4 safetensors, 10 slice npy, 5 full npy, the DCP view's 5 files twice
 }
 
 TEST_CASE("a build reuses the nodes of every step and dataset whose version is unchanged") {

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of every fuzz target into OUTDIR/<target>/, from the test generators
-(tests/tools/ptcgen.py, ptcds.py) and the documented formats: valid inputs the fuzzer mutates.
+(tests/tools/ptcgen.py, ptcds.py), the documented formats and the files stock PyTorch wrote
+(tests/fixtures/): valid inputs the fuzzer mutates.
 
 Usage: $PTCFS_PYTHON tests/fuzz/make_seeds.py OUTDIR
 """
@@ -130,6 +131,23 @@ def main(out):
     # Hugging Face indexes.
     put(out, "hf_index", "index.json", json.dumps({"metadata": {"total_size": 64}, "weight_map": {
         "a.weight": "model-00001-of-00002.safetensors", "b.weight": "model-00002-of-00002.safetensors"}}))
+
+    # What stock torch.distributed.checkpoint wrote (tests/fixtures/dcp/make_fixtures.py): each
+    # .metadata, and each tensor chunk's item (a torch.save archive) cut out of its .distcp file.
+    fixtures = os.path.join(os.path.dirname(HERE), "fixtures", "dcp")
+    for case in sorted(os.listdir(fixtures)):
+        d = os.path.join(fixtures, case)
+        if not os.path.isdir(d):
+            continue
+        with open(os.path.join(d, ".metadata"), "rb") as f:
+            put(out, "dcp_metadata", case, f.read())
+        with open(os.path.join(d, "expected.json")) as f:
+            expected = json.load(f)
+        for item in expected["items"]:
+            for k, c in enumerate(item["chunks"] if not item["bytes"] else []):
+                with open(os.path.join(d, c["file"]), "rb") as f:
+                    f.seek(c["offset"])
+                    put(out, "torch_item", f"{case}-{item['fqn']}-{k}", f.read(c["length"]))
     return 0
 
 

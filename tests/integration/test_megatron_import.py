@@ -70,8 +70,8 @@ def test_virtual_pipeline_bf16_swiglu_to_another_layout(daemon, tmp_path):
     want = mg.expected(s, full, opt, vocab_size=100, iteration=20)
     check_full_views(daemon, "llm", "s20", want)
     sd = daemon.step_dir("llm", "s20")
-    assert sorted(os.listdir(sd)) == sorted(["ptc.json", "full", "dcp"] + [f"tp{t}-pp0{x}" for t in range(4)
-                                                                     for x in ("", ".safetensors")])
+    assert sorted(os.listdir(sd)) == sorted(["ptc.json", "full", "dcp"] + os.listdir(os.path.join(sd, "dcp")) +
+                                            [f"tp{t}-pp0{x}" for t in range(4) for x in ("", ".safetensors")])
     # TP rank 3 of 4: vocabulary rows 84-99, then the zero padding to 112 = 4 x 28 rows.
     emb = want["language_model.embedding.word_embeddings.weight"]
     rows = np.zeros((28, s.hidden), dtype=np.uint16)

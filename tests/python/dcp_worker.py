@@ -142,12 +142,15 @@ def run(rank, world, init_file, mode, step, layout, out_dir):
         else:
             dcp.async_save(sd, storage_writer=writer).result()
         record = {"rank": rank}
-    elif mode == "stock_save":  # torch's own FileSystemWriter into a plain folder
+    elif mode == "stock_save":  # torch's own FileSystemWriter (a plain folder, or the mount)
         dcp.save(state(layout, mesh, fill=True), checkpoint_id=step)
+        record = {"rank": rank}
+    elif mode == "stock_async_save":
+        dcp.async_save(state(layout, mesh, fill=True), checkpoint_id=step).result()
         record = {"rank": rank}
     else:
         sd = state(layout, mesh, fill=False)
-        if mode == "stock_load":  # torch's own FileSystemReader of a plain folder
+        if mode == "stock_load":  # torch's own FileSystemReader (a plain folder, or the mount)
             dcp.load(sd, checkpoint_id=step)
         else:
             dcp.load(sd, storage_reader=ptcfs.dcp.StorageReader(step))

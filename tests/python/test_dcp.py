@@ -32,23 +32,29 @@ def run(tmp_path, world, mode, step, layout):
     return [json.load(open(out / f"r{r}.json")) for r in range(world)]
 
 
-def test_stock_dcp_saves_into_the_mount_and_loads_at_any_mesh(tmp_path, daemon):
-    step = os.path.join(daemon.mnt, "llama", "100")
-    run(tmp_path, 4, "save", step, "mesh2x2")
-    info = daemon.cli_json("ls", "llama/100", "--json")
+def check_saved_step(daemon, job_step):
+    """A DCP save of dcp_worker's state is a committed ptcfs step: one tensor per DCP tensor, whole,
+    the bytes items beside them, and full views holding exactly the saved values."""
+    step = os.path.join(daemon.mnt, job_step)
+    info = daemon.cli_json("ls", job_step, "--json")
     assert info["state"] == "committed", info
-    # The step is a ptcfs step: one tensor per DCP tensor, whole, and the bytes items beside them.
     ptc = json.load(open(os.path.join(step, "ptc.json")))
     assert ptc["parallelism"] == {"tp": 1, "pp": 1, "dp": 1}
     assert sorted(n for n in ptc["tensors"] if not n.startswith("__dcp__/")) == sorted([*dcp_worker.TENSORS, "rng"])
     assert sorted(n for n in ptc["tensors"] if n.startswith("__dcp__/bytes/")) == sorted(
         "__dcp__/bytes/" + k for k in dcp_worker.OBJECTS)
     want = dcp_worker.expected()
-    for name in ("model.embed.weight", "model.layers.0.mlp.w1", "model.pos"):
+    for name in ("model.embed.weight", "model.layers.0.mlp.w1", "model.pos", "optim.state.model.embed.weight.step"):
         got = np.load(os.path.join(step, "full", name + ".npy"))
         assert np.array_equal(got, want[name].numpy()), name
     bf16 = np.load(os.path.join(step, "full", "model.layers.0.attn.wqkv.npy"))
     assert np.array_equal(bf16, want["model.layers.0.attn.wqkv"].view(torch.int16).numpy().view(np.uint16))
+
+
+def test_stock_dcp_saves_into_the_mount_and_loads_at_any_mesh(tmp_path, daemon):
+    step = os.path.join(daemon.mnt, "llama", "100")
+    run(tmp_path, 4, "save", step, "mesh2x2")
+    check_saved_step(daemon, "llama/100")
 
     for world, layout in ((1, "plain"), (3, "shard1"), (2, "shard0")):
         for rec in run(tmp_path, world, "load", step, layout):

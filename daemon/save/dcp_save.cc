@@ -1,0 +1,251 @@
+#include "daemon/save/dcp_save.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "ptc/formats/npy.h"
+#include "ptc/formats/torch_archive.h"
+#include "ptc/region.h"
+
+namespace ptcfs {
+
+namespace {
+
+// What one write into a tensor file carries at most (bounded memory for any chunk size).
+constexpr uint64_t kCopyPiece = 8 << 20;
+
+std::string dims(const ptc::Shape& s) { return ptc::shape_string(s); }
+
+// The C-order strides of `shape`, in elements.
+ptc::Shape c_strides(const ptc::Shape& shape) {
+  ptc::Shape out(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) out[i - 1] = out[i] * std::max<int64_t>(shape[i], 1);
+  return out;
+}
+
+// A chunk's record lies in C order when every dimension longer than 1 has the C stride.
+bool c_order(const ptc::Shape& shape, const ptc::Shape& stride) {
+  if (stride.size() != shape.size()) return false;
+  const ptc::Shape want = c_strides(shape);
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] > 1 && stride[i] != want[i]) return false;
+  return true;
+}
+
+ptc::Status check_name(const std::string& fqn, const std::string& where) {
+  if (auto s = ptc::validate_tensor_name(fqn); !s)
+    return ptc::invalid(where + ": DCP entry '" + fqn + "': " + s.message());
+  if (fqn.rfind("__dcp__/", 0) == 0)
+    return ptc::invalid(where + ": DCP entry '" + fqn + "': names under __dcp__/ are ptcfs's own");
+  return ptc::Status::ok();
+}
+
+// The copies of one tensor chunk: its record's bytes in C order, to its box of the tensor.
+ptc::Status chunk_copies(const ptc::DcpItem& t, const ptc::DcpChunk& c, const ptc::TorchTensorItem& rec,
+                         const std::string& where, DcpTensorFile& out) {
+  const std::string at = where + ": chunk of '" + t.fqn + "' at " + dims(c.offsets);
+  if (rec.dtype != t.dtype)
+    return ptc::invalid(at + " holds " + ptc::dtype_name(rec.dtype) + " where the metadata says " +
+                        ptc::dtype_name(t.dtype));
+  if (rec.shape != c.sizes)
+    return ptc::invalid(at + " holds shape " + dims(rec.shape) + " where the metadata says " + dims(c.sizes));
+  const uint64_t elem = ptc::dtype_size(t.dtype);
+  const uint64_t base = c.offset + rec.data_offset + rec.storage_offset * elem;
+  if (!c_order(rec.shape, rec.stride)) {
+    // The record's extent is inside its storage record (torch_item.h checked it), so this sum
+    // does not overflow.
+    uint64_t last = 0;
+    for (size_t i = 0; i < rec.shape.size(); ++i)
+      last += static_cast<uint64_t>(rec.shape[i] - 1) * static_cast<uint64_t>(rec.stride[i]);
+    if ((last + 1) * elem > kMaxDcpGather)
+      return ptc::invalid(at + " is stored with strides " + dims(rec.stride) + " (not in C order) over " +
+                          std::to_string((last + 1) * elem) +
+                          " bytes, more than ptcfs puts in order in memory (1 GiB): save it contiguous");
+    out.gathers.push_back({c.file, base, c.offsets, c.sizes, rec.stride});
+    return ptc::Status::ok();
+  }
+  if (t.size.empty()) {
+    out.copies.push_back({c.file, base, 0, elem});
+    return ptc::Status::ok();
+  }
+  ptc::Box box;
+  box.lo = c.offsets;
+  box.hi.resize(c.offsets.size());
+  for (size_t i = 0; i < c.offsets.size(); ++i) box.hi[i] = c.offsets[i] + c.sizes[i];
+  ptc::for_each_run(box, box, ptc::Box::of_shape(t.size), elem, [&](const ptc::Run& r) {
+    out.copies.push_back(
+        {c.file, base + static_cast<uint64_t>(r.src), static_cast<uint64_t>(r.dst), static_cast<uint64_t>(r.len)});
+  });
+  return ptc::Status::ok();
+}
+
+std::string planner_json(const ptc::DcpMetadata& md) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [fqn, path] : md.planner_data) {
+    nlohmann::json keys = nlohmann::json::array();
+    for (const auto& k : path) {
+      if (const auto* s = std::get_if<std::string>(&k))
+        keys.push_back(*s);
+      else
+        keys.push_back(std::get<int64_t>(k));
+    }
+    j[fqn] = std::move(keys);
+  }
+  return j.dump();
+}
+
+ptc::TensorSpec spec(const std::string& name, ptc::DType dtype, const ptc::Shape& shape) {
+  ptc::TensorSpec s;
+  s.name = name;
+  s.dtype = dtype;
+  s.shape = shape;
+  return s;
+}
+
+}  // namespace
+
+ptc::Result<DcpSave> plan_dcp_save(const ptc::DcpMetadata& md, const DcpItemReader& item, const std::string& where) {
+  DcpSave out;
+  out.ptc.parallelism = {1, 1, 1};
+  for (const auto& t : md.items) {
+    PTC_RETURN_IF_ERROR(check_name(t.fqn, where));
+    DcpTensorFile f;
+    if (t.bytes) {
+      if (t.chunks.size() != 1) return ptc::invalid(where + ": bytes item '" + t.fqn + "' without one storage entry");
+      const auto& c = t.chunks[0];
+      f.name = kDcpBytesPrefix + t.fqn;
+      f.dtype = ptc::DType::U8;
+      f.shape = {static_cast<int64_t>(c.length)};
+      if (c.length) f.copies.push_back({c.file, c.offset, 0, c.length});
+    } else {
+      f.name = t.fqn;
+      f.dtype = t.dtype;
+      f.shape = t.size;
+      for (const auto& c : t.chunks) {
+        if (ptc::num_elements(c.sizes) == 0) continue;
+        PTC_ASSIGN_OR_RETURN(ptc::TorchTensorItem rec, item(t, c));
+        PTC_RETURN_IF_ERROR(chunk_copies(t, c, rec, where, f));
+      }
+    }
+    for (const auto& c : f.copies) out.bytes += c.len;
+    for (const auto& g : f.gathers)
+      out.bytes += static_cast<uint64_t>(ptc::num_elements(g.sizes)) * ptc::dtype_size(f.dtype);
+    out.ptc.tensors.push_back(spec(f.name, f.dtype, f.shape));
+    out.files.push_back(std::move(f));
+  }
+  DcpTensorFile planner;
+  planner.name = kDcpPlannerData;
+  planner.bytes = planner_json(md);
+  planner.shape = {static_cast<int64_t>(planner.bytes.size())};
+  out.ptc.tensors.push_back(spec(planner.name, planner.dtype, planner.shape));
+  out.files.push_back(std::move(planner));
+  auto by_name = [](const auto& a, const auto& b) { return a.name < b.name; };
+  std::sort(out.ptc.tensors.begin(), out.ptc.tensors.end(), by_name);
+  std::sort(out.files.begin(), out.files.end(), by_name);
+  for (size_t i = 1; i < out.files.size(); ++i)
+    if (out.files[i].name == out.files[i - 1].name)
+      return ptc::invalid(where + ": DCP entry '" + out.files[i].name + "' appears twice");
+  if (auto s = ptc::validate_tensor_names(out.ptc.tensors); !s)
+    return ptc::invalid(where + ": the PTC of this DCP save: " + s.message());
+  return out;
+}
+
+namespace {
+
+// One file of the step written as a writer of the mount does: create, write, close.
+class StepFile {
+ public:
+  static ptc::Result<StepFile> open(fs::WriteTarget& target, const std::string& job, const std::string& step,
+                                    const std::string& rel) {
+    PTC_ASSIGN_OR_RETURN(auto f, target.create(job, step, rel));
+    PTC_ASSIGN_OR_RETURN(uint64_t id, f->open_writer());
+    return StepFile(std::move(f), id);
+  }
+  StepFile(StepFile&& o) noexcept : f_(std::move(o.f_)), id_(o.id_) { o.f_.reset(); }
+  StepFile(const StepFile&) = delete;
+  ~StepFile() {
+    if (f_) f_->release(id_);
+  }
+  ptc::Status write(uint64_t off, std::string_view bytes) { return f_->write(id_, off, bytes.data(), bytes.size()); }
+  ptc::Status close() {
+    auto s = f_->flush(id_);
+    f_->release(id_);
+    f_.reset();
+    return s;
+  }
+
+ private:
+  StepFile(std::shared_ptr<fs::WriteFile> f, uint64_t id) : f_(std::move(f)), id_(id) {}
+  std::shared_ptr<fs::WriteFile> f_;
+  uint64_t id_ = 0;
+};
+
+// A chunk in another order than C's: its record read whole, its elements put in C order, then
+// written as the runs of its box.
+ptc::Status write_gather(StepFile& f, uint64_t base, const DcpTensorFile& t, const DcpGather& g,
+                         const DcpFileReader& read) {
+  const size_t elem = ptc::dtype_size(t.dtype);
+  uint64_t last = 0;
+  for (size_t i = 0; i < g.sizes.size(); ++i)
+    last += static_cast<uint64_t>(g.sizes[i] - 1) * static_cast<uint64_t>(g.stride[i]);
+  PTC_ASSIGN_OR_RETURN(std::string span, read(g.file, g.src, (last + 1) * elem));
+  const auto n = static_cast<size_t>(ptc::num_elements(g.sizes));
+  std::string chunk(n * elem, '\0');
+  std::vector<int64_t> idx(g.sizes.size(), 0);
+  for (size_t k = 0; k < n; ++k) {
+    uint64_t at = 0;
+    for (size_t d = 0; d < idx.size(); ++d) at += static_cast<uint64_t>(idx[d]) * static_cast<uint64_t>(g.stride[d]);
+    std::memcpy(chunk.data() + k * elem, span.data() + at * elem, elem);
+    for (size_t d = idx.size(); d-- > 0;) {  // the odometer, last dimension fastest
+      if (++idx[d] < g.sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+  ptc::Box box;
+  box.lo = g.offsets;
+  for (size_t i = 0; i < g.offsets.size(); ++i) box.hi.push_back(g.offsets[i] + g.sizes[i]);
+  ptc::Status st = ptc::Status::ok();
+  ptc::for_each_run(box, box, ptc::Box::of_shape(t.shape), elem, [&](const ptc::Run& r) {
+    if (st) st = f.write(base + static_cast<uint64_t>(r.dst), std::string_view(chunk).substr(r.src, r.len));
+  });
+  return st;
+}
+
+ptc::Status write_tensor(fs::WriteTarget& target, const std::string& job, const std::string& step,
+                         const DcpTensorFile& t, const DcpFileReader& read) {
+  PTC_ASSIGN_OR_RETURN(StepFile f, StepFile::open(target, job, step, "tp0-pp0/" + t.name + ".npy"));
+  const std::string header = ptc::npy_header(t.dtype, t.shape);
+  PTC_RETURN_IF_ERROR(f.write(0, header));
+  const uint64_t base = header.size();
+  if (!t.bytes.empty()) PTC_RETURN_IF_ERROR(f.write(base, t.bytes));
+  for (const auto& c : t.copies) {
+    for (uint64_t done = 0; done < c.len;) {
+      const uint64_t n = std::min(kCopyPiece, c.len - done);
+      PTC_ASSIGN_OR_RETURN(std::string piece, read(c.file, c.src + done, n));
+      PTC_RETURN_IF_ERROR(f.write(base + c.dst + done, piece));
+      done += n;
+    }
+  }
+  for (const auto& g : t.gathers) PTC_RETURN_IF_ERROR(write_gather(f, base, t, g, read));
+  return f.close();
+}
+
+}  // namespace
+
+ptc::Status write_dcp_tensors(fs::WriteTarget& target, const std::string& job, const std::string& step,
+                              const DcpSave& save, const DcpFileReader& read) {
+  for (const auto& t : save.files) PTC_RETURN_IF_ERROR(write_tensor(target, job, step, t, read));
+  return ptc::Status::ok();
+}
+
+ptc::Status write_dcp_ptc(fs::WriteTarget& target, const std::string& job, const std::string& step,
+                          const DcpSave& save) {
+  PTC_ASSIGN_OR_RETURN(StepFile f, StepFile::open(target, job, step, "ptc.json"));
+  PTC_RETURN_IF_ERROR(f.write(0, ptc::ptc_to_json(save.ptc)));
+  return f.close();
+}
+
+}  // namespace ptcfs

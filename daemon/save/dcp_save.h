@@ -1,0 +1,74 @@
+// A stock PyTorch DCP save written into the mount becomes a ptcfs step (docs/FORMATS.md "Stock
+// dcp.save into the mount"): when its .metadata lands, every tensor becomes one PTC tensor of
+// its global shape (whole, in tp0-pp0, as ptcfs.dcp.StorageWriter saves it), each chunk copied
+// from its .distcp file to its place; every bytes item the U8 tensor __dcp__/bytes/<fqn> holding
+// the torch.save bytes DCP wrote; and the planner data the U8 tensor __dcp__/planner_data (JSON).
+//
+// plan_dcp_save is pure: it decides the PTC and every copy from the parsed metadata and each
+// chunk's torch.save record. write_dcp_save writes the result into the pending step through the
+// mount's own write path, ptc.json last, so that the step commits as any save does.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fs/content.h"
+#include "ptc/base/status.h"
+#include "ptc/formats/dcp_reader.h"
+#include "ptc/formats/torch_item.h"
+#include "ptc/model.h"
+
+namespace ptcfs {
+
+inline constexpr const char* kDcpBytesPrefix = "__dcp__/bytes/";
+inline constexpr const char* kDcpPlannerData = "__dcp__/planner_data";
+
+// `len` bytes at `src` of .distcp file `file` go to byte `dst` of a tensor's data.
+struct DcpCopy {
+  std::string file;
+  uint64_t src = 0, dst = 0, len = 0;
+};
+
+// A chunk whose record is not in C order (saved from a view such as w.t()): its elements lie
+// at src + (sum(i[d] * stride[d])) * itemsize of .distcp file `file`; it is read whole and put in
+// C order before it is written (at most kMaxDcpGather bytes of record).
+struct DcpGather {
+  std::string file;
+  uint64_t src = 0;
+  ptc::Shape offsets, sizes, stride;  // the chunk's box in the tensor, and its record's strides
+};
+
+inline constexpr uint64_t kMaxDcpGather = uint64_t{1} << 30;
+
+struct DcpTensorFile {
+  std::string name;
+  ptc::DType dtype = ptc::DType::U8;
+  ptc::Shape shape;
+  std::vector<DcpCopy> copies;  // with gathers, covering the data once, chunk by chunk
+  std::vector<DcpGather> gathers;
+  std::string bytes;  // the data itself, when it is ptcfs's own (the planner data)
+};
+
+struct DcpSave {
+  ptc::Ptc ptc;
+  std::vector<DcpTensorFile> files;  // by name
+  uint64_t bytes = 0;                // of tensor data, all together
+};
+
+// The torch.save record of a tensor chunk, read from its .distcp file.
+using DcpItemReader = std::function<ptc::Result<ptc::TorchTensorItem>(const ptc::DcpItem&, const ptc::DcpChunk&)>;
+
+ptc::Result<DcpSave> plan_dcp_save(const ptc::DcpMetadata& md, const DcpItemReader& item, const std::string& where);
+
+// Reads `len` bytes at `off` of a .distcp file.
+using DcpFileReader = std::function<ptc::Result<std::string>(const std::string& file, uint64_t off, uint64_t len)>;
+
+// Writes the planned tensor files into job/step (a pending step) of `target`; then
+// write_dcp_ptc writes ptc.json, which completes the step.
+ptc::Status write_dcp_tensors(fs::WriteTarget& target, const std::string& job, const std::string& step,
+                              const DcpSave& save, const DcpFileReader& read);
+ptc::Status write_dcp_ptc(fs::WriteTarget& target, const std::string& job, const std::string& step,
+                          const DcpSave& save);
+
+}  // namespace ptcfs

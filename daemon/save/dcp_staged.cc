@@ -1,0 +1,119 @@
+#include "daemon/save/dcp_staged.h"
+
+#include <cstring>
+
+namespace ptcfs {
+
+namespace {
+
+constexpr uint64_t kMaxMetadata = 64 << 20;
+
+ptc::Status busy(const std::string& why) { return ptc::error(ptc::Code::kFailedPrecondition, why); }
+
+}  // namespace
+
+uint64_t DcpStagedFile::size() const {
+  std::lock_guard lock(mu_);
+  return end_;
+}
+
+ptc::Result<uint64_t> DcpStagedFile::open_writer() {
+  std::lock_guard lock(mu_);
+  if (dead_ || sealed_) return ptc::error(ptc::Code::kPermissionDenied, where_ + " is no longer written");
+  // A writer that closed it and opens it again before the kernel's release of the first handle
+  // is the same writer: torch opens each file once, so a second handle is another writer.
+  if (owner_ != 0 && !closed_) return busy(where_ + " is open for writing by another writer");
+  owner_ = ++last_;
+  closed_ = false;
+  return owner_;
+}
+
+ptc::Status DcpStagedFile::write(uint64_t writer, uint64_t off, const void* data, size_t len) {
+  std::unique_lock lock(mu_);
+  if (dead_ || sealed_) return ptc::error(ptc::Code::kPermissionDenied, where_ + " is no longer written");
+  if (writer != owner_) return busy(where_ + ": a write through a handle that no longer holds the file");
+  if (off + len < off) return ptc::invalid(where_ + ": a write past 2^64 bytes");
+  closed_ = false;
+  if (!blob_) {
+    if (off + len > kMaxMetadata) return ptc::invalid(where_ + ": DCP metadata past 64 MiB");
+    if (text_.size() < off + len) text_.resize(off + len);
+    std::memcpy(text_.data() + off, data, len);
+  } else {
+    auto blob = blob_;
+    lock.unlock();  // the bytes go to the blob outside the lock; one writer, so no other range moves
+    PTC_RETURN_IF_ERROR(blob->write_at(off, data, len));
+    lock.lock();
+  }
+  written_.add(off, off + len);
+  end_ = std::max(end_, off + len);
+  return ptc::Status::ok();
+}
+
+ptc::Status DcpStagedFile::truncate(uint64_t writer, uint64_t size) {
+  std::lock_guard lock(mu_);
+  if (dead_ || sealed_) return ptc::error(ptc::Code::kPermissionDenied, where_ + " is no longer written");
+  if (writer != 0 && writer != owner_) return busy(where_ + ": truncated through a handle that does not hold it");
+  // torch opens with O_TRUNC (size 0) once; a file cut elsewhere would leave bytes in its blob
+  // that a later write past them does not replace.
+  if (size != 0) return ptc::invalid(where_ + ": a DCP file is only truncated to 0 bytes");
+  written_.clear();
+  end_ = 0;
+  text_.clear();
+  return ptc::Status::ok();
+}
+
+ptc::Status DcpStagedFile::flush(uint64_t writer) {
+  std::lock_guard lock(mu_);
+  if (writer == owner_) closed_ = true;
+  return ptc::Status::ok();
+}
+
+void DcpStagedFile::release(uint64_t writer) {
+  std::lock_guard lock(mu_);
+  if (writer == owner_) {
+    owner_ = 0;
+    closed_ = true;
+  }
+  if (dead_ && owner_ == 0) blob_.reset();
+}
+
+ptc::Result<uint64_t> DcpStagedFile::seal() {
+  std::lock_guard lock(mu_);
+  if (dead_) return ptc::error(ptc::Code::kPermissionDenied, where_ + " was removed");
+  if (owner_ != 0 && !closed_) return busy(where_ + " is still open for writing");
+  if (!written_.covers(0, end_))
+    return ptc::invalid(where_ + ": only " + std::to_string(written_.covered(0, end_)) + " of its " +
+                        std::to_string(end_) + " bytes were written");
+  sealed_ = true;
+  return end_;
+}
+
+ptc::Result<std::string> DcpStagedFile::read(uint64_t off, uint64_t len) const {
+  std::shared_ptr<BlobWriter> blob;
+  {
+    std::lock_guard lock(mu_);
+    if (!sealed_ || dead_) return ptc::error(ptc::Code::kFailedPrecondition, where_ + " is not sealed");
+    if (off > end_ || len > end_ - off)
+      return ptc::invalid(where_ + ": a read of [" + std::to_string(off) + ", +" + std::to_string(len) + ") past its " +
+                          std::to_string(end_) + " bytes");
+    if (!blob_) return text_.substr(off, len);
+    blob = blob_;
+  }
+  std::string out(len, '\0');
+  PTC_ASSIGN_OR_RETURN(size_t n, blob->read_at(off, out.data(), len));
+  if (n != len) return ptc::io_error(where_ + ": its blob is shorter than written", EIO);
+  return out;
+}
+
+void DcpStagedFile::kill() {
+  std::lock_guard lock(mu_);
+  dead_ = true;
+  if (owner_ == 0) blob_.reset();
+}
+
+std::string DcpStagedFile::text() const {
+  std::lock_guard lock(mu_);
+  return text_;
+}
+
+}  // namespace ptcfs
