@@ -12,7 +12,8 @@
 namespace ptcfs {
 
 // What wakes a ticker before its period ends. Made before the parts that raise it (the save
-// service is built before the runner its ticker calls), so nothing is wired after construction.
+// service is built before the runner its ticker calls), so no ticker is wired after construction.
+// Destroying one Ticker stops every ticker of its Signal (the stop flag is the Signal's), not only itself.
 // Thread-safety: raise() may be called from any thread and does not block on the task.
 class Signal {
  public:

@@ -93,19 +93,6 @@ class Coordinator final : public ChangeRunner {
   // Returns how many aborts are still owed.
   size_t settle() { return two_phase_.settle(); }
 
-  // Until the control service takes a ChangeRunner (daemon/control/ calls these): the typed
-  // calls above with today's JSON results.
-  ptc::Result<nlohmann::json> import(const std::string& dir, const std::string& job, const std::string& step,
-                                     const std::vector<std::string>& nodes, const transport::ProgressSink& progress);
-  ptc::Result<RepartitionResult> repartition(const RepartitionRequest& req, const std::vector<std::string>& nodes,
-                                             const transport::ProgressSink& progress);
-  ptc::Result<nlohmann::json> dataset_add(const DatasetAddRequest& req, int dp, const IndexProgress& progress);
-  ptc::Result<nlohmann::json> dataset_progress(const std::string& job, const std::string& name,
-                                               std::optional<uint64_t> epoch, uint64_t consumed);
-  ptc::Status remove(const std::string& job, const std::string& step) { return remove(RemoveRequest{job, step}); }
-  nlohmann::json membership() const { return members_.describe(); }
-  nlohmann::json nodes_status();
-
  private:
   std::string name_of(int node) const { return peers_.name_of(node); }
   std::vector<int> others() const;

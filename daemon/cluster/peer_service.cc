@@ -274,7 +274,10 @@ ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, P
 
 ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
   PTC_ASSIGN_OR_RETURN(PrepareRequest req, prepare_request_from_json(j));
-  PTC_RETURN_IF_ERROR(members_.can_change());
+  // A fenced node answers, so it refuses (kFailedPrecondition): were it kUnavailable, a change
+  // that leaves out unreachable nodes (dataset progress) would succeed without it while it goes
+  // on serving the old state (docs/ARCHITECTURE.md "What holds under faults").
+  if (auto fenced = members_.can_change(); !fenced) return ptc::error(ptc::Code::kFailedPrecondition, fenced.message());
   auto aborted_meanwhile = [&] {
     return ptc::error(ptc::Code::kFailedPrecondition, "node " + id() + ": transaction " + req.tx +
                                                           " was aborted by its coordinator before this node had "

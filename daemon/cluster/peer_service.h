@@ -3,7 +3,7 @@
 // its state and counters, and its side of every two-phase change: peer.prepare builds the
 // change beside the current version and holds it under its transaction id, peer.commit
 // commits it (daemon/store/prepared.h), peer.abort drops it. The transport routes every
-// `peer.*` request here (main.cc); the control service never sees them. Requests are sent
+// `peer.*` request here (node.cc); the control service never sees them. Requests are sent
 // by PeerClient (daemon/cluster/peer_client.h), which calls handle() in process for this
 // node's own part.
 //
@@ -118,7 +118,7 @@ class PeerService {
     std::chrono::steady_clock::time_point since;
     bool kept = false;  // its record is in the metadata until it is decided
   };
-  std::mutex mu_;                         // guards prepared_, committing_, committed_, aborted_, recorded_
+  std::mutex mu_;                         // guards prepared_, committing_, committed_, aborted_, recorded_, saving_
   std::map<std::string, Held> prepared_;  // by transaction id
   // Commits under way (a transaction leaves prepared_ when its commit starts): a second commit
   // of one (the coordinator's peer.commit and the record seen in etcd race) waits for the

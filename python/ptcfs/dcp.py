@@ -43,10 +43,11 @@ from . import dtypes as _dt
 from . import ptc as _ptc
 from .errors import Error, invalid
 
-__all__ = ["StorageWriter", "StorageReader", "import_dir", "BYTES_PREFIX", "PLANNER_DATA"]
+__all__ = ["StorageWriter", "StorageReader", "import_dir", "RESERVED", "BYTES_PREFIX", "PLANNER_DATA"]
 
-BYTES_PREFIX = "__dcp__/bytes/"
-PLANNER_DATA = "__dcp__/planner_data"
+RESERVED = "__dcp__/"  # ptcfs's own names in a DCP step (a DCP save's own names may not start so)
+BYTES_PREFIX = RESERVED + "bytes/"
+PLANNER_DATA = RESERVED + "planner_data"
 _SHARD = (0, 0)  # every tensor whole on every shard: tp0-pp0 holds them all
 
 
@@ -187,17 +188,20 @@ def plain_item(payload: bytes, where: str) -> io.BytesIO:
 def _check_names(names, where: str) -> None:
     for name in names:
         _ptc.check_tensor_name(name, f"{where}: DCP entry '{name}'")
-        if name.startswith("__dcp__/"):
+        if name.startswith(RESERVED):
             raise invalid(f"{where}: DCP entry '{name}': names under __dcp__/ are ptcfs's own")
 
 
-def commit(step: str, tensors: Dict[str, tuple], payloads: Dict[str, bytes], planner_data: Optional[dict]) -> dict:
+def commit(step: str, tensors: Dict[str, tuple], payloads: Dict[str, bytes], planner_data: Optional[dict],
+           files: Optional[Dict[str, bytes]] = None) -> dict:
     """Writes what makes a step of a DCP save complete, once every tensor's bytes are written into
-    STEP/tp0-pp0/<name>.npy: the bytes items and planner_data as U8 tensors, then ptc.json (in the
-    mount: the commit). `tensors` is {name: (safetensors dtype, global shape)}. Returns the PTC."""
+    STEP/tp0-pp0/<name>.npy: the bytes items, planner_data and `files` ({name under __dcp__/:
+    bytes}, a Megatron-Core checkpoint's own files) as U8 tensors, then ptc.json (in the mount: the
+    commit). `tensors` is {name: (safetensors dtype, global shape)}. Returns the PTC."""
     spec = {name: {"dtype": dt, "shape": list(shape), "stage": "first"} for name, (dt, shape) in tensors.items()}
     extra = {BYTES_PREFIX + k: v for k, v in payloads.items()}
     extra[PLANNER_DATA] = json.dumps(planner_data or {}, sort_keys=True).encode()
+    extra.update(files or {})
     for name, payload in extra.items():
         spec[name] = {"dtype": "U8", "shape": [len(payload)], "stage": "first"}
     ptc = {"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": 0, "tensors": spec}
@@ -252,9 +256,16 @@ def import_dir(src: str, step: str, progress=None, remove=None) -> dict:
     items (each checked to be plain data, plain_item) and ptc.json. Nothing is written before the
     whole .metadata and every bytes item are checked. When a chunk is refused after the step folder
     was made, `remove()` (when given) is called to remove the pending step; FileExistsError when the
-    step exists already (nothing is written into it)."""
-    from . import dcp_files
+    step exists already (nothing is written into it).
+
+    A Megatron-Core torch_dist directory (metadata.json, common.pt beside the DCP files;
+    ptcfs.dcp_megatron) keeps those two files as U8 tensors under __dcp__/megatron/, checked first;
+    DistributedOptimizer state in its DP-bucket layout is refused."""
+    from . import dcp_files, dcp_megatron
+    files = dcp_megatron.read_files(src)
     ck = dcp_files.read(src)
+    if files:
+        dcp_megatron.check_keys(src, [*ck.tensors, *ck.items])
     _check_names(ck.tensors, src)
     _check_names(ck.items, src)
     for name in ck.items:
@@ -265,14 +276,14 @@ def import_dir(src: str, step: str, progress=None, remove=None) -> dict:
         plain_item(payloads[name], f"{src}: DCP entry '{name}'")  # refused here, not at a later load
     os.mkdir(step)
     try:
-        return _import_into(ck, payloads, step, progress)
+        return _import_into(ck, payloads, files, step, progress)
     except BaseException:
         if remove is not None:  # the pending step this import made goes: the store is as it was
             remove()
         raise
 
 
-def _import_into(ck, payloads: Dict[str, bytes], step: str, progress) -> dict:
+def _import_into(ck, payloads: Dict[str, bytes], files: Dict[str, bytes], step: str, progress) -> dict:
     total = 0
     for i, (name, t) in enumerate(sorted(ck.tensors.items())):
         nonempty = [c for c in t.chunks if all(c.sizes)]  # (a 0-d tensor's one chunk has sizes ())
@@ -282,9 +293,9 @@ def _import_into(ck, payloads: Dict[str, bytes], step: str, progress) -> dict:
             _ckpt.write_npy_runs(_npy_path(step, name), t.dtype, t.shape, [])
         if progress:
             progress(f"{i + 1}/{len(ck.tensors)} tensors, {total} bytes")
-    ptc = commit(step, {n: (t.dtype, t.shape) for n, t in ck.tensors.items()}, payloads, ck.planner_data)
+    ptc = commit(step, {n: (t.dtype, t.shape) for n, t in ck.tensors.items()}, payloads, ck.planner_data, files)
     return {"tensors": len(ck.tensors), "items": len(ck.items), "bytes": total,
-            "parallelism": ptc["parallelism"]}
+            "parallelism": ptc["parallelism"], "megatron": bool(files)}
 
 
 class StorageReader:
@@ -320,10 +331,10 @@ class StorageReader:
         self._ptc = _ckpt.load_ptc(self.path)
         sd_md: Dict[str, Any] = {}
         for name, spec in self._ptc["tensors"].items():
-            if name == PLANNER_DATA:
-                continue
             if name.startswith(BYTES_PREFIX):
                 sd_md[name[len(BYTES_PREFIX):]] = md.BytesStorageMetadata()
+                continue
+            if name.startswith(RESERVED):  # planner_data, a Megatron checkpoint's files: not DCP entries
                 continue
             shape = torch.Size(spec["shape"])
             props = md.TensorProperties(dtype=_dt.torch_dtype(spec["dtype"]))
@@ -376,8 +387,11 @@ class _RawItem:
 def export_dir(step: str, out: str) -> dict:
     """Writes the committed step `step` as a DCP directory `out` with torch's own FileSystemWriter,
     in one process: each tensor whole (mapped from the mount's full/ view), each bytes item verbatim.
-    Stock dcp.load reads it from any filesystem, at any world size."""
+    Stock dcp.load reads it from any filesystem, at any world size. A step imported from a
+    Megatron-Core torch_dist directory gets its common.pt and metadata.json back (written after
+    the DCP files, metadata.json last), so Megatron's dist_checkpointing.load reads it too."""
     import torch
+    from . import dcp_megatron
     dcp, _, _, _ = _dist()
     from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
@@ -408,5 +422,8 @@ def export_dir(step: str, out: str) -> dict:
     os.makedirs(out, exist_ok=True)
     # flatten_state_dict=False: the names are DCP's flat names already; planner_data carries their keys.
     dcp.save(sd, checkpoint_id=out, planner=_Planner(flatten_state_dict=False), no_dist=True)
+    files = {name: bytes(np.asarray(reader._full(name))) for name in dcp_megatron.FILES.values()
+             if name in reader._ptc["tensors"]}
+    dcp_megatron.write_files(files, out)
     tensors = sum(1 for v in sd.values() if isinstance(v, torch.Tensor))
-    return {"tensors": tensors, "items": len(sd) - tensors}
+    return {"tensors": tensors, "items": len(sd) - tensors, "megatron": bool(files)}

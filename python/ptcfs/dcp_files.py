@@ -115,10 +115,15 @@ def _layout(name: Any) -> str:
     return name
 
 
-def _getattr(obj: Any, name: Any) -> str:
-    if obj is _MemFormat and isinstance(name, str):
-        return "memory_format." + name
-    raise pickle.UnpicklingError("getattr is allowed only on DCP's memory-format enum")
+def _getattr(obj: Any, name: Any) -> Any:
+    """getattr as a pickle calls it for an enum member: of DCP's memory-format enum, its name; of a
+    placeholder class (Megatron's all_local_plans hold torch's WriteItemType.SHARD), a placeholder."""
+    if type(name) is str and len(name) <= 256:
+        if obj is _MemFormat:
+            return "memory_format." + name
+        if isinstance(obj, type) and issubclass(obj, Opaque):
+            return obj(name)  # inert: keeps the name, no attribute of anything is read
+    raise pickle.UnpicklingError("getattr is allowed only on DCP's memory-format enum and on placeholders")
 
 
 def _path(*parts: Any) -> str:

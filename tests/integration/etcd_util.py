@@ -41,7 +41,10 @@ class Etcd:
 
     @property
     def endpoints(self) -> str:
-        return ",".join(f"{self.scheme}://{self.host}:{p}" for p in self.client_ports)
+        return ",".join(self.endpoint(i) for i in range(len(self.client_ports)))
+
+    def endpoint(self, i: int) -> str:
+        return f"{self.scheme}://{self.host}:{self.client_ports[i]}"
 
     def start(self, i: Optional[int] = None) -> None:
         for k in ([i] if i is not None else range(len(self.names))):
@@ -111,8 +114,10 @@ class EtcdCluster(Cluster):
 
     def __init__(self, root: str, etcd: Etcd, n: int, gpus: int = 2, lease_ttl: int = 2,
                  extra_flags: Optional[List[str]] = None,
-                 hosts: Optional[List[str]] = None):  # pylint: disable=super-init-not-called
-        """hosts: per node, the address it listens on (default 127.0.0.1)."""
+                 hosts: Optional[List[str]] = None,
+                 endpoints: Optional[List[str]] = None):  # pylint: disable=super-init-not-called
+        """hosts: per node, the address it listens on (default 127.0.0.1); endpoints: per node, the
+        etcd members it knows (default all)."""
         self.root = root
         self.etcd = etcd
         self.secret = write_secret(root)
@@ -122,7 +127,7 @@ class EtcdCluster(Cluster):
             host = hosts[i] if hosts else "127.0.0.1"
             self.nodes.append(Daemon(
                 os.path.join(root, f"n{i}"), name=f"n{i}", port=port, secret_file=self.secret, listen_host=host,
-                flags=["--etcd", etcd.endpoints, "--node", f"n{i}", "--listen", f"{host}:{port}",
+                flags=["--etcd", endpoints[i] if endpoints else etcd.endpoints, "--node", f"n{i}", "--listen", f"{host}:{port}",
                        "--secret-file", self.secret, "--gpus", str(gpus), "--lease-ttl", str(lease_ttl),
                        "--peer-timeout", "3"],
                 extra_flags=extra_flags))

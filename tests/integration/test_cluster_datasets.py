@@ -216,3 +216,34 @@ def test_a_node_that_missed_a_progress_without_restarting_catches_up_etcd(tmp_pa
         c[1].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 5,
                  "--global-batch", 16, src)
         _frozen_during_a_progress(c, samples)
+
+
+def test_progress_is_refused_while_a_live_node_is_fenced_and_goes_through_once_it_is_back(tmp_path):
+    """n2 knows only the etcd member that is killed: it fences itself after half its lease and is
+    still live in etcd for the other half. A progress then must not succeed without it (it would
+    go on serving the old position: a rank restarted there repeats samples). Before, its refusal
+    read as "unreachable" and the progress left it out."""
+    require_etcd()
+    root = str(tmp_path)
+    with Etcd(root, members=3) as etcd:
+        others = ",".join(etcd.endpoint(i) for i in (0, 1))
+        with EtcdCluster(str(tmp_path / "c"), etcd, 3, lease_ttl=30,
+                         endpoints=[others, others, etcd.endpoint(2)]) as c:
+            c.start()
+            src, samples = import_and_write(c, tmp_path, seed=9)
+            c[1].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 5,
+                     "--global-batch", 16, src)
+            etcd.kill(2)
+            wait_for(lambda: c[2].cli_json("status", "--json")["cluster"]["membership"]["fenced"], 25,
+                     "n2 did not fence itself")
+            before = [state(d, "gpt", "train") for d in c.nodes]
+            r = c[0].cli("dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", 32, check=False)
+            assert_error(r, "n2 cannot reach etcd")
+            assert [state(d, "gpt", "train") for d in c.nodes] == before
+            etcd.start(2)
+            wait_for(lambda: not c[2].cli_json("status", "--json")["cluster"]["membership"]["fenced"], 30,
+                     "n2 stayed fenced")
+            c[0].cli("dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", 32)
+            for d in c.nodes:
+                assert state(d, "gpt", "train")["consumed"] == 32
+                check_jsonl_views(d, "gpt", "train", samples, 5, 16, 4, 0, 32)
