@@ -69,10 +69,10 @@ def sharded_state_dict(rank, world, data=True):
                                                replica_id=0)
 
     def layer(name, i, *rank_offsets, replica_id=0):  # one layer's ShardedTensor, the layer axis prepended
-        data = want[name][i]
+        t = want[name][i]
         for axis, at, parts in rank_offsets:  # (axes of the stacked tensor: the layer's dim d is d + 1)
-            data = _split(data, axis - 1, at, parts)
-        return ShardedTensor.from_rank_offsets(name, v(data.clone()), (0, i, LAYERS), *rank_offsets,
+            t = _split(t, axis - 1, at, parts)
+        return ShardedTensor.from_rank_offsets(name, v(t.clone()), (0, i, LAYERS), *rank_offsets,
                                                replica_id=replica_id, prepend_axis_num=1)
 
     per = LAYERS // world  # PP: rank r holds layers [r * per, (r + 1) * per)
@@ -91,7 +91,7 @@ def sharded_state_dict(rank, world, data=True):
         "optimizer": {
             "exp_avg": tp("optimizer.state.exp_avg.decoder.rows.weight", 0),
             "fp32": tp("optimizer.state.fp32_param.output_layer.weight", 0),
-            **{k: v for k, v in COMMON["optimizer"].items()},
+            **COMMON["optimizer"],
         },
         "rng_state": ShardedObject("rng_state", rng_object(rank) if data else None, (world,), (rank,), replica_id=0),
         "iteration": COMMON["iteration"],
@@ -105,8 +105,8 @@ def dp_reshardable_state_dict(rank, world):
     as a ShardedObject."""
     from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
     numel, local = 24 * world, 24
-    out = {"per_bucket_numel": ShardedObject("optimizer.distributed.dp_group_idx_0.per_bucket_numel", {0: {"f32": [numel]}},
-                                             (1,), (0,), replica_id=(0, 0, rank))}
+    out = {"per_bucket_numel": ShardedObject("optimizer.distributed.dp_group_idx_0.per_bucket_numel",
+                                             {0: {"f32": [numel]}}, (1,), (0,), replica_id=(0, 0, rank))}
     for key in ("param", "exp_avg", "exp_avg_sq"):
         data = torch.arange(rank * local, (rank + 1) * local, dtype=torch.float32)
         out[key] = ShardedTensor(f"{DP_BUCKET}.{key}", data, data.dtype, data.shape, (numel,), (rank * local,),
