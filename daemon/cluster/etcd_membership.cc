@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "daemon/store/failpoint.h"
 #include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
 
@@ -224,15 +225,35 @@ ptc::Status EtcdMembership::lock(const std::string& key) {
   // A lock freed between the failed take and the read of its holder is taken again, so that a
   // refusal always names the holder it read (a few tries: each lost one had a holder).
   for (int attempt = 0; attempt < 3; ++attempt) {
-    PTC_ASSIGN_OR_RETURN(const bool got,
-                         etcd_->txn({transport::EtcdCompare::mod_is(lk, 0)},
-                                    {transport::EtcdWrite::put(lk, options_.id, lease_.load())}),
-                         "locking " + key + " in etcd");
-    if (got) return ptc::Status::ok();
+    // The lock's value is this attempt's token, "<node id>#<lease>.<n>": a release frees only the
+    // lock its own attempt took, never a later one of the same node.
+    std::string token;
+    {
+      std::lock_guard lock(mu_);
+      token = options_.id + "#" + std::to_string(lease_.load()) + "." + std::to_string(++lock_seq_);
+    }
+    auto got =
+        etcd_->txn({transport::EtcdCompare::mod_is(lk, 0)}, {transport::EtcdWrite::put(lk, token, lease_.load())});
+    if (got && failpoint_switch("etcd.lock.reply_lost"))
+      got = ptc::unavailable("etcd's answer was lost (failpoint etcd.lock.reply_lost)");
+    if (!got) {
+      // The take's outcome is unknown (etcd may apply it later): settled like any unknown
+      // outcome, by releasing this token once etcd answers.
+      {
+        std::lock_guard lock(mu_);
+        owed_unlocks_.emplace_back(key, token);
+      }
+      return ptc::Status(got.status().code(), "locking " + key + " in etcd: " + got.status().message());
+    }
+    if (*got) {
+      std::lock_guard lock(mu_);
+      held_[key] = token;
+      return ptc::Status::ok();
+    }
     auto holder = etcd_->get(lk);
     if (!holder) break;  // etcd stopped answering: refuse, without a name
     if (*holder) {
-      who = (*holder)->value;
+      who = (*holder)->value.substr(0, (*holder)->value.find('#'));
       break;
     }
   }
@@ -243,21 +264,33 @@ ptc::Status EtcdMembership::lock(const std::string& key) {
 }
 
 void EtcdMembership::unlock(const std::string& key) {
-  auto s = etcd_->txn({transport::EtcdCompare::value_is(lock_key(key), options_.id)},
+  std::string token;
+  {
+    std::lock_guard lock(mu_);
+    auto it = held_.find(key);
+    if (it == held_.end()) return;  // not held (its take failed, and is owed a release if unknown)
+    token = std::move(it->second);
+    held_.erase(it);
+  }
+  release(key, token);
+}
+
+void EtcdMembership::release(const std::string& key, const std::string& token) {
+  auto s = etcd_->txn({transport::EtcdCompare::value_is(lock_key(key), token)},
                       {transport::EtcdWrite::erase(lock_key(key))});
   if (s) return;
   ptc::log::warn("unlocking {} in etcd: {}; tried again when etcd answers", key, s.status().to_string());
   std::lock_guard lock(mu_);
-  owed_unlocks_.push_back(key);
+  owed_unlocks_.emplace_back(key, token);
 }
 
 void EtcdMembership::retry_unlocks() {
-  std::vector<std::string> owed;
+  std::vector<std::pair<std::string, std::string>> owed;
   {
     std::lock_guard lock(mu_);
     owed.swap(owed_unlocks_);
   }
-  for (const auto& key : owed) unlock(key);
+  for (const auto& [key, token] : owed) release(key, token);
 }
 
 void EtcdMembership::learn(const std::vector<std::string>& ids) {

@@ -82,10 +82,17 @@ class EtcdMembership final : public Membership {
   std::atomic<int64_t> lease_{0};
   std::atomic<bool> fenced_{false};
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> resync_{false};        // the watch starts over (after etcd was unreachable)
-  mutable std::mutex mu_;                  // guards live_, owed_unlocks_
-  std::map<std::string, int64_t> live_;    // id -> lease
-  std::vector<std::string> owed_unlocks_;  // locks etcd did not answer the release of
+  std::atomic<bool> resync_{false};  // the watch starts over (after etcd was unreachable)
+  // Frees lock `key` if it still holds `token` (a lock taken by this attempt); owed when etcd does not answer.
+  void release(const std::string& key, const std::string& token);
+
+  mutable std::mutex mu_;                    // guards live_, held_, owed_unlocks_, lock_seq_
+  std::map<std::string, int64_t> live_;      // id -> lease
+  std::map<std::string, std::string> held_;  // key -> the token of the lock this node holds on it
+  // (key, token): locks whose release etcd did not answer, and locks whose take it did not answer
+  // (the take may still commit: its token is released when etcd answers, so it cannot freeze the key).
+  std::vector<std::pair<std::string, std::string>> owed_unlocks_;
+  uint64_t lock_seq_ = 0;
   std::mutex wait_mu_;
   std::condition_variable wait_cv_;
   std::thread keep_alive_thread_, watch_thread_;

@@ -19,6 +19,8 @@
 //
 //   peer.read.damage  every peer read this node serves carries a checksum one off, as if a
 //                     byte of it changed on the way (the reader must refuse the bytes)
+//   etcd.lock.reply_lost  every lock this node takes in etcd is taken, and its answer then
+//                     treated as lost (the take's outcome unknown to the node)
 #pragma once
 
 namespace ptcfs {

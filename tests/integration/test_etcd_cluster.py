@@ -433,3 +433,26 @@ def test_a_step_saved_while_a_node_was_away_reads_through_it_when_it_is_back(tmp
         c.start(2)
         wait_for(lambda: committed(c[2]), 30, lambda: f"n2 lost the step:\n{c[2].log_tail()}")
         verify_step(c[2], "w", "1", ck, full_views=True)
+
+
+def test_a_lock_whose_take_etcd_did_not_answer_is_released_and_freezes_nothing(tmp_path):
+    """A change asked while etcd had no quorum was refused, but its lock's transaction committed
+    later and was never released: every later change of the step was refused "being changed by
+    another coordinator (node n0)" until n0's lease ended, which it never does while n0 lives.
+    Here every answer to n0's lock is lost (a failpoint): its change is refused, the lock it took
+    is released once etcd answers, and n1's change of the same step goes through."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start()
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        restart_with_failpoint(c[0], "etcd.lock.reply_lost")
+        r = c[0].cli("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=2,dp=3", check=False)
+        assert r.returncode != 0 and "etcd.lock.reply_lost" in r.stderr, r
+        wait_for(lambda: not etcd.keys("/ptcfs/locks/"), 10, "the lock whose answer was lost stayed")
+        r = c[1].cli_json("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=2,dp=3", "--json")
+        assert r["version"] == 2, r
+        for d in c.nodes:
+            verify_step(d, "j", "1", oracles((1, 2, 3)), full_views=False)
