@@ -296,14 +296,21 @@ ptc::Result<StateRequest> state_request_from_json(const json& j) {
   return two_strings(j, "peer.state", "job", "step", &StateRequest::job, &StateRequest::step);
 }
 
-json to_json(const FinishRequest& r) { return {{"op", r.commit ? "peer.commit" : "peer.abort"}, {"tx", r.tx}}; }
+json to_json(const FinishRequest& r) {
+  json j = {{"op", r.commit ? "peer.commit" : "peer.abort"}, {"tx", r.tx}};
+  if (!r.why.empty()) j["why"] = r.why;
+  return j;
+}
 
 ptc::Result<FinishRequest> finish_request_from_json(const json& j, bool commit) {
   const std::string w = commit ? "peer.commit" : "peer.abort";
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx"}, w + " request"));
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "why"}, w + " request"));
   FinishRequest r;
   r.commit = commit;
   PTC_ASSIGN_OR_RETURN(r.tx, ptc::member_string(j, "tx", w));
+  if (j.contains("why")) {
+    PTC_ASSIGN_OR_RETURN(r.why, ptc::member_string(j, "why", w));
+  }
   return r;
 }
 

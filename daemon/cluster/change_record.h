@@ -150,6 +150,10 @@ ptc::Result<StateRequest> state_request_from_json(const nlohmann::json& j);
 struct FinishRequest {
   std::string tx;
   bool commit = false;
+  // An abort that trying the change again would not undo (the coordinator's check refused what
+  // the nodes prepared): why, for the nodes to keep (a save's part is then failed, not tried again).
+  // Empty: the change may be tried again ("why" absent in the JSON).
+  std::string why;
 };
 nlohmann::json to_json(const FinishRequest& r);
 // `commit` says which of the two ops `j` came as.

@@ -407,10 +407,13 @@ std::optional<std::pair<std::string, std::string>> PeerService::take_saving(cons
   return saved;
 }
 
-void PeerService::drop(const std::string& tx, PreparedChange& change, bool kept) {
+void PeerService::drop(const std::string& tx, PreparedChange& change, bool kept, const std::string& why) {
+  const auto saved = take_saving(tx);
+  // A save's part is tried again, unless the abort says why that would not help.
+  if (saved && why.empty()) saves_.take_back(saved->first, saved->second, change);
   abort_change(store_, change);
   if (kept) forget_prepared(store_, tx);
-  if (auto saved = take_saving(tx)) saves_.part_done(saved->first, saved->second, false);
+  if (saved) saves_.part_done(saved->first, saved->second, false, why);
 }
 
 ptc::Result<transport::Reply> PeerService::commit(const json& j) {
@@ -421,11 +424,11 @@ ptc::Result<transport::Reply> PeerService::commit(const json& j) {
 
 ptc::Result<transport::Reply> PeerService::abort(const json& j) {
   PTC_ASSIGN_OR_RETURN(const FinishRequest req, finish_request_from_json(j, false));
-  PTC_RETURN_IF_ERROR(finish(req.tx, false));
+  PTC_RETURN_IF_ERROR(finish(req.tx, false, req.why));
   return transport::Reply(json::object());
 }
 
-ptc::Status PeerService::finish(const std::string& tx, bool commit) {
+ptc::Status PeerService::finish(const std::string& tx, bool commit, const std::string& why) {
   PreparedChange change;
   bool kept = false;
   std::promise<ptc::Status> outcome;
@@ -462,8 +465,8 @@ ptc::Status PeerService::finish(const std::string& tx, bool commit) {
   if (under_way.valid()) return under_way.get();
   const std::string name = describe(change);
   if (!commit) {
-    drop(tx, change, kept);
-    ptc::log::info("aborted the change of {} (transaction {})", name, tx);
+    drop(tx, change, kept, why);
+    ptc::log::info("aborted the change of {} (transaction {}){}", name, tx, why.empty() ? "" : ": " + why);
     return ptc::Status::ok();
   }
   const auto saved = take_saving(tx);

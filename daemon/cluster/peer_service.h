@@ -84,9 +84,10 @@ class PeerService {
   ptc::Result<transport::Reply> prepare(const nlohmann::json& req);
   ptc::Result<transport::Reply> commit(const nlohmann::json& req);
   ptc::Result<transport::Reply> abort(const nlohmann::json& req);
-  ptc::Status finish(const std::string& tx, bool commit);
+  ptc::Status finish(const std::string& tx, bool commit, const std::string& why = {});
   // An aborted change undone: its blobs, its kept record, its save's part.
-  void drop(const std::string& tx, PreparedChange& change, bool kept);
+  // `why`: an abort trying again would not undo (FinishRequest::why); a save's part then fails.
+  void drop(const std::string& tx, PreparedChange& change, bool kept, const std::string& why = {});
   // The (job, step) of the save prepared under `tx`, taken out; none for other changes.
   std::optional<std::pair<std::string, std::string>> take_saving(const std::string& tx);
   ptc::Result<transport::Reply> state(const nlohmann::json& req);

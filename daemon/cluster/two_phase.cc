@@ -85,8 +85,9 @@ ptc::Result<TwoPhase::Locked> TwoPhase::lock(const std::string& key) {
   return out;
 }
 
-ptc::Status TwoPhase::finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit) {
-  const auto answers = peers_.finish(nodes, FinishRequest{tx, commit});
+ptc::Status TwoPhase::finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit,
+                                 const std::string& why) {
+  const auto answers = peers_.finish(nodes, FinishRequest{tx, commit, why});
   ptc::Status first;
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (answers[i]) continue;
@@ -101,7 +102,8 @@ ptc::Status TwoPhase::finish_all(const std::vector<int>& nodes, const std::strin
   return first;
 }
 
-ptc::Status TwoPhase::prepare_all(const ChangeSpec& spec, Prepared& out, std::vector<int>& taking_part) {
+ptc::Status TwoPhase::prepare_all(const ChangeSpec& spec, Prepared& out, std::vector<int>& taking_part, bool& checked) {
+  checked = false;
   std::vector<int> asked;
   for (int n : spec.nodes)
     if (!spec.held.count(n)) asked.push_back(n);
@@ -125,7 +127,10 @@ ptc::Status TwoPhase::prepare_all(const ChangeSpec& spec, Prepared& out, std::ve
     std::erase_if(taking_part, [&](int n) {
       return !spec.held.count(n) && std::find(out.nodes.begin(), out.nodes.end(), n) == out.nodes.end();
     });
-  if (failed.is_ok() && spec.check) failed = spec.check(out.nodes, out.replies);
+  if (failed.is_ok() && spec.check) {
+    failed = spec.check(out.nodes, out.replies);
+    checked = !failed.is_ok();
+  }
   return failed;
 }
 
@@ -134,8 +139,9 @@ ptc::Result<TwoPhase::Prepared> TwoPhase::run(Locked& prior, ChangeSpec spec) {
   if (spec.progress) spec.progress("prepare", 0, spec.nodes.size());
   Prepared prepared;
   std::vector<int> taking_part;
-  if (auto failed = prepare_all(spec, prepared, taking_part); !failed) {
-    (void)finish_all(taking_part, tx, false);
+  bool checked = false;
+  if (auto failed = prepare_all(spec, prepared, taking_part, checked); !failed) {
+    (void)finish_all(taking_part, tx, false, checked ? failed.message() : std::string());
     ptc::log::warn("{} aborted on every node: {}", spec.what, failed.to_string());
     return spec.refused.empty() ? failed : failed.with_context(spec.refused);
   }
@@ -249,7 +255,7 @@ size_t TwoPhase::retry_aborts() {
   }
   std::vector<std::pair<int, std::string>> still;
   for (const auto& [node, tx] : owed) {
-    const auto r = peers_.finish({node}, FinishRequest{tx, false});
+    const auto r = peers_.finish({node}, FinishRequest{tx, false, {}});
     if (r.front())
       ptc::log::info("node {} took the abort of transaction {} it had missed", peers_.name_of(node), tx);
     else

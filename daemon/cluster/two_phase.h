@@ -148,12 +148,15 @@ class TwoPhase {
     Record prior;
     std::string what;
   };
-  // Commits (or aborts) `tx` on `nodes`; the first error. A missed abort is owed.
-  ptc::Status finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit);
+  // Commits (or aborts) `tx` on `nodes`; the first error. A missed abort is owed. `why`: an
+  // abort that trying again would not undo (FinishRequest::why).
+  ptc::Status finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit,
+                         const std::string& why = {});
   ptc::Status decide(const std::vector<int>& nodes, const std::string& tx, Locked& prior, ChangeRecord record,
                      const std::string& what);
-  // Asks the nodes of `spec` to prepare; `taking_part` gets who commits or aborts it.
-  ptc::Status prepare_all(const ChangeSpec& spec, Prepared& out, std::vector<int>& taking_part);
+  // Asks the nodes of `spec` to prepare; `taking_part` gets who commits or aborts it. `checked`:
+  // the failure is the spec's check refusing what every node prepared.
+  ptc::Status prepare_all(const ChangeSpec& spec, Prepared& out, std::vector<int>& taking_part, bool& checked);
 
   ChangePeers& peers_;
   Membership& members_;

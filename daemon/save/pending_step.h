@@ -166,6 +166,9 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   uint64_t draft_bytes = 0;  // what the open drafts of ptc.json hold, together (kMaxDraftBytes at most)
   bool removed = false;
   bool committing = false;
+  // Its blobs are finished (padding zeroed, synced, closed): a cluster commit of it was
+  // prepared and then aborted, and the next try takes the same blobs (SaveService::take_back).
+  bool sealed = false;
   std::string failure;         // a commit that failed: the step can only be removed
   Claim claim;                 // the step's name; moved into the change that commits it
   BlobStore* blobs = nullptr;  // where its files' blobs are made

@@ -48,6 +48,11 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
   auto padding = layout_padding(layout);
   if (!padding) return fail(padding.status());
 
+  bool sealed = false;  // prepared before: the padding is zeroed and the blobs closed
+  {
+    std::lock_guard lock(s->mu);
+    sealed = s->sealed;
+  }
   std::vector<std::vector<StoredSlice>> stored(layout.shards().size());
   std::map<std::string, const PendingFile*> by_rel;
   for (const auto& f : files) by_rel[f->rel] = f.get();
@@ -68,12 +73,13 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
         off = f->base + f->npy.data_start;  // the tensor file's region of its own blob or of its shard's pack
         len = f->npy.data_bytes;
       }
-      for (const auto& [poff, plen] : (*padding)[si][j])
-        for (uint64_t done = 0; done < plen;) {
-          const uint64_t n = std::min<uint64_t>(plen - done, fs::kZeroBlock);
-          if (auto st = f->blob->write_at(off + poff + done, fs::zero_block(), n); !st) return fail(st);
-          done += n;
-        }
+      if (!sealed)
+        for (const auto& [poff, plen] : (*padding)[si][j])
+          for (uint64_t done = 0; done < plen;) {
+            const uint64_t n = std::min<uint64_t>(plen - done, fs::kZeroBlock);
+            if (auto st = f->blob->write_at(off + poff + done, fs::zero_block(), n); !st) return fail(st);
+            done += n;
+          }
       stored[si].push_back(StoredSlice{{Extent{f->blob->id(), off, len, 0}}, std::nullopt, 1});
     }
   }
@@ -86,6 +92,10 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
   for (const auto& [id, w] : writers) {
     if (auto st = w->finish(); !st) return fail(st);
     blobs.push_back(id);
+  }
+  {
+    std::lock_guard lock(s->mu);
+    s->sealed = true;
   }
   // Checksums, as import computes them, from the synced blobs' mappings: the slices, largest
   // first, shared out between a few threads when there are many bytes.
@@ -226,7 +236,7 @@ ptc::Result<PreparedChange> SaveService::prepare_part(const std::string& job, co
   return build_change(s, std::move(placement));
 }
 
-void SaveService::part_done(const std::string& job, const std::string& step, bool committed) {
+void SaveService::part_done(const std::string& job, const std::string& step, bool committed, const std::string& why) {
   if (committed) {
     forget(job, step);
     return;
@@ -234,9 +244,24 @@ void SaveService::part_done(const std::string& job, const std::string& step, boo
   auto s = find(job, step);
   if (!s) return;
   std::lock_guard lock(s->mu);
-  // Its blobs went with the aborted change: the step cannot be finished, only removed.
-  s->committing = false;
-  if (s->failure.empty()) s->failure = "the cluster's commit was aborted; remove the step (ptcfs rm) and save it again";
+  s->committing = false;  // ready again: the node says so every 5 s, and the commit is tried again
+  // A change not taken back (the abort said why trying again would not help, or its own commit
+  // failed here) took the blobs with it.
+  if (!s->claim && s->failure.empty())
+    s->failure = why.empty() ? "the cluster's commit failed on this node; remove the step (ptcfs rm) and save it again"
+                             : "the cluster's commit was aborted: " + why;
+}
+
+void SaveService::take_back(const std::string& job, const std::string& step, PreparedChange& change) {
+  auto s = find(job, step);
+  if (!s) return;
+  std::lock_guard lock(s->mu);
+  if (s->removed || !s->committing) return;
+  // The blobs stay the step's files' (pending in the store, finished: sealed), and so does its
+  // name: an abort (a node fenced or unreachable at that moment) does not lose a complete save.
+  change.blobs.clear();
+  for (auto& c : change.claims)
+    if (c.kind() == Claim::kNewStep && c.job() == job && c.name() == step) s->claim = std::move(c);
 }
 
 }  // namespace ptcfs

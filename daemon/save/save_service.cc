@@ -306,6 +306,7 @@ std::vector<std::string> SaveService::jobs() const {
 
 ptc::Status SaveService::remove(const std::string& job, const std::string& step) {
   std::shared_ptr<PendingStep> s;
+  std::set<uint64_t> sealed_blobs;
   {
     std::lock_guard lock(mu_);
     auto it = steps_.find({job, step});
@@ -315,6 +316,10 @@ ptc::Status SaveService::remove(const std::string& job, const std::string& step)
       std::lock_guard slock(s->mu);
       if (s->committing) return ptc::error(ptc::Code::kFailedPrecondition, s->name() + " is committing");
       s->removed = true;
+      // Finished blobs (a commit tried and aborted) stay when their writers go: remove them.
+      if (s->sealed)
+        for (auto& [rel, f] : s->files)
+          if (f->blob && f->blob->finished()) sealed_blobs.insert(f->blob->id());
       for (auto& [rel, f] : s->files) f->dead = true;
       for (auto& [rel, f] : s->staged) f->kill();
       s->files.clear();
@@ -323,6 +328,11 @@ ptc::Status SaveService::remove(const std::string& job, const std::string& step)
     steps_.erase(it);
   }
   s->release_name();
+  for (uint64_t id : sealed_blobs) {
+    if (auto st = store_.blobs().remove(id); !st)
+      ptc::log::warn("removing a blob of {}/{}: {}", job, step, st.to_string());
+    store_.blobs().settle(id);
+  }
   ptc::log::info("removed pending step {}/{}", job, step);
   changed();
   return ptc::Status::ok();

@@ -97,8 +97,13 @@ class SaveService final : public fs::WriteTarget {
   // This node's part as a change to commit, holding the shards `placement` says; the step is
   // committing (no more writes) until part_done.
   ptc::Result<PreparedChange> prepare_part(const std::string& job, const std::string& step, StepPlacement placement);
-  // After the cluster committed (the pending step goes) or aborted (it stays, failed: remove it).
-  void part_done(const std::string& job, const std::string& step, bool committed);
+  // After the cluster committed (the pending step goes) or aborted (it stays pending and is
+  // tried again; take_back first kept its blobs and name from the aborted change).
+  // `why`: the reason of an abort that trying again would not undo (the part then fails).
+  void part_done(const std::string& job, const std::string& step, bool committed, const std::string& why = {});
+  // An aborted change of this node's part: its blobs and the step's claim go back to the step
+  // instead of going with the change.
+  void take_back(const std::string& job, const std::string& step, PreparedChange& change);
 
  private:
   std::shared_ptr<PendingStep> find(const std::string& job, const std::string& step) const;

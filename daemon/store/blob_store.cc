@@ -88,6 +88,7 @@ ptc::Result<size_t> BlobWriter::read_at(uint64_t offset, void* data, size_t len)
 }
 
 ptc::Status BlobWriter::finish() {
+  if (finished_) return ptc::Status::ok();  // a save's part prepared again after an abort
   if (::fsync(fd_) != 0) return ptc::io_error("syncing blob " + path_, errno);
   if (::close(fd_) != 0) {
     fd_ = -1;

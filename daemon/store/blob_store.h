@@ -69,7 +69,9 @@ class BlobWriter {
   void start_writeback(uint64_t offset, uint64_t len) const;
   // Reads back what was written (fewer bytes past the end); before finish() only.
   ptc::Result<size_t> read_at(uint64_t offset, void* data, size_t len) const;
+  // Syncs and closes the blob (it stays when the writer goes). Again: nothing.
   ptc::Status finish();
+  bool finished() const { return finished_; }
 
  private:
   BlobStore* store_;

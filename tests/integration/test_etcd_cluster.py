@@ -456,3 +456,34 @@ def test_a_lock_whose_take_etcd_did_not_answer_is_released_and_freezes_nothing(t
         assert r["version"] == 2, r
         for d in c.nodes:
             verify_step(d, "j", "1", oracles((1, 2, 3)), full_views=False)
+
+
+def test_a_save_aborted_while_a_node_was_fenced_commits_once_it_is_back(tmp_path):
+    """n0 and n1 write every shard of a step while n2, which knows only the killed etcd member, is
+    fenced but live: the commit is asked of every node and aborted (n2 refuses). Before, the parts
+    were marked failed and their blobs went with the aborted change, so the step stayed pending for
+    good though every file was written; now each part keeps its blobs and the commit is tried again
+    until it goes through, once n2 is back."""
+    from test_cluster_save import state, write
+    require_binaries()
+    root = str(tmp_path)
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=1, layers=2, hidden=64, vocab=200)
+    with Etcd(root, members=3) as etcd:
+        others = ",".join(etcd.endpoint(i) for i in (0, 1))
+        with EtcdCluster(root, etcd, 3, lease_ttl=30, endpoints=[others, others, etcd.endpoint(2)]) as c:
+            c.start()
+            wait_for(lambda: live_ids(c[0]) == ["n0", "n1", "n2"], 15, lambda: f"live: {live_ids(c[0])}")
+            etcd.kill(2)
+            wait_for(lambda: c[2].cli_json("status", "--json")["cluster"]["membership"]["fenced"], 25,
+                     "n2 did not fence itself")
+            write(c[0], ck, "w", "1", ["ptc.json", "tp1-pp0.safetensors"])
+            write(c[1], ck, "w", "1", ["ptc.json", "tp0-pp0.safetensors"])
+            c[1].wait_log("aborted the change of", timeout=30)
+            for d in (c[0], c[1]):
+                st = state(d, "w", "1")
+                assert st["state"] == "pending" and st["errors"] == [], st
+            etcd.start(2)
+            for d in c.nodes:
+                wait_for(lambda: (state(d, "w", "1") or {}).get("state") == "committed", 60,
+                         lambda: f"{d.name} did not commit:\n{c[0].log_tail()}")
+                verify_step(d, "w", "1", ck, full_views=True)

@@ -48,3 +48,16 @@ TEST_CASE("a dataset progress goes to the peers with its re-split, and without o
   bad["dp"] = uint64_t{0};
   CHECK(prepare_request_from_json(bad).status().message() == "peer.prepare: dp 0 is out of range");
 }
+
+TEST_CASE("an abort carries why trying again would not help, and only when it says so") {
+  FinishRequest plain{"tx1", false, {}};
+  CHECK(to_json(plain) == nlohmann::json{{"op", "peer.abort"}, {"tx", "tx1"}});
+  FinishRequest why{"tx2", false, "shard tp0-pp0 differs between nodes n0 and n1"};
+  auto back = finish_request_from_json(to_json(why), false);
+  REQUIRE(back.is_ok());
+  CHECK(back->tx == "tx2");
+  CHECK(back->why == why.why);
+  CHECK(finish_request_from_json(to_json(plain), false)->why.empty());
+  auto bad = finish_request_from_json(nlohmann::json{{"op", "peer.abort"}, {"tx", "t"}, {"why", 3}}, false);
+  CHECK_FALSE(bad.is_ok());
+}

@@ -97,6 +97,7 @@ class ScriptedPeers final : public ChangePeers {
   }
   std::vector<ptc::Status> finish(const std::vector<int>& nodes, const FinishRequest& req) override {
     std::vector<ptc::Status> out;
+    last_why = req.why;
     for (int n : nodes) {
       REQUIRE(req.tx == last_tx);
       if (down.count(n)) {
@@ -111,6 +112,7 @@ class ScriptedPeers final : public ChangePeers {
   }
   std::string name_of(int node) const override { return "n" + std::to_string(node); }
   std::string last_tx;
+  std::string last_why;  // of the last finish: an abort's reason that trying again would not undo
 };
 
 const std::string kKey = etcd_step_key("j", "1");
@@ -173,6 +175,7 @@ TEST_CASE("two phases: one node votes no, the change is aborted on every node", 
   CHECK(has(done.status(), "import of j/1 refused"));
   CHECK(has(done.status(), "no room for j/1"));
   CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0", "abort n1", "abort n2"});
+  CHECK(f.peers.last_why.empty());  // a refusal may not hold when tried again (a fenced node)
   CHECK(f.members.decides == 0);
   CHECK(f.members.records.empty());
   CHECK(f.members.locks.empty());
@@ -191,6 +194,8 @@ TEST_CASE("two phases: a check across the replies fails, the change is aborted o
   REQUIRE_FALSE(done.is_ok());
   CHECK(has(done.status(), "ptc.json differs"));
   CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0", "abort n1", "abort n2"});
+  // What every node prepared does not agree: trying again would not help, and the aborts say why.
+  CHECK(f.peers.last_why == "ptc.json differs between the nodes");
   CHECK(f.members.decides == 0);
 }
 
