@@ -381,15 +381,17 @@ ptc::Result<SamplesRequest> samples_request_from_json(const json& j) {
 }
 
 json to_json(const ReadRequest& r) {
-  return {{"op", "peer.read"}, {"from", r.from},     {"job", r.job}, {"step", r.step}, {"version", r.version},
-          {"shard", r.shard},  {"tensor", r.tensor}, {"lo", r.lo},   {"len", r.len},   {"off", r.off},
-          {"n", r.n}};
+  json j = {{"op", "peer.read"}, {"from", r.from},     {"job", r.job}, {"step", r.step}, {"version", r.version},
+            {"shard", r.shard},  {"tensor", r.tensor}, {"lo", r.lo},   {"len", r.len},   {"off", r.off},
+            {"n", r.n}};
+  if (r.hold) j["hold"] = true;
+  return j;
 }
 
 ptc::Result<ReadRequest> read_request_from_json(const json& j) {
   const std::string w = "peer.read";
   PTC_RETURN_IF_ERROR(ptc::check_members(
-      j, {"op", "from", "job", "step", "version", "shard", "tensor", "lo", "len", "off", "n"}, w + " request"));
+      j, {"op", "from", "job", "step", "version", "shard", "tensor", "lo", "len", "off", "n", "hold"}, w + " request"));
   ReadRequest r;
   PTC_ASSIGN_OR_RETURN(r.from, ptc::member_string_or(j, "from", "", w));
   PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(j, "job", w));
@@ -401,6 +403,10 @@ ptc::Result<ReadRequest> read_request_from_json(const json& j) {
   PTC_ASSIGN_OR_RETURN(r.len, ptc::member_u64(j, "len", w));
   PTC_ASSIGN_OR_RETURN(r.off, ptc::member_u64(j, "off", w));
   PTC_ASSIGN_OR_RETURN(r.n, ptc::member_u64(j, "n", w));
+  if (j.contains("hold")) {
+    if (!j["hold"].is_boolean()) return ptc::invalid(w + " request: 'hold' must be true or false");
+    r.hold = j["hold"].get<bool>();
+  }
   return r;
 }
 

@@ -214,6 +214,10 @@ ptc::Result<SamplesRequest> samples_request_from_json(const nlohmann::json& j);
 struct ReadRequest {
   std::string from, job, step, shard, tensor;
   uint64_t version = 0, lo = 0, len = 0, off = 0, n = 0;
+  // A read for the asking node's mount: the server holds the version for a while after it
+  // (daemon/cluster/read_leases.h), so that a file open there reads on after a change. A
+  // repartition's own pulls do not ("hold" absent in the JSON).
+  bool hold = false;
 };
 nlohmann::json to_json(const ReadRequest& r);
 ptc::Result<ReadRequest> read_request_from_json(const nlohmann::json& j);

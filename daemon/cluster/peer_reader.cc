@@ -49,7 +49,7 @@ ptc::Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, si
   const ptc::TensorSpec& spec = v.layout().tensor(sl);
   const ptc::SlabGeometry g = ptc::slab_geometry(spec, sl.local_shape);
   const json req = to_json(ReadRequest{self_id_, v.job(), v.step(), shard.name(), spec.name, v.version(), 0,
-                                       static_cast<uint64_t>(g.extent), off, len});
+                                       static_cast<uint64_t>(g.extent), off, len, true});
   auto buf = std::make_shared<std::string>();
   ptc::Status last;
   // Spread readers over the replicas; go on to the next when one fails.

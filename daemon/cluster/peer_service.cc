@@ -159,6 +159,7 @@ void PeerService::restore() {
 }
 
 size_t PeerService::expire(std::chrono::seconds max_age) {
+  leases_.expire();
   std::vector<std::tuple<std::string, std::string, std::string, bool>> due;  // tx, key, coordinator, lease ended
   {
     const auto now = std::chrono::steady_clock::now();
@@ -223,7 +224,8 @@ ptc::Result<transport::Reply> PeerService::handle(const json& req) {
 
 ptc::Result<transport::Reply> PeerService::read(const json& j) {
   auto req = read_request_from_json(j);
-  auto r = req ? serve_slab_read(store_, *req, kMaxPeerRead, &digests_) : ptc::Result<transport::Reply>(req.status());
+  auto r = req ? serve_slab_read(store_, *req, kMaxPeerRead, &digests_, &leases_)
+               : ptc::Result<transport::Reply>(req.status());
   if (r) {
     sent_ += r->payload.size;
     ptc::metrics::peer_sent(req->from, r->payload.size);

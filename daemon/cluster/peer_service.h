@@ -26,6 +26,7 @@
 #include "daemon/cluster/change_record.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/repartition_part.h"
+#include "daemon/cluster/read_leases.h"
 #include "daemon/cluster/slab_digests.h"
 #include "daemon/save/save_service.h"
 #include "daemon/store/prepared.h"
@@ -111,6 +112,8 @@ class PeerService {
   PrepareOptions options_;
   std::atomic<uint64_t> sent_{0};
   SlabDigests digests_;  // of the windows peer.read served lately
+  // The versions peer.read served lately, held for 60 s after each read (daemon/cluster/read_leases.h).
+  ReadLeases leases_{std::chrono::seconds(60)};
   // A prepared change, the record that decides it, and who prepared it under which lease.
   struct Held {
     PreparedChange change;

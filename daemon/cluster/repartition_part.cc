@@ -101,7 +101,7 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& se
       const std::string context = "pulling '" + tensor + "' of shard " + src.name();
       const json req =
           to_json(ReadRequest{self_id, c.job, c.step, src.name(), tensor, c.from_version,
-                              static_cast<uint64_t>(t.src_lo), static_cast<uint64_t>(t.len), ch.off, ch.n});
+                              static_cast<uint64_t>(t.src_lo), static_cast<uint64_t>(t.len), ch.off, ch.n, false});
       const int peer = backend[static_cast<size_t>(t.src_node)];
       const uint64_t at = offsets[ch.transfer] + ch.off;
       std::optional<Xxh3Stream> hash;

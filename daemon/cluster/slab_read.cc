@@ -35,7 +35,7 @@ class SlabSink final : public ReadBufferSink {
 }  // namespace
 
 ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& req, uint64_t max_bytes,
-                                              SlabDigests* digests) {
+                                              SlabDigests* digests, ReadLeases* leases) {
   const std::string &job = req.job, &step = req.step, &shard_name = req.shard, &tensor = req.tensor;
   const uint64_t version = req.version;
   if (req.n > max_bytes)
@@ -49,6 +49,7 @@ ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& r
   const std::string name = job + "/" + step;
   auto v = store.find_version(job, step, static_cast<uint64_t>(version));
   if (!v) return ptc::not_found("version " + std::to_string(version) + " of " + name + " is not on this node");
+  if (leases && req.hold) leases->touch(v);  // a file open on the reader's node reads on after a change
   const auto id = ptc::parse_shard_name(shard_name);
   const ptc::Layout& layout = v->layout();
   const auto& shards = layout.shards();

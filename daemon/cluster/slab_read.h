@@ -13,14 +13,16 @@
 #include <cstdint>
 
 #include "daemon/cluster/change_record.h"
+#include "daemon/cluster/read_leases.h"
 #include "daemon/cluster/slab_digests.h"
 #include "daemon/store/store.h"
 #include "transport/rpc.h"
 
 namespace ptcfs {
 
-// `digests`: the XXH3s of windows served before (null: every window is hashed).
+// `digests`: the XXH3s of windows served before (null: every window is hashed). `leases`: the
+// version read is held there when the request asks it to (ReadRequest::hold).
 ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& req, uint64_t max_bytes,
-                                              SlabDigests* digests = nullptr);
+                                              SlabDigests* digests = nullptr, ReadLeases* leases = nullptr);
 
 }  // namespace ptcfs

@@ -164,3 +164,30 @@ def test_no_live_replica_refuses_the_repartition_and_changes_nothing(tmp_path):
             got = ptcgen.read_safetensors(os.path.join(c[i].step_dir("j", "1"), "tp0-pp0.safetensors"))
             for name, arr in ck.slices[(0, 0)].items():
                 assert (got[name][1] == arr).all(), name
+
+
+def test_a_file_open_through_one_node_keeps_reading_a_shard_another_holds_after_a_repartition(tmp_path):
+    """n2 holds nothing: its open file of tp0-pp0 reads from n0. A repartition replaces the version on
+    n0 mid-file; before, n0 dropped the old version at once (nothing of it was open there) and the
+    rest of the file failed (ENOENT). Now n0 holds a version its peers read for 60 s after the last
+    read, and the file reads to its end, byte for byte."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=2, layers=2, hidden=512, vocab=8000)
+    pattern = per_node_dirs(root, ck, 2, 2, 1, [2, 2, 2])  # n0: stage 0, n1: stage 1, n2: none
+    with Cluster(root, 3) as c:
+        c[1].cli("import", pattern, "--job", "j", "--step", "1")
+        with open(os.path.join(ck.path, "tp0-pp0.safetensors"), "rb") as f:
+            want = f.read()
+        assert len(want) > 4 << 20
+        with open(os.path.join(c[2].step_dir("j", "1"), "tp0-pp0.safetensors"), "rb", buffering=0) as f:
+            head = f.read(64 << 10)
+            c[0].cli("repartition", "--job", "j", "--step", "1", "--to", "tp=1,pp=2,dp=3")
+            rest = b""
+            while True:
+                b = f.read(1 << 20)
+                if not b:
+                    break
+                rest += b
+        assert head + rest == want
+        assert c[2].cli_json("ls", "j/1", "--json")["version"] == 2

@@ -61,3 +61,18 @@ TEST_CASE("an abort carries why trying again would not help, and only when it sa
   auto bad = finish_request_from_json(nlohmann::json{{"op", "peer.abort"}, {"tx", "t"}, {"why", 3}}, false);
   CHECK_FALSE(bad.is_ok());
 }
+
+TEST_CASE("a peer read asks its version to be held only for a mount's read") {
+  ReadRequest pull{"n1", "j", "1", "tp0-pp0", "w", 3, 0, 8, 0, 8, false};
+  CHECK_FALSE(to_json(pull).contains("hold"));
+  ReadRequest mount = pull;
+  mount.hold = true;
+  auto back = read_request_from_json(to_json(mount));
+  REQUIRE(back.is_ok());
+  CHECK(back->hold);
+  CHECK((back->version == 3 && back->n == 8 && back->tensor == "w"));
+  CHECK_FALSE(read_request_from_json(to_json(pull))->hold);
+  auto j = to_json(pull);
+  j["hold"] = "yes";
+  CHECK_FALSE(read_request_from_json(j).is_ok());
+}
