@@ -11,7 +11,8 @@ Sections: mount (reads, import, saves, 10,000 tensors, per-tensor saves of up to
 plan (1,024 GPUs, 100,000 tensors), planner, simulate (the allocation policies on a job trace, plot
 docs/scheduling.png), formats (Hugging Face import and export), torch (the re-sharding script users run today),
 live (live reshard of a PTC layout), live_dtensor (a live DTensor mesh change vs DCP round trips through the mount and
-on the local disk), elastic_llama (the torch 2.x example at length),
+on the local disk), elastic_llama (the torch 2.x example at length), many_tensors (a 100,000-tensor step repartitioned
+20 times: memory and time per tensor),
 cluster (three daemons), reconfig (end to end on 3 namespaced nodes with 2 Gbit/s links: ptcfs vs central torch vs
 the limit, plot docs/reconfiguration.png), etcd, soak (32 readers for 10 minutes under changes). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
 except bytes_moved / bytes_min.
@@ -30,7 +31,7 @@ import tempfile
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
 SECTIONS = ["mount", "repartition", "plan", "planner", "simulate", "formats", "torch", "live", "live_dtensor",
-            "elastic_llama", "cluster", "reconfig", "etcd", "soak"]
+            "elastic_llama", "many_tensors", "cluster", "reconfig", "etcd", "soak"]
 
 
 def cpp_repartition(gib: float, root: str) -> tuple:
@@ -151,6 +152,7 @@ def main() -> int:
     import bench_live
     import bench_live_dtensor
     import bench_elastic_llama
+    import bench_many_tensors
     import bench_reconfig
     import bench_soak
     import bench_mount
@@ -202,6 +204,11 @@ def main() -> int:
         if "elastic_llama" in only:
             print("== elastic_llama: the torch 2.x example through 8 mesh changes against a run without", flush=True)
             r, raw["elastic_llama"] = bench_elastic_llama.run(2 if a.quick else 6, os.path.join(root, "elastic_llama"))
+            rows += r
+        if "many_tensors" in only:
+            print("== many_tensors: a 100,000-tensor step repartitioned back and forth", flush=True)
+            r, raw["many_tensors"] = bench_many_tensors.run(20000 if a.quick else 100000, 4 if a.quick else 20,
+                                                            os.path.join(root, "many_tensors"))
             rows += r
         if "cluster" in only:
             print("== cluster: three daemons on loopback", flush=True)

@@ -1,6 +1,7 @@
 // The node (daemon/node.h): its parts built in order, each complete when made.
 #include "daemon/node.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -237,6 +238,10 @@ void Node::refresh_mount() {
   // Changes made before the mount exists (restoring prepared changes) need no refresh.
   if (!fs_) return;
   if (auto s = fs_->refresh(); !s) ptc::log::error("refreshing the mount: {}", s.to_string());
+  // The replaced version's metadata is freed now (nobody else holds it: the tree was its last
+  // holder). glibc keeps freed memory in its arenas, one per thread that allocated it: a step of
+  // 100,000 tensors left 150-300 MB there per repartition (docs/OPERATIONS.md "Memory").
+  malloc_trim(0);
 }
 
 Node::~Node() {
