@@ -116,6 +116,12 @@ class SyncClient final : public RpcClient {
     io_.restart();
     io_.run_until(deadline);
     if (!done) {
+      // Past the deadline, what has arrived still counts: this process may have been stopped
+      // (SIGSTOP, a long pause) while the peer answered, and must not blame it for its own sleep.
+      io_.restart();
+      io_.poll();
+    }
+    if (!done) {
       boost::system::error_code ignored;
       socket_.close(ignored);
       io_.restart();

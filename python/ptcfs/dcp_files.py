@@ -288,10 +288,21 @@ def _check_cover(meta: str, name: str, shape: List[int], chunks: List[Chunk]) ->
 
 def read(path: str) -> Checkpoint:
     """The checked contents of DCP directory `path` (ptcfs.Error invalid_argument naming the file and
-    what is wrong otherwise)."""
+    what is wrong otherwise). A directory of safetensors items (torch's HF storage writer, with or
+    without .metadata) is read by ptcfs.dcp_safetensors."""
+    from . import dcp_safetensors
     meta = os.path.join(path, ".metadata")
     if not os.path.isfile(meta):
+        if os.path.isdir(path) and dcp_safetensors.storage_files(path):  # the HF writer writes no .metadata
+            return dcp_safetensors.read(path)
         raise invalid(f"{path}: not a DCP checkpoint (no .metadata)")
+    ck = _read_metadata(path, meta)
+    if any(dcp_safetensors.is_safetensors(c.file) for t in ck.tensors.values() for c in t.chunks[:1]):
+        return dcp_safetensors.with_metadata(ck, meta)  # FileSystemWriter(serialization_format=SAFETENSORS)
+    return ck
+
+
+def _read_metadata(path: str, meta: str) -> Checkpoint:
     size = os.path.getsize(meta)
     if size > MAX_METADATA_BYTES:
         raise invalid(f"{meta}: {size} bytes (at most {MAX_METADATA_BYTES} are read)")

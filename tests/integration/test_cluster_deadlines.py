@@ -99,3 +99,30 @@ def test_a_repartition_with_a_stopped_peer_fails_and_the_old_layout_stays(tmp_pa
         for d in c.nodes:
             assert d.cli_json("ls", "j/1", "--json")["version"] == 2
         verify_step(c[2], "j", "1", oracles((2, 1, 3)), full_views=False)
+
+
+def test_a_coordinator_stopped_while_a_peer_answers_does_not_blame_the_peer(tmp_path):
+    """n0 coordinates a repartition and waits for n1's prepare (n1 answers after 1 s); n0 is
+    stopped for twice --peer-timeout meanwhile. When it runs again, n1's answer is there: the change
+    goes on. Before, n0 found its deadline past and failed the change, saying that n1, which had
+    answered, "stopped answering"."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=1, layers=2, hidden=128, vocab=500)
+    oracles = Oracles(root, ck, 0)
+    with Cluster(root, 2, extra_flags=TIMEOUT) as c:
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        c[1].stop(cleanup_mount=True)
+        c[1].env = {"PTCFS_FAILPOINT": "peer.prepared:1"}
+        c[1].start()
+        cli = subprocess.Popen([PTCFS, "--daemon", c[0].addr, "--secret-file", c.secret, "repartition", "--job", "j",
+                                "--step", "1", "--to", "tp=1,pp=1,dp=2", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        c[1].wait_log("failpoint peer.prepared reached", timeout=30)
+        with stopped(c[0]):
+            time.sleep(4)  # n1 answers 1 s in; n0 sleeps through its 2 s deadline
+        out, err = cli.communicate(timeout=60)
+        assert cli.returncode == 0, (out, err, c[0].log_tail())
+        assert "stopped answering" not in c[0].log_tail()
+        for d in c.nodes:
+            verify_step(d, "j", "1", oracles((1, 1, 2)), full_views=False)
