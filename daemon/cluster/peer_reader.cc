@@ -16,6 +16,10 @@ using nlohmann::json;
 namespace {
 constexpr size_t kPiecesPerRequest = 4096;  // peer.samples' limit
 constexpr size_t kMaxCachedVersions = 256;
+// How long after a read of a node timed out another read of it fails at once (the kernel's
+// retry comes within a millisecond; a reader's next read, later, tries the node again: a new
+// process reading the file starts 15 ms or more after).
+constexpr auto kRetryAfterTimeout = std::chrono::milliseconds(10);
 }  // namespace
 
 ptc::Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(const StepVersion& v) const {
@@ -56,7 +60,21 @@ ptc::Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, si
   const size_t start = reads_.fetch_add(1) % nodes.size();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int node = nodes[(start + i) % nodes.size()];
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = silent_.find(node); it != silent_.end()) {
+        if (std::chrono::steady_clock::now() - it->second.at < kRetryAfterTimeout) {
+          last = it->second.why;
+          continue;
+        }
+        silent_.erase(it);
+      }
+    }
     auto r = peers_.call_data(node, req, *buf, len);
+    if (!r && r.status().code() == ptc::Code::kDeadlineExceeded) {
+      std::lock_guard lock(mu_);
+      silent_[node] = {std::chrono::steady_clock::now(), r.status()};
+    }
     if (r && buf->size() == len && ptc::member_u64_or(*r, "xxh3", 0).value_or(0) == xxh3_of(buf->data(), len)) {
       out.add_mem(buf->data(), buf->size());
       out.keep(buf);

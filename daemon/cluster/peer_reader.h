@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,7 +44,15 @@ class PeerReader final : public RemoteSlices, public RemoteSamples {
   int self_;
   std::string self_id_;
   mutable std::atomic<uint64_t> reads_{0};  // spreads readers over replicas
-  mutable std::mutex mu_;                   // guards holders_
+  mutable std::mutex mu_;                   // guards holders_, silent_
+  // A node whose read just timed out: when, and how. The kernel retries a failed read at once
+  // (a smaller piece of the same page range); that retry fails at once too, so that a read
+  // through the mount fails within --peer-timeout, not twice it.
+  struct Silent {
+    std::chrono::steady_clock::time_point at;
+    ptc::Status why;
+  };
+  mutable std::map<int, Silent> silent_;
   mutable std::map<std::tuple<std::string, std::string, uint64_t>, std::shared_ptr<const Holders>> holders_;
 };
 

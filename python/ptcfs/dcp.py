@@ -260,7 +260,9 @@ def import_dir(src: str, step: str, progress=None, remove=None) -> dict:
 
     A Megatron-Core torch_dist directory (metadata.json, common.pt beside the DCP files;
     ptcfs.dcp_megatron) keeps those two files as U8 tensors under __dcp__/megatron/, checked first;
-    DistributedOptimizer state in its DP-bucket layout is refused."""
+    DistributedOptimizer state in its DP-bucket layout is refused. A directory of safetensors items
+    (torch's HuggingFaceStorageWriter, with or without .metadata; ptcfs.dcp_safetensors) is read the
+    same way, each chunk from its file's byte range."""
     from . import dcp_files, dcp_megatron
     files = dcp_megatron.read_files(src)
     ck = dcp_files.read(src)

@@ -297,7 +297,7 @@ def read(path: str) -> Checkpoint:
             return dcp_safetensors.read(path)
         raise invalid(f"{path}: not a DCP checkpoint (no .metadata)")
     ck = _read_metadata(path, meta)
-    if any(dcp_safetensors.is_safetensors(c.file) for t in ck.tensors.values() for c in t.chunks[:1]):
+    if any(dcp_safetensors.is_safetensors(c) for t in ck.tensors.values() for c in t.chunks[:1]):
         return dcp_safetensors.with_metadata(ck, meta)  # FileSystemWriter(serialization_format=SAFETENSORS)
     return ck
 

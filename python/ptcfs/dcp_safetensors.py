@@ -49,10 +49,14 @@ class SafetensorsCheckpoint(Checkpoint):
         return a.reshape(c.sizes)
 
 
-def is_safetensors(file: str) -> bool:
-    """Whether `file` starts like a safetensors file (a torch.save archive starts with 'PK')."""
-    with open(file, "rb") as f:
-        return f.read(9)[8:9] == b"{"
+def is_safetensors(c: Chunk) -> bool:
+    """Whether a chunk of a .metadata checkpoint is a safetensors one: its file starts like a
+    safetensors file, or its byte range is no torch.save archive (the range torch records for a
+    safetensors tensor written behind bytes items)."""
+    with open(c.file, "rb") as f:
+        head = f.read(9)
+        f.seek(c.offset)
+        return head[8:9] == b"{" or f.read(4) != b"PK\x03\x04"
 
 
 def storage_files(path: str) -> List[str]:

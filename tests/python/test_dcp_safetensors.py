@@ -84,8 +84,8 @@ def metadata_dir(tmp_path):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.filesystem import SerializationFormat
     d = tmp_path / "with-metadata"
-    dcp.save(expected(), storage_writer=dcp.FileSystemWriter(str(d), serialization_format=SerializationFormat.SAFETENSORS),
-             no_dist=True)
+    writer = dcp.FileSystemWriter(str(d), serialization_format=SerializationFormat.SAFETENSORS)
+    dcp.save(expected(), storage_writer=writer, no_dist=True)
     return d
 
 
@@ -144,7 +144,8 @@ def outside_the_tensor(d):
     (lambda d: two_shards(d, 3, 4), "tensor 'w': chunks at [0, 0] and [3, 0] overlap"),
     (lambda d: two_shards(d, 5, 2), "tensor 'w' [7, 5]: its chunks hold 30 of its 35 elements"),
     (outside_the_tensor, "tensor 'model.w' [7, 5]: chunk at [1, 0] of [7, 5] lies outside it"),
-    (lying_data_offsets, "shard-00002.safetensors: tensor 'w': data_offsets [0, 40] hold 40 bytes, F32 [3, 5] needs 60"),
+    (lying_data_offsets,
+     "shard-00002.safetensors: tensor 'w': data_offsets [0, 40] hold 40 bytes, F32 [3, 5] needs 60"),
     (lambda d: two_shards(d, 4, 3, info='{"w": {"saved_offsets": [4, 0]'),
      "shard-00002.safetensors: DCP_SHARDING_INFO: not valid JSON"),
     (lambda d: two_shards(d, 4, 3, info='{"w": {"saved_offsets": [4]}}'),
@@ -170,3 +171,15 @@ def test_a_missing_file_named_by_the_index_is_refused(tmp_path, daemon):
     assert r.returncode == 1 and "tensor 'model.x' is mapped to \"model-00002-of-00002.safetensors\"" in r.stderr, \
         r.stderr
     assert not os.path.exists(os.path.join(daemon.mnt, "bad", "2"))
+
+
+def test_a_bytes_item_beside_safetensors_items_is_refused(tmp_path, daemon):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+    d = tmp_path / "mixed"  # torch writes the int's torch.save archive, then the safetensors file, into one file
+    dcp.save({"w": torch.ones(2, 3), "step": 3}, no_dist=True,
+             storage_writer=dcp.FileSystemWriter(str(d), serialization_format=SerializationFormat.SAFETENSORS))
+    r = import_dcp(daemon, d, "bad", "3")
+    assert r.returncode == 1 and "entry 'step' is a bytes item; a safetensors DCP checkpoint holds tensors only" \
+        in r.stderr, r.stderr
+    assert not os.path.exists(os.path.join(daemon.mnt, "bad", "3"))
