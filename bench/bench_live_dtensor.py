@@ -78,43 +78,28 @@ def worker(rank: int, world: int, port: int, rows_: int, cols: int, mount: str, 
     dist.barrier()
     times["live"] = time.perf_counter() - t0
 
-    step = os.path.join(mount, JOB, "1")
-    t0 = time.perf_counter()
-    dcp.save(state, storage_writer=ptcfs.dcp.StorageWriter(step))
-    dist.barrier()
-    times["mount_save"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    mount_new = new_target()
-    if mount_new:
-        dcp.load(mount_new, storage_reader=ptcfs.dcp.StorageReader(step), process_group=new_group)
-    dist.barrier()
-    times["mount_load"] = time.perf_counter() - t1
-    times["mount"] = time.perf_counter() - t0
+    def round_trip(name, save, load):
+        """One checkpoint round trip: save on the old mesh, load on the new one; its new state."""
+        t0 = time.perf_counter()
+        save()
+        dist.barrier()
+        times[f"{name}_save"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        got = new_target()
+        if got:
+            load(got)
+        dist.barrier()
+        times[f"{name}_load"] = time.perf_counter() - t1
+        times[name] = time.perf_counter() - t0
+        return got
 
-    t0 = time.perf_counter()
-    dcp.save(state, checkpoint_id=disk)
-    dist.barrier()
-    times["disk_save"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    disk_new = new_target()
-    if disk_new:
-        dcp.load(disk_new, checkpoint_id=disk, process_group=new_group)
-    dist.barrier()
-    times["disk_load"] = time.perf_counter() - t1
-    times["disk"] = time.perf_counter() - t0
-
-    stock = os.path.join(mount, JOB, "2")
-    t0 = time.perf_counter()
-    dcp.save(state, checkpoint_id=stock)
-    dist.barrier()
-    times["stock_mount_save"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    stock_new = new_target()
-    if stock_new:
-        dcp.load(stock_new, checkpoint_id=stock, process_group=new_group)
-    dist.barrier()
-    times["stock_mount_load"] = time.perf_counter() - t1
-    times["stock_mount"] = time.perf_counter() - t0
+    step, stock = os.path.join(mount, JOB, "1"), os.path.join(mount, JOB, "2")
+    mount_new = round_trip("mount", lambda: dcp.save(state, storage_writer=ptcfs.dcp.StorageWriter(step)),
+                           lambda sd: dcp.load(sd, storage_reader=ptcfs.dcp.StorageReader(step), process_group=new_group))
+    disk_new = round_trip("disk", lambda: dcp.save(state, checkpoint_id=disk),
+                          lambda sd: dcp.load(sd, checkpoint_id=disk, process_group=new_group))
+    stock_new = round_trip("stock_mount", lambda: dcp.save(state, checkpoint_id=stock),
+                           lambda sd: dcp.load(sd, checkpoint_id=stock, process_group=new_group))
 
     # The minimum, apart from the plan: this rank's new box less what its old box holds of it.
     lack = 0
