@@ -60,11 +60,12 @@ ptc::Status chunk_copies(const ptc::DcpItem& t, const ptc::DcpChunk& c, const pt
     uint64_t last = 0;
     for (size_t i = 0; i < rec.shape.size(); ++i)
       last += static_cast<uint64_t>(rec.shape[i] - 1) * static_cast<uint64_t>(rec.stride[i]);
-    if ((last + 1) * elem > kMaxDcpGather)
+    const uint64_t span = (last + 1) * elem;
+    if (span > kMaxDcpGather)
       return ptc::invalid(at + " is stored with strides " + dims(rec.stride) + " (not in C order) over " +
-                          std::to_string((last + 1) * elem) +
+                          std::to_string(span) +
                           " bytes, more than ptcfs puts in order in memory (1 GiB): save it contiguous");
-    out.gathers.push_back({c.file, base, c.offsets, c.sizes, rec.stride});
+    out.gathers.push_back({c.file, base, span, c.offsets, c.sizes, rec.stride});
     return ptc::Status::ok();
   }
   if (t.size.empty()) {
@@ -188,10 +189,7 @@ class StepFile {
 ptc::Status write_gather(StepFile& f, uint64_t base, const DcpTensorFile& t, const DcpGather& g,
                          const DcpFileReader& read) {
   const size_t elem = ptc::dtype_size(t.dtype);
-  uint64_t last = 0;
-  for (size_t i = 0; i < g.sizes.size(); ++i)
-    last += static_cast<uint64_t>(g.sizes[i] - 1) * static_cast<uint64_t>(g.stride[i]);
-  PTC_ASSIGN_OR_RETURN(std::string span, read(g.file, g.src, (last + 1) * elem));
+  PTC_ASSIGN_OR_RETURN(std::string span, read(g.file, g.src, g.span));
   const auto n = static_cast<size_t>(ptc::num_elements(g.sizes));
   std::string chunk(n * elem, '\0');
   std::vector<int64_t> idx(g.sizes.size(), 0);

@@ -36,6 +36,7 @@ struct DcpCopy {
 struct DcpGather {
   std::string file;
   uint64_t src = 0;
+  uint64_t span = 0;                  // bytes of the record from src to the chunk's last element
   ptc::Shape offsets, sizes, stride;  // the chunk's box in the tensor, and its record's strides
 };
 

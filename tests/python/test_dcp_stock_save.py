@@ -56,12 +56,18 @@ def test_stock_dcp_async_save_into_the_mount(tmp_path, daemon):
         assert rec["differ"] == [], rec
 
 
-def test_a_committed_step_is_not_saved_over(tmp_path, daemon):
+def test_a_committed_step_is_not_saved_over(tmp_path, daemon, capfd):
     step = os.path.join(daemon.mnt, "llama", "302")
     run(tmp_path, 1, "stock_save", step, "plain")
     before = open(os.path.join(step, "full", "model.pos.npy"), "rb").read()
+    again = tmp_path / "again"  # run()'s output folder, new for the second run
+    again.mkdir()
+    capfd.readouterr()
     with pytest.raises(Exception):
-        run(tmp_path, 1, "stock_save", step, "plain")
+        run(again, 1, "stock_save", step, "plain")
+    # The rank's save failed at its first file, with EROFS (its traceback is on the child's stderr).
+    err = capfd.readouterr().err
+    assert "Read-only file system" in err and "302/__0_0.distcp" in err, err[-2000:]
     assert open(os.path.join(step, "full", "model.pos.npy"), "rb").read() == before
     assert daemon.cli_json("ls", "llama/302", "--json")["state"] == "committed"
 

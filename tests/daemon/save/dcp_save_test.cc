@@ -127,6 +127,7 @@ TEST_CASE("a chunk saved from a view (not in C order) is gathered: its record's 
   REQUIRE(w.gathers.size() == 2);
   CHECK(w.gathers[0].file == "__0_0.distcp");
   CHECK(w.gathers[0].src == 1600 + 128 + 2 * 4);
+  CHECK(w.gathers[0].span == (3 * 1 + 2 * 4 + 1) * 4);  // to element (3, 2) of a [4, 3] chunk with strides (1, 4)
   CHECK(w.gathers[0].offsets == ptc::Shape{0, 0});
   CHECK(w.gathers[0].sizes == ptc::Shape{4, 3});
   CHECK(w.gathers[0].stride == ptc::Shape{1, 4});
