@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make bench`: every benchmark of ptcfs against a baseline measured in the same run, as one
 table (docs/BENCHMARKS.md "Budgets"), also written as JSON, plus a plot of re-sharding time against
-model size. About 25 minutes on a 2-core machine (the soak alone is 10); needs root (FUSE) and
+model size. About 35 minutes on a 2-core machine (the soak and the chaos soak are 10 each); needs root (FUSE) and
 the build.
 
     $PTCFS_PYTHON bench/run.py [--json bench/results.json] [--plot docs/repartition-vs-size.png]
@@ -14,7 +14,8 @@ live (live reshard of a PTC layout), live_dtensor (a live DTensor mesh change vs
 on the local disk), elastic_llama (the torch 2.x example at length), many_tensors (a 100,000-tensor step repartitioned
 20 times: memory and time per tensor),
 cluster (three daemons), reconfig (end to end on 3 namespaced nodes with 2 Gbit/s links: ptcfs vs central torch vs
-the limit, plot docs/reconfiguration.png), etcd, soak (32 readers for 10 minutes under changes). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
+the limit, plot docs/reconfiguration.png), etcd, soak (32 readers for 10 minutes under changes), chaos (the seeded chaos soak of
+tests/integration/chaos_util.py for 10 minutes: promises broken under faults). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
 except bytes_moved / bytes_min.
 """
 
@@ -31,7 +32,7 @@ import tempfile
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
 SECTIONS = ["mount", "repartition", "plan", "planner", "simulate", "formats", "torch", "live", "live_dtensor",
-            "elastic_llama", "many_tensors", "cluster", "reconfig", "etcd", "soak"]
+            "elastic_llama", "many_tensors", "cluster", "reconfig", "etcd", "soak", "chaos"]
 
 
 def cpp_repartition(gib: float, root: str) -> tuple:
@@ -147,6 +148,7 @@ def main() -> int:
         ap.error("needs root (the benchmarks mount FUSE)")
 
     import bench_cluster
+    import bench_chaos
     import bench_etcd
     import bench_formats
     import bench_live
@@ -234,6 +236,11 @@ def main() -> int:
         if "soak" in only:
             print("== soak: 32 readers checking every byte under repartitions, saves, progress", flush=True)
             r, raw["soak"] = bench_soak.run(30 if a.quick else 600, os.path.join(root, "soak"))
+            rows += r
+        if "chaos" in only:
+            print("== chaos: random changes on 3 daemons and 3 etcd members under SIGKILL, SIGSTOP, etcd kills",
+                  flush=True)
+            r, raw["chaos"] = bench_chaos.run(60 if a.quick else 600, 1, os.path.join(root, "chaos"))
             rows += r
     finally:
         shutil.rmtree(root, ignore_errors=True)

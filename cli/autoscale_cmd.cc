@@ -6,9 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
+#include <future>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 
@@ -364,20 +363,15 @@ bool Controller::pass(int64_t* revision) {
       ptc::log::info("autoscale: job '{}' left the queue; its decision removed", job);
     }
   }
-  bool shrink_failed = false;
-  for (size_t i = 0; i < ch.changed.size(); ++i) {
-    const ptc::Decision& d = ch.changed[i];
-    if (lost_) return false;
-    if (i >= ch.shrinks && shrink_failed) {
-      ptc::log::warn("autoscale: job '{}' not changed: it waits until the jobs giving up GPUs have; tried again later",
-                     d.job);
-      complete = false;
-      continue;
-    }
-    const auto it = std::find_if(snap->queue.begin(), snap->queue.end(),
-                                 [&](const ptc::QueueEntry& e) { return e.spec.name == d.job; });
-    std::string step;
-    auto s = carry_out(*it, d, &step);
+  // The shrinks first, side by side, then the grows, side by side: a grow waits until every
+  // shrink that frees GPUs for it went through. A daemon that does not answer costs a pass one
+  // connect deadline, not one per job behind it; the decisions are written in the queue's order.
+  const auto entry = [&](const ptc::Decision& d) -> const ptc::QueueEntry& {
+    return *std::find_if(snap->queue.begin(), snap->queue.end(),
+                         [&](const ptc::QueueEntry& e) { return e.spec.name == d.job; });
+  };
+  const auto record = [&](const ptc::Decision& d, ptc::Status s, const std::string& step) {
+    if (s && lost_) s = ptc::unavailable("no longer the leader");
     if (s) {
       const ptc::StoredDecision out{d, step, ++seq_, a_.id};
       const std::string text = ptc::stored_decision_json(out);
@@ -389,13 +383,41 @@ bool Controller::pass(int64_t* revision) {
           fmt::print("{}\n", text);
           std::fflush(stdout);
         }
-        continue;
+        return true;
       }
     }
     ptc::log::error("autoscale: job '{}' not changed: {}; tried again later", d.job, s.message());
+    return false;
+  };
+  const auto carry_out_all = [&](size_t lo, size_t hi) {
+    struct Done {
+      ptc::Status status;
+      std::string step;
+    };
+    std::vector<std::future<Done>> running;
+    for (size_t i = lo; i < hi; ++i)
+      running.push_back(std::async(std::launch::async, [&, i] {
+        Done d;
+        d.status =
+            lost_ ? ptc::unavailable("no longer the leader") : carry_out(entry(ch.changed[i]), ch.changed[i], &d.step);
+        return d;
+      }));
+    bool all = true;
+    for (size_t i = lo; i < hi; ++i) {
+      Done d = running[i - lo].get();
+      all = record(ch.changed[i], std::move(d.status), d.step) && all;
+    }
+    return all;
+  };
+  if (!carry_out_all(0, ch.shrinks)) {
     complete = false;
-    shrink_failed = shrink_failed || i < ch.shrinks;
+    for (size_t i = ch.shrinks; i < ch.changed.size(); ++i)
+      ptc::log::warn("autoscale: job '{}' not changed: it waits until the jobs giving up GPUs have; tried again later",
+                     ch.changed[i].job);
+  } else if (!carry_out_all(ch.shrinks, ch.changed.size())) {
+    complete = false;
   }
+  if (lost_) return false;
   return complete;
 }
 

@@ -1,7 +1,9 @@
 #include "daemon/cluster/peer_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
+#include <thread>
 
 #include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/nodes.h"
@@ -22,6 +24,8 @@ using nlohmann::json;
 namespace {
 
 constexpr uint64_t kMaxPeerRead = 64 << 20;
+// How long a peer read waits for a version this node has not committed yet (PeerService::read).
+constexpr auto kBehindWait = std::chrono::seconds(2);
 
 // "{node}" in an import directory is this node's id.
 std::string node_dir(std::string dir, const std::string& id) {
@@ -222,10 +226,33 @@ ptc::Result<transport::Reply> PeerService::handle(const json& req) {
   return ptc::invalid("unknown peer operation '" + op + "'");
 }
 
+namespace {
+
+// Whether this node serves an older version of the step than `version` (or none of it): the
+// asker saw a commit this node has not applied yet.
+bool behind(const Store& store, const ReadRequest& req) {
+  const auto snap = store.snapshot();
+  const auto it = snap->steps.find({req.job, req.step});
+  return it == snap->steps.end() || it->second->version() < req.version;
+}
+
+}  // namespace
+
 ptc::Result<transport::Reply> PeerService::read(const json& j) {
   auto req = read_request_from_json(j);
   auto r = req ? serve_slab_read(store_, *req, kMaxPeerRead, &digests_, &leases_)
                : ptc::Result<transport::Reply>(req.status());
+  // A version the asker has committed and this node not yet (a node just restarted, whose kept
+  // prepared change waits for its record, or one catching up) comes within moments: wait for it
+  // rather than fail a reader's file (ENOENT) for a version that exists.
+  if (req && !r && r.status().code() == ptc::Code::kNotFound && behind(store_, *req)) {
+    const auto until = std::chrono::steady_clock::now() + kBehindWait;
+    while (!r && r.status().code() == ptc::Code::kNotFound && std::chrono::steady_clock::now() < until &&
+           behind(store_, *req)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      r = serve_slab_read(store_, *req, kMaxPeerRead, &digests_, &leases_);
+    }
+  }
   if (r) {
     sent_ += r->payload.size;
     ptc::metrics::peer_sent(req->from, r->payload.size);

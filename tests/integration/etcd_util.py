@@ -46,7 +46,8 @@ class Etcd:
     def endpoint(self, i: int) -> str:
         return f"{self.scheme}://{self.host}:{self.client_ports[i]}"
 
-    def start(self, i: Optional[int] = None) -> None:
+    def start(self, i: Optional[int] = None, wait: bool = True) -> None:
+        """Starts member i (default: every member) and, with `wait`, waits until every member is healthy."""
         for k in ([i] if i is not None else range(len(self.names))):
             data = os.path.join(self.root, self.names[k])
             os.makedirs(self.root, exist_ok=True)
@@ -63,7 +64,11 @@ class Etcd:
                  "--heartbeat-interval", "50", "--election-timeout", "500", *tls],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
             log.close()
-        deadline = time.monotonic() + 30
+        if wait:
+            self.wait_healthy()
+
+    def wait_healthy(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.ctl("endpoint", "health", check=False).returncode == 0:
                 return

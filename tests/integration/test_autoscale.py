@@ -400,3 +400,58 @@ def test_hostile_decisions_never_count_as_gpus_and_a_second_entry_for_one_store_
         decided = [p for p in printed if "unreadable" not in p]
         assert [d["job"] for d in decided] == ["y"] and decided[0]["gpus"] == 4
         assert sum(d["gpus"] for d in decided) <= 4
+
+
+def test_daemons_that_never_answer_are_waited_for_side_by_side(tmp_path, daemon):
+    """Jobs a1 and a2 name daemons that accept connections and never answer (a call to each waits for
+    the CLI's connect deadline, 5 s); job b's daemon answers. Before, jobs were carried out one after
+    the other: a2's daemon was asked only once a1's call had given up (closed), and b waited behind
+    both, 5 s each. Now they are carried out side by side: the connection to a2 arrives while the
+    one to a1 is still open. b gets its decision; a1 and a2 are tried again later."""
+    import select
+    import socket
+    import threading
+    require_binaries()
+    silent = {name: socket.socket() for name in ("a1", "a2")}
+    events, stop = [], threading.Event()
+
+    def listen():  # accepts, never answers; notes each connection and its close, in order
+        conns = {}
+        while not stop.is_set():
+            ready, _, _ = select.select([*silent.values(), *conns], [], [], 0.1)
+            for s in ready:
+                name = next((n for n, l in silent.items() if l is s), None)
+                if name is not None:
+                    c, _ = s.accept()
+                    conns[c] = name
+                    events.append(("open", name))
+                elif not s.recv(4096):
+                    events.append(("closed", conns.pop(s)))
+                    s.close()
+
+    for s in silent.values():
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+    t = threading.Thread(target=listen, daemon=True)
+    t.start()
+    try:
+        with Etcd(str(tmp_path)) as etcd:
+            job = {"min_gpus": 1, "max_gpus": 1, "throughput": {"1": 100}}
+            for name, s in silent.items():
+                etcd.ctl("put", f"{P}/queue/{name}", json.dumps({"job": job, "daemon": "127.0.0.1:%d" % s.getsockname()[1]}))
+            etcd.ctl("put", f"{P}/queue/b", json.dumps({"job": job, "daemon": daemon.addr}))
+            r = Controllers(str(tmp_path), etcd).once("m")
+            assert r.returncode == 1, r.stderr
+            for name in silent:
+                assert f"job '{name}' not changed: listing job '{name}'" in r.stderr, r.stderr
+                assert etcd.keys(f"{P}/decision/{name}") == []
+            assert "did not answer within 5 s" in r.stderr, r.stderr
+            assert [without_seq(json.loads(line)) for line in r.stdout.splitlines()] == \
+                [decision("b", 1, None, 1, 1, 1, None, "m")]
+            wait_for(lambda: len(events) == 4, 10, lambda: f"connections: {events}")
+            assert sorted(events[:2]) == [("open", "a1"), ("open", "a2")], events
+    finally:
+        stop.set()
+        t.join(timeout=5)
+        for s in silent.values():
+            s.close()

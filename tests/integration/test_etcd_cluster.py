@@ -202,18 +202,24 @@ def assert_nothing_kept(d) -> None:
     assert "kept until they are decided" not in log and "removed " not in log, log
 
 
+def commit_with_n2_killed_after_preparing(c, ck) -> None:
+    """Imports `ck` through n0 and repartitions it to tp=2,pp=2,dp=1 on n1 and n2 (pipeline stage 1
+    of the new layout on n2 alone); n2 is killed once every node answered "prepared", and the
+    change commits (version 2) without it."""
+    cli = import_then_stop_a_change(c, ck, "coordinator.prepared:4", "n1,n2")
+    c[2].kill9()
+    out, err = cli.communicate(timeout=60)
+    assert cli.returncode == 0, err
+    assert json.loads(out)["version"] == 2
+
+
 def test_a_participant_killed_after_preparing_commits_its_part_from_the_record_when_it_restarts(tmp_path):
     require_binaries()
     root = str(tmp_path)
     ck = small_checkpoint(root)
     oracles = Oracles(root, ck, 0)
     with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
-        # Pipeline stage 1 of the new layout lives on n2 alone. At the failpoint every node answered "prepared".
-        cli = import_then_stop_a_change(c, ck, "coordinator.prepared:4", "n1,n2")
-        c[2].kill9()
-        out, err = cli.communicate(timeout=60)
-        assert cli.returncode == 0, err
-        assert json.loads(out)["version"] == 2
+        commit_with_n2_killed_after_preparing(c, ck)
         assert etcd.get_json("/ptcfs/steps/j/1")["version"] == 2
         c[0].wait_log("a node missed the commit message")
         restart_with_failpoint(c[2])
@@ -222,6 +228,26 @@ def test_a_participant_killed_after_preparing_commits_its_part_from_the_record_w
         for d in c.nodes:
             verify_step(d, "j", "1", oracles((2, 2, 1)), full_views=(d is c.nodes[0]))
         assert_nothing_kept(c[2])
+
+
+def test_a_peer_read_of_a_version_a_restarted_holder_has_not_committed_yet_waits_for_it(tmp_path):
+    """Found by the chaos soak: n2, the only holder of pipeline stage 1 of version 2, was killed after
+    preparing it; the change committed. Restarted, n2 serves peer reads before it commits its kept
+    change on the record (here 1.5 s later, a failpoint pause): a read of that stage through n0's
+    mount got ENOENT ("version 2 of j/1 is not on this node"). Now n2 waits for the version it is
+    about to commit, and the read returns the new layout's bytes."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = small_checkpoint(root)
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        commit_with_n2_killed_after_preparing(c, ck)
+        restart_with_failpoint(c[2], "commit.before:1.5")
+        with open(os.path.join(c[0].step_dir("j", "1"), "tp0-pp1.safetensors"), "rb") as f:
+            got = f.read()
+        assert "kept step j/1 version 2" in current_log(c[2]) and version(c[2]) == 2, current_log(c[2])
+        with open(oracles((2, 2, 1)).shard_path(0, 1), "rb") as f:
+            assert got == f.read()
 
 
 def test_a_coordinator_killed_before_the_decision_leaves_the_old_layout_within_its_lease(tmp_path):
