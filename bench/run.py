@@ -12,7 +12,8 @@ plan (1,024 GPUs, 100,000 tensors), planner, simulate (the allocation policies o
 docs/scheduling.png), formats (Hugging Face import and export), torch (the re-sharding script users run today),
 live (live reshard of a PTC layout), live_dtensor (a live DTensor mesh change vs DCP round trips through the mount and
 on the local disk), elastic_llama (the torch 2.x example at length), many_tensors (a 100,000-tensor step repartitioned
-20 times: memory and time per tensor),
+20 times: memory and time per tensor), strided (cold reads of a shard
+strided over its blob: time and bytes read from the disk),
 cluster (three daemons), reconfig (end to end on 3 namespaced nodes with 2 Gbit/s links: ptcfs vs central torch vs
 the limit, plot docs/reconfiguration.png), etcd, soak (32 readers for 10 minutes under changes), chaos (the seeded chaos soak of
 tests/integration/chaos_util.py for 10 minutes: promises broken under faults). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
@@ -32,7 +33,7 @@ import tempfile
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
 SECTIONS = ["mount", "repartition", "plan", "planner", "simulate", "formats", "torch", "live", "live_dtensor",
-            "elastic_llama", "many_tensors", "cluster", "reconfig", "etcd", "soak", "chaos"]
+            "elastic_llama", "many_tensors", "strided", "cluster", "reconfig", "etcd", "soak", "chaos"]
 
 
 def cpp_repartition(gib: float, root: str) -> tuple:
@@ -155,6 +156,7 @@ def main() -> int:
     import bench_live_dtensor
     import bench_elastic_llama
     import bench_many_tensors
+    import bench_strided
     import bench_reconfig
     import bench_soak
     import bench_mount
@@ -211,6 +213,10 @@ def main() -> int:
             print("== many_tensors: a 100,000-tensor step repartitioned back and forth", flush=True)
             r, raw["many_tensors"] = bench_many_tensors.run(20000 if a.quick else 100000, 4 if a.quick else 20,
                                                             os.path.join(root, "many_tensors"))
+            rows += r
+        if "strided" in only:
+            print("== strided: cold reads of a shard strided over its blob, vs a plain file", flush=True)
+            r, raw["strided"] = bench_strided.run(8192 if a.quick else 16384, 3, os.path.join(root, "strided"))
             rows += r
         if "cluster" in only:
             print("== cluster: three daemons on loopback", flush=True)

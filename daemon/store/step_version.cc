@@ -1,5 +1,7 @@
 #include "daemon/store/step_version.h"
 
+#include "daemon/store/read_ahead.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
@@ -158,9 +160,10 @@ class ReplySink final : public ReadBufferSink {
     if (off + n > file->size())
       return ptc::corrupt("blob " + blobs_.path(file->id()) + " is shorter than its metadata says (" +
                           std::to_string(file->size()) + " bytes, a piece ends at " + std::to_string(off + n) + ")");
-    if (const std::byte* map = file->data())
+    if (const std::byte* map = file->data()) {
       buf.add_mapped(map + off, n, file->fd(), off);
-    else
+      ahead_.add(file->fd(), off, n);
+    } else
       buf.add_fd(file->fd(), off, n);
     return ptc::Status::ok();
   }
@@ -187,6 +190,9 @@ class ReplySink final : public ReadBufferSink {
 
  private:
   const BlobStore& blobs_;
+  // The pages of the mapped pieces, asked ahead before the reply copies them (the sink goes
+  // before the reply is sent).
+  ReadAhead ahead_;
 };
 
 }  // namespace
