@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "daemon/change/local_runner.h"
 #include "daemon/cluster/coordinator.h"
@@ -34,6 +36,17 @@ namespace {
 // then the cause with its code).
 ptc::Status failed(const std::string& part, const ptc::Status& cause, const std::string& hint = "") {
   return ptc::error(cause.code(), (part.empty() ? "" : part + ": ") + cause.to_string() + hint);
+}
+
+// How long a starting node waits for etcd to answer (Node::join_cluster).
+constexpr auto kJoinPatience = std::chrono::seconds(60);
+
+// etcd without a quorum: a member that accepted the call and did not answer in time, or, of
+// several members, one that refused the connection (the client names the last it tried) while
+// others may be up. An etcd nobody answers at (a wrong --etcd of one endpoint) fails at once.
+bool transient(const ptc::Status& s, const std::string& endpoints) {
+  return s.code() == ptc::Code::kDeadlineExceeded ||
+         (s.code() == ptc::Code::kUnavailable && endpoints.find(',') != std::string::npos);
 }
 
 }  // namespace
@@ -65,8 +78,19 @@ ptc::Status Node::join_cluster() {
     return ptc::Status::ok();
   }
   const std::string& id = cfg_.cluster->nodes[static_cast<size_t>(cfg_.node)].id;
-  auto m = EtcdMembership::join(EtcdOptions{cfg_.etcd, cfg_.etcd_tls, id, cfg_.listen, opts_.gpus, opts_.lease_ttl_s},
-                                *peers_);
+  const EtcdOptions etcd{cfg_.etcd, cfg_.etcd_tls, id, cfg_.listen, opts_.gpus, opts_.lease_ttl_s};
+  // etcd without a quorum (members restarting, an election) answers again within moments: a node
+  // started meanwhile waits for it, up to kJoinPatience, rather than exit and be restarted later
+  // by its supervisor's back-off. A refusal (TLS, a node id in use) fails at once.
+  const auto give_up = std::chrono::steady_clock::now() + kJoinPatience;
+  auto m = EtcdMembership::join(etcd, *peers_);
+  while (!m && transient(m.status(), cfg_.etcd) && std::chrono::steady_clock::now() < give_up) {
+    ptc::log::warn(
+        "joining the cluster in etcd: {}; trying again for up to {} s", m.status().to_string(),
+        std::chrono::duration_cast<std::chrono::seconds>(give_up - std::chrono::steady_clock::now()).count());
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    m = EtcdMembership::join(etcd, *peers_);
+  }
   if (!m) return failed("joining the cluster in etcd", m.status());
   etcd_ = m->get();
   membership_ = std::move(m).value();

@@ -269,7 +269,7 @@ class Soak:
                     d.start()
                 else:
                     os.kill(d.proc.pid, signal.SIGCONT)
-            except Exception as e:  # noqa: BLE001 - a node that does not come back is a violation
+            except BaseException as e:  # noqa: BLE001 - pytest.fail's too: a node that does not come back
                 self.violation(f"n{node} did not come back: {e}")
             del self.down[node]
             self.faults.end(i)
