@@ -214,7 +214,7 @@ Result<Ptc> parse_ptc_json(std::string_view text, const std::string& file) {
   return ptc;
 }
 
-std::string ptc_to_json(const Ptc& ptc) {
+nlohmann::json ptc_json(const Ptc& ptc) {
   json tensors = json::object();
   for (const auto& t : ptc.tensors) {
     json o;
@@ -247,7 +247,9 @@ std::string ptc_to_json(const Ptc& ptc) {
   j["parallelism"] = {{"tp", ptc.parallelism.tp}, {"pp", ptc.parallelism.pp}, {"dp", ptc.parallelism.dp}};
   j["num_layers"] = ptc.num_layers;
   j["tensors"] = std::move(tensors);
-  return j.dump(2) + "\n";
+  return j;
 }
+
+std::string ptc_to_json(const Ptc& ptc) { return ptc_json(ptc).dump(2) + "\n"; }
 
 }  // namespace ptc

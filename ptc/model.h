@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "ptc/base/status.h"
 #include "ptc/dtype.h"
 #include "ptc/region.h"
@@ -60,6 +62,8 @@ Result<Ptc> parse_ptc_json(std::string_view text, const std::string& file);
 
 // The canonical JSON text of a PTC (keys sorted, two-space indent, trailing newline).
 std::string ptc_to_json(const Ptc& ptc);
+// The same document as a value (for records that embed it, without a text round trip).
+nlohmann::json ptc_json(const Ptc& ptc);
 
 // A tensor name is '/'-separated components, none empty, "." or "..", none longer than
 // 250 bytes, no NUL; the whole at most 4096 bytes.

@@ -17,11 +17,6 @@ ptc::Result<ptc::Ptc> ptc_of(const json& j, const char* key, const std::string& 
   return ptc::parse_ptc_json(it->dump(), where + " " + key);
 }
 
-json ptc_json(const ptc::Ptc& p) {
-  auto j = ptc::parse_json(ptc::ptc_to_json(p), "ptc");
-  return j ? std::move(j).value() : json::object();
-}
-
 }  // namespace
 
 json to_json(const PrepareRequest& r) {

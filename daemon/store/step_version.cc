@@ -258,8 +258,7 @@ void StepVersion::to_records(WriteBatch& batch) const {
     batch.put(slices_key(job_, step_, version_, shards[i].name()), rec.dump());
   }
   json step = {{"version", version_}, {"created", created_}};
-  auto ptc_json = json::parse(ptc::ptc_to_json(layout_.ptc()));
-  step["ptc"] = std::move(ptc_json);
+  step["ptc"] = ptc::ptc_json(layout_.ptc());
   if (!placement_.nodes.empty()) {
     step["nodes"] = placement_.nodes;
     if (!placement_.gpus.empty()) step["gpus"] = placement_.gpus;
