@@ -27,7 +27,7 @@ def run(seconds: float, seed: int, root: str) -> tuple:
         row(SECTION, f"seed {seed}, {s['seconds']:.0f} s: {s['operations']} operations ({s['succeeded']} ok, "
             f"{s['failed']} refused, {s['unknown']} unknown), {s['faults']} faults ({s['faults_mid_operation']} "
             f"mid-operation), {s['convergence_points']} convergence points", f"{len(soak.violations)} broken",
-            None, None, "0 promises broken", ok),
+            "", None, "0 promises broken", ok),
         row(SECTION, f"reads checked: {s['reads']} whole files ({s['read_bytes'] / 1e9:.2f} GB) and {s['open_reads']} "
             f"held open across changes, {s['read_errors']} failed while a node was faulted",
             f"{s['max_read_syscall_s']:.2f} s longest read", f"{READ_DEADLINE_S:.0f} s deadline", None,
