@@ -10,6 +10,7 @@ against their deadlines, and the promises broken (the budget: none).
 """
 
 import os
+import shutil
 import sys
 
 from bench_lib import row, standalone
@@ -37,6 +38,10 @@ def run(seconds: float, seed: int, root: str) -> tuple:
     ]
     for v in soak.violations[:20]:
         print("broken:", v, file=sys.stderr)
+    if soak.violations:  # the run's log outlives the scratch folder
+        kept = f"/var/tmp/ptcfs-chaos-seed{seed}.log"
+        shutil.copyfile(os.path.join(root, "chaos.log"), kept)
+        print(f"the run's events: {kept}", file=sys.stderr)
     return rows, {"stats": s, "violations": soak.violations, "seed": seed}
 
 
