@@ -29,13 +29,21 @@ ptc::Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(cons
     if (auto it = holders_.find(key); it != holders_.end()) return it->second;
   }
   Holders h;
+  bool all_known = true;
   if (!v.placement().holders.empty()) {  // held where it was written (a step saved into the mounts)
-    h = node_indices(*peers_.cluster(), v.placement().holders);
+    const auto table = peers_.cluster();
+    h = node_indices(*table, v.placement().holders);
+    for (const auto& ids : v.placement().holders)
+      for (const auto& id : ids) all_known = all_known && table->find(id) >= 0;
   } else {
     PTC_ASSIGN_OR_RETURN(h,
                          ptc::shard_nodes_on(v.layout(), *peers_.cluster(), v.placement().nodes, v.placement().gpus));
   }
   auto shared = std::make_shared<const Holders>(std::move(h));
+  // A holder this node does not know (it started while that node was out of etcd) is added to
+  // the node table when it registers again: until then the answer is not kept, or the shard
+  // would read as held by no node for the rest of the version's life.
+  if (!all_known) return shared;
   std::lock_guard lock(mu_);
   // Versions come and go with repartitions; a bound keeps the cache small (an evicted
   // version still read is recomputed).
@@ -48,7 +56,17 @@ ptc::Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, si
                              fs::ReadBuffer& out) const {
   PTC_ASSIGN_OR_RETURN(auto holders, this->holders(v));
   const auto& nodes = (*holders)[v.shard_index(shard)];
-  if (nodes.empty()) return ptc::error(ptc::Code::kUnavailable, "shard " + shard.name() + " is held by no node");
+  if (nodes.empty()) {
+    const auto& ids = v.placement().holders;
+    const size_t at = v.shard_index(shard);
+    if (at < ids.size() && !ids[at].empty()) {
+      std::string who;
+      for (const auto& id : ids[at]) who += (who.empty() ? "" : ", ") + id;
+      return ptc::error(ptc::Code::kUnavailable,
+                        "shard " + shard.name() + " is held by node " + who + ", not in the cluster now");
+    }
+    return ptc::error(ptc::Code::kUnavailable, "shard " + shard.name() + " is held by no node");
+  }
   const ptc::Slice& sl = v.layout().slices(shard)[slice];
   const ptc::TensorSpec& spec = v.layout().tensor(sl);
   const ptc::SlabGeometry g = ptc::slab_geometry(spec, sl.local_shape);

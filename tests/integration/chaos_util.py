@@ -604,13 +604,13 @@ class Soak:
                 self.violation(f"n{n} serves steps {s['steps']}, expected {want_steps}")
             try:
                 verify_step(self.c[n], JOB, STEP, self.oracles(self.par), full_views=False)
-            except AssertionError as e:
+            except (AssertionError, OSError) as e:
                 self.violation(f"n{n}'s views of {JOB}/{STEP} at {par_str(self.par)}: {e}")
         for step in want_steps[-1:]:
             for n in range(3):
                 try:
                     verify_step(self.c[n], JOB, step, self.save_ck, full_views=False)
-                except AssertionError as e:
+                except (AssertionError, OSError) as e:
                     self.violation(f"n{n}'s views of saved step {step}: {e}")
         for n in range(3):
             s = self.served(n)

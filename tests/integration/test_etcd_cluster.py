@@ -5,6 +5,7 @@ node that prepared them until they are decided), and nothing waits forever.
 Each test starts etcd (Debian's etcd-server) on loopback ports and daemons with --etcd; leases
 are 2 s so that expiry shows within seconds."""
 
+import errno
 import json
 import os
 import signal
@@ -453,33 +454,71 @@ def test_a_participant_stopped_during_a_pull_fails_the_change_within_its_deadlin
         verify_step(c[2], "j", "1", oracles((2, 1, 3)), full_views=False)
 
 
+def saved_committed(d, job="w", step="1") -> bool:
+    from test_cluster_save import state
+    return (state(d, job, step) or {}).get("state") == "committed"
+
+
+def save_from_n0_and_n1(c, ck) -> None:
+    """n0 saves tp1-pp0 of w/1 into its mount and n1 tp0-pp0 (each holds what it wrote); waits until
+    the nodes that are up have committed it."""
+    from test_cluster_save import write
+    write(c[0], ck, "w", "1", ["ptc.json", "tp1-pp0.safetensors"])
+    write(c[1], ck, "w", "1", ["ptc.json", "tp0-pp0.safetensors"])
+    for d in (c[0], c[1]):
+        wait_for(lambda: saved_committed(d), 30, lambda: f"not committed:\n{d.log_tail()}")
+
+
+def saved_checkpoint(root):
+    return Checkpoint(os.path.join(root, "ck"), tp=2, pp=1, layers=2, hidden=64, vocab=200)
+
+
 def test_a_step_saved_while_a_node_was_away_reads_through_it_when_it_is_back(tmp_path):
     """n2 is down while n0 and n1 save a step into their mounts (each holds what it wrote, not what
     the rank placement names); once n2 is back it shows the step and reads every shard through its
     mount from the nodes that hold it (it read from the rank placement's nodes and got EHOSTUNREACH
     until the next repartition, even across a restart)."""
-    from test_cluster_save import state, write
     require_binaries()
-
-    def committed(d):
-        return (state(d, "w", "1") or {}).get("state") == "committed"
-
     root = str(tmp_path)
-    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=1, layers=2, hidden=64, vocab=200)
+    ck = saved_checkpoint(root)
     with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
         c.start(0, 1, 2)
         c[2].stop()
         wait_for(lambda: live_ids(c[0]) == ["n0", "n1"], 15, lambda: f"live: {live_ids(c[0])}")
-        write(c[0], ck, "w", "1", ["ptc.json", "tp1-pp0.safetensors"])
-        write(c[1], ck, "w", "1", ["ptc.json", "tp0-pp0.safetensors"])
-        for d in (c[0], c[1]):
-            wait_for(lambda: committed(d), 30, lambda: f"not committed:\n{c[0].log_tail()}")
+        save_from_n0_and_n1(c, ck)
         c.start(2)
-        wait_for(lambda: committed(c[2]), 30, lambda: f"n2 did not catch up:\n{c[2].log_tail()}")
+        wait_for(lambda: saved_committed(c[2]), 30, lambda: f"n2 did not catch up:\n{c[2].log_tail()}")
         verify_step(c[2], "w", "1", ck, full_views=True)
         c[2].stop()  # and after a restart
         c.start(2)
-        wait_for(lambda: committed(c[2]), 30, lambda: f"n2 lost the step:\n{c[2].log_tail()}")
+        wait_for(lambda: saved_committed(c[2]), 30, lambda: f"n2 lost the step:\n{c[2].log_tail()}")
+        verify_step(c[2], "w", "1", ck, full_views=True)
+
+
+def test_a_node_restarted_while_a_holder_was_away_reads_from_it_once_it_is_back(tmp_path):
+    """Found by the chaos soak (CI, seed 1): n2 restarted while n1, the only holder of a shard n1
+    saved, was out of etcd, so n2's node table lacked n1. A read of that shard through n2's mount
+    failed (EHOSTUNREACH, right while n1 is away) and n2 remembered "held by no node" for that step
+    version: once n1 was back every read of the shard on n2 still failed, until the next change."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = saved_checkpoint(root)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start(0, 1, 2)
+        save_from_n0_and_n1(c, ck)
+        wait_for(lambda: saved_committed(c[2]), 30, lambda: f"not committed:\n{c[2].log_tail()}")
+        c[1].stop()  # a clean stop revokes its lease: n1 is gone from etcd at once
+        c[2].stop()
+        c.start(2)
+        wait_for(lambda: saved_committed(c[2]), 30, lambda: f"n2 lost the step:\n{c[2].log_tail()}")
+        assert live_ids(c[2]) == ["n0", "n2"]
+        path = os.path.join(c[2].step_dir("w", "1"), "tp0-pp0.safetensors")
+        with pytest.raises(OSError) as e:
+            with open(path, "rb") as f:
+                f.read()
+        assert e.value.errno == errno.EHOSTUNREACH, e.value
+        c.start(1)
+        wait_for(lambda: live_ids(c[2]) == ["n0", "n1", "n2"], 15, lambda: f"n2 sees {live_ids(c[2])}")
         verify_step(c[2], "w", "1", ck, full_views=True)
 
 
