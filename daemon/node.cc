@@ -153,7 +153,13 @@ ptc::Status Node::mount() {
   std::error_code ec;
   const std::string mount = std::filesystem::canonical(cfg_.mount, ec).string();
   std::filesystem::create_directories(std::filesystem::path(direct_path).parent_path(), ec);  // /run/ptcfs
-  auto d = DirectServer::start(direct_path, mount, [this](const std::string& rel) { return fs_->open_view(rel); });
+  auto d = DirectServer::start(direct_path, mount, [this](const std::string& rel) {
+    {
+      std::unique_lock lock(serving_mu_);
+      serving_cv_.wait(lock, [this] { return serving_ || stopping_; });
+    }
+    return fs_->open_view(rel);
+  });
   if (!d) return failed("", d.status(), " (--direct-socket none runs without it)");
   direct_ = std::move(d).value();
   return ptc::Status::ok();
@@ -207,13 +213,6 @@ void Node::run() {
   // A node that was down while its peers repartitioned catches up with them.
   const auto stopping = [this] { return stopping_.load(); };
   if (coordinator_) catch_up_ = std::thread([c = coordinator_, stopping] { c->catch_up(stopping); });
-  fuse_thread_ = std::thread([this] {
-    if (auto s = fs_->run(); !s) ptc::log::error("{}", s.to_string());
-    if (!stopping_) {
-      ptc::log::warn("the filesystem was unmounted from outside; stopping");
-      kill(getpid(), SIGTERM);
-    }
-  });
   save_committer_ =
       std::make_unique<Ticker>(saves_ready_, std::chrono::seconds(5), [this](unsigned tick) { commit_saves(tick); });
   ticker_ = std::make_unique<Ticker>(never_, std::chrono::seconds(1), [this](unsigned tick) { this->tick(tick); });
@@ -231,6 +230,58 @@ void Node::run() {
       caught_up_ = std::make_unique<Ticker>(catch_up_signal_, std::chrono::seconds(10),
                                             [c = coordinator_, stopping](unsigned) { c->catch_up(stopping); });
     }
+  }
+  // With etcd the mount answers once this node serves what etcd records (until then a process
+  // opening a file waits in the kernel): a node back from a restart would otherwise serve what it
+  // had, an old layout or dataset position, until its catch-up ran.
+  fuse_thread_ = std::thread([this] {
+    if (etcd_) catch_up_before_serving();
+    set_serving();
+    if (stopping_) return;
+    if (auto s = fs_->run(); !s) ptc::log::error("{}", s.to_string());
+    if (!stopping_) {
+      ptc::log::warn("the filesystem was unmounted from outside; stopping");
+      kill(getpid(), SIGTERM);
+    }
+  });
+}
+
+void Node::set_serving() {
+  {
+    std::lock_guard lock(serving_mu_);
+    serving_ = true;
+  }
+  serving_cv_.notify_all();
+}
+
+void Node::catch_up_before_serving() {
+  const auto stopping = [this] { return stopping_.load(); };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto next_note = t0 + std::chrono::seconds(5);
+  std::vector<RecordMark> behind;
+  while (!stopping_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (etcd_->synced()) {
+      behind = coordinator_->catch_up_records(stopping);
+      if (behind.empty()) {
+        if (now - t0 > std::chrono::seconds(1))
+          ptc::log::info("caught up with etcd's records in {:.1f} s; the mount answers",
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        return;
+      }
+    }
+    const std::string what = !etcd_->synced() ? "etcd's records (not read yet)"
+                                              : std::to_string(behind.size()) + " records, first " + behind[0].what();
+    if (now - t0 > kCatchUpBeforeServing) {
+      ptc::log::error("still behind on {} after {} s; the mount answers with what this node has", what,
+                      kCatchUpBeforeServing.count());
+      return;
+    }
+    if (now >= next_note) {
+      ptc::log::info("catching up on {}; the mount answers once this node serves them", what);
+      next_note = now + std::chrono::seconds(5);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
 }
 
@@ -270,6 +321,7 @@ void Node::refresh_mount() {
 
 Node::~Node() {
   stopping_ = true;
+  set_serving();  // the direct socket's opens waiting for it go on (and find the node stopping)
   ticker_.reset();
   caught_up_.reset();
   save_committer_.reset();

@@ -13,8 +13,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -74,7 +77,11 @@ class Node {
   ptc::Status mount();         // the filesystem and the direct socket
   ptc::Status serve();         // the control server and the metrics
   void run();                  // the cluster's watch and catch-up, FUSE, the tickers
-  void tick(unsigned tick);    // every second
+  // With etcd: waits (at most kCatchUpBeforeServing) until this node serves every record etcd
+  // holds, catching up meanwhile.
+  void catch_up_before_serving();
+  static constexpr std::chrono::seconds kCatchUpBeforeServing{60};
+  void tick(unsigned tick);  // every second
   void commit_saves(unsigned tick);
   void refresh_mount();
 
@@ -98,6 +105,11 @@ class Node {
   std::unique_ptr<ControlService> control_;
   std::unique_ptr<MetricsExporter> metrics_;
   std::atomic<bool> stopping_{false};
+  // Set once the mount answers (with etcd: once caught up); the direct socket's opens wait for it.
+  std::mutex serving_mu_;
+  std::condition_variable serving_cv_;
+  bool serving_ = false;
+  void set_serving();
   std::thread catch_up_, fuse_thread_;
   std::unique_ptr<Ticker> save_committer_;
   unsigned saves_tick_ = 0;  // the committer's last period (its thread only)

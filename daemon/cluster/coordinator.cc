@@ -300,6 +300,7 @@ bool Coordinator::catch_up_if_behind(const std::function<bool()>& stopping) {
 }
 
 void Coordinator::on_record(const KeyedRecord& rec) {
+  ledger_.note(rec);
   const std::string& tx = rec.tx();
   if (!tx.empty() && local_.commit_decided(tx)) return;  // prepared here: the record is its commit
   // A change prepared here against what this record replaced can never commit now.
@@ -318,13 +319,7 @@ void Coordinator::on_record(const KeyedRecord& rec) {
     return v ? (*v)->version() : uint64_t{0};
   };
   if (rec.removed()) {
-    if (have() == 0) return;
-    auto change = prepare_removal(store_, job, step);
-    const ptc::Status s = change ? commit_change(store_, *change) : change.status();
-    if (s)
-      ptc::log::info("{}/{} was removed on the other nodes (etcd records it); removed here too", job, step);
-    else
-      ptc::log::warn("{}/{} is removed in etcd but not here: {}", job, step, s.to_string());
+    if (have() != 0) remove_recorded(job, step);
     return;
   }
   const uint64_t version = rec.version();
@@ -344,6 +339,40 @@ void Coordinator::on_record(const KeyedRecord& rec) {
   const auto snap = store_.snapshot();
   const auto first = snap->datasets.lower_bound({job, ""});
   if (first != snap->datasets.end() && first->first.first == job) behind();
+}
+
+void Coordinator::remove_recorded(const std::string& job, const std::string& step) {
+  auto change = prepare_removal(store_, job, step);
+  const ptc::Status s = change ? commit_change(store_, *change) : change.status();
+  if (s)
+    ptc::log::info("{}/{} was removed on the other nodes (etcd records it); removed here too", job, step);
+  else
+    ptc::log::warn("{}/{} is removed in etcd but not here: {}", job, step, s.to_string());
+}
+
+std::vector<RecordMark> Coordinator::catch_up_records(const std::function<bool()>& stopping) {
+  const RecordLedger::Served served = [this](const RecordMark& m) -> uint64_t {
+    if (m.step) {
+      auto v = current_version(store_, m.job, m.name);
+      return v ? (*v)->version() : 0;
+    }
+    auto d = current_dataset(store_, m.job, m.name);
+    return d ? (*d)->version() : 0;
+  };
+  auto behind = ledger_.behind(served);
+  if (behind.empty()) return behind;
+  bool datasets = false;
+  for (const auto& m : behind) {
+    if (stopping && stopping()) return behind;
+    if (!m.step)
+      datasets = true;
+    else if (m.removed)
+      remove_recorded(m.job, m.name);
+    else
+      catch_up_step(m.job, m.name, m.version);
+  }
+  if (datasets) catch_up_datasets(stopping);
+  return ledger_.behind(served);
 }
 
 ptc::Status Coordinator::remove(const RemoveRequest& req) {

@@ -24,6 +24,7 @@
 #include "daemon/change/runner.h"
 #include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/membership.h"
+#include "daemon/cluster/record_ledger.h"
 #include "daemon/cluster/peer_client.h"
 #include "daemon/cluster/peer_service.h"
 #include "daemon/cluster/two_phase.h"
@@ -87,6 +88,11 @@ class Coordinator final : public ChangeRunner {
   // change it decides if this node prepared it; otherwise brings the step to the recorded
   // version (holding none of it) or removes it.
   void on_record(const KeyedRecord& record);
+  // With etcd, after a restart: brings this node to every record the watch delivered (on start,
+  // every one there is) that it is behind on (a step at an older version or missing, a step
+  // removed, a dataset's older position); what it is still behind on. The node serves its mount
+  // once this is empty (docs/ARCHITECTURE.md "What holds under faults").
+  std::vector<RecordMark> catch_up_records(const std::function<bool()>& stopping = {});
   // Every second: changes whose decision etcd did not answer are settled once it answers
   // (committed if etcd recorded them, else fenced over and aborted; their keys' locks are
   // freed), and, every 5 s, each abort a node missed is sent again until it answers.
@@ -106,12 +112,14 @@ class Coordinator final : public ChangeRunner {
   void commit_save(const std::string& job, const std::string& step);
 
   void behind();  // a missed dataset change: tries counted afresh, the ticker woken
+  void remove_recorded(const std::string& job, const std::string& step);  // etcd records it removed
 
   Store& store_;
   PeerClient& peers_;
   PeerService& local_;
   std::function<void()> wake_;
   std::atomic<int> behind_tries_{0};
+  RecordLedger ledger_;  // the newest record of each key the watch delivered
   Membership& members_;
   TwoPhase two_phase_;
   std::mutex save_mu_;  // one save commit at a time

@@ -165,6 +165,7 @@ void EtcdMembership::watch_loop() {
         }
       }
       for (const auto& kv : all->kvs) apply(kv.key, kv.value, false, kv.lease);
+      synced_ = true;
       auto s = etcd_->watch_prefix(
           kRoot, all->revision + 1,
           [this](const transport::EtcdEvent& e) { apply(e.kv.key, e.kv.value, e.deleted, e.kv.lease); }, stop);

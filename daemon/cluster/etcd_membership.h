@@ -53,6 +53,8 @@ class EtcdMembership final : public Membership {
   // record present at each (re)start of the watch and every one written afterwards, in order,
   // decoded (daemon/cluster/etcd_record.h); one that does not decode is logged and skipped.
   void start(RecordHandler on_record);
+  // Whether the watch has delivered every record etcd held when it first read them all.
+  bool synced() const { return synced_.load(); }
 
   std::vector<int> members() const override;
   ptc::Status can_change() const override;
@@ -83,6 +85,7 @@ class EtcdMembership final : public Membership {
   std::atomic<bool> fenced_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> resync_{false};  // the watch starts over (after etcd was unreachable)
+  std::atomic<bool> synced_{false};  // the first full read was delivered
   // Frees lock `key` if it still holds `token` (a lock taken by this attempt); owed when etcd does not answer.
   void release(const std::string& key, const std::string& token);
 

@@ -79,12 +79,14 @@ class Faults:
             return [(k, t) for k, t, _, e in self.intervals if e is None]
 
     def node_faulted(self, node: int, t0: float, t1: float) -> bool:
-        """Whether daemon `node` was stopped or dead at any time in [t0, t1] (1 s around it), or came
-        back less than CATCH_UP_S before t0: a node back from a fault serves what it had until it has
-        caught up from etcd's records (a known gap, docs/ARCHITECTURE.md "What holds under faults");
-        the convergence points check that it does."""
+        """Whether daemon `node` was stopped or dead at any time in [t0, t1] (1 s around it), or was
+        resumed from a pause less than CATCH_UP_S before t0: a paused node serves what it had until its
+        watch delivers what it missed (docs/ARCHITECTURE.md "What holds under faults"); the
+        convergence points check that it does. A restarted node has no such grace: its mount answers
+        once it has caught up (its restart ends when the mount answers)."""
         with self.mu:
-            return any(t == node and k in ("kill", "stop") and s <= t1 + 1 and (e is None or e >= t0 - CATCH_UP_S)
+            return any(t == node and k in ("kill", "stop") and s <= t1 + 1 and
+                       (e is None or e >= t0 - (CATCH_UP_S if k == "stop" else 1.0))
                        for k, t, s, e in self.intervals)
 
     def any_node_faulted(self, t0: float, t1: float) -> bool:

@@ -22,6 +22,12 @@ def import_and_write(c, tmp_path, **jsonl):
     return src, write_jsonl(src, 200, **jsonl)
 
 
+def add_train(c, src):
+    """n1 adds the JSONL file `src` as dataset gpt/train (seed 5, global batch 16)."""
+    c[1].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 5,
+             "--global-batch", 16, src)
+
+
 def refused_everywhere(c, asker, message, *repartition):
     """A repartition of gpt/7 asked of `asker` is refused with `message`; no node's dataset changes."""
     before = [read_all(os.path.join(d.mnt, "gpt", "data", "train", "state.json")) for d in c.nodes]
@@ -100,8 +106,7 @@ def test_a_cluster_add_with_a_node_down_adds_nothing(tmp_path):
 def test_a_new_global_batch_reaches_every_node_in_the_repartitions_commit(tmp_path):
     with Cluster(str(tmp_path / "c"), 3, gpus=2) as c:
         src, samples = import_and_write(c, tmp_path, seed=8)
-        c[1].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 5,
-                 "--global-batch", 16, src)
+        add_train(c, src)
         c[2].cli("dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", 32)
         order = ptcds.epoch_order(5, 0, 200)
         # dp 2 with a batch of 24 from sample 32: 7 batches to sample 200, nothing dropped.
@@ -144,8 +149,7 @@ def test_a_repartition_racing_a_progress_is_refused_and_the_nodes_stay_alike(tmp
     side and could commit in different orders on the two nodes, leaving them apart for good."""
     with Cluster(str(tmp_path / "c"), 2, gpus=2) as c:
         src, samples = import_and_write(c, tmp_path, seed=8)
-        c[1].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 5,
-                 "--global-batch", 16, src)
+        add_train(c, src)
         c[1].stop(cleanup_mount=True)
         c[1].env["PTCFS_FAILPOINT"] = "coordinator.prepared:3"
         c[1].start()
@@ -201,8 +205,7 @@ def test_a_node_that_missed_a_progress_without_restarting_catches_up_static(tmp_
     stayed at version 1 until restarted and refused every later change of the dataset."""
     with Cluster(str(tmp_path / "c"), 3, gpus=2, extra_flags=["--peer-timeout", "2"]) as c:
         src, samples = import_and_write(c, tmp_path, seed=8)
-        c[1].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 5,
-                 "--global-batch", 16, src)
+        add_train(c, src)
         _frozen_during_a_progress(c, samples)
 
 
@@ -213,9 +216,30 @@ def test_a_node_that_missed_a_progress_without_restarting_catches_up_etcd(tmp_pa
     with Etcd(str(tmp_path)) as etcd, EtcdCluster(str(tmp_path / "c"), etcd, 3, lease_ttl=8) as c:
         c.start()
         src, samples = import_and_write(c, tmp_path, seed=8)
-        c[1].cli("dataset", "add", "--job", "gpt", "--name", "train", "--format", "jsonl", "--seed", 5,
-                 "--global-batch", 16, src)
+        add_train(c, src)
         _frozen_during_a_progress(c, samples)
+
+
+def test_a_node_restarted_after_changes_it_missed_serves_them_from_its_first_read_etcd(tmp_path):
+    """Found by the chaos soak (seed 7, 10 minutes): a node back from a restart served the dataset
+    position it had, one progress behind, until its catch-up committed the others'. Here each commit
+    of n2 after its restart pauses 2 s (a failpoint), so its catch-up is slow: its mount must answer
+    only once it serves what etcd records, so its first read shows the new position and split."""
+    require_etcd()
+    with Etcd(str(tmp_path)) as etcd, EtcdCluster(str(tmp_path / "c"), etcd, 3, lease_ttl=2) as c:
+        c.start()
+        src, samples = import_and_write(c, tmp_path, seed=8)
+        add_train(c, src)
+        c[2].stop(cleanup_mount=True)  # a clean stop leaves etcd at once
+        c[0].cli("dataset", "progress", "--job", "gpt", "--name", "train", "--consumed", 32)
+        c[0].cli("repartition", "--job", "gpt", "--step", "7", "--to", "tp=1,pp=1,dp=2")
+        c[2].env = {"PTCFS_FAILPOINT": "commit.before:2"}
+        c[2].start()
+        first = state(c[2], "gpt", "train")
+        assert first == state(c[0], "gpt", "train") and (first["consumed"], first["dp"]) == (32, 2), first
+        assert c[2].cli_json("ls", "gpt/7", "--json")["parallelism"] == {"tp": 1, "pp": 1, "dp": 2}
+        check_jsonl_views(c[2], "gpt", "train", samples, 5, 16, 2, 0, 32)
+        c[2].wait_log("caught up with etcd's records in")
 
 
 def test_progress_is_refused_while_a_live_node_is_fenced_and_goes_through_once_it_is_back(tmp_path):

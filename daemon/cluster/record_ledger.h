@@ -1,0 +1,45 @@
+// The newest record etcd holds for each step and dataset, as the watch delivered them, and which
+// of them this node is behind on (docs/ARCHITECTURE.md "What holds under faults": a node back
+// from a restart serves its mount once it has caught up with them). Pure: what the node serves is
+// asked through a function.
+//
+// Thread-safety: all methods may be called concurrently (the watch notes, the node asks).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/cluster/etcd_record.h"
+
+namespace ptcfs {
+
+struct RecordMark {
+  std::string job, name;  // the step's job and step, or the dataset's job and name
+  bool step = true;
+  uint64_t version = 0;
+  bool removed = false;
+
+  std::string what() const;  // "step j/1 version 3", "dataset j/d version 2", "removed step j/1"
+};
+
+class RecordLedger {
+ public:
+  // What this node serves of a step or dataset: its version, 0 where it has none.
+  using Served = std::function<uint64_t(const RecordMark&)>;
+
+  void note(const KeyedRecord& record);
+  // The records this node is behind on: a step at an older version or missing, a step etcd
+  // records as removed that it still serves, a dataset it serves at an older version. A dataset
+  // it does not have is not counted (a node takes a dataset's position, never the dataset).
+  std::vector<RecordMark> behind(const Served& served) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, RecordMark> newest_;  // by etcd key
+};
+
+}  // namespace ptcfs
