@@ -12,6 +12,7 @@
 #include "daemon/change/local_runner.h"
 #include "daemon/cluster/coordinator.h"
 #include "daemon/cluster/etcd_membership.h"
+#include "daemon/cluster/follower.h"
 #include "daemon/cluster/peer_client.h"
 #include "daemon/cluster/peer_reader.h"
 #include "daemon/cluster/peer_service.h"
@@ -113,16 +114,17 @@ ptc::Status Node::open_store() {
       abort_change(*store_, k.change);
       forget_prepared(*store_, k.tx);
     }
-    runner_ = std::make_unique<LocalRunner>(*store_, *saves_, policy);
+    local_runner_ = std::make_unique<LocalRunner>(*store_, *saves_, policy);
+    runner_ = local_runner_.get();
     return ptc::Status::ok();
   }
   PrepareOptions prep;
   prep.policy = policy;
   peer_service_ = std::make_unique<PeerService>(*store_, *peers_, cfg_.node, *membership_, *saves_, prep);
   peer_client_ = std::make_unique<PeerClient>(*peers_, cfg_.node, *peer_service_);
-  auto coordinator = std::make_unique<Coordinator>(*store_, *peer_client_, *peer_service_, *membership_);
-  coordinator_ = coordinator.get();
-  runner_ = std::move(coordinator);
+  coordinator_ = std::make_unique<Coordinator>(*store_, *peer_client_, *peer_service_, *membership_);
+  follower_ = std::make_unique<Follower>(*store_, *peer_client_, *peer_service_, *membership_);
+  runner_ = coordinator_.get();
   peer_service_->restore();  // changes prepared before a restart wait again for their decision
   return ptc::Status::ok();
 }
@@ -200,35 +202,35 @@ ptc::Status Node::serve() {
 void Node::run() {
   // Set before the watch starts (it calls on_record); a raise before the ticker below exists
   // runs it as soon as it does.
-  if (coordinator_ && etcd_) coordinator_->on_behind([this] { catch_up_signal_.raise(); });
+  if (follower_ && etcd_) follower_->on_behind([this] { catch_up_signal_.raise(); });
   if (etcd_) {
     ptc::log::info("node {} ({} GPUs) in the cluster kept in etcd at {}: {} live nodes", coordinator_->id(), opts_.gpus,
                    cfg_.etcd, membership_->members().size());
     // Every record (on start: each one there is) commits what it decides or brings this node to it.
-    etcd_->start([c = coordinator_](const KeyedRecord& record) { c->on_record(record); });
+    etcd_->start([f = follower_.get()](const KeyedRecord& record) { f->on_record(record); });
   } else if (cfg_.cluster) {
     ptc::log::info("node {} of a {}-node cluster ({} GPUs)", coordinator_->id(), cfg_.cluster->nodes.size(),
                    cfg_.cluster->total_gpus());
   }
   // A node that was down while its peers repartitioned catches up with them.
   const auto stopping = [this] { return stopping_.load(); };
-  if (coordinator_) catch_up_ = std::thread([c = coordinator_, stopping] { c->catch_up(stopping); });
+  if (follower_) catch_up_ = std::thread([f = follower_.get(), stopping] { f->catch_up(stopping); });
   save_committer_ =
       std::make_unique<Ticker>(saves_ready_, std::chrono::seconds(5), [this](unsigned tick) { commit_saves(tick); });
   ticker_ = std::make_unique<Ticker>(never_, std::chrono::seconds(1), [this](unsigned tick) { this->tick(tick); });
   // A node that missed a change while it stayed up (unreachable for a while; the others went on
   // without it) takes their versions of steps and datasets, as after a restart: on its own
   // thread, since asking a peer that is down waits for the peer timeout. Statically every 10 s;
-  // with etcd the change's record brings the step (Coordinator::on_record) and wakes this for
-  // the datasets, tried on the next few ticks of 2 s.
-  if (coordinator_) {
+  // with etcd a record this node is behind on (Follower::on_record) wakes this, and the steps
+  // and datasets are caught up at once and on the next few ticks of 2 s.
+  if (follower_) {
     if (etcd_) {
       caught_up_ =
           std::make_unique<Ticker>(catch_up_signal_, std::chrono::seconds(2),
-                                   [c = coordinator_, stopping](unsigned) { c->catch_up_if_behind(stopping); });
+                                   [f = follower_.get(), stopping](unsigned) { f->catch_up_if_behind(stopping); });
     } else {
       caught_up_ = std::make_unique<Ticker>(catch_up_signal_, std::chrono::seconds(10),
-                                            [c = coordinator_, stopping](unsigned) { c->catch_up(stopping); });
+                                            [f = follower_.get(), stopping](unsigned) { f->catch_up(stopping); });
     }
   }
   // With etcd the mount answers once this node serves what etcd records (until then a process
@@ -262,7 +264,7 @@ void Node::catch_up_before_serving() {
   while (!stopping_) {
     const auto now = std::chrono::steady_clock::now();
     if (etcd_->synced()) {
-      behind = coordinator_->catch_up_records(stopping);
+      behind = follower_->catch_up_records(stopping);
       if (behind.empty()) {
         if (now - t0 > std::chrono::seconds(1))
           ptc::log::info("caught up with etcd's records in {:.1f} s; the mount answers",

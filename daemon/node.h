@@ -37,6 +37,8 @@ class PeerBackend;
 class RpcServer;
 }  // namespace transport
 class Coordinator;
+class Follower;
+class LocalRunner;
 class ControlService;
 class DirectServer;
 class EtcdMembership;
@@ -97,8 +99,10 @@ class Node {
   std::unique_ptr<SaveService> saves_;
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<PeerClient> peer_client_;
-  std::unique_ptr<ChangeRunner> runner_;
-  Coordinator* coordinator_ = nullptr;  // runner_, on a cluster
+  std::unique_ptr<LocalRunner> local_runner_;  // one node
+  std::unique_ptr<Coordinator> coordinator_;   // a cluster, with follower_
+  std::unique_ptr<Follower> follower_;
+  ChangeRunner* runner_ = nullptr;  // local_runner_ or coordinator_
   std::unique_ptr<fs::Filesystem> fs_;
   std::unique_ptr<DirectServer> direct_;
   std::unique_ptr<transport::RpcServer> server_;
@@ -116,7 +120,7 @@ class Node {
   Signal never_;
   std::unique_ptr<Ticker> ticker_;
   Signal catch_up_signal_;             // its own: a ticker's end stops every ticker of its signal
-  std::unique_ptr<Ticker> caught_up_;  // on a cluster: Coordinator::catch_up (static), catch_up_if_behind (etcd)
+  std::unique_ptr<Ticker> caught_up_;  // on a cluster: Follower::catch_up (static), catch_up_if_behind (etcd)
 };
 
 }  // namespace ptcfs

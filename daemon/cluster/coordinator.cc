@@ -1,6 +1,6 @@
 // The coordinator (daemon/cluster/coordinator.h): imports, repartitions and removals across
-// every node, in two phases (daemon/cluster/two_phase.h); the state of every node; catching up
-// after a restart.
+// every node, in two phases (daemon/cluster/two_phase.h); the state of every node. Catching up
+// is the follower's (daemon/cluster/follower.h).
 #include "daemon/cluster/coordinator.h"
 
 #include <algorithm>
@@ -48,13 +48,6 @@ std::vector<std::string> Coordinator::placement_or_all(const std::vector<std::st
   std::vector<std::string> all;
   for (int n : members_.members()) all.push_back(name_of(n));
   return all;
-}
-
-std::vector<int> Coordinator::others() const {
-  std::vector<int> out;
-  for (int n : members_.members())
-    if (n != peers_.self()) out.push_back(n);
-  return out;
 }
 
 ptc::Result<ImportResult> Coordinator::import(const ImportRequest& req, const PhaseProgress& progress) {
@@ -223,156 +216,6 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
                  name, res.from.to_string(), res.to.to_string(), up.size(), res.version, res.bytes_moved, res.bytes_min,
                  res.seconds);
   return res;
-}
-
-bool Coordinator::catch_up_step(const std::string& job, const std::string& step, uint64_t at_least) {
-  const std::string name = job + "/" + step;
-  const std::shared_ptr<const StepVersion> v = current_version(store_, job, step).value_or(nullptr);
-  const uint64_t have = v ? v->version() : 0;
-  const std::vector<int> peers = others();
-  auto answers = peers_.state(peers, StateRequest{job, step});
-  std::optional<StepState> newest;
-  for (auto& s : answers) {
-    if (!s) {
-      if (s.status().code() == ptc::Code::kInvalidArgument)
-        ptc::log::warn("catching up {}: {}", name, s.status().to_string());
-      continue;
-    }
-    if (s->version > std::max(have, newest ? newest->version : 0)) newest = std::move(s).value();
-  }
-  if (!newest || newest->version < at_least) return false;
-  auto layout = ptc::Layout::make(newest->ptc, newest->ptc.parallelism);
-  if (!layout) return false;
-  StepPlacement placement;
-  placement.nodes = newest->nodes;
-  placement.gpus = newest->gpus;
-  placement.held.assign(layout->shards().size(), false);
-  // A step saved into the mounts is held where it was written, not where the ranks go: read
-  // from those nodes (else every read here fails until the next repartition).
-  if (!newest->holders.empty()) {
-    if (newest->holders.size() != layout->shards().size()) {
-      ptc::log::warn("catching up {}: the peer names holders of {} shards, the layout has {}", name,
-                     newest->holders.size(), layout->shards().size());
-      return false;
-    }
-    placement.holders = newest->holders;
-  }
-  const size_t nshards = layout->shards().size();
-  PreparedChange change(store_);
-  change.replaced = v;
-  change.next = store_.new_version(job, step, newest->version, std::move(layout).value(),
-                                   std::vector<std::vector<StoredSlice>>(nshards), std::move(placement));
-  if (auto s = change.claim(store_, v ? Claim::kChangeStep : Claim::kNewStep, job, step); !s) {
-    ptc::log::warn("catching up {}: {}", name, s.to_string());
-    return false;
-  }
-  if (auto s = commit_change(store_, change); !s) {
-    ptc::log::warn("catching up {}: {}", name, s.to_string());
-    return false;
-  }
-  ptc::log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name,
-                 newest->version);
-  return true;
-}
-
-size_t Coordinator::catch_up(const std::function<bool()>& stopping) {
-  size_t caught = 0;
-  const auto snap = store_.snapshot();  // commits below publish new snapshots; this one stays valid
-  for (const auto& [key, v] : snap->steps) {
-    if (stopping && stopping()) return caught;
-    if (!v->placement().nodes.empty() && catch_up_step(key.first, key.second, 0)) ++caught;
-  }
-  return caught + catch_up_datasets(stopping);
-}
-
-void Coordinator::behind() {
-  behind_tries_ = 6;  // one now, then on the ticker's next ones: the others commit just after their record
-  if (wake_) wake_();
-}
-
-bool Coordinator::catch_up_if_behind(const std::function<bool()>& stopping) {
-  int tries = behind_tries_.load();
-  while (tries > 0 && !behind_tries_.compare_exchange_weak(tries, tries - 1)) {
-  }
-  if (tries <= 0) return false;
-  catch_up_datasets(stopping);
-  return true;
-}
-
-void Coordinator::on_record(const KeyedRecord& rec) {
-  ledger_.note(rec);
-  const std::string& tx = rec.tx();
-  if (!tx.empty() && local_.commit_decided(tx)) return;  // prepared here: the record is its commit
-  // A change prepared here against what this record replaced can never commit now.
-  local_.drop_superseded(rec.key, tx, rec.version(), rec.removed());
-  if (!rec.is_step()) {
-    // A dataset's record this node did not commit (it missed the change, or prepared it late):
-    // brought to the others' version, on the catch-up ticker.
-    const auto have = current_dataset(store_, rec.job, rec.name);
-    if (have && (*have)->version() < rec.version()) behind();
-    return;
-  }
-  const std::string& job = rec.job;
-  const std::string& step = rec.name;
-  auto have = [&] {
-    auto v = current_version(store_, job, step);
-    return v ? (*v)->version() : uint64_t{0};
-  };
-  if (rec.removed()) {
-    if (have() != 0) remove_recorded(job, step);
-    return;
-  }
-  const uint64_t version = rec.version();
-  const bool was_behind = have() < version;
-  // The nodes that took part commit at about the time this record appears: give them a moment.
-  bool caught = false;
-  for (int attempt = 0; attempt < 5 && !caught; ++attempt) {
-    caught = have() >= version || catch_up_step(job, step, version);
-    if (!caught) std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
-  }
-  if (!caught)
-    ptc::log::warn("{}/{}: etcd records version {}, and no other node serves it yet; this node stays at {}", job, step,
-                   version, have());
-  // A repartition re-splits the job's datasets in its commit, under the step's record alone: a
-  // node that missed it takes the datasets' new versions from the others too.
-  if (!was_behind) return;
-  const auto snap = store_.snapshot();
-  const auto first = snap->datasets.lower_bound({job, ""});
-  if (first != snap->datasets.end() && first->first.first == job) behind();
-}
-
-void Coordinator::remove_recorded(const std::string& job, const std::string& step) {
-  auto change = prepare_removal(store_, job, step);
-  const ptc::Status s = change ? commit_change(store_, *change) : change.status();
-  if (s)
-    ptc::log::info("{}/{} was removed on the other nodes (etcd records it); removed here too", job, step);
-  else
-    ptc::log::warn("{}/{} is removed in etcd but not here: {}", job, step, s.to_string());
-}
-
-std::vector<RecordMark> Coordinator::catch_up_records(const std::function<bool()>& stopping) {
-  const RecordLedger::Served served = [this](const RecordMark& m) -> uint64_t {
-    if (m.step) {
-      auto v = current_version(store_, m.job, m.name);
-      return v ? (*v)->version() : 0;
-    }
-    auto d = current_dataset(store_, m.job, m.name);
-    return d ? (*d)->version() : 0;
-  };
-  auto behind = ledger_.behind(served);
-  if (behind.empty()) return behind;
-  bool datasets = false;
-  for (const auto& m : behind) {
-    if (stopping && stopping()) return behind;
-    if (!m.step)
-      datasets = true;
-    else if (m.removed)
-      remove_recorded(m.job, m.name);
-    else
-      catch_up_step(m.job, m.name, m.version);
-  }
-  if (datasets) catch_up_datasets(stopping);
-  return ledger_.behind(served);
 }
 
 ptc::Status Coordinator::remove(const RemoveRequest& req) {

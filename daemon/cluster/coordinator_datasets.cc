@@ -4,7 +4,8 @@
 //   pending sample table; every other node pulls that table (peer.dataset_table, verified
 //   by its XXH3) and records the dataset with the same home; then all commit, or none.
 // - progress: every reachable node prepares the new position, then all commit.
-// - catch-up: a node that was down takes the newest position from its peers.
+// - catch-up (the follower's, daemon/cluster/follower.h): a node that was down takes the
+//   newest position from its peers.
 // Reads of samples held by the home are the peer reader's (daemon/cluster/peer_reader.h).
 #include "daemon/cluster/change_record.h"
 #include "daemon/cluster/coordinator.h"
@@ -62,50 +63,6 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> Coordinator::dataset_progress
                   nullptr};
   PTC_RETURN_IF_ERROR(two_phase_.run(prior, std::move(spec)).status());
   return check.datasets.front().next;
-}
-
-size_t Coordinator::catch_up_datasets(const std::function<bool()>& stopping) {
-  const std::vector<int> peers = others();
-  size_t caught = 0;
-  const auto snap = store_.snapshot();
-  for (const auto& [key, v] : snap->datasets) {
-    if (stopping && stopping()) return caught;
-    const std::string name = key.first + "/" + key.second;
-    std::optional<DatasetState> newest;
-    for (const auto& s : peers_.dataset_state(peers, DatasetStateRequest{key.first, key.second})) {
-      if (!s || s->table_xxh3 != v->source().table_xxh3()) continue;
-      if (s->version > (newest ? newest->version : v->version())) newest = *s;
-    }
-    if (!newest) continue;
-    // A change of it prepared here and decided without this node (it prepared late, or missed
-    // the word) would hold its claim until it expires: the others' version replaces it. Only
-    // one held a while: a change whose commit is just now reaching the nodes is held here too.
-    local_.drop_superseded(etcd_dataset_key(key.first, key.second), "", newest->version, false,
-                           std::chrono::seconds(10));
-    ptc::DatasetPosition pos;
-    pos.dp = static_cast<int>(newest->dp);
-    pos.epoch = newest->epoch;
-    pos.consumed = newest->consumed;
-    pos.batch_offset = newest->batch_offset;
-    ptc::DatasetSpec spec = v->spec();
-    if (newest->global_batch) spec.global_batch = newest->global_batch;
-    if (!ptc::check_spec(spec) || !ptc::check_position(spec, pos)) continue;
-    // Take the peers' version number, so later changes agree on it.
-    PreparedChange change;
-    change.datasets = {{v->with_position(pos, newest->version, spec.global_batch), v}};
-    // Not under a change prepared here (a kept repartition that re-splits it commits it itself).
-    if (auto s = change.claim_datasets(store_); !s) {
-      ptc::log::warn("catching up dataset {}: {}; tried again later", name, s.to_string());
-      continue;
-    }
-    if (auto s = commit_change(store_, change); !s) {
-      ptc::log::warn("catching up dataset {}: {}", name, s.to_string());
-      continue;
-    }
-    ptc::log::info("dataset {} moved to version {} while this node was down; caught up", name, newest->version);
-    ++caught;
-  }
-  return caught;
 }
 
 }  // namespace ptcfs

@@ -1,0 +1,216 @@
+// The follower (daemon/cluster/follower.h): a node brought to what the others committed
+// without it.
+#include "daemon/cluster/follower.h"
+
+#include <chrono>
+#include <thread>
+
+#include "daemon/cluster/change_record.h"
+#include "daemon/dataset/dataset_ops.h"
+#include "daemon/reshard/repartition.h"
+#include "daemon/store/prepared.h"
+#include "ptc/base/log.h"
+
+namespace ptcfs {
+
+std::vector<int> Follower::others() const {
+  std::vector<int> out;
+  for (int n : members_.members())
+    if (n != peers_.self()) out.push_back(n);
+  return out;
+}
+
+bool Follower::catch_up_step(const std::string& job, const std::string& step, uint64_t at_least) {
+  const std::string name = job + "/" + step;
+  const std::shared_ptr<const StepVersion> v = current_version(store_, job, step).value_or(nullptr);
+  const uint64_t have = v ? v->version() : 0;
+  const std::vector<int> peers = others();
+  auto answers = peers_.state(peers, StateRequest{job, step});
+  std::optional<StepState> newest;
+  for (auto& s : answers) {
+    if (!s) {
+      if (s.status().code() == ptc::Code::kInvalidArgument)
+        ptc::log::warn("catching up {}: {}", name, s.status().to_string());
+      continue;
+    }
+    if (s->version > std::max(have, newest ? newest->version : 0)) newest = std::move(s).value();
+  }
+  if (!newest || newest->version < at_least) return false;
+  auto layout = ptc::Layout::make(newest->ptc, newest->ptc.parallelism);
+  if (!layout) return false;
+  StepPlacement placement;
+  placement.nodes = newest->nodes;
+  placement.gpus = newest->gpus;
+  placement.held.assign(layout->shards().size(), false);
+  // A step saved into the mounts is held where it was written, not where the ranks go: read
+  // from those nodes (else every read here fails until the next repartition).
+  if (!newest->holders.empty()) {
+    if (newest->holders.size() != layout->shards().size()) {
+      ptc::log::warn("catching up {}: the peer names holders of {} shards, the layout has {}", name,
+                     newest->holders.size(), layout->shards().size());
+      return false;
+    }
+    placement.holders = newest->holders;
+  }
+  const size_t nshards = layout->shards().size();
+  PreparedChange change(store_);
+  change.replaced = v;
+  change.next = store_.new_version(job, step, newest->version, std::move(layout).value(),
+                                   std::vector<std::vector<StoredSlice>>(nshards), std::move(placement));
+  if (auto s = change.claim(store_, v ? Claim::kChangeStep : Claim::kNewStep, job, step); !s) {
+    ptc::log::warn("catching up {}: {}", name, s.to_string());
+    return false;
+  }
+  if (auto s = commit_change(store_, change); !s) {
+    ptc::log::warn("catching up {}: {}", name, s.to_string());
+    return false;
+  }
+  ptc::log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name,
+                 newest->version);
+  return true;
+}
+
+size_t Follower::catch_up(const std::function<bool()>& stopping) {
+  size_t caught = 0;
+  const auto snap = store_.snapshot();  // commits below publish new snapshots; this one stays valid
+  for (const auto& [key, v] : snap->steps) {
+    if (stopping && stopping()) return caught;
+    if (!v->placement().nodes.empty() && catch_up_step(key.first, key.second, 0)) ++caught;
+  }
+  return caught + catch_up_datasets(stopping);
+}
+
+void Follower::behind() {
+  behind_tries_ = 6;  // one now, then on the ticker's next ones: the others commit just after their record
+  if (wake_) wake_();
+}
+
+bool Follower::catch_up_if_behind(const std::function<bool()>& stopping) {
+  int tries = behind_tries_.load();
+  while (tries > 0 && !behind_tries_.compare_exchange_weak(tries, tries - 1)) {
+  }
+  if (tries <= 0) return false;
+  // The nodes that took part commit at about the time a record appears: a few quick tries.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const auto left = catch_up_records(stopping);
+    if (left.empty() || (stopping && stopping())) break;
+    if (attempt == 4) {
+      ptc::log::warn("etcd records {} (and {} more), and no other node serves it yet; tried again on the next ticks",
+                     left.front().what(), left.size() - 1);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
+  }
+  catch_up_datasets(stopping);  // a repartition's re-split of them has no record of its own
+  return true;
+}
+
+void Follower::on_record(const KeyedRecord& rec) {
+  ledger_.note(rec);
+  const std::string& tx = rec.tx();
+  if (!tx.empty() && local_.commit_decided(tx)) return;  // prepared here: the record is its commit
+  // A change prepared here against what this record replaced can never commit now.
+  local_.drop_superseded(rec.key, tx, rec.version(), rec.removed());
+  if (!rec.is_step()) {
+    // A dataset's record this node did not commit (it missed the change, or prepared it late):
+    // brought to the others' version, on the catch-up ticker.
+    const auto have = current_dataset(store_, rec.job, rec.name);
+    if (have && (*have)->version() < rec.version()) behind();
+    return;
+  }
+  const std::string& job = rec.job;
+  const std::string& step = rec.name;
+  auto have = [&] {
+    auto v = current_version(store_, job, step);
+    return v ? (*v)->version() : uint64_t{0};
+  };
+  if (rec.removed()) {
+    if (have() != 0) remove_recorded(job, step);
+    return;
+  }
+  // Behind: caught up on the catch-up ticker (the watch thread goes on with later records), and
+  // a repartition re-splits the job's datasets in its commit, under the step's record alone: a
+  // node that missed it takes the datasets' new versions from the others too.
+  const bool was_behind = have() < rec.version();
+  if (was_behind) behind();
+}
+
+void Follower::remove_recorded(const std::string& job, const std::string& step) {
+  auto change = prepare_removal(store_, job, step);
+  const ptc::Status s = change ? commit_change(store_, *change) : change.status();
+  if (s)
+    ptc::log::info("{}/{} was removed on the other nodes (etcd records it); removed here too", job, step);
+  else
+    ptc::log::warn("{}/{} is removed in etcd but not here: {}", job, step, s.to_string());
+}
+
+std::vector<RecordMark> Follower::catch_up_records(const std::function<bool()>& stopping) {
+  const RecordLedger::Served served = [this](const RecordMark& m) -> uint64_t {
+    if (m.step) {
+      auto v = current_version(store_, m.job, m.name);
+      return v ? (*v)->version() : 0;
+    }
+    auto d = current_dataset(store_, m.job, m.name);
+    return d ? (*d)->version() : 0;
+  };
+  auto behind = ledger_.behind(served);
+  if (behind.empty()) return behind;
+  bool datasets = false;
+  for (const auto& m : behind) {
+    if (stopping && stopping()) return behind;
+    if (!m.step)
+      datasets = true;
+    else if (m.removed)
+      remove_recorded(m.job, m.name);
+    else
+      catch_up_step(m.job, m.name, m.version);
+  }
+  if (datasets) catch_up_datasets(stopping);
+  return ledger_.behind(served);
+}
+
+size_t Follower::catch_up_datasets(const std::function<bool()>& stopping) {
+  const std::vector<int> peers = others();
+  size_t caught = 0;
+  const auto snap = store_.snapshot();
+  for (const auto& [key, v] : snap->datasets) {
+    if (stopping && stopping()) return caught;
+    const std::string name = key.first + "/" + key.second;
+    std::optional<DatasetState> newest;
+    for (const auto& s : peers_.dataset_state(peers, DatasetStateRequest{key.first, key.second})) {
+      if (!s || s->table_xxh3 != v->source().table_xxh3()) continue;
+      if (s->version > (newest ? newest->version : v->version())) newest = *s;
+    }
+    if (!newest) continue;
+    // A change of it prepared here and decided without this node (it prepared late, or missed
+    // the word) would hold its claim until it expires: the others' version replaces it. Only
+    // one held a while: a change whose commit is just now reaching the nodes is held here too.
+    local_.drop_superseded(etcd_dataset_key(key.first, key.second), "", newest->version, false,
+                           std::chrono::seconds(10));
+    ptc::DatasetPosition pos;
+    pos.dp = static_cast<int>(newest->dp);
+    pos.epoch = newest->epoch;
+    pos.consumed = newest->consumed;
+    pos.batch_offset = newest->batch_offset;
+    ptc::DatasetSpec spec = v->spec();
+    if (newest->global_batch) spec.global_batch = newest->global_batch;
+    if (!ptc::check_spec(spec) || !ptc::check_position(spec, pos)) continue;
+    // Take the peers' version number, so later changes agree on it.
+    PreparedChange change;
+    change.datasets = {{v->with_position(pos, newest->version, spec.global_batch), v}};
+    // Not under a change prepared here (a kept repartition that re-splits it commits it itself).
+    if (auto s = change.claim_datasets(store_); !s) {
+      ptc::log::warn("catching up dataset {}: {}; tried again later", name, s.to_string());
+      continue;
+    }
+    if (auto s = commit_change(store_, change); !s) {
+      ptc::log::warn("catching up dataset {}: {}", name, s.to_string());
+      continue;
+    }
+    ptc::log::info("dataset {} moved to version {} while this node was down; caught up", name, newest->version);
+    ++caught;
+  }
+  return caught;
+}
+
+}  // namespace ptcfs

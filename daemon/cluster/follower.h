@@ -1,0 +1,76 @@
+// The follower: the half of a cluster node that takes what the others committed without it
+// (docs/ARCHITECTURE.md "What holds under faults"). The coordinator (daemon/cluster/coordinator.h)
+// makes changes; the follower applies etcd's records as the watch delivers them and catches a
+// node up after a restart or a time away:
+//
+// - on_record, on the watch thread: a record that decides a change prepared here commits it; a
+//   change prepared here that a record passed is dropped; a removal is applied. Anything else
+//   this node is behind on wakes the catch-up ticker (no peer is asked on the watch thread, so
+//   later records never queue behind a slow peer).
+// - catch_up_records: brings the node to every record it is behind on (RecordLedger), asking
+//   peers for the versions they serve. The node serves its mount once nothing is left.
+// - catch_up (after a restart, and every 10 s on a static cluster, where there are no records):
+//   every step to the newest version its peers serve, every dataset to the newest position.
+//
+// Thread-safety: all methods may be called concurrently (the watch, the tickers, the node's
+// start); two catch-ups of one step or dataset meet at its claim, and the second tries later.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "daemon/cluster/etcd_record.h"
+#include "daemon/cluster/membership.h"
+#include "daemon/cluster/peer_client.h"
+#include "daemon/cluster/peer_service.h"
+#include "daemon/cluster/record_ledger.h"
+#include "daemon/store/store.h"
+
+namespace ptcfs {
+
+class Follower {
+ public:
+  // Everything must outlive this object; `peers` asks the other nodes what they serve, `local`
+  // holds this node's prepared changes, `members` says who the others are.
+  Follower(Store& store, PeerClient& peers, PeerService& local, Membership& members)
+      : store_(store), peers_(peers), local_(local), members_(members) {}
+
+  // A record written in etcd (EtcdMembership's watch; on start, every record there is).
+  void on_record(const KeyedRecord& record);
+  // Called when on_record finds this node behind (the node's catch-up ticker's signal).
+  void on_behind(std::function<void()> wake) { wake_ = std::move(wake); }
+  // On the catch-up ticker: after on_record found this node behind, a few of its next ticks
+  // catch up on the records and the datasets (the others may commit just after their record
+  // appears). Whether one was made.
+  bool catch_up_if_behind(const std::function<bool()>& stopping = {});
+  // Brings this node to every record the watch delivered that it is behind on (a step at an
+  // older version or missing, a step removed, a dataset's older position); what it is still
+  // behind on.
+  std::vector<RecordMark> catch_up_records(const std::function<bool()>& stopping = {});
+  // Every step placed on nodes to the newest version its peers serve (holding none of it; its
+  // old blobs are then collected), every dataset to the newest position. How many moved.
+  // `stopping` (may be empty) ends it early, between one step or dataset and the next.
+  size_t catch_up(const std::function<bool()>& stopping = {});
+  size_t catch_up_datasets(const std::function<bool()>& stopping = {});
+
+ private:
+  std::vector<int> others() const;
+  // Brings job/step to the newest version its peers have (at least `at_least`), holding none
+  // of it; whether it moved.
+  bool catch_up_step(const std::string& job, const std::string& step, uint64_t at_least);
+  void remove_recorded(const std::string& job, const std::string& step);  // etcd records it removed
+  void behind();                                                          // tries counted afresh, the ticker woken
+
+  Store& store_;
+  PeerClient& peers_;
+  PeerService& local_;
+  Membership& members_;
+  std::function<void()> wake_;
+  std::atomic<int> behind_tries_{0};
+  RecordLedger ledger_;  // the newest record of each key the watch delivered
+};
+
+}  // namespace ptcfs
