@@ -212,11 +212,12 @@ ptc::Result<Record> EtcdMembership::read(const std::string& key) {
   return r;
 }
 
-ptc::Result<bool> EtcdMembership::decide(const std::string& key, int64_t revision, const json& value) {
+ptc::Result<bool> EtcdMembership::decide(const std::string& key, int64_t revision, const json& value, int64_t lease) {
   PTC_RETURN_IF_ERROR(can_change());
-  return etcd_->txn({transport::EtcdCompare::mod_is(key, revision),
-                     transport::EtcdCompare::lease_is(node_key(options_.id), lease_.load())},
-                    {transport::EtcdWrite::put(key, value.dump())});
+  if (lease != lease_.load()) return false;  // the lease it was prepared under ended
+  return etcd_->txn(
+      {transport::EtcdCompare::mod_is(key, revision), transport::EtcdCompare::lease_is(node_key(options_.id), lease)},
+      {transport::EtcdWrite::put(key, value.dump())});
 }
 
 ptc::Status EtcdMembership::lock(const std::string& key) {

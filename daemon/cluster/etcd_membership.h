@@ -61,7 +61,8 @@ class EtcdMembership final : public Membership {
   int64_t lease() const override { return lease_.load(); }
   bool lease_alive(const std::string& id, int64_t lease) const override;
   ptc::Result<Record> read(const std::string& key) override;
-  ptc::Result<bool> decide(const std::string& key, int64_t revision, const nlohmann::json& value) override;
+  ptc::Result<bool> decide(const std::string& key, int64_t revision, const nlohmann::json& value,
+                           int64_t lease) override;
   std::chrono::milliseconds decision_window() const override { return std::chrono::seconds(options_.lease_ttl_s); }
   ptc::Status lock(const std::string& key) override;
   void unlock(const std::string& key) override;

@@ -61,6 +61,13 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
     ptc::log::warn("catching up {}: {}", name, s.to_string());
     return false;
   }
+  // Planned against `v`: a commit since (this node's own part of the step, a kept change that
+  // committed on its record while the peers were asked) is newer than anything caught up here,
+  // and holds what this node wrote; replacing it would leave the node holding none of it.
+  if (current_version(store_, job, step).value_or(nullptr) != v) {
+    ptc::log::info("catching up {}: committed here meanwhile; nothing to catch up", name);
+    return false;
+  }
   if (auto s = commit_change(store_, change); !s) {
     ptc::log::warn("catching up {}: {}", name, s.to_string());
     return false;

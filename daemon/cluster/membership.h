@@ -54,9 +54,13 @@ class Membership {
   virtual bool lease_alive(const std::string& id, int64_t lease) const = 0;
   virtual ptc::Result<Record> read(const std::string& key) = 0;
   // The commit decision: writes `value` under `key` if the key is still at `revision` (0: it
-  // must not exist) and this node's lease lives. false: the check failed (another change won,
-  // or the lease is gone); an error: etcd did not answer, the outcome is unknown.
-  virtual ptc::Result<bool> decide(const std::string& key, int64_t revision, const nlohmann::json& value) = 0;
+  // must not exist) and this node still holds `lease`. false: the check failed (another change
+  // won, or the lease is gone); an error: etcd did not answer, the outcome is unknown.
+  // `lease`: the lease the change was prepared under (its participants drop their parts when it
+  // ends); the check fails when this node holds another one now (it lost that lease, stopped or
+  // cut off past its TTL, and registered again), since the parts it would commit may be gone.
+  virtual ptc::Result<bool> decide(const std::string& key, int64_t revision, const nlohmann::json& value,
+                                   int64_t lease) = 0;
   // How long a coordinator may go on asking for a decision whose outcome is unknown (etcd
   // lost a member and elects a leader; this node is fenced for an instant): the lease's TTL,
   // after which the lease check fails and no retry can win anyway. Zero in static mode.
@@ -82,7 +86,7 @@ class StaticMembership final : public Membership {
   int64_t lease() const override { return 0; }
   bool lease_alive(const std::string&, int64_t) const override { return true; }
   ptc::Result<Record> read(const std::string&) override { return Record{}; }
-  ptc::Result<bool> decide(const std::string&, int64_t, const nlohmann::json&) override { return true; }
+  ptc::Result<bool> decide(const std::string&, int64_t, const nlohmann::json&, int64_t) override { return true; }
   std::chrono::milliseconds decision_window() const override { return std::chrono::milliseconds(0); }
   ptc::Status lock(const std::string&) override { return ptc::Status::ok(); }
   void unlock(const std::string&) override {}

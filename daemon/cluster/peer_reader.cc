@@ -1,6 +1,7 @@
 #include "daemon/cluster/peer_reader.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "daemon/cluster/change_record.h"
 #include "daemon/cluster/nodes.h"
@@ -36,8 +37,25 @@ ptc::Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(cons
     for (const auto& ids : v.placement().holders)
       for (const auto& id : ids) all_known = all_known && table->find(id) >= 0;
   } else {
-    PTC_ASSIGN_OR_RETURN(h,
-                         ptc::shard_nodes_on(v.layout(), *peers_.cluster(), v.placement().nodes, v.placement().gpus));
+    // A node of the placement this node does not know (as above) stands at the end of a copy of
+    // the table, to place the ranks; its shards are read from the others that hold them.
+    const auto table = peers_.cluster();
+    std::optional<ptc::ClusterConfig> with;
+    for (const auto& id : v.placement().nodes) {
+      if (table->find(id) >= 0 || (with && with->find(id) >= 0)) continue;
+      if (v.placement().gpus.empty())  // its GPUs place ranks, and only its registration says them
+        return ptc::error(ptc::Code::kUnavailable,
+                          v.job() + "/" + v.step() + " is placed on node " + id + ", not in the cluster now");
+      if (!with) with = *table;
+      with->nodes.push_back({id, "", 1});
+      all_known = false;
+    }
+    PTC_ASSIGN_OR_RETURN(
+        h, ptc::shard_nodes_on(v.layout(), with ? *with : *table, v.placement().nodes, v.placement().gpus));
+    const int known = static_cast<int>(table->nodes.size());
+    if (with)
+      for (auto& nodes : h)
+        nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [&](int n) { return n >= known; }), nodes.end());
   }
   auto shared = std::make_shared<const Holders>(std::move(h));
   // A holder this node does not know (it started while that node was out of etcd) is added to
@@ -65,7 +83,7 @@ ptc::Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, si
       return ptc::error(ptc::Code::kUnavailable,
                         "shard " + shard.name() + " is held by node " + who + ", not in the cluster now");
     }
-    return ptc::error(ptc::Code::kUnavailable, "shard " + shard.name() + " is held by no node");
+    return ptc::error(ptc::Code::kUnavailable, "shard " + shard.name() + " is held by no node in the cluster now");
   }
   const ptc::Slice& sl = v.layout().slices(shard)[slice];
   const ptc::TensorSpec& spec = v.layout().tensor(sl);

@@ -146,12 +146,12 @@ ptc::Result<TwoPhase::Prepared> TwoPhase::run(Locked& prior, ChangeSpec spec) {
     return spec.refused.empty() ? failed : failed.with_context(spec.refused);
   }
   if (spec.progress) spec.progress("commit", 0, taking_part.size());
-  PTC_RETURN_IF_ERROR(decide(taking_part, tx, prior, std::move(spec.record), spec.what));
+  PTC_RETURN_IF_ERROR(decide(taking_part, tx, spec.request.lease, prior, std::move(spec.record), spec.what));
   return prepared;
 }
 
-ptc::Status TwoPhase::decide(const std::vector<int>& nodes, const std::string& tx, Locked& prior, ChangeRecord record,
-                             const std::string& what) {
+ptc::Status TwoPhase::decide(const std::vector<int>& nodes, const std::string& tx, int64_t lease, Locked& prior,
+                             ChangeRecord record, const std::string& what) {
   failpoint("coordinator.prepared");
   std::visit(
       [&](auto& r) {
@@ -166,13 +166,13 @@ ptc::Status TwoPhase::decide(const std::vector<int>& nodes, const std::string& t
   // transaction checks the record's revision and this node's lease, so at most one applies,
   // and a read that finds the record moved tells which one did.
   const auto until = std::chrono::steady_clock::now() + members_.decision_window();
-  auto won = members_.decide(key, prior.revision(), value);
+  auto won = members_.decide(key, prior.revision(), value, lease);
   const bool unanswered = !won;
   if (unanswered)
     ptc::log::warn("{}: etcd did not answer the commit ({}); asking again", what, won.status().to_string());
   while (!won && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    won = members_.decide(key, prior.revision(), value);
+    won = members_.decide(key, prior.revision(), value, lease);
   }
   if (unanswered && !(won && *won) && members_.can_change().is_ok()) {
     // An unanswered attempt may have been applied: the record tells.
@@ -230,7 +230,7 @@ void TwoPhase::settle_undecided() {
       commit = true;
     } else if (rec) {
       auto done = rec->revision == u.prior.revision
-                      ? members_.decide(u.key, rec->revision, fence_over(u.key, *rec, u.tx))
+                      ? members_.decide(u.key, rec->revision, fence_over(u.key, *rec, u.tx), members_.lease())
                       : ptc::Result<bool>(true);
       if (!done || !*done) rec = ptc::unavailable("retry");  // read again next time
     }

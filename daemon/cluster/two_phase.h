@@ -152,8 +152,9 @@ class TwoPhase {
   // abort that trying again would not undo (FinishRequest::why).
   ptc::Status finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit,
                          const std::string& why = {});
-  ptc::Status decide(const std::vector<int>& nodes, const std::string& tx, Locked& prior, ChangeRecord record,
-                     const std::string& what);
+  // `lease`: the one the prepare carried (PrepareRequest::lease).
+  ptc::Status decide(const std::vector<int>& nodes, const std::string& tx, int64_t lease, Locked& prior,
+                     ChangeRecord record, const std::string& what);
   // Asks the nodes of `spec` to prepare; `taking_part` gets who commits or aborts it. `checked`:
   // the failure is the spec's check refusing what every node prepared.
   ptc::Status prepare_all(const ChangeSpec& spec, Prepared& out, std::vector<int>& taking_part, bool& checked);

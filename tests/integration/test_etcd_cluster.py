@@ -16,7 +16,7 @@ import pytest
 
 from cluster_util import min_bytes_oracle
 from etcd_util import Etcd, EtcdCluster, live_ids
-from ptcfs_harness import PTCFS, PTCFSD, Checkpoint, Daemon, ls_jobs, require_binaries, verify_step
+from ptcfs_harness import PTCFS, PTCFSD, Checkpoint, Daemon, ls_jobs, read_all, require_binaries, verify_step
 from repartition_util import Oracles, wait_for
 
 LEASE_S = 2
@@ -520,6 +520,32 @@ def test_a_node_restarted_while_a_holder_was_away_reads_from_it_once_it_is_back(
         c.start(1)
         wait_for(lambda: live_ids(c[2]) == ["n0", "n1", "n2"], 15, lambda: f"n2 sees {live_ids(c[2])}")
         verify_step(c[2], "w", "1", ck, full_views=True)
+
+
+def test_a_node_restarted_while_a_placed_node_was_away_reads_its_shards_once_it_is_back(tmp_path):
+    """Found by the chaos soak (seed 1): n1 restarted while n2, on which the rank placement of j/1
+    puts pipeline stage 2, was out of etcd, so n1's node table lacked n2. n1's reads of that stage
+    failed with EINVAL ("node 'n2' is not in the cluster"), as if the step were wrong. They fail as a
+    node that is away (EHOSTUNREACH), the other stages read meanwhile, and all read once n2 is back."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=3, layers=3, hidden=64, vocab=256)
+    oracles = Oracles(root, ck, 0)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start(0, 1, 2)
+        c[0].cli("import", ck.path, "--job", "j", "--step", "1")
+        c[1].stop()
+        c[2].stop()  # a clean stop leaves etcd at once
+        c.start(1)
+        assert live_ids(c[1]) == ["n0", "n1"]
+        with pytest.raises(OSError) as e:
+            read_all(os.path.join(c[1].step_dir("j", "1"), "tp0-pp2.safetensors"))
+        assert e.value.errno == errno.EHOSTUNREACH, e.value
+        with open(oracles((2, 3, 1)).shard_path(1, 1), "rb") as f:
+            assert read_all(os.path.join(c[1].step_dir("j", "1"), "tp1-pp1.safetensors")) == f.read()
+        c.start(2)
+        wait_for(lambda: live_ids(c[1]) == ["n0", "n1", "n2"], 15, lambda: f"n1 sees {live_ids(c[1])}")
+        verify_step(c[1], "j", "1", oracles((2, 3, 1)), full_views=True)
 
 
 def test_a_lock_whose_take_etcd_did_not_answer_is_released_and_freezes_nothing(tmp_path):

@@ -8,21 +8,14 @@
 #include <string>
 
 #include "daemon/cluster/membership.h"
+#include "tests/daemon/cluster/record_fixture.h"
 
 using namespace ptcfs;
 
 namespace {
 
 KeyedRecord step_record(const std::string& step, uint64_t version, bool removed = false) {
-  StepRecord r;
-  r.kind = removed ? "remove" : "repartition";
-  r.version = removed ? 0 : version;
-  r.tx = "t" + std::to_string(version);
-  r.coordinator = "n0";
-  r.removed = removed;
-  auto k = keyed_record(etcd_step_key("j", step), to_json(r));
-  REQUIRE(k.is_ok());
-  return *k;
+  return testing::step_record_of("j", step, version, removed);
 }
 
 KeyedRecord dataset_record(const std::string& name, uint64_t version) {
