@@ -123,7 +123,9 @@ ptc::Status Node::open_store() {
   peer_service_ = std::make_unique<PeerService>(*store_, *peers_, cfg_.node, *membership_, *saves_, prep);
   peer_client_ = std::make_unique<PeerClient>(*peers_, cfg_.node, *peer_service_);
   coordinator_ = std::make_unique<Coordinator>(*store_, *peer_client_, *peer_service_, *membership_);
-  follower_ = std::make_unique<Follower>(*store_, *peer_client_, *peer_service_, *membership_);
+  // A record this node is behind on wakes the catch-up ticker (with etcd; run() starts it).
+  follower_ = std::make_unique<Follower>(*store_, *peer_client_, *peer_service_, *membership_,
+                                         [this] { catch_up_signal_.raise(); });
   runner_ = coordinator_.get();
   peer_service_->restore();  // changes prepared before a restart wait again for their decision
   return ptc::Status::ok();
@@ -200,9 +202,6 @@ ptc::Status Node::serve() {
 }
 
 void Node::run() {
-  // Set before the watch starts (it calls on_record); a raise before the ticker below exists
-  // runs it as soon as it does.
-  if (follower_ && etcd_) follower_->on_behind([this] { catch_up_signal_.raise(); });
   if (etcd_) {
     ptc::log::info("node {} ({} GPUs) in the cluster kept in etcd at {}: {} live nodes", coordinator_->id(), opts_.gpus,
                    cfg_.etcd, membership_->members().size());

@@ -34,14 +34,13 @@ namespace ptcfs {
 class Follower {
  public:
   // Everything must outlive this object; `peers` asks the other nodes what they serve, `local`
-  // holds this node's prepared changes, `members` says who the others are.
-  Follower(Store& store, PeerClient& peers, PeerService& local, Membership& members)
-      : store_(store), peers_(peers), local_(local), members_(members) {}
+  // holds this node's prepared changes, `members` says who the others are. `wake` (may be empty)
+  // is called when on_record finds this node behind: it wakes the node's catch-up ticker.
+  Follower(Store& store, PeerClient& peers, PeerService& local, Membership& members, std::function<void()> wake)
+      : store_(store), peers_(peers), local_(local), members_(members), wake_(std::move(wake)) {}
 
   // A record written in etcd (EtcdMembership's watch; on start, every record there is).
   void on_record(const KeyedRecord& record);
-  // Called when on_record finds this node behind (the node's catch-up ticker's signal).
-  void on_behind(std::function<void()> wake) { wake_ = std::move(wake); }
   // On the catch-up ticker: after on_record found this node behind, a few of its next ticks
   // catch up on the records and the datasets (the others may commit just after their record
   // appears). Whether one was made.
@@ -68,7 +67,7 @@ class Follower {
   PeerClient& peers_;
   PeerService& local_;
   Membership& members_;
-  std::function<void()> wake_;
+  const std::function<void()> wake_;
   std::atomic<int> behind_tries_{0};
   RecordLedger ledger_;  // the newest record of each key the watch delivered
 };

@@ -47,7 +47,7 @@ struct Pair {
         n0_backend(transport::make_tcp_backend(pair(server->address()), "")),
         n0(root + "/n0", *n0_backend, 0),
         n0_client(*n0_backend, 0, n0.service),
-        follower(*n0.store, n0_client, n0.service, n0.members) {
+        follower(*n0.store, n0_client, n0.service, n0.members, [this] { ++woken; }) {
     write_checkpoint(root + "/ckpt", kPtcJson);
     for (Half* h : {&n0, &n1})
       REQUIRE(h->runner.import(ImportRequest{root + "/ckpt", "job", "1", {}, std::nullopt, std::nullopt}, {}).is_ok());
@@ -68,6 +68,7 @@ struct Pair {
   std::unique_ptr<transport::PeerBackend> n0_backend;
   Half n0;
   PeerClient n0_client;
+  int woken = 0;  // the follower's wake-ups of the catch-up ticker
   Follower follower;
 };
 
@@ -77,10 +78,8 @@ TEST_CASE("a follower brings a step to the version a record names, from the node
   TempDir tmp;
   Pair p(tmp.path());
   REQUIRE(p.n1.runner.repartition(RepartitionRequest{"job", "1", ptc::Parallelism{1, 2, 2}, false, {}, 0}, {}).is_ok());
-  int woken = 0;
-  p.follower.on_behind([&] { ++woken; });
   p.follower.on_record(step_record(2));
-  CHECK(woken == 1);  // the watch thread asks no peer: the catch-up ticker does
+  CHECK(p.woken == 1);  // the watch thread asks no peer: the catch-up ticker does
   CHECK(find_step(*p.n0.store, "job", "1")->version() == 1);
   CHECK(p.follower.catch_up_records().empty());
   const auto v = find_step(*p.n0.store, "job", "1");
