@@ -118,28 +118,25 @@ void Follower::on_record(const KeyedRecord& rec) {
   if (!tx.empty() && local_.commit_decided(tx)) return;  // prepared here: the record is its commit
   // A change prepared here against what this record replaced can never commit now.
   local_.drop_superseded(rec.key, tx, rec.version(), rec.removed());
-  if (!rec.is_step()) {
-    // A dataset's record this node did not commit (it missed the change, or prepared it late):
-    // brought to the others' version, on the catch-up ticker.
-    const auto have = current_dataset(store_, rec.job, rec.name);
-    if (have && (*have)->version() < rec.version()) behind();
+  const RecordMark m = mark_of(rec);
+  if (!m.lags(served(m))) return;
+  if (m.step && m.removed) {
+    remove_recorded(m.job, m.name);  // local: at once
     return;
   }
-  const std::string& job = rec.job;
-  const std::string& step = rec.name;
-  auto have = [&] {
-    auto v = current_version(store_, job, step);
-    return v ? (*v)->version() : uint64_t{0};
-  };
-  if (rec.removed()) {
-    if (have() != 0) remove_recorded(job, step);
-    return;
+  // A change this node did not commit (it missed it, or prepared it late): caught up on the
+  // catch-up ticker (the watch thread goes on with later records). A step's record also brings
+  // its job's datasets: a repartition re-splits them in its commit, under the step's record alone.
+  behind();
+}
+
+uint64_t Follower::served(const RecordMark& m) const {
+  if (m.step) {
+    auto v = current_version(store_, m.job, m.name);
+    return v ? (*v)->version() : 0;
   }
-  // Behind: caught up on the catch-up ticker (the watch thread goes on with later records), and
-  // a repartition re-splits the job's datasets in its commit, under the step's record alone: a
-  // node that missed it takes the datasets' new versions from the others too.
-  const bool was_behind = have() < rec.version();
-  if (was_behind) behind();
+  auto d = current_dataset(store_, m.job, m.name);
+  return d ? (*d)->version() : 0;
 }
 
 void Follower::remove_recorded(const std::string& job, const std::string& step) {
@@ -152,14 +149,7 @@ void Follower::remove_recorded(const std::string& job, const std::string& step) 
 }
 
 std::vector<RecordMark> Follower::catch_up_records(const std::function<bool()>& stopping) {
-  const RecordLedger::Served served = [this](const RecordMark& m) -> uint64_t {
-    if (m.step) {
-      auto v = current_version(store_, m.job, m.name);
-      return v ? (*v)->version() : 0;
-    }
-    auto d = current_dataset(store_, m.job, m.name);
-    return d ? (*d)->version() : 0;
-  };
+  const RecordLedger::Served served = [this](const RecordMark& m) { return this->served(m); };
   auto behind = ledger_.behind(served);
   if (behind.empty()) return behind;
   bool datasets = false;

@@ -57,6 +57,7 @@ class Follower {
 
  private:
   std::vector<int> others() const;
+  uint64_t served(const RecordMark& m) const;  // the version this node serves of it; 0: none
   // Brings job/step to the newest version its peers have (at least `at_least`), holding none
   // of it; whether it moved.
   bool catch_up_step(const std::string& job, const std::string& step, uint64_t at_least);

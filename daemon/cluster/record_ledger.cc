@@ -8,8 +8,17 @@ std::string RecordMark::what() const {
   return kind + job + "/" + name + " version " + std::to_string(version);
 }
 
+bool RecordMark::lags(uint64_t have) const {
+  if (removed) return step && have != 0;
+  return step ? have < version : have != 0 && have < version;
+}
+
+RecordMark mark_of(const KeyedRecord& record) {
+  return {record.job, record.name, record.is_step(), record.version(), record.removed()};
+}
+
 void RecordLedger::note(const KeyedRecord& record) {
-  RecordMark m{record.job, record.name, record.is_step(), record.version(), record.removed()};
+  RecordMark m = mark_of(record);
   std::lock_guard lock(mu_);
   newest_[record.key] = std::move(m);  // the watch delivers a key's records in etcd's order
 }
@@ -21,11 +30,8 @@ std::vector<RecordMark> RecordLedger::behind(const Served& served) const {
     for (const auto& [key, m] : newest_) marks.push_back(m);
   }
   std::vector<RecordMark> out;
-  for (auto& m : marks) {
-    const uint64_t have = served(m);
-    const bool lags = m.removed ? (m.step && have != 0) : (m.step ? have < m.version : have != 0 && have < m.version);
-    if (lags) out.push_back(std::move(m));
-  }
+  for (auto& m : marks)
+    if (m.lags(served(m))) out.push_back(std::move(m));
   return out;
 }
 

@@ -24,7 +24,13 @@ struct RecordMark {
   bool removed = false;
 
   std::string what() const;  // "step j/1 version 3", "dataset j/d version 2", "removed step j/1"
+  // Whether a node serving version `have` of it (0: none) is behind on this record: a step at an
+  // older version or missing, a step removed that it still serves, a dataset it serves at an
+  // older version. A dataset it does not have is not counted (a node takes a dataset's position,
+  // never the dataset).
+  bool lags(uint64_t have) const;
 };
+RecordMark mark_of(const KeyedRecord& record);
 
 class RecordLedger {
  public:
@@ -32,9 +38,7 @@ class RecordLedger {
   using Served = std::function<uint64_t(const RecordMark&)>;
 
   void note(const KeyedRecord& record);
-  // The records this node is behind on: a step at an older version or missing, a step etcd
-  // records as removed that it still serves, a dataset it serves at an older version. A dataset
-  // it does not have is not counted (a node takes a dataset's position, never the dataset).
+  // The records this node is behind on (RecordMark::lags).
   std::vector<RecordMark> behind(const Served& served) const;
 
  private:
