@@ -171,6 +171,7 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
 // result as "planned").
 struct Target {
   std::string to, model;
+  std::string chunks;  // a JSON file of the boxes a job will load, per tensor: the tp is derived from them
   int gpus = 0;
   uint64_t global_batch = 0;  // the job's datasets' new global batch (0: unchanged)
 };
@@ -178,8 +179,16 @@ struct Target {
 int cmd_repartition(const Globals& g, const std::string& job, const std::string& step, const Target& target,
                     bool dry_run, const std::vector<std::string>& nodes) {
   std::string to = target.to;
-  json planned;
-  if (!target.model.empty() || target.gpus > 0) {
+  json planned, chunks;
+  if (!target.chunks.empty()) {
+    if (!to.empty() || target.gpus > 0 || !target.model.empty())
+      return fail(ptc::invalid("give one of --to, --chunks, or --gpus and --model"));
+    auto text = ptcfs::cli::read_text_file(target.chunks, size_t{1} << 20);
+    if (!text) return fail(text.status());
+    chunks = json::parse(*text, nullptr, false);
+    if (chunks.is_discarded() || !chunks.is_object())
+      return fail(ptc::invalid(target.chunks + ": expected a JSON object of tensor names to lists of [lo, hi] boxes"));
+  } else if (!target.model.empty() || target.gpus > 0) {
     if (!to.empty()) return fail(ptc::invalid("give --to, or --gpus and --model, not both"));
     if (target.model.empty() || target.gpus <= 0)
       return fail(ptc::invalid("--gpus N and --model MODEL.json go together (the planner picks the configuration)"));
@@ -192,10 +201,15 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
       fmt::print("the planner's best for {} GPUs: {} (micro-batch {}, {:.2f} GiB per GPU, {:.4g} s per step)\n",
                  target.gpus, to, c.micro_batch, best->memory_gb(), best->step_seconds());
   } else if (to.empty()) {
-    return fail(ptc::invalid("give the new configuration: --to tp=T,pp=P,dp=D, or --gpus N --model MODEL.json"));
+    return fail(
+        ptc::invalid("give the new configuration: --to tp=T,pp=P,dp=D, --chunks FILE, or --gpus N --model MODEL.json"));
   }
   ptcfs::cli::ProgressLine line("repartition " + job + "/" + step);
-  json req = {{"op", "repartition"}, {"job", job}, {"step", step}, {"to", to}, {"dry_run", dry_run}};
+  json req = {{"op", "repartition"}, {"job", job}, {"step", step}, {"dry_run", dry_run}};
+  if (chunks.is_null())
+    req["to"] = to;
+  else
+    req["chunks"] = std::move(chunks);
   if (target.global_batch) req["global_batch"] = target.global_batch;
   add_nodes(req, nodes);
   auto r = call(g, req, [&](const json& p) {
@@ -214,6 +228,12 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
            ",dp=" + std::to_string(p["dp"].get<int>());
   };
   const std::string what = job + "/" + step + " " + par(j["from"]) + " -> " + par(j["to"]);
+  if (j.contains("chunks")) {
+    const json& c = j["chunks"];
+    fmt::print("chunks: {} of {} tensors ({} of {}) are each rank's exactly at tp={}\n", c["exact"].get<size_t>(),
+               c["tensors"].get<size_t>(), human_bytes(c["bytes_exact"].get<uint64_t>()),
+               human_bytes(c["bytes"].get<uint64_t>()), j["to"]["tp"].get<int>());
+  }
   auto print_datasets = [&] {
     for (const auto& d : j.value("datasets", json::array())) {
       const uint64_t from_b = d.value("from_global_batch", uint64_t{0}), to_b = d.value("to_global_batch", uint64_t{0});
@@ -334,6 +354,10 @@ int main(int argc, char** argv) {
   rep->add_option("--job", job, "Job name")->required();
   rep->add_option("--step", step, "Step name")->required();
   rep->add_option("--to", target.to, "New configuration, e.g. tp=2,pp=4,dp=1");
+  rep->add_option("--chunks", target.chunks,
+                  "Instead of --to: a JSON file {\"TENSOR\": [[lo, hi], ...]} of the boxes a job at a new mesh "
+                  "will load; the tp whose slices are those boxes is taken, pp and dp kept (docs/FORMATS.md "
+                  "\"Layouts from chunks\")");
   rep->add_option("--gpus", target.gpus, "Instead of --to: the planner's best configuration for N GPUs (with --model)")
       ->check(ptcfs::cli::non_negative());
   rep->add_option("--model", target.model, "MODEL.json for --gpus (docs/PLANNER.md)");

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "daemon/control/chunk_request.h"
 #include "daemon/control/progress.h"
 #include "daemon/control/results.h"
 #include "daemon/reshard/repartition.h"
@@ -239,16 +240,27 @@ ptc::Result<json> ControlService::import(const json& req, const transport::Progr
 }
 
 ptc::Result<json> ControlService::repartition(const json& req, const transport::ProgressSink& progress) {
-  PTC_RETURN_IF_ERROR(
-      ptc::check_members(req, {"op", "job", "step", "to", "dry_run", "nodes", "global_batch"}, "repartition request"));
+  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "to", "chunks", "dry_run", "nodes", "global_batch"},
+                                         "repartition request"));
   RepartitionRequest r;
   if (req.contains("nodes")) {
     PTC_ASSIGN_OR_RETURN(r.nodes, ptc::member_strings(req, "nodes"));
   }
   PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(req, "job"));
   PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(req, "step"));
-  PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string(req, "to"));
-  PTC_ASSIGN_OR_RETURN(r.to, ptc::parse_parallelism(to));
+  if (req.contains("to") == req.contains("chunks"))
+    return ptc::invalid("repartition request: give either to or chunks");
+  json match;
+  if (req.contains("chunks")) {  // the tp whose slices are the chunks a job will load
+    PTC_ASSIGN_OR_RETURN(auto current, current_version(store_, r.job, r.step));
+    const auto& layout = current->layout();
+    PTC_ASSIGN_OR_RETURN(ChunkRequest chunks, parse_chunk_request(req["chunks"], layout.ptc()));
+    r.to = parallelism_for(chunks, layout.ptc(), layout.parallelism());
+    match = chunk_match(chunks, layout.ptc(), r.to.tp);
+  } else {
+    PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string(req, "to"));
+    PTC_ASSIGN_OR_RETURN(r.to, ptc::parse_parallelism(to));
+  }
   PTC_ASSIGN_OR_RETURN(r.dry_run, ptc::member_bool_or(req, "dry_run", false));
   PTC_ASSIGN_OR_RETURN(r.global_batch, ptc::member_u64_or(req, "global_batch", 0, "repartition request"));
   if (req.contains("global_batch") && r.global_batch == 0)
@@ -256,10 +268,12 @@ ptc::Result<json> ControlService::repartition(const json& req, const transport::
   ThrottledProgress report(progress);
   auto res = runner_.repartition(r, report.fn());
   if (!res) {
-    ptc::log::warn("repartition of {}/{} to {} refused: {}", r.job, r.step, to, res.status().to_string());
+    ptc::log::warn("repartition of {}/{} to {} refused: {}", r.job, r.step, r.to.to_string(), res.status().to_string());
     return res.status();
   }
-  return res->to_json();
+  json out = res->to_json();
+  if (!match.is_null()) out["chunks"] = std::move(match);
+  return out;
 }
 
 }  // namespace ptcfs

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <map>
 
+#include "ptc/chunk_layout.h"
 #include "ptc/formats/npy.h"
+#include "ptc/layout.h"
 #include "ptc/formats/torch_archive.h"
 #include "ptc/region.h"
 
@@ -43,15 +45,48 @@ ptc::Status check_name(const std::string& fqn, const std::string& where) {
   return ptc::Status::ok();
 }
 
-// The copies of one tensor chunk: its record's bytes in C order, to its box of the tensor.
-ptc::Status chunk_copies(const ptc::DcpItem& t, const ptc::DcpChunk& c, const ptc::TorchTensorItem& rec,
-                         const std::string& where, DcpTensorFile& out) {
+ptc::Box box_of(const ptc::DcpChunk& c) {
+  ptc::Box box;
+  box.lo = c.offsets;
+  box.hi.resize(c.offsets.size());
+  for (size_t i = 0; i < c.offsets.size(); ++i) box.hi[i] = c.offsets[i] + c.sizes[i];
+  return box;
+}
+
+// The box of the tensor a slice's file holds, padding included (a split like chunks has at most
+// one piece: the file is that piece's box, grown by its padding).
+ptc::Box frame_of(const ptc::Slice& sl) {
+  ptc::Box f = ptc::Box::of_shape(sl.local_shape);
+  if (sl.pieces.empty()) return f;
+  const auto& pc = sl.pieces.front();
+  std::vector<int64_t> by(f.lo.size());
+  for (size_t d = 0; d < by.size(); ++d) by[d] = pc.global.lo[d] - pc.local.lo[d];
+  return f.translated(by);
+}
+
+// A tensor chunk and its torch.save record, checked against each other.
+struct ChunkRecord {
+  const ptc::DcpChunk* chunk = nullptr;
+  ptc::TorchTensorItem rec;
+};
+
+ptc::Status check_record(const ptc::DcpItem& t, const ptc::DcpChunk& c, const ptc::TorchTensorItem& rec,
+                         const std::string& where) {
   const std::string at = where + ": chunk of '" + t.fqn + "' at " + dims(c.offsets);
   if (rec.dtype != t.dtype)
     return ptc::invalid(at + " holds " + ptc::dtype_name(rec.dtype) + " where the metadata says " +
                         ptc::dtype_name(t.dtype));
   if (rec.shape != c.sizes)
     return ptc::invalid(at + " holds shape " + dims(rec.shape) + " where the metadata says " + dims(c.sizes));
+  return ptc::Status::ok();
+}
+
+// The copies of the part `region` of a tensor chunk into a file holding `frame`: the record's
+// bytes in C order, run by run, or one gather of a record in another order.
+ptc::Status chunk_copies(const ptc::DcpItem& t, const ChunkRecord& cr, const ptc::Box& region, const ptc::Box& frame,
+                         const std::string& where, DcpTensorFile& out) {
+  const ptc::DcpChunk& c = *cr.chunk;
+  const ptc::TorchTensorItem& rec = cr.rec;
   const uint64_t elem = ptc::dtype_size(t.dtype);
   const uint64_t base = c.offset + rec.data_offset + rec.storage_offset * elem;
   if (!c_order(rec.shape, rec.stride)) {
@@ -62,25 +97,39 @@ ptc::Status chunk_copies(const ptc::DcpItem& t, const ptc::DcpChunk& c, const pt
       last += static_cast<uint64_t>(rec.shape[i] - 1) * static_cast<uint64_t>(rec.stride[i]);
     const uint64_t span = (last + 1) * elem;
     if (span > kMaxDcpGather)
-      return ptc::invalid(at + " is stored with strides " + dims(rec.stride) + " (not in C order) over " +
-                          std::to_string(span) +
+      return ptc::invalid(where + ": chunk of '" + t.fqn + "' at " + dims(c.offsets) + " is stored with strides " +
+                          dims(rec.stride) + " (not in C order) over " + std::to_string(span) +
                           " bytes, more than ptcfs puts in order in memory (1 GiB): save it contiguous");
-    out.gathers.push_back({c.file, base, span, c.offsets, c.sizes, rec.stride});
+    out.gathers.push_back({c.file, base, span, c.offsets, c.sizes, rec.stride, region, frame});
     return ptc::Status::ok();
   }
   if (t.size.empty()) {
     out.copies.push_back({c.file, base, 0, elem});
     return ptc::Status::ok();
   }
-  ptc::Box box;
-  box.lo = c.offsets;
-  box.hi.resize(c.offsets.size());
-  for (size_t i = 0; i < c.offsets.size(); ++i) box.hi[i] = c.offsets[i] + c.sizes[i];
-  ptc::for_each_run(box, box, ptc::Box::of_shape(t.size), elem, [&](const ptc::Run& r) {
+  ptc::for_each_run(region, box_of(c), frame, elem, [&](const ptc::Run& r) {
     out.copies.push_back(
         {c.file, base + static_cast<uint64_t>(r.src), static_cast<uint64_t>(r.dst), static_cast<uint64_t>(r.len)});
   });
   return ptc::Status::ok();
+}
+
+// The padding of a slice: the local box past its piece along the split dimension (all of it
+// when the slice has no piece).
+void padding(const ptc::TensorSpec& spec, const ptc::Slice& sl, DcpTensorFile& out) {
+  const uint64_t elem = ptc::dtype_size(spec.dtype);
+  const ptc::Box local = ptc::Box::of_shape(sl.local_shape);
+  if (sl.pieces.empty()) {
+    if (const auto n = static_cast<uint64_t>(local.num_elements()) * elem) out.zeros.push_back({0, n});
+    return;
+  }
+  if (!spec.tp_dim || sl.pieces.front().local == local) return;
+  ptc::Box pad = local;
+  const auto d = static_cast<size_t>(*spec.tp_dim);
+  pad.lo[d] = sl.pieces.front().local.hi[d];
+  ptc::for_each_run(pad, local, local, elem, [&](const ptc::Run& r) {
+    out.zeros.push_back({static_cast<uint64_t>(r.dst), static_cast<uint64_t>(r.len)});
+  });
 }
 
 std::string planner_json(const ptc::DcpMetadata& md) {
@@ -106,51 +155,109 @@ ptc::TensorSpec spec(const std::string& name, ptc::DType dtype, const ptc::Shape
   return s;
 }
 
+// One entry of the save: its tensor, and where its bytes come from.
+struct Entry {
+  ptc::TensorSpec spec;
+  const ptc::DcpItem* item = nullptr;  // none: the planner data
+  std::vector<ChunkRecord> chunks;     // a tensor item's non-empty chunks
+  std::vector<ptc::Box> boxes;         // their boxes
+};
+
+ptc::Result<Entry> entry_of(const ptc::DcpItem& t, const DcpItemReader& item, const std::string& where) {
+  PTC_RETURN_IF_ERROR(check_name(t.fqn, where));
+  Entry e;
+  e.item = &t;
+  if (t.bytes) {
+    if (t.chunks.size() != 1) return ptc::invalid(where + ": bytes item '" + t.fqn + "' without one storage entry");
+    e.spec = spec(kDcpBytesPrefix + t.fqn, ptc::DType::U8, {static_cast<int64_t>(t.chunks[0].length)});
+    return e;
+  }
+  e.spec = spec(t.fqn, t.dtype, t.size);
+  for (const auto& c : t.chunks) {
+    if (ptc::num_elements(c.sizes) == 0) continue;
+    PTC_ASSIGN_OR_RETURN(ptc::TorchTensorItem rec, item(t, c));
+    PTC_RETURN_IF_ERROR(check_record(t, c, rec, where));
+    e.chunks.push_back({&c, std::move(rec)});
+    e.boxes.push_back(box_of(c));
+  }
+  ptc::split_like_chunks(e.spec, e.boxes);
+  return e;
+}
+
+// The tp of the step: the one whose slices are the chunks of the most bytes, unless the
+// tensors no chunk splits would then be stored more often than the split ones are big (a
+// layout of replicas is kept whole: tp 1, each tensor's split still recorded for later).
+// ptcfs's own entries (bytes items, planner data) are not weighed: they are small.
+int step_tp(const ptc::Ptc& ptc, const std::vector<Entry>& entries) {
+  std::vector<std::vector<ptc::Box>> boxes;
+  uint64_t split = 0, whole = 0;
+  for (const auto& e : entries) {
+    boxes.push_back(e.boxes);
+    const uint64_t n = static_cast<uint64_t>(ptc::num_elements(e.spec.shape)) * ptc::dtype_size(e.spec.dtype);
+    if (!e.spec.name.starts_with("__dcp__/")) (e.spec.tp_dim ? split : whole) += n;
+  }
+  const int tp = ptc::tp_for_chunks(ptc, boxes);
+  return whole * static_cast<uint64_t>(tp - 1) > split ? 1 : tp;
+}
+
+// The file of entry `e`'s slice at TP rank t.
+ptc::Result<DcpTensorFile> file_of(const Entry& e, size_t index, int tp, int t, const std::string& where) {
+  PTC_ASSIGN_OR_RETURN(ptc::Slice sl, ptc::slice_of(e.spec, index, tp, t));
+  DcpTensorFile f;
+  f.name = e.spec.name;
+  f.shard = t;
+  f.dtype = e.spec.dtype;
+  f.shape = sl.local_shape;
+  if (!e.item) return f;  // the planner data: its bytes are set by the caller
+  if (e.item->bytes) {
+    const auto& c = e.item->chunks[0];
+    if (c.length) f.copies.push_back({c.file, c.offset, 0, c.length});
+    return f;
+  }
+  const ptc::Box frame = frame_of(sl);
+  for (const auto& pc : sl.pieces)
+    for (const auto& cr : e.chunks) {
+      const ptc::Box region = e.spec.shape.empty() ? pc.global : ptc::intersect(box_of(*cr.chunk), pc.global);
+      if (!e.spec.shape.empty() && region.empty()) continue;
+      PTC_RETURN_IF_ERROR(chunk_copies(*e.item, cr, region, frame, where, f));
+    }
+  padding(e.spec, sl, f);
+  return f;
+}
+
 }  // namespace
 
 ptc::Result<DcpSave> plan_dcp_save(const ptc::DcpMetadata& md, const DcpItemReader& item, const std::string& where) {
-  DcpSave out;
-  out.ptc.parallelism = {1, 1, 1};
+  std::vector<Entry> entries;
   for (const auto& t : md.items) {
-    PTC_RETURN_IF_ERROR(check_name(t.fqn, where));
-    DcpTensorFile f;
-    if (t.bytes) {
-      if (t.chunks.size() != 1) return ptc::invalid(where + ": bytes item '" + t.fqn + "' without one storage entry");
-      const auto& c = t.chunks[0];
-      f.name = kDcpBytesPrefix + t.fqn;
-      f.dtype = ptc::DType::U8;
-      f.shape = {static_cast<int64_t>(c.length)};
-      if (c.length) f.copies.push_back({c.file, c.offset, 0, c.length});
-    } else {
-      f.name = t.fqn;
-      f.dtype = t.dtype;
-      f.shape = t.size;
-      for (const auto& c : t.chunks) {
-        if (ptc::num_elements(c.sizes) == 0) continue;
-        PTC_ASSIGN_OR_RETURN(ptc::TorchTensorItem rec, item(t, c));
-        PTC_RETURN_IF_ERROR(chunk_copies(t, c, rec, where, f));
-      }
-    }
-    for (const auto& c : f.copies) out.bytes += c.len;
-    for (const auto& g : f.gathers)
-      out.bytes += static_cast<uint64_t>(ptc::num_elements(g.sizes)) * ptc::dtype_size(f.dtype);
-    out.ptc.tensors.push_back(spec(f.name, f.dtype, f.shape));
-    out.files.push_back(std::move(f));
+    PTC_ASSIGN_OR_RETURN(Entry e, entry_of(t, item, where));
+    entries.push_back(std::move(e));
   }
-  DcpTensorFile planner;
-  planner.name = kDcpPlannerData;
-  planner.bytes = planner_json(md);
-  planner.shape = {static_cast<int64_t>(planner.bytes.size())};
-  out.ptc.tensors.push_back(spec(planner.name, planner.dtype, planner.shape));
-  out.files.push_back(std::move(planner));
-  auto by_name = [](const auto& a, const auto& b) { return a.name < b.name; };
-  std::sort(out.ptc.tensors.begin(), out.ptc.tensors.end(), by_name);
-  std::sort(out.files.begin(), out.files.end(), by_name);
-  for (size_t i = 1; i < out.files.size(); ++i)
-    if (out.files[i].name == out.files[i - 1].name)
-      return ptc::invalid(where + ": DCP entry '" + out.files[i].name + "' appears twice");
+  Entry planner;
+  const std::string planner_bytes = planner_json(md);
+  planner.spec = spec(kDcpPlannerData, ptc::DType::U8, {static_cast<int64_t>(planner_bytes.size())});
+  entries.push_back(std::move(planner));
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.spec.name < b.spec.name; });
+  DcpSave out;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (i > 0 && entries[i].spec.name == entries[i - 1].spec.name)
+      return ptc::invalid(where + ": DCP entry '" + entries[i].spec.name + "' appears twice");
+    out.ptc.tensors.push_back(entries[i].spec);
+  }
   if (auto s = ptc::validate_tensor_names(out.ptc.tensors); !s)
     return ptc::invalid(where + ": the PTC of this DCP save: " + s.message());
+  out.ptc.parallelism = {1, 1, 1};
+  const int tp = step_tp(out.ptc, entries);
+  out.ptc.parallelism.tp = tp;
+  for (size_t i = 0; i < entries.size(); ++i)
+    for (int t = 0; t < tp; ++t) {
+      PTC_ASSIGN_OR_RETURN(DcpTensorFile f, file_of(entries[i], i, tp, t, where));
+      if (!entries[i].item) f.bytes = planner_bytes;
+      for (const auto& c : f.copies) out.bytes += c.len;
+      for (const auto& g : f.gathers)
+        out.bytes += static_cast<uint64_t>(g.region.num_elements()) * ptc::dtype_size(f.dtype);
+      out.files.push_back(std::move(f));
+    }
   return out;
 }
 
@@ -206,7 +313,7 @@ ptc::Status write_gather(StepFile& f, uint64_t base, const DcpTensorFile& t, con
   box.lo = g.offsets;
   for (size_t i = 0; i < g.offsets.size(); ++i) box.hi.push_back(g.offsets[i] + g.sizes[i]);
   ptc::Status st = ptc::Status::ok();
-  ptc::for_each_run(box, box, ptc::Box::of_shape(t.shape), elem, [&](const ptc::Run& r) {
+  ptc::for_each_run(g.region, box, g.frame, elem, [&](const ptc::Run& r) {
     if (st) st = f.write(base + static_cast<uint64_t>(r.dst), std::string_view(chunk).substr(r.src, r.len));
   });
   return st;
@@ -214,7 +321,8 @@ ptc::Status write_gather(StepFile& f, uint64_t base, const DcpTensorFile& t, con
 
 ptc::Status write_tensor(fs::WriteTarget& target, const std::string& job, const std::string& step,
                          const DcpTensorFile& t, const DcpFileReader& read) {
-  PTC_ASSIGN_OR_RETURN(StepFile f, StepFile::open(target, job, step, "tp0-pp0/" + t.name + ".npy"));
+  const std::string rel = ptc::ShardId{t.shard, 0}.name() + "/" + t.name + ".npy";
+  PTC_ASSIGN_OR_RETURN(StepFile f, StepFile::open(target, job, step, rel));
   const std::string header = ptc::npy_header(t.dtype, t.shape);
   PTC_RETURN_IF_ERROR(f.write(0, header));
   const uint64_t base = header.size();
@@ -228,6 +336,13 @@ ptc::Status write_tensor(fs::WriteTarget& target, const std::string& job, const 
     }
   }
   for (const auto& g : t.gathers) PTC_RETURN_IF_ERROR(write_gather(f, base, t, g, read));
+  static const std::string kZeros(kCopyPiece, '\0');
+  for (const auto& z : t.zeros)
+    for (uint64_t done = 0; done < z.len;) {
+      const uint64_t n = std::min(kCopyPiece, z.len - done);
+      PTC_RETURN_IF_ERROR(f.write(base + z.dst + done, std::string_view(kZeros).substr(0, n)));
+      done += n;
+    }
   return f.close();
 }
 

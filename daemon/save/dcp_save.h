@@ -1,8 +1,10 @@
 // A stock PyTorch DCP save written into the mount becomes a ptcfs step (docs/FORMATS.md "Stock
 // dcp.save into the mount"): when its .metadata lands, every tensor becomes one PTC tensor of
-// its global shape (whole, in tp0-pp0, as ptcfs.dcp.StorageWriter saves it), each chunk copied
-// from its .distcp file to its place; every bytes item the U8 tensor __dcp__/bytes/<fqn> holding
-// the torch.save bytes DCP wrote; and the planner data the U8 tensor __dcp__/planner_data (JSON).
+// its global shape, split as its chunks split it (ptc/chunk_layout.h: tp_dim where the chunks
+// start, pad_to 1, at the tp whose slices are the chunks of the most bytes), each chunk copied
+// from its .distcp file to its place in tp{t}-pp0/<fqn>.npy; every bytes item the U8 tensor
+// __dcp__/bytes/<fqn> holding the torch.save bytes DCP wrote; and the planner data the U8 tensor
+// __dcp__/planner_data (JSON).
 //
 // plan_dcp_save is pure: it decides the PTC and every copy from the parsed metadata and each
 // chunk's torch.save record. write_dcp_save writes the result into the pending step through the
@@ -38,23 +40,33 @@ struct DcpGather {
   uint64_t src = 0;
   uint64_t span = 0;                  // bytes of the record from src to the chunk's last element
   ptc::Shape offsets, sizes, stride;  // the chunk's box in the tensor, and its record's strides
+  ptc::Box region, frame;             // what of it goes to this file, and the box the file holds
 };
 
 inline constexpr uint64_t kMaxDcpGather = uint64_t{1} << 30;
 
+// `len` zero bytes at byte `dst` of a slice's data: its padding.
+struct DcpZeros {
+  uint64_t dst = 0, len = 0;
+};
+
+// One tensor file of the step: the slice of tensor `name` that TP rank `shard` holds, written
+// as tp{shard}-pp0/<name>.npy.
 struct DcpTensorFile {
   std::string name;
+  int shard = 0;
   ptc::DType dtype = ptc::DType::U8;
-  ptc::Shape shape;
-  std::vector<DcpCopy> copies;  // with gathers, covering the data once, chunk by chunk
+  ptc::Shape shape;             // the slice's (local) shape
+  std::vector<DcpCopy> copies;  // with gathers and zeros, covering the data once
   std::vector<DcpGather> gathers;
+  std::vector<DcpZeros> zeros;
   std::string bytes;  // the data itself, when it is ptcfs's own (the planner data)
 };
 
 struct DcpSave {
   ptc::Ptc ptc;
-  std::vector<DcpTensorFile> files;  // by name
-  uint64_t bytes = 0;                // of tensor data, all together
+  std::vector<DcpTensorFile> files;  // by name, then shard
+  uint64_t bytes = 0;                // of tensor data, all together (each copy counted)
 };
 
 // The torch.save record of a tensor chunk, read from its .distcp file.

@@ -419,8 +419,8 @@ ptc::Result<DcpSave> SaveService::convert_dcp(const std::shared_ptr<PendingStep>
         where + "/" + c.file + " (chunk of '" + t.fqn + "' at " + ptc::shape_string(c.offsets) + ")");
   };
   PTC_ASSIGN_OR_RETURN(DcpSave save, plan_dcp_save(md, item, where));
-  ptc::log::info("stock DCP save {}: {} tensors, {} bytes from {} files", where, save.files.size(), save.bytes,
-                 sizes.size());
+  ptc::log::info("stock DCP save {}: {} tensors at {}, {} bytes from {} files", where, save.ptc.tensors.size(),
+                 save.ptc.parallelism.to_string(), save.bytes, sizes.size());
   PTC_RETURN_IF_ERROR(write_dcp_tensors(*this, s->job, s->step, save, read));
   return save;
 }

@@ -41,9 +41,11 @@ import numpy as np
 from . import checkpoint as _ckpt
 from . import dtypes as _dt
 from . import ptc as _ptc
+from .dcp_prepare import boxes_of, prepare
 from .errors import Error, invalid
 
-__all__ = ["StorageWriter", "StorageReader", "import_dir", "RESERVED", "BYTES_PREFIX", "PLANNER_DATA"]
+__all__ = ["StorageWriter", "StorageReader", "import_dir", "prepare", "boxes_of", "RESERVED", "BYTES_PREFIX",
+           "PLANNER_DATA"]
 
 RESERVED = "__dcp__/"  # ptcfs's own names in a DCP step (a DCP save's own names may not start so)
 BYTES_PREFIX = RESERVED + "bytes/"

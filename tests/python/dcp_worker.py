@@ -15,6 +15,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
+import ptcfs
 import ptcfs.dcp
 
 # name: (global shape, dtype)
@@ -150,11 +151,115 @@ def run(rank, world, init_file, mode, step, layout, out_dir):
         record = {"rank": rank}
     else:
         sd = state(layout, mesh, fill=False)
-        if mode == "stock_load":  # torch's own FileSystemReader (a plain folder, or the mount)
+        record = {"rank": rank}
+        if mode == "prepare_load":  # ptcfs.dcp.prepare for this mesh, then torch's own reader
+            record["prepare"] = ptcfs.dcp.prepare(sd, step)
+            record["boxes"] = ptcfs.dcp.boxes_of(sd)
+        if mode in ("stock_load", "prepare_load"):  # torch's own FileSystemReader (a plain folder, or the mount)
             dcp.load(sd, checkpoint_id=step)
         else:
             dcp.load(sd, storage_reader=ptcfs.dcp.StorageReader(step))
-        record = {"rank": rank, "differ": differ(sd)}
+        record["differ"] = differ(sd)
+    with open(os.path.join(out_dir, f"r{rank}.json"), "w") as f:
+        json.dump(record, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# A state of larger tensors, every one Shard(0) on a 1-D mesh (FSDP's layout) but a replicated
+# norm and a scalar, with no objects (test_dcp_prepare.py).
+PLAIN = {"w": ((64, 48), torch.float32), "b": ((37,), torch.float32), "emb": ((50, 16), torch.bfloat16),
+         "norm": ((48,), torch.float32), "count": ((), torch.int64)}
+
+
+def plain_expected():
+    out = {}
+    for i, (name, (shape, dtype)) in enumerate(sorted(PLAIN.items())):
+        g = torch.Generator().manual_seed(2000 + i)
+        out[name] = (torch.randn(shape, generator=g) * 4).to(dtype) if dtype.is_floating_point else \
+            torch.randint(0, 2**31 - 1, shape, generator=g, dtype=torch.int64)
+    return out
+
+
+def plain_state(mesh, fill):
+    sd = {}
+    for name, t in plain_expected().items():
+        t = t if fill else torch.zeros_like(t)
+        if t.dim() == 0:
+            sd[name] = t
+        else:
+            p = Replicate() if name == "norm" else Shard(0)
+            sd[name] = distribute_tensor(t, mesh, [p], src_data_rank=None)
+    return sd
+
+
+class _Counted:
+    """A stream that counts the bytes read through it into counts[name]."""
+
+    def __init__(self, stream, counts, name):
+        self._s, self._counts, self._name = stream, counts, name
+
+    def _add(self, n):
+        self._counts[self._name] = self._counts.get(self._name, 0) + n
+
+    def read(self, *a):
+        b = self._s.read(*a)
+        self._add(len(b))
+        return b
+
+    def readinto(self, b):
+        n = self._s.readinto(b)
+        self._add(n or 0)
+        return n
+
+    def readline(self, *a):
+        b = self._s.readline(*a)
+        self._add(len(b))
+        return b
+
+    def __getattr__(self, name):
+        return getattr(self._s, name)
+
+
+def count_reads():
+    """{file name: bytes} that torch's own FileSystemReader reads from each file, from now on (its
+    streams wrapped; the reader itself runs unchanged)."""
+    import contextlib
+    from torch.distributed.checkpoint import filesystem
+    counts = {}
+    opened = filesystem.FileSystem.create_stream
+
+    @contextlib.contextmanager
+    def create_stream(self, path, mode):
+        with opened(self, path, mode) as s:
+            yield _Counted(s, counts, os.path.basename(str(path))) if "r" in mode else s
+    filesystem.FileSystem.create_stream = create_stream
+    return counts
+
+
+def run_plain(rank, world, init_file, mode, step, out_dir):
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    record = {"rank": rank}
+    if mode == "stock_save":
+        dcp.save(plain_state(mesh, fill=True), checkpoint_id=step)
+    else:
+        sd = plain_state(mesh, fill=False)
+        record["boxes"] = ptcfs.dcp.boxes_of(sd)
+        if mode == "prepare_load":
+            try:
+                record["prepare"] = ptcfs.dcp.prepare(sd, step)
+            except ptcfs.Error as e:
+                record["error"] = str(e)
+        counts = count_reads()
+        if "error" not in record:
+            dcp.load(sd, checkpoint_id=step)
+        record["read"] = counts
+        want = plain_expected()
+        record["differ"] = [] if "error" in record else [n for n, v in sd.items() if not torch.equal(
+            v.to_local() if isinstance(v, DTensor) else v,
+            distribute_tensor(want[n], mesh, v.placements, src_data_rank=None).to_local()
+            if isinstance(v, DTensor) else want[n])]
     with open(os.path.join(out_dir, f"r{rank}.json"), "w") as f:
         json.dump(record, f)
     dist.barrier()

@@ -59,58 +59,134 @@ ptc::Result<ptc::TorchTensorItem> record(const ptc::DcpItem& t, const ptc::DcpCh
   return r;
 }
 
-const DcpTensorFile& file_of(const DcpSave& s, const std::string& name) {
+const DcpTensorFile& file_of(const DcpSave& s, const std::string& name, int shard = 0) {
   for (const auto& f : s.files)
-    if (f.name == name) return f;
-  FAIL("no file " << name);
+    if (f.name == name && f.shard == shard) return f;
+  FAIL("no file " << name << " of shard " << shard);
   return s.files.front();
+}
+
+// A metadata of one F32 tensor `v` of `size`, its chunks `boxes` ({offsets, sizes}), each in a
+// file of its own at offset 0.
+ptc::DcpMetadata one_tensor(ptc::Shape size, std::vector<std::pair<ptc::Shape, ptc::Shape>> boxes) {
+  ptc::DcpMetadata md;
+  ptc::DcpItem v;
+  v.fqn = "v";
+  v.dtype = ptc::DType::F32;
+  v.size = std::move(size);
+  int i = 0;
+  for (auto& [off, sz] : boxes) {
+    const auto n = static_cast<uint64_t>(ptc::num_elements(sz)) * 4 + 128;
+    v.chunks.push_back(chunk(off, sz, "__" + std::to_string(i++) + "_0.distcp", 0, n));
+  }
+  md.items = {v};
+  return md;
 }
 
 }  // namespace
 
-TEST_CASE("a DCP save's PTC and copies: each tensor whole, chunks to their boxes, bytes items and planner data") {
+TEST_CASE(
+    "a DCP save's PTC and copies: split as the chunks split it, chunks to their slices, bytes items and planner "
+    "data in every shard") {
   auto save = plan_dcp_save(metadata(), record, "j/1");
   REQUIRE(save.is_ok());
   std::vector<std::string> names;
   for (const auto& t : save->ptc.tensors) names.push_back(t.name);
   CHECK(names == std::vector<std::string>{"__dcp__/bytes/step", "__dcp__/planner_data", "optim.state.w.step", "w"});
-  CHECK(save->ptc.parallelism == ptc::Parallelism{1, 1, 1});
-  for (const auto& t : save->ptc.tensors) CHECK(!t.tp_dim);
+  // w's two column halves: tp 2 along dimension 1, each half one slice.
+  CHECK(save->ptc.parallelism == ptc::Parallelism{2, 1, 1});
+  const auto* wspec = save->ptc.find("w");
+  REQUIRE(wspec);
+  CHECK(wspec->tp_dim == 1);
+  CHECK(wspec->pad_to == 1);
+  for (const auto& t : save->ptc.tensors)
+    if (t.name != "w") CHECK(!t.tp_dim);
+  REQUIRE(save->files.size() == 8);  // 4 tensors x 2 shards
 
-  const auto& w = file_of(*save, "w");
-  CHECK(w.dtype == ptc::DType::F32);
-  CHECK(w.shape == ptc::Shape{4, 6});
-  // Each row of a column half is one run: 12 bytes, to row r's first or second half.
-  REQUIRE(w.copies.size() == 8);
-  for (int64_t r = 0; r < 4; ++r) {
-    const auto& a = w.copies[static_cast<size_t>(r)];
-    CHECK(a.file == "__0_0.distcp");
-    CHECK(a.src == 1600 + 128 + static_cast<uint64_t>(r) * 12);
-    CHECK(a.dst == static_cast<uint64_t>(r) * 24);
-    CHECK(a.len == 12);
-    const auto& b = w.copies[static_cast<size_t>(4 + r)];
-    CHECK(b.file == "__1_0.distcp");
-    CHECK(b.src == 128 + static_cast<uint64_t>(r) * 12);
-    CHECK(b.dst == static_cast<uint64_t>(r) * 24 + 12);
+  for (int t = 0; t < 2; ++t) {
+    const auto& w = file_of(*save, "w", t);
+    CHECK(w.dtype == ptc::DType::F32);
+    CHECK(w.shape == ptc::Shape{4, 3});
+    // The half is the whole slice: one run of its 48 bytes.
+    REQUIRE(w.copies.size() == 1);
+    CHECK(w.copies[0].file == (t == 0 ? "__0_0.distcp" : "__1_0.distcp"));
+    CHECK(w.copies[0].src == (t == 0 ? 1600u : 0u) + 128);
+    CHECK(w.copies[0].dst == 0);
+    CHECK(w.copies[0].len == 48);
+    CHECK(w.zeros.empty());
+
+    const auto& scalar = file_of(*save, "optim.state.w.step", t);
+    CHECK(scalar.shape.empty());
+    REQUIRE(scalar.copies.size() == 1);
+    CHECK(scalar.copies[0].src == 700 + 128);
+    CHECK(scalar.copies[0].len == 4);
+
+    // A bytes item is its torch.save bytes as DCP wrote them, whole.
+    const auto& step = file_of(*save, "__dcp__/bytes/step", t);
+    CHECK(step.dtype == ptc::DType::U8);
+    CHECK(step.shape == ptc::Shape{700});
+    REQUIRE(step.copies.size() == 1);
+    CHECK((step.copies[0].src == 0 && step.copies[0].len == 700 && step.copies[0].file == "__0_0.distcp"));
+
+    const auto& planner = file_of(*save, "__dcp__/planner_data", t);
+    CHECK(planner.bytes ==
+          R"({"groups.0.lr":["groups",0,"lr"],"optim.state.w.step":["optim","state","w","step"],"w":["w"]})");
+    CHECK(planner.shape == ptc::Shape{static_cast<int64_t>(planner.bytes.size())});
   }
-  const auto& scalar = file_of(*save, "optim.state.w.step");
-  CHECK(scalar.shape.empty());
-  REQUIRE(scalar.copies.size() == 1);
-  CHECK(scalar.copies[0].src == 700 + 128);
-  CHECK(scalar.copies[0].len == 4);
+  CHECK(save->bytes == 96 + 2 * (4 + 700));
+}
 
-  // A bytes item is its torch.save bytes as DCP wrote them, whole.
-  const auto& step = file_of(*save, "__dcp__/bytes/step");
-  CHECK(step.dtype == ptc::DType::U8);
-  CHECK(step.shape == ptc::Shape{700});
-  REQUIRE(step.copies.size() == 1);
-  CHECK((step.copies[0].src == 0 && step.copies[0].len == 700 && step.copies[0].file == "__0_0.distcp"));
+TEST_CASE("uneven rows (DTensor's Shard(0) of 10 rows over 4 ranks) become a padded split, padding written as zeros") {
+  // 3, 3, 3 and 1 rows of 6 F32.
+  auto md = one_tensor({10, 6}, {{{0, 0}, {3, 6}}, {{3, 0}, {3, 6}}, {{6, 0}, {3, 6}}, {{9, 0}, {1, 6}}});
+  auto save = plan_dcp_save(md, record, "j/1");
+  REQUIRE(save.is_ok());
+  CHECK(save->ptc.parallelism == ptc::Parallelism{4, 1, 1});
+  for (int t = 0; t < 4; ++t) {
+    const auto& v = file_of(*save, "v", t);
+    CHECK(v.shape == ptc::Shape{3, 6});
+    REQUIRE(v.copies.size() == 1);
+    CHECK(v.copies[0].file == "__" + std::to_string(t) + "_0.distcp");
+    CHECK(v.copies[0].src == 128);
+    CHECK(v.copies[0].dst == 0);
+    CHECK(v.copies[0].len == (t < 3 ? 72u : 24u));
+    if (t < 3) {
+      CHECK(v.zeros.empty());
+    } else {  // rows 10 and 11 are padding
+      REQUIRE(v.zeros.size() == 1);
+      CHECK((v.zeros[0].dst == 24 && v.zeros[0].len == 48));
+    }
+  }
+}
 
-  const auto& planner = file_of(*save, "__dcp__/planner_data");
-  CHECK(planner.bytes ==
-        R"({"groups.0.lr":["groups",0,"lr"],"optim.state.w.step":["optim","state","w","step"],"w":["w"]})");
-  CHECK(planner.shape == ptc::Shape{static_cast<int64_t>(planner.bytes.size())});
-  CHECK(save->bytes == 96 + 4 + 700);
+TEST_CASE("a 2 x 2 grid of chunks is split along dimension 0; each slice takes its two chunks row by row") {
+  // [4, 6]: rows 0-1 and 2-3, columns 0-2 and 3-5.
+  auto md = one_tensor({4, 6}, {{{0, 0}, {2, 3}}, {{0, 3}, {2, 3}}, {{2, 0}, {2, 3}}, {{2, 3}, {2, 3}}});
+  auto save = plan_dcp_save(md, record, "j/1");
+  REQUIRE(save.is_ok());
+  CHECK(save->ptc.tensors[1].tp_dim == 0);  // after __dcp__/planner_data
+  // No tp makes a slice one chunk: tp 1, the whole tensor, four chunks of two rows each.
+  CHECK(save->ptc.parallelism == ptc::Parallelism{1, 1, 1});
+  const auto& v = file_of(*save, "v", 0);
+  CHECK(v.shape == ptc::Shape{4, 6});
+  REQUIRE(v.copies.size() == 8);
+  CHECK((v.copies[0].file == "__0_0.distcp" && v.copies[0].dst == 0 && v.copies[0].len == 12));
+  CHECK((v.copies[1].file == "__0_0.distcp" && v.copies[1].src == 128 + 12 && v.copies[1].dst == 24));
+  CHECK((v.copies[6].file == "__3_0.distcp" && v.copies[6].dst == 2 * 24 + 12));
+}
+
+TEST_CASE("replicas that would be stored more often than the split tensors are big keep tp 1") {
+  auto md = one_tensor({4, 2}, {{{0, 0}, {2, 2}}, {{2, 0}, {2, 2}}});
+  ptc::DcpItem big;
+  big.fqn = "big";
+  big.dtype = ptc::DType::F32;
+  big.size = {100};
+  big.chunks = {chunk({0}, {100}, "__0_0.distcp", 1000, 528)};
+  md.items.push_back(big);
+  auto save = plan_dcp_save(md, record, "j/1");
+  REQUIRE(save.is_ok());
+  CHECK(save->ptc.parallelism == ptc::Parallelism{1, 1, 1});
+  CHECK(save->ptc.find("v")->tp_dim == 0);  // still split when a later layout asks for it
 }
 
 TEST_CASE("a chunk saved from a view (not in C order) is gathered: its record's strides, from its storage") {
@@ -122,17 +198,20 @@ TEST_CASE("a chunk saved from a view (not in C order) is gathered: its record's 
   };
   auto save = plan_dcp_save(metadata(), transposed, "j/1");
   REQUIRE(save.is_ok());
-  const auto& w = file_of(*save, "w");
-  CHECK(w.copies.empty());
-  REQUIRE(w.gathers.size() == 2);
-  CHECK(w.gathers[0].file == "__0_0.distcp");
-  CHECK(w.gathers[0].src == 1600 + 128 + 2 * 4);
-  CHECK(w.gathers[0].span == (3 * 1 + 2 * 4 + 1) * 4);  // to element (3, 2) of a [4, 3] chunk with strides (1, 4)
-  CHECK(w.gathers[0].offsets == ptc::Shape{0, 0});
-  CHECK(w.gathers[0].sizes == ptc::Shape{4, 3});
-  CHECK(w.gathers[0].stride == ptc::Shape{1, 4});
-  CHECK(w.gathers[1].offsets == ptc::Shape{0, 3});
-  CHECK(save->bytes == 96 + 4 + 700);
+  for (int t = 0; t < 2; ++t) {
+    const auto& w = file_of(*save, "w", t);
+    CHECK(w.copies.empty());
+    REQUIRE(w.gathers.size() == 1);
+    const auto& g = w.gathers[0];
+    CHECK(g.file == (t == 0 ? "__0_0.distcp" : "__1_0.distcp"));
+    CHECK(g.src == (t == 0 ? 1600u : 0u) + 128 + 2 * 4);
+    CHECK(g.span == (3 * 1 + 2 * 4 + 1) * 4);  // to element (3, 2) of a [4, 3] chunk with strides (1, 4)
+    CHECK(g.offsets == ptc::Shape{0, 3 * t});
+    CHECK(g.sizes == ptc::Shape{4, 3});
+    CHECK(g.stride == ptc::Shape{1, 4});
+    CHECK(g.region == g.frame);  // the whole chunk, into a slice that is exactly it
+  }
+  CHECK(save->bytes == 96 + 2 * (4 + 700));
 }
 
 TEST_CASE("a chunk that cannot be gathered, or a record that contradicts the metadata, is refused naming the chunk") {
