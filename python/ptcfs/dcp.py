@@ -13,7 +13,9 @@ How a DCP save becomes a ptcfs step (docs/FORMATS.md, "Distributed Checkpoint"):
 
 * every tensor of the flattened state dict (DCP's own names: ``model.layers.0.w``,
   ``optim.state.model.layers.0.w.exp_avg``, ...) is one PTC tensor of its global shape and dtype,
-  whole on every shard (no ``tp_dim``): each rank writes each chunk it owns (a DTensor's local shard,
+  stored whole at tp 1, with the dimension its chunks split it along recorded as its ``tp_dim``
+  (``pad_to`` 1; ``split_dim``), so that ``ptcfs repartition`` and ``prepare`` can split it
+  later: each rank writes each chunk it owns (a DTensor's local shard,
   a replicated tensor once, as DCP's planner deduplicates them) with ``pwrite`` into
   ``tp0-pp0/<name>.npy``, a box as runs of contiguous elements, straight into the daemon's blobs;
 * every non-tensor entry (DCP's bytes items: a step counter, an RNG state, hyperparameters) is the
@@ -159,13 +161,15 @@ class StorageWriter:
         _, md, _, _ = _dist()
         payloads = {r.index.fqn: r.storage_data for rs in results for r in rs if r.storage_data is not None}
         tensors: Dict[str, tuple] = {}
+        splits: Dict[str, Optional[int]] = {}
         for name, m in metadata.state_dict_metadata.items():
             if isinstance(m, md.TensorStorageMetadata):
                 tensors[name] = (_dtype_name(m.properties.dtype, f"{self.path}: DCP tensor '{name}'"), list(m.size))
+                splits[name] = split_dim(m.size, [(c.offsets, c.sizes) for c in m.chunks])
             elif name not in payloads:
                 raise invalid(f"{self.path}: DCP entry '{name}': no rank wrote it")
         planner_data = {k: _jsonable_path(v) for k, v in (metadata.planner_data or {}).items()}
-        commit(self.path, tensors, payloads, planner_data)
+        commit(self.path, tensors, payloads, planner_data, splits=splits)
 
 
 def plain_item(payload: bytes, where: str) -> io.BytesIO:
@@ -194,13 +198,36 @@ def _check_names(names, where: str) -> None:
             raise invalid(f"{where}: DCP entry '{name}': names under __dcp__/ are ptcfs's own")
 
 
+def split_dim(shape, chunks) -> Optional[int]:
+    """The dimension a tensor's chunks ((offsets, sizes) pairs) split it along, as a stock save
+    into the mount records it (docs/FORMATS.md "Layouts from chunks"): None when one chunk is the
+    whole tensor (or there is none); else the dimension where the non-empty chunks start at the most
+    places, the lowest on a tie."""
+    shape = list(shape)
+    boxes = [(list(o), list(z)) for o, z in chunks if all(int(x) > 0 for x in z)]
+    if not shape or not boxes or any(o == [0] * len(shape) and z == shape for o, z in boxes):
+        return None
+    best, most = None, 1
+    for d in range(len(shape)):
+        starts = len({o[d] for o, _ in boxes})
+        if starts > most:
+            best, most = d, starts
+    return best
+
+
 def commit(step: str, tensors: Dict[str, tuple], payloads: Dict[str, bytes], planner_data: Optional[dict],
-           files: Optional[Dict[str, bytes]] = None) -> dict:
+           files: Optional[Dict[str, bytes]] = None, splits: Optional[Dict[str, int]] = None) -> dict:
     """Writes what makes a step of a DCP save complete, once every tensor's bytes are written into
     STEP/tp0-pp0/<name>.npy: the bytes items, planner_data and `files` ({name under __dcp__/:
     bytes}, a Megatron-Core checkpoint's own files) as U8 tensors, then ptc.json (in the mount: the
-    commit). `tensors` is {name: (safetensors dtype, global shape)}. Returns the PTC."""
+    commit). `tensors` is {name: (safetensors dtype, global shape)}; `splits` {name: the dimension
+    its chunks split it along} (split_dim), recorded as `tp_dim` with `pad_to` 1, so that a later
+    layout (ptcfs.dcp.prepare) can split it; at tp 1 every tensor is still stored whole. Returns the
+    PTC."""
     spec = {name: {"dtype": dt, "shape": list(shape), "stage": "first"} for name, (dt, shape) in tensors.items()}
+    for name, d in (splits or {}).items():
+        if d is not None and name in spec:
+            spec[name].update({"tp_dim": d, "pad_to": 1})
     extra = {BYTES_PREFIX + k: v for k, v in payloads.items()}
     extra[PLANNER_DATA] = json.dumps(planner_data or {}, sort_keys=True).encode()
     extra.update(files or {})
@@ -297,7 +324,9 @@ def _import_into(ck, payloads: Dict[str, bytes], files: Dict[str, bytes], step: 
             _ckpt.write_npy_runs(_npy_path(step, name), t.dtype, t.shape, [])
         if progress:
             progress(f"{i + 1}/{len(ck.tensors)} tensors, {total} bytes")
-    ptc = commit(step, {n: (t.dtype, t.shape) for n, t in ck.tensors.items()}, payloads, ck.planner_data, files)
+    splits = {n: split_dim(t.shape, [(c.offsets, c.sizes) for c in t.chunks]) for n, t in ck.tensors.items()}
+    ptc = commit(step, {n: (t.dtype, t.shape) for n, t in ck.tensors.items()}, payloads, ck.planner_data, files,
+                 splits=splits)
     return {"tensors": len(ck.tensors), "items": len(ck.items), "bytes": total,
             "parallelism": ptc["parallelism"], "megatron": bool(files)}
 

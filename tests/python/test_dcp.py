@@ -71,8 +71,13 @@ def test_stock_dcp_saves_into_the_mount_and_loads_at_any_mesh(tmp_path, daemon):
             assert rec["differ"] == [], ("after repartition", world, layout, rec)
     for rec in run(tmp_path, 4, "stock_load", os.path.join(step, "dcp"), "mesh2x2"):
         assert rec["differ"] == [], ("dcp view after repartition", rec)
-    # A DCP save's PTC splits no tensor (each replicated): the view reads every chunk from TP rank 0.
-    assert sorted(os.listdir(os.path.join(step, "dcp"))) == [".metadata", "tp0-pp0.distcp"]
+    # A DCP save records how its chunks split each tensor: at tp 2 the view's chunks are the two
+    # shards' slices; w1 (9 columns: 5 and 4, padded) is shown whole, from full.distcp.
+    assert sorted(os.listdir(os.path.join(step, "dcp"))) == [".metadata", "full.distcp", "tp0-pp0.distcp",
+                                                             "tp1-pp0.distcp"]
+    tensors = json.load(open(os.path.join(step, "ptc.json")))["tensors"]
+    assert (tensors["model.embed.weight"]["tp_dim"], tensors["model.embed.weight"]["pad_to"]) == (0, 1)
+    assert tensors["model.layers.0.mlp.w1"]["tp_dim"] == 1 and "tp_dim" not in tensors["model.norm.weight"]
 
 
 def test_stock_dcp_async_save_into_the_mount(tmp_path, daemon):
