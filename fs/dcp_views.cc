@@ -238,7 +238,9 @@ class LazyView final : public View {
   uint64_t version() const override { return version_; }
   uint64_t size() const override { return folder_->file(name_).size(); }
   ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
-    return folder_->file(name_).read(off, len, out);
+    PTC_RETURN_IF_ERROR(folder_->file(name_).read(off, len, out));
+    ptc::metrics::dcp_read(name_, len);
+    return ptc::Status::ok();
   }
 
  private:

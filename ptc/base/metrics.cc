@@ -63,6 +63,9 @@ struct Metrics {
       counters(*reg, "ptcfs_peer_errors_total", "Failed calls to each peer node (refused, unreachable, timed out)");
   prometheus::Family<Counter>& peer_out =
       counters(*reg, "ptcfs_peer_sent_bytes_total", "Bytes this node served to each peer node");
+  prometheus::Family<Counter>& dcp_file =
+      counters(*reg, "ptcfs_dcp_read_bytes_total",
+               "Bytes served from each file of the steps' DCP views (tp{t}-pp{p}.distcp: TP rank t's chunks)");
 
   std::array<Counter*, kViewKinds.size()> reads_by_kind{}, bytes_by_kind{};
   std::array<Histogram*, kFuseOps.size()> fuse_by_op{};
@@ -75,6 +78,7 @@ struct Metrics {
   std::map<std::string, Op, std::less<>> ops_;
   std::map<std::string, std::pair<Counter*, Counter*>, std::less<>> peers_;
   std::map<std::string, Counter*, std::less<>> sent_;
+  std::map<std::string, Counter*, std::less<>> dcp_;
 
   Metrics() {
     for (size_t i = 0; i < kViewKinds.size(); ++i) {
@@ -107,6 +111,13 @@ struct Metrics {
     auto it = sent_.find(id);
     if (it != sent_.end()) return *it->second;
     return *sent_.emplace(id, &peer_out.Add({{"peer", id}})).first->second;
+  }
+  Counter& dcp(std::string_view file) {
+    std::lock_guard lock(mu);
+    auto it = dcp_.find(file);
+    if (it != dcp_.end()) return *it->second;
+    const std::string f(file);
+    return *dcp_.emplace(f, &dcp_file.Add({{"file", f}})).first->second;
   }
 };
 
@@ -147,6 +158,7 @@ void repartition_bytes(uint64_t moved, uint64_t min) {
 void peer_received(const std::string& peer, uint64_t bytes) {
   m().peer(peer).first->Increment(static_cast<double>(bytes));
 }
+void dcp_read(std::string_view file, uint64_t bytes) { m().dcp(file).Increment(static_cast<double>(bytes)); }
 void peer_error(const std::string& peer) { m().peer(peer).second->Increment(); }
 void peer_sent(const std::string& peer, uint64_t bytes) {
   m().sent(peer.empty() ? "unknown" : peer).Increment(static_cast<double>(bytes));

@@ -28,6 +28,11 @@ std::string_view view_kind_name(ViewKind k);
 // One read of `bytes` from a view of `kind` (ptcfs_view_reads_total, ptcfs_view_read_bytes_total).
 void view_read(ViewKind kind, uint64_t bytes);
 
+// A read of `bytes` from file `file` of a step's DCP view (ptcfs_dcp_read_bytes_total{file}):
+// after ptcfs.dcp.prepare, tp{t}-pp{p}.distcp holds the chunks of the ranks whose boxes are shard
+// (t, p)'s slices, so its count is what those ranks read (docs/FORMATS.md "Layouts from chunks").
+void dcp_read(std::string_view file, uint64_t bytes);
+
 // The FUSE requests timed (label `op` of ptcfs_fuse_request_duration_seconds).
 enum class FuseOp { kLookup, kGetattr, kOpen, kRead, kRelease, kReaddir, kWrite, kCreate, kOther, kCount };
 

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .control import connect
 from .errors import Error, invalid
 
-__all__ = ["prepare", "job_step_of", "boxes_of"]
+__all__ = ["prepare", "job_step_of", "boxes_of", "share_of"]
 
 Box = Tuple[List[int], List[int]]
 
@@ -42,6 +42,21 @@ def _flat(state_dict: dict) -> Dict[str, Any]:
     from torch.distributed.checkpoint._nested_dict import flatten_state_dict
     flat, _ = flatten_state_dict(state_dict)
     return flat
+
+
+def share_of(state_dict: dict) -> int:
+    """Bytes of this rank's boxes of every tensor leaf: what its load must read at least."""
+    import math
+
+    import torch
+    from torch.distributed.tensor import DTensor
+    flat = _flat(state_dict)
+    total = 0
+    for name, (lo, hi) in boxes_of(state_dict).items():
+        v = flat[name]
+        item = v.to_local().element_size() if isinstance(v, DTensor) else v.element_size()
+        total += math.prod(h - l for l, h in zip(lo, hi)) * item if isinstance(v, torch.Tensor) else 0
+    return total
 
 
 def boxes_of(state_dict: dict) -> Dict[str, Box]:
@@ -68,7 +83,9 @@ def prepare(state_dict: dict, checkpoint_id: Any, *, group=None, daemon: Optiona
     """Collective (every rank of ``group``, default the world): repartitions the step so that each
     rank's boxes of ``state_dict`` are slices of it (module docstring). Returns, on every rank, the
     daemon's repartition result; its ``chunks`` member says how many tensors (and bytes) the new
-    layout gives each rank exactly ({"tensors", "exact", "bytes", "bytes_exact", "unknown"}).
+    layout gives each rank exactly ({"tensors", "exact", "bytes", "bytes_exact", "unknown"}), and
+    ``share`` is this rank's own: the bytes of its boxes, the least its load reads (compare with the
+    daemon's ptcfs_dcp_read_bytes_total{file="tp<t>-pp0.distcp"}).
     Raises ptcfs.Error on every rank when the daemon refuses. ``daemon``: HOST:PORT of the daemon
     of the first rank's node (default $PTCFS_DAEMON, then 127.0.0.1:7070)."""
     import torch.distributed as dist
@@ -94,4 +111,4 @@ def prepare(state_dict: dict, checkpoint_id: Any, *, group=None, daemon: Optiona
     dist.broadcast_object_list(reply, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
     if reply[0][0] == "error":
         raise Error(reply[0][1], reply[0][2])
-    return reply[0][1]
+    return {**reply[0][1], "share": share_of(state_dict)}

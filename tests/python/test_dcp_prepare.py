@@ -19,9 +19,27 @@ import dcp_worker  # noqa: E402
 from test_dcp import run  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _daemon_env(daemon, monkeypatch):
-    monkeypatch.setenv("PTCFS_DAEMON", daemon.addr)  # the workers' prepare asks this daemon
+@pytest.fixture
+def daemon(tmp_path, monkeypatch):
+    """A daemon serving its metrics (this module's own), whose address the workers' prepare asks."""
+    from ptcfs_daemon import Daemon, free_port
+    d = Daemon(str(tmp_path / "daemon"), extra=["--metrics", f"127.0.0.1:{free_port()}"])
+    d.metrics = d.extra[1]
+    monkeypatch.setenv("PTCFS_DAEMON", d.addr)
+    try:
+        yield d.start()
+    finally:
+        d.stop()
+
+
+def dcp_read_bytes(daemon):
+    """{file: bytes} of ptcfs_dcp_read_bytes_total, scraped."""
+    import re
+    import urllib.request
+    with urllib.request.urlopen(f"http://{daemon.metrics}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r'^ptcfs_dcp_read_bytes_total\{file="([^"]+)"\} (\S+)$', text, re.M)}
 
 
 def run_plain(tmp_path, world, mode, step):
@@ -74,7 +92,9 @@ def test_a_stock_save_is_stored_at_the_tp_of_its_chunks_and_prepare_lays_it_out_
     assert all(r["differ"] == [] for r in plain), plain
 
     for world in (3, 8, 1, 2):
+        before = dcp_read_bytes(daemon)
         recs = run_plain(tmp_path, world, "prepare_load", step)
+        after = dcp_read_bytes(daemon)
         for r in recs:
             assert r["differ"] == [], (world, r)
             res = r["prepare"]
@@ -91,6 +111,11 @@ def test_a_stock_save_is_stored_at_the_tp_of_its_chunks_and_prepare_lays_it_out_
         # the others' rows.
         for r in recs:
             assert share(r) <= distcp_read(r) <= share(r) + 5 * 4096, (world, r["rank"], share(r), r["read"])
+            assert r["prepare"]["share"] == share(r)
+            # The daemon served of that rank's file its share and the archives' headers, each byte
+            # once (the page cache answers torch's second reads of a header).
+            served = after.get(f"tp{r['rank']}-pp0.distcp", 0) - before.get(f"tp{r['rank']}-pp0.distcp", 0)
+            assert share(r) <= served <= share(r) + 5 * 4096, (world, r["rank"], served)
         if world == 3:
             prepared = recs
     # Without prepare, rank 1 of 3 reads chunks cut for 4 (two of w, b and emb each, rows it does
