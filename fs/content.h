@@ -35,6 +35,9 @@ class StepContent {
   // layout().slices(shard)) to out. The range lies inside the slice.
   virtual ptc::Status read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
                                  ReadBuffer& out) const = 0;
+  // Whether this node holds a shard's bytes (a read of another's goes to a peer); one node
+  // holds them all.
+  virtual bool holds(const ptc::ShardId& /*shard*/) const { return true; }
 };
 
 struct StepEntry {

@@ -135,6 +135,22 @@ ptc::DcpChunk archive(Files& files, const std::string& file, ptc::DType dtype, c
   return c;
 }
 
+// The (shard, slice) pairs that show a tensor: Layout::covering, except that a replicated tensor
+// (one slice, the whole tensor) comes from a TP rank of its stage that this node holds, when
+// one does: on a cluster each node's view then reads it locally (every node's .metadata lists
+// the same chunks; only the file that holds them differs).
+std::vector<std::pair<ptc::ShardId, size_t>> cover_of(const StepContent& c, size_t tensor) {
+  const auto& layout = c.layout();
+  auto cover = layout.covering(tensor);
+  if (cover.size() != 1 || layout.ptc().tensors[tensor].tp_dim || c.holds(cover[0].first)) return cover;
+  for (int t = 0; t < layout.parallelism().tp; ++t) {
+    const ptc::ShardId s{t, cover[0].first.p};
+    const int slice = layout.find_slice(s, tensor);
+    if (slice >= 0 && c.holds(s)) return {{s, static_cast<size_t>(slice)}};
+  }
+  return cover;
+}
+
 // Every file of the folder, built (what a Folder builds on first use).
 std::map<std::string, std::shared_ptr<const View>> build_files(const std::shared_ptr<const StepContent>& c) {
   const auto& layout = c->layout();
@@ -143,7 +159,7 @@ std::map<std::string, std::shared_ptr<const View>> build_files(const std::shared
   std::vector<ptc::DcpItem> items;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& spec = tensors[i];
-    const auto cover = layout.covering(i);
+    const auto cover = cover_of(*c, i);
     const size_t elem = ptc::dtype_size(spec.dtype);
     const Shown shown = how_shown(layout, i, cover);
     if (shown == Shown::kHidden) continue;
@@ -250,11 +266,13 @@ class LazyView final : public View {
   ptc::metrics::ViewKind kind_;
 };
 
-// The names of the folder's files, from the layout alone (as build_files would make them).
-std::set<std::string> file_names(const ptc::Layout& layout) {
+// The names of the folder's files, from the layout and the shards held alone (as build_files
+// would make them).
+std::set<std::string> file_names(const StepContent& c) {
+  const auto& layout = c.layout();
   std::set<std::string> names{".metadata"};
   for (size_t i = 0; i < layout.ptc().tensors.size(); ++i) {
-    const auto cover = layout.covering(i);
+    const auto cover = cover_of(c, i);
     switch (how_shown(layout, i, cover)) {
       case Shown::kHidden:
         break;
@@ -276,7 +294,7 @@ std::vector<std::pair<std::string, std::shared_ptr<const View>>> dcp_views(
     const std::shared_ptr<const StepContent>& c) {
   auto folder = std::make_shared<const Folder>(c);
   std::vector<std::pair<std::string, std::shared_ptr<const View>>> out;
-  for (const std::string& name : file_names(c->layout()))
+  for (const std::string& name : file_names(*c))
     out.emplace_back(name, std::make_shared<LazyView>(
                                folder, name, c->version(),
                                name == ".metadata" ? ptc::metrics::ViewKind::kMetadata : ptc::metrics::ViewKind::kDcp));

@@ -179,7 +179,7 @@ class StepVersion final : public fs::StepContent {
   // Unique among the versions of this process, where an address may be reused once one is
   // gone: what SlabDigests keeps a version's digests by, holding nothing of the version.
   uint64_t serial() const { return serial_; }
-  bool holds(const ptc::ShardId& shard) const { return placement_.holds(shard_index(shard)); }
+  bool holds(const ptc::ShardId& shard) const override { return placement_.holds(shard_index(shard)); }
   size_t shard_index(const ptc::ShardId& s) const;
   uint64_t total_bytes() const;  // of all stored slices (held here)
   std::vector<uint64_t> blobs_used() const;

@@ -104,7 +104,7 @@ def prepare(state_dict: dict, checkpoint_id: Any, *, group=None, daemon: Optiona
                 if [lo, hi] not in seen:
                     seen.append([lo, hi])
         try:
-            with connect(daemon, secret_file) as c:
+            with connect(daemon, secret_file, timeout=None) as c:  # as long as the repartition takes
                 reply[0] = ("ok", c.call("repartition", job=job, step=step, chunks=chunks, dry_run=bool(dry_run)))
         except Error as e:
             reply[0] = ("error", e.code, e.message)

@@ -121,6 +121,8 @@ class FakeStep final : public StepContent {
     return ptc::Status::ok();
   }
 
+  bool holds(const ptc::ShardId& shard) const override { return !unavailable.count(shard.name()); }
+
   // Shards whose reads fail with kUnavailable (not held here, no peer).
   std::set<std::string> unavailable;
 

@@ -238,6 +238,8 @@ def count_reads():
 
 
 def run_plain(rank, world, init_file, mode, step, out_dir):
+    """`step` may hold "{rank}": each rank's own path (its node's mount, on a cluster)."""
+    step = step.replace("{rank}", str(rank))
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
     record = {"rank": rank}

@@ -1,0 +1,59 @@
+"""DCP on a cluster (docs/FORMATS.md "Layouts from chunks"): a folder stock dcp.save wrote at 4
+FSDP ranks is imported through one node's mount; a job of 3 ranks, one per node, calls
+ptcfs.dcp.prepare and then stock dcp.load, each rank from its own node's mount. The step is
+repartitioned to tp 3 with the least bytes moved, shard t on node t (the node of global rank t),
+every rank loads bit for bit, and the load pulls nothing from a peer: each rank's chunks are on
+its own node."""
+
+import json
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.multiprocessing as mp  # noqa: E402
+
+from cluster_util import Cluster  # noqa: E402
+from ptcfs_harness import require_binaries  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+import dcp_worker  # noqa: E402
+
+
+def run_plain(tmp_path, world, mode, step):
+    out = tmp_path / f"plain-{mode}-{world}"
+    out.mkdir()
+    mp.spawn(dcp_worker.run_plain, args=(world, str(out / "init"), mode, step, str(out)), nprocs=world, join=True)
+    return [json.load(open(out / f"r{r}.json")) for r in range(world)]
+
+
+def test_prepare_on_a_cluster_puts_each_ranks_chunks_on_its_node_and_the_load_reads_locally(tmp_path, monkeypatch):
+    require_binaries()
+    src = str(tmp_path / "saved")
+    run_plain(tmp_path, 4, "stock_save", src)  # a plain folder, as a job without ptcfs writes it
+    with Cluster(str(tmp_path / "c"), 3, gpus=1) as c:
+        c[0].cli("import", src, "--format", "dcp", "--job", "j", "--step", "1")
+        tensors = json.load(open(os.path.join(c[2].mnt, "j", "1", "ptc.json")))["tensors"]
+        assert (tensors["w"]["tp_dim"], tensors["w"]["pad_to"]) == (0, 1)  # recorded from the chunks
+
+        monkeypatch.setenv("PTCFS_DAEMON", c[0].addr)  # rank 0's node
+        monkeypatch.setenv("PTCFS_SECRET_FILE", c.secret)
+        before = c.counters(c[0])
+        # Rank r reads node r's mount: the workers' step path names their own node.
+        step = os.path.join(str(tmp_path / "c"), "n{rank}", "mnt", "j", "1")
+        assert os.path.isdir(step.replace("{rank}", "2"))
+        recs = run_plain(tmp_path, 3, "prepare_load", step)
+        res = recs[0]["prepare"]
+        assert res["to"] == {"tp": 3, "pp": 1, "dp": 1}, res
+        assert res["chunks"]["exact"] == res["chunks"]["tensors"] == 5, res["chunks"]
+        assert res["bytes_moved"] == res["bytes_min"] > 0, res
+        ls = c[0].cli_json("ls", "j/1", "--json")
+        assert ls["parallelism"] == {"tp": 3, "pp": 1, "dp": 1}
+        for r in recs:
+            assert r["differ"] == [], r
+        after = c.counters(c[0])
+        # What the nodes received is the repartition's pulls, and nothing more: every rank's
+        # load read its own node's shard.
+        received = sum(after[k][1] - before[k][1] for k in after)
+        assert received == res["bytes_moved"], (before, after, res["bytes_moved"])
