@@ -142,6 +142,25 @@ class Fabric:
         self.made = []
 
 
+def fabric_daemons(fab: Fabric, root: str, gpus: int) -> tuple:
+    """(secret file, [Daemon]) of a cluster of the fabric's nodes (n0, n1, ...; `gpus` each), each
+    daemon in its node's namespace on PORT, its files under root; not started."""
+    secret = os.path.join(root, "secret")
+    with open(secret, "w") as f:
+        f.write("a cluster secret of some length\n")
+    config = os.path.join(root, "cluster.json")
+    with open(config, "w") as f:
+        json.dump({"nodes": [{"id": f"n{i}", "addr": f"{a}:{PORT}", "gpus": gpus} for i, a in enumerate(fab.addrs)],
+                   "secret_file": secret}, f)
+    nodes = []
+    for i, a in enumerate(fab.addrs):
+        d = Daemon(os.path.join(root, f"d{i}"), name=f"n{i}", secret_file=secret, listen_host=a, port=PORT,
+                   flags=["--cluster", config, "--node", f"n{i}"])
+        d.wrap = fab.wrap(i)
+        nodes.append(d)
+    return secret, nodes
+
+
 def env() -> dict:
     return {**os.environ, "PYTHONPATH": os.path.join(REPO, "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
@@ -417,19 +436,7 @@ def run(gb: float, rate: str, rounds: int, root: str, disk: bool = False, plot_p
             print(f"plain TCP through one link: {tcp_bytes / tcp_s / 1e6:.0f} MB/s "
                   f"({rate} = {link_rate / 1e6:.0f} MB/s); memcpy {copy_rate / 1e9:.2f} GB/s, into fresh memory "
                   f"{fresh_rate / 1e9:.2f} GB/s", flush=True)
-            secret = os.path.join(ckroot, "secret")
-            with open(secret, "w") as f:
-                f.write("a cluster secret of some length\n")
-            config = os.path.join(ckroot, "cluster.json")
-            with open(config, "w") as f:
-                json.dump({"nodes": [{"id": f"n{i}", "addr": f"{fab.addrs[i]}:{PORT}", "gpus": GPUS}
-                                     for i in range(3)], "secret_file": secret}, f)
-            nodes = []
-            for i in range(3):
-                d = Daemon(os.path.join(ckroot, f"d{i}"), name=f"n{i}", secret_file=secret, listen_host=fab.addrs[i],
-                           port=PORT, flags=["--cluster", config, "--node", f"n{i}"])
-                d.wrap = fab.wrap(i)
-                nodes.append(d)
+            _, nodes = fabric_daemons(fab, ckroot, GPUS)
             try:
                 for d in nodes:
                     d.start()

@@ -15,7 +15,8 @@ on the local disk), elastic_llama (the torch 2.x example at length), many_tensor
 20 times: memory and time per tensor), strided (cold reads of a shard
 strided over its blob: time and bytes read from the disk),
 cluster (three daemons), reconfig (end to end on 3 namespaced nodes with 2 Gbit/s links: ptcfs vs central torch vs
-the limit, plot docs/reconfiguration.png), etcd, soak (32 readers for 10 minutes under changes), chaos (the seeded chaos soak of
+the limit, plot docs/reconfiguration.png), dcp_cluster (a 2 GB DCP checkpoint loaded at a new mesh on the same 3
+nodes: ptcfs.dcp.prepare + stock dcp.load vs the folder copied to every node vs the limit), etcd, soak (32 readers for 10 minutes under changes), chaos (the seeded chaos soak of
 tests/integration/chaos_util.py for 10 minutes: promises broken under faults). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
 except bytes_moved / bytes_min.
 """
@@ -33,7 +34,7 @@ import tempfile
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
 SECTIONS = ["mount", "repartition", "plan", "planner", "simulate", "formats", "torch", "live", "live_dtensor",
-            "elastic_llama", "many_tensors", "strided", "cluster", "reconfig", "etcd", "soak", "chaos"]
+            "elastic_llama", "many_tensors", "strided", "cluster", "reconfig", "dcp_cluster", "etcd", "soak", "chaos"]
 
 
 def cpp_repartition(gib: float, root: str) -> tuple:
@@ -150,6 +151,7 @@ def main() -> int:
 
     import bench_cluster
     import bench_chaos
+    import bench_dcp_cluster
     import bench_etcd
     import bench_formats
     import bench_live
@@ -228,6 +230,13 @@ def main() -> int:
                   flush=True)
             r, raw["reconfig"] = bench_reconfig.run(0.2 if a.quick else 2.0, "2gbit", 1, os.path.join(root, "reconfig"),
                                                     plot_path=a.reconfig_plot)
+            rows += r
+        if "dcp_cluster" in only:
+            print("== dcp_cluster: a DCP checkpoint loaded at a new mesh on 3 namespaced nodes (2 Gbit/s links): "
+                  "ptcfs.dcp.prepare + stock dcp.load vs the folder copied to every node vs the limit", flush=True)
+            r, raw["dcp_cluster"] = bench_dcp_cluster.run(0.2 if a.quick else 2.0, "2gbit",
+                                                          os.path.join(root, "dcp_cluster"),
+                                                          "" if a.quick else os.path.join(REPO, "docs", "dcp-cluster.png"))
             rows += r
         if "simulate" in only:
             print("== simulate: the allocation policies on a job trace (ptcfs allocate, ptcfs plan's cost model)",
