@@ -28,11 +28,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 from bench_lib import HERE, REPO, row, secs, standalone
-from bench_reconfig import PORT, Fabric, fabric_daemons, memcpy_rate, rate_bytes, send_files
+from bench_reconfig import PORT, Fabric, fabric_daemons, memcpy_rate, rate_bytes, scatter
 
 SECTION = "dcp_cluster"
 PY = sys.executable
@@ -122,20 +121,7 @@ def run(gb: float, rate: str, root: str, plot_path: str = "") -> tuple:
                 for c in copies[1:]:
                     os.makedirs(c)
                 t = time.perf_counter()
-                errors = []
-
-                def one(n):
-                    try:
-                        send_files(fab, n, copies[n], 5100 + n, {0: files})
-                    except BaseException as e:  # noqa: BLE001
-                        errors.append(e)
-                threads = [threading.Thread(target=one, args=(n,)) for n in (1, 2)]
-                for th in threads:
-                    th.start()
-                for th in threads:
-                    th.join()
-                if errors:
-                    raise errors[0]
+                scatter(fab, 0, [(n, copies[n], 5100 + n, files) for n in (1, 2)])
                 copy_s = time.perf_counter() - t
                 theirs = load(fab, "stock", copies, spec, secret, 29513)
             finally:

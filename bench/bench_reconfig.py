@@ -265,6 +265,25 @@ def send_files(fab: Fabric, dst: int, folder: str, port: int, by_node: dict) -> 
             recv.wait()
 
 
+def scatter(fab: Fabric, src: int, sends: list) -> None:
+    """Node src sends files to several nodes at once ((dst node, folder, port, files) each; one
+    connection each, all through src's one link); returns when every one is written."""
+    errors = []
+
+    def one(dst, folder, port, files):
+        try:
+            send_files(fab, dst, folder, port, {src: files})
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=one, args=x) for x in sends]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+
+
 def central(fab: Fabric, nodes_dir: str, old_files: dict, to, ranks: list, rank_procs: Ranks) -> tuple:
     """The central approach, timed: gather on CENTRAL, torch_reshard.py, scatter, load.
     Returns (seconds, {phase: seconds}, {node: folder holding its new files})."""
@@ -296,20 +315,7 @@ def central(fab: Fabric, nodes_dir: str, old_files: dict, to, ranks: list, rank_
         os.makedirs(dirs[n])
         shutil.copy(os.path.join(out, "ptc.json"), dirs[n])  # a few KB: the layout
         procs.append((n, sorted(files), 5003 + k))
-    errors = []
-
-    def one(n, files, port):
-        try:
-            send_files(fab, n, dirs[n], port, {c: files})
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-    threads = [threading.Thread(target=one, args=p) for p in procs]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    if errors:
-        raise errors[0]
+    scatter(fab, c, [(n, dirs[n], port, files) for n, files, port in procs])
     phases["scatter"] = time.perf_counter() - t
     load_s, got = rank_procs.load(dirs)
     phases["load"] = load_s
