@@ -334,10 +334,18 @@ def _import_into(ck, payloads: Dict[str, bytes], files: Dict[str, bytes], step: 
 class StorageReader:
     """A DCP storage reader of a committed ptcfs step (``MNT/<job>/<step>``, whatever wrote it: a
     DCP save through StorageWriter, or any step whose tensors have safetensors dtypes). Tensors come
-    from the mount's full/<name>.npy views, mapped; only the boxes a rank asks for are read."""
+    from the mount's full/<name>.npy views, mapped; only the boxes a rank asks for are read.
 
-    def __init__(self, path: str):
+    With ``prepare=True`` the coordinator's global plan first lays the step out for the boxes every
+    rank's load plan asks for, as ``ptcfs.dcp.prepare`` does (docs/FORMATS.md "Layouts from chunks"):
+    on a cluster each rank's tensors then lie on its node. Off by default: it changes the step's
+    layout for every reader of it (``daemon``, ``secret_file``: as ptcfs.Client's)."""
+
+    def __init__(self, path: str, prepare: bool = False, daemon: Optional[str] = None,
+                 secret_file: Optional[str] = None):
         self.path = os.fspath(path)
+        self.prepare, self.daemon, self.secret_file = prepare, daemon, secret_file
+        self.prepared: Optional[dict] = None  # the repartition's result, on the coordinator
         self._ptc: Optional[dict] = None
         self._arrays: Dict[str, np.ndarray] = {}
 
@@ -387,6 +395,23 @@ class StorageReader:
         return plan
 
     def prepare_global_plan(self, plans):
+        if not self.prepare:
+            return plans
+        from .control import connect
+        from .dcp_prepare import job_step_of
+        _, _, planner_mod, _ = _dist()
+        chunks: Dict[str, List[list]] = {}
+        for plan in plans:
+            for item in plan.items:
+                if item.type == planner_mod.LoadItemType.BYTE_IO:
+                    continue
+                lo = [int(a) + int(b) for a, b in zip(item.dest_index.offset, item.dest_offsets)]
+                box = [lo, [a + int(n) for a, n in zip(lo, item.lengths)]]
+                if box not in chunks.setdefault(item.storage_index.fqn, []):
+                    chunks[item.storage_index.fqn].append(box)
+        job, step = job_step_of(self.path)
+        with connect(self.daemon, self.secret_file, timeout=None) as c:
+            self.prepared = c.call("repartition", job=job, step=step, chunks=chunks, dry_run=False)
         return plans
 
     def read_data(self, plan, planner):

@@ -157,8 +157,11 @@ def run(rank, world, init_file, mode, step, layout, out_dir):
             record["boxes"] = ptcfs.dcp.boxes_of(sd)
         if mode in ("stock_load", "prepare_load"):  # torch's own FileSystemReader (a plain folder, or the mount)
             dcp.load(sd, checkpoint_id=step)
-        else:
-            dcp.load(sd, storage_reader=ptcfs.dcp.StorageReader(step))
+        else:  # "load", or "prepared_load": the reader lays the step out for the load plan first
+            reader = ptcfs.dcp.StorageReader(step, prepare=mode == "prepared_load")
+            dcp.load(sd, storage_reader=reader)
+            if reader.prepared is not None:
+                record["prepare"] = reader.prepared
         record["differ"] = differ(sd)
     with open(os.path.join(out_dir, f"r{rank}.json"), "w") as f:
         json.dump(record, f)

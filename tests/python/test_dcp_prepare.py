@@ -141,6 +141,19 @@ def test_prepare_after_a_save_at_a_2x2_mesh_splits_what_the_chunks_split(tmp_pat
     assert view_chunks(step)["model.embed.weight"] == [([0, 0], [4, 6]), ([4, 0], [4, 6]), ([8, 0], [2, 6])]
 
 
+def test_a_storage_reader_with_prepare_lays_the_step_out_for_the_load_plan(tmp_path, daemon):
+    step = os.path.join(daemon.mnt, "llama", "600")
+    run(tmp_path, 4, "stock_save", step, "mesh2x2")
+    recs = run(tmp_path, 3, "prepared_load", step, "shard0")
+    assert all(r["differ"] == [] for r in recs), recs
+    res = recs[0]["prepare"]  # the coordinator's (rank 0)
+    assert res["to"]["tp"] == 3 and res["chunks"]["exact"] == res["chunks"]["tensors"] - 2, res
+    assert daemon.cli_json("ls", "llama/600", "--json")["parallelism"]["tp"] == 3
+    # Without prepare the reader leaves the layout as it is.
+    run(tmp_path, 2, "load", step, "shard1")
+    assert daemon.cli_json("ls", "llama/600", "--json")["parallelism"]["tp"] == 3
+
+
 def test_prepare_names_a_step_and_a_refusal_reaches_every_rank(tmp_path, daemon):
     import ptcfs
     from ptcfs.dcp_prepare import job_step_of
