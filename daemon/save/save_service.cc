@@ -204,10 +204,6 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create_staged(const std
                                                                        const std::string& rel,
                                                                        const std::string& where) {
   PTC_RETURN_IF_ERROR(check_components(where, rel));
-  if (mode_ == SaveMode::kCluster)
-    return ptc::invalid(where +
-                        ": a stock DCP save into a cluster's mount is not supported yet (each node would "
-                        "hold only its ranks' files): save with ptcfs.dcp.StorageWriter, or import the folder");
   std::shared_ptr<BlobWriter> blob;  // the metadata is kept in memory
   if (rel != kDcpMetadataTmp) {
     PTC_ASSIGN_OR_RETURN(BlobWriter w, store_.blobs().create());
@@ -407,6 +403,14 @@ ptc::Result<DcpSave> SaveService::convert_dcp(const std::shared_ptr<PendingStep>
   }
   PTC_ASSIGN_OR_RETURN(ptc::DcpMetadata md,
                        ptc::parse_dcp_metadata(staged.at(kDcpMetadataTmp)->text(), where + "/.metadata"));
+  if (mode_ == SaveMode::kCluster)  // each node keeps what its own ranks write
+    for (const auto& it : md.items)
+      for (const auto& c : it.chunks)
+        if (!sizes.count(c.file))
+          return ptc::invalid(where + ": '" + it.fqn + "' lies in " + c.file +
+                              ", which was not written through this node's mount: on a cluster a stock DCP save "
+                              "is written from one node (remove the other nodes' parts with ptcfs rm " + s->job +
+                              "/" + s->step + "), or save to a folder and import it (ptcfs import DIR --format dcp)");
   PTC_RETURN_IF_ERROR(ptc::check_dcp_references(md, sizes, where));
   auto read = [&](const std::string& file, uint64_t off, uint64_t len) -> ptc::Result<std::string> {
     auto it = staged.find(file);

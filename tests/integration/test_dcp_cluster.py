@@ -3,7 +3,8 @@ FSDP ranks is imported through one node's mount; a job of 3 ranks, one per node,
 ptcfs.dcp.prepare and then stock dcp.load, each rank from its own node's mount. The step is
 repartitioned to tp 3 with the least bytes moved, shard t on node t (the node of global rank t),
 every rank loads bit for bit, and the load pulls nothing from a peer: each rank's chunks are on
-its own node."""
+its own node. A stock save written through one node's mount commits on the cluster; one whose ranks
+write through two nodes' mounts is refused at the rename, naming why, and `ptcfs rm` clears it."""
 
 import json
 import os
@@ -23,7 +24,7 @@ import dcp_worker  # noqa: E402
 
 def run_plain(tmp_path, world, mode, step):
     out = tmp_path / f"plain-{mode}-{world}"
-    out.mkdir()
+    out.mkdir(parents=True)
     mp.spawn(dcp_worker.run_plain, args=(world, str(out / "init"), mode, step, str(out)), nprocs=world, join=True)
     return [json.load(open(out / f"r{r}.json")) for r in range(world)]
 
@@ -57,3 +58,28 @@ def test_prepare_on_a_cluster_puts_each_ranks_chunks_on_its_node_and_the_load_re
         # load read its own node's shard.
         received = sum(after[k][1] - before[k][1] for k in after)
         assert received == res["bytes_moved"], (before, after, res["bytes_moved"])
+
+
+def test_a_stock_save_from_one_node_of_a_cluster_commits_and_a_save_across_nodes_is_refused(tmp_path):
+    require_binaries()
+    with Cluster(str(tmp_path / "c"), 3, gpus=1) as c:
+        # Both ranks write through n1's mount: the step commits on the cluster, read from n2 too.
+        run_plain(tmp_path, 2, "stock_save", os.path.join(c[1].mnt, "j", "1"))
+        assert c[0].cli_json("ls", "j/1", "--json")["state"] == "committed"
+        ptc = json.load(open(os.path.join(c[2].mnt, "j", "1", "ptc.json")))
+        assert ptc["parallelism"]["tp"] == 2 and ptc["tensors"]["w"]["tp_dim"] == 0
+        for r in run_plain(tmp_path, 3, "stock_load", os.path.join(c[2].mnt, "j", "1")):
+            assert r["differ"] == [], r
+
+        # Rank r writes through n<r>'s mount: n0 holds .metadata but not __1_0.distcp.
+        step = os.path.join(str(tmp_path / "c"), "n{rank}", "mnt", "j", "2")
+        with pytest.raises(Exception):
+            run_plain(tmp_path / "across", 2, "stock_save", step)
+        ls = c[0].cli_json("ls", "j/2", "--json")
+        assert ls["state"] == "pending", ls
+        assert any("not written through this node's mount" in e for e in json.dumps(ls).split('"')), ls
+        assert c[1].cli_json("ls", "j/2", "--json")["state"] == "pending"
+        for d in (c[0], c[1]):
+            d.cli("rm", "j/2")
+        for d in c.nodes:
+            assert "2" not in d.cli_json("ls", "j", "--json")["steps"]
