@@ -113,16 +113,23 @@ class StorageWriter:
         return isinstance(checkpoint_id, (str, os.PathLike))
 
     def prepare_local_plan(self, plan):
+        import socket
         parent = os.path.dirname(os.path.abspath(self.path))
         for d in (parent, self.path):  # every rank at once: EEXIST is fine (the mount's mkdir contract)
             try:
                 os.mkdir(d)
             except FileExistsError:
                 pass
-        return plan
+        # Which mount this rank writes through: its host and the mount's device.
+        return dataclasses.replace(plan, storage_data=(socket.gethostname(), os.stat(self.path).st_dev))
 
     def prepare_global_plan(self, plans):
         _, _, planner, _ = _dist()
+        mounts = {p.storage_data for p in plans if isinstance(p.storage_data, tuple)}
+        if len(mounts) > 1:  # each node keeps what its own ranks write: no node would hold a whole file
+            raise invalid(f"{self.path}: the ranks write through {len(mounts)} mounts (nodes); a save through "
+                          "ptcfs.dcp.StorageWriter is written through one node's mount: save to a folder and "
+                          "import it (ptcfs import DIR --format dcp)")
         for plan in plans:
             for item in plan.items:
                 name = item.index.fqn

@@ -12,6 +12,9 @@ class Error(Exception):
         self.code = code
         self.message = message
 
+    def __reduce__(self):  # pickled whole (DCP sends a rank's failure to the others)
+        return (type(self), (self.code, self.message))
+
 
 def invalid(message: str) -> Error:
     return Error("invalid_argument", message)

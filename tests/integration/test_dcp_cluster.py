@@ -4,7 +4,8 @@ ptcfs.dcp.prepare and then stock dcp.load, each rank from its own node's mount. 
 repartitioned to tp 3 with the least bytes moved, shard t on node t (the node of global rank t),
 every rank loads bit for bit, and the load pulls nothing from a peer: each rank's chunks are on
 its own node. A stock save written through one node's mount commits on the cluster; one whose ranks
-write through two nodes' mounts is refused at the rename, naming why, and `ptcfs rm` clears it."""
+write through two nodes' mounts is refused at the rename, naming why, and `ptcfs rm` clears it; one
+through ptcfs.dcp.StorageWriter is refused on every rank before a byte is written."""
 
 import json
 import os
@@ -83,3 +84,12 @@ def test_a_stock_save_from_one_node_of_a_cluster_commits_and_a_save_across_nodes
             d.cli("rm", "j/2")
         for d in c.nodes:
             assert "2" not in d.cli_json("ls", "j", "--json")["steps"]
+
+        # The same through ptcfs.dcp.StorageWriter: refused on every rank before a byte is written
+        # (it waited 600 s for a commit no node could make).
+        recs = run_plain(tmp_path / "writer", 2, "writer_save", step.replace("/2", "/3"))
+        for r in recs:
+            assert "the ranks write through 2 mounts (nodes)" in r["error"], r
+        for d in (c[0], c[1]):
+            ls = d.cli_json("ls", "j/3", "--json")
+            assert ls["state"] == "pending" and ls["files"] == 0, ls

@@ -248,6 +248,11 @@ def run_plain(rank, world, init_file, mode, step, out_dir):
     record = {"rank": rank}
     if mode == "stock_save":
         dcp.save(plain_state(mesh, fill=True), checkpoint_id=step)
+    elif mode == "writer_save":  # through ptcfs.dcp.StorageWriter; a refusal is recorded
+        try:
+            dcp.save(plain_state(mesh, fill=True), storage_writer=ptcfs.dcp.StorageWriter(step))
+        except BaseException as e:  # noqa: BLE001 (DCP raises CheckpointException, a BaseException, with the Error)
+            record["error"] = str(e)
     else:
         sd = plain_state(mesh, fill=False)
         record["boxes"] = ptcfs.dcp.boxes_of(sd)
