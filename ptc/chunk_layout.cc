@@ -1,6 +1,7 @@
 #include "ptc/chunk_layout.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -20,15 +21,17 @@ std::vector<Box> distinct(std::vector<Box> boxes) {
 }
 
 // The tps whose slices could be these boxes: their count, and for a pad_to 1 split also the
-// largest tp that cuts the same chunks (ceil(N / tp) unchanged: the trailing ranks are empty).
-void candidates_of(const TensorSpec& spec, const std::vector<Box>& boxes, std::set<int>& out) {
+// largest tp that cuts the same chunks (ceil(N / tp) unchanged: the trailing ranks are empty);
+// each weighed by the tensor's bytes.
+void candidates_of(const TensorSpec& spec, const std::vector<Box>& boxes, std::map<int, uint64_t>& out) {
   if (!spec.tp_dim || boxes.empty()) return;
   const int d = *spec.tp_dim;
   const auto uniq = distinct(boxes);
-  out.insert(static_cast<int>(std::min<size_t>(uniq.size(), kMaxChunkTp + 1)));
+  const uint64_t bytes = static_cast<uint64_t>(num_elements(spec.shape)) * dtype_size(spec.dtype);
+  out[static_cast<int>(std::min<size_t>(uniq.size(), kMaxChunkTp + 1))] += bytes;
   const int64_t n = spec.shape[static_cast<size_t>(d)];
   const int64_t c = uniq.front().hi[static_cast<size_t>(d)] - uniq.front().lo[static_cast<size_t>(d)];
-  if (spec.pad_to == 1 && c > 1) out.insert(static_cast<int>(std::min<int64_t>((n - 1) / (c - 1), kMaxChunkTp + 1)));
+  if (spec.pad_to == 1 && c > 1) out[static_cast<int>(std::min<int64_t>((n - 1) / (c - 1), kMaxChunkTp + 1))] += bytes;
 }
 
 // The box of the tensor a slice holds when its pieces tile it with one shift (one piece, or
@@ -96,6 +99,11 @@ bool slices_are(const TensorSpec& spec, int tp, const std::vector<Box>& boxes) {
   const auto want = distinct(boxes);
   if (!spec.tp_dim) return want.size() == 1 && want.front() == Box::of_shape(spec.shape);
   if (want.size() > static_cast<size_t>(tp)) return false;
+  if (spec.pad_to == 1 && spec.parts == 1) {  // the count of non-empty slices first: no slice is built for a miss
+    const int64_t n = spec.shape[static_cast<size_t>(*spec.tp_dim)];
+    const int64_t c = (n + tp - 1) / tp;
+    if (c == 0 || static_cast<size_t>((n + c - 1) / c) != want.size()) return false;
+  }
   std::vector<Box> have;
   for (int t = 0; t < tp; ++t) {
     auto sl = slice_of(spec, 0, tp, t);
@@ -109,8 +117,15 @@ bool slices_are(const TensorSpec& spec, int tp, const std::vector<Box>& boxes) {
 }
 
 int tp_for_chunks(const Ptc& ptc, const std::vector<std::vector<Box>>& boxes) {
+  std::map<int, uint64_t> weight;
+  for (size_t i = 0; i < ptc.tensors.size() && i < boxes.size(); ++i) candidates_of(ptc.tensors[i], boxes[i], weight);
+  // The kMaxChunkCandidates tps the most bytes suggest, and 1: a crafted list of many tensors,
+  // each suggesting another tp, costs no more than that many passes.
+  std::vector<std::pair<uint64_t, int>> by_weight;
+  for (const auto& [tp, w] : weight) by_weight.emplace_back(w, -tp);
+  std::sort(by_weight.rbegin(), by_weight.rend());
   std::set<int> cands{1};
-  for (size_t i = 0; i < ptc.tensors.size() && i < boxes.size(); ++i) candidates_of(ptc.tensors[i], boxes[i], cands);
+  for (size_t k = 0; k < by_weight.size() && k < kMaxChunkCandidates; ++k) cands.insert(-by_weight[k].second);
   const uint64_t tensors = std::max<uint64_t>(ptc.tensors.size(), 1);
   int best = 1;
   uint64_t best_bytes = 0;

@@ -19,6 +19,8 @@ namespace ptc {
 // beyond them the chunks are not followed (a crafted chunk list cannot make a huge layout).
 inline constexpr int kMaxChunkTp = 1024;
 inline constexpr uint64_t kMaxChunkSlices = uint64_t{1} << 22;
+// The most tps weighed (those the most bytes suggest; 1 always).
+inline constexpr size_t kMaxChunkCandidates = 16;
 
 // The dimension `boxes` split a tensor of `shape` along: -1 when one box is the whole tensor
 // (or there are none); else the dimension along which the boxes start at the most distinct
@@ -35,7 +37,8 @@ void split_like_chunks(TensorSpec& spec, const std::vector<Box>& boxes);
 bool slices_are(const TensorSpec& spec, int tp, const std::vector<Box>& boxes);
 
 // The tp whose slices are the boxes of the most bytes (the smallest such tp on a tie), among
-// the tps every tensor of `ptc` accepts at its parallelism's pp and dp. `boxes` is indexed like
+// the tps every tensor of `ptc` accepts at its parallelism's pp and dp and the boxes suggest
+// (the kMaxChunkCandidates the most bytes suggest). `boxes` is indexed like
 // ptc.tensors (empty: nothing known of that tensor). 1 when no split tensor's boxes match any tp.
 int tp_for_chunks(const Ptc& ptc, const std::vector<std::vector<Box>>& boxes);
 

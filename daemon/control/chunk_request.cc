@@ -56,7 +56,13 @@ ptc::Result<ChunkRequest> parse_chunk_request(const json& chunks, const ptc::Ptc
 }
 
 ptc::Parallelism parallelism_for(const ChunkRequest& req, const ptc::Ptc& ptc, const ptc::Parallelism& current) {
-  return {ptc::tp_for_chunks(ptc, req.boxes), current.pp, current.dp};
+  const int tp = ptc::tp_for_chunks(ptc, req.boxes);
+  // When no split tensor's boxes are slices at that tp either, the chunks ask for nothing: the
+  // step keeps its tp (a layout spread over the cluster is not gathered onto one shard).
+  for (size_t i = 0; i < ptc.tensors.size() && i < req.boxes.size(); ++i)
+    if (ptc.tensors[i].tp_dim && !req.boxes[i].empty() && ptc::slices_are(ptc.tensors[i], tp, req.boxes[i]))
+      return {tp, current.pp, current.dp};
+  return current;
 }
 
 json chunk_match(const ChunkRequest& req, const ptc::Ptc& ptc, int tp) {

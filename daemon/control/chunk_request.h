@@ -25,7 +25,8 @@ struct ChunkRequest {
 // tensor's rank and lies inside it (kInvalidArgument naming the tensor otherwise).
 ptc::Result<ChunkRequest> parse_chunk_request(const nlohmann::json& chunks, const ptc::Ptc& ptc);
 
-// The configuration the chunks ask for: tp_for_chunks, with `current`'s pp and dp.
+// The configuration the chunks ask for: tp_for_chunks, with `current`'s pp and dp; `current`
+// itself when no split tensor's boxes are slices at that tp (a 2-D grid of every weight, say).
 ptc::Parallelism parallelism_for(const ChunkRequest& req, const ptc::Ptc& ptc, const ptc::Parallelism& current);
 
 // What the chosen tp gives the job: {"tensors", "unknown", "exact": tensors whose slices are

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -184,10 +185,28 @@ ptc::Result<Entry> entry_of(const ptc::DcpItem& t, const DcpItemReader& item, co
   return e;
 }
 
+// The bytes the step's files hold at `tp`: a split tensor padded to ceil(N / tp) per slice, every
+// other entry (replicated tensors, bytes items, the planner data) once per shard.
+long double stored_bytes(const std::vector<Entry>& entries, int tp) {
+  long double total = 0;
+  for (const auto& e : entries) {
+    const long double n = static_cast<long double>(ptc::num_elements(e.spec.shape)) * ptc::dtype_size(e.spec.dtype);
+    if (!e.spec.tp_dim) {
+      total += n * tp;
+      continue;
+    }
+    const auto len = static_cast<long double>(e.spec.shape[static_cast<size_t>(*e.spec.tp_dim)]);
+    if (len > 0) total += n / len * (std::ceil(len / tp) * tp);
+  }
+  return total;
+}
+
 // The tp of the step: the one whose slices are the chunks of the most bytes, unless the
 // tensors no chunk splits would then be stored more often than the split ones are big (a
-// layout of replicas is kept whole: tp 1, each tensor's split still recorded for later).
-// ptcfs's own entries (bytes items, planner data) are not weighed: they are small.
+// layout of replicas is kept whole: tp 1, each tensor's split still recorded for later), or the
+// files would hold more than twice the save's bytes (padding and copies of every other entry: a
+// crafted .metadata cannot make the daemon write much more than it was given). ptcfs's own
+// entries (bytes items, planner data) are not weighed in the first rule: they are small.
 int step_tp(const ptc::Ptc& ptc, const std::vector<Entry>& entries) {
   std::vector<std::vector<ptc::Box>> boxes;
   uint64_t split = 0, whole = 0;
@@ -197,7 +216,8 @@ int step_tp(const ptc::Ptc& ptc, const std::vector<Entry>& entries) {
     if (!e.spec.name.starts_with("__dcp__/")) (e.spec.tp_dim ? split : whole) += n;
   }
   const int tp = ptc::tp_for_chunks(ptc, boxes);
-  return whole * static_cast<uint64_t>(tp - 1) > split ? 1 : tp;
+  if (tp == 1 || whole * static_cast<uint64_t>(tp - 1) > split) return 1;
+  return stored_bytes(entries, tp) > 2 * stored_bytes(entries, 1) ? 1 : tp;
 }
 
 // The file of entry `e`'s slice at TP rank t.

@@ -409,8 +409,9 @@ ptc::Result<DcpSave> SaveService::convert_dcp(const std::shared_ptr<PendingStep>
         if (!sizes.count(c.file))
           return ptc::invalid(where + ": '" + it.fqn + "' lies in " + c.file +
                               ", which was not written through this node's mount: on a cluster a stock DCP save "
-                              "is written from one node (remove the other nodes' parts with ptcfs rm " + s->job +
-                              "/" + s->step + "), or save to a folder and import it (ptcfs import DIR --format dcp)");
+                              "is written from one node (remove the other nodes' parts with ptcfs rm " +
+                              s->job + "/" + s->step +
+                              "), or save to a folder and import it (ptcfs import DIR --format dcp)");
   PTC_RETURN_IF_ERROR(ptc::check_dcp_references(md, sizes, where));
   auto read = [&](const std::string& file, uint64_t off, uint64_t len) -> ptc::Result<std::string> {
     auto it = staged.find(file);

@@ -417,8 +417,13 @@ class StorageReader:
                 if box not in chunks.setdefault(item.storage_index.fqn, []):
                     chunks[item.storage_index.fqn].append(box)
         job, step = job_step_of(self.path)
-        with connect(self.daemon, self.secret_file, timeout=None) as c:
-            self.prepared = c.call("repartition", job=job, step=step, chunks=chunks, dry_run=False)
+        try:
+            with connect(self.daemon, self.secret_file, timeout=None) as c:
+                self.prepared = c.call("repartition", job=job, step=step, chunks=chunks, dry_run=False)
+        except Error as e:  # the load is right at any layout: it goes on, only its reads are not laid out
+            import warnings
+            self.prepared = {"error": str(e)}
+            warnings.warn(f"ptcfs.dcp.StorageReader: the step was not laid out for this load ({e})")
         return plans
 
     def read_data(self, plan, planner):

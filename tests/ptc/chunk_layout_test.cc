@@ -141,3 +141,18 @@ TEST_CASE("a crafted chunk list cannot ask for a huge layout", "[chunk_layout]")
   CHECK(tp_for_chunks(p, {shard({100000}, 0, 5000)}) == 1);  // more than kMaxChunkTp ranks
   CHECK(tp_for_chunks(p, {shard({100000}, 0, 1000)}) == 1000);
 }
+
+TEST_CASE("many tensors each suggesting another tp cost a bounded number of passes", "[chunk_layout]") {
+  // 2,000 tensors of n = 3 + k % 900 elements, each cut after its first 2: each suggests tp 2
+  // and its own largest tp, n - 1 (900 tps in all). Only kMaxChunkCandidates of them are weighed.
+  Ptc p;
+  p.parallelism = {1, 1, 1};
+  std::vector<std::vector<Box>> boxes;
+  for (int k = 0; k < 2000; ++k) {
+    const int64_t n = 3 + k % 900;
+    p.tensors.push_back(spec("t" + std::to_string(100000 + k), {n}, 0, 1));
+    boxes.push_back({box({0}, {2}), box({2}, {n})});
+  }
+  // A tensor's chunks are slices only when n <= 4, and then at tp 2: the answer, found quickly.
+  CHECK(tp_for_chunks(p, boxes) == 2);
+}

@@ -38,6 +38,20 @@ TEST_CASE("chunks of 3 ranks ask for tp 3, keeping pp and dp; unknown names are 
   CHECK(chunk_match(*req, ptc, 4)["exact"] == 1);
 }
 
+TEST_CASE("chunks no tp makes slices leave the step's tp as it is") {
+  const auto ptc = step_ptc();
+  // w as a 2 x 2 grid: no split of its rows is these boxes; n whole.
+  const json chunks = {{"w", {{{0, 0}, {5, 3}}, {{0, 3}, {5, 6}}, {{5, 0}, {10, 3}}, {{5, 3}, {10, 6}}}},
+                       {"n", {{{0}, {6}}}}};
+  auto req = parse_chunk_request(chunks, ptc);
+  REQUIRE(req.is_ok());
+  CHECK(parallelism_for(*req, ptc, {4, 1, 2}) == ptc::Parallelism{4, 1, 2});
+  // One rank holding everything: tp 1 is what it asks for.
+  auto one = parse_chunk_request(json{{"w", {{{0, 0}, {10, 6}}}}}, ptc);
+  REQUIRE(one.is_ok());
+  CHECK(parallelism_for(*one, ptc, {4, 1, 2}) == ptc::Parallelism{1, 1, 2});
+}
+
 TEST_CASE("a box of another rank or outside its tensor is refused naming the tensor") {
   const auto ptc = step_ptc();
   auto bad = [&](const json& chunks) {

@@ -254,3 +254,24 @@ TEST_CASE("a chunk that cannot be gathered, or a record that contradicts the met
     CHECK_THAT(save.status().message(), Catch::Contains("names under __dcp__/ are ptcfs's own"));
   }
 }
+
+TEST_CASE("a layout whose files would hold more than twice the save's bytes keeps tp 1") {
+  // 1024 one-element chunks ask for tp 1024, where a 100 kB bytes item would be written 1024 times.
+  std::vector<std::pair<ptc::Shape, ptc::Shape>> boxes;
+  for (int64_t i = 0; i < 1024; ++i) boxes.push_back({{i}, {1}});
+  auto md = one_tensor({1024}, boxes);
+  ptc::DcpItem blob;
+  blob.fqn = "blob";
+  blob.bytes = true;
+  blob.chunks = {chunk({}, {}, "__0_0.distcp", 200, 100000)};
+  md.items.push_back(blob);
+  auto save = plan_dcp_save(md, record, "j/1");
+  REQUIRE(save.is_ok());
+  CHECK(save->ptc.parallelism == ptc::Parallelism{1, 1, 1});
+  CHECK(save->ptc.find("v")->tp_dim == 0);
+  // Without the bytes item the same chunks are the step's slices.
+  md.items.pop_back();
+  auto alone = plan_dcp_save(md, record, "j/1");
+  REQUIRE(alone.is_ok());
+  CHECK(alone->ptc.parallelism == ptc::Parallelism{1024, 1, 1});
+}
