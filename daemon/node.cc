@@ -313,6 +313,7 @@ void Node::commit_saves(unsigned tick) {
 void Node::refresh_mount() {
   // Changes made before the mount exists (restoring prepared changes) need no refresh.
   if (!fs_) return;
+  failpoint("mount.refresh");
   if (auto s = fs_->refresh(); !s) ptc::log::error("refreshing the mount: {}", s.to_string());
   // The replaced version's metadata is freed now (nobody else holds it: the tree was its last
   // holder). glibc keeps freed memory in its arenas, one per thread that allocated it: a step of

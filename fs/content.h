@@ -97,6 +97,9 @@ class WriteFile {
   virtual ptc::Status flush(uint64_t writer) = 0;
   // The last reference of one writer's handle went.
   virtual void release(uint64_t writer) = 0;
+  // Whether the file's step is committing or committed: the mount's next tree shows it as a
+  // committed file (with another inode), so a reader waits for that tree.
+  virtual bool committing() const { return false; }
 };
 
 // What the filesystem needs to take writes: the node's pending steps. `rel` is a path

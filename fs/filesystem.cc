@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "fs/errno_map.h"
 #include "fs/fs_impl.h"
@@ -71,12 +72,33 @@ int do_getattr(Impl& fs, uint64_t ino, fuse_file_info* fi, struct stat& st, doub
   return 0;
 }
 
+// A read of a pending file whose step is committing: the step was reported committed (ptcfs ls,
+// a save's rename) before the mount's tree shows it. Waits (up to kCommitTreeWait) for a tree
+// without this inode, then answers ESTALE, on which the kernel looks the name up again and
+// opens the committed file; EACCES when the commit does not come (it failed: the file stays
+// pending).
+int wait_for_commit(Impl& fs, const std::shared_ptr<const Tree>& seen, uint64_t ino) {
+  const auto deadline = std::chrono::steady_clock::now() + kCommitTreeWait;
+  for (auto pause = std::chrono::milliseconds(1); std::chrono::steady_clock::now() < deadline;
+       pause = std::min(pause * 2, std::chrono::milliseconds(20))) {
+    auto tree = fs.current();
+    if (tree != seen) {
+      const Node* n = tree->find(ino);
+      if (!n || !n->file) return ESTALE;
+      if (!n->file->committing()) return EACCES;
+    }
+    std::this_thread::sleep_for(pause);
+  }
+  return EACCES;
+}
+
 int do_open(Impl& fs, uint64_t ino, fuse_file_info* fi) {
   auto tree = fs.current();
   const Node* n = tree->find(ino);
   if (!n) return ESTALE;
   if (n->is_dir) return EISDIR;
   if ((fi->flags & O_ACCMODE) != O_RDONLY) return n->file ? do_open_for_write(*n, fi) : EROFS;
+  if (n->file && n->file->committing()) return wait_for_commit(fs, tree, ino);
   if (n->file) return EACCES;  // a pending file is written, not read, until its step commits
   fi->fh = reinterpret_cast<uint64_t>(new OpenFile{n->ino, n->mtime, n->view, nullptr});
   fi->keep_cache = 1;

@@ -2,6 +2,8 @@
 // reads; write_ops.cc: the save path), and the helpers both reply with. Not a public header.
 #pragma once
 
+#include <chrono>
+
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 #include <pthread.h>
@@ -30,6 +32,9 @@ namespace ptcfs::fs {
 // it must see.
 constexpr double kTimeout = 3600.0;
 constexpr double kPendingTimeout = 1.0;
+// How long a read open of a file whose step is committing waits for the tree that shows it
+// committed (do_open); the commit's own refresh takes milliseconds.
+constexpr std::chrono::seconds kCommitTreeWait{10};
 // Signal used to wake the loop thread when stopping.
 constexpr int kWakeSignal = SIGUSR1;
 

@@ -81,6 +81,11 @@ ptc::Result<uint64_t> PendingFile::open_writer() {
   return ++last_writer;
 }
 
+bool PendingFile::committing() const {
+  std::lock_guard lock(step_->mu);
+  return step_->committing;
+}
+
 bool PendingFile::complete() const {
   if (dead || writers > 0 || !error.empty()) return false;
   if (kind == Kind::kPtcJson) return true;

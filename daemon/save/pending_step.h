@@ -84,6 +84,7 @@ class PendingFile final : public fs::WriteFile {
   ptc::Status truncate(uint64_t writer, uint64_t size) override;
   ptc::Status flush(uint64_t writer) override;
   void release(uint64_t writer) override;
+  bool committing() const override;
 
   // The rest is used under the step's lock (PendingStep::mu).
   Kind kind;

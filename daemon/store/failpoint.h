@@ -14,6 +14,7 @@
 //   coordinator.prepared  every node prepared a cluster change; nothing is decided
 //   coordinator.decided   the change is decided (in etcd); no node was told to commit
 //   daemon.serving  ptcfsd answers requests; metrics, the etcd watch and catch-up are not started
+//   mount.refresh   a change is published; the mount's tree does not show it yet
 //
 // Armed the same way, a switch changes what the daemon does instead of stopping it:
 //

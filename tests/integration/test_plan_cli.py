@@ -298,7 +298,7 @@ def test_repartition_takes_the_planners_best_configuration(daemon, tmp_path):
     r = daemon.cli("repartition", "--job", "j", "--step", "1", "--gpus", 8, check=False)
     assert_error(r, "--gpus N and --model MODEL.json go together")
     r = daemon.cli("repartition", "--job", "j", "--step", "1", check=False)
-    assert_error(r, "--to tp=T,pp=P,dp=D, or --gpus N --model MODEL.json")
+    assert_error(r, "--to tp=T,pp=P,dp=D, --chunks FILE, or --gpus N --model MODEL.json")
 
 
 # ---------------------------------------------------------------------------------------

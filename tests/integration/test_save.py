@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import ptcgen
-from ptcfs_harness import PTCFS, errno_of, ls_jobs, verify_step
+from ptcfs_harness import PTCFS, Daemon, errno_of, ls_jobs, verify_step
 from repartition_util import Oracles, blob_usage, wait_for
 
 
@@ -609,3 +609,27 @@ def test_a_step_saved_as_many_tensor_files_commits_as_one_version(daemon):
         st = ptcgen.parse_safetensors(f.read(), where="tp0-pp0.safetensors", canonical=True)
     assert len(st) == n and all(np.array_equal(st[name][1], arr) for name, arr in want.items())
     assert blob_usage(daemon)[0] - blobs_before == 1  # one pack, not a blob per tensor
+
+
+def test_a_file_opened_right_after_its_step_commits_reads_the_committed_bytes(tmp_path):
+    """`ptcfs ls` reports a save committed before the mount's tree shows it (a failpoint holds every
+    refresh for 1 s): a read opened then waits for that tree and reads the committed file (it was
+    EACCES, as for a pending file, once in five runs of the 3,000-file save above)."""
+    d = Daemon(str(tmp_path / "d"))
+    d.env = {"PTCFS_FAILPOINT": "mount.refresh:1"}
+    d.start()
+    try:
+        os.makedirs(os.path.join(d.mnt, "j", "1", "tp0-pp0"))
+        sd = d.step_dir("j", "1")
+        ptc = {"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": 0,
+               "tensors": {"w": {"dtype": "F32", "shape": [3]}}}
+        np.save(os.path.join(sd, "tp0-pp0", "w.npy"), np.arange(3, dtype=np.float32))
+        with open(os.path.join(sd, "ptc.json"), "w") as f:
+            json.dump(ptc, f)
+        wait_committed(d, "j", "1")
+        t0 = time.monotonic()
+        assert np.array_equal(np.load(os.path.join(sd, "tp0-pp0", "w.npy")), np.arange(3, dtype=np.float32))
+        assert time.monotonic() - t0 < 10
+        assert "failpoint mount.refresh reached" in d.log_tail()
+    finally:
+        d.stop()
