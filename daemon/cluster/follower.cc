@@ -2,6 +2,7 @@
 // without it.
 #include "daemon/cluster/follower.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -52,6 +53,13 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
     }
     placement.holders = newest->holders;
   }
+  // Only a save this node wrote names it a holder, and its own commit (or its kept prepared part,
+  // on restart) brings those bytes: caught up here, it has none, and reads of them fail.
+  std::string lost;
+  const std::string self = peers_.name_of(peers_.self());
+  for (size_t s = 0; s < placement.holders.size(); ++s)
+    if (std::find(placement.holders[s].begin(), placement.holders[s].end(), self) != placement.holders[s].end())
+      lost += (lost.empty() ? "" : ", ") + layout->shards()[s].name();
   const size_t nshards = layout->shards().size();
   PreparedChange change(store_);
   change.replaced = v;
@@ -74,6 +82,11 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
   }
   ptc::log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name,
                  newest->version);
+  if (!lost.empty())
+    ptc::log::error(
+        "{} names this node a holder of {}, but it has none of those bytes (lost with a restart?); "
+        "reads of them fail until the step is removed",
+        name, lost);
   return true;
 }
 

@@ -394,8 +394,9 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
   }
   failpoint("peer.prepared");
   // With etcd deciding, this node keeps the change across a restart: once it answers
-  // "prepared", the coordinator may commit, and this node's part must not die with it.
-  const bool keep = req.lease != 0 && can_keep(*change) && !std::holds_alternative<SaveChange>(req.change);
+  // "prepared", the coordinator may commit, and this node's part must not die with it. A save's
+  // part too: its blobs are sealed by now, and the record may name this node their holder.
+  const bool keep = req.lease != 0 && can_keep(*change);
   if (keep) {
     const json about = {{"key", record_key(req)}, {"coordinator", req.coordinator}, {"lease", req.lease}};
     if (auto s = keep_prepared(store_, req.tx, *change, about); !s) {

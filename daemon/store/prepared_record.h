@@ -22,7 +22,7 @@ struct KeptChange {
   nlohmann::json about;  // as given to keep_prepared (who decides the change)
 };
 
-// Whether a change can be kept: a change of a step (import, repartition, removal) and of
+// Whether a change can be kept: a change of a step (import, repartition, save, removal) and of
 // datasets' positions; not one that reserves new dataset names.
 bool can_keep(const PreparedChange& change);
 // Writes the record of `change` (synced) with `about` (a JSON object) beside it, and marks

@@ -8,6 +8,7 @@ are 2 s so that expiry shows within seconds."""
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -251,6 +252,39 @@ def test_a_participant_killed_after_preparing_commits_its_part_from_the_record_w
         for d in c.nodes:
             verify_step(d, "j", "1", oracles((2, 2, 1)), full_views=(d is c.nodes[0]))
         assert_nothing_kept(c[2])
+
+
+def test_a_writer_killed_after_preparing_its_save_commits_its_part_from_the_record_when_it_restarts(tmp_path):
+    """Found by the chaos soak (seed 1 in CI): n1 wrote its part of a save and answered "prepared"; it
+    was killed before the commit message, and the save committed on the record with n1 named holder of
+    that shard. Restarted, n1 had dropped its part (a save's prepared part was not kept across a
+    restart), caught up holding nothing, and every mount's reads of that shard failed EHOSTUNREACH.
+    Now a save's part is kept like any other prepared change and commits on the record."""
+    require_binaries()
+    root = str(tmp_path)
+    ck = Checkpoint(os.path.join(root, "ck"), tp=2, pp=1, layers=2, hidden=64, vocab=200)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start()
+        restart_with_failpoint(c[0], "coordinator.prepared:4")  # n0 decides saves
+        for d, shard in ((c[1], "tp1-pp0.safetensors"), (c[0], "tp0-pp0.safetensors")):
+            sd = d.step_dir("w", "1")
+            os.makedirs(sd, exist_ok=True)
+            for n in ("ptc.json", shard):
+                shutil.copyfile(os.path.join(ck.path, n), os.path.join(sd, n))
+        c[0].wait_log("failpoint coordinator.prepared reached")
+        c[1].kill9()
+        wait_for(lambda: (etcd.get_json("/ptcfs/steps/w/1") or {}).get("version") == 1, 20, "the save was not recorded")
+        assert etcd.get_json("/ptcfs/steps/w/1")["holders"] == [["n0"], ["n1"]]
+        restart_with_failpoint(c[1])
+        c[1].wait_log("kept step w/1 version 1")
+        for d in c.nodes:
+            wait_for(lambda: d.cli_json("ls", "w/1", "--json")["state"] == "committed", 15,
+                     lambda: f"w/1 not committed on {d.name}")
+        info = c[1].cli_json("ls", "w/1", "--json")  # n1 stores the shard it wrote, nothing else
+        assert info["bytes"] == {x["name"]: x["bytes"] for x in info["shards"]}["tp1-pp0"], info
+        for d in c.nodes:
+            verify_step(d, "w", "1", ck, full_views=False)
+        assert_nothing_kept(c[1])
 
 
 def test_a_peer_read_of_a_version_a_restarted_holder_has_not_committed_yet_waits_for_it(tmp_path):
