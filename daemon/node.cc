@@ -11,6 +11,7 @@
 
 #include "daemon/change/local_runner.h"
 #include "daemon/cluster/coordinator.h"
+#include "daemon/cluster/dcp_save_peers.h"
 #include "daemon/cluster/etcd_membership.h"
 #include "daemon/cluster/follower.h"
 #include "daemon/cluster/peer_client.h"
@@ -122,6 +123,8 @@ ptc::Status Node::open_store() {
   prep.policy = policy;
   peer_service_ = std::make_unique<PeerService>(*store_, *peers_, cfg_.node, *membership_, *saves_, prep);
   peer_client_ = std::make_unique<PeerClient>(*peers_, cfg_.node, *peer_service_);
+  dcp_save_peers_ = std::make_unique<DcpSavePeers>(*peer_client_, *membership_);
+  saves_->set_dcp_peers(dcp_save_peers_.get());
   coordinator_ = std::make_unique<Coordinator>(*store_, *peer_client_, *peer_service_, *membership_);
   // A record this node is behind on wakes the catch-up ticker (with etcd; run() starts it).
   follower_ = std::make_unique<Follower>(*store_, *peer_client_, *peer_service_, *membership_,

@@ -37,6 +37,7 @@ class PeerBackend;
 class RpcServer;
 }  // namespace transport
 class Coordinator;
+class DcpSavePeers;
 class Follower;
 class LocalRunner;
 class ControlService;
@@ -99,8 +100,9 @@ class Node {
   std::unique_ptr<SaveService> saves_;
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<PeerClient> peer_client_;
-  std::unique_ptr<LocalRunner> local_runner_;  // one node
-  std::unique_ptr<Coordinator> coordinator_;   // a cluster, with follower_
+  std::unique_ptr<DcpSavePeers> dcp_save_peers_;  // saves_ reaches the other nodes' staged DCP files through it
+  std::unique_ptr<LocalRunner> local_runner_;     // one node
+  std::unique_ptr<Coordinator> coordinator_;      // a cluster, with follower_
   std::unique_ptr<Follower> follower_;
   ChangeRunner* runner_ = nullptr;  // local_runner_ or coordinator_
   std::unique_ptr<fs::Filesystem> fs_;

@@ -2,6 +2,7 @@
 
 #include "daemon/cluster/nodes.h"
 #include "daemon/cluster/peer_service.h"
+#include "daemon/store/checksum.h"
 
 namespace ptcfs {
 
@@ -88,12 +89,16 @@ std::vector<ptc::Result<PrepareReply>> PeerClient::prepare(const std::vector<int
   return ask_typed<PrepareReply>(nodes, to_json(req), "prepare reply", prepare_reply_from_json);
 }
 
-std::vector<ptc::Status> PeerClient::finish(const std::vector<int>& nodes, const FinishRequest& req) {
-  auto answers = ask_all(nodes, to_json(req));
+std::vector<ptc::Status> PeerClient::ask_status(const std::vector<int>& nodes, const json& request) {
+  auto answers = ask_all(nodes, request);
   std::vector<ptc::Status> out;
   out.reserve(nodes.size());
   for (auto& a : answers) out.push_back(a.status());
   return out;
+}
+
+std::vector<ptc::Status> PeerClient::finish(const std::vector<int>& nodes, const FinishRequest& req) {
+  return ask_status(nodes, to_json(req));
 }
 
 std::vector<ptc::Result<SaveState>> PeerClient::save_state(const std::vector<int>& nodes, const SaveStateRequest& req) {
@@ -110,6 +115,35 @@ std::vector<ptc::Result<DatasetState>> PeerClient::dataset_state(const std::vect
 
 std::vector<ptc::Result<PeerStats>> PeerClient::stats(const std::vector<int>& nodes) {
   return ask_typed<PeerStats>(nodes, to_json(StatsRequest{}), "stats", peer_stats_from_json);
+}
+
+std::vector<ptc::Result<DcpFilesReply>> PeerClient::dcp_files(const std::vector<int>& nodes,
+                                                              const DcpFilesRequest& req) {
+  return ask_typed<DcpFilesReply>(nodes, to_json(req), "staged files of " + req.job + "/" + req.step,
+                                  dcp_files_reply_from_json);
+}
+
+ptc::Result<std::string> PeerClient::dcp_read(int node, const DcpReadRequest& req) {
+  std::string out;
+  json head;
+  if (node == self_) {
+    PTC_ASSIGN_OR_RETURN(transport::Reply r, local_.handle(to_json(req)));
+    for (const auto& [p, n] : r.payload.spans) out.append(static_cast<const char*>(p), n);
+    head = std::move(r.result);
+  } else {
+    PTC_ASSIGN_OR_RETURN(head, peers_.call_data(node, to_json(req), out, req.n));
+  }
+  const std::string what = req.job + "/" + req.step + "/" + req.file + " from node " + name_of(node);
+  if (out.size() != req.n)
+    return ptc::io_error(what + ": " + std::to_string(out.size()) + " bytes, not " + std::to_string(req.n), EIO);
+  if (!head.is_object() || !head.contains("xxh3") || !head.at("xxh3").is_number_unsigned() ||
+      head.at("xxh3").get<uint64_t>() != xxh3_of(out.data(), out.size()))
+    return ptc::io_error(what + ": the bytes do not match their checksum (changed on the way)", EIO);
+  return out;
+}
+
+std::vector<ptc::Status> PeerClient::dcp_convert(const std::vector<int>& nodes, const DcpConvertRequest& req) {
+  return ask_status(nodes, to_json(req));
 }
 
 }  // namespace ptcfs

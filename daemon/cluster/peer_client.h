@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/cluster/change_record.h"
+#include "daemon/cluster/dcp_save_ops.h"
 #include "daemon/cluster/two_phase.h"
 #include "ptc/base/status.h"
 #include "transport/backend.h"
@@ -50,11 +51,17 @@ class PeerClient final : public ChangePeers {
   ptc::Status save_ready(int node, const SaveReadyRequest& req);
   std::vector<ptc::Result<DatasetState>> dataset_state(const std::vector<int>& nodes, const DatasetStateRequest& req);
   std::vector<ptc::Result<PeerStats>> stats(const std::vector<int>& nodes);
+  // A stock DCP save through several nodes' mounts (daemon/cluster/dcp_save_ops.h).
+  std::vector<ptc::Result<DcpFilesReply>> dcp_files(const std::vector<int>& nodes, const DcpFilesRequest& req);
+  ptc::Result<std::string> dcp_read(int node, const DcpReadRequest& req);
+  std::vector<ptc::Status> dcp_convert(const std::vector<int>& nodes, const DcpConvertRequest& req);
 
  private:
   // `request` to every node of `nodes` at once; the answers, in order.
   std::vector<ptc::Result<nlohmann::json>> ask_all(const std::vector<int>& nodes, const nlohmann::json& request);
   ptc::Result<nlohmann::json> ask(int node, const nlohmann::json& request);
+  // The outcome of `request` on each node of `nodes`, in order (a reply's content unused).
+  std::vector<ptc::Status> ask_status(const std::vector<int>& nodes, const nlohmann::json& request);
   // Each reply of `ask_all(nodes, request)` decoded with `decode(reply, where)`.
   template <typename T, typename Decode>
   std::vector<ptc::Result<T>> ask_typed(const std::vector<int>& nodes, const nlohmann::json& request,

@@ -97,6 +97,9 @@ class PeerService {
   // daemon/cluster/peer_service_saves.cc
   ptc::Result<transport::Reply> save_state(const nlohmann::json& req);
   ptc::Result<transport::Reply> save_ready(const nlohmann::json& req);
+  ptc::Result<transport::Reply> dcp_files(const nlohmann::json& req);
+  ptc::Result<transport::Reply> dcp_read(const nlohmann::json& req);
+  ptc::Result<transport::Reply> dcp_convert(const nlohmann::json& req);
   ptc::Result<PreparedChange> prepare_save(const SaveChange& c, PrepareReply& reply);
   // daemon/cluster/peer_service_datasets.cc
   ptc::Result<transport::Reply> serve_samples(const nlohmann::json& req);

@@ -368,9 +368,36 @@ ptc::Status write_tensor(fs::WriteTarget& target, const std::string& job, const 
 
 }  // namespace
 
+std::vector<std::string> dcp_shard_holders(const DcpSave& save, const std::map<std::string, std::string>& file_nodes,
+                                           const std::string& fallback) {
+  const auto tp = static_cast<size_t>(std::max(1, save.ptc.parallelism.tp));
+  std::vector<std::map<std::string, uint64_t>> weight(tp);  // per shard: node -> bytes from its files
+  auto add = [&](int shard, const std::string& file, uint64_t n) {
+    auto it = file_nodes.find(file);
+    if (it != file_nodes.end() && static_cast<size_t>(shard) < tp) weight[static_cast<size_t>(shard)][it->second] += n;
+  };
+  for (const auto& t : save.files) {
+    for (const auto& c : t.copies) add(t.shard, c.file, c.len);
+    for (const auto& g : t.gathers) add(t.shard, g.file, g.span);
+  }
+  std::vector<std::string> out(tp, fallback);
+  for (size_t s = 0; s < tp; ++s) {
+    uint64_t best = 0;
+    for (const auto& [node, n] : weight[s])  // by name: the first of equals stays
+      if (n > best) {
+        best = n;
+        out[s] = node;
+      }
+  }
+  return out;
+}
+
 ptc::Status write_dcp_tensors(fs::WriteTarget& target, const std::string& job, const std::string& step,
-                              const DcpSave& save, const DcpFileReader& read) {
-  for (const auto& t : save.files) PTC_RETURN_IF_ERROR(write_tensor(target, job, step, t, read));
+                              const DcpSave& save, const DcpFileReader& read, const std::vector<bool>& mine) {
+  for (const auto& t : save.files) {
+    if (!mine.empty() && (static_cast<size_t>(t.shard) >= mine.size() || !mine[static_cast<size_t>(t.shard)])) continue;
+    PTC_RETURN_IF_ERROR(write_tensor(target, job, step, t, read));
+  }
   return ptc::Status::ok();
 }
 

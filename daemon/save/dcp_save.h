@@ -12,6 +12,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -77,10 +78,18 @@ ptc::Result<DcpSave> plan_dcp_save(const ptc::DcpMetadata& md, const DcpItemRead
 // Reads `len` bytes at `off` of a .distcp file.
 using DcpFileReader = std::function<ptc::Result<std::string>(const std::string& file, uint64_t off, uint64_t len)>;
 
-// Writes the planned tensor files into job/step (a pending step) of `target`; then
-// write_dcp_ptc writes ptc.json, which completes the step.
+// Per shard of the planned save (its tp index), the node that holds it when the .distcp files
+// lie on several nodes (`file_nodes`: file -> node): the one whose files hold the most of the
+// shard's bytes, so that the fewest cross the network; ties go to the first such node by name, and
+// a shard no file's bytes go to (all padding or ptcfs's own bytes) to `fallback`.
+std::vector<std::string> dcp_shard_holders(const DcpSave& save, const std::map<std::string, std::string>& file_nodes,
+                                           const std::string& fallback);
+
+// Writes the planned tensor files into job/step (a pending step) of `target` (those of the
+// shards `mine` marks, or all when it is empty); then write_dcp_ptc writes ptc.json, which
+// completes the step (or this node's part of it).
 ptc::Status write_dcp_tensors(fs::WriteTarget& target, const std::string& job, const std::string& step,
-                              const DcpSave& save, const DcpFileReader& read);
+                              const DcpSave& save, const DcpFileReader& read, const std::vector<bool>& mine = {});
 ptc::Status write_dcp_ptc(fs::WriteTarget& target, const std::string& job, const std::string& step,
                           const DcpSave& save);
 

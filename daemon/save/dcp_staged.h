@@ -23,6 +23,10 @@
 
 namespace ptcfs {
 
+// The files of a stock DCP save: its metadata, as written and as renamed once complete.
+inline constexpr const char* kDcpMetadataTmp = ".metadata.tmp";
+inline constexpr const char* kDcpMetadata = ".metadata";
+
 class DcpStagedFile final : public fs::WriteFile {
  public:
   // `blob`: where a data file's bytes go; null for the metadata (kept in memory).

@@ -26,12 +26,6 @@ const char* kLayoutHint =
     " (a step holds ptc.json, tp{t}-pp{p}.safetensors and tp{t}-pp{p}/<tensor>.npy, or a stock DCP save's "
     "<name>.distcp files and .metadata.tmp)";
 
-// The files of a stock DCP save (dcp_staged.h): its data files and its metadata.
-constexpr const char* kDcpMetadataTmp = ".metadata.tmp";
-constexpr const char* kDcpMetadata = ".metadata";
-// How long the rename that ends a stock DCP save waits for the step's commit.
-constexpr auto kCommitWait = std::chrono::minutes(30);
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -332,102 +326,6 @@ ptc::Status SaveService::remove(const std::string& job, const std::string& step)
   ptc::log::info("removed pending step {}/{}", job, step);
   changed();
   return ptc::Status::ok();
-}
-
-ptc::Status SaveService::rename(const std::string& job, const std::string& step, const std::string& from,
-                                const std::string& to) {
-  const std::string where = job + "/" + step + "/" + from;
-  if (from != kDcpMetadataTmp || to != kDcpMetadata)
-    return ptc::error(ptc::Code::kPermissionDenied,
-                      where +
-                          ": files of a step are written in place; the one rename is a stock DCP save's "
-                          ".metadata.tmp to .metadata");
-  auto s = find(job, step);
-  if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
-  {
-    std::lock_guard lock(s->mu);
-    if (s->committing || s->removed || s->converting)
-      return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is no longer pending");
-    if (!s->staged.count(from)) return ptc::not_found(where + " does not exist");
-    s->converting = true;
-  }
-  auto save = convert_dcp(s);
-  {
-    std::lock_guard lock(s->mu);
-    if (save) {
-      for (auto& [rel, f] : s->staged) f->kill();  // their bytes are in the tensor files now
-      s->staged.clear();
-      s->stamp = std::make_shared<int>(0);
-    }
-  }
-  ptc::Status st = save ? write_dcp_ptc(*this, job, step, *save) : save.status();
-  if (!st) {
-    std::lock_guard lock(s->mu);
-    s->failure = "stock DCP save: " + st.message();
-    ptc::log::warn("stock DCP save {}: {}", s->name(), st.to_string());
-    return st;
-  }
-  return wait_committed(s);
-}
-
-ptc::Status SaveService::wait_committed(const std::shared_ptr<PendingStep>& s) const {
-  // torch's save returns when the rename does: a load right after it must find the step.
-  const auto deadline = std::chrono::steady_clock::now() + kCommitWait;
-  auto pause = std::chrono::milliseconds(1);
-  for (;;) {
-    if (store_.snapshot()->steps.count({s->job, s->step})) return ptc::Status::ok();
-    {
-      std::lock_guard lock(s->mu);
-      if (!s->failure.empty()) return ptc::io_error(s->name() + ": the commit failed: " + s->failure, EIO);
-      if (s->removed) return ptc::error(ptc::Code::kFailedPrecondition, s->name() + " was removed before it committed");
-    }
-    if (std::chrono::steady_clock::now() > deadline)
-      return ptc::error(ptc::Code::kDeadlineExceeded,
-                        s->name() + ": written in full but not committed after 30 minutes");
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(50));
-  }
-}
-
-ptc::Result<DcpSave> SaveService::convert_dcp(const std::shared_ptr<PendingStep>& s) {
-  std::map<std::string, std::shared_ptr<DcpStagedFile>> staged;
-  {
-    std::lock_guard lock(s->mu);
-    staged = s->staged;
-  }
-  const std::string where = s->name();
-  std::map<std::string, uint64_t> sizes;
-  for (const auto& [rel, f] : staged) {
-    PTC_ASSIGN_OR_RETURN(uint64_t size, f->seal());
-    if (rel != kDcpMetadataTmp) sizes[rel] = size;
-  }
-  PTC_ASSIGN_OR_RETURN(ptc::DcpMetadata md,
-                       ptc::parse_dcp_metadata(staged.at(kDcpMetadataTmp)->text(), where + "/.metadata"));
-  if (mode_ == SaveMode::kCluster)  // each node keeps what its own ranks write
-    for (const auto& it : md.items)
-      for (const auto& c : it.chunks)
-        if (!sizes.count(c.file))
-          return ptc::invalid(where + ": '" + it.fqn + "' lies in " + c.file +
-                              ", which was not written through this node's mount: on a cluster a stock DCP save "
-                              "is written from one node (remove the other nodes' parts with ptcfs rm " +
-                              s->job + "/" + s->step +
-                              "), or save to a folder and import it (ptcfs import DIR --format dcp)");
-  PTC_RETURN_IF_ERROR(ptc::check_dcp_references(md, sizes, where));
-  auto read = [&](const std::string& file, uint64_t off, uint64_t len) -> ptc::Result<std::string> {
-    auto it = staged.find(file);
-    if (it == staged.end() || file == kDcpMetadataTmp) return ptc::not_found(where + "/" + file + " was not written");
-    return it->second->read(off, len);
-  };
-  auto item = [&](const ptc::DcpItem& t, const ptc::DcpChunk& c) {
-    return ptc::read_torch_tensor_item(
-        c.length, [&](uint64_t off, uint64_t len) { return read(c.file, c.offset + off, len); },
-        where + "/" + c.file + " (chunk of '" + t.fqn + "' at " + ptc::shape_string(c.offsets) + ")");
-  };
-  PTC_ASSIGN_OR_RETURN(DcpSave save, plan_dcp_save(md, item, where));
-  ptc::log::info("stock DCP save {}: {} tensors at {}, {} bytes from {} files", where, save.ptc.tensors.size(),
-                 save.ptc.parallelism.to_string(), save.bytes, sizes.size());
-  PTC_RETURN_IF_ERROR(write_dcp_tensors(*this, s->job, s->step, save, read));
-  return save;
 }
 
 bool SaveService::ready(const PendingStep& step) const {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/save/dcp_peers.h"
 #include "daemon/save/dcp_save.h"
 #include "daemon/save/pending_step.h"
 #include "daemon/store/prepared.h"
@@ -105,14 +106,29 @@ class SaveService final : public fs::WriteTarget {
   // instead of going with the change.
   void take_back(const std::string& job, const std::string& step, PreparedChange& change);
 
+  // A stock DCP save written through several nodes' mounts (daemon/save/dcp_peers.h). `peers`
+  // (set once, before the mount serves; it must outlive this object) reaches the other nodes.
+  void set_dcp_peers(DcpPeers* peers) { dcp_peers_ = peers; }
+  // The files of job/step staged here, sealed (name -> size); nullopt when the step is not
+  // pending here. From then on the step takes no more files: its .metadata landed elsewhere.
+  ptc::Result<std::optional<std::map<std::string, uint64_t>>> staged_files(const std::string& job,
+                                                                           const std::string& step);
+  // `len` bytes at `off` of a file of job/step staged here (sealed), or of its .metadata.tmp.
+  ptc::Result<std::string> read_staged(const std::string& job, const std::string& step, const std::string& file,
+                                       uint64_t off, uint64_t len) const;
+  // Converts this node's part: the shards `req` names it holder of, and ptc.json, which
+  // completes the part (a failure leaves the step pending and failed, as here on one node).
+  ptc::Status convert_part(const DcpConvertRequest& req);
+
  private:
   std::shared_ptr<PendingStep> find(const std::string& job, const std::string& step) const;
   void closed(const std::shared_ptr<PendingStep>& step);
   bool ready(const PendingStep& step) const;  // locked
   ptc::Result<std::shared_ptr<fs::WriteFile>> create_staged(const std::shared_ptr<PendingStep>& s,
                                                             const std::string& rel, const std::string& where);
-  // Writes a stock DCP save's tensor files; what ptc.json then says.
-  ptc::Result<DcpSave> convert_dcp(const std::shared_ptr<PendingStep>& s);
+  // Writes a stock DCP save's tensor files (all, or on a cluster this node's shards, with
+  // `peers` the other nodes that convert theirs); what ptc.json then says.
+  ptc::Result<DcpSave> convert_dcp(const std::shared_ptr<PendingStep>& s, std::vector<std::string>& peers);
   // Until the step is committed in the store, its commit failed, or it was removed.
   ptc::Status wait_committed(const std::shared_ptr<PendingStep>& s) const;
   ptc::Result<PreparedChange> build_change(const std::shared_ptr<PendingStep>& step, StepPlacement placement);
@@ -122,6 +138,7 @@ class SaveService final : public fs::WriteTarget {
   Store& store_;
   const SaveMode mode_;
   const std::function<void()> wake_, changed_;
+  DcpPeers* dcp_peers_ = nullptr;
   mutable std::mutex mu_;  // guards steps_, jobs_, ready_
   std::map<std::pair<std::string, std::string>, std::shared_ptr<PendingStep>> steps_;
   std::set<std::string> jobs_;

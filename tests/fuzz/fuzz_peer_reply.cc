@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "daemon/cluster/change_record.h"
+#include "daemon/cluster/dcp_save_ops.h"
 #include "daemon/cluster/etcd_record.h"
 #include "ptc/base/json_util.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -59,6 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)dataset_state_from_json(j, "reply");
   (void)save_state_from_json(j, "reply");
   (void)peer_stats_from_json(j, "reply");
+  (void)dcp_files_reply_from_json(j, "reply");
   // Every peer request the peer service decodes: one that decodes encodes back to itself.
   auto again = [](const auto& r, auto decode) {
     if (!r) return;
@@ -75,5 +77,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   again(dataset_table_request_from_json(j), dataset_table_request_from_json);
   again(samples_request_from_json(j), samples_request_from_json);
   again(read_request_from_json(j), read_request_from_json);
+  again(dcp_files_request_from_json(j), dcp_files_request_from_json);
+  again(dcp_read_request_from_json(j), dcp_read_request_from_json);
+  again(dcp_convert_request_from_json(j), dcp_convert_request_from_json);
   return 0;
 }

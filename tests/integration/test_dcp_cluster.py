@@ -3,9 +3,9 @@ FSDP ranks is imported through one node's mount; a job of 3 ranks, one per node,
 ptcfs.dcp.prepare and then stock dcp.load, each rank from its own node's mount. The step is
 repartitioned to tp 3 with the least bytes moved, shard t on node t (the node of global rank t),
 every rank loads bit for bit, and the load pulls nothing from a peer: each rank's chunks are on
-its own node. A stock save written through one node's mount commits on the cluster; one whose ranks
-write through two nodes' mounts is refused at the rename, naming why, and `ptcfs rm` clears it; one
-through ptcfs.dcp.StorageWriter is refused on every rank before a byte is written."""
+its own node. A stock save written through one node's mount commits on the cluster, and so does one
+whose ranks write through three nodes' mounts, each shard held where its rank wrote it; one through
+ptcfs.dcp.StorageWriter across nodes is refused on every rank before a byte is written."""
 
 import json
 import os
@@ -61,7 +61,7 @@ def test_prepare_on_a_cluster_puts_each_ranks_chunks_on_its_node_and_the_load_re
         assert received == res["bytes_moved"], (before, after, res["bytes_moved"])
 
 
-def test_a_stock_save_from_one_node_of_a_cluster_commits_and_a_save_across_nodes_is_refused(tmp_path):
+def test_a_stock_save_from_one_node_of_a_cluster_commits_and_reads_everywhere(tmp_path):
     require_binaries()
     with Cluster(str(tmp_path / "c"), 3, gpus=1) as c:
         # Both ranks write through n1's mount: the step commits on the cluster, read from n2 too.
@@ -72,22 +72,40 @@ def test_a_stock_save_from_one_node_of_a_cluster_commits_and_a_save_across_nodes
         for r in run_plain(tmp_path, 3, "stock_load", os.path.join(c[2].mnt, "j", "1")):
             assert r["differ"] == [], r
 
-        # Rank r writes through n<r>'s mount: n0 holds .metadata but not __1_0.distcp.
-        step = os.path.join(str(tmp_path / "c"), "n{rank}", "mnt", "j", "2")
-        with pytest.raises(Exception):
-            run_plain(tmp_path / "across", 2, "stock_save", step)
-        ls = c[0].cli_json("ls", "j/2", "--json")
-        assert ls["state"] == "pending", ls
-        assert any("not written through this node's mount" in e for e in json.dumps(ls).split('"')), ls
-        assert c[1].cli_json("ls", "j/2", "--json")["state"] == "pending"
-        for d in (c[0], c[1]):
-            d.cli("rm", "j/2")
-        for d in c.nodes:
-            assert "2" not in d.cli_json("ls", "j", "--json")["steps"]
+
+def test_a_stock_save_whose_ranks_write_through_three_nodes_mounts_keeps_each_shard_where_it_was_written(
+        tmp_path, monkeypatch):
+    """Rank r writes through node r's mount; n0 gets the .metadata. Each node converts the shard
+    its rank wrote (reading the replicated tensors, which one rank wrote, from that rank's node),
+    and the step commits on every node before any rank's dcp.save returns: a load right after,
+    each rank from its own node's mount, or 2 ranks from one, is bit for bit what was saved."""
+    require_binaries()
+    monkeypatch.setenv("DCP_WORKER_ROWS", "64")  # shards of about 300 KB
+    root = tmp_path / "c"
+    with Cluster(str(root), 3, gpus=1) as c:
+        before = c.counters(c[0])
+        step = os.path.join(str(root), "n{rank}", "mnt", "j", "2")
+        run_plain(tmp_path / "across", 3, "stock_save", step)
+        after = c.counters(c[0])
+        infos = [d.cli_json("ls", "j/2", "--json") for d in c.nodes]
+        for info in infos:
+            assert info["state"] == "committed" and info["parallelism"] == {"tp": 3, "pp": 1, "dp": 1}, info
+        shard_bytes = {x["name"]: x["bytes"] for x in infos[0]["shards"]}
+        for k, info in enumerate(infos):  # node k holds the shard its rank wrote, and nothing else
+            assert info["bytes"] == shard_bytes[f"tp{k}-pp0"], (k, info)
+        # What crossed the network: the .metadata, the replicated tensors and the headers of the
+        # records the others wrote, not the shards (gathering on n0 would move those of n1 and n2).
+        received = sum(after[k][1] - before[k][1] for k in after)
+        assert 0 < received < shard_bytes["tp1-pp0"] // 4, (received, shard_bytes)
+        for r in run_plain(tmp_path / "own", 3, "stock_load", step):
+            assert r["differ"] == [], r
+        for r in run_plain(tmp_path / "two", 2, "stock_load", os.path.join(c[2].mnt, "j", "2")):
+            assert r["differ"] == [], r
 
         # The same through ptcfs.dcp.StorageWriter: refused on every rank before a byte is written
-        # (it waited 600 s for a commit no node could make).
-        recs = run_plain(tmp_path / "writer", 2, "writer_save", step.replace("/2", "/3"))
+        # (the writer saves through the save path, which takes a step's files on one node).
+        step3 = os.path.join(str(root), "n{rank}", "mnt", "j", "3")
+        recs = run_plain(tmp_path / "writer", 2, "writer_save", step3)
         for r in recs:
             assert "the ranks write through 2 mounts (nodes)" in r["error"], r
         for d in (c[0], c[1]):

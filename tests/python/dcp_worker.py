@@ -171,8 +171,10 @@ def run(rank, world, init_file, mode, step, layout, out_dir):
 
 # A state of larger tensors, every one Shard(0) on a 1-D mesh (FSDP's layout) but a replicated
 # norm and a scalar, with no objects (test_dcp_prepare.py).
-PLAIN = {"w": ((64, 48), torch.float32), "b": ((37,), torch.float32), "emb": ((50, 16), torch.bfloat16),
-         "norm": ((48,), torch.float32), "count": ((), torch.int64)}
+# DCP_WORKER_ROWS scales the rows of w and emb (a test that weighs bytes moved against the shards').
+_ROWS = int(os.environ.get("DCP_WORKER_ROWS", "1"))
+PLAIN = {"w": ((64 * _ROWS, 48), torch.float32), "b": ((37,), torch.float32),
+         "emb": ((50 * _ROWS, 16), torch.bfloat16), "norm": ((48,), torch.float32), "count": ((), torch.int64)}
 
 
 def plain_expected():

@@ -275,3 +275,31 @@ TEST_CASE("a layout whose files would hold more than twice the save's bytes keep
   REQUIRE(alone.is_ok());
   CHECK(alone->ptc.parallelism == ptc::Parallelism{1024, 1, 1});
 }
+
+TEST_CASE("each shard of a save across nodes is held by the node whose files hold the most of its bytes") {
+  DcpSave save;
+  save.ptc.parallelism = ptc::Parallelism{3, 1, 1};
+  auto file = [](const std::string& name, int shard, std::vector<DcpCopy> copies, std::vector<DcpGather> gathers = {}) {
+    DcpTensorFile f;
+    f.name = name;
+    f.shard = shard;
+    f.copies = std::move(copies);
+    f.gathers = std::move(gathers);
+    return f;
+  };
+  DcpGather g;
+  g.file = "__2_0.distcp";
+  g.span = 900;
+  save.files = {// shard 0: its rank's rows, and a replicated tensor rank 2 wrote
+                file("w", 0, {{"__0_0.distcp", 0, 0, 1000}}), file("norm", 0, {{"__2_0.distcp", 0, 0, 200}}),
+                // shard 1: rank 1's rows weigh less than what rank 2 wrote for it: n2 holds it
+                file("w", 1, {{"__1_0.distcp", 0, 0, 100}}), file("norm", 1, {{"__2_0.distcp", 0, 0, 200}}),
+                // shard 2: a gather from rank 2's file, equal to rank 0's copy: the first node by name
+                file("w", 2, {{"__0_0.distcp", 0, 0, 900}}, {g})};
+  const std::map<std::string, std::string> nodes = {
+      {"__0_0.distcp", "n0"}, {"__1_0.distcp", "n1"}, {"__2_0.distcp", "n2"}};
+  CHECK(dcp_shard_holders(save, nodes, "n1") == std::vector<std::string>{"n0", "n2", "n0"});
+  // A shard no file's bytes go to (padding, ptcfs's own bytes) stays with the fallback.
+  save.ptc.parallelism = ptc::Parallelism{4, 1, 1};
+  CHECK(dcp_shard_holders(save, nodes, "n1") == std::vector<std::string>{"n0", "n2", "n0", "n1"});
+}

@@ -1,0 +1,86 @@
+#include "daemon/cluster/dcp_save_ops.h"
+
+#include "ptc/base/json_util.h"
+
+namespace ptcfs {
+
+using nlohmann::json;
+
+namespace {
+
+ptc::Result<std::map<std::string, uint64_t>> sizes_of(const json& j, const std::string& where) {
+  if (!j.is_object()) return ptc::invalid(where + ": 'files' must be an object");
+  std::map<std::string, uint64_t> out;
+  for (const auto& [name, v] : j.items()) {
+    PTC_ASSIGN_OR_RETURN(int64_t n, ptc::get_int(v, where + ": size of " + name, 0));
+    out[name] = static_cast<uint64_t>(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+json to_json(const DcpFilesRequest& r) { return {{"op", "peer.dcp_files"}, {"job", r.job}, {"step", r.step}}; }
+
+ptc::Result<DcpFilesRequest> dcp_files_request_from_json(const json& j) {
+  const std::string w = "peer.dcp_files request";
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "job", "step"}, w));
+  DcpFilesRequest r;
+  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(j, "step", w));
+  return r;
+}
+
+json to_json(const DcpFilesReply& r) { return {{"pending", r.pending}, {"files", r.files}}; }
+
+ptc::Result<DcpFilesReply> dcp_files_reply_from_json(const json& j, const std::string& where) {
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"pending", "files"}, where));
+  DcpFilesReply r;
+  PTC_ASSIGN_OR_RETURN(r.pending, ptc::member_bool_or(j, "pending", false, where));
+  if (j.contains("files")) {
+    PTC_ASSIGN_OR_RETURN(r.files, sizes_of(j.at("files"), where));
+  }
+  return r;
+}
+
+json to_json(const DcpReadRequest& r) {
+  return {{"op", "peer.dcp_read"}, {"job", r.job}, {"step", r.step}, {"file", r.file}, {"off", r.off}, {"n", r.n}};
+}
+
+ptc::Result<DcpReadRequest> dcp_read_request_from_json(const json& j) {
+  const std::string w = "peer.dcp_read request";
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "job", "step", "file", "off", "n"}, w));
+  DcpReadRequest r;
+  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(r.file, ptc::member_string(j, "file", w));
+  PTC_ASSIGN_OR_RETURN(r.off, ptc::member_u64(j, "off", w));
+  PTC_ASSIGN_OR_RETURN(r.n, ptc::member_u64(j, "n", w));
+  if (r.n > kMaxDcpRead)
+    return ptc::error(ptc::Code::kResourceExhausted,
+                      w + ": n " + std::to_string(r.n) + " is over " + std::to_string(kMaxDcpRead) + " bytes");
+  return r;
+}
+
+json to_json(const DcpConvertRequest& r) {
+  return {{"op", "peer.dcp_convert"},         {"job", r.job},     {"step", r.step},    {"from", r.from},
+          {"metadata_size", r.metadata_size}, {"files", r.files}, {"shards", r.shards}};
+}
+
+ptc::Result<DcpConvertRequest> dcp_convert_request_from_json(const json& j) {
+  const std::string w = "peer.dcp_convert request";
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "job", "step", "from", "metadata_size", "files", "shards"}, w));
+  DcpConvertRequest r;
+  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(r.from, ptc::member_string(j, "from", w));
+  PTC_ASSIGN_OR_RETURN(r.metadata_size, ptc::member_u64(j, "metadata_size", w));
+  if (!j.contains("files") || !j.at("files").is_object()) return ptc::invalid(w + ": 'files' must be an object");
+  for (const auto& [file, node] : j.at("files").items()) {
+    PTC_ASSIGN_OR_RETURN(r.files[file], ptc::get_string(node, w + ": node of " + file));
+  }
+  PTC_ASSIGN_OR_RETURN(r.shards, ptc::member_strings(j, "shards", w));
+  return r;
+}
+
+}  // namespace ptcfs

@@ -1,0 +1,83 @@
+#include "daemon/cluster/dcp_save_peers.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace ptcfs {
+
+std::string DcpSavePeers::self() const { return peers_.name_of(peers_.self()); }
+
+ptc::Result<int> DcpSavePeers::index_of(const std::string& node) const {
+  const auto table = peers_.cluster();
+  for (size_t i = 0; i < table->nodes.size(); ++i)
+    if (table->nodes[i].id == node) return static_cast<int>(i);
+  return ptc::not_found("no node " + node + " in the cluster");
+}
+
+ptc::Result<std::vector<int>> DcpSavePeers::indices_of(const std::vector<std::string>& nodes) const {
+  std::vector<int> out;
+  for (const auto& n : nodes) {
+    PTC_ASSIGN_OR_RETURN(int i, index_of(n));
+    out.push_back(i);
+  }
+  return out;
+}
+
+ptc::Result<std::map<std::string, std::map<std::string, uint64_t>>> DcpSavePeers::staged_files(
+    const std::string& job, const std::string& step) {
+  std::vector<int> others;
+  for (int n : members_.members())
+    if (n != peers_.self()) others.push_back(n);
+  std::map<std::string, std::map<std::string, uint64_t>> out;
+  if (others.empty()) return out;
+  const auto answers = peers_.dcp_files(others, DcpFilesRequest{job, step});
+  for (size_t i = 0; i < others.size(); ++i) {
+    if (!answers[i])
+      return answers[i].status().with_context("asking node " + peers_.name_of(others[i]) + " for its files of " + job +
+                                              "/" + step + " (its ranks may have written some)");
+    if (answers[i]->pending) out[peers_.name_of(others[i])] = answers[i]->files;
+  }
+  return out;
+}
+
+ptc::Result<std::string> DcpSavePeers::read(const std::string& node, const std::string& job, const std::string& step,
+                                            const std::string& file, uint64_t off, uint64_t len) {
+  PTC_ASSIGN_OR_RETURN(int i, index_of(node));
+  std::string out;
+  out.reserve(len);
+  for (uint64_t done = 0; done < len;) {
+    const uint64_t n = std::min(kMaxDcpRead, len - done);
+    PTC_ASSIGN_OR_RETURN(std::string piece, peers_.dcp_read(i, DcpReadRequest{job, step, file, off + done, n}));
+    out += piece;
+    done += n;
+  }
+  return out;
+}
+
+std::vector<ptc::Status> DcpSavePeers::convert(const std::vector<std::string>& nodes, const DcpConvertRequest& req) {
+  auto idx = indices_of(nodes);
+  if (!idx) return std::vector<ptc::Status>(nodes.size(), idx.status());
+  return peers_.dcp_convert(*idx, req);
+}
+
+ptc::Status DcpSavePeers::wait_committed(const std::vector<std::string>& nodes, const std::string& job,
+                                         const std::string& step, std::chrono::milliseconds timeout) {
+  PTC_ASSIGN_OR_RETURN(std::vector<int> left, indices_of(nodes));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(2);
+  for (;;) {
+    const auto answers = peers_.state(left, StateRequest{job, step});
+    std::vector<int> still;
+    for (size_t i = 0; i < left.size(); ++i)
+      if (!answers[i] || answers[i]->version == 0) still.push_back(left[i]);
+    if (still.empty()) return ptc::Status::ok();
+    if (std::chrono::steady_clock::now() > deadline)
+      return ptc::error(ptc::Code::kDeadlineExceeded,
+                        job + "/" + step + " is committed here but not yet on node " + peers_.name_of(still.front()));
+    left = std::move(still);
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace ptcfs
