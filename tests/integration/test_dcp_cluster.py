@@ -7,8 +7,10 @@ its own node. A stock save written through one node's mount commits on the clust
 whose ranks write through three nodes' mounts, each shard held where its rank wrote it; one through
 ptcfs.dcp.StorageWriter across nodes is refused on every rank before a byte is written."""
 
+import errno
 import json
 import os
+import shutil
 import sys
 
 import pytest
@@ -111,3 +113,41 @@ def test_a_stock_save_whose_ranks_write_through_three_nodes_mounts_keeps_each_sh
         for d in (c[0], c[1]):
             ls = d.cli_json("ls", "j/3", "--json")
             assert ls["state"] == "pending" and ls["files"] == 0, ls
+
+
+def test_a_save_across_nodes_missing_a_file_or_a_node_fails_the_rename_naming_it(tmp_path):
+    """The files of a 3-rank stock save placed as its ranks would write them through three nodes'
+    mounts, then the .metadata renamed on n0: with rank 2's file nowhere, the rename fails naming
+    it; with n2 stopped, it fails naming n2. Nothing is committed, and `ptcfs rm` clears the parts."""
+    require_binaries()
+    src = tmp_path / "saved"
+    run_plain(tmp_path, 3, "stock_save", str(src))
+    with Cluster(str(tmp_path / "c"), 3, gpus=1) as c:
+        def place(step, ranks):
+            for r in ranks:
+                sd = c[r].step_dir("j", step)
+                os.makedirs(sd, exist_ok=True)
+                shutil.copyfile(src / f"__{r}_0.distcp", os.path.join(sd, f"__{r}_0.distcp"))
+            sd = c[0].step_dir("j", step)
+            shutil.copyfile(src / ".metadata", os.path.join(sd, ".metadata.tmp"))
+            return sd
+
+        sd = place("1", [0, 1])
+        with pytest.raises(OSError) as e:
+            os.rename(os.path.join(sd, ".metadata.tmp"), os.path.join(sd, ".metadata"))
+        assert e.value.errno == errno.EINVAL, e.value
+        ls = c[0].cli_json("ls", "j/1", "--json")
+        assert ls["state"] == "pending", ls
+        assert "lies in __2_0.distcp, which was not written through any live node's mount" in json.dumps(ls), ls
+
+        sd = place("2", [0, 1, 2])
+        c[2].stop(cleanup_mount=False)
+        with pytest.raises(OSError):
+            os.rename(os.path.join(sd, ".metadata.tmp"), os.path.join(sd, ".metadata"))
+        ls = c[0].cli_json("ls", "j/2", "--json")
+        assert ls["state"] == "pending" and "asking node n2 for its files of j/2" in json.dumps(ls), ls
+        for step in ("1", "2"):
+            for d in (c[0], c[1]):
+                d.cli("rm", f"j/{step}")
+            for d in (c[0], c[1]):
+                assert step not in d.cli_json("ls", "j", "--json")["steps"]
