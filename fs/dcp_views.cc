@@ -249,13 +249,13 @@ class Folder {
 class LazyView final : public View {
  public:
   LazyView(std::shared_ptr<const Folder> folder, std::string name, uint64_t version, ptc::metrics::ViewKind kind)
-      : folder_(std::move(folder)), name_(std::move(name)), version_(version), kind_(kind) {}
+      : folder_(std::move(folder)), name_(std::move(name)), version_(version), kind_(kind), reads_(name_) {}
   ptc::metrics::ViewKind kind() const override { return kind_; }
   uint64_t version() const override { return version_; }
   uint64_t size() const override { return folder_->file(name_).size(); }
   ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
     PTC_RETURN_IF_ERROR(folder_->file(name_).read(off, len, out));
-    ptc::metrics::dcp_read(name_, len);
+    reads_.add(len);
     return ptc::Status::ok();
   }
 
@@ -264,6 +264,7 @@ class LazyView final : public View {
   std::string name_;
   uint64_t version_;
   ptc::metrics::ViewKind kind_;
+  ptc::metrics::DcpReads reads_;
 };
 
 // The names of the folder's files, from the layout and the shards held alone (as build_files

@@ -82,11 +82,10 @@ int wait_for_commit(Impl& fs, const std::shared_ptr<const Tree>& seen, uint64_t 
   for (auto pause = std::chrono::milliseconds(1); std::chrono::steady_clock::now() < deadline;
        pause = std::min(pause * 2, std::chrono::milliseconds(20))) {
     auto tree = fs.current();
-    if (tree != seen) {
-      const Node* n = tree->find(ino);
-      if (!n || !n->file) return ESTALE;
-      if (!n->file->committing()) return EACCES;
-    }
+    // Still the same tree: a commit that failed (the file is pending again) ends the wait at once.
+    const Node* n = tree->find(ino);
+    if (tree != seen && (!n || !n->file)) return ESTALE;
+    if (n && n->file && !n->file->committing()) return EACCES;
     std::this_thread::sleep_for(pause);
   }
   return EACCES;

@@ -158,7 +158,8 @@ void repartition_bytes(uint64_t moved, uint64_t min) {
 void peer_received(const std::string& peer, uint64_t bytes) {
   m().peer(peer).first->Increment(static_cast<double>(bytes));
 }
-void dcp_read(std::string_view file, uint64_t bytes) { m().dcp(file).Increment(static_cast<double>(bytes)); }
+DcpReads::DcpReads(std::string_view file) : counter_(&m().dcp(file)) {}
+void DcpReads::add(uint64_t bytes) const { static_cast<Counter*>(counter_)->Increment(static_cast<double>(bytes)); }
 void peer_error(const std::string& peer) { m().peer(peer).second->Increment(); }
 void peer_sent(const std::string& peer, uint64_t bytes) {
   m().sent(peer.empty() ? "unknown" : peer).Increment(static_cast<double>(bytes));

@@ -28,10 +28,18 @@ std::string_view view_kind_name(ViewKind k);
 // One read of `bytes` from a view of `kind` (ptcfs_view_reads_total, ptcfs_view_read_bytes_total).
 void view_read(ViewKind kind, uint64_t bytes);
 
-// A read of `bytes` from file `file` of a step's DCP view (ptcfs_dcp_read_bytes_total{file}):
-// after ptcfs.dcp.prepare, tp{t}-pp{p}.distcp holds the chunks of the ranks whose boxes are shard
-// (t, p)'s slices, so its count is what those ranks read (docs/FORMATS.md "Layouts from chunks").
-void dcp_read(std::string_view file, uint64_t bytes);
+// The reads of file `file` of the steps' DCP views (ptcfs_dcp_read_bytes_total{file}), its counter
+// looked up once (a view counts every read of its file without a lock): after ptcfs.dcp.prepare,
+// tp{t}-pp{p}.distcp holds the chunks of the ranks whose boxes are shard (t, p)'s slices, so its
+// count is what those ranks read (docs/FORMATS.md "Layouts from chunks").
+class DcpReads {
+ public:
+  explicit DcpReads(std::string_view file);
+  void add(uint64_t bytes) const;
+
+ private:
+  void* counter_;  // the file's prometheus::Counter (it lives as long as the registry: always)
+};
 
 // The FUSE requests timed (label `op` of ptcfs_fuse_request_duration_seconds).
 enum class FuseOp { kLookup, kGetattr, kOpen, kRead, kRelease, kReaddir, kWrite, kCreate, kOther, kCount };

@@ -90,20 +90,38 @@ class StorageWriter:
     """A DCP storage writer into a ptcfs step folder (``MNT/<job>/<step>``, made if missing). Each
     rank writes the chunks DCP's planner gives it; the coordinator commits the step by writing
     ptc.json last. Errors are ptcfs.Error naming the tensor (a dtype ptcfs cannot store, a name the
-    PTC refuses), raised on the coordinator's global plan, before any rank writes a byte."""
+    PTC refuses), raised on the coordinator's global plan, before any rank writes a byte. Ranks that
+    write through several nodes' mounts write torch's own DCP files instead (as FileSystemWriter
+    does), which the nodes convert together at the commit, each keeping the shards its ranks wrote."""
 
     def __init__(self, path: str):
         self.path = os.fspath(path)
         self.is_coordinator = False
+        self._setup = ((), {})
+        self._stock = None  # torch's FileSystemWriter, when the ranks write through several mounts
 
     # -- torch.distributed.checkpoint.StorageWriter
 
     def reset(self, checkpoint_id=None) -> None:
         if checkpoint_id is not None:
             self.path = os.fspath(checkpoint_id)
+        self._stock = None
 
     def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
         self.is_coordinator = is_coordinator
+        self._setup = (args, kwargs)
+
+    def _stock_writer(self):
+        """torch's own FileSystemWriter on the same folder: a save whose ranks write through several
+        nodes' mounts is written as stock DCP files, which the nodes convert together at the
+        .metadata rename, each keeping the shards its ranks wrote (docs/FORMATS.md)."""
+        if self._stock is None:
+            from torch.distributed.checkpoint import FileSystemWriter
+            w = FileSystemWriter(self.path)
+            args, kwargs = self._setup
+            w.set_up_storage_writer(self.is_coordinator, *args, **kwargs)
+            self._stock = w
+        return self._stock
 
     def storage_meta(self):
         return None
@@ -126,10 +144,11 @@ class StorageWriter:
     def prepare_global_plan(self, plans):
         _, _, planner, _ = _dist()
         mounts = {p.storage_data for p in plans if isinstance(p.storage_data, tuple)}
-        if len(mounts) > 1:  # each node keeps what its own ranks write: no node would hold a whole file
-            raise invalid(f"{self.path}: the ranks write through {len(mounts)} mounts (nodes); a save through "
-                          "ptcfs.dcp.StorageWriter is written through one node's mount: save to a folder and "
-                          "import it (ptcfs import DIR --format dcp)")
+        if len(mounts) > 1:
+            # Each node keeps what its own ranks write, and no node would hold a whole tensor file:
+            # the ranks write stock DCP files instead (each rank's own), converted at the rename.
+            return self._stock_writer().prepare_global_plan(
+                [dataclasses.replace(p, storage_data=None) for p in plans])
         for plan in plans:
             for item in plan.items:
                 name = item.index.fqn
@@ -144,6 +163,8 @@ class StorageWriter:
         """Each tensor chunk into its tensor file at its place; each bytes item back to the
         coordinator in the write results (it writes them, with their sizes, in finish)."""
         _, _, planner_mod, storage = _dist()
+        if not isinstance(plan.storage_data, tuple):  # the global plan chose stock files
+            return self._stock_writer().write_data(plan, planner)
         results = []
         for item in plan.items:
             data = planner.resolve_data(item)
@@ -165,6 +186,9 @@ class StorageWriter:
 
     def finish(self, metadata, results) -> None:
         """The coordinator: the bytes items and planner_data as U8 tensors, then ptc.json (the commit)."""
+        if self._stock is not None:  # stock files: .metadata.tmp, renamed (the commit)
+            self._stock.finish(metadata, results)
+            return
         _, md, _, _ = _dist()
         payloads = {r.index.fqn: r.storage_data for rs in results for r in rs if r.storage_data is not None}
         tensors: Dict[str, tuple] = {}

@@ -4,8 +4,8 @@ ptcfs.dcp.prepare and then stock dcp.load, each rank from its own node's mount. 
 repartitioned to tp 3 with the least bytes moved, shard t on node t (the node of global rank t),
 every rank loads bit for bit, and the load pulls nothing from a peer: each rank's chunks are on
 its own node. A stock save written through one node's mount commits on the cluster, and so does one
-whose ranks write through three nodes' mounts, each shard held where its rank wrote it; one through
-ptcfs.dcp.StorageWriter across nodes is refused on every rank before a byte is written."""
+whose ranks write through three nodes' mounts, each shard held where its rank wrote it, and so does
+one through ptcfs.dcp.StorageWriter across nodes (written as stock files)."""
 
 import errno
 import json
@@ -104,15 +104,17 @@ def test_a_stock_save_whose_ranks_write_through_three_nodes_mounts_keeps_each_sh
         for r in run_plain(tmp_path / "two", 2, "stock_load", os.path.join(c[2].mnt, "j", "2")):
             assert r["differ"] == [], r
 
-        # The same through ptcfs.dcp.StorageWriter: refused on every rank before a byte is written
-        # (the writer saves through the save path, which takes a step's files on one node).
+        # The same through ptcfs.dcp.StorageWriter: its ranks see two mounts at the global plan and
+        # write torch's own files, converted the same way (it used to refuse them).
         step3 = os.path.join(str(root), "n{rank}", "mnt", "j", "3")
-        recs = run_plain(tmp_path / "writer", 2, "writer_save", step3)
-        for r in recs:
-            assert "the ranks write through 2 mounts (nodes)" in r["error"], r
-        for d in (c[0], c[1]):
-            ls = d.cli_json("ls", "j/3", "--json")
-            assert ls["state"] == "pending" and ls["files"] == 0, ls
+        for r in run_plain(tmp_path / "writer", 2, "writer_save", step3):
+            assert "error" not in r, r
+        for k, d in enumerate((c[0], c[1])):
+            info = d.cli_json("ls", "j/3", "--json")
+            assert info["state"] == "committed" and info["parallelism"]["tp"] == 2, info
+            assert info["bytes"] == {x["name"]: x["bytes"] for x in info["shards"]}[f"tp{k}-pp0"], info
+        for r in run_plain(tmp_path / "writer-load", 3, "stock_load", os.path.join(c[2].mnt, "j", "3")):
+            assert r["differ"] == [], r
 
 
 def test_a_save_across_nodes_missing_a_file_or_a_node_fails_the_rename_naming_it(tmp_path):
