@@ -103,6 +103,13 @@ def test_a_stock_save_whose_ranks_write_through_three_nodes_mounts_keeps_each_sh
             assert r["differ"] == [], r
         for r in run_plain(tmp_path / "two", 2, "stock_load", os.path.join(c[2].mnt, "j", "2")):
             assert r["differ"] == [], r
+        # dcp.async_save, the same way (its background write ends with the same rename).
+        step4 = os.path.join(str(root), "n{rank}", "mnt", "j", "4")
+        run_plain(tmp_path / "async", 3, "stock_async_save", step4)
+        for k, d in enumerate(c.nodes):
+            assert d.cli_json("ls", "j/4", "--json")["bytes"] == shard_bytes[f"tp{k}-pp0"]
+        for r in run_plain(tmp_path / "async-load", 3, "stock_load", step4):
+            assert r["differ"] == [], r
 
         # The same through ptcfs.dcp.StorageWriter: its ranks see two mounts at the global plan and
         # write torch's own files, converted the same way (it used to refuse them).

@@ -250,6 +250,8 @@ def run_plain(rank, world, init_file, mode, step, out_dir):
     record = {"rank": rank}
     if mode == "stock_save":
         dcp.save(plain_state(mesh, fill=True), checkpoint_id=step)
+    elif mode == "stock_async_save":
+        dcp.async_save(plain_state(mesh, fill=True), checkpoint_id=step).result()
     elif mode == "writer_save":  # through ptcfs.dcp.StorageWriter; a refusal is recorded
         try:
             dcp.save(plain_state(mesh, fill=True), storage_writer=ptcfs.dcp.StorageWriter(step))
