@@ -21,7 +21,7 @@ import torch.multiprocessing as mp  # noqa: E402
 from cluster_util import Cluster  # noqa: E402
 from ptcfs_harness import require_binaries  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))  # dcp_worker, test_dcp
 import dcp_worker  # noqa: E402
 
 
@@ -160,3 +160,32 @@ def test_a_save_across_nodes_missing_a_file_or_a_node_fails_the_rename_naming_it
                 d.cli("rm", f"j/{step}")
             for d in (c[0], c[1]):
                 assert step not in d.cli_json("ls", "j", "--json")["steps"]
+
+
+def test_a_2d_mesh_saved_across_four_nodes_loads_bit_for_bit_at_1_2_3_4_and_8_ranks(tmp_path):
+    """dcp_worker's state (a 2-D mesh dp_shard=2 x tp=2 of DTensors, a nested optimizer state, bytes
+    items and an RNG state) saved by 4 ranks, each through its own node's mount: each shard is held on
+    exactly one node, and stock dcp.load returns every tensor and bytes item bit for bit at 1, 2, 3
+    and 8 ranks and other placements, before and after a repartition, each rank from its own mount."""
+    from test_dcp import run as run_mesh  # tests/python, on the path above
+    require_binaries()
+    root = tmp_path / "c"
+    with Cluster(str(root), 4, gpus=1) as c:
+        own = os.path.join(str(root), "n{rank}", "mnt", "llama", "300")
+        run_mesh(tmp_path, 4, "stock_save", own, "mesh2x2")
+        infos = [d.cli_json("ls", "llama/300", "--json") for d in c.nodes]
+        total = sum(x["bytes"] for x in infos[0]["shards"])
+        for info in infos:
+            assert info["state"] == "committed" and sum(x["bytes"] for x in info["shards"]) == total, info
+        assert sum(info["bytes"] for info in infos) == total  # every shard on exactly one node
+
+        n2 = os.path.join(c[2].mnt, "llama", "300")
+        (tmp_path / "before").mkdir()
+        (tmp_path / "after").mkdir()
+        for world, layout, step in ((1, "plain", n2), (3, "shard1", n2), (2, "shard0", own), (8, "shard0", n2)):
+            for rec in run_mesh(tmp_path / "before", world, "stock_load", step, layout):
+                assert rec["differ"] == [], (world, layout, rec)
+        c[0].cli("repartition", "--job", "llama", "--step", "300", "--to", "tp=2,pp=1,dp=2")
+        for world, layout in ((4, "mesh2x2"), (3, "shard0")):
+            for rec in run_mesh(tmp_path / "after", world, "stock_load", own, layout):
+                assert rec["differ"] == [], ("after repartition", world, layout, rec)

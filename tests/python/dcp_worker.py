@@ -133,6 +133,8 @@ def differ(sd):
 
 
 def run(rank, world, init_file, mode, step, layout, out_dir):
+    """`step` may hold "{rank}": each rank's own path (its node's mount, on a cluster)."""
+    step = step.replace("{rank}", str(rank))
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
     mesh = mesh_of(layout, world)
     if mode in ("save", "async_save"):
