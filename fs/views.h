@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,8 +33,11 @@ class View {
 };
 
 std::shared_ptr<const View> bytes_view(std::string bytes);
-ptc::Result<std::shared_ptr<const View>> shard_safetensors_view(std::shared_ptr<const StepContent> c,
-                                                                const ptc::ShardId& shard);
+// Bytes made by `make` (once, on any thread) when the file is first sized or read.
+std::shared_ptr<const View> lazy_bytes_view(std::function<std::string()> make);
+// A shard as one safetensors file; its header is built on first use (a layout it cannot be
+// built for reads as an error naming why).
+std::shared_ptr<const View> shard_safetensors_view(std::shared_ptr<const StepContent> c, const ptc::ShardId& shard);
 std::shared_ptr<const View> slice_npy_view(std::shared_ptr<const StepContent> c, const ptc::ShardId& shard,
                                            size_t slice);
 std::shared_ptr<const View> full_npy_view(std::shared_ptr<const StepContent> c, size_t tensor);

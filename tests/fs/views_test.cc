@@ -78,9 +78,9 @@ TEST_CASE("a shard view is the canonical safetensors header followed by the slic
         {{"final_norm", DType::F32, {3}}, slice_bytes(0, kFinalNorm, 12)},
     });
     auto v = shard_safetensors_view(c, ShardId{0, 1});
-    REQUIRE(v.is_ok());
-    CHECK((*v)->size() == expected.size());
-    check_reads(**v, expected);
+    REQUIRE(v);
+    CHECK(v->size() == expected.size());
+    check_reads(*v, expected);
   }
   SECTION("tp1-pp0: a slice that is all padding reads as zeros, a fused tensor its rank's rows of each part") {
     const std::string expected = expected_safetensors({
@@ -88,8 +88,8 @@ TEST_CASE("a shard view is the canonical safetensors header followed by the slic
         {{"emb.weight", DType::I16, {4, 3}}, std::string(24, '\0')},
     });
     auto v = shard_safetensors_view(c, ShardId{1, 0});
-    REQUIRE(v.is_ok());
-    check_reads(**v, expected);
+    REQUIRE(v);
+    check_reads(*v, expected);
   }
   SECTION("every shard") {
     const auto& layout = c->layout();
@@ -100,8 +100,8 @@ TEST_CASE("a shard view is the canonical safetensors header followed by the slic
         tensors.push_back({{layout.tensor(sl).name, layout.tensor(sl).dtype, sl.local_shape},
                            slice_bytes(shard.t, sl.tensor, layout.bytes(sl))});
       auto v = shard_safetensors_view(c, shard);
-      REQUIRE(v.is_ok());
-      check_reads(**v, expected_safetensors(tensors));
+      REQUIRE(v);
+      check_reads(*v, expected_safetensors(tensors));
     }
   }
 }
@@ -109,8 +109,8 @@ TEST_CASE("a shard view is the canonical safetensors header followed by the slic
 TEST_CASE("a shard view's data offsets name each tensor's slice") {
   auto c = std::make_shared<FakeStep>(7);
   auto v = shard_safetensors_view(c, ShardId{0, 1});
-  REQUIRE(v.is_ok());
-  const std::string file = read(**v, 0, (*v)->size());
+  REQUIRE(v);
+  const std::string file = read(*v, 0, v->size());
   auto h = ptc::parse_safetensors(file, file.size(), "tp0-pp1.safetensors");
   REQUIRE(h.is_ok());
   REQUIRE(h->entries.size() == 3);
@@ -178,11 +178,11 @@ TEST_CASE("a full npy view is the logical tensor assembled from the covering sli
 
 TEST_CASE("views report the version they read, and the bytes view none") {
   auto c = std::make_shared<FakeStep>(42);
-  CHECK((*shard_safetensors_view(c, ShardId{0, 0}))->version() == 42);
+  CHECK(shard_safetensors_view(c, ShardId{0, 0})->version() == 42);
   CHECK(slice_npy_view(c, ShardId{0, 0}, 1)->version() == 42);
   CHECK(full_npy_view(c, kQkv)->version() == 42);
   CHECK(bytes_view("{}\n")->version() == 0);
-  CHECK((*shard_safetensors_view(c, ShardId{0, 0}))->kind() == ptc::metrics::ViewKind::kRankFile);
+  CHECK(shard_safetensors_view(c, ShardId{0, 0})->kind() == ptc::metrics::ViewKind::kRankFile);
   CHECK(slice_npy_view(c, ShardId{0, 0}, 1)->kind() == ptc::metrics::ViewKind::kSliceNpy);
   CHECK(full_npy_view(c, kQkv)->kind() == ptc::metrics::ViewKind::kFullNpy);
   CHECK(bytes_view("{}\n")->kind() == ptc::metrics::ViewKind::kMetadata);
@@ -208,11 +208,11 @@ TEST_CASE("a slice read that fails fails the view's read with its code") {
   auto c = std::make_shared<FakeStep>(7);
   c->unavailable.insert("tp1-pp1");
   auto shard = shard_safetensors_view(c, ShardId{1, 1});
-  REQUIRE(shard.is_ok());
+  REQUIRE(shard);
   ReadBuffer b;
-  CHECK((*shard)->read(0, (*shard)->size(), b).code() == ptc::Code::kUnavailable);
+  CHECK(shard->read(0, shard->size(), b).code() == ptc::Code::kUnavailable);
   ReadBuffer header_only;  // the header is the view's own: no slice is read
-  CHECK((*shard)->read(0, 8, header_only).is_ok());
+  CHECK(shard->read(0, 8, header_only).is_ok());
   ReadBuffer full;  // layers.1.dense is covered by tp0-pp1 and tp1-pp1
   CHECK(full_npy_view(c, kDense)->read(0, 128 + 32, full).code() == ptc::Code::kUnavailable);
 }
