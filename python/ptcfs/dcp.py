@@ -36,7 +36,7 @@ import dataclasses
 import io
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -428,22 +428,19 @@ class StorageReader:
     def prepare_global_plan(self, plans):
         if not self.prepare:
             return plans
-        from .control import connect
-        from .dcp_prepare import job_step_of
+        from .dcp_prepare import job_step_of, merge_boxes, request_layout
         _, _, planner_mod, _ = _dist()
-        chunks: Dict[str, List[list]] = {}
-        for plan in plans:
-            for item in plan.items:
-                if item.type == planner_mod.LoadItemType.BYTE_IO:
-                    continue
-                lo = [int(a) + int(b) for a, b in zip(item.dest_index.offset, item.dest_offsets)]
-                box = [lo, [a + int(n) for a, n in zip(lo, item.lengths)]]
-                if box not in chunks.setdefault(item.storage_index.fqn, []):
-                    chunks[item.storage_index.fqn].append(box)
+
+        def boxes():  # each rank's destination boxes, as its state dict's chunks
+            for plan in plans:
+                for item in plan.items:
+                    if item.type == planner_mod.LoadItemType.BYTE_IO:
+                        continue
+                    lo = [int(a) + int(b) for a, b in zip(item.dest_index.offset, item.dest_offsets)]
+                    yield item.storage_index.fqn, lo, [a + int(n) for a, n in zip(lo, item.lengths)]
         job, step = job_step_of(self.path)
         try:
-            with connect(self.daemon, self.secret_file, timeout=None) as c:
-                self.prepared = c.call("repartition", job=job, step=step, chunks=chunks, dry_run=False)
+            self.prepared = request_layout(self.daemon, self.secret_file, job, step, merge_boxes(boxes()))
         except Error as e:  # the load is right at any layout: it goes on, only its reads are not laid out
             import warnings
             self.prepared = {"error": str(e)}

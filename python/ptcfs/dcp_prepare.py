@@ -78,6 +78,26 @@ def boxes_of(state_dict: dict) -> Dict[str, Box]:
     return out
 
 
+def merge_boxes(boxes) -> Dict[str, List[list]]:
+    """(name, lo, hi) triples, from every rank, as a repartition request's ``chunks``: each
+    tensor's distinct boxes, in the order first seen."""
+    chunks: Dict[str, List[list]] = {}
+    seen = set()
+    for name, lo, hi in boxes:
+        key = (name, tuple(lo), tuple(hi))
+        if key not in seen:
+            seen.add(key)
+            chunks.setdefault(name, []).append([list(lo), list(hi)])
+    return chunks
+
+
+def request_layout(daemon: Optional[str], secret_file: Optional[str], job: str, step: str,
+                   chunks: Dict[str, List[list]], dry_run: bool = False) -> dict:
+    """Asks the daemon to repartition job/step to the tp whose slices are ``chunks``; its result."""
+    with connect(daemon, secret_file, timeout=None) as c:  # as long as the repartition takes
+        return c.call("repartition", job=job, step=step, chunks=chunks, dry_run=bool(dry_run))
+
+
 def prepare(state_dict: dict, checkpoint_id: Any, *, group=None, daemon: Optional[str] = None,
             secret_file: Optional[str] = None, dry_run: bool = False) -> dict:
     """Collective (every rank of ``group``, default the world): repartitions the step so that each
@@ -97,15 +117,9 @@ def prepare(state_dict: dict, checkpoint_id: Any, *, group=None, daemon: Optiona
     dist.all_gather_object(gathered, mine, group=group)
     reply: List[Any] = [None]
     if dist.get_rank(group) == 0:
-        chunks: Dict[str, List[list]] = {}
-        for boxes in gathered:
-            for name, (lo, hi) in boxes.items():
-                seen = chunks.setdefault(name, [])
-                if [lo, hi] not in seen:
-                    seen.append([lo, hi])
+        chunks = merge_boxes((name, lo, hi) for boxes in gathered for name, (lo, hi) in boxes.items())
         try:
-            with connect(daemon, secret_file, timeout=None) as c:  # as long as the repartition takes
-                reply[0] = ("ok", c.call("repartition", job=job, step=step, chunks=chunks, dry_run=bool(dry_run)))
+            reply[0] = ("ok", request_layout(daemon, secret_file, job, step, chunks, dry_run))
         except Error as e:
             reply[0] = ("error", e.code, e.message)
     dist.broadcast_object_list(reply, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
