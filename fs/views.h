@@ -35,8 +35,8 @@ class View {
 std::shared_ptr<const View> bytes_view(std::string bytes);
 // Bytes made by `make` (once, on any thread) when the file is first sized or read.
 std::shared_ptr<const View> lazy_bytes_view(std::function<std::string()> make);
-// A shard as one safetensors file; its header is built on first use (a layout it cannot be
-// built for reads as an error naming why).
+// A shard as one safetensors file; its header is built on first use (a layout it cannot be built
+// for is a 1-byte file whose read fails, EIO, and the log says why).
 std::shared_ptr<const View> shard_safetensors_view(std::shared_ptr<const StepContent> c, const ptc::ShardId& shard);
 std::shared_ptr<const View> slice_npy_view(std::shared_ptr<const StepContent> c, const ptc::ShardId& shard,
                                            size_t slice);

@@ -63,18 +63,25 @@ ptc::Result<DcpReadRequest> dcp_read_request_from_json(const json& j) {
 }
 
 json to_json(const DcpConvertRequest& r) {
-  return {{"op", "peer.dcp_convert"},         {"job", r.job},     {"step", r.step},    {"from", r.from},
-          {"metadata_size", r.metadata_size}, {"files", r.files}, {"shards", r.shards}};
+  json j = {{"op", "peer.dcp_convert"},         {"job", r.job},     {"step", r.step},    {"from", r.from},
+            {"metadata_size", r.metadata_size}, {"files", r.files}, {"shards", r.shards}};
+  if (!r.failed.empty()) j["failed"] = r.failed;
+  return j;
 }
 
 ptc::Result<DcpConvertRequest> dcp_convert_request_from_json(const json& j) {
   const std::string w = "peer.dcp_convert request";
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "job", "step", "from", "metadata_size", "files", "shards"}, w));
+  PTC_RETURN_IF_ERROR(
+      ptc::check_members(j, {"op", "job", "step", "from", "metadata_size", "files", "shards", "failed"}, w));
   DcpConvertRequest r;
   PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(j, "job", w));
   PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(j, "step", w));
   PTC_ASSIGN_OR_RETURN(r.from, ptc::member_string(j, "from", w));
   PTC_ASSIGN_OR_RETURN(r.metadata_size, ptc::member_u64(j, "metadata_size", w));
+  if (r.metadata_size > kMaxDcpMetadata)
+    return ptc::invalid(w + ": metadata_size " + std::to_string(r.metadata_size) + " is over " +
+                        std::to_string(kMaxDcpMetadata) + " bytes");
+  PTC_ASSIGN_OR_RETURN(r.failed, ptc::member_string_or(j, "failed", "", w));
   if (!j.contains("files") || !j.at("files").is_object()) return ptc::invalid(w + ": 'files' must be an object");
   for (const auto& [file, node] : j.at("files").items()) {
     PTC_ASSIGN_OR_RETURN(r.files[file], ptc::get_string(node, w + ": node of " + file));

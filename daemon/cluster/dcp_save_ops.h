@@ -33,6 +33,8 @@ struct DcpReadRequest {
 
 // The most bytes one peer.dcp_read answers (the transport's data reply limit).
 inline constexpr uint64_t kMaxDcpRead = 32 << 20;
+// The largest peer.dcp_convert request sent (a peer takes request frames up to 1 MiB).
+inline constexpr size_t kMaxDcpConvertRequest = (1 << 20) - 4096;
 
 nlohmann::json to_json(const DcpFilesRequest& r);
 ptc::Result<DcpFilesRequest> dcp_files_request_from_json(const nlohmann::json& j);

@@ -1,6 +1,7 @@
 #include "daemon/cluster/dcp_save_peers.h"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 namespace ptcfs {
@@ -31,13 +32,28 @@ ptc::Result<std::map<std::string, std::map<std::string, uint64_t>>> DcpSavePeers
   std::map<std::string, std::map<std::string, uint64_t>> out;
   if (others.empty()) return out;
   const auto answers = peers_.dcp_files(others, DcpFilesRequest{job, step});
+  std::optional<ptc::Status> failed;
   for (size_t i = 0; i < others.size(); ++i) {
-    if (!answers[i])
-      return answers[i].status().with_context("asking node " + peers_.name_of(others[i]) + " for its files of " + job +
-                                              "/" + step + " (its ranks may have written some)");
+    if (!answers[i]) {
+      if (!failed)
+        failed = answers[i].status().with_context("asking node " + peers_.name_of(others[i]) + " for its files of " +
+                                                  job + "/" + step + " (its ranks may have written some)");
+      continue;
+    }
     if (answers[i]->pending) out[peers_.name_of(others[i])] = answers[i]->files;
   }
-  return out;
+  if (!failed) return out;
+  // Those that answered sealed their files for a conversion that will not come: their parts fail
+  // too, saying why, rather than wait pending with no reason.
+  DcpConvertRequest notice;
+  notice.job = job;
+  notice.step = step;
+  notice.from = self();
+  notice.failed = failed->message();
+  std::vector<std::string> sealed;
+  for (const auto& [node, files] : out) sealed.push_back(node);
+  if (!sealed.empty()) convert(sealed, notice);
+  return *failed;
 }
 
 ptc::Result<std::string> DcpSavePeers::read(const std::string& node, const std::string& job, const std::string& step,
@@ -57,6 +73,14 @@ ptc::Result<std::string> DcpSavePeers::read(const std::string& node, const std::
 std::vector<ptc::Status> DcpSavePeers::convert(const std::vector<std::string>& nodes, const DcpConvertRequest& req) {
   auto idx = indices_of(nodes);
   if (!idx) return std::vector<ptc::Status>(nodes.size(), idx.status());
+  // One request names every file's node: past the peers' request limit, say so (about 20,000
+  // files; torch writes thread_count files a rank).
+  if (const size_t n = to_json(req).dump().size(); n > kMaxDcpConvertRequest)
+    return std::vector<ptc::Status>(
+        nodes.size(), ptc::error(ptc::Code::kResourceExhausted,
+                                 req.job + "/" + req.step + ": the conversion request naming its " +
+                                     std::to_string(req.files.size()) + " files is " + std::to_string(n) +
+                                     " bytes, over the peers' 1 MiB request limit (save with fewer files a rank)"));
   return peers_.dcp_convert(*idx, req);
 }
 

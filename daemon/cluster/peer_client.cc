@@ -1,5 +1,7 @@
 #include "daemon/cluster/peer_client.h"
 
+#include <future>
+
 #include "daemon/cluster/nodes.h"
 #include "daemon/cluster/peer_service.h"
 #include "daemon/store/checksum.h"
@@ -143,7 +145,17 @@ ptc::Result<std::string> PeerClient::dcp_read(int node, const DcpReadRequest& re
 }
 
 std::vector<ptc::Status> PeerClient::dcp_convert(const std::vector<int>& nodes, const DcpConvertRequest& req) {
-  return ask_status(nodes, to_json(req));
+  // A conversion runs for as long as its node copies its shards: on threads of its own, not the
+  // pool's, which every other fan-out of this node shares.
+  const json request = to_json(req);
+  std::vector<std::future<ptc::Status>> calls;
+  calls.reserve(nodes.size());
+  for (int node : nodes)
+    calls.push_back(std::async(std::launch::async, [&, node] { return ask(node, request).status(); }));
+  std::vector<ptc::Status> out;
+  out.reserve(nodes.size());
+  for (auto& c : calls) out.push_back(c.get());
+  return out;
 }
 
 }  // namespace ptcfs

@@ -403,7 +403,7 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
   if (keep) {
     const json about = {{"key", record_key(req)}, {"coordinator", req.coordinator}, {"lease", req.lease}};
     if (auto s = keep_prepared(store_, req.tx, *change, about); !s) {
-      abort_change(store_, *change);
+      drop(req.tx, *change, false);  // a save's part goes back to its pending step, to be tried again
       return s.with_context("node " + id() + ": keeping the prepared change");
     }
   }

@@ -30,6 +30,16 @@ ptc::Result<DcpSave> plan_from(const ptc::DcpMetadata& md, const DcpFileReader& 
   return plan_dcp_save(md, item, where);
 }
 
+// This node's part of a save across nodes failed: ls says why, and the part never says it is ready.
+ptc::Status fail_part(PendingStep& s, const ptc::Status& st) {
+  {
+    std::lock_guard lock(s.mu);
+    if (s.failure.empty()) s.failure = "stock DCP save: " + st.message();
+  }
+  ptc::log::warn("stock DCP save {}: {}", s.name(), st.to_string());
+  return st;
+}
+
 std::vector<bool> shards_of(const std::vector<std::string>& holders, const std::string& node) {
   std::vector<bool> mine(holders.size());
   for (size_t t = 0; t < holders.size(); ++t) mine[t] = holders[t] == node;
@@ -75,7 +85,11 @@ ptc::Status SaveService::rename(const std::string& job, const std::string& step,
   PTC_RETURN_IF_ERROR(wait_committed(s));
   // Every rank's dcp.save returns with this rename: a load through any node's mount right after
   // must find the step committed there too.
-  if (!peers.empty()) PTC_RETURN_IF_ERROR(dcp_peers_->wait_committed(peers, job, step, kPeersCommitWait));
+  if (!peers.empty())
+    if (auto w = dcp_peers_->wait_committed(peers, job, step, kPeersCommitWait); !w)
+      // Committed: the node that is late catches up on its own; failing the save now would
+      // have it saved again into a step that exists.
+      ptc::log::warn("stock DCP save {}/{}: committed, but {}", job, step, w.message());
   return ptc::Status::ok();
 }
 
@@ -116,58 +130,72 @@ ptc::Result<DcpSave> SaveService::convert_dcp(const std::shared_ptr<PendingStep>
   const std::string self = dcp_peers_ ? dcp_peers_->self() : std::string();
   std::map<std::string, std::string> file_nodes;  // .distcp file -> the node that staged it
   for (const auto& [file, size] : sizes) file_nodes[file] = self;
+  std::map<std::string, std::map<std::string, uint64_t>> others;  // node -> its staged files
   if (mode_ == SaveMode::kCluster && dcp_peers_) {
-    PTC_ASSIGN_OR_RETURN(auto others, dcp_peers_->staged_files(s->job, s->step));
-    for (const auto& [node, files] : others) {
-      peers.push_back(node);
+    PTC_ASSIGN_OR_RETURN(others, dcp_peers_->staged_files(s->job, s->step));
+    for (const auto& [node, files] : others) peers.push_back(node);
+  }
+  auto converted = [&]() -> ptc::Result<DcpSave> {
+    for (const auto& [node, files] : others)
       for (const auto& [file, size] : files) {
         if (auto [it, fresh] = file_nodes.emplace(file, node); !fresh)
           return ptc::invalid(where + ": " + file + " was written through the mounts of both " + it->second + " and " +
                               node + " (each rank writes its own files once)");
         sizes[file] = size;
       }
+    for (const auto& it : md.items)
+      for (const auto& c : it.chunks)
+        if (!sizes.count(c.file))
+          return ptc::invalid(where + ": '" + it.fqn + "' lies in " + c.file + ", which was not written through " +
+                              (mode_ == SaveMode::kCluster ? "any live node's mount" : "the mount") +
+                              " (remove the step with ptcfs rm " + s->job + "/" + s->step + " and save it again)");
+    PTC_RETURN_IF_ERROR(ptc::check_dcp_references(md, sizes, where));
+    auto read = [&](const std::string& file, uint64_t off, uint64_t len) -> ptc::Result<std::string> {
+      if (file == kDcpMetadataTmp) return ptc::not_found(where + "/" + file + " is not a data file");
+      auto node = file_nodes.find(file);
+      if (node == file_nodes.end()) return ptc::not_found(where + "/" + file + " was not written");
+      if (node->second != self) return dcp_peers_->read(node->second, s->job, s->step, file, off, len);
+      return staged.at(file)->read(off, len);
+    };
+    PTC_ASSIGN_OR_RETURN(DcpSave save, plan_from(md, read, where));
+    ptc::log::info("stock DCP save {}: {} tensors at {}, {} bytes from {} files{}", where, save.ptc.tensors.size(),
+                   save.ptc.parallelism.to_string(), save.bytes, sizes.size(),
+                   peers.empty() ? "" : " on " + std::to_string(peers.size() + 1) + " nodes");
+    if (peers.empty()) {
+      PTC_RETURN_IF_ERROR(write_dcp_tensors(*this, s->job, s->step, save, read));
+      return save;
     }
-  }
-  for (const auto& it : md.items)
-    for (const auto& c : it.chunks)
-      if (!sizes.count(c.file))
-        return ptc::invalid(where + ": '" + it.fqn + "' lies in " + c.file + ", which was not written through " +
-                            (mode_ == SaveMode::kCluster ? "any live node's mount" : "the mount") +
-                            " (remove the step with ptcfs rm " + s->job + "/" + s->step + " and save it again)");
-  PTC_RETURN_IF_ERROR(ptc::check_dcp_references(md, sizes, where));
-  auto read = [&](const std::string& file, uint64_t off, uint64_t len) -> ptc::Result<std::string> {
-    if (file == kDcpMetadataTmp) return ptc::not_found(where + "/" + file + " is not a data file");
-    auto node = file_nodes.find(file);
-    if (node == file_nodes.end()) return ptc::not_found(where + "/" + file + " was not written");
-    if (node->second != self) return dcp_peers_->read(node->second, s->job, s->step, file, off, len);
-    return staged.at(file)->read(off, len);
-  };
-  PTC_ASSIGN_OR_RETURN(DcpSave save, plan_from(md, read, where));
-  ptc::log::info("stock DCP save {}: {} tensors at {}, {} bytes from {} files{}", where, save.ptc.tensors.size(),
-                 save.ptc.parallelism.to_string(), save.bytes, sizes.size(),
-                 peers.empty() ? "" : " on " + std::to_string(peers.size() + 1) + " nodes");
-  if (peers.empty()) {
-    PTC_RETURN_IF_ERROR(write_dcp_tensors(*this, s->job, s->step, save, read));
+    // Each shard is held where the most of its bytes were written; every node converts its own,
+    // reading the rest from the others' staged files (which stay until the step commits there).
+    DcpConvertRequest req;
+    req.job = s->job;
+    req.step = s->step;
+    req.from = self;
+    req.metadata_size = text.size();
+    req.files = file_nodes;
+    req.shards = dcp_shard_holders(save, file_nodes, self);
+    auto theirs = std::async(std::launch::async, [&] { return dcp_peers_->convert(peers, req); });
+    const ptc::Status mine = write_dcp_tensors(*this, s->job, s->step, save, read, shards_of(req.shards, self));
+    const std::vector<ptc::Status> outcomes = theirs.get();
+    for (size_t i = 0; i < peers.size(); ++i)
+      if (!outcomes[i]) return outcomes[i].with_context("node " + peers[i] + " converting its part of " + where);
+    PTC_RETURN_IF_ERROR(mine);
+    std::set<std::string> holders(req.shards.begin(), req.shards.end());
+    ptc::log::info("stock DCP save {}: {} shards held on {} of {} nodes", where, req.shards.size(), holders.size(),
+                   peers.size() + 1);
     return save;
+  };
+  auto save = converted();
+  if (!save && !peers.empty()) {
+    // The other nodes sealed their files for this save: their parts fail too, saying why (a part
+    // that converted would otherwise say it is ready, every 5 s, for a commit that cannot come).
+    DcpConvertRequest notice;
+    notice.job = s->job;
+    notice.step = s->step;
+    notice.from = self;
+    notice.failed = "the save failed on node " + self + ": " + save.status().message();
+    dcp_peers_->convert(peers, notice);
   }
-  // Each shard is held where the most of its bytes were written; every node converts its own,
-  // reading the rest from the others' staged files (which stay until the step commits there).
-  DcpConvertRequest req;
-  req.job = s->job;
-  req.step = s->step;
-  req.from = self;
-  req.metadata_size = text.size();
-  req.files = file_nodes;
-  req.shards = dcp_shard_holders(save, file_nodes, self);
-  auto theirs = std::async(std::launch::async, [&] { return dcp_peers_->convert(peers, req); });
-  const ptc::Status mine = write_dcp_tensors(*this, s->job, s->step, save, read, shards_of(req.shards, self));
-  const std::vector<ptc::Status> outcomes = theirs.get();
-  for (size_t i = 0; i < peers.size(); ++i)
-    if (!outcomes[i]) return outcomes[i].with_context("node " + peers[i] + " converting its part of " + where);
-  PTC_RETURN_IF_ERROR(mine);
-  std::set<std::string> holders(req.shards.begin(), req.shards.end());
-  ptc::log::info("stock DCP save {}: {} shards held on {} of {} nodes", where, req.shards.size(), holders.size(),
-                 peers.size() + 1);
   return save;
 }
 
@@ -212,14 +240,21 @@ ptc::Result<std::string> SaveService::read_staged(const std::string& job, const 
 ptc::Status SaveService::convert_part(const DcpConvertRequest& req) {
   auto s = find(req.job, req.step);
   if (!s) return ptc::not_found("no step " + req.job + "/" + req.step + " is being saved here");
+  if (!req.failed.empty()) {
+    (void)fail_part(*s, ptc::error(ptc::Code::kFailedPrecondition, req.failed));
+    return ptc::Status::ok();
+  }
+  try {
+    return convert_part(s, req);
+  } catch (const std::exception& e) {  // an allocation, say: the part fails, saying so
+    return fail_part(*s, ptc::internal(std::string("converting this node's part: ") + e.what()));
+  }
+}
+
+ptc::Status SaveService::convert_part(const std::shared_ptr<PendingStep>& s, const DcpConvertRequest& req) {
   const std::string where = s->name();
   const std::string self = dcp_peers_ ? dcp_peers_->self() : std::string();
-  auto fail = [&](const ptc::Status& st) {
-    std::lock_guard lock(s->mu);
-    s->failure = "stock DCP save: " + st.message();
-    ptc::log::warn("stock DCP save {}: {}", where, st.to_string());
-    return st;
-  };
+  auto fail = [&](const ptc::Status& st) { return fail_part(*s, st); };
   if (!dcp_peers_) return fail(ptc::internal(where + ": this node has no peers to read the save from"));
   auto read = [&](const std::string& file, uint64_t off, uint64_t len) -> ptc::Result<std::string> {
     auto node = req.files.find(file);

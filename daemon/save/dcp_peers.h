@@ -25,7 +25,13 @@ struct DcpConvertRequest {
   uint64_t metadata_size = 0;                // bytes of .metadata.tmp there
   std::map<std::string, std::string> files;  // .distcp file -> the node that staged it
   std::vector<std::string> shards;           // shard t -> its holder
+  // Not empty: the save failed on node `from` (why); the node records it on its part (which
+  // then never says it is ready) instead of converting.
+  std::string failed;
 };
+
+// The most bytes of .metadata a conversion reads (as a staged .metadata.tmp holds at most).
+inline constexpr uint64_t kMaxDcpMetadata = uint64_t{64} << 20;
 
 class DcpPeers {
  public:
@@ -33,7 +39,7 @@ class DcpPeers {
   virtual std::string self() const = 0;
   // Every other live member's staged files of job/step (name -> size; sealed by the asking, so
   // none changes afterwards), by node. Fails when a member does not answer: its files might be
-  // the ones the save needs.
+  // the ones the save needs (the nodes that did answer are then told the save failed).
   virtual ptc::Result<std::map<std::string, std::map<std::string, uint64_t>>> staged_files(const std::string& job,
                                                                                            const std::string& step) = 0;
   // `len` bytes at `off` of file `file` staged on `node` (any length: read in pieces).

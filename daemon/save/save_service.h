@@ -118,6 +118,7 @@ class SaveService final : public fs::WriteTarget {
                                        uint64_t off, uint64_t len) const;
   // Converts this node's part: the shards `req` names it holder of, and ptc.json, which
   // completes the part (a failure leaves the step pending and failed, as here on one node).
+  // A request whose `failed` is set fails this node's part instead, saying why.
   ptc::Status convert_part(const DcpConvertRequest& req);
 
  private:
@@ -129,6 +130,7 @@ class SaveService final : public fs::WriteTarget {
   // Writes a stock DCP save's tensor files (all, or on a cluster this node's shards, with
   // `peers` the other nodes that convert theirs); what ptc.json then says.
   ptc::Result<DcpSave> convert_dcp(const std::shared_ptr<PendingStep>& s, std::vector<std::string>& peers);
+  ptc::Status convert_part(const std::shared_ptr<PendingStep>& s, const DcpConvertRequest& req);
   // Until the step is committed in the store, its commit failed, or it was removed.
   ptc::Status wait_committed(const std::shared_ptr<PendingStep>& s) const;
   ptc::Result<PreparedChange> build_change(const std::shared_ptr<PendingStep>& step, StepPlacement placement);

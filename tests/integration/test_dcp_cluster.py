@@ -127,7 +127,8 @@ def test_a_stock_save_whose_ranks_write_through_three_nodes_mounts_keeps_each_sh
 def test_a_save_across_nodes_missing_a_file_or_a_node_fails_the_rename_naming_it(tmp_path):
     """The files of a 3-rank stock save placed as its ranks would write them through three nodes'
     mounts, then the .metadata renamed on n0: with rank 2's file nowhere, the rename fails naming
-    it; with n2 stopped, it fails naming n2. Nothing is committed, and `ptcfs rm` clears the parts."""
+    it; with n2 stopped, it fails naming n2. n1, which sealed its file for the conversion, says the
+    same on its part. Nothing is committed, and `ptcfs rm` clears the parts."""
     require_binaries()
     src = tmp_path / "saved"
     run_plain(tmp_path, 3, "stock_save", str(src))
@@ -148,12 +149,17 @@ def test_a_save_across_nodes_missing_a_file_or_a_node_fails_the_rename_naming_it
         ls = c[0].cli_json("ls", "j/1", "--json")
         assert ls["state"] == "pending", ls
         assert "lies in __2_0.distcp, which was not written through any live node's mount" in json.dumps(ls), ls
+        # n1 sealed its file for the conversion: its part fails too, saying why, instead of waiting.
+        ls = c[1].cli_json("ls", "j/1", "--json")
+        assert ls["state"] == "pending" and "the save failed on node n0" in json.dumps(ls), ls
 
         sd = place("2", [0, 1, 2])
         c[2].stop(cleanup_mount=False)
         with pytest.raises(OSError):
             os.rename(os.path.join(sd, ".metadata.tmp"), os.path.join(sd, ".metadata"))
         ls = c[0].cli_json("ls", "j/2", "--json")
+        assert ls["state"] == "pending" and "asking node n2 for its files of j/2" in json.dumps(ls), ls
+        ls = c[1].cli_json("ls", "j/2", "--json")
         assert ls["state"] == "pending" and "asking node n2 for its files of j/2" in json.dumps(ls), ls
         for step in ("1", "2"):
             for d in (c[0], c[1]):

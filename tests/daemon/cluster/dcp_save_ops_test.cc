@@ -25,7 +25,16 @@ TEST_CASE("a DCP conversion request reaches the other node as it was sent") {
   CHECK(back->files == r.files);
   CHECK(back->shards == r.shards);
 
+  CHECK_FALSE(j.contains("failed"));
+  r.failed = "the save failed on node n0: no __2_0.distcp";
+  auto notice = dcp_convert_request_from_json(to_json(r));
+  REQUIRE(notice.is_ok());
+  CHECK(notice->failed == r.failed);
+
   json bad = j;
+  bad["metadata_size"] = kMaxDcpMetadata + 1;
+  CHECK(dcp_convert_request_from_json(bad).status().message().find("metadata_size") != std::string::npos);
+  bad = j;
   bad["files"] = json::array();
   CHECK(dcp_convert_request_from_json(bad).status().message().find("'files' must be an object") != std::string::npos);
   bad = j;
