@@ -82,7 +82,8 @@ int wait_for_commit(Impl& fs, const std::shared_ptr<const Tree>& seen, uint64_t 
   for (auto pause = std::chrono::milliseconds(1); std::chrono::steady_clock::now() < deadline;
        pause = std::min(pause * 2, std::chrono::milliseconds(20))) {
     auto tree = fs.current();
-    // Still the same tree: a commit that failed (the file is pending again) ends the wait at once.
+    // A new tree without the pending file: look the name up again. The file pending again (its
+    // commit failed): no wait for a tree that will not come.
     const Node* n = tree->find(ino);
     if (tree != seen && (!n || !n->file)) return ESTALE;
     if (n && n->file && !n->file->committing()) return EACCES;

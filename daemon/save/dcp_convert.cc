@@ -40,6 +40,24 @@ ptc::Status fail_part(PendingStep& s, const ptc::Status& st) {
   return st;
 }
 
+// Reads a .distcp file of the save at `where` (job/step): from this node's staged files
+// (`staged`, looked up once), or from the node `file_nodes` names (through `peers`).
+DcpFileReader save_reader(const std::string& where, const std::string& job, const std::string& step,
+                          std::map<std::string, std::shared_ptr<DcpStagedFile>> staged,
+                          const std::map<std::string, std::string>& file_nodes, const std::string& self,
+                          DcpPeers* peers) {
+  return [=, &file_nodes, staged = std::move(staged)](const std::string& file, uint64_t off,
+                                                      uint64_t len) -> ptc::Result<std::string> {
+    auto node = file_nodes.find(file);
+    if (node == file_nodes.end() || file == kDcpMetadataTmp)
+      return ptc::not_found(where + "/" + file + " was not written");
+    if (node->second != self) return peers->read(node->second, job, step, file, off, len);
+    auto it = staged.find(file);
+    if (it == staged.end()) return ptc::not_found(where + "/" + file + " is not staged here");
+    return it->second->read(off, len);
+  };
+}
+
 std::vector<bool> shards_of(const std::vector<std::string>& holders, const std::string& node) {
   std::vector<bool> mine(holders.size());
   for (size_t t = 0; t < holders.size(); ++t) mine[t] = holders[t] == node;
@@ -150,13 +168,7 @@ ptc::Result<DcpSave> SaveService::convert_dcp(const std::shared_ptr<PendingStep>
                               (mode_ == SaveMode::kCluster ? "any live node's mount" : "the mount") +
                               " (remove the step with ptcfs rm " + s->job + "/" + s->step + " and save it again)");
     PTC_RETURN_IF_ERROR(ptc::check_dcp_references(md, sizes, where));
-    auto read = [&](const std::string& file, uint64_t off, uint64_t len) -> ptc::Result<std::string> {
-      if (file == kDcpMetadataTmp) return ptc::not_found(where + "/" + file + " is not a data file");
-      auto node = file_nodes.find(file);
-      if (node == file_nodes.end()) return ptc::not_found(where + "/" + file + " was not written");
-      if (node->second != self) return dcp_peers_->read(node->second, s->job, s->step, file, off, len);
-      return staged.at(file)->read(off, len);
-    };
+    const DcpFileReader read = save_reader(where, s->job, s->step, staged, file_nodes, self, dcp_peers_);
     PTC_ASSIGN_OR_RETURN(DcpSave save, plan_from(md, read, where));
     ptc::log::info("stock DCP save {}: {} tensors at {}, {} bytes from {} files{}", where, save.ptc.tensors.size(),
                    save.ptc.parallelism.to_string(), save.bytes, sizes.size(),
@@ -256,13 +268,12 @@ ptc::Status SaveService::convert_part(const std::shared_ptr<PendingStep>& s, con
   const std::string self = dcp_peers_ ? dcp_peers_->self() : std::string();
   auto fail = [&](const ptc::Status& st) { return fail_part(*s, st); };
   if (!dcp_peers_) return fail(ptc::internal(where + ": this node has no peers to read the save from"));
-  auto read = [&](const std::string& file, uint64_t off, uint64_t len) -> ptc::Result<std::string> {
-    auto node = req.files.find(file);
-    if (node == req.files.end() || file == kDcpMetadataTmp)
-      return ptc::not_found(where + "/" + file + " was not written");
-    if (node->second != self) return dcp_peers_->read(node->second, req.job, req.step, file, off, len);
-    return read_staged(req.job, req.step, file, off, len);
-  };
+  std::map<std::string, std::shared_ptr<DcpStagedFile>> staged;
+  {
+    std::lock_guard lock(s->mu);
+    staged = s->staged;
+  }
+  const DcpFileReader read = save_reader(where, req.job, req.step, std::move(staged), req.files, self, dcp_peers_);
   auto text = dcp_peers_->read(req.from, req.job, req.step, kDcpMetadataTmp, 0, req.metadata_size);
   if (!text) return fail(text.status());
   auto md = ptc::parse_dcp_metadata(*text, where + "/.metadata");
