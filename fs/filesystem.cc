@@ -130,7 +130,7 @@ int do_opendir(Impl& fs, uint64_t ino, fuse_file_info* fi) {
   auto* od = new OpenDir;
   od->entries.push_back({".", n->ino, true, nullptr});
   od->entries.push_back({"..", n->parent, true, nullptr});
-  for (const auto& [name, cino] : n->children) {
+  for (const auto& [name, cino] : tree->children(*n)) {
     const Node* c = tree->find(cino);
     od->entries.push_back({name, cino, c->is_dir, c});
   }
@@ -407,14 +407,15 @@ ptc::Status Filesystem::refresh() {
   // the new tree. Never called from a request handler, as libfuse requires.
   if (!impl_->loop_running || !old) return ptc::Status::ok();
   size_t dropped = 0;
-  old->for_each_dir([&](const Node& dir) {
-    const Node* now = tree->find(dir.ino);
-    for (const auto& [name, ino] : dir.children) {
-      if (now && now->is_dir) {
-        auto it = now->children.find(name);
-        if (it != now->children.end() && it->second == ino) continue;
+  // Lazy folders never looked in hold no name the kernel can have cached: skipped.
+  old->for_each_made_dir([&](uint64_t dir, const std::map<std::string, uint64_t>& entries) {
+    const auto* now = tree->made_children(dir);
+    for (const auto& [name, ino] : entries) {
+      if (now) {
+        auto it = now->find(name);
+        if (it != now->end() && it->second == ino) continue;
       }
-      const int rc = fuse_lowlevel_notify_inval_entry(impl_->se, dir.ino, name.c_str(), name.size());
+      const int rc = fuse_lowlevel_notify_inval_entry(impl_->se, dir, name.c_str(), name.size());
       if (rc != 0 && rc != -ENOENT) ptc::log::debug("invalidating {}: {}", name, std::strerror(-rc));
       ++dropped;
     }

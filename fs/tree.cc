@@ -3,6 +3,7 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
+#include <atomic>
 #include <deque>
 #include <mutex>
 #include <shared_mutex>
@@ -120,6 +121,77 @@ class Builder {
   bool writable_;
 };
 
+}  // namespace
+
+struct LazyIndex {
+  struct Entry {
+    const Node* node;
+    uint64_t owner;  // the inode of its subtree's folder, and that folder's node
+    const Node* owner_node;
+  };
+  std::shared_mutex mu;  // guards by_ino
+  // A multimap: a step's version may be shown by two subtrees at once (a content made again with
+  // the same version), whose lazy folders' files have the same inodes; each tree finds its own.
+  std::unordered_multimap<uint64_t, Entry> by_ino;
+};
+
+// Fills a lazy folder: the folder is `root` (its path "/job/step/..."), in a node map holding it.
+using LazyFill = std::function<ptc::Status(Builder& b, uint64_t root, const std::string& root_path)>;
+
+struct LazyDir {
+  LazyDir(Node folder, LazyFill fill, std::shared_ptr<LazyIndex> index, const Node* owner)
+      : root(std::move(folder)), fill_(std::move(fill)), index_(std::move(index)), owner_(owner) {}
+  ~LazyDir() {
+    if (!made_.load(std::memory_order_acquire)) return;
+    std::unique_lock lock(index_->mu);
+    for (const auto& [ino, n] : nodes_) {
+      auto [b, e] = index_->by_ino.equal_range(ino);
+      for (auto it = b; it != e; ++it)
+        if (it->second.node == &n) {
+          index_->by_ino.erase(it);
+          break;
+        }
+    }
+  }
+
+  // The folder with its entries, made on the first call (by any tree that shares it, any thread).
+  const Node& made() const {
+    std::call_once(once_, [&] {
+      nodes_.emplace(root.ino, root);
+      Builder b(nodes_);
+      if (const ptc::Status s = fill_(b, root.ino, "/" + root.path); !s) {
+        ptc::log::error("not showing the files of {}: {}", root.path, s.to_string());
+        nodes_.clear();
+        nodes_.emplace(root.ino, root);
+      }
+      std::unique_lock lock(index_->mu);
+      index_->by_ino.reserve(index_->by_ino.size() + nodes_.size());
+      for (const auto& [ino, n] : nodes_)
+        if (ino != root.ino) index_->by_ino.emplace(ino, LazyIndex::Entry{&n, owner_->ino, owner_});
+      made_.store(true, std::memory_order_release);
+    });
+    return nodes_.at(root.ino);
+  }
+  bool is_made() const { return made_.load(std::memory_order_acquire); }
+  // Every folder made below the root, the root's copy with its entries included. Once made.
+  const std::unordered_map<uint64_t, Node>& nodes() const { return nodes_; }
+
+  const Node root;  // the folder's node in its subtree (no entries)
+
+ private:
+  LazyFill fill_;
+  std::shared_ptr<LazyIndex> index_;
+  const Node* owner_;
+  mutable std::once_flag once_;
+  mutable std::atomic<bool> made_{false};
+  mutable std::unordered_map<uint64_t, Node> nodes_;  // written once, under once_
+};
+
+SubTree::SubTree() = default;
+SubTree::~SubTree() = default;
+
+namespace {
+
 // A pending file: its live size; it is written, not read, until its step commits.
 class PendingView final : public View {
  public:
@@ -168,16 +240,25 @@ ptc::Result<std::shared_ptr<const SubTree>> build_pending(const PendingEntry& e,
   return std::shared_ptr<const SubTree>(std::move(st));
 }
 
-ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint64_t job_ino) {
+// Makes the folder `rel` of a committed step lazy: its entries are made by `fill` on first use.
+ptc::Status lazy_dir(SubTree& st, Builder& b, const std::string& sp, const std::string& rel, int64_t mtime,
+                     const std::shared_ptr<LazyIndex>& index, LazyFill fill) {
+  PTC_ASSIGN_OR_RETURN(uint64_t ino, b.dir(st.root_ino, sp, rel, mtime));
+  Node& n = st.nodes.at(ino);
+  st.lazy.push_back(std::make_unique<LazyDir>(n, std::move(fill), index, &st.nodes.at(st.root_ino)));
+  n.lazy = st.lazy.back().get();
+  return ptc::Status::ok();
+}
+
+ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint64_t job_ino,
+                                                       const std::shared_ptr<LazyIndex>& index) {
   const auto& c = e.content;
   const auto& layout = c->layout();
   const int64_t mtime = c->mtime();
   const std::string tag = "v" + std::to_string(c->version());
   const std::string sp = "/" + e.job + "/" + e.step;
   auto st = new_subtree(c, sp, job_ino, mtime);
-  size_t files = 2 * layout.ptc().tensors.size() + 3 * layout.shards().size() + 64;  // and the DCP files
-  for (const auto& shard : layout.shards()) files += layout.slices(shard).size();
-  st->nodes.reserve(files);
+  st->nodes.reserve(2 * layout.shards().size() + 64);  // and the DCP files
   Builder b(st->nodes);
   const uint64_t step_dir = st->root_ino;
   PTC_RETURN_IF_ERROR(
@@ -186,17 +267,24 @@ ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint6
   for (const auto& shard : layout.shards()) {
     PTC_RETURN_IF_ERROR(
         b.file(step_dir, sp, shard.name() + ".safetensors", shard_safetensors_view(c, shard), tag, mtime).status());
-    PTC_ASSIGN_OR_RETURN(uint64_t sd, b.dir(step_dir, sp, shard.name(), mtime));
-    const auto& slices = layout.slices(shard);
-    for (size_t i = 0; i < slices.size(); ++i)
-      PTC_RETURN_IF_ERROR(b.file(sd, sp + "/" + shard.name(), layout.tensor(slices[i]).name + ".npy",
-                                 slice_npy_view(c, shard, i), tag, mtime)
-                              .status());
+    PTC_RETURN_IF_ERROR(lazy_dir(*st, b, sp, shard.name(), mtime, index,
+                                 [c, shard, tag, mtime](Builder& lb, uint64_t dir, const std::string& path) {
+                                   const auto& l = c->layout();
+                                   const auto& slices = l.slices(shard);
+                                   for (size_t i = 0; i < slices.size(); ++i)
+                                     PTC_RETURN_IF_ERROR(lb.file(dir, path, l.tensor(slices[i]).name + ".npy",
+                                                                 slice_npy_view(c, shard, i), tag, mtime)
+                                                             .status());
+                                   return ptc::Status::ok();
+                                 }));
   }
-  PTC_ASSIGN_OR_RETURN(uint64_t full, b.dir(step_dir, sp, "full", mtime));
-  for (size_t i = 0; i < layout.ptc().tensors.size(); ++i)
-    PTC_RETURN_IF_ERROR(
-        b.file(full, sp + "/full", layout.ptc().tensors[i].name + ".npy", full_npy_view(c, i), tag, mtime).status());
+  PTC_RETURN_IF_ERROR(
+      lazy_dir(*st, b, sp, "full", mtime, index, [c, tag, mtime](Builder& lb, uint64_t dir, const std::string& path) {
+        const auto& tensors = c->layout().ptc().tensors;
+        for (size_t i = 0; i < tensors.size(); ++i)
+          PTC_RETURN_IF_ERROR(lb.file(dir, path, tensors[i].name + ".npy", full_npy_view(c, i), tag, mtime).status());
+        return ptc::Status::ok();
+      }));
   // The DCP view, in dcp/ and at the step's top (stock dcp.load of MNT/<job>/<step> itself): the
   // same views, so a file read through both names is generated once.
   PTC_ASSIGN_OR_RETURN(uint64_t dcp, b.dir(step_dir, sp, kDcpDir, mtime));
@@ -291,6 +379,7 @@ std::vector<std::pair<std::string, uint64_t>> Tree::added_children(uint64_t dir)
 ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, const Tree* previous) {
   if (previous && previous->base_) previous = previous->base_.get();  // its subtrees are the base's
   auto t = std::make_shared<Tree>();
+  t->lazy_index_ = previous && previous->lazy_index_ ? previous->lazy_index_ : std::make_shared<LazyIndex>();
   Node root;
   root.ino = kRootIno;
   root.parent = kRootIno;
@@ -328,7 +417,7 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, c
   for (const auto& e : contents.steps) {
     if (reserved(e.job, e.step)) continue;
     PTC_ASSIGN_OR_RETURN(uint64_t job_ino, top.dir(kRootIno, "", e.job, e.content->mtime()));
-    attach({e.job, e.step}, e.content, job_ino, e.step, [&] { return build_step(e, job_ino); });
+    attach({e.job, e.step}, e.content, job_ino, e.step, [&] { return build_step(e, job_ino, t->lazy_index_); });
   }
   for (const auto& job : contents.jobs) PTC_RETURN_IF_ERROR(top.dir(kRootIno, "", job, 0).status());
   for (const auto& e : contents.pending) {
@@ -370,13 +459,48 @@ const Node* Tree::find(uint64_t ino) const {
     return base_->find(ino);
   }
   auto it = index_.find(ino);
-  return it == index_.end() ? nullptr : it->second;
+  if (it != index_.end()) return it->second;
+  if (!lazy_index_) return nullptr;  // a tree not built (the empty one a mount starts with)
+  // A file or folder of a made lazy folder, of a subtree this tree shows.
+  std::shared_lock lock(lazy_index_->mu);
+  auto [b, e] = lazy_index_->by_ino.equal_range(ino);
+  for (auto l = b; l != e; ++l) {
+    auto owner = index_.find(l->second.owner);
+    if (owner != index_.end() && owner->second == l->second.owner_node) return l->second.node;
+  }
+  return nullptr;
+}
+
+const std::map<std::string, uint64_t>& Tree::children(const Node& dir) const {
+  return dir.lazy ? dir.lazy->made().children : dir.children;
+}
+
+const std::map<std::string, uint64_t>* Tree::made_children(uint64_t ino) const {
+  const Node* n = find(ino);
+  if (!n || !n->is_dir) return nullptr;
+  if (!n->lazy) return &n->children;
+  return n->lazy->is_made() ? &n->lazy->made().children : nullptr;
+}
+
+void Tree::for_each_made_dir(const std::function<void(uint64_t, const std::map<std::string, uint64_t>&)>& f) const {
+  const Tree& t = base_ ? *base_ : *this;
+  for (const auto& [ino, n] : t.index_)
+    if (n->is_dir && !n->lazy) f(ino, n->children);
+  for (const auto& [key, st] : t.subtrees_)
+    for (const auto& lazy : st->lazy)
+      if (lazy->is_made())
+        for (const auto& [ino, n] : lazy->nodes())
+          if (n.is_dir) f(ino, n.children);
 }
 
 const Node* Tree::child(const Node& dir, const std::string& name) const {
   if (dir.ino == kRootIno && name == kDirectName) return find(kDirectIno);
-  auto it = dir.children.find(name);
-  if (it != dir.children.end()) return find(it->second);
+  const auto& entries = children(dir);
+  auto it = entries.find(name);
+  if (it != entries.end()) {
+    if (dir.lazy) return &dir.lazy->nodes().at(it->second);
+    return find(it->second);
+  }
   if (!base_) return nullptr;
   std::shared_lock lock(added_->mu);
   auto e = added_->by_name.find({dir.ino, name});

@@ -12,7 +12,9 @@
 //
 // A step's nodes (and a dataset's) are built once per version and shared by later trees
 // while the version is current, so a commit costs the nodes of what it changed, not of
-// every step.
+// every step. A committed step's shard folders and full/ (a file per tensor: 300,000 files for
+// 100,000 tensors at tp=2) are lazy: their entries are made when the folder is first looked in
+// or listed, so a change costs the files a reader uses, not every tensor's.
 //
 // Inode numbers are stable across restarts: a directory's is a hash of its path; a file's
 // is a hash of its path and the step's version, so a file whose bytes change gets a new
@@ -20,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,6 +41,8 @@ inline constexpr uint64_t kRootIno = 1;
 inline constexpr const char* kDirectName = ".ptcfs-direct";
 inline constexpr uint64_t kDirectIno = 2;
 
+struct LazyDir;  // a folder whose entries are made on first use (tree.cc)
+
 struct Node {
   uint64_t ino = 0;
   uint64_t parent = 0;
@@ -50,14 +55,23 @@ struct Node {
   std::string path;                  // directories: relative to the mount root ("" for the root, "job/step/tp0-pp0")
   std::shared_ptr<const View> view;  // files
   std::shared_ptr<WriteFile> file;   // files of a pending step
-  std::map<std::string, uint64_t> children;  // directories: name -> ino
+  std::map<std::string, uint64_t> children;  // directories: name -> ino (a lazy one's: Tree::children)
+  const LazyDir* lazy = nullptr;             // a lazy folder: its SubTree owns what this points to
 };
+
+// Where the nodes of made lazy folders are found by inode: one per chain of trees built each
+// from the last, shared by their subtrees' lazy folders (tree.cc).
+struct LazyIndex;
 
 // The nodes of one version of one step or dataset.
 struct SubTree {
+  SubTree();
+  ~SubTree();
   std::shared_ptr<const void> content;  // the StepContent or DatasetContent it shows
   uint64_t root_ino = 0;
   std::unordered_map<uint64_t, Node> nodes;  // the step's (dataset's) folder and everything below
+  // The lazy folders among `nodes` (declared after them: gone from the index before they go).
+  std::vector<std::unique_ptr<LazyDir>> lazy;
 };
 
 // The folder of a job that holds its datasets.
@@ -89,13 +103,15 @@ class Tree {
 
   const Node* find(uint64_t ino) const;
   const Node* child(const Node& dir, const std::string& name) const;
+  // The entries of `dir` (a lazy folder's are made here, once, for every tree that shares it).
+  const std::map<std::string, uint64_t>& children(const Node& dir) const;
+  // The entries of the folder `ino` when they are made (null: no such folder, or a lazy folder
+  // never looked in, in which the kernel can have cached no name).
+  const std::map<std::string, uint64_t>* made_children(uint64_t ino) const;
+  // f(folder's inode, its entries) for every folder whose entries are made.
+  void for_each_made_dir(const std::function<void(uint64_t, const std::map<std::string, uint64_t>&)>& f) const;
   // The names in `dir` added by with_node (name -> inode), in name order.
   std::vector<std::pair<std::string, uint64_t>> added_children(uint64_t dir) const;
-  template <class F>
-  void for_each_dir(F&& f) const {
-    for (const auto& [_, n] : (base_ ? base_->index_ : index_))
-      if (n->is_dir) f(*n);
-  }
 
  private:
   struct Added;                             // the nodes added to base_ by with_node (tree.cc)
@@ -105,7 +121,8 @@ class Tree {
   std::unordered_map<uint64_t, Node> top_;  // the root, the job folders and their data folders
   // By (job, step) and by (job, "data/" + dataset).
   std::map<std::pair<std::string, std::string>, std::shared_ptr<const SubTree>> subtrees_;
-  std::unordered_map<uint64_t, const Node*> index_;  // every node by inode
+  std::unordered_map<uint64_t, const Node*> index_;  // every node by inode, but those of lazy folders
+  std::shared_ptr<LazyIndex> lazy_index_;            // those of lazy folders, once made
 };
 
 }  // namespace ptcfs::fs

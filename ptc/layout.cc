@@ -119,25 +119,46 @@ Result<Layout> Layout::make(const Ptc& ptc, Parallelism par) {
   l.ptc_.parallelism = par;
   for (int p = 0; p < par.pp; ++p)
     for (int t = 0; t < par.tp; ++t) l.shards_.push_back(ShardId{t, p});
-  l.slices_.resize(l.shards_.size());
+  // Each shard's slices counted first and reserved: a step of 100,000 tensors grew vectors of
+  // megabytes by doubling, each growth fresh pages to fault in and a copy.
+  std::vector<std::vector<int>> stages(l.ptc_.tensors.size());
+  std::vector<size_t> per_stage(static_cast<size_t>(par.pp));
   for (size_t i = 0; i < l.ptc_.tensors.size(); ++i) {
     const TensorSpec& spec = l.ptc_.tensors[i];
-    const auto stages = l.stages_of(spec);
-    for (int s : stages)
+    stages[i] = l.stages_of(spec);
+    for (int s : stages[i]) {
       if (s >= par.pp)
         return invalid(cfg + ": tensor '" + spec.name + "' is placed on stage " + std::to_string(s) +
                        " but there are only " + std::to_string(par.pp) + " stages");
+      ++per_stage[static_cast<size_t>(s)];
+    }
+  }
+  std::vector<std::vector<Slice>> slices(l.shards_.size());
+  for (size_t k = 0; k < slices.size(); ++k) slices[k].reserve(per_stage[k / static_cast<size_t>(par.tp)]);
+  for (size_t i = 0; i < l.ptc_.tensors.size(); ++i) {
+    const TensorSpec& spec = l.ptc_.tensors[i];
     for (int t = 0; t < par.tp; ++t) {
       PTC_ASSIGN_OR_RETURN(Slice sl, slice_of(spec, i, par.tp, t));
-      for (int s : stages) l.slices_[static_cast<size_t>(s) * par.tp + t].push_back(sl);
+      for (size_t k = 0; k + 1 < stages[i].size(); ++k)
+        slices[static_cast<size_t>(stages[i][k]) * par.tp + t].push_back(sl);
+      if (!stages[i].empty()) slices[static_cast<size_t>(stages[i].back()) * par.tp + t].push_back(std::move(sl));
     }
   }
   // Tensors are visited in name order, so every shard's slices are sorted by name.
+  l.slices_ = std::make_shared<const std::vector<std::vector<Slice>>>(std::move(slices));
+  return l;
+}
+
+Result<Layout> Layout::at(Parallelism par) const {
+  const Parallelism& now = ptc_.parallelism;
+  if (par.tp != now.tp || par.pp != now.pp || par.dp < 1) return make(ptc_, par);
+  Layout l = *this;
+  l.ptc_.parallelism = par;
   return l;
 }
 
 const std::vector<Slice>& Layout::slices(const ShardId& s) const {
-  return slices_[static_cast<size_t>(s.p) * ptc_.parallelism.tp + s.t];
+  return (*slices_)[static_cast<size_t>(s.p) * ptc_.parallelism.tp + s.t];
 }
 
 std::vector<int> Layout::stages_of(const TensorSpec& t) const {

@@ -14,6 +14,7 @@
 //                as even as possible, earlier stages taking the remainder.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,12 @@ class Layout {
   // Validates the config against the PTC (degrees >= 1, tp dividing every split part and
   // every head count, pp <= num_layers when num_layers > 0, stage lists inside [0, pp)) and builds the layout.
   static Result<Layout> make(const Ptc& ptc, Parallelism par);
+  // This layout's PTC at `par`: a change of dp alone re-splits nothing (dp places replicas of the
+  // same shards), so the slices are then shared with this layout, not made again.
+  Result<Layout> at(Parallelism par) const;
+  // Whether a and b hold the same slices in the same shards: one was made from the other by at()
+  // with only dp changed.
+  static bool same_split(const Layout& a, const Layout& b) { return a.slices_ == b.slices_; }
 
   const TensorSpec& tensor(const Slice& s) const { return ptc_.tensors[s.tensor]; }
   // Bytes of the stored slice (padding included).
@@ -70,7 +77,8 @@ class Layout {
  private:
   Ptc ptc_;
   std::vector<ShardId> shards_;
-  std::vector<std::vector<Slice>> slices_;  // indexed like shards_
+  // Indexed like shards_; shared by the layouts of one PTC that differ only in dp (immutable).
+  std::shared_ptr<const std::vector<std::vector<Slice>>> slices_;
 };
 
 // The slice that TP rank t of `tp` holds of tensor `spec` (its stage is not checked).

@@ -250,6 +250,84 @@ nlohmann::json ptc_json(const Ptc& ptc) {
   return j;
 }
 
+std::string ptc_json_text(const Ptc& ptc) {
+  std::string out = "{\"num_layers\":";
+  auto num = [&](int64_t v) {
+    if (v < 0) {
+      out += '-';
+      append_json_u64(out, static_cast<uint64_t>(-(v + 1)) + 1);
+    } else {
+      append_json_u64(out, static_cast<uint64_t>(v));
+    }
+  };
+  num(ptc.num_layers);
+  out += ",\"parallelism\":{\"dp\":";
+  num(ptc.parallelism.dp);
+  out += ",\"pp\":";
+  num(ptc.parallelism.pp);
+  out += ",\"tp\":";
+  num(ptc.parallelism.tp);
+  out += "},\"tensors\":{";
+  // Members in name order, as nlohmann writes an object.
+  for (size_t i = 0; i < ptc.tensors.size(); ++i) {
+    const TensorSpec& t = ptc.tensors[i];
+    if (i > 0) out += ',';
+    append_json_string(out, t.name);
+    out += ":{\"dtype\":";
+    append_json_string(out, dtype_name(t.dtype));
+    if (t.heads > 0) {
+      out += ",\"heads\":";
+      num(t.heads);
+    }
+    if (t.placement.kind == Placement::Kind::kLayer) {
+      out += ",\"layer\":";
+      num(t.placement.layer);
+    }
+    if (t.pad_to > 0) {
+      out += ",\"pad_to\":";
+      num(t.pad_to);
+    }
+    if (t.parts > 1) {
+      out += ",\"parts\":";
+      num(t.parts);
+    }
+    out += ",\"shape\":[";
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (d > 0) out += ',';
+      num(t.shape[d]);
+    }
+    out += ']';
+    switch (t.placement.kind) {
+      case Placement::Kind::kFirst:
+        out += ",\"stage\":\"first\"";
+        break;
+      case Placement::Kind::kLast:
+        out += ",\"stage\":\"last\"";
+        break;
+      case Placement::Kind::kAll:
+        out += ",\"stage\":\"all\"";
+        break;
+      case Placement::Kind::kList:
+        out += ",\"stage\":[";
+        for (size_t s = 0; s < t.placement.stages.size(); ++s) {
+          if (s > 0) out += ',';
+          num(t.placement.stages[s]);
+        }
+        out += ']';
+        break;
+      case Placement::Kind::kLayer:
+        break;
+    }
+    if (t.tp_dim) {
+      out += ",\"tp_dim\":";
+      num(*t.tp_dim);
+    }
+    out += '}';
+  }
+  out += "}}";
+  return out;
+}
+
 std::string ptc_to_json(const Ptc& ptc) { return ptc_json(ptc).dump(2) + "\n"; }
 
 }  // namespace ptc

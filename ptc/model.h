@@ -64,6 +64,8 @@ Result<Ptc> parse_ptc_json(std::string_view text, const std::string& file);
 std::string ptc_to_json(const Ptc& ptc);
 // The same document as a value (for records that embed it, without a text round trip).
 nlohmann::json ptc_json(const Ptc& ptc);
+// ptc_json(ptc).dump(), written as text without the DOM (a step's record, at every change).
+std::string ptc_json_text(const Ptc& ptc);
 
 // A tensor name is '/'-separated components, none empty, "." or "..", none longer than
 // 250 bytes, no NUL; the whole at most 4096 bytes.

@@ -79,7 +79,7 @@ ptc::Result<ptc::Layout> start_result(const RepartitionRequest& req, const StepV
   res.to = req.to;
   res.dry_run = req.dry_run;
   res.version = old.version();
-  auto to = ptc::Layout::make(from.ptc(), req.to);
+  auto to = from.at(req.to);
   if (!to)
     return to.status().with_context("cannot repartition " + req.job + "/" + req.step + " to " + req.to.to_string());
   res.shards = to->shards().size();
@@ -118,17 +118,41 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
     return res;
   }
 
-  report("plan", 0, 1);
-  PTC_ASSIGN_OR_RETURN(ptc::Plan plan, ptc::make_plan(from, to, ptc::Holdings::single_node(from, to)));
-  res.copies = plan.copies.size();
-  res.fills = plan.fills.size();
-  res.bytes_total = plan.bytes_total;
-  res.bytes_fill = plan.bytes_fill;
-
-  report("map", 0, 1);
-  auto stored = map_extents(from, to, plan, [&](uint32_t shard, uint32_t slice) -> const StoredSlice& {
-    return old->stored(from.shards()[shard], slice);
-  });
+  std::vector<std::vector<StoredSlice>> stored;
+  if (ptc::Layout::same_split(from, to)) {
+    // dp alone changed: dp places replicas of the same shards, which this node holds already. The
+    // new version's slices are the old ones, extent for extent; nothing is copied or planned.
+    // Counted as the plan would count it: a copy per piece of each slice, its padding a fill.
+    stored.resize(to.shards().size());
+    for (size_t i = 0; i < to.shards().size(); ++i) {
+      const auto& slices = to.slices(to.shards()[i]);
+      stored[i].reserve(slices.size());
+      for (size_t j = 0; j < slices.size(); ++j) {
+        stored[i].push_back(old->stored(to.shards()[i], j));
+        const uint64_t bytes = to.bytes(slices[j]);
+        uint64_t data = 0;
+        for (const auto& pc : slices[j].pieces)
+          data += static_cast<uint64_t>(pc.local.num_elements()) * ptc::dtype_size(to.tensor(slices[j]).dtype);
+        res.copies += slices[j].pieces.size();
+        res.bytes_total += bytes;
+        if (data < bytes) {
+          ++res.fills;
+          res.bytes_fill += bytes - data;
+        }
+      }
+    }
+  } else {
+    report("plan", 0, 1);
+    PTC_ASSIGN_OR_RETURN(ptc::Plan plan, ptc::make_plan(from, to, ptc::Holdings::single_node(from, to)));
+    res.copies = plan.copies.size();
+    res.fills = plan.fills.size();
+    res.bytes_total = plan.bytes_total;
+    res.bytes_fill = plan.bytes_fill;
+    report("map", 0, 1);
+    stored = map_extents(from, to, plan, [&](uint32_t shard, uint32_t slice) -> const StoredSlice& {
+      return old->stored(from.shards()[shard], slice);
+    });
+  }
   PTC_ASSIGN_OR_RETURN(Selection selection,
                        select_compaction(stored, policy, [&](uint64_t id) { return store.blobs().size_of(id); }));
   // Counted as they will be after compaction: a compacted slice is one extent; its bytes

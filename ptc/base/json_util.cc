@@ -1,6 +1,7 @@
 #include "ptc/base/json_util.h"
 
 #include <algorithm>
+#include <charconv>
 #include <functional>
 #include <optional>
 #include <set>
@@ -204,6 +205,31 @@ Result<bool> member_bool_or(const nlohmann::json& obj, const char* key, bool fal
   if (!v) return fallback;
   if (!v->is_boolean()) return wrong(key, where, "true or false");
   return v->get<bool>();
+}
+
+void append_json_u64(std::string& out, uint64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+void append_json_string(std::string& out, std::string_view text) {
+  static const char* kHex = "0123456789abcdef";
+  out += '"';
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20) {
+      out += "\\u00";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  out += '"';
 }
 
 }  // namespace ptc

@@ -59,4 +59,9 @@ Result<uint64_t> member_u64_or(const nlohmann::json& obj, const char* key, uint6
 Result<bool> member_bool_or(const nlohmann::json& obj, const char* key, bool fallback,
                             const std::string& where = "request");
 
+// JSON written as text, for documents too large to build as a DOM first (a step of 100,000
+// tensors): an unsigned integer, and `text` as a quoted, escaped JSON string, at the end of `out`.
+void append_json_u64(std::string& out, uint64_t v);
+void append_json_string(std::string& out, std::string_view text);
+
 }  // namespace ptc

@@ -57,7 +57,7 @@ std::shared_ptr<const Tree> build(const Contents& c, const Tree* previous = null
 std::map<std::string, uint64_t> walk(const Tree& t) {
   std::map<std::string, uint64_t> out;
   std::function<void(const Node&, const std::string&)> rec = [&](const Node& dir, const std::string& prefix) {
-    for (const auto& [name, ino] : dir.children) {
+    for (const auto& [name, ino] : t.children(dir)) {
       const Node* n = t.find(ino);
       REQUIRE(n != nullptr);
       CHECK(n->parent == dir.ino);
@@ -183,9 +183,78 @@ TEST_CASE("the namespace shows every step's files and folders and the job's data
   CHECK(t->find(kRootIno)->writable);
   CHECK(lookup(*t, "gpt")->writable);
   CHECK(lookup(*t, "empty")->children.empty());
+  // The step folders' shard folders and full/ were made by the walk above (lazy: tree.h).
   size_t dirs = 0;
-  t->for_each_dir([&](const Node&) { ++dirs; });
+  t->for_each_made_dir([&](uint64_t, const std::map<std::string, uint64_t>&) { ++dirs; });
   CHECK(dirs == 1 + 2 + 2 * 10 + 2);  // root, 2 jobs, 10 folders per step, data/ and web/
+}
+
+TEST_CASE("a committed step's shard folders and full/ are made when first looked in, once for every tree") {
+  auto s1 = std::make_shared<FakeStep>(1);
+  Contents c = two_steps_and_a_dataset(s1, std::make_shared<FakeStep>(2), small_jsonl(5));
+  auto t = build(c);
+  auto made = [](const Tree& tr) {
+    std::vector<uint64_t> out;
+    tr.for_each_made_dir([&](uint64_t ino, const std::map<std::string, uint64_t>&) { out.push_back(ino); });
+    return out.size();
+  };
+  // root, 2 jobs, data/ and web/, and per step its folder and dcp/: no shard folder, no full/.
+  CHECK(made(*t) == 1 + 2 + 2 + 2 * 2);
+  const Node* shard = lookup(*t, "gpt/100/tp0-pp1");
+  REQUIRE(shard != nullptr);
+  CHECK(shard->is_dir);
+  CHECK(shard->children.empty());  // not made: what the kernel may have cached of it is nothing
+  CHECK(t->made_children(shard->ino) == nullptr);
+  // Looking in it makes it, with its subfolder.
+  const Node* bias = lookup(*t, "gpt/100/tp0-pp1/head/bias.npy");
+  REQUIRE(bias != nullptr);
+  CHECK(t->find(bias->ino) == bias);
+  CHECK(t->find(bias->parent)->path == "gpt/100/tp0-pp1/head");
+  CHECK(bias->view->size() == 128 + 4);
+  REQUIRE(t->made_children(shard->ino) != nullptr);
+  CHECK(keys(*t->made_children(shard->ino)) ==
+        std::vector<std::string>{"final_norm.npy", "head", "layers.1.dense.npy"});
+  CHECK(made(*t) == 1 + 2 + 2 + 2 * 2 + 2);  // and tp0-pp1/, tp0-pp1/head/
+
+  // A tree built next shares the step's subtree: what was made is made there too, with the same nodes.
+  Contents next = c;
+  next.steps[1].content = std::make_shared<FakeStep>(3);  // gpt/200 changes
+  auto t2 = build(next, t.get());
+  CHECK(t2->made_children(shard->ino) != nullptr);
+  CHECK(t2->find(bias->ino) == bias);
+  CHECK(lookup(*t2, "gpt/100/tp0-pp1/head/bias.npy") == bias);
+  // gpt/200's new version: nothing made yet, and the old version's made files are not its.
+  const Node* old200 = lookup(*t, "gpt/200/full/head/bias.npy");
+  REQUIRE(old200 != nullptr);
+  CHECK(t2->find(old200->ino) == nullptr);
+  CHECK(t->find(old200->ino) == old200);
+  CHECK(t2->made_children(lookup(*t2, "gpt/200/full")->ino) == nullptr);
+  const Node* new200 = lookup(*t2, "gpt/200/full/head/bias.npy");
+  REQUIRE(new200 != nullptr);
+  CHECK(new200->ino != old200->ino);
+  CHECK(new200->view->version() == 3);
+  CHECK(t->find(new200->ino) == nullptr);  // the first tree does not show the new version
+
+  // The same version shown by two subtrees at once (its content made again): each tree finds its own.
+  Contents again = c;
+  again.steps[0].content = std::make_shared<FakeStep>(1);
+  auto t3 = build(again, t.get());
+  const Node* bias3 = lookup(*t3, "gpt/100/tp0-pp1/head/bias.npy");
+  REQUIRE(bias3 != nullptr);
+  CHECK(bias3->ino == bias->ino);
+  CHECK(bias3 != bias);
+  CHECK(t3->find(bias->ino) == bias3);
+  CHECK(t->find(bias->ino) == bias);
+  t.reset();
+  t2.reset();  // gpt/100's first subtree goes with its trees; the second stays found
+  CHECK(t3->find(bias3->ino) == bias3);
+
+  // The empty tree a mount starts with (never built) finds nothing, and a tree built after it shows
+  // lazy folders as any other.
+  auto empty = std::make_shared<const Tree>();
+  CHECK(empty->find(bias3->ino) == nullptr);
+  auto after_empty = build(c, empty.get());
+  CHECK(lookup(*after_empty, "gpt/100/tp0-pp1/head/bias.npy") != nullptr);
 }
 
 TEST_CASE(".ptcfs-direct is found by name at the root and listed nowhere") {

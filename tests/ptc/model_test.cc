@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <initializer_list>
 #include <string>
 
@@ -342,8 +344,8 @@ TEST_CASE("parse_ptc_json refuses a NUL byte in the text and bad JSON", "[model]
   expect_invalid("[]", {"expected a JSON object"});
 }
 
-TEST_CASE("ptc_to_json round-trips every field", "[model]") {
-  const std::string text = R"({"parallelism": {"tp": 2, "pp": 3, "dp": 5}, "num_layers": 6, "tensors": {
+// Every field of a tensor, every placement, and names that need escaping in JSON.
+const std::string kEveryField = R"({"parallelism": {"tp": 2, "pp": 3, "dp": 5}, "num_layers": 6, "tensors": {
     "emb": {"dtype": "BF16", "shape": [1000, 16], "tp_dim": 0, "pad_to": 64},
     "fin": {"dtype": "F32", "shape": [16], "stage": "last"},
     "every": {"dtype": "I64", "shape": [], "stage": "all"},
@@ -351,7 +353,11 @@ TEST_CASE("ptc_to_json round-trips every field", "[model]") {
     "layers.5/mlp": {"dtype": "F16", "shape": [8, 16], "tp_dim": 0, "parts": 2, "layer": 5},
     "layers.2/dense": {"dtype": "F8_E5M2", "shape": [16, 8], "tp_dim": 1, "layer": 2, "heads": 4},
     "layers.1/qkv": {"dtype": "F16", "shape": [12, 4], "tp_dim": 0, "parts": 3, "heads": 2, "layer": 1},
+    "q\"uote\\d": {"dtype": "F32", "shape": [123456789], "stage": "first"},
     "first": {"dtype": "BOOL", "shape": [7], "stage": "first"}}})";
+
+TEST_CASE("ptc_to_json round-trips every field", "[model]") {
+  const std::string& text = kEveryField;
   auto a = parse_ptc_json(text, kFile);
   REQUIRE(a.is_ok());
   CHECK(a->find("layers.2/dense")->heads == 4);
@@ -369,6 +375,17 @@ TEST_CASE("ptc_to_json round-trips every field", "[model]") {
   auto d2 = parse_ptc_json(ptc_to_json(*d), "canonical");
   REQUIRE(d2.is_ok());
   check_same(*d, *d2);
+}
+
+TEST_CASE("ptc_json_text writes what ptc_json's DOM dumps, byte for byte", "[model]") {
+  for (const std::string& doc : {kEveryField, kDesignExample}) {
+    auto a = parse_ptc_json(doc, kFile);
+    REQUIRE(a.is_ok());
+    CHECK(ptc_json_text(*a) == ptc_json(*a).dump());
+    auto b = parse_ptc_json(ptc_json_text(*a), "text");
+    REQUIRE(b.is_ok());
+    check_same(*a, *b);
+  }
 }
 
 TEST_CASE("ptc_to_json writes sorted keys, two-space indent and a trailing newline", "[model]") {
