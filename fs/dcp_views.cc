@@ -271,21 +271,29 @@ class LazyView final : public View {
 // would make them).
 std::set<std::string> file_names(const StepContent& c) {
   const auto& layout = c.layout();
-  std::set<std::string> names{".metadata"};
+  // Marked per shard, the names made once at the end: a step of 100,000 tensors built a string per
+  // tensor here at every change.
+  std::vector<char> shown(layout.shards().size(), 0);
+  bool full = false;
   for (size_t i = 0; i < layout.ptc().tensors.size(); ++i) {
     const auto cover = cover_of(c, i);
     switch (how_shown(layout, i, cover)) {
       case Shown::kHidden:
         break;
       case Shown::kFull:
-        names.insert("full.distcp");
+        full = true;
         break;
       case Shown::kBytes:
       case Shown::kSlices:
-        for (const auto& [shard, slice] : cover) names.insert(shard.name() + ".distcp");
+        for (const auto& [shard, slice] : cover)
+          shown[static_cast<size_t>(shard.p) * layout.parallelism().tp + shard.t] = 1;
         break;
     }
   }
+  std::set<std::string> names{".metadata"};
+  if (full) names.insert("full.distcp");
+  for (size_t k = 0; k < shown.size(); ++k)
+    if (shown[k]) names.insert(layout.shards()[k].name() + ".distcp");
   return names;
 }
 

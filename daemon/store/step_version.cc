@@ -243,8 +243,12 @@ void StepVersion::to_records(WriteBatch& batch) const {
     // The record's JSON written as text, in the layout's order: a shard of 50,000 tensors made
     // a map of 50,000 JSON objects first (a tenth of a 100,000-tensor repartition).
     const auto& slices = layout_.slices(shards[i]);
+    // One allocation of a record of megabytes, not a doubling: a slice takes its name and about 80
+    // bytes more (one extent of three numbers, a checksum of up to 20 digits).
+    size_t size = 64;
+    for (const auto& sl : slices) size += layout_.tensor(sl).name.size() + 96;
     std::string rec;
-    rec.reserve(64 + slices.size() * 96);  // one allocation of a record of megabytes, not a doubling
+    rec.reserve(size);
     rec += '{';
     for (size_t j = 0; j < slices.size(); ++j) {
       const StoredSlice& ss = stored_[i][j];
