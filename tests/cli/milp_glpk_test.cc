@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "../ptc/makespan_support.h"
+#include "../ptc/planner/makespan_support.h"
 #include "ptc/planner/makespan.h"
 
 using namespace ptc;
