@@ -14,6 +14,7 @@
 #include "daemon/cluster/dcp_save_peers.h"
 #include "daemon/cluster/etcd_membership.h"
 #include "daemon/cluster/follower.h"
+#include "daemon/cluster/nodes.h"
 #include "daemon/cluster/peer_client.h"
 #include "daemon/cluster/peer_reader.h"
 #include "daemon/cluster/peer_service.h"
@@ -121,16 +122,18 @@ ptc::Status Node::open_store() {
   }
   PrepareOptions prep;
   prep.policy = policy;
-  peer_service_ = std::make_unique<PeerService>(*store_, *peers_, cfg_.node, *membership_, *saves_, prep);
+  participant_ = std::make_unique<Participant>(*store_, *membership_, *saves_, node_id(*peers_->cluster(), cfg_.node));
+  peer_service_ =
+      std::make_unique<PeerService>(*store_, *peers_, cfg_.node, *membership_, *saves_, *participant_, prep);
   peer_client_ = std::make_unique<PeerClient>(*peers_, cfg_.node, *peer_service_);
   dcp_save_peers_ = std::make_unique<DcpSavePeers>(*peer_client_, *membership_);
   saves_->set_dcp_peers(dcp_save_peers_.get());
-  coordinator_ = std::make_unique<Coordinator>(*store_, *peer_client_, *peer_service_, *membership_);
+  coordinator_ = std::make_unique<Coordinator>(*store_, *peer_client_, *participant_, *membership_);
   // A record this node is behind on wakes the catch-up ticker (with etcd; run() starts it).
-  follower_ = std::make_unique<Follower>(*store_, *peer_client_, *peer_service_, *membership_,
+  follower_ = std::make_unique<Follower>(*store_, *peer_client_, *participant_, *membership_,
                                          [this] { catch_up_signal_.raise(); });
   runner_ = coordinator_.get();
-  peer_service_->restore();  // changes prepared before a restart wait again for their decision
+  participant_->restore();  // changes prepared before a restart wait again for their decision
   return ptc::Status::ok();
 }
 
@@ -193,7 +196,7 @@ ptc::Status Node::serve() {
   failpoint("daemon.serving");
   if (!opts_.metrics.empty()) {
     const std::string id = cfg_.cluster ? cfg_.cluster->nodes[static_cast<size_t>(cfg_.node)].id : "";
-    NodeGaugeSources sources{store_.get(), saves_.get(), peer_service_.get(), membership_.get(), direct_.get(), id};
+    NodeGaugeSources sources{store_.get(), saves_.get(), participant_.get(), membership_.get(), direct_.get(), id};
     auto m = MetricsExporter::start(opts_.metrics, [sources] { return node_gauges(sources); });
     if (!m) return failed("", m.status());
     metrics_ = std::move(m).value();
@@ -294,7 +297,8 @@ void Node::catch_up_before_serving() {
 // missed aborts are sent again (Coordinator::settle paces those itself). Every 5 s: blobs of
 // replaced versions are freed once the last reader closes them.
 void Node::tick(unsigned tick) {
-  if (peer_service_) peer_service_->expire(std::chrono::seconds(opts_.prepare_expiry_s));
+  if (participant_) participant_->expire(std::chrono::seconds(opts_.prepare_expiry_s));
+  if (peer_service_) peer_service_->expire_reads();
   if (coordinator_) coordinator_->settle();
   if (tick % 5) return;
   if (auto r = store_->collect_garbage(); !r) ptc::log::warn("collecting blobs: {}", r.status().to_string());

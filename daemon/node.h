@@ -47,6 +47,7 @@ class Membership;
 class MetricsExporter;
 class PeerClient;
 class PeerReader;
+class Participant;
 class PeerService;
 class SaveService;
 class Store;
@@ -98,6 +99,7 @@ class Node {
   std::unique_ptr<Store> store_;
   Signal saves_ready_;
   std::unique_ptr<SaveService> saves_;
+  std::unique_ptr<Participant> participant_;  // a cluster only, like the peer service
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<PeerClient> peer_client_;
   std::unique_ptr<DcpSavePeers> dcp_save_peers_;  // saves_ reaches the other nodes' staged DCP files through it

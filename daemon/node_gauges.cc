@@ -5,7 +5,7 @@
 #include <system_error>
 
 #include "daemon/cluster/membership.h"
-#include "daemon/cluster/peer_service.h"
+#include "daemon/cluster/participant.h"
 #include "daemon/direct/direct_server.h"
 #include "daemon/save/save_service.h"
 #include "daemon/store/store.h"
@@ -49,9 +49,9 @@ std::vector<GaugeSample> node_gauges(const NodeGaugeSources& src) {
   if (src.saves)
     add("ptcfs_pending_saves", "Steps being saved into the mount, not committed yet",
         static_cast<double>(src.saves->pending().size()));
-  if (src.peers)
+  if (src.parts)
     add("ptcfs_prepared_changes", "Cluster changes prepared on this node and not decided yet",
-        static_cast<double>(src.peers->prepared_count()));
+        static_cast<double>(src.parts->prepared_count()));
   if (src.direct) {
     add("ptcfs_direct_connections", "Clients connected to the direct socket",
         static_cast<double>(src.direct->connections()));

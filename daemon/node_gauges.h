@@ -14,14 +14,14 @@ namespace ptcfs {
 
 class Store;
 class SaveService;
-class PeerService;
+class Participant;
 class Membership;
 class DirectServer;
 
 struct NodeGaugeSources {
   const Store* store = nullptr;
   const SaveService* saves = nullptr;
-  PeerService* peers = nullptr;            // null outside a cluster
+  const Participant* parts = nullptr;      // null outside a cluster
   const Membership* membership = nullptr;  // null outside a cluster
   const DirectServer* direct = nullptr;    // null without a direct socket
   std::string node;                        // the node id ("" alone)

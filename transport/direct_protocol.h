@@ -6,7 +6,7 @@
 // A message is a 16-byte header ("PTCD", then the JSON length, the binary length and the
 // number of descriptors, u32 little-endian each) carrying the first descriptors, one more
 // byte per further batch of descriptors, then the JSON and the binary part. Used by the
-// daemon (daemon/direct/) and by libptcfs_client (transport/direct_client.h); it depends on
+// daemon (daemon/direct/) and by libptcfs_client (client/direct_client.h); it depends on
 // nothing but libc and ptc/base/status.h.
 #pragma once
 

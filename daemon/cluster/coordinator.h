@@ -25,7 +25,7 @@
 #include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/peer_client.h"
-#include "daemon/cluster/peer_service.h"
+#include "daemon/cluster/participant.h"
 #include "daemon/cluster/two_phase.h"
 #include "daemon/store/store.h"
 #include "transport/rpc.h"
@@ -36,7 +36,7 @@ class Coordinator final : public ChangeRunner {
  public:
   // Everything must outlive this object; `peers` asks the nodes (this node in process);
   // `members` says who takes part and decides each commit (static, or etcd).
-  Coordinator(Store& store, PeerClient& peers, PeerService& local, Membership& members)
+  Coordinator(Store& store, PeerClient& peers, Participant& local, Membership& members)
       : store_(store),
         peers_(peers),
         local_(local),
@@ -81,7 +81,7 @@ class Coordinator final : public ChangeRunner {
 
   Store& store_;
   PeerClient& peers_;
-  PeerService& local_;
+  Participant& local_;  // this node's parts (its own part of a dataset add)
   Membership& members_;
   TwoPhase two_phase_;
   std::mutex save_mu_;  // one save commit at a time

@@ -25,7 +25,7 @@
 #include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/peer_client.h"
-#include "daemon/cluster/peer_service.h"
+#include "daemon/cluster/participant.h"
 #include "daemon/cluster/record_ledger.h"
 #include "daemon/store/store.h"
 
@@ -36,7 +36,7 @@ class Follower {
   // Everything must outlive this object; `peers` asks the other nodes what they serve, `local`
   // holds this node's prepared changes, `members` says who the others are. `wake` (may be empty)
   // is called when on_record finds this node behind: it wakes the node's catch-up ticker.
-  Follower(Store& store, PeerClient& peers, PeerService& local, Membership& members, std::function<void()> wake)
+  Follower(Store& store, PeerClient& peers, Participant& local, Membership& members, std::function<void()> wake)
       : store_(store), peers_(peers), local_(local), members_(members), wake_(std::move(wake)) {}
 
   // A record written in etcd (EtcdMembership's watch; on start, every record there is).
@@ -66,7 +66,7 @@ class Follower {
 
   Store& store_;
   PeerClient& peers_;
-  PeerService& local_;
+  Participant& local_;
   Membership& members_;
   const std::function<void()> wake_;
   std::atomic<int> behind_tries_{0};

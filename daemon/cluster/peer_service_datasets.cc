@@ -56,14 +56,8 @@ ptc::Result<transport::Reply> PeerService::serve_table(const json& j) {
   PTC_ASSIGN_OR_RETURN(const DatasetTableRequest req, dataset_table_request_from_json(j));
   const std::string& tx = req.tx;
   const uint64_t off = req.off, n = req.n;
-  std::shared_ptr<const DatasetVersion> v;
-  {
-    std::lock_guard lock(mu_);
-    auto it = prepared_.find(tx);
-    if (it == prepared_.end() || it->second.change.datasets.size() != 1)
-      return ptc::not_found("no dataset add " + tx + " prepared on node " + id());
-    v = it->second.change.datasets.front().next;
-  }
+  const std::shared_ptr<const DatasetVersion> v = parts_.dataset_added(tx);
+  if (!v) return ptc::not_found("no dataset add " + tx + " prepared on node " + id());
   const std::string_view table = v->source().table_bytes();
   if (n > kTableChunk || off > table.size() || n > table.size() - off)
     return ptc::error(ptc::Code::kOutOfRange, "peer.dataset_table: bytes [" + std::to_string(off) + ", +" +

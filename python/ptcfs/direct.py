@@ -51,7 +51,7 @@ def _candidates():
         yield os.path.join(d, "libptcfs_client.so")
     here = os.path.dirname(os.path.abspath(__file__))
     build = os.environ.get("PTCFS_BUILD") or os.path.join(here, "..", "..", "build")
-    yield os.path.join(build, "transport", "libptcfs_client.so")
+    yield os.path.join(build, "client", "libptcfs_client.so")
     found = ctypes.util.find_library("ptcfs_client")
     if found:
         yield found
@@ -126,7 +126,7 @@ _new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
 
 
 class DeviceStats(ctypes.Structure):
-    """How a copy into GPU memory went (transport/ptcfs_client.h ptcfs_device_stats)."""
+    """How a copy into GPU memory went (client/ptcfs_client.h ptcfs_device_stats)."""
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "staged_bytes", "zero_bytes", "chunks", "direct_chunks", "gathered_chunks",
         "plan_ns", "stage_ns", "wait_ns", "total_ns")]

@@ -10,8 +10,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   exit 1
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-if [ ! -f "$PTCFS_BUILD/transport/libptcfs_client.so" ]; then
-  echo "test-gpu: $PTCFS_BUILD/transport/libptcfs_client.so is missing (build first)" >&2
+if [ ! -f "$PTCFS_BUILD/client/libptcfs_client.so" ]; then
+  echo "test-gpu: $PTCFS_BUILD/client/libptcfs_client.so is missing (build first)" >&2
   exit 1
 fi
 py=""

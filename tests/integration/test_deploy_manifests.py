@@ -408,7 +408,7 @@ def test_runtime_image_installs_the_python_package_as_users_do(ptcfs_wheel, tmp_
     (reader,) = find("Job", "ptcfs-read-example")["spec"]["template"]["spec"]["containers"]
     assert reader["command"] == ["/opt/ptcfs/bin/python", "-c"]
     copies = [a.split() for w, a in runtime if w == "COPY" and "libptcfs_client.so" in a]
-    assert copies == [["--from=build", "/build/transport/libptcfs_client.so", "/usr/local/lib/"]], copies
+    assert copies == [["--from=build", "/build/client/libptcfs_client.so", "/usr/local/lib/"]], copies
     assert ("RUN", "ldconfig") in runtime
     with zipfile.ZipFile(ptcfs_wheel) as z:
         lib = z.extract("ptcfs/libptcfs_client.so", str(tmp_path))

@@ -471,7 +471,7 @@ print(json.dumps({{"direct": f.direct, "why": f.why_not,
 """
     r = subprocess.run([PY, "-c", script], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PTCFS_CLIENT_LIB": os.path.join(os.environ.get("PTCFS_BUILD", ""),
-                                                                             "transport", "libptcfs_client.so")})
+                                                                             "client", "libptcfs_client.so")})
     assert r.returncode == 0, r.stderr
     first, second = r.stdout.splitlines()[:2]
     assert first.startswith("permission_denied") and "uid 65534" in first, first

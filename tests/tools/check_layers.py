@@ -2,11 +2,12 @@
 """Checks that #include dependencies point down the layers of docs/ARCHITECTURE.md.
 
 Modules, bottom to top: ptc/base < ptc (the partition math) < ptc/formats, ptc/planner < fs, transport
-< daemon/store, daemon/direct < daemon/dataset < daemon/reshard
+< client (the client SDK, libptcfs_client) < daemon/store, daemon/direct < daemon/dataset < daemon/reshard
 < daemon/save < daemon/change < daemon/cluster, daemon/control < daemon (main.cc, the node, its config); cli uses
 the four ptc libraries
 and transport only. ptc/formats and ptc/planner do not see each other, and ptc/planner is for cli
-alone (no other module may include it).
+alone (no other module may include it). client is the client library's own: neither the daemon nor
+cli may include it (both halves of the direct socket share transport/direct_protocol.h instead).
 A file may include its own layer and those below it, never one above. Prints every violation
 (file:line and the include) and exits 1 if there is any.
 """
@@ -22,6 +23,7 @@ RANK = {
     "ptc/planner": 2,
     "fs": 3,
     "transport": 3,
+    "client": 3.5,
     "daemon/store": 4,
     "daemon/direct": 4,
     "daemon/dataset": 5,
@@ -36,6 +38,8 @@ RANK = {
 SIBLINGS_APART = {("fs", "transport"), ("transport", "fs"), ("ptc/formats", "ptc/planner"), ("ptc/planner", "ptc/formats")}
 # Modules only cli (and the module itself) may include.
 CLI_ONLY = {"ptc/planner"}
+# Modules nobody else includes: the client SDK is a product of its own, not a part of the daemon.
+OWN_ONLY = {"client"}
 CLI_MAY_USE = {"ptc/base", "ptc", "ptc/formats", "ptc/planner", "transport", "cli"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -49,7 +53,7 @@ def module_of(path):
 
 def main():
     bad = []
-    for top in ("ptc", "fs", "transport", "daemon", "cli"):
+    for top in ("ptc", "fs", "transport", "client", "daemon", "cli"):
         root = os.path.join(REPO, top)
         if not os.path.isdir(root):
             continue
@@ -71,7 +75,7 @@ def main():
                             ok = theirs in CLI_MAY_USE
                         else:
                             ok = RANK[theirs] <= RANK[mine] and (mine, theirs) not in SIBLINGS_APART
-                            if theirs in CLI_ONLY and theirs != mine:
+                            if (theirs in CLI_ONLY or theirs in OWN_ONLY) and theirs != mine:
                                 ok = False
                             if RANK[theirs] == RANK[mine] and theirs != mine and mine.startswith("daemon/"):
                                 ok = False

@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 
 #include "daemon/change/local_runner.h"
+#include "daemon/cluster/nodes.h"
+#include "daemon/cluster/peer_service.h"
 #include "daemon/save/save_service.h"
 #include "tests/daemon/cluster/record_fixture.h"
 #include "tests/daemon/store/store_fixture.h"
@@ -22,11 +24,13 @@ struct Half {
       : store(open_store(dir)),
         saves(*store, SaveMode::kCluster, {}, {}),
         members(backend),
-        service(*store, backend, self, members, saves, PrepareOptions{}),
+        parts(*store, members, saves, node_id(*backend.cluster(), self)),
+        service(*store, backend, self, members, saves, parts, PrepareOptions{}),
         runner(*store, saves, CompactionPolicy{}) {}
   std::unique_ptr<Store> store;
   SaveService saves;
   StaticMembership members;
+  Participant parts;
   PeerService service;
   LocalRunner runner;
 };
@@ -47,7 +51,7 @@ struct Pair {
         n0_backend(transport::make_tcp_backend(pair(server->address()), "")),
         n0(root + "/n0", *n0_backend, 0),
         n0_client(*n0_backend, 0, n0.service),
-        follower(*n0.store, n0_client, n0.service, n0.members, [this] { ++woken; }) {
+        follower(*n0.store, n0_client, n0.parts, n0.members, [this] { ++woken; }) {
     write_checkpoint(root + "/ckpt", kPtcJson);
     for (Half* h : {&n0, &n1})
       REQUIRE(h->runner.import(ImportRequest{root + "/ckpt", "job", "1", {}, std::nullopt, std::nullopt}, {}).is_ok());

@@ -1,4 +1,4 @@
-#include "transport/gpu/upload_plan.h"
+#include "client/gpu/upload_plan.h"
 
 #include <algorithm>
 

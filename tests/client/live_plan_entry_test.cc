@@ -1,4 +1,4 @@
-// ptcfs_live_plan (transport/ptcfs_client.h), called through the shared library's C entry:
+// ptcfs_live_plan (client/ptcfs_client.h), called through the shared library's C entry:
 // exact moves for hand-worked changes, and totals equal to the cluster plan's bytes_min.
 #include <catch2/catch.hpp>
 
@@ -9,7 +9,7 @@
 
 #include "ptc/cluster.h"
 #include "ptc/cluster_plan.h"
-#include "transport/ptcfs_client.h"
+#include "client/ptcfs_client.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "ptc/base/status.h"
-#include "transport/gpu/upload_plan.h"
+#include "client/gpu/upload_plan.h"
 
 namespace ptcfs::gpu {
 

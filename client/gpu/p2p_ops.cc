@@ -1,4 +1,4 @@
-#include "transport/gpu/p2p_ops.h"
+#include "client/gpu/p2p_ops.h"
 
 #include <string>
 #include <vector>

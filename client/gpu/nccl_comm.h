@@ -22,7 +22,7 @@
 #include <mutex>
 
 #include "ptc/base/status.h"
-#include "transport/gpu/p2p_ops.h"
+#include "client/gpu/p2p_ops.h"
 
 namespace ptcfs::gpu {
 

@@ -1,11 +1,11 @@
-#include "transport/gpu/device_read.h"
+#include "client/gpu/device_read.h"
 
 #include <chrono>
 #include <string>
 #include <vector>
 
-#include "transport/gpu/cuda_device.h"
-#include "transport/gpu/upload.h"
+#include "client/gpu/cuda_device.h"
+#include "client/gpu/upload.h"
 
 namespace ptcfs::gpu {
 

@@ -1,4 +1,4 @@
-#include "transport/direct_client.h"
+#include "client/direct_client.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>

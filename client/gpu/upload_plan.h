@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "transport/gpu/segment_copy.h"
+#include "client/gpu/segment_copy.h"
 
 namespace ptcfs::gpu {
 

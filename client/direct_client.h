@@ -15,7 +15,7 @@
 // a slice a repartition left strided costs one record per tensor on the wire and here, and its
 // bytes are gathered by walking its rows (read, read_many).
 //
-// The C interface for other languages is transport/ptcfs_client.h.
+// The C interface for other languages is client/ptcfs_client.h.
 #pragma once
 
 #include <cstddef>
@@ -72,7 +72,7 @@ class DirectFile {
   // The files that hold the bytes, mapped whole; mapping i is the `source` of the spans it holds.
   const std::vector<Mapping>& mappings() const { return maps_; }
   // The read-only descriptor of the file mapped as `mapping` (< mappings().size()), open until
-  // this is destroyed: the same bytes by pread (transport/gpu/upload.h stages from it).
+  // this is destroyed: the same bytes by pread (client/gpu/upload.h stages from it).
   int fd(size_t mapping) const { return fds_[mapping]; }
   // A pointer to bytes [off, off + len) when they lie in one mapped piece (zero-copy), else nullptr.
   const std::byte* contiguous(uint64_t off, uint64_t len) const;

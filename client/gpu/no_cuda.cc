@@ -1,5 +1,5 @@
 // cuda_device.h in a build without CUDA.
-#include "transport/gpu/cuda_device.h"
+#include "client/gpu/cuda_device.h"
 
 namespace ptcfs::gpu {
 

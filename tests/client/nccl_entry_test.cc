@@ -1,4 +1,4 @@
-// The NCCL entries of libptcfs_client (transport/ptcfs_client.h) where there is no GPU (the CPU
+// The NCCL entries of libptcfs_client (client/ptcfs_client.h) where there is no GPU (the CPU
 // machines that run this; tests/gpu runs a communicator on a GPU): each call fails with a clear
 // "code: words" and returns nothing to free. With NCCL in the build, NCCL itself loads (its
 // version, a unique id); without it, every call says the build has none.
@@ -7,7 +7,7 @@
 #include <array>
 #include <string>
 
-#include "transport/ptcfs_client.h"
+#include "client/ptcfs_client.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The CUDA device of an upload (upload.h), one per GPU per process, made on first use. Built
 // from cuda_device.cu when CMake finds CUDA, else from no_cuda.cc, whose calls say the build
-// has no GPU path (kUnavailable). Only transport/gpu/ names CUDA (this, cuda_status.h and the
+// has no GPU path (kUnavailable). Only client/gpu/ names CUDA (this, cuda_status.h and the
 // NCCL communicator, nccl_comm.h).
 //
 // Thread-safety: a lease holds its device's lock, so uploads to one GPU run one at a time.
@@ -10,7 +10,7 @@
 #include <mutex>
 
 #include "ptc/base/status.h"
-#include "transport/gpu/upload.h"
+#include "client/gpu/upload.h"
 
 namespace ptcfs::gpu {
 

@@ -1,5 +1,5 @@
 // nccl_comm.h in a build without CUDA or without NCCL's header.
-#include "transport/gpu/nccl_comm.h"
+#include "client/gpu/nccl_comm.h"
 
 namespace ptcfs::gpu {
 

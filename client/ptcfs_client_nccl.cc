@@ -1,13 +1,13 @@
-// The NCCL part of libptcfs_client's C interface (transport/ptcfs_client.h) over NcclComm.
+// The NCCL part of libptcfs_client's C interface (client/ptcfs_client.h) over NcclComm.
 #include <algorithm>
 #include <exception>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "transport/c_error.h"
-#include "transport/gpu/nccl_comm.h"
-#include "transport/ptcfs_client.h"
+#include "client/c_error.h"
+#include "client/gpu/nccl_comm.h"
+#include "client/ptcfs_client.h"
 
 struct ptcfs_nccl {
   std::unique_ptr<ptcfs::gpu::NcclComm> c;

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "ptc/base/status.h"
-#include "transport/direct_client.h"
-#include "transport/gpu/upload_plan.h"
+#include "client/direct_client.h"
+#include "client/gpu/upload_plan.h"
 
 namespace ptcfs::gpu {
 

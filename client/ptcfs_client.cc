@@ -1,5 +1,5 @@
-// The C interface of libptcfs_client (transport/ptcfs_client.h) over DirectFile.
-#include "transport/ptcfs_client.h"
+// The C interface of libptcfs_client (client/ptcfs_client.h) over DirectFile.
+#include "client/ptcfs_client.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -10,10 +10,10 @@
 
 #include "ptc/live_plan.h"
 #include "ptc/model.h"
-#include "transport/c_error.h"
-#include "transport/direct_client.h"
-#include "transport/gpu/cuda_device.h"
-#include "transport/gpu/device_read.h"
+#include "client/c_error.h"
+#include "client/direct_client.h"
+#include "client/gpu/cuda_device.h"
+#include "client/gpu/device_read.h"
 
 struct ptcfs_file {
   std::unique_ptr<ptcfs::client::DirectFile> f;

@@ -1,10 +1,10 @@
-// check_round (transport/gpu/p2p_ops.h): what a round of sends and receives must satisfy before
+// check_round (client/gpu/p2p_ops.h): what a round of sends and receives must satisfy before
 // NCCL sees it, each refusal with the words it gives.
 #include <catch2/catch.hpp>
 
 #include <vector>
 
-#include "transport/gpu/p2p_ops.h"
+#include "client/gpu/p2p_ops.h"
 
 using ptcfs::gpu::check_round;
 using ptcfs::gpu::P2POp;

@@ -1,6 +1,6 @@
 /* libptcfs_client, C interface (for ctypes and other languages): read a file of a ptcfs
  * mount without FUSE, through the node's direct socket. The C++ interface and the full
- * contract are in transport/direct_client.h.
+ * contract are in client/direct_client.h.
  *
  * Ownership: ptcfs_open returns a handle the caller must give to ptcfs_close. Every pointer
  * obtained from a handle is valid until ptcfs_close; while the handle is open the daemon

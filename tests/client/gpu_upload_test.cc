@@ -1,4 +1,4 @@
-// The host half of the GPU load (transport/gpu/): upload plans and their executor, run against a
+// The host half of the GPU load (client/gpu/): upload plans and their executor, run against a
 // host double of the device that gathers with the kernel's own segment copy; chunks staged by
 // memcpy from the mapping and by pread of the mapped file (PTCFS_GPU_STAGE) give the same bytes.
 #include <catch2/catch.hpp>
@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "transport/gpu/upload.h"
-#include "transport/gpu/upload_plan.h"
+#include "client/gpu/upload.h"
+#include "client/gpu/upload_plan.h"
 
 using namespace ptcfs::gpu;
 

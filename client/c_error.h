@@ -1,4 +1,4 @@
-// How libptcfs_client's C functions (transport/ptcfs_client.h) report an error: the message,
+// How libptcfs_client's C functions (client/ptcfs_client.h) report an error: the message,
 // "code: words", cut to fit the caller's buffer `err` of `errlen` bytes (NULL: none).
 #pragma once
 

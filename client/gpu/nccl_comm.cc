@@ -1,6 +1,6 @@
 // nccl_comm.h with CUDA and NCCL's header: NCCL's functions are looked up in the library loaded at
 // run time, with the header's types.
-#include "transport/gpu/nccl_comm.h"
+#include "client/gpu/nccl_comm.h"
 
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "transport/gpu/cuda_status.h"
+#include "client/gpu/cuda_status.h"
 
 namespace ptcfs::gpu {
 

@@ -10,9 +10,9 @@
 #include <thread>
 #include <utility>
 
-#include "transport/gpu/cuda_device.h"
-#include "transport/gpu/cuda_status.h"
-#include "transport/gpu/segment_copy.h"
+#include "client/gpu/cuda_device.h"
+#include "client/gpu/cuda_status.h"
+#include "client/gpu/segment_copy.h"
 
 namespace ptcfs::gpu {
 

@@ -1,4 +1,4 @@
-#include "transport/gpu/upload.h"
+#include "client/gpu/upload.h"
 
 #include <unistd.h>
 
