@@ -7,170 +7,10 @@ namespace ptcfs {
 
 using nlohmann::json;
 
-namespace {
-
-constexpr const char* kKinds[] = {"import", "repartition", "dataset_add", "dataset_progress", "save", "remove"};
-
-ptc::Result<ptc::Ptc> ptc_of(const json& j, const char* key, const std::string& where) {
+ptc::Result<ptc::Ptc> ptc_member(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_object()) return ptc::invalid(where + " lacks the object '" + key + "'");
   return ptc::parse_ptc_json(it->dump(), where + " " + key);
-}
-
-}  // namespace
-
-json to_json(const PrepareRequest& r) {
-  json j = {{"op", "peer.prepare"}, {"tx", r.tx}, {"kind", kKinds[r.change.index()]}};
-  if (!r.coordinator.empty()) j["coordinator"] = r.coordinator;
-  if (r.lease != 0) j["lease"] = r.lease;
-  std::visit(
-      [&](const auto& c) {
-        using T = std::decay_t<decltype(c)>;
-        if constexpr (std::is_same_v<T, ImportChange>) {
-          j.update({{"dir", c.dir}, {"job", c.job}, {"step", c.step}, {"nodes", c.nodes}});
-          if (!c.gpus.empty()) j["gpus"] = c.gpus;
-        } else if constexpr (std::is_same_v<T, RepartitionChange>) {
-          j.update({{"job", c.job},
-                    {"step", c.step},
-                    {"from_version", c.from_version},
-                    {"ptc", ptc_json(c.ptc)},
-                    {"from_nodes", c.from_nodes},
-                    {"to", c.to.to_string()},
-                    {"to_nodes", c.to_nodes},
-                    {"down", c.down},
-                    {"digest", c.digest}});
-          if (!c.from_holders.empty()) j["from_holders"] = c.from_holders;
-          if (!c.from_gpus.empty()) j["from_gpus"] = c.from_gpus;
-          if (!c.to_gpus.empty()) j["to_gpus"] = c.to_gpus;
-          if (c.global_batch) j["global_batch"] = c.global_batch;
-          if (c.datasets) j["datasets"] = *c.datasets;
-        } else if constexpr (std::is_same_v<T, RemoveChange>) {
-          j.update({{"job", c.job}, {"step", c.step}});
-        } else if constexpr (std::is_same_v<T, SaveChange>) {
-          j.update({{"job", c.job}, {"step", c.step}, {"ptc", ptc_json(c.ptc)}, {"holders", c.holders}});
-        } else if constexpr (std::is_same_v<T, DatasetAddChange>) {
-          j.update({{"job", c.job}, {"name", c.name}, {"record", c.record}});
-        } else {
-          j.update({{"job", c.job},
-                    {"name", c.name},
-                    {"from_version", c.from_version},
-                    {"epoch", c.epoch},
-                    {"consumed", c.consumed}});
-          if (c.dp) j["dp"] = static_cast<uint64_t>(c.dp);
-          if (c.global_batch) j["global_batch"] = c.global_batch;
-          if (c.batch_offset) j["batch_offset"] = *c.batch_offset;
-        }
-      },
-      r.change);
-  return j;
-}
-
-ptc::Result<PrepareRequest> prepare_request_from_json(const json& j) {
-  const std::string w = "peer.prepare";
-  PrepareRequest r;
-  PTC_ASSIGN_OR_RETURN(r.tx, ptc::member_string(j, "tx", w));
-  if (r.tx.empty()) return ptc::invalid("peer.prepare has an empty 'tx'");
-  PTC_ASSIGN_OR_RETURN(r.coordinator, ptc::member_string_or(j, "coordinator", "", w));
-  if (auto it = j.find("lease"); it != j.end()) {
-    if (!it->is_number_integer()) return ptc::invalid("peer.prepare: 'lease' must be an integer");
-    r.lease = it->get<int64_t>();
-  }
-  PTC_ASSIGN_OR_RETURN(std::string kind, ptc::member_string(j, "kind", w));
-  if (kind == "import") {
-    PTC_RETURN_IF_ERROR(
-        ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "dir", "job", "step", "nodes", "gpus"}, w));
-    ImportChange c;
-    PTC_ASSIGN_OR_RETURN(c.dir, ptc::member_string(j, "dir", w));
-    PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-    PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
-    PTC_ASSIGN_OR_RETURN(c.nodes, ptc::member_strings(j, "nodes", w));
-    PTC_ASSIGN_OR_RETURN(c.gpus, ptc::member_gpus_or_empty(j, "gpus", w));
-    r.change = std::move(c);
-  } else if (kind == "repartition") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(
-        j,
-        {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc", "from_nodes", "from_holders",
-         "from_gpus", "to", "to_nodes", "to_gpus", "down", "digest", "global_batch", "datasets"},
-        w));
-    RepartitionChange c;
-    PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-    PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
-    PTC_ASSIGN_OR_RETURN(c.from_version, ptc::member_u64(j, "from_version", w));
-    PTC_ASSIGN_OR_RETURN(c.ptc, ptc_of(j, "ptc", w));
-    PTC_ASSIGN_OR_RETURN(c.from_nodes, ptc::member_strings(j, "from_nodes", w));
-    PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string(j, "to", w));
-    PTC_ASSIGN_OR_RETURN(c.to, ptc::parse_parallelism(to));
-    PTC_ASSIGN_OR_RETURN(c.to_nodes, ptc::member_strings(j, "to_nodes", w));
-    PTC_ASSIGN_OR_RETURN(c.from_gpus, ptc::member_gpus_or_empty(j, "from_gpus", w));
-    PTC_ASSIGN_OR_RETURN(c.to_gpus, ptc::member_gpus_or_empty(j, "to_gpus", w));
-    PTC_ASSIGN_OR_RETURN(c.down, ptc::member_strings(j, "down", w));
-    PTC_ASSIGN_OR_RETURN(c.digest, ptc::member_u64_or(j, "digest", 0, w));
-    PTC_ASSIGN_OR_RETURN(c.global_batch, ptc::member_u64_or(j, "global_batch", 0, w));
-    if (j.contains("from_holders")) {
-      PTC_ASSIGN_OR_RETURN(c.from_holders, ptc::member_string_lists(j, "from_holders", w));
-    }
-    if (j.contains("datasets")) {
-      const json& d = j["datasets"];
-      if (!d.is_object()) return ptc::invalid(w + ": 'datasets' must be an object of dataset name -> version");
-      c.datasets.emplace();
-      for (const auto& [name, version] : d.items()) {
-        PTC_ASSIGN_OR_RETURN((*c.datasets)[name], ptc::member_u64(d, name.c_str(), w + ": datasets"));
-      }
-    }
-    r.change = std::move(c);
-  } else if (kind == "remove") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step"}, w));
-    RemoveChange c;
-    PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-    PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
-    r.change = std::move(c);
-  } else if (kind == "save") {
-    PTC_RETURN_IF_ERROR(
-        ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step", "ptc", "holders"}, w));
-    SaveChange c;
-    PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-    PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
-    PTC_ASSIGN_OR_RETURN(c.ptc, ptc_of(j, "ptc", w));
-    PTC_ASSIGN_OR_RETURN(c.holders, ptc::member_string_lists(j, "holders", w));
-    r.change = std::move(c);
-  } else if (kind == "dataset_add") {
-    PTC_RETURN_IF_ERROR(
-        ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "record"}, w));
-    DatasetAddChange c;
-    PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-    PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
-    auto it = j.find("record");
-    if (it == j.end() || !it->is_object()) return ptc::invalid("peer.prepare lacks 'record'");
-    c.record = *it;
-    r.change = std::move(c);
-  } else if (kind == "dataset_progress") {
-    PTC_RETURN_IF_ERROR(ptc::check_members(j,
-                                           {"op", "tx", "kind", "coordinator", "lease", "job", "name", "from_version",
-                                            "epoch", "consumed", "dp", "global_batch", "batch_offset"},
-                                           w));
-    DatasetProgressChange c;
-    PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-    PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
-    PTC_ASSIGN_OR_RETURN(c.from_version, ptc::member_u64(j, "from_version", w));
-    PTC_ASSIGN_OR_RETURN(c.epoch, ptc::member_u64(j, "epoch", w));
-    PTC_ASSIGN_OR_RETURN(c.consumed, ptc::member_u64(j, "consumed", w));
-    if (j.contains("dp")) {
-      PTC_ASSIGN_OR_RETURN(uint64_t dp, ptc::member_u64(j, "dp", w));
-      if (dp == 0 || dp > static_cast<uint64_t>(ptc::kMaxDatasetDp))
-        return ptc::invalid(w + ": dp " + std::to_string(dp) + " is out of range");
-      c.dp = static_cast<int>(dp);
-    }
-    if (j.contains("global_batch")) {
-      PTC_ASSIGN_OR_RETURN(c.global_batch, ptc::member_u64(j, "global_batch", w));
-    }
-    if (j.contains("batch_offset")) {
-      PTC_ASSIGN_OR_RETURN(c.batch_offset, ptc::member_u64(j, "batch_offset", w));
-    }
-    r.change = std::move(c);
-  } else {
-    return ptc::invalid("peer.prepare: unknown kind '" + kind + "'");
-  }
-  return r;
 }
 
 json to_json(const PrepareReply& r) {
@@ -212,7 +52,7 @@ ptc::Result<SaveState> save_state_from_json(const json& j, const std::string& wh
   PTC_ASSIGN_OR_RETURN(s.ptc_digest, ptc::member_u64_or(j, "ptc_digest", 0, where));
   PTC_ASSIGN_OR_RETURN(s.complete, ptc::member_strings(j, "complete", where));
   if (j.contains("ptc")) {
-    PTC_ASSIGN_OR_RETURN(ptc::Ptc p, ptc_of(j, "ptc", where));
+    PTC_ASSIGN_OR_RETURN(ptc::Ptc p, ptc_member(j, "ptc", where));
     s.ptc = std::move(p);
   }
   return s;
@@ -231,7 +71,7 @@ ptc::Result<StepState> step_state_from_json(const json& j, const std::string& wh
   PTC_ASSIGN_OR_RETURN(s.nodes, ptc::member_strings(j, "nodes", where));
   PTC_ASSIGN_OR_RETURN(s.gpus, ptc::member_gpus_or_empty(j, "gpus", where));
   PTC_ASSIGN_OR_RETURN(s.held, ptc::member_strings(j, "held", where));
-  PTC_ASSIGN_OR_RETURN(s.ptc, ptc_of(j, "ptc", where));
+  PTC_ASSIGN_OR_RETURN(s.ptc, ptc_member(j, "ptc", where));
   if (j.contains("holders")) {
     PTC_ASSIGN_OR_RETURN(s.holders, ptc::member_string_lists(j, "holders", where));
   }

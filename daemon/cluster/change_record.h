@@ -1,5 +1,5 @@
-// The records nodes exchange about a change: what a coordinator asks every node to prepare
-// (an import, a repartition, a dataset add or progress), what each node answers, what a
+// The records nodes exchange about a change: what each node answers to peer.prepare (the
+// request and the kinds of change it carries are daemon/cluster/changes/change_kinds.h), what a
 // node reports of its state, and every other peer request (state, commit or abort, a save's
 // part, counters). Each request's encoder writes its "op"; the peer service dispatches on it. One typed struct per
 // record and one JSON codec for each, so a field is written in one place and read in one place; decoding never throws
@@ -10,7 +10,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -20,72 +19,8 @@
 
 namespace ptcfs {
 
-// A repartition, as every node needs it to compute the same plan.
-struct RepartitionChange {
-  std::string job, step;
-  uint64_t from_version = 0;
-  ptc::Ptc ptc;                                        // the step's PTC (its parallelism is the old config)
-  std::vector<std::string> from_nodes;                 // the old placement (node ids in rank order)
-  std::vector<int> from_gpus;                          // their GPUs when it was made (empty: as the cluster says now)
-  std::vector<std::vector<std::string>> from_holders;  // per old shard, its nodes, when not by rank (a saved step)
-  ptc::Parallelism to;
-  std::vector<std::string> to_nodes;  // the new placement
-  std::vector<int> to_gpus;           // their GPUs, as the coordinator sees them (empty: as each node does)
-  std::vector<std::string> down;      // nodes that cannot serve as sources
-  uint64_t digest = 0;                // of the coordinator's plan (0: not checked)
-  uint64_t global_batch = 0;          // the job's datasets' new global batch (0: each keeps its own)
-  // The job's datasets the repartition re-splits, each at the version the coordinator re-splits
-  // from: a node that has another version (catching up) or re-splits other datasets refuses.
-  // Absent (a coordinator of an older build): not checked.
-  std::optional<std::map<std::string, uint64_t>> datasets;
-};
-
-// An import: every node reads the rank files of the shards it is placed to hold from `dir`
-// ("{node}" in it stands for the node's id).
-struct ImportChange {
-  std::string dir, job, step;
-  std::vector<std::string> nodes;  // the placement
-  std::vector<int> gpus;           // their GPUs, as the coordinator sees them (empty: as each node does)
-};
-
-// A dataset added on its home node: the others pull its sample table from the home.
-struct DatasetAddChange {
-  std::string job, name;
-  nlohmann::json record;  // the home's metadata record of the dataset
-};
-
-// A step saved into the mounts: each node commits the shards it wrote; `holders` (per shard
-// of the layout, node ids) says who holds what, the same on every node.
-struct SaveChange {
-  std::string job, step;
-  ptc::Ptc ptc;
-  std::vector<std::vector<std::string>> holders{};
-};
-
-// `ptcfs rm` of a committed step: every node removes it together.
-struct RemoveChange {
-  std::string job, step;
-};
-
-struct DatasetProgressChange {
-  std::string job, name;
-  uint64_t from_version = 0, epoch = 0, consumed = 0;
-  int dp = 0;                              // re-split for it (0: keep)
-  uint64_t global_batch = 0;               // and this batch (0: keep)
-  std::optional<uint64_t> batch_offset{};  // set exactly (DatasetProgressRequest)
-};
-
-// peer.prepare: transaction `tx` and its change; the coordinator that asks and its etcd lease
-// (0: static mode): the prepared change lives only as long as that lease.
-struct PrepareRequest {
-  std::string tx;
-  std::variant<ImportChange, RepartitionChange, DatasetAddChange, DatasetProgressChange, SaveChange, RemoveChange>
-      change;
-  std::string coordinator;
-  int64_t lease = 0;
-};
-nlohmann::json to_json(const PrepareRequest& r);
-ptc::Result<PrepareRequest> prepare_request_from_json(const nlohmann::json& j);
+// The PTC held as the object `key` of a record (a request's or a reply's), parsed and checked.
+ptc::Result<ptc::Ptc> ptc_member(const nlohmann::json& j, const char* key, const std::string& where);
 
 // What a node answers to peer.prepare (fields of the other kinds stay 0).
 struct PrepareReply {

@@ -68,15 +68,12 @@ ptc::Result<ImportResult> Coordinator::import(const ImportRequest& req, const Ph
                                                      std::to_string(prior.record()->version()) + ")");
   const std::vector<int> gpus = ptc::gpus_of(*cluster(), nodes);  // pinned with the placement
   const StepRecord record = step_record("import", 1, nodes, gpus);
-  ChangeSpec spec{"import of " + name,
-                  members_.members(),
-                  {},
-                  ChangeSpec::Quorum::kAll,
-                  two_phase_.request(ImportChange{req.dir, req.job, req.step, nodes, gpus}),
-                  same_ptc(req.dir),
-                  record,
-                  "",
-                  progress};
+  ChangeSpec spec{.what = "import of " + name,
+                  .nodes = members_.members(),
+                  .request = two_phase_.request(ImportChange{req.dir, req.job, req.step, nodes, gpus}),
+                  .check = same_ptc(req.dir),
+                  .record = record,
+                  .progress = progress};
   PTC_ASSIGN_OR_RETURN(const TwoPhase::Prepared done, two_phase_.run(prior, std::move(spec)));
   ImportResult res;
   std::tie(res.job, res.step) = std::tie(req.job, req.step);
@@ -194,15 +191,12 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   res.version = old->version() + 1;
   StepRecord record = step_record("repartition", res.version, c.to_nodes, c.to_gpus);
   record.parallelism = req.to.to_string();
-  ChangeSpec spec{"repartition of " + name,
-                  up,
-                  {},
-                  ChangeSpec::Quorum::kAll,
-                  two_phase_.request(c),
-                  nullptr,
-                  record,
-                  "repartition of " + name + " aborted, the old layout stays",
-                  progress};
+  ChangeSpec spec{.what = "repartition of " + name,
+                  .nodes = up,
+                  .request = two_phase_.request(c),
+                  .record = record,
+                  .refused = "repartition of " + name + " aborted, the old layout stays",
+                  .progress = progress};
   PTC_ASSIGN_OR_RETURN(const TwoPhase::Prepared done, two_phase_.run(prior, std::move(spec)));
   for (size_t i = 0; i < done.nodes.size(); ++i) {
     const std::string nid = name_of(done.nodes[i]);
@@ -223,15 +217,11 @@ ptc::Status Coordinator::remove(const RemoveRequest& req) {
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_step_key(req.job, req.step)));
   const std::vector<int> all = members_.members();
   const StepRecord record = step_record("remove", 0);
-  ChangeSpec spec{"removing " + name,
-                  all,
-                  {},
-                  ChangeSpec::Quorum::kAll,
-                  two_phase_.request(RemoveChange{req.job, req.step}),
-                  nullptr,
-                  record,
-                  "removing " + name + ": nothing was removed",
-                  nullptr};
+  ChangeSpec spec{.what = "removing " + name,
+                  .nodes = all,
+                  .request = two_phase_.request(RemoveChange{req.job, req.step}),
+                  .record = record,
+                  .refused = "removing " + name + ": nothing was removed"};
   PTC_RETURN_IF_ERROR(two_phase_.run(prior, std::move(spec)).status());
   ptc::log::info("removed {} on {} nodes", name, all.size());
   return ptc::Status::ok();

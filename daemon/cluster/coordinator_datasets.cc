@@ -27,15 +27,12 @@ ptc::Result<DatasetAddResult> Coordinator::dataset_add(const DatasetAddRequest& 
   // This node holds its part (the others pull the sample table from it while they prepare).
   const PrepareRequest prepare = two_phase_.request(DatasetAddChange{req.job, req.name, res.version->to_json()});
   local_.hold(prepare.tx, std::move(mine), key);
-  ChangeSpec spec{"adding dataset " + name,
-                  members_.members(),
-                  {peers_.self()},
-                  ChangeSpec::Quorum::kAll,
-                  prepare,
-                  nullptr,
-                  dataset_record("dataset_add", 0),
-                  "dataset " + name + " added on no node",
-                  nullptr};
+  ChangeSpec spec{.what = "adding dataset " + name,
+                  .nodes = members_.members(),
+                  .held = {peers_.self()},
+                  .request = prepare,
+                  .record = dataset_record("dataset_add", 0),
+                  .refused = "dataset " + name + " added on no node"};
   res.nodes = spec.nodes.size();
   PTC_RETURN_IF_ERROR(two_phase_.run(prior, std::move(spec)).status());
   return res;
@@ -51,16 +48,14 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> Coordinator::dataset_progress
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_dataset_key(req.job, req.name)));
   const uint64_t epoch = req.epoch.value_or(cur->position().epoch);
   // A node that cannot be reached catches up when it comes back; any other failure aborts.
-  ChangeSpec spec{"progress of dataset " + name,
-                  members_.members(),
-                  {},
-                  ChangeSpec::Quorum::kReachable,
-                  two_phase_.request(DatasetProgressChange{req.job, req.name, cur->version(), epoch, req.consumed,
-                                                           req.dp, req.global_batch, req.batch_offset}),
-                  nullptr,
-                  dataset_record("dataset_progress", cur->version() + 1),
-                  "progress of dataset " + name + " refused; nothing changed",
-                  nullptr};
+  ChangeSpec spec{
+      .what = "progress of dataset " + name,
+      .nodes = members_.members(),
+      .quorum = ChangeSpec::Quorum::kReachable,
+      .request = two_phase_.request(DatasetProgressChange{req.job, req.name, cur->version(), epoch, req.consumed,
+                                                          req.dp, req.global_batch, req.batch_offset}),
+      .record = dataset_record("dataset_progress", cur->version() + 1),
+      .refused = "progress of dataset " + name + " refused; nothing changed"};
   PTC_RETURN_IF_ERROR(two_phase_.run(prior, std::move(spec)).status());
   return check.datasets.front().next;
 }

@@ -90,15 +90,11 @@ void Coordinator::commit_save(const std::string& job, const std::string& step) {
   };
   StepRecord record = step_record("save", 1);
   record.holders = holders;
-  ChangeSpec spec{"save of " + name,
-                  all,
-                  {},
-                  ChangeSpec::Quorum::kAll,
-                  two_phase_.request(SaveChange{job, step, *ptc, holders}),
-                  same_replicas,
-                  record,
-                  "",
-                  nullptr};
+  ChangeSpec spec{.what = "save of " + name,
+                  .nodes = all,
+                  .request = two_phase_.request(SaveChange{job, step, *ptc, holders}),
+                  .check = same_replicas,
+                  .record = record};
   if (auto done = two_phase_.run(*prior, std::move(spec)); !done) {
     ptc::log::error("save of {}: {}", name, done.status().to_string());
     return;

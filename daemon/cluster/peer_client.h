@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/cluster/change_record.h"
+#include "daemon/cluster/changes/change_kinds.h"
 #include "daemon/cluster/dcp_save_ops.h"
 #include "daemon/cluster/two_phase.h"
 #include "ptc/base/status.h"

@@ -5,14 +5,11 @@
 #include <optional>
 #include <thread>
 
+#include "daemon/cluster/changes/part_context.h"
 #include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/nodes.h"
 #include "daemon/cluster/slab_read.h"
-#include "daemon/dataset/dataset_ops.h"
-#include "daemon/reshard/importer.h"
-#include "daemon/store/checksum.h"
 #include "daemon/store/failpoint.h"
-#include "daemon/store/prepared_record.h"
 #include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
 #include "ptc/base/metrics.h"
@@ -26,55 +23,6 @@ namespace {
 constexpr uint64_t kMaxPeerRead = 64 << 20;
 // How long a peer read waits for a version this node has not committed yet (PeerService::read).
 constexpr auto kBehindWait = std::chrono::seconds(2);
-
-// "{node}" in an import directory is this node's id.
-std::string node_dir(std::string dir, const std::string& id) {
-  for (size_t at; (at = dir.find("{node}")) != std::string::npos;) dir.replace(at, 6, id);
-  return dir;
-}
-
-// The record that decides a change of this kind.
-std::string record_key(const PrepareRequest& r) {
-  return std::visit(
-      [](const auto& c) -> std::string {
-        using T = std::decay_t<decltype(c)>;
-        if constexpr (std::is_same_v<T, DatasetAddChange> || std::is_same_v<T, DatasetProgressChange>)
-          return etcd_dataset_key(c.job, c.name);
-        else
-          return etcd_step_key(c.job, c.step);
-      },
-      r.change);
-}
-
-// The job a change is of, and whether it may change that job's datasets (a progress; a
-// repartition, which re-splits them).
-std::pair<std::string, bool> dataset_change_of(const PrepareRequest& r) {
-  return std::visit(
-      [](const auto& c) -> std::pair<std::string, bool> {
-        using T = std::decay_t<decltype(c)>;
-        return {c.job, std::is_same_v<T, DatasetProgressChange> || std::is_same_v<T, RepartitionChange>};
-      },
-      r.change);
-}
-
-// A repartition re-splits on this node the datasets, at the versions, that the coordinator
-// re-split: else the nodes would serve different splits after it (a node catching up on a
-// progress it missed has another version).
-ptc::Status same_datasets(const RepartitionChange& c, const std::vector<DatasetChange>& here) {
-  if (!c.datasets) return ptc::Status::ok();  // a coordinator of an older build
-  const std::map<std::string, uint64_t>& want = *c.datasets;
-  const std::map<std::string, uint64_t> have = resplit_versions(here);
-  if (have == want) return ptc::Status::ok();
-  const auto text = [](const std::map<std::string, uint64_t>& m) {
-    std::string out;
-    for (const auto& [name, version] : m)
-      out += (out.empty() ? "" : ", ") + name + " version " + std::to_string(version);
-    return out.empty() ? std::string("none") : out;
-  };
-  return ptc::error(ptc::Code::kFailedPrecondition, "the datasets of job '" + c.job + "' to re-split differ: here " +
-                                                        text(have) + ", at the coordinator " + text(want) +
-                                                        " (a node catching up; try again in a moment)");
-}
 
 }  // namespace
 
@@ -169,69 +117,6 @@ ptc::Result<transport::Reply> PeerService::state(const json& j) {
   return transport::Reply(to_json(s));
 }
 
-ptc::Result<PreparedChange> PeerService::prepare_import(const ImportChange& c, PrepareReply& reply) {
-  ImportSummary sum;
-  ptc::Ptc seen;
-  auto place = [&](const ptc::Layout& layout) -> ptc::Result<StepPlacement> {
-    seen = layout.ptc();
-    // Pinned as the coordinator saw them (a node's own view if it sent none).
-    const std::vector<int> gpus = c.gpus.empty() ? ptc::gpus_of(*peers_.cluster(), c.nodes) : c.gpus;
-    PTC_ASSIGN_OR_RETURN(auto holders, ptc::shard_nodes_on(layout, *peers_.cluster(), c.nodes, gpus));
-    StepPlacement p{c.nodes, gpus, {}, {}};
-    for (const auto& h : holders) p.held.push_back(std::find(h.begin(), h.end(), self_) != h.end());
-    return p;
-  };
-  PTC_ASSIGN_OR_RETURN(PreparedChange change,
-                       ptcfs::prepare_import(store_, node_dir(c.dir, id()), c.job, c.step, place, sum));
-  const std::string text = ptc::ptc_to_json(seen);
-  reply.shards = sum.shards;
-  reply.bytes = sum.bytes;
-  reply.ptc_digest = xxh3_of(text.data(), text.size());
-  reply.tensors = seen.tensors.size();
-  return change;
-}
-
-ptc::Result<PreparedChange> PeerService::prepare_part(const PrepareRequest& req, PrepareReply& reply) {
-  if (const auto* c = std::get_if<ImportChange>(&req.change)) {
-    members_.learn(c->nodes);
-    return prepare_import(*c, reply);
-  }
-  if (const auto* c = std::get_if<RepartitionChange>(&req.change)) {
-    std::vector<std::string> ids = c->to_nodes;
-    ids.insert(ids.end(), c->from_nodes.begin(), c->from_nodes.end());
-    for (const auto& h : c->from_holders) ids.insert(ids.end(), h.begin(), h.end());
-    members_.learn(ids);
-    // The job's datasets follow its dp, in the same commit, re-split from the versions the
-    // coordinator re-split and claimed before the part is prepared (its pulls take a while):
-    // no other change of them is prepared here until this one is decided.
-    PTC_ASSIGN_OR_RETURN(auto datasets, resplit_datasets(store_, c->job, c->to.dp, c->global_batch));
-    PreparedChange held(store_);
-    held.datasets = std::move(datasets);
-    PTC_RETURN_IF_ERROR(same_datasets(*c, held.datasets));
-    PTC_RETURN_IF_ERROR(held.claim_datasets(store_));
-    PTC_ASSIGN_OR_RETURN(PreparedChange change, prepare_repartition_part(store_, peers_, self_, *c, options_));
-    change.datasets = std::move(held.datasets);
-    for (Claim& claim : held.claims) change.claims.push_back(std::move(claim));
-    reply.bytes_received = change.bytes_received;
-    return change;
-  }
-  if (const auto* c = std::get_if<DatasetAddChange>(&req.change)) return prepare_dataset_add(req.tx, *c);
-  if (const auto* c = std::get_if<DatasetProgressChange>(&req.change)) {
-    PTC_ASSIGN_OR_RETURN(PreparedChange change,
-                         prepare_dataset_progress(store_, c->job, c->name, c->epoch, c->consumed, c->from_version,
-                                                  c->dp, c->global_batch, c->batch_offset));
-    PTC_RETURN_IF_ERROR(change.claim_datasets(store_));
-    return change;
-  }
-  if (const auto* c = std::get_if<RemoveChange>(&req.change)) {
-    auto change = prepare_removal(store_, c->job, c->step);
-    if (!change && change.status().code() == ptc::Code::kNotFound) return PreparedChange{};  // never had it
-    return change;
-  }
-  if (const auto* c = std::get_if<SaveChange>(&req.change)) return prepare_save(*c, reply);
-  return ptc::internal("peer.prepare: a change of no known kind");
-}
-
 ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
   PTC_ASSIGN_OR_RETURN(PrepareRequest req, prepare_request_from_json(j));
   // A fenced node answers, so it refuses (kFailedPrecondition): were it kUnavailable, a change
@@ -240,18 +125,20 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
   if (auto fenced = members_.can_change(); !fenced) return ptc::error(ptc::Code::kFailedPrecondition, fenced.message());
   PTC_ASSIGN_OR_RETURN(Participant::Preparing preparing, parts_.begin(req.tx));
   PrepareReply reply;
-  auto change = prepare_part(req, reply);
+  const PartContext ctx{store_, peers_, self_, id(), members_, saves_, options_, req.tx};
+  auto change = prepare_part(ctx, req.change, reply);
   if (!change) {
     // Refused because a change of the same step or dataset is prepared here and undecided:
     // name its coordinator, who ends it (docs/FORMATS.md "Keys in etcd").
-    const auto [job, datasets] = dataset_change_of(req);
-    return parts_.blocked(change.status(), req.tx, record_key(req), job, datasets).with_context("node " + id());
+    const std::string job = datasets_of(req.change);
+    return parts_.blocked(change.status(), req.tx, record_key(req.change), job, !job.empty())
+        .with_context("node " + id());
   }
   failpoint("peer.prepared");
   std::optional<Participant::SavePart> save;
   if (const auto* c = std::get_if<SaveChange>(&req.change)) save = Participant::SavePart{c->job, c->step};
   PTC_RETURN_IF_ERROR(parts_.prepared(std::move(preparing), std::move(change).value(),
-                                      Participant::Decider{record_key(req), req.coordinator, req.lease},
+                                      Participant::Decider{record_key(req.change), req.coordinator, req.lease},
                                       std::move(save)));
   return transport::Reply(to_json(reply));
 }

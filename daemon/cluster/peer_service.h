@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/cluster/change_record.h"
+#include "daemon/cluster/changes/change_kinds.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/participant.h"
 #include "daemon/cluster/repartition_part.h"
@@ -55,23 +56,18 @@ class PeerService {
   ptc::Result<transport::Reply> prepare(const nlohmann::json& req);
   ptc::Result<transport::Reply> commit(const nlohmann::json& req);
   ptc::Result<transport::Reply> abort(const nlohmann::json& req);
-  // This node's part of the change `req` asks for, built by its kind.
-  ptc::Result<PreparedChange> prepare_part(const PrepareRequest& req, PrepareReply& reply);
   ptc::Result<transport::Reply> state(const nlohmann::json& req);
   ptc::Result<transport::Reply> stats(const nlohmann::json& req);
-  ptc::Result<PreparedChange> prepare_import(const ImportChange& c, PrepareReply& reply);
   // daemon/cluster/peer_service_saves.cc
   ptc::Result<transport::Reply> save_state(const nlohmann::json& req);
   ptc::Result<transport::Reply> save_ready(const nlohmann::json& req);
   ptc::Result<transport::Reply> dcp_files(const nlohmann::json& req);
   ptc::Result<transport::Reply> dcp_read(const nlohmann::json& req);
   ptc::Result<transport::Reply> dcp_convert(const nlohmann::json& req);
-  ptc::Result<PreparedChange> prepare_save(const SaveChange& c, PrepareReply& reply);
   // daemon/cluster/peer_service_datasets.cc
   ptc::Result<transport::Reply> serve_samples(const nlohmann::json& req);
   ptc::Result<transport::Reply> serve_table(const nlohmann::json& req);
   ptc::Result<transport::Reply> dataset_state(const nlohmann::json& req);
-  ptc::Result<PreparedChange> prepare_dataset_add(const std::string& tx, const DatasetAddChange& c);
 
   Store& store_;
   transport::PeerBackend& peers_;

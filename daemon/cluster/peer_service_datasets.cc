@@ -1,7 +1,7 @@
 // The dataset half of the peer service (daemon/cluster/peer_service.h): the home node serves
 // sample bytes (peer.samples) and, while an add is prepared, its sample table
-// (peer.dataset_table); every node reports its position (peer.dataset_state) and, on
-// peer.prepare of an add, pulls the home's table into a blob of its own.
+// (peer.dataset_table); every node reports its position (peer.dataset_state). On peer.prepare
+// of an add each pulls the home's table into a blob of its own (daemon/cluster/changes/dataset_add_change.h).
 #include <algorithm>
 
 #include "daemon/cluster/nodes.h"
@@ -66,38 +66,6 @@ ptc::Result<transport::Reply> PeerService::serve_table(const json& j) {
   reply.payload.add(table.data() + off, n);
   reply.payload.keep.push_back(v);
   return reply;
-}
-
-ptc::Result<PreparedChange> PeerService::prepare_dataset_add(const std::string& tx, const DatasetAddChange& c) {
-  // Pull the home's sample table into a blob of our own.
-  const std::string w = "peer.prepare record";
-  PTC_ASSIGN_OR_RETURN(std::string home_id, ptc::member_string(c.record, "home", w));
-  const int home = peers_.cluster()->find(home_id);
-  if (home < 0) return ptc::invalid("peer.prepare: the record's home is not a node of the cluster");
-  PTC_ASSIGN_OR_RETURN(uint64_t num_samples, ptc::member_u64(c.record, "num_samples", w));
-  PTC_ASSIGN_OR_RETURN(uint64_t digest, ptc::member_u64(c.record, "table_xxh3", w));
-  if (num_samples > ptc::kMaxSamples) return ptc::invalid("peer.prepare: the record has too many samples");
-  const uint64_t size = num_samples * sizeof(SampleRecord);
-  PTC_ASSIGN_OR_RETURN(BlobWriter writer, store_.blobs().create());
-  const uint64_t table = writer.id();
-  auto pull = [&]() -> ptc::Status {
-    std::string buf;
-    Xxh3Stream hash;
-    for (uint64_t off = 0; off < size; off += kTableChunk) {
-      const uint64_t n = std::min(kTableChunk, size - off);
-      PTC_RETURN_IF_ERROR(peers_.call_data(home, to_json(DatasetTableRequest{tx, off, n}), buf, n).status());
-      if (buf.size() != n) return ptc::corrupt("short sample table chunk from the home node");
-      hash.update(buf.data(), n);
-      PTC_RETURN_IF_ERROR(writer.append(buf.data(), n));
-    }
-    if (hash.digest() != digest) return ptc::corrupt("the sample table pulled from the home node fails its checksum");
-    return writer.finish();
-  };
-  if (auto s = pull(); !s) {
-    store_.blobs().settle(table);  // the writer removes its file
-    return s;
-  }
-  return prepare_dataset_copy(store_, c.job, c.name, c.record, table);
 }
 
 ptc::Result<transport::Reply> PeerService::dataset_state(const json& j) {

@@ -1,9 +1,7 @@
 // The save half of the peer service (daemon/cluster/peer_service.h): a node reports its part
-// of a step being saved into its mount (peer.save_state), and prepares it as its part of the
-// cluster's commit (peer.prepare of kind "save"): the shards it wrote, or, when it wrote none,
-// a version that holds nothing (every mount shows every step); and, for a stock DCP save whose
-// ranks wrote through several nodes' mounts, its staged files and its part's conversion
-// (daemon/cluster/dcp_save_ops.h).
+// of a step being saved into its mount (peer.save_state; its prepare is the kind "save",
+// daemon/cluster/changes/save_change.h), and, for a stock DCP save whose ranks wrote through
+// several nodes' mounts, its staged files and its part's conversion (daemon/cluster/dcp_save_ops.h).
 #include <algorithm>
 #include <ctime>
 #include <set>
@@ -62,44 +60,6 @@ ptc::Result<transport::Reply> PeerService::dcp_convert(const json& j) {
   PTC_ASSIGN_OR_RETURN(const DcpConvertRequest req, dcp_convert_request_from_json(j));
   PTC_RETURN_IF_ERROR(saves_.convert_part(req).with_context("node " + id()));
   return transport::Reply(json::object());
-}
-
-ptc::Result<PreparedChange> PeerService::prepare_save(const SaveChange& c, PrepareReply& reply) {
-  PTC_ASSIGN_OR_RETURN(ptc::Layout layout, ptc::Layout::make(c.ptc, c.ptc.parallelism));
-  if (c.holders.size() != layout.shards().size())
-    return ptc::invalid("peer.prepare: the holders do not match the layout of " + c.job + "/" + c.step);
-  StepPlacement placement;
-  placement.holders = c.holders;
-  std::set<std::string> nodes;
-  for (const auto& ids : c.holders) nodes.insert(ids.begin(), ids.end());
-  placement.nodes.assign(nodes.begin(), nodes.end());
-  for (const auto& ids : c.holders) placement.held.push_back(std::find(ids.begin(), ids.end(), id()) != ids.end());
-  const bool wrote = saves_.progress(c.job, c.step).has_value();
-  if (!wrote) {
-    for (bool h : placement.held)
-      if (h)
-        return ptc::internal("node " + id() + " is named a holder of " + c.job + "/" + c.step + " but has no part");
-    PreparedChange change(store_);
-    PTC_RETURN_IF_ERROR(change.claim(store_, Claim::kNewStep, c.job, c.step));
-    const size_t n = layout.shards().size();
-    change.next = store_.new_version(c.job, c.step, 1, std::move(layout), std::vector<std::vector<StoredSlice>>(n),
-                                     std::move(placement));
-    return change;
-  }
-  PTC_ASSIGN_OR_RETURN(PreparedChange change, saves_.prepare_part(c.job, c.step, placement));
-  // What the coordinator compares between replicas: the slices' checksums, per shard held.
-  const auto& v = *change.next;
-  for (size_t s = 0; s < v.layout().shards().size(); ++s) {
-    if (!v.placement().holds(s)) continue;
-    Xxh3Stream d;
-    const auto& shard = v.layout().shards()[s];
-    for (size_t j = 0; j < v.layout().slices(shard).size(); ++j) {
-      const uint64_t h = v.stored(shard, j).xxh3.value_or(0);
-      d.update(&h, sizeof h);
-    }
-    reply.shard_digests[shard.name()] = d.digest();
-  }
-  return change;
 }
 
 }  // namespace ptcfs

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/cluster/change_record.h"
+#include "daemon/cluster/changes/repartition_change.h"
 #include "daemon/reshard/compactor.h"
 #include "transport/backend.h"
 #include "daemon/store/prepared.h"

@@ -25,7 +25,7 @@
 #include <variant>
 #include <vector>
 
-#include "daemon/cluster/change_record.h"
+#include "daemon/cluster/changes/change_kinds.h"
 #include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/membership.h"
 #include "ptc/base/status.h"
@@ -51,23 +51,24 @@ StepRecord step_record(std::string kind, uint64_t version, std::vector<std::stri
 // A dataset's record of `kind` at `version`.
 DatasetRecord dataset_record(std::string kind, uint64_t version);
 
-// One change: what TwoPhase::run needs of its kind.
+// One change: what TwoPhase::run needs of its kind, built with designated initializers
+// (`.what = ..., .nodes = ..., .request = ..., .record = ...`); the others have defaults.
 struct ChangeSpec {
   std::string what;        // "import of j/1": the start of every message about it
   std::vector<int> nodes;  // who takes part, in order (commits and aborts go to them all)
-  std::set<int> held;      // those of `nodes` that hold their part prepared already (not asked)
+  std::set<int> held{};    // those of `nodes` that hold their part prepared already (not asked)
   // kAll: every node must prepare. kReachable: a node other than this one that cannot be
   // reached is left out (it catches up later); any other failure aborts.
   enum class Quorum { kAll, kReachable } quorum = Quorum::kAll;
   PrepareRequest request;  // its tx, coordinator and lease are TwoPhase::request's
   // Across the replies of the nodes asked (in order), when all prepared: ok, or why the
   // change must be aborted (their ptc.json differ, ...).
-  std::function<ptc::Status(const std::vector<int>& nodes, const std::vector<PrepareReply>& replies)> check;
+  std::function<ptc::Status(const std::vector<int>& nodes, const std::vector<PrepareReply>& replies)> check{};
   ChangeRecord record;  // what decides it (its tx and coordinator are filled in)
   // Added to a failed prepare's error ("" none), as "<refused>: <error>".
-  std::string refused;
+  std::string refused{};
   // Called with ("prepare", 0, nodes) before preparing and ("commit", 0, nodes) before deciding.
-  std::function<void(const char* phase, uint64_t done, uint64_t total)> progress;
+  std::function<void(const char* phase, uint64_t done, uint64_t total)> progress{};
 };
 
 class TwoPhase {

@@ -2,6 +2,7 @@
 // coordinator sends decodes to the same change on the peer, with and without a re-split, and
 // a dp out of range is refused there.
 #include "daemon/cluster/change_record.h"
+#include "daemon/cluster/changes/change_kinds.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,0 +1,65 @@
+#include "daemon/cluster/changes/dataset_add_change.h"
+
+#include <algorithm>
+
+#include "daemon/cluster/changes/part_context.h"
+#include "daemon/cluster/membership.h"
+#include "daemon/dataset/dataset_ops.h"
+#include "daemon/store/checksum.h"
+#include "ptc/base/json_util.h"
+#include "ptc/dataset.h"
+
+namespace ptcfs {
+
+namespace {
+constexpr uint64_t kTableChunk = 16 << 20;  // bytes per peer.dataset_table (the home's limit too)
+}  // namespace
+
+std::string DatasetAddChange::record_key() const { return etcd_dataset_key(job, name); }
+
+void DatasetAddChange::write(nlohmann::json& j) const { j.update({{"job", job}, {"name", name}, {"record", record}}); }
+
+ptc::Result<DatasetAddChange> DatasetAddChange::read(const nlohmann::json& j, const std::string& w) {
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "record"}, w));
+  DatasetAddChange c;
+  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
+  auto it = j.find("record");
+  if (it == j.end() || !it->is_object()) return ptc::invalid(w + " lacks 'record'");
+  c.record = *it;
+  return c;
+}
+
+ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const DatasetAddChange& c, PrepareReply&) {
+  // Pull the home's sample table into a blob of our own.
+  const std::string w = "peer.prepare record";
+  PTC_ASSIGN_OR_RETURN(std::string home_id, ptc::member_string(c.record, "home", w));
+  const int home = ctx.peers.cluster()->find(home_id);
+  if (home < 0) return ptc::invalid("peer.prepare: the record's home is not a node of the cluster");
+  PTC_ASSIGN_OR_RETURN(uint64_t num_samples, ptc::member_u64(c.record, "num_samples", w));
+  PTC_ASSIGN_OR_RETURN(uint64_t digest, ptc::member_u64(c.record, "table_xxh3", w));
+  if (num_samples > ptc::kMaxSamples) return ptc::invalid("peer.prepare: the record has too many samples");
+  const uint64_t size = num_samples * sizeof(SampleRecord);
+  PTC_ASSIGN_OR_RETURN(BlobWriter writer, ctx.store.blobs().create());
+  const uint64_t table = writer.id();
+  auto pull = [&]() -> ptc::Status {
+    std::string buf;
+    Xxh3Stream hash;
+    for (uint64_t off = 0; off < size; off += kTableChunk) {
+      const uint64_t n = std::min(kTableChunk, size - off);
+      PTC_RETURN_IF_ERROR(ctx.peers.call_data(home, to_json(DatasetTableRequest{ctx.tx, off, n}), buf, n).status());
+      if (buf.size() != n) return ptc::corrupt("short sample table chunk from the home node");
+      hash.update(buf.data(), n);
+      PTC_RETURN_IF_ERROR(writer.append(buf.data(), n));
+    }
+    if (hash.digest() != digest) return ptc::corrupt("the sample table pulled from the home node fails its checksum");
+    return writer.finish();
+  };
+  if (auto s = pull(); !s) {
+    ctx.store.blobs().settle(table);  // the writer removes its file
+    return s;
+  }
+  return prepare_dataset_copy(ctx.store, c.job, c.name, c.record, table);
+}
+
+}  // namespace ptcfs
