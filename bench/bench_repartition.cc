@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "bench/bench_util.h"
+#include "daemon/control/results.h"
 #include "daemon/reshard/importer.h"
 #include "daemon/reshard/repartition.h"
 #include "daemon/store/store.h"
@@ -215,7 +216,7 @@ json run_scenario(const std::string& name, const std::string& root, int layers, 
               {"read_first_gib_s", static_cast<double>(n1) / (1 << 30) / first},
               {"read_again_gib_s", static_cast<double>(n2) / (1 << 30) / again},
               {"tmpfs_gib_s", static_cast<double>(n3) / (1 << 30) / tmpfs},
-              {"result", res->to_json()}};
+              {"result", to_json(*res)}};
   teardown.fn();
   teardown.fn = [] {};
   store->reset();

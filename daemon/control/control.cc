@@ -32,24 +32,6 @@ bool step_less(const std::string& a, const std::string& b) {
   return a < b;
 }
 
-json step_summary(const StepVersion& v) {
-  const auto& layout = v.layout();
-  json shards = json::array();
-  for (const auto& s : layout.shards()) {
-    uint64_t bytes = 0;
-    for (const auto& sl : layout.slices(s)) bytes += layout.bytes(sl);
-    shards.push_back({{"name", s.name()}, {"tensors", layout.slices(s).size()}, {"bytes", bytes}});
-  }
-  const auto& par = layout.parallelism();
-  return {{"job", v.job()},
-          {"step", v.step()},
-          {"version", v.version()},
-          {"parallelism", {{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}}},
-          {"tensors", layout.ptc().tensors.size()},
-          {"bytes", v.total_bytes()},
-          {"shards", std::move(shards)}};
-}
-
 // Operations that change state are counted and timed (docs/OPERATIONS.md); reads (status,
 // ls) are not. A dry run moves nothing.
 void record_metrics(const std::string& op, const json& req, const ptc::Result<json>& r, double seconds) {
@@ -150,7 +132,7 @@ ptc::Result<json> ControlService::ls(const json& req) const {
   const std::string step = path.substr(slash + 1);
   auto sit = snap->steps.find({job, step});
   if (sit != snap->steps.end()) {
-    json out = step_summary(*sit->second);
+    json out = step_json(*sit->second);
     out["state"] = "committed";
     return out;
   }
@@ -271,7 +253,7 @@ ptc::Result<json> ControlService::repartition(const json& req, const transport::
     ptc::log::warn("repartition of {}/{} to {} refused: {}", r.job, r.step, r.to.to_string(), res.status().to_string());
     return res.status();
   }
-  json out = res->to_json();
+  json out = to_json(*res);
   if (!match.is_null()) out["chunks"] = std::move(match);
   return out;
 }

@@ -9,6 +9,11 @@
 namespace ptcfs {
 
 nlohmann::json to_json(const ImportResult& r);
+nlohmann::json to_json(const RepartitionResult& r);
+// `ptcfs ls JOB/STEP`: a step's version, parallelism, tensors, bytes and shards.
+nlohmann::json step_json(const StepVersion& v);
+// A dataset version's state, as in its state.json, with its job and name (`ptcfs dataset ...`).
+nlohmann::json dataset_json(const DatasetVersion& v);
 nlohmann::json to_json(const DatasetAddResult& r);
 // The "node" and "cluster" members of `ptcfs status` on a cluster (nothing on one node), and
 // this node's byte counters.

@@ -76,16 +76,6 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> current_dataset(const Store& 
   return ptc::not_found("job '" + job + "' has no dataset '" + name + "'");
 }
 
-json dataset_json(const DatasetVersion& v) {
-  json j = fs::dataset_state(v);
-  j["job"] = v.job();
-  j["name"] = v.name();
-  if (v.spec().format == ptc::DatasetFormat::kMegatron) j["dtype"] = ptc::mmidx_dtype_name(v.dtype_code());
-  j["files"] = v.source().files().size();
-  if (!v.home().empty()) j["home"] = v.home();
-  return j;
-}
-
 ptc::Result<PreparedChange> prepare_dataset_add(Store& store, const DatasetAddRequest& req, int dp,
                                                 const std::string& home, DatasetAddSummary& summary,
                                                 const IndexProgress& progress) {

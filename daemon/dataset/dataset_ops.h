@@ -76,7 +76,4 @@ std::map<std::string, uint64_t> resplit_versions(const std::vector<DatasetChange
 ptc::Result<std::shared_ptr<const DatasetVersion>> current_dataset(const Store& store, const std::string& job,
                                                                    const std::string& name);
 
-// The state of a version, as in its state.json, with its job and name.
-nlohmann::json dataset_json(const DatasetVersion& v);
-
 }  // namespace ptcfs

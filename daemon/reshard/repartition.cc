@@ -13,46 +13,6 @@ namespace ptcfs {
 
 using nlohmann::json;
 
-namespace {
-json par_json(const ptc::Parallelism& p) { return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}}; }
-}  // namespace
-
-json RepartitionResult::to_json() const {
-  json nodes = json::array();
-  for (const auto& n : per_node)
-    nodes.push_back({{"node", n.node}, {"bytes_received", n.received}, {"bytes_min", n.min}});
-  json out = {{"job", job},
-              {"step", step},
-              {"from", par_json(from)},
-              {"to", par_json(to)},
-              {"dry_run", dry_run},
-              {"unchanged", unchanged},
-              {"version", version},
-              {"shards", shards},
-              {"tensors", tensors},
-              {"copies", copies},
-              {"fills", fills},
-              {"extents", extents},
-              {"compacted_slices", compacted_slices},
-              {"bytes_total", bytes_total},
-              {"bytes_remapped", bytes_remapped},
-              {"bytes_compacted", bytes_compacted},
-              {"bytes_fill", bytes_fill},
-              {"bytes_moved", bytes_moved},
-              {"bytes_min", bytes_min},
-              {"seconds", seconds}};
-  if (!per_node.empty()) out["nodes"] = std::move(nodes);
-  json ds = json::array();
-  for (const auto& d : datasets)
-    ds.push_back({{"name", d.name},
-                  {"from_dp", d.from_dp},
-                  {"to_dp", d.to_dp},
-                  {"from_global_batch", d.from_global_batch},
-                  {"to_global_batch", d.to_global_batch}});
-  out["datasets"] = std::move(ds);
-  return out;
-}
-
 void note_datasets(const std::vector<DatasetChange>& datasets, RepartitionResult& res) {
   for (const auto& d : datasets)
     res.datasets.push_back({d.next->name(), d.replaced->position().dp, d.next->position().dp,

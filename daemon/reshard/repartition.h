@@ -50,8 +50,7 @@ struct RepartitionResult {
     uint64_t from_global_batch = 0, to_global_batch = 0;
   };
   std::vector<DatasetSplit> datasets;  // the job's datasets re-split for the new dp or global batch
-  double seconds = 0;
-  nlohmann::json to_json() const;
+  double seconds = 0;                  // its JSON: to_json in daemon/control/results.h
 };
 
 // The current version of a step; kNotFound naming the job or the step that is missing.

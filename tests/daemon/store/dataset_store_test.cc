@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "fs/dataset_views.h"
 #include "daemon/dataset/dataset_ops.h"
 #include "daemon/store/store.h"
 #include "tests/daemon/temp_dir.h"
@@ -49,7 +50,7 @@ TEST_CASE("a JSONL dataset is stored, read by record, progressed and reloaded", 
   DatasetAddSummary summary;
   auto change = prepare_dataset_add(**store, req, 3, "", summary);
   REQUIRE(change.is_ok());
-  CHECK(dataset_json(*change->datasets.front().next)["num_samples"] == 3);
+  CHECK(fs::dataset_state(*change->datasets.front().next)["num_samples"] == 3);
   CHECK(summary.bytes == 28);
   REQUIRE(commit_change(**store, *change).is_ok());
 
@@ -180,7 +181,7 @@ TEST_CASE("a new global batch re-splits a dataset from its consumed count, kept 
   CHECK((*back)->spec().global_batch == 3);
   CHECK((*back)->position() == ptc::DatasetPosition{3, 0, 4, 4});
   CHECK((*back)->version() == 3);
-  CHECK(dataset_json(**back)["batch_offset"] == 4);
+  CHECK(fs::dataset_state(**back)["batch_offset"] == 4);
 }
 
 TEST_CASE("a progress may re-split the dataset in the same version (a mesh changed without a repartition)",
@@ -206,7 +207,7 @@ TEST_CASE("a progress may re-split the dataset in the same version (a mesh chang
   const auto& next = *q->datasets.front().next;
   CHECK(next.position() == ptc::DatasetPosition{3, 0, 12, 12});
   CHECK(next.spec().global_batch == 6);
-  CHECK(dataset_json(next)["samples_per_epoch"] == 18);  // 12 + (20 - 12) div 6 * 6
+  CHECK(fs::dataset_state(next)["samples_per_epoch"] == 18);  // 12 + (20 - 12) div 6 * 6
   // dp must divide the (new) batch; nothing is prepared then.
   CHECK(prepare_dataset_progress(**store, "job", "ds", {}, 12, {}, 5).status().message() ==
         "cannot re-split dataset job/ds: the global batch 4 is not divisible by dp=5");
