@@ -68,7 +68,7 @@ void EtcdMembership::stop() {
     if (stopping_.exchange(true)) return;
   }
   wait_cv_.notify_all();
-  if (keep_alive_thread_.joinable()) keep_alive_thread_.join();
+  if (keeper_) keeper_->stop();
   if (watch_thread_.joinable()) watch_thread_.join();
   if (lease_.load() == 0) return;  // a join that failed before registering: nothing to leave
   if (auto s = etcd_->revoke(lease_.load()); !s)
@@ -79,37 +79,29 @@ void EtcdMembership::stop() {
 
 void EtcdMembership::start(RecordHandler on_record) {
   on_record_ = std::move(on_record);
-  keep_alive_thread_ = std::thread([this] { keep_alive_loop(); });
-  watch_thread_ = std::thread([this] { watch_loop(); });
-}
-
-void EtcdMembership::keep_alive_loop() {
-  const auto period = std::chrono::milliseconds(std::max<int64_t>(options_.lease_ttl_s * 1000 / 3, 200));
-  const auto fence_after = std::chrono::milliseconds(options_.lease_ttl_s * 500);
-  auto last_ok = std::chrono::steady_clock::now();
-  std::unique_lock lock(wait_mu_);
-  while (!wait_cv_.wait_for(lock, period, [this] { return stopping_.load(); })) {
-    lock.unlock();
-    auto r = etcd_->keep_alive(lease_.load());
-    if (!r && r.status().code() == ptc::Code::kNotFound) {
-      ptc::log::warn("node {}: its etcd lease expired; registering again", options_.id);
-      if (auto s = register_node(); s) r = options_.lease_ttl_s;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (r) {
-      last_ok = now;
-      retry_unlocks();
-      if (fenced_.exchange(false))
-        ptc::log::info("node {}: etcd answers again; it takes part in cluster changes again", options_.id);
-    } else if (now - last_ok > fence_after && !fenced_.exchange(true)) {
+  transport::LeaseKeeper::Hooks hooks;
+  hooks.lease = [this] { return lease_.load(); };
+  hooks.expired = [this] {
+    ptc::log::warn("node {}: its etcd lease expired; registering again", options_.id);
+    return register_node();
+  };
+  hooks.renewed = [this] {
+    retry_unlocks();
+    if (fenced_.exchange(false))
+      ptc::log::info("node {}: etcd answers again; it takes part in cluster changes again", options_.id);
+  };
+  hooks.lost = [this](const ptc::Status& why) {
+    if (!fenced_.exchange(true)) {
       resync_ = true;
       ptc::log::error(
           "node {}: cannot renew its etcd lease for half its TTL ({}); it takes part in no cluster change "
           "until etcd answers (fenced); reads of what it holds go on",
-          options_.id, r.status().to_string());
+          options_.id, why.to_string());
     }
-    lock.lock();
-  }
+    return true;  // renewing goes on: the node comes back when etcd answers
+  };
+  keeper_ = std::make_unique<transport::LeaseKeeper>(*etcd_, options_.lease_ttl_s, std::move(hooks));
+  watch_thread_ = std::thread([this] { watch_loop(); });
 }
 
 void EtcdMembership::apply(const std::string& key, const std::string& value, bool deleted, int64_t lease) {

@@ -25,6 +25,7 @@
 #include "daemon/cluster/etcd_record.h"
 #include "daemon/cluster/membership.h"
 #include "transport/etcd_client.h"
+#include "transport/etcd_lease.h"
 
 namespace ptcfs {
 
@@ -73,7 +74,6 @@ class EtcdMembership final : public Membership {
   EtcdMembership(EtcdOptions options, std::unique_ptr<transport::EtcdClient> etcd, transport::PeerBackend& peers)
       : options_(std::move(options)), etcd_(std::move(etcd)), peers_(peers) {}
   ptc::Status register_node();
-  void keep_alive_loop();
   void watch_loop();
   void retry_unlocks();
   void apply(const std::string& key, const std::string& value, bool deleted, int64_t lease);
@@ -99,7 +99,8 @@ class EtcdMembership final : public Membership {
   uint64_t lock_seq_ = 0;
   std::mutex wait_mu_;
   std::condition_variable wait_cv_;
-  std::thread keep_alive_thread_, watch_thread_;
+  std::unique_ptr<transport::LeaseKeeper> keeper_;  // this node's lease, renewed (transport/etcd_lease.h)
+  std::thread watch_thread_;
 };
 
 }  // namespace ptcfs
