@@ -9,7 +9,7 @@ changed:
     reference: tp=2,pp=2,dp=1, plain Adam, 0..15 without a change
 Processes are spawned once, as many as the largest config has ranks; gloo on CPU. A reshard
 moves parameters, Adam's moments and the step count rank to rank, as the plan of
-libptcfs_client says (ptcfs.live.plan): each rank sends and receives exactly the plan's bytes,
+libptcfs_client says (ptcfs.live.reshard_plan): each rank sends and receives exactly the plan's bytes,
 printed per rank beside the minimum. With --distributed-optimizer the moments are first
 gathered over each DP group into whole local slices (ZeRO ranges are not a PTC layout), the
 plan moves those, and each rank keeps its new range; the gather is counted apart ("gathered").

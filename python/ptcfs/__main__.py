@@ -89,7 +89,7 @@ def _say(quiet: bool):
 
 
 def import_megatron(a: argparse.Namespace) -> dict:
-    from . import megatron_ckpt
+    from .formats.megatron import checkpoint as megatron_ckpt
     from .control import Client, format_parallelism
     if (a.out is None) == (a.job is None):
         raise invalid("give either --job (import into the daemon) or --out (write a checkpoint folder)")
@@ -160,7 +160,7 @@ def live_plan(a: argparse.Namespace) -> int:
     from . import live
     with open(a.ptc) as f:
         text = f.read()
-    p = live.plan(text, a.frm, a.to)
+    p = live.reshard_plan(text, a.frm, a.to)
     if a.json:
         print(json.dumps(p, indent=2))
         return 0

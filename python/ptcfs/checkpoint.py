@@ -17,7 +17,7 @@ import numpy as np
 
 from . import direct as _direct
 from . import ptc as _ptc
-from . import safetensors as _st
+from .formats import safetensors as _st
 from .dtypes import as_storage, numpy_dtype
 from .errors import Error, from_os_error, invalid
 

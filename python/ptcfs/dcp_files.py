@@ -27,8 +27,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import dtypes as _dt
 from .errors import Error, invalid
-from .torch_pickle import Opaque, _rss, describe
-from .torch_zip import TorchZip
+from .formats.torch_pickle import Opaque, _rss, describe
+from .formats.torch_zip import TorchZip
 
 MAX_METADATA_BYTES = 256 << 20
 MAX_OBJECT_BYTES = 2 << 30  # what the unpickled objects may take (a 256 MiB .metadata of DCP's takes ~2 GB)
@@ -213,7 +213,7 @@ class Checkpoint:
         """The chunk's tensor, loaded code-free from its byte range and checked against the chunk."""
         import torch
 
-        from . import torch_pickle
+        from .formats import torch_pickle
         x = torch_pickle.load(c.file, c.offset, c.length)
         where = f"{c.file}[{c.offset}:{c.offset + c.length}]: tensor '{t.name}' chunk at {list(c.offsets)}"
         if not isinstance(x, torch.Tensor):

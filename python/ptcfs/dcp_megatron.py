@@ -25,7 +25,7 @@ import stat
 from typing import Dict
 
 from .errors import invalid
-from .torch_zip import TorchZip
+from .formats.torch_zip import TorchZip
 
 PREFIX = "__dcp__/megatron/"
 FILES = {"metadata.json": PREFIX + "metadata.json", "common.pt": PREFIX + "common.pt"}  # file: PTC tensor

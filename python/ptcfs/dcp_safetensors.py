@@ -26,7 +26,7 @@ from . import dtypes as _dt
 from ._json import no_duplicates
 from .dcp_files import MAX_CHUNKS, Checkpoint, Chunk, Tensor, _check_cover
 from .errors import invalid
-from .safetensors import MAX_HEADER, parse_header
+from .formats.safetensors import MAX_HEADER, parse_header
 
 SUFFIX = ".safetensors"
 INDEX = "model.safetensors.index.json"  # the HF writer's {"weight_map": {tensor: file}} (no shapes)

@@ -17,104 +17,29 @@ read-only, like those of a mapping of the mount (``np.array(a)`` for a copy to w
 
 import builtins
 import ctypes
-import ctypes.util
 import io
 import mmap
 import os
 import struct
-import threading
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import _native
 from . import dtypes as _dt
-from . import safetensors as _st
+from .formats import safetensors as _st
 from .errors import Error, invalid
 
 __all__ = ["open", "File", "library", "gpu_available"]
 
-_LIB = None
-_LIB_ERROR = ""
-_LIB_LOCK = threading.Lock()
-_ERRLEN = 1024
-
-
-def _candidates():
-    """Where libptcfs_client may be, in order: PTCFS_CLIENT_LIB; inside the package (a pip install,
-    pyproject.toml: every folder of the package's path, which an editable install extends); the
-    build folder of a source tree (PTCFS_BUILD, else <repo>/build); the system's."""
-    env = os.environ.get("PTCFS_CLIENT_LIB")
-    if env:
-        yield env
-    from . import __path__ as package_dirs
-    for d in package_dirs:
-        yield os.path.join(d, "libptcfs_client.so")
-    here = os.path.dirname(os.path.abspath(__file__))
-    build = os.environ.get("PTCFS_BUILD") or os.path.join(here, "..", "..", "build")
-    yield os.path.join(build, "client", "libptcfs_client.so")
-    found = ctypes.util.find_library("ptcfs_client")
-    if found:
-        yield found
+_ERRLEN = _native.ERRLEN
+DeviceStats = _native.DeviceStats
 
 
 def library():
     """libptcfs_client loaded with ctypes (PTCFS_CLIENT_LIB, the package's own, the build folder, or
-    the system's),
-    or None with the reason in ``library_error()``."""
-    global _LIB, _LIB_ERROR
-    with _LIB_LOCK:
-        if _LIB is not None or _LIB_ERROR:
-            return _LIB
-        for path in _candidates():
-            if not os.path.exists(path) and "/" in path:
-                continue
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError as e:
-                _LIB_ERROR = f"{path}: {e}"
-                continue
-            if not hasattr(lib, "ptcfs_read_many"):
-                _LIB_ERROR = f"{path}: a libptcfs_client of before ptcfs_read_many (rebuild it)"
-                continue
-            lib.ptcfs_open.restype = ctypes.c_void_p
-            lib.ptcfs_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-            lib.ptcfs_close.argtypes = [ctypes.c_void_p]
-            lib.ptcfs_size.restype = ctypes.c_uint64
-            lib.ptcfs_size.argtypes = [ctypes.c_void_p]
-            lib.ptcfs_version.restype = ctypes.c_uint64
-            lib.ptcfs_version.argtypes = [ctypes.c_void_p]
-            lib.ptcfs_span_count.restype = ctypes.c_size_t
-            lib.ptcfs_span_count.argtypes = [ctypes.c_void_p]
-            lib.ptcfs_span.restype = ctypes.c_int
-            lib.ptcfs_span.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
-                                       ctypes.POINTER(ctypes.c_uint64)]
-            lib.ptcfs_contiguous.restype = ctypes.c_void_p
-            lib.ptcfs_contiguous.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]
-            lib.ptcfs_read.restype = ctypes.c_int
-            lib.ptcfs_read.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
-                                       ctypes.c_char_p, ctypes.c_size_t]
-            lib.ptcfs_mapping_count.restype = ctypes.c_size_t
-            lib.ptcfs_mapping_count.argtypes = [ctypes.c_void_p]
-            lib.ptcfs_mapping.restype = ctypes.c_int
-            lib.ptcfs_mapping.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
-                                          ctypes.POINTER(ctypes.c_uint64)]
-            lib.ptcfs_locate.restype = ctypes.c_int
-            lib.ptcfs_locate.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
-                                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-            lib.ptcfs_read_many.restype = ctypes.c_int
-            lib.ptcfs_read_many.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
-                                            ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-            if hasattr(lib, "ptcfs_read_device"):  # a library of before the GPU path has none
-                lib.ptcfs_gpu_available.restype = ctypes.c_int
-                lib.ptcfs_gpu_available.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-                lib.ptcfs_read_device.restype = ctypes.c_int
-                lib.ptcfs_read_device.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
-                                                  ctypes.c_void_p, ctypes.POINTER(DeviceStats), ctypes.c_char_p,
-                                                  ctypes.c_size_t]
-            _LIB, _LIB_ERROR = lib, ""
-            return lib
-        _LIB_ERROR = _LIB_ERROR or "libptcfs_client.so not found (pip install the package, build the project, or set PTCFS_CLIENT_LIB)"
-        return None
+    the system's), or None with the reason in ``library_error()`` (ptcfs._native)."""
+    return _native.load()
 
 
 # A bytes object of n bytes, not yet written: filled in place before anyone else sees it (as
@@ -125,23 +50,13 @@ _new_bytes.restype = ctypes.py_object
 _new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
 
 
-class DeviceStats(ctypes.Structure):
-    """How a copy into GPU memory went (client/ptcfs_client.h ptcfs_device_stats)."""
-    _fields_ = [(name, ctypes.c_uint64) for name in (
-        "staged_bytes", "zero_bytes", "chunks", "direct_chunks", "gathered_chunks",
-        "plan_ns", "stage_ns", "wait_ns", "total_ns")]
-
-    def as_dict(self) -> Dict[str, int]:
-        return {name: int(getattr(self, name)) for name, _ in self._fields_}
-
-
 def gpu_available() -> Tuple[bool, str]:
     """(True, "") when libptcfs_client can copy files into GPU memory, else (False, why not):
     no library, a library built without CUDA, no driver, or no GPU."""
     lib = library()
     if lib is None:
         return False, library_error()
-    if not hasattr(lib, "ptcfs_read_device"):
+    if not _native.has(lib, "ptcfs_read_device"):
         return False, "this libptcfs_client has no GPU path (rebuild it)"
     err = ctypes.create_string_buffer(_ERRLEN)
     if lib.ptcfs_gpu_available(err, _ERRLEN) != 0:
@@ -150,14 +65,10 @@ def gpu_available() -> Tuple[bool, str]:
 
 
 def library_error() -> str:
-    library()
-    return _LIB_ERROR
+    return _native.load_error()
 
 
-def _error(buf) -> Error:
-    text = buf.value.decode("utf-8", "replace")
-    code, _, message = text.partition(": ")
-    return Error(code or "internal", message or text)
+_error = _native.error
 
 
 class _Handle:

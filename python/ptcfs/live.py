@@ -2,7 +2,7 @@
 running job moves from one parallel config to another without writing a checkpoint; every new
 rank receives the slices it lacks straight from the old ranks that hold them.
 
-``plan(ptc, frm, to)`` is ptcfs's own plan (libptcfs_client's ``ptcfs_live_plan``: the cluster plan
+``reshard_plan(ptc, frm, to)`` is ptcfs's own plan (libptcfs_client's ``ptcfs_live_plan``: the cluster plan
 with one node per global rank, so the bytes that cross are the minimum and DP replicas share the
 sending). ``reshard(state, ptc, frm, to, comm)`` carries it out on this rank:
 
@@ -33,14 +33,14 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from . import direct
+from . import _native
 from .control import format_parallelism
 from . import dtypes as _dt
 from .errors import Error, invalid
 
-__all__ = ["plan", "reshard", "reshard_dtensors", "rounds", "run_moves", "TorchComm", "NcclComm", "nccl_unique_id", "config_text"]
+__all__ = ["reshard_plan", "plan", "reshard", "reshard_dtensors", "rounds", "run_moves", "TorchComm", "NcclComm", "nccl_unique_id", "config_text"]
 
-_ERRLEN = 1024
+_ERRLEN = _native.ERRLEN
 Config = Union[str, Tuple[int, int, int], Dict[str, int]]
 
 
@@ -49,19 +49,13 @@ config_text = format_parallelism
 
 
 def _library():
-    lib = direct.library()
+    lib = _native.load()
     if lib is None:
-        raise Error("unavailable", "live plans need libptcfs_client: " + direct.library_error())
-    if not hasattr(lib, "_ptcfs_live_ready"):
-        lib.ptcfs_live_plan.restype = ctypes.c_void_p
-        lib.ptcfs_live_plan.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
-                                        ctypes.c_size_t]
-        lib.ptcfs_free.argtypes = [ctypes.c_void_p]
-        lib._ptcfs_live_ready = True
+        raise Error("unavailable", "live plans need libptcfs_client: " + _native.load_error())
     return lib
 
 
-def plan(ptc: Union[dict, str], frm: Config, to: Config) -> dict:
+def reshard_plan(ptc: Union[dict, str], frm: Config, to: Config) -> dict:
     """The live plan from config ``frm`` to ``to`` for the PTC (ptc.json as a dict or its text):
     {"from", "to", "bytes_min", "ranks": [{"rank", "old_shard", "new_shard", "new_shapes",
     "min", "sent", "received"}], "moves": [{"tensor", "src_rank", "dst_rank", "src", "dst",
@@ -72,11 +66,15 @@ def plan(ptc: Union[dict, str], frm: Config, to: Config) -> dict:
     err = ctypes.create_string_buffer(_ERRLEN)
     p = lib.ptcfs_live_plan(text.encode(), config_text(frm).encode(), config_text(to).encode(), err, _ERRLEN)
     if not p:
-        raise direct._error(err)
+        raise _native.error(err)
     try:
         return json.loads(ctypes.string_at(p).decode())
     finally:
         lib.ptcfs_free(p)
+
+
+# The name it had before ptcfs.plan (the planner) took the same word; kept for existing callers.
+plan = reshard_plan
 
 
 def _index(box: dict, lo: int = 0, hi: Optional[int] = None):
@@ -143,7 +141,7 @@ def reshard(state: Dict[str, Any], ptc: Union[dict, str], frm: Config, to: Confi
     try:
         ptc_d = json.loads(ptc) if isinstance(ptc, str) else ptc
         digest = _digest(ptc_d, frm, to)
-        p = live_plan if live_plan is not None else plan(ptc, frm, to)
+        p = live_plan if live_plan is not None else reshard_plan(ptc, frm, to)
         if me >= len(p["ranks"]):
             problem = f"rank {me} is outside both worlds of {p['from']} -> {p['to']}"
         else:
@@ -322,18 +320,8 @@ def _nccl_library():
     """libptcfs_client with its NCCL entries typed; NCCL itself is found as the C side documents,
     and also in the nvidia-nccl wheel that pip's torch depends on, when the variable is unset."""
     lib = _library()
-    if not hasattr(lib, "_ptcfs_nccl_ready"):
-        if not hasattr(lib, "ptcfs_nccl_open"):
-            raise Error("unavailable", "this libptcfs_client has no NCCL entries (rebuild it)")
-        lib.ptcfs_nccl_version.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-        lib.ptcfs_nccl_unique_id.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-        lib.ptcfs_nccl_open.restype = ctypes.c_void_p
-        lib.ptcfs_nccl_open.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
-                                        ctypes.c_char_p, ctypes.c_size_t]
-        lib.ptcfs_nccl_exchange.argtypes = [ctypes.c_void_p, ctypes.POINTER(_P2POp), ctypes.c_size_t,
-                                            ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
-        lib.ptcfs_nccl_close.argtypes = [ctypes.c_void_p]
-        lib._ptcfs_nccl_ready = True
+    if not _native.has(lib, "ptcfs_nccl_open"):
+        raise Error("unavailable", "this libptcfs_client has no NCCL entries (rebuild it)")
     if not os.environ.get("PTCFS_NCCL_LIBRARY"):
         wheel = _wheel_nccl()
         if wheel:
@@ -352,9 +340,7 @@ def _wheel_nccl() -> str:
     return ""
 
 
-class _P2POp(ctypes.Structure):
-    _fields_ = [("peer", ctypes.c_int), ("send", ctypes.c_int), ("data", ctypes.c_void_p),
-                ("bytes", ctypes.c_uint64)]
+_P2POp = _native.P2POp
 
 
 def nccl_unique_id() -> bytes:
@@ -363,7 +349,7 @@ def nccl_unique_id() -> bytes:
     out = ctypes.create_string_buffer(128)
     err = ctypes.create_string_buffer(_ERRLEN)
     if lib.ptcfs_nccl_unique_id(out, err, _ERRLEN) != 0:
-        raise direct._error(err)
+        raise _native.error(err)
     return out.raw
 
 
@@ -422,7 +408,7 @@ class NcclComm:
         err = ctypes.create_string_buffer(_ERRLEN)
         h = lib.ptcfs_nccl_open(rank, world, unique_id, self.device.index, err, _ERRLEN)
         if not h:
-            raise direct._error(err)
+            raise _native.error(err)
         self._h, self._lib = h, lib
 
     def exchange(self, sends: List[Tuple[int, int, Any]], recvs: List[Tuple[int, int, Any]]) -> None:
@@ -441,7 +427,7 @@ class NcclComm:
         err = ctypes.create_string_buffer(_ERRLEN)
         if self._lib.ptcfs_nccl_exchange(self._h, ops, len(both), stream, int(self.timeout_s * 1000), err,
                                          _ERRLEN) != 0:
-            raise direct._error(err)
+            raise _native.error(err)
 
     def close(self) -> None:
         if self._h is not None:

@@ -14,7 +14,7 @@ def reshard_all(states: List[Dict[str, Any]], ptc: dict, frm, to, comm, chunk_by
                 staging_bytes: int = 64 << 20) -> Tuple[List[Dict[str, Any]], dict]:
     """states[r]: global rank r's {name: tensor} at frm (on comm.device). Returns the new states of
     every rank of the larger world at `to`, and {"moved": bytes through comm, "rounds", "plan"}."""
-    p = live.plan(ptc, frm, to)
+    p = live.reshard_plan(ptc, frm, to)
     new = []
     for r in p["ranks"]:
         new.append({n: torch.zeros(shape, dtype=dtypes.torch_dtype(ptc["tensors"][n]["dtype"]), device=comm.device)

@@ -58,7 +58,7 @@ def test_live_reshards_continue_the_uninterrupted_run_and_move_the_plans_bytes(t
         assert x["config"] == "tp={},pp={},dp={}".format(*CONFIGS[it // ITERS])
         assert abs(x["loss"] - ref_losses[it]) <= LOSS_RTOL * abs(ref_losses[it]), it
     for i, (frm, to) in enumerate(zip(CONFIGS, CONFIGS[1:])):
-        p = live.plan(model_ptc(frm), frm, to)
+        p = live.reshard_plan(model_ptc(frm), frm, to)
         stats = [rec["reshards"][i] for rec in got]
         assert [s["sent"] for s in stats] == [x["sent"] for x in p["ranks"]]
         assert [s["received"] for s in stats] == [x["received"] for x in p["ranks"]] == [x["min"] for x in p["ranks"]]

@@ -61,7 +61,7 @@ def test_live_reshard_round_trip_matches_the_oracle_and_moves_the_minimum(tmp_pa
     ptc = small_ptc()
     ranks = run_ranks(tmp_path, ptc, CONFIGS, chunk_bytes, staging_bytes)
     for i, (frm, to) in enumerate(zip(CONFIGS, CONFIGS[1:])):
-        p = live.plan(ptc, frm, to)
+        p = live.reshard_plan(ptc, frm, to)
         assert p["bytes_min"] > 0
         sent = 0
         for r, records in enumerate(ranks):
@@ -87,7 +87,7 @@ def test_live_reshard_round_trip_matches_the_oracle_and_moves_the_minimum(tmp_pa
 def test_plan_of_tp2_to_tp1_names_the_rows_rank_1_sends():
     ptc = {"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": 0,
            "tensors": {"a": {"dtype": "F32", "shape": [4, 2], "tp_dim": 0}, "b": {"dtype": "F32", "shape": [3]}}}
-    p = live.plan(ptc, (2, 1, 1), "tp=1,pp=1,dp=1")
+    p = live.reshard_plan(ptc, (2, 1, 1), "tp=1,pp=1,dp=1")
     assert p["bytes_min"] == 16
     assert p["moves"][1] == {"tensor": "a", "src_rank": 1, "dst_rank": 0, "bytes": 16,
                              "src": {"start": [0, 0], "shape": [2, 2]}, "dst": {"start": [2, 0], "shape": [2, 2]}}
@@ -97,7 +97,7 @@ def test_plan_of_tp2_to_tp1_names_the_rows_rank_1_sends():
 
 def test_plan_refuses_a_config_that_does_not_fit():
     with pytest.raises(Error) as e:
-        live.plan(small_ptc(), (3, 1, 1), (1, 1, 1))
+        live.reshard_plan(small_ptc(), (3, 1, 1), (1, 1, 1))
     assert e.value.code == "invalid_argument"
 
 
@@ -112,7 +112,7 @@ def test_live_plan_command_prints_the_plan_reshard_runs(tmp_path):
     base = [sys.executable, "-m", "ptcfs", "live-plan", str(path), "--from", "tp=2,pp=2,dp=1", "--to", "tp=1,pp=2,dp=2"]
     r = subprocess.run(base + ["--json"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == live.plan(small_ptc(), (2, 2, 1), (1, 2, 2))
+    assert json.loads(r.stdout) == live.reshard_plan(small_ptc(), (2, 2, 1), (1, 2, 2))
     r = subprocess.run(base, capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()

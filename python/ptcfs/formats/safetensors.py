@@ -19,9 +19,9 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
 
-from . import dtypes as _dt
-from ._json import no_duplicates
-from .errors import Error, invalid
+from .. import dtypes as _dt
+from .._json import no_duplicates
+from ..errors import Error, invalid
 
 MAX_HEADER = 100_000_000  # the reference implementation's limit
 WRITE_BUFFER = 1 << 20    # large writes: fewer FUSE round trips

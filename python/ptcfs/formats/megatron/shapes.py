@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any, List, Optional
 
-from .errors import invalid
+from ...errors import invalid
 
 _LAYER = re.compile(r"(?:^|\.)layers\.\d+\.(.+)$")
 _QKV = ("self_attention.query_key_value.", "self_attention.linear_qkv.")

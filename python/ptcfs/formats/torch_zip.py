@@ -19,7 +19,7 @@ import zipfile
 import zlib
 from typing import Dict, Optional
 
-from .errors import invalid
+from ..errors import invalid
 
 MAX_PICKLE_BYTES = 64 << 20      # data.pkl: Megatron's pickles are KBs to a few MB (docs/FORMATS.md)
 MAX_DIRECTORY_BYTES = 8 << 20    # the central directory: ~100k members of torch's names (~500 B each parsed)

@@ -29,12 +29,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from . import megatron_shapes
-from . import ptc as _ptc
-from . import torch_pickle
-from .dtypes import safetensors_dtype_of, torch_to_numpy
-from .errors import Error, invalid
-from .megatron import OPTIMIZER_PREFIXES, _rule, infer_megatron
+from . import shapes as megatron_shapes
+from ... import ptc as _ptc
+from .. import torch_pickle
+from ...dtypes import safetensors_dtype_of, torch_to_numpy
+from ...errors import Error, invalid
+from . import OPTIMIZER_PREFIXES, _rule, infer_megatron
 
 RANK_FILE = "model_optim_rng.pt"
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -501,7 +501,7 @@ def write_checkpoint(ck: MegatronCheckpoint, out_dir: str, to: Optional[Tuple[in
                      progress: Optional[Callable[[str], None]] = None) -> dict:
     """Writes OUT_DIR/ptc.json and its rank files (what `ptcfs import` reads) for the
     checkpoint's own (tp, pp) or for `to`; returns the PTC written."""
-    from .checkpoint import save_ptc, save_shard
+    from ...checkpoint import save_ptc, save_shard
     ptc = _ptc.with_parallelism(ck.ptc, *to) if to else ck.ptc
     _ptc.check_layout(ptc, where=f"{ck.path} as {_ptc.parallelism(ptc)}")
     os.makedirs(out_dir, exist_ok=True)

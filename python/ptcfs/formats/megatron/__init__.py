@@ -40,9 +40,9 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import dtypes as _dt
-from . import ptc as _ptc
-from .errors import invalid
+from ... import dtypes as _dt
+from ... import ptc as _ptc
+from ...errors import invalid
 
 OPTIMIZER_PREFIXES = ("optimizer.exp_avg.", "optimizer.exp_avg_sq.")
 

@@ -36,7 +36,7 @@ import pickle
 import struct
 from typing import Any, Dict, List, Optional, Tuple
 
-from .errors import invalid
+from ..errors import invalid
 from .torch_zip import MAX_PICKLE_BYTES, TorchZip
 
 MAX_OBJECT_BYTES = 256 << 20  # what the pickle's objects other than storages may take
