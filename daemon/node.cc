@@ -109,8 +109,7 @@ ptc::Status Node::open_store() {
   policy.min_piece = opts_.compact_below;
   // Steps saved into the mount: the save committer (run()) asks the runner to commit them.
   saves_ = std::make_unique<SaveService>(
-      *store_, cfg_.cluster ? SaveMode::kCluster : SaveMode::kOneNode, [this] { saves_ready_.raise(); },
-      [this] { refresh_mount(); });
+      *store_, [this] { saves_ready_.raise(); }, [this] { refresh_mount(); });
   if (!cfg_.cluster) {
     for (auto& k : restore_prepared(*store_)) {  // kept by an earlier run in a cluster: nothing decides them here
       abort_change(*store_, k.change);

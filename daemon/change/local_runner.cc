@@ -1,9 +1,12 @@
 #include "daemon/change/local_runner.h"
 
+#include <chrono>
+
 #include "daemon/reshard/hf_import.h"
 #include "daemon/reshard/importer.h"
 #include "daemon/store/prepared.h"
 #include "ptc/base/log.h"
+#include "ptc/base/metrics.h"
 
 namespace ptcfs {
 
@@ -91,6 +94,35 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> LocalRunner::dataset_progress
   return next;
 }
 
-ptc::Status LocalRunner::save_commit(const SaveCommitRequest& req) { return saves_.commit_complete(req.job, req.step); }
+ptc::Status LocalRunner::save_commit(const SaveCommitRequest& req) {
+  // As every change: the save service prepares the version, the one commit path commits it, and
+  // the service hears how it went (a failed commit leaves the step pending and failed: ls says
+  // why; remove it with ptcfs rm).
+  const SaveService::PartState state = saves_.part_state(req.job, req.step);
+  if (!state.pending || !state.whole) return ptc::Status::ok();  // committed, removed, or not complete
+  const std::string name = req.job + "/" + req.step;
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto change = saves_.prepare_part(req.job, req.step, StepPlacement{});
+  if (!change) {
+    ptc::log::error("committing {}: {}; the step stays pending (remove it with ptcfs rm)", name,
+                    change.status().to_string());
+    ptc::metrics::operation("save", false, seconds(), 0);
+    return change.status();
+  }
+  const size_t shards = change->next->layout().shards().size();
+  const size_t tensors = change->next->layout().ptc().tensors.size();
+  const ptc::Status committed = commit_change(store_, *change);
+  saves_.part_done(req.job, req.step, committed.is_ok(), committed.is_ok() ? "" : committed.message());
+  if (!committed) {
+    ptc::log::error("committing {}: {}", name, committed.to_string());
+    ptc::metrics::operation("save", false, seconds(), 0);
+    return committed;
+  }
+  ptc::metrics::operation("save", true, seconds(), state.bytes);
+  ptc::log::info("saved {}: {} shards, {} tensors, {} bytes, committed as version 1", name, shards, tensors,
+                 state.bytes);
+  return ptc::Status::ok();
+}
 
 }  // namespace ptcfs

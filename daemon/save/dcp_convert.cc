@@ -149,7 +149,7 @@ ptc::Result<DcpSave> SaveService::convert_dcp(const std::shared_ptr<PendingStep>
   std::map<std::string, std::string> file_nodes;  // .distcp file -> the node that staged it
   for (const auto& [file, size] : sizes) file_nodes[file] = self;
   std::map<std::string, std::map<std::string, uint64_t>> others;  // node -> its staged files
-  if (mode_ == SaveMode::kCluster && dcp_peers_) {
+  if (dcp_peers_) {                                               // a cluster's
     PTC_ASSIGN_OR_RETURN(others, dcp_peers_->staged_files(s->job, s->step));
     for (const auto& [node, files] : others) peers.push_back(node);
   }
@@ -165,7 +165,7 @@ ptc::Result<DcpSave> SaveService::convert_dcp(const std::shared_ptr<PendingStep>
       for (const auto& c : it.chunks)
         if (!sizes.count(c.file))
           return ptc::invalid(where + ": '" + it.fqn + "' lies in " + c.file + ", which was not written through " +
-                              (mode_ == SaveMode::kCluster ? "any live node's mount" : "the mount") +
+                              (dcp_peers_ ? "any live node's mount" : "the mount") +
                               " (remove the step with ptcfs rm " + s->job + "/" + s->step + " and save it again)");
     PTC_RETURN_IF_ERROR(ptc::check_dcp_references(md, sizes, where));
     const DcpFileReader read = save_reader(where, s->job, s->step, staged, file_nodes, self, dcp_peers_);

@@ -153,50 +153,7 @@ void SaveService::forget(const std::string& job, const std::string& step) {
   changed();
 }
 
-ptc::Status SaveService::commit_complete(const std::string& job, const std::string& step) {
-  const auto s = find(job, step);
-  if (!s) return ptc::Status::ok();  // committed or removed meanwhile
-  {
-    std::lock_guard lock(s->mu);
-    if (!s->complete_scan()) {  // changed since it was ready
-      if (s->complete())
-        ptc::log::error("{}: its tally says complete, a pass over its files says not (a bug; it stays pending)",
-                        s->name());
-      return ptc::Status::ok();
-    }
-  }
-  const std::string name = s->name();
-  const auto start = std::chrono::steady_clock::now();
-  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  auto change = build_change(s, StepPlacement{});
-  if (!change) {
-    ptc::log::error("committing {}: {}; the step stays pending (remove it with ptcfs rm)", name,
-                    change.status().to_string());
-    ptc::metrics::operation("save", false, seconds(), 0);
-    return change.status();
-  }
-  uint64_t bytes = 0;
-  size_t shards = 0, tensors = 0;
-  {
-    std::lock_guard lock(s->mu);
-    bytes = s->bytes_total();
-    shards = s->layout->shards().size();
-    tensors = s->layout->ptc().tensors.size();
-  }
-  if (auto st = commit_change(store_, *change); !st) {
-    // commit_change released the claim and removed the blobs: nothing of it is left.
-    ptc::log::error("committing {}: {}", name, st.to_string());
-    ptc::metrics::operation("save", false, seconds(), 0);
-    forget(s->job, s->step);
-    return st;
-  }
-  ptc::metrics::operation("save", true, seconds(), bytes);
-  ptc::log::info("saved {}: {} shards, {} tensors, {} bytes, committed as version 1", name, shards, tensors, bytes);
-  forget(s->job, s->step);
-  return ptc::Status::ok();
-}
-
-// ---- in a cluster ---------------------------------------------------------------------
+// ---- the runner's side: where a step stands, its change, its outcome ------------------
 
 SaveService::PartState SaveService::part_state(const std::string& job, const std::string& step) const {
   PartState st;
@@ -205,6 +162,11 @@ SaveService::PartState SaveService::part_state(const std::string& job, const std
   std::lock_guard lock(s->mu);
   st.pending = true;
   st.ready = s->part_complete();
+  // The tally says so (PendingStep::note); a commit goes by a pass over every file.
+  st.whole = st.ready && s->complete() && s->complete_scan();
+  if (st.ready && s->complete() && !st.whole)
+    ptc::log::error("{}: its tally says complete, a pass over its files says not (a bug; it stays pending)", s->name());
+  st.bytes = s->bytes_total();
   if (s->layout) {
     st.ptc_text = ptc::ptc_to_json(s->layout->ptc());
     st.ptc_digest = xxh3_of(st.ptc_text.data(), st.ptc_text.size());
@@ -248,8 +210,8 @@ void SaveService::part_done(const std::string& job, const std::string& step, boo
   // A change not taken back (the abort said why trying again would not help, or its own commit
   // failed here) took the blobs with it.
   if (!s->claim && s->failure.empty())
-    s->failure = why.empty() ? "the cluster's commit failed on this node; remove the step (ptcfs rm) and save it again"
-                             : "the cluster's commit was aborted: " + why;
+    s->failure = why.empty() ? "the commit failed on this node; remove the step (ptcfs rm) and save it again"
+                             : "the commit was aborted: " + why;
 }
 
 void SaveService::take_back(const std::string& job, const std::string& step, PreparedChange& change) {

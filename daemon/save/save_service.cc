@@ -88,8 +88,8 @@ ptc::Result<FileKind> classify(const std::string& where, const std::string& rel)
 
 }  // namespace
 
-SaveService::SaveService(Store& store, SaveMode mode, std::function<void()> wake, std::function<void()> changed)
-    : store_(store), mode_(mode), wake_(std::move(wake)), changed_(std::move(changed)) {}
+SaveService::SaveService(Store& store, std::function<void()> wake, std::function<void()> changed)
+    : store_(store), wake_(std::move(wake)), changed_(std::move(changed)) {}
 
 SaveService::~SaveService() {
   std::lock_guard lock(mu_);
@@ -329,9 +329,9 @@ ptc::Status SaveService::remove(const std::string& job, const std::string& step)
 }
 
 bool SaveService::ready(const PendingStep& step) const {
-  // One node commits a complete step; on a cluster the deciding node looks at every node's part
-  // once this one is complete.
-  return mode_ == SaveMode::kCluster ? step.part_complete() : step.complete();
+  // This node's part is complete: the runner looks at the whole (one node commits a complete
+  // step; on a cluster the deciding node looks at every node's part).
+  return step.part_complete();
 }
 
 void SaveService::closed(const std::shared_ptr<PendingStep>& step) {

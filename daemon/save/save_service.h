@@ -1,9 +1,11 @@
 // Saving into the mount (docs/FORMATS.md "Saving into the mount"): the WriteTarget the
 // filesystem passes mkdir, create, write and unlink to. It keeps the pending steps
 // (daemon/save/pending_step.h) in memory: a step reserves its name in the store when made.
-// It never commits on its own: when a step is ready (on one node: complete; on a cluster:
-// this node's part complete) it wakes the node's save committer, which takes the ready steps
-// (take_ready) and asks the node's ChangeRunner to commit each (daemon/change/runner.h). The
+// It never commits on its own: when this node's part of a step is complete it wakes the node's
+// save committer, which takes the ready steps (take_ready) and asks the node's ChangeRunner to
+// commit each (daemon/change/runner.h), as every change is committed: the runner asks where the
+// step stands (part_state), has the service prepare the version (prepare_part), commits it
+// through the one commit path and tells the service (part_done). The
 // commit runs on the committer's thread, never in a FUSE request handler (it refreshes the
 // mount). Blobs of a pending step are pending in the blob store: a restart removes them and
 // the step with them (never half-committed).
@@ -29,16 +31,13 @@
 
 namespace ptcfs {
 
-// One node commits a step when it is complete; on a cluster each node says when its part is.
-enum class SaveMode { kOneNode, kCluster };
-
 class SaveService final : public fs::WriteTarget {
  public:
   // `wake` is called when a step becomes ready to commit, or another node said one is
   // (note_ready); it is called from FUSE and RPC threads and must not block. `changed` is
   // called after a commit or a removal (the mount refreshes), from the thread that made it.
   // Both may be empty.
-  SaveService(Store& store, SaveMode mode, std::function<void()> wake, std::function<void()> changed);
+  SaveService(Store& store, std::function<void()> wake, std::function<void()> changed);
   ~SaveService() override;  // pending steps are dropped
 
   ptc::Status make_job(const std::string& job) override;
@@ -77,29 +76,27 @@ class SaveService final : public fs::WriteTarget {
   // Another node's part of job/step is complete (peer.save_ready): wakes the committer.
   void note_ready(const std::string& job, const std::string& step);
 
-  // On one node: commits the pending step as version 1 through the one commit path, if it is
-  // complete (ok and nothing done when it is not, or is no longer pending). A failed commit
-  // leaves the step pending and failed (ls shows why; remove it with ptcfs rm).
-  ptc::Status commit_complete(const std::string& job, const std::string& step);
-
-  // On a cluster the step commits on every node together (daemon/cluster/coordinator.h).
+  // Where a step saved here stands: one node commits it once it is complete; a cluster once
+  // every node's part is (daemon/cluster/coordinator.h).
   struct PartState {
     bool pending = false;  // this node has the step pending
     bool ready = false;    // and its part is complete
+    bool whole = false;    // and every file of the step is here, checked by a pass over them
+    uint64_t bytes = 0;    // of the step's tensors (0 until ptc.json is there)
     std::string ptc_text;  // canonical ptc.json, once written
     uint64_t ptc_digest = 0;
     std::vector<std::string> complete;  // shards written in full here
   };
   PartState part_state(const std::string& job, const std::string& step) const;
-  // The pending steps ready here (one node: complete; a cluster: this node's part complete),
-  // still waiting for their commit (on a cluster, the word to the deciding node may have been
-  // lost: it was down or restarted).
+  // The pending steps whose part is complete here, still waiting for their commit (on a
+  // cluster, the word to the deciding node may have been lost: it was down or restarted).
   std::vector<std::pair<std::string, std::string>> ready_parts() const;
-  // This node's part as a change to commit, holding the shards `placement` says; the step is
-  // committing (no more writes) until part_done.
+  // This node's part as a change to commit, holding the shards `placement` says (empty: all,
+  // one node); the step is committing (no more writes) until part_done.
   ptc::Result<PreparedChange> prepare_part(const std::string& job, const std::string& step, StepPlacement placement);
-  // After the cluster committed (the pending step goes) or aborted (it stays pending and is
-  // tried again; take_back first kept its blobs and name from the aborted change).
+  // After the change committed (the pending step goes) or aborted (it stays pending: on a
+  // cluster it is tried again when take_back first kept its blobs and name from the aborted
+  // change; else it is failed, and ls says why).
   // `why`: the reason of an abort that trying again would not undo (the part then fails).
   void part_done(const std::string& job, const std::string& step, bool committed, const std::string& why = {});
   // An aborted change of this node's part: its blobs and the step's claim go back to the step
@@ -138,7 +135,6 @@ class SaveService final : public fs::WriteTarget {
   void changed();
 
   Store& store_;
-  const SaveMode mode_;
   const std::function<void()> wake_, changed_;
   DcpPeers* dcp_peers_ = nullptr;
   mutable std::mutex mu_;  // guards steps_, jobs_, ready_

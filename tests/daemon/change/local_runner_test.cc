@@ -13,7 +13,7 @@ namespace {
 
 struct Node {
   explicit Node(const std::string& dir)
-      : store(open_store(dir)), saves(*store, SaveMode::kOneNode, {}, {}), runner(*store, saves, CompactionPolicy{}) {}
+      : store(open_store(dir)), saves(*store, {}, {}), runner(*store, saves, CompactionPolicy{}) {}
   std::unique_ptr<Store> store;
   SaveService saves;
   LocalRunner runner;

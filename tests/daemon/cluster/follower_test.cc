@@ -22,7 +22,7 @@ namespace {
 struct Half {
   Half(const std::string& dir, transport::PeerBackend& backend, int self)
       : store(open_store(dir)),
-        saves(*store, SaveMode::kCluster, {}, {}),
+        saves(*store, {}, {}),
         members(backend),
         parts(*store, members, saves, node_id(*backend.cluster(), self)),
         service(*store, backend, self, members, saves, parts, PrepareOptions{}),

@@ -36,7 +36,7 @@ struct Node {
   }
   void open() {
     store = open_store(data);
-    saves = std::make_unique<SaveService>(*store, SaveMode::kCluster, nullptr, nullptr);
+    saves = std::make_unique<SaveService>(*store, nullptr, nullptr);
     parts = std::make_unique<Participant>(*store, members, *saves, "n1");
   }
   // The daemon stops (nothing decided is decided by it) and starts again.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/change/local_runner.h"
 #include "daemon/save/pending_step.h"
 #include "daemon/save/save_service.h"
 #include "ptc/formats/npy.h"
@@ -62,12 +63,21 @@ std::shared_ptr<fs::WriteFile> write_file(SaveService& save, const std::string& 
 
 size_t count_blobs(const std::string& data_dir) { return blob_files(data_dir).size(); }
 
+// Commits a complete step as the node's save committer does on one node (LocalRunner::save_commit:
+// part_state, prepare_part, the one commit path, part_done); whether it is committed.
+bool commit(Store& store, SaveService& save, const std::string& job, const std::string& step) {
+  LocalRunner runner(store, save, CompactionPolicy{});
+  const ptc::Status s = runner.save_commit(SaveCommitRequest{job, step});
+  INFO(s.to_string());
+  return s.is_ok() && !save.part_state(job, step).pending;
+}
+
 }  // namespace
 
 TEST_CASE("a step saved per tensor commits as one version, read back byte for byte, small tensors packed") {
   TempDir dir;
   auto store = open_store(dir.path());
-  SaveService save(*store, SaveMode::kOneNode, {}, {});
+  SaveService save(*store, {}, {});
   const ptc::Layout l = layout_of(kPtcJson);
   REQUIRE(save.make_job("j").is_ok());
   REQUIRE(save.make_step("j", "1").is_ok());
@@ -96,7 +106,7 @@ TEST_CASE("a step saved per tensor commits as one version, read back byte for by
   }
   write_file(save, "j", "1", "ptc.json", Writes{{{0, kPtcJson}}});
   REQUIRE(save.take_ready() == std::vector<std::pair<std::string, std::string>>{{"j", "1"}});
-  REQUIRE(save.commit_complete("j", "1").is_ok());
+  REQUIRE(commit(*store, save, "j", "1"));
   check_step(*store, "j", "1", want);
   CHECK(count_blobs(dir.path()) == l.shards().size());  // one pack per shard, not one blob per tensor
 }
@@ -104,7 +114,7 @@ TEST_CASE("a step saved per tensor commits as one version, read back byte for by
 TEST_CASE("a large tensor file gets a blob of its own; one written past 1 MiB before its header too") {
   TempDir dir;
   auto store = open_store(dir.path());
-  SaveService save(*store, SaveMode::kOneNode, {}, {});
+  SaveService save(*store, {}, {});
   const std::string json = R"({"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": 1, "tensors": {
       "big": {"dtype": "F32", "shape": [1500000]}, "late": {"dtype": "F32", "shape": [400000]},
       "small": {"dtype": "F32", "shape": [16]}}})";
@@ -124,7 +134,7 @@ TEST_CASE("a large tensor file gets a blob of its own; one written past 1 MiB be
       w.at = {{0, head}, {head.size(), bytes}};
     write_file(save, "j", "2", "tp0-pp0/" + name + ".npy", w);
   }
-  REQUIRE(save.commit_complete("j", "2").is_ok());
+  REQUIRE(commit(*store, save, "j", "2"));
   auto v = find_step(*store, "j", "2");
   for (size_t i = 0; i < l.slices(shard).size(); ++i) {
     const auto& s = l.slices(shard)[i];
@@ -138,7 +148,7 @@ TEST_CASE("a large tensor file gets a blob of its own; one written past 1 MiB be
 TEST_CASE("a tensor file cut to 0 and written again holds its new bytes, in the pack or not") {
   TempDir dir;
   auto store = open_store(dir.path());
-  SaveService save(*store, SaveMode::kOneNode, {}, {});
+  SaveService save(*store, {}, {});
   const std::string json = R"({"parallelism": {"tp": 1, "pp": 1, "dp": 1}, "num_layers": 1, "tensors": {
       "a": {"dtype": "F32", "shape": [16]}, "b": {"dtype": "F32", "shape": [1200000]},
       "c": {"dtype": "F32", "shape": [32]}}})";
@@ -168,7 +178,7 @@ TEST_CASE("a tensor file cut to 0 and written again holds its new bytes, in the 
     f->release(*id);
   }
   write_file(save, "j", "3", "ptc.json", Writes{{{0, json}}});
-  REQUIRE(save.commit_complete("j", "3").is_ok());
+  REQUIRE(commit(*store, save, "j", "3"));
   auto v = find_step(*store, "j", "3");
   for (size_t i = 0; i < l.slices(shard).size(); ++i) {
     const auto& s = l.slices(shard)[i];
