@@ -37,7 +37,10 @@ bool step_less(const std::string& a, const std::string& b) {
 void record_metrics(const std::string& op, const json& req, const ptc::Result<json>& r, double seconds) {
   static const std::set<std::string> kChanges = {"import", "repartition", "rm", "dataset.add", "dataset.progress"};
   if (!kChanges.count(op)) return;
-  const bool dry = req.is_object() && req.value("dry_run", false) == true;
+  // Read without throwing: a request whose dry_run is not a boolean was refused by its parser,
+  // and that refusal is what the client gets.
+  const auto dry_it = req.is_object() ? req.find("dry_run") : req.end();
+  const bool dry = req.is_object() && dry_it != req.end() && dry_it->is_boolean() && dry_it->get<bool>();
   uint64_t bytes = 0;
   if (r && r->is_object()) {
     for (const char* k : {"bytes", "bytes_total"})

@@ -76,6 +76,9 @@ def test_malformed_frames_are_refused_and_the_connection_closed(daemon, bad, why
     (json.dumps({"op": "ls", "extra": 1}).encode(), "invalid_argument", "unknown key 'extra'"),
     (json.dumps({"op": "import", "dir": "relative", "job": "j", "step": "1"}).encode(), "invalid_argument",
      "must be an absolute path"),
+    # A member of the wrong type is the parser's refusal, not an internal error of the metrics after it.
+    (json.dumps({"op": "repartition", "job": "j", "step": "1", "to": "tp=1,pp=1,dp=1", "dry_run": "yes"}).encode(),
+     "invalid_argument", "dry_run"),
 ])
 def test_bad_requests_get_an_error_and_the_connection_stays_usable(daemon, body, code, text):
     with connect(daemon) as s:
