@@ -54,6 +54,7 @@ PendingFile::PendingFile(std::shared_ptr<PendingStep> step, Kind kind, std::stri
       shard(shard),
       tensor(std::move(tensor)),
       blob(std::move(blob)),
+      gate(kind == Kind::kShard),
       step_(std::move(step)) {}
 
 uint64_t PendingFile::size() const {
@@ -64,21 +65,13 @@ uint64_t PendingFile::size() const {
 ptc::Result<uint64_t> PendingFile::open_writer() {
   std::unique_lock lock(step_->mu);
   Noted noted(*step_, *this);
-  if (whole() && owner != 0) {
-    // Closed by its writer, its release still on the way: wait for it. Open elsewhere (still
-    // written, or only a forked copy of its descriptor was closed): refused.
-    step_->released.wait_for(lock, kReleaseWait, [&] { return owner == 0 || !owner_closed; });
-    if (owner != 0)
-      return busy(step_->name() + "/" + rel + " is open for writing by another writer (ptc.json and a shard file " +
-                  "are written whole, by one writer at a time)");
-  }
-  ++writers;
-  if (whole()) {
-    owner = last_writer + 1;
-    owner_closed = false;
-  }
-  if (kind == Kind::kPtcJson) drafts[last_writer + 1];
-  return ++last_writer;
+  PTC_ASSIGN_OR_RETURN(const uint64_t writer,
+                       gate.open(lock, step_->released, kReleaseWait,
+                                 step_->name() + "/" + rel +
+                                     " is open for writing by another writer (ptc.json and a shard file are written "
+                                     "whole, by one writer at a time)"));
+  if (kind == Kind::kPtcJson) drafts[writer];
+  return writer;
 }
 
 bool PendingFile::committing() const {
@@ -87,7 +80,7 @@ bool PendingFile::committing() const {
 }
 
 bool PendingFile::complete() const {
-  if (dead || writers > 0 || !error.empty()) return false;
+  if (dead || gate.writers() > 0 || !error.empty()) return false;
   if (kind == Kind::kPtcJson) return true;
   return expected && end == *expected && written.covers(0, *expected);
 }
@@ -107,18 +100,16 @@ ptc::Status PendingFile::write(uint64_t writer, uint64_t off, const void* data, 
     Noted noted(*step_, *this);
     if (dead) return ptc::not_found(where + " was removed");
     if (step_->committing) return ptc::error(ptc::Code::kPermissionDenied, where + ": its step is committing");
-    if (whole()) {
-      if (writer != owner) return busy(where + " is open for writing by another writer");
-      if (owner_closed) {
-        // Written after a close: only a copy of the descriptor was closed (a child's, at its
-        // exit or exec). What that close found is void: the file is checked at the next.
-        owner_closed = false;
-        if (error_at_close) error.clear();
-        error_at_close = false;
-        if (kind == Kind::kShard) {
-          expected.reset();
-          entry_of_slice.clear();
-        }
+    bool reopened = false;
+    PTC_RETURN_IF_ERROR(gate.write(writer, where, reopened));
+    if (reopened) {
+      // Written after a close: only a copy of the descriptor was closed (a child's, at its
+      // exit or exec). What that close found is void: the file is checked at the next.
+      if (error_at_close) error.clear();
+      error_at_close = false;
+      if (kind == Kind::kShard) {
+        expected.reset();
+        entry_of_slice.clear();
       }
     }
     if (kind == Kind::kPtcJson) return write_draft(writer, off, data, len, where);
@@ -254,7 +245,7 @@ ptc::Status PendingFile::truncate(uint64_t writer, uint64_t size) {
     return ptc::Status::ok();
   }
   // Only its writer changes a whole file; truncate(2) by path only while nobody has it open.
-  if (whole() && owner != 0 && writer != owner) return busy(where + " is open for writing by another writer");
+  PTC_RETURN_IF_ERROR(gate.truncate(writer, where));
   if (size < written.end()) {
     if (size != 0)
       return ptc::error(ptc::Code::kPermissionDenied, where + ": cannot cut written bytes off a file being saved");
@@ -284,7 +275,7 @@ ptc::Status PendingFile::flush(uint64_t writer) {
   const std::string where = step_->name() + "/" + rel;
   if (dead) return ptc::Status::ok();
   // A whole file is checked when its writer closes it; its release follows (open_writer).
-  if (whole() && writer == owner) owner_closed = true;
+  gate.closed(writer);
   if (kind == Kind::kPtcJson) return close_draft(writer, where);
   if (!error.empty()) return ptc::invalid(error);
   if (kind == Kind::kTensor) return ptc::Status::ok();  // its header was checked as it came
@@ -313,15 +304,12 @@ void PendingFile::release(uint64_t writer) {
   {
     std::lock_guard lock(step_->mu);
     Noted noted(*step_, *this);
-    if (whole() && writer == owner) {
-      owner = 0;
-      step_->released.notify_all();
-    }
+    const bool last = gate.release(writer, step_->released);
     if (auto it = drafts.find(writer); it != drafts.end()) {
       step_->draft_bytes -= it->second.text.size();
       drafts.erase(it);
     }
-    if (--writers > 0 || dead) return;
+    if (!last || dead) return;
     step = step_;
   }
   if (step->on_closed) step->on_closed(step);
@@ -419,7 +407,7 @@ bool PendingStep::part_complete_scan() const {
   auto ptc_it = files.find("ptc.json");
   if (ptc_it == files.end() || !ptc_it->second->complete()) return false;
   for (const auto& [rel, f] : files)
-    if (f->writers > 0 || !f->error.empty()) return false;
+    if (f->gate.writers() > 0 || !f->error.empty()) return false;
   // Every data file belongs to a shard written in full here.
   const std::vector<bool> whole = complete_shards();
   for (const auto& [rel, f] : files) {
@@ -442,7 +430,7 @@ bool PendingStep::complete_scan() const {
 FileCount PendingStep::count_of(const PendingFile& f) const {
   FileCount c;
   if (f.dead) return c;  // not one of the step's files any more
-  c.open = f.writers > 0;
+  c.open = f.gate.writers() > 0;
   c.failed = !f.error.empty();
   if (!layout || f.kind == PendingFile::Kind::kPtcJson) return c;
   const auto& shards = layout->shards();

@@ -54,6 +54,7 @@
 #include "ptc/formats/npy.h"
 #include "ptc/formats/safetensors.h"
 #include "ptc/layout.h"
+#include "daemon/save/writer_gate.h"
 
 namespace ptcfs {
 
@@ -99,10 +100,7 @@ class PendingFile final : public fs::WriteFile {
   uint64_t resets = 0;  // truncations to 0: a write under way across one is not counted
   ByteRanges written;
   uint64_t end = 0;             // the file's size: the largest end of a write or truncate
-  int writers = 0;              // handles open for writing
-  uint64_t last_writer = 0;     // ids given to them: 1, 2, ...
-  uint64_t owner = 0;           // a whole file's one open handle (0: none)
-  bool owner_closed = false;    // it was closed (flushed) and not written since: its release is coming
+  WriterGate gate;              // who may write it (daemon/save/writer_gate.h)
   bool error_at_close = false;  // `error` was found by that close (void if the writer writes again)
   bool dead = false;            // unlinked, or its step removed
   FileCount counted;            // what it adds to the step's tally now
