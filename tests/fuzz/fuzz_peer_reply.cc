@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "daemon/cluster/change_record.h"
+#include "daemon/cluster/changes/change_kinds.h"
 #include "daemon/cluster/dcp_save_ops.h"
 #include "daemon/cluster/etcd_record.h"
 #include "ptc/base/json_util.h"

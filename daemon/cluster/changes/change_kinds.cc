@@ -1,6 +1,5 @@
 #include "daemon/cluster/changes/change_kinds.h"
 
-#include "daemon/cluster/changes/part_context.h"
 #include "ptc/base/json_util.h"
 
 namespace ptcfs {
@@ -32,10 +31,6 @@ std::string record_key(const AnyChange& c) {
 
 std::string datasets_of(const AnyChange& c) {
   return std::visit([](const auto& k) { return k.datasets_of(); }, c);
-}
-
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const AnyChange& c, PrepareReply& reply) {
-  return std::visit([&](const auto& k) { return prepare_part(ctx, k, reply); }, c);
 }
 
 nlohmann::json to_json(const PrepareRequest& r) {

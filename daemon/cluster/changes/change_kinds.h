@@ -1,9 +1,10 @@
 // Every kind of cluster change, and peer.prepare, the request that carries one. Each kind is one
-// file beside this one holding its struct, its members in the request, the record that decides
-// it and a node's prepare of its part (`prepare_part`); it is registered by its line in
-// AnyChange below. The request's codec, the record key and the prepare dispatch over the
-// variant, so adding a kind touches its file, that line and its tests (docs/ARCHITECTURE.md
-// "A cluster").
+// header beside this one holding its struct, its members in the request and the record that
+// decides it, with a node's prepare of its part (`prepare_part`) in the .cc of the same name; it
+// is registered by its line in AnyChange below. The request's codec, the record key and the
+// prepare (part_context.h) dispatch over the variant, so adding a kind touches its files, that
+// line and its tests (docs/ARCHITECTURE.md "A cluster"). The codec needs no store: the fuzz
+// target of peer replies links it alone.
 #pragma once
 
 #include <cstdint>
@@ -19,12 +20,9 @@
 #include "daemon/cluster/changes/remove_change.h"
 #include "daemon/cluster/changes/repartition_change.h"
 #include "daemon/cluster/changes/save_change.h"
-#include "daemon/store/prepared.h"
 #include "ptc/base/status.h"
 
 namespace ptcfs {
-
-struct PartContext;
 
 // The registry: one line per kind (its "kind" in the request is its kKind).
 using AnyChange =
@@ -48,7 +46,6 @@ std::string record_key(const AnyChange& c);
 // The job whose datasets the change may change (a progress; a repartition re-splits them);
 // empty when it changes none.
 std::string datasets_of(const AnyChange& c);
-// This node's part of the change, by its kind.
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const AnyChange& c, PrepareReply& reply);
+// (This node's part of a change, by its kind: prepare_part in daemon/cluster/changes/part_context.h.)
 
 }  // namespace ptcfs

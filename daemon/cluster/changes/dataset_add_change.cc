@@ -15,21 +15,6 @@ namespace {
 constexpr uint64_t kTableChunk = 16 << 20;  // bytes per peer.dataset_table (the home's limit too)
 }  // namespace
 
-std::string DatasetAddChange::record_key() const { return etcd_dataset_key(job, name); }
-
-void DatasetAddChange::write(nlohmann::json& j) const { j.update({{"job", job}, {"name", name}, {"record", record}}); }
-
-ptc::Result<DatasetAddChange> DatasetAddChange::read(const nlohmann::json& j, const std::string& w) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "record"}, w));
-  DatasetAddChange c;
-  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
-  auto it = j.find("record");
-  if (it == j.end() || !it->is_object()) return ptc::invalid(w + " lacks 'record'");
-  c.record = *it;
-  return c;
-}
-
 ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const DatasetAddChange& c, PrepareReply&) {
   // Pull the home's sample table into a blob of our own.
   const std::string w = "peer.prepare record";

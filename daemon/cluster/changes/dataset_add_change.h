@@ -8,12 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/cluster/change_record.h"
-#include "daemon/store/prepared.h"
+#include "daemon/cluster/membership.h"
+#include "ptc/base/json_util.h"
 #include "ptc/base/status.h"
 
 namespace ptcfs {
 
 struct PartContext;
+struct PreparedChange;
 
 struct DatasetAddChange {
   static constexpr const char* kKind = "dataset_add";
@@ -25,6 +27,25 @@ struct DatasetAddChange {
   void write(nlohmann::json& j) const;
   static ptc::Result<DatasetAddChange> read(const nlohmann::json& j, const std::string& where);
 };
+
+// Its members in peer.prepare, written and read here (header-only, so that the request's codec
+// links without the store: tests/fuzz/fuzz_peer_reply.cc).
+inline std::string DatasetAddChange::record_key() const { return etcd_dataset_key(job, name); }
+
+inline void DatasetAddChange::write(nlohmann::json& j) const {
+  j.update({{"job", job}, {"name", name}, {"record", record}});
+}
+
+inline ptc::Result<DatasetAddChange> DatasetAddChange::read(const nlohmann::json& j, const std::string& w) {
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "record"}, w));
+  DatasetAddChange c;
+  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
+  auto it = j.find("record");
+  if (it == j.end() || !it->is_object()) return ptc::invalid(w + " lacks 'record'");
+  c.record = *it;
+  return c;
+}
 
 ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const DatasetAddChange& c, PrepareReply& reply);
 

@@ -21,25 +21,6 @@ std::string node_dir(std::string dir, const std::string& id) {
 
 }  // namespace
 
-std::string ImportChange::record_key() const { return etcd_step_key(job, step); }
-
-void ImportChange::write(nlohmann::json& j) const {
-  j.update({{"dir", dir}, {"job", job}, {"step", step}, {"nodes", nodes}});
-  if (!gpus.empty()) j["gpus"] = gpus;
-}
-
-ptc::Result<ImportChange> ImportChange::read(const nlohmann::json& j, const std::string& w) {
-  PTC_RETURN_IF_ERROR(
-      ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "dir", "job", "step", "nodes", "gpus"}, w));
-  ImportChange c;
-  PTC_ASSIGN_OR_RETURN(c.dir, ptc::member_string(j, "dir", w));
-  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
-  PTC_ASSIGN_OR_RETURN(c.nodes, ptc::member_strings(j, "nodes", w));
-  PTC_ASSIGN_OR_RETURN(c.gpus, ptc::member_gpus_or_empty(j, "gpus", w));
-  return c;
-}
-
 ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const ImportChange& c, PrepareReply& reply) {
   ctx.members.learn(c.nodes);
   ImportSummary sum;

@@ -10,12 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/cluster/change_record.h"
-#include "daemon/store/prepared.h"
+#include "daemon/cluster/membership.h"
+#include "ptc/base/json_util.h"
 #include "ptc/base/status.h"
 
 namespace ptcfs {
 
 struct PartContext;
+struct PreparedChange;
 
 struct ImportChange {
   static constexpr const char* kKind = "import";
@@ -28,6 +30,27 @@ struct ImportChange {
   void write(nlohmann::json& j) const;
   static ptc::Result<ImportChange> read(const nlohmann::json& j, const std::string& where);
 };
+
+// Its members in peer.prepare, written and read here (header-only, so that the request's codec
+// links without the store: tests/fuzz/fuzz_peer_reply.cc).
+inline std::string ImportChange::record_key() const { return etcd_step_key(job, step); }
+
+inline void ImportChange::write(nlohmann::json& j) const {
+  j.update({{"dir", dir}, {"job", job}, {"step", step}, {"nodes", nodes}});
+  if (!gpus.empty()) j["gpus"] = gpus;
+}
+
+inline ptc::Result<ImportChange> ImportChange::read(const nlohmann::json& j, const std::string& w) {
+  PTC_RETURN_IF_ERROR(
+      ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "dir", "job", "step", "nodes", "gpus"}, w));
+  ImportChange c;
+  PTC_ASSIGN_OR_RETURN(c.dir, ptc::member_string(j, "dir", w));
+  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(c.nodes, ptc::member_strings(j, "nodes", w));
+  PTC_ASSIGN_OR_RETURN(c.gpus, ptc::member_gpus_or_empty(j, "gpus", w));
+  return c;
+}
 
 // Reads this node's shards; the reply carries the shards and bytes read and a digest of the
 // ptc.json seen (the coordinator compares them across the nodes).

@@ -5,9 +5,11 @@
 
 #include <string>
 
+#include "daemon/cluster/changes/change_kinds.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/repartition_part.h"
 #include "daemon/save/save_service.h"
+#include "daemon/store/prepared.h"
 #include "daemon/store/store.h"
 #include "transport/backend.h"
 
@@ -23,5 +25,8 @@ struct PartContext {
   const PrepareOptions& options;
   std::string tx;  // the change's transaction
 };
+
+// This node's part of the change `c`, by its kind (each kind's prepare_part).
+ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const AnyChange& c, PrepareReply& reply);
 
 }  // namespace ptcfs

@@ -7,12 +7,14 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/cluster/change_record.h"
-#include "daemon/store/prepared.h"
+#include "daemon/cluster/membership.h"
+#include "ptc/base/json_util.h"
 #include "ptc/base/status.h"
 
 namespace ptcfs {
 
 struct PartContext;
+struct PreparedChange;
 
 struct RemoveChange {
   static constexpr const char* kKind = "remove";
@@ -23,6 +25,20 @@ struct RemoveChange {
   void write(nlohmann::json& j) const;
   static ptc::Result<RemoveChange> read(const nlohmann::json& j, const std::string& where);
 };
+
+// Its members in peer.prepare, written and read here (header-only, so that the request's codec
+// links without the store: tests/fuzz/fuzz_peer_reply.cc).
+inline std::string RemoveChange::record_key() const { return etcd_step_key(job, step); }
+
+inline void RemoveChange::write(nlohmann::json& j) const { j.update({{"job", job}, {"step", step}}); }
+
+inline ptc::Result<RemoveChange> RemoveChange::read(const nlohmann::json& j, const std::string& w) {
+  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step"}, w));
+  RemoveChange c;
+  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
+  return c;
+}
 
 // Claims the step as changing; a node that never had it prepares an empty part.
 ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const RemoveChange& c, PrepareReply& reply);

@@ -31,59 +31,6 @@ ptc::Status same_datasets(const RepartitionChange& c, const std::vector<DatasetC
 
 }  // namespace
 
-std::string RepartitionChange::record_key() const { return etcd_step_key(job, step); }
-
-void RepartitionChange::write(nlohmann::json& j) const {
-  j.update({{"job", job},
-            {"step", step},
-            {"from_version", from_version},
-            {"ptc", ptc_json(ptc)},
-            {"from_nodes", from_nodes},
-            {"to", to.to_string()},
-            {"to_nodes", to_nodes},
-            {"down", down},
-            {"digest", digest}});
-  if (!from_holders.empty()) j["from_holders"] = from_holders;
-  if (!from_gpus.empty()) j["from_gpus"] = from_gpus;
-  if (!to_gpus.empty()) j["to_gpus"] = to_gpus;
-  if (global_batch) j["global_batch"] = global_batch;
-  if (datasets) j["datasets"] = *datasets;
-}
-
-ptc::Result<RepartitionChange> RepartitionChange::read(const nlohmann::json& j, const std::string& w) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(
-      j,
-      {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc", "from_nodes", "from_holders",
-       "from_gpus", "to", "to_nodes", "to_gpus", "down", "digest", "global_batch", "datasets"},
-      w));
-  RepartitionChange c;
-  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
-  PTC_ASSIGN_OR_RETURN(c.from_version, ptc::member_u64(j, "from_version", w));
-  PTC_ASSIGN_OR_RETURN(c.ptc, ptc_member(j, "ptc", w));
-  PTC_ASSIGN_OR_RETURN(c.from_nodes, ptc::member_strings(j, "from_nodes", w));
-  PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string(j, "to", w));
-  PTC_ASSIGN_OR_RETURN(c.to, ptc::parse_parallelism(to));
-  PTC_ASSIGN_OR_RETURN(c.to_nodes, ptc::member_strings(j, "to_nodes", w));
-  PTC_ASSIGN_OR_RETURN(c.from_gpus, ptc::member_gpus_or_empty(j, "from_gpus", w));
-  PTC_ASSIGN_OR_RETURN(c.to_gpus, ptc::member_gpus_or_empty(j, "to_gpus", w));
-  PTC_ASSIGN_OR_RETURN(c.down, ptc::member_strings(j, "down", w));
-  PTC_ASSIGN_OR_RETURN(c.digest, ptc::member_u64_or(j, "digest", 0, w));
-  PTC_ASSIGN_OR_RETURN(c.global_batch, ptc::member_u64_or(j, "global_batch", 0, w));
-  if (j.contains("from_holders")) {
-    PTC_ASSIGN_OR_RETURN(c.from_holders, ptc::member_string_lists(j, "from_holders", w));
-  }
-  if (j.contains("datasets")) {
-    const nlohmann::json& d = j["datasets"];
-    if (!d.is_object()) return ptc::invalid(w + ": 'datasets' must be an object of dataset name -> version");
-    c.datasets.emplace();
-    for (const auto& [name, version] : d.items()) {
-      PTC_ASSIGN_OR_RETURN((*c.datasets)[name], ptc::member_u64(d, name.c_str(), w + ": datasets"));
-    }
-  }
-  return c;
-}
-
 ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const RepartitionChange& c, PrepareReply& reply) {
   std::vector<std::string> ids = c.to_nodes;
   ids.insert(ids.end(), c.from_nodes.begin(), c.from_nodes.end());

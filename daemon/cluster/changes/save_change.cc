@@ -10,23 +10,6 @@
 
 namespace ptcfs {
 
-std::string SaveChange::record_key() const { return etcd_step_key(job, step); }
-
-void SaveChange::write(nlohmann::json& j) const {
-  j.update({{"job", job}, {"step", step}, {"ptc", ptc_json(ptc)}, {"holders", holders}});
-}
-
-ptc::Result<SaveChange> SaveChange::read(const nlohmann::json& j, const std::string& w) {
-  PTC_RETURN_IF_ERROR(
-      ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step", "ptc", "holders"}, w));
-  SaveChange c;
-  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
-  PTC_ASSIGN_OR_RETURN(c.ptc, ptc_member(j, "ptc", w));
-  PTC_ASSIGN_OR_RETURN(c.holders, ptc::member_string_lists(j, "holders", w));
-  return c;
-}
-
 ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const SaveChange& c, PrepareReply& reply) {
   PTC_ASSIGN_OR_RETURN(ptc::Layout layout, ptc::Layout::make(c.ptc, c.ptc.parallelism));
   if (c.holders.size() != layout.shards().size())

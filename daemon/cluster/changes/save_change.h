@@ -11,13 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/cluster/change_record.h"
-#include "daemon/store/prepared.h"
+#include "daemon/cluster/membership.h"
+#include "ptc/base/json_util.h"
 #include "ptc/base/status.h"
 #include "ptc/model.h"
 
 namespace ptcfs {
 
 struct PartContext;
+struct PreparedChange;
 
 struct SaveChange {
   static constexpr const char* kKind = "save";
@@ -30,6 +32,25 @@ struct SaveChange {
   void write(nlohmann::json& j) const;
   static ptc::Result<SaveChange> read(const nlohmann::json& j, const std::string& where);
 };
+
+// Its members in peer.prepare, written and read here (header-only, so that the request's codec
+// links without the store: tests/fuzz/fuzz_peer_reply.cc).
+inline std::string SaveChange::record_key() const { return etcd_step_key(job, step); }
+
+inline void SaveChange::write(nlohmann::json& j) const {
+  j.update({{"job", job}, {"step", step}, {"ptc", ptc_json(ptc)}, {"holders", holders}});
+}
+
+inline ptc::Result<SaveChange> SaveChange::read(const nlohmann::json& j, const std::string& w) {
+  PTC_RETURN_IF_ERROR(
+      ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step", "ptc", "holders"}, w));
+  SaveChange c;
+  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(c.ptc, ptc_member(j, "ptc", w));
+  PTC_ASSIGN_OR_RETURN(c.holders, ptc::member_string_lists(j, "holders", w));
+  return c;
+}
 
 // The reply carries, per shard held, a digest of its slices' XXH3s (replicas are compared).
 ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const SaveChange& c, PrepareReply& reply);

@@ -1,0 +1,9 @@
+#include "daemon/cluster/changes/part_context.h"
+
+namespace ptcfs {
+
+ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const AnyChange& c, PrepareReply& reply) {
+  return std::visit([&](const auto& k) { return prepare_part(ctx, k, reply); }, c);
+}
+
+}  // namespace ptcfs
