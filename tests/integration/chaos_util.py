@@ -19,7 +19,8 @@ Checked, as operations end and at convergence points (faults paused and healed):
 - every call returns within its deadline: a CLI call within a minute (the CLI's deadline is 30 s of
   silence, docs/FORMATS.md), each read syscall within 2 x --peer-timeout + 1 s.
 
-A read may fail (EIO, EHOSTUNREACH, ENOTCONN, ECONNABORTED) only while a node is faulted; a wrong byte never. Every
+A read may fail (EIO, EHOSTUNREACH, ENOTCONN, ECONNABORTED) only while a node is faulted, and ENOENT only on the
+mount of a node that is restarting after a kill; a wrong byte never. Every
 operation, fault and violation is kept in `events` with its time, and written to `chaos.log` under the
 root, so that a failing seed can be read and run again.
 """
@@ -87,6 +88,12 @@ class Faults:
         with self.mu:
             return any(t == node and k in ("kill", "stop") and s <= t1 + 1 and
                        (e is None or e >= t0 - (CATCH_UP_S if k == "stop" else 1.0))
+                       for k, t, s, e in self.intervals)
+
+    def node_killed(self, node: int, t0: float, t1: float) -> bool:
+        """Whether daemon `node` was dead or restarting at any time in [t0, t1] (1 s around it)."""
+        with self.mu:
+            return any(t == node and k == "kill" and s <= t1 + 1 and (e is None or e >= t0 - 1.0)
                        for k, t, s, e in self.intervals)
 
     def any_node_faulted(self, t0: float, t1: float) -> bool:
@@ -324,7 +331,10 @@ class Soak:
             except OSError as e:
                 t1 = time.monotonic()
                 self.stats["read_errors"] += 1
-                if e.errno not in READ_ERRNOS or not self.faults.any_node_faulted(t0, t1):
+                # The mount point of a restarting node is an empty folder between the new daemon's
+                # detaching of the stale mount and its own mount (docs/ARCHITECTURE.md, the errno table).
+                restarting = e.errno == errno.ENOENT and self.faults.node_killed(node, t0, t1)
+                if not restarting and (e.errno not in READ_ERRNOS or not self.faults.any_node_faulted(t0, t1)):
                     self.violation(f"n{node} read failed with {errno.errorcode.get(e.errno, e.errno)} ({e}) "
                                    f"with {'a' if self.faults.any_node_faulted(t0, t1) else 'no'} node faulted")
                 time.sleep(0.2)
