@@ -17,6 +17,7 @@
 #include "cli/output.h"
 #include "cli/python_cmd.h"
 #include "cli/size_arg.h"
+#include "ptc/formats/hf_config.h"
 #include "ptc/formats/npy.h"
 #include "ptc/formats/rank_file.h"
 #include "ptc/formats/safetensors.h"
@@ -161,8 +162,12 @@ ptc::Result<json> export_hf(const Source& src, const std::string& dir, uint64_t 
     const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
     PTC_RETURN_IF_ERROR(write_file(dir + "/model.safetensors.index.json", index.dump(2) + "\n"));
   }
+  if (!src.ptc.hf_config.empty()) {  // the model's config.json, kept since its import or save
+    PTC_RETURN_IF_ERROR(write_file(dir + "/" + ptc::kHfConfigFile, json::parse(src.ptc.hf_config).dump(2) + "\n"));
+  }
   line.finish();
-  return json{{"files", files}, {"tensors", src.ptc.tensors.size()}, {"bytes", total}};
+  return json{
+      {"files", files}, {"tensors", src.ptc.tensors.size()}, {"bytes", total}, {"config", !src.ptc.hf_config.empty()}};
 }
 
 // A file of the step, open, and its size.

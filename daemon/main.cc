@@ -116,6 +116,11 @@ int main(int argc, char** argv) {
                  "Repartition copies a re-cut slice into a blob of its own when its pieces are smaller than this "
                  "many bytes; larger pieces are remapped")
       ->capture_default_str();
+  app.add_option("--hf-shard-size", o.node_opts.hf_shard_bytes,
+                 "Bytes past which a step's hf/ view starts a new safetensors file (docs/FORMATS.md \"The Hugging "
+                 "Face view\")")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 50))
+      ->capture_default_str();
   app.add_option("--peer-timeout", o.node_opts.peer_timeout_s,
                  "Seconds a peer may stay silent (no reply, no keepalive) before its call fails: a read of its "
                  "shard with EIO, a change with an error")

@@ -148,6 +148,7 @@ ptc::Status Node::mount() {
   fs::MountOptions mo;
   mo.mountpoint = cfg_.mount;
   mo.direct_socket = direct_path;
+  mo.hf_shard_bytes = opts_.hf_shard_bytes;
   mo.debug = opts_.fuse_debug;
   mo.allow_other = opts_.allow_other;
   auto source = [this] {

@@ -60,6 +60,7 @@ struct NodeOptions {
   int64_t lease_ttl_s = 10;
   int64_t prepare_expiry_s = 600;
   uint64_t compact_below = CompactionPolicy{}.min_piece;
+  uint64_t hf_shard_bytes = 5'000'000'000;  // fs::MountOptions::hf_shard_bytes
   double peer_timeout_s = 10;
   bool fuse_debug = false;
   bool allow_other = true;

@@ -142,6 +142,8 @@ struct Contents {
   // The direct socket's path, the content of the hidden file MNT/.ptcfs-direct (fs/tree.h);
   // empty: no such file.
   std::string direct_socket;
+  // The size past which a step's hf/ view starts a new safetensors file (fs/hf_views.h).
+  uint64_t hf_shard_bytes = 5'000'000'000;
 };
 
 }  // namespace ptcfs::fs

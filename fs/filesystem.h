@@ -26,6 +26,8 @@ struct MountOptions {
   // The direct socket (daemon/direct/direct_server.h): the mount shows its path in the hidden
   // file MNT/.ptcfs-direct (fs/tree.h), so a client finds it from any path of the mount. Empty: none.
   std::string direct_socket;
+  // The size past which a step's hf/ view starts a new safetensors file (fs/hf_views.h).
+  uint64_t hf_shard_bytes = 5'000'000'000;
 };
 
 class View;

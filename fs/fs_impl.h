@@ -54,6 +54,7 @@ class Filesystem::Impl {
   Contents contents() {
     Contents c = source();
     c.direct_socket = opts.direct_socket;
+    c.hf_shard_bytes = opts.hf_shard_bytes;
     return c;
   }
 

@@ -11,6 +11,7 @@
 
 #include "fs/dataset_views.h"
 #include "fs/dcp_views.h"
+#include "fs/hf_views.h"
 #include "ptc/base/log.h"
 
 namespace ptcfs::fs {
@@ -251,7 +252,8 @@ ptc::Status lazy_dir(SubTree& st, Builder& b, const std::string& sp, const std::
 }
 
 ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint64_t job_ino,
-                                                       const std::shared_ptr<LazyIndex>& index) {
+                                                       const std::shared_ptr<LazyIndex>& index,
+                                                       uint64_t hf_shard_bytes) {
   const auto& c = e.content;
   const auto& layout = c->layout();
   const int64_t mtime = c->mtime();
@@ -291,6 +293,13 @@ ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint6
   for (auto& [name, view] : dcp_views(c)) {
     PTC_RETURN_IF_ERROR(b.file(dcp, sp + "/" + kDcpDir, name, view, tag, mtime).status());
     PTC_RETURN_IF_ERROR(b.file(step_dir, sp, name, std::move(view), tag, mtime).status());
+  }
+  // The Hugging Face view, for a step that carries its config.json.
+  auto hf = hf_views(c, hf_shard_bytes);
+  if (!hf.empty()) {
+    PTC_ASSIGN_OR_RETURN(uint64_t hf_dir, b.dir(step_dir, sp, kHfDir, mtime));
+    for (auto& [name, view] : hf)
+      PTC_RETURN_IF_ERROR(b.file(hf_dir, sp + "/" + kHfDir, name, std::move(view), tag, mtime).status());
   }
   return std::shared_ptr<const SubTree>(std::move(st));
 }
@@ -417,7 +426,8 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, c
   for (const auto& e : contents.steps) {
     if (reserved(e.job, e.step)) continue;
     PTC_ASSIGN_OR_RETURN(uint64_t job_ino, top.dir(kRootIno, "", e.job, e.content->mtime()));
-    attach({e.job, e.step}, e.content, job_ino, e.step, [&] { return build_step(e, job_ino, t->lazy_index_); });
+    attach({e.job, e.step}, e.content, job_ino, e.step,
+           [&] { return build_step(e, job_ino, t->lazy_index_, contents.hf_shard_bytes); });
   }
   for (const auto& job : contents.jobs) PTC_RETURN_IF_ERROR(top.dir(kRootIno, "", job, 0).status());
   for (const auto& e : contents.pending) {

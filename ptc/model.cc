@@ -196,8 +196,12 @@ Result<TensorSpec> parse_tensor(const std::string& name, const json& t, int num_
 
 Result<Ptc> parse_ptc_json(std::string_view text, const std::string& file) {
   PTC_ASSIGN_OR_RETURN(json j, parse_json(text, file));
-  PTC_RETURN_IF_ERROR(check_members(j, {"parallelism", "num_layers", "tensors"}, file));
+  PTC_RETURN_IF_ERROR(check_members(j, {"parallelism", "num_layers", "tensors", "hf_config"}, file));
   Ptc ptc;
+  if (j.contains("hf_config")) {
+    if (!j["hf_config"].is_object()) return invalid(file + ": 'hf_config' must be an object (a config.json)");
+    ptc.hf_config = j["hf_config"].dump();
+  }
   if (!j.contains("parallelism")) return invalid(file + ": missing 'parallelism'");
   PTC_ASSIGN_OR_RETURN(ptc.parallelism, parse_par_json(j["parallelism"], file + ": parallelism"));
   if (j.contains("num_layers")) {
@@ -247,11 +251,14 @@ nlohmann::json ptc_json(const Ptc& ptc) {
   j["parallelism"] = {{"tp", ptc.parallelism.tp}, {"pp", ptc.parallelism.pp}, {"dp", ptc.parallelism.dp}};
   j["num_layers"] = ptc.num_layers;
   j["tensors"] = std::move(tensors);
+  if (!ptc.hf_config.empty()) j["hf_config"] = json::parse(ptc.hf_config);
   return j;
 }
 
 std::string ptc_json_text(const Ptc& ptc) {
-  std::string out = "{\"num_layers\":";
+  std::string out = "{";
+  if (!ptc.hf_config.empty()) out += "\"hf_config\":" + ptc.hf_config + ",";  // compact and sorted already
+  out += "\"num_layers\":";
   auto num = [&](int64_t v) {
     if (v < 0) {
       out += '-';

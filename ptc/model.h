@@ -52,6 +52,10 @@ struct Ptc {
   Parallelism parallelism;
   int num_layers = 0;
   std::vector<TensorSpec> tensors;  // sorted by name, unique
+  // The Hugging Face config.json of the model whose tensors these are, under their Hugging Face
+  // names: compact JSON of an object, keys sorted (empty: none). A step with one has the hf/ view
+  // (docs/FORMATS.md "The Hugging Face view").
+  std::string hf_config;
 
   const TensorSpec* find(std::string_view name) const;
 };

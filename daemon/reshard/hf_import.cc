@@ -103,6 +103,7 @@ Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc:
   std::vector<std::string> skipped;
   PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::infer_ptc(tmpl, ck.infos(), ptc::Parallelism{}, dir,
                                                     ck.config ? &*ck.config : nullptr, &skipped));
+  if (ck.config) ptc.hf_config = ck.config->json;  // the hf/ view's config.json
   if (then)
     if (auto target = ptc::Layout::make(ptc, *then); !target)
       return target.status().with_context(dir + " cannot be laid out at " + then->to_string());

@@ -17,7 +17,7 @@ using prometheus::Counter;
 using prometheus::Histogram;
 
 constexpr std::array<std::string_view, static_cast<size_t>(ViewKind::kCount)> kViewKinds = {
-    "metadata", "rank_file", "slice_npy", "full_npy", "dataset", "pending", "dcp"};
+    "metadata", "rank_file", "slice_npy", "full_npy", "dataset", "pending", "dcp", "hf"};
 constexpr std::array<const char*, static_cast<size_t>(FuseOp::kCount)> kFuseOps = {
     "lookup", "getattr", "open", "read", "release", "readdir", "write", "create", "other"};
 

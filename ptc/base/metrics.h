@@ -22,7 +22,7 @@ namespace ptc::metrics {
 std::shared_ptr<prometheus::Registry> registry();
 
 // What a file of the mount is; label `kind` of the read metrics.
-enum class ViewKind { kMetadata, kRankFile, kSliceNpy, kFullNpy, kDataset, kPending, kDcp, kCount };
+enum class ViewKind { kMetadata, kRankFile, kSliceNpy, kFullNpy, kDataset, kPending, kDcp, kHf, kCount };
 std::string_view view_kind_name(ViewKind k);
 
 // One read of `bytes` from a view of `kind` (ptcfs_view_reads_total, ptcfs_view_read_bytes_total).

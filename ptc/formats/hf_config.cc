@@ -56,6 +56,7 @@ Result<HfConfig> parse_hf_config(std::string_view text, const std::string& where
   PTC_ASSIGN_OR_RETURN(json doc, parse_json(text, where));
   if (!doc.is_object()) return invalid(where + ": expected a JSON object");
   HfConfig c;
+  c.json = doc.dump();
   for (const auto& [key, v] : doc.items()) {
     if (key == "tie_word_embeddings") {
       if (!v.is_boolean()) return invalid(where + ": tie_word_embeddings must be true or false, got " + v.dump());

@@ -25,6 +25,7 @@ inline constexpr char kHfConfigFile[] = "config.json";
 struct HfConfig {
   std::map<std::string, int64_t, std::less<>> values;
   std::optional<bool> tie_word_embeddings;  // absent: not said
+  std::string json;                         // the whole document: compact, keys sorted (Ptc::hf_config)
 };
 
 // Parses config.json; `where` names it in errors. Refused: not a JSON object, a

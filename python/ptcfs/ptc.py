@@ -30,7 +30,7 @@ from . import dtypes as _dt
 from ._json import no_duplicates
 from .errors import invalid
 
-TOP_KEYS = ("parallelism", "num_layers", "tensors")
+TOP_KEYS = ("parallelism", "num_layers", "tensors", "hf_config")
 TENSOR_KEYS = ("dtype", "shape", "tp_dim", "parts", "pad_to", "heads", "layer", "stage")
 PAR_KEYS = ("tp", "pp", "dp")
 MAX_DIMS = 16
@@ -155,6 +155,8 @@ def validate(ptc: Any, where: str = "ptc.json") -> None:
             raise invalid(f"{where}: parallelism: missing '{k}'")
         _int(par[k], f"{where}: parallelism.{k}", 1, 1 << 20)
     num_layers = _int(ptc.get("num_layers", 0), f"{where}: num_layers", 0, 1 << 20)
+    if "hf_config" in ptc and not isinstance(ptc["hf_config"], dict):
+        raise invalid(f"{where}: 'hf_config' must be an object (a config.json)")
     tensors = ptc.get("tensors")
     if not isinstance(tensors, dict) or not tensors:
         raise invalid(f"{where}: 'tensors' must be a non-empty object")
@@ -183,6 +185,8 @@ def normalize(ptc: Mapping) -> dict:
     neither layer nor stage was given), sorted stage lists, parts only when > 1."""
     out = {"parallelism": {k: ptc["parallelism"][k] for k in PAR_KEYS},
            "num_layers": ptc.get("num_layers", 0), "tensors": {}}
+    if "hf_config" in ptc:
+        out["hf_config"] = copy.deepcopy(ptc["hf_config"])
     for name, spec in ptc["tensors"].items():
         o = {"dtype": spec["dtype"], "shape": list(spec["shape"])}
         if "tp_dim" in spec:

@@ -17,14 +17,6 @@ using namespace ptcfs::fs::testing;
 
 namespace {
 
-std::string read_all(const View& v) {
-  ReadBuffer b;
-  REQUIRE(v.read(0, v.size(), b).is_ok());
-  std::string out(b.size(), '?');
-  REQUIRE(b.copy_to(reinterpret_cast<std::byte*>(out.data())).is_ok());
-  return out;
-}
-
 std::map<std::string, std::shared_ptr<const View>> views_of(const std::shared_ptr<const StepContent>& c) {
   std::map<std::string, std::shared_ptr<const View>> out;
   for (auto& [name, v] : dcp_views(c)) out.emplace(name, v);

@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "fs/content.h"
+#include "fs/views.h"
 #include "ptc/layout.h"
 #include "ptc/model.h"
 
@@ -88,18 +89,29 @@ inline std::string slice_bytes(int t, size_t tensor, uint64_t size) {
   return stored_slice(t, tensor).value_or(std::string(size, '\0'));
 }
 
-inline ptc::Layout test_layout() {
+// `hf_config`: the step's Ptc::hf_config (empty: none).
+inline ptc::Layout test_layout(const std::string& hf_config = "") {
   auto ptc = ptc::parse_ptc_json(kPtcJson, "ptc.json");
   REQUIRE(ptc.is_ok());
+  ptc->hf_config = hf_config;
   auto layout = ptc::Layout::make(*ptc, ptc->parallelism);
   REQUIRE(layout.is_ok());
   return std::move(layout).value();
 }
 
+// Every byte of a view, read at once.
+inline std::string read_all(const View& v) {
+  ReadBuffer b;
+  REQUIRE(v.read(0, v.size(), b).is_ok());
+  std::string out(b.size(), '?');
+  REQUIRE(b.copy_to(reinterpret_cast<std::byte*>(out.data())).is_ok());
+  return out;
+}
+
 class FakeStep final : public StepContent {
  public:
-  explicit FakeStep(uint64_t version, int64_t mtime = 1700000000)
-      : layout_(test_layout()), version_(version), mtime_(mtime) {
+  explicit FakeStep(uint64_t version, int64_t mtime = 1700000000, const std::string& hf_config = "")
+      : layout_(test_layout(hf_config)), version_(version), mtime_(mtime) {
     for (int t = 0; t < 2; ++t)
       for (size_t k = 0; k < layout_.ptc().tensors.size(); ++k) stored_[{t, k}] = stored_slice(t, k);
   }

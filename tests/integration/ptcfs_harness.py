@@ -338,10 +338,12 @@ def npy_tree(root: str) -> List[str]:
     return sorted(names)
 
 
-def verify_step(d: Daemon, job: str, step: str, ck: Checkpoint, full_views: bool = True) -> None:
-    """Every view of an imported step against the oracle."""
+def verify_step(d: Daemon, job: str, step: str, ck: Checkpoint, full_views: bool = True,
+                hf_config: Optional[dict] = None) -> None:
+    """Every view of an imported step against the oracle; `hf_config`: the config.json the step
+    carries (an HF import's), which its ptc.json holds and its hf/ view shows."""
     sd = d.step_dir(job, step)
-    expect = {"ptc.json", "full", "dcp"}
+    expect = {"ptc.json", "full", "dcp"} | ({"hf"} if hf_config is not None else set())
     for (t, p) in ck.slices:
         expect.add(f"tp{t}-pp{p}.safetensors")
         expect.add(f"tp{t}-pp{p}")
@@ -353,7 +355,10 @@ def verify_step(d: Daemon, job: str, step: str, ck: Checkpoint, full_views: bool
     with open(os.path.join(sd, "ptc.json")) as f:
         got_ptc = json.load(f)
     with open(os.path.join(ck.path, "ptc.json")) as f:
-        assert got_ptc == json.load(f)
+        assert got_ptc == {**json.load(f), **({"hf_config": hf_config} if hf_config is not None else {})}
+    if hf_config is not None:
+        with open(os.path.join(sd, "hf", "config.json")) as f:
+            assert json.load(f) == hf_config
     assert os.stat(os.path.join(sd, "ptc.json")).st_size == len(read_all(os.path.join(sd, "ptc.json")))
 
     for (t, p), want in ck.slices.items():

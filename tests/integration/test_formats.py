@@ -123,19 +123,19 @@ def test_grouped_query_heads_refuse_a_tp_that_splits_a_head(daemon, tmp_path):
         assert daemon.cli_json("ls", "--json") == NOTHING
     daemon.cli("import", str(tmp_path / "hf"), "--format", "hf", "--template", "llama", "--job", "j", "--step", "1",
                "--to", "tp=2,pp=1,dp=1")
-    verify_step(daemon, "j", "1", ck)
+    verify_step(daemon, "j", "1", ck, hf_config=CONFIG)
     # The count lives in the stored PTC: a later repartition (and its dry run) refuses too.
     version = daemon.cli_json("ls", "j/1", "--json")["version"]
     for extra in ((), ("--dry-run",)):
         r = daemon.cli("repartition", "--job", "j", "--step", "1", "--to", "tp=4,pp=1,dp=1", *extra, check=False)
         assert_error(r, KV_SPLIT.format(tp=4))
     assert daemon.cli_json("ls", "j/1", "--json")["version"] == version
-    verify_step(daemon, "j", "1", ck)
+    verify_step(daemon, "j", "1", ck, hf_config=CONFIG)
     # ... and in the metadata: after a restart too.
     daemon.restart()
     r = daemon.cli("repartition", "--job", "j", "--step", "1", "--to", "tp=8,pp=1,dp=1", check=False)
     assert_error(r, KV_SPLIT.format(tp=8))
-    verify_step(daemon, "j", "1", ck)
+    verify_step(daemon, "j", "1", ck, hf_config=CONFIG)
     # plan --from skips the candidates the step cannot take (tp=4 here), saying why, and keeps the rest.
     model = tmp_path / "m.json"
     model.write_text(json.dumps({
@@ -190,7 +190,7 @@ def test_import_hf_straight_to_a_layout_gives_every_shard_exactly(daemon, tmp_pa
     assert r["tensors"] == len(ck.ptc["tensors"])
     assert r["bytes"] == sum(a.nbytes for a in ck.full.values())  # every source byte once (skipped ones not)
     assert r["repartition"]["to"] == {"tp": 2, "pp": 2, "dp": 1}, r
-    verify_step(daemon, "j", "1", ck)
+    verify_step(daemon, "j", "1", ck, hf_config=CONFIG)
 
 
 def test_import_hf_one_file_unsharded_then_repartition(daemon, tmp_path):
@@ -199,11 +199,11 @@ def test_import_hf_one_file_unsharded_then_repartition(daemon, tmp_path):
     r = daemon.cli_json("import", str(tmp_path / "hf"), "--format", "hf", "--template", "llama", "--job", "j",
                         "--step", "1", "--json")
     assert r["shards"] == 1 and "repartition" not in r
-    verify_step(daemon, "j", "1", ck1)
+    verify_step(daemon, "j", "1", ck1, hf_config=CONFIG)
     # The padded vocabulary: the single shard holds 1024 rows, zeros after the 1000th.
     ck4 = Checkpoint(str(tmp_path / "oracle4"), ptc=expected_ptc(2, 2), seed=0)
     daemon.cli("repartition", "--job", "j", "--step", "1", "--to", "tp=2,pp=2,dp=1")
-    verify_step(daemon, "j", "1", ck4)
+    verify_step(daemon, "j", "1", ck4, hf_config=CONFIG)
 
 
 def test_import_hf_with_a_template_file(daemon, tmp_path):
@@ -288,7 +288,8 @@ def test_export_hf_in_shards_brings_back_every_tensor_and_imports_again(daemon, 
     r = daemon.cli_json("export", "j/1", str(out), "--format", "hf", "--max-shard-size", "100kB", "--json")
     files = sorted(os.listdir(out))
     n = len(r["files"])
-    assert n > 2 and files == sorted(r["files"] + ["model.safetensors.index.json"]), (r, files)
+    assert n > 2 and files == sorted(r["files"] + ["model.safetensors.index.json", "config.json"]), (r, files)
+    assert r["config"] is True and json.loads((out / "config.json").read_text()) == CONFIG
     assert r["files"] == [f"model-{k:05d}-of-{n:05d}.safetensors" for k in range(1, n + 1)]
     index = json.loads((out / "model.safetensors.index.json").read_text())
     assert sorted(index["weight_map"]) == sorted(ck1.full)
@@ -304,10 +305,9 @@ def test_export_hf_in_shards_brings_back_every_tensor_and_imports_again(daemon, 
     assert sorted(got) == sorted(ck1.full)
     for name, a in ck1.full.items():
         assert got[name].shape == a.shape and np.array_equal(got[name], a), name
-    # Back in, with the model's config.json beside the files: the same step, byte for byte.
-    (out / "config.json").write_text(json.dumps(CONFIG))
+    # Back in, with the model's config.json the export wrote beside the files: the same step, byte for byte.
     daemon.cli("import", str(out), "--format", "hf", "--template", "llama", "--job", "j", "--step", "2")
-    verify_step(daemon, "j", "2", ck1)
+    verify_step(daemon, "j", "2", ck1, hf_config=CONFIG)
 
 
 def test_export_ptc_writes_the_checkpoint_import_reads_byte_for_byte(daemon, make_ckpt, tmp_path):

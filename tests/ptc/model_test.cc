@@ -388,6 +388,34 @@ TEST_CASE("ptc_json_text writes what ptc_json's DOM dumps, byte for byte", "[mod
   }
 }
 
+TEST_CASE("hf_config is kept as compact sorted JSON, written by both writers and refused unless an object", "[model]") {
+  const std::string doc = R"({"hf_config": {"vocab_size": 100, "architectures": ["LlamaForCausalLM"],
+                                             "rms_norm_eps": 1e-05, "rope_scaling": null, "name": "l\u00e9"},
+                              "num_layers": 0, "parallelism": {"tp": 1, "pp": 1, "dp": 1},
+                              "tensors": {"w": {"dtype": "F32", "shape": [4]}}})";
+  auto a = parse_ptc_json(doc, kFile);
+  REQUIRE(a.is_ok());
+  CHECK(a->hf_config ==
+        "{\"architectures\":[\"LlamaForCausalLM\"],\"name\":\"l\u00e9\",\"rms_norm_eps\":1e-05,\"rope_scaling\":null,"
+        "\"vocab_size\":100}");
+  CHECK(ptc_json_text(*a) == ptc_json(*a).dump());
+  auto b = parse_ptc_json(ptc_to_json(*a), "canonical");
+  REQUIRE(b.is_ok());
+  CHECK(b->hf_config == a->hf_config);
+  for (const char* bad : {"[1]", "\"config.json\"", "null", "3"}) {
+    auto r = parse_ptc_json(
+        std::string(R"({"hf_config": )") + bad +
+            R"(, "parallelism": {"tp": 1, "pp": 1, "dp": 1}, "tensors": {"w": {"dtype": "F32", "shape": [4]}}})",
+        kFile);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.status().message() == std::string(kFile) + ": 'hf_config' must be an object (a config.json)");
+  }
+  auto none = parse_ptc_json(kDesignExample, kFile);
+  REQUIRE(none.is_ok());
+  CHECK(none->hf_config.empty());
+  CHECK(ptc_json(*none).count("hf_config") == 0);
+}
+
 TEST_CASE("ptc_to_json writes sorted keys, two-space indent and a trailing newline", "[model]") {
   auto p = parse_ptc_json(R"({"tensors": {"w": {"shape": [8, 2], "tp_dim": 0, "dtype": "F32", "layer": 1},
                                           "b": {"dtype": "F16", "shape": [2]}},

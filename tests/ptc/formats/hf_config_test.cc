@@ -21,6 +21,10 @@ TEST_CASE("config.json: integers kept by name, key/value heads and head_dim deri
   CHECK(*eval_config_product(*c, "num_key_value_heads*head_dim", "r") == 1024);
   CHECK(*eval_config_product(*c, "3*hidden_size", "r") == 12288);
   CHECK(*eval_config_product(*c, "7", "r") == 7);
+  // The whole document, as the hf/ view shows it: compact, keys sorted, the derived values not added.
+  CHECK(c->json == R"({"architectures":["MistralForCausalLM"],"hidden_size":4096,"intermediate_size":14336,)"
+                   R"("num_attention_heads":32,"num_key_value_heads":8,"rope_theta":1000000.0,"sliding_window":null,)"
+                   R"("text_config":{"hidden_size":1},"tie_word_embeddings":false,"vocab_size":32000})");
 
   // Without num_key_value_heads every head is its own group; an explicit head_dim is kept.
   auto mha = parse_hf_config(R"({"hidden_size": 1024, "num_attention_heads": 16, "head_dim": 128})", "c");
