@@ -9,7 +9,7 @@ the build.
 
 Sections: mount (reads, import, saves, 10,000 tensors, per-tensor saves of up to 100,000 files), repartition (single node, in process),
 plan (1,024 GPUs, 100,000 tensors), planner, simulate (the allocation policies on a job trace, plot
-docs/scheduling.png), formats (Hugging Face import and export), torch (the re-sharding script users run today),
+docs/scheduling.png), formats (Hugging Face import and export), hf (from_pretrained from the mount, save_pretrained into it), torch (the re-sharding script users run today),
 live (live reshard of a PTC layout), live_dtensor (a live DTensor mesh change vs DCP round trips through the mount and
 on the local disk), elastic_llama (the torch 2.x example at length), many_tensors (a 100,000-tensor step repartitioned
 20 times: memory and time per tensor), strided (cold reads of a shard
@@ -33,7 +33,7 @@ import tempfile
 
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
-SECTIONS = ["mount", "repartition", "plan", "planner", "simulate", "formats", "torch", "live", "live_dtensor",
+SECTIONS = ["mount", "repartition", "plan", "planner", "simulate", "formats", "hf", "torch", "live", "live_dtensor",
             "elastic_llama", "many_tensors", "strided", "cluster", "reconfig", "dcp_cluster", "etcd", "soak", "chaos"]
 
 
@@ -154,6 +154,7 @@ def main() -> int:
     import bench_dcp_cluster
     import bench_etcd
     import bench_formats
+    import bench_hf
     import bench_live
     import bench_live_dtensor
     import bench_elastic_llama
@@ -193,6 +194,10 @@ def main() -> int:
         if "formats" in only:
             print("== formats: import --format hf and export --format hf", flush=True)
             r, raw["formats"] = bench_formats.run(300 if a.quick else 2000, os.path.join(root, "formats"))
+            rows += r
+        if "hf" in only:
+            print("== hf: from_pretrained from the mount and save_pretrained into it", flush=True)
+            r, raw["hf"] = bench_hf.run(200 if a.quick else 600, os.path.join(root, "hf"))
             rows += r
         if "torch" in only:
             print("== torch: the re-sharding script users run today", flush=True)

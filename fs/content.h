@@ -119,9 +119,11 @@ class WriteTarget {
   virtual ptc::Status unlink(const std::string& job, const std::string& step, const std::string& rel) = 0;
   // rename(2) of `from` to `to`, both in the step's folder: a stock DCP save's .metadata.tmp to
   // .metadata, which makes the save the step's tensors (docs/FORMATS.md "Stock dcp.save into the
-  // mount"); any other is kPermissionDenied (files are written in place).
-  virtual ptc::Status rename(const std::string& job, const std::string& step, const std::string& from,
-                             const std::string& to) = 0;
+  // mount"), or a stock save_pretrained's temporary to its safetensors name; any other is
+  // kPermissionDenied (files are written in place). True when the rename committed the step: the
+  // mount then shows it committed before the rename returns.
+  virtual ptc::Result<bool> rename(const std::string& job, const std::string& step, const std::string& from,
+                                   const std::string& to) = 0;
 };
 
 // A step being saved: the folders and files written into it so far.

@@ -189,14 +189,17 @@ int do_rename(Impl& fs, uint64_t parent, const char* name, uint64_t newparent, c
   std::shared_ptr<const Tree> tree;
   const Node* dir = nullptr;
   if (int err = writable_dir(fs, parent, tree, dir)) return err;
-  if (newparent != parent || flags != 0 || std::strcmp(name, ".metadata.tmp") != 0 ||
-      std::strcmp(newname, ".metadata") != 0)
-    return EPERM;  // the one rename a step takes (WriteTarget::rename)
+  if (newparent != parent || flags != 0) return EPERM;  // within a step's folder (WriteTarget::rename)
   const Node* n = tree->child(*dir, name);
   if (!n) return ENOENT;
   const Place from = place_of(*dir, name), to = place_of(*dir, newname);
   if (from.rel.empty()) return EPERM;
-  if (auto s = fs.target->rename(from.job, from.step, from.rel, to.rel); !s) return fail("rename", from, s);
+  auto committed = fs.target->rename(from.job, from.step, from.rel, to.rel);
+  if (!committed) {  // a rename no step takes is EPERM, as rename(2) says of one the filesystem refuses
+    const int err = fail("rename", from, committed.status());
+    return err == EACCES ? EPERM : err;
+  }
+  if (!*committed) return 0;
   const uint64_t step_ino = Tree::dir_ino("/" + from.job + "/" + from.step);
   const auto deadline = std::chrono::steady_clock::now() + kShowWait;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -325,11 +328,12 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char*) {
   fuse_reply_err(req, dir && dir->writable && fs.target ? EPERM : EROFS);
 }
 
-// Files are written in place; the one rename is a stock DCP save's .metadata.tmp to .metadata,
-// which commits the step (WriteTarget::rename). It returns once the step is committed and the
-// mount shows it: torch's dcp.save returns then, and a load right after it finds the step. The
-// kernel holds the step's folder locked until the reply, so this waits for the new tree, not for
-// the refresh's invalidation of old names in that folder (which waits for the lock).
+// Files are written in place; the renames are a stock DCP save's .metadata.tmp to .metadata,
+// which commits the step, and a save_pretrained's temporaries to their names (WriteTarget::rename).
+// The first returns once the step is committed and the mount shows it: torch's dcp.save returns
+// then, and a load right after it finds the step. The kernel holds the step's folder locked until
+// the reply, so this waits for the new tree, not for the refresh's invalidation of old names in
+// that folder (which waits for the lock).
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
                unsigned int flags) {
   ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "daemon/save/dcp_staged.h"
+#include "daemon/save/hf_save.h"
 #include "daemon/save/save_service.h"
 #include "ptc/base/log.h"
 
@@ -66,14 +67,18 @@ std::vector<bool> shards_of(const std::vector<std::string>& holders, const std::
 
 }  // namespace
 
-ptc::Status SaveService::rename(const std::string& job, const std::string& step, const std::string& from,
-                                const std::string& to) {
+ptc::Result<bool> SaveService::rename(const std::string& job, const std::string& step, const std::string& from,
+                                      const std::string& to) {
   const std::string where = job + "/" + step + "/" + from;
+  if (is_hf_rename(from, to)) {
+    PTC_RETURN_IF_ERROR(rename_hf(job, step, from, to));
+    return false;
+  }
   if (from != kDcpMetadataTmp || to != kDcpMetadata)
     return ptc::error(ptc::Code::kPermissionDenied,
                       where +
-                          ": files of a step are written in place; the one rename is a stock DCP save's "
-                          ".metadata.tmp to .metadata");
+                          ": files of a step are written in place; the renames are a stock DCP save's "
+                          ".metadata.tmp to .metadata and save_pretrained's temporaries to their safetensors names");
   auto s = find(job, step);
   if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
   {
@@ -85,6 +90,19 @@ ptc::Status SaveService::rename(const std::string& job, const std::string& step,
   }
   std::vector<std::string> peers;  // the other nodes that convert their part
   auto save = convert_dcp(s, peers);
+  PTC_RETURN_IF_ERROR(commit_converted(s, "stock DCP save", save));
+  // Every rank's dcp.save returns with this rename: a load through any node's mount right after
+  // must find the step committed there too.
+  if (!peers.empty())
+    if (auto w = dcp_peers_->wait_committed(peers, job, step, kPeersCommitWait); !w)
+      // Committed: the node that is late catches up on its own; failing the save now would
+      // have it saved again into a step that exists.
+      ptc::log::warn("stock DCP save {}/{}: committed, but {}", job, step, w.message());
+  return true;
+}
+
+ptc::Status SaveService::commit_converted(const std::shared_ptr<PendingStep>& s, const std::string& what,
+                                          const ptc::Result<DcpSave>& save) {
   {
     std::lock_guard lock(s->mu);
     if (save) {
@@ -93,22 +111,14 @@ ptc::Status SaveService::rename(const std::string& job, const std::string& step,
       s->stamp = std::make_shared<int>(0);
     }
   }
-  ptc::Status st = save ? write_dcp_ptc(*this, job, step, *save) : save.status();
+  ptc::Status st = save ? write_dcp_ptc(*this, s->job, s->step, *save) : save.status();
   if (!st) {
     std::lock_guard lock(s->mu);
-    s->failure = "stock DCP save: " + st.message();
-    ptc::log::warn("stock DCP save {}: {}", s->name(), st.to_string());
+    s->failure = what + ": " + st.message();
+    ptc::log::warn("{} {}: {}", what, s->name(), st.to_string());
     return st;
   }
-  PTC_RETURN_IF_ERROR(wait_committed(s));
-  // Every rank's dcp.save returns with this rename: a load through any node's mount right after
-  // must find the step committed there too.
-  if (!peers.empty())
-    if (auto w = dcp_peers_->wait_committed(peers, job, step, kPeersCommitWait); !w)
-      // Committed: the node that is late catches up on its own; failing the save now would
-      // have it saved again into a step that exists.
-      ptc::log::warn("stock DCP save {}/{}: committed, but {}", job, step, w.message());
-  return ptc::Status::ok();
+  return wait_committed(s);
 }
 
 ptc::Status SaveService::wait_committed(const std::shared_ptr<PendingStep>& s) const {

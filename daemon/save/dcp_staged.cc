@@ -35,7 +35,7 @@ ptc::Status DcpStagedFile::write(uint64_t writer, uint64_t off, const void* data
   if (off + len < off) return ptc::invalid(where_ + ": a write past 2^64 bytes");
   closed_ = false;
   if (!blob_) {
-    if (off + len > kMaxMetadata) return ptc::invalid(where_ + ": DCP metadata past 64 MiB");
+    if (off + len > kMaxMetadata) return ptc::invalid(where_ + ": past 64 MiB (a file kept in memory)");
     if (text_.size() < off + len) text_.resize(off + len);
     std::memcpy(text_.data() + off, data, len);
   } else {
@@ -53,19 +53,33 @@ ptc::Status DcpStagedFile::truncate(uint64_t writer, uint64_t size) {
   std::lock_guard lock(mu_);
   if (dead_ || sealed_) return ptc::error(ptc::Code::kPermissionDenied, where_ + " is no longer written");
   if (writer != 0 && writer != owner_) return busy(where_ + ": truncated through a handle that does not hold it");
-  // torch opens with O_TRUNC (size 0) once; a file cut elsewhere would leave bytes in its blob
-  // that a later write past them does not replace.
-  if (size != 0) return ptc::invalid(where_ + ": a DCP file is only truncated to 0 bytes");
-  written_.clear();
-  end_ = 0;
-  text_.clear();
+  // torch opens with O_TRUNC (size 0) once, safetensors sizes a new file before writing it; a file
+  // cut elsewhere would leave bytes in its blob that a later write past them does not replace.
+  if (size == 0) {
+    written_.clear();
+    end_ = 0;
+    text_.clear();
+    return ptc::Status::ok();
+  }
+  if (size < end_) return ptc::invalid(where_ + ": a staged file is only truncated to 0 bytes or extended");
+  if (!blob_ && size > kMaxMetadata) return ptc::invalid(where_ + ": past 64 MiB (a file kept in memory)");
+  if (!blob_) text_.resize(size);
+  end_ = size;  // the bytes up to it still have to be written (seal checks)
   return ptc::Status::ok();
 }
 
 ptc::Status DcpStagedFile::flush(uint64_t writer) {
+  {
+    std::lock_guard lock(mu_);
+    if (writer != owner_ || dead_ || sealed_) return ptc::Status::ok();
+    closed_ = true;
+  }
+  return on_close_ ? on_close_() : ptc::Status::ok();
+}
+
+bool DcpStagedFile::closed() const {
   std::lock_guard lock(mu_);
-  if (writer == owner_) closed_ = true;
-  return ptc::Status::ok();
+  return owner_ == 0 || closed_;
 }
 
 void DcpStagedFile::release(uint64_t writer) {

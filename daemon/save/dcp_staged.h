@@ -7,12 +7,15 @@
 //                    .metadata, it converts the save into the step's tensors (dcp_save.h)
 //
 // torch writes each file front to back, syncs and closes it before the coordinator writes the
-// metadata; a file still open for writing when the metadata lands fails the conversion.
+// metadata; a file still open for writing when the metadata lands fails the conversion. The files
+// of a stock Hugging Face save_pretrained are staged the same way (daemon/save/hf_save.h): its
+// JSON files in memory, its safetensors files (sized first with ftruncate) in blobs.
 //
 // Thread-safety: every method may be called concurrently; one mutex per file.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +52,11 @@ class DcpStagedFile final : public fs::WriteFile {
   void kill();
   // The metadata's bytes (a file kept in memory).
   std::string text() const;
+  // Whether no writer has it open (or its one writer closed it and wrote nothing since).
+  bool closed() const;
+  // Called (outside this file's lock) when its writer closes it; what it returns is the close's
+  // status. Set once, before the file is shared.
+  void on_close(std::function<ptc::Status()> f) { on_close_ = std::move(f); }
 
  private:
   const std::string where_;
@@ -62,6 +70,7 @@ class DcpStagedFile final : public fs::WriteFile {
   bool closed_ = true;  // the owner closed it and wrote nothing since
   bool sealed_ = false;
   bool dead_ = false;
+  std::function<ptc::Status()> on_close_;
 };
 
 }  // namespace ptcfs

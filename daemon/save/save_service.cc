@@ -6,6 +6,7 @@
 
 #include "daemon/reshard/rank_file.h"
 #include "daemon/save/dcp_staged.h"
+#include "daemon/save/hf_save.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/prepared.h"
 #include "ptc/base/log.h"
@@ -159,7 +160,7 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::strin
   const std::string where = job + "/" + step + "/" + rel;
   auto s = find(job, step);
   if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
-  if (is_dcp_file(rel)) return create_staged(s, rel, where);
+  if (is_dcp_file(rel) || is_hf_save_file(rel)) return create_staged(s, rel, where);
   PTC_ASSIGN_OR_RETURN(FileKind k, classify(where, rel));
   std::shared_ptr<BlobWriter> blob;  // a tensor file gets its blob once its header says how large it is
   if (k.kind == PendingFile::Kind::kShard) {
@@ -198,8 +199,9 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create_staged(const std
                                                                        const std::string& rel,
                                                                        const std::string& where) {
   PTC_RETURN_IF_ERROR(check_components(where, rel));
-  std::shared_ptr<BlobWriter> blob;  // the metadata is kept in memory
-  if (rel != kDcpMetadataTmp) {
+  const bool hf = is_hf_save_file(rel);
+  std::shared_ptr<BlobWriter> blob;  // the metadata and save_pretrained's JSON files are kept in memory
+  if (hf ? is_hf_data_file(rel) : rel != kDcpMetadataTmp) {
     PTC_ASSIGN_OR_RETURN(BlobWriter w, store_.blobs().create());
     blob = std::make_shared<BlobWriter>(std::move(w));
   }
@@ -209,8 +211,17 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create_staged(const std
   if (s->staged.count(rel)) return ptc::error(ptc::Code::kAlreadyExists, where + " exists");
   if (!s->files.empty())
     return ptc::invalid(where + ": " + s->name() + " is being written as ptcfs files (" + s->files.begin()->first +
-                        "), not by a stock DCP save");
+                        "), not by a stock " + (hf ? "save_pretrained" : "DCP save"));
+  for (const auto& [other, f] : s->staged)
+    if (is_hf_save_file(other) != hf)
+      return ptc::invalid(where + ": " + s->name() + " is being written by a stock " +
+                          (hf ? "DCP save (" : "save_pretrained (") + other + ")");
   auto f = std::make_shared<DcpStagedFile>(where, std::move(blob));
+  if (hf)  // the close of a save's last file converts it (daemon/save/hf_save.h)
+    f->on_close([this, w = std::weak_ptr<PendingStep>(s)] {
+      auto step = w.lock();
+      return step ? hf_closed(step) : ptc::Status::ok();
+    });
   s->staged[rel] = f;
   s->stamp = std::make_shared<int>(0);
   return std::shared_ptr<fs::WriteFile>(f);

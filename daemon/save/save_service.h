@@ -48,9 +48,10 @@ class SaveService final : public fs::WriteTarget {
   ptc::Status unlink(const std::string& job, const std::string& step, const std::string& rel) override;
   // .metadata.tmp to .metadata of a stock DCP save: converts it (daemon/save/dcp_save.h), so that
   // the step is complete and commits. A conversion that fails leaves the step pending and failed
-  // (ls says why; remove it with ptcfs rm).
-  ptc::Status rename(const std::string& job, const std::string& step, const std::string& from,
-                     const std::string& to) override;
+  // (ls says why; remove it with ptcfs rm). And a stock save_pretrained's temporary to its
+  // safetensors name (daemon/save/hf_save.h).
+  ptc::Result<bool> rename(const std::string& job, const std::string& step, const std::string& from,
+                           const std::string& to) override;
 
   // What the mount shows besides the store: pending steps and jobs made by mkdir.
   void add_to(fs::Contents& contents) const;
@@ -128,6 +129,18 @@ class SaveService final : public fs::WriteTarget {
   // `peers` the other nodes that convert theirs); what ptc.json then says.
   ptc::Result<DcpSave> convert_dcp(const std::shared_ptr<PendingStep>& s, std::vector<std::string>& peers);
   ptc::Status convert_part(const std::shared_ptr<PendingStep>& s, const DcpConvertRequest& req);
+  // After a stock save's conversion (`save`, or why it failed): its staged files go, ptc.json is
+  // written, and the step's commit is waited for; a failure leaves the step pending and failed,
+  // `what` and the reason in ls.
+  ptc::Status commit_converted(const std::shared_ptr<PendingStep>& s, const std::string& what,
+                               const ptc::Result<DcpSave>& save);
+  // A stock save_pretrained (daemon/save/hf_save.h): the rename of a temporary to its
+  // safetensors name, a close of one of its files (the last one converts the save and waits for
+  // its commit), and the conversion.
+  ptc::Status rename_hf(const std::string& job, const std::string& step, const std::string& from,
+                        const std::string& to);
+  ptc::Status hf_closed(const std::shared_ptr<PendingStep>& s);
+  ptc::Result<DcpSave> convert_hf(const std::shared_ptr<PendingStep>& s);
   // Until the step is committed in the store, its commit failed, or it was removed.
   ptc::Status wait_committed(const std::shared_ptr<PendingStep>& s) const;
   ptc::Result<PreparedChange> build_change(const std::shared_ptr<PendingStep>& step, StepPlacement placement);

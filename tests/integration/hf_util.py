@@ -54,3 +54,26 @@ def load_digests(path: str, timeout: float = 300, **env) -> Dict[str, list]:
                        env={**os.environ, **HF_ENV, **env})
     assert r.returncode == 0, f"from_pretrained({path}) exited {r.returncode}:\n{r.stderr[-4000:]}"
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+_SAVE = r"""
+import hashlib, json, sys
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+path, seed, dtype, shard, cfg = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
+torch.manual_seed(seed)
+m = LlamaForCausalLM(LlamaConfig(**cfg)).to(getattr(torch, dtype))
+m.save_pretrained(path, **({"max_shard_size": shard} if shard else {}))
+out = {k: [str(v.dtype), list(v.shape), hashlib.sha256(v.detach().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()]
+       for k, v in m.state_dict().items()}
+print(json.dumps(out))
+"""
+
+
+def save_llama(path: str, seed: int = 1, dtype: str = "float32", max_shard_size: str = "", timeout: float = 300,
+               **overrides) -> subprocess.CompletedProcess:
+    """Stock save_pretrained of a random Llama into `path`, in a new process: its result (stdout:
+    the parameters' digests as JSON, when it succeeded)."""
+    return subprocess.run([sys.executable, "-c", _SAVE, path, str(seed), dtype, max_shard_size,
+                           json.dumps({**LLAMA, **overrides})], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **HF_ENV})
