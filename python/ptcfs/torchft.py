@@ -14,11 +14,13 @@ newest committed state of the same rank, saying so in ``last_recv``.
     transport = PtcfsTransport(mount="/mnt/ptcfs", job="train", daemon="127.0.0.1:7070")
     manager = torchft.Manager(..., checkpoint_transport=transport)
 
-A state dict is tensors and JSON values (dicts with string or integer keys, lists, tuples,
-numbers, strings, booleans, None), as models' and optimizers' state dicts are. Tensors are stored
-whole, one per ptc.json entry named by its path in the state dict; the structure and the other
-values are the U8 tensor ``__torchft__/state`` (JSON: no pickle is ever loaded). Anything else
-is refused, naming its path, before a byte is written.
+Without a template, a state dict is tensors and JSON values (dicts with string or integer keys,
+lists, tuples, numbers, strings, booleans, None), as models' and optimizers' state dicts are.
+Tensors are stored whole, one per ptc.json entry named by its path in the state dict; the structure
+and the other values are the U8 tensor ``__torchft__/state`` (JSON: no pickle is ever loaded).
+Anything else is refused, naming its path, before a byte is written. With a template (DCP mode) the
+group's ranks publish one step with stock DCP through ptcfs.dcp, and each recovering rank loads
+into its own state dict: DTensors at its own placements, only its shards read.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import math
 import os
 import time
 from datetime import timedelta
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -145,28 +147,69 @@ def step_to_state(step_path: str) -> Tuple[Any, int]:
         raise invalid(f"{step_path}: {STATE} does not describe this step's tensors ({type(e).__name__}: {e})") from None
 
 
+def _local_bytes(state: Any) -> int:
+    """The bytes of the tensors this rank holds of a state dict (a DTensor's local shard)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+    if isinstance(state, DTensor):
+        return state.to_local().numel() * state.element_size()
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(_local_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_local_bytes(v) for v in state)
+    return 0
+
+
 class PtcfsTransport(_Base):
     """torchft's CheckpointTransport through ptcfs. `mount`: this node's mount; `job`: the job whose
     steps hold the published states (``<prefix><step>``); `daemon`, `secret_file`: this node's
     daemon (ptcfs.Client's defaults otherwise). `fallback`: fall back to the newest committed
     state when the asked one does not commit in time (else raise). `rank`: this process's rank in
-    its replica group (the Manager's `rank`)."""
+    its replica group (the Manager's `rank`).
+
+    `template` (DCP mode): a function returning this rank's own state dict, in torchft's shape
+    (``{"user": {"default": <the Manager's state_dict()>}, "torchft": {"step": 0,
+    "batches_committed": 0}}``), DTensors on its own mesh included. The group's ranks then publish
+    one step together with stock DCP through ptcfs.dcp (`group`: the replica group's process group,
+    default torch.distributed's), and a recovering rank loads into its template with stock dcp.load:
+    it reads only its own shards, at its own placements, whatever the sender's were."""
 
     def __init__(self, mount: str, job: str, daemon: Optional[str] = None, secret_file: Optional[str] = None,
-                 prefix: str = "torchft-", fallback: bool = True, rank: int = 0):
+                 prefix: str = "torchft-", fallback: bool = True, rank: int = 0,
+                 template: Optional[Callable[[], Any]] = None, group: Any = None):
         self.mount, self.job, self.prefix, self.fallback, self.rank = mount, job, prefix, fallback, int(rank)
+        self.template, self.group = template, group
         self.daemon, self.secret_file = daemon, secret_file
         self.last_send: Optional[dict] = None
         self.last_recv: Optional[dict] = None
 
     def _name(self, step: int) -> str:
-        return f"{self.prefix}{step}-r{self.rank}"
+        # DCP mode: one step for the whole group, each rank its share; else one step per rank.
+        return f"{self.prefix}{step}" if self.template else f"{self.prefix}{step}-r{self.rank}"
+
+    def _suffix(self) -> str:
+        return "" if self.template else f"-r{self.rank}"
+
+    def _dcp(self, state: Any, path: str, save: bool) -> None:
+        """Stock DCP through ptcfs.dcp's storage objects, collective over the group when torch.distributed
+        is initialized (every rank of the replica group), else this process alone."""
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+
+        from . import dcp as _pdcp
+        no_dist = not (dist.is_available() and dist.is_initialized())
+        if save:
+            dcp.save(state, storage_writer=_pdcp.StorageWriter(path), process_group=self.group, no_dist=no_dist)
+        else:
+            dcp.load(state, storage_reader=_pdcp.StorageReader(path), process_group=self.group, no_dist=no_dist)
 
     def _client(self) -> Client:
         return Client(self.daemon, self.secret_file)
 
     def metadata(self) -> str:
-        return json.dumps({"job": self.job, "prefix": self.prefix, "rank": self.rank})
+        return json.dumps({"job": self.job, "prefix": self.prefix, "rank": self.rank, "dcp": self.template is not None})
 
     def _committed(self, client: Client, name: str) -> bool:
         try:
@@ -186,13 +229,17 @@ class PtcfsTransport(_Base):
                 self.last_send = {"step": name, "bytes": 0, "seconds": 0.0, "kept": True}
                 return
             where = f"{self.job}/{name}"
-            ptc, arrays = state_to_step(state_dict, where)
             sd = _ckpt.step_dir(self.mount, self.job, name, create=True)
-            _ckpt.save_ptc(sd, ptc)
-            _ckpt.save_shard(sd, ptc, 0, 0, arrays)
+            if self.template:
+                self._dcp(state_dict, sd, save=True)
+                nbytes = _local_bytes(state_dict)
+            else:
+                ptc, arrays = state_to_step(state_dict, where)
+                _ckpt.save_ptc(sd, ptc)
+                _ckpt.save_shard(sd, ptc, 0, 0, arrays)
+                nbytes = int(sum(a.nbytes for a in arrays.values()))
             wait_committed(self.job, name, client=c, timeout=timeout.total_seconds())
-        self.last_send = {"step": name, "bytes": int(sum(a.nbytes for a in arrays.values())),
-                          "seconds": time.monotonic() - t0, "kept": False}
+        self.last_send = {"step": name, "bytes": nbytes, "seconds": time.monotonic() - t0, "kept": False}
 
     def disallow_checkpoint(self) -> None:
         """Nothing to wait for: send_checkpoint returns once the state is committed."""
@@ -202,11 +249,11 @@ class PtcfsTransport(_Base):
         pending = set(listing.get("pending", []))
         best = None
         for name in listing.get("steps", []):
-            suffix = f"-r{self.rank}"
+            suffix = self._suffix()
             if not name.startswith(self.prefix) or not name.endswith(suffix) or name in pending:
                 continue
             try:
-                n = int(name[len(self.prefix):-len(suffix)])
+                n = int(name[len(self.prefix):len(name) - len(suffix)])
             except ValueError:
                 continue
             if (below is None or n < below) and (best is None or n > best[0]):
@@ -219,10 +266,11 @@ class PtcfsTransport(_Base):
         with ``fallback`` true)."""
         t0 = time.monotonic()
         meta = json.loads(metadata)
-        job, prefix, rank = meta["job"], meta["prefix"], meta["rank"]
-        if (job, prefix, rank) != (self.job, self.prefix, self.rank):
-            raise invalid(f"the sender publishes {job}/{prefix}*-r{rank}, this transport reads "
-                          f"{self.job}/{self.prefix}*-r{self.rank}")
+        job, prefix, rank, mode = meta["job"], meta["prefix"], meta["rank"], meta.get("dcp", False)
+        if (job, prefix, rank if not mode else 0, mode) != (self.job, self.prefix, self.rank if not mode else 0,
+                                                          self.template is not None):
+            raise invalid(f"the sender publishes {job}/{prefix}* (rank {rank}, dcp {mode}), this transport reads "
+                          f"{self.job}/{self.prefix}* (rank {self.rank}, dcp {self.template is not None})")
         name, fell_back, why = self._name(step), False, ""
         with self._client() as c:
             try:
@@ -235,7 +283,13 @@ class PtcfsTransport(_Base):
                     raise Error("not_found", f"{job}/{name} did not commit ({e.message}) and no older "
                                              f"state of rank {self.rank} is committed to fall back to") from None
                 name, fell_back, why = older, True, e.message
-        state, nbytes = step_to_state(os.path.join(self.mount, job, name))
+        path = os.path.join(self.mount, job, name)
+        if self.template:  # into this rank's own state dict: its own layout, its own slices read
+            state = self.template()
+            self._dcp(state, path, save=False)
+            nbytes = _local_bytes(state)
+        else:
+            state, nbytes = step_to_state(path)
         self.last_recv = {"step": name, "bytes": nbytes, "seconds": time.monotonic() - t0, "fallback": fell_back,
                           "why": why}
         return state

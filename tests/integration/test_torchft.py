@@ -7,6 +7,7 @@ dies before its state commits) is tested against the real daemons too."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,14 +26,31 @@ torch = pytest.importorskip("torch")
 WORKER = os.path.join(os.path.dirname(__file__), "torchft_worker.py")
 
 
+def assert_same(a, b, path):
+    """Bit for bit: tensors by torch.equal (dtype and shape too), the rest by ==."""
+    assert type(a) is type(b), (path, type(a), type(b))
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), (path, a.keys(), b.keys())
+        for k in a:
+            assert_same(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}/{i}")
+    else:
+        assert a == b, (path, a, b)
+
+
 class Worker:
     """A replica group's process; its per-step lines read on a thread."""
 
-    def __init__(self, replica, lighthouse, node, job, stop_file, out, log):
+    def __init__(self, replica, lighthouse, node, job, stop_file, out, log, dcp=False):
         self.lines, self.proc = [], None
         self.args = [sys.executable, WORKER, "--replica", str(replica), "--lighthouse", lighthouse,
                      "--mount", node.mnt, "--job", job, "--daemon", node.addr, "--secret-file", node.secret_file,
-                     "--stop-file", stop_file, "--out", out]
+                     "--stop-file", stop_file, "--out", out] + (["--dcp"] if dcp else [])
         self.log = log
 
     def start(self):
@@ -62,7 +80,8 @@ class Worker:
         return self.lines[-1]["step"] if self.lines else 0
 
 
-def test_a_killed_replica_group_heals_through_ptcfs(tmp_path):
+@pytest.mark.parametrize("mode", ["whole", "dcp"])
+def test_a_killed_replica_group_heals_through_ptcfs(tmp_path, mode):
     require_binaries()
     from torchft.coordination import LighthouseServer
     lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=1000, heartbeat_timeout_ms=2000)
@@ -71,7 +90,7 @@ def test_a_killed_replica_group_heals_through_ptcfs(tmp_path):
         with Cluster(str(tmp_path / "c"), 2) as c:
             os.mkdir(os.path.join(c[0].mnt, "ft"))
             w = [Worker(r, lighthouse.address(), c[r], "ft", stop, str(tmp_path / f"out{r}.pt"),
-                        str(tmp_path / f"w{r}.log")) for r in range(2)]
+                        str(tmp_path / f"w{r}.log"), dcp=mode == "dcp") for r in range(2)]
             for x in w:
                 x.start()
             w[1].wait_for(lambda l: l["participants"] == 2 and l["step"] >= 3, "trained 3 steps beside group 0")
@@ -89,9 +108,10 @@ def test_a_killed_replica_group_heals_through_ptcfs(tmp_path):
             sent = c.counters(c[0])["n0"][0] - sent_before
             outs = [torch.load(str(tmp_path / f"out{r}.pt"), weights_only=False) for r in range(2)]
             assert outs[0]["step"] == outs[1]["step"]
-            torch.testing.assert_close(outs[1]["state"], outs[0]["state"], rtol=0, atol=0)
+            assert_same(outs[1]["state"], outs[0]["state"], "state")
             recv, send = outs[1]["recv"], outs[0]["send"]
-            assert recv["fallback"] is False and recv["step"].startswith("torchft-"), recv
+            assert recv["fallback"] is False, recv
+            assert re.fullmatch(r"torchft-\d+" + ("-r0" if mode == "whole" else ""), recv["step"]), recv
             assert send is not None and send["step"] == recv["step"], (send, recv)
             # What the healed group read came from node n0, through the peers' protocol.
             assert recv["bytes"] > 0 and sent >= recv["bytes"], (sent, recv)
@@ -156,3 +176,35 @@ def test_recv_falls_back_to_the_newest_committed_state_when_the_sender_dies(tmp_
         with pytest.raises(Error) as e:
             receiver.recv_checkpoint(0, sender.metadata(), 2, timedelta(seconds=30))
         assert e.value.code == "invalid_argument" and "does not describe this step's tensors" in e.value.message
+
+
+def test_dcp_mode_heals_a_group_sharded_otherwise_reading_only_its_shards(tmp_path):
+    """A 2-rank group publishes DTensors sharded by rows (as FSDP2); a 2-rank group sharded by
+    columns heals from it, each rank loading its own columns, bit for bit, through its own node."""
+    require_binaries()
+    from ptcfs_harness import free_port
+    worker = os.path.join(os.path.dirname(__file__), "torchft_layout_worker.py")
+
+    def group(role, node):
+        port = free_port()
+        procs = [subprocess.Popen([sys.executable, worker, role, str(r), "2", str(port), node.mnt, "ft", node.addr,
+                                   node.secret_file], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in range(2)]
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err[-4000:]
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+        return outs
+
+    with Cluster(str(tmp_path / "c"), 2) as c:
+        os.mkdir(os.path.join(c[0].mnt, "ft"))
+        group("send", c[0])
+        before = c.counters(c[0])["n0"][0]
+        got = group("recv", c[1])
+        sent = c.counters(c[0])["n0"][0] - before
+        assert [g["wrong"] for g in got] == [[], []], got
+        assert all(g["placements"] == "(Shard(dim=1),)" for g in got), got
+        # Each rank holds half of each matrix and the whole norm: 2 * 4 * (24 + 30) / 2 + 4 * 6 bytes.
+        assert [g["bytes"] for g in got] == [4 * (24 + 30) + 24] * 2, got
+        print(json.dumps({"recv": got, "n0_sent_bytes": sent}))

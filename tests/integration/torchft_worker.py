@@ -5,7 +5,7 @@ agree on every update. Prints one JSON line per step ({"step", "participants", "
 the end writes its state dict (torch.save) to --out with the transport's last send and receive.
 
     python torchft_worker.py --replica 0 --lighthouse ADDR --mount MNT --job J --daemon HOST:PORT
-        --secret-file F --stop-file F --out F [--pace 0.05]
+        --secret-file F --stop-file F --out F [--pace 0.05] [--dcp]
 """
 
 import argparse
@@ -32,21 +32,35 @@ def main() -> int:
         ap.add_argument(flag, required=True)
     ap.add_argument("--replica", type=int, required=True)
     ap.add_argument("--pace", type=float, default=0.05)
+    ap.add_argument("--dcp", action="store_true", help="the transport's DCP mode (a template state dict)")
     a = ap.parse_args()
 
     torch.manual_seed(100 + a.replica)  # the groups start apart: only a heal makes them agree
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
     inner = torch.optim.AdamW(model.parameters(), lr=1e-2)
 
-    def state_dict():
-        return {"model": model.state_dict(), "optim": inner.state_dict()}
+    if a.dcp:  # as TorchTitan does: DCP's state dict functions (the optimizer's state made up front)
+        from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                             set_model_state_dict, set_optimizer_state_dict)
 
-    def load_state_dict(sd):
-        model.load_state_dict(sd["model"])
-        inner.load_state_dict(sd["optim"])
+        def state_dict():
+            return {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, inner)}
+
+        def load_state_dict(sd):
+            set_model_state_dict(model, sd["model"])
+            set_optimizer_state_dict(model, inner, sd["optim"])
+    else:
+        def state_dict():
+            return {"model": model.state_dict(), "optim": inner.state_dict()}
+
+        def load_state_dict(sd):
+            model.load_state_dict(sd["model"])
+            inner.load_state_dict(sd["optim"])
 
     store = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
-    transport = PtcfsTransport(a.mount, a.job, daemon=a.daemon, secret_file=a.secret_file)
+    template = (lambda: {"user": {"default": state_dict()}, "torchft": {"step": 0, "batches_committed": 0}}) \
+        if a.dcp else None
+    transport = PtcfsTransport(a.mount, a.job, daemon=a.daemon, secret_file=a.secret_file, template=template)
     manager = Manager(pg=ProcessGroupGloo(), min_replica_size=1, load_state_dict=load_state_dict,
                       state_dict=state_dict, replica_id=str(a.replica), store_addr="localhost",
                       store_port=store.port, rank=0, world_size=1, lighthouse_addr=a.lighthouse,
