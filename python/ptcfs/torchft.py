@@ -229,12 +229,13 @@ class PtcfsTransport(_Base):
                 self.last_send = {"step": name, "bytes": 0, "seconds": 0.0, "kept": True}
                 return
             where = f"{self.job}/{name}"
-            sd = _ckpt.step_dir(self.mount, self.job, name, create=True)
             if self.template:
+                sd = _ckpt.step_dir(self.mount, self.job, name, create=True)
                 self._dcp(state_dict, sd, save=True)
                 nbytes = _local_bytes(state_dict)
             else:
-                ptc, arrays = state_to_step(state_dict, where)
+                ptc, arrays = state_to_step(state_dict, where)  # refused before the step is made
+                sd = _ckpt.step_dir(self.mount, self.job, name, create=True)
                 _ckpt.save_ptc(sd, ptc)
                 _ckpt.save_shard(sd, ptc, 0, 0, arrays)
                 nbytes = int(sum(a.nbytes for a in arrays.values()))
