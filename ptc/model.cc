@@ -201,6 +201,9 @@ Result<Ptc> parse_ptc_json(std::string_view text, const std::string& file) {
   if (j.contains("hf_config")) {
     if (!j["hf_config"].is_object()) return invalid(file + ": 'hf_config' must be an object (a config.json)");
     ptc.hf_config = j["hf_config"].dump();
+    if (ptc.hf_config.size() > kMaxHfConfig)
+      return invalid(file + ": 'hf_config' is " + std::to_string(ptc.hf_config.size()) + " bytes of JSON; at most " +
+                     std::to_string(kMaxHfConfig));
   }
   if (!j.contains("parallelism")) return invalid(file + ": missing 'parallelism'");
   PTC_ASSIGN_OR_RETURN(ptc.parallelism, parse_par_json(j["parallelism"], file + ": parallelism"));

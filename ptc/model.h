@@ -60,6 +60,10 @@ struct Ptc {
   const TensorSpec* find(std::string_view name) const;
 };
 
+// The largest hf_config (its compact JSON): it rides in every step record (etcd's requests are
+// 1.5 MiB at most); Hugging Face configs are a few KB.
+inline constexpr size_t kMaxHfConfig = 256 << 10;
+
 // Parses and validates a ptc.json document; `file` names it in error messages. Unknown
 // members are errors at every level.
 Result<Ptc> parse_ptc_json(std::string_view text, const std::string& file);

@@ -410,6 +410,13 @@ TEST_CASE("hf_config is kept as compact sorted JSON, written by both writers and
     REQUIRE_FALSE(r.is_ok());
     CHECK(r.status().message() == std::string(kFile) + ": 'hf_config' must be an object (a config.json)");
   }
+  auto huge = parse_ptc_json(
+      R"({"hf_config": {"n": ")" + std::string(kMaxHfConfig, 'x') +
+          R"("}, "parallelism": {"tp": 1, "pp": 1, "dp": 1}, "tensors": {"w": {"dtype": "F32", "shape": [4]}}})",
+      kFile);
+  REQUIRE_FALSE(huge.is_ok());
+  CHECK(huge.status().message() ==
+        kFile + ": 'hf_config' is " + std::to_string(kMaxHfConfig + 8) + " bytes of JSON; at most 262144");
   auto none = parse_ptc_json(kDesignExample, kFile);
   REQUIRE(none.is_ok());
   CHECK(none->hf_config.empty());

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "ptc/model.h"
+
 using namespace ptc;
 
 TEST_CASE("config.json: integers kept by name, key/value heads and head_dim derived as transformers does",
@@ -56,6 +58,16 @@ TEST_CASE("config.json: what cannot describe a model is refused, naming the file
   auto bad = parse_hf_config("{", "m/config.json");
   REQUIRE_FALSE(bad.is_ok());
   CHECK_THAT(bad.status().message(), Catch::Contains("m/config.json"));
+}
+
+TEST_CASE("config.json: past 256 KiB of JSON is refused (it rides in every step record)", "[hf_config]") {
+  const std::string big = R"({"hidden_size": 4, "notes": ")" + std::string(kMaxHfConfig, 'x') + "\"}";
+  auto r = parse_hf_config(big, "m/config.json");
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().message() == "m/config.json: " + std::to_string(kMaxHfConfig + 28) +
+                                    " bytes of JSON; ptcfs keeps a config of at most 262144");
+  auto ok = parse_hf_config(R"({"hidden_size": 4, "notes": ")" + std::string(1000, 'x') + "\"}", "m/config.json");
+  CHECK(ok.is_ok());
 }
 
 TEST_CASE("config products: names the config lacks, bad terms and overflow are refused", "[hf_config]") {
