@@ -25,7 +25,8 @@
 
 namespace {
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
 using nlohmann::json;
 
 std::string moe_ptc_json(int layers, int per_layer, Parallelism par) {

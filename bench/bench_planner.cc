@@ -26,7 +26,8 @@
 
 namespace {
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::planner;
 
 template <class F>
 double median_seconds(F&& f) {

@@ -66,10 +66,10 @@ uint64_t write_checkpoint(const std::string& dir, const std::string& ptc_text, c
   std::mt19937_64 rng(42);
   std::vector<uint64_t> buf(1 << 20);
   for (const auto& shard : layout.shards()) {
-    std::vector<ptc::TensorDecl> decls;
+    std::vector<formats::TensorDecl> decls;
     for (const auto& sl : layout.slices(shard))
       decls.push_back({layout.tensor(sl).name, layout.tensor(sl).dtype, sl.local_shape});
-    auto l = ptc::layout_safetensors(decls);
+    auto l = formats::layout_safetensors(decls);
     if (!l) throw std::runtime_error(l.status().to_string());
     FILE* f = std::fopen((dir + "/" + shard.name() + ".safetensors").c_str(), "wb");
     std::fwrite(l->header.data(), 1, l->header.size(), f);
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
   app.add_option("--min-piece", g_min_piece, "Compaction threshold for strided slices (bytes per piece)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  ptc::log::set_level(ptc::log::Level::kWarn);
+  log::set_level(log::Level::kWarn);
 
   // 8 layers of 32 h^2 bytes (BF16): pick h so the model is about `gib`.
   const int layers = 8;

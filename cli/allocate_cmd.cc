@@ -46,7 +46,7 @@ CLI::App* add_allocate_command(CLI::App& app, AllocateArgs& a, Globals& g) {
 
 namespace {
 
-std::string config_text(const ptc::JobOption& o) {
+std::string config_text(const planner::JobOption& o) {
   if (!o.config) return "";
   return fmt::format("tp={},{}pp={},dp={},micro_batch={}", o.config->tp,
                      o.config->cp > 1 ? fmt::format("cp={},", o.config->cp) : "", o.config->pp, o.config->dp,
@@ -65,32 +65,33 @@ std::string id_ranges(const std::vector<int>& ids) {
   return out;
 }
 
-json batch_json(const ptc::JobOption& o) { return o.global_batch ? json(o.global_batch) : json(nullptr); }
+json batch_json(const planner::JobOption& o) { return o.global_batch ? json(o.global_batch) : json(nullptr); }
 
-std::string batch_cell(const ptc::JobOption& o) { return o.global_batch ? std::to_string(o.global_batch) : "-"; }
+std::string batch_cell(const planner::JobOption& o) { return o.global_batch ? std::to_string(o.global_batch) : "-"; }
 
-json option_config_json(const ptc::JobOption& o) { return o.config ? config_json(*o.config) : json(nullptr); }
+json option_config_json(const planner::JobOption& o) { return o.config ? config_json(*o.config) : json(nullptr); }
 
 }  // namespace
 
-ptc::Result<MakespanSolution> solve_makespan(const std::vector<ptc::JobSpec>& jobs, int gpus, int slots,
-                                             double time_limit_s) {
-  PTC_ASSIGN_OR_RETURN(auto options, ptc::timed_options(jobs, gpus));
+Result<MakespanSolution> solve_makespan(const std::vector<planner::JobSpec>& jobs, int gpus, int slots,
+                                        double time_limit_s) {
+  PTC_ASSIGN_OR_RETURN(auto options, planner::timed_options(jobs, gpus));
   return solve_makespan(jobs, options, gpus, slots, time_limit_s);
 }
 
-ptc::Result<MakespanSolution> solve_makespan(const std::vector<ptc::JobSpec>& jobs,
-                                             const std::vector<std::vector<ptc::TimedOption>>& options, int gpus,
-                                             int slots, double time_limit_s) {
+Result<MakespanSolution> solve_makespan(const std::vector<planner::JobSpec>& jobs,
+                                        const std::vector<std::vector<planner::TimedOption>>& options, int gpus,
+                                        int slots, double time_limit_s) {
   std::vector<std::string> names;
   for (const auto& j : jobs) names.push_back(j.name);
   MakespanSolution out;
-  out.greedy = ptc::greedy_schedule(names, options, gpus);
-  PTC_ASSIGN_OR_RETURN(out.program, ptc::makespan_milp(options, gpus, out.greedy.makespan_s / slots));
+  out.greedy = planner::greedy_schedule(names, options, gpus);
+  PTC_ASSIGN_OR_RETURN(out.program, planner::makespan_milp(options, gpus, out.greedy.makespan_s / slots));
   const auto limit = std::chrono::milliseconds(static_cast<int64_t>(time_limit_s * 1000));
   PTC_ASSIGN_OR_RETURN(out.answer, solve_milp_glpk(out.program.milp, limit, out.program.start),
                        "solving the makespan program");
-  PTC_ASSIGN_OR_RETURN(auto solved, ptc::schedule_from_solution(out.program, names, options, gpus, out.answer.values),
+  PTC_ASSIGN_OR_RETURN(auto solved,
+                       planner::schedule_from_solution(out.program, names, options, gpus, out.answer.values),
                        "GLPK's solution");
   out.schedule = solved.makespan_s <= out.greedy.makespan_s ? std::move(solved) : out.greedy;
   return out;
@@ -98,13 +99,13 @@ ptc::Result<MakespanSolution> solve_makespan(const std::vector<ptc::JobSpec>& jo
 
 namespace {
 
-int run_makespan(const AllocateArgs& a, const Globals& g, const std::vector<ptc::JobSpec>& jobs) {
+int run_makespan(const AllocateArgs& a, const Globals& g, const std::vector<planner::JobSpec>& jobs) {
   auto solved = solve_makespan(jobs, a.gpus, a.slots, a.time_limit_s);
   if (!solved) return fail(solved.status().with_context(a.jobs_file));
   const MilpAnswer* answer = &solved->answer;
-  const ptc::MakespanMilp* program = &solved->program;
-  const ptc::Schedule& greedy = solved->greedy;
-  const ptc::Schedule& s = solved->schedule;
+  const planner::MakespanMilp* program = &solved->program;
+  const planner::Schedule& greedy = solved->greedy;
+  const planner::Schedule& s = solved->schedule;
   // The program's makespan is a whole number of slots, so its bound rounds up. Both are of the
   // program (run times rounded up to slots), not of the real schedule, which is never longer.
   const double bound_slots = std::ceil(answer->bound - 1e-6);
@@ -155,17 +156,16 @@ int run_makespan(const AllocateArgs& a, const Globals& g, const std::vector<ptc:
 int run_allocate(const AllocateArgs& a, const Globals& g) {
   auto text = read_text_file(a.jobs_file, size_t{16} << 20);  // 10,000 jobs take under 1 MiB
   if (!text) return fail(text.status());
-  auto jobs = ptc::parse_jobs_json(*text, a.jobs_file);
+  auto jobs = planner::parse_jobs_json(*text, a.jobs_file);
   if (!jobs) return fail(jobs.status());
   if (a.policy == "makespan") {
     if (a.horizon_s > 0)
-      return fail(
-          ptc::invalid("--horizon weighs moves for --policy throughput; the makespan program plans whole runs"));
+      return fail(invalid("--horizon weighs moves for --policy throughput; the makespan program plans whole runs"));
     return run_makespan(a, g, *jobs);
   }
-  auto r = ptc::allocate_throughput(*jobs, a.gpus, a.horizon_s);
+  auto r = planner::allocate_throughput(*jobs, a.gpus, a.horizon_s);
   if (!r) return fail(r.status().with_context(a.jobs_file));
-  const ptc::Allocation& alloc = *r;
+  const planner::Allocation& alloc = *r;
   if (g.json) {
     json out = {{"policy", a.policy},
                 {"gpus", a.gpus},

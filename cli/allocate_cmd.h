@@ -29,15 +29,15 @@ int run_allocate(const AllocateArgs& a, const Globals& g);
 // The makespan policy's answer: the schedule (the solver's, or the greedy one when that is no
 // longer), the greedy schedule, the program and the solver's answer.
 struct MakespanSolution {
-  ptc::Schedule schedule, greedy;
-  ptc::MakespanMilp program;
+  planner::Schedule schedule, greedy;
+  planner::MakespanMilp program;
   MilpAnswer answer;
 };
-ptc::Result<MakespanSolution> solve_makespan(const std::vector<ptc::JobSpec>& jobs, int gpus, int slots,
-                                             double time_limit_s);
-// The same on options already timed (ptc::timed_options), options[j] those of jobs[j].
-ptc::Result<MakespanSolution> solve_makespan(const std::vector<ptc::JobSpec>& jobs,
-                                             const std::vector<std::vector<ptc::TimedOption>>& options, int gpus,
-                                             int slots, double time_limit_s);
+Result<MakespanSolution> solve_makespan(const std::vector<planner::JobSpec>& jobs, int gpus, int slots,
+                                        double time_limit_s);
+// The same on options already timed (planner::timed_options), options[j] those of jobs[j].
+Result<MakespanSolution> solve_makespan(const std::vector<planner::JobSpec>& jobs,
+                                        const std::vector<std::vector<planner::TimedOption>>& options, int gpus,
+                                        int slots, double time_limit_s);
 
 }  // namespace ptcfs::cli

@@ -55,9 +55,9 @@ CLI::App* add_autoscale_command(CLI::App& app, AutoscaleArgs& a, Globals& g) {
 
 int run_autoscale(const AutoscaleArgs& args, const Globals& g) {
   AutoscaleArgs a = args;
-  if (a.prefix.empty() || a.prefix.back() == '/') return fail(ptc::invalid("--prefix must not be empty or end in '/'"));
+  if (a.prefix.empty() || a.prefix.back() == '/') return fail(invalid("--prefix must not be empty or end in '/'"));
   if (a.horizon_s > 0 && a.policy != "throughput")
-    return fail(ptc::invalid("--horizon weighs moves for --policy throughput; the makespan program plans whole runs"));
+    return fail(invalid("--horizon weighs moves for --policy throughput; the makespan program plans whole runs"));
   if (a.id.empty()) {
     char host[256] = {};
     (void)gethostname(host, sizeof host - 1);
@@ -67,16 +67,16 @@ int run_autoscale(const AutoscaleArgs& args, const Globals& g) {
   if (!etcd) return fail(etcd.status());
   const ControllerOptions options{a.prefix, a.id, a.policy, a.gpus, a.lease_ttl_s, a.retry_s};
   // The policy (ptc/planner/autoscale.h): throughput, or makespan through the MILP solver.
-  auto decide = [a](const std::vector<ptc::QueueEntry>& queue, int gpus,
-                    const std::map<std::string, ptc::Decision>& stored) -> ptc::Result<std::vector<ptc::Decision>> {
-    if (a.policy == "throughput") return ptc::decide_throughput(queue, gpus, stored, a.horizon_s);
-    std::vector<ptc::JobSpec> specs = ptc::autoscale_specs(queue);
-    const auto options = ptc::fitting_options(specs, gpus);
+  auto decide = [a](const std::vector<planner::QueueEntry>& queue, int gpus,
+                    const std::map<std::string, planner::Decision>& stored) -> Result<std::vector<planner::Decision>> {
+    if (a.policy == "throughput") return planner::decide_throughput(queue, gpus, stored, a.horizon_s);
+    std::vector<planner::JobSpec> specs = planner::autoscale_specs(queue);
+    const auto options = planner::fitting_options(specs, gpus);
     specs.resize(options.size());
-    if (specs.empty()) return ptc::decisions_from(queue, {});
-    PTC_ASSIGN_OR_RETURN(auto timed, ptc::timed_options(specs, options), "makespan policy");
+    if (specs.empty()) return planner::decisions_from(queue, {});
+    PTC_ASSIGN_OR_RETURN(auto timed, planner::timed_options(specs, options), "makespan policy");
     PTC_ASSIGN_OR_RETURN(auto solved, solve_makespan(specs, timed, gpus, a.slots, a.time_limit_s), "makespan policy");
-    return ptc::decisions_from(queue, ptc::starting_now(solved.schedule));
+    return planner::decisions_from(queue, planner::starting_now(solved.schedule));
   };
   auto call_daemon = [g](const std::string& daemon, const json& req) {
     Globals at = g;

@@ -13,12 +13,12 @@
 
 namespace ptcfs::cli {
 
-int fail(const ptc::Status& s) {
+int fail(const Status& s) {
   fmt::print(stderr, "ptcfs: error: {}\n", s.message());
   return 1;
 }
 
-ptc::Result<nlohmann::json> call(const Globals& g, const nlohmann::json& req, const transport::ProgressSink& progress) {
+Result<nlohmann::json> call(const Globals& g, const nlohmann::json& req, const transport::ProgressSink& progress) {
   std::string secret;
   if (!g.secret_file.empty()) {
     PTC_ASSIGN_OR_RETURN(secret, transport::read_secret_file(g.secret_file));
@@ -28,11 +28,11 @@ ptc::Result<nlohmann::json> call(const Globals& g, const nlohmann::json& req, co
   return client->call(req, progress);
 }
 
-ptc::Result<std::string> read_text_file(const std::string& path, size_t max_bytes) {
+Result<std::string> read_text_file(const std::string& path, size_t max_bytes) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return ptc::invalid(path + ": is a directory");
+  if (std::filesystem::is_directory(path, ec)) return invalid(path + ": is a directory");
   std::ifstream in(path, std::ios::binary);
-  if (!in) return ptc::invalid(path + ": cannot open: " + std::strerror(errno));
+  if (!in) return invalid(path + ": cannot open: " + std::strerror(errno));
   // At most max_bytes + 1 bytes are read: /dev/zero or a huge file is refused at once.
   std::string text;
   char buf[1 << 16];
@@ -40,10 +40,9 @@ ptc::Result<std::string> read_text_file(const std::string& path, size_t max_byte
     in.read(buf, sizeof buf);
     text.append(buf, static_cast<size_t>(in.gcount()));
   }
-  if (in.bad()) return ptc::invalid(path + ": cannot read: " + std::strerror(errno));
+  if (in.bad()) return invalid(path + ": cannot read: " + std::strerror(errno));
   if (text.size() > max_bytes)
-    return ptc::invalid(path + ": more than " + std::to_string(max_bytes >> 20) +
-                        " MiB; not a file this command reads");
+    return invalid(path + ": more than " + std::to_string(max_bytes >> 20) + " MiB; not a file this command reads");
   return text;
 }
 

@@ -77,7 +77,7 @@ int add(const DatasetArgs& a, const Globals& g) {
   for (const auto& f : a.files) {
     std::error_code ec;
     const auto abs = std::filesystem::absolute(f, ec);
-    if (ec) return fail(ptc::invalid(f + ": " + ec.message()));
+    if (ec) return fail(invalid(f + ": " + ec.message()));
     files.push_back(abs.lexically_normal().string());
   }
   json req = {{"op", "dataset.add"},       {"job", a.job},   {"name", a.name},

@@ -47,33 +47,33 @@ struct Fd {
 };
 
 // Appends [offset, offset + n) of `from` to `to`, counting bytes with `advance`.
-ptc::Status copy_range(int from, const std::string& from_path, uint64_t offset, uint64_t n, int to,
-                       const std::string& to_path, const std::function<void(uint64_t)>& advance) {
+Status copy_range(int from, const std::string& from_path, uint64_t offset, uint64_t n, int to,
+                  const std::string& to_path, const std::function<void(uint64_t)>& advance) {
   std::vector<char> buf(4 << 20);
   while (n > 0) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), n));
     const ssize_t got = ::pread(from, buf.data(), want, static_cast<off_t>(offset));
-    if (got < 0) return ptc::io_error("reading " + from_path, errno);
-    if (got == 0) return ptc::corrupt(from_path + ": shorter than its header says");
+    if (got < 0) return io_error("reading " + from_path, errno);
+    if (got == 0) return corrupt(from_path + ": shorter than its header says");
     for (size_t done = 0; done < static_cast<size_t>(got);) {
       const ssize_t w = ::write(to, buf.data() + done, static_cast<size_t>(got) - done);
-      if (w < 0) return ptc::io_error("writing " + to_path, errno);
+      if (w < 0) return io_error("writing " + to_path, errno);
       done += static_cast<size_t>(w);
     }
     offset += static_cast<uint64_t>(got);
     n -= static_cast<uint64_t>(got);
     advance(static_cast<uint64_t>(got));
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status write_file(const std::string& path, const std::string& bytes) {
+Status write_file(const std::string& path, const std::string& bytes) {
   Fd out{::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644)};
-  if (out.fd < 0) return ptc::io_error("creating " + path, errno);
+  if (out.fd < 0) return io_error("creating " + path, errno);
   if (::write(out.fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size()))
-    return ptc::io_error("writing " + path, errno);
-  if (::fsync(out.fd) != 0) return ptc::io_error("syncing " + path, errno);
-  return ptc::Status::ok();
+    return io_error("writing " + path, errno);
+  if (::fsync(out.fd) != 0) return io_error("syncing " + path, errno);
+  return Status::ok();
 }
 
 // The step's directory in the mount, and its ptc.json.
@@ -82,9 +82,9 @@ struct Source {
   ptc::Ptc ptc;
 };
 
-ptc::Result<Source> source_of(const ExportArgs& a, const Globals& g) {
+Result<Source> source_of(const ExportArgs& a, const Globals& g) {
   const size_t slash = a.step_path.find('/');
-  if (slash == std::string::npos) return ptc::invalid("'" + a.step_path + "' is not JOB/STEP");
+  if (slash == std::string::npos) return invalid("'" + a.step_path + "' is not JOB/STEP");
   const std::string job = a.step_path.substr(0, slash), step = a.step_path.substr(slash + 1);
   PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
   PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
@@ -95,14 +95,14 @@ ptc::Result<Source> source_of(const ExportArgs& a, const Globals& g) {
   }
   PTC_ASSIGN_OR_RETURN(json ls, call(g, {{"op", "ls"}, {"path", a.step_path}}));
   if (ls.value("state", std::string("committed")) != "committed")
-    return ptc::error(ptc::Code::kFailedPrecondition, a.step_path +
-                                                          " is still being saved (pending); export it "
-                                                          "once it is committed");
+    return error(Code::kFailedPrecondition, a.step_path +
+                                                " is still being saved (pending); export it "
+                                                "once it is committed");
   Source s{mount + "/" + job + "/" + step, {}};
   std::error_code ec;
   if (!fs::is_directory(s.dir, ec))
-    return ptc::not_found("the daemon's mount shows " + a.step_path + " at " + s.dir +
-                          ", which this machine does not see (run export on the daemon's node, or give --mount)");
+    return not_found("the daemon's mount shows " + a.step_path + " at " + s.dir +
+                     ", which this machine does not see (run export on the daemon's node, or give --mount)");
   PTC_ASSIGN_OR_RETURN(std::string text, read_text_file(s.dir + "/ptc.json"));
   PTC_ASSIGN_OR_RETURN(s.ptc, ptc::parse_ptc_json(text, s.dir + "/ptc.json"));
   return s;
@@ -114,7 +114,7 @@ struct HfShard {
   uint64_t bytes = 0;
 };
 
-ptc::Result<json> export_hf(const Source& src, const std::string& dir, uint64_t max_shard) {
+Result<json> export_hf(const Source& src, const std::string& dir, uint64_t max_shard) {
   // Tensors in name order, a new file whenever the next would pass the size (a bigger tensor
   // gets a file of its own), as Hugging Face's writers split.
   std::vector<HfShard> shards(1);
@@ -134,28 +134,28 @@ ptc::Result<json> export_hf(const Source& src, const std::string& dir, uint64_t 
     const std::string name = shards.size() == 1
                                  ? "model.safetensors"
                                  : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
-    std::vector<ptc::TensorDecl> decls;
+    std::vector<formats::TensorDecl> decls;
     for (const auto* t : shards[k].tensors) decls.push_back({t->name, t->dtype, t->shape});
-    PTC_ASSIGN_OR_RETURN(auto layout, ptc::layout_safetensors(decls, {{"format", "pt"}}));
+    PTC_ASSIGN_OR_RETURN(auto layout, formats::layout_safetensors(decls, {{"format", "pt"}}));
     const std::string path = dir + "/" + name;
     Fd out{::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644)};
-    if (out.fd < 0) return ptc::io_error("creating " + path, errno);
+    if (out.fd < 0) return io_error("creating " + path, errno);
     if (::write(out.fd, layout.header.data(), layout.header.size()) != static_cast<ssize_t>(layout.header.size()))
-      return ptc::io_error("writing " + path, errno);
+      return io_error("writing " + path, errno);
     for (const auto* t : shards[k].tensors) {
       const std::string view = src.dir + "/full/" + t->name + ".npy";
       Fd in{::open(view.c_str(), O_RDONLY)};
-      if (in.fd < 0) return ptc::io_error("opening " + view, errno);
+      if (in.fd < 0) return io_error("opening " + view, errno);
       struct stat st {};
-      if (::fstat(in.fd, &st) != 0) return ptc::io_error(view, errno);
-      std::string prefix(ptc::npy_header(t->dtype, t->shape).size(), '\0');
+      if (::fstat(in.fd, &st) != 0) return io_error(view, errno);
+      std::string prefix(formats::npy_header(t->dtype, t->shape).size(), '\0');
       if (::pread(in.fd, prefix.data(), prefix.size(), 0) != static_cast<ssize_t>(prefix.size()))
-        return ptc::io_error("reading " + view, errno);
-      PTC_ASSIGN_OR_RETURN(auto npy, ptc::parse_npy(prefix, static_cast<uint64_t>(st.st_size), view));
+        return io_error("reading " + view, errno);
+      PTC_ASSIGN_OR_RETURN(auto npy, formats::parse_npy(prefix, static_cast<uint64_t>(st.st_size), view));
       PTC_RETURN_IF_ERROR(copy_range(in.fd, view, npy.data_start, npy.data_bytes, out.fd, path, advance));
       weight_map[t->name] = name;
     }
-    if (::fsync(out.fd) != 0) return ptc::io_error("syncing " + path, errno);
+    if (::fsync(out.fd) != 0) return io_error("syncing " + path, errno);
     files.push_back(name);
   }
   if (shards.size() > 1) {
@@ -163,7 +163,7 @@ ptc::Result<json> export_hf(const Source& src, const std::string& dir, uint64_t 
     PTC_RETURN_IF_ERROR(write_file(dir + "/model.safetensors.index.json", index.dump(2) + "\n"));
   }
   if (!src.ptc.hf_config.empty()) {  // the model's config.json, kept since its import or save
-    PTC_RETURN_IF_ERROR(write_file(dir + "/" + ptc::kHfConfigFile, json::parse(src.ptc.hf_config).dump(2) + "\n"));
+    PTC_RETURN_IF_ERROR(write_file(dir + "/" + formats::kHfConfigFile, json::parse(src.ptc.hf_config).dump(2) + "\n"));
   }
   line.finish();
   return json{
@@ -177,13 +177,13 @@ struct OpenFile {
   uint64_t size = 0;
 };
 
-ptc::Result<OpenFile> open_in(const std::string& dir, const std::string& name) {
+Result<OpenFile> open_in(const std::string& dir, const std::string& name) {
   const std::string path = dir + "/" + name;
   Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (in.fd < 0 && errno == ENOENT) return ptc::not_found(path + ": no such file");
-  if (in.fd < 0) return ptc::io_error("opening " + path, errno);
+  if (in.fd < 0 && errno == ENOENT) return not_found(path + ": no such file");
+  if (in.fd < 0) return io_error("opening " + path, errno);
   struct stat st {};
-  if (::fstat(in.fd, &st) != 0) return ptc::io_error(path, errno);
+  if (::fstat(in.fd, &st) != 0) return io_error(path, errno);
   return OpenFile{name, std::move(in), static_cast<uint64_t>(st.st_size)};
 }
 
@@ -193,48 +193,47 @@ ptc::Result<OpenFile> open_in(const std::string& dir, const std::string& name) {
 // mount between two opens shows (kFailedPrecondition: a rank file of the layout missing, or
 // one that does not match it) instead of being written out as a mix of two layouts; any other
 // error is returned as it is.
-ptc::Result<std::vector<OpenFile>> open_step(const std::string& dir) {
+Result<std::vector<OpenFile>> open_step(const std::string& dir) {
   std::vector<OpenFile> files;
   PTC_ASSIGN_OR_RETURN(OpenFile pj, open_in(dir, "ptc.json"));
   std::string text(pj.size, '\0');
   if (::pread(pj.fd.fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
-    return ptc::io_error("reading " + dir + "/ptc.json", errno);
+    return io_error("reading " + dir + "/ptc.json", errno);
   PTC_ASSIGN_OR_RETURN(const ptc::Ptc ptc, ptc::parse_ptc_json(text, dir + "/ptc.json"));
   PTC_ASSIGN_OR_RETURN(const ptc::Layout layout, ptc::Layout::make(ptc, ptc.parallelism));
   files.push_back(std::move(pj));
   for (const ptc::ShardId& shard : layout.shards()) {
     const std::string name = fmt::format("tp{}-pp{}.safetensors", shard.t, shard.p);
     auto f = open_in(dir, name);
-    if (!f && f.status().code() == ptc::Code::kNotFound)
-      return ptc::error(ptc::Code::kFailedPrecondition, f.status().message());
+    if (!f && f.status().code() == Code::kNotFound) return error(Code::kFailedPrecondition, f.status().message());
     if (!f) return f.status();
     const int fd = f->fd.fd;
-    auto header = ptc::read_safetensors_header(
+    auto header = formats::read_safetensors_header(
         f->size,
-        [fd](uint64_t off, void* buf, size_t len) -> ptc::Result<size_t> {
+        [fd](uint64_t off, void* buf, size_t len) -> Result<size_t> {
           const ssize_t n = ::pread(fd, buf, len, static_cast<off_t>(off));
-          if (n < 0) return ptc::io_error("reading", errno);
+          if (n < 0) return io_error("reading", errno);
           return static_cast<size_t>(n);
         },
         dir + "/" + name);
     if (!header) return header.status();
-    if (auto m = match_rank_header(layout, shard, *header, dir + "/" + name); !m)
-      return ptc::error(ptc::Code::kFailedPrecondition, m.status().message());
+    if (auto m = formats::match_rank_header(layout, shard, *header, dir + "/" + name); !m)
+      return error(Code::kFailedPrecondition, m.status().message());
     files.push_back(std::move(*f));
   }
   std::sort(files.begin(), files.end(), [](const OpenFile& a, const OpenFile& b) { return a.name < b.name; });
   return files;
 }
 
-ptc::Result<json> export_ptc(const Source& src, const std::string& dir) {
+Result<json> export_ptc(const Source& src, const std::string& dir) {
   // A repartition that commits while the files are opened: opened again, from ptc.json.
-  ptc::Result<std::vector<OpenFile>> opened = ptc::internal("not opened");
+  Result<std::vector<OpenFile>> opened = internal("not opened");
   for (int attempt = 0; attempt < 5; ++attempt) {
     opened = open_step(src.dir);
-    if (opened || opened.status().code() != ptc::Code::kFailedPrecondition) break;
+    if (opened || opened.status().code() != Code::kFailedPrecondition) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  if (!opened && opened.status().code() == ptc::Code::kFailedPrecondition)
+  if (!opened && opened.status().code() == Code::kFailedPrecondition)
     return opened.status().with_context("the step changed while export opened its files (a repartition?); 5 tries");
   if (!opened) return opened.status();
   uint64_t total = 0;
@@ -249,9 +248,9 @@ ptc::Result<json> export_ptc(const Source& src, const std::string& dir) {
   for (const auto& f : *opened) {
     const std::string from = src.dir + "/" + f.name, to = dir + "/" + f.name;
     Fd out{::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644)};
-    if (out.fd < 0) return ptc::io_error("creating " + to, errno);
+    if (out.fd < 0) return io_error("creating " + to, errno);
     PTC_RETURN_IF_ERROR(copy_range(f.fd.fd, from, 0, f.size, out.fd, to, advance));
-    if (::fsync(out.fd) != 0) return ptc::io_error("syncing " + to, errno);
+    if (::fsync(out.fd) != 0) return io_error("syncing " + to, errno);
   }
   line.finish();
   return json{{"files", names}, {"tensors", src.ptc.tensors.size()}, {"bytes", total}};
@@ -286,8 +285,8 @@ int run_export(const ExportArgs& a, const Globals& g) {
   if (a.format == "dcp") return exec_python(g, {"export-dcp", src->dir, a.dir}, false);
   std::error_code ec;
   const bool existed = fs::exists(a.dir, ec);
-  if (existed && !fs::is_empty(a.dir, ec)) return fail(ptc::invalid(a.dir + " is not empty"));
-  if (!existed && !fs::create_directories(a.dir, ec)) return fail(ptc::invalid(a.dir + ": " + ec.message()));
+  if (existed && !fs::is_empty(a.dir, ec)) return fail(invalid(a.dir + " is not empty"));
+  if (!existed && !fs::create_directories(a.dir, ec)) return fail(invalid(a.dir + ": " + ec.message()));
   auto r = a.format == "hf" ? export_hf(*src, a.dir, *max_shard) : export_ptc(*src, a.dir);
   if (!r) {
     // Leave nothing half-written behind.

@@ -128,20 +128,21 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
                const std::vector<std::string>& nodes, const ImportFormat& f) {
   std::error_code ec;
   const auto abs = std::filesystem::absolute(dir, ec);
-  if (ec) return fail(ptc::invalid(dir + ": " + ec.message()));
+  if (ec) return fail(ptcfs::invalid(dir + ": " + ec.message()));
   json req = {{"op", "import"}, {"dir", abs.lexically_normal().string()}, {"job", job}, {"step", step}};
   if (f.format == "dcp") {
-    if (!f.template_name.empty() || !f.to.empty()) return fail(ptc::invalid("--template and --to go with --format hf"));
-    if (!nodes.empty()) return fail(ptc::invalid("--format dcp imports through this daemon's mount (no --nodes)"));
+    if (!f.template_name.empty() || !f.to.empty())
+      return fail(ptcfs::invalid("--template and --to go with --format hf"));
+    if (!nodes.empty()) return fail(ptcfs::invalid("--format dcp imports through this daemon's mount (no --nodes)"));
     return exec_python(g, {"import-dcp", abs.lexically_normal().string(), "--job", job, "--step", step}, true);
   }
   if (f.format == "megatron")
-    return fail(ptc::invalid(
+    return fail(ptcfs::invalid(
         "Megatron-LM checkpoints are read with torch by the Python package (docs/PYTHON.md): python3 -m "
         "ptcfs import-megatron " +
         dir + " --job " + job + " [--step S] [--to tp=T,pp=P] (docs/FORMATS.md, \"Megatron-LM checkpoints\")"));
   if (f.format == "hf") {
-    if (f.template_name.empty()) return fail(ptc::invalid("--format hf needs --template NAME or a template file"));
+    if (f.template_name.empty()) return fail(ptcfs::invalid("--format hf needs --template NAME or a template file"));
     std::string text;
     auto tmpl = ptcfs::cli::load_template(f.template_name, &text);
     if (!tmpl) return fail(tmpl.status());
@@ -150,7 +151,7 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
     if (!text.empty()) req["template_text"] = text;
     if (!f.to.empty()) req["to"] = f.to;
   } else if (!f.template_name.empty() || !f.to.empty()) {
-    return fail(ptc::invalid("--template and --to go with --format hf"));
+    return fail(ptcfs::invalid("--template and --to go with --format hf"));
   }
   ptcfs::cli::ProgressLine line("importing " + job + "/" + step);
   add_nodes(req, nodes);
@@ -182,16 +183,17 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
   json planned, chunks;
   if (!target.chunks.empty()) {
     if (!to.empty() || target.gpus > 0 || !target.model.empty())
-      return fail(ptc::invalid("give one of --to, --chunks, or --gpus and --model"));
+      return fail(ptcfs::invalid("give one of --to, --chunks, or --gpus and --model"));
     auto text = ptcfs::cli::read_text_file(target.chunks, size_t{1} << 20);
     if (!text) return fail(text.status());
     chunks = json::parse(*text, nullptr, false);
     if (chunks.is_discarded() || !chunks.is_object())
-      return fail(ptc::invalid(target.chunks + ": expected a JSON object of tensor names to lists of [lo, hi] boxes"));
+      return fail(
+          ptcfs::invalid(target.chunks + ": expected a JSON object of tensor names to lists of [lo, hi] boxes"));
   } else if (!target.model.empty() || target.gpus > 0) {
-    if (!to.empty()) return fail(ptc::invalid("give --to, or --gpus and --model, not both"));
+    if (!to.empty()) return fail(ptcfs::invalid("give --to, or --gpus and --model, not both"));
     if (target.model.empty() || target.gpus <= 0)
-      return fail(ptc::invalid("--gpus N and --model MODEL.json go together (the planner picks the configuration)"));
+      return fail(ptcfs::invalid("--gpus N and --model MODEL.json go together (the planner picks the configuration)"));
     auto best = ptcfs::cli::best_plan(target.model, target.gpus);
     if (!best) return fail(best.status());
     const auto& c = best->config;
@@ -201,8 +203,8 @@ int cmd_repartition(const Globals& g, const std::string& job, const std::string&
       fmt::print("the planner's best for {} GPUs: {} (micro-batch {}, {:.2f} GiB per GPU, {:.4g} s per step)\n",
                  target.gpus, to, c.micro_batch, best->memory_gb(), best->step_seconds());
   } else if (to.empty()) {
-    return fail(
-        ptc::invalid("give the new configuration: --to tp=T,pp=P,dp=D, --chunks FILE, or --gpus N --model MODEL.json"));
+    return fail(ptcfs::invalid(
+        "give the new configuration: --to tp=T,pp=P,dp=D, --chunks FILE, or --gpus N --model MODEL.json"));
   }
   ptcfs::cli::ProgressLine line("repartition " + job + "/" + step);
   json req = {{"op", "repartition"}, {"job", job}, {"step", step}, {"dry_run", dry_run}};

@@ -45,11 +45,11 @@ int ms_left(std::chrono::steady_clock::time_point until) {
 
 }  // namespace
 
-ptc::Result<MilpAnswer> solve_milp_glpk(const ptc::Milp& m, std::chrono::milliseconds limit,
-                                        const std::vector<double>& start) {
+Result<MilpAnswer> solve_milp_glpk(const planner::Milp& m, std::chrono::milliseconds limit,
+                                   const std::vector<double>& start) {
   if (!start.empty() && start.size() != m.columns.size())
-    return ptc::invalid("the starting solution has " + std::to_string(start.size()) + " values for " +
-                        std::to_string(m.columns.size()) + " variables");
+    return invalid("the starting solution has " + std::to_string(start.size()) + " values for " +
+                   std::to_string(m.columns.size()) + " variables");
   const auto t0 = std::chrono::steady_clock::now();
   const auto until = t0 + limit;
   glp_term_out(GLP_OFF);
@@ -82,7 +82,7 @@ ptc::Result<MilpAnswer> solve_milp_glpk(const ptc::Milp& m, std::chrono::millise
   lp_parm.msg_lev = GLP_MSG_OFF;
   lp_parm.tm_lim = ms_left(until);
   const int lp_ret = glp_simplex(lp.get(), &lp_parm);
-  if (lp_ret == 0 && glp_get_status(lp.get()) == GLP_NOFEAS) return ptc::invalid("the program has no solution");
+  if (lp_ret == 0 && glp_get_status(lp.get()) == GLP_NOFEAS) return invalid("the program has no solution");
 
   MilpAnswer a;
   a.solver = std::string("GLPK ") + glp_version();
@@ -102,7 +102,7 @@ ptc::Result<MilpAnswer> solve_milp_glpk(const ptc::Milp& m, std::chrono::millise
   }
   a.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int status = glp_mip_status(lp.get());
-  if (status == GLP_NOFEAS) return ptc::invalid("the program has no solution");
+  if (status == GLP_NOFEAS) return invalid("the program has no solution");
   if (status == GLP_OPT || status == GLP_FEAS) {
     a.optimal = status == GLP_OPT;
     a.objective = glp_mip_obj_val(lp.get());
@@ -113,7 +113,7 @@ ptc::Result<MilpAnswer> solve_milp_glpk(const ptc::Milp& m, std::chrono::millise
     a.values = start;
     for (size_t c = 0; c < start.size(); ++c) a.objective += m.columns[c].cost * start[c];
   } else {
-    return ptc::unavailable("GLPK found no solution within " + std::to_string(limit.count()) + " ms");
+    return unavailable("GLPK found no solution within " + std::to_string(limit.count()) + " ms");
   }
   a.bound = a.optimal ? a.objective : std::min(a.objective, search.bound);
   a.gap = a.optimal || a.objective == 0 ? 0 : (a.objective - a.bound) / std::abs(a.objective);

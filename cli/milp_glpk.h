@@ -1,4 +1,4 @@
-// Solves a ptc::Milp (ptc/planner/milp.h) with GLPK (Debian's libglpk, through its C API): the LP
+// Solves a planner::Milp (ptc/planner/milp.h) with GLPK (Debian's libglpk, through its C API): the LP
 // relaxation by the simplex method, then branch and cut, within a time limit. A feasible
 // starting solution, when given, is handed to GLPK as its first incumbent, so a run stopped
 // by the limit still has a solution and a gap.
@@ -27,7 +27,7 @@ struct MilpAnswer {
 
 // kUnavailable when no solution was found within the limit (and none was given);
 // kInvalidArgument when the program has none.
-ptc::Result<MilpAnswer> solve_milp_glpk(const ptc::Milp& m, std::chrono::milliseconds limit,
-                                        const std::vector<double>& start = {});
+Result<MilpAnswer> solve_milp_glpk(const planner::Milp& m, std::chrono::milliseconds limit,
+                                   const std::vector<double>& start = {});
 
 }  // namespace ptcfs::cli

@@ -53,15 +53,15 @@ class MoveAsker {
     std::string refused;
   };
 
-  static ptc::Result<MoveAsker> make(const Globals& g, const std::string& from) {
+  static Result<MoveAsker> make(const Globals& g, const std::string& from) {
     const size_t slash = from.find('/');
     if (slash == std::string::npos || slash == 0 || slash + 1 == from.size() ||
         from.find('/', slash + 1) != std::string::npos)
-      return ptc::invalid("--from '" + from + "' is not JOB/STEP");
+      return invalid("--from '" + from + "' is not JOB/STEP");
     return MoveAsker(g, from, from.substr(0, slash), from.substr(slash + 1));
   }
 
-  ptc::Result<Move> ask(const ptc::Candidate& c) {
+  Result<Move> ask(const planner::Candidate& c) {
     Move m;
     // A stored step gives every rank whole sequences (docs/FORMATS.md): no layout for cp.
     if (c.config.cp > 1) {
@@ -73,8 +73,8 @@ class MoveAsker {
     if (it != asked_.end()) return it->second;
     auto r = call(g_, {{"op", "repartition"}, {"job", job_}, {"step", step_}, {"to", to}, {"dry_run", true}});
     if (r) {
-      PTC_ASSIGN_OR_RETURN(m.bytes, ptc::member_u64(*r, "bytes_moved", "reply"));
-    } else if (r.status().code() == ptc::Code::kInvalidArgument) {
+      PTC_ASSIGN_OR_RETURN(m.bytes, member_u64(*r, "bytes_moved", "reply"));
+    } else if (r.status().code() == Code::kInvalidArgument) {
       m.refused = r.status().message();
     } else {
       return r.status().with_context("dry run of repartitioning " + from_ + " to " + to);
@@ -93,10 +93,10 @@ class MoveAsker {
 // The candidates (in order) that `from` can be laid out at, with the bytes each move takes, at
 // most `keep` of them (0: all). Each configuration the daemon refused is told on stderr; when
 // it refuses every one, that is the error.
-ptc::Result<std::pair<std::vector<ptc::Candidate>, std::vector<uint64_t>>> movable(
-    const Globals& g, const std::string& from, const std::vector<ptc::Candidate>& cands, size_t keep) {
+Result<std::pair<std::vector<planner::Candidate>, std::vector<uint64_t>>> movable(
+    const Globals& g, const std::string& from, const std::vector<planner::Candidate>& cands, size_t keep) {
   PTC_ASSIGN_OR_RETURN(MoveAsker asker, MoveAsker::make(g, from));
-  std::vector<ptc::Candidate> kept;
+  std::vector<planner::Candidate> kept;
   std::vector<uint64_t> moved;
   std::map<std::string, std::string> refused;
   for (const auto& c : cands) {
@@ -112,15 +112,14 @@ ptc::Result<std::pair<std::vector<ptc::Candidate>, std::vector<uint64_t>>> movab
     }
   }
   if (kept.empty() && !refused.empty())
-    return ptc::invalid("no candidate can hold " + from + ": " + refused.begin()->first + ": " +
-                        refused.begin()->second);
+    return invalid("no candidate can hold " + from + ": " + refused.begin()->first + ": " + refused.begin()->second);
   for (const auto& [to, why] : refused)
     fmt::print(stderr, "ptcfs: skipped {}, where {} cannot be laid out: {}\n", to, from, why);
   return std::pair{std::move(kept), std::move(moved)};
 }
 
-void print_table(const PlanArgs& a, const ptc::ModelSpec& m, size_t valid, size_t fit,
-                 const std::vector<ptc::Candidate>& shown, const std::vector<uint64_t>& moved) {
+void print_table(const PlanArgs& a, const planner::ModelSpec& m, size_t valid, size_t fit,
+                 const std::vector<planner::Candidate>& shown, const std::vector<uint64_t>& moved) {
   fmt::print("{} on {} GPUs ({} per node, {:g} GiB each): {} of {} valid configurations fit; {}\n", a.model_file,
              a.gpus, m.gpu.per_node, m.gpu.memory_gb, fit, valid,
              shown.size() == fit ? "best first" : fmt::format("the {} best", shown.size()));
@@ -131,7 +130,7 @@ void print_table(const PlanArgs& a, const ptc::ModelSpec& m, size_t valid, size_
              "TFLOP/s", "compute", "bubble", "tp comm", cp ? fmt::format(" {:>8}", "cp comm") : "", "pp comm",
              "dp comm", "optimizer", moved.empty() ? "" : fmt::format("  {:>10}", "moves"));
   for (size_t i = 0; i < shown.size(); ++i) {
-    const ptc::Candidate& c = shown[i];
+    const planner::Candidate& c = shown[i];
     fmt::print(
         "{:>4} {:>3}{} {:>4} {:>3} {:>5} {:>5}  {:>6.2f} GiB  {:>7.4g} s  {:>8.1f}   {:>8.4g} {:>8.4g} {:>8.4g}{} "
         "{:>8.4g} {:>8.4g} {:>9.4g}{}\n",
@@ -146,13 +145,13 @@ void print_table(const PlanArgs& a, const ptc::ModelSpec& m, size_t valid, size_
 }  // namespace
 
 namespace {
-ptc::Result<ptc::ModelSpec> load_model(const std::string& model_file) {
+Result<planner::ModelSpec> load_model(const std::string& model_file) {
   PTC_ASSIGN_OR_RETURN(std::string text, read_text_file(model_file));
-  return ptc::parse_model_json(text, model_file);
+  return planner::parse_model_json(text, model_file);
 }
 }  // namespace
 
-json config_json(const ptc::ParallelConfig& c) {
+json config_json(const planner::ParallelConfig& c) {
   return {{"tp", c.tp},
           {"cp", c.cp},
           {"pp", c.pp},
@@ -161,7 +160,7 @@ json config_json(const ptc::ParallelConfig& c) {
           {"virtual_stages", c.virtual_stages}};
 }
 
-json candidate_json(const ptc::Candidate& c) {
+json candidate_json(const planner::Candidate& c) {
   json j = config_json(c.config);
   j["memory_gb"] = c.memory_gb();
   j["step_seconds"] = c.step_seconds();
@@ -169,29 +168,30 @@ json candidate_json(const ptc::Candidate& c) {
   return j;
 }
 
-ptc::Result<ptc::Candidate> best_plan(const std::string& model_file, int gpus) {
-  PTC_ASSIGN_OR_RETURN(ptc::ModelSpec m, load_model(model_file));
+Result<planner::Candidate> best_plan(const std::string& model_file, int gpus) {
+  PTC_ASSIGN_OR_RETURN(planner::ModelSpec m, load_model(model_file));
   // Only configurations a repartitioned step can hold are targets.
-  PTC_ASSIGN_OR_RETURN(std::vector<ptc::Candidate> plan, ptc::plan_parallelism(ptc::as_stored(m), gpus), model_file);
+  PTC_ASSIGN_OR_RETURN(std::vector<planner::Candidate> plan, planner::plan_parallelism(planner::as_stored(m), gpus),
+                       model_file);
   return plan.front();  // plan_parallelism refuses an empty plan
 }
 
 int run_plan(const PlanArgs& a, const Globals& g) {
   auto model = load_model(a.model_file);
   if (!model) return fail(model.status());
-  ptc::ModelSpec m = *model;
+  planner::ModelSpec m = *model;
   if (a.gpus_per_node_opt->count() > 0) {
-    if (a.gpus_per_node < 1 || a.gpus_per_node > ptc::kMaxPerNode)
-      return fail(ptc::invalid("--gpus-per-node must be 1 to " + std::to_string(ptc::kMaxPerNode) + " (got " +
-                               std::to_string(a.gpus_per_node) + ")"));
+    if (a.gpus_per_node < 1 || a.gpus_per_node > planner::kMaxPerNode)
+      return fail(invalid("--gpus-per-node must be 1 to " + std::to_string(planner::kMaxPerNode) + " (got " +
+                          std::to_string(a.gpus_per_node) + ")"));
     m.gpu.per_node = a.gpus_per_node;
   }
-  if (a.top < -1) return fail(ptc::invalid("--top must be at least 0"));
-  if (a.horizon < 0) return fail(ptc::invalid("--horizon-steps must be at least 0"));
-  if (a.horizon > 0 && a.from.empty()) return fail(ptc::invalid("--horizon-steps needs --from JOB/STEP"));
-  auto plan = ptc::plan_parallelism(m, a.gpus);
+  if (a.top < -1) return fail(invalid("--top must be at least 0"));
+  if (a.horizon < 0) return fail(invalid("--horizon-steps must be at least 0"));
+  if (a.horizon > 0 && a.from.empty()) return fail(invalid("--horizon-steps needs --from JOB/STEP"));
+  auto plan = planner::plan_parallelism(m, a.gpus);
   if (!plan) return fail(plan.status().with_context(a.model_file));
-  std::vector<ptc::Candidate> all = *plan;
+  std::vector<planner::Candidate> all = *plan;
   const size_t fit = all.size();
   size_t keep = all.size();
   if (a.top > 0) keep = std::min(keep, static_cast<size_t>(a.top));
@@ -213,7 +213,7 @@ int run_plan(const PlanArgs& a, const Globals& g) {
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     auto score = [&](size_t i) { return all[i].step_seconds() + moved[i] / node_bytes_per_s / a.horizon; };
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return score(x) < score(y); });
-    std::vector<ptc::Candidate> ranked;
+    std::vector<planner::Candidate> ranked;
     std::vector<uint64_t> ranked_moved;
     for (size_t i : order) {
       ranked.push_back(all[i]);
@@ -225,9 +225,9 @@ int run_plan(const PlanArgs& a, const Globals& g) {
     move_s.resize(keep);
   }
   moved.resize(std::min(moved.size(), keep));
-  const std::vector<ptc::Candidate> shown(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep));
+  const std::vector<planner::Candidate> shown(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep));
   if (!g.json) {
-    print_table(a, m, ptc::valid_configs(m, a.gpus).size(), fit, shown, moved);
+    print_table(a, m, planner::valid_configs(m, a.gpus).size(), fit, shown, moved);
     if (a.horizon > 0)
       fmt::print("(ranked by step time + the move's time / {} steps, the move at one node's links, {:g} Gbit/s)\n",
                  a.horizon, m.gpu.inter_node_gbps * m.gpu.per_node);
@@ -235,7 +235,7 @@ int run_plan(const PlanArgs& a, const Globals& g) {
   }
   json out = json::array();
   for (size_t i = 0; i < shown.size(); ++i) {
-    const ptc::Candidate& c = shown[i];
+    const planner::Candidate& c = shown[i];
     json j = candidate_json(c);
     if (!moved.empty()) j["bytes_moved"] = moved[i];
     if (!move_s.empty()) {

@@ -27,12 +27,12 @@ int run_plan(const PlanArgs& a, const Globals& g);
 
 // The planner's best configuration of MODEL.json on `gpus` GPUs (`repartition --gpus N
 // --model MODEL.json`); the errors of `ptcfs plan`.
-ptc::Result<ptc::Candidate> best_plan(const std::string& model_file, int gpus);
+Result<planner::Candidate> best_plan(const std::string& model_file, int gpus);
 
 // A configuration as `plan --json`, `allocate --json` and `repartition --json` write it:
 // {tp, cp, pp, dp, micro_batch, virtual_stages}.
-nlohmann::json config_json(const ptc::ParallelConfig& c);
+nlohmann::json config_json(const planner::ParallelConfig& c);
 // The same with the candidate's memory_gb, step_seconds and tflops_per_gpu.
-nlohmann::json candidate_json(const ptc::Candidate& c);
+nlohmann::json candidate_json(const planner::Candidate& c);
 
 }  // namespace ptcfs::cli

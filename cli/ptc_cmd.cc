@@ -15,42 +15,42 @@ using nlohmann::json;
 namespace {
 
 // The checkpoint in `dir`, read with the standard library (the CLI has no daemon code).
-ptc::Result<ptc::HfCheckpoint> read_hf(const std::string& dir) {
-  auto list = [&]() -> ptc::Result<std::vector<std::string>> {
+Result<formats::HfCheckpoint> read_hf(const std::string& dir) {
+  auto list = [&]() -> Result<std::vector<std::string>> {
     std::error_code ec;
     std::vector<std::string> names;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
-    if (ec) return ptc::not_found(dir + ": " + ec.message());
+    if (ec) return not_found(dir + ": " + ec.message());
     return names;
   };
-  auto header = [&](const std::string& name) -> ptc::Result<ptc::SafetensorsHeader> {
+  auto header = [&](const std::string& name) -> Result<formats::SafetensorsHeader> {
     const std::string path = dir + "/" + name;
     std::ifstream in(path, std::ios::binary | std::ios::ate);
-    if (!in) return ptc::not_found(path + ": cannot open");
+    if (!in) return not_found(path + ": cannot open");
     const auto size = static_cast<uint64_t>(in.tellg());
-    auto read_at = [&](uint64_t off, void* buf, size_t len) -> ptc::Result<size_t> {
+    auto read_at = [&](uint64_t off, void* buf, size_t len) -> Result<size_t> {
       in.clear();
       in.seekg(static_cast<std::streamoff>(off));
       in.read(static_cast<char*>(buf), static_cast<std::streamsize>(len));
       return static_cast<size_t>(in.gcount());
     };
-    return ptc::read_safetensors_header(size, read_at, path);
+    return formats::read_safetensors_header(size, read_at, path);
   };
-  return ptc::read_hf_checkpoint(
+  return formats::read_hf_checkpoint(
       dir, {list, [&](const std::string& name) { return read_text_file(dir + "/" + name); }, header});
 }
 
 }  // namespace
 
-ptc::Result<ptc::PtcTemplate> load_template(const std::string& name_or_path, std::string* text) {
+Result<formats::PtcTemplate> load_template(const std::string& name_or_path, std::string* text) {
   std::error_code ec;
   if (name_or_path.find('/') != std::string::npos || std::filesystem::is_regular_file(name_or_path, ec)) {
     PTC_ASSIGN_OR_RETURN(std::string t, read_text_file(name_or_path));
-    auto parsed = ptc::parse_template_json(t, name_or_path);
+    auto parsed = formats::parse_template_json(t, name_or_path);
     if (parsed && text) *text = std::move(t);
     return parsed;
   }
-  return ptc::builtin_template(name_or_path);
+  return formats::builtin_template(name_or_path);
 }
 
 CLI::App* add_ptc_command(CLI::App& app, PtcArgs& a, Globals& g) {
@@ -75,11 +75,11 @@ CLI::App* add_ptc_command(CLI::App& app, PtcArgs& a, Globals& g) {
 int run_ptc_command(CLI::App& cmd, const PtcArgs& a, const Globals& g) {
   if (cmd.got_subcommand("templates")) {
     json out = json::array();
-    for (const auto& name : ptc::builtin_template_names()) {
-      auto t = ptc::builtin_template(name);
+    for (const auto& name : formats::builtin_template_names()) {
+      auto t = formats::builtin_template(name);
       if (!t) return fail(t.status());
       json rules = json::array();
-      for (const auto& r : t->rules) rules.push_back(ptc::rule_to_json(r));
+      for (const auto& r : t->rules) rules.push_back(formats::rule_to_json(r));
       out.push_back({{"name", t->name}, {"description", t->description}, {"rules", std::move(rules)}});
     }
     if (g.json) return print_json(out);
@@ -93,7 +93,7 @@ int run_ptc_command(CLI::App& cmd, const PtcArgs& a, const Globals& g) {
   if (!parallelism) return fail(parallelism.status().with_context("--to"));
   auto ck = read_hf(a.dir);
   if (!ck) return fail(ck.status());
-  auto p = ptc::infer_ptc(*tmpl, ck->infos(), *parallelism, a.dir, ck->config ? &*ck->config : nullptr);
+  auto p = formats::infer_ptc(*tmpl, ck->infos(), *parallelism, a.dir, ck->config ? &*ck->config : nullptr);
   if (!p) return fail(p.status());
   // The shapes must split evenly at --to: the layout says where they do not.
   if (auto layout = ptc::Layout::make(*p, *parallelism); !layout)

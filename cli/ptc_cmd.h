@@ -22,6 +22,6 @@ int run_ptc_command(CLI::App& cmd, const PtcArgs& a, const Globals& g);
 
 // A shipped template by name, or a template file (a path that exists); with the file's
 // text in `text` (sent to the daemon, which may not see the CLI's files).
-ptc::Result<ptc::PtcTemplate> load_template(const std::string& name_or_path, std::string* text = nullptr);
+Result<formats::PtcTemplate> load_template(const std::string& name_or_path, std::string* text = nullptr);
 
 }  // namespace ptcfs::cli

@@ -22,10 +22,10 @@ int exec_python(const Globals& g, const std::vector<std::string>& args, bool wit
   for (auto& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
   ::execvp(py.c_str(), argv.data());
-  return fail(ptc::unavailable("cannot run " + py + " (" + std::strerror(errno) +
-                               "): this command needs the ptcfs Python package with torch 2.x; install it "
-                               "(pip install <repo>, docs/PYTHON.md) or set PTCFS_PYTHON to an interpreter "
-                               "that has it"));
+  return fail(unavailable("cannot run " + py + " (" + std::strerror(errno) +
+                          "): this command needs the ptcfs Python package with torch 2.x; install it "
+                          "(pip install <repo>, docs/PYTHON.md) or set PTCFS_PYTHON to an interpreter "
+                          "that has it"));
 }
 
 }  // namespace ptcfs::cli

@@ -35,10 +35,10 @@ std::optional<uint64_t> unit_bytes(const std::string& unit) {
 
 }  // namespace
 
-ptc::Result<uint64_t> parse_size(const std::string& text) {
+Result<uint64_t> parse_size(const std::string& text) {
   const auto bad = [&] {
-    return ptc::invalid("'" + text +
-                        "' is not a size (e.g. 5GB, 500MB, 100kB, 2GiB or a number of bytes; units ignore case)");
+    return invalid("'" + text +
+                   "' is not a size (e.g. 5GB, 500MB, 100kB, 2GiB or a number of bytes; units ignore case)");
   };
   // The number, exactly, as value / scale (at most 18 digits, so no overflow).
   u128 value = 0, scale = 1;
@@ -62,10 +62,10 @@ ptc::Result<uint64_t> parse_size(const std::string& text) {
   const auto per_unit = unit_bytes(unit);
   if (!per_unit || (unit.empty() && i < text.size())) return bad();
   const u128 bytes = value * *per_unit;
-  if (bytes % scale != 0) return ptc::invalid("'" + text + "' is not a whole number of bytes");
-  if (bytes / scale > (u128{1} << 63)) return ptc::invalid("'" + text + "' is more than 2^63 bytes");
+  if (bytes % scale != 0) return invalid("'" + text + "' is not a whole number of bytes");
+  if (bytes / scale > (u128{1} << 63)) return invalid("'" + text + "' is more than 2^63 bytes");
   const auto n = static_cast<uint64_t>(bytes / scale);
-  if (n == 0) return ptc::invalid("the size must be more than 0, got '" + text + "'");
+  if (n == 0) return invalid("the size must be more than 0, got '" + text + "'");
   return n;
 }
 

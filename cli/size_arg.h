@@ -13,6 +13,6 @@ namespace ptcfs::cli {
 // them); KiB, MiB, GiB, TiB (powers of 1024). "5GB", "5gb", "100kB", "100.0 kB", "2GiB",
 // "1048576". kInvalidArgument for anything else, a size of 0, a fraction of a byte and a size
 // past 2^63.
-ptc::Result<uint64_t> parse_size(const std::string& text);
+Result<uint64_t> parse_size(const std::string& text);
 
 }  // namespace ptcfs::cli

@@ -24,10 +24,10 @@ namespace {
 
 constexpr const char* kDirectName = ".ptcfs-direct";  // fs/tree.h
 
-ptc::Result<std::string> absolute(const std::string& path) {
+Result<std::string> absolute(const std::string& path) {
   char buf[PATH_MAX];
   if (!::realpath(path.c_str(), buf))
-    return ptc::error(errno == ENOENT ? ptc::Code::kNotFound : ptc::Code::kIo, path + ": " + std::strerror(errno));
+    return error(errno == ENOENT ? Code::kNotFound : Code::kIo, path + ": " + std::strerror(errno));
   return std::string(buf);
 }
 
@@ -57,12 +57,12 @@ void populate(std::byte* p, uint64_t n) {
 
 }  // namespace
 
-ptc::Result<std::string> find_socket(const std::string& path_arg) {
+Result<std::string> find_socket(const std::string& path_arg) {
   if (const char* env = std::getenv("PTCFS_DIRECT_SOCKET"); env && *env) return std::string(env);
   PTC_ASSIGN_OR_RETURN(const std::string path, absolute(path_arg));
   // The mount's root: the last folder up from the path on the same device.
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return ptc::io_error(path, errno);
+  if (::stat(path.c_str(), &st) != 0) return io_error(path, errno);
   std::string root = path;
   for (;;) {
     const size_t slash = root.rfind('/');
@@ -75,15 +75,15 @@ ptc::Result<std::string> find_socket(const std::string& path_arg) {
   const std::string file = (root == "/" ? "" : root) + "/" + kDirectName;
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return ptc::unavailable("no direct socket serves " + path + " (not a ptcfs mount, or its daemon runs without one)");
+    return unavailable("no direct socket serves " + path + " (not a ptcfs mount, or its daemon runs without one)");
   char buf[4096];
   const ssize_t n = ::read(fd, buf, sizeof buf);
   ::close(fd);
-  if (n <= 0) return ptc::unavailable("no direct socket serves " + path + " (" + file + " is empty)");
+  if (n <= 0) return unavailable("no direct socket serves " + path + " (" + file + " is empty)");
   return std::string(buf, static_cast<size_t>(n));
 }
 
-ptc::Result<std::unique_ptr<DirectFile>> DirectFile::open(const std::string& path_arg, const std::string& socket_arg) {
+Result<std::unique_ptr<DirectFile>> DirectFile::open(const std::string& path_arg, const std::string& socket_arg) {
   PTC_ASSIGN_OR_RETURN(const std::string path, absolute(path_arg));
   std::string socket = socket_arg;
   if (socket.empty()) {
@@ -93,24 +93,23 @@ ptc::Result<std::unique_ptr<DirectFile>> DirectFile::open(const std::string& pat
   PTC_ASSIGN_OR_RETURN(f->sock_, direct::connect_unix(socket));
   // A refused client (another uid, too many connections) may find the connection closed
   // before its request goes out: the daemon's answer, read next, says why.
-  const ptc::Status sent =
-      direct::send_message(f->sock_, json{{"op", "open"}, {"path", path}, {"map", 2}}.dump(), {}, {});
+  const Status sent = direct::send_message(f->sock_, json{{"op", "open"}, {"path", path}, {"map", 2}}.dump(), {}, {});
   auto reply = direct::recv_message(f->sock_);
   if (!reply) return (sent ? reply.status() : sent).with_context("opening " + path + " through " + socket);
   const std::vector<int> fds = reply->fds;
   const json j = json::parse(reply->json, nullptr, false);
   if (!j.is_object() || !j.contains("ok")) {
     close_all(fds);
-    return ptc::invalid("opening " + path + ": the daemon's reply is malformed");
+    return invalid("opening " + path + ": the daemon's reply is malformed");
   }
   if (!j.value("ok", false)) {
     close_all(fds);
-    return ptc::error(ptc::code_from_name(j.value("code", std::string("internal"))), j.value("error", std::string()));
+    return error(code_from_name(j.value("code", std::string("internal"))), j.value("error", std::string()));
   }
   f->size_ = j.value("size", uint64_t{0});
   f->version_ = j.value("version", uint64_t{0});
   // Version 2 (runs of rows) from a daemon that knows it, else version 1 (spans).
-  ptc::Result<direct::RunMap> map = direct::RunMap{};
+  Result<direct::RunMap> map = direct::RunMap{};
   if (j.value("map", uint64_t{1}) == 2) {
     map = direct::decode_runs(reply->binary, fds.size());
   } else if (auto spans = direct::decode_spans(reply->binary, fds.size()); spans) {
@@ -129,7 +128,7 @@ ptc::Result<std::unique_ptr<DirectFile>> DirectFile::open(const std::string& pat
     struct stat st {};
     if (::fstat(fds[i], &st) != 0) {
       close_all(fds);
-      return ptc::io_error("opening " + path + ": fstat of a descriptor from the daemon", errno);
+      return io_error("opening " + path + ": fstat of a descriptor from the daemon", errno);
     }
     sizes[i] = static_cast<uint64_t>(st.st_size);
   }
@@ -140,15 +139,15 @@ ptc::Result<std::unique_ptr<DirectFile>> DirectFile::open(const std::string& pat
       const uint64_t end = p.off + (r.rows - 1) * p.stride + p.len;
       if (end > sizes[static_cast<size_t>(p.src)]) {
         close_all(fds);
-        return ptc::corrupt("opening " + path + ": a file holding its bytes has " +
-                            std::to_string(sizes[static_cast<size_t>(p.src)]) + " bytes, the map reads up to " +
-                            std::to_string(end) + " (a blob cut short behind the daemon's back?)");
+        return corrupt("opening " + path + ": a file holding its bytes has " +
+                       std::to_string(sizes[static_cast<size_t>(p.src)]) + " bytes, the map reads up to " +
+                       std::to_string(end) + " (a blob cut short behind the daemon's back?)");
       }
     }
   if (map->size() != f->size_) {
     close_all(fds);
-    return ptc::invalid("opening " + path + ": the map covers " + std::to_string(map->size()) + " of " +
-                        std::to_string(f->size_) + " bytes");
+    return invalid("opening " + path + ": the map covers " + std::to_string(map->size()) + " of " +
+                   std::to_string(f->size_) + " bytes");
   }
   f->maps_.assign(fds.size(), Mapping{nullptr, 0});
   for (size_t i = 0; i < fds.size(); ++i) {
@@ -157,7 +156,7 @@ ptc::Result<std::unique_ptr<DirectFile>> DirectFile::open(const std::string& pat
     if (m == MAP_FAILED) {
       const int err = errno;
       close_all(fds);
-      return ptc::io_error("opening " + path + ": mapping a file from the daemon", err);
+      return io_error("opening " + path + ": mapping a file from the daemon", err);
     }
     f->maps_[i] = Mapping{static_cast<const std::byte*>(m), sizes[i]};
   }
@@ -285,14 +284,13 @@ size_t DirectFile::copy(uint64_t off, uint64_t len, std::byte* dst, size_t i) co
   }
 }
 
-ptc::Status DirectFile::check_ranges(size_t n, const uint64_t* off, const uint64_t* len) const {
+Status DirectFile::check_ranges(size_t n, const uint64_t* off, const uint64_t* len) const {
   for (size_t k = 0; k < n; ++k)
     if (off[k] > size_ || len[k] > size_ - off[k])
-      return ptc::error(ptc::Code::kOutOfRange, (n > 1 ? "range " + std::to_string(k) + ": " : std::string()) +
-                                                    "read of [" + std::to_string(off[k]) + ", +" +
-                                                    std::to_string(len[k]) + ") past the end of a " +
-                                                    std::to_string(size_) + "-byte file");
-  return ptc::Status::ok();
+      return error(Code::kOutOfRange, (n > 1 ? "range " + std::to_string(k) + ": " : std::string()) + "read of [" +
+                                          std::to_string(off[k]) + ", +" + std::to_string(len[k]) +
+                                          ") past the end of a " + std::to_string(size_) + "-byte file");
+  return Status::ok();
 }
 
 const std::byte* DirectFile::contiguous(uint64_t off, uint64_t len) const {
@@ -302,9 +300,9 @@ const std::byte* DirectFile::contiguous(uint64_t off, uint64_t len) const {
   return piece_of(off, std::max<uint64_t>(len, 1), hint, &at) ? at : nullptr;
 }
 
-ptc::Status DirectFile::read(uint64_t off, uint64_t len, void* dst) const { return read_many(1, &off, &len, &dst); }
+Status DirectFile::read(uint64_t off, uint64_t len, void* dst) const { return read_many(1, &off, &len, &dst); }
 
-ptc::Status DirectFile::locate(size_t n, const uint64_t* off, const uint64_t* len, Location* out) const {
+Status DirectFile::locate(size_t n, const uint64_t* off, const uint64_t* len, Location* out) const {
   PTC_RETURN_IF_ERROR(check_ranges(n, off, len));
   size_t hint = 0;
   for (size_t k = 0; k < n; ++k) {
@@ -314,10 +312,10 @@ ptc::Status DirectFile::locate(size_t n, const uint64_t* off, const uint64_t* le
     if (p && p->data)
       out[k] = Location{static_cast<int64_t>(p->source), static_cast<uint64_t>(at - maps_[p->source].data)};
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status DirectFile::read_many(size_t n, const uint64_t* off, const uint64_t* len, void* const* dst) const {
+Status DirectFile::read_many(size_t n, const uint64_t* off, const uint64_t* len, void* const* dst) const {
   PTC_RETURN_IF_ERROR(check_ranges(n, off, len));
   size_t hint = 0;
   for (size_t k = 0; k < n;) {
@@ -352,10 +350,10 @@ ptc::Status DirectFile::read_many(size_t n, const uint64_t* off, const uint64_t*
       }
     }
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Result<const std::byte*> DirectFile::bytes() {
+Result<const std::byte*> DirectFile::bytes() {
   if (runs_.size() == 1 && runs_[0].rows == 1 && runs_[0].count == 1 && pieces_[0].data) return pieces_[0].data;
   if (gathered_.size() != size_) {
     gathered_.resize(size_);

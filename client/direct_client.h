@@ -33,7 +33,7 @@ namespace ptcfs::client {
 // mount's hidden file MNT/.ptcfs-direct (the mount root: the topmost folder above `path` on the
 // same device). kUnavailable when there is none (not a ptcfs mount, a daemon without the
 // socket).
-ptc::Result<std::string> find_socket(const std::string& path);
+Result<std::string> find_socket(const std::string& path);
 
 class DirectFile {
  public:
@@ -58,7 +58,7 @@ class DirectFile {
   // is no direct socket (read through the mount instead), kNotFound, kInvalidArgument (a
   // folder, a path outside the mount), kPermissionDenied (another uid), kCorrupt (a blob
   // shorter than the map says: detected before anything is mapped).
-  static ptc::Result<std::unique_ptr<DirectFile>> open(const std::string& path, const std::string& socket = "");
+  static Result<std::unique_ptr<DirectFile>> open(const std::string& path, const std::string& socket = "");
   ~DirectFile();
   DirectFile(const DirectFile&) = delete;
   DirectFile& operator=(const DirectFile&) = delete;
@@ -77,19 +77,19 @@ class DirectFile {
   // A pointer to bytes [off, off + len) when they lie in one mapped piece (zero-copy), else nullptr.
   const std::byte* contiguous(uint64_t off, uint64_t len) const;
   // Copies bytes [off, off + len) into dst; kOutOfRange past the end.
-  ptc::Status read(uint64_t off, uint64_t len, void* dst) const;
+  Status read(uint64_t off, uint64_t len, void* dst) const;
   // The Location of each range [off[k], off[k] + len[k]), k < n, in one pass (ranges in file order
   // cost a step each, others a binary search). kOutOfRange naming the first range past the end.
-  ptc::Status locate(size_t n, const uint64_t* off, const uint64_t* len, Location* out) const;
+  Status locate(size_t n, const uint64_t* off, const uint64_t* len, Location* out) const;
   // Copies each range [off[k], off[k] + len[k]) into dst[k]: one call gathers every strided
   // tensor of a shard, the map's rows walked here. Destinations that follow one another (gaps
   // under 4 KiB) and come to 4 MiB or more have their pages, gaps included, populated 2 MiB at a
   // time ahead of the copy (a fresh buffer then takes no fault per page). kOutOfRange as locate,
   // before any copy.
-  ptc::Status read_many(size_t n, const uint64_t* off, const uint64_t* len, void* const* dst) const;
+  Status read_many(size_t n, const uint64_t* off, const uint64_t* len, void* const* dst) const;
   // The whole file in one buffer: the mapping itself when the file is one span, else a
   // gathered copy made on the first call.
-  ptc::Result<const std::byte*> bytes();
+  Result<const std::byte*> bytes();
 
  private:
   // The map (transport/direct_protocol.h RunMap, version 2): run i holds file bytes [start,
@@ -119,7 +119,7 @@ class DirectFile {
   // dst; returns the end of what it wrote.
   std::byte* copy_row(const Run& r, uint64_t row, uint64_t pos, uint64_t n, std::byte* dst) const;
   // kOutOfRange naming the first range past the end (and its index, of several).
-  ptc::Status check_ranges(size_t n, const uint64_t* off, const uint64_t* len) const;
+  Status check_ranges(size_t n, const uint64_t* off, const uint64_t* len) const;
 
   int sock_ = -1;
   uint64_t size_ = 0, version_ = 0;

@@ -141,23 +141,23 @@ char* ptcfs_live_plan(const char* ptc_json, const char* from, const char* to, ch
       set_error(err, errlen, "invalid_argument: ptcfs_live_plan needs a ptc.json text and two configs");
       return nullptr;
     }
-    auto ptc = ptc::parse_ptc_json(ptc_json, "ptc.json");
+    auto ptc = ptcfs::ptc::parse_ptc_json(ptc_json, "ptc.json");
     if (!ptc) {
       set_error(err, errlen, ptc.status().to_string());
       return nullptr;
     }
-    auto f = ptc::parse_parallelism(from);
-    auto t = ptc::parse_parallelism(to);
+    auto f = ptcfs::ptc::parse_parallelism(from);
+    auto t = ptcfs::ptc::parse_parallelism(to);
     if (!f || !t) {
       set_error(err, errlen, (!f ? f.status() : t.status()).to_string());
       return nullptr;
     }
-    auto plan = ptc::make_live_plan(*ptc, *f, *t);
+    auto plan = ptcfs::ptc::make_live_plan(*ptc, *f, *t);
     if (!plan) {
       set_error(err, errlen, plan.status().to_string());
       return nullptr;
     }
-    const std::string text = ptc::live_plan_json(*ptc, *f, *t, *plan);
+    const std::string text = ptcfs::ptc::live_plan_json(*ptc, *f, *t, *plan);
     char* out = static_cast<char*>(std::malloc(text.size() + 1));
     if (!out) {
       set_error(err, errlen, "internal: out of memory for a live plan of " + std::to_string(text.size()) + " bytes");

@@ -13,7 +13,7 @@ namespace {
 bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 }  // namespace
 
-ptc::Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f) {
+Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f) {
   DaemonConfig c;
   c.data = f.data;
   c.mount = f.mount;
@@ -22,14 +22,14 @@ ptc::Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f) {
   c.etcd = f.etcd;
   c.etcd_tls = f.etcd_tls;
   if (f.etcd.empty() && (!f.etcd_tls.ca_file.empty() || !f.etcd_tls.cert_file.empty() || !f.etcd_tls.key_file.empty()))
-    return ptc::invalid("--etcd-ca, --etcd-cert and --etcd-key go with --etcd https://...");
+    return invalid("--etcd-ca, --etcd-cert and --etcd-key go with --etcd https://...");
   if (!f.etcd.empty()) {
-    if (!f.cluster.empty()) return ptc::invalid("--etcd and --cluster exclude each other (etcd keeps the members)");
-    if (f.node.empty()) return ptc::invalid("--etcd needs --node ID (this node's id in the cluster)");
-    if (!f.listen_given) return ptc::invalid("--etcd needs --listen HOST:PORT (the address peers reach this node at)");
-    if (f.gpus < 1) return ptc::invalid("--gpus must be at least 1");
+    if (!f.cluster.empty()) return invalid("--etcd and --cluster exclude each other (etcd keeps the members)");
+    if (f.node.empty()) return invalid("--etcd needs --node ID (this node's id in the cluster)");
+    if (!f.listen_given) return invalid("--etcd needs --listen HOST:PORT (the address peers reach this node at)");
+    if (f.gpus < 1) return invalid("--gpus must be at least 1");
     if (f.listen.rfind("0.0.0.0:", 0) == 0 || f.listen.rfind("[::]:", 0) == 0)
-      return ptc::invalid("--listen " + f.listen + ": with --etcd, give the address peers reach this node at");
+      return invalid("--listen " + f.listen + ": with --etcd, give the address peers reach this node at");
     ptc::ClusterConfig self;
     self.nodes.push_back({f.node, f.listen, f.gpus});
     PTC_RETURN_IF_ERROR(ptc::parse_cluster_json(
@@ -39,7 +39,7 @@ ptc::Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f) {
     c.cluster = std::move(self);
     c.node = 0;
   } else if (f.cluster.empty() != f.node.empty()) {
-    return ptc::invalid("--cluster and --node go together (or --etcd and --node)");
+    return invalid("--cluster and --node go together (or --etcd and --node)");
   }
   if (!f.cluster.empty()) {
     PTC_ASSIGN_OR_RETURN(std::string text, read_small_file(f.cluster, 16 << 20));
@@ -48,12 +48,11 @@ ptc::Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f) {
     if (c.node < 0) {
       std::string ids;
       for (const auto& n : cluster.nodes) ids += (ids.empty() ? "" : ", ") + n.id;
-      return ptc::invalid("--node " + f.node + ": not in " + f.cluster + " (nodes: " + ids + ")");
+      return invalid("--node " + f.node + ": not in " + f.cluster + " (nodes: " + ids + ")");
     }
     const std::string& addr = cluster.nodes[static_cast<size_t>(c.node)].addr;
     if (f.listen_given && f.listen != addr)
-      return ptc::invalid("--listen " + f.listen + " differs from node " + f.node + "'s addr " + addr + " in " +
-                          f.cluster);
+      return invalid("--listen " + f.listen + " differs from node " + f.node + "'s addr " + addr + " in " + f.cluster);
     c.listen = addr;
     if (secret_file.empty() && !cluster.secret_file.empty()) {
       const std::filesystem::path p(cluster.secret_file);
@@ -68,9 +67,9 @@ ptc::Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f) {
   uint16_t port = 0;
   PTC_RETURN_IF_ERROR(transport::parse_address(c.listen, host, port).with_context("listen address"));
   if (c.secret.empty() && !is_loopback(host))
-    return ptc::invalid("listen address " + c.listen +
-                        ": without a cluster secret (--secret-file or cluster.json's secret_file) ptcfsd listens on "
-                        "loopback only");
+    return invalid("listen address " + c.listen +
+                   ": without a cluster secret (--secret-file or cluster.json's secret_file) ptcfsd listens on "
+                   "loopback only");
   return c;
 }
 

@@ -32,6 +32,6 @@ struct DaemonConfig {
 // from --secret-file, else from cluster.json's secret_file (relative to cluster.json's
 // folder); without a secret only a loopback address is allowed. The etcd TLS files need
 // --etcd (and https:// endpoints: the etcd client checks that and the files).
-ptc::Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f);
+Result<DaemonConfig> resolve_daemon_config(const DaemonFlags& f);
 
 }  // namespace ptcfs

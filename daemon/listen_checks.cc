@@ -16,7 +16,7 @@ namespace {
 
 // Binds a socket to ADDR (HOST:PORT) and closes it: what the control server's acceptor does
 // (address reuse on, so a port in TIME_WAIT passes as it will then).
-ptc::Status try_bind(const std::string& flag, const std::string& addr) {
+Status try_bind(const std::string& flag, const std::string& addr) {
   std::string host;
   uint16_t port = 0;
   PTC_RETURN_IF_ERROR(transport::parse_address(addr, host, port).with_context(flag));
@@ -26,7 +26,7 @@ ptc::Status try_bind(const std::string& flag, const std::string& addr) {
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0)
-    return ptc::invalid(flag + " " + addr + ": cannot resolve '" + host + "': " + ::gai_strerror(rc));
+    return invalid(flag + " " + addr + ": cannot resolve '" + host + "': " + ::gai_strerror(rc));
   int err = 0;
   bool bound = false;
   for (const addrinfo* a = found; a && !bound; a = a->ai_next) {
@@ -42,29 +42,29 @@ ptc::Status try_bind(const std::string& flag, const std::string& addr) {
     ::close(fd);
   }
   ::freeaddrinfo(found);
-  if (!bound) return ptc::invalid(flag + " " + addr + ": cannot listen there: " + std::strerror(err));
-  return ptc::Status::ok();
+  if (!bound) return invalid(flag + " " + addr + ": cannot listen there: " + std::strerror(err));
+  return Status::ok();
 }
 
 }  // namespace
 
-ptc::Status check_listen_flags(const ListenFlags& f) {
+Status check_listen_flags(const ListenFlags& f) {
   PTC_RETURN_IF_ERROR(try_bind("--listen", f.listen));
   if (!f.metrics.empty()) {
     // Started and stopped at once: the exporter's own parser and listener judge the address.
     auto m = MetricsExporter::start(f.metrics, [] { return std::vector<GaugeSample>{}; });
-    if (!m) return ptc::invalid(m.status().message());
+    if (!m) return invalid(m.status().message());
   }
   if (!f.direct_socket.empty() && f.direct_socket != "none") {
     std::error_code ec;
     const std::filesystem::path dir = std::filesystem::absolute(f.direct_socket, ec).parent_path();
     if (!ec) std::filesystem::create_directories(dir, ec);  // the node makes it too (/run/ptcfs)
-    if (ec) return ptc::invalid("--direct-socket " + f.direct_socket + ": cannot make its folder: " + ec.message());
+    if (ec) return invalid("--direct-socket " + f.direct_socket + ": cannot make its folder: " + ec.message());
     if (::access(dir.c_str(), W_OK | X_OK) != 0)
-      return ptc::invalid("--direct-socket " + f.direct_socket + ": cannot make a socket in " + dir.string() + ": " +
-                          std::strerror(errno));
+      return invalid("--direct-socket " + f.direct_socket + ": cannot make a socket in " + dir.string() + ": " +
+                     std::strerror(errno));
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 }  // namespace ptcfs

@@ -19,6 +19,6 @@ struct ListenFlags {
 };
 
 // kInvalidArgument naming the flag, its value and what is wrong with it.
-ptc::Status check_listen_flags(const ListenFlags& f);
+Status check_listen_flags(const ListenFlags& f);
 
 }  // namespace ptcfs

@@ -39,12 +39,12 @@ int run(const Options& o, bool listen_given) {
   auto cfg = resolve_daemon_config(DaemonFlags{o.data, o.mount, o.listen, o.cluster, o.node, o.secret_file, o.etcd,
                                                o.etcd_tls, o.node_opts.gpus, listen_given});
   if (!cfg) {
-    ptc::log::error("{}", cfg.status().message());
+    log::error("{}", cfg.status().message());
     return 2;
   }
   // Before anything is joined or mounted: a flag only a listener can judge.
   if (auto s = check_listen_flags(ListenFlags{cfg->listen, o.node_opts.metrics, o.node_opts.direct_socket}); !s) {
-    ptc::log::error("{}", s.message());
+    log::error("{}", s.message());
     return 2;
   }
   raise_fd_limit();
@@ -58,14 +58,14 @@ int run(const Options& o, bool listen_given) {
 
   auto node = Node::start(*cfg, o.node_opts);
   if (!node) {
-    ptc::log::error("{}", node.status().message());
+    log::error("{}", node.status().message());
     return 1;
   }
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  ptc::log::info("received signal {}; stopping", sig);
+  log::info("received signal {}; stopping", sig);
   node->reset();
-  ptc::log::info("stopped");
+  log::info("stopped");
   return 0;
 }
 
@@ -140,14 +140,14 @@ int main(int argc, char** argv) {
   app.add_flag("--no-allow-other{false}", o.node_opts.allow_other, "Only the mounting user may read the mount");
   app.set_version_flag("--version", PTCFS_VERSION);
   CLI11_PARSE(app, argc, argv);
-  ptc::log::Level level;
-  if (!ptc::log::parse_level(o.log_level, level)) {
+  ptcfs::log::Level level;
+  if (!ptcfs::log::parse_level(o.log_level, level)) {
     std::fprintf(stderr, "--log-level: unknown level '%s'\n", o.log_level.c_str());
     return 2;
   }
-  ptc::log::set_level(level);
-  ptc::log::Format format = ptc::log::Format::kText;
-  ptc::log::parse_format(o.log_format, format);
-  ptc::log::set_format(format);
+  ptcfs::log::set_level(level);
+  ptcfs::log::Format format = ptcfs::log::Format::kText;
+  ptcfs::log::parse_format(o.log_format, format);
+  ptcfs::log::set_format(format);
   return run(o, listen->count() > 0);
 }

@@ -51,7 +51,7 @@ class Exporter final : public MetricsExporter {
  public:
   Exporter(std::unique_ptr<prometheus::Exposer> exposer, std::shared_ptr<Gauges> gauges, std::string host)
       : exposer_(std::move(exposer)), gauges_(std::move(gauges)), host_(std::move(host)) {
-    exposer_->RegisterCollectable(ptc::metrics::registry());
+    exposer_->RegisterCollectable(metrics::registry());
     exposer_->RegisterCollectable(gauges_);
   }
   std::string address() const override {
@@ -67,11 +67,11 @@ class Exporter final : public MetricsExporter {
 
 }  // namespace
 
-ptc::Result<std::unique_ptr<MetricsExporter>> MetricsExporter::start(const std::string& addr,
-                                                                     std::function<std::vector<GaugeSample>()> gauges) {
+Result<std::unique_ptr<MetricsExporter>> MetricsExporter::start(const std::string& addr,
+                                                                std::function<std::vector<GaugeSample>()> gauges) {
   const auto colon = addr.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size())
-    return ptc::invalid("--metrics " + addr + ": expected HOST:PORT");
+    return invalid("--metrics " + addr + ": expected HOST:PORT");
   try {
     // civetweb: one listening thread plus two workers (scrapes are rare and small).
     CivetCallbacks callbacks;  // copied by the server
@@ -80,7 +80,7 @@ ptc::Result<std::unique_ptr<MetricsExporter>> MetricsExporter::start(const std::
     return std::unique_ptr<MetricsExporter>(
         new Exporter(std::move(exposer), std::make_shared<Gauges>(std::move(gauges)), addr.substr(0, colon)));
   } catch (const std::exception& e) {
-    return ptc::error(ptc::Code::kUnavailable, "cannot serve metrics on " + addr + ": " + e.what());
+    return error(Code::kUnavailable, "cannot serve metrics on " + addr + ": " + e.what());
   }
 }
 

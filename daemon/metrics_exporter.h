@@ -27,8 +27,8 @@ struct GaugeSample {
 class MetricsExporter {
  public:
   // Listens on ADDR (HOST:PORT); `gauges` is called at every scrape.
-  static ptc::Result<std::unique_ptr<MetricsExporter>> start(const std::string& addr,
-                                                             std::function<std::vector<GaugeSample>()> gauges);
+  static Result<std::unique_ptr<MetricsExporter>> start(const std::string& addr,
+                                                        std::function<std::vector<GaugeSample>()> gauges);
   virtual ~MetricsExporter() = default;
   // HOST:PORT it listens on (the port chosen when ADDR gave 0).
   virtual std::string address() const = 0;

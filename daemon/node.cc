@@ -37,8 +37,8 @@ namespace {
 
 // A failed start's error: its message is the log line ptcfsd prints (the part that failed,
 // then the cause with its code).
-ptc::Status failed(const std::string& part, const ptc::Status& cause, const std::string& hint = "") {
-  return ptc::error(cause.code(), (part.empty() ? "" : part + ": ") + cause.to_string() + hint);
+Status failed(const std::string& part, const Status& cause, const std::string& hint = "") {
+  return error(cause.code(), (part.empty() ? "" : part + ": ") + cause.to_string() + hint);
 }
 
 // How long a starting node waits for etcd to answer (Node::join_cluster).
@@ -47,16 +47,16 @@ constexpr auto kJoinPatience = std::chrono::seconds(60);
 // etcd without a quorum: a member that accepted the call and did not answer in time, or, of
 // several members, one that refused the connection (the client names the last it tried) while
 // others may be up. An etcd nobody answers at (a wrong --etcd of one endpoint) fails at once.
-bool transient(const ptc::Status& s, const std::string& endpoints) {
-  return s.code() == ptc::Code::kDeadlineExceeded ||
-         (s.code() == ptc::Code::kUnavailable && endpoints.find(',') != std::string::npos);
+bool transient(const Status& s, const std::string& endpoints) {
+  return s.code() == Code::kDeadlineExceeded ||
+         (s.code() == Code::kUnavailable && endpoints.find(',') != std::string::npos);
 }
 
 }  // namespace
 
 Node::Node(DaemonConfig cfg, NodeOptions opts) : cfg_(std::move(cfg)), opts_(std::move(opts)) {}
 
-ptc::Result<std::unique_ptr<Node>> Node::start(const DaemonConfig& cfg, const NodeOptions& opts) {
+Result<std::unique_ptr<Node>> Node::start(const DaemonConfig& cfg, const NodeOptions& opts) {
   std::unique_ptr<Node> n(new Node(cfg, opts));
   PTC_RETURN_IF_ERROR(n->join_cluster());
   PTC_RETURN_IF_ERROR(n->open_store());
@@ -66,8 +66,8 @@ ptc::Result<std::unique_ptr<Node>> Node::start(const DaemonConfig& cfg, const No
   return n;
 }
 
-ptc::Status Node::join_cluster() {
-  if (!cfg_.cluster) return ptc::Status::ok();
+Status Node::join_cluster() {
+  if (!cfg_.cluster) return Status::ok();
   // Every peer call has deadlines: a stopped peer fails a change rather than hanging it.
   transport::PeerDeadlines deadlines;
   deadlines.idle = std::chrono::milliseconds(static_cast<int64_t>(opts_.peer_timeout_s * 1000));
@@ -78,7 +78,7 @@ ptc::Status Node::join_cluster() {
   // Who the members are and where commits are decided: etcd, or cluster.json.
   if (cfg_.etcd.empty()) {
     membership_ = std::make_unique<StaticMembership>(*peers_);
-    return ptc::Status::ok();
+    return Status::ok();
   }
   const std::string& id = cfg_.cluster->nodes[static_cast<size_t>(cfg_.node)].id;
   const EtcdOptions etcd{cfg_.etcd, cfg_.etcd_tls, id, cfg_.listen, opts_.gpus, opts_.lease_ttl_s};
@@ -88,19 +88,18 @@ ptc::Status Node::join_cluster() {
   const auto give_up = std::chrono::steady_clock::now() + kJoinPatience;
   auto m = EtcdMembership::join(etcd, *peers_);
   while (!m && transient(m.status(), cfg_.etcd) && std::chrono::steady_clock::now() < give_up) {
-    ptc::log::warn(
-        "joining the cluster in etcd: {}; trying again for up to {} s", m.status().to_string(),
-        std::chrono::duration_cast<std::chrono::seconds>(give_up - std::chrono::steady_clock::now()).count());
+    log::warn("joining the cluster in etcd: {}; trying again for up to {} s", m.status().to_string(),
+              std::chrono::duration_cast<std::chrono::seconds>(give_up - std::chrono::steady_clock::now()).count());
     std::this_thread::sleep_for(std::chrono::seconds(1));
     m = EtcdMembership::join(etcd, *peers_);
   }
   if (!m) return failed("joining the cluster in etcd", m.status());
   etcd_ = m->get();
   membership_ = std::move(m).value();
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status Node::open_store() {
+Status Node::open_store() {
   // Every published change refreshes the mount (once there is one).
   auto store = Store::open(cfg_.data, reader_.get(), reader_.get(), [this] { refresh_mount(); });
   if (!store) return failed("opening data directory " + cfg_.data, store.status());
@@ -117,7 +116,7 @@ ptc::Status Node::open_store() {
     }
     local_runner_ = std::make_unique<LocalRunner>(*store_, *saves_, policy);
     runner_ = local_runner_.get();
-    return ptc::Status::ok();
+    return Status::ok();
   }
   PrepareOptions prep;
   prep.policy = policy;
@@ -133,10 +132,10 @@ ptc::Status Node::open_store() {
                                          [this] { catch_up_signal_.raise(); });
   runner_ = coordinator_.get();
   participant_->restore();  // changes prepared before a restart wait again for their decision
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status Node::mount() {
+Status Node::mount() {
   // The direct data path (daemon/direct/direct_server.h): its socket, which the mount names to
   // clients in its hidden file .ptcfs-direct.
   std::string direct_path;
@@ -159,7 +158,7 @@ ptc::Status Node::mount() {
   auto fsr = fs::Filesystem::mount(mo, source, saves_.get());
   if (!fsr) return failed("mounting " + cfg_.mount, fsr.status());
   fs_ = std::move(fsr).value();
-  if (direct_path.empty()) return ptc::Status::ok();
+  if (direct_path.empty()) return Status::ok();
   std::error_code ec;
   const std::string mount = std::filesystem::canonical(cfg_.mount, ec).string();
   std::filesystem::create_directories(std::filesystem::path(direct_path).parent_path(), ec);  // /run/ptcfs
@@ -172,10 +171,10 @@ ptc::Status Node::mount() {
   });
   if (!d) return failed("", d.status(), " (--direct-socket none runs without it)");
   direct_ = std::move(d).value();
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status Node::serve() {
+Status Node::serve() {
   // Bound first: `status` reports the bound address, known before any request can read it.
   auto server = transport::RpcServer::bind(cfg_.listen, transport::ServerLimits{}, cfg_.secret);
   if (!server) return failed("", server.status());
@@ -185,8 +184,8 @@ ptc::Status Node::serve() {
   // Peer operations go to the peer service, everything else to the control service.
   transport::RpcServer::Handler peer_handler = [this](const nlohmann::json& req, const transport::ProgressSink&) {
     if (!peer_service_)
-      return ptc::Result<transport::Reply>(ptc::invalid("'" + ptc::member_string_or(req, "op", "").value_or("") +
-                                                        "' is a peer operation and this daemon is in no cluster"));
+      return Result<transport::Reply>(invalid("'" + member_string_or(req, "op", "").value_or("") +
+                                              "' is a peer operation and this daemon is in no cluster"));
     return peer_service_->handle(req);
   };
   server_->serve(transport::route(
@@ -200,22 +199,22 @@ ptc::Status Node::serve() {
     auto m = MetricsExporter::start(opts_.metrics, [sources] { return node_gauges(sources); });
     if (!m) return failed("", m.status());
     metrics_ = std::move(m).value();
-    ptc::log::info("metrics at http://{}/metrics", metrics_->address());
+    log::info("metrics at http://{}/metrics", metrics_->address());
   }
-  ptc::log::info("ptcfsd {} serving {} at {}, control on {}{}", PTCFS_VERSION, cfg_.data, cfg_.mount,
-                 server_->address(), cfg_.secret.empty() ? "" : " (clients must prove the cluster secret)");
-  return ptc::Status::ok();
+  log::info("ptcfsd {} serving {} at {}, control on {}{}", PTCFS_VERSION, cfg_.data, cfg_.mount, server_->address(),
+            cfg_.secret.empty() ? "" : " (clients must prove the cluster secret)");
+  return Status::ok();
 }
 
 void Node::run() {
   if (etcd_) {
-    ptc::log::info("node {} ({} GPUs) in the cluster kept in etcd at {}: {} live nodes", coordinator_->id(), opts_.gpus,
-                   cfg_.etcd, membership_->members().size());
+    log::info("node {} ({} GPUs) in the cluster kept in etcd at {}: {} live nodes", coordinator_->id(), opts_.gpus,
+              cfg_.etcd, membership_->members().size());
     // Every record (on start: each one there is) commits what it decides or brings this node to it.
     etcd_->start([f = follower_.get()](const KeyedRecord& record) { f->on_record(record); });
   } else if (cfg_.cluster) {
-    ptc::log::info("node {} of a {}-node cluster ({} GPUs)", coordinator_->id(), cfg_.cluster->nodes.size(),
-                   cfg_.cluster->total_gpus());
+    log::info("node {} of a {}-node cluster ({} GPUs)", coordinator_->id(), cfg_.cluster->nodes.size(),
+              cfg_.cluster->total_gpus());
   }
   // A node that was down while its peers repartitioned catches up with them.
   const auto stopping = [this] { return stopping_.load(); };
@@ -245,9 +244,9 @@ void Node::run() {
     if (etcd_) catch_up_before_serving();
     set_serving();
     if (stopping_) return;
-    if (auto s = fs_->run(); !s) ptc::log::error("{}", s.to_string());
+    if (auto s = fs_->run(); !s) log::error("{}", s.to_string());
     if (!stopping_) {
-      ptc::log::warn("the filesystem was unmounted from outside; stopping");
+      log::warn("the filesystem was unmounted from outside; stopping");
       kill(getpid(), SIGTERM);
     }
   });
@@ -272,20 +271,20 @@ void Node::catch_up_before_serving() {
       behind = follower_->catch_up_records(stopping);
       if (behind.empty()) {
         if (now - t0 > std::chrono::seconds(1))
-          ptc::log::info("caught up with etcd's records in {:.1f} s; the mount answers",
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          log::info("caught up with etcd's records in {:.1f} s; the mount answers",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         return;
       }
     }
     const std::string what = !etcd_->synced() ? "etcd's records (not read yet)"
                                               : std::to_string(behind.size()) + " records, first " + behind[0].what();
     if (now - t0 > kCatchUpBeforeServing) {
-      ptc::log::error("still behind on {} after {} s; the mount answers with what this node has", what,
-                      kCatchUpBeforeServing.count());
+      log::error("still behind on {} after {} s; the mount answers with what this node has", what,
+                 kCatchUpBeforeServing.count());
       return;
     }
     if (now >= next_note) {
-      ptc::log::info("catching up on {}; the mount answers once this node serves them", what);
+      log::info("catching up on {}; the mount answers once this node serves them", what);
       next_note = now + std::chrono::seconds(5);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -301,7 +300,7 @@ void Node::tick(unsigned tick) {
   if (peer_service_) peer_service_->expire_reads();
   if (coordinator_) coordinator_->settle();
   if (tick % 5) return;
-  if (auto r = store_->collect_garbage(); !r) ptc::log::warn("collecting blobs: {}", r.status().to_string());
+  if (auto r = store_->collect_garbage(); !r) log::warn("collecting blobs: {}", r.status().to_string());
 }
 
 // The steps saved into the mount that are ready, as soon as one is; every 5 s also every part
@@ -314,14 +313,14 @@ void Node::commit_saves(unsigned tick) {
   }
   for (const auto& [job, step] : ready)
     if (auto s = runner_->save_commit(SaveCommitRequest{job, step}); !s)
-      ptc::log::debug("save of {}/{}: {}", job, step, s.to_string());
+      log::debug("save of {}/{}: {}", job, step, s.to_string());
 }
 
 void Node::refresh_mount() {
   // Changes made before the mount exists (restoring prepared changes) need no refresh.
   if (!fs_) return;
   failpoint("mount.refresh");
-  if (auto s = fs_->refresh(); !s) ptc::log::error("refreshing the mount: {}", s.to_string());
+  if (auto s = fs_->refresh(); !s) log::error("refreshing the mount: {}", s.to_string());
   // The replaced version's metadata is freed now (nobody else holds it: the tree was its last
   // holder). glibc keeps freed memory in its arenas, one per thread that allocated it: a step of
   // 100,000 tensors left 150-300 MB there per repartition (docs/OPERATIONS.md "Memory").

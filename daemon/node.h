@@ -70,18 +70,18 @@ class Node {
  public:
   // Opens the store, mounts, binds and serves the control address, and on a cluster joins it.
   // An error names the part that failed; whatever was built is torn down again.
-  static ptc::Result<std::unique_ptr<Node>> start(const DaemonConfig& cfg, const NodeOptions& opts);
+  static Result<std::unique_ptr<Node>> start(const DaemonConfig& cfg, const NodeOptions& opts);
   ~Node();  // stops serving, leaves the cluster, unmounts
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
  private:
   Node(DaemonConfig cfg, NodeOptions opts);
-  ptc::Status join_cluster();  // the peer backend, the reader of peers' data, the membership
-  ptc::Status open_store();    // and the save service, the peer service and the runner
-  ptc::Status mount();         // the filesystem and the direct socket
-  ptc::Status serve();         // the control server and the metrics
-  void run();                  // the cluster's watch and catch-up, FUSE, the tickers
+  Status join_cluster();  // the peer backend, the reader of peers' data, the membership
+  Status open_store();    // and the save service, the peer service and the runner
+  Status mount();         // the filesystem and the direct socket
+  Status serve();         // the control server and the metrics
+  void run();             // the cluster's watch and catch-up, FUSE, the tickers
   // With etcd: waits (at most kCatchUpBeforeServing) until this node serves every record etcd
   // holds, catching up meanwhile.
   void catch_up_before_serving();
@@ -124,7 +124,7 @@ class Node {
   unsigned saves_tick_ = 0;  // the committer's last period (its thread only)
   Signal never_;
   std::unique_ptr<Ticker> ticker_;
-  Signal catch_up_signal_;             // its own: a ticker's end stops every ticker of its signal
+  Signal catch_up_signal_;             // its own: a raise is taken by one ticker of a signal
   std::unique_ptr<Ticker> caught_up_;  // on a cluster: Follower::catch_up (static), catch_up_if_behind (etcd)
 };
 

@@ -16,7 +16,7 @@ Ticker::Ticker(Signal& signal, std::chrono::milliseconds period, std::function<v
 Ticker::~Ticker() {
   {
     std::lock_guard lock(signal_.mu_);
-    signal_.stopping_ = true;
+    stopping_ = true;
   }
   signal_.cv_.notify_all();
   thread_.join();
@@ -27,8 +27,8 @@ void Ticker::run() {
   auto next = std::chrono::steady_clock::now() + period_;
   std::unique_lock lock(signal_.mu_);
   while (true) {
-    signal_.cv_.wait_until(lock, next, [&] { return signal_.stopping_ || signal_.raised_; });
-    if (signal_.stopping_) return;
+    signal_.cv_.wait_until(lock, next, [&] { return stopping_ || signal_.raised_; });
+    if (stopping_) return;
     if (const auto now = std::chrono::steady_clock::now(); now >= next) {
       ++tick;
       next = now + period_;

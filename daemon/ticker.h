@@ -13,7 +13,8 @@ namespace ptcfs {
 
 // What wakes a ticker before its period ends. Made before the parts that raise it (the save
 // service is built before the runner its ticker calls), so no ticker is wired after construction.
-// Destroying one Ticker stops every ticker of its Signal (the stop flag is the Signal's), not only itself.
+// A raise is taken by the first of its tickers to wake (give tickers that must each run their own
+// signal); destroying a ticker stops only itself.
 // Thread-safety: raise() may be called from any thread and does not block on the task.
 class Signal {
  public:
@@ -24,7 +25,6 @@ class Signal {
   std::mutex mu_;
   std::condition_variable cv_;
   bool raised_ = false;
-  bool stopping_ = false;
 };
 
 class Ticker {
@@ -44,6 +44,7 @@ class Ticker {
   Signal& signal_;
   const std::chrono::milliseconds period_;
   const std::function<void(unsigned)> task_;
+  bool stopping_ = false;  // guarded by signal_.mu_
   std::thread thread_;
 };
 

@@ -4,7 +4,7 @@
 
 namespace ptcfs::fs {
 
-ptc::Status SegmentView::read(uint64_t off, uint64_t len, ReadBuffer& out) const {
+Status SegmentView::read(uint64_t off, uint64_t len, ReadBuffer& out) const {
   auto it = std::upper_bound(segs_.begin(), segs_.end(), off,
                              [](uint64_t p, const Segment& s) { return p < s.begin + s.len; });
   for (; len > 0 && it != segs_.end(); ++it) {
@@ -20,7 +20,7 @@ ptc::Status SegmentView::read(uint64_t off, uint64_t len, ReadBuffer& out) const
     off += n;
     len -= n;
   }
-  return len == 0 ? ptc::Status::ok() : ptc::internal("composed view read past its end");
+  return len == 0 ? Status::ok() : internal("composed view read past its end");
 }
 
 uint64_t ComposedFiles::end(const std::string& f) const {
@@ -41,7 +41,7 @@ void ComposedFiles::mem(const std::string& f, std::string bytes) {
 }
 
 std::map<std::string, std::shared_ptr<const View>> ComposedFiles::views(const std::shared_ptr<const StepContent>& c,
-                                                                        ptc::metrics::ViewKind kind) {
+                                                                        metrics::ViewKind kind) {
   std::map<std::string, std::shared_ptr<const View>> out;
   for (auto& [name, s] : segs) out.emplace(name, std::make_shared<SegmentView>(c, std::move(s), kind));
   return out;
@@ -57,34 +57,34 @@ namespace {
 
 class LazyView final : public View {
  public:
-  LazyView(std::shared_ptr<const LazyFolder> folder, std::string name, uint64_t version, ptc::metrics::ViewKind kind,
+  LazyView(std::shared_ptr<const LazyFolder> folder, std::string name, uint64_t version, metrics::ViewKind kind,
            std::function<void(uint64_t)> on_read)
       : folder_(std::move(folder)),
         name_(std::move(name)),
         version_(version),
         kind_(kind),
         on_read_(std::move(on_read)) {}
-  ptc::metrics::ViewKind kind() const override { return kind_; }
+  metrics::ViewKind kind() const override { return kind_; }
   uint64_t version() const override { return version_; }
   uint64_t size() const override { return folder_->file(name_).size(); }
-  ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
+  Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
     PTC_RETURN_IF_ERROR(folder_->file(name_).read(off, len, out));
     if (on_read_) on_read_(len);
-    return ptc::Status::ok();
+    return Status::ok();
   }
 
  private:
   std::shared_ptr<const LazyFolder> folder_;
   std::string name_;
   uint64_t version_;
-  ptc::metrics::ViewKind kind_;
+  metrics::ViewKind kind_;
   std::function<void(uint64_t)> on_read_;
 };
 
 }  // namespace
 
 std::shared_ptr<const View> lazy_folder_file(std::shared_ptr<const LazyFolder> folder, std::string name,
-                                             uint64_t version, ptc::metrics::ViewKind kind,
+                                             uint64_t version, metrics::ViewKind kind,
                                              std::function<void(uint64_t)> on_read) {
   return std::make_shared<LazyView>(std::move(folder), std::move(name), version, kind, std::move(on_read));
 }

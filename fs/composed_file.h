@@ -31,17 +31,17 @@ struct Segment {
 // A file of segments, sorted by begin, no gaps. Reads the version `c` (null: no slices read).
 class SegmentView final : public View {
  public:
-  SegmentView(std::shared_ptr<const StepContent> c, std::vector<Segment> segs, ptc::metrics::ViewKind kind)
+  SegmentView(std::shared_ptr<const StepContent> c, std::vector<Segment> segs, metrics::ViewKind kind)
       : c_(std::move(c)), segs_(std::move(segs)), kind_(kind) {}
-  ptc::metrics::ViewKind kind() const override { return kind_; }
+  metrics::ViewKind kind() const override { return kind_; }
   uint64_t version() const override { return c_ ? c_->version() : 0; }
   uint64_t size() const override { return segs_.empty() ? 0 : segs_.back().begin + segs_.back().len; }
-  ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override;
+  Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override;
 
  private:
   std::shared_ptr<const StepContent> c_;
   std::vector<Segment> segs_;
-  ptc::metrics::ViewKind kind_;
+  metrics::ViewKind kind_;
 };
 
 // The files of a folder being built: segments appended at each file's end.
@@ -52,7 +52,7 @@ struct ComposedFiles {
   void mem(const std::string& f, std::string bytes);
   // Every file as a SegmentView of `c`.
   std::map<std::string, std::shared_ptr<const View>> views(const std::shared_ptr<const StepContent>& c,
-                                                           ptc::metrics::ViewKind kind);
+                                                           metrics::ViewKind kind);
 };
 
 using FolderFiles = std::map<std::string, std::shared_ptr<const View>>;
@@ -69,12 +69,12 @@ class LazyFolder {
   std::function<FolderFiles()> build_;
   mutable std::once_flag once_;
   mutable FolderFiles files_;
-  SegmentView empty_{nullptr, {}, ptc::metrics::ViewKind::kMetadata};
+  SegmentView empty_{nullptr, {}, metrics::ViewKind::kMetadata};
 };
 
 // File `name` of `folder`, of `kind` at `version`; `on_read` (may be empty) is told each read's length.
 std::shared_ptr<const View> lazy_folder_file(std::shared_ptr<const LazyFolder> folder, std::string name,
-                                             uint64_t version, ptc::metrics::ViewKind kind,
+                                             uint64_t version, metrics::ViewKind kind,
                                              std::function<void(uint64_t)> on_read = {});
 
 }  // namespace ptcfs::fs

@@ -33,8 +33,8 @@ class StepContent {
   virtual int64_t mtime() const = 0;
   // Appends bytes [off, off + len) of the stored slice `slice` (an index into
   // layout().slices(shard)) to out. The range lies inside the slice.
-  virtual ptc::Status read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
-                                 ReadBuffer& out) const = 0;
+  virtual Status read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                            ReadBuffer& out) const = 0;
   // Whether this node holds a shard's bytes (a read of another's goes to a peer); one node
   // holds them all.
   virtual bool holds(const ptc::ShardId& /*shard*/) const { return true; }
@@ -68,7 +68,7 @@ class DatasetContent {
     uint64_t off = 0, len = 0;  // inside the record
   };
   // Appends the bytes of each piece, in order.
-  virtual ptc::Status read_records(const std::vector<Piece>& pieces, ReadBuffer& out) const = 0;
+  virtual Status read_records(const std::vector<Piece>& pieces, ReadBuffer& out) const = 0;
 };
 
 struct DatasetEntry {
@@ -89,12 +89,12 @@ class WriteFile {
   // pass (each open is matched by one release()). A file written whole, front to back
   // (ptc.json, tp{t}-pp{p}.safetensors), has one writer at a time: kFailedPrecondition
   // (EBUSY) while another writer has it open and has not closed it.
-  virtual ptc::Result<uint64_t> open_writer() = 0;
-  virtual ptc::Status write(uint64_t writer, uint64_t off, const void* data, size_t len) = 0;
+  virtual Result<uint64_t> open_writer() = 0;
+  virtual Status write(uint64_t writer, uint64_t off, const void* data, size_t len) = 0;
   // ftruncate, or open with O_TRUNC; writer 0 is truncate(2) by path, through no handle.
-  virtual ptc::Status truncate(uint64_t writer, uint64_t size) = 0;
+  virtual Status truncate(uint64_t writer, uint64_t size) = 0;
   // close(): what is known to contradict ptc.json is reported here (close() returns it).
-  virtual ptc::Status flush(uint64_t writer) = 0;
+  virtual Status flush(uint64_t writer) = 0;
   // The last reference of one writer's handle went.
   virtual void release(uint64_t writer) = 0;
   // Whether the file's step is committing or committed: the mount's next tree shows it as a
@@ -110,20 +110,20 @@ class WriteFile {
 class WriteTarget {
  public:
   virtual ~WriteTarget() = default;
-  virtual ptc::Status make_job(const std::string& job) = 0;                            // mkdir MNT/<job>
-  virtual ptc::Status make_step(const std::string& job, const std::string& step) = 0;  // mkdir MNT/<job>/<step>
-  virtual ptc::Status make_dir(const std::string& job, const std::string& step, const std::string& rel) = 0;
+  virtual Status make_job(const std::string& job) = 0;                            // mkdir MNT/<job>
+  virtual Status make_step(const std::string& job, const std::string& step) = 0;  // mkdir MNT/<job>/<step>
+  virtual Status make_dir(const std::string& job, const std::string& step, const std::string& rel) = 0;
   // A new file, not yet open: its creator opens it (open_writer) like any other writer.
-  virtual ptc::Result<std::shared_ptr<WriteFile>> create(const std::string& job, const std::string& step,
-                                                         const std::string& rel) = 0;
-  virtual ptc::Status unlink(const std::string& job, const std::string& step, const std::string& rel) = 0;
+  virtual Result<std::shared_ptr<WriteFile>> create(const std::string& job, const std::string& step,
+                                                    const std::string& rel) = 0;
+  virtual Status unlink(const std::string& job, const std::string& step, const std::string& rel) = 0;
   // rename(2) of `from` to `to`, both in the step's folder: a stock DCP save's .metadata.tmp to
   // .metadata, which makes the save the step's tensors (docs/FORMATS.md "Stock dcp.save into the
   // mount"), or a stock save_pretrained's temporary to its safetensors name; any other is
   // kPermissionDenied (files are written in place). True when the rename committed the step: the
   // mount then shows it committed before the rename returns.
-  virtual ptc::Result<bool> rename(const std::string& job, const std::string& step, const std::string& from,
-                                   const std::string& to) = 0;
+  virtual Result<bool> rename(const std::string& job, const std::string& step, const std::string& from,
+                              const std::string& to) = 0;
 };
 
 // A step being saved: the folders and files written into it so far.

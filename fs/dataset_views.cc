@@ -12,7 +12,7 @@ namespace {
 // The records of one rank's samples, back to back.
 class RecordsView final : public View {
  public:
-  ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kDataset; }
+  metrics::ViewKind kind() const override { return metrics::ViewKind::kDataset; }
   uint64_t version() const override { return c_->version(); }
   RecordsView(std::shared_ptr<const DatasetContent> c, std::vector<uint32_t> samples)
       : c_(std::move(c)), samples_(std::move(samples)), starts_(samples_.size() + 1, 0) {
@@ -26,7 +26,7 @@ class RecordsView final : public View {
     return out;
   }
 
-  ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
+  Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
     // The last record starting at or before off.
     size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), off) - starts_.begin()) - 1;
     std::vector<DatasetContent::Piece> pieces;
@@ -37,7 +37,7 @@ class RecordsView final : public View {
       off += take;
       len -= take;
     }
-    if (len != 0) return ptc::internal("dataset view read past its end");
+    if (len != 0) return internal("dataset view read past its end");
     return c_->read_records(pieces, out);
   }
 
@@ -80,7 +80,7 @@ std::vector<std::pair<std::string, std::shared_ptr<const View>>> dataset_views(
       files.emplace_back(stem + ".jsonl", std::move(view));
       continue;
     }
-    files.emplace_back(stem + ".idx", bytes_view(ptc::render_mmidx(c->dtype_code(), view->record_sizes())));
+    files.emplace_back(stem + ".idx", bytes_view(formats::render_mmidx(c->dtype_code(), view->record_sizes())));
     files.emplace_back(stem + ".bin", std::move(view));
   }
   return files;

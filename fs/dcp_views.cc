@@ -62,10 +62,10 @@ Shown how_shown(const ptc::Layout& layout, size_t tensor, const std::vector<std:
 }
 
 // One archive of `dtype` and `shape` in `file`, its data the segment `data` (its len set here).
-ptc::DcpChunk archive(ComposedFiles& files, const std::string& file, ptc::DType dtype, const ptc::Shape& shape,
-                      Segment data) {
-  ptc::TorchArchive a = ptc::torch_tensor_archive(dtype, shape);
-  ptc::DcpChunk c;
+formats::DcpChunk archive(ComposedFiles& files, const std::string& file, ptc::DType dtype, const ptc::Shape& shape,
+                          Segment data) {
+  formats::TorchArchive a = formats::torch_tensor_archive(dtype, shape);
+  formats::DcpChunk c;
   c.file = file;
   c.offset = files.end(file);
   c.length = a.size();
@@ -98,7 +98,7 @@ FolderFiles build_files(const std::shared_ptr<const StepContent>& c) {
   const auto& layout = c->layout();
   const auto& tensors = layout.ptc().tensors;
   ComposedFiles files;
-  std::vector<ptc::DcpItem> items;
+  std::vector<formats::DcpItem> items;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& spec = tensors[i];
     const auto cover = cover_of(*c, i);
@@ -107,10 +107,10 @@ FolderFiles build_files(const std::shared_ptr<const StepContent>& c) {
     if (shown == Shown::kHidden) continue;
     if (shown == Shown::kBytes) {
       const auto& [shard, slice] = cover.front();
-      ptc::DcpItem it;
+      formats::DcpItem it;
       it.fqn = spec.name.substr(kBytesPrefix.size());
       it.bytes = true;
-      ptc::DcpChunk ch;
+      formats::DcpChunk ch;
       ch.file = shard.name() + ".distcp";
       ch.offset = files.end(ch.file);
       ch.length = layout.bytes(layout.slices(shard)[slice]);
@@ -123,7 +123,7 @@ FolderFiles build_files(const std::shared_ptr<const StepContent>& c) {
       items.push_back(std::move(it));
       continue;
     }
-    ptc::DcpItem it;
+    formats::DcpItem it;
     it.fqn = spec.name;
     it.dtype = spec.dtype;
     it.size = spec.shape;
@@ -135,7 +135,7 @@ FolderFiles build_files(const std::shared_ptr<const StepContent>& c) {
           Segment data;
           data.shard = shard;
           data.slice = slice;
-          ptc::DcpChunk ch = archive(files, file, spec.dtype, sl.local_shape, std::move(data));
+          formats::DcpChunk ch = archive(files, file, spec.dtype, sl.local_shape, std::move(data));
           ch.offsets = sl.pieces.front().global.lo;
           for (size_t d = 0; d < ch.offsets.size(); ++d) ch.offsets[d] -= sl.pieces.front().local.lo[d];
           it.chunks.push_back(std::move(ch));
@@ -148,7 +148,7 @@ FolderFiles build_files(const std::shared_ptr<const StepContent>& c) {
           data.shard = shard;
           data.slice = slice;
           data.src = pc.local.lo.empty() ? 0 : static_cast<uint64_t>(pc.local.lo[0]) * row;
-          ptc::DcpChunk ch = archive(files, file, spec.dtype, extent(pc.global), std::move(data));
+          formats::DcpChunk ch = archive(files, file, spec.dtype, extent(pc.global), std::move(data));
           ch.offsets = pc.global.lo;
           it.chunks.push_back(std::move(ch));
         }
@@ -156,15 +156,15 @@ FolderFiles build_files(const std::shared_ptr<const StepContent>& c) {
     } else {  // one archive of the whole tensor, read through its full view
       Segment data;
       data.view = full_npy_view(c, i);
-      data.src = ptc::npy_header(spec.dtype, spec.shape).size();
-      ptc::DcpChunk ch = archive(files, "full.distcp", spec.dtype, spec.shape, std::move(data));
+      data.src = formats::npy_header(spec.dtype, spec.shape).size();
+      formats::DcpChunk ch = archive(files, "full.distcp", spec.dtype, spec.shape, std::move(data));
       ch.offsets = ptc::Shape(spec.shape.size(), 0);
       it.chunks.push_back(std::move(ch));
     }
     items.push_back(std::move(it));
   }
-  FolderFiles out = files.views(c, ptc::metrics::ViewKind::kDcp);
-  out.emplace(".metadata", bytes_view(ptc::dcp_metadata(items)));
+  FolderFiles out = files.views(c, metrics::ViewKind::kDcp);
+  out.emplace(".metadata", bytes_view(formats::dcp_metadata(items)));
   return out;
 }
 
@@ -209,8 +209,8 @@ std::vector<std::pair<std::string, std::shared_ptr<const View>>> dcp_views(
   for (const std::string& name : file_names(*c)) {
     const bool meta = name == ".metadata";
     out.emplace_back(name, lazy_folder_file(folder, name, c->version(),
-                                            meta ? ptc::metrics::ViewKind::kMetadata : ptc::metrics::ViewKind::kDcp,
-                                            [reads = ptc::metrics::DcpReads(name)](uint64_t n) { reads.add(n); }));
+                                            meta ? metrics::ViewKind::kMetadata : metrics::ViewKind::kDcp,
+                                            [reads = metrics::DcpReads(name)](uint64_t n) { reads.add(n); }));
   }
   return out;
 }

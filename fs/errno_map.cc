@@ -4,8 +4,8 @@
 
 namespace ptcfs::fs {
 
-int to_errno(const ptc::Status& s) {
-  using ptc::Code;
+int to_errno(const Status& s) {
+  using ptcfs::Code;
   switch (s.code()) {
     case Code::kOk:
       return 0;

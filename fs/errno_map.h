@@ -5,6 +5,6 @@
 
 namespace ptcfs::fs {
 
-int to_errno(const ptc::Status& s);
+int to_errno(const Status& s);
 
 }  // namespace ptcfs::fs

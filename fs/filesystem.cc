@@ -113,12 +113,12 @@ int do_read(uint64_t off, size_t size, fuse_file_info* fi, ReadBuffer& out) {
   const uint64_t total = of->view->size();
   if (off >= total || size == 0) return 0;
   const uint64_t len = std::min<uint64_t>(size, total - off);
-  const ptc::Status s = of->view->read(off, len, out);
+  const Status s = of->view->read(off, len, out);
   if (!s) {
-    ptc::log::error("read of inode {} at {}+{} failed: {}", of->ino, off, len, s.to_string());
+    log::error("read of inode {} at {}+{} failed: {}", of->ino, off, len, s.to_string());
     return to_errno(s);
   }
-  ptc::metrics::view_read(of->view->kind(), len);
+  metrics::view_read(of->view->kind(), len);
   return 0;
 }
 
@@ -157,7 +157,7 @@ void op_init(void* userdata, fuse_conn_info* conn) {
 }
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kLookup);
+  metrics::FuseTimer timer(metrics::FuseOp::kLookup);
   fuse_entry_param e;
   const int err = do_lookup(impl_of(req), parent, name, e);
   if (err)
@@ -167,7 +167,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kGetattr);
+  metrics::FuseTimer timer(metrics::FuseOp::kGetattr);
   struct stat st;
   double timeout = 0;
   const int err = do_getattr(impl_of(req), ino, fi, st, timeout);
@@ -178,7 +178,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOpen);
+  metrics::FuseTimer timer(metrics::FuseOp::kOpen);
   const int err = do_open(impl_of(req), ino, fi);
   if (err) {
     fuse_reply_err(req, err);
@@ -190,7 +190,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kRead);
+  metrics::FuseTimer timer(metrics::FuseOp::kRead);
   ReadBuffer rb;
   const int err = do_read(static_cast<uint64_t>(off), size, fi, rb);
   if (err) {
@@ -206,7 +206,7 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kRelease);
+  metrics::FuseTimer timer(metrics::FuseOp::kRelease);
   auto* of = reinterpret_cast<OpenFile*>(fi->fh);
   if (of->writer)
     of->writer->release(of->writer_id);
@@ -217,7 +217,7 @@ void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 }
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kReaddir);
+  metrics::FuseTimer timer(metrics::FuseOp::kReaddir);
   const int err = do_opendir(impl_of(req), ino, fi);
   if (err) {
     fuse_reply_err(req, err);
@@ -256,23 +256,23 @@ void reply_dir(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool 
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kReaddir);
+  metrics::FuseTimer timer(metrics::FuseOp::kReaddir);
   reply_dir(req, size, off, fi, false);
 }
 
 void op_readdirplus(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kReaddir);
+  metrics::FuseTimer timer(metrics::FuseOp::kReaddir);
   reply_dir(req, size, off, fi, true);
 }
 
 void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
+  metrics::FuseTimer timer(metrics::FuseOp::kOther);
   delete reinterpret_cast<OpenDir*>(fi->fh);
   fuse_reply_err(req, 0);
 }
 
 void op_statfs(fuse_req_t req, fuse_ino_t) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
+  metrics::FuseTimer timer(metrics::FuseOp::kOther);
   struct statvfs sv {};
   sv.f_bsize = 1 << 20;
   sv.f_frsize = 4096;
@@ -311,8 +311,7 @@ void wake_handler(int) {}
 
 Filesystem::Filesystem(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-ptc::Result<std::unique_ptr<Filesystem>> Filesystem::mount(const MountOptions& opts, Source source,
-                                                           WriteTarget* target) {
+Result<std::unique_ptr<Filesystem>> Filesystem::mount(const MountOptions& opts, Source source, WriteTarget* target) {
   PTC_RETURN_IF_ERROR(prepare_mountpoint(opts.mountpoint));
   auto impl = std::make_unique<Impl>();
   impl->opts = opts;
@@ -327,11 +326,11 @@ ptc::Result<std::unique_ptr<Filesystem>> Filesystem::mount(const MountOptions& o
   for (auto& a : args) argv.push_back(a.data());
   fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
   impl->se = fuse_session_new(&fargs, &kOps, sizeof kOps, impl.get());
-  if (!impl->se) return ptc::internal("fuse_session_new failed (see the messages above)");
+  if (!impl->se) return internal("fuse_session_new failed (see the messages above)");
   if (fuse_session_mount(impl->se, opts.mountpoint.c_str()) != 0) {
     fuse_session_destroy(impl->se);
     impl->se = nullptr;
-    return ptc::io_error("mounting FUSE at " + opts.mountpoint + " (is /dev/fuse there, are you root?)", EIO);
+    return io_error("mounting FUSE at " + opts.mountpoint + " (is /dev/fuse there, are you root?)", EIO);
   }
   raise_readahead(opts.mountpoint, 1024);
   struct sigaction sa {};
@@ -340,7 +339,7 @@ ptc::Result<std::unique_ptr<Filesystem>> Filesystem::mount(const MountOptions& o
   ::sigaction(kWakeSignal, &sa, nullptr);
   std::unique_ptr<Filesystem> fs(new Filesystem(std::move(impl)));
   PTC_RETURN_IF_ERROR(fs->refresh());
-  ptc::log::info("mounted at {}", opts.mountpoint);
+  log::info("mounted at {}", opts.mountpoint);
   return fs;
 }
 
@@ -349,19 +348,19 @@ Filesystem::~Filesystem() {
   if (impl_->se) {
     fuse_session_unmount(impl_->se);
     fuse_session_destroy(impl_->se);
-    ptc::log::info("unmounted {}", impl_->opts.mountpoint);
+    log::info("unmounted {}", impl_->opts.mountpoint);
   }
 }
 
-ptc::Status Filesystem::Impl::rebuild() {
+Status Filesystem::Impl::rebuild() {
   std::lock_guard serial(build_mu);
   PTC_ASSIGN_OR_RETURN(auto next, Tree::build(contents(), current().get()));
   std::lock_guard lock(mu);
   tree = std::move(next);
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Result<std::shared_ptr<const Tree>> Filesystem::Impl::add_node(Node node, const std::string& name) {
+Result<std::shared_ptr<const Tree>> Filesystem::Impl::add_node(Node node, const std::string& name) {
   std::lock_guard serial(build_mu);
   auto cur = current();
   std::shared_ptr<const Tree> next = Tree::with_node(cur, std::move(node), name);
@@ -373,7 +372,7 @@ ptc::Result<std::shared_ptr<const Tree>> Filesystem::Impl::add_node(Node node, c
   return next;
 }
 
-ptc::Result<std::shared_ptr<const View>> Filesystem::open_view(const std::string& path) const {
+Result<std::shared_ptr<const View>> Filesystem::open_view(const std::string& path) const {
   const auto tree = impl_->current();
   const Node* node = tree->find(kRootIno);
   size_t at = 0;
@@ -382,18 +381,17 @@ ptc::Result<std::shared_ptr<const View>> Filesystem::open_view(const std::string
     const std::string name = path.substr(at, slash == std::string::npos ? std::string::npos : slash - at);
     at = slash == std::string::npos ? path.size() : slash + 1;
     if (name.empty() || name == ".") continue;
-    if (!node->is_dir) return ptc::not_found("no file " + path + " in the mount");
+    if (!node->is_dir) return not_found("no file " + path + " in the mount");
     node = tree->child(*node, name);
   }
-  if (!node) return ptc::not_found("no file " + path + " in the mount");
-  if (node->is_dir) return ptc::invalid(path + " is a folder, not a file");
+  if (!node) return not_found("no file " + path + " in the mount");
+  if (node->is_dir) return invalid(path + " is a folder, not a file");
   if (node->pending || !node->view)
-    return ptc::error(ptc::Code::kFailedPrecondition,
-                      path + " belongs to a step still being saved; read it once committed");
+    return error(Code::kFailedPrecondition, path + " belongs to a step still being saved; read it once committed");
   return node->view;
 }
 
-ptc::Status Filesystem::refresh() {
+Status Filesystem::refresh() {
   std::shared_ptr<const Tree> tree, old;
   {
     std::lock_guard serial(impl_->build_mu);
@@ -405,7 +403,7 @@ ptc::Status Filesystem::refresh() {
   // The kernel caches names for kTimeout: drop every cached name whose inode changed or
   // went away (a repartition gives a step's files new inodes), so the next lookup sees
   // the new tree. Never called from a request handler, as libfuse requires.
-  if (!impl_->loop_running || !old) return ptc::Status::ok();
+  if (!impl_->loop_running || !old) return Status::ok();
   size_t dropped = 0;
   // Lazy folders never looked in hold no name the kernel can have cached: skipped.
   old->for_each_made_dir([&](uint64_t dir, const std::map<std::string, uint64_t>& entries) {
@@ -416,15 +414,15 @@ ptc::Status Filesystem::refresh() {
         if (it != now->end() && it->second == ino) continue;
       }
       const int rc = fuse_lowlevel_notify_inval_entry(impl_->se, dir, name.c_str(), name.size());
-      if (rc != 0 && rc != -ENOENT) ptc::log::debug("invalidating {}: {}", name, std::strerror(-rc));
+      if (rc != 0 && rc != -ENOENT) log::debug("invalidating {}: {}", name, std::strerror(-rc));
       ++dropped;
     }
   });
-  if (dropped) ptc::log::debug("refresh invalidated {} names", dropped);
-  return ptc::Status::ok();
+  if (dropped) log::debug("refresh invalidated {} names", dropped);
+  return Status::ok();
 }
 
-ptc::Status Filesystem::run() {
+Status Filesystem::run() {
   impl_->loop_thread = pthread_self();
   impl_->loop_running = true;
   fuse_loop_config* cfg = fuse_loop_cfg_create();
@@ -433,8 +431,8 @@ ptc::Status Filesystem::run() {
   const int rc = fuse_session_loop_mt(impl_->se, cfg);
   fuse_loop_cfg_destroy(cfg);
   impl_->loop_running = false;
-  if (rc < 0 && rc != -EINTR) return ptc::io_error("FUSE loop", -rc);
-  return ptc::Status::ok();
+  if (rc < 0 && rc != -EINTR) return io_error("FUSE loop", -rc);
+  return Status::ok();
 }
 
 void Filesystem::stop() {

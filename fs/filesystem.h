@@ -42,19 +42,19 @@ class Filesystem {
   // Process-wide: mount installs a SIGUSR1 handler (a no-op without SA_RESTART, replacing any
   // other), with which stop() wakes the loop thread out of its wait. The process must not use
   // SIGUSR1 for anything else while a filesystem is mounted.
-  static ptc::Result<std::unique_ptr<Filesystem>> mount(const MountOptions& opts, Source source,
-                                                        WriteTarget* target = nullptr);
+  static Result<std::unique_ptr<Filesystem>> mount(const MountOptions& opts, Source source,
+                                                   WriteTarget* target = nullptr);
   ~Filesystem();  // stops the loop if running and unmounts
 
   // Rebuilds the tree from the source; safe from any thread.
-  ptc::Status refresh();
+  Status refresh();
   // The view of the committed file at `path` (relative to the mount root, '/'-separated) in
   // the current tree: what an open() of it would read, holding its version. kNotFound when
   // there is none, kInvalidArgument for a folder, kFailedPrecondition for a file of a step
   // still being saved.
-  ptc::Result<std::shared_ptr<const View>> open_view(const std::string& path) const;
+  Result<std::shared_ptr<const View>> open_view(const std::string& path) const;
   // Serves requests until stop() or an external unmount; blocks.
-  ptc::Status run();
+  Status run();
   // Ends run() and unmounts; safe from any thread and from a signal-handling thread.
   void stop();
 

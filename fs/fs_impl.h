@@ -88,11 +88,11 @@ class Filesystem::Impl {
   std::unordered_map<uint64_t, std::pair<int, struct stat>> open_attrs;
   // Rebuilds the tree from the source and swaps it in, without invalidating the kernel's
   // names: for a write operation's own additions and removals, from inside its handler.
-  ptc::Status rebuild();
+  Status rebuild();
   // A create's new file or a mkdir's new folder of a pending step: the current tree plus its
   // node (Tree::with_node), or a build when that tree cannot take it so. Returns the tree now
   // current.
-  ptc::Result<std::shared_ptr<const Tree>> add_node(Node node, const std::string& name);
+  Result<std::shared_ptr<const Tree>> add_node(Node node, const std::string& name);
 };
 
 inline Filesystem::Impl& impl_of(fuse_req_t req) { return *static_cast<Filesystem::Impl*>(fuse_req_userdata(req)); }

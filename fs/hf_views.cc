@@ -49,11 +49,11 @@ FolderFiles build_files(const std::shared_ptr<const StepContent>& c, uint64_t sh
   FolderFiles out;
   for (size_t k = 0; k < groups.size(); ++k) {
     const std::string name = file_name(k, groups.size());
-    std::vector<ptc::TensorDecl> decls;
+    std::vector<formats::TensorDecl> decls;
     for (size_t i : groups[k]) decls.push_back({ptc.tensors[i].name, ptc.tensors[i].dtype, ptc.tensors[i].shape});
-    auto layout = ptc::layout_safetensors(decls, {{"format", "pt"}});
+    auto layout = formats::layout_safetensors(decls, {{"format", "pt"}});
     if (!layout) {  // not for a PTC that loaded (its names are unique): an empty file, and the log says why
-      ptc::log::error("hf view of {}: {}", name, layout.status().to_string());
+      log::error("hf view of {}: {}", name, layout.status().to_string());
       continue;
     }
     files.mem(name, std::move(layout->header));
@@ -62,14 +62,14 @@ FolderFiles build_files(const std::shared_ptr<const StepContent>& c, uint64_t sh
       const auto& spec = ptc.tensors[i];
       Segment data;
       data.view = full_npy_view(c, i);
-      data.src = ptc::npy_header(spec.dtype, spec.shape).size();
+      data.src = formats::npy_header(spec.dtype, spec.shape).size();
       data.len = layout->entries[j].end - layout->entries[j].begin;
       total += data.len;
       files.add(name, std::move(data));
       weight_map[spec.name] = name;
     }
   }
-  for (auto& [name, view] : files.views(c, ptc::metrics::ViewKind::kHf)) out[name] = std::move(view);
+  for (auto& [name, view] : files.views(c, metrics::ViewKind::kHf)) out[name] = std::move(view);
   const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", std::move(weight_map)}};
   out.emplace(kIndex, bytes_view(index.dump(2) + "\n"));
   out.emplace("config.json", bytes_view(nlohmann::json::parse(ptc.hf_config).dump(2) + "\n"));
@@ -85,12 +85,11 @@ std::vector<std::pair<std::string, std::shared_ptr<const View>>> hf_views(const 
   if (ptc.hf_config.empty()) return out;
   const auto groups = file_groups(ptc, shard_bytes);
   auto folder = std::make_shared<const LazyFolder>([c, shard_bytes] { return build_files(c, shard_bytes); });
-  out.emplace_back("config.json",
-                   lazy_folder_file(folder, "config.json", c->version(), ptc::metrics::ViewKind::kMetadata));
-  out.emplace_back(kIndex, lazy_folder_file(folder, kIndex, c->version(), ptc::metrics::ViewKind::kMetadata));
+  out.emplace_back("config.json", lazy_folder_file(folder, "config.json", c->version(), metrics::ViewKind::kMetadata));
+  out.emplace_back(kIndex, lazy_folder_file(folder, kIndex, c->version(), metrics::ViewKind::kMetadata));
   for (size_t k = 0; k < groups.size(); ++k) {
     std::string name = file_name(k, groups.size());
-    out.emplace_back(name, lazy_folder_file(folder, name, c->version(), ptc::metrics::ViewKind::kHf));
+    out.emplace_back(name, lazy_folder_file(folder, name, c->version(), metrics::ViewKind::kHf));
   }
   return out;
 }

@@ -55,44 +55,44 @@ bool is_stale(const std::string& path) {
 
 }  // namespace
 
-ptc::Status detach_mount(const std::string& mp) {
-  if (::umount2(mp.c_str(), MNT_DETACH) == 0) return ptc::Status::ok();
+Status detach_mount(const std::string& mp) {
+  if (::umount2(mp.c_str(), MNT_DETACH) == 0) return Status::ok();
   const int err = errno;
   // Without CAP_SYS_ADMIN: the setuid helper, run directly.
   const char* argv[] = {"fusermount3", "-u", "-z", mp.c_str(), nullptr};
   pid_t pid = 0;
   if (posix_spawnp(&pid, "fusermount3", nullptr, nullptr, const_cast<char* const*>(argv), environ) != 0)
-    return ptc::io_error("detaching mount " + mp, err);
+    return io_error("detaching mount " + mp, err);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return ptc::io_error("detaching mount " + mp, err);
-  return ptc::Status::ok();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return io_error("detaching mount " + mp, err);
+  return Status::ok();
 }
 
-ptc::Status prepare_mountpoint(const std::string& mp) {
+Status prepare_mountpoint(const std::string& mp) {
   struct stat st {};
   if (::stat(mp.c_str(), &st) != 0) {
     if (errno == ENOENT) {
       std::error_code ec;
       std::filesystem::create_directories(mp, ec);
-      if (ec) return ptc::error(ptc::Code::kIo, "creating mount point " + mp + ": " + ec.message());
-      return ptc::Status::ok();
+      if (ec) return error(Code::kIo, "creating mount point " + mp + ": " + ec.message());
+      return Status::ok();
     }
-    if (errno != ENOTCONN) return ptc::io_error("mount point " + mp, errno);
-    ptc::log::warn("{} is a stale mount (its daemon died); detaching it", mp);
+    if (errno != ENOTCONN) return io_error("mount point " + mp, errno);
+    log::warn("{} is a stale mount (its daemon died); detaching it", mp);
     PTC_RETURN_IF_ERROR(detach_mount(mp));
-    if (::stat(mp.c_str(), &st) != 0) return ptc::io_error("mount point " + mp, errno);
+    if (::stat(mp.c_str(), &st) != 0) return io_error("mount point " + mp, errno);
   }
-  if (!S_ISDIR(st.st_mode)) return ptc::invalid("mount point " + mp + " is not a directory");
+  if (!S_ISDIR(st.st_mode)) return invalid("mount point " + mp + " is not a directory");
   const std::string rp = real_path(mp);
   if (mounted_device(rp)) {
     if (!is_stale(rp))
-      return ptc::error(ptc::Code::kFailedPrecondition, "mount point " + mp + " is already mounted (another ptcfsd?)");
-    ptc::log::warn("{} is a stale mount (its daemon died); detaching it", rp);
+      return error(Code::kFailedPrecondition, "mount point " + mp + " is already mounted (another ptcfsd?)");
+    log::warn("{} is a stale mount (its daemon died); detaching it", rp);
     PTC_RETURN_IF_ERROR(detach_mount(rp));
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 void raise_readahead(const std::string& mp, unsigned kb) {
@@ -102,7 +102,7 @@ void raise_readahead(const std::string& mp, unsigned kb) {
   const std::string bdi = std::to_string(major(*dev)) + ":" + std::to_string(minor(*dev));
   std::ofstream ra("/sys/class/bdi/" + bdi + "/read_ahead_kb");
   ra << kb << "\n";
-  if (!ra) ptc::log::debug("could not raise readahead of {} (bdi {})", rp, bdi);
+  if (!ra) log::debug("could not raise readahead of {} (bdi {})", rp, bdi);
 }
 
 }  // namespace ptcfs::fs

@@ -12,11 +12,11 @@ namespace ptcfs::fs {
 
 // Makes `mp` ready to mount on: creates it when missing, detaches a stale FUSE mount (its
 // daemon died: ENOTCONN), refuses a live mount (kFailedPrecondition).
-ptc::Status prepare_mountpoint(const std::string& mp);
+Status prepare_mountpoint(const std::string& mp);
 
 // Detaches the mount at `mp` lazily: umount2(MNT_DETACH), or, without the privilege,
 // fusermount3 -u -z run directly (no shell).
-ptc::Status detach_mount(const std::string& mp);
+Status detach_mount(const std::string& mp);
 
 // Raises the readahead of the filesystem mounted at `mp` to `kb` KiB (best effort). The
 // kernel caps FUSE readahead at the bdi default (128 KiB), so sequential reads arrive as

@@ -90,7 +90,7 @@ void ReadBuffer::add_rows(uint64_t rows, const std::vector<RowPiece>& pieces) {
   size_ += s.len;
 }
 
-ptc::Status ReadBuffer::copy_to(std::byte* dst) const {
+Status ReadBuffer::copy_to(std::byte* dst) const {
   for (const auto& s : segs_) {
     if (s.rows >= 0) {
       const Rows& r = rows_[static_cast<size_t>(s.rows)];
@@ -111,24 +111,24 @@ ptc::Status ReadBuffer::copy_to(std::byte* dst) const {
       while (done < s.len) {
         const ssize_t n = ::pread(s.fd, dst + done, s.len - done, static_cast<off_t>(s.off + done));
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return ptc::io_error("reading blob", errno);
-        if (n == 0) return ptc::corrupt("blob shorter than its metadata says");
+        if (n < 0) return io_error("reading blob", errno);
+        if (n == 0) return corrupt("blob shorter than its metadata says");
         done += static_cast<uint64_t>(n);
       }
     }
     dst += s.len;
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status ReadBuffer::gather_if_fragmented(size_t max_segments, uint64_t min_avg) {
-  if (segs_.size() <= max_segments || size_ / segs_.size() >= min_avg) return ptc::Status::ok();
+Status ReadBuffer::gather_if_fragmented(size_t max_segments, uint64_t min_avg) {
+  if (segs_.size() <= max_segments || size_ / segs_.size() >= min_avg) return Status::ok();
   std::shared_ptr<std::byte[]> buf = scratch(size_);
   PTC_RETURN_IF_ERROR(copy_to(buf.get()));
   segs_ = {Segment{buf.get(), -1, 0, size_}};
   rows_.clear();
   keep_ = {std::move(buf)};
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 }  // namespace ptcfs::fs

@@ -76,11 +76,11 @@ class ReadBuffer {
   uint64_t size() const { return size_; }
   // Reads every segment into dst (size() bytes). kIo naming the error of a file range's
   // read, kCorrupt when a file is shorter than its range.
-  ptc::Status copy_to(std::byte* dst) const;
+  Status copy_to(std::byte* dst) const;
   // Many small segments (more than `max_segments`, of fewer than `min_avg` bytes on average)
   // become one buffer this object owns: one copy and one write beat handing the kernel (or a
   // socket) each piece. Errors as copy_to; the buffer is unchanged then.
-  ptc::Status gather_if_fragmented(size_t max_segments, uint64_t min_avg);
+  Status gather_if_fragmented(size_t max_segments, uint64_t min_avg);
 
  private:
   std::vector<Segment> segs_;

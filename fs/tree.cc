@@ -45,7 +45,7 @@ class Builder {
       : nodes_(nodes), writable_(writable) {}
 
   // The directory at `path` (components joined by '/'), created with its parents.
-  ptc::Result<uint64_t> dir(uint64_t parent, const std::string& parent_path, const std::string& rel, int64_t mtime) {
+  Result<uint64_t> dir(uint64_t parent, const std::string& parent_path, const std::string& rel, int64_t mtime) {
     uint64_t cur = parent;
     std::string path = parent_path;
     size_t pos = 0;
@@ -57,7 +57,7 @@ class Builder {
       Node& p = nodes_.at(cur);
       auto it = p.children.find(name);
       if (it != p.children.end()) {
-        if (!nodes_.at(it->second).is_dir) return ptc::invalid("'" + path + "' is both a file and a directory");
+        if (!nodes_.at(it->second).is_dir) return invalid("'" + path + "' is both a file and a directory");
         cur = it->second;
       } else {
         PTC_ASSIGN_OR_RETURN(uint64_t ino, add(cur, name, path, ""));
@@ -74,8 +74,8 @@ class Builder {
   }
 
   // The new file's inode.
-  ptc::Result<uint64_t> file(uint64_t dir_ino, const std::string& dir_path, const std::string& rel,
-                             std::shared_ptr<const View> view, const std::string& version_tag, int64_t mtime) {
+  Result<uint64_t> file(uint64_t dir_ino, const std::string& dir_path, const std::string& rel,
+                        std::shared_ptr<const View> view, const std::string& version_tag, int64_t mtime) {
     uint64_t parent = dir_ino;
     std::string parent_path = dir_path;
     std::string name = rel;
@@ -90,12 +90,12 @@ class Builder {
     Node& dir = nodes_.at(parent);  // stays valid: the map's elements do not move when it grows
     const size_t before = dir.children.size();
     auto entry = dir.children.emplace_hint(dir.children.end(), name, 0);
-    if (dir.children.size() == before) return ptc::invalid("'" + parent_path + "/" + name + "' exists twice");
+    if (dir.children.size() == before) return invalid("'" + parent_path + "/" + name + "' exists twice");
     const uint64_t ino = ino_of(parent_path, name, version_tag);
     auto [it, made] = nodes_.try_emplace(ino);
     if (!made) {
       dir.children.erase(entry);
-      return ptc::internal("inode number collision at '" + parent_path + "/" + name + "'");
+      return internal("inode number collision at '" + parent_path + "/" + name + "'");
     }
     entry->second = ino;
     Node& n = it->second;
@@ -107,9 +107,9 @@ class Builder {
   }
 
  private:
-  ptc::Result<uint64_t> add(uint64_t parent, const std::string& name, const std::string& path, const std::string& tag) {
+  Result<uint64_t> add(uint64_t parent, const std::string& name, const std::string& path, const std::string& tag) {
     const uint64_t ino = ino_of(path, tag);
-    if (nodes_.count(ino)) return ptc::internal("inode number collision at '" + path + "'");
+    if (nodes_.count(ino)) return internal("inode number collision at '" + path + "'");
     Node n;
     n.ino = ino;
     n.parent = parent;
@@ -137,7 +137,7 @@ struct LazyIndex {
 };
 
 // Fills a lazy folder: the folder is `root` (its path "/job/step/..."), in a node map holding it.
-using LazyFill = std::function<ptc::Status(Builder& b, uint64_t root, const std::string& root_path)>;
+using LazyFill = std::function<Status(Builder& b, uint64_t root, const std::string& root_path)>;
 
 struct LazyDir {
   LazyDir(Node folder, LazyFill fill, std::shared_ptr<LazyIndex> index, const Node* owner)
@@ -160,8 +160,8 @@ struct LazyDir {
     std::call_once(once_, [&] {
       nodes_.emplace(root.ino, root);
       Builder b(nodes_);
-      if (const ptc::Status s = fill_(b, root.ino, "/" + root.path); !s) {
-        ptc::log::error("not showing the files of {}: {}", root.path, s.to_string());
+      if (const Status s = fill_(b, root.ino, "/" + root.path); !s) {
+        log::error("not showing the files of {}: {}", root.path, s.to_string());
         nodes_.clear();
         nodes_.emplace(root.ino, root);
       }
@@ -196,11 +196,11 @@ namespace {
 // A pending file: its live size; it is written, not read, until its step commits.
 class PendingView final : public View {
  public:
-  ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kPending; }
+  metrics::ViewKind kind() const override { return metrics::ViewKind::kPending; }
   explicit PendingView(std::shared_ptr<const WriteFile> f) : f_(std::move(f)) {}
   uint64_t size() const override { return f_->size(); }
-  ptc::Status read(uint64_t, uint64_t, ReadBuffer&) const override {
-    return ptc::error(ptc::Code::kPermissionDenied, "the file belongs to a step still being saved");
+  Status read(uint64_t, uint64_t, ReadBuffer&) const override {
+    return error(Code::kPermissionDenied, "the file belongs to a step still being saved");
   }
 
  private:
@@ -225,7 +225,7 @@ std::shared_ptr<SubTree> new_subtree(std::shared_ptr<const void> content, const 
 
 // A pending step: inode tags "pending", so that the committed files (tag "v<version>")
 // get new inodes and the kernel drops what it cached of the pending ones.
-ptc::Result<std::shared_ptr<const SubTree>> build_pending(const PendingEntry& e, uint64_t job_ino) {
+Result<std::shared_ptr<const SubTree>> build_pending(const PendingEntry& e, uint64_t job_ino) {
   const std::string sp = "/" + e.job + "/" + e.step;
   auto st = new_subtree(e.stamp, sp, job_ino, e.mtime);
   st->nodes.at(st->root_ino).writable = true;
@@ -242,18 +242,17 @@ ptc::Result<std::shared_ptr<const SubTree>> build_pending(const PendingEntry& e,
 }
 
 // Makes the folder `rel` of a committed step lazy: its entries are made by `fill` on first use.
-ptc::Status lazy_dir(SubTree& st, Builder& b, const std::string& sp, const std::string& rel, int64_t mtime,
-                     const std::shared_ptr<LazyIndex>& index, LazyFill fill) {
+Status lazy_dir(SubTree& st, Builder& b, const std::string& sp, const std::string& rel, int64_t mtime,
+                const std::shared_ptr<LazyIndex>& index, LazyFill fill) {
   PTC_ASSIGN_OR_RETURN(uint64_t ino, b.dir(st.root_ino, sp, rel, mtime));
   Node& n = st.nodes.at(ino);
   st.lazy.push_back(std::make_unique<LazyDir>(n, std::move(fill), index, &st.nodes.at(st.root_ino)));
   n.lazy = st.lazy.back().get();
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint64_t job_ino,
-                                                       const std::shared_ptr<LazyIndex>& index,
-                                                       uint64_t hf_shard_bytes) {
+Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint64_t job_ino,
+                                                  const std::shared_ptr<LazyIndex>& index, uint64_t hf_shard_bytes) {
   const auto& c = e.content;
   const auto& layout = c->layout();
   const int64_t mtime = c->mtime();
@@ -277,7 +276,7 @@ ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint6
                                      PTC_RETURN_IF_ERROR(lb.file(dir, path, l.tensor(slices[i]).name + ".npy",
                                                                  slice_npy_view(c, shard, i), tag, mtime)
                                                              .status());
-                                   return ptc::Status::ok();
+                                   return Status::ok();
                                  }));
   }
   PTC_RETURN_IF_ERROR(
@@ -285,7 +284,7 @@ ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint6
         const auto& tensors = c->layout().ptc().tensors;
         for (size_t i = 0; i < tensors.size(); ++i)
           PTC_RETURN_IF_ERROR(lb.file(dir, path, tensors[i].name + ".npy", full_npy_view(c, i), tag, mtime).status());
-        return ptc::Status::ok();
+        return Status::ok();
       }));
   // The DCP view, in dcp/ and at the step's top (stock dcp.load of MNT/<job>/<step> itself): the
   // same views, so a file read through both names is generated once.
@@ -304,7 +303,7 @@ ptc::Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint6
   return std::shared_ptr<const SubTree>(std::move(st));
 }
 
-ptc::Result<std::shared_ptr<const SubTree>> build_dataset(const DatasetEntry& e, uint64_t data_ino) {
+Result<std::shared_ptr<const SubTree>> build_dataset(const DatasetEntry& e, uint64_t data_ino) {
   const auto& c = e.content;
   const std::string tag = "v" + std::to_string(c->version());
   const std::string dp = "/" + e.job + "/" + kDataDir + "/" + e.name;
@@ -385,7 +384,7 @@ std::vector<std::pair<std::string, uint64_t>> Tree::added_children(uint64_t dir)
   return out;
 }
 
-ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, const Tree* previous) {
+Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, const Tree* previous) {
   if (previous && previous->base_) previous = previous->base_.get();  // its subtrees are the base's
   auto t = std::make_shared<Tree>();
   t->lazy_index_ = previous && previous->lazy_index_ ? previous->lazy_index_ : std::make_shared<LazyIndex>();
@@ -408,7 +407,7 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, c
     if (!st) {
       auto built = build();
       if (!built) {
-        ptc::log::error("not showing {}/{}: {}", key.first, key.second, built.status().to_string());
+        log::error("not showing {}/{}: {}", key.first, key.second, built.status().to_string());
         return;
       }
       st = std::move(built).value();
@@ -420,7 +419,7 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, c
   // pending, would stand where it goes (the daemon refuses the name; this keeps the tree sound).
   auto reserved = [](const std::string& job, const std::string& step) {
     if (step != kDataDir) return false;
-    ptc::log::error("not showing {}/{}: '{}' is the folder of the job's datasets", job, step, kDataDir);
+    log::error("not showing {}/{}: '{}' is the folder of the job's datasets", job, step, kDataDir);
     return true;
   };
   for (const auto& e : contents.steps) {
@@ -455,7 +454,7 @@ ptc::Result<std::shared_ptr<const Tree>> Tree::build(const Contents& contents, c
   for (const auto& [key, st] : t->subtrees_)
     for (const auto& [ino, n] : st->nodes)
       if (!t->index_.emplace(ino, &n).second)
-        ptc::log::error("inode number collision in {}/{}: a file is hidden", key.first, key.second);
+        log::error("inode number collision in {}/{}: a file is hidden", key.first, key.second);
   return std::shared_ptr<const Tree>(std::move(t));
 }
 

@@ -84,7 +84,7 @@ class Tree {
  public:
   // Builds the tree of the given steps and datasets, reusing the subtrees of `previous`
   // whose version is unchanged.
-  static ptc::Result<std::shared_ptr<const Tree>> build(const Contents& contents, const Tree* previous = nullptr);
+  static Result<std::shared_ptr<const Tree>> build(const Contents& contents, const Tree* previous = nullptr);
 
   // A tree that is `base` plus one new node of a pending step (a file a create made, or a folder
   // of a mkdir; `node` holds it, its parent folder is in `base`): what a create shows at once,

@@ -16,25 +16,25 @@ namespace {
 // Reads [off, off+len) of a file made of an in-memory header followed by a body, calling
 // body(off_in_body, len) for the part past the header.
 template <class Body>
-ptc::Status read_header_then(const std::string& header, uint64_t off, uint64_t len, ReadBuffer& out, Body body) {
+Status read_header_then(const std::string& header, uint64_t off, uint64_t len, ReadBuffer& out, Body body) {
   if (off < header.size()) {
     const uint64_t n = std::min<uint64_t>(len, header.size() - off);
     out.add_mem(header.data() + off, n);
     off += n;
     len -= n;
   }
-  if (len == 0) return ptc::Status::ok();
+  if (len == 0) return Status::ok();
   return body(off - header.size(), len);
 }
 
 class BytesView final : public View {
  public:
-  ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kMetadata; }
+  metrics::ViewKind kind() const override { return metrics::ViewKind::kMetadata; }
   explicit BytesView(std::string b) : b_(std::move(b)) {}
   uint64_t size() const override { return b_.size(); }
-  ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
+  Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
     out.add_mem(b_.data() + off, len);
-    return ptc::Status::ok();
+    return Status::ok();
   }
 
  private:
@@ -44,12 +44,12 @@ class BytesView final : public View {
 // Bytes made by `make` when the file is first sized or read.
 class LazyBytesView final : public View {
  public:
-  ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kMetadata; }
+  metrics::ViewKind kind() const override { return metrics::ViewKind::kMetadata; }
   explicit LazyBytesView(std::function<std::string()> make) : make_(std::move(make)) {}
   uint64_t size() const override { return bytes().size(); }
-  ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
+  Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
     out.add_mem(bytes().data() + off, len);
-    return ptc::Status::ok();
+    return Status::ok();
   }
 
  private:
@@ -67,20 +67,20 @@ class LazyBytesView final : public View {
 // rebuilds its tree at every change, and most of its shard files are never opened.
 class SafetensorsView final : public View {
  public:
-  ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kRankFile; }
+  metrics::ViewKind kind() const override { return metrics::ViewKind::kRankFile; }
   uint64_t version() const override { return c_->version(); }
   SafetensorsView(std::shared_ptr<const StepContent> c, ptc::ShardId shard) : c_(std::move(c)), shard_(shard) {}
   uint64_t size() const override {
     const auto* l = layout();
     return l ? l->file_size() : 1;  // one byte whose read fails (EIO, the log says why), not an empty file
   }
-  ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
+  Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
     const auto* l = layout();
     if (!l) return built_.status();
-    return read_header_then(l->header, off, len, out, [&](uint64_t pos, uint64_t n) -> ptc::Status {
+    return read_header_then(l->header, off, len, out, [&](uint64_t pos, uint64_t n) -> Status {
       // The first slice whose range ends after pos.
       auto it = std::upper_bound(l->entries.begin(), l->entries.end(), pos,
-                                 [](uint64_t p, const ptc::SafetensorsEntry& e) { return p < e.end; });
+                                 [](uint64_t p, const formats::SafetensorsEntry& e) { return p < e.end; });
       for (; n > 0 && it != l->entries.end(); ++it) {
         const uint64_t in = pos - it->begin;
         const uint64_t take = std::min(n, it->end - pos);
@@ -88,22 +88,22 @@ class SafetensorsView final : public View {
         pos += take;
         n -= take;
       }
-      return n == 0 ? ptc::Status::ok() : ptc::internal("safetensors view read past its end");
+      return n == 0 ? Status::ok() : internal("safetensors view read past its end");
     });
   }
 
  private:
   // The file's layout, built once; null when it cannot be (built_ says why).
-  const ptc::SafetensorsLayout* layout() const {
+  const formats::SafetensorsLayout* layout() const {
     std::call_once(once_, [&] {
       const auto& layout = c_->layout();
-      std::vector<ptc::TensorDecl> decls;
+      std::vector<formats::TensorDecl> decls;
       for (const auto& sl : layout.slices(shard_)) {
         const auto& spec = layout.tensor(sl);
-        decls.push_back(ptc::TensorDecl{spec.name, spec.dtype, sl.local_shape});
+        decls.push_back(formats::TensorDecl{spec.name, spec.dtype, sl.local_shape});
       }
-      built_ = ptc::layout_safetensors(decls);
-      if (!built_) ptc::log::error("{}.safetensors: {}", shard_.name(), built_.status().to_string());
+      built_ = formats::layout_safetensors(decls);
+      if (!built_) log::error("{}.safetensors: {}", shard_.name(), built_.status().to_string());
     });
     return built_ ? &*built_ : nullptr;
   }
@@ -111,17 +111,17 @@ class SafetensorsView final : public View {
   std::shared_ptr<const StepContent> c_;
   ptc::ShardId shard_;
   mutable std::once_flag once_;
-  mutable ptc::Result<ptc::SafetensorsLayout> built_ = ptc::internal("not built");
+  mutable Result<formats::SafetensorsLayout> built_ = internal("not built");
 };
 
 class SliceNpyView final : public View {
  public:
-  ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kSliceNpy; }
+  metrics::ViewKind kind() const override { return metrics::ViewKind::kSliceNpy; }
   uint64_t version() const override { return c_->version(); }
   SliceNpyView(std::shared_ptr<const StepContent> c, ptc::ShardId shard, size_t slice)
       : c_(std::move(c)), shard_(shard), slice_(slice) {}
   uint64_t size() const override { return header().size() + c_->layout().bytes(c_->layout().slices(shard_)[slice_]); }
-  ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
+  Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
     return read_header_then(header(), off, len, out,
                             [&](uint64_t pos, uint64_t n) { return c_->read_slice(shard_, slice_, pos, n, out); });
   }
@@ -132,7 +132,7 @@ class SliceNpyView final : public View {
     std::call_once(once_, [&] {
       const auto& layout = c_->layout();
       const auto& sl = layout.slices(shard_)[slice_];
-      header_ = ptc::npy_header(layout.tensor(sl).dtype, sl.local_shape);
+      header_ = formats::npy_header(layout.tensor(sl).dtype, sl.local_shape);
     });
     return header_;
   }
@@ -146,16 +146,16 @@ class SliceNpyView final : public View {
 
 class FullNpyView final : public View {
  public:
-  ptc::metrics::ViewKind kind() const override { return ptc::metrics::ViewKind::kFullNpy; }
+  metrics::ViewKind kind() const override { return metrics::ViewKind::kFullNpy; }
   uint64_t version() const override { return c_->version(); }
   FullNpyView(std::shared_ptr<const StepContent> c, size_t tensor) : c_(std::move(c)), tensor_(tensor) {}
   uint64_t size() const override { return built().header.size() + built().body; }
-  ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
+  Status read(uint64_t off, uint64_t len, ReadBuffer& out) const override {
     const Built& m = built();
     const auto& sources = m.sources;
     const auto& whole = m.whole;
     const size_t elem = m.elem;
-    return read_header_then(m.header, off, len, out, [&](uint64_t pos, uint64_t n) -> ptc::Status {
+    return read_header_then(m.header, off, len, out, [&](uint64_t pos, uint64_t n) -> Status {
       // Runs of every covering piece inside the window, put in destination order.
       struct R {
         int64_t dst, len, src;
@@ -179,12 +179,12 @@ class FullNpyView final : public View {
       std::sort(runs.begin(), runs.end(), [](const R& a, const R& b) { return a.dst < b.dst; });
       uint64_t at = pos;
       for (const R& r : runs) {
-        if (static_cast<uint64_t>(r.dst) != at) return ptc::internal("full view: pieces do not tile the tensor");
+        if (static_cast<uint64_t>(r.dst) != at) return internal("full view: pieces do not tile the tensor");
         PTC_RETURN_IF_ERROR(c_->read_slice(sources[r.source].first, sources[r.source].second,
                                            static_cast<uint64_t>(r.src), static_cast<uint64_t>(r.len), out));
         at += static_cast<uint64_t>(r.len);
       }
-      return at == pos + n ? ptc::Status::ok() : ptc::internal("full view: pieces do not tile the tensor");
+      return at == pos + n ? Status::ok() : internal("full view: pieces do not tile the tensor");
     });
   }
 
@@ -203,7 +203,7 @@ class FullNpyView final : public View {
       const auto& spec = c_->layout().ptc().tensors[tensor_];
       built_.elem = ptc::dtype_size(spec.dtype);
       built_.whole = ptc::Box::of_shape(spec.shape);
-      built_.header = ptc::npy_header(spec.dtype, spec.shape);
+      built_.header = formats::npy_header(spec.dtype, spec.shape);
       built_.body = static_cast<uint64_t>(ptc::num_elements(spec.shape)) * built_.elem;
       built_.sources = c_->layout().covering(tensor_);
     });

@@ -25,9 +25,9 @@ class View {
   virtual ~View() = default;
   virtual uint64_t size() const = 0;
   // Appends bytes [off, off + len) to out; the range lies inside [0, size()).
-  virtual ptc::Status read(uint64_t off, uint64_t len, ReadBuffer& out) const = 0;
+  virtual Status read(uint64_t off, uint64_t len, ReadBuffer& out) const = 0;
   // What the file is (label of the read metrics).
-  virtual ptc::metrics::ViewKind kind() const = 0;
+  virtual metrics::ViewKind kind() const = 0;
   // The version of the step or dataset it reads (0: none, e.g. a step's ptc.json).
   virtual uint64_t version() const { return 0; }
 };

@@ -41,8 +41,8 @@ Place place_of(const Node& dir, const std::string& name) {
   return p;
 }
 
-int fail(const char* what, const Place& p, const ptc::Status& s) {
-  ptc::log::warn("{} {}/{}/{} refused: {}", what, p.job, p.step, p.rel, s.to_string());
+int fail(const char* what, const Place& p, const Status& s) {
+  log::warn("{} {}/{}/{} refused: {}", what, p.job, p.step, p.rel, s.to_string());
   return to_errno(s);
 }
 
@@ -91,9 +91,9 @@ int do_mkdir(Impl& fs, uint64_t parent, const char* name, fuse_entry_param& e) {
   if (int err = writable_dir(fs, parent, tree, dir)) return err;
   if (tree->child(*dir, name)) return EEXIST;
   const Place p = place_of(*dir, name);
-  ptc::Status s = p.step.empty()  ? fs.target->make_job(p.job)
-                  : p.rel.empty() ? fs.target->make_step(p.job, p.step)
-                                  : fs.target->make_dir(p.job, p.step, p.rel);
+  Status s = p.step.empty()  ? fs.target->make_job(p.job)
+             : p.rel.empty() ? fs.target->make_step(p.job, p.step)
+                             : fs.target->make_dir(p.job, p.step, p.rel);
   if (!s) return fail("mkdir", p, s);
   std::shared_ptr<const Tree> after;
   if (p.rel.empty()) return entry_after(fs, parent, name, e, after);  // a job or a step: few, built
@@ -121,7 +121,7 @@ int do_create(Impl& fs, uint64_t parent, const char* name, fuse_file_info* fi, f
   };
   if (const Node* old = tree->child(*dir, name)) return fi->flags & O_EXCL ? EEXIST : open_existing(*old);
   auto f = fs.target->create(p.job, p.step, p.rel);
-  if (!f && f.status().code() == ptc::Code::kAlreadyExists && !(fi->flags & O_EXCL)) {
+  if (!f && f.status().code() == Code::kAlreadyExists && !(fi->flags & O_EXCL)) {
     // Another writer created it in the meantime (several ranks open one tensor file at once).
     if (auto s = fs.rebuild(); !s) return to_errno(s);
     tree = fs.current();
@@ -161,7 +161,7 @@ int do_write(fuse_file_info* fi, const char* buf, size_t size, off_t off) {
   if (!of->writer) return EBADF;
   if (off < 0) return EINVAL;
   if (auto s = of->writer->write(of->writer_id, static_cast<uint64_t>(off), buf, size); !s) {
-    ptc::log::warn("write of {} bytes at {} refused: {}", size, off, s.to_string());
+    log::warn("write of {} bytes at {} refused: {}", size, off, s.to_string());
     return to_errno(s);
   }
   return 0;
@@ -208,7 +208,7 @@ int do_rename(Impl& fs, uint64_t parent, const char* name, uint64_t newparent, c
     if (d && !d->pending) return 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  ptc::log::warn("{}/{} committed, but the mount did not show it within 60 s", from.job, from.step);
+  log::warn("{}/{} committed, but the mount did not show it within 60 s", from.job, from.step);
   return 0;
 }
 
@@ -219,7 +219,7 @@ int do_open_for_write(const Node& n, fuse_file_info* fi) {
   // Opened first: a file another writer holds is not cut by this open's O_TRUNC.
   auto id = n.file->open_writer();
   if (!id) {
-    ptc::log::warn("open for writing refused: {}", id.status().to_string());
+    log::warn("open for writing refused: {}", id.status().to_string());
     return to_errno(id.status());
   }
   if (fi->flags & O_TRUNC) {
@@ -238,7 +238,7 @@ int do_open_for_write(const Node& n, fuse_file_info* fi) {
 }
 
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kCreate);
+  metrics::FuseTimer timer(metrics::FuseOp::kCreate);
   fuse_entry_param e;
   const int err = do_mkdir(impl_of(req), parent, name, e);
   if (err)
@@ -248,7 +248,7 @@ void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t) {
 }
 
 void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t, fuse_file_info* fi) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kCreate);
+  metrics::FuseTimer timer(metrics::FuseOp::kCreate);
   fuse_entry_param e;
   const int err = do_create(impl_of(req), parent, name, fi, e);
   if (err) {
@@ -261,7 +261,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t, fuse
 }
 
 void op_write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kWrite);
+  metrics::FuseTimer timer(metrics::FuseOp::kWrite);
   const int err = do_write(fi, buf, size, off);
   if (err)
     fuse_reply_err(req, err);
@@ -270,12 +270,12 @@ void op_write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t of
 }
 
 void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kWrite);
+  metrics::FuseTimer timer(metrics::FuseOp::kWrite);
   const auto* of = reinterpret_cast<const OpenFile*>(fi->fh);
   int err = 0;
   if (of->writer) {
     if (auto s = of->writer->flush(of->writer_id); !s) {
-      ptc::log::warn("close of a file being saved: {}", s.to_string());
+      log::warn("close of a file being saved: {}", s.to_string());
       err = to_errno(s);
     }
   }
@@ -286,7 +286,7 @@ void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 void op_fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(req, 0); }
 
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
+  metrics::FuseTimer timer(metrics::FuseOp::kOther);
   Impl& fs = impl_of(req);
   auto tree = fs.current();
   const Node* n = tree->find(ino);
@@ -303,7 +303,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
     const auto* of = fi ? reinterpret_cast<const OpenFile*>(fi->fh) : nullptr;
     const uint64_t writer = of && of->writer ? of->writer_id : 0;
     if (auto s = n->file->truncate(writer, static_cast<uint64_t>(attr->st_size)); !s) {
-      ptc::log::warn("truncate to {} refused: {}", attr->st_size, s.to_string());
+      log::warn("truncate to {} refused: {}", attr->st_size, s.to_string());
       fuse_reply_err(req, to_errno(s));
       return;
     }
@@ -315,13 +315,13 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
 }
 
 void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
+  metrics::FuseTimer timer(metrics::FuseOp::kOther);
   fuse_reply_err(req, do_unlink(impl_of(req), parent, name));
 }
 
 // Folders of a pending step go with the step (`ptcfs rm JOB/STEP`); committed ones are read-only.
 void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char*) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
+  metrics::FuseTimer timer(metrics::FuseOp::kOther);
   Impl& fs = impl_of(req);
   auto tree = fs.current();
   const Node* dir = tree->find(parent);
@@ -336,7 +336,7 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char*) {
 // that folder (which waits for the lock).
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
                unsigned int flags) {
-  ptc::metrics::FuseTimer timer(ptc::metrics::FuseOp::kOther);
+  metrics::FuseTimer timer(metrics::FuseOp::kOther);
   fuse_reply_err(req, do_rename(impl_of(req), parent, name, newparent, newname, flags));
 }
 

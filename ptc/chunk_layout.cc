@@ -8,7 +8,7 @@
 #include "ptc/dtype.h"
 #include "ptc/layout.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 namespace {
 
@@ -147,4 +147,4 @@ int tp_for_chunks(const Ptc& ptc, const std::vector<std::vector<Box>>& boxes) {
   return best;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

@@ -13,7 +13,7 @@
 #include "ptc/model.h"
 #include "ptc/region.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 // The most TP ranks a layout is derived for, and the most slices (tensors x tp) it may have:
 // beyond them the chunks are not followed (a crafted chunk list cannot make a huge layout).
@@ -42,4 +42,4 @@ bool slices_are(const TensorSpec& spec, int tp, const std::vector<Box>& boxes);
 // ptc.tensors (empty: nothing known of that tensor). 1 when no split tensor's boxes match any tp.
 int tp_for_chunks(const Ptc& ptc, const std::vector<std::vector<Box>>& boxes);
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

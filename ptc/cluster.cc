@@ -5,7 +5,7 @@
 
 #include "ptc/base/json_util.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 using nlohmann::json;
 
@@ -121,4 +121,4 @@ std::vector<int> gpus_of(const ClusterConfig& cluster, const std::vector<std::st
   return out;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

@@ -13,7 +13,7 @@
 
 #include "ptc/layout.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 struct NodeSpec {
   std::string id;
@@ -52,4 +52,4 @@ Result<std::vector<std::vector<int>>> shard_nodes_on(const Layout& layout, const
 // The GPUs of each of `ids` in `cluster` (0 for an id it lacks).
 std::vector<int> gpus_of(const ClusterConfig& cluster, const std::vector<std::string>& ids);
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

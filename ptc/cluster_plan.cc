@@ -7,7 +7,7 @@
 
 #include "ptc/fill_gaps.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 namespace {
 
 // Sorted, disjoint, non-empty half-open intervals.
@@ -412,4 +412,4 @@ Plan node_part(const Plan& plan, int node) {
   return out;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

@@ -24,7 +24,7 @@
 
 #include "ptc/plan.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 struct ClusterHoldings {
   std::vector<std::vector<int>> src_nodes;  // per old shard: the live nodes holding it (may be empty)
@@ -45,4 +45,4 @@ uint64_t min_transfer_bytes(const Layout& from, const Layout& to, const ClusterH
 // only bytes_remote (the part's transfers) is set.
 Plan node_part(const Plan& plan, int node);
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

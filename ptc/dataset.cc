@@ -4,7 +4,7 @@
 #include <numeric>
 #include <utility>
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 const char* format_name(DatasetFormat f) { return f == DatasetFormat::kJsonl ? "jsonl" : "megatron"; }
 
@@ -139,4 +139,4 @@ std::vector<uint32_t> rank_samples(const std::vector<uint32_t>& order, const Dat
   return out;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

@@ -26,7 +26,7 @@
 
 #include "ptc/base/status.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 enum class DatasetFormat { kJsonl, kMegatron };
 const char* format_name(DatasetFormat f);
@@ -108,4 +108,4 @@ std::vector<uint32_t> epoch_order(uint64_t seed, uint64_t epoch, uint64_t num_sa
 std::vector<uint32_t> rank_samples(const std::vector<uint32_t>& order, const DatasetSpec& spec,
                                    const DatasetPosition& pos, int rank);
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

@@ -1,6 +1,6 @@
 #include "ptc/dtype.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 namespace {
 struct Info {
   DType d;
@@ -40,4 +40,4 @@ Result<DType> parse_dtype(std::string_view name) {
                  "' (expected one of F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL F8_E4M3 F8_E5M2 U16 U32 U64)");
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

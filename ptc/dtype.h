@@ -7,7 +7,7 @@
 
 #include "ptc/base/status.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 // New types go last: the order is the table's in dtype.cc.
 enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2, U16, U32, U64 };
@@ -22,4 +22,4 @@ Result<DType> parse_dtype(std::string_view name);
 // BF16 -> "<u2", F8_* -> "|u1" (documented in docs/FORMATS.md).
 const char* dtype_npy_descr(DType d);
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 // Calls emit(lo, len) for each gap of [0, extent) between `pieces`, in increasing order.
 // `pieces` (each with a local start `llo` and a global interval [glo, ghi) of the same
@@ -19,4 +19,4 @@ void fill_gaps(const Pieces& pieces, int64_t extent, Emit&& emit) {
   if (extent > at) emit(at, extent - at);
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

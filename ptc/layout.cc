@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 std::string ShardId::name() const { return "tp" + std::to_string(t) + "-pp" + std::to_string(p); }
 
@@ -184,4 +184,4 @@ std::vector<std::pair<ShardId, size_t>> Layout::covering(size_t tensor_index) co
   return out;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

@@ -20,7 +20,7 @@
 
 #include "ptc/model.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 struct ShardId {
   int t = 0, p = 0;
@@ -85,4 +85,4 @@ class Layout {
 // `index` is stored in Slice::tensor.
 Result<Slice> slice_of(const TensorSpec& spec, size_t index, int tp, int t);
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

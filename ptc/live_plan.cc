@@ -7,7 +7,7 @@
 #include "ptc/cluster_plan.h"
 #include "ptc/plan.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 namespace {
 
 // One node of one GPU per rank: ptc/cluster.h then places rank r on node r.
@@ -132,4 +132,4 @@ std::string live_plan_json(const Ptc& ptc, const Parallelism& from, const Parall
   return j.dump() + "\n";
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

@@ -19,7 +19,7 @@
 
 #include "ptc/layout.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 // Elements [lo, lo + len) along dimension `dim` of a local slice, every other dimension
 // whole (dim -1: a scalar, the one element).
@@ -56,4 +56,4 @@ Result<LivePlan> make_live_plan(const Ptc& ptc, const Parallelism& from, const P
 // the local slices, tensors by name, and per rank its shards, local shapes and byte counts.
 std::string live_plan_json(const Ptc& ptc, const Parallelism& from, const Parallelism& to, const LivePlan& plan);
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

@@ -6,7 +6,7 @@
 
 #include "ptc/base/json_util.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 using nlohmann::json;
 
@@ -340,4 +340,4 @@ std::string ptc_json_text(const Ptc& ptc) {
 
 std::string ptc_to_json(const Ptc& ptc) { return ptc_json(ptc).dump(2) + "\n"; }
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

@@ -14,7 +14,7 @@
 #include "ptc/dtype.h"
 #include "ptc/region.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 struct Parallelism {
   int tp = 1, pp = 1, dp = 1;
@@ -88,4 +88,4 @@ Status validate_tensor_names(const std::vector<TensorSpec>& tensors);
 // Job and step names: [A-Za-z0-9_.-]+, not starting with '.', at most 128 bytes.
 Status validate_id(std::string_view what, std::string_view id);
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

@@ -5,7 +5,7 @@
 
 #include "ptc/fill_gaps.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 Holdings Holdings::single_node(const Layout& from, const Layout& to) {
   Holdings h;
@@ -255,4 +255,4 @@ void for_each_fill_run(const Layout& to, const Fill& f, const std::function<void
   for_each_run(slab_box(ds.local_shape, k, f.dst_lo, f.len), full, full, dtype_size(spec.dtype), fn);
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

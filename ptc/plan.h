@@ -21,7 +21,7 @@
 
 #include "ptc/layout.h"
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 // Where shards live. Node ids are small integers; a single node is node 0.
 struct Holdings {
@@ -95,4 +95,4 @@ void for_each_copy_run(const Layout& from, const Layout& to, const Copy& c, cons
 // The byte runs of a fill (src unused).
 void for_each_fill_run(const Layout& to, const Fill& f, const std::function<void(const Run&)>& fn);
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

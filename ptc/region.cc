@@ -4,7 +4,7 @@
 #include <cassert>
 #include <cstring>
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 int64_t num_elements(const Shape& s) {
   int64_t n = 1;
@@ -178,4 +178,4 @@ void copy_region(const Box& r, const void* src, const Box& s, void* dst, const B
   for_each_run(r, s, d, elem, [&](const Run& run) { std::memcpy(db + run.dst, sb + run.src, run.len); });
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

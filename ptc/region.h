@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace ptc {
+namespace ptcfs::ptc {
 
 using Shape = std::vector<int64_t>;
 
@@ -61,4 +61,4 @@ void for_each_run_in(const Box& r, const Box& s, const Box& d, size_t elem, int6
 // Copies region r from src (holding s) to dst (holding d).
 void copy_region(const Box& r, const void* src, const Box& s, void* dst, const Box& d, size_t elem);
 
-}  // namespace ptc
+}  // namespace ptcfs::ptc

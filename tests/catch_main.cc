@@ -6,6 +6,6 @@
 #include "ptc/base/log.h"
 
 int main(int argc, char** argv) {
-  ptc::log::set_level(ptc::log::Level::kWarn);
+  ptcfs::log::set_level(ptcfs::log::Level::kWarn);
   return Catch::Session().run(argc, argv);
 }

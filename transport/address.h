@@ -14,6 +14,6 @@ namespace ptcfs::transport {
 // The endpoints of "HOST:PORT" (parse_address in transport/frame.h), looked up with `io`'s
 // resolver; never empty. kInvalidArgument for a malformed address, kUnavailable, naming the
 // address, when it resolves to nothing.
-ptc::Result<boost::asio::ip::tcp::resolver::results_type> resolve(boost::asio::io_context& io, const std::string& addr);
+Result<boost::asio::ip::tcp::resolver::results_type> resolve(boost::asio::io_context& io, const std::string& addr);
 
 }  // namespace ptcfs::transport

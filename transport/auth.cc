@@ -22,14 +22,14 @@ std::string hex(const unsigned char* p, size_t n) {
 }
 }  // namespace
 
-ptc::Result<std::string> read_secret_file(const std::string& path) {
+Result<std::string> read_secret_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return ptc::error(ptc::Code::kNotFound, "secret file " + path + ": cannot be read");
+  if (!in) return error(Code::kNotFound, "secret file " + path + ": cannot be read");
   std::stringstream ss;
   ss << in.rdbuf();
   std::string s = ss.str();
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  if (s.size() < 16) return ptc::invalid("secret file " + path + ": the secret must be at least 16 bytes");
+  if (s.size() < 16) return invalid("secret file " + path + ": the secret must be at least 16 bytes");
   return s;
 }
 

@@ -16,7 +16,7 @@
 namespace ptcfs::transport {
 
 // The secret from a file: its bytes without trailing whitespace; at least 16 bytes.
-ptc::Result<std::string> read_secret_file(const std::string& path);
+Result<std::string> read_secret_file(const std::string& path);
 
 // 32 random bytes, hex.
 std::string make_nonce();

@@ -30,15 +30,14 @@ class PeerBackend {
   // connections); its index.
   virtual int add_node(const ptc::NodeSpec& node) = 0;
   // A request to node `node` (an index into cluster()->nodes); errors name the node.
-  virtual ptc::Result<nlohmann::json> call(int node, const nlohmann::json& request,
-                                           const ProgressSink& progress = {}) = 0;
+  virtual Result<nlohmann::json> call(int node, const nlohmann::json& request, const ProgressSink& progress = {}) = 0;
   // A request answered with bytes (into out, at most max_bytes), counted in bytes_received.
-  virtual ptc::Result<nlohmann::json> call_data(int node, const nlohmann::json& request, std::string& out,
-                                                uint64_t max_bytes) = 0;
+  virtual Result<nlohmann::json> call_data(int node, const nlohmann::json& request, std::string& out,
+                                           uint64_t max_bytes) = 0;
   // A request answered with exactly `len` bytes, placed by `hooks` (RpcClient::call_into);
   // counted in bytes_received.
-  virtual ptc::Result<nlohmann::json> call_into(int node, const nlohmann::json& request, uint64_t len,
-                                                const IntoHooks& hooks) = 0;
+  virtual Result<nlohmann::json> call_into(int node, const nlohmann::json& request, uint64_t len,
+                                           const IntoHooks& hooks) = 0;
   virtual uint64_t bytes_received() const = 0;
 };
 

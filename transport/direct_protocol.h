@@ -41,14 +41,14 @@ struct Limits {
 };
 
 // Sends one message; the descriptors are duplicated into the receiver (this side keeps its own).
-ptc::Status send_message(int sock, const std::string& json, const std::string& binary, const std::vector<int>& fds);
+Status send_message(int sock, const std::string& json, const std::string& binary, const std::vector<int>& fds);
 // Receives one message. kUnavailable when the peer closed the connection before a header
 // (a clean end), kInvalidArgument for a malformed one; descriptors received are closed on
 // error.
-ptc::Result<Message> recv_message(int sock, const Limits& limits = {});
+Result<Message> recv_message(int sock, const Limits& limits = {});
 
 std::string encode_spans(const std::vector<Span>& spans);
-ptc::Result<std::vector<Span>> decode_spans(const std::string& binary, size_t nfds);
+Result<std::vector<Span>> decode_spans(const std::string& binary, size_t nfds);
 
 // Map version 2 (asked for with "map": 2 in an open, answered with "map": 2 by a daemon that
 // knows it): the file's bytes as runs of rows, so that a slice a repartition left strided is one
@@ -80,7 +80,7 @@ class RunMap {
   std::vector<Span> spans() const;
 
  private:
-  friend ptc::Result<RunMap> decode_runs(const std::string& binary, size_t nfds);
+  friend Result<RunMap> decode_runs(const std::string& binary, size_t nfds);
   std::vector<Run> runs_;
   std::vector<Piece> pieces_;
   uint64_t size_ = 0;
@@ -92,11 +92,11 @@ inline constexpr size_t kRunBytes = 16, kPieceBytes = 32;
 std::string encode_runs(const RunMap& map);
 // kInvalidArgument for a map cut short, a run of no rows or pieces, a descriptor out of range, or
 // offsets or a size that overflow 64 bits.
-ptc::Result<RunMap> decode_runs(const std::string& binary, size_t nfds);
+Result<RunMap> decode_runs(const std::string& binary, size_t nfds);
 
 // Binds (server) or connects (client) a Unix stream socket at `path`, also when the path is
 // longer than sockaddr_un allows (through /proc/self/fd/ of its directory). Close-on-exec.
-ptc::Result<int> listen_unix(const std::string& path, int backlog = 64);
-ptc::Result<int> connect_unix(const std::string& path);
+Result<int> listen_unix(const std::string& path, int backlog = 64);
+Result<int> connect_unix(const std::string& path);
 
 }  // namespace ptcfs::transport::direct

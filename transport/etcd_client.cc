@@ -29,13 +29,13 @@ std::string b64(const std::string& in) {
   return out;
 }
 
-ptc::Result<std::string> unb64(const std::string& in) {
+Result<std::string> unb64(const std::string& in) {
   if (in.size() % 4 != 0)
-    return ptc::corrupt("etcd sent a value that is not base64 (length " + std::to_string(in.size()) + ")");
+    return corrupt("etcd sent a value that is not base64 (length " + std::to_string(in.size()) + ")");
   std::string out(in.size() / 4 * 3, '\0');
   const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
                                 reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
-  if (n < 0) return ptc::corrupt("etcd sent a value that is not base64");
+  if (n < 0) return corrupt("etcd sent a value that is not base64");
   // EVP_DecodeBlock counts the padding as zero bytes.
   const size_t pad = in.empty() ? 0 : (in.back() == '=') + (in.size() > 1 && in[in.size() - 2] == '=');
   out.resize(static_cast<size_t>(n) - pad);
@@ -69,7 +69,7 @@ int64_t i64(const json& j, const char* key) {
   return 0;
 }
 
-ptc::Result<EtcdKv> kv_from(const json& j) {
+Result<EtcdKv> kv_from(const json& j) {
   EtcdKv kv;
   PTC_ASSIGN_OR_RETURN(kv.key, unb64(j.value("key", std::string())));
   PTC_ASSIGN_OR_RETURN(kv.value, unb64(j.value("value", std::string())));
@@ -81,26 +81,26 @@ ptc::Result<EtcdKv> kv_from(const json& j) {
 }
 
 // etcd's error body ({"error", "code" (a gRPC code), "message"}) as a Status.
-ptc::Status etcd_error(const std::string& body, unsigned http_status) {
-  json j = ptc::parse_json_lenient(body);
+Status etcd_error(const std::string& body, unsigned http_status) {
+  json j = parse_json_lenient(body);
   const std::string msg = j.is_object() ? j.value("message", body) : body;
   const int code = j.is_object() ? j.value("code", 0) : 0;
   const std::string text = "etcd: " + msg;
   switch (code) {
     case 3:
-      return ptc::invalid(text);
+      return invalid(text);
     case 4:
-      return ptc::error(ptc::Code::kDeadlineExceeded, text);
+      return error(Code::kDeadlineExceeded, text);
     case 5:
-      return ptc::not_found(text);
+      return not_found(text);
     case 9:
-      return ptc::error(ptc::Code::kFailedPrecondition, text);
+      return error(Code::kFailedPrecondition, text);
     case 11:
-      return ptc::error(ptc::Code::kOutOfRange, text);
+      return error(Code::kOutOfRange, text);
     case 14:
-      return ptc::unavailable(text);
+      return unavailable(text);
     default:
-      return ptc::internal(text + " (HTTP " + std::to_string(http_status) + ")");
+      return internal(text + " (HTTP " + std::to_string(http_status) + ")");
   }
 }
 
@@ -128,7 +128,7 @@ struct EtcdClient::Impl {
 
   // One POST to one endpoint. `sent` tells whether the request left (a failure after that
   // may have been applied).
-  ptc::Result<json> post_to(const Endpoint& ep, const std::string& path, const std::string& body, bool& sent) {
+  Result<json> post_to(const Endpoint& ep, const std::string& path, const std::string& body, bool& sent) {
     sent = false;
     asio::io_context ioc;
     Connection conn(ioc, tls.get());
@@ -159,23 +159,23 @@ struct EtcdClient::Impl {
     ioc.run();
     if (!done) {
       if (failed == beast::error::timeout)
-        return ptc::error(ptc::Code::kDeadlineExceeded, "etcd at " + ep.text + " did not answer " + path + " within " +
-                                                            std::to_string(timeout.count()) + " ms");
+        return error(Code::kDeadlineExceeded, "etcd at " + ep.text + " did not answer " + path + " within " +
+                                                  std::to_string(timeout.count()) + " ms");
       return conn.failed(ep, path, failed);
     }
     if (res.result() != http::status::ok) return etcd_error(res.body(), res.result_int());
-    json j = ptc::parse_json_lenient(res.body());
-    if (!j.is_object()) return ptc::corrupt("etcd at " + ep.text + " answered " + path + " with no JSON object");
+    json j = parse_json_lenient(res.body());
+    if (!j.is_object()) return corrupt("etcd at " + ep.text + " answered " + path + " with no JSON object");
     if (j.contains("error")) return etcd_error(res.body(), res.result_int());
     return j;
   }
 
   // POSTs to the endpoints in turn until one answers. A call that is not `idempotent` is
   // not sent again once it may have been applied.
-  ptc::Result<json> post(const std::string& path, const json& body, bool idempotent = true) {
+  Result<json> post(const std::string& path, const json& body, bool idempotent = true) {
     const std::string text = body.dump();
     const size_t first = preferred.load();
-    ptc::Status last = ptc::unavailable("no etcd endpoint");
+    Status last = unavailable("no etcd endpoint");
     for (size_t i = 0; i < endpoints.size(); ++i) {
       const size_t at = (first + i) % endpoints.size();
       bool sent = false;
@@ -185,7 +185,7 @@ struct EtcdClient::Impl {
         return r;
       }
       const auto code = r.status().code();
-      if (code != ptc::Code::kUnavailable && code != ptc::Code::kDeadlineExceeded) return r.status();
+      if (code != Code::kUnavailable && code != Code::kDeadlineExceeded) return r.status();
       last = r.status();
       if (sent && !idempotent) return last;
     }
@@ -193,8 +193,8 @@ struct EtcdClient::Impl {
   }
 };
 
-ptc::Result<std::unique_ptr<EtcdClient>> EtcdClient::make(const std::string& urls, std::chrono::milliseconds timeout,
-                                                          const EtcdTls& tls) {
+Result<std::unique_ptr<EtcdClient>> EtcdClient::make(const std::string& urls, std::chrono::milliseconds timeout,
+                                                     const EtcdTls& tls) {
   auto impl = std::make_unique<Impl>();
   impl->urls = urls;
   impl->timeout = timeout;
@@ -203,7 +203,7 @@ ptc::Result<std::unique_ptr<EtcdClient>> EtcdClient::make(const std::string& url
     PTC_ASSIGN_OR_RETURN(impl->tls, etcd::make_tls_context(tls));
   } else if (!tls.ca_file.empty() || !tls.cert_file.empty() || !tls.key_file.empty()) {
     // Certificates given for a plain endpoint would be ignored: the records would go in clear.
-    return ptc::invalid("--etcd-ca, --etcd-cert and --etcd-key need https:// etcd endpoints (--etcd " + urls + ")");
+    return invalid("--etcd-ca, --etcd-cert and --etcd-key need https:// etcd endpoints (--etcd " + urls + ")");
   }
   return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(impl)));
 }
@@ -213,41 +213,41 @@ EtcdClient::~EtcdClient() = default;
 
 const std::string& EtcdClient::urls() const { return impl_->urls; }
 
-ptc::Result<int64_t> EtcdClient::grant(int64_t ttl_s) {
+Result<int64_t> EtcdClient::grant(int64_t ttl_s) {
   PTC_ASSIGN_OR_RETURN(json r, impl_->post("/v3/lease/grant", json{{"TTL", std::to_string(ttl_s)}}, false));
   const int64_t id = i64(r, "ID");
-  if (id == 0) return ptc::internal("etcd granted no lease: " + r.dump());
+  if (id == 0) return internal("etcd granted no lease: " + r.dump());
   return id;
 }
 
-ptc::Result<int64_t> EtcdClient::keep_alive(int64_t lease) {
+Result<int64_t> EtcdClient::keep_alive(int64_t lease) {
   PTC_ASSIGN_OR_RETURN(json r, impl_->post("/v3/lease/keepalive", json{{"ID", std::to_string(lease)}}));
   const json& res = r.contains("result") ? r["result"] : r;
   const int64_t ttl = i64(res, "TTL");
-  if (ttl <= 0) return ptc::not_found("etcd lease " + std::to_string(lease) + " has expired");
+  if (ttl <= 0) return not_found("etcd lease " + std::to_string(lease) + " has expired");
   return ttl;
 }
 
-ptc::Status EtcdClient::revoke(int64_t lease) {
+Status EtcdClient::revoke(int64_t lease) {
   auto r = impl_->post("/v3/lease/revoke", json{{"ID", std::to_string(lease)}});
-  if (!r && r.status().code() != ptc::Code::kNotFound) return r.status();
-  return ptc::Status::ok();
+  if (!r && r.status().code() != Code::kNotFound) return r.status();
+  return Status::ok();
 }
 
-ptc::Status EtcdClient::put(const std::string& key, const std::string& value, int64_t lease) {
+Status EtcdClient::put(const std::string& key, const std::string& value, int64_t lease) {
   json body{{"key", b64(key)}, {"value", b64(value)}};
   if (lease != 0) body["lease"] = std::to_string(lease);
   return impl_->post("/v3/kv/put", body).status();
 }
 
-ptc::Result<std::optional<EtcdKv>> EtcdClient::get(const std::string& key) {
+Result<std::optional<EtcdKv>> EtcdClient::get(const std::string& key) {
   PTC_ASSIGN_OR_RETURN(json r, impl_->post("/v3/kv/range", json{{"key", b64(key)}}));
   if (!r.contains("kvs") || !r["kvs"].is_array() || r["kvs"].empty()) return std::optional<EtcdKv>();
   PTC_ASSIGN_OR_RETURN(EtcdKv kv, kv_from(r["kvs"][0]));
   return std::optional<EtcdKv>(std::move(kv));
 }
 
-ptc::Result<EtcdRange> EtcdClient::range_prefix(const std::string& prefix) {
+Result<EtcdRange> EtcdClient::range_prefix(const std::string& prefix) {
   PTC_ASSIGN_OR_RETURN(json r,
                        impl_->post("/v3/kv/range", json{{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}}));
   EtcdRange out;
@@ -260,7 +260,7 @@ ptc::Result<EtcdRange> EtcdClient::range_prefix(const std::string& prefix) {
   return out;
 }
 
-ptc::Result<bool> EtcdClient::txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdWrite>& writes) {
+Result<bool> EtcdClient::txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdWrite>& writes) {
   json cmp = json::array();
   for (const auto& c : compares) {
     json j{{"key", b64(c.key)}, {"target", c.target}, {"result", "EQUAL"}};
@@ -310,11 +310,11 @@ class WatchLines {
     if (!pending_.empty()) on_line(pending_);
   }
   // An error message, a cancelled watch or an undecodable event (ok while none came).
-  const ptc::Status& failed() const { return failed_; }
+  const Status& failed() const { return failed_; }
 
  private:
   void on_line(const std::string& line) {
-    json j = ptc::parse_json_lenient(line);
+    json j = parse_json_lenient(line);
     if (!j.is_object()) return;
     if (j.contains("error")) {
       failed_ = etcd_error(line, 200);
@@ -323,9 +323,9 @@ class WatchLines {
     const json& res = j.contains("result") ? j["result"] : j;
     if (res.value("canceled", false)) {
       if (i64(res, "compact_revision") > 0)
-        failed_ = ptc::error(ptc::Code::kOutOfRange, "etcd compacted the revisions the watch of " + prefix_ + " needs");
+        failed_ = error(Code::kOutOfRange, "etcd compacted the revisions the watch of " + prefix_ + " needs");
       else
-        failed_ = ptc::unavailable("etcd cancelled the watch of " + prefix_ + ": " + res.value("cancel_reason", ""));
+        failed_ = unavailable("etcd cancelled the watch of " + prefix_ + ": " + res.value("cancel_reason", ""));
       return;
     }
     if (!res.contains("events")) return;
@@ -344,7 +344,7 @@ class WatchLines {
 
   const std::string& prefix_;
   const std::function<void(const EtcdEvent&)>& on_event_;
-  ptc::Status failed_;
+  Status failed_;
   std::string pending_;  // the body after its last newline
 };
 
@@ -369,7 +369,7 @@ class WatchStream {
   }
 
   // Connects and sends the watch's create request, each within `timeout`.
-  ptc::Status start(int64_t start_revision, std::chrono::milliseconds timeout) {
+  Status start(int64_t start_revision, std::chrono::milliseconds timeout) {
     PTC_RETURN_IF_ERROR(conn_.open(ep_, timeout));
     json create{{"key", b64(prefix_)}, {"range_end", b64(prefix_end(prefix_))}};
     if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
@@ -388,15 +388,15 @@ class WatchStream {
     });
     ioc_.run();
     ioc_.restart();
-    if (busy_) return ptc::unavailable("etcd at " + ep_.text + " did not take the watch of " + prefix_);
+    if (busy_) return unavailable("etcd at " + ep_.text + " did not take the watch of " + prefix_);
     if (ec_) return conn_.failed(ep_, "the watch of " + prefix_, ec_);
     conn_.tcp().expires_never();
-    return ptc::Status::ok();
+    return Status::ok();
   }
 
   // Reads the stream, passing its events on, until stop() (checked every 200 ms), a
   // failure, or the end of the response.
-  ptc::Status read(const std::function<bool()>& stop) {
+  Status read(const std::function<bool()>& stop) {
     busy_ = false;
     while (!stop() && lines_.failed().is_ok()) {
       if (!busy_) {
@@ -418,11 +418,11 @@ class WatchStream {
 
  private:
   // The response ended: etcd's error, the failure a line carried, or kUnavailable.
-  ptc::Status ended() {
+  Status ended() {
     lines_.finish();
     if (lines_.failed().is_ok() && parser_.get().result() != http::status::ok)
       return etcd_error(parser_.get().body(), parser_.get().result_int());
-    return lines_.failed().is_ok() ? ptc::unavailable("etcd at " + ep_.text + " ended the watch of " + prefix_)
+    return lines_.failed().is_ok() ? unavailable("etcd at " + ep_.text + " ended the watch of " + prefix_)
                                    : lines_.failed();
   }
 
@@ -444,9 +444,9 @@ class WatchStream {
 
 }  // namespace
 
-ptc::Status EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revision,
-                                     const std::function<void(const EtcdEvent&)>& on_event,
-                                     const std::function<bool()>& stop) {
+Status EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revision,
+                                const std::function<void(const EtcdEvent&)>& on_event,
+                                const std::function<bool()>& stop) {
   const Endpoint& ep = impl_->endpoints[impl_->preferred.load() % impl_->endpoints.size()];
   WatchStream watch(impl_->tls.get(), ep, prefix, on_event);
   PTC_RETURN_IF_ERROR(watch.start(start_revision, impl_->timeout));

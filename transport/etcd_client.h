@@ -76,30 +76,30 @@ class EtcdClient {
   // with `tls`. kInvalidArgument names a bad endpoint or certificate file, or TLS files given
   // for http:// endpoints. A TLS connection etcd refuses (or whose certificate does not
   // verify) fails every call with kPermissionDenied.
-  static ptc::Result<std::unique_ptr<EtcdClient>> make(const std::string& urls,
-                                                       std::chrono::milliseconds timeout = std::chrono::seconds(2),
-                                                       const EtcdTls& tls = {});
+  static Result<std::unique_ptr<EtcdClient>> make(const std::string& urls,
+                                                  std::chrono::milliseconds timeout = std::chrono::seconds(2),
+                                                  const EtcdTls& tls = {});
   ~EtcdClient();
 
   const std::string& urls() const;
 
   // A lease of `ttl_s` seconds; its id.
-  ptc::Result<int64_t> grant(int64_t ttl_s);
+  Result<int64_t> grant(int64_t ttl_s);
   // Renews the lease; its remaining TTL in seconds, kNotFound when it has expired.
-  ptc::Result<int64_t> keep_alive(int64_t lease);
-  ptc::Status revoke(int64_t lease);
-  ptc::Status put(const std::string& key, const std::string& value, int64_t lease = 0);
-  ptc::Result<std::optional<EtcdKv>> get(const std::string& key);
-  ptc::Result<EtcdRange> range_prefix(const std::string& prefix);
+  Result<int64_t> keep_alive(int64_t lease);
+  Status revoke(int64_t lease);
+  Status put(const std::string& key, const std::string& value, int64_t lease = 0);
+  Result<std::optional<EtcdKv>> get(const std::string& key);
+  Result<EtcdRange> range_prefix(const std::string& prefix);
   // Applies `writes` atomically if every compare holds; whether they held.
-  ptc::Result<bool> txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdWrite>& writes);
+  Result<bool> txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdWrite>& writes);
 
   // Calls on_event for every change of a key under `prefix` from `start_revision` on, in
   // order, until `stop()` returns true (asked every 200 ms) or the stream fails (its error;
   // the caller watches again from the revision after the last event it saw). kOutOfRange
   // when start_revision was compacted away.
-  ptc::Status watch_prefix(const std::string& prefix, int64_t start_revision,
-                           const std::function<void(const EtcdEvent&)>& on_event, const std::function<bool()>& stop);
+  Status watch_prefix(const std::string& prefix, int64_t start_revision,
+                      const std::function<void(const EtcdEvent&)>& on_event, const std::function<bool()>& stop);
 
  private:
   struct Impl;

@@ -30,12 +30,12 @@ struct Endpoint {
 
 // Comma-separated http://HOST:PORT or https://HOST:PORT endpoints, all of one scheme
 // (kInvalidArgument names a bad one).
-ptc::Result<std::vector<Endpoint>> parse_endpoints(const std::string& urls);
+Result<std::vector<Endpoint>> parse_endpoints(const std::string& urls);
 
 // The TLS context for https:// endpoints: peers verified against tls.ca_file (the system's
 // CAs when empty), this client's certificate and key loaded and matched. kInvalidArgument
 // names the file at fault.
-ptc::Result<std::shared_ptr<boost::asio::ssl::context>> make_tls_context(const EtcdTls& tls);
+Result<std::shared_ptr<boost::asio::ssl::context>> make_tls_context(const EtcdTls& tls);
 
 class Connection {
  public:
@@ -44,7 +44,7 @@ class Connection {
 
   // Connects to `ep` and, with TLS, shakes hands, all within `timeout`: kUnavailable when
   // etcd cannot be reached, kPermissionDenied when the TLS handshake fails.
-  ptc::Status open(const Endpoint& ep, std::chrono::milliseconds timeout);
+  Status open(const Endpoint& ep, std::chrono::milliseconds timeout);
 
   // The TCP layer (timeouts, closing).
   boost::beast::tcp_stream& tcp();
@@ -59,10 +59,10 @@ class Connection {
 
   // The Status of an exchange that failed with `ec` during `what`: kPermissionDenied when
   // the TLS layer failed, else kUnavailable.
-  ptc::Status failed(const Endpoint& ep, const std::string& what, const boost::beast::error_code& ec) const;
+  Status failed(const Endpoint& ep, const std::string& what, const boost::beast::error_code& ec) const;
 
  private:
-  static ptc::Status refused(const Endpoint& ep, const std::string& what, const boost::beast::error_code& ec);
+  static Status refused(const Endpoint& ep, const std::string& what, const boost::beast::error_code& ec);
 
   boost::asio::io_context& ioc_;
   std::optional<boost::beast::tcp_stream> plain_;

@@ -33,8 +33,8 @@ void LeaseKeeper::loop() {
   while (!cv_.wait_for(lock, every, [this] { return stopping_; })) {
     lock.unlock();
     auto r = etcd_.keep_alive(hooks_.lease());
-    ptc::Status s = r.status();
-    bool gone = !r && s.code() == ptc::Code::kNotFound;
+    Status s = r.status();
+    bool gone = !r && s.code() == Code::kNotFound;
     if (gone && hooks_.expired) {
       s = hooks_.expired();
       gone = false;  // replaced, or lost once half the TTL passed without a renewal

@@ -27,12 +27,12 @@ class LeaseKeeper {
     std::function<int64_t()> lease;  // the lease to renew now
     // etcd said the lease expired: ok once the holder took a new one (which lease() returns from
     // then on), else why it could not. Empty: an expired lease is lost at once.
-    std::function<ptc::Status()> expired;
+    std::function<Status()> expired;
     std::function<void()> renewed;  // a renewal went through (may be empty)
     // The lease is lost (`why`: the last renewal's error), reported once until a renewal goes
     // through again: whether to go on renewing (a node fenced until etcd answers) or to stop (a
     // controller that lost the lead).
-    std::function<bool(const ptc::Status& why)> lost;
+    std::function<bool(const Status& why)> lost;
   };
 
   // Starts renewing. `etcd` must outlive this object.

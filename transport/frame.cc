@@ -14,28 +14,28 @@ constexpr char kMagic[4] = {'P', 'T', 'C', 'F'};
 std::array<uint8_t, kHeaderSize> encode_header(const FrameHeader& h) {
   std::array<uint8_t, kHeaderSize> b{};
   std::memcpy(b.data(), kMagic, 4);
-  ptc::store_le<uint16_t>(b.data() + 4, h.version);
-  ptc::store_le<uint16_t>(b.data() + 6, static_cast<uint16_t>(h.type));
-  ptc::store_le<uint32_t>(b.data() + 8, h.length);
-  ptc::store_le<uint32_t>(b.data() + 12, h.request_id);
+  store_le<uint16_t>(b.data() + 4, h.version);
+  store_le<uint16_t>(b.data() + 6, static_cast<uint16_t>(h.type));
+  store_le<uint32_t>(b.data() + 8, h.length);
+  store_le<uint32_t>(b.data() + 12, h.request_id);
   return b;
 }
 
-ptc::Result<FrameHeader> decode_header(const uint8_t* p, uint32_t max_body) {
-  if (std::memcmp(p, kMagic, 4) != 0) return ptc::invalid("not a ptcfs frame (bad magic)");
+Result<FrameHeader> decode_header(const uint8_t* p, uint32_t max_body) {
+  if (std::memcmp(p, kMagic, 4) != 0) return invalid("not a ptcfs frame (bad magic)");
   FrameHeader h;
-  h.version = ptc::load_le<uint16_t>(p + 4);
+  h.version = load_le<uint16_t>(p + 4);
   if (h.version != kProtocolVersion)
-    return ptc::invalid("protocol version " + std::to_string(h.version) + " not supported (this build speaks " +
-                        std::to_string(kProtocolVersion) + ")");
-  const uint16_t type = ptc::load_le<uint16_t>(p + 6);
-  if (type < 1 || type > kMaxFrameType) return ptc::invalid("unknown frame type " + std::to_string(type));
+    return invalid("protocol version " + std::to_string(h.version) + " not supported (this build speaks " +
+                   std::to_string(kProtocolVersion) + ")");
+  const uint16_t type = load_le<uint16_t>(p + 6);
+  if (type < 1 || type > kMaxFrameType) return invalid("unknown frame type " + std::to_string(type));
   h.type = static_cast<FrameType>(type);
-  h.length = ptc::load_le<uint32_t>(p + 8);
+  h.length = load_le<uint32_t>(p + 8);
   if (h.length > max_body)
-    return ptc::error(ptc::Code::kResourceExhausted, "frame of " + std::to_string(h.length) +
-                                                         " bytes exceeds the limit of " + std::to_string(max_body));
-  h.request_id = ptc::load_le<uint32_t>(p + 12);
+    return error(Code::kResourceExhausted,
+                 "frame of " + std::to_string(h.length) + " bytes exceeds the limit of " + std::to_string(max_body));
+  h.request_id = load_le<uint32_t>(p + 12);
   return h;
 }
 
@@ -58,32 +58,32 @@ std::string encode_data_head(uint32_t request_id, const std::string& json_body, 
   const auto hb = encode_header(h);
   std::string out(reinterpret_cast<const char*>(hb.data()), hb.size());
   uint8_t lb[4];
-  ptc::store_le<uint32_t>(lb, static_cast<uint32_t>(json_body.size()));
+  store_le<uint32_t>(lb, static_cast<uint32_t>(json_body.size()));
   out.append(reinterpret_cast<const char*>(lb), 4);
   out += json_body;
   return out;
 }
 
-ptc::Result<uint32_t> decode_data_json_length(const uint8_t* p, uint32_t body_length) {
-  if (body_length < 4) return ptc::corrupt("truncated data frame");
-  const uint32_t n = ptc::load_le<uint32_t>(p);
-  if (n > body_length - 4) return ptc::corrupt("malformed data frame: its JSON is longer than the frame");
+Result<uint32_t> decode_data_json_length(const uint8_t* p, uint32_t body_length) {
+  if (body_length < 4) return corrupt("truncated data frame");
+  const uint32_t n = load_le<uint32_t>(p);
+  if (n > body_length - 4) return corrupt("malformed data frame: its JSON is longer than the frame");
   return n;
 }
 
-ptc::Status parse_address(const std::string& addr, std::string& host, uint16_t& port) {
+Status parse_address(const std::string& addr, std::string& host, uint16_t& port) {
   const size_t colon = addr.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size())
-    return ptc::invalid("address '" + addr + "': expected HOST:PORT");
+    return invalid("address '" + addr + "': expected HOST:PORT");
   host = addr.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   const std::string p = addr.substr(colon + 1);
   unsigned v = 0;
   auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
   if (ec != std::errc() || ptr != p.data() + p.size() || v > 65535)
-    return ptc::invalid("address '" + addr + "': bad port '" + p + "'");
+    return invalid("address '" + addr + "': bad port '" + p + "'");
   port = static_cast<uint16_t>(v);
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 }  // namespace ptcfs::transport

@@ -46,7 +46,7 @@ struct FrameHeader {
 std::array<uint8_t, kHeaderSize> encode_header(const FrameHeader& h);
 // Checks magic, version, type and length <= max_body; kInvalidArgument or
 // kResourceExhausted with a message saying which.
-ptc::Result<FrameHeader> decode_header(const uint8_t* p, uint32_t max_body);
+Result<FrameHeader> decode_header(const uint8_t* p, uint32_t max_body);
 
 // A whole frame (header + body) as bytes.
 std::string encode_frame(FrameType type, uint32_t request_id, const std::string& body);
@@ -56,9 +56,9 @@ std::string encode_frame(FrameType type, uint32_t request_id, const std::string&
 std::string encode_data_head(uint32_t request_id, const std::string& json_body, uint64_t payload_size);
 // The JSON length of a data frame from its first 4 body bytes, checked against the body
 // length from its header; kCorrupt when it does not fit.
-ptc::Result<uint32_t> decode_data_json_length(const uint8_t* p, uint32_t body_length);
+Result<uint32_t> decode_data_json_length(const uint8_t* p, uint32_t body_length);
 
 // Parses "HOST:PORT" (HOST may be a name or an IPv4 address, or [IPv6]).
-ptc::Status parse_address(const std::string& addr, std::string& host, uint16_t& port);
+Status parse_address(const std::string& addr, std::string& host, uint16_t& port);
 
 }  // namespace ptcfs::transport

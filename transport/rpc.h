@@ -2,7 +2,7 @@
 //
 // A client sends a request frame {"op": ..., ...}; the server answers with any number of
 // progress frames and then one response frame carrying the same request id. Errors travel
-// as {"ok": false, "error": {"code": "<ptc::code_name>", "message": ...}} and come back to
+// as {"ok": false, "error": {"code": "<code_name>", "message": ...}} and come back to
 // the caller as the same Status. A reply that carries bytes (a peer's region of a tensor)
 // is one data frame instead: u32 LE length of the JSON, the JSON response, the bytes. The
 // server writes those bytes straight from where they lie (a mapped blob), without a copy.
@@ -31,8 +31,8 @@ using ProgressSink = std::function<void(const nlohmann::json&)>;
 // buffered piece is written out). An error from either stops the call and drops the
 // connection. A call retried on a new connection starts again at off 0.
 struct IntoHooks {
-  std::function<ptc::Result<std::byte*>(uint64_t off, size_t n)> place;
-  std::function<ptc::Status(uint64_t off, const std::byte* p, size_t n)> landed;
+  std::function<Result<std::byte*>(uint64_t off, size_t n)> place;
+  std::function<Status(uint64_t off, const std::byte* p, size_t n)> landed;
 };
 
 // Bytes a reply carries: spans of memory kept alive by `keep` until they are sent.
@@ -81,18 +81,18 @@ struct Deadlines {
 class RpcServer {
  public:
   // Runs on a worker thread; may call progress any number of times before returning.
-  using Handler = std::function<ptc::Result<Reply>(const nlohmann::json& request, const ProgressSink& progress)>;
+  using Handler = std::function<Result<Reply>(const nlohmann::json& request, const ProgressSink& progress)>;
 
   // Listens on "HOST:PORT" (port 0 picks a free one) and serves until stop(). With a
   // non-empty secret, a connection is served only after it proves it holds the secret
   // (transport/auth.h); a failed proof is answered with permission_denied and closed.
-  static ptc::Result<std::unique_ptr<RpcServer>> start(const std::string& listen, Handler handler,
-                                                       ServerLimits limits = {}, std::string secret = {});
+  static Result<std::unique_ptr<RpcServer>> start(const std::string& listen, Handler handler, ServerLimits limits = {},
+                                                  std::string secret = {});
   // start() in two steps: bind() listens (connections wait in the kernel's backlog) and
   // serve() starts answering them. Whatever the handler reads that depends on the bound
   // address (the daemon's `status` reports it) is set in between, before any request runs.
-  static ptc::Result<std::unique_ptr<RpcServer>> bind(const std::string& listen, ServerLimits limits = {},
-                                                      std::string secret = {});
+  static Result<std::unique_ptr<RpcServer>> bind(const std::string& listen, ServerLimits limits = {},
+                                                 std::string secret = {});
   // Once; a second call, or one after stop(), does nothing.
   virtual void serve(Handler handler) = 0;
   virtual ~RpcServer() = default;
@@ -123,21 +123,19 @@ class RpcClient {
   // server asks for authentication, proves it holds `secret` and checks that the server
   // does too; kPermissionDenied when the secret is missing or wrong.
   // `deadlines` bound the connect and handshake, and every call.
-  static ptc::Result<std::unique_ptr<RpcClient>> connect(const std::string& addr, const std::string& secret = {},
-                                                         Deadlines deadlines = {}, std::string unreachable_hint = {});
+  static Result<std::unique_ptr<RpcClient>> connect(const std::string& addr, const std::string& secret = {},
+                                                    Deadlines deadlines = {}, std::string unreachable_hint = {});
   virtual ~RpcClient() = default;
   // Sends a request and waits for its response, passing progress frames to `progress`.
-  virtual ptc::Result<nlohmann::json> call(const nlohmann::json& request, const ProgressSink& progress = {}) = 0;
+  virtual Result<nlohmann::json> call(const nlohmann::json& request, const ProgressSink& progress = {}) = 0;
   // Like call, for a request answered with bytes: they are read into `out` (resized), at
   // most `max_bytes` of them; kCorrupt when the reply carries more.
-  virtual ptc::Result<nlohmann::json> call_data(const nlohmann::json& request, std::string& out,
-                                                uint64_t max_bytes) = 0;
+  virtual Result<nlohmann::json> call_data(const nlohmann::json& request, std::string& out, uint64_t max_bytes) = 0;
   // Like call_data, the bytes read where `hooks` place them, in pieces of at most kIntoPiece
   // (no buffer of the whole reply between the socket and the bytes' place). The reply must
   // carry exactly `len` bytes (kCorrupt otherwise, a success without bytes too unless `len`
   // is 0; an error reply carries none).
-  virtual ptc::Result<nlohmann::json> call_into(const nlohmann::json& request, uint64_t len,
-                                                const IntoHooks& hooks) = 0;
+  virtual Result<nlohmann::json> call_into(const nlohmann::json& request, uint64_t len, const IntoHooks& hooks) = 0;
   static constexpr size_t kIntoPiece = 512 << 10;
   // The calls below use these deadlines (a peer backend tightens `total` per request).
   virtual void set_deadlines(Deadlines d) = 0;

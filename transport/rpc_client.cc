@@ -43,7 +43,7 @@ class SyncClient final : public RpcClient {
   void set_deadlines(Deadlines d) override { deadlines_ = d; }
   bool broken() const override { return broken_; }
 
-  ptc::Status connect() {
+  Status connect() {
     PTC_ASSIGN_OR_RETURN(const auto eps, resolve(io_, addr_));
     const auto deadline = Clock::now() + deadlines_.connect;
     auto ec = run_until(deadline, [&](auto handler) {
@@ -51,37 +51,36 @@ class SyncClient final : public RpcClient {
                           [handler](const boost::system::error_code& e, const tcp::endpoint&) { handler(e); });
     });
     if (ec == asio::error::timed_out)
-      return ptc::error(
-          ptc::Code::kDeadlineExceeded,
-          "the daemon at " + addr_ + " did not accept a connection within " + seconds_text(deadlines_.connect));
+      return error(Code::kDeadlineExceeded, "the daemon at " + addr_ + " did not accept a connection within " +
+                                                seconds_text(deadlines_.connect));
     if (ec) {
       std::string why = "cannot reach the daemon at " + addr_ + ": " + ec.message();
       if (!unreachable_hint_.empty()) why += " " + unreachable_hint_;
-      return ptc::error(ptc::Code::kUnavailable, why);
+      return error(Code::kUnavailable, why);
     }
     socket_.set_option(tcp::no_delay(true), ec);
     auto s = handshake(deadline);
     // The kernel accepted the connection, but the daemon never said hello: it is stopped or
     // swamped. Nothing was sent; say so, not that a request took too long.
-    if (s.code() == ptc::Code::kDeadlineExceeded && Clock::now() >= deadline)
-      return ptc::error(ptc::Code::kDeadlineExceeded,
-                        "the daemon at " + addr_ + " accepted the connection but did not answer within " +
-                            seconds_text(deadlines_.connect) + " (stopped or overloaded?); nothing was sent");
+    if (s.code() == Code::kDeadlineExceeded && Clock::now() >= deadline)
+      return error(Code::kDeadlineExceeded,
+                   "the daemon at " + addr_ + " accepted the connection but did not answer within " +
+                       seconds_text(deadlines_.connect) + " (stopped or overloaded?); nothing was sent");
     return s;
   }
 
-  ptc::Result<json> call(const json& request, const ProgressSink& progress) override {
+  Result<json> call(const json& request, const ProgressSink& progress) override {
     return exchange(request, progress, nullptr);
   }
 
-  ptc::Result<json> call_data(const json& request, std::string& out, uint64_t max_bytes) override {
+  Result<json> call_data(const json& request, std::string& out, uint64_t max_bytes) override {
     // `out` keeps its size from the last call: resizing it to the same size writes nothing,
     // where clearing it first would zero-fill every chunk (16 MiB) before reading into it.
     const DataDest d{&out, max_bytes, nullptr};
     return exchange(request, {}, &d);
   }
 
-  ptc::Result<json> call_into(const json& request, uint64_t len, const IntoHooks& hooks) override {
+  Result<json> call_into(const json& request, uint64_t len, const IntoHooks& hooks) override {
     const DataDest d{nullptr, len, &hooks};
     return exchange(request, {}, &d);
   }
@@ -134,7 +133,7 @@ class SyncClient final : public RpcClient {
 
   // Reads exactly `n` bytes into p, waiting at most until the earlier of the idle deadline
   // (from now) and `until`.
-  ptc::Status read_exact(void* p, size_t n, Clock::time_point until) {
+  Status read_exact(void* p, size_t n, Clock::time_point until) {
     const auto deadline = std::min(Clock::now() + deadlines_.idle, until);
     auto ec = run_until(deadline, [&](auto handler) {
       asio::async_read(socket_, asio::buffer(p, n),
@@ -143,7 +142,7 @@ class SyncClient final : public RpcClient {
     return check(ec, until);
   }
 
-  ptc::Status write_all(const std::string& bytes, Clock::time_point until) {
+  Status write_all(const std::string& bytes, Clock::time_point until) {
     const auto deadline = std::min(Clock::now() + deadlines_.idle, until);
     auto ec = run_until(deadline, [&](auto handler) {
       asio::async_write(socket_, asio::buffer(bytes),
@@ -152,57 +151,56 @@ class SyncClient final : public RpcClient {
     return check(ec, until);
   }
 
-  ptc::Status check(const boost::system::error_code& ec, Clock::time_point until) {
-    if (!ec) return ptc::Status::ok();
+  Status check(const boost::system::error_code& ec, Clock::time_point until) {
+    if (!ec) return Status::ok();
     broken_ = true;
     if (ec == asio::error::timed_out) {
       if (Clock::now() >= until)
-        return ptc::error(ptc::Code::kDeadlineExceeded,
-                          "the daemon at " + addr_ + " did not finish the request in time");
-      return ptc::error(ptc::Code::kDeadlineExceeded, "the daemon at " + addr_ + " stopped answering (nothing for " +
-                                                          seconds_text(deadlines_.idle) + ")");
+        return error(Code::kDeadlineExceeded, "the daemon at " + addr_ + " did not finish the request in time");
+      return error(Code::kDeadlineExceeded,
+                   "the daemon at " + addr_ + " stopped answering (nothing for " + seconds_text(deadlines_.idle) + ")");
     }
-    return ptc::error(ptc::Code::kUnavailable, "connection to the daemon at " + addr_ + " lost: " + ec.message());
+    return error(Code::kUnavailable, "connection to the daemon at " + addr_ + " lost: " + ec.message());
   }
 
   // The server speaks first (transport/auth.h).
-  ptc::Status handshake(Clock::time_point until) {
+  Status handshake(Clock::time_point until) {
     PTC_ASSIGN_OR_RETURN(auto hello, read_frame(until));
     if (hello.type == FrameType::kResponse) return error_of(hello.body);  // refused (e.g. busy)
     if (hello.type != FrameType::kHello) return bad("did not say hello");
-    const std::string auth = ptc::member_string_or(hello.body, "auth", "", "hello").value_or("");
-    if (auth == "none") return ptc::Status::ok();
+    const std::string auth = member_string_or(hello.body, "auth", "", "hello").value_or("");
+    if (auth == "none") return Status::ok();
     if (auth != "hmac-sha256") return bad("asks for unknown authentication '" + auth + "'");
     if (secret_.empty())
-      return ptc::error(
-          ptc::Code::kPermissionDenied,
+      return error(
+          Code::kPermissionDenied,
           "the daemon at " + addr_ + " requires the cluster secret (give --secret-file or set PTCFS_SECRET_FILE)");
-    const std::string ns = ptc::member_string_or(hello.body, "nonce", "", "hello").value_or(""), nc = make_nonce();
+    const std::string ns = member_string_or(hello.body, "nonce", "", "hello").value_or(""), nc = make_nonce();
     const json req = {{"nonce", nc}, {"proof", auth_proof(secret_, Role::kClient, nc, ns)}};
     PTC_RETURN_IF_ERROR(write_all(encode_frame(FrameType::kAuth, 0, req.dump()), until));
     PTC_ASSIGN_OR_RETURN(auto reply, read_frame(until));
     if (reply.type == FrameType::kResponse) return error_of(reply.body);
     if (reply.type != FrameType::kAuthOk) return bad("sent an unexpected frame");
-    if (!proof_matches(ptc::member_string_or(reply.body, "proof", "", "auth_ok").value_or(""),
+    if (!proof_matches(member_string_or(reply.body, "proof", "", "auth_ok").value_or(""),
                        auth_proof(secret_, Role::kServer, ns, nc)))
-      return ptc::error(ptc::Code::kPermissionDenied, "the daemon at " + addr_ + " does not hold the cluster secret");
-    return ptc::Status::ok();
+      return error(Code::kPermissionDenied, "the daemon at " + addr_ + " does not hold the cluster secret");
+    return Status::ok();
   }
 
   // An error of the caller's in the middle of a frame: the rest of it stays unread.
-  ptc::Status dropped(ptc::Status s) {
+  Status dropped(Status s) {
     broken_ = true;
     return s;
   }
 
-  ptc::Status bad(const std::string& what) {
+  Status bad(const std::string& what) {
     broken_ = true;
-    return ptc::corrupt("daemon at " + addr_ + " " + what);
+    return corrupt("daemon at " + addr_ + " " + what);
   }
 
   // Reads one frame; a data frame's bytes go to `data` (refused when there is none or they
   // are not what it takes), and it is returned as a response.
-  ptc::Result<Frame> read_frame(Clock::time_point until, const DataDest* data = nullptr) {
+  Result<Frame> read_frame(Clock::time_point until, const DataDest* data = nullptr) {
     uint8_t hb[kHeaderSize];
     PTC_RETURN_IF_ERROR(read_exact(hb, sizeof hb, until));
     auto h = decode_header(hb, kMaxResponse);
@@ -232,16 +230,16 @@ class SyncClient final : public RpcClient {
       PTC_RETURN_IF_ERROR(read_data(*data, bytes, until));
       h->type = FrameType::kResponse;
     }
-    auto j = ptc::parse_json_lenient(body);
+    auto j = parse_json_lenient(body);
     if (j.is_discarded() || !j.is_object()) return bad("sent malformed JSON");
     return Frame{h->type, h->request_id, std::move(j), had_data};
   }
 
   // The `bytes` bytes of a data frame, into `data`.
-  ptc::Status read_data(const DataDest& data, uint64_t bytes, Clock::time_point until) {
+  Status read_data(const DataDest& data, uint64_t bytes, Clock::time_point until) {
     if (data.str) {
       data.str->resize(bytes);
-      return bytes ? read_exact(data.str->data(), bytes, until) : ptc::Status::ok();
+      return bytes ? read_exact(data.str->data(), bytes, until) : Status::ok();
     }
     for (uint64_t off = 0; off < bytes; off += kIntoPiece) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kIntoPiece, bytes - off));
@@ -250,18 +248,18 @@ class SyncClient final : public RpcClient {
       PTC_RETURN_IF_ERROR(read_exact(*p, n, until));
       if (auto s = data.hooks->landed(off, *p, n); !s) return dropped(s);
     }
-    return ptc::Status::ok();
+    return Status::ok();
   }
 
-  static ptc::Status error_of(const json& j) {
+  static Status error_of(const json& j) {
     const auto err = j.find("error");
-    if (err == j.end() || !err->is_object()) return ptc::internal("the daemon sent an error without a code");
-    return ptc::Status(ptc::code_from_name(ptc::member_string_or(*err, "code", "internal").value_or("internal")),
-                       ptc::member_string_or(*err, "message", "unknown error").value_or("unknown error"));
+    if (err == j.end() || !err->is_object()) return internal("the daemon sent an error without a code");
+    return Status(code_from_name(member_string_or(*err, "code", "internal").value_or("internal")),
+                  member_string_or(*err, "message", "unknown error").value_or("unknown error"));
   }
 
-  ptc::Result<json> exchange(const json& request, const ProgressSink& progress, const DataDest* data) {
-    if (broken_) return ptc::error(ptc::Code::kUnavailable, "connection to the daemon at " + addr_ + " is broken");
+  Result<json> exchange(const json& request, const ProgressSink& progress, const DataDest* data) {
+    if (broken_) return error(Code::kUnavailable, "connection to the daemon at " + addr_ + " is broken");
     const auto until = deadlines_.total.count() > 0 ? Clock::now() + deadlines_.total : Clock::time_point::max();
     const uint32_t id = ++next_id_;
     PTC_RETURN_IF_ERROR(write_all(encode_frame(FrameType::kRequest, id, request.dump()), until));
@@ -277,7 +275,7 @@ class SyncClient final : public RpcClient {
         return error_of(f.body);
       }
       if (f.type != FrameType::kResponse || f.id != id) return bad("sent an unexpected frame");
-      if (ptc::member_bool_or(f.body, "ok", false).value_or(false)) {
+      if (member_bool_or(f.body, "ok", false).value_or(false)) {
         // A server answers a reply of no bytes with a plain response: only call_into of 0
         // bytes may take one, where the hooks would otherwise never have seen the data.
         if (data && data->hooks && data->max > 0 && !f.had_data)
@@ -300,8 +298,8 @@ class SyncClient final : public RpcClient {
 
 }  // namespace
 
-ptc::Result<std::unique_ptr<RpcClient>> RpcClient::connect(const std::string& addr, const std::string& secret,
-                                                           Deadlines deadlines, std::string unreachable_hint) {
+Result<std::unique_ptr<RpcClient>> RpcClient::connect(const std::string& addr, const std::string& secret,
+                                                      Deadlines deadlines, std::string unreachable_hint) {
   auto c = std::make_unique<SyncClient>(addr, secret, deadlines, std::move(unreachable_hint));
   PTC_RETURN_IF_ERROR(c->connect());
   return std::unique_ptr<RpcClient>(std::move(c));

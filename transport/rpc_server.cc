@@ -31,12 +31,12 @@ using asio::ip::tcp;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-std::string response_frame(uint32_t id, const ptc::Result<json>& r) {
+std::string response_frame(uint32_t id, const Result<json>& r) {
   json body;
   if (r) {
     body = {{"ok", true}, {"result", *r}};
   } else {
-    body = {{"ok", false}, {"error", {{"code", ptc::code_name(r.status().code())}, {"message", r.status().message()}}}};
+    body = {{"ok", false}, {"error", {{"code", code_name(r.status().code())}, {"message", r.status().message()}}}};
   }
   return encode_frame(FrameType::kResponse, id, body.dump());
 }
@@ -49,13 +49,12 @@ struct Outgoing {
 };
 
 // The reply to a request: a response frame, or a data frame when it carries bytes.
-Outgoing reply_frame(uint32_t id, ptc::Result<Reply> r, uint64_t max_payload) {
+Outgoing reply_frame(uint32_t id, Result<Reply> r, uint64_t max_payload) {
   if (r && r->payload.size > max_payload)
-    r = ptc::internal("a reply of " + std::to_string(r->payload.size) + " bytes exceeds the limit of " +
-                      std::to_string(max_payload));
+    r = internal("a reply of " + std::to_string(r->payload.size) + " bytes exceeds the limit of " +
+                 std::to_string(max_payload));
   if (!r || r->payload.size == 0)
-    return Outgoing{response_frame(id, r ? ptc::Result<json>(std::move(r->result)) : ptc::Result<json>(r.status())),
-                    {}};
+    return Outgoing{response_frame(id, r ? Result<json>(std::move(r->result)) : Result<json>(r.status())), {}};
   std::string head = encode_data_head(id, json{{"ok", true}, {"result", r->result}}.dump(), r->payload.size);
   return Outgoing{std::move(head), std::move(r->payload)};
 }
@@ -74,7 +73,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void send_control(std::string frame);
   // Sends `why` as an error response with request id 0 in place of anything else and closes
   // once it is out: for a connection the server drops (evicted idle, or refused at the limit).
-  void dismiss(const ptc::Status& why, bool started);
+  void dismiss(const Status& why, bool started);
   // No request running or reply queued: nothing is lost by closing it.
   bool idle() const { return inflight_ <= 0 && out_.empty(); }
   Clock::time_point last_active() const { return last_active_; }
@@ -90,7 +89,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // never dropped.
   auto logged_end() const {
     return [peer = peer_](std::exception_ptr e) {
-      if (e) ptc::log::warn("control connection {} ended by an exception", peer);
+      if (e) log::warn("control connection {} ended by an exception", peer);
     };
   }
 
@@ -115,26 +114,26 @@ class Server final : public RpcServer {
       : limits_(l), secret_(std::move(secret)), pool_(l.workers), acceptor_(io_) {}
   ~Server() override { stop(); }
 
-  ptc::Status listen(const std::string& addr) {
+  Status listen(const std::string& addr) {
     auto eps = resolve(io_, addr);
-    if (!eps) return ptc::invalid("listen address: " + eps.status().message());
+    if (!eps) return invalid("listen address: " + eps.status().message());
     const tcp::endpoint ep = *eps->begin();
     boost::system::error_code ec;
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor_.bind(ep, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return ptc::error(ptc::Code::kUnavailable, "cannot listen on " + addr + ": " + ec.message());
+    if (ec) return error(Code::kUnavailable, "cannot listen on " + addr + ": " + ec.message());
     const auto bound = acceptor_.local_endpoint();
     address_ = bound.address().to_string() + ":" + std::to_string(bound.port());
-    return ptc::Status::ok();
+    return Status::ok();
   }
 
   void serve(Handler handler) override {
     if (io_thread_.joinable() || stopped_) return;
     handler_ = std::move(handler);  // before the io thread starts: every connection sees it
     asio::co_spawn(io_, accept_loop(), [](std::exception_ptr e) {
-      if (e) ptc::log::error("control acceptor stopped by an exception");
+      if (e) log::error("control acceptor stopped by an exception");
     });
     io_thread_ = std::thread([this] { io_.run(); });
   }
@@ -170,16 +169,16 @@ class Server final : public RpcServer {
       tcp::socket s = co_await acceptor_.async_accept(asio::redirect_error(use_awaitable, ec));
       if (ec) {
         if (!acceptor_.is_open()) break;
-        ptc::log::warn("control accept failed: {}", ec.message());
+        log::warn("control accept failed: {}", ec.message());
         continue;
       }
       forget(nullptr);
       auto c = std::make_shared<Connection>(std::move(s), *this);
       if (conns_.size() >= limits_.max_connections && !evict_idle()) {
         // Every connection runs a request: tell this client so, rather than letting it hang.
-        ptc::log::warn("refusing a control connection: all {} connections run requests", conns_.size());
-        c->dismiss(ptc::error(ptc::Code::kUnavailable, "the daemon is busy: all " + std::to_string(conns_.size()) +
-                                                           " control connections (its limit) run requests; try again"),
+        log::warn("refusing a control connection: all {} connections run requests", conns_.size());
+        c->dismiss(error(Code::kUnavailable, "the daemon is busy: all " + std::to_string(conns_.size()) +
+                                                 " control connections (its limit) run requests; try again"),
                    false);
         continue;
       }
@@ -196,12 +195,11 @@ class Server final : public RpcServer {
     for (auto& w : conns_)
       if (auto c = w.lock(); c && c->idle() && (!victim || c->last_active() < victim->last_active())) victim = c;
     if (!victim) return false;
-    ptc::log::info("control connections at the limit ({}): closing the one idle longest", conns_.size());
+    log::info("control connections at the limit ({}): closing the one idle longest", conns_.size());
     forget(victim.get());
-    victim->dismiss(
-        ptc::error(ptc::Code::kUnavailable, "the daemon closed this idle connection: it was at its limit of " +
-                                                std::to_string(limits_.max_connections) + " control connections"),
-        true);
+    victim->dismiss(error(Code::kUnavailable, "the daemon closed this idle connection: it was at its limit of " +
+                                                  std::to_string(limits_.max_connections) + " control connections"),
+                    true);
     return true;
   }
 
@@ -269,7 +267,7 @@ void Connection::send(Outgoing frame) {
   signal_.cancel_one();
 }
 
-void Connection::dismiss(const ptc::Status& why, bool started) {
+void Connection::dismiss(const Status& why, bool started) {
   out_.clear();
   queued_progress_ = 0;
   out_.push_back(Outgoing{response_frame(0, why), {}});
@@ -290,10 +288,10 @@ void Connection::send_control(std::string frame) {
 
 awaitable<bool> Connection::authenticate() {
   auto refuse = [&](const std::string& why) {
-    ptc::log::warn("control connection {}: authentication failed: {}", peer_, why);
+    log::warn("control connection {}: authentication failed: {}", peer_, why);
     ++inflight_;
-    send(response_frame(0, ptc::error(ptc::Code::kPermissionDenied,
-                                      "authentication failed: " + why + " (is the cluster secret the same?)")),
+    send(response_frame(
+             0, error(Code::kPermissionDenied, "authentication failed: " + why + " (is the cluster secret the same?)")),
          false);
     return false;
   };
@@ -304,7 +302,7 @@ awaitable<bool> Connection::authenticate() {
   std::string body(h->length, '\0');
   co_await asio::async_read(socket_, asio::buffer(body), use_awaitable);
   if (h->type != FrameType::kAuth) co_return refuse("the client did not authenticate");
-  auto j = ptc::parse_json_lenient(body);
+  auto j = parse_json_lenient(body);
   if (j.is_discarded() || !j.is_object() || !j.value("nonce", json()).is_string() ||
       !j.value("proof", json()).is_string())
     co_return refuse("malformed authentication frame");
@@ -361,11 +359,11 @@ void Connection::dispatch(uint32_t id, json request) {
         self->send(std::move(f), true);
       });
     };
-    ptc::Result<Reply> r = ptc::internal("handler did not run");
+    Result<Reply> r = internal("handler did not run");
     try {
       r = self->server_.handler()(request, progress);
     } catch (const std::exception& e) {
-      r = ptc::internal(std::string("handler threw: ") + e.what());
+      r = internal(std::string("handler threw: ") + e.what());
     }
     asio::post(ex, [self, alive, f = reply_frame(id, std::move(r), self->server_.limits().max_payload)]() mutable {
       alive->stop();
@@ -388,7 +386,7 @@ awaitable<void> Connection::reader() {
       co_await asio::async_read(socket_, asio::buffer(hb), use_awaitable);
       auto h = decode_header(hb, server_.limits().max_frame);
       if (!h) {
-        ptc::log::warn("control connection {}: {}; closing it", peer_, h.status().to_string());
+        log::warn("control connection {}: {}; closing it", peer_, h.status().to_string());
         ++inflight_;
         send(response_frame(0, h.status()), false);
         break;
@@ -397,15 +395,15 @@ awaitable<void> Connection::reader() {
       co_await asio::async_read(socket_, asio::buffer(body), use_awaitable);
       if (reader_done_) break;  // dismissed meanwhile
       if (h->type != FrameType::kRequest) {
-        ptc::log::warn("control connection {}: unexpected frame type; closing it", peer_);
+        log::warn("control connection {}: unexpected frame type; closing it", peer_);
         break;
       }
-      auto j = ptc::parse_json(body, "request");
+      auto j = parse_json(body, "request");
       if (!j || !j->is_object() || !j->contains("op") || !(*j)["op"].is_string()) {
         ++inflight_;
         const bool deep = !j && j.status().message().find("nested deeper") != std::string::npos;
         send(response_frame(h->request_id,
-                            deep ? j.status() : ptc::invalid("request is not a JSON object with a string 'op'")),
+                            deep ? j.status() : invalid("request is not a JSON object with a string 'op'")),
              false);
         continue;
       }
@@ -453,7 +451,7 @@ awaitable<void> Connection::watchdog() {
     co_await idle_.async_wait(asio::redirect_error(use_awaitable, ec));
     if (!socket_.is_open()) break;
     if (inflight_ <= 0 && Clock::now() >= deadline_) {
-      ptc::log::info("control connection {} idle for {} s; closing it", peer_, server_.limits().idle_timeout_s);
+      log::info("control connection {} idle for {} s; closing it", peer_, server_.limits().idle_timeout_s);
       close();
     } else if (Clock::now() >= deadline_) {
       deadline_ = Clock::now() + std::chrono::seconds(server_.limits().idle_timeout_s);
@@ -464,24 +462,23 @@ awaitable<void> Connection::watchdog() {
 }  // namespace
 
 RpcServer::Handler route(std::vector<Route> routes) {
-  return [routes = std::move(routes)](const json& request, const ProgressSink& progress) -> ptc::Result<Reply> {
+  return [routes = std::move(routes)](const json& request, const ProgressSink& progress) -> Result<Reply> {
     const auto op = request.find("op");
     const std::string name = op != request.end() && op->is_string() ? op->get<std::string>() : "";
     for (const auto& [prefix, handler] : routes)
       if (name.rfind(prefix, 0) == 0) return handler(request, progress);
-    return ptc::invalid("unknown operation '" + name + "'");
+    return invalid("unknown operation '" + name + "'");
   };
 }
 
-ptc::Result<std::unique_ptr<RpcServer>> RpcServer::bind(const std::string& listen, ServerLimits limits,
-                                                        std::string secret) {
+Result<std::unique_ptr<RpcServer>> RpcServer::bind(const std::string& listen, ServerLimits limits, std::string secret) {
   auto s = std::make_unique<Server>(limits, std::move(secret));
   PTC_RETURN_IF_ERROR(s->listen(listen));
   return std::unique_ptr<RpcServer>(std::move(s));
 }
 
-ptc::Result<std::unique_ptr<RpcServer>> RpcServer::start(const std::string& listen, Handler handler,
-                                                         ServerLimits limits, std::string secret) {
+Result<std::unique_ptr<RpcServer>> RpcServer::start(const std::string& listen, Handler handler, ServerLimits limits,
+                                                    std::string secret) {
   PTC_ASSIGN_OR_RETURN(auto s, bind(listen, limits, std::move(secret)));
   s->serve(std::move(handler));
   return s;

@@ -25,15 +25,15 @@ class TcpBackend final : public PeerBackend {
     return cluster_;
   }
   int add_node(const ptc::NodeSpec& node) override;
-  ptc::Result<json> call(int node, const json& request, const ProgressSink& progress) override;
-  ptc::Result<json> call_data(int node, const json& request, std::string& out, uint64_t max_bytes) override;
-  ptc::Result<json> call_into(int node, const json& request, uint64_t len, const IntoHooks& hooks) override;
+  Result<json> call(int node, const json& request, const ProgressSink& progress) override;
+  Result<json> call_data(int node, const json& request, std::string& out, uint64_t max_bytes) override;
+  Result<json> call_into(int node, const json& request, uint64_t len, const IntoHooks& hooks) override;
   uint64_t bytes_received() const override { return received_.load(); }
 
  private:
   void count_received(int node, uint64_t n);
   template <class Fn>
-  ptc::Result<json> with_client(int node, Fn&& fn);
+  Result<json> with_client(int node, Fn&& fn);
 
   mutable std::mutex mu_;                              // guards cluster_ and idle_
   std::shared_ptr<const ptc::ClusterConfig> cluster_;  // replaced, never changed in place
@@ -44,13 +44,12 @@ class TcpBackend final : public PeerBackend {
 };
 
 template <class Fn>
-ptc::Result<json> TcpBackend::with_client(int node, Fn&& fn) {
+Result<json> TcpBackend::with_client(int node, Fn&& fn) {
   Deadlines d;
   d.connect = deadlines_.connect;
   d.idle = deadlines_.idle;
   const auto table = cluster();
-  if (node < 0 || static_cast<size_t>(node) >= table->nodes.size())
-    return ptc::internal("no node " + std::to_string(node));
+  if (node < 0 || static_cast<size_t>(node) >= table->nodes.size()) return internal("no node " + std::to_string(node));
   const auto& spec = table->nodes[static_cast<size_t>(node)];
   // An idle connection may have been closed by the peer meanwhile (it restarted, or its
   // idle timer ran out): such a failure is retried once on a new connection.
@@ -68,23 +67,23 @@ ptc::Result<json> TcpBackend::with_client(int node, Fn&& fn) {
     if (!client) {
       auto c = RpcClient::connect(spec.addr, secret_, d);
       if (!c) {
-        ptc::metrics::peer_error(spec.id);
+        metrics::peer_error(spec.id);
         return c.status().with_context("node " + spec.id);
       }
       client = std::move(c).value();
     }
-    ptc::Result<json> r = fn(*client);
+    Result<json> r = fn(*client);
     const bool broken = client->broken();
     // A reused connection found closed is retried; one that timed out is not (the peer is
     // slow or stopped, and a second wait would double the deadline).
-    if (broken && reused && r.status().code() == ptc::Code::kUnavailable) continue;
+    if (broken && reused && r.status().code() == Code::kUnavailable) continue;
     if (!broken) {
       std::lock_guard lock(mu_);
       auto& idle = idle_[static_cast<size_t>(node)];
       if (idle.size() < kMaxIdlePerNode) idle.push_back(std::move(client));
     }
     if (!r) {
-      ptc::metrics::peer_error(spec.id);
+      metrics::peer_error(spec.id);
       return r.status().with_context("node " + spec.id);
     }
     return r;
@@ -109,14 +108,14 @@ int TcpBackend::add_node(const ptc::NodeSpec& node) {
   return at;
 }
 
-ptc::Result<json> TcpBackend::call(int node, const json& request, const ProgressSink& progress) {
+Result<json> TcpBackend::call(int node, const json& request, const ProgressSink& progress) {
   return with_client(node, [&](RpcClient& c) {
     c.set_deadlines({deadlines_.connect, deadlines_.idle, deadlines_.call});
     return c.call(request, progress);
   });
 }
 
-ptc::Result<json> TcpBackend::call_data(int node, const json& request, std::string& out, uint64_t max_bytes) {
+Result<json> TcpBackend::call_data(int node, const json& request, std::string& out, uint64_t max_bytes) {
   return with_client(node, [&](RpcClient& c) {
     c.set_deadlines({deadlines_.connect, deadlines_.idle, deadlines_.data});
     auto r = c.call_data(request, out, max_bytes);
@@ -125,7 +124,7 @@ ptc::Result<json> TcpBackend::call_data(int node, const json& request, std::stri
   });
 }
 
-ptc::Result<json> TcpBackend::call_into(int node, const json& request, uint64_t len, const IntoHooks& hooks) {
+Result<json> TcpBackend::call_into(int node, const json& request, uint64_t len, const IntoHooks& hooks) {
   return with_client(node, [&](RpcClient& c) {
     c.set_deadlines({deadlines_.connect, deadlines_.idle, deadlines_.data});
     auto r = c.call_into(request, len, hooks);
@@ -138,7 +137,7 @@ void TcpBackend::count_received(int node, uint64_t n) {
   received_ += n;
   const auto table = cluster();
   if (node >= 0 && static_cast<size_t>(node) < table->nodes.size())
-    ptc::metrics::peer_received(table->nodes[static_cast<size_t>(node)].id, n);
+    metrics::peer_received(table->nodes[static_cast<size_t>(node)].id, n);
 }
 
 }  // namespace

@@ -45,24 +45,24 @@ struct Unreadable {
 
 // What one pass reads of <prefix>/.
 struct Snapshot {
-  std::vector<ptc::QueueEntry> queue;                 // in submit order
-  std::map<std::string, Unreadable> unreadable;       // by job, left out of the pass
-  std::map<std::string, ptc::StoredDecision> stored;  // of the readable entries and of finished jobs
-  std::vector<std::string> unreadable_decisions;      // jobs whose stored decision does not parse
-  int gpus = 0;                                       // the capacity
-  int reserved = 0;                                   // of it, held by the jobs whose entries are unreadable
+  std::vector<planner::QueueEntry> queue;                 // in submit order
+  std::map<std::string, Unreadable> unreadable;           // by job, left out of the pass
+  std::map<std::string, planner::StoredDecision> stored;  // of the readable entries and of finished jobs
+  std::vector<std::string> unreadable_decisions;          // jobs whose stored decision does not parse
+  int gpus = 0;                                           // the capacity
+  int reserved = 0;                                       // of it, held by the jobs whose entries are unreadable
   int free() const;
-  std::map<std::string, ptc::Decision> decisions() const;  // the stored ones, by job
+  std::map<std::string, planner::Decision> decisions() const;  // the stored ones, by job
   int64_t revision = 0;
 };
 
 class Controller {
  public:
   // The policy: every queued job's decision on `gpus` free GPUs, given the stored decisions.
-  using Decide = std::function<ptc::Result<std::vector<ptc::Decision>>(
-      const std::vector<ptc::QueueEntry>& queue, int gpus, const std::map<std::string, ptc::Decision>& stored)>;
+  using Decide = std::function<Result<std::vector<planner::Decision>>(
+      const std::vector<planner::QueueEntry>& queue, int gpus, const std::map<std::string, planner::Decision>& stored)>;
   // One request to the daemon at `daemon` (the CLI's client, cli/client.h).
-  using Call = std::function<ptc::Result<nlohmann::json>(const std::string& daemon, const nlohmann::json& req)>;
+  using Call = std::function<Result<nlohmann::json>(const std::string& daemon, const nlohmann::json& req)>;
   // A --json line: each decision written, each unreadable queue entry (may be empty).
   using Print = std::function<void(const std::string& line)>;
 
@@ -73,7 +73,7 @@ class Controller {
   // Campaigns once and, when it leads, makes one pass and gives the lead up. Whether the pass
   // carried out everything; kUnavailable naming the holder when another controller leads, or
   // when the lead was lost during the pass (what was left of it not done).
-  ptc::Result<bool> once();
+  Result<bool> once();
   // Campaigns, leads (a pass on each change, again after retry_s while one failed somewhere)
   // and, having lost the lead, campaigns again; or stands by while another leads. Until
   // stop() is called from another thread (or forever).
@@ -82,17 +82,17 @@ class Controller {
 
  private:
   std::string key(const std::string& rest) const { return o_.prefix + "/" + rest; }
-  ptc::Result<bool> campaign();
+  Result<bool> campaign();
   void wait_for_vacancy();
   void lead();
   // One pass: decide and carry out what changed. Whether everything was carried out.
   bool pass(int64_t* revision);
-  ptc::Result<Snapshot> read();
+  Result<Snapshot> read();
   void report(const Snapshot& s);
-  ptc::Status carry_out(const ptc::QueueEntry& e, const ptc::Decision& d, std::string* step);
-  bool record(const ptc::Decision& d, ptc::Status s, const std::string& step);
-  ptc::Status fenced(const std::vector<transport::EtcdWrite>& writes);
-  ptc::Status still_leading();
+  Status carry_out(const planner::QueueEntry& e, const planner::Decision& d, std::string* step);
+  bool record(const planner::Decision& d, Status s, const std::string& step);
+  Status fenced(const std::vector<transport::EtcdWrite>& writes);
+  Status still_leading();
   void keep_lease();  // lost_ when the lease is lost, which stops the pass
   void drop_lease();
 

@@ -38,7 +38,7 @@ uint64_t env_or(const char* name, uint64_t fallback, uint64_t lo, uint64_t hi) {
 
 class CudaDevice final : public Device {
  public:
-  static ptc::Result<std::unique_ptr<CudaDevice>> create(int gpu) {
+  static Result<std::unique_ptr<CudaDevice>> create(int gpu) {
     std::unique_ptr<CudaDevice> d(new CudaDevice(gpu));
     // Tunables for measurement (docs/BENCHMARKS.md "GPU"): the slots and their size.
     d->slots_.resize(env_or("PTCFS_GPU_SLOTS", 4, 2, 64));
@@ -48,7 +48,7 @@ class CudaDevice final : public Device {
       PTCFS_CUDA_TRY(cudaMalloc(&s.scratch, d->slot_bytes_), "allocating device scratch");
       PTCFS_CUDA_TRY(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "creating an event");
     }
-    return ptc::Result<std::unique_ptr<CudaDevice>>(std::move(d));
+    return Result<std::unique_ptr<CudaDevice>>(std::move(d));
   }
 
   ~CudaDevice() override {
@@ -71,11 +71,9 @@ class CudaDevice final : public Device {
   uint64_t slot_bytes() const override { return slot_bytes_; }
   std::byte* staging(size_t i) override { return static_cast<std::byte*>(slots_[i].host); }
 
-  ptc::Status wait(size_t i) override {
-    return cuda_status(cudaEventSynchronize(slots_[i].done), "waiting for a copy");
-  }
+  Status wait(size_t i) override { return cuda_status(cudaEventSynchronize(slots_[i].done), "waiting for a copy"); }
 
-  ptc::Status copy(size_t i, const Chunk& c, const std::byte* host, std::byte* dst) override {
+  Status copy(size_t i, const Chunk& c, const std::byte* host, std::byte* dst) override {
     Slot& s = slots_[i];
     if (c.direct()) {
       PTCFS_CUDA_TRY(cudaMemcpyAsync(dst + c.segments[0].dst, host, c.len, cudaMemcpyHostToDevice, stream_),
@@ -104,11 +102,11 @@ class CudaDevice final : public Device {
     return cuda_status(cudaEventRecord(s.done, stream_), "recording an event");
   }
 
-  ptc::Status zero(std::byte* dst, uint64_t len) override {
+  Status zero(std::byte* dst, uint64_t len) override {
     return cuda_status(cudaMemsetAsync(dst, 0, len, stream_), "zeroing device memory");
   }
 
-  ptc::Status finish() override { return cuda_status(cudaStreamSynchronize(stream_), "finishing the copies"); }
+  Status finish() override { return cuda_status(cudaStreamSynchronize(stream_), "finishing the copies"); }
 
   std::mutex mu;
   ParallelCopy copier{copy_threads()};
@@ -134,19 +132,19 @@ std::map<int, std::unique_ptr<CudaDevice>> g_devices;
 
 }  // namespace
 
-ptc::Status gpu_available() {
+Status gpu_available() {
   int n = 0;
   PTCFS_CUDA_TRY(cudaGetDeviceCount(&n), "looking for a GPU");
-  if (n == 0) return ptc::unavailable("looking for a GPU: the driver sees none");
-  return ptc::Status::ok();
+  if (n == 0) return unavailable("looking for a GPU: the driver sees none");
+  return Status::ok();
 }
 
-ptc::Result<DeviceLease> lease_device(void* dst, void* stream) {
+Result<DeviceLease> lease_device(void* dst, void* stream) {
   PTC_RETURN_IF_ERROR(gpu_available());
   cudaPointerAttributes attr{};
   PTCFS_CUDA_TRY(cudaPointerGetAttributes(&attr, dst), "asking where the destination lies");
   if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
-    return ptc::invalid("the destination is not device memory (allocate it with cudaMalloc or torch on a cuda device)");
+    return invalid("the destination is not device memory (allocate it with cudaMalloc or torch on a cuda device)");
   int previous = 0;
   PTCFS_CUDA_TRY(cudaGetDevice(&previous), "asking which GPU this thread uses");
   PTCFS_CUDA_TRY(cudaSetDevice(attr.device), "selecting GPU " + std::to_string(attr.device));
@@ -165,7 +163,7 @@ ptc::Result<DeviceLease> lease_device(void* dst, void* stream) {
   }
   DeviceLease lease{std::move(restore), std::unique_lock<std::mutex>(device->mu), device, &device->copier};
   device->bind(static_cast<cudaStream_t>(stream));
-  return ptc::Result<DeviceLease>(std::move(lease));
+  return Result<DeviceLease>(std::move(lease));
 }
 
 }  // namespace ptcfs::gpu

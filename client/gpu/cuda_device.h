@@ -25,9 +25,9 @@ struct DeviceLease {
 // The device that holds `dst` (a CUDA device pointer), its copies ordered on `stream` (a
 // cudaStream_t; nullptr: the default stream). kInvalidArgument when dst is not device memory,
 // kUnavailable when there is no CUDA in the build, no driver or no GPU.
-ptc::Result<DeviceLease> lease_device(void* dst, void* stream);
+Result<DeviceLease> lease_device(void* dst, void* stream);
 
 // Whether this process can use a GPU: ok, or kUnavailable saying why not.
-ptc::Status gpu_available();
+Status gpu_available();
 
 }  // namespace ptcfs::gpu

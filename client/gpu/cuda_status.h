@@ -1,4 +1,4 @@
-// CUDA runtime results as ptc::Status, for the GPU sources (cuda_device.cu, nccl_comm.cc): no
+// CUDA runtime results as Status, for the GPU sources (cuda_device.cu, nccl_comm.cc): no
 // driver, no GPU and the like are kUnavailable; anything else is kIo, with CUDA's name and words.
 #pragma once
 
@@ -10,12 +10,12 @@
 
 namespace ptcfs::gpu {
 
-inline ptc::Status cuda_status(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return ptc::Status::ok();
+inline Status cuda_status(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return Status::ok();
   const bool absent = e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || e == cudaErrorStubLibrary ||
                       e == cudaErrorInitializationError || e == cudaErrorSystemDriverMismatch;
-  return ptc::error(absent ? ptc::Code::kUnavailable : ptc::Code::kIo,
-                    what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  return error(absent ? Code::kUnavailable : Code::kIo,
+               what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
 }  // namespace ptcfs::gpu

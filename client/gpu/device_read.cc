@@ -16,12 +16,12 @@ std::vector<Piece> pieces_of(const client::DirectFile& f) {
   return out;
 }
 
-ptc::Status read_to_device(const client::DirectFile& f, uint64_t off, uint64_t len, void* dst, void* stream,
-                           UploadStats* stats) {
+Status read_to_device(const client::DirectFile& f, uint64_t off, uint64_t len, void* dst, void* stream,
+                      UploadStats* stats) {
   if (off > f.size() || len > f.size() - off)
-    return ptc::error(ptc::Code::kOutOfRange, "read of [" + std::to_string(off) + ", +" + std::to_string(len) +
-                                                  ") past the end of a " + std::to_string(f.size()) + "-byte file");
-  if (len == 0) return ptc::Status::ok();
+    return error(Code::kOutOfRange, "read of [" + std::to_string(off) + ", +" + std::to_string(len) +
+                                        ") past the end of a " + std::to_string(f.size()) + "-byte file");
+  if (len == 0) return Status::ok();
   const auto start = std::chrono::steady_clock::now();
   PTC_ASSIGN_OR_RETURN(DeviceLease lease, lease_device(dst, stream));
   PTC_ASSIGN_OR_RETURN(const Stage stage, stage_from_env());
@@ -46,7 +46,7 @@ ptc::Status read_to_device(const client::DirectFile& f, uint64_t off, uint64_t l
     stats->direct_chunks = plan.direct_chunks;
     stats->gathered_chunks = plan.gathered_chunks;
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 }  // namespace ptcfs::gpu

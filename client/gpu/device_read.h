@@ -25,7 +25,7 @@ std::vector<Piece> pieces_of(const client::DirectFile& f);
 // kUnavailable without a usable GPU, kInvalidArgument when dst is not device memory or
 // PTCFS_GPU_STAGE is neither copy nor pread; staging by pread: kIo (a failed read), kCorrupt (a
 // blob shorter than its mapping), kInternal (a chunk outside its source).
-ptc::Status read_to_device(const client::DirectFile& f, uint64_t off, uint64_t len, void* dst, void* stream,
-                           UploadStats* stats = nullptr);
+Status read_to_device(const client::DirectFile& f, uint64_t off, uint64_t len, void* dst, void* stream,
+                      UploadStats* stats = nullptr);
 
 }  // namespace ptcfs::gpu

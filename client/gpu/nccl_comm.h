@@ -30,16 +30,16 @@ constexpr size_t kNcclIdBytes = 128;  // NCCL's ncclUniqueId
 using NcclId = std::array<unsigned char, kNcclIdBytes>;
 
 // NCCL's version code (e.g. 22809 for 2.28.9) once it loads, else kUnavailable saying why.
-ptc::Result<int> nccl_version();
+Result<int> nccl_version();
 
 // A fresh unique id: one rank makes it and every rank of the communicator opens with it.
-ptc::Result<NcclId> nccl_unique_id();
+Result<NcclId> nccl_unique_id();
 
 class NcclComm {
  public:
   // Joins communicator `id` as `rank` of `nranks` on GPU `device`; returns when every rank has
   // joined. The calling thread's selected GPU is the same afterwards.
-  static ptc::Result<std::unique_ptr<NcclComm>> open(int rank, int nranks, const NcclId& id, int device);
+  static Result<std::unique_ptr<NcclComm>> open(int rank, int nranks, const NcclId& id, int device);
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -50,7 +50,7 @@ class NcclComm {
 
   // Posts the round's operations as one group on `stream` (a cudaStream_t; nullptr: the default
   // stream) and returns when all are done; 0 timeout_ms: wait as long as it takes.
-  ptc::Status exchange(const P2POp* ops, size_t n, void* stream, uint64_t timeout_ms);
+  Status exchange(const P2POp* ops, size_t n, void* stream, uint64_t timeout_ms);
 
  private:
   struct Impl;

@@ -3,10 +3,10 @@
 
 namespace ptcfs::gpu {
 
-ptc::Status gpu_available() {
-  return ptc::unavailable("this libptcfs_client was built without CUDA (CMake found no CUDA toolkit)");
+Status gpu_available() {
+  return unavailable("this libptcfs_client was built without CUDA (CMake found no CUDA toolkit)");
 }
 
-ptc::Result<DeviceLease> lease_device(void*, void*) { return gpu_available(); }
+Result<DeviceLease> lease_device(void*, void*) { return gpu_available(); }
 
 }  // namespace ptcfs::gpu

@@ -25,6 +25,6 @@ struct P2POp {
 // kInvalidArgument naming the first bad operation: a peer outside [0, nranks), a null buffer with
 // bytes to move, or sends to `rank` itself that its own receives do not match one for one (same
 // count, same sizes in the same order).
-ptc::Status check_round(const P2POp* ops, size_t n, int rank, int nranks);
+Status check_round(const P2POp* ops, size_t n, int rank, int nranks);
 
 }  // namespace ptcfs::gpu

@@ -87,41 +87,40 @@ void ParallelCopy::copy(std::byte* dst, const std::byte* src, uint64_t len) {
 namespace {
 
 // Reads [off, off + len) of fd into dst, whatever pread returns at a time.
-ptc::Status pread_all(int fd, std::byte* dst, uint64_t off, uint64_t len) {
+Status pread_all(int fd, std::byte* dst, uint64_t off, uint64_t len) {
   while (len > 0) {
     const ssize_t n = ::pread(fd, dst, std::min<uint64_t>(len, uint64_t{1} << 30), static_cast<off_t>(off));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      return ptc::io_error("pread of " + std::to_string(len) + " bytes at offset " + std::to_string(off), errno);
+    if (n < 0) return io_error("pread of " + std::to_string(len) + " bytes at offset " + std::to_string(off), errno);
     if (n == 0)
-      return ptc::corrupt("pread at offset " + std::to_string(off) + ": the file ends " + std::to_string(len) +
-                          " bytes short");
+      return corrupt("pread at offset " + std::to_string(off) + ": the file ends " + std::to_string(len) +
+                     " bytes short");
     dst += n;
     off += static_cast<uint64_t>(n);
     len -= static_cast<uint64_t>(n);
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 }  // namespace
 
-ptc::Status ParallelCopy::read(std::byte* dst, int fd, uint64_t off, uint64_t len) {
+Status ParallelCopy::read(std::byte* dst, int fd, uint64_t off, uint64_t len) {
   std::mutex mu;
-  ptc::Status first = ptc::Status::ok();  // the first share's error
+  Status first = Status::ok();  // the first share's error
   split(len, [&](uint64_t b, uint64_t e) {
-    ptc::Status s = pread_all(fd, dst + b, off + b, e - b);
+    Status s = pread_all(fd, dst + b, off + b, e - b);
     std::lock_guard lock(mu);
     if (!s && first) first = std::move(s);
   });
   return first;
 }
 
-ptc::Result<Stage> stage_from_env() {
+Result<Stage> stage_from_env() {
   const char* env = std::getenv("PTCFS_GPU_STAGE");
   const std::string v = env ? env : "";
   if (v.empty() || v == "pread") return Stage::kPread;
   if (v == "copy") return Stage::kCopy;
-  return ptc::invalid("PTCFS_GPU_STAGE must be copy or pread, not '" + v + "'");
+  return invalid("PTCFS_GPU_STAGE must be copy or pread, not '" + v + "'");
 }
 
 namespace {
@@ -133,28 +132,28 @@ uint64_t now_ns() {
 }
 
 // Stages chunk c into host: a copy from its mapping, or a pread of its source's file.
-ptc::Status stage(ParallelCopy& copier, std::byte* host, const Chunk& c, const std::vector<SourceFile>& files) {
+Status stage(ParallelCopy& copier, std::byte* host, const Chunk& c, const std::vector<SourceFile>& files) {
   if (files.empty()) {
     copier.copy(host, c.src, c.len);
-    return ptc::Status::ok();
+    return Status::ok();
   }
   const std::string what = "reading source " + std::to_string(c.source) + " by pread";
-  if (c.source >= files.size()) return ptc::internal(what + ": there are " + std::to_string(files.size()) + " sources");
+  if (c.source >= files.size()) return internal(what + ": there are " + std::to_string(files.size()) + " sources");
   const SourceFile& f = files[c.source];
   const auto at = reinterpret_cast<uintptr_t>(c.src), base = reinterpret_cast<uintptr_t>(f.base);
   if (at < base || c.len > f.len || at - base > f.len - c.len)
-    return ptc::internal(what + ": the chunk lies outside the source's mapping");
+    return internal(what + ": the chunk lies outside the source's mapping");
   return copier.read(host, f.fd, at - base, c.len).with_context(what);
 }
 
 }  // namespace
 
-ptc::Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, ParallelCopy& copier, UploadTimes* times,
-                       const std::vector<SourceFile>& pread_from) {
+Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, ParallelCopy& copier, UploadTimes* times,
+                  const std::vector<SourceFile>& pread_from) {
   UploadTimes t;
   const uint64_t start = now_ns();
   size_t slot = 0, n = 0;
-  ptc::Status s = ptc::Status::ok();
+  Status s = Status::ok();
   for (const Chunk& c : plan.chunks) {
     ++n;
     if (!c.src) {
@@ -163,8 +162,8 @@ ptc::Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, P
       continue;
     }
     if (c.len > device.slot_bytes()) {
-      s = ptc::invalid("upload chunk " + std::to_string(n) + " has " + std::to_string(c.len) +
-                       " bytes, a staging slot " + std::to_string(device.slot_bytes()));
+      s = invalid("upload chunk " + std::to_string(n) + " has " + std::to_string(c.len) + " bytes, a staging slot " +
+                  std::to_string(device.slot_bytes()));
       break;
     }
     const uint64_t t0 = now_ns();
@@ -185,7 +184,7 @@ ptc::Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, P
     slot = (slot + 1) % device.slots();
   }
   const uint64_t t2 = now_ns();
-  const ptc::Status done = device.finish();  // also after an error: nothing may still read the slots
+  const Status done = device.finish();  // also after an error: nothing may still read the slots
   t.wait_ns += now_ns() - t2;
   t.total_ns = now_ns() - start;
   if (times) *times = t;

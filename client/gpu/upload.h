@@ -27,14 +27,14 @@ class Device {
   // Slot i's staging buffer (slot_bytes() bytes). Valid for writing after wait(i).
   virtual std::byte* staging(size_t i) = 0;
   // Returns when slot i's last copy no longer reads its buffer.
-  [[nodiscard]] virtual ptc::Status wait(size_t i) = 0;
+  [[nodiscard]] virtual Status wait(size_t i) = 0;
   // Slot i's staging holds chunk `c`'s bytes (`host`): copy them to `dst` (directly, or through
   // slot i's scratch, gathered by c.segments). May return before the copy is done (wait(i) and
   // finish() wait for it).
-  [[nodiscard]] virtual ptc::Status copy(size_t i, const Chunk& c, const std::byte* host, std::byte* dst) = 0;
-  [[nodiscard]] virtual ptc::Status zero(std::byte* dst, uint64_t len) = 0;
+  [[nodiscard]] virtual Status copy(size_t i, const Chunk& c, const std::byte* host, std::byte* dst) = 0;
+  [[nodiscard]] virtual Status zero(std::byte* dst, uint64_t len) = 0;
   // Returns when every copy is done.
-  [[nodiscard]] virtual ptc::Status finish() = 0;
+  [[nodiscard]] virtual Status finish() = 0;
 };
 
 // Copies with a few threads (this one included), each a contiguous share. One copy at a time.
@@ -50,7 +50,7 @@ class ParallelCopy {
   void copy(std::byte* dst, const std::byte* src, uint64_t len);
   // The same split, each share read by pread from `fd` at `off` on (short reads and EINTR
   // retried): kIo naming the offset, kCorrupt where the file ends first.
-  [[nodiscard]] ptc::Status read(std::byte* dst, int fd, uint64_t off, uint64_t len);
+  [[nodiscard]] Status read(std::byte* dst, int fd, uint64_t off, uint64_t len);
 
  private:
   struct State;
@@ -64,7 +64,7 @@ class ParallelCopy {
 // BENCHMARKS.md "GPU") or memcpy from the mapping (kCopy).
 enum class Stage { kCopy, kPread };
 // PTCFS_GPU_STAGE: unset, empty or "pread": kPread; "copy": kCopy; else kInvalidArgument.
-ptc::Result<Stage> stage_from_env();
+Result<Stage> stage_from_env();
 
 // A mapped source's file, for staging by pread: mapped whole at [base, base + len), open as fd.
 struct SourceFile {
@@ -83,7 +83,7 @@ struct UploadTimes {
 // Uploads `plan` into `dst` (device memory of `device`); returns when every byte is there.
 // Chunks are staged by memcpy from their src, or, where `pread_from` has the files (by source),
 // by pread of the same bytes from chunk.source's file; an error there names the chunk.
-[[nodiscard]] ptc::Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, ParallelCopy& copier,
-                                     UploadTimes* times = nullptr, const std::vector<SourceFile>& pread_from = {});
+[[nodiscard]] Status run_upload(const UploadPlan& plan, std::byte* dst, Device& device, ParallelCopy& copier,
+                                UploadTimes* times = nullptr, const std::vector<SourceFile>& pread_from = {});
 
 }  // namespace ptcfs::gpu

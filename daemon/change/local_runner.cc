@@ -12,9 +12,9 @@ namespace ptcfs {
 
 namespace {
 
-ptc::Status no_nodes(const std::vector<std::string>& nodes) {
-  if (!nodes.empty()) return ptc::invalid("--nodes needs a daemon in a cluster");
-  return ptc::Status::ok();
+Status no_nodes(const std::vector<std::string>& nodes) {
+  if (!nodes.empty()) return invalid("--nodes needs a daemon in a cluster");
+  return Status::ok();
 }
 
 ImportResult result_of(const ImportSummary& s) {
@@ -30,7 +30,7 @@ ImportResult result_of(const ImportSummary& s) {
 
 }  // namespace
 
-ptc::Result<ImportResult> LocalRunner::import(const ImportRequest& req, const PhaseProgress& progress) {
+Result<ImportResult> LocalRunner::import(const ImportRequest& req, const PhaseProgress& progress) {
   PTC_RETURN_IF_ERROR(no_nodes(req.nodes));
   if (req.hf) return import_hf(req, progress);
   PTC_ASSIGN_OR_RETURN(ImportSummary s,
@@ -40,7 +40,7 @@ ptc::Result<ImportResult> LocalRunner::import(const ImportRequest& req, const Ph
   return result_of(s);
 }
 
-ptc::Result<ImportResult> LocalRunner::import_hf(const ImportRequest& req, const PhaseProgress& progress) {
+Result<ImportResult> LocalRunner::import_hf(const ImportRequest& req, const PhaseProgress& progress) {
   PTC_ASSIGN_OR_RETURN(ImportSummary s, ptcfs::import_hf(store_, req.dir, *req.hf, req.job, req.step, req.then,
                                                          [&](uint64_t done, uint64_t total) {
                                                            if (progress) progress("copy", done, total);
@@ -60,20 +60,20 @@ ptc::Result<ImportResult> LocalRunner::import_hf(const ImportRequest& req, const
   return r;
 }
 
-ptc::Result<RepartitionResult> LocalRunner::repartition(const RepartitionRequest& req, const PhaseProgress& progress) {
+Result<RepartitionResult> LocalRunner::repartition(const RepartitionRequest& req, const PhaseProgress& progress) {
   PTC_RETURN_IF_ERROR(no_nodes(req.nodes));
   return ptcfs::repartition(store_, req, policy_, progress);
 }
 
-ptc::Status LocalRunner::remove(const RemoveRequest& req) {
+Status LocalRunner::remove(const RemoveRequest& req) {
   PTC_ASSIGN_OR_RETURN(PreparedChange change, prepare_removal(store_, req.job, req.step));
   PTC_RETURN_IF_ERROR(commit_change(store_, change));
-  ptc::log::info("removed step {}/{}", req.job, req.step);
-  return ptc::Status::ok();
+  log::info("removed step {}/{}", req.job, req.step);
+  return Status::ok();
 }
 
-ptc::Result<DatasetAddResult> LocalRunner::dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) {
-  if (!req.dp) return ptc::internal("dataset add of " + req.job + "/" + req.name + " without a dp");
+Result<DatasetAddResult> LocalRunner::dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) {
+  if (!req.dp) return internal("dataset add of " + req.job + "/" + req.name + " without a dp");
   DatasetAddResult out;
   PTC_ASSIGN_OR_RETURN(PreparedChange change,
                        prepare_dataset_add(store_, req, *req.dp, "", out.summary, [&](uint64_t done, uint64_t total) {
@@ -84,7 +84,7 @@ ptc::Result<DatasetAddResult> LocalRunner::dataset_add(const DatasetAddRequest& 
   return out;
 }
 
-ptc::Result<std::shared_ptr<const DatasetVersion>> LocalRunner::dataset_progress(const DatasetProgressRequest& req) {
+Result<std::shared_ptr<const DatasetVersion>> LocalRunner::dataset_progress(const DatasetProgressRequest& req) {
   PTC_ASSIGN_OR_RETURN(PreparedChange change,
                        prepare_dataset_progress(store_, req.job, req.name, req.epoch, req.consumed, {}, req.dp,
                                                 req.global_batch, req.batch_offset));
@@ -94,35 +94,34 @@ ptc::Result<std::shared_ptr<const DatasetVersion>> LocalRunner::dataset_progress
   return next;
 }
 
-ptc::Status LocalRunner::save_commit(const SaveCommitRequest& req) {
+Status LocalRunner::save_commit(const SaveCommitRequest& req) {
   // As every change: the save service prepares the version, the one commit path commits it, and
   // the service hears how it went (a failed commit leaves the step pending and failed: ls says
   // why; remove it with ptcfs rm).
   const SaveService::PartState state = saves_.part_state(req.job, req.step);
-  if (!state.pending || !state.whole) return ptc::Status::ok();  // committed, removed, or not complete
+  if (!state.pending || !state.whole) return Status::ok();  // committed, removed, or not complete
   const std::string name = req.job + "/" + req.step;
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   auto change = saves_.prepare_part(req.job, req.step, StepPlacement{});
   if (!change) {
-    ptc::log::error("committing {}: {}; the step stays pending (remove it with ptcfs rm)", name,
-                    change.status().to_string());
-    ptc::metrics::operation("save", false, seconds(), 0);
+    log::error("committing {}: {}; the step stays pending (remove it with ptcfs rm)", name,
+               change.status().to_string());
+    metrics::operation("save", false, seconds(), 0);
     return change.status();
   }
   const size_t shards = change->next->layout().shards().size();
   const size_t tensors = change->next->layout().ptc().tensors.size();
-  const ptc::Status committed = commit_change(store_, *change);
+  const Status committed = commit_change(store_, *change);
   saves_.part_done(req.job, req.step, committed.is_ok(), committed.is_ok() ? "" : committed.message());
   if (!committed) {
-    ptc::log::error("committing {}: {}", name, committed.to_string());
-    ptc::metrics::operation("save", false, seconds(), 0);
+    log::error("committing {}: {}", name, committed.to_string());
+    metrics::operation("save", false, seconds(), 0);
     return committed;
   }
-  ptc::metrics::operation("save", true, seconds(), state.bytes);
-  ptc::log::info("saved {}: {} shards, {} tensors, {} bytes, committed as version 1", name, shards, tensors,
-                 state.bytes);
-  return ptc::Status::ok();
+  metrics::operation("save", true, seconds(), state.bytes);
+  log::info("saved {}: {} shards, {} tensors, {} bytes, committed as version 1", name, shards, tensors, state.bytes);
+  return Status::ok();
 }
 
 }  // namespace ptcfs

@@ -17,16 +17,16 @@ class LocalRunner final : public ChangeRunner {
   LocalRunner(Store& store, SaveService& saves, CompactionPolicy policy)
       : store_(store), saves_(saves), policy_(policy) {}
 
-  ptc::Result<ImportResult> import(const ImportRequest& req, const PhaseProgress& progress) override;
-  ptc::Result<RepartitionResult> repartition(const RepartitionRequest& req, const PhaseProgress& progress) override;
-  ptc::Status remove(const RemoveRequest& req) override;
-  ptc::Result<DatasetAddResult> dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) override;
-  ptc::Result<std::shared_ptr<const DatasetVersion>> dataset_progress(const DatasetProgressRequest& req) override;
-  ptc::Status save_commit(const SaveCommitRequest& req) override;
+  Result<ImportResult> import(const ImportRequest& req, const PhaseProgress& progress) override;
+  Result<RepartitionResult> repartition(const RepartitionRequest& req, const PhaseProgress& progress) override;
+  Status remove(const RemoveRequest& req) override;
+  Result<DatasetAddResult> dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) override;
+  Result<std::shared_ptr<const DatasetVersion>> dataset_progress(const DatasetProgressRequest& req) override;
+  Status save_commit(const SaveCommitRequest& req) override;
   RunnerStatus status() override { return RunnerStatus{}; }
 
  private:
-  ptc::Result<ImportResult> import_hf(const ImportRequest& req, const PhaseProgress& progress);
+  Result<ImportResult> import_hf(const ImportRequest& req, const PhaseProgress& progress);
 
   Store& store_;
   SaveService& saves_;

@@ -38,9 +38,9 @@ namespace ptcfs {
 // checkpoint and a PTC template (then, optionally, straight into the layout `then`).
 struct ImportRequest {
   std::string dir, job, step;
-  std::vector<std::string> nodes;        // ids to place the ranks on (empty: every member)
-  std::optional<ptc::PtcTemplate> hf;    // set: --format hf with this template
-  std::optional<ptc::Parallelism> then;  // with hf: --to
+  std::vector<std::string> nodes;          // ids to place the ranks on (empty: every member)
+  std::optional<formats::PtcTemplate> hf;  // set: --format hf with this template
+  std::optional<ptc::Parallelism> then;    // with hf: --to
 };
 
 struct ImportResult {
@@ -112,16 +112,16 @@ class ChangeRunner {
  public:
   virtual ~ChangeRunner() = default;
 
-  virtual ptc::Result<ImportResult> import(const ImportRequest& req, const PhaseProgress& progress) = 0;
+  virtual Result<ImportResult> import(const ImportRequest& req, const PhaseProgress& progress) = 0;
   // `req.nodes` places the new layout on those node ids (a cluster only; empty: every member).
-  virtual ptc::Result<RepartitionResult> repartition(const RepartitionRequest& req, const PhaseProgress& progress) = 0;
-  virtual ptc::Status remove(const RemoveRequest& req) = 0;
+  virtual Result<RepartitionResult> repartition(const RepartitionRequest& req, const PhaseProgress& progress) = 0;
+  virtual Status remove(const RemoveRequest& req) = 0;
   // `req.dp` is set (the control service resolves the job's dp first).
-  virtual ptc::Result<DatasetAddResult> dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) = 0;
-  virtual ptc::Result<std::shared_ptr<const DatasetVersion>> dataset_progress(const DatasetProgressRequest& req) = 0;
+  virtual Result<DatasetAddResult> dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) = 0;
+  virtual Result<std::shared_ptr<const DatasetVersion>> dataset_progress(const DatasetProgressRequest& req) = 0;
   // Returns once the step is committed, or the commit is left to another node or a later
   // call (a cluster whose parts do not cover the layout yet); an error when it was refused.
-  virtual ptc::Status save_commit(const SaveCommitRequest& req) = 0;
+  virtual Status save_commit(const SaveCommitRequest& req) = 0;
   virtual RunnerStatus status() = 0;
 };
 

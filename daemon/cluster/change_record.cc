@@ -7,9 +7,9 @@ namespace ptcfs {
 
 using nlohmann::json;
 
-ptc::Result<ptc::Ptc> ptc_member(const json& j, const char* key, const std::string& where) {
+Result<ptc::Ptc> ptc_member(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
-  if (it == j.end() || !it->is_object()) return ptc::invalid(where + " lacks the object '" + key + "'");
+  if (it == j.end() || !it->is_object()) return invalid(where + " lacks the object '" + key + "'");
   return ptc::parse_ptc_json(it->dump(), where + " " + key);
 }
 
@@ -22,17 +22,17 @@ json to_json(const PrepareReply& r) {
           {"shard_digests", r.shard_digests}};
 }
 
-ptc::Result<PrepareReply> prepare_reply_from_json(const json& j, const std::string& where) {
+Result<PrepareReply> prepare_reply_from_json(const json& j, const std::string& where) {
   PrepareReply r;
-  PTC_ASSIGN_OR_RETURN(r.shards, ptc::member_u64_or(j, "shards", 0, where));
-  PTC_ASSIGN_OR_RETURN(r.bytes, ptc::member_u64_or(j, "bytes", 0, where));
-  PTC_ASSIGN_OR_RETURN(r.ptc_digest, ptc::member_u64_or(j, "ptc_digest", 0, where));
-  PTC_ASSIGN_OR_RETURN(r.tensors, ptc::member_u64_or(j, "tensors", 0, where));
-  PTC_ASSIGN_OR_RETURN(r.bytes_received, ptc::member_u64_or(j, "bytes_received", 0, where));
+  PTC_ASSIGN_OR_RETURN(r.shards, member_u64_or(j, "shards", 0, where));
+  PTC_ASSIGN_OR_RETURN(r.bytes, member_u64_or(j, "bytes", 0, where));
+  PTC_ASSIGN_OR_RETURN(r.ptc_digest, member_u64_or(j, "ptc_digest", 0, where));
+  PTC_ASSIGN_OR_RETURN(r.tensors, member_u64_or(j, "tensors", 0, where));
+  PTC_ASSIGN_OR_RETURN(r.bytes_received, member_u64_or(j, "bytes_received", 0, where));
   if (auto it = j.find("shard_digests"); it != j.end()) {
-    if (!it->is_object()) return ptc::invalid(where + " field 'shard_digests' must be an object");
+    if (!it->is_object()) return invalid(where + " field 'shard_digests' must be an object");
     for (const auto& [shard, d] : it->items()) {
-      if (!d.is_number_unsigned()) return ptc::invalid(where + " field 'shard_digests' holds a non-integer");
+      if (!d.is_number_unsigned()) return invalid(where + " field 'shard_digests' holds a non-integer");
       r.shard_digests[shard] = d.get<uint64_t>();
     }
   }
@@ -45,12 +45,12 @@ json to_json(const SaveState& s) {
   return j;
 }
 
-ptc::Result<SaveState> save_state_from_json(const json& j, const std::string& where) {
+Result<SaveState> save_state_from_json(const json& j, const std::string& where) {
   SaveState s;
-  PTC_ASSIGN_OR_RETURN(s.pending, ptc::member_bool_or(j, "pending", false, where));
-  PTC_ASSIGN_OR_RETURN(s.ready, ptc::member_bool_or(j, "ready", false, where));
-  PTC_ASSIGN_OR_RETURN(s.ptc_digest, ptc::member_u64_or(j, "ptc_digest", 0, where));
-  PTC_ASSIGN_OR_RETURN(s.complete, ptc::member_strings(j, "complete", where));
+  PTC_ASSIGN_OR_RETURN(s.pending, member_bool_or(j, "pending", false, where));
+  PTC_ASSIGN_OR_RETURN(s.ready, member_bool_or(j, "ready", false, where));
+  PTC_ASSIGN_OR_RETURN(s.ptc_digest, member_u64_or(j, "ptc_digest", 0, where));
+  PTC_ASSIGN_OR_RETURN(s.complete, member_strings(j, "complete", where));
   if (j.contains("ptc")) {
     PTC_ASSIGN_OR_RETURN(ptc::Ptc p, ptc_member(j, "ptc", where));
     s.ptc = std::move(p);
@@ -65,15 +65,15 @@ json to_json(const StepState& s) {
   return j;
 }
 
-ptc::Result<StepState> step_state_from_json(const json& j, const std::string& where) {
+Result<StepState> step_state_from_json(const json& j, const std::string& where) {
   StepState s;
-  PTC_ASSIGN_OR_RETURN(s.version, ptc::member_u64(j, "version", where));
-  PTC_ASSIGN_OR_RETURN(s.nodes, ptc::member_strings(j, "nodes", where));
-  PTC_ASSIGN_OR_RETURN(s.gpus, ptc::member_gpus_or_empty(j, "gpus", where));
-  PTC_ASSIGN_OR_RETURN(s.held, ptc::member_strings(j, "held", where));
+  PTC_ASSIGN_OR_RETURN(s.version, member_u64(j, "version", where));
+  PTC_ASSIGN_OR_RETURN(s.nodes, member_strings(j, "nodes", where));
+  PTC_ASSIGN_OR_RETURN(s.gpus, member_gpus_or_empty(j, "gpus", where));
+  PTC_ASSIGN_OR_RETURN(s.held, member_strings(j, "held", where));
   PTC_ASSIGN_OR_RETURN(s.ptc, ptc_member(j, "ptc", where));
   if (j.contains("holders")) {
-    PTC_ASSIGN_OR_RETURN(s.holders, ptc::member_string_lists(j, "holders", where));
+    PTC_ASSIGN_OR_RETURN(s.holders, member_string_lists(j, "holders", where));
   }
   return s;
 }
@@ -88,24 +88,24 @@ json to_json(const DatasetState& s) {
           {"batch_offset", s.batch_offset}};
 }
 
-ptc::Result<DatasetState> dataset_state_from_json(const json& j, const std::string& where) {
+Result<DatasetState> dataset_state_from_json(const json& j, const std::string& where) {
   DatasetState s;
-  PTC_ASSIGN_OR_RETURN(s.version, ptc::member_u64(j, "version", where));
-  PTC_ASSIGN_OR_RETURN(s.dp, ptc::member_u64(j, "dp", where));
-  PTC_ASSIGN_OR_RETURN(s.epoch, ptc::member_u64(j, "epoch", where));
-  PTC_ASSIGN_OR_RETURN(s.consumed, ptc::member_u64(j, "consumed", where));
-  PTC_ASSIGN_OR_RETURN(s.table_xxh3, ptc::member_u64(j, "table_xxh3", where));
-  PTC_ASSIGN_OR_RETURN(s.global_batch, ptc::member_u64_or(j, "global_batch", 0, where));
-  PTC_ASSIGN_OR_RETURN(s.batch_offset, ptc::member_u64_or(j, "batch_offset", 0, where));
+  PTC_ASSIGN_OR_RETURN(s.version, member_u64(j, "version", where));
+  PTC_ASSIGN_OR_RETURN(s.dp, member_u64(j, "dp", where));
+  PTC_ASSIGN_OR_RETURN(s.epoch, member_u64(j, "epoch", where));
+  PTC_ASSIGN_OR_RETURN(s.consumed, member_u64(j, "consumed", where));
+  PTC_ASSIGN_OR_RETURN(s.table_xxh3, member_u64(j, "table_xxh3", where));
+  PTC_ASSIGN_OR_RETURN(s.global_batch, member_u64_or(j, "global_batch", 0, where));
+  PTC_ASSIGN_OR_RETURN(s.batch_offset, member_u64_or(j, "batch_offset", 0, where));
   return s;
 }
 
 json to_json(const PeerStats& s) { return {{"bytes_sent", s.bytes_sent}, {"bytes_received", s.bytes_received}}; }
 
-ptc::Result<PeerStats> peer_stats_from_json(const json& j, const std::string& where) {
+Result<PeerStats> peer_stats_from_json(const json& j, const std::string& where) {
   PeerStats s;
-  PTC_ASSIGN_OR_RETURN(s.bytes_sent, ptc::member_u64(j, "bytes_sent", where));
-  PTC_ASSIGN_OR_RETURN(s.bytes_received, ptc::member_u64(j, "bytes_received", where));
+  PTC_ASSIGN_OR_RETURN(s.bytes_sent, member_u64(j, "bytes_sent", where));
+  PTC_ASSIGN_OR_RETURN(s.bytes_received, member_u64(j, "bytes_received", where));
   return s;
 }
 
@@ -113,13 +113,13 @@ namespace {
 
 // A request of `op` with two string members `a` and `b`, nothing else.
 template <typename R>
-ptc::Result<R> two_strings(const json& j, const char* op, const char* a, const char* b, std::string R::*ma,
-                           std::string R::*mb) {
+Result<R> two_strings(const json& j, const char* op, const char* a, const char* b, std::string R::*ma,
+                      std::string R::*mb) {
   const std::string w = std::string(op) + " request";
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", a, b}, w));
+  PTC_RETURN_IF_ERROR(check_members(j, {"op", a, b}, w));
   R r;
-  PTC_ASSIGN_OR_RETURN(r.*ma, ptc::member_string(j, a, w));
-  PTC_ASSIGN_OR_RETURN(r.*mb, ptc::member_string(j, b, w));
+  PTC_ASSIGN_OR_RETURN(r.*ma, member_string(j, a, w));
+  PTC_ASSIGN_OR_RETURN(r.*mb, member_string(j, b, w));
   return r;
 }
 
@@ -127,7 +127,7 @@ ptc::Result<R> two_strings(const json& j, const char* op, const char* a, const c
 
 json to_json(const StateRequest& r) { return {{"op", "peer.state"}, {"job", r.job}, {"step", r.step}}; }
 
-ptc::Result<StateRequest> state_request_from_json(const json& j) {
+Result<StateRequest> state_request_from_json(const json& j) {
   return two_strings(j, "peer.state", "job", "step", &StateRequest::job, &StateRequest::step);
 }
 
@@ -137,40 +137,40 @@ json to_json(const FinishRequest& r) {
   return j;
 }
 
-ptc::Result<FinishRequest> finish_request_from_json(const json& j, bool commit) {
+Result<FinishRequest> finish_request_from_json(const json& j, bool commit) {
   const std::string w = commit ? "peer.commit" : "peer.abort";
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "why"}, w + " request"));
+  PTC_RETURN_IF_ERROR(check_members(j, {"op", "tx", "why"}, w + " request"));
   FinishRequest r;
   r.commit = commit;
-  PTC_ASSIGN_OR_RETURN(r.tx, ptc::member_string(j, "tx", w));
+  PTC_ASSIGN_OR_RETURN(r.tx, member_string(j, "tx", w));
   if (j.contains("why")) {
-    PTC_ASSIGN_OR_RETURN(r.why, ptc::member_string(j, "why", w));
+    PTC_ASSIGN_OR_RETURN(r.why, member_string(j, "why", w));
   }
   return r;
 }
 
 json to_json(const SaveStateRequest& r) { return {{"op", "peer.save_state"}, {"job", r.job}, {"step", r.step}}; }
 
-ptc::Result<SaveStateRequest> save_state_request_from_json(const json& j) {
+Result<SaveStateRequest> save_state_request_from_json(const json& j) {
   return two_strings(j, "peer.save_state", "job", "step", &SaveStateRequest::job, &SaveStateRequest::step);
 }
 
 json to_json(const SaveReadyRequest& r) { return {{"op", "peer.save_ready"}, {"job", r.job}, {"step", r.step}}; }
 
-ptc::Result<SaveReadyRequest> save_ready_request_from_json(const json& j) {
+Result<SaveReadyRequest> save_ready_request_from_json(const json& j) {
   return two_strings(j, "peer.save_ready", "job", "step", &SaveReadyRequest::job, &SaveReadyRequest::step);
 }
 
 json to_json(const DatasetStateRequest& r) { return {{"op", "peer.dataset_state"}, {"job", r.job}, {"name", r.name}}; }
 
-ptc::Result<DatasetStateRequest> dataset_state_request_from_json(const json& j) {
+Result<DatasetStateRequest> dataset_state_request_from_json(const json& j) {
   return two_strings(j, "peer.dataset_state", "job", "name", &DatasetStateRequest::job, &DatasetStateRequest::name);
 }
 
 json to_json(const StatsRequest&) { return {{"op", "peer.stats"}}; }
 
-ptc::Result<StatsRequest> stats_request_from_json(const json& j) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op"}, "peer.stats request"));
+Result<StatsRequest> stats_request_from_json(const json& j) {
+  PTC_RETURN_IF_ERROR(check_members(j, {"op"}, "peer.stats request"));
   return StatsRequest{};
 }
 
@@ -178,13 +178,13 @@ json to_json(const DatasetTableRequest& r) {
   return {{"op", "peer.dataset_table"}, {"tx", r.tx}, {"off", r.off}, {"n", r.n}};
 }
 
-ptc::Result<DatasetTableRequest> dataset_table_request_from_json(const json& j) {
+Result<DatasetTableRequest> dataset_table_request_from_json(const json& j) {
   const std::string w = "peer.dataset_table";
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "off", "n"}, w + " request"));
+  PTC_RETURN_IF_ERROR(check_members(j, {"op", "tx", "off", "n"}, w + " request"));
   DatasetTableRequest r;
-  PTC_ASSIGN_OR_RETURN(r.tx, ptc::member_string(j, "tx", w));
-  PTC_ASSIGN_OR_RETURN(r.off, ptc::member_u64(j, "off", w));
-  PTC_ASSIGN_OR_RETURN(r.n, ptc::member_u64(j, "n", w));
+  PTC_ASSIGN_OR_RETURN(r.tx, member_string(j, "tx", w));
+  PTC_ASSIGN_OR_RETURN(r.off, member_u64(j, "off", w));
+  PTC_ASSIGN_OR_RETURN(r.n, member_u64(j, "n", w));
   return r;
 }
 
@@ -196,20 +196,20 @@ json to_json(const SamplesRequest& r) {
       {"pieces", std::move(pieces)}};
 }
 
-ptc::Result<SamplesRequest> samples_request_from_json(const json& j) {
+Result<SamplesRequest> samples_request_from_json(const json& j) {
   const std::string w = "peer.samples";
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "from", "job", "name", "table_xxh3", "pieces"}, w + " request"));
+  PTC_RETURN_IF_ERROR(check_members(j, {"op", "from", "job", "name", "table_xxh3", "pieces"}, w + " request"));
   SamplesRequest r;
-  PTC_ASSIGN_OR_RETURN(r.from, ptc::member_string_or(j, "from", "", w));
-  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(r.name, ptc::member_string(j, "name", w));
-  PTC_ASSIGN_OR_RETURN(r.table_xxh3, ptc::member_u64(j, "table_xxh3", w));
+  PTC_ASSIGN_OR_RETURN(r.from, member_string_or(j, "from", "", w));
+  PTC_ASSIGN_OR_RETURN(r.job, member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(r.name, member_string(j, "name", w));
+  PTC_ASSIGN_OR_RETURN(r.table_xxh3, member_u64(j, "table_xxh3", w));
   auto it = j.find("pieces");
-  if (it == j.end() || !it->is_array()) return ptc::invalid(w + " 'pieces' must be a list");
+  if (it == j.end() || !it->is_array()) return invalid(w + " 'pieces' must be a list");
   for (const auto& p : *it) {
     if (!p.is_array() || p.size() != 3 || !p[0].is_number_unsigned() || !p[1].is_number_unsigned() ||
         !p[2].is_number_unsigned())
-      return ptc::invalid("peer.samples: a piece is not [sample, offset, length]");
+      return invalid("peer.samples: a piece is not [sample, offset, length]");
     r.pieces.push_back({p[0].get<uint64_t>(), p[1].get<uint64_t>(), p[2].get<uint64_t>()});
   }
   return r;
@@ -223,23 +223,23 @@ json to_json(const ReadRequest& r) {
   return j;
 }
 
-ptc::Result<ReadRequest> read_request_from_json(const json& j) {
+Result<ReadRequest> read_request_from_json(const json& j) {
   const std::string w = "peer.read";
-  PTC_RETURN_IF_ERROR(ptc::check_members(
+  PTC_RETURN_IF_ERROR(check_members(
       j, {"op", "from", "job", "step", "version", "shard", "tensor", "lo", "len", "off", "n", "hold"}, w + " request"));
   ReadRequest r;
-  PTC_ASSIGN_OR_RETURN(r.from, ptc::member_string_or(j, "from", "", w));
-  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(j, "step", w));
-  PTC_ASSIGN_OR_RETURN(r.shard, ptc::member_string(j, "shard", w));
-  PTC_ASSIGN_OR_RETURN(r.tensor, ptc::member_string(j, "tensor", w));
-  PTC_ASSIGN_OR_RETURN(r.version, ptc::member_u64(j, "version", w));
-  PTC_ASSIGN_OR_RETURN(r.lo, ptc::member_u64(j, "lo", w));
-  PTC_ASSIGN_OR_RETURN(r.len, ptc::member_u64(j, "len", w));
-  PTC_ASSIGN_OR_RETURN(r.off, ptc::member_u64(j, "off", w));
-  PTC_ASSIGN_OR_RETURN(r.n, ptc::member_u64(j, "n", w));
+  PTC_ASSIGN_OR_RETURN(r.from, member_string_or(j, "from", "", w));
+  PTC_ASSIGN_OR_RETURN(r.job, member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(r.step, member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(r.shard, member_string(j, "shard", w));
+  PTC_ASSIGN_OR_RETURN(r.tensor, member_string(j, "tensor", w));
+  PTC_ASSIGN_OR_RETURN(r.version, member_u64(j, "version", w));
+  PTC_ASSIGN_OR_RETURN(r.lo, member_u64(j, "lo", w));
+  PTC_ASSIGN_OR_RETURN(r.len, member_u64(j, "len", w));
+  PTC_ASSIGN_OR_RETURN(r.off, member_u64(j, "off", w));
+  PTC_ASSIGN_OR_RETURN(r.n, member_u64(j, "n", w));
   if (j.contains("hold")) {
-    if (!j["hold"].is_boolean()) return ptc::invalid(w + " request: 'hold' must be true or false");
+    if (!j["hold"].is_boolean()) return invalid(w + " request: 'hold' must be true or false");
     r.hold = j["hold"].get<bool>();
   }
   return r;

@@ -20,7 +20,7 @@
 namespace ptcfs {
 
 // The PTC held as the object `key` of a record (a request's or a reply's), parsed and checked.
-ptc::Result<ptc::Ptc> ptc_member(const nlohmann::json& j, const char* key, const std::string& where);
+Result<ptc::Ptc> ptc_member(const nlohmann::json& j, const char* key, const std::string& where);
 
 // What a node answers to peer.prepare (fields of the other kinds stay 0).
 struct PrepareReply {
@@ -30,7 +30,7 @@ struct PrepareReply {
   std::map<std::string, uint64_t> shard_digests;   // a save: per shard held, a digest of its slices' XXH3s
 };
 nlohmann::json to_json(const PrepareReply& r);
-ptc::Result<PrepareReply> prepare_reply_from_json(const nlohmann::json& j, const std::string& where);
+Result<PrepareReply> prepare_reply_from_json(const nlohmann::json& j, const std::string& where);
 
 // peer.state: this node's current version of a step.
 struct StepState {
@@ -44,7 +44,7 @@ struct StepState {
   std::vector<std::vector<std::string>> holders{};
 };
 nlohmann::json to_json(const StepState& s);
-ptc::Result<StepState> step_state_from_json(const nlohmann::json& j, const std::string& where);
+Result<StepState> step_state_from_json(const nlohmann::json& j, const std::string& where);
 
 // peer.dataset_state: this node's current version of a dataset.
 struct DatasetState {
@@ -52,7 +52,7 @@ struct DatasetState {
   uint64_t global_batch = 0, batch_offset = 0;  // global_batch 0: a peer that does not send it (the dataset's own)
 };
 nlohmann::json to_json(const DatasetState& s);
-ptc::Result<DatasetState> dataset_state_from_json(const nlohmann::json& j, const std::string& where);
+Result<DatasetState> dataset_state_from_json(const nlohmann::json& j, const std::string& where);
 
 // peer.save_state: this node's part of a step being saved.
 struct SaveState {
@@ -62,14 +62,14 @@ struct SaveState {
   std::vector<std::string> complete;  // shards written in full here
 };
 nlohmann::json to_json(const SaveState& s);
-ptc::Result<SaveState> save_state_from_json(const nlohmann::json& j, const std::string& where);
+Result<SaveState> save_state_from_json(const nlohmann::json& j, const std::string& where);
 
 // peer.stats.
 struct PeerStats {
   uint64_t bytes_sent = 0, bytes_received = 0;
 };
 nlohmann::json to_json(const PeerStats& s);
-ptc::Result<PeerStats> peer_stats_from_json(const nlohmann::json& j, const std::string& where);
+Result<PeerStats> peer_stats_from_json(const nlohmann::json& j, const std::string& where);
 
 // The other peer requests, one struct each (their encoders write the "op"; decoders refuse
 // unknown members and name the one at fault).
@@ -79,7 +79,7 @@ struct StateRequest {
   std::string job, step;
 };
 nlohmann::json to_json(const StateRequest& r);
-ptc::Result<StateRequest> state_request_from_json(const nlohmann::json& j);
+Result<StateRequest> state_request_from_json(const nlohmann::json& j);
 
 // peer.commit (commit) or peer.abort: the end of transaction `tx` (answered with {}).
 struct FinishRequest {
@@ -92,14 +92,14 @@ struct FinishRequest {
 };
 nlohmann::json to_json(const FinishRequest& r);
 // `commit` says which of the two ops `j` came as.
-ptc::Result<FinishRequest> finish_request_from_json(const nlohmann::json& j, bool commit);
+Result<FinishRequest> finish_request_from_json(const nlohmann::json& j, bool commit);
 
 // peer.save_state: this node's part of a step saved into the mounts (answered with SaveState).
 struct SaveStateRequest {
   std::string job, step;
 };
 nlohmann::json to_json(const SaveStateRequest& r);
-ptc::Result<SaveStateRequest> save_state_request_from_json(const nlohmann::json& j);
+Result<SaveStateRequest> save_state_request_from_json(const nlohmann::json& j);
 
 // peer.save_ready: the sender's part of job/step is complete; to the node that decides saves
 // (answered with {}).
@@ -107,19 +107,19 @@ struct SaveReadyRequest {
   std::string job, step;
 };
 nlohmann::json to_json(const SaveReadyRequest& r);
-ptc::Result<SaveReadyRequest> save_ready_request_from_json(const nlohmann::json& j);
+Result<SaveReadyRequest> save_ready_request_from_json(const nlohmann::json& j);
 
 // peer.dataset_state: this node's version of a dataset (answered with DatasetState).
 struct DatasetStateRequest {
   std::string job, name;
 };
 nlohmann::json to_json(const DatasetStateRequest& r);
-ptc::Result<DatasetStateRequest> dataset_state_request_from_json(const nlohmann::json& j);
+Result<DatasetStateRequest> dataset_state_request_from_json(const nlohmann::json& j);
 
 // peer.stats: the node's byte counters (answered with PeerStats).
 struct StatsRequest {};
 nlohmann::json to_json(const StatsRequest& r);
-ptc::Result<StatsRequest> stats_request_from_json(const nlohmann::json& j);
+Result<StatsRequest> stats_request_from_json(const nlohmann::json& j);
 
 // peer.dataset_table: bytes [off, off + n) of the sample table of the dataset add prepared
 // under `tx` on its home node (answered with {"size"} and the bytes).
@@ -128,7 +128,7 @@ struct DatasetTableRequest {
   uint64_t off = 0, n = 0;
 };
 nlohmann::json to_json(const DatasetTableRequest& r);
-ptc::Result<DatasetTableRequest> dataset_table_request_from_json(const nlohmann::json& j);
+Result<DatasetTableRequest> dataset_table_request_from_json(const nlohmann::json& j);
 
 // peer.samples: bytes of samples of a dataset held by its home node (answered with {"xxh3"}
 // and the bytes); `from` is the asking node's id (for the metrics).
@@ -141,7 +141,7 @@ struct SamplesRequest {
   std::vector<Piece> pieces;
 };
 nlohmann::json to_json(const SamplesRequest& r);
-ptc::Result<SamplesRequest> samples_request_from_json(const nlohmann::json& j);
+Result<SamplesRequest> samples_request_from_json(const nlohmann::json& j);
 
 // peer.read: bytes [off, off + n) of the slab [lo, lo + len) (along the slab dimension) of a
 // slice of version `version` of job/step, row by row (answered with {"xxh3"} and the bytes,
@@ -155,6 +155,6 @@ struct ReadRequest {
   bool hold = false;
 };
 nlohmann::json to_json(const ReadRequest& r);
-ptc::Result<ReadRequest> read_request_from_json(const nlohmann::json& j);
+Result<ReadRequest> read_request_from_json(const nlohmann::json& j);
 
 }  // namespace ptcfs

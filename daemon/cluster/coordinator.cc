@@ -36,8 +36,7 @@ auto same_ptc(const std::string& dir) {
   return [dir](const std::vector<int>&, const std::vector<PrepareReply>& replies) {
     std::set<uint64_t> digests;
     for (const auto& r : replies) digests.insert(r.ptc_digest);
-    return digests.size() > 1 ? ptc::invalid("ptc.json differs between the nodes' copies of " + dir)
-                              : ptc::Status::ok();
+    return digests.size() > 1 ? invalid("ptc.json differs between the nodes' copies of " + dir) : Status::ok();
   };
 }
 
@@ -50,9 +49,9 @@ std::vector<std::string> Coordinator::placement_or_all(const std::vector<std::st
   return all;
 }
 
-ptc::Result<ImportResult> Coordinator::import(const ImportRequest& req, const PhaseProgress& progress) {
+Result<ImportResult> Coordinator::import(const ImportRequest& req, const PhaseProgress& progress) {
   if (req.hf)
-    return ptc::invalid(
+    return invalid(
         "--format hf imports into a single daemon; on a cluster, import into one node's own daemon "
         "before it joins, or convert with `ptcfs ptc infer` and import the ptc.json checkpoint");
   PTC_RETURN_IF_ERROR(Store::check_new_step(req.job, req.step));
@@ -60,12 +59,12 @@ ptc::Result<ImportResult> Coordinator::import(const ImportRequest& req, const Ph
   const std::string name = req.job + "/" + req.step;
   const auto nodes = placement_or_all(req.nodes);
   for (const auto& n : nodes)
-    if (cluster()->find(n) < 0) return ptc::invalid("node '" + n + "' is not in the cluster");
+    if (cluster()->find(n) < 0) return invalid("node '" + n + "' is not in the cluster");
   // Every node records the step (all mounts show the whole namespace), so every node takes part.
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_step_key(req.job, req.step)));
   if (prior.record() && !prior.record()->removed())
-    return ptc::error(ptc::Code::kAlreadyExists, name + " is already recorded in etcd (version " +
-                                                     std::to_string(prior.record()->version()) + ")");
+    return error(Code::kAlreadyExists,
+                 name + " is already recorded in etcd (version " + std::to_string(prior.record()->version()) + ")");
   const std::vector<int> gpus = ptc::gpus_of(*cluster(), nodes);  // pinned with the placement
   const StepRecord record = step_record("import", 1, nodes, gpus);
   ChangeSpec spec{.what = "import of " + name,
@@ -85,11 +84,11 @@ ptc::Result<ImportResult> Coordinator::import(const ImportRequest& req, const Ph
     res.nodes.push_back({name_of(done.nodes[i]), r.shards, r.bytes});
   }
   res.seconds = since(t0);
-  ptc::log::info("imported {} on {} nodes: {} shard copies, {} bytes", name, done.nodes.size(), res.shards, res.bytes);
+  log::info("imported {} on {} nodes: {} shard copies, {} bytes", name, done.nodes.size(), res.shards, res.bytes);
   return res;
 }
 
-ptc::Result<std::vector<int>> Coordinator::nodes_up(RepartitionChange& c, uint64_t version) {
+Result<std::vector<int>> Coordinator::nodes_up(RepartitionChange& c, uint64_t version) {
   const std::string name = c.job + "/" + c.step;
   const std::vector<int> all = members_.members();
   const auto states = peers_.state(all, StateRequest{c.job, c.step});
@@ -97,16 +96,16 @@ ptc::Result<std::vector<int>> Coordinator::nodes_up(RepartitionChange& c, uint64
   for (size_t i = 0; i < all.size(); ++i) {
     const std::string nid = name_of(all[i]);
     const auto& r = states[i];
-    if (!r && r.status().code() == ptc::Code::kNotFound) {
+    if (!r && r.status().code() == Code::kNotFound) {
       up.push_back(all[i]);  // up, without the step (a node that joined later)
       if (contains(c.from_nodes, nid)) c.down.push_back(nid);
     } else if (!r) {
-      ptc::log::warn("repartition of {}: node {} is unreachable: {}", name, nid, r.status().to_string());
+      log::warn("repartition of {}: node {} is unreachable: {}", name, nid, r.status().to_string());
       c.down.push_back(nid);
     } else if (r->version != version) {
-      return ptc::error(ptc::Code::kFailedPrecondition, "node " + nid + " has version " + std::to_string(r->version) +
-                                                            " of " + name + ", this node " + std::to_string(version) +
-                                                            " (a change is under way or a node missed one)");
+      return error(Code::kFailedPrecondition, "node " + nid + " has version " + std::to_string(r->version) + " of " +
+                                                  name + ", this node " + std::to_string(version) +
+                                                  " (a change is under way or a node missed one)");
     } else {
       up.push_back(all[i]);
     }
@@ -120,13 +119,13 @@ ptc::Result<std::vector<int>> Coordinator::nodes_up(RepartitionChange& c, uint64
     if (!up_ids.count(nid) && !contains(c.down, nid)) c.down.push_back(nid);
   for (const auto& nid : c.to_nodes)
     if (contains(c.down, nid) && !up_ids.count(nid))
-      return ptc::error(ptc::Code::kUnavailable, "node " + nid +
-                                                     " is down but the new layout places ranks on it "
-                                                     "(leave it out with --nodes)");
+      return error(Code::kUnavailable, "node " + nid +
+                                           " is down but the new layout places ranks on it "
+                                           "(leave it out with --nodes)");
   return up;
 }
 
-ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest& req, const PhaseProgress& progress) {
+Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest& req, const PhaseProgress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string name = req.job + "/" + req.step;
   PTC_ASSIGN_OR_RETURN(std::shared_ptr<const StepVersion> old, current_version(store_, req.job, req.step));
@@ -140,8 +139,7 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   // GPU counts pinned with the placement (a version from before they were kept: as now).
   c.from_gpus = old->placement().gpus.empty() ? ptc::gpus_of(*cluster(), c.from_nodes) : old->placement().gpus;
   c.from_holders = old->placement().holders;
-  if (c.from_nodes.empty())
-    return ptc::error(ptc::Code::kFailedPrecondition, name + " was imported outside the cluster");
+  if (c.from_nodes.empty()) return error(Code::kFailedPrecondition, name + " was imported outside the cluster");
   c.to = req.to;
   c.global_batch = req.global_batch;
   c.to_nodes = placement_or_all(req.nodes);
@@ -162,10 +160,9 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
   // What etcd records of the step, who is up, and at which version.
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_step_key(req.job, req.step)));
   if (prior.record() && prior.record()->version() != old->version())
-    return ptc::error(ptc::Code::kFailedPrecondition, "etcd records version " +
-                                                          std::to_string(prior.record()->version()) + " of " + name +
-                                                          ", this node has " + std::to_string(old->version()) +
-                                                          " (it is catching up; try again in a moment)");
+    return error(Code::kFailedPrecondition, "etcd records version " + std::to_string(prior.record()->version()) +
+                                                " of " + name + ", this node has " + std::to_string(old->version()) +
+                                                " (it is catching up; try again in a moment)");
   if (progress) progress("state", 0, 1);
   PTC_ASSIGN_OR_RETURN(const std::vector<int> up, nodes_up(c, old->version()));
 
@@ -206,13 +203,13 @@ ptc::Result<RepartitionResult> Coordinator::repartition(const RepartitionRequest
     res.per_node.push_back({nid, received, in_table < 0 ? 0 : min_per_node[static_cast<size_t>(in_table)]});
   }
   res.seconds = since(t0);
-  ptc::log::info("repartitioned {} {} -> {} on {} nodes (version {}): {} bytes moved, {} the minimum, in {:.3f} s",
-                 name, res.from.to_string(), res.to.to_string(), up.size(), res.version, res.bytes_moved, res.bytes_min,
-                 res.seconds);
+  log::info("repartitioned {} {} -> {} on {} nodes (version {}): {} bytes moved, {} the minimum, in {:.3f} s", name,
+            res.from.to_string(), res.to.to_string(), up.size(), res.version, res.bytes_moved, res.bytes_min,
+            res.seconds);
   return res;
 }
 
-ptc::Status Coordinator::remove(const RemoveRequest& req) {
+Status Coordinator::remove(const RemoveRequest& req) {
   const std::string name = req.job + "/" + req.step;
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(etcd_step_key(req.job, req.step)));
   const std::vector<int> all = members_.members();
@@ -223,8 +220,8 @@ ptc::Status Coordinator::remove(const RemoveRequest& req) {
                   .record = record,
                   .refused = "removing " + name + ": nothing was removed"};
   PTC_RETURN_IF_ERROR(two_phase_.run(prior, std::move(spec)).status());
-  ptc::log::info("removed {} on {} nodes", name, all.size());
-  return ptc::Status::ok();
+  log::info("removed {} on {} nodes", name, all.size());
+  return Status::ok();
 }
 
 RunnerStatus Coordinator::status() {

@@ -47,13 +47,13 @@ class Coordinator final : public ChangeRunner {
   std::string id() const { return name_of(peers_.self()); }
 
   // ChangeRunner. `import` refuses --format hf (it imports into a single daemon).
-  ptc::Result<ImportResult> import(const ImportRequest& req, const PhaseProgress& progress) override;
-  ptc::Result<RepartitionResult> repartition(const RepartitionRequest& req, const PhaseProgress& progress) override;
+  Result<ImportResult> import(const ImportRequest& req, const PhaseProgress& progress) override;
+  Result<RepartitionResult> repartition(const RepartitionRequest& req, const PhaseProgress& progress) override;
   // Every node removes it, or (one does not answer, or refuses) none does.
-  ptc::Status remove(const RemoveRequest& req) override;
+  Status remove(const RemoveRequest& req) override;
   // This node is the home of the files it adds (daemon/cluster/coordinator_datasets.cc).
-  ptc::Result<DatasetAddResult> dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) override;
-  ptc::Result<std::shared_ptr<const DatasetVersion>> dataset_progress(const DatasetProgressRequest& req) override;
+  Result<DatasetAddResult> dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) override;
+  Result<std::shared_ptr<const DatasetVersion>> dataset_progress(const DatasetProgressRequest& req) override;
   // A save into the mounts (daemon/cluster/coordinator_saves.cc). The first member decides
   // saves (so two nodes finishing at once never race): on it, this asks every node for its
   // part, and when all are reachable, agree on ptc.json, have no file open or wrong, and
@@ -61,7 +61,7 @@ class Coordinator final : public ChangeRunner {
   // (replicas of a shard written on several nodes must have the same bytes); on any other
   // node it passes the word to the first (peer.save_ready). Not yet decidable (a node
   // unreachable, a part missing): ok, and the word comes again (every part says it every 5 s).
-  ptc::Status save_commit(const SaveCommitRequest& req) override;
+  Status save_commit(const SaveCommitRequest& req) override;
   // The members, whether each answers, their byte counters, and how membership works.
   RunnerStatus status() override;
 
@@ -76,7 +76,7 @@ class Coordinator final : public ChangeRunner {
   std::vector<std::string> placement_or_all(const std::vector<std::string>& nodes) const;
   // Who of the members is up, for a repartition of `c` from version `version`: fills c.down;
   // an error when a node is at another version or the new placement needs a down node.
-  ptc::Result<std::vector<int>> nodes_up(RepartitionChange& c, uint64_t version);
+  Result<std::vector<int>> nodes_up(RepartitionChange& c, uint64_t version);
   void commit_save(const std::string& job, const std::string& step);
 
   Store& store_;

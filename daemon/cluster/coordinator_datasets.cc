@@ -14,8 +14,8 @@
 
 namespace ptcfs {
 
-ptc::Result<DatasetAddResult> Coordinator::dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) {
-  if (!req.dp) return ptc::internal("dataset add of " + req.job + "/" + req.name + " without its dp");
+Result<DatasetAddResult> Coordinator::dataset_add(const DatasetAddRequest& req, const PhaseProgress& progress) {
+  if (!req.dp) return internal("dataset add of " + req.job + "/" + req.name + " without its dp");
   const std::string name = req.job + "/" + req.name;
   const std::string key = etcd_dataset_key(req.job, req.name);
   PTC_ASSIGN_OR_RETURN(TwoPhase::Locked prior, two_phase_.lock(key));
@@ -38,7 +38,7 @@ ptc::Result<DatasetAddResult> Coordinator::dataset_add(const DatasetAddRequest& 
   return res;
 }
 
-ptc::Result<std::shared_ptr<const DatasetVersion>> Coordinator::dataset_progress(const DatasetProgressRequest& req) {
+Result<std::shared_ptr<const DatasetVersion>> Coordinator::dataset_progress(const DatasetProgressRequest& req) {
   const std::string name = req.job + "/" + req.name;
   PTC_ASSIGN_OR_RETURN(auto cur, current_dataset(store_, req.job, req.name));
   // Validate here first: a bad request is refused before any node is asked.

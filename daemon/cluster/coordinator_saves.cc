@@ -10,21 +10,21 @@
 
 namespace ptcfs {
 
-ptc::Status Coordinator::save_commit(const SaveCommitRequest& req) {
+Status Coordinator::save_commit(const SaveCommitRequest& req) {
   // The first member decides saves (the first node of cluster.json, or the live node with
   // the smallest id).
   const auto members = members_.members();
-  if (members.empty()) return ptc::Status::ok();
+  if (members.empty()) return Status::ok();
   const int decider = members.front();
   if (peers_.self() == decider) {
     commit_save(req.job, req.step);
-    return ptc::Status::ok();
+    return Status::ok();
   }
   auto s = peers_.save_ready(decider, SaveReadyRequest{req.job, req.step});
   if (!s)
-    ptc::log::warn("save of {}/{}: could not reach node {} to commit it: {}", req.job, req.step, name_of(decider),
-                   s.to_string());
-  return ptc::Status::ok();  // the word comes again (every part says it every 5 s)
+    log::warn("save of {}/{}: could not reach node {} to commit it: {}", req.job, req.step, name_of(decider),
+              s.to_string());
+  return Status::ok();  // the word comes again (every part says it every 5 s)
 }
 
 void Coordinator::commit_save(const std::string& job, const std::string& step) {
@@ -33,7 +33,7 @@ void Coordinator::commit_save(const std::string& job, const std::string& step) {
   if (store_.snapshot()->steps.count({job, step})) return;  // committed already
   auto prior = two_phase_.lock(etcd_step_key(job, step));
   if (!prior) {
-    ptc::log::warn("save of {}: {}; waiting", name, prior.status().to_string());
+    log::warn("save of {}: {}; waiting", name, prior.status().to_string());
     return;
   }
   const std::vector<int> all = members_.members();
@@ -44,13 +44,13 @@ void Coordinator::commit_save(const std::string& job, const std::string& step) {
     const std::string nid = name_of(all[i]);
     const auto& st = answers[i];
     if (!st) {
-      ptc::log::info("save of {}: node {} does not answer ({}); waiting", name, nid, st.status().to_string());
+      log::info("save of {}: node {} does not answer ({}); waiting", name, nid, st.status().to_string());
       return;
     }
     if (st->pending) {
       if (!st->ready) return;  // that node's part is not done: its own save_ready comes later
       if (digest && *digest != st->ptc_digest) {
-        ptc::log::error("save of {}: node {} has another ptc.json than the others; the step stays pending", name, nid);
+        log::error("save of {}: node {} has another ptc.json than the others; the step stays pending", name, nid);
         return;
       }
       digest = st->ptc_digest;
@@ -82,11 +82,10 @@ void Coordinator::commit_save(const std::string& job, const std::string& step) {
       for (const auto& [shard, d] : replies[i].shard_digests) {
         auto [it, fresh] = digests.emplace(shard, std::make_pair(d, name_of(nodes[i])));
         if (!fresh && it->second.first != d)
-          return ptc::invalid("shard " + shard + " of " + name + " differs between nodes " + it->second.second +
-                              " and " + name_of(nodes[i]) +
-                              " (replicas must hold the same bytes; remove the step and save it again)");
+          return invalid("shard " + shard + " of " + name + " differs between nodes " + it->second.second + " and " +
+                         name_of(nodes[i]) + " (replicas must hold the same bytes; remove the step and save it again)");
       }
-    return ptc::Status::ok();
+    return Status::ok();
   };
   StepRecord record = step_record("save", 1);
   record.holders = holders;
@@ -96,11 +95,10 @@ void Coordinator::commit_save(const std::string& job, const std::string& step) {
                   .check = same_replicas,
                   .record = record};
   if (auto done = two_phase_.run(*prior, std::move(spec)); !done) {
-    ptc::log::error("save of {}: {}", name, done.status().to_string());
+    log::error("save of {}: {}", name, done.status().to_string());
     return;
   }
-  ptc::log::info("saved {} across {} nodes: {} shards, committed as version 1", name, all.size(),
-                 layout->shards().size());
+  log::info("saved {} across {} nodes: {} shards, committed as version 1", name, all.size(), layout->shards().size());
 }
 
 }  // namespace ptcfs

@@ -8,11 +8,11 @@ using nlohmann::json;
 
 namespace {
 
-ptc::Result<std::map<std::string, uint64_t>> sizes_of(const json& j, const std::string& where) {
-  if (!j.is_object()) return ptc::invalid(where + ": 'files' must be an object");
+Result<std::map<std::string, uint64_t>> sizes_of(const json& j, const std::string& where) {
+  if (!j.is_object()) return invalid(where + ": 'files' must be an object");
   std::map<std::string, uint64_t> out;
   for (const auto& [name, v] : j.items()) {
-    PTC_ASSIGN_OR_RETURN(int64_t n, ptc::get_int(v, where + ": size of " + name, 0));
+    PTC_ASSIGN_OR_RETURN(int64_t n, get_int(v, where + ": size of " + name, 0));
     out[name] = static_cast<uint64_t>(n);
   }
   return out;
@@ -22,21 +22,21 @@ ptc::Result<std::map<std::string, uint64_t>> sizes_of(const json& j, const std::
 
 json to_json(const DcpFilesRequest& r) { return {{"op", "peer.dcp_files"}, {"job", r.job}, {"step", r.step}}; }
 
-ptc::Result<DcpFilesRequest> dcp_files_request_from_json(const json& j) {
+Result<DcpFilesRequest> dcp_files_request_from_json(const json& j) {
   const std::string w = "peer.dcp_files request";
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "job", "step"}, w));
+  PTC_RETURN_IF_ERROR(check_members(j, {"op", "job", "step"}, w));
   DcpFilesRequest r;
-  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(r.job, member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(r.step, member_string(j, "step", w));
   return r;
 }
 
 json to_json(const DcpFilesReply& r) { return {{"pending", r.pending}, {"files", r.files}}; }
 
-ptc::Result<DcpFilesReply> dcp_files_reply_from_json(const json& j, const std::string& where) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"pending", "files"}, where));
+Result<DcpFilesReply> dcp_files_reply_from_json(const json& j, const std::string& where) {
+  PTC_RETURN_IF_ERROR(check_members(j, {"pending", "files"}, where));
   DcpFilesReply r;
-  PTC_ASSIGN_OR_RETURN(r.pending, ptc::member_bool_or(j, "pending", false, where));
+  PTC_ASSIGN_OR_RETURN(r.pending, member_bool_or(j, "pending", false, where));
   if (j.contains("files")) {
     PTC_ASSIGN_OR_RETURN(r.files, sizes_of(j.at("files"), where));
   }
@@ -47,18 +47,18 @@ json to_json(const DcpReadRequest& r) {
   return {{"op", "peer.dcp_read"}, {"job", r.job}, {"step", r.step}, {"file", r.file}, {"off", r.off}, {"n", r.n}};
 }
 
-ptc::Result<DcpReadRequest> dcp_read_request_from_json(const json& j) {
+Result<DcpReadRequest> dcp_read_request_from_json(const json& j) {
   const std::string w = "peer.dcp_read request";
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "job", "step", "file", "off", "n"}, w));
+  PTC_RETURN_IF_ERROR(check_members(j, {"op", "job", "step", "file", "off", "n"}, w));
   DcpReadRequest r;
-  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(j, "step", w));
-  PTC_ASSIGN_OR_RETURN(r.file, ptc::member_string(j, "file", w));
-  PTC_ASSIGN_OR_RETURN(r.off, ptc::member_u64(j, "off", w));
-  PTC_ASSIGN_OR_RETURN(r.n, ptc::member_u64(j, "n", w));
+  PTC_ASSIGN_OR_RETURN(r.job, member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(r.step, member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(r.file, member_string(j, "file", w));
+  PTC_ASSIGN_OR_RETURN(r.off, member_u64(j, "off", w));
+  PTC_ASSIGN_OR_RETURN(r.n, member_u64(j, "n", w));
   if (r.n > kMaxDcpRead)
-    return ptc::error(ptc::Code::kResourceExhausted,
-                      w + ": n " + std::to_string(r.n) + " is over " + std::to_string(kMaxDcpRead) + " bytes");
+    return error(Code::kResourceExhausted,
+                 w + ": n " + std::to_string(r.n) + " is over " + std::to_string(kMaxDcpRead) + " bytes");
   return r;
 }
 
@@ -69,24 +69,23 @@ json to_json(const DcpConvertRequest& r) {
   return j;
 }
 
-ptc::Result<DcpConvertRequest> dcp_convert_request_from_json(const json& j) {
+Result<DcpConvertRequest> dcp_convert_request_from_json(const json& j) {
   const std::string w = "peer.dcp_convert request";
-  PTC_RETURN_IF_ERROR(
-      ptc::check_members(j, {"op", "job", "step", "from", "metadata_size", "files", "shards", "failed"}, w));
+  PTC_RETURN_IF_ERROR(check_members(j, {"op", "job", "step", "from", "metadata_size", "files", "shards", "failed"}, w));
   DcpConvertRequest r;
-  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(j, "step", w));
-  PTC_ASSIGN_OR_RETURN(r.from, ptc::member_string(j, "from", w));
-  PTC_ASSIGN_OR_RETURN(r.metadata_size, ptc::member_u64(j, "metadata_size", w));
+  PTC_ASSIGN_OR_RETURN(r.job, member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(r.step, member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(r.from, member_string(j, "from", w));
+  PTC_ASSIGN_OR_RETURN(r.metadata_size, member_u64(j, "metadata_size", w));
   if (r.metadata_size > kMaxDcpMetadata)
-    return ptc::invalid(w + ": metadata_size " + std::to_string(r.metadata_size) + " is over " +
-                        std::to_string(kMaxDcpMetadata) + " bytes");
-  PTC_ASSIGN_OR_RETURN(r.failed, ptc::member_string_or(j, "failed", "", w));
-  if (!j.contains("files") || !j.at("files").is_object()) return ptc::invalid(w + ": 'files' must be an object");
+    return invalid(w + ": metadata_size " + std::to_string(r.metadata_size) + " is over " +
+                   std::to_string(kMaxDcpMetadata) + " bytes");
+  PTC_ASSIGN_OR_RETURN(r.failed, member_string_or(j, "failed", "", w));
+  if (!j.contains("files") || !j.at("files").is_object()) return invalid(w + ": 'files' must be an object");
   for (const auto& [file, node] : j.at("files").items()) {
-    PTC_ASSIGN_OR_RETURN(r.files[file], ptc::get_string(node, w + ": node of " + file));
+    PTC_ASSIGN_OR_RETURN(r.files[file], get_string(node, w + ": node of " + file));
   }
-  PTC_ASSIGN_OR_RETURN(r.shards, ptc::member_strings(j, "shards", w));
+  PTC_ASSIGN_OR_RETURN(r.shards, member_strings(j, "shards", w));
   return r;
 }
 

@@ -37,12 +37,12 @@ inline constexpr uint64_t kMaxDcpRead = 32 << 20;
 inline constexpr size_t kMaxDcpConvertRequest = (1 << 20) - 4096;
 
 nlohmann::json to_json(const DcpFilesRequest& r);
-ptc::Result<DcpFilesRequest> dcp_files_request_from_json(const nlohmann::json& j);
+Result<DcpFilesRequest> dcp_files_request_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const DcpFilesReply& r);
-ptc::Result<DcpFilesReply> dcp_files_reply_from_json(const nlohmann::json& j, const std::string& where);
+Result<DcpFilesReply> dcp_files_reply_from_json(const nlohmann::json& j, const std::string& where);
 nlohmann::json to_json(const DcpReadRequest& r);
-ptc::Result<DcpReadRequest> dcp_read_request_from_json(const nlohmann::json& j);
+Result<DcpReadRequest> dcp_read_request_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const DcpConvertRequest& r);
-ptc::Result<DcpConvertRequest> dcp_convert_request_from_json(const nlohmann::json& j);
+Result<DcpConvertRequest> dcp_convert_request_from_json(const nlohmann::json& j);
 
 }  // namespace ptcfs

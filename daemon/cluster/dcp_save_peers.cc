@@ -8,14 +8,14 @@ namespace ptcfs {
 
 std::string DcpSavePeers::self() const { return peers_.name_of(peers_.self()); }
 
-ptc::Result<int> DcpSavePeers::index_of(const std::string& node) const {
+Result<int> DcpSavePeers::index_of(const std::string& node) const {
   const auto table = peers_.cluster();
   for (size_t i = 0; i < table->nodes.size(); ++i)
     if (table->nodes[i].id == node) return static_cast<int>(i);
-  return ptc::not_found("no node " + node + " in the cluster");
+  return not_found("no node " + node + " in the cluster");
 }
 
-ptc::Result<std::vector<int>> DcpSavePeers::indices_of(const std::vector<std::string>& nodes) const {
+Result<std::vector<int>> DcpSavePeers::indices_of(const std::vector<std::string>& nodes) const {
   std::vector<int> out;
   for (const auto& n : nodes) {
     PTC_ASSIGN_OR_RETURN(int i, index_of(n));
@@ -24,15 +24,15 @@ ptc::Result<std::vector<int>> DcpSavePeers::indices_of(const std::vector<std::st
   return out;
 }
 
-ptc::Result<std::map<std::string, std::map<std::string, uint64_t>>> DcpSavePeers::staged_files(
-    const std::string& job, const std::string& step) {
+Result<std::map<std::string, std::map<std::string, uint64_t>>> DcpSavePeers::staged_files(const std::string& job,
+                                                                                          const std::string& step) {
   std::vector<int> others;
   for (int n : members_.members())
     if (n != peers_.self()) others.push_back(n);
   std::map<std::string, std::map<std::string, uint64_t>> out;
   if (others.empty()) return out;
   const auto answers = peers_.dcp_files(others, DcpFilesRequest{job, step});
-  std::optional<ptc::Status> failed;
+  std::optional<Status> failed;
   for (size_t i = 0; i < others.size(); ++i) {
     if (!answers[i]) {
       if (!failed)
@@ -56,8 +56,8 @@ ptc::Result<std::map<std::string, std::map<std::string, uint64_t>>> DcpSavePeers
   return *failed;
 }
 
-ptc::Result<std::string> DcpSavePeers::read(const std::string& node, const std::string& job, const std::string& step,
-                                            const std::string& file, uint64_t off, uint64_t len) {
+Result<std::string> DcpSavePeers::read(const std::string& node, const std::string& job, const std::string& step,
+                                       const std::string& file, uint64_t off, uint64_t len) {
   PTC_ASSIGN_OR_RETURN(int i, index_of(node));
   std::string out;
   out.reserve(len);
@@ -70,22 +70,22 @@ ptc::Result<std::string> DcpSavePeers::read(const std::string& node, const std::
   return out;
 }
 
-std::vector<ptc::Status> DcpSavePeers::convert(const std::vector<std::string>& nodes, const DcpConvertRequest& req) {
+std::vector<Status> DcpSavePeers::convert(const std::vector<std::string>& nodes, const DcpConvertRequest& req) {
   auto idx = indices_of(nodes);
-  if (!idx) return std::vector<ptc::Status>(nodes.size(), idx.status());
+  if (!idx) return std::vector<Status>(nodes.size(), idx.status());
   // One request names every file's node: past the peers' request limit, say so (about 20,000
   // files; torch writes thread_count files a rank).
   if (const size_t n = to_json(req).dump().size(); n > kMaxDcpConvertRequest)
-    return std::vector<ptc::Status>(
-        nodes.size(), ptc::error(ptc::Code::kResourceExhausted,
-                                 req.job + "/" + req.step + ": the conversion request naming its " +
-                                     std::to_string(req.files.size()) + " files is " + std::to_string(n) +
-                                     " bytes, over the peers' 1 MiB request limit (save with fewer files a rank)"));
+    return std::vector<Status>(nodes.size(),
+                               error(Code::kResourceExhausted,
+                                     req.job + "/" + req.step + ": the conversion request naming its " +
+                                         std::to_string(req.files.size()) + " files is " + std::to_string(n) +
+                                         " bytes, over the peers' 1 MiB request limit (save with fewer files a rank)"));
   return peers_.dcp_convert(*idx, req);
 }
 
-ptc::Status DcpSavePeers::wait_committed(const std::vector<std::string>& nodes, const std::string& job,
-                                         const std::string& step, std::chrono::milliseconds timeout) {
+Status DcpSavePeers::wait_committed(const std::vector<std::string>& nodes, const std::string& job,
+                                    const std::string& step, std::chrono::milliseconds timeout) {
   PTC_ASSIGN_OR_RETURN(std::vector<int> left, indices_of(nodes));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::milliseconds(2);
@@ -94,10 +94,10 @@ ptc::Status DcpSavePeers::wait_committed(const std::vector<std::string>& nodes, 
     std::vector<int> still;
     for (size_t i = 0; i < left.size(); ++i)
       if (!answers[i] || answers[i]->version == 0) still.push_back(left[i]);
-    if (still.empty()) return ptc::Status::ok();
+    if (still.empty()) return Status::ok();
     if (std::chrono::steady_clock::now() > deadline)
-      return ptc::error(ptc::Code::kDeadlineExceeded,
-                        job + "/" + step + " is committed here but not yet on node " + peers_.name_of(still.front()));
+      return error(Code::kDeadlineExceeded,
+                   job + "/" + step + " is committed here but not yet on node " + peers_.name_of(still.front()));
     left = std::move(still);
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(100));

@@ -17,17 +17,17 @@ class DcpSavePeers final : public DcpPeers {
   DcpSavePeers(PeerClient& peers, Membership& members) : peers_(peers), members_(members) {}
 
   std::string self() const override;
-  ptc::Result<std::map<std::string, std::map<std::string, uint64_t>>> staged_files(const std::string& job,
-                                                                                   const std::string& step) override;
-  ptc::Result<std::string> read(const std::string& node, const std::string& job, const std::string& step,
-                                const std::string& file, uint64_t off, uint64_t len) override;
-  std::vector<ptc::Status> convert(const std::vector<std::string>& nodes, const DcpConvertRequest& req) override;
-  ptc::Status wait_committed(const std::vector<std::string>& nodes, const std::string& job, const std::string& step,
-                             std::chrono::milliseconds timeout) override;
+  Result<std::map<std::string, std::map<std::string, uint64_t>>> staged_files(const std::string& job,
+                                                                              const std::string& step) override;
+  Result<std::string> read(const std::string& node, const std::string& job, const std::string& step,
+                           const std::string& file, uint64_t off, uint64_t len) override;
+  std::vector<Status> convert(const std::vector<std::string>& nodes, const DcpConvertRequest& req) override;
+  Status wait_committed(const std::vector<std::string>& nodes, const std::string& job, const std::string& step,
+                        std::chrono::milliseconds timeout) override;
 
  private:
-  ptc::Result<int> index_of(const std::string& node) const;
-  ptc::Result<std::vector<int>> indices_of(const std::vector<std::string>& nodes) const;
+  Result<int> index_of(const std::string& node) const;
+  Result<std::vector<int>> indices_of(const std::vector<std::string>& nodes) const;
 
   PeerClient& peers_;
   Membership& members_;

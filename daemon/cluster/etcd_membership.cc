@@ -25,8 +25,8 @@ json node_value(const EtcdOptions& o) { return to_json(NodeRecord{o.id, o.addr, 
 
 }  // namespace
 
-ptc::Result<std::unique_ptr<EtcdMembership>> EtcdMembership::join(const EtcdOptions& options,
-                                                                  transport::PeerBackend& peers) {
+Result<std::unique_ptr<EtcdMembership>> EtcdMembership::join(const EtcdOptions& options,
+                                                             transport::PeerBackend& peers) {
   // Calls to etcd wait at most a quarter of the lease: a node notices it is cut off in time to fence.
   const auto timeout = std::chrono::milliseconds(std::clamp<int64_t>(options.lease_ttl_s * 250, 200, 2000));
   PTC_ASSIGN_OR_RETURN(auto client, transport::EtcdClient::make(options.urls, timeout, options.tls), "--etcd");
@@ -34,13 +34,13 @@ ptc::Result<std::unique_ptr<EtcdMembership>> EtcdMembership::join(const EtcdOpti
   PTC_ASSIGN_OR_RETURN(auto existing, m->etcd_->get(node_key(options.id)), "reading node " + options.id + " from etcd");
   if (existing) {
     // A record that does not decode is no daemon's registration: this node's replaces it.
-    auto rec = node_record_from_json(ptc::parse_json_lenient(existing->value), options.id);
+    auto rec = node_record_from_json(parse_json_lenient(existing->value), options.id);
     if (!rec)
-      ptc::log::warn("{}; registering over it", rec.status().message());
+      log::warn("{}; registering over it", rec.status().message());
     else if (rec->addr != options.addr)
-      return ptc::error(ptc::Code::kAlreadyExists,
-                        "node id '" + options.id + "' is registered in etcd by a live daemon at " + rec->addr +
-                            " (stop it, wait for its lease to expire, or choose another --node)");
+      return error(Code::kAlreadyExists, "node id '" + options.id + "' is registered in etcd by a live daemon at " +
+                                             rec->addr +
+                                             " (stop it, wait for its lease to expire, or choose another --node)");
   }
   PTC_RETURN_IF_ERROR(m->register_node());
   PTC_ASSIGN_OR_RETURN(auto nodes, m->etcd_->range_prefix(kNodes), "reading the members from etcd");
@@ -48,7 +48,7 @@ ptc::Result<std::unique_ptr<EtcdMembership>> EtcdMembership::join(const EtcdOpti
   return m;
 }
 
-ptc::Status EtcdMembership::register_node() {
+Status EtcdMembership::register_node() {
   PTC_ASSIGN_OR_RETURN(const int64_t lease, etcd_->grant(options_.lease_ttl_s), "granting a lease in etcd");
   PTC_RETURN_IF_ERROR(etcd_->put(node_key(options_.id), node_value(options_).dump(), lease),
                       "registering node " + options_.id + " in etcd");
@@ -57,9 +57,9 @@ ptc::Status EtcdMembership::register_node() {
     std::lock_guard lock(mu_);
     live_[options_.id] = lease;
   }
-  ptc::log::info("node {} registered in etcd at {} (lease {:x}, {} s)", options_.id, etcd_->urls(), lease,
-                 options_.lease_ttl_s);
-  return ptc::Status::ok();
+  log::info("node {} registered in etcd at {} (lease {:x}, {} s)", options_.id, etcd_->urls(), lease,
+            options_.lease_ttl_s);
+  return Status::ok();
 }
 
 void EtcdMembership::stop() {
@@ -72,9 +72,9 @@ void EtcdMembership::stop() {
   if (watch_thread_.joinable()) watch_thread_.join();
   if (lease_.load() == 0) return;  // a join that failed before registering: nothing to leave
   if (auto s = etcd_->revoke(lease_.load()); !s)
-    ptc::log::warn("leaving etcd: {}", s.to_string());
+    log::warn("leaving etcd: {}", s.to_string());
   else
-    ptc::log::info("node {} left the cluster in etcd", options_.id);
+    log::info("node {} left the cluster in etcd", options_.id);
 }
 
 void EtcdMembership::start(RecordHandler on_record) {
@@ -82,18 +82,18 @@ void EtcdMembership::start(RecordHandler on_record) {
   transport::LeaseKeeper::Hooks hooks;
   hooks.lease = [this] { return lease_.load(); };
   hooks.expired = [this] {
-    ptc::log::warn("node {}: its etcd lease expired; registering again", options_.id);
+    log::warn("node {}: its etcd lease expired; registering again", options_.id);
     return register_node();
   };
   hooks.renewed = [this] {
     retry_unlocks();
     if (fenced_.exchange(false))
-      ptc::log::info("node {}: etcd answers again; it takes part in cluster changes again", options_.id);
+      log::info("node {}: etcd answers again; it takes part in cluster changes again", options_.id);
   };
-  hooks.lost = [this](const ptc::Status& why) {
+  hooks.lost = [this](const Status& why) {
     if (!fenced_.exchange(true)) {
       resync_ = true;
-      ptc::log::error(
+      log::error(
           "node {}: cannot renew its etcd lease for half its TTL ({}); it takes part in no cluster change "
           "until etcd answers (fenced); reads of what it holds go on",
           options_.id, why.to_string());
@@ -109,28 +109,27 @@ void EtcdMembership::apply(const std::string& key, const std::string& value, boo
     const std::string id = key.substr(kNodes.size());
     if (deleted) {
       std::lock_guard lock(mu_);
-      if (live_.erase(id) && id != options_.id) ptc::log::info("node {} left the cluster (its lease ended)", id);
+      if (live_.erase(id) && id != options_.id) log::info("node {} left the cluster (its lease ended)", id);
       return;
     }
-    auto rec = node_record_from_json(ptc::parse_json_lenient(value), id);
+    auto rec = node_record_from_json(parse_json_lenient(value), id);
     if (!rec) {
-      ptc::log::warn("etcd key {}: {}; ignored", key, rec.status().message());
+      log::warn("etcd key {}: {}; ignored", key, rec.status().message());
       return;
     }
     ptc::NodeSpec spec{id, rec->addr, rec->gpus};
     peers_.add_node(spec);
     std::lock_guard lock(mu_);
     auto [it, added] = live_.insert_or_assign(id, lease);
-    if (added && id != options_.id)
-      ptc::log::info("node {} joined the cluster at {} ({} GPUs)", id, spec.addr, spec.gpus);
+    if (added && id != options_.id) log::info("node {} joined the cluster at {} ({} GPUs)", id, spec.addr, spec.gpus);
     return;
   }
   if (deleted || !on_record_ || key.rfind(kLocks, 0) == 0) return;
   // Decoded here, on the watch thread, into a typed record that never throws: a record that
   // does not decode is logged by its key and skipped; every other one still reaches the node.
-  auto rec = keyed_record(key, ptc::parse_json_lenient(value));
+  auto rec = keyed_record(key, parse_json_lenient(value));
   if (!rec) {
-    ptc::log::warn("{}; ignored", rec.status().message());
+    log::warn("{}; ignored", rec.status().message());
     return;
   }
   on_record_(*rec);
@@ -149,7 +148,7 @@ void EtcdMembership::watch_loop() {
         std::lock_guard lock(mu_);
         for (auto it = live_.begin(); it != live_.end();) {
           if (!seen.count(it->first) && it->first != options_.id) {
-            ptc::log::info("node {} left the cluster (its lease ended)", it->first);
+            log::info("node {} left the cluster (its lease ended)", it->first);
             it = live_.erase(it);
           } else {
             ++it;
@@ -161,7 +160,7 @@ void EtcdMembership::watch_loop() {
       auto s = etcd_->watch_prefix(
           kRoot, all->revision + 1,
           [this](const transport::EtcdEvent& e) { apply(e.kv.key, e.kv.value, e.deleted, e.kv.lease); }, stop);
-      if (!s && !stopping_) ptc::log::debug("watch of etcd: {}; starting again", s.to_string());
+      if (!s && !stopping_) log::debug("watch of etcd: {}; starting again", s.to_string());
     }
     std::unique_lock lock(wait_mu_);
     wait_cv_.wait_for(lock, std::chrono::milliseconds(500), [this] { return stopping_.load(); });
@@ -181,11 +180,11 @@ std::vector<int> EtcdMembership::members() const {
   return out;
 }
 
-ptc::Status EtcdMembership::can_change() const {
+Status EtcdMembership::can_change() const {
   if (fenced_)
-    return ptc::unavailable("node " + options_.id + " cannot reach etcd (" + etcd_->urls() +
-                            ") and takes part in no cluster change until it can");
-  return ptc::Status::ok();
+    return unavailable("node " + options_.id + " cannot reach etcd (" + etcd_->urls() +
+                       ") and takes part in no cluster change until it can");
+  return Status::ok();
 }
 
 bool EtcdMembership::lease_alive(const std::string& id, int64_t lease) const {
@@ -194,17 +193,17 @@ bool EtcdMembership::lease_alive(const std::string& id, int64_t lease) const {
   return it != live_.end() && it->second == lease;
 }
 
-ptc::Result<Record> EtcdMembership::read(const std::string& key) {
+Result<Record> EtcdMembership::read(const std::string& key) {
   PTC_ASSIGN_OR_RETURN(auto kv, etcd_->get(key), "reading " + key + " from etcd");
   Record r;
   if (!kv) return r;
   r.revision = kv->mod_revision;
-  r.value = ptc::parse_json_lenient(kv->value);
-  if (r.value.is_discarded()) return ptc::corrupt("etcd key " + key + " holds no JSON");
+  r.value = parse_json_lenient(kv->value);
+  if (r.value.is_discarded()) return corrupt("etcd key " + key + " holds no JSON");
   return r;
 }
 
-ptc::Result<bool> EtcdMembership::decide(const std::string& key, int64_t revision, const json& value, int64_t lease) {
+Result<bool> EtcdMembership::decide(const std::string& key, int64_t revision, const json& value, int64_t lease) {
   PTC_RETURN_IF_ERROR(can_change());
   if (lease != lease_.load()) return false;  // the lease it was prepared under ended
   return etcd_->txn(
@@ -212,7 +211,7 @@ ptc::Result<bool> EtcdMembership::decide(const std::string& key, int64_t revisio
       {transport::EtcdWrite::put(key, value.dump())});
 }
 
-ptc::Status EtcdMembership::lock(const std::string& key) {
+Status EtcdMembership::lock(const std::string& key) {
   PTC_RETURN_IF_ERROR(can_change());
   const std::string lk = lock_key(key);
   std::string who = "another node";
@@ -229,7 +228,7 @@ ptc::Status EtcdMembership::lock(const std::string& key) {
     auto got =
         etcd_->txn({transport::EtcdCompare::mod_is(lk, 0)}, {transport::EtcdWrite::put(lk, token, lease_.load())});
     if (got && failpoint_switch("etcd.lock.reply_lost"))
-      got = ptc::unavailable("etcd's answer was lost (failpoint etcd.lock.reply_lost)");
+      got = unavailable("etcd's answer was lost (failpoint etcd.lock.reply_lost)");
     if (!got) {
       // The take's outcome is unknown (etcd may apply it later): settled like any unknown
       // outcome, by releasing this token once etcd answers.
@@ -237,12 +236,12 @@ ptc::Status EtcdMembership::lock(const std::string& key) {
         std::lock_guard lock(mu_);
         owed_unlocks_.emplace_back(key, token);
       }
-      return ptc::Status(got.status().code(), "locking " + key + " in etcd: " + got.status().message());
+      return Status(got.status().code(), "locking " + key + " in etcd: " + got.status().message());
     }
     if (*got) {
       std::lock_guard lock(mu_);
       held_[key] = token;
-      return ptc::Status::ok();
+      return Status::ok();
     }
     auto holder = etcd_->get(lk);
     if (!holder) break;  // etcd stopped answering: refuse, without a name
@@ -252,9 +251,9 @@ ptc::Status EtcdMembership::lock(const std::string& key) {
     }
   }
   const std::string kind_and_name = key.substr(kRoot.size());  // "steps/j/1"
-  return ptc::error(ptc::Code::kFailedPrecondition, kind_and_name.substr(kind_and_name.find('/') + 1) +
-                                                        " is being changed by another coordinator (node " + who +
-                                                        "); try again when it is done");
+  return error(Code::kFailedPrecondition, kind_and_name.substr(kind_and_name.find('/') + 1) +
+                                              " is being changed by another coordinator (node " + who +
+                                              "); try again when it is done");
 }
 
 void EtcdMembership::unlock(const std::string& key) {
@@ -273,7 +272,7 @@ void EtcdMembership::release(const std::string& key, const std::string& token) {
   auto s = etcd_->txn({transport::EtcdCompare::value_is(lock_key(key), token)},
                       {transport::EtcdWrite::erase(lock_key(key))});
   if (s) return;
-  ptc::log::warn("unlocking {} in etcd: {}; tried again when etcd answers", key, s.status().to_string());
+  log::warn("unlocking {} in etcd: {}; tried again when etcd answers", key, s.status().to_string());
   std::lock_guard lock(mu_);
   owed_unlocks_.emplace_back(key, token);
 }

@@ -44,7 +44,7 @@ class EtcdMembership final : public Membership {
   // Registers this node (the first node of `peers`' table) and reads the live members into
   // `peers`. Fails when etcd cannot be reached, or a live node at another address holds the
   // id. `peers` must outlive this object.
-  static ptc::Result<std::unique_ptr<EtcdMembership>> join(const EtcdOptions& options, transport::PeerBackend& peers);
+  static Result<std::unique_ptr<EtcdMembership>> join(const EtcdOptions& options, transport::PeerBackend& peers);
   // Stops the threads and revokes the lease: a node that stops cleanly leaves at once.
   // Idempotent; the destructor calls it.
   void stop();
@@ -58,14 +58,13 @@ class EtcdMembership final : public Membership {
   bool synced() const { return synced_.load(); }
 
   std::vector<int> members() const override;
-  ptc::Status can_change() const override;
+  Status can_change() const override;
   int64_t lease() const override { return lease_.load(); }
   bool lease_alive(const std::string& id, int64_t lease) const override;
-  ptc::Result<Record> read(const std::string& key) override;
-  ptc::Result<bool> decide(const std::string& key, int64_t revision, const nlohmann::json& value,
-                           int64_t lease) override;
+  Result<Record> read(const std::string& key) override;
+  Result<bool> decide(const std::string& key, int64_t revision, const nlohmann::json& value, int64_t lease) override;
   std::chrono::milliseconds decision_window() const override { return std::chrono::seconds(options_.lease_ttl_s); }
-  ptc::Status lock(const std::string& key) override;
+  Status lock(const std::string& key) override;
   void unlock(const std::string& key) override;
   void learn(const std::vector<std::string>& ids) override;
   nlohmann::json describe() const override;
@@ -73,7 +72,7 @@ class EtcdMembership final : public Membership {
  private:
   EtcdMembership(EtcdOptions options, std::unique_ptr<transport::EtcdClient> etcd, transport::PeerBackend& peers)
       : options_(std::move(options)), etcd_(std::move(etcd)), peers_(peers) {}
-  ptc::Status register_node();
+  Status register_node();
   void watch_loop();
   void retry_unlocks();
   void apply(const std::string& key, const std::string& value, bool deleted, int64_t lease);

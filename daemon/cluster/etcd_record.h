@@ -32,7 +32,7 @@ struct StepRecord {
   std::string fenced;  // the undecided transaction this write shut out (TwoPhase::settle_undecided)
 };
 nlohmann::json to_json(const StepRecord& r);
-ptc::Result<StepRecord> step_record_from_json(const nlohmann::json& j, const std::string& where);
+Result<StepRecord> step_record_from_json(const nlohmann::json& j, const std::string& where);
 
 // `/ptcfs/datasets/<job>/<name>`: the dataset's committed version. `kind` is "dataset_add" or
 // "dataset_progress" (empty only in a fence written where there was no record).
@@ -44,7 +44,7 @@ struct DatasetRecord {
   std::string fenced;
 };
 nlohmann::json to_json(const DatasetRecord& r);
-ptc::Result<DatasetRecord> dataset_record_from_json(const nlohmann::json& j, const std::string& where);
+Result<DatasetRecord> dataset_record_from_json(const nlohmann::json& j, const std::string& where);
 
 // `/ptcfs/nodes/<id>`: a live node, where peers reach it.
 struct NodeRecord {
@@ -53,7 +53,7 @@ struct NodeRecord {
 };
 nlohmann::json to_json(const NodeRecord& r);
 // `id` is the id in the key; the record must name the same one.
-ptc::Result<NodeRecord> node_record_from_json(const nlohmann::json& j, const std::string& id);
+Result<NodeRecord> node_record_from_json(const nlohmann::json& j, const std::string& id);
 
 // A step's or a dataset's record as the watch delivers it, decoded by its key.
 struct KeyedRecord {
@@ -69,7 +69,7 @@ struct KeyedRecord {
 // kNotFound when `key` names no step or dataset (a node's registration, a lock, anything
 // else); kInvalidArgument, naming the key and the member at fault, when the value is not a
 // record of its kind.
-ptc::Result<KeyedRecord> keyed_record(const std::string& key, const nlohmann::json& value);
+Result<KeyedRecord> keyed_record(const std::string& key, const nlohmann::json& value);
 // Whether `value`, the record of `key` as read (null where there is none), decodes and was
 // written by transaction `tx`: the record that decides `tx` says it committed.
 bool written_by(const std::string& key, const nlohmann::json& value, const std::string& tx);

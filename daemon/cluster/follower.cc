@@ -30,8 +30,7 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
   std::optional<StepState> newest;
   for (auto& s : answers) {
     if (!s) {
-      if (s.status().code() == ptc::Code::kInvalidArgument)
-        ptc::log::warn("catching up {}: {}", name, s.status().to_string());
+      if (s.status().code() == Code::kInvalidArgument) log::warn("catching up {}: {}", name, s.status().to_string());
       continue;
     }
     if (s->version > std::max(have, newest ? newest->version : 0)) newest = std::move(s).value();
@@ -47,8 +46,8 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
   // from those nodes (else every read here fails until the next repartition).
   if (!newest->holders.empty()) {
     if (newest->holders.size() != layout->shards().size()) {
-      ptc::log::warn("catching up {}: the peer names holders of {} shards, the layout has {}", name,
-                     newest->holders.size(), layout->shards().size());
+      log::warn("catching up {}: the peer names holders of {} shards, the layout has {}", name, newest->holders.size(),
+                layout->shards().size());
       return false;
     }
     placement.holders = newest->holders;
@@ -66,24 +65,23 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
   change.next = store_.new_version(job, step, newest->version, std::move(layout).value(),
                                    std::vector<std::vector<StoredSlice>>(nshards), std::move(placement));
   if (auto s = change.claim(store_, v ? Claim::kChangeStep : Claim::kNewStep, job, step); !s) {
-    ptc::log::warn("catching up {}: {}", name, s.to_string());
+    log::warn("catching up {}: {}", name, s.to_string());
     return false;
   }
   // Planned against `v`: a commit since (this node's own part of the step, a kept change that
   // committed on its record while the peers were asked) is newer than anything caught up here,
   // and holds what this node wrote; replacing it would leave the node holding none of it.
   if (current_version(store_, job, step).value_or(nullptr) != v) {
-    ptc::log::info("catching up {}: committed here meanwhile; nothing to catch up", name);
+    log::info("catching up {}: committed here meanwhile; nothing to catch up", name);
     return false;
   }
   if (auto s = commit_change(store_, change); !s) {
-    ptc::log::warn("catching up {}: {}", name, s.to_string());
+    log::warn("catching up {}: {}", name, s.to_string());
     return false;
   }
-  ptc::log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name,
-                 newest->version);
+  log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name, newest->version);
   if (!lost.empty())
-    ptc::log::error(
+    log::error(
         "{} names this node a holder of {}, but it has none of those bytes (lost with a restart?); "
         "reads of them fail until the step is removed",
         name, lost);
@@ -115,8 +113,8 @@ bool Follower::catch_up_if_behind(const std::function<bool()>& stopping) {
     const auto left = catch_up_records(stopping);
     if (left.empty() || (stopping && stopping())) break;
     if (attempt == 4) {
-      ptc::log::warn("etcd records {} (and {} more), and no other node serves it yet; tried again on the next ticks",
-                     left.front().what(), left.size() - 1);
+      log::warn("etcd records {} (and {} more), and no other node serves it yet; tried again on the next ticks",
+                left.front().what(), left.size() - 1);
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
@@ -154,11 +152,11 @@ uint64_t Follower::served(const RecordMark& m) const {
 
 void Follower::remove_recorded(const std::string& job, const std::string& step) {
   auto change = prepare_removal(store_, job, step);
-  const ptc::Status s = change ? commit_change(store_, *change) : change.status();
+  const Status s = change ? commit_change(store_, *change) : change.status();
   if (s)
-    ptc::log::info("{}/{} was removed on the other nodes (etcd records it); removed here too", job, step);
+    log::info("{}/{} was removed on the other nodes (etcd records it); removed here too", job, step);
   else
-    ptc::log::warn("{}/{} is removed in etcd but not here: {}", job, step, s.to_string());
+    log::warn("{}/{} is removed in etcd but not here: {}", job, step, s.to_string());
 }
 
 std::vector<RecordMark> Follower::catch_up_records(const std::function<bool()>& stopping) {
@@ -210,14 +208,14 @@ size_t Follower::catch_up_datasets(const std::function<bool()>& stopping) {
     change.datasets = {{v->with_position(pos, newest->version, spec.global_batch), v}};
     // Not under a change prepared here (a kept repartition that re-splits it commits it itself).
     if (auto s = change.claim_datasets(store_); !s) {
-      ptc::log::warn("catching up dataset {}: {}; tried again later", name, s.to_string());
+      log::warn("catching up dataset {}: {}; tried again later", name, s.to_string());
       continue;
     }
     if (auto s = commit_change(store_, change); !s) {
-      ptc::log::warn("catching up dataset {}: {}", name, s.to_string());
+      log::warn("catching up dataset {}: {}", name, s.to_string());
       continue;
     }
-    ptc::log::info("dataset {} moved to version {} while this node was down; caught up", name, newest->version);
+    log::info("dataset {} moved to version {} while this node was down; caught up", name, newest->version);
     ++caught;
   }
   return caught;

@@ -47,20 +47,19 @@ class Membership {
   // The members now, as indices into the peer backend's node table, in placement order.
   virtual std::vector<int> members() const = 0;
   // ok, or why this node may not take part in a change now (it lost etcd: fenced).
-  virtual ptc::Status can_change() const = 0;
+  virtual Status can_change() const = 0;
   // This node's lease (0 in static mode).
   virtual int64_t lease() const = 0;
   // Whether the node `id` still holds lease `lease` (a coordinator's, of a prepared change).
   virtual bool lease_alive(const std::string& id, int64_t lease) const = 0;
-  virtual ptc::Result<Record> read(const std::string& key) = 0;
+  virtual Result<Record> read(const std::string& key) = 0;
   // The commit decision: writes `value` under `key` if the key is still at `revision` (0: it
   // must not exist) and this node still holds `lease`. false: the check failed (another change
   // won, or the lease is gone); an error: etcd did not answer, the outcome is unknown.
   // `lease`: the lease the change was prepared under (its participants drop their parts when it
   // ends); the check fails when this node holds another one now (it lost that lease, stopped or
   // cut off past its TTL, and registered again), since the parts it would commit may be gone.
-  virtual ptc::Result<bool> decide(const std::string& key, int64_t revision, const nlohmann::json& value,
-                                   int64_t lease) = 0;
+  virtual Result<bool> decide(const std::string& key, int64_t revision, const nlohmann::json& value, int64_t lease) = 0;
   // How long a coordinator may go on asking for a decision whose outcome is unknown (etcd
   // lost a member and elects a leader; this node is fenced for an instant): the lease's TTL,
   // after which the lease check fails and no retry can win anyway. Zero in static mode.
@@ -68,7 +67,7 @@ class Membership {
   // Takes the lock of `key` for this node's lease (a second coordinator of the same step is
   // refused at once, naming the holder, instead of both preparing and both failing); free
   // it with unlock(). It goes with the lease if this node dies.
-  virtual ptc::Status lock(const std::string& key) = 0;
+  virtual Status lock(const std::string& key) = 0;
   virtual void unlock(const std::string& key) = 0;
   // Adds to the peer backend any of `ids` it does not know yet (a node that joined an instant
   // ago, whose registration this node's watch has not delivered yet).
@@ -82,13 +81,13 @@ class StaticMembership final : public Membership {
  public:
   explicit StaticMembership(const transport::PeerBackend& peers) : peers_(peers) {}
   std::vector<int> members() const override;
-  ptc::Status can_change() const override { return ptc::Status::ok(); }
+  Status can_change() const override { return Status::ok(); }
   int64_t lease() const override { return 0; }
   bool lease_alive(const std::string&, int64_t) const override { return true; }
-  ptc::Result<Record> read(const std::string&) override { return Record{}; }
-  ptc::Result<bool> decide(const std::string&, int64_t, const nlohmann::json&, int64_t) override { return true; }
+  Result<Record> read(const std::string&) override { return Record{}; }
+  Result<bool> decide(const std::string&, int64_t, const nlohmann::json&, int64_t) override { return true; }
   std::chrono::milliseconds decision_window() const override { return std::chrono::milliseconds(0); }
-  ptc::Status lock(const std::string&) override { return ptc::Status::ok(); }
+  Status lock(const std::string&) override { return Status::ok(); }
   void unlock(const std::string&) override {}
   void learn(const std::vector<std::string>&) override {}
   nlohmann::json describe() const override { return {{"mode", "static"}}; }

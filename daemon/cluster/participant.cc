@@ -59,20 +59,20 @@ bool Participant::in(const std::deque<std::string>& memory, const std::string& t
   return std::find(memory.begin(), memory.end(), tx) != memory.end();
 }
 
-ptc::Result<Participant::Preparing> Participant::begin(const std::string& tx) {
+Result<Participant::Preparing> Participant::begin(const std::string& tx) {
   std::lock_guard lock(mu_);
   if (preparing_.count(tx) || held_.count(tx) || committing_.count(tx) || in(committed_, tx))
-    return ptc::error(ptc::Code::kAlreadyExists, "node " + self_ + ": transaction " + tx + " is already " +
-                                                     std::string(to_string(state_locked(tx))));
+    return error(Code::kAlreadyExists,
+                 "node " + self_ + ": transaction " + tx + " is already " + std::string(to_string(state_locked(tx))));
   if (in(aborted_, tx))
-    return ptc::error(ptc::Code::kFailedPrecondition,
-                      "node " + self_ + ": transaction " + tx + " was aborted by its coordinator already");
+    return error(Code::kFailedPrecondition,
+                 "node " + self_ + ": transaction " + tx + " was aborted by its coordinator already");
   preparing_.insert(tx);
   return Preparing(this, tx);
 }
 
-ptc::Status Participant::prepared(Preparing preparing, PreparedChange change, const Decider& by,
-                                  std::optional<SavePart> save) {
+Status Participant::prepared(Preparing preparing, PreparedChange change, const Decider& by,
+                             std::optional<SavePart> save) {
   const std::string tx = preparing.tx();
   // With etcd deciding, this node keeps its part across a restart: once it answers "prepared",
   // the coordinator may commit, and this node's part must not die with it. A save's part too:
@@ -100,18 +100,17 @@ ptc::Status Participant::prepared(Preparing preparing, PreparedChange change, co
   if (aborted) {
     // The coordinator aborted it while this node prepared it: nothing of it stays.
     drop(tx, held);
-    ptc::log::info("dropped the change of transaction {}: its coordinator aborted it while this node prepared it", tx);
-    return ptc::error(ptc::Code::kFailedPrecondition, "node " + self_ + ": transaction " + tx +
-                                                          " was aborted by its coordinator before this node had "
-                                                          "prepared it");
+    log::info("dropped the change of transaction {}: its coordinator aborted it while this node prepared it", tx);
+    return error(Code::kFailedPrecondition, "node " + self_ + ": transaction " + tx +
+                                                " was aborted by its coordinator before this node had "
+                                                "prepared it");
   }
   if (recorded) {
     // Its record came while it was prepared (the others committed it without this node).
-    ptc::log::info("transaction {} was recorded in etcd while this node prepared it; committing", tx);
-    if (auto s = finish(tx, true); !s)
-      ptc::log::error("committing transaction {} recorded in etcd: {}", tx, s.to_string());
+    log::info("transaction {} was recorded in etcd while this node prepared it; committing", tx);
+    if (auto s = finish(tx, true); !s) log::error("committing transaction {} recorded in etcd: {}", tx, s.to_string());
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 void Participant::hold(const std::string& tx, PreparedChange change, const std::string& key) {
@@ -128,10 +127,10 @@ void Participant::drop(const std::string& tx, Held& held, const std::string& why
   if (held.save) saves_.part_done(held.save->job, held.save->step, false, why);
 }
 
-ptc::Status Participant::finish(const std::string& tx, bool commit, const std::string& why) {
+Status Participant::finish(const std::string& tx, bool commit, const std::string& why) {
   std::optional<Held> held;
-  std::promise<ptc::Status> outcome;
-  std::shared_future<ptc::Status> under_way;
+  std::promise<Status> outcome;
+  std::shared_future<Status> under_way;
   {
     std::lock_guard lock(mu_);
     auto it = held_.find(tx);
@@ -140,7 +139,7 @@ ptc::Status Participant::finish(const std::string& tx, bool commit, const std::s
         // Aborting what was never prepared (or already aborted) is fine; one still being
         // prepared is dropped when its prepare ends (prepared()).
         remember(aborted_, tx);
-        return ptc::Status::ok();
+        return Status::ok();
       }
       // Committed already (on its record in etcd), or being committed by another thread: a
       // commit answered before this node serves the new version would let the coordinator
@@ -148,9 +147,9 @@ ptc::Status Participant::finish(const std::string& tx, bool commit, const std::s
       if (auto c = committing_.find(tx); c != committing_.end())
         under_way = c->second;
       else if (in(committed_, tx))
-        return ptc::Status::ok();
+        return Status::ok();
       else
-        return ptc::not_found("no prepared transaction " + tx + " on node " + self_);
+        return not_found("no prepared transaction " + tx + " on node " + self_);
     } else {
       held.emplace(std::move(it->second));
       held_.erase(it);
@@ -164,10 +163,10 @@ ptc::Status Participant::finish(const std::string& tx, bool commit, const std::s
   const std::string name = describe(held->change);
   if (!commit) {
     drop(tx, *held, why);
-    ptc::log::info("aborted the change of {} (transaction {}){}", name, tx, why.empty() ? "" : ": " + why);
-    return ptc::Status::ok();
+    log::info("aborted the change of {} (transaction {}){}", name, tx, why.empty() ? "" : ": " + why);
+    return Status::ok();
   }
-  const ptc::Status committed = commit_change(store_, held->change).with_context("node " + self_);
+  const Status committed = commit_change(store_, held->change).with_context("node " + self_);
   if (held->kept) forget_prepared(store_, tx);  // committed, or (the commit failed) aborted
   {
     std::lock_guard lock(mu_);
@@ -177,8 +176,8 @@ ptc::Status Participant::finish(const std::string& tx, bool commit, const std::s
   if (held->save) saves_.part_done(held->save->job, held->save->step, committed.is_ok());
   outcome.set_value(committed);  // a save's part is done too: the mount shows it committed, not pending
   PTC_RETURN_IF_ERROR(committed);
-  ptc::log::info("committed {} (transaction {})", name, tx);
-  return ptc::Status::ok();
+  log::info("committed {} (transaction {})", name, tx);
+  return Status::ok();
 }
 
 bool Participant::commit_decided(const std::string& tx) {
@@ -191,7 +190,7 @@ bool Participant::commit_decided(const std::string& tx) {
     }
   }
   auto s = finish(tx, true);  // commits it, or waits for the commit under way (the coordinator's peer.commit)
-  if (!s) ptc::log::error("committing transaction {} recorded in etcd: {}", tx, s.to_string());
+  if (!s) log::error("committing transaction {} recorded in etcd: {}", tx, s.to_string());
   return s.is_ok();
 }
 
@@ -208,12 +207,12 @@ void Participant::drop_superseded(const std::string& key, const std::string& tx,
   }
   for (const auto& t : lost) {
     if (tx.empty())
-      ptc::log::warn(
+      log::warn(
           "the change prepared for {} (transaction {}) was decided without this node: the others are at "
           "version {}; aborted here, caught up instead",
           key, t, version);
     else
-      ptc::log::warn(
+      log::warn(
           "the change prepared for {} (transaction {}) can never commit: etcd records {} by transaction {}; "
           "aborted",
           key, t, removed ? "a removal" : "version " + std::to_string(version), tx);
@@ -227,15 +226,15 @@ void Participant::restore() {
   for (auto& k : kept) {
     // Who decides it, as prepared() wrote it; anything else is decided by nobody: dropped.
     const std::string w = "kept change " + k.tx;
-    auto lease = k.about.is_object() && k.about.contains("lease") ? ptc::get_int(k.about["lease"], w + " lease")
-                                                                  : ptc::Result<int64_t>(int64_t{0});
+    auto lease = k.about.is_object() && k.about.contains("lease") ? get_int(k.about["lease"], w + " lease")
+                                                                  : Result<int64_t>(int64_t{0});
     Held h{std::move(k.change),
-           Decider{ptc::member_string_or(k.about, "key", "", w).value_or(""),
-                   ptc::member_string_or(k.about, "coordinator", "", w).value_or(""), lease.value_or(0)},
+           Decider{member_string_or(k.about, "key", "", w).value_or(""),
+                   member_string_or(k.about, "coordinator", "", w).value_or(""), lease.value_or(0)},
            std::nullopt, std::chrono::steady_clock::now(), true};
     if (!decidable || h.by.key.empty() || h.by.lease == 0) {
-      ptc::log::warn("dropping {} kept from before the restart (transaction {}): without etcd nothing decides it",
-                     describe(h.change), k.tx);
+      log::warn("dropping {} kept from before the restart (transaction {}): without etcd nothing decides it",
+                describe(h.change), k.tx);
       drop(k.tx, h);
       continue;
     }
@@ -266,21 +265,21 @@ size_t Participant::expire(std::chrono::seconds max_age) {
       auto rec = members_.read(d.key);
       if (!rec) continue;  // etcd is unreachable: decide later
       if (written_by(d.key, rec->value, d.tx)) {
-        if (auto s = finish(d.tx, true); !s) ptc::log::error("committing transaction {}: {}", d.tx, s.to_string());
+        if (auto s = finish(d.tx, true); !s) log::error("committing transaction {}: {}", d.tx, s.to_string());
         continue;
       }
     }
-    ptc::log::warn("dropping the change prepared for {} by node {} (transaction {}): {}", d.key, d.coordinator, d.tx,
-                   d.lease_ended ? "that node's lease ended before it committed" : "it waited too long for a decision");
+    log::warn("dropping the change prepared for {} by node {} (transaction {}): {}", d.key, d.coordinator, d.tx,
+              d.lease_ended ? "that node's lease ended before it committed" : "it waited too long for a decision");
     (void)finish(d.tx, false);
     ++dropped;
   }
   return dropped;
 }
 
-ptc::Status Participant::blocked(ptc::Status why, const std::string& tx, const std::string& key, const std::string& job,
-                                 bool datasets) const {
-  if (why.code() != ptc::Code::kFailedPrecondition) return why;
+Status Participant::blocked(Status why, const std::string& tx, const std::string& key, const std::string& job,
+                            bool datasets) const {
+  if (why.code() != Code::kFailedPrecondition) return why;
   // The same record, or, for a change of the job's datasets (a repartition re-splits them), a
   // part holding a dataset of the job (its claim refused this one).
   std::lock_guard lock(mu_);
@@ -300,9 +299,9 @@ ptc::Status Participant::blocked(ptc::Status why, const std::string& tx, const s
   }
   if (!holder) return why;
   const std::string& by = holder->by.coordinator;
-  return ptc::error(why.code(), why.message() + ": it holds the change that node " + by + " coordinates (transaction " +
-                                    holder_tx + "), not decided yet; that goes when " + by + " commits or aborts it" +
-                                    (holder->by.lease != 0 ? ", or when its lease ends" : ""));
+  return error(why.code(), why.message() + ": it holds the change that node " + by + " coordinates (transaction " +
+                               holder_tx + "), not decided yet; that goes when " + by + " commits or aborts it" +
+                               (holder->by.lease != 0 ? ", or when its lease ends" : ""));
 }
 
 std::shared_ptr<const DatasetVersion> Participant::dataset_added(const std::string& tx) const {

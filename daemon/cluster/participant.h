@@ -92,13 +92,13 @@ class Participant {
 
   // Phase one starts: kAlreadyExists when `tx` is preparing or prepared here already,
   // kFailedPrecondition when its coordinator aborted it already.
-  ptc::Result<Preparing> begin(const std::string& tx);
+  Result<Preparing> begin(const std::string& tx);
   // Phase one ends with this node's part: kept for a restart when `by` has a lease and the
   // change can be kept, then held until it is decided. When its record came meanwhile it is
   // committed at once (ok); when its coordinator aborted it meanwhile it is dropped
   // (kFailedPrecondition). `save`: the save whose part it is.
-  ptc::Status prepared(Preparing preparing, PreparedChange change, const Decider& by,
-                       std::optional<SavePart> save = std::nullopt);
+  Status prepared(Preparing preparing, PreparedChange change, const Decider& by,
+                  std::optional<SavePart> save = std::nullopt);
   // Holds a part this node prepared itself (the home node of a dataset add: its peers pull the
   // sample table from it before anyone commits), decided by the record `key`.
   void hold(const std::string& tx, PreparedChange change, const std::string& key);
@@ -107,7 +107,7 @@ class Participant {
   // commit of one committed already is ok; of one unknown, kNotFound. An abort of one unknown
   // or preparing is remembered (its prepare then drops its part); `why`: why the coordinator
   // aborted, which trying again would not undo (a save's part then fails instead of waiting).
-  ptc::Status finish(const std::string& tx, bool commit, const std::string& why = {});
+  Status finish(const std::string& tx, bool commit, const std::string& why = {});
   // The record of `tx` was seen in etcd (its commit): commits it when held here, or waits for
   // its commit under way; whether `tx` is committed here. Otherwise it is remembered, and a
   // prepare that ends later commits at once.
@@ -129,8 +129,8 @@ class Participant {
 
   // A prepare of `key` (or, `datasets`, of job `job`'s datasets) refused with `why`: when a
   // part held here under another transaction blocks it, `why` names its coordinator, who ends it.
-  ptc::Status blocked(ptc::Status why, const std::string& tx, const std::string& key, const std::string& job,
-                      bool datasets) const;
+  Status blocked(Status why, const std::string& tx, const std::string& key, const std::string& job,
+                 bool datasets) const;
   // The dataset version a dataset add held under `tx` makes; null when none is held.
   std::shared_ptr<const DatasetVersion> dataset_added(const std::string& tx) const;
   TxState state(const std::string& tx) const;
@@ -162,7 +162,7 @@ class Participant {
   // Commits under way (a transaction leaves held_ when its commit starts): a second commit of
   // one (the coordinator's peer.commit and the record seen in etcd race) waits for the first's
   // outcome, so that no node answers "committed" before it serves the new version.
-  std::map<std::string, std::shared_future<ptc::Status>> committing_;
+  std::map<std::string, std::shared_future<Status>> committing_;
   std::deque<std::string> committed_;  // the last transactions committed
   std::deque<std::string> aborted_;    // the last transactions aborted, prepared here or not
   // The last transactions whose record was seen in etcd while this node did not hold them.

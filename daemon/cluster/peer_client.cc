@@ -40,14 +40,14 @@ void PeerClient::run_pool() {
 
 std::string PeerClient::name_of(int node) const { return node_id(*peers_.cluster(), node); }
 
-ptc::Result<json> PeerClient::ask(int node, const json& request) {
+Result<json> PeerClient::ask(int node, const json& request) {
   if (node != self_) return peers_.call(node, request);
   auto r = local_.handle(request);
-  return r ? ptc::Result<json>(std::move(r->result)) : ptc::Result<json>(r.status());
+  return r ? Result<json>(std::move(r->result)) : Result<json>(r.status());
 }
 
-std::vector<ptc::Result<json>> PeerClient::ask_all(const std::vector<int>& nodes, const json& request) {
-  std::vector<ptc::Result<json>> out(nodes.size(), ptc::internal("not asked"));
+std::vector<Result<json>> PeerClient::ask_all(const std::vector<int>& nodes, const json& request) {
+  std::vector<Result<json>> out(nodes.size(), internal("not asked"));
   if (nodes.size() == 1) {  // no fan-out to make
     out[0] = ask(nodes[0], request);
     return out;
@@ -72,60 +72,59 @@ std::vector<ptc::Result<json>> PeerClient::ask_all(const std::vector<int>& nodes
 }
 
 template <typename T, typename Decode>
-std::vector<ptc::Result<T>> PeerClient::ask_typed(const std::vector<int>& nodes, const json& request,
-                                                  const std::string& what, Decode decode) {
+std::vector<Result<T>> PeerClient::ask_typed(const std::vector<int>& nodes, const json& request,
+                                             const std::string& what, Decode decode) {
   auto answers = ask_all(nodes, request);
-  std::vector<ptc::Result<T>> out;
+  std::vector<Result<T>> out;
   out.reserve(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i)
     out.push_back(answers[i] ? decode(*answers[i], what + " of node " + name_of(nodes[i]))
-                             : ptc::Result<T>(answers[i].status()));
+                             : Result<T>(answers[i].status()));
   return out;
 }
 
-std::vector<ptc::Result<StepState>> PeerClient::state(const std::vector<int>& nodes, const StateRequest& req) {
+std::vector<Result<StepState>> PeerClient::state(const std::vector<int>& nodes, const StateRequest& req) {
   return ask_typed<StepState>(nodes, to_json(req), "state of " + req.job + "/" + req.step, step_state_from_json);
 }
 
-std::vector<ptc::Result<PrepareReply>> PeerClient::prepare(const std::vector<int>& nodes, const PrepareRequest& req) {
+std::vector<Result<PrepareReply>> PeerClient::prepare(const std::vector<int>& nodes, const PrepareRequest& req) {
   return ask_typed<PrepareReply>(nodes, to_json(req), "prepare reply", prepare_reply_from_json);
 }
 
-std::vector<ptc::Status> PeerClient::ask_status(const std::vector<int>& nodes, const json& request) {
+std::vector<Status> PeerClient::ask_status(const std::vector<int>& nodes, const json& request) {
   auto answers = ask_all(nodes, request);
-  std::vector<ptc::Status> out;
+  std::vector<Status> out;
   out.reserve(nodes.size());
   for (auto& a : answers) out.push_back(a.status());
   return out;
 }
 
-std::vector<ptc::Status> PeerClient::finish(const std::vector<int>& nodes, const FinishRequest& req) {
+std::vector<Status> PeerClient::finish(const std::vector<int>& nodes, const FinishRequest& req) {
   return ask_status(nodes, to_json(req));
 }
 
-std::vector<ptc::Result<SaveState>> PeerClient::save_state(const std::vector<int>& nodes, const SaveStateRequest& req) {
+std::vector<Result<SaveState>> PeerClient::save_state(const std::vector<int>& nodes, const SaveStateRequest& req) {
   return ask_typed<SaveState>(nodes, to_json(req), "save state", save_state_from_json);
 }
 
-ptc::Status PeerClient::save_ready(int node, const SaveReadyRequest& req) { return ask(node, to_json(req)).status(); }
+Status PeerClient::save_ready(int node, const SaveReadyRequest& req) { return ask(node, to_json(req)).status(); }
 
-std::vector<ptc::Result<DatasetState>> PeerClient::dataset_state(const std::vector<int>& nodes,
-                                                                 const DatasetStateRequest& req) {
+std::vector<Result<DatasetState>> PeerClient::dataset_state(const std::vector<int>& nodes,
+                                                            const DatasetStateRequest& req) {
   return ask_typed<DatasetState>(nodes, to_json(req), "state of dataset " + req.job + "/" + req.name,
                                  dataset_state_from_json);
 }
 
-std::vector<ptc::Result<PeerStats>> PeerClient::stats(const std::vector<int>& nodes) {
+std::vector<Result<PeerStats>> PeerClient::stats(const std::vector<int>& nodes) {
   return ask_typed<PeerStats>(nodes, to_json(StatsRequest{}), "stats", peer_stats_from_json);
 }
 
-std::vector<ptc::Result<DcpFilesReply>> PeerClient::dcp_files(const std::vector<int>& nodes,
-                                                              const DcpFilesRequest& req) {
+std::vector<Result<DcpFilesReply>> PeerClient::dcp_files(const std::vector<int>& nodes, const DcpFilesRequest& req) {
   return ask_typed<DcpFilesReply>(nodes, to_json(req), "staged files of " + req.job + "/" + req.step,
                                   dcp_files_reply_from_json);
 }
 
-ptc::Result<std::string> PeerClient::dcp_read(int node, const DcpReadRequest& req) {
+Result<std::string> PeerClient::dcp_read(int node, const DcpReadRequest& req) {
   std::string out;
   json head;
   if (node == self_) {
@@ -137,22 +136,22 @@ ptc::Result<std::string> PeerClient::dcp_read(int node, const DcpReadRequest& re
   }
   const std::string what = req.job + "/" + req.step + "/" + req.file + " from node " + name_of(node);
   if (out.size() != req.n)
-    return ptc::io_error(what + ": " + std::to_string(out.size()) + " bytes, not " + std::to_string(req.n), EIO);
+    return io_error(what + ": " + std::to_string(out.size()) + " bytes, not " + std::to_string(req.n), EIO);
   if (!head.is_object() || !head.contains("xxh3") || !head.at("xxh3").is_number_unsigned() ||
       head.at("xxh3").get<uint64_t>() != xxh3_of(out.data(), out.size()))
-    return ptc::io_error(what + ": the bytes do not match their checksum (changed on the way)", EIO);
+    return io_error(what + ": the bytes do not match their checksum (changed on the way)", EIO);
   return out;
 }
 
-std::vector<ptc::Status> PeerClient::dcp_convert(const std::vector<int>& nodes, const DcpConvertRequest& req) {
+std::vector<Status> PeerClient::dcp_convert(const std::vector<int>& nodes, const DcpConvertRequest& req) {
   // A conversion runs for as long as its node copies its shards: on threads of its own, not the
   // pool's, which every other fan-out of this node shares.
   const json request = to_json(req);
-  std::vector<std::future<ptc::Status>> calls;
+  std::vector<std::future<Status>> calls;
   calls.reserve(nodes.size());
   for (int node : nodes)
     calls.push_back(std::async(std::launch::async, [&, node] { return ask(node, request).status(); }));
-  std::vector<ptc::Status> out;
+  std::vector<Status> out;
   out.reserve(nodes.size());
   for (auto& c : calls) out.push_back(c.get());
   return out;

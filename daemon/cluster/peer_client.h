@@ -44,28 +44,28 @@ class PeerClient final : public ChangePeers {
   int self() const { return self_; }
   std::string name_of(int node) const override;
 
-  std::vector<ptc::Result<StepState>> state(const std::vector<int>& nodes, const StateRequest& req);
-  std::vector<ptc::Result<PrepareReply>> prepare(const std::vector<int>& nodes, const PrepareRequest& req) override;
-  std::vector<ptc::Status> finish(const std::vector<int>& nodes, const FinishRequest& req) override;
-  std::vector<ptc::Result<SaveState>> save_state(const std::vector<int>& nodes, const SaveStateRequest& req);
-  ptc::Status save_ready(int node, const SaveReadyRequest& req);
-  std::vector<ptc::Result<DatasetState>> dataset_state(const std::vector<int>& nodes, const DatasetStateRequest& req);
-  std::vector<ptc::Result<PeerStats>> stats(const std::vector<int>& nodes);
+  std::vector<Result<StepState>> state(const std::vector<int>& nodes, const StateRequest& req);
+  std::vector<Result<PrepareReply>> prepare(const std::vector<int>& nodes, const PrepareRequest& req) override;
+  std::vector<Status> finish(const std::vector<int>& nodes, const FinishRequest& req) override;
+  std::vector<Result<SaveState>> save_state(const std::vector<int>& nodes, const SaveStateRequest& req);
+  Status save_ready(int node, const SaveReadyRequest& req);
+  std::vector<Result<DatasetState>> dataset_state(const std::vector<int>& nodes, const DatasetStateRequest& req);
+  std::vector<Result<PeerStats>> stats(const std::vector<int>& nodes);
   // A stock DCP save through several nodes' mounts (daemon/cluster/dcp_save_ops.h).
-  std::vector<ptc::Result<DcpFilesReply>> dcp_files(const std::vector<int>& nodes, const DcpFilesRequest& req);
-  ptc::Result<std::string> dcp_read(int node, const DcpReadRequest& req);
-  std::vector<ptc::Status> dcp_convert(const std::vector<int>& nodes, const DcpConvertRequest& req);
+  std::vector<Result<DcpFilesReply>> dcp_files(const std::vector<int>& nodes, const DcpFilesRequest& req);
+  Result<std::string> dcp_read(int node, const DcpReadRequest& req);
+  std::vector<Status> dcp_convert(const std::vector<int>& nodes, const DcpConvertRequest& req);
 
  private:
   // `request` to every node of `nodes` at once; the answers, in order.
-  std::vector<ptc::Result<nlohmann::json>> ask_all(const std::vector<int>& nodes, const nlohmann::json& request);
-  ptc::Result<nlohmann::json> ask(int node, const nlohmann::json& request);
+  std::vector<Result<nlohmann::json>> ask_all(const std::vector<int>& nodes, const nlohmann::json& request);
+  Result<nlohmann::json> ask(int node, const nlohmann::json& request);
   // The outcome of `request` on each node of `nodes`, in order (a reply's content unused).
-  std::vector<ptc::Status> ask_status(const std::vector<int>& nodes, const nlohmann::json& request);
+  std::vector<Status> ask_status(const std::vector<int>& nodes, const nlohmann::json& request);
   // Each reply of `ask_all(nodes, request)` decoded with `decode(reply, where)`.
   template <typename T, typename Decode>
-  std::vector<ptc::Result<T>> ask_typed(const std::vector<int>& nodes, const nlohmann::json& request,
-                                        const std::string& what, Decode decode);
+  std::vector<Result<T>> ask_typed(const std::vector<int>& nodes, const nlohmann::json& request,
+                                   const std::string& what, Decode decode);
   void run_pool();
 
   transport::PeerBackend& peers_;

@@ -23,7 +23,7 @@ constexpr size_t kMaxCachedVersions = 256;
 constexpr auto kRetryAfterTimeout = std::chrono::milliseconds(10);
 }  // namespace
 
-ptc::Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(const StepVersion& v) const {
+Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(const StepVersion& v) const {
   const auto key = std::make_tuple(v.job(), v.step(), v.version());
   {
     std::lock_guard lock(mu_);
@@ -44,8 +44,8 @@ ptc::Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(cons
     for (const auto& id : v.placement().nodes) {
       if (table->find(id) >= 0 || (with && with->find(id) >= 0)) continue;
       if (v.placement().gpus.empty())  // its GPUs place ranks, and only its registration says them
-        return ptc::error(ptc::Code::kUnavailable,
-                          v.job() + "/" + v.step() + " is placed on node " + id + ", not in the cluster now");
+        return error(Code::kUnavailable,
+                     v.job() + "/" + v.step() + " is placed on node " + id + ", not in the cluster now");
       if (!with) with = *table;
       with->nodes.push_back({id, "", 1});
       all_known = false;
@@ -70,8 +70,8 @@ ptc::Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(cons
   return shared;
 }
 
-ptc::Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
-                             fs::ReadBuffer& out) const {
+Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                        fs::ReadBuffer& out) const {
   PTC_ASSIGN_OR_RETURN(auto holders, this->holders(v));
   const auto& nodes = (*holders)[v.shard_index(shard)];
   if (nodes.empty()) {
@@ -80,10 +80,10 @@ ptc::Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, si
     if (at < ids.size() && !ids[at].empty()) {
       std::string who;
       for (const auto& id : ids[at]) who += (who.empty() ? "" : ", ") + id;
-      return ptc::error(ptc::Code::kUnavailable,
-                        "shard " + shard.name() + " is held by node " + who + ", not in the cluster now");
+      return error(Code::kUnavailable,
+                   "shard " + shard.name() + " is held by node " + who + ", not in the cluster now");
     }
-    return ptc::error(ptc::Code::kUnavailable, "shard " + shard.name() + " is held by no node in the cluster now");
+    return error(Code::kUnavailable, "shard " + shard.name() + " is held by no node in the cluster now");
   }
   const ptc::Slice& sl = v.layout().slices(shard)[slice];
   const ptc::TensorSpec& spec = v.layout().tensor(sl);
@@ -91,7 +91,7 @@ ptc::Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, si
   const json req = to_json(ReadRequest{self_id_, v.job(), v.step(), shard.name(), spec.name, v.version(), 0,
                                        static_cast<uint64_t>(g.extent), off, len, true});
   auto buf = std::make_shared<std::string>();
-  ptc::Status last;
+  Status last;
   // Spread readers over the replicas; go on to the next when one fails.
   const size_t start = reads_.fetch_add(1) % nodes.size();
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -107,32 +107,31 @@ ptc::Status PeerReader::read(const StepVersion& v, const ptc::ShardId& shard, si
       }
     }
     auto r = peers_.call_data(node, req, *buf, len);
-    if (!r && r.status().code() == ptc::Code::kDeadlineExceeded) {
+    if (!r && r.status().code() == Code::kDeadlineExceeded) {
       std::lock_guard lock(mu_);
       silent_[node] = {std::chrono::steady_clock::now(), r.status()};
     }
-    if (r && buf->size() == len && ptc::member_u64_or(*r, "xxh3", 0).value_or(0) == xxh3_of(buf->data(), len)) {
+    if (r && buf->size() == len && member_u64_or(*r, "xxh3", 0).value_or(0) == xxh3_of(buf->data(), len)) {
       out.add_mem(buf->data(), buf->size());
       out.keep(buf);
-      return ptc::Status::ok();
+      return Status::ok();
     }
-    last = r ? ptc::corrupt("bytes of '" + spec.name + "' from node " + node_id(*peers_.cluster(), node) +
-                            " fail their checksum")
+    last = r ? corrupt("bytes of '" + spec.name + "' from node " + node_id(*peers_.cluster(), node) +
+                       " fail their checksum")
              : r.status();
-    ptc::log::warn("reading {} of {}/{} from a peer: {}", shard.name(), v.job(), v.step(), last.to_string());
+    log::warn("reading {} of {}/{} from a peer: {}", shard.name(), v.job(), v.step(), last.to_string());
   }
   return last;
 }
 
 const std::string& PeerReader::self_id() const { return self_id_; }
 
-ptc::Status PeerReader::read_samples(const DatasetVersion& v, const std::vector<fs::DatasetContent::Piece>& pieces,
-                                     fs::ReadBuffer& out) const {
+Status PeerReader::read_samples(const DatasetVersion& v, const std::vector<fs::DatasetContent::Piece>& pieces,
+                                fs::ReadBuffer& out) const {
   const std::string name = v.job() + "/" + v.name();
   const int home = peers_.cluster()->find(v.home());
   if (home < 0)
-    return ptc::error(ptc::Code::kUnavailable,
-                      "dataset " + name + ": its home node '" + v.home() + "' is not in the cluster");
+    return error(Code::kUnavailable, "dataset " + name + ": its home node '" + v.home() + "' is not in the cluster");
   for (size_t first = 0; first < pieces.size(); first += kPiecesPerRequest) {
     const size_t last = std::min(pieces.size(), first + kPiecesPerRequest);
     SamplesRequest req{self_id_, v.job(), v.name(), v.source().table_xxh3(), {}};
@@ -144,12 +143,12 @@ ptc::Status PeerReader::read_samples(const DatasetVersion& v, const std::vector<
     auto buf = std::make_shared<std::string>();
     PTC_ASSIGN_OR_RETURN(json r, peers_.call_data(home, to_json(req), *buf, total),
                          "reading samples of " + name + " from node " + v.home());
-    if (buf->size() != total || ptc::member_u64_or(r, "xxh3", 0).value_or(0) != xxh3_of(buf->data(), total))
-      return ptc::corrupt("samples of " + name + " from node " + v.home() + " fail their checksum");
+    if (buf->size() != total || member_u64_or(r, "xxh3", 0).value_or(0) != xxh3_of(buf->data(), total))
+      return corrupt("samples of " + name + " from node " + v.home() + " fail their checksum");
     out.add_mem(buf->data(), buf->size());
     out.keep(std::move(buf));
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 }  // namespace ptcfs

@@ -30,15 +30,15 @@ class PeerReader final : public RemoteSlices, public RemoteSamples {
   PeerReader(transport::PeerBackend& peers, int self)
       : peers_(peers), self_(self), self_id_(peers.cluster()->nodes.at(static_cast<size_t>(self)).id) {}
 
-  ptc::Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
-                   fs::ReadBuffer& out) const override;
+  Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+              fs::ReadBuffer& out) const override;
   const std::string& self_id() const override;
-  ptc::Status read_samples(const DatasetVersion& v, const std::vector<fs::DatasetContent::Piece>& pieces,
-                           fs::ReadBuffer& out) const override;
+  Status read_samples(const DatasetVersion& v, const std::vector<fs::DatasetContent::Piece>& pieces,
+                      fs::ReadBuffer& out) const override;
 
  private:
   using Holders = std::vector<std::vector<int>>;  // per shard of the version's layout: node indices
-  ptc::Result<std::shared_ptr<const Holders>> holders(const StepVersion& v) const;
+  Result<std::shared_ptr<const Holders>> holders(const StepVersion& v) const;
 
   transport::PeerBackend& peers_;
   int self_;
@@ -50,7 +50,7 @@ class PeerReader final : public RemoteSlices, public RemoteSamples {
   // through the mount fails within --peer-timeout, not twice it.
   struct Silent {
     std::chrono::steady_clock::time_point at;
-    ptc::Status why;
+    Status why;
   };
   mutable std::map<int, Silent> silent_;
   mutable std::map<std::tuple<std::string, std::string, uint64_t>, std::shared_ptr<const Holders>> holders_;

@@ -31,7 +31,7 @@ std::string PeerService::id() const { return node_id(*peers_.cluster(), self_); 
 // One row per peer operation: its name and its handler (which decodes the request).
 struct PeerService::Op {
   const char* name;
-  ptc::Result<transport::Reply> (PeerService::*handler)(const json& req);
+  Result<transport::Reply> (PeerService::*handler)(const json& req);
 };
 
 const PeerService::Op PeerService::kOps[] = {
@@ -51,17 +51,17 @@ const PeerService::Op PeerService::kOps[] = {
     {"peer.abort", &PeerService::abort},
 };
 
-ptc::Result<transport::Reply> PeerService::handle(const json& req) {
-  PTC_ASSIGN_OR_RETURN(const std::string op, ptc::member_string(req, "op", "peer request"));
+Result<transport::Reply> PeerService::handle(const json& req) {
+  PTC_ASSIGN_OR_RETURN(const std::string op, member_string(req, "op", "peer request"));
   for (const Op& o : kOps) {
     if (op != o.name) continue;
     auto r = (this->*o.handler)(req);
     // Refused reads are logged here (the reader names the node; this side names the request).
     if (!r && (o.handler == &PeerService::serve_samples || o.handler == &PeerService::serve_table))
-      ptc::log::warn("refused {}: {}", op, r.status().to_string());
+      log::warn("refused {}: {}", op, r.status().to_string());
     return r;
   }
-  return ptc::invalid("unknown peer operation '" + op + "'");
+  return invalid("unknown peer operation '" + op + "'");
 }
 
 namespace {
@@ -76,16 +76,16 @@ bool behind(const Store& store, const ReadRequest& req) {
 
 }  // namespace
 
-ptc::Result<transport::Reply> PeerService::read(const json& j) {
+Result<transport::Reply> PeerService::read(const json& j) {
   auto req = read_request_from_json(j);
-  auto r = req ? serve_slab_read(store_, *req, kMaxPeerRead, &digests_, &leases_)
-               : ptc::Result<transport::Reply>(req.status());
+  auto r =
+      req ? serve_slab_read(store_, *req, kMaxPeerRead, &digests_, &leases_) : Result<transport::Reply>(req.status());
   // A version the asker has committed and this node not yet (a node just restarted, whose kept
   // prepared change waits for its record, or one catching up) comes within moments: wait for it
   // rather than fail a reader's file (ENOENT) for a version that exists.
-  if (req && !r && r.status().code() == ptc::Code::kNotFound && behind(store_, *req)) {
+  if (req && !r && r.status().code() == Code::kNotFound && behind(store_, *req)) {
     const auto until = std::chrono::steady_clock::now() + kBehindWait;
-    while (!r && r.status().code() == ptc::Code::kNotFound && std::chrono::steady_clock::now() < until &&
+    while (!r && r.status().code() == Code::kNotFound && std::chrono::steady_clock::now() < until &&
            behind(store_, *req)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       r = serve_slab_read(store_, *req, kMaxPeerRead, &digests_, &leases_);
@@ -93,23 +93,23 @@ ptc::Result<transport::Reply> PeerService::read(const json& j) {
   }
   if (r) {
     sent_ += r->payload.size;
-    ptc::metrics::peer_sent(req->from, r->payload.size);
+    metrics::peer_sent(req->from, r->payload.size);
   } else {
-    ptc::log::warn("refused a peer read: {}", r.status().to_string());
+    log::warn("refused a peer read: {}", r.status().to_string());
   }
   return r;
 }
 
-ptc::Result<transport::Reply> PeerService::stats(const json& req) {
+Result<transport::Reply> PeerService::stats(const json& req) {
   PTC_RETURN_IF_ERROR(stats_request_from_json(req).status());
   return transport::Reply(to_json(PeerStats{sent_.load(), peers_.bytes_received()}));
 }
 
-ptc::Result<transport::Reply> PeerService::state(const json& j) {
+Result<transport::Reply> PeerService::state(const json& j) {
   PTC_ASSIGN_OR_RETURN(const StateRequest req, state_request_from_json(j));
   auto snap = store_.snapshot();
   auto it = snap->steps.find({req.job, req.step});
-  if (it == snap->steps.end()) return ptc::not_found("no step " + req.job + "/" + req.step + " on node " + id());
+  if (it == snap->steps.end()) return not_found("no step " + req.job + "/" + req.step + " on node " + id());
   const StepVersion& v = *it->second;
   StepState s{v.version(), v.placement().nodes, v.placement().gpus, {}, v.layout().ptc(), v.placement().holders};
   for (const auto& sh : v.layout().shards())
@@ -117,12 +117,12 @@ ptc::Result<transport::Reply> PeerService::state(const json& j) {
   return transport::Reply(to_json(s));
 }
 
-ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
+Result<transport::Reply> PeerService::prepare(const json& j) {
   PTC_ASSIGN_OR_RETURN(PrepareRequest req, prepare_request_from_json(j));
   // A fenced node answers, so it refuses (kFailedPrecondition): were it kUnavailable, a change
   // that leaves out unreachable nodes (dataset progress) would succeed without it while it goes
   // on serving the old state (docs/ARCHITECTURE.md "What holds under faults").
-  if (auto fenced = members_.can_change(); !fenced) return ptc::error(ptc::Code::kFailedPrecondition, fenced.message());
+  if (auto fenced = members_.can_change(); !fenced) return error(Code::kFailedPrecondition, fenced.message());
   PTC_ASSIGN_OR_RETURN(Participant::Preparing preparing, parts_.begin(req.tx));
   PrepareReply reply;
   const PartContext ctx{store_, peers_, self_, id(), members_, saves_, options_, req.tx};
@@ -143,13 +143,13 @@ ptc::Result<transport::Reply> PeerService::prepare(const json& j) {
   return transport::Reply(to_json(reply));
 }
 
-ptc::Result<transport::Reply> PeerService::commit(const json& j) {
+Result<transport::Reply> PeerService::commit(const json& j) {
   PTC_ASSIGN_OR_RETURN(const FinishRequest req, finish_request_from_json(j, true));
   PTC_RETURN_IF_ERROR(parts_.finish(req.tx, true));
   return transport::Reply(json::object());
 }
 
-ptc::Result<transport::Reply> PeerService::abort(const json& j) {
+Result<transport::Reply> PeerService::abort(const json& j) {
   PTC_ASSIGN_OR_RETURN(const FinishRequest req, finish_request_from_json(j, false));
   PTC_RETURN_IF_ERROR(parts_.finish(req.tx, false, req.why));
   return transport::Reply(json::object());

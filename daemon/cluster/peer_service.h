@@ -41,7 +41,7 @@ class PeerService {
       : store_(store), peers_(peers), self_(self), members_(members), saves_(saves), parts_(parts), options_(options) {}
 
   // Every `peer.*` operation, dispatched by its "op" (the table in peer_service.cc).
-  ptc::Result<transport::Reply> handle(const nlohmann::json& request);
+  Result<transport::Reply> handle(const nlohmann::json& request);
 
   // Forgets the read leases of versions nobody read for a while (daemon/cluster/read_leases.h).
   void expire_reads() { leases_.expire(); }
@@ -52,22 +52,22 @@ class PeerService {
   // The handlers of the table: each decodes its request (daemon/cluster/change_record.h).
   struct Op;
   static const Op kOps[];
-  ptc::Result<transport::Reply> read(const nlohmann::json& req);
-  ptc::Result<transport::Reply> prepare(const nlohmann::json& req);
-  ptc::Result<transport::Reply> commit(const nlohmann::json& req);
-  ptc::Result<transport::Reply> abort(const nlohmann::json& req);
-  ptc::Result<transport::Reply> state(const nlohmann::json& req);
-  ptc::Result<transport::Reply> stats(const nlohmann::json& req);
+  Result<transport::Reply> read(const nlohmann::json& req);
+  Result<transport::Reply> prepare(const nlohmann::json& req);
+  Result<transport::Reply> commit(const nlohmann::json& req);
+  Result<transport::Reply> abort(const nlohmann::json& req);
+  Result<transport::Reply> state(const nlohmann::json& req);
+  Result<transport::Reply> stats(const nlohmann::json& req);
   // daemon/cluster/peer_service_saves.cc
-  ptc::Result<transport::Reply> save_state(const nlohmann::json& req);
-  ptc::Result<transport::Reply> save_ready(const nlohmann::json& req);
-  ptc::Result<transport::Reply> dcp_files(const nlohmann::json& req);
-  ptc::Result<transport::Reply> dcp_read(const nlohmann::json& req);
-  ptc::Result<transport::Reply> dcp_convert(const nlohmann::json& req);
+  Result<transport::Reply> save_state(const nlohmann::json& req);
+  Result<transport::Reply> save_ready(const nlohmann::json& req);
+  Result<transport::Reply> dcp_files(const nlohmann::json& req);
+  Result<transport::Reply> dcp_read(const nlohmann::json& req);
+  Result<transport::Reply> dcp_convert(const nlohmann::json& req);
   // daemon/cluster/peer_service_datasets.cc
-  ptc::Result<transport::Reply> serve_samples(const nlohmann::json& req);
-  ptc::Result<transport::Reply> serve_table(const nlohmann::json& req);
-  ptc::Result<transport::Reply> dataset_state(const nlohmann::json& req);
+  Result<transport::Reply> serve_samples(const nlohmann::json& req);
+  Result<transport::Reply> serve_table(const nlohmann::json& req);
+  Result<transport::Reply> dataset_state(const nlohmann::json& req);
 
   Store& store_;
   transport::PeerBackend& peers_;

@@ -21,24 +21,24 @@ constexpr size_t kPiecesPerRequest = 4096;
 constexpr uint64_t kMaxSampleReply = 64 << 20;
 }  // namespace
 
-ptc::Result<transport::Reply> PeerService::serve_samples(const json& j) {
+Result<transport::Reply> PeerService::serve_samples(const json& j) {
   PTC_ASSIGN_OR_RETURN(const SamplesRequest req, samples_request_from_json(j));
   PTC_ASSIGN_OR_RETURN(auto v, current_dataset(store_, req.job, req.name));
   const std::string name = req.job + "/" + req.name;
   if (v->source().table_xxh3() != req.table_xxh3)
-    return ptc::not_found("dataset " + name + " on node " + id() + " has other samples (it was re-added)");
-  if (!v->source().local()) return ptc::not_found("the files of dataset " + name + " are not on node " + id());
+    return not_found("dataset " + name + " on node " + id() + " has other samples (it was re-added)");
+  if (!v->source().local()) return not_found("the files of dataset " + name + " are not on node " + id());
   if (req.pieces.size() > kPiecesPerRequest)
-    return ptc::invalid("peer.samples 'pieces' must be a list of at most " + std::to_string(kPiecesPerRequest));
+    return invalid("peer.samples 'pieces' must be a list of at most " + std::to_string(kPiecesPerRequest));
   std::vector<fs::DatasetContent::Piece> pieces;
   uint64_t total = 0;
   for (const auto& p : req.pieces) {
-    if (p.sample > ptc::kMaxSamples) return ptc::invalid("peer.samples: a piece is not [sample, offset, length]");
+    if (p.sample > ptc::kMaxSamples) return invalid("peer.samples: a piece is not [sample, offset, length]");
     pieces.push_back({static_cast<uint32_t>(p.sample), p.off, p.len});
     total += p.len;
     if (p.len > kMaxSampleReply || total > kMaxSampleReply)
-      return ptc::error(ptc::Code::kResourceExhausted,
-                        "peer.samples asks for more than " + std::to_string(kMaxSampleReply) + " bytes");
+      return error(Code::kResourceExhausted,
+                   "peer.samples asks for more than " + std::to_string(kMaxSampleReply) + " bytes");
   }
   fs::ReadBuffer rb;
   PTC_RETURN_IF_ERROR(v->source().read(pieces, rb));
@@ -48,27 +48,27 @@ ptc::Result<transport::Reply> PeerService::serve_samples(const json& j) {
   reply.payload.add(buf->data(), buf->size());
   reply.payload.keep.push_back(buf);
   sent_ += buf->size();
-  ptc::metrics::peer_sent(req.from, buf->size());
+  metrics::peer_sent(req.from, buf->size());
   return reply;
 }
 
-ptc::Result<transport::Reply> PeerService::serve_table(const json& j) {
+Result<transport::Reply> PeerService::serve_table(const json& j) {
   PTC_ASSIGN_OR_RETURN(const DatasetTableRequest req, dataset_table_request_from_json(j));
   const std::string& tx = req.tx;
   const uint64_t off = req.off, n = req.n;
   const std::shared_ptr<const DatasetVersion> v = parts_.dataset_added(tx);
-  if (!v) return ptc::not_found("no dataset add " + tx + " prepared on node " + id());
+  if (!v) return not_found("no dataset add " + tx + " prepared on node " + id());
   const std::string_view table = v->source().table_bytes();
   if (n > kTableChunk || off > table.size() || n > table.size() - off)
-    return ptc::error(ptc::Code::kOutOfRange, "peer.dataset_table: bytes [" + std::to_string(off) + ", +" +
-                                                  std::to_string(n) + ") outside the table or over the chunk limit");
+    return error(Code::kOutOfRange, "peer.dataset_table: bytes [" + std::to_string(off) + ", +" + std::to_string(n) +
+                                        ") outside the table or over the chunk limit");
   transport::Reply reply(json{{"size", table.size()}});
   reply.payload.add(table.data() + off, n);
   reply.payload.keep.push_back(v);
   return reply;
 }
 
-ptc::Result<transport::Reply> PeerService::dataset_state(const json& j) {
+Result<transport::Reply> PeerService::dataset_state(const json& j) {
   PTC_ASSIGN_OR_RETURN(const DatasetStateRequest req, dataset_state_request_from_json(j));
   PTC_ASSIGN_OR_RETURN(auto v, current_dataset(store_, req.job, req.name));
   const auto& p = v->position();

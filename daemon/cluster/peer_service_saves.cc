@@ -16,7 +16,7 @@ namespace ptcfs {
 
 using nlohmann::json;
 
-ptc::Result<transport::Reply> PeerService::save_state(const json& j) {
+Result<transport::Reply> PeerService::save_state(const json& j) {
   PTC_ASSIGN_OR_RETURN(const SaveStateRequest req, save_state_request_from_json(j));
   SaveState st;
   const auto p = saves_.part_state(req.job, req.step);
@@ -31,13 +31,13 @@ ptc::Result<transport::Reply> PeerService::save_state(const json& j) {
   return transport::Reply(to_json(st));
 }
 
-ptc::Result<transport::Reply> PeerService::save_ready(const json& j) {
+Result<transport::Reply> PeerService::save_ready(const json& j) {
   PTC_ASSIGN_OR_RETURN(const SaveReadyRequest req, save_ready_request_from_json(j));
   saves_.note_ready(req.job, req.step);  // the node's ticker asks for the commit (ChangeRunner::save_commit)
   return transport::Reply(json::object());
 }
 
-ptc::Result<transport::Reply> PeerService::dcp_files(const json& j) {
+Result<transport::Reply> PeerService::dcp_files(const json& j) {
   PTC_ASSIGN_OR_RETURN(const DcpFilesRequest req, dcp_files_request_from_json(j));
   PTC_ASSIGN_OR_RETURN(auto files, saves_.staged_files(req.job, req.step));
   DcpFilesReply reply;
@@ -46,7 +46,7 @@ ptc::Result<transport::Reply> PeerService::dcp_files(const json& j) {
   return transport::Reply(to_json(reply));
 }
 
-ptc::Result<transport::Reply> PeerService::dcp_read(const json& j) {
+Result<transport::Reply> PeerService::dcp_read(const json& j) {
   PTC_ASSIGN_OR_RETURN(const DcpReadRequest req, dcp_read_request_from_json(j));
   PTC_ASSIGN_OR_RETURN(std::string bytes, saves_.read_staged(req.job, req.step, req.file, req.off, req.n));
   auto buf = std::make_shared<const std::string>(std::move(bytes));
@@ -56,7 +56,7 @@ ptc::Result<transport::Reply> PeerService::dcp_read(const json& j) {
   return reply;
 }
 
-ptc::Result<transport::Reply> PeerService::dcp_convert(const json& j) {
+Result<transport::Reply> PeerService::dcp_convert(const json& j) {
   PTC_ASSIGN_OR_RETURN(const DcpConvertRequest req, dcp_convert_request_from_json(j));
   PTC_RETURN_IF_ERROR(saves_.convert_part(req).with_context("node " + id()));
   return transport::Reply(json::object());

@@ -14,7 +14,7 @@ namespace ptcfs {
 
 using nlohmann::json;
 
-ptc::Result<ptc::ClusterConfig> change_table(const RepartitionChange& c, const ptc::ClusterConfig& known) {
+Result<ptc::ClusterConfig> change_table(const RepartitionChange& c, const ptc::ClusterConfig& known) {
   std::vector<std::string> ids = c.from_nodes;
   ids.insert(ids.end(), c.to_nodes.begin(), c.to_nodes.end());
   for (const auto& h : c.from_holders) ids.insert(ids.end(), h.begin(), h.end());
@@ -23,18 +23,18 @@ ptc::Result<ptc::ClusterConfig> change_table(const RepartitionChange& c, const p
   ptc::ClusterConfig table;
   for (const auto& id : ids) {
     const int n = known.find(id);
-    if (n < 0) return ptc::not_found("node " + id + " of the change of " + c.job + "/" + c.step + " is unknown here");
+    if (n < 0) return not_found("node " + id + " of the change of " + c.job + "/" + c.step + " is unknown here");
     table.nodes.push_back(known.nodes[static_cast<size_t>(n)]);
   }
   return table;
 }
 
-ptc::Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, const ptc::Layout& to,
-                                                   const RepartitionChange& c, const ptc::ClusterConfig& cluster) {
+Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, const ptc::Layout& to,
+                                              const RepartitionChange& c, const ptc::ClusterConfig& cluster) {
   ptc::ClusterHoldings h;
   h.num_nodes = static_cast<int>(cluster.nodes.size());
   if (!c.from_holders.empty()) {  // a saved step: held where it was written
-    if (c.from_holders.size() != from.shards().size()) return ptc::invalid("the holders do not match the layout");
+    if (c.from_holders.size() != from.shards().size()) return invalid("the holders do not match the layout");
     h.src_nodes = node_indices(cluster, c.from_holders);
   } else {
     PTC_ASSIGN_OR_RETURN(h.src_nodes, ptc::shard_nodes_on(from, cluster, c.from_nodes, c.from_gpus));
@@ -83,17 +83,17 @@ struct Chunk {
 // The chunks are taken in turn from a point that depends on this node (`self` of `nodes`), so that
 // replicas pulling the same windows from one sender ask for each at different times and the
 // later ones find its XXH3 computed (SlabDigests).
-ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& self_id, const RepartitionChange& c,
-                            const ptc::Layout& from, const ptc::Plan& part, const std::vector<int>& backend,
-                            const std::vector<uint64_t>& offsets, const BlobWriter& w, const PrepareOptions& opt,
-                            size_t self, size_t nodes) {
+Status fetch_transfers(transport::PeerBackend& peers, const std::string& self_id, const RepartitionChange& c,
+                       const ptc::Layout& from, const ptc::Plan& part, const std::vector<int>& backend,
+                       const std::vector<uint64_t>& offsets, const BlobWriter& w, const PrepareOptions& opt,
+                       size_t self, size_t nodes) {
   std::vector<Chunk> chunks;
   for (size_t i = 0; i < part.transfers.size(); ++i)
     for (uint64_t off = 0; off < part.transfers[i].bytes; off += opt.chunk)
       chunks.push_back({i, off, std::min(opt.chunk, part.transfers[i].bytes - off)});
   return parallel_for(chunks.size(), opt.fetchers, [&]() -> Worker {
     auto buf = std::make_shared<std::vector<std::byte>>(transport::RpcClient::kIntoPiece);
-    return [&, buf](size_t k) -> ptc::Status {
+    return [&, buf](size_t k) -> Status {
       const Chunk& ch = chunks[(k + chunks.size() * self / std::max<size_t>(nodes, 1)) % chunks.size()];
       const ptc::Transfer& t = part.transfers[ch.transfer];
       const ptc::ShardId src = from.shards()[t.src_shard];
@@ -106,7 +106,7 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& se
       const uint64_t at = offsets[ch.transfer] + ch.off;
       std::optional<Xxh3Stream> hash;
       transport::IntoHooks hooks;
-      hooks.place = [&](uint64_t off, size_t) -> ptc::Result<std::byte*> {
+      hooks.place = [&](uint64_t off, size_t) -> Result<std::byte*> {
         if (off == 0) hash.emplace();  // a retried call starts again
         return buf->data();
       };
@@ -115,12 +115,12 @@ ptc::Status fetch_transfers(transport::PeerBackend& peers, const std::string& se
         return w.write_at(at + off, p, n);
       };
       PTC_ASSIGN_OR_RETURN(json r, peers.call_into(peer, req, ch.n, hooks), context);
-      if (!hash || ptc::member_u64_or(r, "xxh3", 0).value_or(0) != hash->digest())
-        return ptc::corrupt("bytes of '" + tensor + "' from node " +
-                            peers.cluster()->nodes[static_cast<size_t>(peer)].id + " fail their checksum")
+      if (!hash || member_u64_or(r, "xxh3", 0).value_or(0) != hash->digest())
+        return corrupt("bytes of '" + tensor + "' from node " + peers.cluster()->nodes[static_cast<size_t>(peer)].id +
+                       " fail their checksum")
             .with_context(context);
       w.start_writeback(at, ch.n);
-      return ptc::Status::ok();
+      return Status::ok();
     };
   });
 }
@@ -142,8 +142,8 @@ struct PartPlan {
   ptc::Plan part;  // ptc::node_part of the plan for `self`
 };
 
-ptc::Result<PartPlan> plan_part(const Store& store, const transport::PeerBackend& peers, int self_in_backend,
-                                const RepartitionChange& c) {
+Result<PartPlan> plan_part(const Store& store, const transport::PeerBackend& peers, int self_in_backend,
+                           const RepartitionChange& c) {
   const std::string name = c.job + "/" + c.step;
   const auto known = peers.cluster();
   PartPlan p;
@@ -156,28 +156,27 @@ ptc::Result<PartPlan> plan_part(const Store& store, const transport::PeerBackend
     if (auto it = snap->steps.find({c.job, c.step}); it != snap->steps.end()) p.old = it->second;
   }
   if (p.old && p.old->version() != c.from_version)
-    return ptc::error(ptc::Code::kFailedPrecondition, name + " is at version " + std::to_string(p.old->version()) +
-                                                          " on node " + p.self_id + ", not " +
-                                                          std::to_string(c.from_version));
+    return error(Code::kFailedPrecondition, name + " is at version " + std::to_string(p.old->version()) + " on node " +
+                                                p.self_id + ", not " + std::to_string(c.from_version));
   PTC_ASSIGN_OR_RETURN(p.from, ptc::Layout::make(c.ptc, c.ptc.parallelism));
   PTC_ASSIGN_OR_RETURN(p.to, ptc::Layout::make(c.ptc, c.to));
   PTC_ASSIGN_OR_RETURN(p.holdings, cluster_holdings(p.from, p.to, c, p.cluster));
   if (!p.old)
     for (auto& nodes : p.holdings.src_nodes)
       if (std::find(nodes.begin(), nodes.end(), p.self) != nodes.end())
-        return ptc::error(ptc::Code::kFailedPrecondition,
-                          name + " is placed on node " + p.self_id + " but that node does not hold it");
+        return error(Code::kFailedPrecondition,
+                     name + " is placed on node " + p.self_id + " but that node does not hold it");
   PTC_ASSIGN_OR_RETURN(ptc::Plan plan, ptc::make_cluster_plan(p.from, p.to, p.holdings));
   if (c.digest != 0 && plan_digest(plan) != c.digest)
-    return ptc::internal("node " + p.self_id + " computed a different plan for " + name);
+    return internal("node " + p.self_id + " computed a different plan for " + name);
   p.part = ptc::node_part(plan, p.self);
   return p;
 }
 
 // Pulls this node's transfers, one after another, into one new blob of `change` (none when
 // nothing comes): per transfer, the stored slice its slab became.
-ptc::Result<std::vector<StoredSlice>> receive(Store& store, transport::PeerBackend& peers, const RepartitionChange& c,
-                                              const PartPlan& p, const PrepareOptions& opt, PreparedChange& change) {
+Result<std::vector<StoredSlice>> receive(Store& store, transport::PeerBackend& peers, const RepartitionChange& c,
+                                         const PartPlan& p, const PrepareOptions& opt, PreparedChange& change) {
   std::vector<uint64_t> offsets;
   uint64_t total = 0;
   for (const auto& t : p.part.transfers) {
@@ -205,11 +204,10 @@ ptc::Result<std::vector<StoredSlice>> receive(Store& store, transport::PeerBacke
 
 // The new version's shards: extents of the old blobs and of the received slabs (shards this
 // node does not hold left empty), compacted where too fragmented (new blobs go to `change`).
-ptc::Result<std::vector<std::vector<StoredSlice>>> build_shards(Store& store, const PartPlan& p,
-                                                                const std::vector<StoredSlice>& received,
-                                                                const std::vector<bool>& held,
-                                                                const PrepareOptions& opt, PreparedChange& change,
-                                                                uint64_t& compacted) {
+Result<std::vector<std::vector<StoredSlice>>> build_shards(Store& store, const PartPlan& p,
+                                                           const std::vector<StoredSlice>& received,
+                                                           const std::vector<bool>& held, const PrepareOptions& opt,
+                                                           PreparedChange& change, uint64_t& compacted) {
   auto stored = map_extents(p.from, p.to, p.part, [&](const ptc::Copy& cp) {
     if (cp.transfer >= 0)
       return CopySource{&received[static_cast<size_t>(cp.transfer)],
@@ -228,8 +226,8 @@ ptc::Result<std::vector<std::vector<StoredSlice>>> build_shards(Store& store, co
 
 }  // namespace
 
-ptc::Result<PreparedChange> prepare_repartition_part(Store& store, transport::PeerBackend& peers, int self_in_backend,
-                                                     const RepartitionChange& c, const PrepareOptions& opt) {
+Result<PreparedChange> prepare_repartition_part(Store& store, transport::PeerBackend& peers, int self_in_backend,
+                                                const RepartitionChange& c, const PrepareOptions& opt) {
   PTC_ASSIGN_OR_RETURN(PartPlan p, plan_part(store, peers, self_in_backend, c));
   // On error the change aborts itself: its blobs go and the claim is released.
   PreparedChange change(store);
@@ -249,8 +247,8 @@ ptc::Result<PreparedChange> prepare_repartition_part(Store& store, transport::Pe
   PTC_ASSIGN_OR_RETURN(auto stored, build_shards(store, p, received, placement.held, opt, change, compacted));
   change.next =
       store.new_version(c.job, c.step, c.from_version + 1, std::move(p.to), std::move(stored), std::move(placement));
-  ptc::log::info("prepared {}/{} version {} on node {}: {} transfers, {} bytes received, {} compacted", c.job, c.step,
-                 c.from_version + 1, p.self_id, p.part.transfers.size(), change.bytes_received, compacted);
+  log::info("prepared {}/{} version {} on node {}: {} transfers, {} bytes received, {} compacted", c.job, c.step,
+            c.from_version + 1, p.self_id, p.part.transfers.size(), change.bytes_received, compacted);
   return change;
 }
 

@@ -22,12 +22,12 @@ namespace ptcfs {
 // `known`. Every node builds the same table, whatever order it learnt of the nodes in, so
 // every node computes the same plan (node numbers in the plan index this table). kNotFound
 // names an id `known` lacks.
-ptc::Result<ptc::ClusterConfig> change_table(const RepartitionChange& c, const ptc::ClusterConfig& known);
+Result<ptc::ClusterConfig> change_table(const RepartitionChange& c, const ptc::ClusterConfig& known);
 // The holdings of a change: old shards on the old placement's live nodes, new shards on
 // the new placement; node numbers index `cluster` (the change's table; a down node it lacks
 // is no source anyway).
-ptc::Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, const ptc::Layout& to,
-                                                   const RepartitionChange& c, const ptc::ClusterConfig& cluster);
+Result<ptc::ClusterHoldings> cluster_holdings(const ptc::Layout& from, const ptc::Layout& to,
+                                              const RepartitionChange& c, const ptc::ClusterConfig& cluster);
 // A digest of a plan (copies, fills, transfers): nodes check they computed the same one.
 uint64_t plan_digest(const ptc::Plan& plan);
 
@@ -39,7 +39,7 @@ struct PrepareOptions {
 
 // Prepares this node's part (`self`: this node's index in the peer backend). `c.digest` (0: not checked) must equal the
 // plan's. The step is marked as changing until the change is committed or aborted.
-ptc::Result<PreparedChange> prepare_repartition_part(Store& store, transport::PeerBackend& peers, int self,
-                                                     const RepartitionChange& c, const PrepareOptions& opt);
+Result<PreparedChange> prepare_repartition_part(Store& store, transport::PeerBackend& peers, int self,
+                                                const RepartitionChange& c, const PrepareOptions& opt);
 
 }  // namespace ptcfs

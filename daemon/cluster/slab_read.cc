@@ -18,14 +18,13 @@ namespace {
 class SlabSink final : public ReadBufferSink {
  public:
   SlabSink(const std::string& tensor, fs::ReadBuffer& out) : ReadBufferSink(out), tensor_(tensor) {}
-  ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) override {
+  Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) override {
     fs::ReadBuffer& buf = out(file);
     const std::byte* map = file->data();
     if (!map || off + n > file->mapped_size())
-      return ptc::corrupt("blob " + std::to_string(file->id()) + " is shorter than the metadata of '" + tensor_ +
-                          "' says");
+      return corrupt("blob " + std::to_string(file->id()) + " is shorter than the metadata of '" + tensor_ + "' says");
     buf.add_mem(map + off, n);
-    return ptc::Status::ok();
+    return Status::ok();
   }
 
  private:
@@ -34,46 +33,46 @@ class SlabSink final : public ReadBufferSink {
 
 }  // namespace
 
-ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& req, uint64_t max_bytes,
-                                              SlabDigests* digests, ReadLeases* leases) {
+Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& req, uint64_t max_bytes, SlabDigests* digests,
+                                         ReadLeases* leases) {
   const std::string &job = req.job, &step = req.step, &shard_name = req.shard, &tensor = req.tensor;
   const uint64_t version = req.version;
   if (req.n > max_bytes)
-    return ptc::error(ptc::Code::kResourceExhausted, "peer.read of " + std::to_string(req.n) +
-                                                         " bytes exceeds the limit of " + std::to_string(max_bytes));
+    return error(Code::kResourceExhausted,
+                 "peer.read of " + std::to_string(req.n) + " bytes exceeds the limit of " + std::to_string(max_bytes));
   // Bounded here so that the slab arithmetic below cannot wrap.
   if (req.lo > INT64_MAX / 2 || req.len > INT64_MAX / 2 || req.off > INT64_MAX / 2)
-    return ptc::error(ptc::Code::kOutOfRange, "peer.read: a position beyond 2^62");
+    return error(Code::kOutOfRange, "peer.read: a position beyond 2^62");
   const int64_t lo = static_cast<int64_t>(req.lo), len = static_cast<int64_t>(req.len),
                 off = static_cast<int64_t>(req.off), n = static_cast<int64_t>(req.n);
   const std::string name = job + "/" + step;
   auto v = store.find_version(job, step, static_cast<uint64_t>(version));
-  if (!v) return ptc::not_found("version " + std::to_string(version) + " of " + name + " is not on this node");
+  if (!v) return not_found("version " + std::to_string(version) + " of " + name + " is not on this node");
   if (leases && req.hold) leases->touch(v);  // a file open on the reader's node reads on after a change
   const auto id = ptc::parse_shard_name(shard_name);
   const ptc::Layout& layout = v->layout();
   const auto& shards = layout.shards();
   if (!id || std::find(shards.begin(), shards.end(), *id) == shards.end())
-    return ptc::not_found(name + " has no shard '" + shard_name + "'");
+    return not_found(name + " has no shard '" + shard_name + "'");
   const ptc::TensorSpec* spec = layout.ptc().find(tensor);
-  if (!spec) return ptc::not_found(name + " has no tensor '" + tensor + "'");
+  if (!spec) return not_found(name + " has no tensor '" + tensor + "'");
   const int j = layout.find_slice(*id, static_cast<size_t>(spec - layout.ptc().tensors.data()));
-  if (j < 0) return ptc::not_found("shard " + shard_name + " of " + name + " does not hold tensor '" + tensor + "'");
+  if (j < 0) return not_found("shard " + shard_name + " of " + name + " does not hold tensor '" + tensor + "'");
   if (!v->holds(*id))
-    return ptc::error(ptc::Code::kUnavailable, "shard " + shard_name + " of " + name + " is not held on this node");
+    return error(Code::kUnavailable, "shard " + shard_name + " of " + name + " is not held on this node");
 
   const ptc::Slice& sl = layout.slices(*id)[static_cast<size_t>(j)];
   const ptc::SlabGeometry g = ptc::slab_geometry(*spec, sl.local_shape);
   if (lo + len > g.extent)
-    return ptc::error(ptc::Code::kOutOfRange, "slab [" + std::to_string(lo) + ", " + std::to_string(lo + len) +
-                                                  ") of tensor '" + tensor + "' lies outside its slice of " +
-                                                  std::to_string(g.extent) + " along the split dimension");
+    return error(Code::kOutOfRange, "slab [" + std::to_string(lo) + ", " + std::to_string(lo + len) + ") of tensor '" +
+                                        tensor + "' lies outside its slice of " + std::to_string(g.extent) +
+                                        " along the split dimension");
   const uint64_t slab_row = static_cast<uint64_t>(len) * g.inner, slice_row = static_cast<uint64_t>(g.extent) * g.inner;
   const uint64_t slab_bytes = g.rows * slab_row;
   if (static_cast<uint64_t>(off) + static_cast<uint64_t>(n) > slab_bytes)
-    return ptc::error(ptc::Code::kOutOfRange, "bytes [" + std::to_string(off) + ", " + std::to_string(off + n) +
-                                                  ") lie outside the " + std::to_string(slab_bytes) +
-                                                  "-byte slab of tensor '" + tensor + "'");
+    return error(Code::kOutOfRange, "bytes [" + std::to_string(off) + ", " + std::to_string(off + n) +
+                                        ") lie outside the " + std::to_string(slab_bytes) + "-byte slab of tensor '" +
+                                        tensor + "'");
 
   auto rb = std::make_shared<fs::ReadBuffer>();
   SlabSink sink(tensor, *rb);

@@ -22,7 +22,7 @@ namespace ptcfs {
 
 // `digests`: the XXH3s of windows served before (null: every window is hashed). `leases`: the
 // version read is held there when the request asks it to (ReadRequest::hold).
-ptc::Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& req, uint64_t max_bytes,
-                                              SlabDigests* digests = nullptr, ReadLeases* leases = nullptr);
+Result<transport::Reply> serve_slab_read(Store& store, const ReadRequest& req, uint64_t max_bytes,
+                                         SlabDigests* digests = nullptr, ReadLeases* leases = nullptr);
 
 }  // namespace ptcfs

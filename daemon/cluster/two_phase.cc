@@ -36,9 +36,7 @@ nlohmann::json fence_over(const std::string& key, const Record& r, const std::st
       rec->value);
 }
 
-bool unreachable(const ptc::Status& s) {
-  return s.code() == ptc::Code::kUnavailable || s.code() == ptc::Code::kDeadlineExceeded;
-}
+bool unreachable(const Status& s) { return s.code() == Code::kUnavailable || s.code() == Code::kDeadlineExceeded; }
 
 }  // namespace
 
@@ -63,7 +61,7 @@ PrepareRequest TwoPhase::request(decltype(PrepareRequest::change) change) const 
   return PrepareRequest{new_transaction_id(), std::move(change), self_id_, members_.lease()};
 }
 
-ptc::Result<TwoPhase::Locked> TwoPhase::lock(const std::string& key) {
+Result<TwoPhase::Locked> TwoPhase::lock(const std::string& key) {
   PTC_RETURN_IF_ERROR(members_.can_change());
   // A change of the key this node coordinated and etcd did not answer the decision of still
   // holds the key's lock: settle it first (etcd answers now, or the lock below is refused).
@@ -72,9 +70,9 @@ ptc::Result<TwoPhase::Locked> TwoPhase::lock(const std::string& key) {
     std::lock_guard lock(mu_);
     for (const auto& u : undecided_)
       if (u.key == key)
-        return ptc::error(ptc::Code::kFailedPrecondition,
-                          u.what + " (transaction " + u.tx + ", coordinated by this node, " + self_id_ +
-                              ") is not settled yet: etcd did not answer its commit; try again when etcd answers");
+        return error(Code::kFailedPrecondition,
+                     u.what + " (transaction " + u.tx + ", coordinated by this node, " + self_id_ +
+                         ") is not settled yet: etcd did not answer its commit; try again when etcd answers");
   }
   PTC_RETURN_IF_ERROR(members_.lock(key));
   Locked out(members_, key);
@@ -85,16 +83,15 @@ ptc::Result<TwoPhase::Locked> TwoPhase::lock(const std::string& key) {
   return out;
 }
 
-ptc::Status TwoPhase::finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit,
-                                 const std::string& why) {
+Status TwoPhase::finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit, const std::string& why) {
   const auto answers = peers_.finish(nodes, FinishRequest{tx, commit, why});
-  ptc::Status first;
+  Status first;
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (answers[i]) continue;
     if (first.is_ok()) first = answers[i];
     if (!commit) {
-      ptc::log::warn("node {} missed the abort of transaction {} ({}); it is sent again until the node answers",
-                     peers_.name_of(nodes[i]), tx, answers[i].to_string());
+      log::warn("node {} missed the abort of transaction {} ({}); it is sent again until the node answers",
+                peers_.name_of(nodes[i]), tx, answers[i].to_string());
       std::lock_guard lock(mu_);
       unaborted_.emplace_back(nodes[i], tx);
     }
@@ -102,20 +99,20 @@ ptc::Status TwoPhase::finish_all(const std::vector<int>& nodes, const std::strin
   return first;
 }
 
-ptc::Status TwoPhase::prepare_all(const ChangeSpec& spec, Prepared& out, std::vector<int>& taking_part, bool& checked) {
+Status TwoPhase::prepare_all(const ChangeSpec& spec, Prepared& out, std::vector<int>& taking_part, bool& checked) {
   checked = false;
   std::vector<int> asked;
   for (int n : spec.nodes)
     if (!spec.held.count(n)) asked.push_back(n);
   const auto answers = peers_.prepare(asked, spec.request);
-  ptc::Status failed;
+  Status failed;
   for (size_t i = 0; i < asked.size(); ++i) {
     const auto& r = answers[i];
     if (r) {
       out.nodes.push_back(asked[i]);
       out.replies.push_back(*r);
     } else if (spec.quorum == ChangeSpec::Quorum::kReachable && asked[i] != self_ && unreachable(r.status())) {
-      ptc::log::warn("{}: node {} is unreachable: {}", spec.what, peers_.name_of(asked[i]), r.status().to_string());
+      log::warn("{}: node {} is unreachable: {}", spec.what, peers_.name_of(asked[i]), r.status().to_string());
     } else if (failed.is_ok()) {
       failed = r.status();
     }
@@ -134,7 +131,7 @@ ptc::Status TwoPhase::prepare_all(const ChangeSpec& spec, Prepared& out, std::ve
   return failed;
 }
 
-ptc::Result<TwoPhase::Prepared> TwoPhase::run(Locked& prior, ChangeSpec spec) {
+Result<TwoPhase::Prepared> TwoPhase::run(Locked& prior, ChangeSpec spec) {
   const std::string& tx = spec.request.tx;
   if (spec.progress) spec.progress("prepare", 0, spec.nodes.size());
   Prepared prepared;
@@ -142,7 +139,7 @@ ptc::Result<TwoPhase::Prepared> TwoPhase::run(Locked& prior, ChangeSpec spec) {
   bool checked = false;
   if (auto failed = prepare_all(spec, prepared, taking_part, checked); !failed) {
     (void)finish_all(taking_part, tx, false, checked ? failed.message() : std::string());
-    ptc::log::warn("{} aborted on every node: {}", spec.what, failed.to_string());
+    log::warn("{} aborted on every node: {}", spec.what, failed.to_string());
     return spec.refused.empty() ? failed : failed.with_context(spec.refused);
   }
   if (spec.progress) spec.progress("commit", 0, taking_part.size());
@@ -150,8 +147,8 @@ ptc::Result<TwoPhase::Prepared> TwoPhase::run(Locked& prior, ChangeSpec spec) {
   return prepared;
 }
 
-ptc::Status TwoPhase::decide(const std::vector<int>& nodes, const std::string& tx, int64_t lease, Locked& prior,
-                             ChangeRecord record, const std::string& what) {
+Status TwoPhase::decide(const std::vector<int>& nodes, const std::string& tx, int64_t lease, Locked& prior,
+                        ChangeRecord record, const std::string& what) {
   failpoint("coordinator.prepared");
   std::visit(
       [&](auto& r) {
@@ -168,8 +165,7 @@ ptc::Status TwoPhase::decide(const std::vector<int>& nodes, const std::string& t
   const auto until = std::chrono::steady_clock::now() + members_.decision_window();
   auto won = members_.decide(key, prior.revision(), value, lease);
   const bool unanswered = !won;
-  if (unanswered)
-    ptc::log::warn("{}: etcd did not answer the commit ({}); asking again", what, won.status().to_string());
+  if (unanswered) log::warn("{}: etcd did not answer the commit ({}); asking again", what, won.status().to_string());
   while (!won && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     won = members_.decide(key, prior.revision(), value, lease);
@@ -198,16 +194,16 @@ ptc::Status TwoPhase::decide(const std::vector<int>& nodes, const std::string& t
   }
   if (!*won) {
     (void)finish_all(nodes, tx, false);
-    return ptc::error(ptc::Code::kFailedPrecondition, what + " aborted on every node: " + key +
-                                                          " changed in etcd since it was prepared (another "
-                                                          "change committed first), or this node's lease ended");
+    return error(Code::kFailedPrecondition, what + " aborted on every node: " + key +
+                                                " changed in etcd since it was prepared (another "
+                                                "change committed first), or this node's lease ended");
   }
   failpoint("coordinator.decided");
   auto s = finish_all(nodes, tx, true);
   if (!s && members_.lease() != 0) {
-    ptc::log::warn("{}: committed in etcd; a node missed the commit message ({}) and switches when it sees the record",
-                   what, s.to_string());
-    return ptc::Status::ok();
+    log::warn("{}: committed in etcd; a node missed the commit message ({}) and switches when it sees the record", what,
+              s.to_string());
+    return Status::ok();
   }
   return s.with_context(what + " committed partly");
 }
@@ -231,8 +227,8 @@ void TwoPhase::settle_undecided() {
     } else if (rec) {
       auto done = rec->revision == u.prior.revision
                       ? members_.decide(u.key, rec->revision, fence_over(u.key, *rec, u.tx), members_.lease())
-                      : ptc::Result<bool>(true);
-      if (!done || !*done) rec = ptc::unavailable("retry");  // read again next time
+                      : Result<bool>(true);
+      if (!done || !*done) rec = unavailable("retry");  // read again next time
     }
     if (!rec) {
       std::lock_guard lock(mu_);
@@ -241,8 +237,8 @@ void TwoPhase::settle_undecided() {
     }
     (void)finish_all(u.nodes, u.tx, commit);
     members_.unlock(u.key);  // held since the decision went unanswered (decide)
-    ptc::log::info("{}: etcd answers again; the change is {} on every node and {} is free", u.what,
-                   commit ? "committed" : "aborted", u.key);
+    log::info("{}: etcd answers again; the change is {} on every node and {} is free", u.what,
+              commit ? "committed" : "aborted", u.key);
   }
 }
 
@@ -257,7 +253,7 @@ size_t TwoPhase::retry_aborts() {
   for (const auto& [node, tx] : owed) {
     const auto r = peers_.finish({node}, FinishRequest{tx, false, {}});
     if (r.front())
-      ptc::log::info("node {} took the abort of transaction {} it had missed", peers_.name_of(node), tx);
+      log::info("node {} took the abort of transaction {} it had missed", peers_.name_of(node), tx);
     else
       still.emplace_back(node, tx);
   }

@@ -37,8 +37,8 @@ namespace ptcfs {
 class ChangePeers {
  public:
   virtual ~ChangePeers() = default;
-  virtual std::vector<ptc::Result<PrepareReply>> prepare(const std::vector<int>& nodes, const PrepareRequest& req) = 0;
-  virtual std::vector<ptc::Status> finish(const std::vector<int>& nodes, const FinishRequest& req) = 0;
+  virtual std::vector<Result<PrepareReply>> prepare(const std::vector<int>& nodes, const PrepareRequest& req) = 0;
+  virtual std::vector<Status> finish(const std::vector<int>& nodes, const FinishRequest& req) = 0;
   // The id of node `node`, for messages.
   virtual std::string name_of(int node) const = 0;
 };
@@ -63,7 +63,7 @@ struct ChangeSpec {
   PrepareRequest request;  // its tx, coordinator and lease are TwoPhase::request's
   // Across the replies of the nodes asked (in order), when all prepared: ok, or why the
   // change must be aborted (their ptc.json differ, ...).
-  std::function<ptc::Status(const std::vector<int>& nodes, const std::vector<PrepareReply>& replies)> check{};
+  std::function<Status(const std::vector<int>& nodes, const std::vector<PrepareReply>& replies)> check{};
   ChangeRecord record;  // what decides it (its tx and coordinator are filled in)
   // Added to a failed prepare's error ("" none), as "<refused>: <error>".
   std::string refused{};
@@ -112,7 +112,7 @@ class TwoPhase {
   // Checks that this node may take part in changes, settles owed decisions of `key`, takes
   // its lock (refused naming the holder when another change holds it) and reads its record
   // (refused naming the key and the member at fault when it does not decode).
-  ptc::Result<Locked> lock(const std::string& key);
+  Result<Locked> lock(const std::string& key);
 
   // A prepare request for `change` under a fresh transaction, coordinated by this node.
   PrepareRequest request(decltype(PrepareRequest::change) change) const;
@@ -127,7 +127,7 @@ class TwoPhase {
   // error; a lost decision (another change of the key committed first, or this node's lease
   // ended) aborts everywhere; an unanswered one leaves the change undecided (settle()) and
   // keeps the key locked until then.
-  ptc::Result<Prepared> run(Locked& prior, ChangeSpec spec);
+  Result<Prepared> run(Locked& prior, ChangeSpec spec);
 
   // Periodic (every second): settles the changes whose decision etcd did not answer, once it
   // answers, freeing their keys' locks; and, at most every `abort_retry`, sends each missed
@@ -151,14 +151,13 @@ class TwoPhase {
   };
   // Commits (or aborts) `tx` on `nodes`; the first error. A missed abort is owed. `why`: an
   // abort that trying again would not undo (FinishRequest::why).
-  ptc::Status finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit,
-                         const std::string& why = {});
+  Status finish_all(const std::vector<int>& nodes, const std::string& tx, bool commit, const std::string& why = {});
   // `lease`: the one the prepare carried (PrepareRequest::lease).
-  ptc::Status decide(const std::vector<int>& nodes, const std::string& tx, int64_t lease, Locked& prior,
-                     ChangeRecord record, const std::string& what);
+  Status decide(const std::vector<int>& nodes, const std::string& tx, int64_t lease, Locked& prior, ChangeRecord record,
+                const std::string& what);
   // Asks the nodes of `spec` to prepare; `taking_part` gets who commits or aborts it. `checked`:
   // the failure is the spec's check refusing what every node prepared.
-  ptc::Status prepare_all(const ChangeSpec& spec, Prepared& out, std::vector<int>& taking_part, bool& checked);
+  Status prepare_all(const ChangeSpec& spec, Prepared& out, std::vector<int>& taking_part, bool& checked);
 
   ChangePeers& peers_;
   Membership& members_;

@@ -11,11 +11,11 @@ using nlohmann::json;
 
 namespace {
 
-ptc::Result<std::vector<int64_t>> ints(const json& j, size_t n, const std::string& where) {
-  if (!j.is_array() || j.size() != n) return ptc::invalid(where + ": expected " + std::to_string(n) + " integers");
+Result<std::vector<int64_t>> ints(const json& j, size_t n, const std::string& where) {
+  if (!j.is_array() || j.size() != n) return invalid(where + ": expected " + std::to_string(n) + " integers");
   std::vector<int64_t> out;
   for (const auto& v : j) {
-    if (!v.is_number_integer()) return ptc::invalid(where + ": expected integers");
+    if (!v.is_number_integer()) return invalid(where + ": expected integers");
     out.push_back(v.get<int64_t>());
   }
   return out;
@@ -23,8 +23,8 @@ ptc::Result<std::vector<int64_t>> ints(const json& j, size_t n, const std::strin
 
 }  // namespace
 
-ptc::Result<ChunkRequest> parse_chunk_request(const json& chunks, const ptc::Ptc& ptc) {
-  if (!chunks.is_object()) return ptc::invalid("repartition request: chunks must be an object of tensor names");
+Result<ChunkRequest> parse_chunk_request(const json& chunks, const ptc::Ptc& ptc) {
+  if (!chunks.is_object()) return invalid("repartition request: chunks must be an object of tensor names");
   ChunkRequest out;
   out.boxes.resize(ptc.tensors.size());
   for (const auto& [name, list] : chunks.items()) {
@@ -35,20 +35,20 @@ ptc::Result<ChunkRequest> parse_chunk_request(const json& chunks, const ptc::Ptc
     }
     ++out.tensors;
     const std::string where = "repartition request: chunks of '" + name + "'";
-    if (!list.is_array()) return ptc::invalid(where + ": expected a list of [lo, hi] boxes");
+    if (!list.is_array()) return invalid(where + ": expected a list of [lo, hi] boxes");
     const ptc::Box whole = ptc::Box::of_shape(spec->shape);
     auto& boxes = out.boxes[static_cast<size_t>(spec - ptc.tensors.data())];
     for (const auto& b : list) {
-      if (!b.is_array() || b.size() != 2) return ptc::invalid(where + ": expected a list of [lo, hi] boxes");
+      if (!b.is_array() || b.size() != 2) return invalid(where + ": expected a list of [lo, hi] boxes");
       ptc::Box box;
       PTC_ASSIGN_OR_RETURN(box.lo, ints(b[0], spec->shape.size(), where));
       PTC_ASSIGN_OR_RETURN(box.hi, ints(b[1], spec->shape.size(), where));
       for (size_t d = 0; d < box.lo.size(); ++d)
         if (box.lo[d] < 0 || box.lo[d] > box.hi[d])
-          return ptc::invalid(where + ": box " + box.to_string() + " is not a box");
+          return invalid(where + ": box " + box.to_string() + " is not a box");
       if (!whole.contains(box))
-        return ptc::invalid(where + ": box " + box.to_string() + " is outside the tensor's shape " +
-                            ptc::shape_string(spec->shape));
+        return invalid(where + ": box " + box.to_string() + " is outside the tensor's shape " +
+                       ptc::shape_string(spec->shape));
       if (!box.empty()) boxes.push_back(std::move(box));
     }
   }

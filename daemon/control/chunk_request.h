@@ -23,7 +23,7 @@ struct ChunkRequest {
 
 // Reads the "chunks" member against the step's PTC: each box of each known name has the
 // tensor's rank and lies inside it (kInvalidArgument naming the tensor otherwise).
-ptc::Result<ChunkRequest> parse_chunk_request(const nlohmann::json& chunks, const ptc::Ptc& ptc);
+Result<ChunkRequest> parse_chunk_request(const nlohmann::json& chunks, const ptc::Ptc& ptc);
 
 // The configuration the chunks ask for: tp_for_chunks, with `current`'s pp and dp; `current`
 // itself when no split tensor's boxes are slices at that tp (a 2-D grid of every weight, say).

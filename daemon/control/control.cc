@@ -34,7 +34,7 @@ bool step_less(const std::string& a, const std::string& b) {
 
 // Operations that change state are counted and timed (docs/OPERATIONS.md); reads (status,
 // ls) are not. A dry run moves nothing.
-void record_metrics(const std::string& op, const json& req, const ptc::Result<json>& r, double seconds) {
+void record_metrics(const std::string& op, const json& req, const Result<json>& r, double seconds) {
   static const std::set<std::string> kChanges = {"import", "repartition", "rm", "dataset.add", "dataset.progress"};
   if (!kChanges.count(op)) return;
   // Read without throwing: a request whose dry_run is not a boolean was refused by its parser,
@@ -51,18 +51,18 @@ void record_metrics(const std::string& op, const json& req, const ptc::Result<js
     if (op == "repartition" && !dry) {
       const auto moved = r->find("bytes_moved"), min = r->find("bytes_min");
       if (moved != r->end() && min != r->end() && moved->is_number_unsigned() && min->is_number_unsigned())
-        ptc::metrics::repartition_bytes(moved->get<uint64_t>(), min->get<uint64_t>());
+        metrics::repartition_bytes(moved->get<uint64_t>(), min->get<uint64_t>());
     }
   }
-  ptc::metrics::operation(dry ? op + ".dry_run" : op, static_cast<bool>(r), seconds, dry ? 0 : bytes);
+  metrics::operation(dry ? op + ".dry_run" : op, static_cast<bool>(r), seconds, dry ? 0 : bytes);
 }
 
 }  // namespace
 
-ptc::Result<transport::Reply> ControlService::handle(const json& req, const transport::ProgressSink& progress) {
-  PTC_ASSIGN_OR_RETURN(const std::string op, ptc::member_string(req, "op"));
+Result<transport::Reply> ControlService::handle(const json& req, const transport::ProgressSink& progress) {
+  PTC_ASSIGN_OR_RETURN(const std::string op, member_string(req, "op"));
   const auto start = std::chrono::steady_clock::now();
-  ptc::Result<json> r = ptc::invalid("unknown operation '" + op + "'");
+  Result<json> r = invalid("unknown operation '" + op + "'");
   if (op == "status")
     r = status();
   else if (op == "ls")
@@ -84,7 +84,7 @@ ptc::Result<transport::Reply> ControlService::handle(const json& req, const tran
   return transport::Reply(std::move(r).value());
 }
 
-ptc::Result<json> ControlService::status() const {
+Result<json> ControlService::status() const {
   auto snap = store_.snapshot();
   std::set<std::string> jobs;
   uint64_t bytes = 0;
@@ -100,9 +100,9 @@ ptc::Result<json> ControlService::status() const {
   return out;
 }
 
-ptc::Result<json> ControlService::ls(const json& req) const {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "path"}, "ls request"));
-  PTC_ASSIGN_OR_RETURN(const std::string path, ptc::member_string_or(req, "path", ""));
+Result<json> ControlService::ls(const json& req) const {
+  PTC_RETURN_IF_ERROR(check_members(req, {"op", "path"}, "ls request"));
+  PTC_ASSIGN_OR_RETURN(const std::string path, member_string_or(req, "path", ""));
   auto snap = store_.snapshot();
   std::map<std::string, std::vector<std::string>> jobs;
   std::map<std::string, std::vector<std::string>> datasets, pending;
@@ -130,7 +130,7 @@ ptc::Result<json> ControlService::ls(const json& req) const {
   const size_t slash = path.find('/');
   const std::string job = path.substr(0, slash);
   auto it = jobs.find(job);
-  if (it == jobs.end()) return ptc::not_found("no job '" + job + "'");
+  if (it == jobs.end()) return not_found("no job '" + job + "'");
   if (slash == std::string::npos) return job_json(job, it->second);
   const std::string step = path.substr(slash + 1);
   auto sit = snap->steps.find({job, step});
@@ -147,15 +147,15 @@ ptc::Result<json> ControlService::ls(const json& req) const {
                 {"bytes_total", p->bytes_total},
                 {"files", p->files},
                 {"errors", p->errors}};
-  return ptc::not_found("job '" + job + "' has no step '" + step + "'");
+  return not_found("job '" + job + "' has no step '" + step + "'");
 }
 
-ptc::Result<json> ControlService::rm(const json& req) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "path"}, "rm request"));
-  PTC_ASSIGN_OR_RETURN(const std::string path, ptc::member_string(req, "path"));
+Result<json> ControlService::rm(const json& req) {
+  PTC_RETURN_IF_ERROR(check_members(req, {"op", "path"}, "rm request"));
+  PTC_ASSIGN_OR_RETURN(const std::string path, member_string(req, "path"));
   const size_t slash = path.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == path.size())
-    return ptc::invalid("rm takes JOB/STEP, got '" + path + "'");
+    return invalid("rm takes JOB/STEP, got '" + path + "'");
   const std::string job = path.substr(0, slash), step = path.substr(slash + 1);
   // A committed step is removed as such, even in the instant after its save committed and
   // before the save service forgot it (ls already says committed; the load test hit this).
@@ -164,11 +164,11 @@ ptc::Result<json> ControlService::rm(const json& req) {
     PTC_RETURN_IF_ERROR(saves_.remove(job, step));
     return json{{"job", job}, {"step", step}, {"removed", "pending"}};
   }
-  if (!committed && committed.status().code() == ptc::Code::kNotFound) {
+  if (!committed && committed.status().code() == Code::kNotFound) {
     // A job made in the mount that has no step yet is a job too, as `ls` shows.
     const auto made = saves_.jobs();
     if (std::find(made.begin(), made.end(), job) != made.end())
-      return ptc::not_found("job '" + job + "' has no step '" + step + "'");
+      return not_found("job '" + job + "' has no step '" + step + "'");
   }
   PTC_RETURN_IF_ERROR(committed.status());
   PTC_RETURN_IF_ERROR(runner_.remove(RemoveRequest{job, step}));
@@ -176,36 +176,36 @@ ptc::Result<json> ControlService::rm(const json& req) {
 }
 
 // The template of an import request: a shipped one by name, or a template file's text.
-static ptc::Result<ptc::PtcTemplate> template_of(const json& req) {
-  PTC_ASSIGN_OR_RETURN(std::string text, ptc::member_string_or(req, "template_text", ""));
-  PTC_ASSIGN_OR_RETURN(std::string name, ptc::member_string_or(req, "template", ""));
-  if (!text.empty()) return ptc::parse_template_json(text, name.empty() ? "template" : "template file " + name);
-  if (name.empty()) return ptc::invalid("--format hf needs --template NAME (one of the shipped ones, or a file)");
-  return ptc::builtin_template(name);
+static Result<formats::PtcTemplate> template_of(const json& req) {
+  PTC_ASSIGN_OR_RETURN(std::string text, member_string_or(req, "template_text", ""));
+  PTC_ASSIGN_OR_RETURN(std::string name, member_string_or(req, "template", ""));
+  if (!text.empty()) return formats::parse_template_json(text, name.empty() ? "template" : "template file " + name);
+  if (name.empty()) return invalid("--format hf needs --template NAME (one of the shipped ones, or a file)");
+  return formats::builtin_template(name);
 }
 
 // An import request: a ptc.json checkpoint directory, or with format hf a Hugging Face one.
-static ptc::Result<ImportRequest> parse_import(const json& req) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(
+static Result<ImportRequest> parse_import(const json& req) {
+  PTC_RETURN_IF_ERROR(check_members(
       req, {"op", "dir", "job", "step", "nodes", "format", "template", "template_text", "to"}, "import request"));
-  PTC_ASSIGN_OR_RETURN(std::string format, ptc::member_string_or(req, "format", "ptc"));
-  if (format != "ptc" && format != "hf") return ptc::invalid("unknown import format '" + format + "' (ptc or hf)");
-  if (format == "hf" && req.contains("nodes")) return ptc::invalid("--nodes does not go with --format hf");
+  PTC_ASSIGN_OR_RETURN(std::string format, member_string_or(req, "format", "ptc"));
+  if (format != "ptc" && format != "hf") return invalid("unknown import format '" + format + "' (ptc or hf)");
+  if (format == "hf" && req.contains("nodes")) return invalid("--nodes does not go with --format hf");
   if (format == "ptc")
     for (const char* k : {"template", "template_text", "to"})
-      if (req.contains(k)) return ptc::invalid(std::string("'") + k + "' needs --format hf");
+      if (req.contains(k)) return invalid(std::string("'") + k + "' needs --format hf");
   ImportRequest r;
-  PTC_ASSIGN_OR_RETURN(r.dir, ptc::member_string(req, "dir"));
-  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(req, "job"));
-  PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(req, "step"));
+  PTC_ASSIGN_OR_RETURN(r.dir, member_string(req, "dir"));
+  PTC_ASSIGN_OR_RETURN(r.job, member_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(r.step, member_string(req, "step"));
   if (req.contains("nodes")) {
-    PTC_ASSIGN_OR_RETURN(r.nodes, ptc::member_strings(req, "nodes"));
+    PTC_ASSIGN_OR_RETURN(r.nodes, member_strings(req, "nodes"));
   }
   if (r.dir.empty() || r.dir[0] != '/')
-    return ptc::invalid("import directory must be an absolute path, got '" + r.dir + "'");
+    return invalid("import directory must be an absolute path, got '" + r.dir + "'");
   if (format == "hf") {
     PTC_ASSIGN_OR_RETURN(r.hf, template_of(req));
-    PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string_or(req, "to", ""));
+    PTC_ASSIGN_OR_RETURN(std::string to, member_string_or(req, "to", ""));
     if (!to.empty()) {
       PTC_ASSIGN_OR_RETURN(r.then, ptc::parse_parallelism(to));
     }
@@ -213,28 +213,27 @@ static ptc::Result<ImportRequest> parse_import(const json& req) {
   return r;
 }
 
-ptc::Result<json> ControlService::import(const json& req, const transport::ProgressSink& progress) {
+Result<json> ControlService::import(const json& req, const transport::ProgressSink& progress) {
   PTC_ASSIGN_OR_RETURN(ImportRequest r, parse_import(req));
   ThrottledProgress report(progress);
   auto res = runner_.import(r, report.fn());
   if (!res) {
-    ptc::log::warn("import of {} as {}/{} refused: {}", r.dir, r.job, r.step, res.status().to_string());
+    log::warn("import of {} as {}/{} refused: {}", r.dir, r.job, r.step, res.status().to_string());
     return res.status();
   }
   return to_json(*res);
 }
 
-ptc::Result<json> ControlService::repartition(const json& req, const transport::ProgressSink& progress) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job", "step", "to", "chunks", "dry_run", "nodes", "global_batch"},
-                                         "repartition request"));
+Result<json> ControlService::repartition(const json& req, const transport::ProgressSink& progress) {
+  PTC_RETURN_IF_ERROR(check_members(req, {"op", "job", "step", "to", "chunks", "dry_run", "nodes", "global_batch"},
+                                    "repartition request"));
   RepartitionRequest r;
   if (req.contains("nodes")) {
-    PTC_ASSIGN_OR_RETURN(r.nodes, ptc::member_strings(req, "nodes"));
+    PTC_ASSIGN_OR_RETURN(r.nodes, member_strings(req, "nodes"));
   }
-  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(req, "job"));
-  PTC_ASSIGN_OR_RETURN(r.step, ptc::member_string(req, "step"));
-  if (req.contains("to") == req.contains("chunks"))
-    return ptc::invalid("repartition request: give either to or chunks");
+  PTC_ASSIGN_OR_RETURN(r.job, member_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(r.step, member_string(req, "step"));
+  if (req.contains("to") == req.contains("chunks")) return invalid("repartition request: give either to or chunks");
   json match;
   if (req.contains("chunks")) {  // the tp whose slices are the chunks a job will load
     PTC_ASSIGN_OR_RETURN(auto current, current_version(store_, r.job, r.step));
@@ -243,17 +242,17 @@ ptc::Result<json> ControlService::repartition(const json& req, const transport::
     r.to = parallelism_for(chunks, layout.ptc(), layout.parallelism());
     match = chunk_match(chunks, layout.ptc(), r.to.tp);
   } else {
-    PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string(req, "to"));
+    PTC_ASSIGN_OR_RETURN(std::string to, member_string(req, "to"));
     PTC_ASSIGN_OR_RETURN(r.to, ptc::parse_parallelism(to));
   }
-  PTC_ASSIGN_OR_RETURN(r.dry_run, ptc::member_bool_or(req, "dry_run", false));
-  PTC_ASSIGN_OR_RETURN(r.global_batch, ptc::member_u64_or(req, "global_batch", 0, "repartition request"));
+  PTC_ASSIGN_OR_RETURN(r.dry_run, member_bool_or(req, "dry_run", false));
+  PTC_ASSIGN_OR_RETURN(r.global_batch, member_u64_or(req, "global_batch", 0, "repartition request"));
   if (req.contains("global_batch") && r.global_batch == 0)
-    return ptc::invalid("repartition request: global_batch must be at least 1");
+    return invalid("repartition request: global_batch must be at least 1");
   ThrottledProgress report(progress);
   auto res = runner_.repartition(r, report.fn());
   if (!res) {
-    ptc::log::warn("repartition of {}/{} to {} refused: {}", r.job, r.step, r.to.to_string(), res.status().to_string());
+    log::warn("repartition of {}/{} to {} refused: {}", r.job, r.step, r.to.to_string(), res.status().to_string());
     return res.status();
   }
   json out = to_json(*res);

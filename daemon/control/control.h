@@ -35,19 +35,19 @@ class ControlService {
   ControlService(Store& store, ChangeRunner& runner, SaveService& saves, DaemonInfo info)
       : store_(store), runner_(runner), saves_(saves), info_(std::move(info)) {}
 
-  ptc::Result<transport::Reply> handle(const nlohmann::json& request, const transport::ProgressSink& progress);
+  Result<transport::Reply> handle(const nlohmann::json& request, const transport::ProgressSink& progress);
 
  private:
-  ptc::Result<nlohmann::json> status() const;
-  ptc::Result<nlohmann::json> ls(const nlohmann::json& req) const;
-  ptc::Result<nlohmann::json> rm(const nlohmann::json& req);
-  ptc::Result<nlohmann::json> import(const nlohmann::json& req, const transport::ProgressSink& progress);
-  ptc::Result<nlohmann::json> repartition(const nlohmann::json& req, const transport::ProgressSink& progress);
+  Result<nlohmann::json> status() const;
+  Result<nlohmann::json> ls(const nlohmann::json& req) const;
+  Result<nlohmann::json> rm(const nlohmann::json& req);
+  Result<nlohmann::json> import(const nlohmann::json& req, const transport::ProgressSink& progress);
+  Result<nlohmann::json> repartition(const nlohmann::json& req, const transport::ProgressSink& progress);
   // daemon/control/dataset.cc
-  ptc::Result<DatasetAddRequest> parse_dataset_add(const nlohmann::json& req) const;
-  ptc::Result<nlohmann::json> dataset_add(const nlohmann::json& req, const transport::ProgressSink& progress);
-  ptc::Result<nlohmann::json> dataset_progress(const nlohmann::json& req);
-  ptc::Result<nlohmann::json> dataset_ls(const nlohmann::json& req) const;
+  Result<DatasetAddRequest> parse_dataset_add(const nlohmann::json& req) const;
+  Result<nlohmann::json> dataset_add(const nlohmann::json& req, const transport::ProgressSink& progress);
+  Result<nlohmann::json> dataset_progress(const nlohmann::json& req);
+  Result<nlohmann::json> dataset_ls(const nlohmann::json& req) const;
 
   Store& store_;
   ChangeRunner& runner_;

@@ -27,37 +27,37 @@ bool inside(const std::string& path, const std::string& root) {
 
 }  // namespace
 
-ptc::Result<DatasetAddRequest> ControlService::parse_dataset_add(const json& req) const {
-  PTC_RETURN_IF_ERROR(ptc::check_members(
-      req, {"op", "job", "name", "format", "seed", "global_batch", "dp", "files", "copy"}, "dataset.add request"));
+Result<DatasetAddRequest> ControlService::parse_dataset_add(const json& req) const {
+  PTC_RETURN_IF_ERROR(check_members(req, {"op", "job", "name", "format", "seed", "global_batch", "dp", "files", "copy"},
+                                    "dataset.add request"));
   DatasetAddRequest r;
-  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(req, "job"));
-  PTC_ASSIGN_OR_RETURN(r.name, ptc::member_string(req, "name"));
+  PTC_ASSIGN_OR_RETURN(r.job, member_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(r.name, member_string(req, "name"));
   PTC_RETURN_IF_ERROR(ptc::validate_id("job", r.job));
   PTC_RETURN_IF_ERROR(ptc::validate_id("dataset name", r.name));
-  PTC_ASSIGN_OR_RETURN(std::string format, ptc::member_string(req, "format"));
+  PTC_ASSIGN_OR_RETURN(std::string format, member_string(req, "format"));
   PTC_ASSIGN_OR_RETURN(r.format, ptc::parse_dataset_format(format));
-  PTC_ASSIGN_OR_RETURN(r.seed, ptc::member_u64(req, "seed"));
-  PTC_ASSIGN_OR_RETURN(r.global_batch, ptc::member_u64(req, "global_batch"));
-  if (r.global_batch == 0) return ptc::invalid("the global batch must be at least 1");
+  PTC_ASSIGN_OR_RETURN(r.seed, member_u64(req, "seed"));
+  PTC_ASSIGN_OR_RETURN(r.global_batch, member_u64(req, "global_batch"));
+  if (r.global_batch == 0) return invalid("the global batch must be at least 1");
   if (req.contains("dp")) {
-    PTC_ASSIGN_OR_RETURN(int64_t dp, ptc::get_int(req["dp"], "request field 'dp'", 1, ptc::kMaxDatasetDp));
+    PTC_ASSIGN_OR_RETURN(int64_t dp, get_int(req["dp"], "request field 'dp'", 1, ptc::kMaxDatasetDp));
     r.dp = static_cast<int>(dp);
   }
   if (!req.contains("files") || !req["files"].is_array() || req["files"].empty())
-    return ptc::invalid("request field 'files' must be a non-empty list of paths");
+    return invalid("request field 'files' must be a non-empty list of paths");
   for (const auto& f : req["files"]) {
-    PTC_ASSIGN_OR_RETURN(std::string path, ptc::get_string(f, "request field 'files'"));
-    if (path.empty() || path[0] != '/') return ptc::invalid("dataset file '" + path + "' is not an absolute path");
+    PTC_ASSIGN_OR_RETURN(std::string path, get_string(f, "request field 'files'"));
+    if (path.empty() || path[0] != '/') return invalid("dataset file '" + path + "' is not an absolute path");
     if (inside(path, info_.mount) || inside(path, info_.data))
-      return ptc::invalid("dataset file '" + path + "' lies inside this daemon's mount or data directory");
+      return invalid("dataset file '" + path + "' lies inside this daemon's mount or data directory");
     r.files.push_back(std::move(path));
   }
-  PTC_ASSIGN_OR_RETURN(r.copy, ptc::member_bool_or(req, "copy", false));
+  PTC_ASSIGN_OR_RETURN(r.copy, member_bool_or(req, "copy", false));
   return r;
 }
 
-ptc::Result<json> ControlService::dataset_add(const json& req, const transport::ProgressSink& progress) {
+Result<json> ControlService::dataset_add(const json& req, const transport::ProgressSink& progress) {
   PTC_ASSIGN_OR_RETURN(DatasetAddRequest r, parse_dataset_add(req));
   const bool given_dp = r.dp.has_value();
   if (!r.dp) {
@@ -68,45 +68,45 @@ ptc::Result<json> ControlService::dataset_add(const json& req, const transport::
   ThrottledProgress report(progress);
   auto out = runner_.dataset_add(r, report.fn());
   if (!out) {
-    ptc::log::warn("dataset add {}/{} refused: {}", r.job, r.name, out.status().to_string());
+    log::warn("dataset add {}/{} refused: {}", r.job, r.name, out.status().to_string());
     return out.status();
   }
-  ptc::log::info("added dataset {}/{}: {} samples (dp {}{})", r.job, r.name, out->version->spec().num_samples, *r.dp,
-                 given_dp ? ", given" : ", the job's");
+  log::info("added dataset {}/{}: {} samples (dp {}{})", r.job, r.name, out->version->spec().num_samples, *r.dp,
+            given_dp ? ", given" : ", the job's");
   return to_json(*out);
 }
 
-ptc::Result<json> ControlService::dataset_progress(const json& req) {
-  PTC_RETURN_IF_ERROR(
-      ptc::check_members(req, {"op", "job", "name", "consumed", "epoch", "dp", "global_batch", "batch_offset"},
-                         "dataset.progress request"));
+Result<json> ControlService::dataset_progress(const json& req) {
+  PTC_RETURN_IF_ERROR(check_members(req,
+                                    {"op", "job", "name", "consumed", "epoch", "dp", "global_batch", "batch_offset"},
+                                    "dataset.progress request"));
   DatasetProgressRequest r;
-  PTC_ASSIGN_OR_RETURN(r.job, ptc::member_string(req, "job"));
-  PTC_ASSIGN_OR_RETURN(r.name, ptc::member_string(req, "name"));
-  PTC_ASSIGN_OR_RETURN(r.consumed, ptc::member_u64(req, "consumed"));
+  PTC_ASSIGN_OR_RETURN(r.job, member_string(req, "job"));
+  PTC_ASSIGN_OR_RETURN(r.name, member_string(req, "name"));
+  PTC_ASSIGN_OR_RETURN(r.consumed, member_u64(req, "consumed"));
   if (req.contains("epoch")) {
-    PTC_ASSIGN_OR_RETURN(r.epoch, ptc::member_u64(req, "epoch"));
+    PTC_ASSIGN_OR_RETURN(r.epoch, member_u64(req, "epoch"));
   }
   if (req.contains("dp")) {
-    PTC_ASSIGN_OR_RETURN(int64_t dp, ptc::get_int(req["dp"], "request field 'dp'", 1, ptc::kMaxDatasetDp));
+    PTC_ASSIGN_OR_RETURN(int64_t dp, get_int(req["dp"], "request field 'dp'", 1, ptc::kMaxDatasetDp));
     r.dp = static_cast<int>(dp);
   }
   if (req.contains("global_batch")) {
-    PTC_ASSIGN_OR_RETURN(r.global_batch, ptc::member_u64(req, "global_batch"));
-    if (r.global_batch == 0) return ptc::invalid("the global batch must be at least 1");
+    PTC_ASSIGN_OR_RETURN(r.global_batch, member_u64(req, "global_batch"));
+    if (r.global_batch == 0) return invalid("the global batch must be at least 1");
   }
   if (req.contains("batch_offset")) {
-    PTC_ASSIGN_OR_RETURN(r.batch_offset, ptc::member_u64(req, "batch_offset"));
+    PTC_ASSIGN_OR_RETURN(r.batch_offset, member_u64(req, "batch_offset"));
   }
   PTC_ASSIGN_OR_RETURN(std::shared_ptr<const DatasetVersion> next, runner_.dataset_progress(r));
   return dataset_json(*next);
 }
 
-ptc::Result<json> ControlService::dataset_ls(const json& req) const {
-  PTC_RETURN_IF_ERROR(ptc::check_members(req, {"op", "job"}, "dataset.ls request"));
+Result<json> ControlService::dataset_ls(const json& req) const {
+  PTC_RETURN_IF_ERROR(check_members(req, {"op", "job"}, "dataset.ls request"));
   std::string job;
   if (req.contains("job")) {
-    PTC_ASSIGN_OR_RETURN(job, ptc::member_string(req, "job"));
+    PTC_ASSIGN_OR_RETURN(job, member_string(req, "job"));
   }
   json out = json::array();
   for (const auto& [key, v] : store_.snapshot()->datasets)

@@ -69,7 +69,7 @@ json dataset_json(const DatasetVersion& v) {
   json j = fs::dataset_state(v);
   j["job"] = v.job();
   j["name"] = v.name();
-  if (v.spec().format == ptc::DatasetFormat::kMegatron) j["dtype"] = ptc::mmidx_dtype_name(v.dtype_code());
+  if (v.spec().format == ptc::DatasetFormat::kMegatron) j["dtype"] = formats::mmidx_dtype_name(v.dtype_code());
   j["files"] = v.source().files().size();
   if (!v.home().empty()) j["home"] = v.home();
   return j;

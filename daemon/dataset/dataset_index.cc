@@ -20,9 +20,9 @@ std::string megatron_prefix(const std::string& path) {
 
 }  // namespace
 
-ptc::Result<DatasetIndex> index_dataset(ptc::DatasetFormat format, const std::vector<std::string>& paths,
-                                        const IndexProgress& progress) {
-  if (paths.empty()) return ptc::invalid("no files given");
+Result<DatasetIndex> index_dataset(ptc::DatasetFormat format, const std::vector<std::string>& paths,
+                                   const IndexProgress& progress) {
+  if (paths.empty()) return invalid("no files given");
   DatasetIndex out;
   out.format = format;
   std::vector<std::string> sources;
@@ -34,7 +34,7 @@ ptc::Result<DatasetIndex> index_dataset(ptc::DatasetFormat format, const std::ve
       if (seen.insert(megatron_prefix(p)).second) sources.push_back(megatron_prefix(p));
   }
   for (const auto& p : sources)
-    if (p.empty() || p[0] != '/') return ptc::invalid("dataset file '" + p + "' is not an absolute path");
+    if (p.empty() || p[0] != '/') return invalid("dataset file '" + p + "' is not an absolute path");
 
   std::vector<File> files;
   uint64_t total = 0, done = 0;
@@ -44,7 +44,7 @@ ptc::Result<DatasetIndex> index_dataset(ptc::DatasetFormat format, const std::ve
     PTC_ASSIGN_OR_RETURN(uint64_t size, f.size());
     PTC_ASSIGN_OR_RETURN(int64_t mtime, f.mtime_ns());
     for (const auto& prev : out.files)
-      if (prev.path == path) return ptc::invalid(path + " is given twice");
+      if (prev.path == path) return invalid(path + " is given twice");
     out.files.push_back({path, size, mtime, 0});
     files.push_back(std::move(f));
     if (format == ptc::DatasetFormat::kJsonl) total += size;
@@ -63,16 +63,16 @@ ptc::Result<DatasetIndex> index_dataset(ptc::DatasetFormat format, const std::ve
     const auto file_no = static_cast<uint32_t>(i);
     const std::string idx_path = sources[i] + ".idx";
     PTC_ASSIGN_OR_RETURN(std::string idx, read_small_file(idx_path, kMaxIdxBytes));
-    PTC_ASSIGN_OR_RETURN(ptc::MmidxIndex m, ptc::parse_mmidx(idx, out.files[i].size, idx_path));
+    PTC_ASSIGN_OR_RETURN(formats::MmidxIndex m, formats::parse_mmidx(idx, out.files[i].size, idx_path));
     if (i == 0) out.dtype_code = m.dtype_code;
     if (m.dtype_code != out.dtype_code)
-      return ptc::invalid(idx_path + " holds " + ptc::mmidx_dtype_name(m.dtype_code) + " sequences, " + sources[0] +
-                          ".idx " + ptc::mmidx_dtype_name(out.dtype_code) + ": a dataset has one dtype");
+      return invalid(idx_path + " holds " + formats::mmidx_dtype_name(m.dtype_code) + " sequences, " + sources[0] +
+                     ".idx " + formats::mmidx_dtype_name(out.dtype_code) + ": a dataset has one dtype");
     if (out.samples.size() + m.offsets.size() > ptc::kMaxSamples)
-      return ptc::invalid("more than " + std::to_string(ptc::kMaxSamples) + " samples");
+      return invalid("more than " + std::to_string(ptc::kMaxSamples) + " samples");
     for (size_t s = 0; s < m.offsets.size(); ++s) out.samples.push_back({m.offsets[s], m.bytes[s], file_no, 0});
   }
-  if (out.samples.empty()) return ptc::invalid("the dataset is empty: its files hold no samples");
+  if (out.samples.empty()) return invalid("the dataset is empty: its files hold no samples");
   return out;
 }
 

@@ -33,7 +33,7 @@ struct DatasetIndex {
 using IndexProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 // Reads and validates the files; errors name the file and the line or sequence at fault.
-ptc::Result<DatasetIndex> index_dataset(ptc::DatasetFormat format, const std::vector<std::string>& files,
-                                        const IndexProgress& progress = {});
+Result<DatasetIndex> index_dataset(ptc::DatasetFormat format, const std::vector<std::string>& files,
+                                   const IndexProgress& progress = {});
 
 }  // namespace ptcfs

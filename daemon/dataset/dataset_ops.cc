@@ -18,25 +18,24 @@ namespace {
 constexpr size_t kCopyChunk = 8 << 20;
 
 // Copies a source file into a new pending blob; checks it did not change meanwhile.
-ptc::Result<uint64_t> copy_into_blob(Store& store, const SourceFile& f, std::vector<uint64_t>& blobs) {
+Result<uint64_t> copy_into_blob(Store& store, const SourceFile& f, std::vector<uint64_t>& blobs) {
   PTC_ASSIGN_OR_RETURN(File in, File::open_read(f.path));
   PTC_ASSIGN_OR_RETURN(BlobWriter w, store.blobs().create());
   blobs.push_back(w.id());
   std::string buf(kCopyChunk, '\0');
   for (uint64_t pos = 0; pos < f.size;) {
     PTC_ASSIGN_OR_RETURN(size_t got, in.read_at(pos, buf.data(), std::min<uint64_t>(kCopyChunk, f.size - pos)));
-    if (got == 0) return ptc::corrupt(f.path + ": changed while it was copied");
+    if (got == 0) return corrupt(f.path + ": changed while it was copied");
     PTC_RETURN_IF_ERROR(w.append(buf.data(), got));
     pos += got;
   }
   PTC_ASSIGN_OR_RETURN(int64_t mtime, in.mtime_ns());
-  if (mtime != f.mtime_ns) return ptc::corrupt(f.path + ": changed while it was copied");
+  if (mtime != f.mtime_ns) return corrupt(f.path + ": changed while it was copied");
   PTC_RETURN_IF_ERROR(w.finish());
   return w.id();
 }
 
-ptc::Result<uint64_t> write_table(Store& store, const std::vector<SampleRecord>& samples,
-                                  std::vector<uint64_t>& blobs) {
+Result<uint64_t> write_table(Store& store, const std::vector<SampleRecord>& samples, std::vector<uint64_t>& blobs) {
   PTC_ASSIGN_OR_RETURN(BlobWriter w, store.blobs().create());
   blobs.push_back(w.id());
   PTC_RETURN_IF_ERROR(w.append(samples.data(), samples.size() * sizeof(SampleRecord)));
@@ -46,7 +45,7 @@ ptc::Result<uint64_t> write_table(Store& store, const std::vector<SampleRecord>&
 
 }  // namespace
 
-ptc::Result<int> job_dp(const Store& store, const std::string& job) {
+Result<int> job_dp(const Store& store, const std::string& job) {
   auto snap = store.snapshot();
   int dp = 0;
   std::string first;
@@ -57,28 +56,26 @@ ptc::Result<int> job_dp(const Store& store, const std::string& job) {
       dp = d;
       first = key.second;
     } else if (d != dp) {
-      return ptc::error(ptc::Code::kFailedPrecondition, "steps of job '" + job + "' differ in dp (" + first + ": " +
-                                                            std::to_string(dp) + ", " + key.second + ": " +
-                                                            std::to_string(d) + "); give --dp");
+      return error(Code::kFailedPrecondition, "steps of job '" + job + "' differ in dp (" + first + ": " +
+                                                  std::to_string(dp) + ", " + key.second + ": " + std::to_string(d) +
+                                                  "); give --dp");
     }
   }
   if (dp == 0)
-    return ptc::error(ptc::Code::kFailedPrecondition,
-                      "job '" + job + "' has no checkpoint step to take dp from; give --dp");
+    return error(Code::kFailedPrecondition, "job '" + job + "' has no checkpoint step to take dp from; give --dp");
   return dp;
 }
 
-ptc::Result<std::shared_ptr<const DatasetVersion>> current_dataset(const Store& store, const std::string& job,
-                                                                   const std::string& name) {
+Result<std::shared_ptr<const DatasetVersion>> current_dataset(const Store& store, const std::string& job,
+                                                              const std::string& name) {
   auto snap = store.snapshot();
   auto it = snap->datasets.find({job, name});
   if (it != snap->datasets.end()) return std::shared_ptr<const DatasetVersion>(it->second);
-  return ptc::not_found("job '" + job + "' has no dataset '" + name + "'");
+  return not_found("job '" + job + "' has no dataset '" + name + "'");
 }
 
-ptc::Result<PreparedChange> prepare_dataset_add(Store& store, const DatasetAddRequest& req, int dp,
-                                                const std::string& home, DatasetAddSummary& summary,
-                                                const IndexProgress& progress) {
+Result<PreparedChange> prepare_dataset_add(Store& store, const DatasetAddRequest& req, int dp, const std::string& home,
+                                           DatasetAddSummary& summary, const IndexProgress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string name = req.job + "/" + req.name;
   PTC_ASSIGN_OR_RETURN(DatasetIndex index, index_dataset(req.format, req.files, progress));
@@ -115,33 +112,33 @@ ptc::Result<PreparedChange> prepare_dataset_add(Store& store, const DatasetAddRe
   return change;
 }
 
-ptc::Result<PreparedChange> prepare_dataset_copy(Store& store, const std::string& job, const std::string& name,
-                                                 const json& record, uint64_t table) {
+Result<PreparedChange> prepare_dataset_copy(Store& store, const std::string& job, const std::string& name,
+                                            const json& record, uint64_t table) {
   json local = record;
   local["table"] = table;
   for (auto& f : local["files"]) f["blob"] = 0;  // the home's copies stay on the home
   PreparedChange change(store);                  // on error it aborts itself: the table goes
   change.blobs.push_back(table);
   PTC_ASSIGN_OR_RETURN(auto v, DatasetVersion::load(job, name, local.dump(), store.blobs(), store.remote_samples()));
-  if (v->source().local()) return ptc::internal("a copied dataset record names this node as its home");
+  if (v->source().local()) return internal("a copied dataset record names this node as its home");
   PTC_RETURN_IF_ERROR(change.claim(store, Claim::kNewDataset, job, name));
   change.datasets.push_back({std::move(v), nullptr});
   return change;
 }
 
-ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const std::string& job,
-                                                     const std::string& name, std::optional<uint64_t> epoch,
-                                                     uint64_t consumed, std::optional<uint64_t> from_version, int dp,
-                                                     uint64_t global_batch, std::optional<uint64_t> batch_offset) {
+Result<PreparedChange> prepare_dataset_progress(const Store& store, const std::string& job, const std::string& name,
+                                                std::optional<uint64_t> epoch, uint64_t consumed,
+                                                std::optional<uint64_t> from_version, int dp, uint64_t global_batch,
+                                                std::optional<uint64_t> batch_offset) {
   PTC_ASSIGN_OR_RETURN(auto cur, current_dataset(store, job, name));
   const std::string what = "dataset " + job + "/" + name;
   if (from_version && cur->version() != *from_version)
-    return ptc::error(ptc::Code::kFailedPrecondition, "dataset " + job + "/" + name + " is at version " +
-                                                          std::to_string(cur->version()) + ", not " +
-                                                          std::to_string(*from_version));
+    return error(Code::kFailedPrecondition, "dataset " + job + "/" + name + " is at version " +
+                                                std::to_string(cur->version()) + ", not " +
+                                                std::to_string(*from_version));
   if (batch_offset) {
     if (!epoch || !global_batch)
-      return ptc::invalid(what + ": a batch_offset is set together with its epoch and global batch");
+      return invalid(what + ": a batch_offset is set together with its epoch and global batch");
     ptc::DatasetSpec spec = cur->spec();
     spec.global_batch = global_batch;
     PTC_RETURN_IF_ERROR(ptc::check_spec(spec).with_context(what));
@@ -163,7 +160,7 @@ ptc::Result<PreparedChange> prepare_dataset_progress(const Store& store, const s
     return change;
   }
   auto next = ptc::rebatched(cur->spec(), *pos, new_dp, batch);
-  if (!next) return ptc::invalid("cannot re-split " + what + ": " + next.status().message());
+  if (!next) return invalid("cannot re-split " + what + ": " + next.status().message());
   change.datasets.push_back({cur->with_position(next->pos, 0, next->global_batch), cur});
   return change;
 }
@@ -174,8 +171,8 @@ std::map<std::string, uint64_t> resplit_versions(const std::vector<DatasetChange
   return out;
 }
 
-ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, const std::string& job, int dp,
-                                                         uint64_t global_batch) {
+Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, const std::string& job, int dp,
+                                                    uint64_t global_batch) {
   std::vector<DatasetChange> out;
   auto snap = store.snapshot();
   bool any = false;
@@ -184,12 +181,11 @@ ptc::Result<std::vector<DatasetChange>> resplit_datasets(const Store& store, con
     const uint64_t batch = global_batch ? global_batch : v->spec().global_batch;
     if (key.first != job || (v->position().dp == dp && batch == v->spec().global_batch)) continue;
     auto next = ptc::rebatched(v->spec(), v->position(), dp, batch);
-    if (!next)
-      return ptc::invalid("cannot re-split dataset " + job + "/" + key.second + ": " + next.status().message());
+    if (!next) return invalid("cannot re-split dataset " + job + "/" + key.second + ": " + next.status().message());
     out.push_back({v->with_position(next->pos, 0, next->global_batch), v});
   }
   if (global_batch && !any)
-    return ptc::invalid("job '" + job + "' has no dataset to take the global batch " + std::to_string(global_batch));
+    return invalid("job '" + job + "' has no dataset to take the global batch " + std::to_string(global_batch));
   return out;
 }
 

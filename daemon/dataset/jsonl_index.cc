@@ -39,12 +39,12 @@ struct ChunkResult {
   uint64_t lines = 0;                 // lines that start in the chunk before any fault, blank ones too
   bool bad_line = false;              // the line after those is not valid JSON
   bool too_many = false;              // more than ptc::kMaxSamples samples
-  ptc::Status error;                  // a read failed
+  Status error;                       // a read failed
   bool stopped() const { return bad_line || too_many || !error; }
 };
 
-ptc::Status cut_short(const File& file) {
-  return ptc::corrupt(file.path() + ": shorter than its size while it was read (changed meanwhile?)");
+Status cut_short(const File& file) {
+  return corrupt(file.path() + ": shorter than its size while it was read (changed meanwhile?)");
 }
 
 // The lines a pass under the SIGBUS guard found: at most kBatch samples, then the caller
@@ -103,14 +103,14 @@ void scan_lines(const Bytes& bytes, uint64_t stop, uint32_t file, LineBatch& b) 
 // starts at c.begin only after a '\n' there) up to the end of the last of them. Under the
 // SIGBUS guard, as a mapping needs: a page the file no longer has is the same error as a
 // short pread (harmless for bytes read into memory).
-ptc::Status scan_chunk(const JsonlInput& in, const Bytes& bytes, const Chunk& c, LineBatch& b, ChunkResult& r) {
+Status scan_chunk(const JsonlInput& in, const Bytes& bytes, const Chunk& c, LineBatch& b, ChunkResult& r) {
   b.pos = c.begin;
   if (c.begin > 0) {  // the first line that starts in the chunk: after the first '\n' from c.begin - 1 on
     // (one at c.end - 1 starts a line the next chunk owns: none is found here then)
     const char* nl = nullptr;
     auto find = [&] { nl = static_cast<const char*>(std::memchr(bytes.at(c.begin - 1), '\n', c.end - (c.begin - 1))); };
     if (!run_guarded(find)) return cut_short(*in.file);
-    if (nl == nullptr) return ptc::Status::ok();  // a line from an earlier chunk covers this one
+    if (nl == nullptr) return Status::ok();  // a line from an earlier chunk covers this one
     b.pos = bytes.origin + static_cast<uint64_t>(nl - bytes.data) + 1;
   }
   std::string slow;  // a line the fast checker left, copied out for nlohmann
@@ -121,16 +121,16 @@ ptc::Status scan_chunk(const JsonlInput& in, const Bytes& bytes, const Chunk& c,
     r.lines += b.lines;
     if (r.samples.size() > ptc::kMaxSamples) {
       r.too_many = true;
-      return ptc::Status::ok();
+      return Status::ok();
     }
-    if (b.stop == LineBatch::Stop::kEnd) return ptc::Status::ok();
+    if (b.stop == LineBatch::Stop::kEnd) return Status::ok();
     if (b.stop == LineBatch::Stop::kCheck) {
       slow.resize(b.line_end - b.pos);
       const CopyRun run{slow.data(), bytes.at(b.pos), slow.size()};
       if (!copy_guarded(&run, 1)) return cut_short(*in.file);
       if (!json_valid(slow)) {
         r.bad_line = true;
-        return ptc::Status::ok();
+        return Status::ok();
       }
       r.samples.push_back({b.pos, b.next - b.pos, c.file, b.next == b.line_end ? kSupplyNewline : 0u});
       ++r.lines;
@@ -143,22 +143,22 @@ ptc::Status scan_chunk(const JsonlInput& in, const Bytes& bytes, const Chunk& c,
 // c.begin - 1, then on past c.end (kReadOn, then twice as much each time) until its last line
 // ends.
 // The bytes read are added to `counted` when set.
-ptc::Status read_and_scan_chunk(const JsonlInput& in, const Chunk& c, std::string& buf, LineBatch& b, ChunkResult& r,
-                                std::atomic<uint64_t>* counted) {
+Status read_and_scan_chunk(const JsonlInput& in, const Chunk& c, std::string& buf, LineBatch& b, ChunkResult& r,
+                           std::atomic<uint64_t>* counted) {
   const uint64_t from = c.begin == 0 ? 0 : c.begin - 1;
   uint64_t have = 0;  // bytes in buf, from `from`
-  auto read = [&](uint64_t want) -> ptc::Status {
+  auto read = [&](uint64_t want) -> Status {
     want = std::min(want, in.size - (from + have));
     if (buf.size() < have + want) buf.resize(have + want);
     PTC_ASSIGN_OR_RETURN(size_t got, read_full(in.file->fd(), from + have, buf.data() + have, want, in.file->path()));
     if (counted) counted->fetch_add(got, std::memory_order_relaxed);
     if (got < want) return cut_short(*in.file);
     have += got;
-    return ptc::Status::ok();
+    return Status::ok();
   };
   PTC_RETURN_IF_ERROR(read(c.end - from));
   // No '\n' at all: a line from an earlier chunk covers this one (and reading on is not needed).
-  if (c.begin > 0 && std::memchr(buf.data(), '\n', have) == nullptr) return ptc::Status::ok();
+  if (c.begin > 0 && std::memchr(buf.data(), '\n', have) == nullptr) return Status::ok();
   // Every line that starts in the chunk ends by the first '\n' from c.end - 1 on, or the file's end.
   // (Each pass looks only at the bytes it has not looked at yet.)
   uint64_t read_on = kReadOn;
@@ -172,18 +172,18 @@ ptc::Status read_and_scan_chunk(const JsonlInput& in, const Chunk& c, std::strin
 
 // Whether the file still has the size it was indexed at: a file cut short inside its last
 // mapped page reads as zeros there, without SIGBUS, so each mapped scan checks after.
-ptc::Status still_whole(const JsonlInput& in) {
+Status still_whole(const JsonlInput& in) {
   struct stat st {};
   if (::fstat(in.file->fd(), &st) != 0 || static_cast<uint64_t>(st.st_size) < in.size) return cut_short(*in.file);
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status too_many_samples() { return ptc::invalid("more than " + std::to_string(ptc::kMaxSamples) + " samples"); }
+Status too_many_samples() { return invalid("more than " + std::to_string(ptc::kMaxSamples) + " samples"); }
 
 }  // namespace
 
-ptc::Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<SampleRecord>& out,
-                              const std::function<void(uint64_t)>& advance, const JsonlScanOptions& options) {
+Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<SampleRecord>& out,
+                         const std::function<void(uint64_t)>& advance, const JsonlScanOptions& options) {
   const uint64_t step = std::max<uint64_t>(1, options.chunk_bytes);
   std::vector<Chunk> chunks;
   for (size_t f = 0; f < files.size(); ++f)
@@ -199,8 +199,8 @@ ptc::Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<
   std::atomic<size_t> first_stop{std::numeric_limits<size_t>::max()};
   std::mutex progress_mu;
   PTC_RETURN_IF_ERROR(parallel_for(chunks.size(), options.threads, [&]() -> Worker {
-    return [&, buf = std::string(), batch = std::shared_ptr<LineBatch>()](size_t i) mutable -> ptc::Status {
-      if (i > first_stop.load()) return ptc::Status::ok();
+    return [&, buf = std::string(), batch = std::shared_ptr<LineBatch>()](size_t i) mutable -> Status {
+      if (i > first_stop.load()) return Status::ok();
       ChunkResult& r = results[i];
       const Chunk& c = chunks[i];
       if (!batch) batch = std::make_shared<LineBatch>();
@@ -215,7 +215,7 @@ ptc::Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<
         std::lock_guard lock(progress_mu);
         advance(chunks[i].end - chunks[i].begin);
       }
-      return ptc::Status::ok();
+      return Status::ok();
     };
   }));
 
@@ -235,13 +235,13 @@ ptc::Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<
     if (r.too_many || out.size() + r.samples.size() > ptc::kMaxSamples) return too_many_samples();
     if (!r.error) return r.error;
     if (r.bad_line)
-      return ptc::corrupt(files[chunks[i].file].file->path() + ": line " + std::to_string(line_base + r.lines + 1) +
-                          " is not valid JSON");
+      return corrupt(files[chunks[i].file].file->path() + ": line " + std::to_string(line_base + r.lines + 1) +
+                     " is not valid JSON");
     out.insert(out.end(), r.samples.begin(), r.samples.end());
     std::vector<SampleRecord>().swap(r.samples);
     line_base += r.lines;
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 }  // namespace ptcfs

@@ -40,7 +40,7 @@ struct JsonlScanOptions {
 
 // Appends the samples of `files` (file numbers their positions) to `out`. `advance(bytes)`
 // is called, one call at a time, as chunks finish. Errors name the file and line at fault.
-ptc::Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<SampleRecord>& out,
-                              const std::function<void(uint64_t)>& advance, const JsonlScanOptions& options = {});
+Status index_jsonl_files(const std::vector<JsonlInput>& files, std::vector<SampleRecord>& out,
+                         const std::function<void(uint64_t)>& advance, const JsonlScanOptions& options = {});
 
 }  // namespace ptcfs

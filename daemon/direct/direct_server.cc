@@ -18,32 +18,32 @@ namespace direct = transport::direct;
 
 namespace {
 
-ptc::Status reply_error(int sock, const ptc::Status& s) {
-  const json j = {{"ok", false}, {"code", ptc::code_name(s.code())}, {"error", s.message()}};
+Status reply_error(int sock, const Status& s) {
+  const json j = {{"ok", false}, {"code", code_name(s.code())}, {"error", s.message()}};
   return direct::send_message(sock, j.dump(), {}, {});
 }
 
 // Whether the connected peer may use the socket: the daemon's own uid, or root.
-ptc::Status check_peer(int sock) {
+Status check_peer(int sock) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
-    return ptc::io_error("reading the direct socket's peer credentials", errno);
+    return io_error("reading the direct socket's peer credentials", errno);
   if (cred.uid != 0 && cred.uid != ::geteuid())
-    return ptc::error(ptc::Code::kPermissionDenied, "the direct socket serves only uid " + std::to_string(::geteuid()) +
-                                                        " (the daemon's) and root; this process runs as uid " +
-                                                        std::to_string(cred.uid) + ": read through the mount");
-  return ptc::Status::ok();
+    return error(Code::kPermissionDenied, "the direct socket serves only uid " + std::to_string(::geteuid()) +
+                                              " (the daemon's) and root; this process runs as uid " +
+                                              std::to_string(cred.uid) + ": read through the mount");
+  return Status::ok();
 }
 
 }  // namespace
 
-ptc::Result<std::unique_ptr<DirectServer>> DirectServer::start(const std::string& socket_path, const std::string& mount,
-                                                               Resolve resolve, size_t max_connections) {
+Result<std::unique_ptr<DirectServer>> DirectServer::start(const std::string& socket_path, const std::string& mount,
+                                                          Resolve resolve, size_t max_connections) {
   PTC_ASSIGN_OR_RETURN(int fd, direct::listen_unix(socket_path));
   std::unique_ptr<DirectServer> s(new DirectServer(socket_path, mount, std::move(resolve), fd, max_connections));
   s->acceptor_ = std::thread([p = s.get()] { p->accept_loop(); });
-  ptc::log::info("direct socket at {}", socket_path);
+  log::info("direct socket at {}", socket_path);
   return s;
 }
 
@@ -68,15 +68,15 @@ void DirectServer::accept_loop() {
     const int sock = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (sock < 0) continue;
     if (auto s = check_peer(sock); !s) {
-      ptc::log::warn("direct socket: refused a client: {}", s.message());
+      log::warn("direct socket: refused a client: {}", s.message());
       (void)reply_error(sock, s);
       ::close(sock);
       continue;
     }
     if (live_.load() >= max_) {
-      (void)reply_error(sock, ptc::error(ptc::Code::kResourceExhausted,
-                                         "the direct socket has " + std::to_string(max_) +
-                                             " connections open, its limit; close files or read through the mount"));
+      (void)reply_error(sock, error(Code::kResourceExhausted,
+                                    "the direct socket has " + std::to_string(max_) +
+                                        " connections open, its limit; close files or read through the mount"));
       ::close(sock);
       continue;
     }
@@ -109,47 +109,46 @@ void DirectServer::serve(int sock) {
   while (!stopping_) {
     auto msg = direct::recv_message(sock, limits);
     if (!msg) {
-      if (msg.status().code() != ptc::Code::kUnavailable) {
-        ptc::log::warn("direct socket: {}", msg.status().message());
+      if (msg.status().code() != Code::kUnavailable) {
+        log::warn("direct socket: {}", msg.status().message());
         (void)reply_error(sock, msg.status());
       }
       break;
     }
-    auto req = ptc::parse_json(msg->json, "direct socket request");
-    auto op = req ? ptc::member_string(*req, "op", "direct socket request") : ptc::Result<std::string>(req.status());
+    auto req = parse_json(msg->json, "direct socket request");
+    auto op = req ? member_string(*req, "op", "direct socket request") : Result<std::string>(req.status());
     if (!op) {
       (void)reply_error(sock, op.status());
       break;  // not a client of this protocol
     }
-    ptc::Status st;
+    Status st;
     if (*op == "close") {
-      auto h = ptc::member_u64(*req, "handle", "direct socket close");
+      auto h = member_u64(*req, "handle", "direct socket close");
       if (h && handles.erase(*h)) {
         --held_;
         st = direct::send_message(sock, json{{"ok", true}}.dump(), {}, {});
       } else {
-        st = reply_error(sock,
-                         h ? ptc::not_found("no handle " + std::to_string(*h) + " on this connection") : h.status());
+        st = reply_error(sock, h ? not_found("no handle " + std::to_string(*h) + " on this connection") : h.status());
       }
     } else if (*op == "open") {
-      auto path = ptc::member_string(*req, "path", "direct socket open");
+      auto path = member_string(*req, "path", "direct socket open");
       // Map version 2 (runs of rows) for a client that asks for it; 1 (spans) for any other.
-      auto version = ptc::member_u64_or(*req, "map", 1, "direct socket open");
-      ptc::Result<std::shared_ptr<const fs::View>> view = path.status();
+      auto version = member_u64_or(*req, "map", 1, "direct socket open");
+      Result<std::shared_ptr<const fs::View>> view = path.status();
       if (path && !version) view = version.status();
       if (path && version) {
         if (path->rfind(mount_ + "/", 0) != 0)
-          view = ptc::invalid(*path + " is not inside the mount " + mount_);
+          view = invalid(*path + " is not inside the mount " + mount_);
         else
           view = resolve_(path->substr(mount_.size() + 1));
       }
       fs::ReadBuffer rb;
       const bool runs = version && *version >= 2;
       if (runs) rb.take_rows();
-      ptc::Result<FileMap> map = view.status();
+      Result<FileMap> map = view.status();
       if (view) {
         auto s = (*view)->read(0, (*view)->size(), rb);
-        map = s ? map_of(rb) : ptc::Result<FileMap>(s.with_context("reading " + *path));
+        map = s ? map_of(rb) : Result<FileMap>(s.with_context("reading " + *path));
       }
       if (!map) {
         st = reply_error(sock, map.status());
@@ -173,7 +172,7 @@ void DirectServer::serve(int sock) {
         }
       }
     } else {
-      st = reply_error(sock, ptc::invalid("unknown direct socket operation '" + *op + "' (open, close)"));
+      st = reply_error(sock, invalid("unknown direct socket operation '" + *op + "' (open, close)"));
     }
     if (!st) break;
   }

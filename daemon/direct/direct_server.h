@@ -31,11 +31,11 @@ namespace ptcfs {
 class DirectServer {
  public:
   // The view of a file, by its path relative to the mount root (fs::Filesystem::open_view).
-  using Resolve = std::function<ptc::Result<std::shared_ptr<const fs::View>>(const std::string&)>;
+  using Resolve = std::function<Result<std::shared_ptr<const fs::View>>(const std::string&)>;
 
   // Listens at `socket_path` (a stale socket there is replaced) for files under `mount`.
-  static ptc::Result<std::unique_ptr<DirectServer>> start(const std::string& socket_path, const std::string& mount,
-                                                          Resolve resolve, size_t max_connections = 256);
+  static Result<std::unique_ptr<DirectServer>> start(const std::string& socket_path, const std::string& mount,
+                                                     Resolve resolve, size_t max_connections = 256);
   ~DirectServer();
   const std::string& path() const { return path_; }
   size_t connections() const { return live_.load(); }

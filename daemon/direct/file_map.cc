@@ -15,7 +15,7 @@ FileMap::~FileMap() {
   if (memfd >= 0) ::close(memfd);
 }
 
-ptc::Result<FileMap> map_of(const fs::ReadBuffer& rb) {
+Result<FileMap> map_of(const fs::ReadBuffer& rb) {
   FileMap m;
   std::map<int, int32_t> index;  // descriptor -> its index in m.fds
   auto src_of = [&](int fd) {
@@ -30,7 +30,7 @@ ptc::Result<FileMap> map_of(const fs::ReadBuffer& rb) {
   int32_t mem_src = -1;
   if (mem_bytes > 0) {
     m.memfd = ::memfd_create("ptcfs-direct", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (m.memfd < 0) return ptc::io_error("memfd_create", errno);
+    if (m.memfd < 0) return io_error("memfd_create", errno);
     mem_src = src_of(m.memfd);
   }
   uint64_t mem_at = 0;
@@ -54,7 +54,7 @@ ptc::Result<FileMap> map_of(const fs::ReadBuffer& rb) {
       while (done < s.len) {
         const ssize_t n = ::pwrite(m.memfd, s.mem + done, s.len - done, static_cast<off_t>(mem_at + done));
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return ptc::io_error("writing a memfd of the direct path", errno);
+        if (n < 0) return io_error("writing a memfd of the direct path", errno);
         done += static_cast<uint64_t>(n);
       }
       m.runs.add(mem_src, mem_at, s.len);
@@ -63,7 +63,7 @@ ptc::Result<FileMap> map_of(const fs::ReadBuffer& rb) {
   }
   // Sealed: the client may map it without fearing it shrinks under the mapping.
   if (m.memfd >= 0 && ::fcntl(m.memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
-    return ptc::io_error("sealing a memfd of the direct path", errno);
+    return io_error("sealing a memfd of the direct path", errno);
   return m;
 }
 

@@ -31,6 +31,6 @@ struct FileMap {
 
 // The map of the bytes `rb` holds (a whole file read; rows it took stay runs of rows). Adjacent
 // pieces of one descriptor merge.
-ptc::Result<FileMap> map_of(const fs::ReadBuffer& rb);
+Result<FileMap> map_of(const fs::ReadBuffer& rb);
 
 }  // namespace ptcfs

@@ -59,16 +59,16 @@ class CopySink final : public PieceSink {
  public:
   explicit CopySink(std::byte* dst) : dst_(dst) {}
   std::byte* end() const { return dst_; }
-  ptc::Status zeros(uint64_t n) override {
+  Status zeros(uint64_t n) override {
     std::memset(dst_, 0, n);
     dst_ += n;
-    return ptc::Status::ok();
+    return Status::ok();
   }
-  ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) override {
-    if (off + n > file->mapped_size()) return ptc::corrupt(kShortBlob);
+  Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) override {
+    if (off + n > file->mapped_size()) return corrupt(kShortBlob);
     std::memcpy(dst_, file->data() + off, n);
     dst_ += n;
-    return ptc::Status::ok();
+    return Status::ok();
   }
 
  private:
@@ -77,9 +77,8 @@ class CopySink final : public PieceSink {
 
 }  // namespace
 
-ptc::Result<Selection> select_compaction(const std::vector<std::vector<StoredSlice>>& stored,
-                                         const CompactionPolicy& policy,
-                                         const std::function<ptc::Result<uint64_t>(uint64_t)>& blob_size) {
+Result<Selection> select_compaction(const std::vector<std::vector<StoredSlice>>& stored, const CompactionPolicy& policy,
+                                    const std::function<Result<uint64_t>(uint64_t)>& blob_size) {
   Selection sel(stored.size());
   for (size_t i = 0; i < stored.size(); ++i) {
     sel[i].resize(stored[i].size());
@@ -181,8 +180,8 @@ struct CompactionPlan {
 // Step 1: the new blobs (one per shard that has slices to compact, made in `res`) and where
 // each selected slice goes in them, packed in order. Slices with identical extents (a
 // replicated tensor on several TP ranks) are copied once and share the copy.
-ptc::Status plan_targets(BlobStore& blobs, const std::vector<std::vector<StoredSlice>>& stored,
-                         const Selection& selection, CompactionPlan& plan, CompactionResult& res) {
+Status plan_targets(BlobStore& blobs, const std::vector<std::vector<StoredSlice>>& stored, const Selection& selection,
+                    CompactionPlan& plan, CompactionResult& res) {
   std::map<std::vector<Extent>, size_t, ExtentsLess> first;
   for (size_t s = 0; s < stored.size(); ++s) {
     std::optional<size_t> blob;
@@ -207,7 +206,7 @@ ptc::Status plan_targets(BlobStore& blobs, const std::vector<std::vector<StoredS
       ++res.slices;
     }
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 // Step 2: the copy cut into jobs of at most kChunk contiguous destination bytes (small
@@ -229,14 +228,14 @@ void plan_jobs(const std::vector<std::vector<StoredSlice>>& old, CompactionPlan&
 }
 
 // Step 3: every source blob mapped once.
-ptc::Result<std::map<uint64_t, std::shared_ptr<const BlobFile>>> map_sources(
+Result<std::map<uint64_t, std::shared_ptr<const BlobFile>>> map_sources(
     BlobStore& blobs, const std::vector<std::vector<StoredSlice>>& old, const std::vector<Target>& targets) {
   std::map<uint64_t, std::shared_ptr<const BlobFile>> maps;
   for (const auto& tg : targets)
     for (const auto& e : old[tg.s][tg.j].extents)
       if (e.blob != kZeroBlob && !maps.count(e.blob)) {
         PTC_ASSIGN_OR_RETURN(auto f, blobs.file(e.blob));
-        if (!f->data()) return ptc::io_error("mapping blob " + blobs.path(e.blob), errno);
+        if (!f->data()) return io_error("mapping blob " + blobs.path(e.blob), errno);
         maps.emplace(e.blob, std::move(f));
       }
   return maps;
@@ -244,20 +243,20 @@ ptc::Result<std::map<uint64_t, std::shared_ptr<const BlobFile>>> map_sources(
 
 // Step 4: the jobs run on every core, each gathering its parts through walk_slice into a
 // buffer and writing it at once; then the new blobs are synced. On error every new blob goes.
-ptc::Status copy_jobs(BlobStore& blobs, const CompactionPlan& plan,
-                      const std::map<uint64_t, std::shared_ptr<const BlobFile>>& maps, const CompactionPolicy& policy,
-                      const std::function<void(uint64_t, uint64_t)>& progress, CompactionResult& res) {
-  const OpenBlob open = [&](uint64_t id) -> ptc::Result<std::shared_ptr<const BlobFile>> { return maps.at(id); };
+Status copy_jobs(BlobStore& blobs, const CompactionPlan& plan,
+                 const std::map<uint64_t, std::shared_ptr<const BlobFile>>& maps, const CompactionPolicy& policy,
+                 const std::function<void(uint64_t, uint64_t)>& progress, CompactionResult& res) {
+  const OpenBlob open = [&](uint64_t id) -> Result<std::shared_ptr<const BlobFile>> { return maps.at(id); };
   std::mutex mu;  // guards done and progress
   uint64_t done = 0;
-  auto copy_job = [&](std::vector<std::byte>& buf, size_t i) -> ptc::Status {
+  auto copy_job = [&](std::vector<std::byte>& buf, size_t i) -> Status {
     const Job& jb = plan.jobs[i];
     std::byte* out = buf.data();
     for (const Part& part : jb.parts) {
       // Gather [slice_off, slice_off + len) of the slice into out.
       CopySink sink(out);
       PTC_RETURN_IF_ERROR(walk_slice(*part.slice, part.slice_off, part.len, open, sink));
-      if (sink.end() != out + part.len) return ptc::corrupt(kShortBlob);
+      if (sink.end() != out + part.len) return corrupt(kShortBlob);
       if (part.hash) *part.hash = xxh3_of(out, part.len);
       out += part.len;
     }
@@ -265,9 +264,9 @@ ptc::Status copy_jobs(BlobStore& blobs, const CompactionPlan& plan,
     std::lock_guard lock(mu);
     done += jb.len;
     if (progress) progress(done, res.bytes);
-    return ptc::Status::ok();
+    return Status::ok();
   };
-  const ptc::Status copied = parallel_for(plan.jobs.size(), policy.threads, [&]() -> Worker {
+  const Status copied = parallel_for(plan.jobs.size(), policy.threads, [&]() -> Worker {
     auto buf = std::make_shared<std::vector<std::byte>>(kChunk);
     return [&, buf](size_t i) { return copy_job(*buf, i); };
   });
@@ -285,7 +284,7 @@ ptc::Status copy_jobs(BlobStore& blobs, const CompactionPlan& plan,
       return st;
     }
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 // Step 5: the selected slices point at their copies.
@@ -303,9 +302,9 @@ void point_at_copies(const CompactionPlan& plan, const CompactionResult& res,
 
 }  // namespace
 
-ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<StoredSlice>>& stored,
-                                      const Selection& selection, const CompactionPolicy& policy,
-                                      const std::function<void(uint64_t, uint64_t)>& progress) {
+Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<StoredSlice>>& stored,
+                                 const Selection& selection, const CompactionPolicy& policy,
+                                 const std::function<void(uint64_t, uint64_t)>& progress) {
   CompactionResult res;
   CompactionPlan plan;
   PTC_RETURN_IF_ERROR(plan_targets(blobs, stored, selection, plan, res));

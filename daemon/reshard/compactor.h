@@ -32,9 +32,8 @@ struct CompactionPolicy {
 // Which slices to compact, indexed like `stored`; pure over its inputs. `blob_size(id)`
 // gives a blob file's size.
 using Selection = std::vector<std::vector<bool>>;
-ptc::Result<Selection> select_compaction(const std::vector<std::vector<StoredSlice>>& stored,
-                                         const CompactionPolicy& policy,
-                                         const std::function<ptc::Result<uint64_t>(uint64_t)>& blob_size);
+Result<Selection> select_compaction(const std::vector<std::vector<StoredSlice>>& stored, const CompactionPolicy& policy,
+                                    const std::function<Result<uint64_t>(uint64_t)>& blob_size);
 
 struct CompactionStats {
   size_t slices = 0;              // slices compacted
@@ -53,8 +52,8 @@ struct CompactionResult {
 // Rewrites in place the extents of every selected slice of `stored` (indexed by shard,
 // then slice) to point at new blobs. Selected slices with identical extents share one copy. `progress(done, total)`
 // reports bytes copied.
-ptc::Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<StoredSlice>>& stored,
-                                      const Selection& selection, const CompactionPolicy& policy,
-                                      const std::function<void(uint64_t, uint64_t)>& progress);
+Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<StoredSlice>>& stored,
+                                 const Selection& selection, const CompactionPolicy& policy,
+                                 const std::function<void(uint64_t, uint64_t)>& progress);
 
 }  // namespace ptcfs

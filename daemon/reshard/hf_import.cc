@@ -15,12 +15,10 @@ namespace ptcfs {
 
 namespace {
 
-using ptc::Result;
-
 // One slice of the unsharded layout to fill from a tensor of a file.
 struct SliceSource {
   size_t slice = 0;                                    // in layout.slices(shard 0)
-  const ptc::SafetensorsEntry* entry = nullptr;        // its bytes in the file
+  const formats::SafetensorsEntry* entry = nullptr;    // its bytes in the file
   uint64_t bytes = 0;                                  // the slice's size (with padding)
   std::vector<std::pair<uint64_t, uint64_t>> padding;  // (offset in the slice, length), sorted
 };
@@ -28,7 +26,7 @@ struct SliceSource {
 // Copies the tensors of one file into a new blob: each slice's bytes in order, the source's
 // bytes between the padding ranges and zeros in them.
 Result<std::vector<std::pair<size_t, StoredSlice>>> copy_file(BlobStore& blobs, const std::string& path,
-                                                              const ptc::SafetensorsHeader& header,
+                                                              const formats::SafetensorsHeader& header,
                                                               std::vector<SliceSource> sources,
                                                               std::vector<BlobWriter>& finished,
                                                               const std::function<void(uint64_t)>& advance) {
@@ -44,27 +42,27 @@ Result<std::vector<std::pair<size_t, StoredSlice>>> copy_file(BlobStore& blobs, 
   for (const SliceSource& s : sources) {
     Xxh3Stream hash;
     uint64_t src = header.data_start + s.entry->begin;
-    auto copy = [&](uint64_t n) -> ptc::Status {
+    auto copy = [&](uint64_t n) -> Status {
       while (n > 0) {
         const size_t k = static_cast<size_t>(std::min(kChunk, n));
         PTC_ASSIGN_OR_RETURN(size_t got, file.read_at(src, buf.data(), k));
-        if (got != k) return ptc::corrupt(path + ": file shrank while importing (tensor " + s.entry->name + ")");
+        if (got != k) return corrupt(path + ": file shrank while importing (tensor " + s.entry->name + ")");
         hash.update(buf.data(), k);
         PTC_RETURN_IF_ERROR(w.append(buf.data(), k));
         src += k;
         n -= k;
         advance(k);
       }
-      return ptc::Status::ok();
+      return Status::ok();
     };
-    auto zero = [&](uint64_t n) -> ptc::Status {
+    auto zero = [&](uint64_t n) -> Status {
       while (n > 0) {
         const size_t k = static_cast<size_t>(std::min(kChunk, n));
         hash.update(zeros.data(), k);
         PTC_RETURN_IF_ERROR(w.append(zeros.data(), k));
         n -= k;
       }
-      return ptc::Status::ok();
+      return Status::ok();
     };
     uint64_t pos = 0;
     for (const auto& [off, len] : s.padding) {
@@ -74,7 +72,7 @@ Result<std::vector<std::pair<size_t, StoredSlice>>> copy_file(BlobStore& blobs, 
     }
     PTC_RETURN_IF_ERROR(copy(s.bytes - pos));
     if (src != header.data_start + s.entry->end)
-      return ptc::internal(path + ": tensor " + s.entry->name + ": the layout's slice does not hold its bytes");
+      return internal(path + ": tensor " + s.entry->name + ": the layout's slice does not hold its bytes");
     out.emplace_back(s.slice, StoredSlice{{Extent{w.id(), at, s.bytes}}, hash.digest()});
     at += s.bytes;
   }
@@ -84,25 +82,25 @@ Result<std::vector<std::pair<size_t, StoredSlice>>> copy_file(BlobStore& blobs, 
 }
 
 // The checkpoint in `dir`, read with the daemon's file utilities.
-Result<ptc::HfCheckpoint> read_hf_checkpoint(const std::string& dir) {
-  ptc::HfReader io{[&] { return list_dir(dir); },
-                   [&](const std::string& name) { return read_small_file(dir + "/" + name, 64 << 20); },
-                   [&](const std::string& name) { return read_safetensors_header(dir + "/" + name); }};
-  return ptc::read_hf_checkpoint(dir, io);
+Result<formats::HfCheckpoint> read_hf_checkpoint(const std::string& dir) {
+  formats::HfReader io{[&] { return list_dir(dir); },
+                       [&](const std::string& name) { return read_small_file(dir + "/" + name, 64 << 20); },
+                       [&](const std::string& name) { return read_safetensors_header(dir + "/" + name); }};
+  return formats::read_hf_checkpoint(dir, io);
 }
 
 }  // namespace
 
-Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc::PtcTemplate& tmpl,
+Result<ImportSummary> import_hf(Store& store, const std::string& dir, const formats::PtcTemplate& tmpl,
                                 const std::string& job, const std::string& step,
                                 const std::optional<ptc::Parallelism>& then, const ProgressFn& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   PreparedChange change(store);
   PTC_RETURN_IF_ERROR(change.claim(store, Claim::kNewStep, job, step));
-  PTC_ASSIGN_OR_RETURN(ptc::HfCheckpoint ck, read_hf_checkpoint(dir));
+  PTC_ASSIGN_OR_RETURN(formats::HfCheckpoint ck, read_hf_checkpoint(dir));
   std::vector<std::string> skipped;
-  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::infer_ptc(tmpl, ck.infos(), ptc::Parallelism{}, dir,
-                                                    ck.config ? &*ck.config : nullptr, &skipped));
+  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, formats::infer_ptc(tmpl, ck.infos(), ptc::Parallelism{}, dir,
+                                                        ck.config ? &*ck.config : nullptr, &skipped));
   if (ck.config) ptc.hf_config = ck.config->json;  // the hf/ view's config.json
   if (then)
     if (auto target = ptc::Layout::make(ptc, *then); !target)
@@ -110,18 +108,18 @@ Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc:
   auto layout_r = ptc::Layout::make(ptc, ptc.parallelism);
   if (!layout_r) return layout_r.status().with_context(dir);
   ptc::Layout layout = std::move(layout_r).value();
-  PTC_ASSIGN_OR_RETURN(PaddingRanges padding, layout_padding(layout));
+  PTC_ASSIGN_OR_RETURN(formats::PaddingRanges padding, formats::layout_padding(layout));
 
   // Which file fills each slice of the one shard.
   const ptc::ShardId& shard = layout.shards().front();
   const auto& slices = layout.slices(shard);
-  std::map<std::string_view, const ptc::HfTensor*> by_name;
+  std::map<std::string_view, const formats::HfTensor*> by_name;
   for (const auto& t : ck.tensors) by_name[t.info.name] = &t;
   std::vector<std::vector<SliceSource>> per_file(ck.files.size());
   uint64_t total = 0;
   for (size_t j = 0; j < slices.size(); ++j) {
     const auto& spec = layout.tensor(slices[j]);
-    const ptc::HfTensor* t = by_name.at(spec.name);
+    const formats::HfTensor* t = by_name.at(spec.name);
     const auto& entry = ck.files[t->file].header.entries[t->entry];
     SliceSource s{j, &entry,
                   static_cast<uint64_t>(ptc::num_elements(slices[j].local_shape)) * ptc::dtype_size(spec.dtype),
@@ -134,13 +132,13 @@ Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc:
   std::mutex mu;
   PTC_RETURN_IF_ERROR(copy_in_parallel(
       store, ck.files.size(), total, progress,
-      [&](size_t f, std::vector<BlobWriter>& mine, const std::function<void(uint64_t)>& advance) -> ptc::Status {
-        if (per_file[f].empty()) return ptc::Status::ok();  // every tensor of it skipped
+      [&](size_t f, std::vector<BlobWriter>& mine, const std::function<void(uint64_t)>& advance) -> Status {
+        if (per_file[f].empty()) return Status::ok();  // every tensor of it skipped
         PTC_ASSIGN_OR_RETURN(auto r, copy_file(store.blobs(), dir + "/" + ck.files[f].name, ck.files[f].header,
                                                per_file[f], mine, advance));
         std::lock_guard lock(mu);
         for (auto& [j, s] : r) stored[j] = std::move(s);
-        return ptc::Status::ok();
+        return Status::ok();
       },
       change.blobs));
   ImportSummary sum;
@@ -153,7 +151,7 @@ Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc:
   change.next = store.new_version(job, step, 1, std::move(layout), std::move(shards));
   PTC_RETURN_IF_ERROR(commit_change(store, change));
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ptc::log::info(
+  log::info(
       "imported {}/{} from Hugging Face checkpoint {} with template {}: {} files, {} tensors{}, {} bytes in "
       "{:.2f} s",
       job, step, dir, tmpl.name, ck.files.size(), sum.tensors,

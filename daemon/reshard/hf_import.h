@@ -20,9 +20,9 @@ namespace ptcfs {
 
 // `then`, when given, is the layout the caller repartitions into next: checked before a byte
 // is copied, so that a shape it cannot split refuses the import instead of half-doing it.
-ptc::Result<ImportSummary> import_hf(Store& store, const std::string& dir, const ptc::PtcTemplate& tmpl,
-                                     const std::string& job, const std::string& step,
-                                     const std::optional<ptc::Parallelism>& then = std::nullopt,
-                                     const ProgressFn& progress = {});
+Result<ImportSummary> import_hf(Store& store, const std::string& dir, const formats::PtcTemplate& tmpl,
+                                const std::string& job, const std::string& step,
+                                const std::optional<ptc::Parallelism>& then = std::nullopt,
+                                const ProgressFn& progress = {});
 
 }  // namespace ptcfs

@@ -29,29 +29,26 @@
 namespace ptcfs {
 namespace {
 
-using ptc::Result;
-using ptc::Status;
-
 // A rank file whose header has been validated against the layout.
 struct RankFile {
   ptc::ShardId shard;
   std::string path;
-  ptc::SafetensorsHeader header;
+  formats::SafetensorsHeader header;
   std::vector<size_t> entry_of_slice;  // header entry index of each layout slice
   // Per header entry: byte ranges (offset in the slice, length) that are padding, sorted.
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> padding;
 };
 
 // Records where each slice's padding lies, per header entry of each rank file.
-ptc::Status find_padding(const ptc::Layout& layout, std::vector<RankFile>& files) {
-  PTC_ASSIGN_OR_RETURN(PaddingRanges pad, layout_padding(layout));
+Status find_padding(const ptc::Layout& layout, std::vector<RankFile>& files) {
+  PTC_ASSIGN_OR_RETURN(formats::PaddingRanges pad, formats::layout_padding(layout));
   for (size_t s = 0; s < files.size(); ++s) {
     RankFile& rf = files[s];
     rf.padding.resize(rf.header.entries.size());
     if (rf.path.empty()) continue;  // not held here
     for (size_t j = 0; j < pad[s].size(); ++j) rf.padding[rf.entry_of_slice[j]] = pad[s][j];
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 // Zeroes the padding that falls in bytes [pos, pos + n) of a slice, held in buf.
@@ -65,7 +62,7 @@ void zero_padding(const std::vector<std::pair<uint64_t, uint64_t>>& ranges, uint
 Result<RankFile> check_rank_file(const ptc::Layout& layout, const ptc::ShardId& shard, const std::string& path) {
   PTC_ASSIGN_OR_RETURN(auto header, read_safetensors_header(path));
   RankFile rf{shard, path, std::move(header), {}, {}};
-  PTC_ASSIGN_OR_RETURN(rf.entry_of_slice, match_rank_header(layout, shard, rf.header, path));
+  PTC_ASSIGN_OR_RETURN(rf.entry_of_slice, formats::match_rank_header(layout, shard, rf.header, path));
   return rf;
 }
 
@@ -82,9 +79,9 @@ Result<std::vector<std::string>> rank_file_paths(const std::string& dir, const p
     if (expected.count(n)) continue;
     const auto id = ptc::parse_shard_name(n.substr(0, n.size() - suffix.size()));
     if (id)
-      return ptc::invalid(dir + "/" + n + ": extra rank file: " + layout.parallelism().to_string() + " has no shard " +
-                          id->name());
-    return ptc::invalid(dir + "/" + n + ": unexpected file (rank files are named tp{t}-pp{p}.safetensors)");
+      return invalid(dir + "/" + n + ": extra rank file: " + layout.parallelism().to_string() + " has no shard " +
+                     id->name());
+    return invalid(dir + "/" + n + ": unexpected file (rank files are named tp{t}-pp{p}.safetensors)");
   }
   std::vector<std::string> paths;
   for (size_t i = 0; i < layout.shards().size(); ++i) {
@@ -95,8 +92,8 @@ Result<std::vector<std::string>> rank_file_paths(const std::string& dir, const p
       continue;
     }
     if (std::find(names.begin(), names.end(), n) == names.end())
-      return ptc::invalid(dir + "/" + n + ": missing rank file for shard " + s.name() + " of " +
-                          layout.parallelism().to_string() + (placement.nodes.empty() ? "" : " (placed on this node)"));
+      return invalid(dir + "/" + n + ": missing rank file for shard " + s.name() + " of " +
+                     layout.parallelism().to_string() + (placement.nodes.empty() ? "" : " (placed on this node)"));
     paths.push_back(dir + "/" + n);
   }
   return paths;
@@ -119,7 +116,7 @@ Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, const RankFile
     for (uint64_t pos = e.begin; pos < e.end;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, e.end - pos));
       PTC_ASSIGN_OR_RETURN(size_t got, file.read_at(rf.header.data_start + pos, buf.data(), n));
-      if (got != n) return ptc::corrupt(rf.path + ": file shrank while importing");
+      if (got != n) return corrupt(rf.path + ": file shrank while importing");
       // Padding is stored as zeros whatever the rank file holds there (views show zeros).
       zero_padding(rf.padding[i], pos - e.begin, n, buf.data());
       hash.update(buf.data(), n);
@@ -142,8 +139,8 @@ Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, const RankFile
 
 }  // namespace
 
-ptc::Status copy_in_parallel(Store& store, size_t n, uint64_t total, const ProgressFn& progress, const CopyFn& copy,
-                             std::vector<uint64_t>& made) {
+Status copy_in_parallel(Store& store, size_t n, uint64_t total, const ProgressFn& progress, const CopyFn& copy,
+                        std::vector<uint64_t>& made) {
   std::mutex mu;
   uint64_t done = 0;
   auto advance = [&](uint64_t k) {
@@ -152,8 +149,8 @@ ptc::Status copy_in_parallel(Store& store, size_t n, uint64_t total, const Progr
     if (progress) progress(done, total);
   };
   std::vector<BlobWriter> finished;  // guarded by mu
-  const ptc::Status first_error = parallel_for(n, 0, [&]() -> Worker {
-    return [&](size_t i) -> ptc::Status {
+  const Status first_error = parallel_for(n, 0, [&]() -> Worker {
+    return [&](size_t i) -> Status {
       std::vector<BlobWriter> mine;
       auto s = copy(i, mine, advance);
       std::lock_guard lock(mu);
@@ -181,8 +178,8 @@ Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, co
   const auto t0 = std::chrono::steady_clock::now();
   PTC_RETURN_IF_ERROR(commit_change(store, change));
   sum.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ptc::log::info("imported {}/{} from {}: {} shards, {} tensors, {} bytes in {:.2f} s", job, step, dir, sum.shards,
-                 sum.tensors, sum.bytes, sum.seconds);
+  log::info("imported {}/{} from {}: {} shards, {} tensors, {} bytes in {:.2f} s", job, step, dir, sum.shards,
+            sum.tensors, sum.bytes, sum.seconds);
   return sum;
 }
 
@@ -223,11 +220,11 @@ Result<PreparedChange> prepare_import(Store& store, const std::string& dir, cons
   std::mutex mu;
   PTC_RETURN_IF_ERROR(copy_in_parallel(
       store, held.size(), total, progress,
-      [&](size_t k, std::vector<BlobWriter>& mine, const std::function<void(uint64_t)>& advance) -> ptc::Status {
+      [&](size_t k, std::vector<BlobWriter>& mine, const std::function<void(uint64_t)>& advance) -> Status {
         PTC_ASSIGN_OR_RETURN(auto r, copy_rank_file(store.blobs(), files[held[k]], layout, mine, advance));
         std::lock_guard lock(mu);
         stored[held[k]] = std::move(r);
-        return ptc::Status::ok();
+        return Status::ok();
       },
       change.blobs));
   sum.job = job;

@@ -25,20 +25,20 @@ struct ImportSummary {
 // Called with bytes copied so far and the total, from any thread, never concurrently.
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
-ptc::Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, const std::string& job,
-                                             const std::string& step, const ProgressFn& progress = {});
+Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, const std::string& job,
+                                        const std::string& step, const ProgressFn& progress = {});
 
 // Where the shards of a layout go: which this node holds. Called once ptc.json is read.
-using PlaceFn = std::function<ptc::Result<StepPlacement>(const ptc::Layout&)>;
+using PlaceFn = std::function<Result<StepPlacement>(const ptc::Layout&)>;
 
 // The first phase of an import on a cluster node: validates ptc.json and the rank files of
 // the shards `place` gives this node (other shards' files may be absent; present ones
 // are not read), copies them into pending blobs and claims the name (Store::claim, first:
 // an invalid, reserved or taken name is refused before any file is read). Commit or abort
 // the change (daemon/store/prepared.h); nothing is visible before.
-ptc::Result<PreparedChange> prepare_import(Store& store, const std::string& dir, const std::string& job,
-                                           const std::string& step, const PlaceFn& place, ImportSummary& summary,
-                                           const ProgressFn& progress = {});
+Result<PreparedChange> prepare_import(Store& store, const std::string& dir, const std::string& job,
+                                      const std::string& step, const PlaceFn& place, ImportSummary& summary,
+                                      const ProgressFn& progress = {});
 
 // Shared by the importers (this one and hf_import.h).
 //
@@ -47,8 +47,8 @@ ptc::Result<PreparedChange> prepare_import(Store& store, const std::string& dir,
 // reports progress against `total`. The ids of every blob made go to `made`; on the first
 // error they are removed and the error returned.
 using CopyFn =
-    std::function<ptc::Status(size_t i, std::vector<BlobWriter>& blobs, const std::function<void(uint64_t)>& advance)>;
-ptc::Status copy_in_parallel(Store& store, size_t n, uint64_t total, const ProgressFn& progress, const CopyFn& copy,
-                             std::vector<uint64_t>& made);
+    std::function<Status(size_t i, std::vector<BlobWriter>& blobs, const std::function<void(uint64_t)>& advance)>;
+Status copy_in_parallel(Store& store, size_t n, uint64_t total, const ProgressFn& progress, const CopyFn& copy,
+                        std::vector<uint64_t>& made);
 
 }  // namespace ptcfs

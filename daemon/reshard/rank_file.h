@@ -10,6 +10,6 @@
 namespace ptcfs {
 
 // Reads and parses the header of a safetensors file (errors name `path`).
-ptc::Result<ptc::SafetensorsHeader> read_safetensors_header(const std::string& path);
+Result<formats::SafetensorsHeader> read_safetensors_header(const std::string& path);
 
 }  // namespace ptcfs

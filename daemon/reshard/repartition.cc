@@ -19,8 +19,8 @@ void note_datasets(const std::vector<DatasetChange>& datasets, RepartitionResult
                             d.replaced->spec().global_batch, d.next->spec().global_batch});
 }
 
-ptc::Result<std::shared_ptr<const StepVersion>> current_version(const Store& store, const std::string& job,
-                                                                const std::string& step) {
+Result<std::shared_ptr<const StepVersion>> current_version(const Store& store, const std::string& job,
+                                                           const std::string& step) {
   auto snap = store.snapshot();
   auto it = snap->steps.find({job, step});
   if (it != snap->steps.end()) return std::shared_ptr<const StepVersion>(it->second);
@@ -28,10 +28,10 @@ ptc::Result<std::shared_ptr<const StepVersion>> current_version(const Store& sto
   bool job_exists = false;
   for (const auto& [key, _] : snap->steps) job_exists = job_exists || key.first == job;
   for (const auto& [key, _] : snap->datasets) job_exists = job_exists || key.first == job;
-  return ptc::not_found(job_exists ? "job '" + job + "' has no step '" + step + "'" : "no job '" + job + "'");
+  return not_found(job_exists ? "job '" + job + "' has no step '" + step + "'" : "no job '" + job + "'");
 }
 
-ptc::Result<ptc::Layout> start_result(const RepartitionRequest& req, const StepVersion& old, RepartitionResult& res) {
+Result<ptc::Layout> start_result(const RepartitionRequest& req, const StepVersion& old, RepartitionResult& res) {
   const ptc::Layout& from = old.layout();
   res.job = req.job;
   res.step = req.step;
@@ -47,8 +47,8 @@ ptc::Result<ptc::Layout> start_result(const RepartitionRequest& req, const StepV
   return to;
 }
 
-ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& req, const CompactionPolicy& policy,
-                                           const PhaseProgress& progress) {
+Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& req, const CompactionPolicy& policy,
+                                      const PhaseProgress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   auto report = [&](const char* phase, uint64_t done, uint64_t total) {
     if (progress) progress(phase, done, total);
@@ -56,8 +56,7 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
   const std::string name = req.job + "/" + req.step;
   PTC_ASSIGN_OR_RETURN(std::shared_ptr<const StepVersion> old, current_version(store, req.job, req.step));
   if (!old->placement().nodes.empty())
-    return ptc::error(ptc::Code::kFailedPrecondition,
-                      name + " is placed on a cluster: repartition it through a cluster daemon");
+    return error(Code::kFailedPrecondition, name + " is placed on a cluster: repartition it through a cluster daemon");
   const ptc::Layout& from = old->layout();
 
   RepartitionResult res;
@@ -146,7 +145,7 @@ ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionReques
   PTC_RETURN_IF_ERROR(commit_change(store, change));
   res.version = next->version();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ptc::log::info(
+  log::info(
       "repartitioned {} {} -> {} (version {}): {} copies, {} extents, {} bytes remapped, {} compacted "
       "in {:.3f} s",
       name, res.from.to_string(), res.to.to_string(), res.version, res.copies, res.extents, res.bytes_remapped,

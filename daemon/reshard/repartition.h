@@ -54,18 +54,18 @@ struct RepartitionResult {
 };
 
 // The current version of a step; kNotFound naming the job or the step that is missing.
-ptc::Result<std::shared_ptr<const StepVersion>> current_version(const Store& store, const std::string& job,
-                                                                const std::string& step);
+Result<std::shared_ptr<const StepVersion>> current_version(const Store& store, const std::string& job,
+                                                           const std::string& step);
 // Fills the fields of `res` that the request and the old version fix, and builds the target
 // layout (which validates the new config against the PTC).
-ptc::Result<ptc::Layout> start_result(const RepartitionRequest& req, const StepVersion& old, RepartitionResult& res);
+Result<ptc::Layout> start_result(const RepartitionRequest& req, const StepVersion& old, RepartitionResult& res);
 
 // Records the dataset re-splits of a repartition in its result.
 void note_datasets(const std::vector<DatasetChange>& datasets, RepartitionResult& res);
 
 using PhaseProgress = std::function<void(const std::string& phase, uint64_t done, uint64_t total)>;
 
-ptc::Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& req,
-                                           const CompactionPolicy& policy = {}, const PhaseProgress& progress = {});
+Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& req, const CompactionPolicy& policy = {},
+                                      const PhaseProgress& progress = {});
 
 }  // namespace ptcfs

@@ -40,16 +40,16 @@ class DcpPeers {
   // Every other live member's staged files of job/step (name -> size; sealed by the asking, so
   // none changes afterwards), by node. Fails when a member does not answer: its files might be
   // the ones the save needs (the nodes that did answer are then told the save failed).
-  virtual ptc::Result<std::map<std::string, std::map<std::string, uint64_t>>> staged_files(const std::string& job,
-                                                                                           const std::string& step) = 0;
+  virtual Result<std::map<std::string, std::map<std::string, uint64_t>>> staged_files(const std::string& job,
+                                                                                      const std::string& step) = 0;
   // `len` bytes at `off` of file `file` staged on `node` (any length: read in pieces).
-  virtual ptc::Result<std::string> read(const std::string& node, const std::string& job, const std::string& step,
-                                        const std::string& file, uint64_t off, uint64_t len) = 0;
+  virtual Result<std::string> read(const std::string& node, const std::string& job, const std::string& step,
+                                   const std::string& file, uint64_t off, uint64_t len) = 0;
   // Has each of `nodes` convert its part (all at once); their outcomes, in order.
-  virtual std::vector<ptc::Status> convert(const std::vector<std::string>& nodes, const DcpConvertRequest& req) = 0;
+  virtual std::vector<Status> convert(const std::vector<std::string>& nodes, const DcpConvertRequest& req) = 0;
   // Until every node of `nodes` serves job/step committed, at most `timeout`.
-  virtual ptc::Status wait_committed(const std::vector<std::string>& nodes, const std::string& job,
-                                     const std::string& step, std::chrono::milliseconds timeout) = 0;
+  virtual Status wait_committed(const std::vector<std::string>& nodes, const std::string& job, const std::string& step,
+                                std::chrono::milliseconds timeout) = 0;
 };
 
 }  // namespace ptcfs

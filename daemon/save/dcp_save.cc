@@ -38,15 +38,14 @@ bool c_order(const ptc::Shape& shape, const ptc::Shape& stride) {
   return true;
 }
 
-ptc::Status check_name(const std::string& fqn, const std::string& where) {
-  if (auto s = ptc::validate_tensor_name(fqn); !s)
-    return ptc::invalid(where + ": DCP entry '" + fqn + "': " + s.message());
+Status check_name(const std::string& fqn, const std::string& where) {
+  if (auto s = ptc::validate_tensor_name(fqn); !s) return invalid(where + ": DCP entry '" + fqn + "': " + s.message());
   if (fqn.rfind("__dcp__/", 0) == 0)
-    return ptc::invalid(where + ": DCP entry '" + fqn + "': names under __dcp__/ are ptcfs's own");
-  return ptc::Status::ok();
+    return invalid(where + ": DCP entry '" + fqn + "': names under __dcp__/ are ptcfs's own");
+  return Status::ok();
 }
 
-ptc::Box box_of(const ptc::DcpChunk& c) {
+ptc::Box box_of(const formats::DcpChunk& c) {
   ptc::Box box;
   box.lo = c.offsets;
   box.hi.resize(c.offsets.size());
@@ -67,27 +66,27 @@ ptc::Box frame_of(const ptc::Slice& sl) {
 
 // A tensor chunk and its torch.save record, checked against each other.
 struct ChunkRecord {
-  const ptc::DcpChunk* chunk = nullptr;
-  ptc::TorchTensorItem rec;
+  const formats::DcpChunk* chunk = nullptr;
+  formats::TorchTensorItem rec;
 };
 
-ptc::Status check_record(const ptc::DcpItem& t, const ptc::DcpChunk& c, const ptc::TorchTensorItem& rec,
-                         const std::string& where) {
+Status check_record(const formats::DcpItem& t, const formats::DcpChunk& c, const formats::TorchTensorItem& rec,
+                    const std::string& where) {
   const std::string at = where + ": chunk of '" + t.fqn + "' at " + dims(c.offsets);
   if (rec.dtype != t.dtype)
-    return ptc::invalid(at + " holds " + ptc::dtype_name(rec.dtype) + " where the metadata says " +
-                        ptc::dtype_name(t.dtype));
+    return invalid(at + " holds " + ptc::dtype_name(rec.dtype) + " where the metadata says " +
+                   ptc::dtype_name(t.dtype));
   if (rec.shape != c.sizes)
-    return ptc::invalid(at + " holds shape " + dims(rec.shape) + " where the metadata says " + dims(c.sizes));
-  return ptc::Status::ok();
+    return invalid(at + " holds shape " + dims(rec.shape) + " where the metadata says " + dims(c.sizes));
+  return Status::ok();
 }
 
 // The copies of the part `region` of a tensor chunk into a file holding `frame`: the record's
 // bytes in C order, run by run, or one gather of a record in another order.
-ptc::Status chunk_copies(const ptc::DcpItem& t, const ChunkRecord& cr, const ptc::Box& region, const ptc::Box& frame,
-                         const std::string& where, DcpTensorFile& out) {
-  const ptc::DcpChunk& c = *cr.chunk;
-  const ptc::TorchTensorItem& rec = cr.rec;
+Status chunk_copies(const formats::DcpItem& t, const ChunkRecord& cr, const ptc::Box& region, const ptc::Box& frame,
+                    const std::string& where, DcpTensorFile& out) {
+  const formats::DcpChunk& c = *cr.chunk;
+  const formats::TorchTensorItem& rec = cr.rec;
   const uint64_t elem = ptc::dtype_size(t.dtype);
   const uint64_t base = c.offset + rec.data_offset + rec.storage_offset * elem;
   if (!c_order(rec.shape, rec.stride)) {
@@ -98,21 +97,21 @@ ptc::Status chunk_copies(const ptc::DcpItem& t, const ChunkRecord& cr, const ptc
       last += static_cast<uint64_t>(rec.shape[i] - 1) * static_cast<uint64_t>(rec.stride[i]);
     const uint64_t span = (last + 1) * elem;
     if (span > kMaxDcpGather)
-      return ptc::invalid(where + ": chunk of '" + t.fqn + "' at " + dims(c.offsets) + " is stored with strides " +
-                          dims(rec.stride) + " (not in C order) over " + std::to_string(span) +
-                          " bytes, more than ptcfs puts in order in memory (1 GiB): save it contiguous");
+      return invalid(where + ": chunk of '" + t.fqn + "' at " + dims(c.offsets) + " is stored with strides " +
+                     dims(rec.stride) + " (not in C order) over " + std::to_string(span) +
+                     " bytes, more than ptcfs puts in order in memory (1 GiB): save it contiguous");
     out.gathers.push_back({c.file, base, span, c.offsets, c.sizes, rec.stride, region, frame});
-    return ptc::Status::ok();
+    return Status::ok();
   }
   if (t.size.empty()) {
     out.copies.push_back({c.file, base, 0, elem});
-    return ptc::Status::ok();
+    return Status::ok();
   }
   ptc::for_each_run(region, box_of(c), frame, elem, [&](const ptc::Run& r) {
     out.copies.push_back(
         {c.file, base + static_cast<uint64_t>(r.src), static_cast<uint64_t>(r.dst), static_cast<uint64_t>(r.len)});
   });
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 // The padding of a slice: the local box past its piece along the split dimension (all of it
@@ -133,7 +132,7 @@ void padding(const ptc::TensorSpec& spec, const ptc::Slice& sl, DcpTensorFile& o
   });
 }
 
-std::string planner_json(const ptc::DcpMetadata& md) {
+std::string planner_json(const formats::DcpMetadata& md) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [fqn, path] : md.planner_data) {
     nlohmann::json keys = nlohmann::json::array();
@@ -159,24 +158,24 @@ ptc::TensorSpec spec(const std::string& name, ptc::DType dtype, const ptc::Shape
 // One entry of the save: its tensor, and where its bytes come from.
 struct Entry {
   ptc::TensorSpec spec;
-  const ptc::DcpItem* item = nullptr;  // none: the planner data
-  std::vector<ChunkRecord> chunks;     // a tensor item's non-empty chunks
-  std::vector<ptc::Box> boxes;         // their boxes
+  const formats::DcpItem* item = nullptr;  // none: the planner data
+  std::vector<ChunkRecord> chunks;         // a tensor item's non-empty chunks
+  std::vector<ptc::Box> boxes;             // their boxes
 };
 
-ptc::Result<Entry> entry_of(const ptc::DcpItem& t, const DcpItemReader& item, const std::string& where) {
+Result<Entry> entry_of(const formats::DcpItem& t, const DcpItemReader& item, const std::string& where) {
   PTC_RETURN_IF_ERROR(check_name(t.fqn, where));
   Entry e;
   e.item = &t;
   if (t.bytes) {
-    if (t.chunks.size() != 1) return ptc::invalid(where + ": bytes item '" + t.fqn + "' without one storage entry");
+    if (t.chunks.size() != 1) return invalid(where + ": bytes item '" + t.fqn + "' without one storage entry");
     e.spec = spec(kDcpBytesPrefix + t.fqn, ptc::DType::U8, {static_cast<int64_t>(t.chunks[0].length)});
     return e;
   }
   e.spec = spec(t.fqn, t.dtype, t.size);
   for (const auto& c : t.chunks) {
     if (ptc::num_elements(c.sizes) == 0) continue;
-    PTC_ASSIGN_OR_RETURN(ptc::TorchTensorItem rec, item(t, c));
+    PTC_ASSIGN_OR_RETURN(formats::TorchTensorItem rec, item(t, c));
     PTC_RETURN_IF_ERROR(check_record(t, c, rec, where));
     e.chunks.push_back({&c, std::move(rec)});
     e.boxes.push_back(box_of(c));
@@ -221,7 +220,7 @@ int step_tp(const ptc::Ptc& ptc, const std::vector<Entry>& entries) {
 }
 
 // The file of entry `e`'s slice at TP rank t.
-ptc::Result<DcpTensorFile> file_of(const Entry& e, size_t index, int tp, int t, const std::string& where) {
+Result<DcpTensorFile> file_of(const Entry& e, size_t index, int tp, int t, const std::string& where) {
   PTC_ASSIGN_OR_RETURN(ptc::Slice sl, ptc::slice_of(e.spec, index, tp, t));
   DcpTensorFile f;
   f.name = e.spec.name;
@@ -247,7 +246,7 @@ ptc::Result<DcpTensorFile> file_of(const Entry& e, size_t index, int tp, int t, 
 
 }  // namespace
 
-ptc::Result<DcpSave> plan_dcp_save(const ptc::DcpMetadata& md, const DcpItemReader& item, const std::string& where) {
+Result<DcpSave> plan_dcp_save(const formats::DcpMetadata& md, const DcpItemReader& item, const std::string& where) {
   std::vector<Entry> entries;
   for (const auto& t : md.items) {
     PTC_ASSIGN_OR_RETURN(Entry e, entry_of(t, item, where));
@@ -261,11 +260,11 @@ ptc::Result<DcpSave> plan_dcp_save(const ptc::DcpMetadata& md, const DcpItemRead
   DcpSave out;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (i > 0 && entries[i].spec.name == entries[i - 1].spec.name)
-      return ptc::invalid(where + ": DCP entry '" + entries[i].spec.name + "' appears twice");
+      return invalid(where + ": DCP entry '" + entries[i].spec.name + "' appears twice");
     out.ptc.tensors.push_back(entries[i].spec);
   }
   if (auto s = ptc::validate_tensor_names(out.ptc.tensors); !s)
-    return ptc::invalid(where + ": the PTC of this DCP save: " + s.message());
+    return invalid(where + ": the PTC of this DCP save: " + s.message());
   out.ptc.parallelism = {1, 1, 1};
   const int tp = step_tp(out.ptc, entries);
   out.ptc.parallelism.tp = tp;
@@ -286,8 +285,8 @@ namespace {
 // One file of the step written as a writer of the mount does: create, write, close.
 class StepFile {
  public:
-  static ptc::Result<StepFile> open(fs::WriteTarget& target, const std::string& job, const std::string& step,
-                                    const std::string& rel) {
+  static Result<StepFile> open(fs::WriteTarget& target, const std::string& job, const std::string& step,
+                               const std::string& rel) {
     PTC_ASSIGN_OR_RETURN(auto f, target.create(job, step, rel));
     PTC_ASSIGN_OR_RETURN(uint64_t id, f->open_writer());
     return StepFile(std::move(f), id);
@@ -297,8 +296,8 @@ class StepFile {
   ~StepFile() {
     if (f_) f_->release(id_);
   }
-  ptc::Status write(uint64_t off, std::string_view bytes) { return f_->write(id_, off, bytes.data(), bytes.size()); }
-  ptc::Status close() {
+  Status write(uint64_t off, std::string_view bytes) { return f_->write(id_, off, bytes.data(), bytes.size()); }
+  Status close() {
     auto s = f_->flush(id_);
     f_->release(id_);
     f_.reset();
@@ -313,8 +312,7 @@ class StepFile {
 
 // A chunk in another order than C's: its record read whole, its elements put in C order, then
 // written as the runs of its box.
-ptc::Status write_gather(StepFile& f, uint64_t base, const DcpTensorFile& t, const DcpGather& g,
-                         const DcpFileReader& read) {
+Status write_gather(StepFile& f, uint64_t base, const DcpTensorFile& t, const DcpGather& g, const DcpFileReader& read) {
   const size_t elem = ptc::dtype_size(t.dtype);
   PTC_ASSIGN_OR_RETURN(std::string span, read(g.file, g.src, g.span));
   const auto n = static_cast<size_t>(ptc::num_elements(g.sizes));
@@ -332,18 +330,18 @@ ptc::Status write_gather(StepFile& f, uint64_t base, const DcpTensorFile& t, con
   ptc::Box box;
   box.lo = g.offsets;
   for (size_t i = 0; i < g.offsets.size(); ++i) box.hi.push_back(g.offsets[i] + g.sizes[i]);
-  ptc::Status st = ptc::Status::ok();
+  Status st = Status::ok();
   ptc::for_each_run(g.region, box, g.frame, elem, [&](const ptc::Run& r) {
     if (st) st = f.write(base + static_cast<uint64_t>(r.dst), std::string_view(chunk).substr(r.src, r.len));
   });
   return st;
 }
 
-ptc::Status write_tensor(fs::WriteTarget& target, const std::string& job, const std::string& step,
-                         const DcpTensorFile& t, const DcpFileReader& read) {
+Status write_tensor(fs::WriteTarget& target, const std::string& job, const std::string& step, const DcpTensorFile& t,
+                    const DcpFileReader& read) {
   const std::string rel = ptc::ShardId{t.shard, 0}.name() + "/" + t.name + ".npy";
   PTC_ASSIGN_OR_RETURN(StepFile f, StepFile::open(target, job, step, rel));
-  const std::string header = ptc::npy_header(t.dtype, t.shape);
+  const std::string header = formats::npy_header(t.dtype, t.shape);
   PTC_RETURN_IF_ERROR(f.write(0, header));
   const uint64_t base = header.size();
   if (!t.bytes.empty()) PTC_RETURN_IF_ERROR(f.write(base, t.bytes));
@@ -392,17 +390,16 @@ std::vector<std::string> dcp_shard_holders(const DcpSave& save, const std::map<s
   return out;
 }
 
-ptc::Status write_dcp_tensors(fs::WriteTarget& target, const std::string& job, const std::string& step,
-                              const DcpSave& save, const DcpFileReader& read, const std::vector<bool>& mine) {
+Status write_dcp_tensors(fs::WriteTarget& target, const std::string& job, const std::string& step, const DcpSave& save,
+                         const DcpFileReader& read, const std::vector<bool>& mine) {
   for (const auto& t : save.files) {
     if (!mine.empty() && (static_cast<size_t>(t.shard) >= mine.size() || !mine[static_cast<size_t>(t.shard)])) continue;
     PTC_RETURN_IF_ERROR(write_tensor(target, job, step, t, read));
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status write_dcp_ptc(fs::WriteTarget& target, const std::string& job, const std::string& step,
-                          const DcpSave& save) {
+Status write_dcp_ptc(fs::WriteTarget& target, const std::string& job, const std::string& step, const DcpSave& save) {
   PTC_ASSIGN_OR_RETURN(StepFile f, StepFile::open(target, job, step, "ptc.json"));
   PTC_RETURN_IF_ERROR(f.write(0, ptc::ptc_to_json(save.ptc)));
   return f.close();

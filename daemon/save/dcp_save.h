@@ -71,12 +71,13 @@ struct DcpSave {
 };
 
 // The torch.save record of a tensor chunk, read from its .distcp file.
-using DcpItemReader = std::function<ptc::Result<ptc::TorchTensorItem>(const ptc::DcpItem&, const ptc::DcpChunk&)>;
+using DcpItemReader =
+    std::function<Result<formats::TorchTensorItem>(const formats::DcpItem&, const formats::DcpChunk&)>;
 
-ptc::Result<DcpSave> plan_dcp_save(const ptc::DcpMetadata& md, const DcpItemReader& item, const std::string& where);
+Result<DcpSave> plan_dcp_save(const formats::DcpMetadata& md, const DcpItemReader& item, const std::string& where);
 
 // Reads `len` bytes at `off` of a .distcp file.
-using DcpFileReader = std::function<ptc::Result<std::string>(const std::string& file, uint64_t off, uint64_t len)>;
+using DcpFileReader = std::function<Result<std::string>(const std::string& file, uint64_t off, uint64_t len)>;
 
 // Per shard of the planned save (its tp index), the node that holds it when the .distcp files
 // lie on several nodes (`file_nodes`: file -> node): the one whose files hold the most of the
@@ -88,9 +89,8 @@ std::vector<std::string> dcp_shard_holders(const DcpSave& save, const std::map<s
 // Writes the planned tensor files into job/step (a pending step) of `target` (those of the
 // shards `mine` marks, or all when it is empty); then write_dcp_ptc writes ptc.json, which
 // completes the step (or this node's part of it).
-ptc::Status write_dcp_tensors(fs::WriteTarget& target, const std::string& job, const std::string& step,
-                              const DcpSave& save, const DcpFileReader& read, const std::vector<bool>& mine = {});
-ptc::Status write_dcp_ptc(fs::WriteTarget& target, const std::string& job, const std::string& step,
-                          const DcpSave& save);
+Status write_dcp_tensors(fs::WriteTarget& target, const std::string& job, const std::string& step, const DcpSave& save,
+                         const DcpFileReader& read, const std::vector<bool>& mine = {});
+Status write_dcp_ptc(fs::WriteTarget& target, const std::string& job, const std::string& step, const DcpSave& save);
 
 }  // namespace ptcfs

@@ -8,7 +8,7 @@ namespace {
 
 constexpr uint64_t kMaxMetadata = 64 << 20;
 
-ptc::Status busy(const std::string& why) { return ptc::error(ptc::Code::kFailedPrecondition, why); }
+Status busy(const std::string& why) { return error(Code::kFailedPrecondition, why); }
 
 }  // namespace
 
@@ -17,9 +17,9 @@ uint64_t DcpStagedFile::size() const {
   return end_;
 }
 
-ptc::Result<uint64_t> DcpStagedFile::open_writer() {
+Result<uint64_t> DcpStagedFile::open_writer() {
   std::lock_guard lock(mu_);
-  if (dead_ || sealed_) return ptc::error(ptc::Code::kPermissionDenied, where_ + " is no longer written");
+  if (dead_ || sealed_) return error(Code::kPermissionDenied, where_ + " is no longer written");
   // A writer that closed it and opens it again before the kernel's release of the first handle
   // is the same writer: torch opens each file once, so a second handle is another writer.
   if (owner_ != 0 && !closed_) return busy(where_ + " is open for writing by another writer");
@@ -28,14 +28,14 @@ ptc::Result<uint64_t> DcpStagedFile::open_writer() {
   return owner_;
 }
 
-ptc::Status DcpStagedFile::write(uint64_t writer, uint64_t off, const void* data, size_t len) {
+Status DcpStagedFile::write(uint64_t writer, uint64_t off, const void* data, size_t len) {
   std::unique_lock lock(mu_);
-  if (dead_ || sealed_) return ptc::error(ptc::Code::kPermissionDenied, where_ + " is no longer written");
+  if (dead_ || sealed_) return error(Code::kPermissionDenied, where_ + " is no longer written");
   if (writer != owner_) return busy(where_ + ": a write through a handle that no longer holds the file");
-  if (off + len < off) return ptc::invalid(where_ + ": a write past 2^64 bytes");
+  if (off + len < off) return invalid(where_ + ": a write past 2^64 bytes");
   closed_ = false;
   if (!blob_) {
-    if (off + len > kMaxMetadata) return ptc::invalid(where_ + ": past 64 MiB (a file kept in memory)");
+    if (off + len > kMaxMetadata) return invalid(where_ + ": past 64 MiB (a file kept in memory)");
     if (text_.size() < off + len) text_.resize(off + len);
     std::memcpy(text_.data() + off, data, len);
   } else {
@@ -46,12 +46,12 @@ ptc::Status DcpStagedFile::write(uint64_t writer, uint64_t off, const void* data
   }
   written_.add(off, off + len);
   end_ = std::max(end_, off + len);
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status DcpStagedFile::truncate(uint64_t writer, uint64_t size) {
+Status DcpStagedFile::truncate(uint64_t writer, uint64_t size) {
   std::lock_guard lock(mu_);
-  if (dead_ || sealed_) return ptc::error(ptc::Code::kPermissionDenied, where_ + " is no longer written");
+  if (dead_ || sealed_) return error(Code::kPermissionDenied, where_ + " is no longer written");
   if (writer != 0 && writer != owner_) return busy(where_ + ": truncated through a handle that does not hold it");
   // torch opens with O_TRUNC (size 0) once, safetensors sizes a new file before writing it; a file
   // cut elsewhere would leave bytes in its blob that a later write past them does not replace.
@@ -59,22 +59,22 @@ ptc::Status DcpStagedFile::truncate(uint64_t writer, uint64_t size) {
     written_.clear();
     end_ = 0;
     text_.clear();
-    return ptc::Status::ok();
+    return Status::ok();
   }
-  if (size < end_) return ptc::invalid(where_ + ": a staged file is only truncated to 0 bytes or extended");
-  if (!blob_ && size > kMaxMetadata) return ptc::invalid(where_ + ": past 64 MiB (a file kept in memory)");
+  if (size < end_) return invalid(where_ + ": a staged file is only truncated to 0 bytes or extended");
+  if (!blob_ && size > kMaxMetadata) return invalid(where_ + ": past 64 MiB (a file kept in memory)");
   if (!blob_) text_.resize(size);
   end_ = size;  // the bytes up to it still have to be written (seal checks)
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status DcpStagedFile::flush(uint64_t writer) {
+Status DcpStagedFile::flush(uint64_t writer) {
   {
     std::lock_guard lock(mu_);
-    if (writer != owner_ || dead_ || sealed_) return ptc::Status::ok();
+    if (writer != owner_ || dead_ || sealed_) return Status::ok();
     closed_ = true;
   }
-  return on_close_ ? on_close_() : ptc::Status::ok();
+  return on_close_ ? on_close_() : Status::ok();
 }
 
 bool DcpStagedFile::closed() const {
@@ -91,31 +91,31 @@ void DcpStagedFile::release(uint64_t writer) {
   if (dead_ && owner_ == 0) blob_.reset();
 }
 
-ptc::Result<uint64_t> DcpStagedFile::seal() {
+Result<uint64_t> DcpStagedFile::seal() {
   std::lock_guard lock(mu_);
-  if (dead_) return ptc::error(ptc::Code::kPermissionDenied, where_ + " was removed");
+  if (dead_) return error(Code::kPermissionDenied, where_ + " was removed");
   if (owner_ != 0 && !closed_) return busy(where_ + " is still open for writing");
   if (!written_.covers(0, end_))
-    return ptc::invalid(where_ + ": only " + std::to_string(written_.covered(0, end_)) + " of its " +
-                        std::to_string(end_) + " bytes were written");
+    return invalid(where_ + ": only " + std::to_string(written_.covered(0, end_)) + " of its " + std::to_string(end_) +
+                   " bytes were written");
   sealed_ = true;
   return end_;
 }
 
-ptc::Result<std::string> DcpStagedFile::read(uint64_t off, uint64_t len) const {
+Result<std::string> DcpStagedFile::read(uint64_t off, uint64_t len) const {
   std::shared_ptr<BlobWriter> blob;
   {
     std::lock_guard lock(mu_);
-    if (!sealed_ || dead_) return ptc::error(ptc::Code::kFailedPrecondition, where_ + " is not sealed");
+    if (!sealed_ || dead_) return error(Code::kFailedPrecondition, where_ + " is not sealed");
     if (off > end_ || len > end_ - off)
-      return ptc::invalid(where_ + ": a read of [" + std::to_string(off) + ", +" + std::to_string(len) + ") past its " +
-                          std::to_string(end_) + " bytes");
+      return invalid(where_ + ": a read of [" + std::to_string(off) + ", +" + std::to_string(len) + ") past its " +
+                     std::to_string(end_) + " bytes");
     if (!blob_) return text_.substr(off, len);
     blob = blob_;
   }
   std::string out(len, '\0');
   PTC_ASSIGN_OR_RETURN(size_t n, blob->read_at(off, out.data(), len));
-  if (n != len) return ptc::io_error(where_ + ": its blob is shorter than written", EIO);
+  if (n != len) return io_error(where_ + ": its blob is shorter than written", EIO);
   return out;
 }
 

@@ -37,17 +37,17 @@ class DcpStagedFile final : public fs::WriteFile {
       : where_(std::move(where)), blob_(std::move(blob)) {}
 
   uint64_t size() const override;
-  ptc::Result<uint64_t> open_writer() override;
-  ptc::Status write(uint64_t writer, uint64_t off, const void* data, size_t len) override;
-  ptc::Status truncate(uint64_t writer, uint64_t size) override;
-  ptc::Status flush(uint64_t writer) override;
+  Result<uint64_t> open_writer() override;
+  Status write(uint64_t writer, uint64_t off, const void* data, size_t len) override;
+  Status truncate(uint64_t writer, uint64_t size) override;
+  Status flush(uint64_t writer) override;
   void release(uint64_t writer) override;
 
   // Ends writing (every later write fails): the file must be closed and written without a
   // hole. Its size.
-  ptc::Result<uint64_t> seal();
+  Result<uint64_t> seal();
   // Reads [off, off + len) of a sealed file.
-  ptc::Result<std::string> read(uint64_t off, uint64_t len) const;
+  Result<std::string> read(uint64_t off, uint64_t len) const;
   // The file was unlinked or its step went: writes fail, and its blob goes with the last handle.
   void kill();
   // The metadata's bytes (a file kept in memory).
@@ -56,7 +56,7 @@ class DcpStagedFile final : public fs::WriteFile {
   bool closed() const;
   // Called (outside this file's lock) when its writer closes it; what it returns is the close's
   // status. Set once, before the file is shared.
-  void on_close(std::function<ptc::Status()> f) { on_close_ = std::move(f); }
+  void on_close(std::function<Status()> f) { on_close_ = std::move(f); }
 
  private:
   const std::string where_;
@@ -70,7 +70,7 @@ class DcpStagedFile final : public fs::WriteFile {
   bool closed_ = true;  // the owner closed it and wrote nothing since
   bool sealed_ = false;
   bool dead_ = false;
-  std::function<ptc::Status()> on_close_;
+  std::function<Status()> on_close_;
 };
 
 }  // namespace ptcfs

@@ -9,51 +9,51 @@
 
 namespace ptcfs {
 
-ptc::Status SaveService::rename_hf(const std::string& job, const std::string& step, const std::string& from,
-                                   const std::string& to) {
+Status SaveService::rename_hf(const std::string& job, const std::string& step, const std::string& from,
+                              const std::string& to) {
   auto s = find(job, step);
-  if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
-  std::lock_guard lock(s->mu);
+  if (!s) return error(Code::kPermissionDenied, job + "/" + step + " is not being saved");
+  MutexLock lock(s->mu);
   if (s->committing || s->removed || s->converting)
-    return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is no longer pending");
+    return error(Code::kPermissionDenied, s->name() + " is no longer pending");
   auto it = s->staged.find(from);
-  if (it == s->staged.end()) return ptc::not_found(s->name() + "/" + from + " does not exist");
-  if (s->staged.count(to)) return ptc::error(ptc::Code::kAlreadyExists, s->name() + "/" + to + " exists");
+  if (it == s->staged.end()) return not_found(s->name() + "/" + from + " does not exist");
+  if (s->staged.count(to)) return error(Code::kAlreadyExists, s->name() + "/" + to + " exists");
   s->staged[to] = it->second;
   s->staged.erase(it);
   s->stamp = std::make_shared<int>(0);
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status SaveService::hf_closed(const std::shared_ptr<PendingStep>& s) {
+Status SaveService::hf_closed(const std::shared_ptr<PendingStep>& s) {
   std::map<std::string, bool> closed;
   std::optional<std::string> index;
   {
-    std::lock_guard lock(s->mu);
-    if (s->committing || s->removed || s->converting) return ptc::Status::ok();
+    MutexLock lock(s->mu);
+    if (s->committing || s->removed || s->converting) return Status::ok();
     for (const auto& [rel, f] : s->staged) {
       closed[rel] = f->closed();
       if (rel == kHfIndexFile) index = f->text();
     }
   }
   PTC_ASSIGN_OR_RETURN(bool complete, hf_save_complete(closed, index, s->name()));
-  if (!complete) return ptc::Status::ok();
+  if (!complete) return Status::ok();
   {
-    std::lock_guard lock(s->mu);
-    if (s->committing || s->removed || s->converting) return ptc::Status::ok();  // another close won
+    MutexLock lock(s->mu);
+    if (s->committing || s->removed || s->converting) return Status::ok();  // another close won
     s->converting = true;
   }
   // save_pretrained returns with this close: a load right after it must find the step, in the
   // store and in the mount (a close holds no lock of the kernel's that the refresh needs).
   PTC_RETURN_IF_ERROR(commit_converted(s, "stock save_pretrained", convert_hf(s)));
   changed();
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Result<DcpSave> SaveService::convert_hf(const std::shared_ptr<PendingStep>& s) {
+Result<DcpSave> SaveService::convert_hf(const std::shared_ptr<PendingStep>& s) {
   std::map<std::string, std::shared_ptr<DcpStagedFile>> staged;
   {
-    std::lock_guard lock(s->mu);
+    MutexLock lock(s->mu);
     staged = s->staged;
   }
   const std::string where = s->name();
@@ -62,39 +62,39 @@ ptc::Result<DcpSave> SaveService::convert_hf(const std::shared_ptr<PendingStep>&
     PTC_RETURN_IF_ERROR(f->seal().status());
     names.push_back(rel);
   }
-  auto file = [&](const std::string& name) -> ptc::Result<std::shared_ptr<DcpStagedFile>> {
+  auto file = [&](const std::string& name) -> Result<std::shared_ptr<DcpStagedFile>> {
     auto it = staged.find(name);
-    if (it == staged.end()) return ptc::not_found(where + "/" + name + " was not written");
+    if (it == staged.end()) return not_found(where + "/" + name + " was not written");
     return it->second;
   };
-  ptc::HfReader io{[&]() -> ptc::Result<std::vector<std::string>> { return names; },
-                   [&](const std::string& name) -> ptc::Result<std::string> {
-                     PTC_ASSIGN_OR_RETURN(auto f, file(name));
-                     return f->text();
-                   },
-                   [&](const std::string& name) -> ptc::Result<ptc::SafetensorsHeader> {
-                     PTC_ASSIGN_OR_RETURN(auto f, file(name));
-                     auto read_at = [f](uint64_t off, void* buf, size_t len) -> ptc::Result<size_t> {
-                       PTC_ASSIGN_OR_RETURN(
-                           std::string got,
-                           f->read(off, std::min<uint64_t>(len, f->size() - std::min(off, f->size()))));
-                       std::memcpy(buf, got.data(), got.size());
-                       return got.size();
-                     };
-                     return ptc::read_safetensors_header(f->size(), read_at, where + "/" + name);
-                   }};
-  PTC_ASSIGN_OR_RETURN(const ptc::HfCheckpoint ck, ptc::read_hf_checkpoint(where, io));
-  PTC_ASSIGN_OR_RETURN(auto config, file(ptc::kHfConfigFile));
+  formats::HfReader io{[&]() -> Result<std::vector<std::string>> { return names; },
+                       [&](const std::string& name) -> Result<std::string> {
+                         PTC_ASSIGN_OR_RETURN(auto f, file(name));
+                         return f->text();
+                       },
+                       [&](const std::string& name) -> Result<formats::SafetensorsHeader> {
+                         PTC_ASSIGN_OR_RETURN(auto f, file(name));
+                         auto read_at = [f](uint64_t off, void* buf, size_t len) -> Result<size_t> {
+                           PTC_ASSIGN_OR_RETURN(
+                               std::string got,
+                               f->read(off, std::min<uint64_t>(len, f->size() - std::min(off, f->size()))));
+                           std::memcpy(buf, got.data(), got.size());
+                           return got.size();
+                         };
+                         return formats::read_safetensors_header(f->size(), read_at, where + "/" + name);
+                       }};
+  PTC_ASSIGN_OR_RETURN(const formats::HfCheckpoint ck, formats::read_hf_checkpoint(where, io));
+  PTC_ASSIGN_OR_RETURN(auto config, file(formats::kHfConfigFile));
   PTC_ASSIGN_OR_RETURN(const std::string name, hf_template_for(config->text(), where));
-  PTC_ASSIGN_OR_RETURN(const ptc::PtcTemplate tmpl, ptc::builtin_template(name));
+  PTC_ASSIGN_OR_RETURN(const formats::PtcTemplate tmpl, formats::builtin_template(name));
   PTC_ASSIGN_OR_RETURN(DcpSave save, plan_hf_save(ck, tmpl, where));
-  const DcpFileReader read = [&](const std::string& name, uint64_t off, uint64_t len) -> ptc::Result<std::string> {
+  const DcpFileReader read = [&](const std::string& name, uint64_t off, uint64_t len) -> Result<std::string> {
     PTC_ASSIGN_OR_RETURN(auto f, file(name));
     return f->read(off, len);
   };
   PTC_RETURN_IF_ERROR(write_dcp_tensors(*this, s->job, s->step, save, read));
-  ptc::log::info("stock save_pretrained {}: {} tensors with template {}, {} bytes from {} files", where,
-                 save.ptc.tensors.size(), name, save.bytes, ck.files.size());
+  log::info("stock save_pretrained {}: {} tensors with template {}, {} bytes from {} files", where,
+            save.ptc.tensors.size(), name, save.bytes, ck.files.size());
   return save;
 }
 

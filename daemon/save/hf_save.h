@@ -37,16 +37,16 @@ bool is_hf_rename(const std::string& from, const std::string& to);
 // Whether the staged files (name -> closed) are a whole save: config.json, and model.safetensors
 // alone, or the index (whose text is `index_text`) with every file its weight_map names; every file
 // closed and no temporary left. A malformed index is kInvalidArgument.
-ptc::Result<bool> hf_save_complete(const std::map<std::string, bool>& closed,
-                                   const std::optional<std::string>& index_text, const std::string& where);
+Result<bool> hf_save_complete(const std::map<std::string, bool>& closed, const std::optional<std::string>& index_text,
+                              const std::string& where);
 
 // The shipped template for a config.json's model_type (llama, mistral, qwen2: "llama"; gpt2;
 // gpt_neox: "neox"); kInvalidArgument naming the model_type and what to do otherwise.
-ptc::Result<std::string> hf_template_for(const std::string& config_text, const std::string& where);
+Result<std::string> hf_template_for(const std::string& config_text, const std::string& where);
 
 // The step a checkpoint's tensors make at tp=1, pp=1, dp=1 under template `t`: one tensor file per
 // tensor, copied from its safetensors file with the template's padding as zeros; ptc.json's
 // hf_config is the checkpoint's config.json (which the checkpoint must have).
-ptc::Result<DcpSave> plan_hf_save(const ptc::HfCheckpoint& ck, const ptc::PtcTemplate& t, const std::string& where);
+Result<DcpSave> plan_hf_save(const formats::HfCheckpoint& ck, const formats::PtcTemplate& t, const std::string& where);
 
 }  // namespace ptcfs

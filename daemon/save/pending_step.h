@@ -32,8 +32,9 @@
 // The step is complete when ptc.json and every shard of its layout are written in full
 // and every file is closed; SaveService then commits it.
 //
-// Thread-safety: one mutex per step guards the step and its files; the bytes of a write
-// go to the blob outside it (disjoint ranges of one file are written at once).
+// Thread-safety: one mutex per step guards the step and its files (PTC_GUARDED_BY, checked by
+// clang in `make test`); the bytes of a write go to the blob outside it (disjoint ranges of one
+// file are written at once).
 #pragma once
 
 #include <condition_variable>
@@ -44,21 +45,25 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "daemon/save/byte_ranges.h"
+#include "daemon/save/file_check.h"
+#include "daemon/save/placement.h"
+#include "daemon/save/writer_gate.h"
 #include "daemon/store/blob_store.h"
 #include "daemon/store/store.h"
 #include "fs/content.h"
 #include "ptc/formats/npy.h"
 #include "ptc/formats/safetensors.h"
+#include "ptc/base/mutex.h"
 #include "ptc/layout.h"
-#include "daemon/save/writer_gate.h"
 
 namespace ptcfs {
 
-class PendingStep;
+class PendingFile;
 class DcpStagedFile;
 
 // What one file adds to its step's tally (PendingStep::note).
@@ -72,76 +77,6 @@ struct FileCount {
   bool operator==(const FileCount&) const = default;
 };
 
-class PendingFile final : public fs::WriteFile {
- public:
-  enum class Kind { kPtcJson, kShard, kTensor };
-
-  PendingFile(std::shared_ptr<PendingStep> step, Kind kind, std::string rel, ptc::ShardId shard, std::string tensor,
-              std::shared_ptr<BlobWriter> blob);
-
-  uint64_t size() const override;
-  ptc::Result<uint64_t> open_writer() override;
-  ptc::Status write(uint64_t writer, uint64_t off, const void* data, size_t len) override;
-  ptc::Status truncate(uint64_t writer, uint64_t size) override;
-  ptc::Status flush(uint64_t writer) override;
-  void release(uint64_t writer) override;
-  bool committing() const override;
-
-  // The rest is used under the step's lock (PendingStep::mu).
-  Kind kind;
-  std::string rel;     // in the step's folder
-  ptc::ShardId shard;  // kShard, kTensor
-  std::string tensor;  // kTensor
-  std::string text;    // kPtcJson: the file; kTensor: its bytes while they are kept in memory (no blob yet)
-  // Where the bytes go: a shard file's blob, or a tensor file's (its own or its shard's pack);
-  // null while a tensor file is kept in memory. Byte 0 of the file is at `base` in it.
-  std::shared_ptr<BlobWriter> blob;
-  uint64_t base = 0;
-  uint64_t resets = 0;  // truncations to 0: a write under way across one is not counted
-  ByteRanges written;
-  uint64_t end = 0;             // the file's size: the largest end of a write or truncate
-  WriterGate gate;              // who may write it (daemon/save/writer_gate.h)
-  bool error_at_close = false;  // `error` was found by that close (void if the writer writes again)
-  bool dead = false;            // unlinked, or its step removed
-  FileCount counted;            // what it adds to the step's tally now
-  // Known once the header is written (and, for a shard, the file closed): where the data
-  // starts and the size the header declares.
-  std::optional<uint64_t> expected;
-  ptc::SafetensorsHeader header;       // kShard
-  ptc::NpyHeader npy;                  // kTensor
-  std::vector<size_t> entry_of_slice;  // kShard, once checked against the layout
-  std::string error;                   // why the file contradicts ptc.json or itself ("" if it does not)
-  // kPtcJson: what each open handle has written, until its close (the file is the first one
-  // accepted: text, written, end).
-  struct Draft {
-    std::string text;
-    ByteRanges written;
-  };
-  std::map<uint64_t, Draft> drafts;
-
-  // A shard file: written whole, by one writer at a time.
-  bool whole() const { return kind == Kind::kShard; }
-  // Written in full, closed, and (with the layout known) checked.
-  bool complete() const;
-  // Data bytes written (for `ls`).
-  uint64_t data_written() const;
-
- private:
-  // A whole file's checks at its close. Locked.
-  ptc::Status check_closed(const std::string& where);
-  // ptc.json: a write into the writer's draft, and the draft's check at its close. Locked.
-  ptc::Status write_draft(uint64_t writer, uint64_t off, const void* data, size_t len, const std::string& where);
-  ptc::Status close_draft(uint64_t writer, const std::string& where);
-  // A tensor file: parses its npy header once its first bytes are written, and gives the file
-  // its blob (place). Locked.
-  ptc::Status take_header(const std::string& where);
-  // A tensor file kept in memory: a region of its shard's pack (known to be small) or a blob of
-  // its own, with the bytes kept so far written there. Locked.
-  ptc::Status place(const std::string& where);
-
-  std::shared_ptr<PendingStep> step_;
-};
-
 class PendingStep : public std::enable_shared_from_this<PendingStep> {
  public:
   // `name`: the step's claim (Store::claim, kNewStep), held until the commit takes it or the
@@ -152,72 +87,75 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   const std::string job, step;
   const int64_t created;
 
-  mutable std::mutex mu;                                         // guards everything below and the files' fields
-  std::condition_variable released;                              // a whole file's handle was released
-  std::shared_ptr<const void> stamp = std::make_shared<int>(0);  // new on every add or remove
-  std::set<std::string> dirs;
-  std::map<std::string, std::shared_ptr<PendingFile>> files;
+  mutable Mutex mu;                      // guards everything below and the files' fields
+  std::condition_variable_any released;  // a whole file's handle was released
+  std::shared_ptr<const void> stamp PTC_GUARDED_BY(mu) = std::make_shared<int>(0);  // new on every add or remove
+  std::set<std::string> dirs PTC_GUARDED_BY(mu);
+  std::map<std::string, std::shared_ptr<PendingFile>> files PTC_GUARDED_BY(mu);
   // The files of a stock DCP save, until its .metadata lands (daemon/save/dcp_staged.h).
-  std::map<std::string, std::shared_ptr<DcpStagedFile>> staged;
-  bool converting = false;  // its .metadata landed: the save becomes tensor files
-  std::optional<ptc::Layout> layout;
-  std::string ptc_text;      // of the parsed ptc.json
-  uint64_t draft_bytes = 0;  // what the open drafts of ptc.json hold, together (kMaxDraftBytes at most)
-  bool removed = false;
-  bool committing = false;
+  std::map<std::string, std::shared_ptr<DcpStagedFile>> staged PTC_GUARDED_BY(mu);
+  bool converting PTC_GUARDED_BY(mu) = false;  // its .metadata landed: the save becomes tensor files
+  std::optional<ptc::Layout> layout PTC_GUARDED_BY(mu);
+  std::string ptc_text PTC_GUARDED_BY(mu);  // of the parsed ptc.json
+  uint64_t draft_bytes PTC_GUARDED_BY(mu) =
+      0;  // what the open drafts of ptc.json hold, together (kMaxDraftBytes at most)
+  bool removed PTC_GUARDED_BY(mu) = false;
+  bool committing PTC_GUARDED_BY(mu) = false;
   // Its blobs are finished (padding zeroed, synced, closed): a cluster commit of it was
   // prepared and then aborted, and the next try takes the same blobs (SaveService::take_back).
-  bool sealed = false;
-  std::string failure;         // a commit that failed: the step can only be removed
-  Claim claim;                 // the step's name; moved into the change that commits it
-  BlobStore* blobs = nullptr;  // where its files' blobs are made
+  bool sealed PTC_GUARDED_BY(mu) = false;
+  std::string failure PTC_GUARDED_BY(mu);  // a commit that failed: the step can only be removed
+  Claim claim PTC_GUARDED_BY(mu);          // the step's name; moved into the change that commits it
+  BlobStore* blobs = nullptr;              // where its files' blobs are made
   // Per shard: the blob that holds its small tensor files, and where the next one goes.
   struct Pack {
     std::shared_ptr<BlobWriter> blob;
     uint64_t next = 0;
   };
-  std::map<ptc::ShardId, Pack> packs;
+  std::map<ptc::ShardId, Pack> packs PTC_GUARDED_BY(mu);
 
   // Frees the step's name (it is removed, or the save service stops).
   void release_name() {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     claim.release();
   }
 
   std::string name() const { return job + "/" + step; }
-  // Checks a file against the layout (when known) and records its error. Locked.
-  ptc::Status check(PendingFile& f);
+  // Checks a file against the layout (when known) and records its error.
+  Status check(PendingFile& f) PTC_REQUIRES(mu);
   // A writer's draft of ptc.json `f`, at its close: the first valid one becomes the file and the
-  // layout, and every file is checked against it; a later one must say the same. Locked.
-  ptc::Status take_ptc(PendingFile& f, const std::string& text);
-  // The layout changed (ptc.json taken or removed): every file counted again. Locked.
-  void recount();
+  // layout, and every file is checked against it; a later one must say the same.
+  Status take_ptc(PendingFile& f, const std::string& text) PTC_REQUIRES(mu);
+  // The layout changed (ptc.json taken or removed): every file counted again.
+  void recount() PTC_REQUIRES(mu);
   // A file changed (or was removed): its part of the tally brought up to date. Every change of
-  // a file that complete() and part_complete() look at goes through here. Locked.
-  void note(PendingFile& f);
+  // a file that complete() and part_complete() look at goes through here.
+  void note(PendingFile& f) PTC_REQUIRES(mu);
 
   // ptc.json and every shard of the layout written in full and closed: O(log files), from the
-  // tally (a close asks, and a step saved per tensor has 100,000s of files). Locked.
-  bool complete() const;
+  // tally (a close asks, and a step saved per tensor has 100,000s of files).
+  bool complete() const PTC_REQUIRES(mu);
   // In a cluster, this node's part: ptc.json written, every file closed and checked, and every
-  // shard it has files of written in full (other shards may come from other nodes). Locked.
-  bool part_complete() const;
-  // The same two, from a pass over every file (what the commit goes by). Locked.
-  bool complete_scan() const;
-  bool part_complete_scan() const;
-  // The shards of the layout this node has written in full (layout order). Locked.
-  std::vector<bool> complete_shards() const;
-  // Bytes of tensor data written, and the total the layout needs (0 before ptc.json). Locked.
-  uint64_t bytes_written() const;
-  uint64_t bytes_total() const;
+  // shard it has files of written in full (other shards may come from other nodes).
+  bool part_complete() const PTC_REQUIRES(mu);
+  // The same two, from a pass over every file (what the commit goes by).
+  bool complete_scan() const PTC_REQUIRES(mu);
+  bool part_complete_scan() const PTC_REQUIRES(mu);
+  // The shards of the layout this node has written in full (layout order).
+  std::vector<bool> complete_shards() const PTC_REQUIRES(mu);
+  // Bytes of tensor data written, and the total the layout needs (0 before ptc.json).
+  uint64_t bytes_written() const PTC_REQUIRES(mu);
+  uint64_t bytes_total() const PTC_REQUIRES(mu);
   // Set by the save service: called (outside the lock) when the last writer of a file
   // closes it, so that a complete step gets committed.
   std::function<void(const std::shared_ptr<PendingStep>&)> on_closed;
 
  private:
-  FileCount count_of(const PendingFile& f) const;
-  void add(const FileCount& c, bool remove);
-  bool shard_whole(size_t i) const {
+  // ptc.json taken, and no writer has it open.
+  bool ptc_complete() const PTC_REQUIRES(mu);
+  FileCount count_of(const PendingFile& f) const PTC_REQUIRES(mu);
+  void add(const FileCount& c, bool remove) PTC_REQUIRES(mu);
+  bool shard_whole(size_t i) const PTC_REQUIRES(mu) {
     return tally_.done[i] == layout->slices(layout->shards()[i]).size() && tally_.short_of[i] == 0;
   }
   // Sums of every live file's FileCount, per shard where it says.
@@ -226,7 +164,77 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
     std::vector<size_t> files, done, short_of;  // per shard of the layout
     size_t whole = 0;                           // shards written in full
     size_t broken = 0;                          // shards with files here, not written in full
-  } tally_;
+  } tally_ PTC_GUARDED_BY(mu);
 };
+
+class PendingFile final : public fs::WriteFile {
+ public:
+  enum class Kind { kPtcJson, kShard, kTensor };
+
+  PendingFile(std::shared_ptr<PendingStep> step, Kind kind, std::string rel, ptc::ShardId shard, std::string tensor,
+              std::shared_ptr<BlobWriter> blob);
+
+  uint64_t size() const override;
+  Result<uint64_t> open_writer() override;
+  Status write(uint64_t writer, uint64_t off, const void* data, size_t len) override;
+  Status truncate(uint64_t writer, uint64_t size) override;
+  Status flush(uint64_t writer) override;
+  void release(uint64_t writer) override;
+  bool committing() const override;
+
+  // Who it is: fixed when made.
+  const Kind kind;
+  const std::string rel;     // in the step's folder
+  const ptc::ShardId shard;  // kShard, kTensor
+  const std::string tensor;  // kTensor
+
+  // The rest is its step's (PendingStep::mu), in three parts and its byte count:
+  WriterGate gate PTC_GUARDED_BY(step_->mu);      // who may write it (daemon/save/writer_gate.h)
+  Placement place PTC_GUARDED_BY(step_->mu);      // where its bytes are (daemon/save/placement.h)
+  FileCheck check PTC_GUARDED_BY(step_->mu);      // what its checks found (daemon/save/file_check.h)
+  uint64_t resets PTC_GUARDED_BY(step_->mu) = 0;  // truncations to 0: a write under way across one is not counted
+  ByteRanges written PTC_GUARDED_BY(step_->mu);
+  uint64_t end PTC_GUARDED_BY(step_->mu) = 0;   // the file's size: the largest end of a write or truncate
+  bool dead PTC_GUARDED_BY(step_->mu) = false;  // unlinked, or its step removed
+  FileCount counted PTC_GUARDED_BY(step_->mu);  // what it adds to the step's tally now
+  // kPtcJson: what each open handle has written, until its close (the file is the first one
+  // accepted: place.text, written, end).
+  struct Draft {
+    std::string text;
+    ByteRanges written;
+  };
+  std::map<uint64_t, Draft> drafts PTC_GUARDED_BY(step_->mu);
+
+  // A shard file: written whole, by one writer at a time.
+  bool whole() const { return kind == Kind::kShard; }
+  // Written in full, closed, and (with the layout known) checked.
+  bool complete() const PTC_REQUIRES(step_->mu);
+  // Data bytes written (for `ls`).
+  uint64_t data_written() const PTC_REQUIRES(step_->mu);
+
+ private:
+  friend void mine(const PendingStep& s, const PendingFile& f);
+
+  // A whole file's checks at its close.
+  Status check_closed(const std::string& where) PTC_REQUIRES(step_->mu);
+  // ptc.json: a write into the writer's draft, and the draft's check at its close.
+  Status write_draft(uint64_t writer, uint64_t off, const void* data, size_t len, const std::string& where)
+      PTC_REQUIRES(step_->mu);
+  Status close_draft(uint64_t writer, const std::string& where) PTC_REQUIRES(step_->mu);
+  // A tensor file: parses its npy header once its first bytes are written, and gives the file
+  // its blob (place_bytes).
+  Status take_header(const std::string& where) PTC_REQUIRES(step_->mu);
+  // A tensor file kept in memory: a region of its shard's pack (known to be small) or a blob of
+  // its own, with the bytes kept so far written there.
+  Status place_bytes(const std::string& where) PTC_REQUIRES(step_->mu);
+
+  const std::shared_ptr<PendingStep> step_;
+};
+
+// Tells the thread-safety analysis that `f`'s fields are guarded by the lock of `s`, which the
+// caller holds: `f` must be one of its files (checked).
+inline void mine(const PendingStep& s, const PendingFile& f) PTC_REQUIRES(s.mu) PTC_ASSERT_CAPABILITY(f.step_->mu) {
+  if (f.step_.get() != &s) std::abort();
+}
 
 }  // namespace ptcfs

@@ -26,75 +26,85 @@ constexpr uint64_t kHashBytesPerThread = 64 << 20;
 // The version a pending step becomes: every held shard's slices as extents of its files'
 // blobs (padding zeroed in place), the blobs synced, every slice hashed. Marks the step as
 // committing (no more writes); on error the step is marked failed.
-ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<PendingStep>& s, StepPlacement placement) {
-  std::vector<std::shared_ptr<PendingFile>> files;
+Result<PreparedChange> SaveService::build_change(const std::shared_ptr<PendingStep>& s, StepPlacement placement) {
+  // Where each held slice's bytes are: a blob, an offset and a length (taken under the lock;
+  // the step is committing from then on, so no file changes until the commit ends).
+  struct SliceBytes {
+    std::shared_ptr<BlobWriter> blob;
+    uint64_t off = 0, len = 0;
+  };
+  std::vector<std::vector<SliceBytes>> bytes;
+  std::map<uint64_t, std::shared_ptr<BlobWriter>> writers;  // each blob once: a pack holds many files
   ptc::Layout layout;
+  bool sealed = false;  // prepared before: the padding is zeroed and the blobs closed
   {
-    std::lock_guard lock(s->mu);
+    MutexLock lock(s->mu);
     // The tally said so (PendingStep::note); the commit goes by a pass over every file.
-    if (!s->part_complete_scan())
-      return ptc::error(ptc::Code::kFailedPrecondition, s->name() + " is not complete here");
+    if (!s->part_complete_scan()) return error(Code::kFailedPrecondition, s->name() + " is not complete here");
     s->committing = true;  // no more writes, creates or removals
     layout = *s->layout;
-    for (const auto& [rel, f] : s->files) files.push_back(f);
+    sealed = s->sealed;
+    bytes.resize(layout.shards().size());
+    for (size_t si = 0; si < layout.shards().size(); ++si) {
+      if (!placement.holds(si)) continue;
+      const auto& shard = layout.shards()[si];
+      const auto& slices = layout.slices(shard);
+      const auto whole_it = s->files.find(shard.name() + ".safetensors");
+      const PendingFile* whole = whole_it == s->files.end() ? nullptr : whole_it->second.get();
+      if (whole) mine(*s, *whole);
+      for (size_t j = 0; j < slices.size(); ++j) {
+        const PendingFile& f =
+            whole ? *whole : *s->files.at(shard.name() + "/" + layout.tensor(slices[j]).name + ".npy");
+        mine(*s, f);
+        SliceBytes& sb = bytes[si].emplace_back();
+        sb.blob = f.place.blob;
+        if (whole) {
+          const auto& e = f.check.header.entries[f.check.entry_of_slice[j]];
+          sb.off = f.place.base + f.check.header.data_start + e.begin;
+          sb.len = e.end - e.begin;
+        } else {
+          sb.off = f.place.base + f.check.npy.data_start;  // its region of its own blob or of its shard's pack
+          sb.len = f.check.npy.data_bytes;
+        }
+      }
+    }
+    for (const auto& [rel, f] : s->files) {
+      mine(*s, *f);
+      if (f->place.blob) writers.emplace(f->place.blob->id(), f->place.blob);
+    }
   }
   const std::string name = s->name();
-  auto fail = [&](const ptc::Status& st) -> ptc::Status {
-    std::lock_guard lock(s->mu);
+  auto fail = [&](const Status& st) -> Status {
+    MutexLock lock(s->mu);
     s->failure = "the commit failed: " + st.message();
     s->committing = false;
     return st;
   };
-  auto padding = layout_padding(layout);
+  auto padding = formats::layout_padding(layout);
   if (!padding) return fail(padding.status());
 
-  bool sealed = false;  // prepared before: the padding is zeroed and the blobs closed
-  {
-    std::lock_guard lock(s->mu);
-    sealed = s->sealed;
-  }
   std::vector<std::vector<StoredSlice>> stored(layout.shards().size());
-  std::map<std::string, const PendingFile*> by_rel;
-  for (const auto& f : files) by_rel[f->rel] = f.get();
-  for (size_t si = 0; si < layout.shards().size(); ++si) {
-    if (!placement.holds(si)) continue;
-    const auto& shard = layout.shards()[si];
-    const auto& slices = layout.slices(shard);
-    const auto whole_it = by_rel.find(shard.name() + ".safetensors");
-    const PendingFile* whole = whole_it == by_rel.end() ? nullptr : whole_it->second;
-    for (size_t j = 0; j < slices.size(); ++j) {
-      const PendingFile* f = whole ? whole : by_rel.at(shard.name() + "/" + layout.tensor(slices[j]).name + ".npy");
-      uint64_t off = 0, len = 0;
-      if (whole) {
-        const auto& e = whole->header.entries[whole->entry_of_slice[j]];
-        off = whole->base + whole->header.data_start + e.begin;
-        len = e.end - e.begin;
-      } else {
-        off = f->base + f->npy.data_start;  // the tensor file's region of its own blob or of its shard's pack
-        len = f->npy.data_bytes;
-      }
+  for (size_t si = 0; si < bytes.size(); ++si)
+    for (size_t j = 0; j < bytes[si].size(); ++j) {
+      const SliceBytes& sb = bytes[si][j];
       if (!sealed)
         for (const auto& [poff, plen] : (*padding)[si][j])
           for (uint64_t done = 0; done < plen;) {
             const uint64_t n = std::min<uint64_t>(plen - done, fs::kZeroBlock);
-            if (auto st = f->blob->write_at(off + poff + done, fs::zero_block(), n); !st) return fail(st);
+            if (auto st = sb.blob->write_at(sb.off + poff + done, fs::zero_block(), n); !st) return fail(st);
             done += n;
           }
-      stored[si].push_back(StoredSlice{{Extent{f->blob->id(), off, len, 0}}, std::nullopt, 1});
+      stored[si].push_back(StoredSlice{{Extent{sb.blob->id(), sb.off, sb.len, 0}}, std::nullopt, 1});
     }
-  }
   // The change takes the blobs at the end: until then they are the step's (a failed commit
-  // leaves the step pending, its blobs with it). Each blob once: a pack holds many files.
-  std::map<uint64_t, BlobWriter*> writers;
-  for (const auto& f : files)
-    if (f->blob) writers.emplace(f->blob->id(), f->blob.get());
+  // leaves the step pending, its blobs with it).
   std::vector<uint64_t> blobs;
   for (const auto& [id, w] : writers) {
     if (auto st = w->finish(); !st) return fail(st);
     blobs.push_back(id);
   }
   {
-    std::lock_guard lock(s->mu);
+    MutexLock lock(s->mu);
     s->sealed = true;
   }
   // Checksums, as import computes them, from the synced blobs' mappings: the slices, largest
@@ -105,7 +115,7 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
       const Extent& x = sl.extents.front();
       auto b = store_.blobs().file(x.blob);
       if (!b || !(*b)->data() || x.offset + x.len > (*b)->mapped_size())
-        return fail(b ? ptc::corrupt("blob of " + name + " is shorter than written") : b.status());
+        return fail(b ? corrupt("blob of " + name + " is shorter than written") : b.status());
       todo.emplace_back(&sl, *b);
     }
   std::sort(todo.begin(), todo.end(),
@@ -128,7 +138,7 @@ ptc::Result<PreparedChange> SaveService::build_change(const std::shared_ptr<Pend
   change.next = store_.new_version(s->job, s->step, 1, layout, std::move(stored), std::move(placement));
   change.blobs = std::move(blobs);
   {
-    std::lock_guard lock(s->mu);
+    MutexLock lock(s->mu);
     change.claims.push_back(std::move(s->claim));  // released when the change commits or aborts
   }
   return change;
@@ -146,7 +156,7 @@ void SaveService::forget(const std::string& job, const std::string& step) {
   }
   if (s) {
     // Its files point at it: let both go (a handle still open keeps its own file).
-    std::lock_guard lock(s->mu);
+    MutexLock lock(s->mu);
     s->files.clear();
     s->packs.clear();
   }
@@ -159,13 +169,13 @@ SaveService::PartState SaveService::part_state(const std::string& job, const std
   PartState st;
   auto s = find(job, step);
   if (!s) return st;
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   st.pending = true;
   st.ready = s->part_complete();
   // The tally says so (PendingStep::note); a commit goes by a pass over every file.
   st.whole = st.ready && s->complete() && s->complete_scan();
   if (st.ready && s->complete() && !st.whole)
-    ptc::log::error("{}: its tally says complete, a pass over its files says not (a bug; it stays pending)", s->name());
+    log::error("{}: its tally says complete, a pass over its files says not (a bug; it stays pending)", s->name());
   st.bytes = s->bytes_total();
   if (s->layout) {
     st.ptc_text = ptc::ptc_to_json(s->layout->ptc());
@@ -185,16 +195,16 @@ std::vector<std::pair<std::string, std::string>> SaveService::ready_parts() cons
   }
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& s : steps) {
-    std::lock_guard lock(s->mu);
+    MutexLock lock(s->mu);
     if (ready(*s)) out.emplace_back(s->job, s->step);
   }
   return out;
 }
 
-ptc::Result<PreparedChange> SaveService::prepare_part(const std::string& job, const std::string& step,
-                                                      StepPlacement placement) {
+Result<PreparedChange> SaveService::prepare_part(const std::string& job, const std::string& step,
+                                                 StepPlacement placement) {
   auto s = find(job, step);
-  if (!s) return ptc::not_found("no step " + job + "/" + step + " is being saved here");
+  if (!s) return not_found("no step " + job + "/" + step + " is being saved here");
   return build_change(s, std::move(placement));
 }
 
@@ -205,7 +215,7 @@ void SaveService::part_done(const std::string& job, const std::string& step, boo
   }
   auto s = find(job, step);
   if (!s) return;
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   s->committing = false;  // ready again: the node says so every 5 s, and the commit is tried again
   // A change not taken back (the abort said why trying again would not help, or its own commit
   // failed here) took the blobs with it.
@@ -217,7 +227,7 @@ void SaveService::part_done(const std::string& job, const std::string& step, boo
 void SaveService::take_back(const std::string& job, const std::string& step, PreparedChange& change) {
   auto s = find(job, step);
   if (!s) return;
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   if (s->removed || !s->committing) return;
   // The blobs stay the step's files' (pending in the store, finished: sealed), and so does its
   // name: an abort (a node fenced or unreachable at that moment) does not lose a complete save.

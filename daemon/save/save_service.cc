@@ -31,17 +31,17 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-ptc::Status check_components(const std::string& where, const std::string& rel) {
+Status check_components(const std::string& where, const std::string& rel) {
   size_t pos = 0;
   while (pos <= rel.size()) {
     size_t slash = rel.find('/', pos);
     if (slash == std::string::npos) slash = rel.size();
     const std::string c = rel.substr(pos, slash - pos);
     if (c.empty() || c == "." || c == ".." || c.size() > 250)
-      return ptc::invalid(where + ": bad path component '" + c + "'");
+      return invalid(where + ": bad path component '" + c + "'");
     pos = slash + 1;
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 bool is_dcp_file(const std::string& rel) {
@@ -61,9 +61,9 @@ std::optional<std::string> refused_dcp_name(const std::string& rel) {
   return std::nullopt;
 }
 
-ptc::Result<FileKind> classify(const std::string& where, const std::string& rel) {
+Result<FileKind> classify(const std::string& where, const std::string& rel) {
   PTC_RETURN_IF_ERROR(check_components(where, rel));
-  if (auto why = refused_dcp_name(rel)) return ptc::invalid(where + *why);
+  if (auto why = refused_dcp_name(rel)) return invalid(where + *why);
   FileKind k;
   if (rel == "ptc.json") return k;
   const size_t slash = rel.find('/');
@@ -76,11 +76,11 @@ ptc::Result<FileKind> classify(const std::string& where, const std::string& rel)
         return k;
       }
     }
-    return ptc::invalid(where + ": unexpected file" + kLayoutHint);
+    return invalid(where + ": unexpected file" + kLayoutHint);
   }
   auto id = ptc::parse_shard_name(rel.substr(0, slash));
   if (!id || !ends_with(rel, ".npy") || rel.size() <= slash + 1 + 4)
-    return ptc::invalid(where + ": unexpected file" + kLayoutHint);
+    return invalid(where + ": unexpected file" + kLayoutHint);
   k.kind = PendingFile::Kind::kTensor;
   k.shard = *id;
   k.tensor = rel.substr(slash + 1, rel.size() - slash - 1 - 4);
@@ -107,7 +107,7 @@ std::shared_ptr<PendingStep> SaveService::find(const std::string& job, const std
   return it == steps_.end() ? nullptr : it->second;
 }
 
-ptc::Status SaveService::make_job(const std::string& job) {
+Status SaveService::make_job(const std::string& job) {
   PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
   auto snap = store_.snapshot();
   std::lock_guard lock(mu_);
@@ -115,13 +115,13 @@ ptc::Status SaveService::make_job(const std::string& job) {
   for (const auto& [key, _] : snap->steps) exists = exists || key.first == job;
   for (const auto& [key, _] : snap->datasets) exists = exists || key.first == job;
   for (const auto& [key, _] : steps_) exists = exists || key.first == job;
-  if (exists) return ptc::error(ptc::Code::kAlreadyExists, "job '" + job + "' exists");
+  if (exists) return error(Code::kAlreadyExists, "job '" + job + "' exists");
   jobs_.insert(job);
-  ptc::log::info("made job {}", job);
-  return ptc::Status::ok();
+  log::info("made job {}", job);
+  return Status::ok();
 }
 
-ptc::Status SaveService::make_step(const std::string& job, const std::string& step) {
+Status SaveService::make_step(const std::string& job, const std::string& step) {
   PTC_ASSIGN_OR_RETURN(Claim name,
                        store_.claim(Claim::kNewStep, job, step));  // kAlreadyExists when committed or being made
   auto s = std::make_shared<PendingStep>(job, step, static_cast<int64_t>(::time(nullptr)), std::move(name));
@@ -130,36 +130,36 @@ ptc::Status SaveService::make_step(const std::string& job, const std::string& st
   std::lock_guard lock(mu_);
   steps_[{job, step}] = std::move(s);
   jobs_.insert(job);
-  ptc::log::info("saving {}/{}: pending", job, step);
-  return ptc::Status::ok();
+  log::info("saving {}/{}: pending", job, step);
+  return Status::ok();
 }
 
-ptc::Status SaveService::make_dir(const std::string& job, const std::string& step, const std::string& rel) {
+Status SaveService::make_dir(const std::string& job, const std::string& step, const std::string& rel) {
   const std::string where = job + "/" + step + "/" + rel;
   auto s = find(job, step);
-  if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
+  if (!s) return error(Code::kPermissionDenied, job + "/" + step + " is not being saved");
   PTC_RETURN_IF_ERROR(check_components(where, rel));
   const std::string first = rel.substr(0, rel.find('/'));
   if (!ptc::parse_shard_name(first))
-    return ptc::invalid(where + ": unexpected folder (a step's folders are its shards, tp{t}-pp{p})");
-  std::lock_guard lock(s->mu);
-  if (s->committing || s->removed) return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is no longer pending");
+    return invalid(where + ": unexpected folder (a step's folders are its shards, tp{t}-pp{p})");
+  MutexLock lock(s->mu);
+  if (s->committing || s->removed) return error(Code::kPermissionDenied, s->name() + " is no longer pending");
   if (s->files.count(first + ".safetensors"))
-    return ptc::invalid(where + ": shard " + first + " is being written as a safetensors file, not per tensor");
+    return invalid(where + ": shard " + first + " is being written as a safetensors file, not per tensor");
   for (size_t at = 0; at != std::string::npos;) {
     at = rel.find('/', at + 1);
     if (!s->dirs.insert(rel.substr(0, at)).second && at == std::string::npos)
-      return ptc::error(ptc::Code::kAlreadyExists, where + " exists");
+      return error(Code::kAlreadyExists, where + " exists");
   }
   s->stamp = std::make_shared<int>(0);
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::string& job, const std::string& step,
-                                                                const std::string& rel) {
+Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::string& job, const std::string& step,
+                                                           const std::string& rel) {
   const std::string where = job + "/" + step + "/" + rel;
   auto s = find(job, step);
-  if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
+  if (!s) return error(Code::kPermissionDenied, job + "/" + step + " is not being saved");
   if (is_dcp_file(rel) || is_hf_save_file(rel)) return create_staged(s, rel, where);
   PTC_ASSIGN_OR_RETURN(FileKind k, classify(where, rel));
   std::shared_ptr<BlobWriter> blob;  // a tensor file gets its blob once its header says how large it is
@@ -167,21 +167,20 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::strin
     PTC_ASSIGN_OR_RETURN(BlobWriter w, store_.blobs().create());
     blob = std::make_shared<BlobWriter>(std::move(w));
   }
-  std::lock_guard lock(s->mu);
-  if (s->committing || s->removed) return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is no longer pending");
-  if (s->files.count(rel)) return ptc::error(ptc::Code::kAlreadyExists, where + " exists");
+  MutexLock lock(s->mu);
+  if (s->committing || s->removed) return error(Code::kPermissionDenied, s->name() + " is no longer pending");
+  if (s->files.count(rel)) return error(Code::kAlreadyExists, where + " exists");
   if (!s->staged.empty() && !s->converting)
-    return ptc::invalid(where + ": " + s->name() + " is being written by a stock DCP save (" +
-                        s->staged.begin()->first + "), not as ptcfs files");
+    return invalid(where + ": " + s->name() + " is being written by a stock DCP save (" + s->staged.begin()->first +
+                   "), not as ptcfs files");
   const std::string shard_file = k.shard.name() + ".safetensors";
   if (k.kind == PendingFile::Kind::kTensor && s->files.count(shard_file))
-    return ptc::invalid(where + ": shard " + k.shard.name() + " is being written as " + shard_file +
-                        ", not per tensor");
+    return invalid(where + ": shard " + k.shard.name() + " is being written as " + shard_file + ", not per tensor");
   if (k.kind == PendingFile::Kind::kShard) {
     const std::string prefix = k.shard.name() + "/";
     for (const auto& [other, f] : s->files)
       if (other.compare(0, prefix.size(), prefix) == 0)
-        return ptc::invalid(where + ": shard " + k.shard.name() + " is being written per tensor (" + other + ")");
+        return invalid(where + ": shard " + k.shard.name() + " is being written per tensor (" + other + ")");
   }
   // A tensor's folders come with it (cp -r makes them first; a writer may not).
   if (k.kind == PendingFile::Kind::kTensor)
@@ -195,9 +194,8 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create(const std::strin
   return std::shared_ptr<fs::WriteFile>(f);
 }
 
-ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create_staged(const std::shared_ptr<PendingStep>& s,
-                                                                       const std::string& rel,
-                                                                       const std::string& where) {
+Result<std::shared_ptr<fs::WriteFile>> SaveService::create_staged(const std::shared_ptr<PendingStep>& s,
+                                                                  const std::string& rel, const std::string& where) {
   PTC_RETURN_IF_ERROR(check_components(where, rel));
   const bool hf = is_hf_save_file(rel);
   std::shared_ptr<BlobWriter> blob;  // the metadata and save_pretrained's JSON files are kept in memory
@@ -205,42 +203,43 @@ ptc::Result<std::shared_ptr<fs::WriteFile>> SaveService::create_staged(const std
     PTC_ASSIGN_OR_RETURN(BlobWriter w, store_.blobs().create());
     blob = std::make_shared<BlobWriter>(std::move(w));
   }
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   if (s->committing || s->removed || s->converting)
-    return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is no longer pending");
-  if (s->staged.count(rel)) return ptc::error(ptc::Code::kAlreadyExists, where + " exists");
+    return error(Code::kPermissionDenied, s->name() + " is no longer pending");
+  if (s->staged.count(rel)) return error(Code::kAlreadyExists, where + " exists");
   if (!s->files.empty())
-    return ptc::invalid(where + ": " + s->name() + " is being written as ptcfs files (" + s->files.begin()->first +
-                        "), not by a stock " + (hf ? "save_pretrained" : "DCP save"));
+    return invalid(where + ": " + s->name() + " is being written as ptcfs files (" + s->files.begin()->first +
+                   "), not by a stock " + (hf ? "save_pretrained" : "DCP save"));
   for (const auto& [other, f] : s->staged)
     if (is_hf_save_file(other) != hf)
-      return ptc::invalid(where + ": " + s->name() + " is being written by a stock " +
-                          (hf ? "DCP save (" : "save_pretrained (") + other + ")");
+      return invalid(where + ": " + s->name() + " is being written by a stock " +
+                     (hf ? "DCP save (" : "save_pretrained (") + other + ")");
   auto f = std::make_shared<DcpStagedFile>(where, std::move(blob));
   if (hf)  // the close of a save's last file converts it (daemon/save/hf_save.h)
     f->on_close([this, w = std::weak_ptr<PendingStep>(s)] {
       auto step = w.lock();
-      return step ? hf_closed(step) : ptc::Status::ok();
+      return step ? hf_closed(step) : Status::ok();
     });
   s->staged[rel] = f;
   s->stamp = std::make_shared<int>(0);
   return std::shared_ptr<fs::WriteFile>(f);
 }
 
-ptc::Status SaveService::unlink(const std::string& job, const std::string& step, const std::string& rel) {
+Status SaveService::unlink(const std::string& job, const std::string& step, const std::string& rel) {
   auto s = find(job, step);
-  if (!s) return ptc::error(ptc::Code::kPermissionDenied, job + "/" + step + " is not being saved");
-  std::lock_guard lock(s->mu);
-  if (s->committing) return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is committing");
+  if (!s) return error(Code::kPermissionDenied, job + "/" + step + " is not being saved");
+  MutexLock lock(s->mu);
+  if (s->committing) return error(Code::kPermissionDenied, s->name() + " is committing");
   if (auto st = s->staged.find(rel); st != s->staged.end()) {
-    if (s->converting) return ptc::error(ptc::Code::kPermissionDenied, s->name() + " is being converted");
+    if (s->converting) return error(Code::kPermissionDenied, s->name() + " is being converted");
     st->second->kill();
     s->staged.erase(st);
     s->stamp = std::make_shared<int>(0);
-    return ptc::Status::ok();
+    return Status::ok();
   }
   auto it = s->files.find(rel);
-  if (it == s->files.end()) return ptc::not_found(s->name() + "/" + rel + " does not exist");
+  if (it == s->files.end()) return not_found(s->name() + "/" + rel + " does not exist");
+  mine(*s, *it->second);
   it->second->dead = true;  // its blob goes with the last handle
   s->note(*it->second);
   s->files.erase(it);
@@ -250,7 +249,7 @@ ptc::Status SaveService::unlink(const std::string& job, const std::string& step,
     s->recount();
   }
   s->stamp = std::make_shared<int>(0);
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 void SaveService::add_to(fs::Contents& c) const {
@@ -267,7 +266,7 @@ void SaveService::add_to(fs::Contents& c) const {
     e.job = s->job;
     e.step = s->step;
     e.mtime = s->created;
-    std::lock_guard lock(s->mu);
+    MutexLock lock(s->mu);
     if (s->removed) continue;
     e.stamp = s->stamp;
     e.dirs.assign(s->dirs.begin(), s->dirs.end());
@@ -280,10 +279,12 @@ void SaveService::add_to(fs::Contents& c) const {
 std::optional<SaveService::Progress> SaveService::progress(const std::string& job, const std::string& step) const {
   auto s = find(job, step);
   if (!s) return std::nullopt;
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   Progress p{s->job, s->step, s->bytes_written(), s->bytes_total(), s->files.size(), {}};
-  for (const auto& [rel, f] : s->files)
-    if (!f->error.empty()) p.errors.push_back(f->error);
+  for (const auto& [rel, f] : s->files) {
+    mine(*s, *f);
+    if (!f->check.error.empty()) p.errors.push_back(f->check.error);
+  }
   if (!s->failure.empty()) p.errors.push_back(s->failure);
   return p;
 }
@@ -305,23 +306,24 @@ std::vector<std::string> SaveService::jobs() const {
   return {jobs_.begin(), jobs_.end()};
 }
 
-ptc::Status SaveService::remove(const std::string& job, const std::string& step) {
+Status SaveService::remove(const std::string& job, const std::string& step) {
   std::shared_ptr<PendingStep> s;
   std::set<uint64_t> sealed_blobs;
   {
     std::lock_guard lock(mu_);
     auto it = steps_.find({job, step});
-    if (it == steps_.end()) return ptc::not_found("no step " + job + "/" + step + " is being saved");
+    if (it == steps_.end()) return not_found("no step " + job + "/" + step + " is being saved");
     s = it->second;
     {
-      std::lock_guard slock(s->mu);
-      if (s->committing) return ptc::error(ptc::Code::kFailedPrecondition, s->name() + " is committing");
+      MutexLock slock(s->mu);
+      if (s->committing) return error(Code::kFailedPrecondition, s->name() + " is committing");
       s->removed = true;
       // Finished blobs (a commit tried and aborted) stay when their writers go: remove them.
-      if (s->sealed)
-        for (auto& [rel, f] : s->files)
-          if (f->blob && f->blob->finished()) sealed_blobs.insert(f->blob->id());
-      for (auto& [rel, f] : s->files) f->dead = true;
+      for (auto& [rel, f] : s->files) {
+        mine(*s, *f);
+        if (s->sealed && f->place.blob && f->place.blob->finished()) sealed_blobs.insert(f->place.blob->id());
+        f->dead = true;
+      }
       for (auto& [rel, f] : s->staged) f->kill();
       s->files.clear();
       s->staged.clear();
@@ -330,13 +332,12 @@ ptc::Status SaveService::remove(const std::string& job, const std::string& step)
   }
   s->release_name();
   for (uint64_t id : sealed_blobs) {
-    if (auto st = store_.blobs().remove(id); !st)
-      ptc::log::warn("removing a blob of {}/{}: {}", job, step, st.to_string());
+    if (auto st = store_.blobs().remove(id); !st) log::warn("removing a blob of {}/{}: {}", job, step, st.to_string());
     store_.blobs().settle(id);
   }
-  ptc::log::info("removed pending step {}/{}", job, step);
+  log::info("removed pending step {}/{}", job, step);
   changed();
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 bool SaveService::ready(const PendingStep& step) const {
@@ -347,7 +348,7 @@ bool SaveService::ready(const PendingStep& step) const {
 
 void SaveService::closed(const std::shared_ptr<PendingStep>& step) {
   {
-    std::lock_guard slock(step->mu);
+    MutexLock slock(step->mu);
     if (!ready(*step)) return;
   }
   note_ready(step->job, step->step);

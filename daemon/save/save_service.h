@@ -40,18 +40,18 @@ class SaveService final : public fs::WriteTarget {
   SaveService(Store& store, std::function<void()> wake, std::function<void()> changed);
   ~SaveService() override;  // pending steps are dropped
 
-  ptc::Status make_job(const std::string& job) override;
-  ptc::Status make_step(const std::string& job, const std::string& step) override;
-  ptc::Status make_dir(const std::string& job, const std::string& step, const std::string& rel) override;
-  ptc::Result<std::shared_ptr<fs::WriteFile>> create(const std::string& job, const std::string& step,
-                                                     const std::string& rel) override;
-  ptc::Status unlink(const std::string& job, const std::string& step, const std::string& rel) override;
+  Status make_job(const std::string& job) override;
+  Status make_step(const std::string& job, const std::string& step) override;
+  Status make_dir(const std::string& job, const std::string& step, const std::string& rel) override;
+  Result<std::shared_ptr<fs::WriteFile>> create(const std::string& job, const std::string& step,
+                                                const std::string& rel) override;
+  Status unlink(const std::string& job, const std::string& step, const std::string& rel) override;
   // .metadata.tmp to .metadata of a stock DCP save: converts it (daemon/save/dcp_save.h), so that
   // the step is complete and commits. A conversion that fails leaves the step pending and failed
   // (ls says why; remove it with ptcfs rm). And a stock save_pretrained's temporary to its
   // safetensors name (daemon/save/hf_save.h).
-  ptc::Result<bool> rename(const std::string& job, const std::string& step, const std::string& from,
-                           const std::string& to) override;
+  Result<bool> rename(const std::string& job, const std::string& step, const std::string& from,
+                      const std::string& to) override;
 
   // What the mount shows besides the store: pending steps and jobs made by mkdir.
   void add_to(fs::Contents& contents) const;
@@ -69,7 +69,7 @@ class SaveService final : public fs::WriteTarget {
 
   // Removes a pending step: its files go (a writer still at it gets errors), its name is free.
   // kNotFound when there is no such pending step.
-  ptc::Status remove(const std::string& job, const std::string& step);
+  Status remove(const std::string& job, const std::string& step);
 
   // The steps to look at for a commit since the last call: those that became ready here, and
   // those another node said are ready (on a cluster, the node that decides saves hears it).
@@ -94,7 +94,7 @@ class SaveService final : public fs::WriteTarget {
   std::vector<std::pair<std::string, std::string>> ready_parts() const;
   // This node's part as a change to commit, holding the shards `placement` says (empty: all,
   // one node); the step is committing (no more writes) until part_done.
-  ptc::Result<PreparedChange> prepare_part(const std::string& job, const std::string& step, StepPlacement placement);
+  Result<PreparedChange> prepare_part(const std::string& job, const std::string& step, StepPlacement placement);
   // After the change committed (the pending step goes) or aborted (it stays pending: on a
   // cluster it is tried again when take_back first kept its blobs and name from the aborted
   // change; else it is failed, and ls says why).
@@ -109,41 +109,38 @@ class SaveService final : public fs::WriteTarget {
   void set_dcp_peers(DcpPeers* peers) { dcp_peers_ = peers; }
   // The files of job/step staged here, sealed (name -> size); nullopt when the step is not
   // pending here. From then on the step takes no more files: its .metadata landed elsewhere.
-  ptc::Result<std::optional<std::map<std::string, uint64_t>>> staged_files(const std::string& job,
-                                                                           const std::string& step);
+  Result<std::optional<std::map<std::string, uint64_t>>> staged_files(const std::string& job, const std::string& step);
   // `len` bytes at `off` of a file of job/step staged here (sealed), or of its .metadata.tmp.
-  ptc::Result<std::string> read_staged(const std::string& job, const std::string& step, const std::string& file,
-                                       uint64_t off, uint64_t len) const;
+  Result<std::string> read_staged(const std::string& job, const std::string& step, const std::string& file,
+                                  uint64_t off, uint64_t len) const;
   // Converts this node's part: the shards `req` names it holder of, and ptc.json, which
   // completes the part (a failure leaves the step pending and failed, as here on one node).
   // A request whose `failed` is set fails this node's part instead, saying why.
-  ptc::Status convert_part(const DcpConvertRequest& req);
+  Status convert_part(const DcpConvertRequest& req);
 
  private:
   std::shared_ptr<PendingStep> find(const std::string& job, const std::string& step) const;
   void closed(const std::shared_ptr<PendingStep>& step);
-  bool ready(const PendingStep& step) const;  // locked
-  ptc::Result<std::shared_ptr<fs::WriteFile>> create_staged(const std::shared_ptr<PendingStep>& s,
-                                                            const std::string& rel, const std::string& where);
+  bool ready(const PendingStep& step) const PTC_REQUIRES(step.mu);
+  Result<std::shared_ptr<fs::WriteFile>> create_staged(const std::shared_ptr<PendingStep>& s, const std::string& rel,
+                                                       const std::string& where);
   // Writes a stock DCP save's tensor files (all, or on a cluster this node's shards, with
   // `peers` the other nodes that convert theirs); what ptc.json then says.
-  ptc::Result<DcpSave> convert_dcp(const std::shared_ptr<PendingStep>& s, std::vector<std::string>& peers);
-  ptc::Status convert_part(const std::shared_ptr<PendingStep>& s, const DcpConvertRequest& req);
+  Result<DcpSave> convert_dcp(const std::shared_ptr<PendingStep>& s, std::vector<std::string>& peers);
+  Status convert_part(const std::shared_ptr<PendingStep>& s, const DcpConvertRequest& req);
   // After a stock save's conversion (`save`, or why it failed): its staged files go, ptc.json is
   // written, and the step's commit is waited for; a failure leaves the step pending and failed,
   // `what` and the reason in ls.
-  ptc::Status commit_converted(const std::shared_ptr<PendingStep>& s, const std::string& what,
-                               const ptc::Result<DcpSave>& save);
+  Status commit_converted(const std::shared_ptr<PendingStep>& s, const std::string& what, const Result<DcpSave>& save);
   // A stock save_pretrained (daemon/save/hf_save.h): the rename of a temporary to its
   // safetensors name, a close of one of its files (the last one converts the save and waits for
   // its commit), and the conversion.
-  ptc::Status rename_hf(const std::string& job, const std::string& step, const std::string& from,
-                        const std::string& to);
-  ptc::Status hf_closed(const std::shared_ptr<PendingStep>& s);
-  ptc::Result<DcpSave> convert_hf(const std::shared_ptr<PendingStep>& s);
+  Status rename_hf(const std::string& job, const std::string& step, const std::string& from, const std::string& to);
+  Status hf_closed(const std::shared_ptr<PendingStep>& s);
+  Result<DcpSave> convert_hf(const std::shared_ptr<PendingStep>& s);
   // Until the step is committed in the store, its commit failed, or it was removed.
-  ptc::Status wait_committed(const std::shared_ptr<PendingStep>& s) const;
-  ptc::Result<PreparedChange> build_change(const std::shared_ptr<PendingStep>& step, StepPlacement placement);
+  Status wait_committed(const std::shared_ptr<PendingStep>& s) const;
+  Result<PreparedChange> build_change(const std::shared_ptr<PendingStep>& step, StepPlacement placement);
   void forget(const std::string& job, const std::string& step);
   void changed();
 

@@ -13,9 +13,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <string>
 
+#include "ptc/base/mutex.h"
 #include "ptc/base/status.h"
 
 namespace ptcfs {
@@ -27,18 +27,18 @@ class WriterGate {
   // A new handle's id (1, 2, ...). A whole file held by another owner: waits up to `wait` on
   // `released` (notified by release()) when that owner closed it, then refuses
   // (kFailedPrecondition, `busy` as its message) if it is still held.
-  ptc::Result<uint64_t> open(std::unique_lock<std::mutex>& lock, std::condition_variable& released,
-                             std::chrono::milliseconds wait, const std::string& busy);
+  Result<uint64_t> open(MutexLock& lock, std::condition_variable_any& released, std::chrono::milliseconds wait,
+                        const std::string& busy);
   // Whether `writer` may write now (a whole file: only its owner); kFailedPrecondition naming
   // `where` if not. `reopened` is set when this write voids a close of the owner's.
-  ptc::Status write(uint64_t writer, const std::string& where, bool& reopened);
+  Status write(uint64_t writer, const std::string& where, bool& reopened);
   // Whether `writer` may truncate it: a whole file only its owner, or anyone while nobody has it.
-  ptc::Status truncate(uint64_t writer, const std::string& where) const;
+  Status truncate(uint64_t writer, const std::string& where) const;
   // `writer` closed (flushed) its handle: for the owner of a whole file, its release is coming.
   void closed(uint64_t writer);
   // `writer`'s handle is gone: the owner's frees the file (`released` is notified). Whether no
   // handle is left.
-  bool release(uint64_t writer, std::condition_variable& released);
+  bool release(uint64_t writer, std::condition_variable_any& released);
 
   int writers() const { return writers_; }   // handles open for writing
   uint64_t owner() const { return owner_; }  // a whole file's one open handle (0: none)

@@ -46,17 +46,17 @@ BlobWriter::BlobWriter(BlobWriter&& o) noexcept
   o.path_.clear();
 }
 
-ptc::Status BlobWriter::append(const void* data, size_t len) {
+Status BlobWriter::append(const void* data, size_t len) {
   PTC_RETURN_IF_ERROR(write_at(size_, data, len));
   size_ += len;
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 namespace {
 constexpr uint64_t kWritebackAtLeast = 4 << 20;
 }  // namespace
 
-ptc::Status BlobWriter::write_at(uint64_t offset, const void* data, size_t len) const {
+Status BlobWriter::write_at(uint64_t offset, const void* data, size_t len) const {
   const uint64_t start = offset, total = len;
   auto* p = static_cast<const char*>(data);
   while (len > 0) {
@@ -64,8 +64,8 @@ ptc::Status BlobWriter::write_at(uint64_t offset, const void* data, size_t len) 
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == ENOSPC || errno == EDQUOT)
-        return ptc::error(ptc::Code::kResourceExhausted, "the disk holding " + path_ + " is full");
-      return ptc::io_error("writing blob " + path_, errno);
+        return error(Code::kResourceExhausted, "the disk holding " + path_ + " is full");
+      return io_error("writing blob " + path_, errno);
     }
     p += n;
     len -= static_cast<size_t>(n);
@@ -75,7 +75,7 @@ ptc::Status BlobWriter::write_at(uint64_t offset, const void* data, size_t len) 
   // for. Small ones (a FUSE write is at most 1 MiB) skip it: a writeback request per MiB cost
   // the daemon 3x the CPU of the copy when saving into the mount.
   start_writeback(start, total);
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 void BlobWriter::start_writeback(uint64_t offset, uint64_t len) const {
@@ -83,24 +83,24 @@ void BlobWriter::start_writeback(uint64_t offset, uint64_t len) const {
     ::sync_file_range(fd_, static_cast<off_t>(offset), static_cast<off_t>(len), SYNC_FILE_RANGE_WRITE);
 }
 
-ptc::Result<size_t> BlobWriter::read_at(uint64_t offset, void* data, size_t len) const {
+Result<size_t> BlobWriter::read_at(uint64_t offset, void* data, size_t len) const {
   return read_full(fd_, offset, data, len, "blob " + path_);
 }
 
-ptc::Status BlobWriter::finish() {
-  if (finished_) return ptc::Status::ok();  // a save's part prepared again after an abort
-  if (::fsync(fd_) != 0) return ptc::io_error("syncing blob " + path_, errno);
+Status BlobWriter::finish() {
+  if (finished_) return Status::ok();  // a save's part prepared again after an abort
+  if (::fsync(fd_) != 0) return io_error("syncing blob " + path_, errno);
   if (::close(fd_) != 0) {
     fd_ = -1;
-    return ptc::io_error("closing blob " + path_, errno);
+    return io_error("closing blob " + path_, errno);
   }
   fd_ = -1;
   finished_ = true;
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Result<std::unique_ptr<BlobStore>> BlobStore::open(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ptc::io_error("creating " + dir, errno);
+Result<std::unique_ptr<BlobStore>> BlobStore::open(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return io_error("creating " + dir, errno);
   return std::unique_ptr<BlobStore>(new BlobStore(dir));
 }
 
@@ -110,7 +110,7 @@ std::string BlobStore::path(uint64_t id) const {
   return dir_ + "/" + name;
 }
 
-ptc::Result<BlobWriter> BlobStore::create() {
+Result<BlobWriter> BlobStore::create() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   for (int attempt = 0; attempt < 16; ++attempt) {
     const uint64_t id = rng();
@@ -126,9 +126,9 @@ ptc::Result<BlobWriter> BlobStore::create() {
     if (fd >= 0) return BlobWriter(this, id, fd, p);
     const int err = errno;
     settle(id);
-    if (err != EEXIST) return ptc::io_error("creating blob " + p, err);
+    if (err != EEXIST) return io_error("creating blob " + p, err);
   }
-  return ptc::internal("could not pick a fresh blob id");
+  return internal("could not pick a fresh blob id");
 }
 
 void BlobStore::settle(uint64_t id) {
@@ -146,36 +146,36 @@ bool BlobStore::is_pending(uint64_t id) const {
   return pending_.count(id) > 0;
 }
 
-ptc::Result<std::shared_ptr<const BlobFile>> BlobStore::file(uint64_t id) {
+Result<std::shared_ptr<const BlobFile>> BlobStore::file(uint64_t id) {
   std::lock_guard lock(mu_);
   if (auto it = open_.find(id); it != open_.end()) return it->second;
   const std::string p = path(id);
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ptc::io_error("opening blob " + p, errno);
+  if (fd < 0) return io_error("opening blob " + p, errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int e = errno;
     ::close(fd);
-    return ptc::io_error("opening blob " + p, e);
+    return io_error("opening blob " + p, e);
   }
   auto f = std::make_shared<const BlobFile>(id, fd, static_cast<uint64_t>(st.st_size));
   open_.emplace(id, f);
   return f;
 }
 
-ptc::Status BlobStore::remove(uint64_t id) {
+Status BlobStore::remove(uint64_t id) {
   {
     std::lock_guard lock(mu_);
     open_.erase(id);  // readers holding the shared_ptr keep the fd until they finish
   }
   const std::string p = path(id);
-  if (::unlink(p.c_str()) != 0 && errno != ENOENT) return ptc::io_error("removing blob " + p, errno);
-  return ptc::Status::ok();
+  if (::unlink(p.c_str()) != 0 && errno != ENOENT) return io_error("removing blob " + p, errno);
+  return Status::ok();
 }
 
-ptc::Result<std::vector<uint64_t>> BlobStore::list() const {
+Result<std::vector<uint64_t>> BlobStore::list() const {
   DIR* d = ::opendir(dir_.c_str());
-  if (!d) return ptc::io_error("listing " + dir_, errno);
+  if (!d) return io_error("listing " + dir_, errno);
   std::vector<uint64_t> ids;
   while (dirent* e = ::readdir(d)) {
     const std::string n = e->d_name;
@@ -188,10 +188,10 @@ ptc::Result<std::vector<uint64_t>> BlobStore::list() const {
   return ids;
 }
 
-ptc::Result<uint64_t> BlobStore::size_of(uint64_t id) const {
+Result<uint64_t> BlobStore::size_of(uint64_t id) const {
   struct stat st {};
   const std::string p = path(id);
-  if (::stat(p.c_str(), &st) != 0) return ptc::io_error("stat " + p, errno);
+  if (::stat(p.c_str(), &st) != 0) return io_error("stat " + p, errno);
   return static_cast<uint64_t>(st.st_size);
 }
 

@@ -60,17 +60,17 @@ class BlobWriter {
   BlobWriter(const BlobWriter&) = delete;
   uint64_t id() const { return id_; }
   uint64_t size() const { return size_; }
-  ptc::Status append(const void* data, size_t len);
+  Status append(const void* data, size_t len);
   // Writes at an offset; safe from several threads at once for disjoint ranges. A full
   // disk is kResourceExhausted (ENOSPC at the mount).
-  ptc::Status write_at(uint64_t offset, const void* data, size_t len) const;
+  Status write_at(uint64_t offset, const void* data, size_t len) const;
   // Starts writeback of [offset, offset + len) when it is 4 MiB or more, as write_at does for
   // one large write: for a range written in smaller pieces.
   void start_writeback(uint64_t offset, uint64_t len) const;
   // Reads back what was written (fewer bytes past the end); before finish() only.
-  ptc::Result<size_t> read_at(uint64_t offset, void* data, size_t len) const;
+  Result<size_t> read_at(uint64_t offset, void* data, size_t len) const;
   // Syncs and closes the blob (it stays when the writer goes). Again: nothing.
-  ptc::Status finish();
+  Status finish();
   bool finished() const { return finished_; }
 
  private:
@@ -85,20 +85,20 @@ class BlobWriter {
 class BlobStore {
  public:
   // Creates DIR if missing.
-  static ptc::Result<std::unique_ptr<BlobStore>> open(const std::string& dir);
+  static Result<std::unique_ptr<BlobStore>> open(const std::string& dir);
 
   // A new blob with a fresh random id. It stays pending (garbage collection leaves it
   // alone) until settle(id) is called, after its metadata is committed or it is removed.
-  ptc::Result<BlobWriter> create();
+  Result<BlobWriter> create();
   void settle(uint64_t id);
   // Marks an existing blob pending again (a prepared change restored after a restart).
   void hold_pending(uint64_t id);
   bool is_pending(uint64_t id) const;
   // The open blob (cached).
-  ptc::Result<std::shared_ptr<const BlobFile>> file(uint64_t id);
-  ptc::Status remove(uint64_t id);
-  ptc::Result<std::vector<uint64_t>> list() const;
-  ptc::Result<uint64_t> size_of(uint64_t id) const;
+  Result<std::shared_ptr<const BlobFile>> file(uint64_t id);
+  Status remove(uint64_t id);
+  Result<std::vector<uint64_t>> list() const;
+  Result<uint64_t> size_of(uint64_t id) const;
   std::string path(uint64_t id) const;
   const std::string& dir() const { return dir_; }
 

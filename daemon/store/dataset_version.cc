@@ -39,10 +39,9 @@ bool is_local_home(const std::string& home, const RemoteSamples* remote) {
   return home.empty() || !remote || home == remote->self_id();
 }
 
-ptc::Result<std::shared_ptr<const DatasetSource>> DatasetSource::open(BlobStore& blobs, uint64_t table,
-                                                                      uint64_t table_xxh3,
-                                                                      std::vector<SourceFile> files,
-                                                                      uint64_t num_samples, bool local) {
+Result<std::shared_ptr<const DatasetSource>> DatasetSource::open(BlobStore& blobs, uint64_t table, uint64_t table_xxh3,
+                                                                 std::vector<SourceFile> files, uint64_t num_samples,
+                                                                 bool local) {
   auto s = std::make_shared<DatasetSource>();
   s->table_id_ = table;
   s->table_xxh3_ = table_xxh3;
@@ -50,13 +49,13 @@ ptc::Result<std::shared_ptr<const DatasetSource>> DatasetSource::open(BlobStore&
   s->local_ = local;
   PTC_ASSIGN_OR_RETURN(s->table_, blobs.file(table));
   if (!s->table_->data() || s->table_->mapped_size() != num_samples * sizeof(SampleRecord))
-    return ptc::corrupt("sample table blob " + std::to_string(table) + " does not hold " + std::to_string(num_samples) +
-                        " samples");
+    return corrupt("sample table blob " + std::to_string(table) + " does not hold " + std::to_string(num_samples) +
+                   " samples");
   s->records_ = reinterpret_cast<const SampleRecord*>(s->table_->data());
   for (uint64_t i = 0; i < num_samples; ++i)
     if (s->records_[i].file >= files.size())
-      return ptc::corrupt("sample table blob " + std::to_string(table) + ": sample " + std::to_string(i) +
-                          " names file " + std::to_string(s->records_[i].file) + " of " + std::to_string(files.size()));
+      return corrupt("sample table blob " + std::to_string(table) + ": sample " + std::to_string(i) + " names file " +
+                     std::to_string(s->records_[i].file) + " of " + std::to_string(files.size()));
   s->files_ = std::move(files);
   s->opened_.resize(s->files_.size());
   if (!local) return std::shared_ptr<const DatasetSource>(std::move(s));
@@ -66,7 +65,7 @@ ptc::Result<std::shared_ptr<const DatasetSource>> DatasetSource::open(BlobStore&
     if (f.blob != 0) {
       auto b = blobs.file(f.blob);
       if (!b) {
-        o.error = ptc::error(ptc::Code::kIo, "the copy of " + f.path + " is unreadable: " + b.status().message());
+        o.error = error(Code::kIo, "the copy of " + f.path + " is unreadable: " + b.status().message());
         continue;
       }
       o.fd = (*b)->fd();
@@ -76,15 +75,14 @@ ptc::Result<std::shared_ptr<const DatasetSource>> DatasetSource::open(BlobStore&
     }
     auto opened = File::open_read(f.path);
     if (!opened) {
-      o.error =
-          ptc::error(ptc::Code::kIo, "dataset file " + f.path + " cannot be opened: " + opened.status().message());
+      o.error = error(Code::kIo, "dataset file " + f.path + " cannot be opened: " + opened.status().message());
       continue;
     }
     auto size = opened->size();
     auto mtime = opened->mtime_ns();
     if (!size || !mtime || *size != f.size || *mtime != f.mtime_ns) {
-      o.error = ptc::corrupt("dataset file " + f.path + " changed since it was added (it had " +
-                             std::to_string(f.size) + " bytes; add the dataset again, or use --copy to keep a copy)");
+      o.error = corrupt("dataset file " + f.path + " changed since it was added (it had " + std::to_string(f.size) +
+                        " bytes; add the dataset again, or use --copy to keep a copy)");
       continue;
     }
     auto source = std::make_shared<MappedSource>(std::move(opened).value(), f.size);
@@ -93,7 +91,7 @@ ptc::Result<std::shared_ptr<const DatasetSource>> DatasetSource::open(BlobStore&
     o.owner = std::move(source);
   }
   for (const auto& o : s->opened_)
-    if (!o.error) ptc::log::warn("{}", o.error.message());
+    if (!o.error) log::warn("{}", o.error.message());
   return std::shared_ptr<const DatasetSource>(std::move(s));
 }
 
@@ -107,16 +105,16 @@ namespace {
 constexpr uint64_t kGatherBelow = 64 << 10;
 }  // namespace
 
-ptc::Status DatasetSource::pread_piece(const SampleRecord& r, uint64_t off, uint64_t n, char* dst) const {
+Status DatasetSource::pread_piece(const SampleRecord& r, uint64_t off, uint64_t n, char* dst) const {
   const Opened& o = opened_[r.file];
   for (uint64_t done = 0; done < n;) {
     const ssize_t got = ::pread(o.fd, dst + done, n - done, static_cast<off_t>(r.offset + off + done));
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return ptc::io_error("reading dataset file " + files_[r.file].path, errno);
-    if (got == 0) return ptc::corrupt("dataset file " + files_[r.file].path + " is shorter than when it was added");
+    if (got < 0) return io_error("reading dataset file " + files_[r.file].path, errno);
+    if (got == 0) return corrupt("dataset file " + files_[r.file].path + " is shorter than when it was added");
     done += static_cast<uint64_t>(got);
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 bool DatasetSource::sizes_unchanged(const std::vector<const fs::DatasetContent::Piece*>& pieces) const {
@@ -131,7 +129,7 @@ bool DatasetSource::sizes_unchanged(const std::vector<const fs::DatasetContent::
   return true;
 }
 
-ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pieces, fs::ReadBuffer& out) const {
+Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pieces, fs::ReadBuffer& out) const {
   static const char kNewline = '\n';
   // The bytes of a piece that lie in its file; past them is the supplied newline.
   auto in_file = [&](const fs::DatasetContent::Piece& p, const SampleRecord& r) {
@@ -139,10 +137,10 @@ ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pi
   };
   uint64_t small = 0;  // bytes to gather
   for (const auto& p : pieces) {
-    if (p.sample >= num_samples_) return ptc::error(ptc::Code::kOutOfRange, "no sample " + std::to_string(p.sample));
+    if (p.sample >= num_samples_) return error(Code::kOutOfRange, "no sample " + std::to_string(p.sample));
     const SampleRecord& r = records_[p.sample];
     if (p.off + p.len > ptcfs::record_bytes(r) || p.off + p.len < p.off)
-      return ptc::error(ptc::Code::kOutOfRange, "bytes past the end of sample " + std::to_string(p.sample));
+      return error(Code::kOutOfRange, "bytes past the end of sample " + std::to_string(p.sample));
     const uint64_t n = in_file(p, r);
     small += (n < kGatherBelow ? n : 0) + (p.len - n);
   }
@@ -157,7 +155,7 @@ ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pi
   for (const auto& p : pieces) {
     const SampleRecord& r = records_[p.sample];
     const Opened& o = opened_[r.file];
-    if (o.fd < 0) return o.error.is_ok() ? ptc::internal("dataset file not open") : o.error;
+    if (o.fd < 0) return o.error.is_ok() ? internal("dataset file not open") : o.error;
     if (const uint64_t n = in_file(p, r); n > 0) {
       if (n >= kGatherBelow) {
         out.add_fd(o.fd, r.offset + p.off, n);
@@ -190,7 +188,7 @@ ptc::Status DatasetSource::read(const std::vector<fs::DatasetContent::Piece>& pi
       PTC_RETURN_IF_ERROR(pread_piece(records_[p.sample], p.off, runs[i].len, static_cast<char*>(runs[i].dst)));
     }
   if (gather_mem) out.keep(std::move(gather_mem));
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 DatasetVersion::DatasetVersion(std::string job, std::string name, uint64_t version, int64_t created,
@@ -213,10 +211,10 @@ const std::vector<uint32_t>& DatasetVersion::order() const {
   return order_;
 }
 
-ptc::Status DatasetVersion::read_records(const std::vector<Piece>& pieces, fs::ReadBuffer& out) const {
+Status DatasetVersion::read_records(const std::vector<Piece>& pieces, fs::ReadBuffer& out) const {
   if (source_->local()) return source_->read(pieces, out);
   if (!remote_)
-    return ptc::error(ptc::Code::kUnavailable, "the files of dataset " + job_ + "/" + name_ + " are on node " + home_);
+    return error(Code::kUnavailable, "the files of dataset " + job_ + "/" + name_ + " are on node " + home_);
   return remote_->read_samples(*this, pieces, out);
 }
 
@@ -264,13 +262,13 @@ json DatasetVersion::to_json() const {
 
 void DatasetVersion::to_records(WriteBatch& batch) const { batch.put(key(job_, name_), to_json().dump()); }
 
-ptc::Result<std::shared_ptr<DatasetVersion>> DatasetVersion::load(const std::string& job, const std::string& name,
-                                                                  std::string_view record, BlobStore& blobs,
-                                                                  const RemoteSamples* remote) {
+Result<std::shared_ptr<DatasetVersion>> DatasetVersion::load(const std::string& job, const std::string& name,
+                                                             std::string_view record, BlobStore& blobs,
+                                                             const RemoteSamples* remote) {
   const std::string where = "metadata of dataset " + job + "/" + name;
-  PTC_ASSIGN_OR_RETURN(json j, ptc::parse_json(record, where, ptc::Code::kCorrupt));
-  auto u64 = [&](const char* k) -> ptc::Result<uint64_t> {
-    if (!j.contains(k) || !j[k].is_number_unsigned()) return ptc::corrupt(where + ": bad '" + k + "'");
+  PTC_ASSIGN_OR_RETURN(json j, parse_json(record, where, Code::kCorrupt));
+  auto u64 = [&](const char* k) -> Result<uint64_t> {
+    if (!j.contains(k) || !j[k].is_number_unsigned()) return corrupt(where + ": bad '" + k + "'");
     return j[k].get<uint64_t>();
   };
   ptc::DatasetSpec spec;
@@ -289,27 +287,27 @@ ptc::Result<std::shared_ptr<DatasetVersion>> DatasetVersion::load(const std::str
   }
   PTC_ASSIGN_OR_RETURN(uint64_t table, u64("table"));
   PTC_ASSIGN_OR_RETURN(uint64_t table_xxh3, u64("table_xxh3"));
-  if (dp > INT32_MAX) return ptc::corrupt(where + ": bad 'dp'");
+  if (dp > INT32_MAX) return corrupt(where + ": bad 'dp'");
   pos.dp = static_cast<int>(dp);
-  if (!j.contains("format") || !j["format"].is_string()) return ptc::corrupt(where + ": bad 'format'");
+  if (!j.contains("format") || !j["format"].is_string()) return corrupt(where + ": bad 'format'");
   auto format = ptc::parse_dataset_format(j["format"].get<std::string>());
-  if (!format) return ptc::corrupt(where + ": " + format.status().message());
+  if (!format) return corrupt(where + ": " + format.status().message());
   spec.format = *format;
-  if (auto s = ptc::check_spec(spec); !s) return ptc::corrupt(where + ": " + s.message());
-  if (auto s = ptc::check_position(spec, pos); !s) return ptc::corrupt(where + ": " + s.message());
+  if (auto s = ptc::check_spec(spec); !s) return corrupt(where + ": " + s.message());
+  if (auto s = ptc::check_position(spec, pos); !s) return corrupt(where + ": " + s.message());
   std::vector<SourceFile> files;
-  if (!j.contains("files") || !j["files"].is_array()) return ptc::corrupt(where + ": bad 'files'");
+  if (!j.contains("files") || !j["files"].is_array()) return corrupt(where + ": bad 'files'");
   for (const auto& f : j["files"]) {
     if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("size") ||
         !f["size"].is_number_unsigned() || !f.contains("mtime_ns") || !f["mtime_ns"].is_number_integer() ||
         !f.contains("blob") || !f["blob"].is_number_unsigned())
-      return ptc::corrupt(where + ": bad entry in 'files'");
+      return corrupt(where + ": bad entry in 'files'");
     files.push_back({f["path"].get<std::string>(), f["size"].get<uint64_t>(), f["mtime_ns"].get<int64_t>(),
                      f["blob"].get<uint64_t>()});
   }
   std::string home;
   if (j.contains("home")) {
-    if (!j["home"].is_string()) return ptc::corrupt(where + ": bad 'home'");
+    if (!j["home"].is_string()) return corrupt(where + ": bad 'home'");
     home = j["home"].get<std::string>();
   }
   PTC_ASSIGN_OR_RETURN(auto source, DatasetSource::open(blobs, table, table_xxh3, std::move(files), spec.num_samples,

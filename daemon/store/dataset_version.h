@@ -34,8 +34,8 @@ class RemoteSamples {
  public:
   virtual ~RemoteSamples() = default;
   virtual const std::string& self_id() const = 0;
-  virtual ptc::Status read_samples(const DatasetVersion& v, const std::vector<fs::DatasetContent::Piece>& pieces,
-                                   fs::ReadBuffer& out) const = 0;
+  virtual Status read_samples(const DatasetVersion& v, const std::vector<fs::DatasetContent::Piece>& pieces,
+                              fs::ReadBuffer& out) const = 0;
 };
 
 // The sample table and the source files of a dataset.
@@ -44,9 +44,9 @@ class DatasetSource {
   // Maps the table (checking its size against num_samples) and, when `local`, opens the
   // files. A source file that is missing or changed since it was indexed is not an error
   // here: reads of its samples fail, naming it.
-  static ptc::Result<std::shared_ptr<const DatasetSource>> open(BlobStore& blobs, uint64_t table, uint64_t table_xxh3,
-                                                                std::vector<SourceFile> files, uint64_t num_samples,
-                                                                bool local);
+  static Result<std::shared_ptr<const DatasetSource>> open(BlobStore& blobs, uint64_t table, uint64_t table_xxh3,
+                                                           std::vector<SourceFile> files, uint64_t num_samples,
+                                                           bool local);
   const SampleRecord& sample(uint32_t s) const { return records_[s]; }
   uint64_t num_samples() const { return num_samples_; }
   uint64_t table() const { return table_id_; }
@@ -56,11 +56,11 @@ class DatasetSource {
   // The table's bytes.
   std::string_view table_bytes() const;
   // Appends the bytes of each piece from the local files.
-  ptc::Status read(const std::vector<fs::DatasetContent::Piece>& pieces, fs::ReadBuffer& out) const;
+  Status read(const std::vector<fs::DatasetContent::Piece>& pieces, fs::ReadBuffer& out) const;
 
  private:
   // Reads n bytes at `off` of sample r from its file into dst.
-  ptc::Status pread_piece(const SampleRecord& r, uint64_t off, uint64_t n, char* dst) const;
+  Status pread_piece(const SampleRecord& r, uint64_t off, uint64_t n, char* dst) const;
 
   // Whether the files of these pieces are still at least as long as when added.
   bool sizes_unchanged(const std::vector<const fs::DatasetContent::Piece*>& pieces) const;
@@ -69,7 +69,7 @@ class DatasetSource {
     int fd = -1;
     const char* map = nullptr;          // the file mapped read-only, when it could be mapped
     std::shared_ptr<const void> owner;  // keeps fd open and map mapped
-    ptc::Status error;                  // why its samples cannot be read
+    Status error;                       // why its samples cannot be read
   };
   uint64_t table_id_ = 0, table_xxh3_ = 0, num_samples_ = 0;
   std::shared_ptr<const BlobFile> table_;
@@ -95,7 +95,7 @@ class DatasetVersion final : public fs::DatasetContent {
   int64_t mtime() const override { return created_; }
   const std::vector<uint32_t>& order() const override;
   uint64_t record_bytes(uint32_t sample) const override { return ptcfs::record_bytes(source_->sample(sample)); }
-  ptc::Status read_records(const std::vector<Piece>& pieces, fs::ReadBuffer& out) const override;
+  Status read_records(const std::vector<Piece>& pieces, fs::ReadBuffer& out) const override;
 
   const DatasetSource& source() const { return *source_; }
   // A new version at another position (same samples): `version`, or this one's plus one;
@@ -110,9 +110,9 @@ class DatasetVersion final : public fs::DatasetContent {
   static std::string key(const std::string& job, const std::string& name);
   static constexpr std::string_view kPrefix = "dataset/";
   // Loads a version from its record.
-  static ptc::Result<std::shared_ptr<DatasetVersion>> load(const std::string& job, const std::string& name,
-                                                           std::string_view record, BlobStore& blobs,
-                                                           const RemoteSamples* remote);
+  static Result<std::shared_ptr<DatasetVersion>> load(const std::string& job, const std::string& name,
+                                                      std::string_view record, BlobStore& blobs,
+                                                      const RemoteSamples* remote);
 
  private:
   std::string job_, name_;

@@ -39,12 +39,12 @@ void failpoint(const char* name) {
   const size_t colon = entry->find(':');
   if (colon != std::string_view::npos) {
     const double seconds = std::atof(std::string(entry->substr(colon + 1)).c_str());
-    ptc::log::warn("failpoint {} reached; pausing {} s", name, seconds);
+    log::warn("failpoint {} reached; pausing {} s", name, seconds);
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-    ptc::log::warn("failpoint {} passed", name);
+    log::warn("failpoint {} passed", name);
     return;
   }
-  ptc::log::warn("failpoint {} reached; waiting here to be killed", name);
+  log::warn("failpoint {} reached; waiting here to be killed", name);
   for (;;) ::pause();
 }
 

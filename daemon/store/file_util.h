@@ -12,17 +12,17 @@ namespace ptcfs {
 // An owned read-only file descriptor.
 class File {
  public:
-  static ptc::Result<File> open_read(const std::string& path);
+  static Result<File> open_read(const std::string& path);
   File(File&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
   File(const File&) = delete;
   ~File();
   int fd() const { return fd_; }
-  ptc::Result<uint64_t> size() const;
+  Result<uint64_t> size() const;
   // Last modification, in nanoseconds since the epoch.
-  ptc::Result<int64_t> mtime_ns() const;
+  Result<int64_t> mtime_ns() const;
   const std::string& path() const { return path_; }
   // Reads up to len bytes at offset; fewer only at end of file.
-  ptc::Result<size_t> read_at(uint64_t offset, void* buf, size_t len) const;
+  Result<size_t> read_at(uint64_t offset, void* buf, size_t len) const;
 
  private:
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
@@ -31,12 +31,12 @@ class File {
 };
 
 // pread until `len` bytes or the end of the file; retries EINTR. `what` names the file in errors.
-ptc::Result<size_t> read_full(int fd, uint64_t offset, void* buf, size_t len, const std::string& what);
+Result<size_t> read_full(int fd, uint64_t offset, void* buf, size_t len, const std::string& what);
 
 // Names in a directory (not "." or ".."), sorted.
-ptc::Result<std::vector<std::string>> list_dir(const std::string& dir);
+Result<std::vector<std::string>> list_dir(const std::string& dir);
 // The whole file; kInvalidArgument when larger than max_bytes.
-ptc::Result<std::string> read_small_file(const std::string& path, uint64_t max_bytes);
-ptc::Status sync_dir(const std::string& dir);
+Result<std::string> read_small_file(const std::string& path, uint64_t max_bytes);
+Status sync_dir(const std::string& dir);
 
 }  // namespace ptcfs

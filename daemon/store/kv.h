@@ -34,18 +34,18 @@ class KvStore {
  public:
   virtual ~KvStore() = default;
   // nullopt when absent.
-  virtual ptc::Result<std::optional<std::string>> get(std::string_view key) = 0;
+  virtual Result<std::optional<std::string>> get(std::string_view key) = 0;
   // All or nothing, synced to disk before it returns.
-  virtual ptc::Status write(const WriteBatch& batch) = 0;
+  virtual Status write(const WriteBatch& batch) = 0;
   // Called by scan for each record; an error stops the scan, which returns it.
-  using ScanFn = std::function<ptc::Status(std::string_view key, std::string_view value)>;
+  using ScanFn = std::function<Status(std::string_view key, std::string_view value)>;
   // Calls fn for each key starting with prefix, in key order, until fn returns an error (then
   // returned). RocksDB: the scan sees a snapshot taken when it starts; writes made meanwhile
   // (also from fn) are not seen. MemoryKv: no snapshot, and fn must not write to it.
-  virtual ptc::Status scan(std::string_view prefix, const ScanFn& fn) = 0;
+  virtual Status scan(std::string_view prefix, const ScanFn& fn) = 0;
 };
 
 // Opens (creating if needed) a RocksDB database at path.
-ptc::Result<std::unique_ptr<KvStore>> open_rocksdb(const std::string& path);
+Result<std::unique_ptr<KvStore>> open_rocksdb(const std::string& path);
 
 }  // namespace ptcfs

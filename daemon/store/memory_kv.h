@@ -12,24 +12,24 @@ namespace ptcfs {
 
 class MemoryKv final : public KvStore {
  public:
-  ptc::Result<std::optional<std::string>> get(std::string_view key) override {
+  Result<std::optional<std::string>> get(std::string_view key) override {
     auto it = map_.find(std::string(key));
     if (it == map_.end()) return std::optional<std::string>();
     return std::optional<std::string>(it->second);
   }
-  ptc::Status write(const WriteBatch& batch) override {
+  Status write(const WriteBatch& batch) override {
     for (const auto& [key, value] : batch.ops()) {
       if (value)
         map_[key] = *value;
       else
         map_.erase(key);
     }
-    return ptc::Status::ok();
+    return Status::ok();
   }
-  ptc::Status scan(std::string_view prefix, const ScanFn& fn) override {
+  Status scan(std::string_view prefix, const ScanFn& fn) override {
     for (auto it = map_.lower_bound(std::string(prefix)); it != map_.end() && it->first.starts_with(prefix); ++it)
       PTC_RETURN_IF_ERROR(fn(it->first, it->second));
-    return ptc::Status::ok();
+    return Status::ok();
   }
 
  private:

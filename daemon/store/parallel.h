@@ -12,11 +12,11 @@
 namespace ptcfs {
 
 // A thread's worker: does item i.
-using Worker = std::function<ptc::Status(size_t i)>;
+using Worker = std::function<Status(size_t i)>;
 
 // Runs items [0, n) on min(n, threads) threads (threads 0: one per core). `make_worker()`
 // runs once on each thread, before its first item, and returns that thread's worker, so each
 // thread owns its buffers. After the first error no new item starts; returns that error.
-ptc::Status parallel_for(size_t n, unsigned threads, const std::function<Worker()>& make_worker);
+Status parallel_for(size_t n, unsigned threads, const std::function<Worker()>& make_worker);
 
 }  // namespace ptcfs

@@ -35,24 +35,23 @@ PreparedChange& PreparedChange::operator=(PreparedChange&& o) noexcept {
 PreparedChange::~PreparedChange() {
   if (!blobs.empty() && !kept) {
     if (store) {
-      ptc::log::info("{} is dropped undecided: its new blobs go", describe(*this));
+      log::info("{} is dropped undecided: its new blobs go", describe(*this));
       abort_blobs(*store, *this);
     } else {
-      ptc::log::error("{} holds {} blobs but names no store: they stay until the next start", describe(*this),
-                      blobs.size());
+      log::error("{} holds {} blobs but names no store: they stay until the next start", describe(*this), blobs.size());
     }
   }
   // The claims release themselves.
 }
 
-ptc::Status PreparedChange::claim(Store& s, Claim::Kind kind, const std::string& job, const std::string& name) {
+Status PreparedChange::claim(Store& s, Claim::Kind kind, const std::string& job, const std::string& name) {
   PTC_ASSIGN_OR_RETURN(Claim c, s.claim(kind, job, name));
   store = &s;
   claims.push_back(std::move(c));
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status PreparedChange::claim_datasets(Store& s) {
+Status PreparedChange::claim_datasets(Store& s) {
   for (const DatasetChange& d : datasets) {
     if (!d.replaced) continue;  // a new dataset: claimed as kNewDataset
     const std::string& job = d.next->job();
@@ -61,11 +60,11 @@ ptc::Status PreparedChange::claim_datasets(Store& s) {
     const auto snap = s.snapshot();
     const auto it = snap->datasets.find({job, name});
     if (it == snap->datasets.end() || it->second != d.replaced)
-      return ptc::error(ptc::Code::kFailedPrecondition,
-                        "dataset " + job + "/" + name + " changed while its new version was prepared (from version " +
-                            std::to_string(d.replaced->version()) + ")");
+      return error(Code::kFailedPrecondition, "dataset " + job + "/" + name +
+                                                  " changed while its new version was prepared (from version " +
+                                                  std::to_string(d.replaced->version()) + ")");
   }
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 bool PreparedChange::claims_new_dataset() const {
@@ -74,10 +73,10 @@ bool PreparedChange::claims_new_dataset() const {
   return false;
 }
 
-ptc::Result<PreparedChange> prepare_removal(Store& store, const std::string& job, const std::string& step) {
+Result<PreparedChange> prepare_removal(Store& store, const std::string& job, const std::string& step) {
   auto snap = store.snapshot();
   auto it = snap->steps.find({job, step});
-  if (it == snap->steps.end()) return ptc::not_found("no step " + job + "/" + step);
+  if (it == snap->steps.end()) return not_found("no step " + job + "/" + step);
   PreparedChange c(store);
   PTC_RETURN_IF_ERROR(c.claim(store, Claim::kChangeStep, job, step));
   c.replaced = it->second;
@@ -95,7 +94,7 @@ std::string describe(const PreparedChange& c) {
   return out.empty() ? "an empty change" : out;
 }
 
-ptc::Status commit_change(Store& store, PreparedChange& c) {
+Status commit_change(Store& store, PreparedChange& c) {
   if (!c.blobs.empty()) {
     if (auto s = sync_dir(store.blobs().dir()); !s) {
       abort_change(store, c);
@@ -114,13 +113,13 @@ ptc::Status commit_change(Store& store, PreparedChange& c) {
   // Blobs only the replaced versions used go as soon as no reader holds them.
   c.replaced.reset();
   for (auto& d : c.datasets) d.replaced.reset();
-  if (auto gc = store.collect_garbage(); !gc) ptc::log::warn("collecting blobs: {}", gc.status().to_string());
-  return ptc::Status::ok();
+  if (auto gc = store.collect_garbage(); !gc) log::warn("collecting blobs: {}", gc.status().to_string());
+  return Status::ok();
 }
 
 void abort_blobs(Store& store, PreparedChange& c) {
   for (uint64_t id : c.blobs) {
-    if (auto s = store.blobs().remove(id); !s) ptc::log::warn("removing blob of an aborted change: {}", s.to_string());
+    if (auto s = store.blobs().remove(id); !s) log::warn("removing blob of an aborted change: {}", s.to_string());
     store.blobs().settle(id);
   }
   c.blobs.clear();

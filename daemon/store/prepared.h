@@ -32,13 +32,13 @@ struct PreparedChange {
   ~PreparedChange();
 
   // Claims `name` (Store::claim) and holds the claim until the change is committed or aborted.
-  ptc::Status claim(Store& store, Claim::Kind kind, const std::string& job, const std::string& name);
+  Status claim(Store& store, Claim::Kind kind, const std::string& job, const std::string& name);
   // Claims every dataset `datasets` changes (kChangeDataset), so that no other change of one is
   // prepared on this node until this one is committed or aborted, then checks that each is
   // still the version it replaces (kFailedPrecondition naming it when one changed meanwhile).
   // A change of datasets on a cluster is decided for every node at once: two such changes
   // prepared side by side could commit in different orders on different nodes.
-  ptc::Status claim_datasets(Store& store);
+  Status claim_datasets(Store& store);
   bool claims_new_dataset() const;
 
   Store* store = nullptr;                       // where `blobs` are; set by claim() too
@@ -56,7 +56,7 @@ struct PreparedChange {
 
 // A removal of the current version of a step: claims it as changing (a repartition of it is
 // refused meanwhile); commit_change removes it. kNotFound when there is no such step.
-ptc::Result<PreparedChange> prepare_removal(Store& store, const std::string& job, const std::string& step);
+Result<PreparedChange> prepare_removal(Store& store, const std::string& job, const std::string& step);
 
 // "step J/S version V" or "dataset J/N version V", for logs.
 std::string describe(const PreparedChange& change);
@@ -65,7 +65,7 @@ std::string describe(const PreparedChange& change);
 // Store::remove_step: syncs the blob folder, commits the new version (and dataset versions)
 // in one metadata write, releases the claims, drops the change's hold on the replaced
 // versions and collects the blobs nobody uses any more. On error the change is aborted.
-ptc::Status commit_change(Store& store, PreparedChange& change);
+Status commit_change(Store& store, PreparedChange& change);
 // Removes the new blobs and releases the claims; the current version stays as it was.
 void abort_change(Store& store, PreparedChange& change);
 // Removes the new blobs only (the claims stay).

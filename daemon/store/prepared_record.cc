@@ -22,7 +22,7 @@ json puts_of(const WriteBatch& batch) {
 
 void remove_blobs(Store& store, const std::vector<uint64_t>& blobs) {
   for (uint64_t id : blobs) {
-    if (auto s = store.blobs().remove(id); !s) ptc::log::warn("removing a blob of a dropped change: {}", s.to_string());
+    if (auto s = store.blobs().remove(id); !s) log::warn("removing a blob of a dropped change: {}", s.to_string());
     store.blobs().settle(id);
   }
 }
@@ -35,13 +35,13 @@ uint64_t step_at(const Snapshot& snap, const std::string& job, const std::string
 
 // Rebuilds a change from its record. kFailedPrecondition: its base moved on; kAlreadyExists:
 // it is committed already.
-ptc::Result<PreparedChange> rebuild(Store& store, const Snapshot& snap, const json& rec, const std::string& where) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(
-      rec, {"about", "job", "step", "replaced", "removes_step", "next", "datasets", "blobs"}, where));
-  PTC_ASSIGN_OR_RETURN(const std::string job, ptc::member_string_or(rec, "job", "", where));
-  PTC_ASSIGN_OR_RETURN(const std::string step, ptc::member_string_or(rec, "step", "", where));
-  PTC_ASSIGN_OR_RETURN(const uint64_t replaced, ptc::member_u64_or(rec, "replaced", 0, where));
-  PTC_ASSIGN_OR_RETURN(const bool removes, ptc::member_bool_or(rec, "removes_step", false, where));
+Result<PreparedChange> rebuild(Store& store, const Snapshot& snap, const json& rec, const std::string& where) {
+  PTC_RETURN_IF_ERROR(
+      check_members(rec, {"about", "job", "step", "replaced", "removes_step", "next", "datasets", "blobs"}, where));
+  PTC_ASSIGN_OR_RETURN(const std::string job, member_string_or(rec, "job", "", where));
+  PTC_ASSIGN_OR_RETURN(const std::string step, member_string_or(rec, "step", "", where));
+  PTC_ASSIGN_OR_RETURN(const uint64_t replaced, member_u64_or(rec, "replaced", 0, where));
+  PTC_ASSIGN_OR_RETURN(const bool removes, member_bool_or(rec, "removes_step", false, where));
   PreparedChange c(store);
   c.removes_step = removes;
   c.kept = true;
@@ -49,53 +49,53 @@ ptc::Result<PreparedChange> rebuild(Store& store, const Snapshot& snap, const js
   // moved on) must not remove them on its way out; restore_prepared decides what they become.
   std::vector<uint64_t> blobs;
   if (rec.contains("blobs")) {
-    if (!rec["blobs"].is_array()) return ptc::corrupt(where + ": 'blobs' is not a list");
+    if (!rec["blobs"].is_array()) return corrupt(where + ": 'blobs' is not a list");
     for (const auto& b : rec["blobs"]) {
-      if (!b.is_number_unsigned()) return ptc::corrupt(where + ": a blob id is not a number");
+      if (!b.is_number_unsigned()) return corrupt(where + ": a blob id is not a number");
       blobs.push_back(b.get<uint64_t>());
     }
   }
   const uint64_t current = step.empty() ? 0 : step_at(snap, job, step);
   if (rec.contains("next")) {
     const json& next = rec["next"];
-    if (!next.is_object()) return ptc::corrupt(where + ": 'next' is not an object");
+    if (!next.is_object()) return corrupt(where + ": 'next' is not an object");
     MemoryKv kv;
     WriteBatch batch;
     for (const auto& [key, value] : next.items()) {
-      if (!value.is_string()) return ptc::corrupt(where + ": record " + key + " is not a string");
+      if (!value.is_string()) return corrupt(where + ": record " + key + " is not a string");
       batch.put(key, value.get<std::string>());
     }
     PTC_RETURN_IF_ERROR(kv.write(batch));
     PTC_ASSIGN_OR_RETURN(const auto step_rec, kv.get(StepVersion::meta_key(job, step)));
-    if (!step_rec) return ptc::corrupt(where + ": no step record of " + job + "/" + step);
+    if (!step_rec) return corrupt(where + ": no step record of " + job + "/" + step);
     PTC_ASSIGN_OR_RETURN(c.next, StepVersion::load(kv, job, step, *step_rec, &store.blobs(), store.remote()));
-    if (current == c.next->version()) return ptc::error(ptc::Code::kAlreadyExists, "committed");
+    if (current == c.next->version()) return error(Code::kAlreadyExists, "committed");
   }
   if (!step.empty() && current != replaced)
-    return ptc::error(ptc::Code::kFailedPrecondition,
-                      job + "/" + step + (current ? " is at version " + std::to_string(current) : " is not here") +
-                          ", the change was prepared against " +
-                          (replaced ? "version " + std::to_string(replaced) : "no version (an import)"));
+    return error(Code::kFailedPrecondition,
+                 job + "/" + step + (current ? " is at version " + std::to_string(current) : " is not here") +
+                     ", the change was prepared against " +
+                     (replaced ? "version " + std::to_string(replaced) : "no version (an import)"));
   if (replaced) c.replaced = snap.steps.at({job, step});
   if (rec.contains("datasets")) {
-    if (!rec["datasets"].is_array()) return ptc::corrupt(where + ": 'datasets' is not a list");
+    if (!rec["datasets"].is_array()) return corrupt(where + ": 'datasets' is not a list");
     for (const auto& d : rec["datasets"]) {
-      PTC_ASSIGN_OR_RETURN(const std::string djob, ptc::member_string(d, "job", where + ": dataset"));
-      PTC_ASSIGN_OR_RETURN(const std::string name, ptc::member_string(d, "name", where + ": dataset"));
-      PTC_ASSIGN_OR_RETURN(const uint64_t dreplaced, ptc::member_u64_or(d, "replaced", 0, where + ": dataset"));
-      PTC_ASSIGN_OR_RETURN(const std::string record, ptc::member_string(d, "record", where + ": dataset"));
+      PTC_ASSIGN_OR_RETURN(const std::string djob, member_string(d, "job", where + ": dataset"));
+      PTC_ASSIGN_OR_RETURN(const std::string name, member_string(d, "name", where + ": dataset"));
+      PTC_ASSIGN_OR_RETURN(const uint64_t dreplaced, member_u64_or(d, "replaced", 0, where + ": dataset"));
+      PTC_ASSIGN_OR_RETURN(const std::string record, member_string(d, "record", where + ": dataset"));
       DatasetChange dc;
       PTC_ASSIGN_OR_RETURN(auto next, DatasetVersion::load(djob, name, record, store.blobs(), store.remote_samples()));
       dc.next = std::move(next);
       auto it = snap.datasets.find({djob, name});
       const uint64_t dcurrent = it == snap.datasets.end() ? 0 : it->second->version();
-      if (step.empty() && dcurrent == dc.next->version()) return ptc::error(ptc::Code::kAlreadyExists, "committed");
+      if (step.empty() && dcurrent == dc.next->version()) return error(Code::kAlreadyExists, "committed");
       if (dcurrent != dreplaced)
-        return ptc::error(ptc::Code::kFailedPrecondition, "dataset " + djob + "/" + name + " is at version " +
-                                                              std::to_string(dcurrent) +
-                                                              ", the change was prepared "
-                                                              "against " +
-                                                              std::to_string(dreplaced));
+        return error(Code::kFailedPrecondition, "dataset " + djob + "/" + name + " is at version " +
+                                                    std::to_string(dcurrent) +
+                                                    ", the change was prepared "
+                                                    "against " +
+                                                    std::to_string(dreplaced));
       if (dreplaced) dc.replaced = it->second;
       c.datasets.push_back(std::move(dc));
     }
@@ -115,7 +115,7 @@ ptc::Result<PreparedChange> rebuild(Store& store, const Snapshot& snap, const js
 
 bool can_keep(const PreparedChange& c) { return !c.claims_new_dataset(); }
 
-ptc::Status keep_prepared(Store& store, const std::string& tx, PreparedChange& c, const json& about) {
+Status keep_prepared(Store& store, const std::string& tx, PreparedChange& c, const json& about) {
   json rec = {{"about", about}, {"removes_step", c.removes_step}, {"blobs", c.blobs}};
   const StepVersion* step = c.next ? c.next.get() : c.replaced.get();
   if (step) {
@@ -139,13 +139,13 @@ ptc::Status keep_prepared(Store& store, const std::string& tx, PreparedChange& c
   batch.put(record_key(tx), rec.dump());
   PTC_RETURN_IF_ERROR(store.write_meta(batch));
   c.kept = true;
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
 void forget_prepared(Store& store, const std::string& tx) {
   WriteBatch batch;
   batch.del(record_key(tx));
-  if (auto s = store.write_meta(batch); !s) ptc::log::warn("forgetting prepared change {}: {}", tx, s.to_string());
+  if (auto s = store.write_meta(batch); !s) log::warn("forgetting prepared change {}: {}", tx, s.to_string());
 }
 
 std::vector<KeptChange> restore_prepared(Store& store) {
@@ -154,32 +154,32 @@ std::vector<KeptChange> restore_prepared(Store& store) {
                                [&](std::string_view key, std::string_view value) {
                                  records.emplace_back(std::string(key.substr(Store::kPreparedPrefix.size())),
                                                       std::string(value));
-                                 return ptc::Status::ok();
+                                 return Status::ok();
                                });
       !s) {
-    ptc::log::error("reading the prepared changes kept in the metadata: {}", s.to_string());
+    log::error("reading the prepared changes kept in the metadata: {}", s.to_string());
     return {};
   }
   const auto snap = store.snapshot();
   std::vector<KeptChange> out;
   for (const auto& [tx, value] : records) {
     const std::string where = "prepared change " + tx + " kept in the metadata";
-    auto rec = ptc::parse_json(value, where, ptc::Code::kCorrupt);
-    ptc::Result<PreparedChange> c =
-        rec ? (rec->is_object() ? rebuild(store, *snap, *rec, where) : ptc::corrupt(where + ": not an object"))
-            : ptc::Result<PreparedChange>(rec.status());
+    auto rec = parse_json(value, where, Code::kCorrupt);
+    Result<PreparedChange> c =
+        rec ? (rec->is_object() ? rebuild(store, *snap, *rec, where) : corrupt(where + ": not an object"))
+            : Result<PreparedChange>(rec.status());
     if (c) {
-      ptc::log::info("kept {} (transaction {}) across the restart; it waits for its decision", describe(*c), tx);
+      log::info("kept {} (transaction {}) across the restart; it waits for its decision", describe(*c), tx);
       out.push_back(KeptChange{tx, std::move(c).value(), (*rec)["about"]});
       continue;
     }
     forget_prepared(store, tx);
-    if (c.status().code() == ptc::Code::kAlreadyExists) {
-      ptc::log::info("the change of transaction {} was committed before the restart", tx);
+    if (c.status().code() == Code::kAlreadyExists) {
+      log::info("the change of transaction {} was committed before the restart", tx);
       for (uint64_t id : (*rec)["blobs"].get<std::vector<uint64_t>>()) store.blobs().settle(id);
       continue;
     }
-    ptc::log::warn("dropping {}: {}", where, c.status().to_string());
+    log::warn("dropping {}: {}", where, c.status().to_string());
     if (rec && rec->is_object() && rec->contains("blobs") && (*rec)["blobs"].is_array()) {
       std::vector<uint64_t> ids;
       for (const auto& b : (*rec)["blobs"])

@@ -27,7 +27,7 @@ struct KeptChange {
 bool can_keep(const PreparedChange& change);
 // Writes the record of `change` (synced) with `about` (a JSON object) beside it, and marks
 // the change kept: destroyed undecided (the daemon stops), it leaves its blobs to the record.
-ptc::Status keep_prepared(Store& store, const std::string& tx, PreparedChange& change, const nlohmann::json& about);
+Status keep_prepared(Store& store, const std::string& tx, PreparedChange& change, const nlohmann::json& about);
 // Removes the record (after the change is committed or aborted); failures are logged.
 void forget_prepared(Store& store, const std::string& tx);
 // After a restart: every kept change, rebuilt (kept), its step claimed again and its blobs

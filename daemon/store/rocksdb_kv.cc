@@ -7,19 +7,19 @@
 namespace ptcfs {
 namespace {
 
-ptc::Status convert(const rocksdb::Status& s, const std::string& what) {
-  if (s.ok()) return ptc::Status::ok();
-  if (s.IsNotFound()) return ptc::not_found(what + ": " + s.ToString());
-  if (s.IsCorruption()) return ptc::corrupt(what + ": " + s.ToString());
-  if (s.IsIOError()) return ptc::error(ptc::Code::kIo, what + ": " + s.ToString());
-  return ptc::internal(what + ": " + s.ToString());
+Status convert(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::ok();
+  if (s.IsNotFound()) return not_found(what + ": " + s.ToString());
+  if (s.IsCorruption()) return corrupt(what + ": " + s.ToString());
+  if (s.IsIOError()) return error(Code::kIo, what + ": " + s.ToString());
+  return internal(what + ": " + s.ToString());
 }
 
 class RocksKv final : public KvStore {
  public:
   explicit RocksKv(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
 
-  ptc::Result<std::optional<std::string>> get(std::string_view key) override {
+  Result<std::optional<std::string>> get(std::string_view key) override {
     std::string value;
     auto s = db_->Get(rocksdb::ReadOptions(), rocksdb::Slice(key.data(), key.size()), &value);
     if (s.IsNotFound()) return std::optional<std::string>();
@@ -27,7 +27,7 @@ class RocksKv final : public KvStore {
     return std::optional<std::string>(std::move(value));
   }
 
-  ptc::Status write(const WriteBatch& batch) override {
+  Status write(const WriteBatch& batch) override {
     rocksdb::WriteBatch wb;
     for (const auto& [k, v] : batch.ops()) {
       auto s = v ? wb.Put(k, *v) : wb.Delete(k);
@@ -38,7 +38,7 @@ class RocksKv final : public KvStore {
     return convert(db_->Write(wo, &wb), "metadata write");
   }
 
-  ptc::Status scan(std::string_view prefix, const ScanFn& fn) override {
+  Status scan(std::string_view prefix, const ScanFn& fn) override {
     // An iterator reads the database as of its creation (an implicit snapshot).
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
     const rocksdb::Slice p(prefix.data(), prefix.size());
@@ -55,7 +55,7 @@ class RocksKv final : public KvStore {
 
 }  // namespace
 
-ptc::Result<std::unique_ptr<KvStore>> open_rocksdb(const std::string& path) {
+Result<std::unique_ptr<KvStore>> open_rocksdb(const std::string& path) {
   rocksdb::Options opts;
   opts.create_if_missing = true;
   opts.keep_log_file_num = 4;

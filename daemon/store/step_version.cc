@@ -76,7 +76,7 @@ namespace {
 class OpenedBlobs {
  public:
   explicit OpenedBlobs(const OpenBlob& open) : open_(open) {}
-  ptc::Result<std::shared_ptr<const BlobFile>> get(uint64_t id) {
+  Result<std::shared_ptr<const BlobFile>> get(uint64_t id) {
     for (const auto& f : files_)
       if (f->id() == id) return f;
     PTC_ASSIGN_OR_RETURN(auto f, open_(id));
@@ -89,8 +89,8 @@ class OpenedBlobs {
   std::vector<std::shared_ptr<const BlobFile>> files_;
 };
 
-ptc::Status walk_pieces(const StoredSlice& slice, uint64_t off, uint64_t len, OpenedBlobs& blobs, PieceSink& sink) {
-  ptc::Status st;
+Status walk_pieces(const StoredSlice& slice, uint64_t off, uint64_t len, OpenedBlobs& blobs, PieceSink& sink) {
+  Status st;
   for_each_piece(slice, off, len, [&](uint64_t blob, uint64_t boff, uint64_t n) {
     if (!st) return;
     if (blob == kZeroBlob) {
@@ -105,7 +105,7 @@ ptc::Status walk_pieces(const StoredSlice& slice, uint64_t off, uint64_t len, Op
 
 }  // namespace
 
-ptc::Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, const OpenBlob& open, PieceSink& sink) {
+Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, const OpenBlob& open, PieceSink& sink) {
   OpenedBlobs blobs(open);
   const uint64_t rb = row_bytes(slice);
   if (!sink.takes_rows() || rb == 0 || len < rb) return walk_pieces(slice, off, len, blobs, sink);
@@ -135,13 +135,12 @@ ptc::Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, con
     off += rows * rb;
     len -= rows * rb;
   }
-  return len > 0 ? walk_pieces(slice, off, len, blobs, sink) : ptc::Status::ok();
+  return len > 0 ? walk_pieces(slice, off, len, blobs, sink) : Status::ok();
 }
 
-ptc::Status StepVersion::pieces(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
-                                PieceSink& sink) const {
+Status StepVersion::pieces(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len, PieceSink& sink) const {
   const StoredSlice& ss = stored(shard, slice);
-  if (off + len > slice_bytes(ss)) return ptc::internal("read past the end of a stored slice");
+  if (off + len > slice_bytes(ss)) return internal("read past the end of a stored slice");
   return walk_slice(
       ss, off, len, [this](uint64_t id) { return blobs_->file(id); }, sink);
 }
@@ -154,24 +153,24 @@ namespace {
 class ReplySink final : public ReadBufferSink {
  public:
   ReplySink(const BlobStore& blobs, fs::ReadBuffer& out) : ReadBufferSink(out), blobs_(blobs) {}
-  ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) override {
+  Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) override {
     fs::ReadBuffer& buf = out(file);
     // A blob cut short behind our back: say so, rather than reply with fewer bytes (which
     // the kernel would take for the end of the file) or touch its mapping past the end.
     if (off + n > file->size())
-      return ptc::corrupt("blob " + blobs_.path(file->id()) + " is shorter than its metadata says (" +
-                          std::to_string(file->size()) + " bytes, a piece ends at " + std::to_string(off + n) + ")");
+      return corrupt("blob " + blobs_.path(file->id()) + " is shorter than its metadata says (" +
+                     std::to_string(file->size()) + " bytes, a piece ends at " + std::to_string(off + n) + ")");
     if (const std::byte* map = file->data()) {
       buf.add_mapped(map + off, n, file->fd(), off);
       ahead_.add(file->fd(), off, n);
     } else
       buf.add_fd(file->fd(), off, n);
-    return ptc::Status::ok();
+    return Status::ok();
   }
   // Rows go to a buffer that takes them (the direct server's) as one segment; rows with a
   // blob unmapped, or cut short, are left to walk_slice: piece by piece, blob() says which.
   bool takes_rows() const override { return buffer().takes_rows(); }
-  ptc::Result<bool> rows(uint64_t rows, const std::vector<RowPiece>& pieces) override {
+  Result<bool> rows(uint64_t rows, const std::vector<RowPiece>& pieces) override {
     std::vector<fs::ReadBuffer::RowPiece> kept;
     kept.reserve(pieces.size());
     for (const RowPiece& p : pieces) {
@@ -198,10 +197,10 @@ class ReplySink final : public ReadBufferSink {
 
 }  // namespace
 
-ptc::Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
-                                    fs::ReadBuffer& out) const {
+Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                               fs::ReadBuffer& out) const {
   if (!holds(shard)) {
-    if (!remote_) return ptc::error(ptc::Code::kUnavailable, "shard " + shard.name() + " is not held on this node");
+    if (!remote_) return error(Code::kUnavailable, "shard " + shard.name() + " is not held on this node");
     return remote_->read(*this, shard, slice, off, len, out);
   }
   ReplySink sink(*blobs_, out);
@@ -253,30 +252,30 @@ void StepVersion::to_records(WriteBatch& batch) const {
     for (size_t j = 0; j < slices.size(); ++j) {
       const StoredSlice& ss = stored_[i][j];
       if (j > 0) rec += ',';
-      ptc::append_json_string(rec, layout_.tensor(slices[j]).name);
+      append_json_string(rec, layout_.tensor(slices[j]).name);
       rec += ":{\"x\":[";
       for (size_t k = 0; k < ss.extents.size(); ++k) {
         const Extent& e = ss.extents[k];
         rec += k > 0 ? ",[" : "[";
-        ptc::append_json_u64(rec, e.blob);
+        append_json_u64(rec, e.blob);
         rec += ',';
-        ptc::append_json_u64(rec, e.offset);
+        append_json_u64(rec, e.offset);
         rec += ',';
-        ptc::append_json_u64(rec, e.len);
+        append_json_u64(rec, e.len);
         if (ss.rows > 1) {
           rec += ',';
-          ptc::append_json_u64(rec, e.stride);
+          append_json_u64(rec, e.stride);
         }
         rec += ']';
       }
       rec += ']';
       if (ss.rows > 1) {
         rec += ",\"r\":";
-        ptc::append_json_u64(rec, ss.rows);
+        append_json_u64(rec, ss.rows);
       }
       if (ss.xxh3) {
         rec += ",\"h\":";
-        ptc::append_json_u64(rec, *ss.xxh3);
+        append_json_u64(rec, *ss.xxh3);
       }
       rec += '}';
     }
@@ -312,39 +311,39 @@ void StepVersion::delete_slice_records(WriteBatch& batch) const {
     if (placement_.holds(i)) batch.del(slices_key(job_, step_, version_, shards[i].name()));
 }
 
-ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const std::string& job,
-                                                            const std::string& step, std::string_view step_record,
-                                                            BlobStore* blobs, const RemoteSlices* remote) {
+Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const std::string& job, const std::string& step,
+                                                       std::string_view step_record, BlobStore* blobs,
+                                                       const RemoteSlices* remote) {
   const std::string where = "metadata of " + job + "/" + step;
   try {
-    PTC_ASSIGN_OR_RETURN(json rec, ptc::parse_json(step_record, where));
+    PTC_ASSIGN_OR_RETURN(json rec, parse_json(step_record, where));
     if (!rec.is_object() || !rec.contains("version") || !rec.contains("ptc"))
-      return ptc::corrupt(where + ": malformed step record");
-    PTC_ASSIGN_OR_RETURN(int64_t version, ptc::get_int(rec["version"], where + ": version", 0));
-    PTC_ASSIGN_OR_RETURN(int64_t created, ptc::get_int(rec.value("created", json(0)), where + ": created"));
+      return corrupt(where + ": malformed step record");
+    PTC_ASSIGN_OR_RETURN(int64_t version, get_int(rec["version"], where + ": version", 0));
+    PTC_ASSIGN_OR_RETURN(int64_t created, get_int(rec.value("created", json(0)), where + ": created"));
     PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::parse_ptc_json(rec["ptc"].dump(), where));
     PTC_ASSIGN_OR_RETURN(ptc::Layout layout, ptc::Layout::make(ptc, ptc.parallelism));
     StepPlacement placement;
     if (rec.contains("nodes")) {
       for (const auto& n : rec.at("nodes")) placement.nodes.push_back(n.get<std::string>());
-      auto gpus = ptc::member_gpus_or_empty(rec, "gpus", where);
+      auto gpus = member_gpus_or_empty(rec, "gpus", where);
       if (!gpus || (!gpus->empty() && gpus->size() != placement.nodes.size()))
-        return ptc::corrupt(where + ": malformed GPU counts of the placement");
+        return corrupt(where + ": malformed GPU counts of the placement");
       placement.gpus = std::move(gpus).value();
       placement.held.assign(layout.shards().size(), false);
       for (const auto& h : rec.at("held")) {
         const auto id = ptc::parse_shard_name(h.get<std::string>());
         const auto& sh = layout.shards();
         const auto it = id ? std::find(sh.begin(), sh.end(), *id) : sh.end();
-        if (it == sh.end()) return ptc::corrupt(where + ": holds unknown shard " + h.dump());
+        if (it == sh.end()) return corrupt(where + ": holds unknown shard " + h.dump());
         placement.held[static_cast<size_t>(it - sh.begin())] = true;
       }
       if (rec.contains("holders")) {
         const json& hs = rec.at("holders");
-        if (!hs.is_object()) return ptc::corrupt(where + ": malformed holders");
+        if (!hs.is_object()) return corrupt(where + ": malformed holders");
         for (const auto& sh : layout.shards()) {
-          auto ids = ptc::member_strings(hs, sh.name().c_str(), where + ": holders");
-          if (!ids) return ptc::corrupt(ids.status().message());
+          auto ids = member_strings(hs, sh.name().c_str(), where + ": holders");
+          if (!ids) return corrupt(ids.status().message());
           placement.holders.push_back(std::move(ids).value());
         }
       }
@@ -358,14 +357,14 @@ ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const s
       }
       const std::string key = slices_key(job, step, static_cast<uint64_t>(version), shard.name());
       PTC_ASSIGN_OR_RETURN(auto value, kv.get(key));
-      if (!value) return ptc::corrupt(where + ": missing record " + key);
-      PTC_ASSIGN_OR_RETURN(json sj, ptc::parse_json(*value, key));
+      if (!value) return corrupt(where + ": missing record " + key);
+      PTC_ASSIGN_OR_RETURN(json sj, parse_json(*value, key));
       const auto& slices = layout.slices(shard);
-      if (!sj.is_object() || sj.size() != slices.size()) return ptc::corrupt(key + ": wrong number of slices");
+      if (!sj.is_object() || sj.size() != slices.size()) return corrupt(key + ": wrong number of slices");
       std::vector<StoredSlice> ss;
       for (const auto& sl : slices) {
         const std::string& name = layout.tensor(sl).name;
-        if (!sj.contains(name)) return ptc::corrupt(key + ": no slice for tensor '" + name + "'");
+        if (!sj.contains(name)) return corrupt(key + ": no slice for tensor '" + name + "'");
         const json& o = sj[name];
         StoredSlice s;
         if (o.contains("h")) s.xxh3 = o.at("h").get<uint64_t>();
@@ -376,7 +375,7 @@ ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const s
         }
         if (o.contains("r")) s.rows = o.at("r").get<uint64_t>();
         total = slice_bytes(s);
-        if (total != layout.bytes(sl)) return ptc::corrupt(key + ": extents of '" + name + "' do not add up");
+        if (total != layout.bytes(sl)) return corrupt(key + ": extents of '" + name + "' do not add up");
         ss.push_back(std::move(s));
       }
       stored.push_back(std::move(ss));
@@ -384,7 +383,7 @@ ptc::Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const s
     return std::make_shared<StepVersion>(job, step, static_cast<uint64_t>(version), created, std::move(layout),
                                          std::move(stored), blobs, std::move(placement), remote);
   } catch (const json::exception& e) {
-    return ptc::corrupt(where + ": malformed slice record: " + e.what());
+    return corrupt(where + ": malformed slice record: " + e.what());
   }
 }
 

@@ -59,11 +59,11 @@ class PieceSink {
  public:
   virtual ~PieceSink() = default;
   // `n` zero bytes (fs::zero_block() is their memory where one is needed).
-  virtual ptc::Status zeros(uint64_t n) = 0;
+  virtual Status zeros(uint64_t n) = 0;
   // Bytes [off, off + n) of `file`, as the slice's extents say. The sink checks they lie
   // inside the blob (a damaged blob may be shorter, and each reader words that its own way)
   // and takes them from its mapping (file->data(), null when it cannot be mapped) or its fd.
-  virtual ptc::Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) = 0;
+  virtual Status blob(const std::shared_ptr<const BlobFile>& file, uint64_t off, uint64_t n) = 0;
 
   // A piece of every row of a run of whole rows: `len` bytes at `off + r * stride` of `file` in
   // row r (no file: zeros).
@@ -76,7 +76,7 @@ class PieceSink {
   // `rows` whole rows of the slice, each the pieces in order: true when the sink took them,
   // false when it leaves them to walk_slice, which then hands it their pieces (blob() and
   // zeros(), which check them). Errors as blob().
-  virtual ptc::Result<bool> rows(uint64_t rows, const std::vector<RowPiece>& pieces) {
+  virtual Result<bool> rows(uint64_t rows, const std::vector<RowPiece>& pieces) {
     (void)rows;
     (void)pieces;
     return false;
@@ -88,9 +88,9 @@ class PieceSink {
 class ReadBufferSink : public PieceSink {
  public:
   explicit ReadBufferSink(fs::ReadBuffer& out) : out_(out) {}
-  ptc::Status zeros(uint64_t n) override {
+  Status zeros(uint64_t n) override {
     out_.add_zeros(n);
-    return ptc::Status::ok();
+    return Status::ok();
   }
 
  protected:
@@ -112,14 +112,14 @@ class ReadBufferSink : public PieceSink {
 };
 
 // Opens a blob for walk_slice.
-using OpenBlob = std::function<ptc::Result<std::shared_ptr<const BlobFile>>(uint64_t id)>;
+using OpenBlob = std::function<Result<std::shared_ptr<const BlobFile>>(uint64_t id)>;
 
 // The one read primitive: walks bytes [off, off + len) of `slice` (they lie inside it) into
 // `sink`, opening each blob with `open` once. A sink that takes_rows() gets the whole rows of
 // the range in one rows() call (a partial first or last row piece by piece, and the rows too
 // when rows() leaves them), any other every piece of every row. Stops at the first error of
 // `open` (kIo naming the blob) or of the sink, and returns it.
-ptc::Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, const OpenBlob& open, PieceSink& sink);
+Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, const OpenBlob& open, PieceSink& sink);
 
 // Where a version's shards live in a cluster: the nodes its ranks are placed on (ids, in
 // rank order: docs/ARCHITECTURE.md "Concepts") and which of its shards this node holds. No nodes: a
@@ -145,8 +145,8 @@ class RemoteSlices {
  public:
   virtual ~RemoteSlices() = default;
   // Appends bytes [off, off + len) of slice `slice` of `shard` of version v to out.
-  virtual ptc::Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
-                           fs::ReadBuffer& out) const = 0;
+  virtual Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                      fs::ReadBuffer& out) const = 0;
 };
 
 // Thread-safety: immutable once made; every method may be called from many threads at once.
@@ -167,14 +167,14 @@ class StepVersion final : public fs::StepContent {
   const ptc::Layout& layout() const override { return layout_; }
   uint64_t version() const override { return version_; }
   int64_t mtime() const override { return created_; }
-  ptc::Status read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
-                         fs::ReadBuffer& out) const override;
+  Status read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                    fs::ReadBuffer& out) const override;
 
   // The stored slice of a shard this node holds.
   const StoredSlice& stored(const ptc::ShardId& shard, size_t slice) const;
   // Walks bytes [off, off + len) of a slice of a shard this node holds into `sink`
   // (walk_slice over this version's blobs). kInternal when the range passes the slice's end.
-  ptc::Status pieces(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len, PieceSink& sink) const;
+  Status pieces(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len, PieceSink& sink) const;
   const StepPlacement& placement() const { return placement_; }
   // Unique among the versions of this process, where an address may be reused once one is
   // gone: what SlabDigests keeps a version's digests by, holding nothing of the version.
@@ -189,9 +189,9 @@ class StepVersion final : public fs::StepContent {
   // Adds deletions of this version's slice records to a batch (not the step record).
   void delete_slice_records(WriteBatch& batch) const;
   // Loads the current version of a step from its step record value.
-  static ptc::Result<std::shared_ptr<StepVersion>> load(KvStore& kv, const std::string& job, const std::string& step,
-                                                        std::string_view step_record, BlobStore* blobs,
-                                                        const RemoteSlices* remote = nullptr);
+  static Result<std::shared_ptr<StepVersion>> load(KvStore& kv, const std::string& job, const std::string& step,
+                                                   std::string_view step_record, BlobStore* blobs,
+                                                   const RemoteSlices* remote = nullptr);
 
   static std::string meta_key(const std::string& job, const std::string& step);
   static constexpr std::string_view kStepPrefix = "step/";

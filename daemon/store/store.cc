@@ -15,11 +15,11 @@
 
 namespace ptcfs {
 
-ptc::Result<std::unique_ptr<Store>> Store::open(const std::string& data_dir, const RemoteSlices* remote,
-                                                const RemoteSamples* samples, std::function<void()> changed) {
+Result<std::unique_ptr<Store>> Store::open(const std::string& data_dir, const RemoteSlices* remote,
+                                           const RemoteSamples* samples, std::function<void()> changed) {
   std::error_code ec;
   std::filesystem::create_directories(data_dir, ec);
-  if (ec) return ptc::error(ptc::Code::kIo, "creating data directory " + data_dir + ": " + ec.message());
+  if (ec) return error(Code::kIo, "creating data directory " + data_dir + ": " + ec.message());
   PTC_ASSIGN_OR_RETURN(auto kv, open_rocksdb(data_dir + "/meta"));
   PTC_ASSIGN_OR_RETURN(auto blobs, BlobStore::open(data_dir + "/blobs"));
   std::unique_ptr<Store> s(new Store(data_dir, std::move(kv), std::move(blobs), remote, samples, std::move(changed)));
@@ -35,21 +35,21 @@ struct Record {
 };
 
 // The records under `prefix`, keyed "<prefix><job>/<name>".
-ptc::Result<std::vector<Record>> scan_records(KvStore& kv, std::string_view prefix, const char* what) {
+Result<std::vector<Record>> scan_records(KvStore& kv, std::string_view prefix, const char* what) {
   std::vector<Record> out;
-  PTC_RETURN_IF_ERROR(kv.scan(prefix, [&](std::string_view key, std::string_view value) -> ptc::Status {
+  PTC_RETURN_IF_ERROR(kv.scan(prefix, [&](std::string_view key, std::string_view value) -> Status {
     const std::string_view rest = key.substr(prefix.size());
     const size_t slash = rest.find('/');
     if (slash == std::string_view::npos)
-      return ptc::corrupt(std::string("metadata: malformed ") + what + " key '" + std::string(rest) + "'");
+      return corrupt(std::string("metadata: malformed ") + what + " key '" + std::string(rest) + "'");
     out.push_back({std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1)), std::string(value)});
-    return ptc::Status::ok();
+    return Status::ok();
   }));
   return out;
 }
 }  // namespace
 
-ptc::Status Store::load() {
+Status Store::load() {
   auto snap = std::make_shared<Snapshot>();
   PTC_ASSIGN_OR_RETURN(auto steps, scan_records(*kv_, StepVersion::kStepPrefix, "step"));
   for (const auto& r : steps) {
@@ -64,20 +64,20 @@ ptc::Status Store::load() {
   // Blobs of prepared changes kept across a restart stay until their change is decided.
   size_t held = 0;
   PTC_RETURN_IF_ERROR(kv_->scan(kPreparedPrefix, [&](std::string_view key, std::string_view value) {
-    auto j = ptc::parse_json(value, std::string(key));
+    auto j = parse_json(value, std::string(key));
     if (j && j->is_object() && j->contains("blobs") && (*j)["blobs"].is_array())
       for (const auto& b : (*j)["blobs"])
         if (b.is_number_unsigned()) {
           blobs_->hold_pending(b.get<uint64_t>());
           ++held;
         }
-    return ptc::Status::ok();
+    return Status::ok();
   }));
-  if (held) ptc::log::info("store {}: {} blobs of prepared changes kept until they are decided", data_dir_, held);
+  if (held) log::info("store {}: {} blobs of prepared changes kept until they are decided", data_dir_, held);
   std::lock_guard lock(mu_);
   snap_ = std::move(snap);
-  ptc::log::info("store {}: {} steps and {} datasets loaded", data_dir_, snap_->steps.size(), snap_->datasets.size());
-  return ptc::Status::ok();
+  log::info("store {}: {} steps and {} datasets loaded", data_dir_, snap_->steps.size(), snap_->datasets.size());
+  return Status::ok();
 }
 
 std::shared_ptr<const Snapshot> Store::snapshot() const {
@@ -110,38 +110,34 @@ void Claim::release() {
   if (Store* s = std::exchange(store_, nullptr)) s->release(kind_, job_, name_);
 }
 
-ptc::Status Store::check_new_step(const std::string& job, const std::string& step) {
+Status Store::check_new_step(const std::string& job, const std::string& step) {
   PTC_RETURN_IF_ERROR(ptc::validate_id("job", job));
   PTC_RETURN_IF_ERROR(ptc::validate_id("step", step));
-  if (step == "data") return ptc::invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
-  return ptc::Status::ok();
+  if (step == "data") return invalid("step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
+  return Status::ok();
 }
 
-ptc::Result<Claim> Store::claim(Claim::Kind kind, const std::string& job, const std::string& name) {
+Result<Claim> Store::claim(Claim::Kind kind, const std::string& job, const std::string& name) {
   if (kind == Claim::kNewStep) PTC_RETURN_IF_ERROR(check_new_step(job, name));
   std::lock_guard lock(mu_);
   const std::string what = job + "/" + name;
   switch (kind) {
     case Claim::kNewStep:
-      if (snap_->steps.count({job, name}))
-        return ptc::error(ptc::Code::kAlreadyExists, "step " + what + " already exists");
-      if (claimed_.count({kind, job, name}))
-        return ptc::error(ptc::Code::kAlreadyExists, "step " + what + " is being imported");
+      if (snap_->steps.count({job, name})) return error(Code::kAlreadyExists, "step " + what + " already exists");
+      if (claimed_.count({kind, job, name})) return error(Code::kAlreadyExists, "step " + what + " is being imported");
       break;
     case Claim::kChangeStep:
       if (claimed_.count({kind, job, name}))
-        return ptc::error(ptc::Code::kFailedPrecondition, "step " + what + " is already being repartitioned");
+        return error(Code::kFailedPrecondition, "step " + what + " is already being repartitioned");
       break;
     case Claim::kNewDataset:
-      if (snap_->datasets.count({job, name}))
-        return ptc::error(ptc::Code::kAlreadyExists, "dataset " + what + " already exists");
-      if (claimed_.count({kind, job, name}))
-        return ptc::error(ptc::Code::kAlreadyExists, "dataset " + what + " is being added");
+      if (snap_->datasets.count({job, name})) return error(Code::kAlreadyExists, "dataset " + what + " already exists");
+      if (claimed_.count({kind, job, name})) return error(Code::kAlreadyExists, "dataset " + what + " is being added");
       break;
     case Claim::kChangeDataset:
       if (claimed_.count({kind, job, name}))
-        return ptc::error(ptc::Code::kFailedPrecondition,
-                          "dataset " + what + " is already being changed (a progress or a re-split is prepared)");
+        return error(Code::kFailedPrecondition,
+                     "dataset " + what + " is already being changed (a progress or a re-split is prepared)");
       break;
   }
   claimed_.emplace(kind, job, name);
@@ -160,14 +156,14 @@ std::shared_ptr<StepVersion> Store::new_version(std::string job, std::string ste
                                        remote_);
 }
 
-ptc::Status Store::remove_step(std::shared_ptr<const StepVersion> current) {
+Status Store::remove_step(std::shared_ptr<const StepVersion> current) {
   std::lock_guard commit_lock(commit_mu_);
   const std::string job = current->job(), step = current->step();
   {
     std::lock_guard lock(mu_);
     auto it = snap_->steps.find({job, step});
     if (it == snap_->steps.end() || it->second != current)
-      return ptc::error(ptc::Code::kFailedPrecondition, "step " + job + "/" + step + " changed meanwhile");
+      return error(Code::kFailedPrecondition, "step " + job + "/" + step + " changed meanwhile");
   }
   WriteBatch batch;
   current->delete_slice_records(batch);
@@ -181,11 +177,11 @@ ptc::Status Store::remove_step(std::shared_ptr<const StepVersion> current) {
     retired_.push_back(current);  // open files keep reading it; its blobs go when they close
   }
   changed();
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced,
-                          const std::vector<DatasetChange>& datasets) {
+Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced,
+                     const std::vector<DatasetChange>& datasets) {
   std::lock_guard commit_lock(commit_mu_);
   {
     std::lock_guard lock(mu_);
@@ -193,15 +189,15 @@ ptc::Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<
       auto it = snap_->steps.find({v->job(), v->step()});
       const StepVersion* current = it == snap_->steps.end() ? nullptr : it->second.get();
       if (current != replaced.get())
-        return ptc::error(ptc::Code::kFailedPrecondition,
-                          "step " + v->job() + "/" + v->step() + " changed while the new version was prepared");
+        return error(Code::kFailedPrecondition,
+                     "step " + v->job() + "/" + v->step() + " changed while the new version was prepared");
     }
     for (const auto& d : datasets) {
       auto it = snap_->datasets.find({d.next->job(), d.next->name()});
       const DatasetVersion* current = it == snap_->datasets.end() ? nullptr : it->second.get();
       if (current != d.replaced.get())
-        return ptc::error(ptc::Code::kFailedPrecondition, "dataset " + d.next->job() + "/" + d.next->name() +
-                                                              " changed while its new version was prepared");
+        return error(Code::kFailedPrecondition,
+                     "dataset " + d.next->job() + "/" + d.next->name() + " changed while its new version was prepared");
     }
   }
   WriteBatch batch;
@@ -226,10 +222,10 @@ ptc::Status Store::commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<
     if (replaced) retired_.push_back(replaced);
   }
   changed();
-  return ptc::Status::ok();
+  return Status::ok();
 }
 
-ptc::Result<size_t> Store::collect_garbage() {
+Result<size_t> Store::collect_garbage() {
   // Under the commit lock, no blob can move from pending to referenced meanwhile.
   std::lock_guard commit_lock(commit_mu_);
   std::set<uint64_t> used;
@@ -261,7 +257,7 @@ ptc::Result<size_t> Store::collect_garbage() {
     PTC_RETURN_IF_ERROR(blobs_->remove(id));
     ++removed;
   }
-  if (removed) ptc::log::info("removed {} blobs that no version uses any more", removed);
+  if (removed) log::info("removed {} blobs that no version uses any more", removed);
   return removed;
 }
 

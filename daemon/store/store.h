@@ -77,9 +77,9 @@ class Store {
   // null; must outlive the store) likewise reads the samples of datasets whose files are
   // on other nodes. `changed` (may be empty) is called after every published change, on the
   // committing thread, outside the store's locks (the node refreshes the mount's tree).
-  static ptc::Result<std::unique_ptr<Store>> open(const std::string& data_dir, const RemoteSlices* remote = nullptr,
-                                                  const RemoteSamples* samples = nullptr,
-                                                  std::function<void()> changed = {});
+  static Result<std::unique_ptr<Store>> open(const std::string& data_dir, const RemoteSlices* remote = nullptr,
+                                             const RemoteSamples* samples = nullptr,
+                                             std::function<void()> changed = {});
   const RemoteSlices* remote() const { return remote_; }
   const RemoteSamples* remote_samples() const { return samples_; }
 
@@ -99,10 +99,10 @@ class Store {
   //   kChangeStep  a new version or the removal of a step (repartition, rm): kFailedPrecondition
   //                when it is claimed already ("is already being repartitioned").
   //   kNewDataset  a new dataset: kAlreadyExists when it exists or is claimed ("is being added").
-  ptc::Result<Claim> claim(Claim::Kind kind, const std::string& job, const std::string& name);
+  Result<Claim> claim(Claim::Kind kind, const std::string& job, const std::string& name);
   // The name gate of kNewStep on its own, for a coordinator that refuses a bad name before it
   // asks any node to claim it.
-  static ptc::Status check_new_step(const std::string& job, const std::string& step);
+  static Status check_new_step(const std::string& job, const std::string& step);
 
   // A new version of a step, not yet committed, created now: it reads its blobs from this
   // store's BlobStore and the slices of shards held elsewhere through remote(). Both outlive
@@ -112,12 +112,12 @@ class Store {
 
   // Removes blob files that no live version refers to (current, or replaced but still held
   // by a reader) and that are not pending. Returns how many were removed.
-  ptc::Result<size_t> collect_garbage();
+  Result<size_t> collect_garbage();
 
   // Metadata records of other kinds than versions (prepared changes kept across a restart,
   // daemon/store/prepared_record.h): written atomically and durably, scanned by prefix.
-  ptc::Status write_meta(const WriteBatch& batch) { return kv_->write(batch); }
-  ptc::Status scan_meta(std::string_view prefix, const KvStore::ScanFn& fn) { return kv_->scan(prefix, fn); }
+  Status write_meta(const WriteBatch& batch) { return kv_->write(batch); }
+  Status scan_meta(std::string_view prefix, const KvStore::ScanFn& fn) { return kv_->scan(prefix, fn); }
   // Records under this prefix are prepared changes; each is JSON whose "blobs" lists the blob
   // ids it holds, which open() keeps pending (garbage collection leaves them alone).
   static constexpr std::string_view kPreparedPrefix = "prepared/";
@@ -125,7 +125,7 @@ class Store {
  private:
   // commit and remove_step are the store's half of the one commit path: commit_change
   // (daemon/store/prepared.h) is their only caller.
-  friend ptc::Status commit_change(Store& store, PreparedChange& change);
+  friend Status commit_change(Store& store, PreparedChange& change);
   friend class Claim;
 
   // Commits a new step, or a new version replacing `replaced` (the current one), in one
@@ -135,13 +135,13 @@ class Store {
   // `datasets` are committed in the same write (a repartition re-splits the job's datasets);
   // each fails the whole commit like `replaced` when its replaced version is not current.
   // A null `v` commits the datasets alone.
-  ptc::Status commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced = nullptr,
-                     const std::vector<DatasetChange>& datasets = {});
+  Status commit(std::shared_ptr<const StepVersion> v, std::shared_ptr<const StepVersion> replaced = nullptr,
+                const std::vector<DatasetChange>& datasets = {});
 
   // Removes a step, whose current version is `current`, in one atomic metadata write
   // (`ptcfs rm`, through commit_change); files opened before keep reading it, and its blobs
   // are collected once they close. kFailedPrecondition when `current` is no longer current.
-  ptc::Status remove_step(std::shared_ptr<const StepVersion> current);
+  Status remove_step(std::shared_ptr<const StepVersion> current);
 
   Store(std::string data_dir, std::unique_ptr<KvStore> kv, std::unique_ptr<BlobStore> blobs, const RemoteSlices* remote,
         const RemoteSamples* samples, std::function<void()> changed)
@@ -154,7 +154,7 @@ class Store {
   void changed() const {
     if (changed_) changed_();
   }
-  ptc::Status load();
+  Status load();
   void release(Claim::Kind kind, const std::string& job, const std::string& name);
 
   std::string data_dir_;

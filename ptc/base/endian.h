@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace ptc {
+namespace ptcfs {
 
 template <class T>
 T load_le(const void* p) {
@@ -28,4 +28,4 @@ void store_le(void* p, T value) {
   for (size_t i = 0; i < sizeof(T); ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
 }
 
-}  // namespace ptc
+}  // namespace ptcfs

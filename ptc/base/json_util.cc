@@ -7,7 +7,7 @@
 #include <set>
 #include <vector>
 
-namespace ptc {
+namespace ptcfs {
 
 namespace {
 
@@ -232,4 +232,4 @@ void append_json_string(std::string& out, std::string_view text) {
   out += '"';
 }
 
-}  // namespace ptc
+}  // namespace ptcfs

@@ -12,7 +12,7 @@
 
 #include "ptc/base/status.h"
 
-namespace ptc {
+namespace ptcfs {
 
 // No JSON ptcfs reads nests deeper than this (a ptc.json has 4 levels); deeper input is
 // refused before a DOM is built.
@@ -64,4 +64,4 @@ Result<bool> member_bool_or(const nlohmann::json& obj, const char* key, bool fal
 void append_json_u64(std::string& out, uint64_t v);
 void append_json_string(std::string& out, std::string_view text);
 
-}  // namespace ptc
+}  // namespace ptcfs

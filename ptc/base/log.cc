@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-namespace ptc::log {
+namespace ptcfs::log {
 namespace {
 std::atomic<int> g_level{static_cast<int>(Level::kInfo)};
 std::atomic<int> g_format{static_cast<int>(Format::kText)};
@@ -98,4 +98,4 @@ void write(Level l, std::string_view msg) {
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-}  // namespace ptc::log
+}  // namespace ptcfs::log

@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-namespace ptc::log {
+namespace ptcfs::log {
 
 enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
@@ -45,4 +45,4 @@ void error(fmt::format_string<A...> f, A&&... a) {
   if (enabled(Level::kError)) write(Level::kError, fmt::format(f, std::forward<A>(a)...));
 }
 
-}  // namespace ptc::log
+}  // namespace ptcfs::log

@@ -9,7 +9,7 @@
 #include <map>
 #include <mutex>
 
-namespace ptc::metrics {
+namespace ptcfs::metrics {
 
 namespace {
 
@@ -165,4 +165,4 @@ void peer_sent(const std::string& peer, uint64_t bytes) {
   m().sent(peer.empty() ? "unknown" : peer).Increment(static_cast<double>(bytes));
 }
 
-}  // namespace ptc::metrics
+}  // namespace ptcfs::metrics

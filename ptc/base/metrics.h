@@ -16,7 +16,7 @@ namespace prometheus {
 class Registry;
 }
 
-namespace ptc::metrics {
+namespace ptcfs::metrics {
 
 // The registry every metric lives in (created on first use, never destroyed).
 std::shared_ptr<prometheus::Registry> registry();
@@ -73,4 +73,4 @@ void peer_error(const std::string& peer);
 // `peer`: the node id the request said it came from ("unknown" when it said none).
 void peer_sent(const std::string& peer, uint64_t bytes);
 
-}  // namespace ptc::metrics
+}  // namespace ptcfs::metrics

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace ptc {
+namespace ptcfs {
 namespace {
 struct CodeName {
   Code code;
@@ -39,4 +39,4 @@ Status Status::with_context(const std::string& context) const {
 
 Status io_error(const std::string& what, int err) { return Status(Code::kIo, what + ": " + std::strerror(err)); }
 
-}  // namespace ptc
+}  // namespace ptcfs

@@ -9,7 +9,7 @@
 #include <utility>
 #include <variant>
 
-namespace ptc {
+namespace ptcfs {
 
 // The one table of error codes: enumerator, stable lower-case name (logs, JSON errors:
 // "not_found"), meaning. The enum and both name functions are generated from it.
@@ -109,7 +109,7 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
-}  // namespace ptc
+}  // namespace ptcfs
 
 #define PTC_CONCAT_INNER(a, b) a##b
 #define PTC_CONCAT(a, b) PTC_CONCAT_INNER(a, b)
@@ -121,10 +121,10 @@ class [[nodiscard]] Result {
 #define PTC_RETURN_IF_ERROR(...) PTC_RIE_PICK(__VA_ARGS__, PTC_RIE_CTX, PTC_RIE_PLAIN, )(__VA_ARGS__)
 #define PTC_RIE_PICK(a, b, name, ...) name
 #define PTC_RIE_PLAIN(expr) PTC_RIE_CTX(expr, std::string())
-#define PTC_RIE_CTX(expr, context)                                                        \
-  do {                                                                                    \
-    ::ptc::Status _ptc_st = (expr);                                                       \
-    if (!_ptc_st.is_ok()) return ::ptc::detail::add_context(std::move(_ptc_st), context); \
+#define PTC_RIE_CTX(expr, context)                                                          \
+  do {                                                                                      \
+    ::ptcfs::Status _ptc_st = (expr);                                                       \
+    if (!_ptc_st.is_ok()) return ::ptcfs::detail::add_context(std::move(_ptc_st), context); \
   } while (0)
 
 // `PTC_ASSIGN_OR_RETURN(auto x, f());` declares x from a Result or returns its error;
@@ -133,13 +133,13 @@ class [[nodiscard]] Result {
 #define PTC_AOR_PICK(a, b, c, name, ...) name
 #define PTC_AOR_PLAIN(lhs, expr) PTC_AOR_CTX(lhs, expr, std::string())
 #define PTC_AOR_CTX(lhs, expr, context) PTC_AOR_IMPL(PTC_CONCAT(_ptc_res_, __LINE__), lhs, expr, context)
-#define PTC_AOR_IMPL(tmp, lhs, expr, context)                                 \
-  auto tmp = (expr);                                                          \
-  if (!tmp.is_ok()) return ::ptc::detail::add_context(tmp.status(), context); \
+#define PTC_AOR_IMPL(tmp, lhs, expr, context)                                   \
+  auto tmp = (expr);                                                            \
+  if (!tmp.is_ok()) return ::ptcfs::detail::add_context(tmp.status(), context); \
   lhs = std::move(tmp).value()
 
-namespace ptc::detail {
+namespace ptcfs::detail {
 inline Status add_context(Status s, const std::string& context) {
   return context.empty() ? s : s.with_context(context);
 }
-}  // namespace ptc::detail
+}  // namespace ptcfs::detail

@@ -3,12 +3,12 @@
 #include "ptc/formats/pickle_writer.h"
 #include "ptc/formats/torch_archive.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 namespace {
 
 constexpr const char* kMeta = "torch.distributed.checkpoint.metadata";
 
-void size(PickleWriter& w, const Shape& s) {  // torch.Size((...))
+void size(PickleWriter& w, const ptc::Shape& s) {  // torch.Size((...))
   w.global("torch", "Size");
   w.mark();
   w.int_tuple(s);
@@ -27,7 +27,7 @@ void end(PickleWriter& w) {
   w.build();
 }
 
-void properties(PickleWriter& w, DType dtype) {
+void properties(PickleWriter& w, ptc::DType dtype) {
   w.new_object(kMeta, "TensorProperties");
   w.mark();  // its state: (dtype, layout, requires_grad, memory_format, pin_memory)
   w.global("torch", torch_dtype_name(dtype));
@@ -126,4 +126,4 @@ std::string dcp_metadata(const std::vector<DcpItem>& items) {
   return w.finish();
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

@@ -10,20 +10,20 @@
 #include "ptc/dtype.h"
 #include "ptc/region.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 struct DcpChunk {
-  Shape offsets, sizes;  // of the chunk in the tensor (a tensor item)
-  std::string file;      // relative path of its .distcp file
-  uint64_t offset = 0;   // of its torch.save archive (a bytes item: its bytes) in the file
+  ptc::Shape offsets, sizes;  // of the chunk in the tensor (a tensor item)
+  std::string file;           // relative path of its .distcp file
+  uint64_t offset = 0;        // of its torch.save archive (a bytes item: its bytes) in the file
   uint64_t length = 0;
 };
 
 struct DcpItem {
   std::string fqn;
   bool bytes = false;  // a bytes item (one chunk, its offsets and sizes unused)
-  DType dtype = DType::F32;
-  Shape size;  // the whole tensor's
+  ptc::DType dtype = ptc::DType::F32;
+  ptc::Shape size;  // the whole tensor's
   std::vector<DcpChunk> chunks;
 };
 
@@ -31,4 +31,4 @@ struct DcpItem {
 // "1.0.0", no planner data).
 std::string dcp_metadata(const std::vector<DcpItem>& items);
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

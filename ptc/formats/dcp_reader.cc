@@ -9,7 +9,7 @@
 #include "ptc/formats/torch_archive.h"
 #include "ptc/formats/torch_item.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 namespace {
 
 constexpr std::string_view kMeta = "torch.distributed.checkpoint.metadata";
@@ -27,7 +27,7 @@ bool allowed_global(const PickleValue& g) {
     }
     return false;
   }
-  DType dt;
+  ptc::DType dt;
   return (m == kFs && n == "_StorageInfo") ||
          (m == "torch" && (n == "Size" || n == "strided" || dtype_from_torch_name(n, dt))) ||
          (m == "torch.serialization" && n == "_get_layout") || (m == "builtins" && n == "getattr") ||
@@ -36,7 +36,7 @@ bool allowed_global(const PickleValue& g) {
 }
 
 std::string shape_of(const DcpChunk& c) {
-  return "(offsets " + shape_string(c.offsets) + ", sizes " + shape_string(c.sizes) + ")";
+  return "(offsets " + ptc::shape_string(c.offsets) + ", sizes " + ptc::shape_string(c.sizes) + ")";
 }
 
 class Reader {
@@ -115,7 +115,7 @@ class Reader {
   }
 
   // torch.Size((d0, d1, ...)).
-  Result<Shape> size(PickleId id, const std::string& what) const {
+  Result<ptc::Shape> size(PickleId id, const std::string& what) const {
     const PickleValue& o = t_[id];
     if (o.kind != PickleKind::kObject || !t_.is_global(o.callable, "torch", "Size") || t_[o.args].items.size() != 1 ||
         o.state != kNoPickleValue) {
@@ -127,7 +127,7 @@ class Reader {
       return invalid(where_ + ": " + what + " has " + std::to_string(dims.items.size()) + " dims, more than " +
                      std::to_string(kMaxDcpDims));
     }
-    Shape s;
+    ptc::Shape s;
     for (PickleId d : dims.items) {
       PTC_ASSIGN_OR_RETURN(const int64_t x, non_negative(d, what + " dim"));
       s.push_back(x);
@@ -137,7 +137,7 @@ class Reader {
 
   // TensorProperties: its dtype (the state is (dtype, layout, requires_grad, memory_format,
   // pin_memory[, strides]); the layout and memory format were checked with the globals).
-  Result<DType> dtype(PickleId id, const std::string& what) const {
+  Result<ptc::DType> dtype(PickleId id, const std::string& what) const {
     const PickleValue& o = t_[id];
     if (o.kind != PickleKind::kObject || !t_.is_global(o.callable, kMeta, "TensorProperties") ||
         o.state == kNoPickleValue || t_[o.state].kind != PickleKind::kTuple ||
@@ -145,7 +145,7 @@ class Reader {
       return bad(what + " is a " + t_.describe(id) + ", not TensorProperties of 5 or 6 values");
     }
     const PickleValue& d = t_[t_[o.state].items[0]];
-    DType dt;
+    ptc::DType dt;
     if (d.kind != PickleKind::kGlobal || d.text != "torch" || !dtype_from_torch_name(d.name, dt)) {
       return bad(what + " has a dtype that is a " + t_.describe(t_[o.state].items[0]));
     }
@@ -174,7 +174,7 @@ class Reader {
 };
 
 // Where a chunk's bytes lie, by (fqn, offsets), offsets absent for a bytes item.
-using StorageKey = std::pair<std::string, std::optional<Shape>>;
+using StorageKey = std::pair<std::string, std::optional<ptc::Shape>>;
 struct StorageRef {
   std::string file;
   uint64_t offset = 0, length = 0;
@@ -201,7 +201,7 @@ Result<std::map<StorageKey, StorageRef>> storage_data(const Reader& r, const Pic
     PTC_ASSIGN_OR_RETURN(const PickleId fqn_id, r.field(index, "fqn", "a storage_data key"));
     PTC_ASSIGN_OR_RETURN(std::string fqn, r.str(fqn_id, "a storage_data key's fqn"));
     const std::string what = "storage_data of '" + fqn + "'";
-    std::optional<Shape> offsets;
+    std::optional<ptc::Shape> offsets;
     if (index.count("offset") && t[index.at("offset")].kind != PickleKind::kNone) {
       PTC_ASSIGN_OR_RETURN(offsets, r.size(index.at("offset"), what + " offset"));
     }
@@ -228,7 +228,7 @@ Result<std::map<StorageKey, StorageRef>> storage_data(const Reader& r, const Pic
     PTC_ASSIGN_OR_RETURN(const int64_t l, r.non_negative(len, what + " length"));
     ref.offset = static_cast<uint64_t>(o);
     ref.length = static_cast<uint64_t>(l);
-    const std::string at = offsets ? " at " + shape_string(*offsets) : "";
+    const std::string at = offsets ? " at " + ptc::shape_string(*offsets) : "";
     if (!out.emplace(StorageKey{std::move(fqn), std::move(offsets)}, std::move(ref)).second) {
       return r.bad(what + at + " is listed twice");
     }
@@ -237,8 +237,8 @@ Result<std::map<StorageKey, StorageRef>> storage_data(const Reader& r, const Pic
 }
 
 // numel * itemsize below 2^63, overflow-safe.
-bool fits(const Shape& size, DType dt) {
-  uint64_t n = dtype_size(dt);
+bool fits(const ptc::Shape& size, ptc::DType dt) {
+  uint64_t n = ptc::dtype_size(dt);
   for (int64_t d : size) {
     if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) return false;
   }
@@ -278,9 +278,9 @@ Status check_cover(const DcpItem& it, const std::string& where) {
   std::vector<uint32_t> owner(cells, kFree);
   std::vector<size_t> lo(rank), hi(rank), i(rank);
   const auto corner = [&](const std::vector<size_t>& at) {
-    Shape p(rank);
+    ptc::Shape p(rank);
     for (size_t d = 0; d < rank; ++d) p[d] = cuts[d][at[d]];
-    return shape_string(p);
+    return ptc::shape_string(p);
   };
   for (size_t k = 0; k < it.chunks.size(); ++k) {
     const DcpChunk& c = it.chunks[k];
@@ -311,7 +311,7 @@ Status check_cover(const DcpItem& it, const std::string& where) {
   for (uint64_t cell = 0; cell < cells; ++cell) {
     if (owner[cell] != kFree) continue;
     for (size_t d = 0; d < rank; ++d) i[d] = (cell / stride[d]) % (cuts[d].size() - 1);
-    return corrupt(where + ": no chunk of '" + it.fqn + "' " + shape_string(it.size) + " holds the element at " +
+    return corrupt(where + ": no chunk of '" + it.fqn + "' " + ptc::shape_string(it.size) + " holds the element at " +
                    corner(i));
   }
   return Status::ok();
@@ -319,7 +319,7 @@ Status check_cover(const DcpItem& it, const std::string& where) {
 
 Status check_tensor(const DcpItem& it, const std::string& where) {
   if (!fits(it.size, it.dtype)) {
-    return invalid(where + ": '" + it.fqn + "' " + shape_string(it.size) + " of " + torch_dtype_name(it.dtype) +
+    return invalid(where + ": '" + it.fqn + "' " + ptc::shape_string(it.size) + " of " + torch_dtype_name(it.dtype) +
                    " holds 2^63 bytes or more");
   }
   if (it.chunks.empty()) return corrupt(where + ": '" + it.fqn + "' has no chunks");
@@ -331,7 +331,7 @@ Status check_tensor(const DcpItem& it, const std::string& where) {
     }
     if (!inside) {
       return corrupt(where + ": chunk " + std::to_string(k) + " " + shape_of(c) + " of '" + it.fqn + "' lies outside " +
-                     shape_string(it.size));
+                     ptc::shape_string(it.size));
     }
   }
   return check_cover(it, where);
@@ -371,7 +371,7 @@ Result<DcpMetadata> parse_dcp_metadata(std::string_view pickle, const std::strin
     }
     const std::string what = "'" + it.fqn + "'";
     const PickleId m = sdm.items[i + 1];
-    std::vector<std::optional<Shape>> keys;
+    std::vector<std::optional<ptc::Shape>> keys;
     if (t[m].kind == PickleKind::kObject && t.is_global(t[m].callable, kMeta, "BytesStorageMetadata")) {
       PTC_RETURN_IF_ERROR(r.fields(m, kMeta, "BytesStorageMetadata", {}, what, true).status());
       it.bytes = true;
@@ -422,7 +422,7 @@ Result<DcpMetadata> parse_dcp_metadata(std::string_view pickle, const std::strin
   for (const auto& [key, ref] : storage) {
     if (!ref.used) {
       return r.bad("storage_data entry of '" + key.first + "'" +
-                   (key.second ? " at " + shape_string(*key.second) : "") + " belongs to no chunk");
+                   (key.second ? " at " + ptc::shape_string(*key.second) : "") + " belongs to no chunk");
     }
   }
 
@@ -463,4 +463,4 @@ Status check_dcp_references(const DcpMetadata& md, const std::map<std::string, u
   return Status::ok();
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

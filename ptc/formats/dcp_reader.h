@@ -30,7 +30,7 @@
 #include "ptc/base/status.h"
 #include "ptc/formats/dcp_metadata.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 // One element of a key path: a dict key or a list index.
 using DcpPathElement = std::variant<std::string, int64_t>;
@@ -53,4 +53,4 @@ Result<DcpMetadata> parse_dcp_metadata(std::string_view pickle, const std::strin
 Status check_dcp_references(const DcpMetadata& md, const std::map<std::string, uint64_t>& file_sizes,
                             const std::string& where);
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

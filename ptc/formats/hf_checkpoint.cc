@@ -6,7 +6,7 @@
 
 #include "ptc/base/json_util.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 using nlohmann::json;
 
@@ -112,4 +112,4 @@ Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir, const HfReader& 
   return ck;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

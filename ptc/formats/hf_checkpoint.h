@@ -14,7 +14,7 @@
 #include "ptc/formats/ptc_template.h"
 #include "ptc/formats/safetensors.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 inline constexpr char kHfSingleFile[] = "model.safetensors";
 inline constexpr char kHfIndexFile[] = "model.safetensors.index.json";
@@ -60,4 +60,4 @@ struct HfCheckpoint {
 // hf_file_names, then every header, then hf_tensors; and config.json, when there, parsed.
 Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir, const HfReader& io);
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

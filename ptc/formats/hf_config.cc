@@ -5,7 +5,7 @@
 #include "ptc/base/json_util.h"
 #include "ptc/model.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 using nlohmann::json;
 
@@ -58,9 +58,9 @@ Result<HfConfig> parse_hf_config(std::string_view text, const std::string& where
   if (!doc.is_object()) return invalid(where + ": expected a JSON object");
   HfConfig c;
   c.json = doc.dump();
-  if (c.json.size() > kMaxHfConfig)
+  if (c.json.size() > ptc::kMaxHfConfig)
     return invalid(where + ": " + std::to_string(c.json.size()) + " bytes of JSON; ptcfs keeps a config of at most " +
-                   std::to_string(kMaxHfConfig));
+                   std::to_string(ptc::kMaxHfConfig));
   for (const auto& [key, v] : doc.items()) {
     if (key == "tie_word_embeddings") {
       if (!v.is_boolean()) return invalid(where + ": tie_word_embeddings must be true or false, got " + v.dump());
@@ -92,4 +92,4 @@ Status check_config_product(std::string_view expr, const std::string& where) {
   return product(nullptr, expr, where).status();
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

@@ -18,14 +18,14 @@
 
 #include "ptc/base/status.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 inline constexpr char kHfConfigFile[] = "config.json";
 
 struct HfConfig {
   std::map<std::string, int64_t, std::less<>> values;
   std::optional<bool> tie_word_embeddings;  // absent: not said
-  std::string json;                         // the whole document: compact, keys sorted (Ptc::hf_config)
+  std::string json;                         // the whole document: compact, keys sorted (ptc::Ptc::hf_config)
 };
 
 // Parses config.json; `where` names it in errors. Refused: not a JSON object, a
@@ -42,4 +42,4 @@ Result<int64_t> eval_config_product(const HfConfig& config, std::string_view exp
 // checked when parsed, before any checkpoint is read).
 Status check_config_product(std::string_view expr, const std::string& where);
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

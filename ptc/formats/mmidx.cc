@@ -4,7 +4,7 @@
 
 #include "ptc/base/endian.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 namespace {
 
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
@@ -116,4 +116,4 @@ std::string render_mmidx(int dtype_code, const std::vector<uint64_t>& bytes) {
   return out;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

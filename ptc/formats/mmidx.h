@@ -16,7 +16,7 @@
 
 #include "ptc/base/status.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 inline constexpr uint64_t kMmidxHeaderBytes = 34;
 
@@ -43,4 +43,4 @@ std::string render_mmidx(int dtype_code, const std::vector<uint64_t>& bytes);
 // Its size, without building it.
 uint64_t mmidx_size(uint64_t sequences);
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

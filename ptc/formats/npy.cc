@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace ptc {
+namespace ptcfs::formats {
 namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";  // 6 bytes
@@ -14,7 +14,7 @@ constexpr size_t kArrayAlign = 64;
 constexpr size_t kGrowthAxisMaxDigits = 21;
 
 // Python's repr of a tuple of ints: "()", "(5,)", "(3, 4)".
-std::string shape_repr(const Shape& s) {
+std::string shape_repr(const ptc::Shape& s) {
   std::string out = "(";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + (s.size() == 1 ? ",)" : ")");
@@ -145,7 +145,7 @@ class DictReader {
     return Status::ok();
   }
   // "()", "(5,)", "(3, 4)", "(3, 4,)".
-  Status read_tuple(Shape& out) {
+  Status read_tuple(ptc::Shape& out) {
     if (!eat('(')) return bad("shape is not a tuple");
     skip_ws();
     if (eat(')')) return Status::ok();
@@ -174,8 +174,8 @@ class DictReader {
 
 }  // namespace
 
-std::string npy_header(DType dtype, const Shape& shape) {
-  std::string dict = std::string("{'descr': '") + dtype_npy_descr(dtype) +
+std::string npy_header(ptc::DType dtype, const ptc::Shape& shape) {
+  std::string dict = std::string("{'descr': '") + ptc::dtype_npy_descr(dtype) +
                      "', 'fortran_order': False, 'shape': " + shape_repr(shape) + ", }";
   if (!shape.empty()) {
     const size_t digits = std::to_string(shape[0]).size();
@@ -212,7 +212,7 @@ Result<NpyHeader> parse_npy(std::string_view prefix, uint64_t file_size, const s
   const uint64_t data = file_size - h.data_start;
   if (data != h.data_bytes)
     return corrupt(file + ": data area holds " + std::to_string(data) + " bytes but " + h.descr + " " +
-                   shape_string(h.shape) + " needs " + std::to_string(h.data_bytes));
+                   ptc::shape_string(h.shape) + " needs " + std::to_string(h.data_bytes));
   return h;
 }
 
@@ -255,10 +255,11 @@ Result<NpyHeader> parse_header(std::string_view prefix, uint64_t file_size, cons
 
   int64_t n = static_cast<int64_t>(itemsize);
   for (int64_t d : h.shape)
-    if (__builtin_mul_overflow(n, d, &n)) return corrupt(file + ": shape " + shape_string(h.shape) + " is too large");
+    if (__builtin_mul_overflow(n, d, &n))
+      return corrupt(file + ": shape " + ptc::shape_string(h.shape) + " is too large");
   h.data_bytes = static_cast<uint64_t>(n);
   return h;
 }
 }  // namespace
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

@@ -7,7 +7,7 @@
 
 #include "ptc/base/endian.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 namespace {
 
 // Every opcode of pickletools, for messages; the ones read are handled in PickleMachine::step.
@@ -626,4 +626,4 @@ Result<PickleTree> read_pickle(std::string_view data, const PickleLimits& limits
   return PickleMachine(data, limits).run();
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

@@ -29,7 +29,7 @@
 
 #include "ptc/base/status.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 enum class PickleKind : uint8_t {
   kNone,
@@ -96,4 +96,4 @@ class PickleTree {
 // one value on the stack and no open MARK.
 Result<PickleTree> read_pickle(std::string_view data, const PickleLimits& limits = {});
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

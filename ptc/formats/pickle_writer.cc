@@ -2,7 +2,7 @@
 
 #include "ptc/base/endian.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 void PickleWriter::global(std::string_view module, std::string_view name) {
   out_ += 'c';
@@ -41,4 +41,4 @@ void PickleWriter::integer(int64_t v) {
   }
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

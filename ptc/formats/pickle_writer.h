@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace ptc {
+namespace ptcfs::formats {
 
 class PickleWriter {
  public:
@@ -52,4 +52,4 @@ class PickleWriter {
   std::string out_;
 };
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

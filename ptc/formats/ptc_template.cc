@@ -5,7 +5,7 @@
 
 #include "ptc/base/json_util.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 using nlohmann::json;
 
@@ -331,8 +331,9 @@ json rule_to_json(const TemplateRule& r) {
   return j;
 }
 
-Result<Ptc> infer_ptc(const PtcTemplate& t, const std::vector<TensorInfo>& tensors, const Parallelism& parallelism,
-                      const std::string& where, const HfConfig* config, std::vector<std::string>* skipped) {
+Result<ptc::Ptc> infer_ptc(const PtcTemplate& t, const std::vector<TensorInfo>& tensors,
+                           const ptc::Parallelism& parallelism, const std::string& where, const HfConfig* config,
+                           std::vector<std::string>* skipped) {
   json specs = json::object();
   std::vector<std::string> unmatched, mismatched;
   std::vector<bool> used(t.rules.size(), false);
@@ -356,7 +357,7 @@ Result<Ptc> infer_ptc(const PtcTemplate& t, const std::vector<TensorInfo>& tenso
       continue;
     }
     json spec = rule->fields;
-    spec["dtype"] = std::string(dtype_name(tensor.dtype));
+    spec["dtype"] = std::string(ptc::dtype_name(tensor.dtype));
     spec["shape"] = tensor.shape;
     if (layer) {
       spec["layer"] = *layer;
@@ -393,9 +394,9 @@ Result<Ptc> infer_ptc(const PtcTemplate& t, const std::vector<TensorInfo>& tenso
   const json doc = {{"parallelism", {{"tp", parallelism.tp}, {"pp", parallelism.pp}, {"dp", parallelism.dp}}},
                     {"num_layers", layers},
                     {"tensors", std::move(specs)}};
-  PTC_ASSIGN_OR_RETURN(Ptc ptc, parse_ptc_json(doc.dump(), where + " (with template '" + t.name + "')"));
-  PTC_RETURN_IF_ERROR(validate_tensor_names(ptc.tensors).with_context(where));
+  PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::parse_ptc_json(doc.dump(), where + " (with template '" + t.name + "')"));
+  PTC_RETURN_IF_ERROR(ptc::validate_tensor_names(ptc.tensors).with_context(where));
   return ptc;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

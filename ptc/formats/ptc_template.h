@@ -34,7 +34,7 @@
 #include "ptc/formats/hf_config.h"
 #include "ptc/model.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 struct TemplateRule {
   std::string match;
@@ -67,8 +67,8 @@ nlohmann::json rule_to_json(const TemplateRule& r);
 
 struct TensorInfo {
   std::string name;
-  DType dtype = DType::F32;
-  Shape shape;
+  ptc::DType dtype = ptc::DType::F32;
+  ptc::Shape shape;
 };
 
 // The PTC the template gives `tensors` at `parallelism`: num_layers is the largest layer
@@ -76,8 +76,8 @@ struct TensorInfo {
 // (`where` names the checkpoint). Skipped tensors are left out (their names in `skipped`).
 // `config`, the checkpoint's config.json when it has one, gives the rules' heads and is
 // checked against their shapes: the error lists every tensor whose shape differs.
-Result<Ptc> infer_ptc(const PtcTemplate& t, const std::vector<TensorInfo>& tensors, const Parallelism& parallelism,
-                      const std::string& where, const HfConfig* config = nullptr,
-                      std::vector<std::string>* skipped = nullptr);
+Result<ptc::Ptc> infer_ptc(const PtcTemplate& t, const std::vector<TensorInfo>& tensors,
+                           const ptc::Parallelism& parallelism, const std::string& where,
+                           const HfConfig* config = nullptr, std::vector<std::string>* skipped = nullptr);
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

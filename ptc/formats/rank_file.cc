@@ -6,10 +6,10 @@
 
 #include "ptc/plan.h"
 
-namespace ptcfs {
+namespace ptcfs::formats {
 
-ptc::Result<std::vector<size_t>> match_rank_header(const ptc::Layout& layout, const ptc::ShardId& shard,
-                                                   const ptc::SafetensorsHeader& header, const std::string& path) {
+Result<std::vector<size_t>> match_rank_header(const ptc::Layout& layout, const ptc::ShardId& shard,
+                                              const SafetensorsHeader& header, const std::string& path) {
   std::vector<size_t> entry_of_slice;
   std::map<std::string_view, size_t> by_name;
   for (size_t i = 0; i < header.entries.size(); ++i) by_name[header.entries[i].name] = i;
@@ -17,29 +17,29 @@ ptc::Result<std::vector<size_t>> match_rank_header(const ptc::Layout& layout, co
     const auto& spec = layout.tensor(sl);
     auto it = by_name.find(spec.name);
     if (it == by_name.end())
-      return ptc::invalid(path + ": tensor '" + spec.name + "' is missing (ptc.json places it in shard " +
-                          shard.name() + ")");
+      return invalid(path + ": tensor '" + spec.name + "' is missing (ptc.json places it in shard " + shard.name() +
+                     ")");
     const auto& e = header.entries[it->second];
     if (e.dtype != spec.dtype)
-      return ptc::invalid(path + ": tensor '" + spec.name + "' has dtype " + ptc::dtype_name(e.dtype) +
-                          " but ptc.json says " + ptc::dtype_name(spec.dtype));
+      return invalid(path + ": tensor '" + spec.name + "' has dtype " + ptc::dtype_name(e.dtype) +
+                     " but ptc.json says " + ptc::dtype_name(spec.dtype));
     if (e.shape != sl.local_shape)
-      return ptc::invalid(path + ": tensor '" + spec.name + "' has shape " + ptc::shape_string(e.shape) +
-                          " but shard " + shard.name() + " of " + layout.parallelism().to_string() +
-                          " holds a slice of shape " + ptc::shape_string(sl.local_shape));
+      return invalid(path + ": tensor '" + spec.name + "' has shape " + ptc::shape_string(e.shape) + " but shard " +
+                     shard.name() + " of " + layout.parallelism().to_string() + " holds a slice of shape " +
+                     ptc::shape_string(sl.local_shape));
     entry_of_slice.push_back(it->second);
     by_name.erase(it);
   }
   if (!by_name.empty()) {
     const std::string name(by_name.begin()->first);
-    if (!layout.ptc().find(name)) return ptc::invalid(path + ": tensor '" + name + "' is not in ptc.json");
-    return ptc::invalid(path + ": tensor '" + name + "' does not belong to shard " + shard.name() +
-                        " (wrong pipeline stage)");
+    if (!layout.ptc().find(name)) return invalid(path + ": tensor '" + name + "' is not in ptc.json");
+    return invalid(path + ": tensor '" + name + "' does not belong to shard " + shard.name() +
+                   " (wrong pipeline stage)");
   }
   return entry_of_slice;
 }
 
-ptc::Result<PaddingRanges> layout_padding(const ptc::Layout& layout) {
+Result<PaddingRanges> layout_padding(const ptc::Layout& layout) {
   // The fills of the layout's plan onto itself are exactly its padding.
   PTC_ASSIGN_OR_RETURN(ptc::Plan self, ptc::make_plan(layout, layout, ptc::Holdings::single_node(layout, layout)));
   PaddingRanges out(layout.shards().size());
@@ -55,4 +55,4 @@ ptc::Result<PaddingRanges> layout_padding(const ptc::Layout& layout) {
   return out;
 }
 
-}  // namespace ptcfs
+}  // namespace ptcfs::formats

@@ -11,7 +11,7 @@
 #include "ptc/base/endian.h"
 #include "ptc/base/json_util.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 namespace {
 
 using json = nlohmann::json;
@@ -19,8 +19,8 @@ using json = nlohmann::json;
 std::string range_string(uint64_t b, uint64_t e) { return "[" + std::to_string(b) + ", " + std::to_string(e) + ")"; }
 
 // Bytes of `shape` elements of `dtype`; false on overflow of int64 (no file holds more).
-bool byte_size(DType dtype, const Shape& shape, uint64_t& out) {
-  int64_t n = static_cast<int64_t>(dtype_size(dtype));
+bool byte_size(ptc::DType dtype, const ptc::Shape& shape, uint64_t& out) {
+  int64_t n = static_cast<int64_t>(ptc::dtype_size(dtype));
   for (int64_t d : shape)
     if (d < 0 || __builtin_mul_overflow(n, d, &n)) return false;
   out = static_cast<uint64_t>(n);
@@ -47,7 +47,7 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const json& v, uin
   e.name = name;
   const json& dt = v["dtype"];
   if (!dt.is_string()) return corrupt(where + "dtype is a JSON " + dt.type_name() + ", not a string");
-  auto parsed = parse_dtype(dt.get<std::string>());
+  auto parsed = ptc::parse_dtype(dt.get<std::string>());
   if (!parsed) return corrupt(where + parsed.status().message());
   e.dtype = *parsed;
 
@@ -67,10 +67,10 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const json& v, uin
 
   uint64_t need;
   if (!byte_size(e.dtype, e.shape, need))
-    return corrupt(where + std::string(dtype_name(e.dtype)) + " " + shape_string(e.shape) + " is too large");
+    return corrupt(where + std::string(ptc::dtype_name(e.dtype)) + " " + ptc::shape_string(e.shape) + " is too large");
   if (e.end - e.begin != need)
     return corrupt(where + "data_offsets " + range_string(e.begin, e.end) + " hold " + std::to_string(e.end - e.begin) +
-                   " bytes but " + dtype_name(e.dtype) + " " + shape_string(e.shape) + " needs " +
+                   " bytes but " + ptc::dtype_name(e.dtype) + " " + ptc::shape_string(e.shape) + " needs " +
                    std::to_string(need));
   if (e.end > data_size)
     return corrupt(where + "data_offsets " + range_string(e.begin, e.end) + " run past the data area of " +
@@ -192,9 +192,10 @@ Result<SafetensorsLayout> layout_safetensors(const std::vector<TensorDecl>& tens
     if (!valid_utf8(t.name)) return invalid("tensor name '" + t.name + "' is not valid UTF-8");
     uint64_t n;
     if (!byte_size(t.dtype, t.shape, n) || n > static_cast<uint64_t>(INT64_MAX) - offset)
-      return invalid("tensor '" + t.name + "': shape " + shape_string(t.shape) + " is negative or too large");
+      return invalid("tensor '" + t.name + "': shape " + ptc::shape_string(t.shape) + " is negative or too large");
     SafetensorsEntry e{t.name, t.dtype, t.shape, offset, offset + n};
-    h[t.name] = {{"data_offsets", json::array({e.begin, e.end})}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}};
+    h[t.name] = {
+        {"data_offsets", json::array({e.begin, e.end})}, {"dtype", ptc::dtype_name(t.dtype)}, {"shape", t.shape}};
     offset = e.end;
     out.entries.push_back(std::move(e));
   }
@@ -215,4 +216,4 @@ Result<SafetensorsLayout> layout_safetensors(const std::vector<TensorDecl>& tens
   return out;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

@@ -19,12 +19,12 @@
 #include "ptc/dtype.h"
 #include "ptc/region.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 struct SafetensorsEntry {
   std::string name;
-  DType dtype;
-  Shape shape;
+  ptc::DType dtype;
+  ptc::Shape shape;
   uint64_t begin = 0, end = 0;  // byte range in the data area
 };
 
@@ -63,12 +63,12 @@ struct SafetensorsLayout {
 
 struct TensorDecl {
   std::string name;
-  DType dtype;
-  Shape shape;
+  ptc::DType dtype;
+  ptc::Shape shape;
 };
 
 // Lays out a file holding `tensors` in the given order. Names must be unique (kInvalidArgument).
 Result<SafetensorsLayout> layout_safetensors(const std::vector<TensorDecl>& tensors,
                                              const std::map<std::string, std::string>& metadata = {});
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

@@ -7,7 +7,7 @@
 #include "ptc/base/endian.h"
 #include "ptc/formats/pickle_writer.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 namespace {
 
 constexpr uint32_t kMax32 = 0xFFFFFFFFu;
@@ -95,7 +95,7 @@ void central_entry(std::string& out, const Record& r) {
   out += extra;
 }
 
-std::string data_pkl(DType dtype, const Shape& shape) {
+std::string data_pkl(ptc::DType dtype, const ptc::Shape& shape) {
   PickleWriter w;
   w.global("torch._utils", "_rebuild_tensor_v3");
   w.mark();
@@ -104,7 +104,7 @@ std::string data_pkl(DType dtype, const Shape& shape) {
   w.global("torch.storage", "UntypedStorage");
   w.str("0");
   w.str("cpu");
-  w.integer(num_elements(shape) * static_cast<int64_t>(dtype_size(dtype)));
+  w.integer(ptc::num_elements(shape) * static_cast<int64_t>(ptc::dtype_size(dtype)));
   w.tuple();
   w.persid();
   w.integer(0);  // storage offset
@@ -124,37 +124,37 @@ std::string data_pkl(DType dtype, const Shape& shape) {
 
 }  // namespace
 
-const char* torch_dtype_name(DType d) {
+const char* torch_dtype_name(ptc::DType d) {
   switch (d) {
-    case DType::F64:
+    case ptc::DType::F64:
       return "float64";
-    case DType::F32:
+    case ptc::DType::F32:
       return "float32";
-    case DType::F16:
+    case ptc::DType::F16:
       return "float16";
-    case DType::BF16:
+    case ptc::DType::BF16:
       return "bfloat16";
-    case DType::I64:
+    case ptc::DType::I64:
       return "int64";
-    case DType::I32:
+    case ptc::DType::I32:
       return "int32";
-    case DType::I16:
+    case ptc::DType::I16:
       return "int16";
-    case DType::I8:
+    case ptc::DType::I8:
       return "int8";
-    case DType::U8:
+    case ptc::DType::U8:
       return "uint8";
-    case DType::BOOL:
+    case ptc::DType::BOOL:
       return "bool";
-    case DType::F8_E4M3:
+    case ptc::DType::F8_E4M3:
       return "float8_e4m3fn";
-    case DType::F8_E5M2:
+    case ptc::DType::F8_E5M2:
       return "float8_e5m2";
-    case DType::U16:
+    case ptc::DType::U16:
       return "uint16";
-    case DType::U32:
+    case ptc::DType::U32:
       return "uint32";
-    case DType::U64:
+    case ptc::DType::U64:
       return "uint64";
   }
   return "uint8";
@@ -176,9 +176,9 @@ uint32_t crc32(const void* data, size_t n) {
   return c ^ 0xFFFFFFFFu;
 }
 
-TorchArchive torch_tensor_archive(DType dtype, const Shape& shape) {
+TorchArchive torch_tensor_archive(ptc::DType dtype, const ptc::Shape& shape) {
   TorchArchive a;
-  a.data_bytes = static_cast<uint64_t>(num_elements(shape)) * dtype_size(dtype);
+  a.data_bytes = static_cast<uint64_t>(ptc::num_elements(shape)) * ptc::dtype_size(dtype);
   const std::string pkl = data_pkl(dtype, shape);
   const std::string_view small[][2] = {
       {"archive/data.pkl", pkl}, {"archive/byteorder", "little"}, {"archive/version", "3\n"}};
@@ -222,4 +222,4 @@ TorchArchive torch_tensor_archive(DType dtype, const Shape& shape) {
   return a;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

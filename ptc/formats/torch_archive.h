@@ -14,7 +14,7 @@
 #include "ptc/dtype.h"
 #include "ptc/region.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 struct TorchArchive {
   std::string head;
@@ -23,12 +23,12 @@ struct TorchArchive {
   uint64_t size() const { return head.size() + data_bytes + tail.size(); }
 };
 
-TorchArchive torch_tensor_archive(DType dtype, const Shape& shape);
+TorchArchive torch_tensor_archive(ptc::DType dtype, const ptc::Shape& shape);
 
 // torch's name of a dtype ("float32", "bfloat16", "float8_e4m3fn", ...).
-const char* torch_dtype_name(DType d);
+const char* torch_dtype_name(ptc::DType d);
 
 // CRC-32 (ISO-HDLC, as ZIP uses) of n bytes.
 uint32_t crc32(const void* data, size_t n);
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

@@ -9,7 +9,7 @@
 #include "ptc/formats/pickle_reader.h"
 #include "ptc/formats/torch_archive.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 namespace {
 
 constexpr uint32_t kEocdSig = 0x06054b50, kLocatorSig = 0x07064b50, kEocd64Sig = 0x06064b50;
@@ -18,13 +18,13 @@ constexpr uint32_t kMax32 = 0xFFFFFFFFu;
 constexpr size_t kMaxDims = 64;
 
 // The legacy typed storages torch.save names for dtypes that have one (_rebuild_tensor_v2).
-constexpr std::pair<std::string_view, DType> kTypedStorages[] = {
-    {"DoubleStorage", DType::F64},    {"FloatStorage", DType::F32}, {"HalfStorage", DType::F16},
-    {"BFloat16Storage", DType::BF16}, {"LongStorage", DType::I64},  {"IntStorage", DType::I32},
-    {"ShortStorage", DType::I16},     {"CharStorage", DType::I8},   {"ByteStorage", DType::U8},
-    {"BoolStorage", DType::BOOL}};
+constexpr std::pair<std::string_view, ptc::DType> kTypedStorages[] = {
+    {"DoubleStorage", ptc::DType::F64},    {"FloatStorage", ptc::DType::F32}, {"HalfStorage", ptc::DType::F16},
+    {"BFloat16Storage", ptc::DType::BF16}, {"LongStorage", ptc::DType::I64},  {"IntStorage", ptc::DType::I32},
+    {"ShortStorage", ptc::DType::I16},     {"CharStorage", ptc::DType::I8},   {"ByteStorage", ptc::DType::U8},
+    {"BoolStorage", ptc::DType::BOOL}};
 
-bool typed_storage(const PickleValue& g, DType& out) {
+bool typed_storage(const PickleValue& g, ptc::DType& out) {
   if (g.kind != PickleKind::kGlobal || g.text != "torch") return false;
   for (const auto& [name, dt] : kTypedStorages) {
     if (g.name == name) {
@@ -36,7 +36,7 @@ bool typed_storage(const PickleValue& g, DType& out) {
 }
 
 bool allowed_global(const PickleValue& g) {
-  DType dt;
+  ptc::DType dt;
   return (g.text == "torch._utils" && (g.name == "_rebuild_tensor_v2" || g.name == "_rebuild_tensor_v3")) ||
          (g.text == "torch.storage" && g.name == "UntypedStorage") || typed_storage(g, dt) ||
          (g.text == "torch" && dtype_from_torch_name(g.name, dt)) ||
@@ -223,7 +223,7 @@ Result<Rebuild> interpret(const PickleTree& t, const std::string& where) {
   const std::vector<PickleId>& a = t[root.args].items;
   const size_t n = v3 ? 7 : 6;
   if (a.size() != n && a.size() != n + 1) return bad("rebuilds with " + std::to_string(a.size()) + " arguments");
-  const auto ints = [&](PickleId id, Shape& out, const char* what) -> Status {
+  const auto ints = [&](PickleId id, ptc::Shape& out, const char* what) -> Status {
     if (t[id].kind != PickleKind::kTuple) return bad(std::string(what) + " is a " + t.describe(id));
     if (t[id].items.size() > kMaxDims) return bad(std::string(what) + " has more than 64 dims");
     for (PickleId x : t[id].items) {
@@ -246,11 +246,11 @@ Result<Rebuild> interpret(const PickleTree& t, const std::string& where) {
     return bad("has a persistent id that is not ('storage', class, key, location, numel)");
   }
   r.key = t[s[2]].text;
-  DType storage_dtype = DType::U8;
+  ptc::DType storage_dtype = ptc::DType::U8;
   const bool typed = typed_storage(t[s[1]], storage_dtype);
   if (!typed && !t.is_global(s[1], "torch.storage", "UntypedStorage"))
     return bad("has a storage of " + t.describe(s[1]));
-  if (!mul(static_cast<uint64_t>(t[s[4]].integer), typed ? dtype_size(storage_dtype) : 1, r.storage_bytes)) {
+  if (!mul(static_cast<uint64_t>(t[s[4]].integer), typed ? ptc::dtype_size(storage_dtype) : 1, r.storage_bytes)) {
     return bad("has a storage of more than 2^64 bytes");
   }
   if (v3) {
@@ -298,9 +298,9 @@ bool extent(const TorchTensorItem& t, uint64_t& out) {
 
 }  // namespace
 
-bool dtype_from_torch_name(std::string_view name, DType& out) {
-  for (int i = 0; i <= static_cast<int>(DType::U64); ++i) {
-    const auto d = static_cast<DType>(i);
+bool dtype_from_torch_name(std::string_view name, ptc::DType& out) {
+  for (int i = 0; i <= static_cast<int>(ptc::DType::U64); ++i) {
+    const auto d = static_cast<ptc::DType>(i);
     if (name == torch_dtype_name(d)) {
       out = d;
       return true;
@@ -356,21 +356,21 @@ Result<TorchTensorItem> read_torch_tensor_item(uint64_t item_length, const ReadA
     return z.bad("storage record " + record + " holds " + std::to_string(r.t.data_length) + " bytes, its storage " +
                  std::to_string(r.storage_bytes));
   }
-  const size_t item = dtype_size(r.t.dtype);
+  const size_t item = ptc::dtype_size(r.t.dtype);
   uint64_t numel_bytes = item, span = 0, needed = 0;
   for (int64_t d : r.t.shape) {
     if (!mul(numel_bytes, static_cast<uint64_t>(d), numel_bytes)) numel_bytes = ~uint64_t{0};
   }
   if (numel_bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return z.bad("a tensor " + shape_string(r.t.shape) + " of 2^63 bytes or more");
+    return z.bad("a tensor " + ptc::shape_string(r.t.shape) + " of 2^63 bytes or more");
   }
   if (!extent(r.t, span) || (span > 0 && (__builtin_add_overflow(span, r.t.storage_offset, &needed) ||
                                           !mul(needed, item, needed) || needed > r.t.data_length))) {
-    return z.bad("the tensor " + shape_string(r.t.shape) + " with stride " + shape_string(r.t.stride) +
+    return z.bad("the tensor " + ptc::shape_string(r.t.shape) + " with stride " + ptc::shape_string(r.t.stride) +
                  " from storage offset " + std::to_string(r.t.storage_offset) + " runs past its storage of " +
                  std::to_string(r.t.data_length) + " bytes");
   }
   return r.t;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

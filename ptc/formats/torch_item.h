@@ -25,15 +25,15 @@
 #include "ptc/dtype.h"
 #include "ptc/region.h"
 
-namespace ptc {
+namespace ptcfs::formats {
 
 struct TorchTensorItem {
-  DType dtype = DType::F32;
-  Shape shape, stride;          // stride in elements, all >= 0
+  ptc::DType dtype = ptc::DType::F32;
+  ptc::Shape shape, stride;     // stride in elements, all >= 0
   uint64_t storage_offset = 0;  // in elements, of the tensor's first element in the storage
   // The storage record's bytes (the whole storage, which may be larger than the tensor), as a
   // range of the item: the element at index i lies at data_offset + (storage_offset +
-  // sum(i[d] * stride[d])) * dtype_size(dtype).
+  // sum(i[d] * stride[d])) * ptc::dtype_size(dtype).
   uint64_t data_offset = 0, data_length = 0;
 };
 
@@ -48,6 +48,6 @@ Result<TorchTensorItem> read_torch_tensor_item(uint64_t item_length, const ReadA
 
 // The inverse of torch_dtype_name (ptc/formats/torch_archive.h): "float32" -> F32; false for a
 // name that is not one of ptcfs's dtypes.
-bool dtype_from_torch_name(std::string_view name, DType& out);
+bool dtype_from_torch_name(std::string_view name, ptc::DType& out);
 
-}  // namespace ptc
+}  // namespace ptcfs::formats

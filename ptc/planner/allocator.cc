@@ -9,7 +9,7 @@
 #include "ptc/base/json_util.h"
 #include "ptc/planner/planner.h"
 
-namespace ptc {
+namespace ptcfs::planner {
 
 using nlohmann::json;
 
@@ -384,4 +384,4 @@ Result<Allocation> allocate_options(const std::vector<std::string>& names, std::
   return out;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

@@ -41,7 +41,7 @@
 
 #include "ptc/planner/cost_model.h"
 
-namespace ptc {
+namespace ptcfs::planner {
 
 // The global batches a job accepts: every batch in [min, max], or only those listed.
 struct BatchChoice {
@@ -140,4 +140,4 @@ Result<Allocation> allocate_throughput(const std::vector<JobSpec>& jobs, int gpu
 Result<Allocation> allocate_options(const std::vector<std::string>& names, std::vector<std::vector<JobOption>> options,
                                     int gpus);
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

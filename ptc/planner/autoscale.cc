@@ -7,7 +7,7 @@
 #include "ptc/base/json_util.h"
 #include "ptc/planner/planner.h"
 
-namespace ptc {
+namespace ptcfs::planner {
 
 using nlohmann::json;
 
@@ -270,4 +270,4 @@ std::optional<std::string> latest_step(const std::vector<std::string>& steps) {
   return *std::max_element(steps.begin(), steps.end(), step_before);
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

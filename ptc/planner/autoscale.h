@@ -28,7 +28,7 @@
 #include "ptc/planner/allocator.h"
 #include "ptc/planner/makespan.h"
 
-namespace ptc {
+namespace ptcfs::planner {
 
 struct QueueEntry {
   JobSpec spec;  // spec.name is the queue name
@@ -118,4 +118,4 @@ Changes changes(const std::vector<Decision>& next, const std::map<std::string, D
 // The latest of a job's steps: by number when both are decimal numbers, else by name.
 std::optional<std::string> latest_step(const std::vector<std::string>& steps);
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

@@ -5,7 +5,7 @@
 #include <cassert>
 #include <cmath>
 
-namespace ptc {
+namespace ptcfs::planner {
 
 namespace {
 
@@ -511,4 +511,4 @@ StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c) {
   return s;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

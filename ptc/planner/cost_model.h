@@ -42,7 +42,7 @@
 
 #include "ptc/planner/model_spec.h"
 
-namespace ptc {
+namespace ptcfs::planner {
 
 struct ParallelConfig {
   int tp = 1, pp = 1, dp = 1;
@@ -147,4 +147,4 @@ struct StepEstimate {
 };
 StepEstimate estimate_step(const ModelSpec& m, const ParallelConfig& c);
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <set>
 
-namespace ptc {
+namespace ptcfs::planner {
 
 namespace {
 
@@ -252,4 +252,4 @@ Result<Schedule> schedule_from_solution(const MakespanMilp& m, const std::vector
   return serial_schedule(names, options, picked, order, gpus);
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

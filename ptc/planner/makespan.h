@@ -33,7 +33,7 @@
 #include "ptc/planner/allocator.h"
 #include "ptc/planner/milp.h"
 
-namespace ptc {
+namespace ptcfs::planner {
 
 struct TimedOption {
   JobOption option;
@@ -106,4 +106,4 @@ Result<Schedule> schedule_from_solution(const MakespanMilp& m, const std::vector
                                         const std::vector<std::vector<TimedOption>>& options, int gpus,
                                         const std::vector<double>& values);
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

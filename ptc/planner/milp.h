@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace ptc {
+namespace ptcfs::planner {
 
 struct MilpColumn {
   std::string name;
@@ -56,4 +56,4 @@ inline bool milp_feasible(const Milp& m, const std::vector<double>& x, double to
   return true;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

@@ -7,7 +7,7 @@
 
 #include "ptc/base/json_util.h"
 
-namespace ptc {
+namespace ptcfs::planner {
 
 using nlohmann::json;
 
@@ -168,4 +168,4 @@ Result<ModelSpec> parse_model_json(std::string_view text, const std::string& whe
   return parse_model_spec(j, where);
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

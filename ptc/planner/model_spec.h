@@ -29,7 +29,7 @@
 
 #include "ptc/base/status.h"
 
-namespace ptc {
+namespace ptcfs::planner {
 
 // Which activations the backward pass recomputes instead of keeping (Korthikanti et al.
 // 2022): nothing, the attention core (QK^T, softmax, dropout, attention over V), or each
@@ -117,4 +117,4 @@ Result<ModelSpec> parse_model_json(std::string_view text, const std::string& whe
 // The same for a parsed object (a job's "model" in JOBS.json).
 Result<ModelSpec> parse_model_spec(const nlohmann::json& j, const std::string& where);
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

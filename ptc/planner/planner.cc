@@ -5,7 +5,7 @@
 #include <string>
 #include <tuple>
 
-namespace ptc {
+namespace ptcfs::planner {
 
 namespace {
 
@@ -178,4 +178,4 @@ Result<std::vector<Candidate>> plan_parallelism(const ModelSpec& m, int gpus) {
   return out;
 }
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

@@ -23,7 +23,7 @@
 
 #include "ptc/planner/cost_model.h"
 
-namespace ptc {
+namespace ptcfs::planner {
 
 struct Candidate {
   ParallelConfig config;
@@ -57,4 +57,4 @@ Result<std::vector<Candidate>> plan_parallelism(const ModelSpec& m, int gpus);
 // What `repartition --gpus` and the autoscaler plan with.
 ModelSpec as_stored(ModelSpec m);
 
-}  // namespace ptc
+}  // namespace ptcfs::planner

@@ -40,7 +40,7 @@ struct Daemons {
   std::vector<json> asked;  // (daemon, request) in order
   std::function<void(const json&)> on_repartition;
   Controller::Call call() {
-    return [this](const std::string& daemon, const json& req) -> ptc::Result<json> {
+    return [this](const std::string& daemon, const json& req) -> Result<json> {
       {
         std::lock_guard lock(mu);
         asked.push_back({{"daemon", daemon}, {"req", req}});
@@ -50,7 +50,7 @@ struct Daemons {
         if (on_repartition) on_repartition(req);
         return json{{"unchanged", false}};
       }
-      return ptc::invalid("unexpected op");
+      return invalid("unexpected op");
     };
   }
 };
@@ -61,17 +61,18 @@ Controller make(const EtcdProcess& etcd, Daemons& d, const std::string& id) {
   o.id = id;
   o.gpus = 4;
   o.lease_ttl_s = 3;
-  auto decide = [](const std::vector<ptc::QueueEntry>& q, int gpus, const std::map<std::string, ptc::Decision>& s) {
-    return ptc::decide_throughput(q, gpus, s);
+  auto decide = [](const std::vector<planner::QueueEntry>& q, int gpus,
+                   const std::map<std::string, planner::Decision>& s) {
+    return planner::decide_throughput(q, gpus, s);
   };
   return Controller(o, client(etcd), decide, d.call());
 }
 
 // What the policy decides for the queue {a} on 4 GPUs: the oracle the written decision must equal.
-ptc::Decision expected() {
-  auto e = ptc::parse_queue_entry(kEntry, "a", "queue/a");
+planner::Decision expected() {
+  auto e = planner::parse_queue_entry(kEntry, "a", "queue/a");
   REQUIRE(e.is_ok());
-  auto d = ptc::decide_throughput({*e}, 4);
+  auto d = planner::decide_throughput({*e}, 4);
   REQUIRE(d.is_ok());
   REQUIRE(d->size() == 1);
   return d->front();
@@ -91,12 +92,12 @@ TEST_CASE("one pass repartitions the latest committed step and writes the policy
   REQUIRE(done.is_ok());
   CHECK(*done);
 
-  const ptc::Decision want = expected();
+  const planner::Decision want = expected();
   REQUIRE_FALSE(want.queued);
   auto stored = admin->get(kP + "/decision/a");
   REQUIRE(stored.is_ok());
   REQUIRE(stored->has_value());
-  auto sd = ptc::parse_stored_decision((*stored)->value, "a", "decision/a");
+  auto sd = planner::parse_stored_decision((*stored)->value, "a", "decision/a");
   REQUIRE(sd.is_ok());
   CHECK(sd->decision == want);
   CHECK(sd->step == "200");  // 300 is still being saved
@@ -138,7 +139,7 @@ TEST_CASE("a controller finds another leading and does nothing", "[autoscale]") 
   Controller c = make(etcd, d, "c1");
   auto done = c.once();
   REQUIRE_FALSE(done.is_ok());
-  CHECK(done.status().code() == ptc::Code::kUnavailable);
+  CHECK(done.status().code() == Code::kUnavailable);
   CHECK(done.status().message() == R"({"id": "other"} holds /as/leader; nothing done)");
   CHECK(d.asked.empty());
   auto stored = admin->get(kP + "/decision/a");
@@ -159,7 +160,7 @@ TEST_CASE("a controller whose lead is taken during its pass writes no decision",
   Controller c = make(etcd, d, "c1");
   auto done = c.once();
   REQUIRE_FALSE(done.is_ok());
-  CHECK(done.status().code() == ptc::Code::kUnavailable);
+  CHECK(done.status().code() == Code::kUnavailable);
   CHECK_THAT(done.status().message(), Catch::Contains("c1 lost the lead of /as/leader during its pass"));
   auto stored = admin->get(kP + "/decision/a");
   REQUIRE(stored.is_ok());

@@ -7,11 +7,12 @@
 #include "../ptc/planner/makespan_support.h"
 #include "ptc/planner/makespan.h"
 
-using namespace ptc;
-using ptc::testing::brute_force_makespan;
-using ptc::testing::expect_valid_schedule;
-using ptc::testing::timed;
+using namespace ptcfs;
+using namespace ptcfs::planner;
 using ptcfs::cli::solve_milp_glpk;
+using ptcfs::planner::testing::brute_force_makespan;
+using ptcfs::planner::testing::expect_valid_schedule;
+using ptcfs::planner::testing::timed;
 
 namespace {
 

@@ -28,7 +28,7 @@ TEST_CASE("sizes: what is not a size is refused, saying why", "[size]") {
                           "5KBB", "1234567890123456789"}) {
     auto r = parse_size(bad);
     REQUIRE_FALSE(r.is_ok());
-    CHECK(r.status().code() == ptc::Code::kInvalidArgument);
+    CHECK(r.status().code() == ptcfs::Code::kInvalidArgument);
     CHECK_THAT(r.status().message(), Catch::Contains("is not a size"));
   }
   CHECK(parse_size("0GB").status().message() == "the size must be more than 0, got '0GB'");

@@ -14,6 +14,7 @@
 #include "client/gpu/upload.h"
 #include "client/gpu/upload_plan.h"
 
+using namespace ptcfs;
 using namespace ptcfs::gpu;
 
 namespace {
@@ -27,13 +28,13 @@ class HostDevice final : public Device {
   size_t slots() const override { return staging_.size(); }
   uint64_t slot_bytes() const override { return slot_bytes_; }
   std::byte* staging(size_t i) override { return staging_[i].data(); }
-  ptc::Status wait(size_t) override { return ptc::Status::ok(); }
-  ptc::Status copy(size_t i, const Chunk& c, const std::byte* host, std::byte* dst) override {
+  Status wait(size_t) override { return Status::ok(); }
+  Status copy(size_t i, const Chunk& c, const std::byte* host, std::byte* dst) override {
     REQUIRE(host == staging_[i].data());
     if (c.direct()) {
       std::memcpy(dst + c.segments[0].dst, host, c.len);
       ++direct;
-      return ptc::Status::ok();
+      return Status::ok();
     }
     std::vector<unsigned char> scratch(c.len);
     std::memcpy(scratch.data(), host, c.len);
@@ -41,13 +42,13 @@ class HostDevice final : public Device {
       for (uint64_t t = 0; t < 4; ++t)
         copy_segment_share(s, scratch.data(), reinterpret_cast<unsigned char*>(dst), t, 4);
     ++gathered;
-    return ptc::Status::ok();
+    return Status::ok();
   }
-  ptc::Status zero(std::byte* dst, uint64_t len) override {
+  Status zero(std::byte* dst, uint64_t len) override {
     std::memset(dst, 0, len);
-    return ptc::Status::ok();
+    return Status::ok();
   }
-  ptc::Status finish() override { return ptc::Status::ok(); }
+  Status finish() override { return Status::ok(); }
   size_t direct = 0, gathered = 0;
 
  private:
@@ -273,22 +274,22 @@ TEST_CASE("a source file that fails a pread is an error naming the chunk, not a 
 
   // Cut short behind our back: the last chunk reads past the end.
   REQUIRE(::ftruncate(files.files[0].fd, (2 << 20) + 4096) == 0);
-  ptc::Status s = run_upload(plan, got.data(), dev, copier, nullptr, files.files);
-  CHECK(s.code() == ptc::Code::kCorrupt);
+  Status s = run_upload(plan, got.data(), dev, copier, nullptr, files.files);
+  CHECK(s.code() == Code::kCorrupt);
   CHECK(s.message().starts_with("staging chunk 3 of 3: reading source 0 by pread: pread at offset "));
 
   // A descriptor that is not open.
   ::close(files.files[0].fd);
   files.files[0].fd = -1;
   s = run_upload(plan, got.data(), dev, copier, nullptr, files.files);
-  CHECK(s.code() == ptc::Code::kIo);
+  CHECK(s.code() == Code::kIo);
   CHECK(s.message().starts_with("staging chunk 1 of 3: reading source 0 by pread: pread of "));
   CHECK(s.message().ends_with(std::strerror(EBADF)));
 
   // Files that do not hold the chunks' bytes (a wrong mapping): refused before any read.
   const std::vector<SourceFile> elsewhere{SourceFile{got.data(), got.size(), -1}};
   s = run_upload(plan, got.data(), dev, copier, nullptr, elsewhere);
-  CHECK(s.code() == ptc::Code::kInternal);
+  CHECK(s.code() == Code::kInternal);
   CHECK(s.message() == "staging chunk 1 of 3: reading source 0 by pread: the chunk lies outside the source's mapping");
 }
 
@@ -308,6 +309,6 @@ TEST_CASE("PTCFS_GPU_STAGE picks the staging: pread by default, copy, else an er
   CHECK(*with("pread") == Stage::kPread);
   const auto bad = with("mmap");
   REQUIRE(!bad);
-  CHECK(bad.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(bad.status().code() == Code::kInvalidArgument);
   CHECK(bad.status().message() == "PTCFS_GPU_STAGE must be copy or pread, not 'mmap'");
 }

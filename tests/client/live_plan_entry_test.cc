@@ -53,20 +53,20 @@ std::vector<Bytes> rank_bytes(const nlohmann::json& plan) {
 }
 
 // The cluster plan's min_transfer_bytes for one node per rank, computed apart from the entry.
-uint64_t cluster_min(const char* ptc_json, ptc::Parallelism from, ptc::Parallelism to) {
-  auto p = ptc::parse_ptc_json(ptc_json, "ptc.json");
+uint64_t cluster_min(const char* ptc_json, ptcfs::ptc::Parallelism from, ptcfs::ptc::Parallelism to) {
+  auto p = ptcfs::ptc::parse_ptc_json(ptc_json, "ptc.json");
   REQUIRE(p.is_ok());
-  auto lf = ptc::Layout::make(*p, from);
-  auto lt = ptc::Layout::make(*p, to);
+  auto lf = ptcfs::ptc::Layout::make(*p, from);
+  auto lt = ptcfs::ptc::Layout::make(*p, to);
   REQUIRE((lf.is_ok() && lt.is_ok()));
-  ptc::ClusterConfig c;
+  ptcfs::ptc::ClusterConfig c;
   const int world = std::max(from.world(), to.world());
   for (int r = 0; r < world; ++r) c.nodes.push_back({"n" + std::to_string(r), "a:" + std::to_string(r), 1});
-  ptc::ClusterHoldings h;
+  ptcfs::ptc::ClusterHoldings h;
   h.num_nodes = world;
-  h.src_nodes = *ptc::shard_nodes(*lf, c);
-  h.dst_nodes = *ptc::shard_nodes(*lt, c);
-  return ptc::min_transfer_bytes(*lf, *lt, h);
+  h.src_nodes = *ptcfs::ptc::shard_nodes(*lf, c);
+  h.dst_nodes = *ptcfs::ptc::shard_nodes(*lt, c);
+  return ptcfs::ptc::min_transfer_bytes(*lf, *lt, h);
 }
 
 }  // namespace

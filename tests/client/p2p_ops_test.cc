@@ -19,7 +19,7 @@ P2POp recv(int peer, uint64_t bytes) { return {peer, false, buf, bytes}; }
 std::string refusal(const std::vector<P2POp>& ops, int rank, int nranks) {
   auto s = check_round(ops.data(), ops.size(), rank, nranks);
   REQUIRE_FALSE(s.is_ok());
-  CHECK(s.code() == ptc::Code::kInvalidArgument);
+  CHECK(s.code() == ptcfs::Code::kInvalidArgument);
   return s.message();
 }
 

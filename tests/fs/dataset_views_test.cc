@@ -10,6 +10,7 @@
 #include "ptc/formats/mmidx.h"
 #include "tests/fs/fake_dataset.h"
 
+using namespace ptcfs;
 using namespace ptcfs::fs;
 using namespace ptcfs::fs::testing;
 
@@ -105,9 +106,9 @@ TEST_CASE("a Megatron rank file is a .bin of its sequences and an .idx naming ea
   CHECK(files.size() == 5);  // state.json, dp{0,1}.{bin,idx}
   CHECK(whole(*files.at("dp0.bin")) == seqs[4] + seqs[0]);
   CHECK(whole(*files.at("dp1.bin")) == seqs[2] + seqs[3]);
-  CHECK(whole(*files.at("dp0.idx")) == ptc::render_mmidx(4, {4, 8}));
-  CHECK(whole(*files.at("dp1.idx")) == ptc::render_mmidx(4, {12, 8}));
-  auto idx = ptc::parse_mmidx(whole(*files.at("dp1.idx")), files.at("dp1.bin")->size(), "dp1.idx");
+  CHECK(whole(*files.at("dp0.idx")) == formats::render_mmidx(4, {4, 8}));
+  CHECK(whole(*files.at("dp1.idx")) == formats::render_mmidx(4, {12, 8}));
+  auto idx = formats::parse_mmidx(whole(*files.at("dp1.idx")), files.at("dp1.bin")->size(), "dp1.idx");
   REQUIRE(idx.is_ok());
   CHECK(idx->dtype_code == 4);
   CHECK(idx->offsets == std::vector<uint64_t>{0, 12});

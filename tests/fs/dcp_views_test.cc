@@ -12,6 +12,7 @@
 #include "ptc/formats/dcp_reader.h"
 #include "tests/fs/fake_step.h"
 
+using namespace ptcfs;
 using namespace ptcfs::fs;
 using namespace ptcfs::fs::testing;
 
@@ -23,7 +24,7 @@ std::map<std::string, std::shared_ptr<const View>> views_of(const std::shared_pt
   return out;
 }
 
-const ptc::DcpItem& item(const ptc::DcpMetadata& md, const std::string& fqn) {
+const formats::DcpItem& item(const formats::DcpMetadata& md, const std::string& fqn) {
   for (const auto& it : md.items)
     if (it.fqn == fqn) return it;
   FAIL("no item " << fqn);
@@ -36,8 +37,8 @@ TEST_CASE("a replicated tensor's chunk is shown from a shard this node holds") {
   auto all = std::make_shared<FakeStep>(1);
   auto part = std::make_shared<FakeStep>(1);
   part->unavailable = {"tp0-pp1"};  // final_norm (replicated, last stage) is held here by tp1-pp1 only
-  auto md_all = ptc::parse_dcp_metadata(read_all(*views_of(all).at(".metadata")), "all");
-  auto md_part = ptc::parse_dcp_metadata(read_all(*views_of(part).at(".metadata")), "part");
+  auto md_all = formats::parse_dcp_metadata(read_all(*views_of(all).at(".metadata")), "all");
+  auto md_part = formats::parse_dcp_metadata(read_all(*views_of(part).at(".metadata")), "part");
   REQUIRE(md_all.is_ok());
   REQUIRE(md_part.is_ok());
   const auto& a = item(*md_all, "final_norm");

@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <map>
 
-using ptc::Code;
+using ptcfs::Code;
 using ptcfs::fs::to_errno;
 
 namespace {
@@ -39,7 +39,7 @@ TEST_CASE("every status code maps to the errno it means"){
     auto it = expected_errno().find(Code::e);                       \
     INFO("code " << name << " has no expected errno in this test"); \
     REQUIRE(it != expected_errno().end());                          \
-    CHECK(to_errno(ptc::Status(Code::e, "x")) == it->second);       \
+    CHECK(to_errno(ptcfs::Status(Code::e, "x")) == it->second);     \
   }
     PTC_STATUS_CODES(PTC_ERRNO_CASE)
 #undef PTC_ERRNO_CASE
@@ -54,7 +54,7 @@ TEST_CASE("the expected table has one row per status code and no more") {
 }
 
 TEST_CASE("an OK status maps to 0 and the message does not change the errno") {
-  CHECK(to_errno(ptc::Status::ok()) == 0);
-  CHECK(to_errno(ptc::not_found("step 'gpt/100' does not exist")) == ENOENT);
-  CHECK(to_errno(ptc::io_error("reading blob", ENOSPC)) == EIO);
+  CHECK(to_errno(ptcfs::Status::ok()) == 0);
+  CHECK(to_errno(ptcfs::not_found("step 'gpt/100' does not exist")) == ENOENT);
+  CHECK(to_errno(ptcfs::io_error("reading blob", ENOSPC)) == EIO);
 }

@@ -30,12 +30,12 @@ class FakeDataset final : public DatasetContent {
   int64_t mtime() const override { return 1700000100; }
   const std::vector<uint32_t>& order() const override { return order_; }
   uint64_t record_bytes(uint32_t sample) const override { return records_.at(sample).size(); }
-  ptc::Status read_records(const std::vector<Piece>& pieces, ReadBuffer& out) const override {
+  Status read_records(const std::vector<Piece>& pieces, ReadBuffer& out) const override {
     for (const auto& p : pieces) {
-      if (p.off + p.len > records_.at(p.sample).size()) return ptc::internal("read past the end of a record");
+      if (p.off + p.len > records_.at(p.sample).size()) return internal("read past the end of a record");
       out.add_mem(records_.at(p.sample).data() + p.off, p.len);
     }
-    return ptc::Status::ok();
+    return Status::ok();
   }
 
  private:

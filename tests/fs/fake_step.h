@@ -119,18 +119,19 @@ class FakeStep final : public StepContent {
   const ptc::Layout& layout() const override { return layout_; }
   uint64_t version() const override { return version_; }
   int64_t mtime() const override { return mtime_; }
-  ptc::Status read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
-                         ReadBuffer& out) const override {
-    if (unavailable.count(shard.name())) return ptc::unavailable("shard " + shard.name() + " is not held on this node");
+  Status read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
+                    ReadBuffer& out) const override {
+    if (unavailable.count(shard.name()))
+      return ptcfs::unavailable("shard " + shard.name() + " is not held on this node");
     const auto& sl = layout_.slices(shard).at(slice);
-    if (off + len > layout_.bytes(sl)) return ptc::internal("read past the end of a stored slice");
+    if (off + len > layout_.bytes(sl)) return internal("read past the end of a stored slice");
     const auto& stored = stored_.at({shard.t, sl.tensor});
     if (!stored) {
       out.add_zeros(len);
     } else {
       out.add_mem(stored->data() + off, len);
     }
-    return ptc::Status::ok();
+    return Status::ok();
   }
 
   bool holds(const ptc::ShardId& shard) const override { return !unavailable.count(shard.name()); }

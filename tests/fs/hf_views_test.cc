@@ -14,6 +14,7 @@
 #include "ptc/formats/safetensors.h"
 #include "tests/fs/fake_step.h"
 
+using namespace ptcfs;
 using namespace ptcfs::fs;
 using namespace ptcfs::fs::testing;
 
@@ -43,7 +44,7 @@ TEST_CASE("the hf view splits by size in name order and holds every tensor whole
     INFO(name);
     REQUIRE(files.count(name));
     const std::string& bytes = files.at(name);
-    auto h = ptc::parse_safetensors(bytes, bytes.size(), name);
+    auto h = formats::parse_safetensors(bytes, bytes.size(), name);
     REQUIRE(h.is_ok());
     CHECK(h->metadata == std::map<std::string, std::string>{{"format", "pt"}});
     REQUIRE(h->entries.size() == groups[k].size());
@@ -58,7 +59,7 @@ TEST_CASE("the hf view splits by size in name order and holds every tensor whole
   }
   {  // emb.weight is stored padded to 8 rows; its file holds the 2 rows of the model
     const std::string& first = files.at("model-00001-of-00004.safetensors");
-    auto h = ptc::parse_safetensors(first, first.size(), "first");
+    auto h = formats::parse_safetensors(first, first.size(), "first");
     REQUIRE(h.is_ok());
     CHECK(h->entries.at(0).shape == ptc::Shape{2, 3});
     CHECK(h->entries.at(0).dtype == ptc::DType::I16);

@@ -148,7 +148,7 @@ TEST_CASE("copying a file range past the end of its file is kCorrupt, not short 
   b.add_fd(file.fd(), 2, 5);
   std::vector<std::byte> dst(5);
   const auto st = b.copy_to(dst.data());
-  CHECK(st.code() == ptc::Code::kCorrupt);
+  CHECK(st.code() == ptcfs::Code::kCorrupt);
   CHECK(st.message() == "blob shorter than its metadata says");
 }
 
@@ -160,7 +160,7 @@ TEST_CASE("copying from a closed descriptor is kIo") {
   ReadBuffer b;
   b.add_fd(fds[0], 0, 1);
   std::byte dst[1];
-  CHECK(b.copy_to(dst).code() == ptc::Code::kIo);
+  CHECK(b.copy_to(dst).code() == ptcfs::Code::kIo);
 }
 
 TEST_CASE("a read buffer keeps its owners alive until it is destroyed") {

@@ -14,6 +14,7 @@
 #include "tests/fs/fake_dataset.h"
 #include "tests/fs/fake_step.h"
 
+using namespace ptcfs;
 using namespace ptcfs::fs;
 using namespace ptcfs::fs::testing;
 
@@ -24,10 +25,10 @@ class FakeWriteFile final : public WriteFile {
  public:
   explicit FakeWriteFile(uint64_t size) : size_(size) {}
   uint64_t size() const override { return size_; }
-  ptc::Result<uint64_t> open_writer() override { return uint64_t{1}; }
-  ptc::Status write(uint64_t, uint64_t, const void*, size_t) override { return ptc::Status::ok(); }
-  ptc::Status truncate(uint64_t, uint64_t) override { return ptc::Status::ok(); }
-  ptc::Status flush(uint64_t) override { return ptc::Status::ok(); }
+  Result<uint64_t> open_writer() override { return uint64_t{1}; }
+  Status write(uint64_t, uint64_t, const void*, size_t) override { return Status::ok(); }
+  Status truncate(uint64_t, uint64_t) override { return Status::ok(); }
+  Status flush(uint64_t) override { return Status::ok(); }
   void release(uint64_t) override {}
 
  private:

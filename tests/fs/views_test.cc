@@ -13,6 +13,7 @@
 #include "ptc/formats/safetensors.h"
 #include "tests/fs/fake_step.h"
 
+using namespace ptcfs;
 using namespace ptcfs::fs;
 using namespace ptcfs::fs::testing;
 using ptc::DType;
@@ -52,16 +53,16 @@ void check_reads(const View& v, const std::string& expected) {
 
 // The safetensors file of a shard, built independently of the view: the canonical header of
 // its tensors in name order, then their slices.
-std::string expected_safetensors(const std::vector<std::pair<ptc::TensorDecl, std::string>>& tensors) {
+std::string expected_safetensors(const std::vector<std::pair<formats::TensorDecl, std::string>>& tensors) {
   auto sorted = tensors;
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first.name < b.first.name; });
-  std::vector<ptc::TensorDecl> decls;
+  std::vector<formats::TensorDecl> decls;
   std::string data;
   for (const auto& [d, bytes] : sorted) {
     decls.push_back(d);
     data += bytes;
   }
-  auto l = ptc::layout_safetensors(decls);
+  auto l = formats::layout_safetensors(decls);
   REQUIRE(l.is_ok());
   return l->header + data;
 }
@@ -95,7 +96,7 @@ TEST_CASE("a shard view is the canonical safetensors header followed by the slic
     const auto& layout = c->layout();
     for (const auto& shard : layout.shards()) {
       INFO(shard.name());
-      std::vector<std::pair<ptc::TensorDecl, std::string>> tensors;
+      std::vector<std::pair<formats::TensorDecl, std::string>> tensors;
       for (const auto& sl : layout.slices(shard))
         tensors.push_back({{layout.tensor(sl).name, layout.tensor(sl).dtype, sl.local_shape},
                            slice_bytes(shard.t, sl.tensor, layout.bytes(sl))});
@@ -111,7 +112,7 @@ TEST_CASE("a shard view's data offsets name each tensor's slice") {
   auto v = shard_safetensors_view(c, ShardId{0, 1});
   REQUIRE(v);
   const std::string file = read(*v, 0, v->size());
-  auto h = ptc::parse_safetensors(file, file.size(), "tp0-pp1.safetensors");
+  auto h = formats::parse_safetensors(file, file.size(), "tp0-pp1.safetensors");
   REQUIRE(h.is_ok());
   REQUIRE(h->entries.size() == 3);
   CHECK(h->entries[0].name == "final_norm");
@@ -148,7 +149,7 @@ TEST_CASE("a slice npy view is the npy header of the local shape followed by the
   for (const auto& k : cases) {
     INFO(k.shard.name() << " slice " << k.slice);
     auto v = slice_npy_view(c, k.shard, k.slice);
-    const std::string expected = ptc::npy_header(k.dtype, k.shape) + k.body;
+    const std::string expected = formats::npy_header(k.dtype, k.shape) + k.body;
     CHECK(v->size() == 128 + k.body.size());
     check_reads(*v, expected);
   }
@@ -170,7 +171,7 @@ TEST_CASE("a full npy view is the logical tensor assembled from the covering sli
   for (const auto& k : cases) {
     INFO("tensor " << k.tensor);
     auto v = full_npy_view(c, k.tensor);
-    const std::string expected = ptc::npy_header(k.dtype, k.shape) + logical(k.tensor);
+    const std::string expected = formats::npy_header(k.dtype, k.shape) + logical(k.tensor);
     CHECK(v->size() == 128 + logical(k.tensor).size());
     check_reads(*v, expected);
   }
@@ -182,10 +183,10 @@ TEST_CASE("views report the version they read, and the bytes view none") {
   CHECK(slice_npy_view(c, ShardId{0, 0}, 1)->version() == 42);
   CHECK(full_npy_view(c, kQkv)->version() == 42);
   CHECK(bytes_view("{}\n")->version() == 0);
-  CHECK(shard_safetensors_view(c, ShardId{0, 0})->kind() == ptc::metrics::ViewKind::kRankFile);
-  CHECK(slice_npy_view(c, ShardId{0, 0}, 1)->kind() == ptc::metrics::ViewKind::kSliceNpy);
-  CHECK(full_npy_view(c, kQkv)->kind() == ptc::metrics::ViewKind::kFullNpy);
-  CHECK(bytes_view("{}\n")->kind() == ptc::metrics::ViewKind::kMetadata);
+  CHECK(shard_safetensors_view(c, ShardId{0, 0})->kind() == metrics::ViewKind::kRankFile);
+  CHECK(slice_npy_view(c, ShardId{0, 0}, 1)->kind() == metrics::ViewKind::kSliceNpy);
+  CHECK(full_npy_view(c, kQkv)->kind() == metrics::ViewKind::kFullNpy);
+  CHECK(bytes_view("{}\n")->kind() == metrics::ViewKind::kMetadata);
 }
 
 TEST_CASE("a view keeps reading the version it was built on after its last other owner lets go") {
@@ -210,9 +211,9 @@ TEST_CASE("a slice read that fails fails the view's read with its code") {
   auto shard = shard_safetensors_view(c, ShardId{1, 1});
   REQUIRE(shard);
   ReadBuffer b;
-  CHECK(shard->read(0, shard->size(), b).code() == ptc::Code::kUnavailable);
+  CHECK(shard->read(0, shard->size(), b).code() == Code::kUnavailable);
   ReadBuffer header_only;  // the header is the view's own: no slice is read
   CHECK(shard->read(0, 8, header_only).is_ok());
   ReadBuffer full;  // layers.1.dense is covered by tp0-pp1 and tp1-pp1
-  CHECK(full_npy_view(c, kDense)->read(0, 128 + 32, full).code() == ptc::Code::kUnavailable);
+  CHECK(full_npy_view(c, kDense)->read(0, 128 + 32, full).code() == Code::kUnavailable);
 }

@@ -10,16 +10,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const auto text = ptcfs::fuzz::view(data + 1, size - 1);
   if (data[0] % 3 == 1) {
-    auto c = ptc::parse_cluster_json(text, "cluster.json");
+    auto c = ptcfs::ptc::parse_cluster_json(text, "cluster.json");
     if (c) (void)c->total_gpus();
   } else if (data[0] % 3 == 2) {
-    auto c = ptc::parse_hf_config(text, "config.json");
+    auto c = ptcfs::formats::parse_hf_config(text, "config.json");
     if (c)
       for (const char* e :
            {"num_attention_heads*head_dim", "num_key_value_heads*head_dim*hidden_size", "3*hidden_size"})
-        (void)ptc::eval_config_product(*c, e, "fuzz");
+        (void)ptcfs::formats::eval_config_product(*c, e, "fuzz");
   } else {
-    (void)ptc::parse_model_json(text, "model.json");
+    (void)ptcfs::planner::parse_model_json(text, "model.json");
   }
   return 0;
 }

@@ -17,10 +17,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto n = decode_data_json_length(p, h->length);
     if (!n) return 0;
     if (*n > h->length - 4) __builtin_trap();  // the JSON lies inside the frame
-    (void)ptc::parse_json_lenient(ptcfs::fuzz::view(p + 4, std::min<size_t>(*n, body - 4)));
+    (void)ptcfs::parse_json_lenient(ptcfs::fuzz::view(p + 4, std::min<size_t>(*n, body - 4)));
     return 0;
   }
-  auto j = ptc::parse_json(ptcfs::fuzz::view(p, body), "request");
-  if (j && j->is_object()) (void)ptc::member_string_or(*j, "op", "");
+  auto j = ptcfs::parse_json(ptcfs::fuzz::view(p, body), "request");
+  if (j && j->is_object()) (void)ptcfs::member_string_or(*j, "op", "");
   return 0;
 }

@@ -4,8 +4,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto in = ptcfs::fuzz::view(data, size);
-  auto whole = ptc::parse_npy(in, size, "fuzz.npy");
-  auto head = ptc::parse_npy_header(in, "fuzz.npy");
+  auto whole = ptcfs::formats::parse_npy(in, size, "fuzz.npy");
+  auto head = ptcfs::formats::parse_npy_header(in, "fuzz.npy");
   if (whole && (!head || whole->data_start > size)) __builtin_trap();  // the file check implies the header's
   return 0;
 }

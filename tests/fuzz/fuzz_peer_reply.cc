@@ -19,7 +19,7 @@ using namespace ptcfs;
 // What the watch does with (key, text): a record that decodes must encode back to the same
 // record (the codec loses nothing it accepted); one that does not is skipped.
 void watch(const std::string& key, std::string_view text) {
-  const auto value = ptc::parse_json_lenient(text);
+  const auto value = parse_json_lenient(text);
   const std::string nodes = "/ptcfs/nodes/";
   if (key.rfind(nodes, 0) == 0) {
     const std::string id = key.substr(nodes.size());
@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   for (const char* key : {"/ptcfs/steps/j/1", "/ptcfs/datasets/j/d", "/ptcfs/nodes/n0"}) watch(key, in);
-  const auto j = ptc::parse_json_lenient(in);
+  const auto j = parse_json_lenient(in);
   if (j.is_discarded()) return 0;
   (void)prepare_request_from_json(j);
   (void)prepare_reply_from_json(j, "reply");

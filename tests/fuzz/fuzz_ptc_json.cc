@@ -4,11 +4,11 @@
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto ptc = ptc::parse_ptc_json(ptcfs::fuzz::view(data, size), "ptc.json");
+  auto ptc = ptcfs::ptc::parse_ptc_json(ptcfs::fuzz::view(data, size), "ptc.json");
   if (!ptc) return 0;
-  (void)ptc::ptc_to_json(*ptc);
+  (void)ptcfs::ptc::ptc_to_json(*ptc);
   for (const auto& par : ptcfs::fuzz::kConfigs) {
-    auto layout = ptc::Layout::make(*ptc, par);
+    auto layout = ptcfs::ptc::Layout::make(*ptc, par);
     if (!layout) continue;
     uint64_t bytes = 0;
     for (const auto& shard : layout->shards())

@@ -4,7 +4,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto in = ptcfs::fuzz::view(data, size);
-  auto h = ptc::parse_safetensors(in, size, "fuzz.safetensors");
+  auto h = ptcfs::formats::parse_safetensors(in, size, "fuzz.safetensors");
   if (!h) return 0;
   uint64_t total = 0;
   for (const auto& e : h->entries) total += e.end - e.begin;  // accepted ranges lie in the file

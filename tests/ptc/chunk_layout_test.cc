@@ -7,7 +7,8 @@
 
 #include "ptc/layout.h"
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
 
 namespace {
 

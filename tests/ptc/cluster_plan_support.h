@@ -32,29 +32,31 @@ using ClusterCopyRow = std::array<int64_t, 11>;
 // {tensor, dst_shard, dst_slice, dst_node, dst_lo, len}
 using ClusterFillRow = std::array<int64_t, 6>;
 
-inline std::vector<TransferRow> transfer_rows(const ptc::Plan& p) {
+inline std::vector<TransferRow> transfer_rows(const ptcfs::ptc::Plan& p) {
   std::vector<TransferRow> out;
-  for (const ptc::Transfer& t : p.transfers)
+  for (const ptcfs::ptc::Transfer& t : p.transfers)
     out.push_back({t.tensor, t.src_node, t.dst_node, t.src_shard, t.src_slice, t.src_lo, t.glo, t.len,
                    static_cast<int64_t>(t.bytes)});
   return out;
 }
 
-inline std::vector<ClusterCopyRow> cluster_copy_rows(const ptc::Plan& p) {
+inline std::vector<ClusterCopyRow> cluster_copy_rows(const ptcfs::ptc::Plan& p) {
   std::vector<ClusterCopyRow> out;
-  for (const ptc::Copy& c : p.copies)
+  for (const ptcfs::ptc::Copy& c : p.copies)
     out.push_back({c.tensor, c.src_shard, c.src_slice, c.src_node, c.dst_shard, c.dst_slice, c.dst_node, c.src_lo,
                    c.dst_lo, c.len, c.transfer});
   return out;
 }
 
-inline std::vector<ClusterFillRow> cluster_fill_rows(const ptc::Plan& p) {
+inline std::vector<ClusterFillRow> cluster_fill_rows(const ptcfs::ptc::Plan& p) {
   std::vector<ClusterFillRow> out;
-  for (const ptc::Fill& f : p.fills) out.push_back({f.tensor, f.dst_shard, f.dst_slice, f.dst_node, f.dst_lo, f.len});
+  for (const ptcfs::ptc::Fill& f : p.fills)
+    out.push_back({f.tensor, f.dst_shard, f.dst_slice, f.dst_node, f.dst_lo, f.len});
   return out;
 }
 
-inline ptc::Plan cluster_plan_of(const ptc::Layout& from, const ptc::Layout& to, const ptc::ClusterHoldings& h) {
+inline ptcfs::ptc::Plan cluster_plan_of(const ptcfs::ptc::Layout& from, const ptcfs::ptc::Layout& to,
+                                        const ptcfs::ptc::ClusterHoldings& h) {
   auto r = make_cluster_plan(from, to, h);
   INFO(r.status().to_string());
   REQUIRE(r.is_ok());
@@ -66,8 +68,8 @@ inline bool holds(const std::vector<int>& nodes, int n) {
 }
 
 // Bytes [lo, lo + len) along the slab dimension of a buffer of geometry g, row by row.
-inline void copy_slab(const std::byte* src, const ptc::SlabGeometry& gs, int64_t src_lo, std::byte* dst,
-                      const ptc::SlabGeometry& gd, int64_t dst_lo, int64_t len) {
+inline void copy_slab(const std::byte* src, const ptcfs::ptc::SlabGeometry& gs, int64_t src_lo, std::byte* dst,
+                      const ptcfs::ptc::SlabGeometry& gd, int64_t dst_lo, int64_t len) {
   const auto n = static_cast<size_t>(len) * gd.inner;
   for (uint64_t r = 0; r < gd.rows; ++r) {
     const uint64_t s = (r * static_cast<uint64_t>(gs.extent) + static_cast<uint64_t>(src_lo)) * gs.inner;
@@ -80,13 +82,13 @@ inline void copy_slab(const std::byte* src, const ptc::SlabGeometry& gs, int64_t
 }
 
 // Whether a piece of an old shard on `node` covers any of [glo, glo + len) of tensor `ti`.
-inline bool node_holds_any(const ptc::Layout& from, const ptc::ClusterHoldings& h, int node, size_t ti, int64_t glo,
-                           int64_t len) {
-  const int k = ptc::slab_dim(from.ptc().tensors[ti]);
+inline bool node_holds_any(const ptcfs::ptc::Layout& from, const ptcfs::ptc::ClusterHoldings& h, int node, size_t ti,
+                           int64_t glo, int64_t len) {
+  const int k = ptcfs::ptc::slab_dim(from.ptc().tensors[ti]);
   for (size_t s = 0; s < from.shards().size(); ++s) {
     const int j = from.find_slice(from.shards()[s], ti);
     if (j < 0 || !holds(h.src_nodes[s], node)) continue;
-    for (const ptc::Piece& pc : from.slices(from.shards()[s])[static_cast<size_t>(j)].pieces) {
+    for (const ptcfs::ptc::Piece& pc : from.slices(from.shards()[s])[static_cast<size_t>(j)].pieces) {
       const int64_t lo = k < 0 ? 0 : pc.global.lo[k], hi = k < 0 ? 1 : pc.global.hi[k];
       if (lo < glo + len && glo < hi) return true;
     }
@@ -98,8 +100,8 @@ inline bool node_holds_any(const ptc::Layout& from, const ptc::ClusterHoldings& 
 // its slab from its source slice once; every instance (new shard d on node n) is built from
 // the copies and fills with dst_node n. Returns "" when every instance equals the oracle's
 // slices, every byte written exactly once, and the byte counts add up; else the first problem.
-inline std::string execution_problem(const ptc::Layout& from, const ptc::Layout& to, const ptc::ClusterHoldings& h,
-                                     const ptc::Plan& plan) {
+inline std::string execution_problem(const ptcfs::ptc::Layout& from, const ptcfs::ptc::Layout& to,
+                                     const ptcfs::ptc::ClusterHoldings& h, const ptcfs::ptc::Plan& plan) {
   const auto full = full_tensors(from.ptc());
   const Buffers src = oracle(from, full), want = oracle(to, full);
   const auto& tensors = from.ptc().tensors;
@@ -108,19 +110,19 @@ inline std::string execution_problem(const ptc::Layout& from, const ptc::Layout&
 
   std::vector<Bytes> sent;
   for (size_t i = 0; i < plan.transfers.size(); ++i) {
-    const ptc::Transfer& t = plan.transfers[i];
+    const ptcfs::ptc::Transfer& t = plan.transfers[i];
     const std::string at = "transfer " + std::to_string(i);
     if (t.src_shard >= fs.size() || t.src_slice >= from.slices(fs[t.src_shard]).size()) return at + ": out of range";
-    const ptc::Slice& ss = from.slices(fs[t.src_shard])[t.src_slice];
+    const ptcfs::ptc::Slice& ss = from.slices(fs[t.src_shard])[t.src_slice];
     if (ss.tensor != t.tensor) return at + ": tensor differs from its source slice's";
     if (!holds(h.src_nodes[t.src_shard], t.src_node)) return at + ": src_node does not hold the source shard";
     if (t.src_node == t.dst_node || t.dst_node < 0 || t.dst_node >= h.num_nodes) return at + ": bad dst_node";
-    const ptc::SlabGeometry g = ptc::slab_geometry(tensors[t.tensor], ss.local_shape);
+    const ptcfs::ptc::SlabGeometry g = ptcfs::ptc::slab_geometry(tensors[t.tensor], ss.local_shape);
     if (t.len <= 0 || t.src_lo < 0 || t.src_lo + t.len > g.extent) return at + ": slab outside its source slice";
     // glo is where src_lo lies in the global tensor, and the slab stays inside one piece.
-    const int k = ptc::slab_dim(tensors[t.tensor]);
+    const int k = ptcfs::ptc::slab_dim(tensors[t.tensor]);
     bool in_piece = false;
-    for (const ptc::Piece& pc : ss.pieces) {
+    for (const ptcfs::ptc::Piece& pc : ss.pieces) {
       const int64_t llo = k < 0 ? 0 : pc.local.lo[k], lhi = k < 0 ? 1 : pc.local.hi[k];
       const int64_t glo = k < 0 ? 0 : pc.global.lo[k];
       if (llo <= t.src_lo && t.src_lo + t.len <= lhi && t.glo == glo + (t.src_lo - llo)) in_piece = true;
@@ -140,12 +142,12 @@ inline std::string execution_problem(const ptc::Layout& from, const ptc::Layout&
   uint64_t total = 0, local = 0, fill = 0;
   for (uint32_t d = 0; d < ts.size(); ++d)
     for (int n : h.dst_nodes[d])
-      for (const ptc::Slice& sl : to.slices(ts[d])) {
+      for (const ptcfs::ptc::Slice& sl : to.slices(ts[d])) {
         got[{d, n}].emplace_back(to.bytes(sl), std::byte{0xCD});
         writes[{d, n}].emplace_back(to.bytes(sl), 0);
         total += to.bytes(sl);
       }
-  auto count = [&](std::vector<uint8_t>& w, const ptc::SlabGeometry& g, int64_t lo, int64_t len) {
+  auto count = [&](std::vector<uint8_t>& w, const ptcfs::ptc::SlabGeometry& g, int64_t lo, int64_t len) {
     for (uint64_t r = 0; r < g.rows; ++r)
       for (uint64_t b = 0; b < static_cast<uint64_t>(len) * g.inner; ++b)
         ++w[(r * static_cast<uint64_t>(g.extent) + static_cast<uint64_t>(lo)) * g.inner + b];
@@ -153,16 +155,16 @@ inline std::string execution_problem(const ptc::Layout& from, const ptc::Layout&
   };
 
   for (size_t i = 0; i < plan.copies.size(); ++i) {
-    const ptc::Copy& c = plan.copies[i];
+    const ptcfs::ptc::Copy& c = plan.copies[i];
     const std::string at = "copy " + std::to_string(i);
     const auto key = std::make_pair(c.dst_shard, static_cast<int>(c.dst_node));
     if (!got.count(key) || c.dst_slice >= got[key].size()) return at + ": no such destination instance";
     if (c.src_shard >= fs.size() || c.src_slice >= from.slices(fs[c.src_shard]).size()) return at + ": out of range";
-    const ptc::Slice& ss = from.slices(fs[c.src_shard])[c.src_slice];
-    const ptc::Slice& ds = to.slices(ts[c.dst_shard])[c.dst_slice];
+    const ptcfs::ptc::Slice& ss = from.slices(fs[c.src_shard])[c.src_slice];
+    const ptcfs::ptc::Slice& ds = to.slices(ts[c.dst_shard])[c.dst_slice];
     if (ss.tensor != c.tensor || ds.tensor != c.tensor) return at + ": tensor differs from its slices'";
-    const ptc::SlabGeometry gd = ptc::slab_geometry(tensors[c.tensor], ds.local_shape);
-    ptc::SlabGeometry gs = ptc::slab_geometry(tensors[c.tensor], ss.local_shape);
+    const ptcfs::ptc::SlabGeometry gd = ptcfs::ptc::slab_geometry(tensors[c.tensor], ds.local_shape);
+    ptcfs::ptc::SlabGeometry gs = ptcfs::ptc::slab_geometry(tensors[c.tensor], ss.local_shape);
     const std::byte* from_bytes = src[c.src_shard][c.src_slice].data();
     int64_t lo = c.src_lo;
     if (c.transfer < 0) {
@@ -170,7 +172,7 @@ inline std::string execution_problem(const ptc::Layout& from, const ptc::Layout&
         return at + ": local copy from a shard its node does not hold";
     } else {
       if (static_cast<size_t>(c.transfer) >= plan.transfers.size()) return at + ": transfer out of range";
-      const ptc::Transfer& t = plan.transfers[static_cast<size_t>(c.transfer)];
+      const ptcfs::ptc::Transfer& t = plan.transfers[static_cast<size_t>(c.transfer)];
       if (t.dst_node != c.dst_node || t.src_node != c.src_node || t.src_shard != c.src_shard ||
           t.src_slice != c.src_slice || t.tensor != c.tensor)
         return at + ": does not match its transfer";
@@ -186,11 +188,11 @@ inline std::string execution_problem(const ptc::Layout& from, const ptc::Layout&
     if (c.transfer < 0) local += n;
   }
   for (size_t i = 0; i < plan.fills.size(); ++i) {
-    const ptc::Fill& f = plan.fills[i];
+    const ptcfs::ptc::Fill& f = plan.fills[i];
     const auto key = std::make_pair(f.dst_shard, static_cast<int>(f.dst_node));
     if (!got.count(key) || f.dst_slice >= got[key].size()) return "fill " + std::to_string(i) + ": no such instance";
-    const ptc::SlabGeometry gd =
-        ptc::slab_geometry(tensors[f.tensor], to.slices(ts[f.dst_shard])[f.dst_slice].local_shape);
+    const ptcfs::ptc::SlabGeometry gd =
+        ptcfs::ptc::slab_geometry(tensors[f.tensor], to.slices(ts[f.dst_shard])[f.dst_slice].local_shape);
     if (f.len <= 0 || f.dst_lo < 0 || f.dst_lo + f.len > gd.extent) return "fill " + std::to_string(i) + ": outside";
     copy_slab(nullptr, gd, 0, got[key][f.dst_slice].data(), gd, f.dst_lo, f.len);
     fill += count(writes[key][f.dst_slice], gd, f.dst_lo, f.len);
@@ -212,9 +214,9 @@ inline std::string execution_problem(const ptc::Layout& from, const ptc::Layout&
 }
 
 // Each old shard on a random set of nodes (sometimes none), each new shard on 1-3 distinct nodes.
-inline ptc::ClusterHoldings random_cluster_holdings(Rng& rng, const ptc::Layout& from, const ptc::Layout& to,
-                                                    int nodes) {
-  ptc::ClusterHoldings h;
+inline ptcfs::ptc::ClusterHoldings random_cluster_holdings(Rng& rng, const ptcfs::ptc::Layout& from,
+                                                           const ptcfs::ptc::Layout& to, int nodes) {
+  ptcfs::ptc::ClusterHoldings h;
   h.num_nodes = nodes;
   for (size_t s = 0; s < from.shards().size(); ++s) {
     std::vector<int> held;

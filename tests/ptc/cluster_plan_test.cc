@@ -14,7 +14,8 @@
 #include "plan_support.h"
 #include "ptc/cluster.h"
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
 using namespace plan_support;
 
 namespace {

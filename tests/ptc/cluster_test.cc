@@ -3,7 +3,8 @@
 
 #include "ptc/cluster.h"
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
 
 namespace {
 ClusterConfig parse_ok(const std::string& text) {

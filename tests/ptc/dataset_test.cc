@@ -6,7 +6,8 @@
 
 #include "ptc/dataset.h"
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
 
 namespace {
 std::vector<uint32_t> first10(const std::vector<uint32_t>& v) { return {v.begin(), v.begin() + 10}; }

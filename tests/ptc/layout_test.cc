@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
 
 namespace {
 

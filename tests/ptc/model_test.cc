@@ -7,7 +7,8 @@
 #include <initializer_list>
 #include <string>
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
 
 namespace {
 

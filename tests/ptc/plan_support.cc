@@ -13,7 +13,8 @@
 
 namespace plan_support {
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
 
 namespace {
 

@@ -27,22 +27,22 @@ namespace plan_support {
 // Fixtures
 
 // A PTC (tp = pp = dp = 1) with the given "tensors" JSON object and num_layers.
-ptc::Ptc ptc_of(const std::string& tensors_json, int layers = 0);
-ptc::Layout layout_of(const ptc::Ptc& p, int tp, int pp = 1, int dp = 1);
-ptc::Plan plan_of(const ptc::Layout& from, const ptc::Layout& to, const ptc::Holdings& h);
+ptcfs::ptc::Ptc ptc_of(const std::string& tensors_json, int layers = 0);
+ptcfs::ptc::Layout layout_of(const ptcfs::ptc::Ptc& p, int tp, int pp = 1, int dp = 1);
+ptcfs::ptc::Plan plan_of(const ptcfs::ptc::Layout& from, const ptcfs::ptc::Layout& to, const ptcfs::ptc::Holdings& h);
 // With Holdings::single_node(from, to).
-ptc::Plan plan_of(const ptc::Layout& from, const ptc::Layout& to);
+ptcfs::ptc::Plan plan_of(const ptcfs::ptc::Layout& from, const ptcfs::ptc::Layout& to);
 
 // A copy as {tensor, src_shard, src_slice, dst_shard, dst_slice, src_node, src_lo, dst_lo, len}.
 using CopyRow = std::array<int64_t, 9>;
 // A fill as {tensor, dst_shard, dst_slice, dst_lo, len}.
 using FillRow = std::array<int64_t, 5>;
 
-std::vector<CopyRow> copy_rows(const ptc::Plan& p);
-std::vector<FillRow> fill_rows(const ptc::Plan& p);
+std::vector<CopyRow> copy_rows(const ptcfs::ptc::Plan& p);
+std::vector<FillRow> fill_rows(const ptcfs::ptc::Plan& p);
 
 // Every field of two plans, compared.
-bool same_plan(const ptc::Plan& a, const ptc::Plan& b);
+bool same_plan(const ptcfs::ptc::Plan& a, const ptcfs::ptc::Plan& b);
 
 // ---------------------------------------------------------------------------------------
 // The oracle and the reference executor. A layout's bytes are kept per shard
@@ -54,17 +54,18 @@ using Buffers = std::vector<std::vector<Bytes>>;
 // The full logical tensors of `p`, in p.tensors order, filled with a hash of (tensor, offset)
 // so that a byte that lands in the wrong place (another element, another byte of the element,
 // another tensor) almost surely differs.
-std::vector<Bytes> full_tensors(const ptc::Ptc& p);
+std::vector<Bytes> full_tensors(const ptcfs::ptc::Ptc& p);
 
 // What every slice of `l` must hold: its pieces cut from the full tensors, padding zero.
-Buffers oracle(const ptc::Layout& l, const std::vector<Bytes>& full);
+Buffers oracle(const ptcfs::ptc::Layout& l, const std::vector<Bytes>& full);
 
 // Carries out a plan with memcpy and memset. Destination bytes start as 0xCD so that a byte
 // the plan forgets shows. Call only on plans plan_problem() accepts (runs are not bounds-checked).
-Buffers apply(const ptc::Layout& from, const ptc::Layout& to, const ptc::Plan& plan, const Buffers& src);
+Buffers apply(const ptcfs::ptc::Layout& from, const ptcfs::ptc::Layout& to, const ptcfs::ptc::Plan& plan,
+              const Buffers& src);
 
 // "" when equal, else where the first difference is.
-std::string first_difference(const ptc::Layout& l, const Buffers& got, const Buffers& want);
+std::string first_difference(const ptcfs::ptc::Layout& l, const Buffers& got, const Buffers& want);
 
 // ---------------------------------------------------------------------------------------
 // The write counter: everything a plan promises that can be checked without its bytes.
@@ -80,10 +81,10 @@ std::string first_difference(const ptc::Layout& l, const Buffers& got, const Buf
 //   that a source on the destination's node holds;
 // - with `single_node`, the source chosen at the start of each copy is the destination's own
 //   shard id when it covers that element, else the lowest covering shard index.
-std::string plan_problem(const ptc::Layout& from, const ptc::Layout& to, const ptc::Holdings& h, const ptc::Plan& plan,
-                         bool single_node);
+std::string plan_problem(const ptcfs::ptc::Layout& from, const ptcfs::ptc::Layout& to, const ptcfs::ptc::Holdings& h,
+                         const ptcfs::ptc::Plan& plan, bool single_node);
 // With Holdings::single_node(from, to) and single_node = true.
-std::string plan_problem(const ptc::Layout& from, const ptc::Layout& to, const ptc::Plan& plan);
+std::string plan_problem(const ptcfs::ptc::Layout& from, const ptcfs::ptc::Layout& to, const ptcfs::ptc::Plan& plan);
 
 // ---------------------------------------------------------------------------------------
 // Random PTCs and configs. Every generator is deterministic given the Rng's seed.
@@ -105,19 +106,20 @@ class Rng {
 // 1-4 tensors of rank 0-3 with small dimensions (occasionally 0): replicated, split, split
 // into fused parts, or split with padding; placed on the first, last or every stage, a stage
 // list, or by layer. Only PTCs the parser accepts (REQUIREd).
-ptc::Ptc random_ptc(Rng& rng);
+ptcfs::ptc::Ptc random_ptc(Rng& rng);
 
 // A random config Layout::make accepts (tp in {1, 2, 4, 8}, pp <= num_layers, dp 1-3), or none.
-std::optional<ptc::Layout> random_layout(Rng& rng, const ptc::Ptc& p);
+std::optional<ptcfs::ptc::Layout> random_layout(Rng& rng, const ptcfs::ptc::Ptc& p);
 
 // The PTC as JSON and the layouts' configs, for INFO.
-std::string describe(const ptc::Ptc& p, std::initializer_list<const ptc::Layout*> ls);
+std::string describe(const ptcfs::ptc::Ptc& p, std::initializer_list<const ptcfs::ptc::Layout*> ls);
 
 // Each source shard on a random set of nodes (empty with probability p_unheld), each
 // destination shard on a random node.
-ptc::Holdings random_holdings(Rng& rng, const ptc::Layout& from, const ptc::Layout& to, int nodes, double p_unheld);
+ptcfs::ptc::Holdings random_holdings(Rng& rng, const ptcfs::ptc::Layout& from, const ptcfs::ptc::Layout& to, int nodes,
+                                     double p_unheld);
 
 // Whether some destination element is held by no held source.
-bool some_element_unheld(const ptc::Layout& from, const ptc::Layout& to, const ptc::Holdings& h);
+bool some_element_unheld(const ptcfs::ptc::Layout& from, const ptcfs::ptc::Layout& to, const ptcfs::ptc::Holdings& h);
 
 }  // namespace plan_support

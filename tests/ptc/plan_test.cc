@@ -12,7 +12,8 @@
 
 #include "plan_support.h"
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
 using namespace plan_support;
 
 namespace {

@@ -7,7 +7,8 @@
 #include <random>
 #include <vector>
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
 
 namespace {
 

@@ -8,6 +8,7 @@
 #include "transport/auth.h"
 #include "transport/frame.h"
 
+using namespace ptcfs;
 using namespace ptcfs::transport;
 
 TEST_CASE("a proof depends on the secret, the role and both nonces", "[auth]") {
@@ -44,7 +45,7 @@ TEST_CASE("the secret file is trimmed and must hold at least 16 bytes", "[auth]"
   REQUIRE_FALSE(bad);
   CHECK(bad.status().message().find("at least 16 bytes") != std::string::npos);
   std::remove(path.c_str());
-  CHECK(read_secret_file(path).status().code() == ptc::Code::kNotFound);
+  CHECK(read_secret_file(path).status().code() == Code::kNotFound);
 }
 
 TEST_CASE("frame headers round-trip and refuse bad magic, versions, types and sizes", "[frame]") {
@@ -58,7 +59,7 @@ TEST_CASE("frame headers round-trip and refuse bad magic, versions, types and si
   CHECK(d->type == FrameType::kAuthOk);
   CHECK(d->length == 1234);
   CHECK(d->request_id == 99);
-  CHECK(decode_header(b.data(), 1233).status().code() == ptc::Code::kResourceExhausted);
+  CHECK(decode_header(b.data(), 1233).status().code() == Code::kResourceExhausted);
   auto bad = b;
   bad[0] = 'X';
   CHECK(decode_header(bad.data(), 2000).status().message().find("bad magic") != std::string::npos);

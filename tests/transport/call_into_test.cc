@@ -18,6 +18,7 @@
 #include "transport/backend.h"
 #include "transport/rpc.h"
 
+using namespace ptcfs;
 using namespace ptcfs::transport;
 using nlohmann::json;
 
@@ -41,8 +42,8 @@ const std::string& payload() {
 // spans that do not line up with the client's pieces; "peer.missing" with not_found;
 // "peer.plain" with a success that carries no bytes (a plain response frame).
 std::unique_ptr<RpcServer> serve_bytes() {
-  auto s = RpcServer::start("127.0.0.1:0", [](const json& r, const ProgressSink&) -> ptc::Result<Reply> {
-    if (r["op"] == "peer.missing") return ptc::not_found("no such slice");
+  auto s = RpcServer::start("127.0.0.1:0", [](const json& r, const ProgressSink&) -> Result<Reply> {
+    if (r["op"] == "peer.missing") return not_found("no such slice");
     if (r["op"] == "peer.plain") return Reply(json{{"plain", true}});
     const size_t n = r["n"].get<size_t>();
     Reply rep(json{{"n", n}});
@@ -64,7 +65,7 @@ struct Receiver {
   std::vector<std::pair<uint64_t, size_t>> placed, landed;
   IntoHooks hooks() {
     IntoHooks h;
-    h.place = [this](uint64_t off, size_t n) -> ptc::Result<std::byte*> {
+    h.place = [this](uint64_t off, size_t n) -> Result<std::byte*> {
       placed.emplace_back(off, n);
       return buf.data();
     };
@@ -72,7 +73,7 @@ struct Receiver {
       landed.emplace_back(off, n);
       if (got.size() < off + n) got.resize(off + n);
       std::memcpy(got.data() + off, p, n);
-      return ptc::Status::ok();
+      return Status::ok();
     };
     return h;
   }
@@ -157,7 +158,7 @@ TEST_CASE("call_into: a success without the bytes asked for is kCorrupt, unless 
   CHECK(*none == json{{"plain", true}});
   CHECK_FALSE((*c)->broken());
   auto r = (*c)->call_into(json{{"op", "peer.plain"}}, 10, rx.hooks());
-  CHECK(r.status().code() == ptc::Code::kCorrupt);
+  CHECK(r.status().code() == Code::kCorrupt);
   CHECK(r.status().message() == "daemon at " + server->address() + " answered without the 10 bytes asked for");
   CHECK(rx.placed.empty());
   CHECK(rx.landed.empty());
@@ -196,7 +197,7 @@ TEST_CASE("call_into: a reply of another size than asked for is kCorrupt and dro
     REQUIRE(c);
     Receiver rx;
     auto r = (*c)->call_into(json{{"op", "peer.read"}, {"n", sent}}, 101, rx.hooks());
-    CHECK(r.status().code() == ptc::Code::kCorrupt);
+    CHECK(r.status().code() == Code::kCorrupt);
     CHECK_THAT(r.status().message(), Catch::Contains(std::to_string(sent) + " bytes where"));
     CHECK(rx.placed.empty());  // nothing of it was read
     CHECK((*c)->broken());
@@ -209,7 +210,7 @@ TEST_CASE("call_into: the peer's error comes back as its Status, the hooks untou
   REQUIRE(c);
   Receiver rx;
   auto r = (*c)->call_into(json{{"op", "peer.missing"}}, 10, rx.hooks());
-  CHECK(r.status().code() == ptc::Code::kNotFound);
+  CHECK(r.status().code() == Code::kNotFound);
   CHECK(r.status().message() == "no such slice");
   CHECK(rx.placed.empty());
   CHECK_FALSE((*c)->broken());
@@ -227,12 +228,12 @@ TEST_CASE("call_into: an error of the hooks stops the call mid-reply and drops t
     Receiver rx;
     IntoHooks h = rx.hooks();
     auto inner = h.landed;
-    h.landed = [&](uint64_t off, const std::byte* p, size_t len) -> ptc::Status {
-      if (off > 0) return ptc::Status(ptc::Code::kResourceExhausted, "the disk is full");
+    h.landed = [&](uint64_t off, const std::byte* p, size_t len) -> Status {
+      if (off > 0) return Status(Code::kResourceExhausted, "the disk is full");
       return inner(off, p, len);
     };
     auto r = (*c)->call_into(json{{"op", "peer.read"}, {"n", n}}, n, h);
-    CHECK(r.status().code() == ptc::Code::kResourceExhausted);
+    CHECK(r.status().code() == Code::kResourceExhausted);
     CHECK(rx.landed.size() == 1);
     CHECK(rx.placed.size() == 2);  // the third piece was never placed
     CHECK((*c)->broken());
@@ -241,10 +242,10 @@ TEST_CASE("call_into: an error of the hooks stops the call mid-reply and drops t
     auto c = RpcClient::connect(server->address());
     REQUIRE(c);
     IntoHooks h;
-    h.place = [](uint64_t, size_t) -> ptc::Result<std::byte*> { return ptc::internal("no room"); };
-    h.landed = [](uint64_t, const std::byte*, size_t) { return ptc::Status::ok(); };
+    h.place = [](uint64_t, size_t) -> Result<std::byte*> { return internal("no room"); };
+    h.landed = [](uint64_t, const std::byte*, size_t) { return Status::ok(); };
     auto r = (*c)->call_into(json{{"op", "peer.read"}, {"n", n}}, n, h);
-    CHECK(r.status().code() == ptc::Code::kInternal);
+    CHECK(r.status().code() == Code::kInternal);
     CHECK((*c)->broken());
   }
 }
@@ -265,7 +266,7 @@ TEST_CASE("the TCP backend's call_into reads the bytes in, counts them and reuse
   CHECK(backend->bytes_received() == 2 * n);
   Receiver rx;
   auto bad = backend->call_into(0, json{{"op", "peer.missing"}}, 5, rx.hooks());
-  CHECK(bad.status().code() == ptc::Code::kNotFound);
+  CHECK(bad.status().code() == Code::kNotFound);
   CHECK_THAT(bad.status().message(), Catch::Contains("node n0"));
   CHECK(backend->bytes_received() == 2 * n);
   CHECK(proxy.accepted == 1);  // three calls, the error's too, on one connection

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+using namespace ptcfs;
 using namespace ptcfs::transport::direct;
 
 namespace {
@@ -57,7 +58,7 @@ TEST_CASE("a message with 600 descriptors arrives whole, each descriptor the fil
   for (size_t i = 0; i < 600; ++i) fds.push_back(temp_file_fd(i + 1));  // sizes tell them apart
   const std::string json = R"({"ok": true})";
   std::string binary(1000, 'x');
-  ptc::Status sent;
+  Status sent;
   std::thread writer([&] { sent = send_message(p.a, json, binary, fds); });
   auto m = recv_message(p.b);
   writer.join();
@@ -82,7 +83,7 @@ TEST_CASE("a closed connection, a foreign header and oversized parts are refused
     p.a = -1;
     auto m = recv_message(p.b);
     REQUIRE_FALSE(m.is_ok());
-    CHECK(m.status().code() == ptc::Code::kUnavailable);
+    CHECK(m.status().code() == Code::kUnavailable);
   }
   {
     Pair p;
@@ -220,6 +221,6 @@ TEST_CASE("a socket path longer than sockaddr_un allows still listens and connec
   ::close(*l);
   auto gone = connect_unix(dir + "/nothing.sock");
   REQUIRE_FALSE(gone.is_ok());
-  CHECK(gone.status().code() == ptc::Code::kUnavailable);
+  CHECK(gone.status().code() == Code::kUnavailable);
   REQUIRE(std::system(("rm -rf " + std::string(tmpl)).c_str()) == 0);
 }

@@ -9,6 +9,7 @@
 #include "tests/transport/etcd_process.h"
 #include "transport/etcd_client.h"
 
+using namespace ptcfs;
 using namespace ptcfs::transport;
 using ptcfs::testing::EtcdProcess;
 
@@ -35,7 +36,7 @@ TEST_CASE("etcd endpoints are checked") {
   // Certificates for a plain endpoint would be ignored, and the records sent in clear.
   auto clear = EtcdClient::make("http://127.0.0.1:2379", std::chrono::seconds(1), EtcdTls{"ca.crt", "", ""});
   REQUIRE_FALSE(clear);
-  CHECK(clear.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(clear.status().code() == Code::kInvalidArgument);
   CHECK_FALSE(EtcdClient::make("http://127.0.0.1:port"));
   CHECK_FALSE(EtcdClient::make(""));
 }
@@ -93,7 +94,7 @@ TEST_CASE("etcd: put, get, range, transactions and leases on a real etcd") {
   CHECK_FALSE(c->get("/t/leased")->has_value());
   auto gone = c->keep_alive(*lease);
   REQUIRE_FALSE(gone);
-  CHECK(gone.status().code() == ptc::Code::kNotFound);
+  CHECK(gone.status().code() == Code::kNotFound);
   CHECK_FALSE(*c->txn({EtcdCompare::lease_is("/t/leased", *lease)}, {EtcdWrite::put("/t/held", "2")}));
   CHECK((*c->get("/t/held"))->value == "1");
 }
@@ -109,7 +110,7 @@ TEST_CASE("etcd: a watch streams every change of its prefix in order, from a rev
   std::mutex mu;
   std::vector<EtcdEvent> seen;
   std::atomic<bool> stop{false};
-  ptc::Status watch_end;
+  Status watch_end;
   std::thread watcher([&] {
     watch_end = c->watch_prefix(
         "/w/", start->revision + 1,
@@ -154,7 +155,7 @@ TEST_CASE("etcd: a dead endpoint fails over to the next; none answering is kUnav
   auto dead = client_of("http://127.0.0.1:1");
   auto r = dead->get("/f");
   REQUIRE_FALSE(r);
-  CHECK(r.status().code() == ptc::Code::kUnavailable);
+  CHECK(r.status().code() == Code::kUnavailable);
   CHECK(r.status().message().find("127.0.0.1:1") != std::string::npos);
 
   // A stopped etcd accepts connections but does not answer: the deadline ends the call.
@@ -163,5 +164,5 @@ TEST_CASE("etcd: a dead endpoint fails over to the next; none answering is kUnav
   auto s = silent->get("/f");
   etcd.cont();
   REQUIRE_FALSE(s);
-  CHECK(s.status().code() == ptc::Code::kDeadlineExceeded);
+  CHECK(s.status().code() == Code::kDeadlineExceeded);
 }

@@ -40,15 +40,15 @@ TEST_CASE("a kept lease outlives its TTL; a stopped etcd makes it lost once, and
   std::atomic<int> renewed{0}, lost{0}, replaced{0};
   LeaseKeeper::Hooks hooks;
   hooks.lease = [&] { return current.load(); };
-  hooks.expired = [&]() -> ptc::Status {
+  hooks.expired = [&]() -> Status {
     auto next = (*client)->grant(2);
     if (!next) return next.status();
     current = *next;
     ++replaced;
-    return ptc::Status::ok();
+    return Status::ok();
   };
   hooks.renewed = [&] { ++renewed; };
-  hooks.lost = [&](const ptc::Status&) {
+  hooks.lost = [&](const Status&) {
     ++lost;
     return true;  // go on, as a fenced node does
   };
@@ -82,10 +82,10 @@ TEST_CASE("a revoked lease is lost at the next renewal, and the keeper stops whe
   auto lease = (*client)->grant(3);
   REQUIRE(lease.is_ok());
   std::atomic<int> lost{0};
-  ptc::Status why;
+  Status why;
   LeaseKeeper::Hooks hooks;
   hooks.lease = [&] { return *lease; };
-  hooks.lost = [&](const ptc::Status& s) {
+  hooks.lost = [&](const Status& s) {
     why = s;
     ++lost;
     return false;  // stop, as a controller that lost the lead does
@@ -93,7 +93,7 @@ TEST_CASE("a revoked lease is lost at the next renewal, and the keeper stops whe
   LeaseKeeper keeper(**client, 3, hooks);
   REQUIRE((*client)->revoke(*lease).is_ok());
   REQUIRE(eventually([&] { return lost.load() == 1; }));
-  CHECK(why.code() == ptc::Code::kNotFound);
+  CHECK(why.code() == Code::kNotFound);
   std::this_thread::sleep_for(std::chrono::seconds(2));
   CHECK(lost.load() == 1);  // its thread ended: no renewal, no second report
   keeper.stop();

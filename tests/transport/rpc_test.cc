@@ -15,6 +15,7 @@
 #include "transport/frame.h"
 #include "transport/rpc.h"
 
+using namespace ptcfs;
 using namespace ptcfs::transport;
 using nlohmann::json;
 
@@ -59,20 +60,20 @@ TEST_CASE("a data frame's head is coded once: the JSON length and the payload si
   CHECK(*n == 11);
   CHECK(head.substr(kHeaderSize + 4) == R"({"ok":true})");
   CHECK(decode_data_json_length(reinterpret_cast<const uint8_t*>(head.data()) + kHeaderSize, 10).status().code() ==
-        ptc::Code::kCorrupt);
+        Code::kCorrupt);
   CHECK(decode_data_json_length(reinterpret_cast<const uint8_t*>(head.data()) + kHeaderSize, 3).status().code() ==
-        ptc::Code::kCorrupt);
+        Code::kCorrupt);
 }
 
 TEST_CASE("routes pick the handler by the op's prefix, and bytes come back in a data frame") {
   static const std::string bytes = "0123456789";
   auto server = serve(route({{"peer.",
-                              [](const json& r, const ProgressSink&) -> ptc::Result<Reply> {
+                              [](const json& r, const ProgressSink&) -> Result<Reply> {
                                 Reply rep(json{{"who", "peer"}, {"op", r["op"]}});
                                 rep.payload.add(bytes.data(), bytes.size());
                                 return rep;
                               }},
-                             {"", [](const json& r, const ProgressSink&) -> ptc::Result<Reply> {
+                             {"", [](const json& r, const ProgressSink&) -> Result<Reply> {
                                 return Reply(json{{"who", "control"}, {"op", r["op"]}});
                               }}}));
   auto c = RpcClient::connect(server->address());
@@ -86,7 +87,7 @@ TEST_CASE("routes pick the handler by the op's prefix, and bytes come back in a 
   CHECK((*b)["who"] == "peer");
   CHECK(out == bytes);
   auto small = (*c)->call_data(json{{"op", "peer.read"}}, out, 4);
-  CHECK(small.status().code() == ptc::Code::kCorrupt);
+  CHECK(small.status().code() == Code::kCorrupt);
   CHECK((*c)->broken());
 }
 
@@ -94,7 +95,7 @@ TEST_CASE("a request that runs longer than the idle deadline succeeds while the 
   ServerLimits limits;
   limits.keepalive_ms = 100;
   auto server = serve(
-      [](const json&, const ProgressSink&) -> ptc::Result<Reply> {
+      [](const json&, const ProgressSink&) -> Result<Reply> {
         std::this_thread::sleep_for(std::chrono::milliseconds(1200));
         return Reply(json{{"slept", true}});
       },
@@ -112,7 +113,7 @@ TEST_CASE("a server that stops answering fails the call with deadline_exceeded, 
   ServerLimits limits;
   limits.keepalive_ms = 0;  // a wedged handler: nothing more on the wire
   auto server = serve(
-      [](const json&, const ProgressSink&) -> ptc::Result<Reply> {
+      [](const json&, const ProgressSink&) -> Result<Reply> {
         std::this_thread::sleep_for(std::chrono::milliseconds(1500));
         return Reply(json::object());
       },
@@ -122,14 +123,14 @@ TEST_CASE("a server that stops answering fails the call with deadline_exceeded, 
   auto c = RpcClient::connect(server->address(), "", d);
   REQUIRE(c);
   auto r = (*c)->call(json{{"op", "wedged"}});
-  CHECK(r.status().code() == ptc::Code::kDeadlineExceeded);
+  CHECK(r.status().code() == Code::kDeadlineExceeded);
   CHECK(r.status().message().find("stopped answering") != std::string::npos);
   CHECK((*c)->broken());
 
   ServerLimits alive;
   alive.keepalive_ms = 50;
   auto slow = serve(
-      [](const json&, const ProgressSink&) -> ptc::Result<Reply> {
+      [](const json&, const ProgressSink&) -> Result<Reply> {
         std::this_thread::sleep_for(std::chrono::milliseconds(1500));
         return Reply(json::object());
       },
@@ -140,7 +141,7 @@ TEST_CASE("a server that stops answering fails the call with deadline_exceeded, 
   auto c2 = RpcClient::connect(slow->address(), "", t);
   REQUIRE(c2);
   auto r2 = (*c2)->call(json{{"op", "slow"}});
-  CHECK(r2.status().code() == ptc::Code::kDeadlineExceeded);
+  CHECK(r2.status().code() == Code::kDeadlineExceeded);
   CHECK(r2.status().message().find("did not finish the request in time") != std::string::npos);
 }
 
@@ -149,7 +150,7 @@ TEST_CASE("connecting to a daemon that never says hello fails with deadline_exce
   Deadlines d;
   d.connect = std::chrono::milliseconds(300);
   auto c = RpcClient::connect("127.0.0.1:" + std::to_string(silent.port), "", d);
-  CHECK(c.status().code() == ptc::Code::kDeadlineExceeded);
+  CHECK(c.status().code() == Code::kDeadlineExceeded);
   // It says what happened: no answer, nothing sent (not that a request took too long).
   CHECK(c.status().message() == "the daemon at 127.0.0.1:" + std::to_string(silent.port) +
                                     " accepted the connection but did not answer within 0.3 s (stopped or "
@@ -164,7 +165,7 @@ TEST_CASE("at the connection limit with every connection running a request, a ne
   bool release = false;
   int running = 0;
   auto server = serve(
-      [&](const json&, const ProgressSink&) -> ptc::Result<Reply> {
+      [&](const json&, const ProgressSink&) -> Result<Reply> {
         std::unique_lock lock(mu);
         ++running;
         cv.notify_all();
@@ -186,7 +187,7 @@ TEST_CASE("at the connection limit with every connection running a request, a ne
     REQUIRE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return running == 2; }));
   }
   // Both connections run a request: none is idle to close, so the third is refused, saying why.
-  ptc::Status refused;
+  Status refused;
   auto third = RpcClient::connect(server->address(), "");
   if (third) {
     auto r = (*third)->call(json{{"op", "hold"}});
@@ -195,7 +196,7 @@ TEST_CASE("at the connection limit with every connection running a request, a ne
   } else {
     refused = third.status();
   }
-  CHECK(refused.code() == ptc::Code::kUnavailable);
+  CHECK(refused.code() == Code::kUnavailable);
   CHECK(refused.message().find("the daemon is busy: all 2 control connections (its limit) run requests") !=
         std::string::npos);
   {
@@ -222,9 +223,7 @@ TEST_CASE("a bound server answers nothing until it serves, and its handler then 
   quick.idle = std::chrono::milliseconds(300);
   CHECK_FALSE(RpcClient::connect(addr, "", quick).is_ok());
   std::string reported = addr;  // set between bind() and serve(), read by the handler
-  s.serve([&reported](const json&, const ProgressSink&) {
-    return ptc::Result<Reply>(Reply(json{{"listen", reported}}));
-  });
+  s.serve([&reported](const json&, const ProgressSink&) { return Result<Reply>(Reply(json{{"listen", reported}})); });
   auto c = RpcClient::connect(addr);
   REQUIRE(c);
   auto r = (*c)->call(json{{"op", "status"}});
@@ -242,22 +241,22 @@ TEST_CASE("a refused connect is kUnavailable naming the address, with the caller
   const std::string addr = "127.0.0.1:" + std::to_string(port);
   auto peer = RpcClient::connect(addr);  // as a daemon calls its peers: no advice about flags
   REQUIRE_FALSE(peer.is_ok());
-  CHECK(peer.status().code() == ptc::Code::kUnavailable);
+  CHECK(peer.status().code() == Code::kUnavailable);
   CHECK(peer.status().message().find("cannot reach the daemon at " + addr) != std::string::npos);
   CHECK(peer.status().message().find("PTCFS_DAEMON") == std::string::npos);
   auto cli = RpcClient::connect(addr, "", {}, "(is ptcfsd running? set --daemon or PTCFS_DAEMON)");
   REQUIRE_FALSE(cli.is_ok());
-  CHECK(cli.status().code() == ptc::Code::kUnavailable);
+  CHECK(cli.status().code() == Code::kUnavailable);
   CHECK(cli.status().message().ends_with(" (is ptcfsd running? set --daemon or PTCFS_DAEMON)"));
 }
 
 TEST_CASE("a malformed address is kInvalidArgument for the client and the server alike") {
   auto c = RpcClient::connect("127.0.0.1");
   REQUIRE_FALSE(c.is_ok());
-  CHECK(c.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(c.status().code() == Code::kInvalidArgument);
   CHECK(c.status().message().find("expected HOST:PORT") != std::string::npos);
   auto s = RpcServer::bind("127.0.0.1:http-ish");
   REQUIRE_FALSE(s.is_ok());
-  CHECK(s.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(s.status().code() == Code::kInvalidArgument);
   CHECK(s.status().message().find("listen address: address '127.0.0.1:http-ish': bad port") == 0);
 }

@@ -8,9 +8,9 @@ namespace {
 
 // The kind named `kind`, read from `j` by its own reader.
 template <size_t I = 0>
-ptc::Result<AnyChange> read_kind(const std::string& kind, const nlohmann::json& j, const std::string& w) {
+Result<AnyChange> read_kind(const std::string& kind, const nlohmann::json& j, const std::string& w) {
   if constexpr (I == std::variant_size_v<AnyChange>) {
-    return ptc::invalid(w + ": unknown kind '" + kind + "'");
+    return invalid(w + ": unknown kind '" + kind + "'");
   } else {
     using Kind = std::variant_alternative_t<I, AnyChange>;
     if (kind != Kind::kKind) return read_kind<I + 1>(kind, j, w);
@@ -41,17 +41,17 @@ nlohmann::json to_json(const PrepareRequest& r) {
   return j;
 }
 
-ptc::Result<PrepareRequest> prepare_request_from_json(const nlohmann::json& j) {
+Result<PrepareRequest> prepare_request_from_json(const nlohmann::json& j) {
   const std::string w = "peer.prepare";
   PrepareRequest r;
-  PTC_ASSIGN_OR_RETURN(r.tx, ptc::member_string(j, "tx", w));
-  if (r.tx.empty()) return ptc::invalid("peer.prepare has an empty 'tx'");
-  PTC_ASSIGN_OR_RETURN(r.coordinator, ptc::member_string_or(j, "coordinator", "", w));
+  PTC_ASSIGN_OR_RETURN(r.tx, member_string(j, "tx", w));
+  if (r.tx.empty()) return invalid("peer.prepare has an empty 'tx'");
+  PTC_ASSIGN_OR_RETURN(r.coordinator, member_string_or(j, "coordinator", "", w));
   if (auto it = j.find("lease"); it != j.end()) {
-    if (!it->is_number_integer()) return ptc::invalid("peer.prepare: 'lease' must be an integer");
+    if (!it->is_number_integer()) return invalid("peer.prepare: 'lease' must be an integer");
     r.lease = it->get<int64_t>();
   }
-  PTC_ASSIGN_OR_RETURN(const std::string kind, ptc::member_string(j, "kind", w));
+  PTC_ASSIGN_OR_RETURN(const std::string kind, member_string(j, "kind", w));
   PTC_ASSIGN_OR_RETURN(r.change, read_kind(kind, j, w));
   return r;
 }

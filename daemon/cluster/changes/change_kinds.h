@@ -37,7 +37,7 @@ struct PrepareRequest {
   int64_t lease = 0;
 };
 nlohmann::json to_json(const PrepareRequest& r);
-ptc::Result<PrepareRequest> prepare_request_from_json(const nlohmann::json& j);
+Result<PrepareRequest> prepare_request_from_json(const nlohmann::json& j);
 
 // The kind's name ("import").
 const char* kind_of(const AnyChange& c);

@@ -25,7 +25,7 @@ struct DatasetAddChange {
   std::string record_key() const;
   std::string datasets_of() const { return {}; }  // a new name, claimed as such
   void write(nlohmann::json& j) const;
-  static ptc::Result<DatasetAddChange> read(const nlohmann::json& j, const std::string& where);
+  static Result<DatasetAddChange> read(const nlohmann::json& j, const std::string& where);
 };
 
 // Its members in peer.prepare, written and read here (header-only, so that the request's codec
@@ -36,17 +36,17 @@ inline void DatasetAddChange::write(nlohmann::json& j) const {
   j.update({{"job", job}, {"name", name}, {"record", record}});
 }
 
-inline ptc::Result<DatasetAddChange> DatasetAddChange::read(const nlohmann::json& j, const std::string& w) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "record"}, w));
+inline Result<DatasetAddChange> DatasetAddChange::read(const nlohmann::json& j, const std::string& w) {
+  PTC_RETURN_IF_ERROR(check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "name", "record"}, w));
   DatasetAddChange c;
-  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
+  PTC_ASSIGN_OR_RETURN(c.job, member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(c.name, member_string(j, "name", w));
   auto it = j.find("record");
-  if (it == j.end() || !it->is_object()) return ptc::invalid(w + " lacks 'record'");
+  if (it == j.end() || !it->is_object()) return invalid(w + " lacks 'record'");
   c.record = *it;
   return c;
 }
 
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const DatasetAddChange& c, PrepareReply& reply);
+Result<PreparedChange> prepare_part(const PartContext& ctx, const DatasetAddChange& c, PrepareReply& reply);
 
 }  // namespace ptcfs

@@ -8,7 +8,7 @@
 
 namespace ptcfs {
 
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const DatasetProgressChange& c, PrepareReply&) {
+Result<PreparedChange> prepare_part(const PartContext& ctx, const DatasetProgressChange& c, PrepareReply&) {
   PTC_ASSIGN_OR_RETURN(PreparedChange change,
                        prepare_dataset_progress(ctx.store, c.job, c.name, c.epoch, c.consumed, c.from_version, c.dp,
                                                 c.global_batch, c.batch_offset));

@@ -31,7 +31,7 @@ struct DatasetProgressChange {
   std::string record_key() const;
   std::string datasets_of() const { return job; }
   void write(nlohmann::json& j) const;
-  static ptc::Result<DatasetProgressChange> read(const nlohmann::json& j, const std::string& where);
+  static Result<DatasetProgressChange> read(const nlohmann::json& j, const std::string& where);
 };
 
 // Its members in peer.prepare, written and read here (header-only, so that the request's codec
@@ -45,33 +45,33 @@ inline void DatasetProgressChange::write(nlohmann::json& j) const {
   if (batch_offset) j["batch_offset"] = *batch_offset;
 }
 
-inline ptc::Result<DatasetProgressChange> DatasetProgressChange::read(const nlohmann::json& j, const std::string& w) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(j,
-                                         {"op", "tx", "kind", "coordinator", "lease", "job", "name", "from_version",
-                                          "epoch", "consumed", "dp", "global_batch", "batch_offset"},
-                                         w));
+inline Result<DatasetProgressChange> DatasetProgressChange::read(const nlohmann::json& j, const std::string& w) {
+  PTC_RETURN_IF_ERROR(check_members(j,
+                                    {"op", "tx", "kind", "coordinator", "lease", "job", "name", "from_version", "epoch",
+                                     "consumed", "dp", "global_batch", "batch_offset"},
+                                    w));
   DatasetProgressChange c;
-  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(c.name, ptc::member_string(j, "name", w));
-  PTC_ASSIGN_OR_RETURN(c.from_version, ptc::member_u64(j, "from_version", w));
-  PTC_ASSIGN_OR_RETURN(c.epoch, ptc::member_u64(j, "epoch", w));
-  PTC_ASSIGN_OR_RETURN(c.consumed, ptc::member_u64(j, "consumed", w));
+  PTC_ASSIGN_OR_RETURN(c.job, member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(c.name, member_string(j, "name", w));
+  PTC_ASSIGN_OR_RETURN(c.from_version, member_u64(j, "from_version", w));
+  PTC_ASSIGN_OR_RETURN(c.epoch, member_u64(j, "epoch", w));
+  PTC_ASSIGN_OR_RETURN(c.consumed, member_u64(j, "consumed", w));
   if (j.contains("dp")) {
-    PTC_ASSIGN_OR_RETURN(uint64_t dp, ptc::member_u64(j, "dp", w));
+    PTC_ASSIGN_OR_RETURN(uint64_t dp, member_u64(j, "dp", w));
     if (dp == 0 || dp > static_cast<uint64_t>(ptc::kMaxDatasetDp))
-      return ptc::invalid(w + ": dp " + std::to_string(dp) + " is out of range");
+      return invalid(w + ": dp " + std::to_string(dp) + " is out of range");
     c.dp = static_cast<int>(dp);
   }
   if (j.contains("global_batch")) {
-    PTC_ASSIGN_OR_RETURN(c.global_batch, ptc::member_u64(j, "global_batch", w));
+    PTC_ASSIGN_OR_RETURN(c.global_batch, member_u64(j, "global_batch", w));
   }
   if (j.contains("batch_offset")) {
-    PTC_ASSIGN_OR_RETURN(c.batch_offset, ptc::member_u64(j, "batch_offset", w));
+    PTC_ASSIGN_OR_RETURN(c.batch_offset, member_u64(j, "batch_offset", w));
   }
   return c;
 }
 
 // Claims the dataset as changing and checks it is still at `from_version`.
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const DatasetProgressChange& c, PrepareReply& reply);
+Result<PreparedChange> prepare_part(const PartContext& ctx, const DatasetProgressChange& c, PrepareReply& reply);
 
 }  // namespace ptcfs

@@ -21,11 +21,11 @@ std::string node_dir(std::string dir, const std::string& id) {
 
 }  // namespace
 
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const ImportChange& c, PrepareReply& reply) {
+Result<PreparedChange> prepare_part(const PartContext& ctx, const ImportChange& c, PrepareReply& reply) {
   ctx.members.learn(c.nodes);
   ImportSummary sum;
   ptc::Ptc seen;
-  auto place = [&](const ptc::Layout& layout) -> ptc::Result<StepPlacement> {
+  auto place = [&](const ptc::Layout& layout) -> Result<StepPlacement> {
     seen = layout.ptc();
     // Pinned as the coordinator saw them (a node's own view if it sent none).
     const auto cluster = ctx.peers.cluster();

@@ -28,7 +28,7 @@ struct ImportChange {
   std::string record_key() const;
   std::string datasets_of() const { return {}; }  // changes no dataset
   void write(nlohmann::json& j) const;
-  static ptc::Result<ImportChange> read(const nlohmann::json& j, const std::string& where);
+  static Result<ImportChange> read(const nlohmann::json& j, const std::string& where);
 };
 
 // Its members in peer.prepare, written and read here (header-only, so that the request's codec
@@ -40,20 +40,20 @@ inline void ImportChange::write(nlohmann::json& j) const {
   if (!gpus.empty()) j["gpus"] = gpus;
 }
 
-inline ptc::Result<ImportChange> ImportChange::read(const nlohmann::json& j, const std::string& w) {
+inline Result<ImportChange> ImportChange::read(const nlohmann::json& j, const std::string& w) {
   PTC_RETURN_IF_ERROR(
-      ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "dir", "job", "step", "nodes", "gpus"}, w));
+      check_members(j, {"op", "tx", "kind", "coordinator", "lease", "dir", "job", "step", "nodes", "gpus"}, w));
   ImportChange c;
-  PTC_ASSIGN_OR_RETURN(c.dir, ptc::member_string(j, "dir", w));
-  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
-  PTC_ASSIGN_OR_RETURN(c.nodes, ptc::member_strings(j, "nodes", w));
-  PTC_ASSIGN_OR_RETURN(c.gpus, ptc::member_gpus_or_empty(j, "gpus", w));
+  PTC_ASSIGN_OR_RETURN(c.dir, member_string(j, "dir", w));
+  PTC_ASSIGN_OR_RETURN(c.job, member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(c.step, member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(c.nodes, member_strings(j, "nodes", w));
+  PTC_ASSIGN_OR_RETURN(c.gpus, member_gpus_or_empty(j, "gpus", w));
   return c;
 }
 
 // Reads this node's shards; the reply carries the shards and bytes read and a digest of the
 // ptc.json seen (the coordinator compares them across the nodes).
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const ImportChange& c, PrepareReply& reply);
+Result<PreparedChange> prepare_part(const PartContext& ctx, const ImportChange& c, PrepareReply& reply);
 
 }  // namespace ptcfs

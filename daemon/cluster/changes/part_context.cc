@@ -2,7 +2,7 @@
 
 namespace ptcfs {
 
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const AnyChange& c, PrepareReply& reply) {
+Result<PreparedChange> prepare_part(const PartContext& ctx, const AnyChange& c, PrepareReply& reply) {
   return std::visit([&](const auto& k) { return prepare_part(ctx, k, reply); }, c);
 }
 

@@ -27,6 +27,6 @@ struct PartContext {
 };
 
 // This node's part of the change `c`, by its kind (each kind's prepare_part).
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const AnyChange& c, PrepareReply& reply);
+Result<PreparedChange> prepare_part(const PartContext& ctx, const AnyChange& c, PrepareReply& reply);
 
 }  // namespace ptcfs

@@ -6,9 +6,9 @@
 
 namespace ptcfs {
 
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const RemoveChange& c, PrepareReply&) {
+Result<PreparedChange> prepare_part(const PartContext& ctx, const RemoveChange& c, PrepareReply&) {
   auto change = prepare_removal(ctx.store, c.job, c.step);
-  if (!change && change.status().code() == ptc::Code::kNotFound) return PreparedChange{};  // never had it
+  if (!change && change.status().code() == Code::kNotFound) return PreparedChange{};  // never had it
   return change;
 }
 

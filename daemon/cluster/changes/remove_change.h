@@ -23,7 +23,7 @@ struct RemoveChange {
   std::string record_key() const;
   std::string datasets_of() const { return {}; }
   void write(nlohmann::json& j) const;
-  static ptc::Result<RemoveChange> read(const nlohmann::json& j, const std::string& where);
+  static Result<RemoveChange> read(const nlohmann::json& j, const std::string& where);
 };
 
 // Its members in peer.prepare, written and read here (header-only, so that the request's codec
@@ -32,15 +32,15 @@ inline std::string RemoveChange::record_key() const { return etcd_step_key(job, 
 
 inline void RemoveChange::write(nlohmann::json& j) const { j.update({{"job", job}, {"step", step}}); }
 
-inline ptc::Result<RemoveChange> RemoveChange::read(const nlohmann::json& j, const std::string& w) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step"}, w));
+inline Result<RemoveChange> RemoveChange::read(const nlohmann::json& j, const std::string& w) {
+  PTC_RETURN_IF_ERROR(check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step"}, w));
   RemoveChange c;
-  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(c.job, member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(c.step, member_string(j, "step", w));
   return c;
 }
 
 // Claims the step as changing; a node that never had it prepares an empty part.
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const RemoveChange& c, PrepareReply& reply);
+Result<PreparedChange> prepare_part(const PartContext& ctx, const RemoveChange& c, PrepareReply& reply);
 
 }  // namespace ptcfs

@@ -13,25 +13,25 @@ namespace {
 // A repartition re-splits on this node the datasets, at the versions, that the coordinator
 // re-split: else the nodes would serve different splits after it (a node catching up on a
 // progress it missed has another version).
-ptc::Status same_datasets(const RepartitionChange& c, const std::vector<DatasetChange>& here) {
-  if (!c.datasets) return ptc::Status::ok();  // a coordinator of an older build
+Status same_datasets(const RepartitionChange& c, const std::vector<DatasetChange>& here) {
+  if (!c.datasets) return Status::ok();  // a coordinator of an older build
   const std::map<std::string, uint64_t>& want = *c.datasets;
   const std::map<std::string, uint64_t> have = resplit_versions(here);
-  if (have == want) return ptc::Status::ok();
+  if (have == want) return Status::ok();
   const auto text = [](const std::map<std::string, uint64_t>& m) {
     std::string out;
     for (const auto& [name, version] : m)
       out += (out.empty() ? "" : ", ") + name + " version " + std::to_string(version);
     return out.empty() ? std::string("none") : out;
   };
-  return ptc::error(ptc::Code::kFailedPrecondition, "the datasets of job '" + c.job + "' to re-split differ: here " +
-                                                        text(have) + ", at the coordinator " + text(want) +
-                                                        " (a node catching up; try again in a moment)");
+  return error(Code::kFailedPrecondition, "the datasets of job '" + c.job + "' to re-split differ: here " + text(have) +
+                                              ", at the coordinator " + text(want) +
+                                              " (a node catching up; try again in a moment)");
 }
 
 }  // namespace
 
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const RepartitionChange& c, PrepareReply& reply) {
+Result<PreparedChange> prepare_part(const PartContext& ctx, const RepartitionChange& c, PrepareReply& reply) {
   std::vector<std::string> ids = c.to_nodes;
   ids.insert(ids.end(), c.from_nodes.begin(), c.from_nodes.end());
   for (const auto& h : c.from_holders) ids.insert(ids.end(), h.begin(), h.end());

@@ -45,7 +45,7 @@ struct RepartitionChange {
   std::string record_key() const;
   std::string datasets_of() const { return job; }  // it re-splits the job's datasets
   void write(nlohmann::json& j) const;
-  static ptc::Result<RepartitionChange> read(const nlohmann::json& j, const std::string& where);
+  static Result<RepartitionChange> read(const nlohmann::json& j, const std::string& where);
 };
 
 // Its members in peer.prepare, written and read here (header-only, so that the request's codec
@@ -69,35 +69,35 @@ inline void RepartitionChange::write(nlohmann::json& j) const {
   if (datasets) j["datasets"] = *datasets;
 }
 
-inline ptc::Result<RepartitionChange> RepartitionChange::read(const nlohmann::json& j, const std::string& w) {
-  PTC_RETURN_IF_ERROR(ptc::check_members(
+inline Result<RepartitionChange> RepartitionChange::read(const nlohmann::json& j, const std::string& w) {
+  PTC_RETURN_IF_ERROR(check_members(
       j,
       {"op", "tx", "kind", "coordinator", "lease", "job", "step", "from_version", "ptc", "from_nodes", "from_holders",
        "from_gpus", "to", "to_nodes", "to_gpus", "down", "digest", "global_batch", "datasets"},
       w));
   RepartitionChange c;
-  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
-  PTC_ASSIGN_OR_RETURN(c.from_version, ptc::member_u64(j, "from_version", w));
+  PTC_ASSIGN_OR_RETURN(c.job, member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(c.step, member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(c.from_version, member_u64(j, "from_version", w));
   PTC_ASSIGN_OR_RETURN(c.ptc, ptc_member(j, "ptc", w));
-  PTC_ASSIGN_OR_RETURN(c.from_nodes, ptc::member_strings(j, "from_nodes", w));
-  PTC_ASSIGN_OR_RETURN(std::string to, ptc::member_string(j, "to", w));
+  PTC_ASSIGN_OR_RETURN(c.from_nodes, member_strings(j, "from_nodes", w));
+  PTC_ASSIGN_OR_RETURN(std::string to, member_string(j, "to", w));
   PTC_ASSIGN_OR_RETURN(c.to, ptc::parse_parallelism(to));
-  PTC_ASSIGN_OR_RETURN(c.to_nodes, ptc::member_strings(j, "to_nodes", w));
-  PTC_ASSIGN_OR_RETURN(c.from_gpus, ptc::member_gpus_or_empty(j, "from_gpus", w));
-  PTC_ASSIGN_OR_RETURN(c.to_gpus, ptc::member_gpus_or_empty(j, "to_gpus", w));
-  PTC_ASSIGN_OR_RETURN(c.down, ptc::member_strings(j, "down", w));
-  PTC_ASSIGN_OR_RETURN(c.digest, ptc::member_u64_or(j, "digest", 0, w));
-  PTC_ASSIGN_OR_RETURN(c.global_batch, ptc::member_u64_or(j, "global_batch", 0, w));
+  PTC_ASSIGN_OR_RETURN(c.to_nodes, member_strings(j, "to_nodes", w));
+  PTC_ASSIGN_OR_RETURN(c.from_gpus, member_gpus_or_empty(j, "from_gpus", w));
+  PTC_ASSIGN_OR_RETURN(c.to_gpus, member_gpus_or_empty(j, "to_gpus", w));
+  PTC_ASSIGN_OR_RETURN(c.down, member_strings(j, "down", w));
+  PTC_ASSIGN_OR_RETURN(c.digest, member_u64_or(j, "digest", 0, w));
+  PTC_ASSIGN_OR_RETURN(c.global_batch, member_u64_or(j, "global_batch", 0, w));
   if (j.contains("from_holders")) {
-    PTC_ASSIGN_OR_RETURN(c.from_holders, ptc::member_string_lists(j, "from_holders", w));
+    PTC_ASSIGN_OR_RETURN(c.from_holders, member_string_lists(j, "from_holders", w));
   }
   if (j.contains("datasets")) {
     const nlohmann::json& d = j["datasets"];
-    if (!d.is_object()) return ptc::invalid(w + ": 'datasets' must be an object of dataset name -> version");
+    if (!d.is_object()) return invalid(w + ": 'datasets' must be an object of dataset name -> version");
     c.datasets.emplace();
     for (const auto& [name, version] : d.items()) {
-      PTC_ASSIGN_OR_RETURN((*c.datasets)[name], ptc::member_u64(d, name.c_str(), w + ": datasets"));
+      PTC_ASSIGN_OR_RETURN((*c.datasets)[name], member_u64(d, name.c_str(), w + ": datasets"));
     }
   }
   return c;
@@ -105,6 +105,6 @@ inline ptc::Result<RepartitionChange> RepartitionChange::read(const nlohmann::js
 
 // Re-splits the job's datasets (at the coordinator's versions, claimed first), then pulls and
 // builds this node's new shards; the reply carries the bytes received.
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const RepartitionChange& c, PrepareReply& reply);
+Result<PreparedChange> prepare_part(const PartContext& ctx, const RepartitionChange& c, PrepareReply& reply);
 
 }  // namespace ptcfs

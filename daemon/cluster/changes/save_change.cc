@@ -10,10 +10,10 @@
 
 namespace ptcfs {
 
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const SaveChange& c, PrepareReply& reply) {
+Result<PreparedChange> prepare_part(const PartContext& ctx, const SaveChange& c, PrepareReply& reply) {
   PTC_ASSIGN_OR_RETURN(ptc::Layout layout, ptc::Layout::make(c.ptc, c.ptc.parallelism));
   if (c.holders.size() != layout.shards().size())
-    return ptc::invalid("peer.prepare: the holders do not match the layout of " + c.job + "/" + c.step);
+    return invalid("peer.prepare: the holders do not match the layout of " + c.job + "/" + c.step);
   StepPlacement placement;
   placement.holders = c.holders;
   std::set<std::string> nodes;
@@ -23,8 +23,7 @@ ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const SaveChang
   const bool wrote = ctx.saves.progress(c.job, c.step).has_value();
   if (!wrote) {
     for (bool h : placement.held)
-      if (h)
-        return ptc::internal("node " + ctx.id + " is named a holder of " + c.job + "/" + c.step + " but has no part");
+      if (h) return internal("node " + ctx.id + " is named a holder of " + c.job + "/" + c.step + " but has no part");
     PreparedChange change(ctx.store);
     PTC_RETURN_IF_ERROR(change.claim(ctx.store, Claim::kNewStep, c.job, c.step));
     const size_t n = layout.shards().size();

@@ -30,7 +30,7 @@ struct SaveChange {
   std::string record_key() const;
   std::string datasets_of() const { return {}; }
   void write(nlohmann::json& j) const;
-  static ptc::Result<SaveChange> read(const nlohmann::json& j, const std::string& where);
+  static Result<SaveChange> read(const nlohmann::json& j, const std::string& where);
 };
 
 // Its members in peer.prepare, written and read here (header-only, so that the request's codec
@@ -41,18 +41,18 @@ inline void SaveChange::write(nlohmann::json& j) const {
   j.update({{"job", job}, {"step", step}, {"ptc", ptc_json(ptc)}, {"holders", holders}});
 }
 
-inline ptc::Result<SaveChange> SaveChange::read(const nlohmann::json& j, const std::string& w) {
+inline Result<SaveChange> SaveChange::read(const nlohmann::json& j, const std::string& w) {
   PTC_RETURN_IF_ERROR(
-      ptc::check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step", "ptc", "holders"}, w));
+      check_members(j, {"op", "tx", "kind", "coordinator", "lease", "job", "step", "ptc", "holders"}, w));
   SaveChange c;
-  PTC_ASSIGN_OR_RETURN(c.job, ptc::member_string(j, "job", w));
-  PTC_ASSIGN_OR_RETURN(c.step, ptc::member_string(j, "step", w));
+  PTC_ASSIGN_OR_RETURN(c.job, member_string(j, "job", w));
+  PTC_ASSIGN_OR_RETURN(c.step, member_string(j, "step", w));
   PTC_ASSIGN_OR_RETURN(c.ptc, ptc_member(j, "ptc", w));
-  PTC_ASSIGN_OR_RETURN(c.holders, ptc::member_string_lists(j, "holders", w));
+  PTC_ASSIGN_OR_RETURN(c.holders, member_string_lists(j, "holders", w));
   return c;
 }
 
 // The reply carries, per shard held, a digest of its slices' XXH3s (replicas are compared).
-ptc::Result<PreparedChange> prepare_part(const PartContext& ctx, const SaveChange& c, PrepareReply& reply);
+Result<PreparedChange> prepare_part(const PartContext& ctx, const SaveChange& c, PrepareReply& reply);
 
 }  // namespace ptcfs

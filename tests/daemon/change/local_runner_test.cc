@@ -50,7 +50,7 @@ TEST_CASE("the local runner imports, repartitions and removes a step on this nod
   REQUIRE(n.runner.remove(RemoveRequest{"job", "1"}).is_ok());
   CHECK(n.store->snapshot()->steps.count({"job", "1"}) == 0);
   const auto again = n.runner.remove(RemoveRequest{"job", "1"});
-  CHECK(again.code() == ptc::Code::kNotFound);
+  CHECK(again.code() == Code::kNotFound);
 }
 
 TEST_CASE("a change of dp alone keeps every slice where it was, as planning it would", "[local_runner]") {

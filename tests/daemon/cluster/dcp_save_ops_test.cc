@@ -72,5 +72,5 @@ TEST_CASE("a staged read asks at most the transport's reply limit") {
   r.n = kMaxDcpRead + 1;
   auto over = dcp_read_request_from_json(to_json(r));
   REQUIRE_FALSE(over.is_ok());
-  CHECK(over.status().code() == ptc::Code::kResourceExhausted);
+  CHECK(over.status().code() == Code::kResourceExhausted);
 }

@@ -14,7 +14,7 @@ using nlohmann::json;
 namespace {
 
 std::string refusal(const std::string& key, const std::string& text) {
-  auto r = keyed_record(key, ptc::parse_json_lenient(text));
+  auto r = keyed_record(key, parse_json_lenient(text));
   REQUIRE_FALSE(r.is_ok());
   return r.status().to_string();
 }
@@ -118,7 +118,7 @@ TEST_CASE("keys that name no step or dataset are told apart from malformed recor
     INFO(key);
     auto r = keyed_record(key, rec);
     REQUIRE_FALSE(r.is_ok());
-    CHECK(r.status().code() == ptc::Code::kNotFound);
+    CHECK(r.status().code() == Code::kNotFound);
   }
   // A name no job or step may have: refused, not read as some other step.
   CHECK(refusal("/ptcfs/steps/j/1/x", rec.dump()).rfind("invalid_argument: etcd key /ptcfs/steps/j/1/x: ", 0) == 0);
@@ -138,7 +138,7 @@ TEST_CASE("node records: the key's id, an address, and a GPU count ptcfsd accept
   CHECK(to_json(*ok) == json::parse(R"({"id":"n1","addr":"10.0.0.2:7070","gpus":8})"));
   CHECK(node_record_from_json(json::parse(R"({"id":"n1","addr":"h:1"})"), "n1")->gpus == 1);
   auto bad = [](const char* text, const std::string& id) {
-    auto r = node_record_from_json(ptc::parse_json_lenient(text), id);
+    auto r = node_record_from_json(parse_json_lenient(text), id);
     REQUIRE_FALSE(r.is_ok());
     return r.status().to_string();
   };

@@ -52,7 +52,7 @@ struct Node {
   PreparedChange part() {
     ImportSummary sum;
     auto change = prepare_import(
-        *store, ckpt, "job", "1", [](const ptc::Layout&) { return ptc::Result<StepPlacement>(StepPlacement{}); }, sum);
+        *store, ckpt, "job", "1", [](const ptc::Layout&) { return Result<StepPlacement>(StepPlacement{}); }, sum);
     INFO(change.status().to_string());
     REQUIRE(change.is_ok());
     return std::move(change).value();
@@ -67,7 +67,7 @@ struct Node {
                 ->scan_meta(Store::kPreparedPrefix,
                             [&](std::string_view, std::string_view) {
                               ++n;
-                              return ptc::Status::ok();
+                              return Status::ok();
                             })
                 .is_ok());
     return n;
@@ -91,14 +91,14 @@ struct Node {
   std::set<std::string> blobs_before;
 };
 
-std::string code_of(const ptc::Status& s) {
+std::string code_of(const Status& s) {
   if (s.is_ok()) return "ok";
   switch (s.code()) {
-    case ptc::Code::kAlreadyExists:
+    case Code::kAlreadyExists:
       return "exists";
-    case ptc::Code::kFailedPrecondition:
+    case Code::kFailedPrecondition:
       return "refused";
-    case ptc::Code::kNotFound:
+    case Code::kNotFound:
       return "unknown";
     default:
       return "error";
@@ -310,15 +310,15 @@ TEST_CASE("a prepare refused by a part held here names that part's coordinator",
   n.preparing.pop_back();
   auto second = prepare_removal(*n.store, "job", "1");
   REQUIRE(!second.is_ok());
-  REQUIRE(second.status().code() == ptc::Code::kFailedPrecondition);
-  const ptc::Status why = n.parts->blocked(second.status(), "t3", kKey, "job", false);
-  CHECK(why.code() == ptc::Code::kFailedPrecondition);
+  REQUIRE(second.status().code() == Code::kFailedPrecondition);
+  const Status why = n.parts->blocked(second.status(), "t3", kKey, "job", false);
+  CHECK(why.code() == Code::kFailedPrecondition);
   CHECK_THAT(why.message(), Catch::Contains("the change that node n0 coordinates (transaction t2), not decided yet") &&
                                 Catch::Contains("or when its lease ends"));
   // Another record's refusal, and another kind of error, are left as they were.
   CHECK(n.parts->blocked(second.status(), "t3", etcd_step_key("job", "2"), "job", false).message() ==
         second.status().message());
-  CHECK(n.parts->blocked(ptc::unavailable("x"), "t3", kKey, "job", false).message() == "x");
+  CHECK(n.parts->blocked(unavailable("x"), "t3", kKey, "job", false).message() == "x");
   // Decided, the removal goes and the step with it.
   REQUIRE(n.parts->finish("t2", true).is_ok());
   CHECK(!n.serves());
@@ -331,7 +331,7 @@ TEST_CASE("a commit and the record racing commit once; both answer after the ste
     run_line(n, "begin t1 =ok");
     run_line(n, "prepared t1 =ok");
     bool served_at_commit = false, served_at_record = false;
-    ptc::Status committed;
+    Status committed;
     bool recorded = false;
     std::thread a([&] {
       committed = n.parts->finish("t1", true);

@@ -29,34 +29,34 @@ class ScriptedMembership final : public Membership {
   int decides = 0;
 
   std::vector<int> members() const override { return nodes; }
-  ptc::Status can_change() const override { return ptc::Status::ok(); }
+  Status can_change() const override { return Status::ok(); }
   int64_t lease() const override { return lease_lost ? 0 : current_lease; }
   bool lease_alive(const std::string& id, int64_t) const override { return !lease_lost && !leases_ended.count(id); }
-  ptc::Result<Record> read(const std::string& key) override {
-    if (etcd_down) return ptc::unavailable("etcd does not answer");
+  Result<Record> read(const std::string& key) override {
+    if (etcd_down) return unavailable("etcd does not answer");
     auto it = records.find(key);
     return it == records.end() ? Record{} : it->second;
   }
-  ptc::Result<bool> decide(const std::string& key, int64_t revision, const json& value, int64_t lease) override {
+  Result<bool> decide(const std::string& key, int64_t revision, const json& value, int64_t lease) override {
     ++decides;
     if (before_decide) std::exchange(before_decide, nullptr)();
-    if (etcd_down) return ptc::unavailable("etcd does not answer");
+    if (etcd_down) return unavailable("etcd does not answer");
     if (lease_lost || lease != current_lease || read(key)->revision != revision) return false;
     write(key, value);
     if (apply_then_drop) {
       apply_then_drop = false;
       etcd_down = true;
-      return ptc::unavailable("etcd does not answer");
+      return unavailable("etcd does not answer");
     }
     return true;
   }
   std::chrono::milliseconds decision_window() const override { return std::chrono::milliseconds(0); }
-  ptc::Status lock(const std::string& key) override {
-    if (etcd_down) return ptc::unavailable("etcd does not answer");
+  Status lock(const std::string& key) override {
+    if (etcd_down) return unavailable("etcd does not answer");
     if (auto it = locks.find(key); it != locks.end())
-      return ptc::error(ptc::Code::kFailedPrecondition, key + " is being changed by node " + it->second);
+      return error(Code::kFailedPrecondition, key + " is being changed by node " + it->second);
     locks[key] = "n0";
-    return ptc::Status::ok();
+    return Status::ok();
   }
   void unlock(const std::string& key) override { locks.erase(key); }
   void learn(const std::vector<std::string>&) override {}

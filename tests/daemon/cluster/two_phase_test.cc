@@ -21,18 +21,18 @@ using nlohmann::json;
 
 class ScriptedPeers final : public ChangePeers {
  public:
-  std::map<int, ptc::Status> votes_no;  // node -> why it refuses to prepare
-  std::set<int> down;                   // these answer nothing
-  std::map<int, uint64_t> digests;      // node -> its reply's ptc_digest
-  std::vector<std::string> log;         // "prepare n1", "commit n0", "abort n2", in order
+  std::map<int, Status> votes_no;   // node -> why it refuses to prepare
+  std::set<int> down;               // these answer nothing
+  std::map<int, uint64_t> digests;  // node -> its reply's ptc_digest
+  std::vector<std::string> log;     // "prepare n1", "commit n0", "abort n2", in order
 
-  std::vector<ptc::Result<PrepareReply>> prepare(const std::vector<int>& nodes, const PrepareRequest& req) override {
-    std::vector<ptc::Result<PrepareReply>> out;
+  std::vector<Result<PrepareReply>> prepare(const std::vector<int>& nodes, const PrepareRequest& req) override {
+    std::vector<Result<PrepareReply>> out;
     for (int n : nodes) {
       log.push_back("prepare " + name_of(n));
       last_tx = req.tx;
       if (down.count(n))
-        out.push_back(ptc::error(ptc::Code::kDeadlineExceeded, "node " + name_of(n) + " is silent"));
+        out.push_back(error(Code::kDeadlineExceeded, "node " + name_of(n) + " is silent"));
       else if (votes_no.count(n))
         out.push_back(votes_no[n]);
       else {
@@ -43,17 +43,17 @@ class ScriptedPeers final : public ChangePeers {
     }
     return out;
   }
-  std::vector<ptc::Status> finish(const std::vector<int>& nodes, const FinishRequest& req) override {
-    std::vector<ptc::Status> out;
+  std::vector<Status> finish(const std::vector<int>& nodes, const FinishRequest& req) override {
+    std::vector<Status> out;
     last_why = req.why;
     for (int n : nodes) {
       REQUIRE(req.tx == last_tx);
       if (down.count(n)) {
         log.push_back("missed " + std::string(req.commit ? "commit " : "abort ") + name_of(n));
-        out.push_back(ptc::unavailable("node " + name_of(n) + " is down"));
+        out.push_back(unavailable("node " + name_of(n) + " is down"));
       } else {
         log.push_back((req.commit ? "commit " : "abort ") + name_of(n));
-        out.push_back(ptc::Status::ok());
+        out.push_back(Status::ok());
       }
     }
     return out;
@@ -79,13 +79,13 @@ struct Fixture {
     return spec;
   }
   // Runs an import of j/1 under the key's lock, released when it returns.
-  ptc::Result<TwoPhase::Prepared> run(ChangeSpec spec) {
+  Result<TwoPhase::Prepared> run(ChangeSpec spec) {
     auto locked = two_phase.lock(kKey);
     REQUIRE(locked.is_ok());
     REQUIRE(members.locks.at(kKey) == "n0");
     return two_phase.run(*locked, std::move(spec));
   }
-  ptc::Result<TwoPhase::Prepared> run() { return run(import_spec()); }
+  Result<TwoPhase::Prepared> run() { return run(import_spec()); }
   StepRecord recorded() {
     auto r = keyed_record(kKey, members.records.at(kKey).value);
     REQUIRE(r.is_ok());
@@ -95,7 +95,7 @@ struct Fixture {
 
 using Log = std::vector<std::string>;
 
-bool has(const ptc::Status& s, const std::string& text) { return s.message().find(text) != std::string::npos; }
+bool has(const Status& s, const std::string& text) { return s.message().find(text) != std::string::npos; }
 
 TEST_CASE("two phases: every node prepares, the record is written, every node commits", "[two_phase]") {
   Fixture f;
@@ -114,12 +114,12 @@ TEST_CASE("two phases: every node prepares, the record is written, every node co
 
 TEST_CASE("two phases: one node votes no, the change is aborted on every node", "[two_phase]") {
   Fixture f;
-  f.peers.votes_no[1] = ptc::invalid("node n1: no room for j/1");
+  f.peers.votes_no[1] = invalid("node n1: no room for j/1");
   auto spec = f.import_spec();
   spec.refused = "import of j/1 refused";
   auto done = f.run(std::move(spec));
   REQUIRE_FALSE(done.is_ok());
-  CHECK(done.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(done.status().code() == Code::kInvalidArgument);
   CHECK(has(done.status(), "import of j/1 refused"));
   CHECK(has(done.status(), "no room for j/1"));
   CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0", "abort n1", "abort n2"});
@@ -135,8 +135,8 @@ TEST_CASE("two phases: a check across the replies fails, the change is aborted o
   auto spec = f.import_spec();
   spec.check = [](const std::vector<int>&, const std::vector<PrepareReply>& replies) {
     for (const auto& r : replies)
-      if (r.ptc_digest != replies.front().ptc_digest) return ptc::invalid("ptc.json differs between the nodes");
-    return ptc::Status::ok();
+      if (r.ptc_digest != replies.front().ptc_digest) return invalid("ptc.json differs between the nodes");
+    return Status::ok();
   };
   auto done = f.run(std::move(spec));
   REQUIRE_FALSE(done.is_ok());
@@ -157,7 +157,7 @@ TEST_CASE("two phases: the decision is lost to another change, the change is abo
   };
   auto done = f.run();
   REQUIRE_FALSE(done.is_ok());
-  CHECK(done.status().code() == ptc::Code::kFailedPrecondition);
+  CHECK(done.status().code() == Code::kFailedPrecondition);
   CHECK(has(done.status(), "import of j/1 aborted on every node: " + kKey + " changed in etcd since it was prepared"));
   CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0", "abort n1", "abort n2"});
   CHECK(f.recorded().tx == "othertx");
@@ -184,7 +184,7 @@ TEST_CASE("two phases: the coordinator holds a new lease at the decision, the ch
   f.members.before_decide = [&] { f.members.current_lease = 8; };
   auto done = f.run();
   REQUIRE_FALSE(done.is_ok());
-  CHECK(done.status().code() == ptc::Code::kFailedPrecondition);
+  CHECK(done.status().code() == Code::kFailedPrecondition);
   CHECK(has(done.status(), "or this node's lease ended"));
   CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0", "abort n1", "abort n2"});
   CHECK(f.members.records.empty());
@@ -196,7 +196,7 @@ TEST_CASE("two phases: etcd applies the decision but its answer is lost; settled
   f.members.apply_then_drop = true;
   auto done = f.run();
   REQUIRE_FALSE(done.is_ok());
-  CHECK(done.status().code() == ptc::Code::kUnavailable);
+  CHECK(done.status().code() == Code::kUnavailable);
   CHECK(has(done.status(), "import of j/1: etcd did not answer the commit; node n0 keeps " + kKey + " locked"));
   // Nothing is committed or aborted yet, and the key stays locked past the change's end.
   CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2"});
@@ -231,7 +231,7 @@ TEST_CASE("two phases: etcd does not answer, then its record does not show the c
   {
     auto refused = f.two_phase.lock(kKey);
     REQUIRE_FALSE(refused.is_ok());
-    CHECK(refused.status().code() == ptc::Code::kFailedPrecondition);
+    CHECK(refused.status().code() == Code::kFailedPrecondition);
     CHECK(has(refused.status(), "is not settled yet"));
   }
   CHECK(f.members.locks.at(kKey) == "n0");
@@ -255,7 +255,7 @@ TEST_CASE("two phases: a fence etcd refuses leaves the change undecided until it
   f.members.lease_lost = true;  // decide (the fence) answers false: settled later
   auto refused = f.two_phase.lock(kKey);
   REQUIRE_FALSE(refused.is_ok());
-  CHECK(refused.status().code() == ptc::Code::kFailedPrecondition);
+  CHECK(refused.status().code() == Code::kFailedPrecondition);
   CHECK(has(refused.status(),
             "import of j/1 (transaction " + f.peers.last_tx + ", coordinated by this node, n0) is not settled yet"));
   CHECK(f.members.locks.at(kKey) == "n0");
@@ -270,7 +270,7 @@ TEST_CASE("two phases: a missed abort is sent again until the node answers", "[t
   f.peers.down = {2};
   auto done = f.run();
   REQUIRE_FALSE(done.is_ok());
-  CHECK(done.status().code() == ptc::Code::kDeadlineExceeded);
+  CHECK(done.status().code() == Code::kDeadlineExceeded);
   CHECK(f.peers.log == Log{"prepare n0", "prepare n1", "prepare n2", "abort n0", "abort n1", "missed abort n2"});
   CHECK(f.two_phase.unaborted() == 1);
   CHECK(f.two_phase.settle() == 1);  // still down
@@ -287,7 +287,7 @@ TEST_CASE("two phases: a second change of a locked key is refused naming the hol
   f.members.locks[kKey] = "n1";
   auto refused = f.two_phase.lock(kKey);
   REQUIRE_FALSE(refused.is_ok());
-  CHECK(refused.status().code() == ptc::Code::kFailedPrecondition);
+  CHECK(refused.status().code() == Code::kFailedPrecondition);
   CHECK(has(refused.status(), "being changed by node n1"));
   CHECK(f.peers.log.empty());
   CHECK(f.members.locks.at(kKey) == "n1");  // still the holder's
@@ -309,7 +309,7 @@ TEST_CASE("two phases: the lock of a key is held while the change runs, and refu
   f.members.write(kKey, json{{"tx", 5}});
   auto bad = f.two_phase.lock(kKey);
   REQUIRE_FALSE(bad.is_ok());
-  CHECK(bad.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(bad.status().code() == Code::kInvalidArgument);
   CHECK(has(bad.status(), kKey));
   CHECK(f.members.locks.empty());
 }
@@ -328,7 +328,7 @@ TEST_CASE("two phases: kReachable leaves out a node that does not answer", "[two
 TEST_CASE("two phases: kReachable still aborts on a refusal, on the nodes that prepared", "[two_phase]") {
   Fixture f;
   f.peers.down = {2};
-  f.peers.votes_no[1] = ptc::invalid("bad position");
+  f.peers.votes_no[1] = invalid("bad position");
   auto spec = f.import_spec();
   spec.quorum = ChangeSpec::Quorum::kReachable;
   auto done = f.run(std::move(spec));

@@ -175,7 +175,7 @@ TEST_CASE("the first line that is not JSON is named by file and line, wherever t
         INFO("chunk " << chunk << ", threads " << threads << ", mapped " << map);
         std::vector<SampleRecord> got;
         auto s = index_jsonl_files(files.inputs, got, {}, {chunk, threads, map});
-        CHECK(s.code() == ptc::Code::kCorrupt);
+        CHECK(s.code() == Code::kCorrupt);
         CHECK(s.message() == files.files[1].path() + ": line 52 is not valid JSON");
       }
 }
@@ -187,7 +187,7 @@ TEST_CASE("a file shorter than when it was sized is refused", "[jsonl_index]") {
   for (bool map : {true, false}) {
     std::vector<SampleRecord> got;
     auto s = index_jsonl_files(files.inputs, got, {}, {16, 2, map});
-    CHECK(s.code() == ptc::Code::kCorrupt);
+    CHECK(s.code() == Code::kCorrupt);
     CHECK(s.message() == files.files[0].path() + ": shorter than its size while it was read (changed meanwhile?)");
   }
 }
@@ -205,7 +205,7 @@ TEST_CASE("a file cut short under its mapping, pages before its size gone, is re
       INFO("chunk " << chunk << ", threads " << threads);
       std::vector<SampleRecord> got;
       auto s = index_jsonl_files(files.inputs, got, {}, {chunk, threads, true});
-      CHECK(s.code() == ptc::Code::kCorrupt);
+      CHECK(s.code() == Code::kCorrupt);
       CHECK(s.message() == files.files[0].path() + ": shorter than its size while it was read (changed meanwhile?)");
     }
 }

@@ -11,7 +11,7 @@ using namespace ptcfs;
 namespace {
 StoredSlice slice(std::vector<Extent> x) { return StoredSlice{std::move(x), std::nullopt}; }
 auto sizes(std::map<uint64_t, uint64_t> m) {
-  return [m](uint64_t id) -> ptc::Result<uint64_t> { return m.at(id); };
+  return [m](uint64_t id) -> Result<uint64_t> { return m.at(id); };
 }
 }  // namespace
 

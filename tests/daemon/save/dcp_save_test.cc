@@ -12,8 +12,8 @@ using namespace ptcfs;
 
 namespace {
 
-ptc::DcpChunk chunk(ptc::Shape offsets, ptc::Shape sizes, std::string file, uint64_t offset, uint64_t length) {
-  ptc::DcpChunk c;
+formats::DcpChunk chunk(ptc::Shape offsets, ptc::Shape sizes, std::string file, uint64_t offset, uint64_t length) {
+  formats::DcpChunk c;
   c.offsets = std::move(offsets);
   c.sizes = std::move(sizes);
   c.file = std::move(file);
@@ -24,17 +24,17 @@ ptc::DcpChunk chunk(ptc::Shape offsets, ptc::Shape sizes, std::string file, uint
 
 // w: F32 [4, 6] saved as two column halves (TP on dimension 1), one per rank's file; a scalar;
 // and a bytes item.
-ptc::DcpMetadata metadata() {
-  ptc::DcpMetadata md;
-  ptc::DcpItem step;
+formats::DcpMetadata metadata() {
+  formats::DcpMetadata md;
+  formats::DcpItem step;
   step.fqn = "step";
   step.bytes = true;
   step.chunks = {chunk({}, {}, "__0_0.distcp", 0, 700)};
-  ptc::DcpItem scalar;
+  formats::DcpItem scalar;
   scalar.fqn = "optim.state.w.step";
   scalar.dtype = ptc::DType::F32;
   scalar.chunks = {chunk({}, {}, "__0_0.distcp", 700, 900)};
-  ptc::DcpItem w;
+  formats::DcpItem w;
   w.fqn = "w";
   w.dtype = ptc::DType::F32;
   w.size = {4, 6};
@@ -48,8 +48,8 @@ ptc::DcpMetadata metadata() {
 }
 
 // Each record's data at byte 128 of its archive, C order.
-ptc::Result<ptc::TorchTensorItem> record(const ptc::DcpItem& t, const ptc::DcpChunk& c) {
-  ptc::TorchTensorItem r;
+Result<formats::TorchTensorItem> record(const formats::DcpItem& t, const formats::DcpChunk& c) {
+  formats::TorchTensorItem r;
   r.dtype = t.dtype;
   r.shape = c.sizes;
   r.stride.assign(c.sizes.size(), 1);
@@ -68,9 +68,9 @@ const DcpTensorFile& file_of(const DcpSave& s, const std::string& name, int shar
 
 // A metadata of one F32 tensor `v` of `size`, its chunks `boxes` ({offsets, sizes}), each in a
 // file of its own at offset 0.
-ptc::DcpMetadata one_tensor(ptc::Shape size, std::vector<std::pair<ptc::Shape, ptc::Shape>> boxes) {
-  ptc::DcpMetadata md;
-  ptc::DcpItem v;
+formats::DcpMetadata one_tensor(ptc::Shape size, std::vector<std::pair<ptc::Shape, ptc::Shape>> boxes) {
+  formats::DcpMetadata md;
+  formats::DcpItem v;
   v.fqn = "v";
   v.dtype = ptc::DType::F32;
   v.size = std::move(size);
@@ -177,7 +177,7 @@ TEST_CASE("a 2 x 2 grid of chunks is split along dimension 0; each slice takes i
 
 TEST_CASE("replicas that would be stored more often than the split tensors are big keep tp 1") {
   auto md = one_tensor({4, 2}, {{{0, 0}, {2, 2}}, {{2, 0}, {2, 2}}});
-  ptc::DcpItem big;
+  formats::DcpItem big;
   big.fqn = "big";
   big.dtype = ptc::DType::F32;
   big.size = {100};
@@ -190,7 +190,7 @@ TEST_CASE("replicas that would be stored more often than the split tensors are b
 }
 
 TEST_CASE("a chunk saved from a view (not in C order) is gathered: its record's strides, from its storage") {
-  auto transposed = [](const ptc::DcpItem& t, const ptc::DcpChunk& c) {
+  auto transposed = [](const formats::DcpItem& t, const formats::DcpChunk& c) {
     auto r = record(t, c);
     if (t.fqn == "w") r->stride = {1, 4};  // a [3, 4] tensor's .t()
     r->storage_offset = 2;
@@ -216,7 +216,7 @@ TEST_CASE("a chunk saved from a view (not in C order) is gathered: its record's 
 
 TEST_CASE("a chunk that cannot be gathered, or a record that contradicts the metadata, is refused naming the chunk") {
   SECTION("strides of a view, over more than 1 GiB") {
-    auto transposed = [](const ptc::DcpItem& t, const ptc::DcpChunk& c) {
+    auto transposed = [](const formats::DcpItem& t, const formats::DcpChunk& c) {
       auto r = record(t, c);
       if (t.fqn == "w") r->stride = {1, int64_t{1} << 29};
       return r;
@@ -227,7 +227,7 @@ TEST_CASE("a chunk that cannot be gathered, or a record that contradicts the met
                Catch::Contains("chunk of 'w' at [0, 0] is stored with strides [1, 536870912] (not in C order) over"));
   }
   SECTION("another dtype") {
-    auto other = [](const ptc::DcpItem& t, const ptc::DcpChunk& c) {
+    auto other = [](const formats::DcpItem& t, const formats::DcpChunk& c) {
       auto r = record(t, c);
       r->dtype = ptc::DType::BF16;
       return r;
@@ -237,7 +237,7 @@ TEST_CASE("a chunk that cannot be gathered, or a record that contradicts the met
     CHECK_THAT(save.status().message(), Catch::Contains("holds BF16 where the metadata says F32"));
   }
   SECTION("another shape") {
-    auto other = [](const ptc::DcpItem& t, const ptc::DcpChunk& c) {
+    auto other = [](const formats::DcpItem& t, const formats::DcpChunk& c) {
       auto r = record(t, c);
       if (t.fqn == "w") r->shape = {3, 4};
       return r;
@@ -260,7 +260,7 @@ TEST_CASE("a layout whose files would hold more than twice the save's bytes keep
   std::vector<std::pair<ptc::Shape, ptc::Shape>> boxes;
   for (int64_t i = 0; i < 1024; ++i) boxes.push_back({{i}, {1}});
   auto md = one_tensor({1024}, boxes);
-  ptc::DcpItem blob;
+  formats::DcpItem blob;
   blob.fqn = "blob";
   blob.bytes = true;
   blob.chunks = {chunk({}, {}, "__0_0.distcp", 200, 100000)};

@@ -64,11 +64,11 @@ TEST_CASE("the template comes from the config's model_type", "[hf_save]") {
 TEST_CASE("the plan copies each tensor from its file and pads the vocabulary with zeros", "[hf_save]") {
   // Two files: the embedding (vocabulary 200 of 4, padded to 256 rows by the llama template) in the
   // first, a norm in the second.
-  ptc::HfCheckpoint ck;
-  auto header = [](std::vector<ptc::TensorDecl> decls) {
-    auto l = ptc::layout_safetensors(decls, {{"format", "pt"}});
+  formats::HfCheckpoint ck;
+  auto header = [](std::vector<formats::TensorDecl> decls) {
+    auto l = formats::layout_safetensors(decls, {{"format", "pt"}});
     REQUIRE(l.is_ok());
-    auto h = ptc::parse_safetensors(l->header, l->file_size(), "f");
+    auto h = formats::parse_safetensors(l->header, l->file_size(), "f");
     REQUIRE(h.is_ok());
     return *h;
   };
@@ -78,10 +78,10 @@ TEST_CASE("the plan copies each tensor from its file and pads the vocabulary wit
   ck.tensors.push_back({{"model.embed_tokens.weight", ptc::DType::BF16, {200, 4}}, 0, 0});
   ck.tensors.push_back({{"model.norm.weight", ptc::DType::F32, {4}}, 1, 0});
   const std::string config = R"({"hidden_size":4,"model_type":"llama","vocab_size":200})";
-  auto parsed = ptc::parse_hf_config(config, "c");
+  auto parsed = formats::parse_hf_config(config, "c");
   REQUIRE(parsed.is_ok());
   ck.config = *parsed;
-  auto t = ptc::builtin_template("llama");
+  auto t = formats::builtin_template("llama");
   REQUIRE(t.is_ok());
   auto save = plan_hf_save(ck, *t, "j/1");
   REQUIRE(save.is_ok());

@@ -26,7 +26,7 @@ namespace {
 
 // The npy header of a slice (what np.save writes before the data).
 std::string npy_header(const ptc::Layout& l, const ptc::Slice& s) {
-  std::string h = ptc::npy_header(l.tensor(s).dtype, s.local_shape);
+  std::string h = formats::npy_header(l.tensor(s).dtype, s.local_shape);
   REQUIRE(!h.empty());
   return h;
 }
@@ -52,7 +52,7 @@ std::shared_ptr<fs::WriteFile> write_file(SaveService& save, const std::string& 
   auto id = (*f)->open_writer();
   REQUIRE(id.is_ok());
   for (const auto& [off, bytes] : w.at) {
-    const ptc::Status s = (*f)->write(*id, off, bytes.data(), bytes.size());
+    const Status s = (*f)->write(*id, off, bytes.data(), bytes.size());
     INFO(s.to_string());
     REQUIRE(s.is_ok());
   }
@@ -67,7 +67,7 @@ size_t count_blobs(const std::string& data_dir) { return blob_files(data_dir).si
 // part_state, prepare_part, the one commit path, part_done); whether it is committed.
 bool commit(Store& store, SaveService& save, const std::string& job, const std::string& step) {
   LocalRunner runner(store, save, CompactionPolicy{});
-  const ptc::Status s = runner.save_commit(SaveCommitRequest{job, step});
+  const Status s = runner.save_commit(SaveCommitRequest{job, step});
   INFO(s.to_string());
   return s.is_ok() && !save.part_state(job, step).pending;
 }
@@ -168,7 +168,7 @@ TEST_CASE("a tensor file cut to 0 and written again holds its new bytes, in the 
     REQUIRE(id.is_ok());
     REQUIRE(f->truncate(*id, 0).is_ok());
     if (l.tensor(s).name == "c") {
-      const std::string wrong = ptc::npy_header(ptc::DType::F32, {64}) + std::string(256, 'w');
+      const std::string wrong = formats::npy_header(ptc::DType::F32, {64}) + std::string(256, 'w');
       REQUIRE(f->write(*id, 0, wrong.data(), wrong.size()).is_ok());
       REQUIRE(f->truncate(*id, 0).is_ok());
     }
@@ -249,7 +249,7 @@ class Driver {
           (void)f->truncate(0, 0);
         break;
       default: {  // unlink
-        std::lock_guard lock(step_->mu);
+        MutexLock lock(step_->mu);
         auto f = step_->files.find(rel);
         if (f == step_->files.end()) return;
         f->second->dead = true;
@@ -265,7 +265,7 @@ class Driver {
   }
 
   void check() {
-    std::lock_guard lock(step_->mu);
+    MutexLock lock(step_->mu);
     CHECK(step_->part_complete() == step_->part_complete_scan());
     CHECK(step_->complete() == step_->complete_scan());
     if (step_->complete()) ++complete_;
@@ -280,7 +280,7 @@ class Driver {
     }
     open_.clear();
     {
-      std::lock_guard lock(step_->mu);
+      MutexLock lock(step_->mu);
       for (auto& [rel, f] : step_->files) {
         f->dead = true;
         step_->note(*f);
@@ -297,7 +297,7 @@ class Driver {
       auto id = f->open_writer();
       REQUIRE(id.is_ok());
       const std::string bytes = content(rel);
-      const ptc::Status s = f->write(*id, 0, bytes.data(), bytes.size());
+      const Status s = f->write(*id, 0, bytes.data(), bytes.size());
       INFO(rel << ": " << s.to_string());
       REQUIRE(s.is_ok());
       REQUIRE(f->flush(*id).is_ok());
@@ -325,7 +325,7 @@ class Driver {
   }
 
   std::shared_ptr<PendingFile> find(const std::string& rel) {
-    std::lock_guard lock(step_->mu);
+    MutexLock lock(step_->mu);
     auto it = step_->files.find(rel);
     return it == step_->files.end() ? nullptr : it->second;
   }
@@ -348,7 +348,7 @@ class Driver {
         blob = std::make_shared<BlobWriter>(std::move(w).value());
       }
     }
-    std::lock_guard lock(step_->mu);
+    MutexLock lock(step_->mu);
     // A shard is written one way or the other (SaveService::create refuses the other).
     for (const auto& [other, f] : step_->files) {
       if (kind == PendingFile::Kind::kShard && other.rfind(shard.name() + "/", 0) == 0) return nullptr;

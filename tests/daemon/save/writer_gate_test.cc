@@ -16,10 +16,10 @@ using namespace ptcfs;
 namespace {
 
 struct Step {
-  std::mutex mu;
-  std::condition_variable released;
-  ptc::Result<uint64_t> open(WriterGate& g, std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
-    std::unique_lock lock(mu);
+  Mutex mu;
+  std::condition_variable_any released;
+  Result<uint64_t> open(WriterGate& g, std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
+    MutexLock lock(mu);
     return g.open(lock, released, wait, "busy");
   }
 };
@@ -54,14 +54,14 @@ TEST_CASE("a file written whole has one owner; another open or write is refused"
   CHECK(g.owner() == *a);
   auto b = s.open(g);  // the owner still writes: refused at once
   REQUIRE_FALSE(b.is_ok());
-  CHECK(b.status().code() == ptc::Code::kFailedPrecondition);
+  CHECK(b.status().code() == Code::kFailedPrecondition);
   CHECK(b.status().message() == "busy");
   bool reopened = false;
   CHECK(g.write(*a, "f", reopened).is_ok());
-  const ptc::Status other = g.write(*a + 1, "f", reopened);
-  CHECK(other.code() == ptc::Code::kFailedPrecondition);
+  const Status other = g.write(*a + 1, "f", reopened);
+  CHECK(other.code() == Code::kFailedPrecondition);
   CHECK(other.message() == "f is open for writing by another writer");
-  CHECK(g.truncate(*a + 1, "f").code() == ptc::Code::kFailedPrecondition);
+  CHECK(g.truncate(*a + 1, "f").code() == Code::kFailedPrecondition);
   CHECK(g.truncate(*a, "f").is_ok());
   CHECK(g.release(*a, s.released));
   CHECK(g.owner() == 0);
@@ -80,7 +80,7 @@ TEST_CASE("an open after the owner's close waits for its release; a write voids 
   g.closed(*a);  // flushed: the release is on its way
   std::thread late([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     g.release(*a, s.released);
   });
   auto b = s.open(g, std::chrono::seconds(30));  // returns when the release comes, not after 30 s

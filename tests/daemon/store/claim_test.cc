@@ -16,10 +16,10 @@ using namespace ptcfs::testing;
 
 namespace {
 
-ptc::Result<PreparedChange> prepare(Store& store, const std::string& ckpt, const std::string& step = "100") {
+Result<PreparedChange> prepare(Store& store, const std::string& ckpt, const std::string& step = "100") {
   ImportSummary sum;
   return prepare_import(
-      store, ckpt, "gpt", step, [](const ptc::Layout&) { return ptc::Result<StepPlacement>(StepPlacement{}); }, sum);
+      store, ckpt, "gpt", step, [](const ptc::Layout&) { return Result<StepPlacement>(StepPlacement{}); }, sum);
 }
 
 }  // namespace
@@ -31,7 +31,7 @@ TEST_CASE("a claim holds its name until it is released, moved on or destroyed", 
     auto a = store->claim(Claim::kNewStep, "gpt", "100");
     REQUIRE(a.is_ok());
     auto again = store->claim(Claim::kNewStep, "gpt", "100");
-    CHECK(again.status().code() == ptc::Code::kAlreadyExists);
+    CHECK(again.status().code() == Code::kAlreadyExists);
     CHECK(again.status().message() == "step gpt/100 is being imported");
     // The kinds are separate: a change of a step and a new dataset of the same name are others.
     CHECK(store->claim(Claim::kChangeStep, "gpt", "100").is_ok());
@@ -41,7 +41,7 @@ TEST_CASE("a claim holds its name until it is released, moved on or destroyed", 
     CHECK(moved);
     Claim to(std::move(moved));
     CHECK_FALSE(moved);  // NOLINT(bugprone-use-after-move): a moved-from claim holds nothing
-    CHECK(store->claim(Claim::kNewStep, "gpt", "100").status().code() == ptc::Code::kAlreadyExists);
+    CHECK(store->claim(Claim::kNewStep, "gpt", "100").status().code() == Code::kAlreadyExists);
     to.release();
     CHECK_FALSE(to);
     auto b = store->claim(Claim::kNewStep, "gpt", "100");
@@ -55,7 +55,7 @@ TEST_CASE("a claim holds its name until it is released, moved on or destroyed", 
   auto c = store->claim(Claim::kChangeStep, "gpt", "100");
   REQUIRE(c.is_ok());
   auto busy = store->claim(Claim::kChangeStep, "gpt", "100");
-  CHECK(busy.status().code() == ptc::Code::kFailedPrecondition);
+  CHECK(busy.status().code() == Code::kFailedPrecondition);
   CHECK(busy.status().message() == "step gpt/100 is already being repartitioned");
   auto d = store->claim(Claim::kNewDataset, "gpt", "text");
   REQUIRE(d.is_ok());
@@ -66,10 +66,10 @@ TEST_CASE("the claim of a new step is the name gate", "[claim]") {
   TempDir tmp;
   auto store = open_store(tmp.path() + "/data");
   auto data = store->claim(Claim::kNewStep, "gpt", "data");
-  CHECK(data.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(data.status().code() == Code::kInvalidArgument);
   CHECK(data.status().message() == "step name 'data' is reserved: MNT/<job>/data holds the job's datasets");
-  CHECK(store->claim(Claim::kNewStep, "gpt", "a/b").status().code() == ptc::Code::kInvalidArgument);
-  CHECK(store->claim(Claim::kNewStep, "", "100").status().code() == ptc::Code::kInvalidArgument);
+  CHECK(store->claim(Claim::kNewStep, "gpt", "a/b").status().code() == Code::kInvalidArgument);
+  CHECK(store->claim(Claim::kNewStep, "", "100").status().code() == Code::kInvalidArgument);
   // Only new steps pass the gate: a dataset may be called "data".
   CHECK(store->claim(Claim::kNewDataset, "gpt", "data").is_ok());
 }
@@ -84,7 +84,7 @@ TEST_CASE("a prepared change destroyed undecided aborts itself; a moved-from one
     auto change = prepare(*store, ckpt);
     REQUIRE(change.is_ok());
     CHECK(blob_files(data) != before);
-    CHECK(store->claim(Claim::kNewStep, "gpt", "100").status().code() == ptc::Code::kAlreadyExists);
+    CHECK(store->claim(Claim::kNewStep, "gpt", "100").status().code() == Code::kAlreadyExists);
   }
   CHECK(blob_files(data) == before);                           // its blobs went
   CHECK(store->claim(Claim::kNewStep, "gpt", "100").is_ok());  // and its name is free
@@ -125,7 +125,7 @@ TEST_CASE("a kept change destroyed undecided leaves its blobs to its record", "[
     REQUIRE(change.is_ok());
     REQUIRE(keep_prepared(*store, "tx1", *change, nlohmann::json::object()).is_ok());
     with_change = blob_files(data);
-    change = ptc::internal("the daemon stops");  // the change goes undecided
+    change = internal("the daemon stops");  // the change goes undecided
     CHECK(blob_files(data) == with_change);
   }
   auto store = open_store(data);

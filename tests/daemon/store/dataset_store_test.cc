@@ -60,8 +60,8 @@ TEST_CASE("a JSONL dataset is stored, read by record, progressed and reloaded", 
   CHECK((*v)->record_bytes(2) == 9);  // 8 bytes and a supplied newline
   CHECK(read_records(**v, {{2, 0, 9}, {0, 2, 3}, {1, 0, 8}}) == "{\"a\":22}\na\":{\"a\":1}\n");
   fs::ReadBuffer rb;
-  CHECK((*v)->read_records({{3, 0, 1}}, rb).code() == ptc::Code::kOutOfRange);
-  CHECK((*v)->read_records({{2, 5, 5}}, rb).code() == ptc::Code::kOutOfRange);
+  CHECK((*v)->read_records({{3, 0, 1}}, rb).code() == Code::kOutOfRange);
+  CHECK((*v)->read_records({{2, 5, 5}}, rb).code() == Code::kOutOfRange);
 
   // A progress made from a version that is no longer current is refused at commit.
   auto p1 = prepare_dataset_progress(**store, "job", "ds", {}, 3);
@@ -69,7 +69,7 @@ TEST_CASE("a JSONL dataset is stored, read by record, progressed and reloaded", 
   REQUIRE(p1.is_ok());
   REQUIRE(p2.is_ok());
   REQUIRE(commit_change(**store, *p1).is_ok());
-  CHECK(commit_change(**store, *p2).code() == ptc::Code::kFailedPrecondition);
+  CHECK(commit_change(**store, *p2).code() == Code::kFailedPrecondition);
   // Claimed, a change of the dataset is the only one prepared until it ends; one prepared from
   // a version that is no longer current is refused when it claims, not at its commit.
   auto held = prepare_dataset_progress(**store, "job", "ds", {}, 0);
@@ -77,22 +77,22 @@ TEST_CASE("a JSONL dataset is stored, read by record, progressed and reloaded", 
   REQUIRE(held->claim_datasets(**store).is_ok());
   auto second = prepare_dataset_progress(**store, "job", "ds", {}, 0);
   REQUIRE(second.is_ok());
-  const ptc::Status busy = second->claim_datasets(**store);
-  CHECK(busy.code() == ptc::Code::kFailedPrecondition);
+  const Status busy = second->claim_datasets(**store);
+  CHECK(busy.code() == Code::kFailedPrecondition);
   CHECK(busy.message() == "dataset job/ds is already being changed (a progress or a re-split is prepared)");
   abort_change(**store, *held);  // releases the claim
   auto stale = prepare_dataset_progress(**store, "job", "ds", {}, 0);
   REQUIRE(stale.is_ok());
   REQUIRE(second->claim_datasets(**store).is_ok());
   REQUIRE(commit_change(**store, *second).is_ok());
-  const ptc::Status moved = stale->claim_datasets(**store);
-  CHECK(moved.code() == ptc::Code::kFailedPrecondition);
+  const Status moved = stale->claim_datasets(**store);
+  CHECK(moved.code() == Code::kFailedPrecondition);
   CHECK(moved.message() == "dataset job/ds changed while its new version was prepared (from version 2)");
   // 3 samples, batch 3: consuming the epoch starts the next.
   auto cur = current_dataset(**store, "job", "ds");
   CHECK((*cur)->position() == ptc::DatasetPosition{3, 1, 0});
   CHECK((*cur)->version() == 3);
-  CHECK(resplit_datasets(**store, "job", 2).status().code() == ptc::Code::kInvalidArgument);
+  CHECK(resplit_datasets(**store, "job", 2).status().code() == Code::kInvalidArgument);
   CHECK(resplit_datasets(**store, "job", 3)->empty());
 
   REQUIRE((*store)->collect_garbage().is_ok());
@@ -131,7 +131,7 @@ TEST_CASE("records are read from mapped files, and a file cut short is an error,
     REQUIRE(::truncate(src.c_str(), static_cast<off_t>(size)) == 0);
     fs::ReadBuffer rb;
     auto s = (*v)->read_records({{0, 0, 1}, {2999, 0, lines[2999].size()}}, rb);
-    CHECK(s.code() == ptc::Code::kCorrupt);
+    CHECK(s.code() == Code::kCorrupt);
     CHECK(s.message() == "dataset file " + src + " is shorter than when it was added");
   }
 }

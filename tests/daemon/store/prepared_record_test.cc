@@ -20,10 +20,10 @@ namespace {
 
 const json kAbout = {{"key", "/ptcfs/steps/gpt/100"}, {"coordinator", "n0"}, {"lease", 42}};
 
-ptc::Result<PreparedChange> prepare(Store& store, const std::string& ckpt) {
+Result<PreparedChange> prepare(Store& store, const std::string& ckpt) {
   ImportSummary sum;
   return prepare_import(
-      store, ckpt, "gpt", "100", [](const ptc::Layout&) { return ptc::Result<StepPlacement>(StepPlacement{}); }, sum);
+      store, ckpt, "gpt", "100", [](const ptc::Layout&) { return Result<StepPlacement>(StepPlacement{}); }, sum);
 }
 
 // Prepares an import of `ckpt` as gpt/100 and keeps it under `tx`; the new blob files.
@@ -48,7 +48,7 @@ size_t kept_records(Store& store) {
               .scan_meta(Store::kPreparedPrefix,
                          [&](std::string_view, std::string_view) {
                            ++n;
-                           return ptc::Status::ok();
+                           return Status::ok();
                          })
               .is_ok());
   return n;
@@ -73,7 +73,7 @@ TEST_CASE("a kept import survives a restart with its blobs and commits afterward
   CHECK(kept[0].change.next->version() == 1);
   CHECK_FALSE(kept[0].change.replaced);
   // The name is reserved again: a second import of it is refused while the change waits.
-  CHECK(store->claim(Claim::kNewStep, "gpt", "100").status().code() == ptc::Code::kAlreadyExists);
+  CHECK(store->claim(Claim::kNewStep, "gpt", "100").status().code() == Code::kAlreadyExists);
   REQUIRE(commit_change(*store, kept[0].change).is_ok());
   forget_prepared(*store, "tx1");
   check_step(*store, "gpt", "100", want);
@@ -118,10 +118,10 @@ TEST_CASE("a kept change whose base moved on, or a malformed one, is dropped wit
                 ->scan_meta("prepared/tx1",
                             [&](std::string_view, std::string_view v) {
                               value = std::string(v);
-                              return ptc::Status::ok();
+                              return Status::ok();
                             })
                 .is_ok());
-    auto rec = ptc::parse_json(value, "record");
+    auto rec = parse_json(value, "record");
     REQUIRE(rec.is_ok());
     (*rec)["replaced"] = 7;
     WriteBatch b;

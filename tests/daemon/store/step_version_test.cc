@@ -49,12 +49,12 @@ namespace {
 // Records what walk_slice hands a sink.
 struct Recorder final : PieceSink {
   std::vector<Piece> got;  // blob (0: zeros), offset, length
-  ptc::Status fail_at_blob = ptc::Status::ok();
-  ptc::Status zeros(uint64_t n) override {
+  Status fail_at_blob = Status::ok();
+  Status zeros(uint64_t n) override {
     got.emplace_back(kZeroBlob, 0, n);
-    return ptc::Status::ok();
+    return Status::ok();
   }
-  ptc::Status blob(const std::shared_ptr<const BlobFile>& f, uint64_t off, uint64_t n) override {
+  Status blob(const std::shared_ptr<const BlobFile>& f, uint64_t off, uint64_t n) override {
     got.emplace_back(f->id(), off, n);
     return fail_at_blob;
   }
@@ -66,7 +66,7 @@ TEST_CASE("walk_slice hands the sink a slice's pieces, opening each blob once", 
   s.rows = 2;
   s.extents = {Extent{7, 100, 4, 10}, Extent{7, 200, 2, 10}, Extent{kZeroBlob, 0, 3, 0}, Extent{8, 0, 1, 1}};
   std::vector<uint64_t> opened;
-  const OpenBlob open = [&](uint64_t id) -> ptc::Result<std::shared_ptr<const BlobFile>> {
+  const OpenBlob open = [&](uint64_t id) -> Result<std::shared_ptr<const BlobFile>> {
     opened.push_back(id);
     return std::make_shared<const BlobFile>(id, -1, 1000);
   };
@@ -84,16 +84,16 @@ TEST_CASE("walk_slice hands the sink a slice's pieces, opening each blob once", 
 
   SECTION("the first error of the sink stops the walk") {
     Recorder f;
-    f.fail_at_blob = ptc::corrupt("short");
-    CHECK(walk_slice(s, 0, slice_bytes(s), open, f).code() == ptc::Code::kCorrupt);
+    f.fail_at_blob = corrupt("short");
+    CHECK(walk_slice(s, 0, slice_bytes(s), open, f).code() == Code::kCorrupt);
     CHECK(f.got.size() == 1);
   }
   SECTION("so does an error opening a blob") {
     Recorder f;
-    const OpenBlob fails = [](uint64_t) -> ptc::Result<std::shared_ptr<const BlobFile>> {
-      return ptc::io_error("opening blob", 5);
+    const OpenBlob fails = [](uint64_t) -> Result<std::shared_ptr<const BlobFile>> {
+      return io_error("opening blob", 5);
     };
-    CHECK(walk_slice(s, 0, slice_bytes(s), fails, f).code() == ptc::Code::kIo);
+    CHECK(walk_slice(s, 0, slice_bytes(s), fails, f).code() == Code::kIo);
     CHECK(f.got.empty());
   }
 }
@@ -110,16 +110,16 @@ struct RowRecorder final : PieceSink {
   std::vector<std::pair<uint64_t, std::vector<RowPiece>>> rows_got;
   std::vector<Piece> got;
   bool decline = false;
-  ptc::Status zeros(uint64_t n) override {
+  Status zeros(uint64_t n) override {
     got.emplace_back(kZeroBlob, 0, n);
-    return ptc::Status::ok();
+    return Status::ok();
   }
-  ptc::Status blob(const std::shared_ptr<const BlobFile>& f, uint64_t off, uint64_t n) override {
+  Status blob(const std::shared_ptr<const BlobFile>& f, uint64_t off, uint64_t n) override {
     got.emplace_back(f->id(), off, n);
-    return ptc::Status::ok();
+    return Status::ok();
   }
   bool takes_rows() const override { return true; }
-  ptc::Result<bool> rows(uint64_t rows, const std::vector<PieceSink::RowPiece>& pieces) override {
+  Result<bool> rows(uint64_t rows, const std::vector<PieceSink::RowPiece>& pieces) override {
     std::vector<RowPiece> p;
     for (const auto& x : pieces) p.push_back({x.file ? x.file->id() : kZeroBlob, x.off, x.len, x.stride});
     rows_got.emplace_back(rows, p);
@@ -134,7 +134,7 @@ TEST_CASE("a sink that takes rows gets a range's whole rows in one call, a parti
   s.rows = 4;  // a row: 4 bytes of blob 7, 3 zeros, 2 bytes of blob 8 (9 bytes)
   s.extents = {Extent{7, 100, 4, 10}, Extent{kZeroBlob, 0, 3, 0}, Extent{8, 0, 2, 5}};
   std::vector<uint64_t> opened;
-  const OpenBlob open = [&](uint64_t id) -> ptc::Result<std::shared_ptr<const BlobFile>> {
+  const OpenBlob open = [&](uint64_t id) -> Result<std::shared_ptr<const BlobFile>> {
     opened.push_back(id);
     return std::make_shared<const BlobFile>(id, -1, 1000);
   };

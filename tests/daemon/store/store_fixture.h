@@ -74,7 +74,7 @@ inline SliceBytes write_checkpoint(const std::string& dir, const std::string& pt
   REQUIRE(l.is_ok());
   SliceBytes bytes;
   for (const auto& shard : l->shards()) {
-    std::vector<ptc::TensorDecl> decls;
+    std::vector<formats::TensorDecl> decls;
     std::map<std::string, std::string> data;
     const auto& slices = l->slices(shard);
     for (auto it = slices.rbegin(); it != slices.rend(); ++it) {
@@ -83,7 +83,7 @@ inline SliceBytes write_checkpoint(const std::string& dir, const std::string& pt
       data[spec.name] = slice_bytes(*l, shard, *it, salt);
       bytes[{shard.name(), spec.name}] = data[spec.name];
     }
-    auto sl = ptc::layout_safetensors(decls);
+    auto sl = formats::layout_safetensors(decls);
     REQUIRE(sl.is_ok());
     std::string file = sl->header;
     for (const auto& e : sl->entries) {
@@ -111,7 +111,7 @@ inline std::unique_ptr<Store> open_store(const std::string& data_dir) {
 
 inline std::string read_all(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len) {
   fs::ReadBuffer buf;
-  const ptc::Status s = v.read_slice(shard, slice, off, len, buf);
+  const Status s = v.read_slice(shard, slice, off, len, buf);
   INFO(s.to_string());
   REQUIRE(s.is_ok());
   REQUIRE(buf.size() == len);

@@ -99,7 +99,7 @@ TEST_CASE("a rank file with a wrong slice shape fails naming file and tensor and
   const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
   write_checkpoint(ckpt, kPtcJson);
   // tp1-pp0 holds emb as 8x4 (padded); write it as 5x4 instead (the unpadded rows).
-  auto sl = ptc::layout_safetensors(
+  auto sl = formats::layout_safetensors(
       {{"emb", ptc::DType::BF16, {5, 4}}, {"layers.0.qkv", ptc::DType::F32, {4, 3}}, {"step", ptc::DType::I64, {}}});
   REQUIRE(sl.is_ok());
   write_file(ckpt + "/tp1-pp0.safetensors", sl->header + std::string(sl->file_size() - sl->header.size(), 'x'));
@@ -108,7 +108,7 @@ TEST_CASE("a rank file with a wrong slice shape fails naming file and tensor and
   auto r = import_checkpoint(*store, ckpt, "gpt", "100");
   REQUIRE_FALSE(r.is_ok());
   INFO(r.status().to_string());
-  CHECK(r.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(r.status().code() == Code::kInvalidArgument);
   CHECK_THAT(r.status().message(), Catch::Contains(ckpt + "/tp1-pp0.safetensors"));
   CHECK_THAT(r.status().message(), Catch::Contains("tensor 'emb' has shape [5, 4]"));
   CHECK_THAT(r.status().message(), Catch::Contains("[8, 4]"));
@@ -127,17 +127,17 @@ TEST_CASE("a rank file with a wrong dtype fails naming file and tensor", "[store
   TempDir tmp;
   const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
   write_checkpoint(ckpt, kPtcJson);
-  auto sl = ptc::layout_safetensors({{"final.w", ptc::DType::F16, {2, 2}},
-                                     {"layers.1.dense", ptc::DType::F16, {3, 2}},
-                                     {"layers.1.ln", ptc::DType::F32, {5}},
-                                     {"step", ptc::DType::I64, {}}});
+  auto sl = formats::layout_safetensors({{"final.w", ptc::DType::F16, {2, 2}},
+                                         {"layers.1.dense", ptc::DType::F16, {3, 2}},
+                                         {"layers.1.ln", ptc::DType::F32, {5}},
+                                         {"step", ptc::DType::I64, {}}});
   REQUIRE(sl.is_ok());
   write_file(ckpt + "/tp0-pp1.safetensors", sl->header + std::string(sl->file_size() - sl->header.size(), 'x'));
 
   auto store = open_store(data);
   auto r = import_checkpoint(*store, ckpt, "gpt", "7");
   REQUIRE_FALSE(r.is_ok());
-  CHECK(r.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(r.status().code() == Code::kInvalidArgument);
   CHECK_THAT(r.status().message(), Catch::Contains(ckpt + "/tp0-pp1.safetensors"));
   CHECK_THAT(r.status().message(), Catch::Contains("tensor 'final.w' has dtype F16 but ptc.json says F32"));
   CHECK(store->snapshot()->steps.empty());
@@ -153,7 +153,7 @@ TEST_CASE("a missing rank file fails naming it and imports nothing", "[store]") 
   auto store = open_store(data);
   auto r = import_checkpoint(*store, ckpt, "gpt", "100");
   REQUIRE_FALSE(r.is_ok());
-  CHECK(r.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(r.status().code() == Code::kInvalidArgument);
   CHECK(r.status().message() == ckpt + "/tp1-pp1.safetensors: missing rank file for shard tp1-pp1 of tp=2,pp=2,dp=1");
   CHECK(store->snapshot()->steps.empty());
   CHECK(blob_files(data).empty());
@@ -168,7 +168,7 @@ TEST_CASE("an extra rank file fails naming it and imports nothing", "[store]") {
   auto store = open_store(data);
   auto r = import_checkpoint(*store, ckpt, "gpt", "100");
   REQUIRE_FALSE(r.is_ok());
-  CHECK(r.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(r.status().code() == Code::kInvalidArgument);
   CHECK(r.status().message() == ckpt + "/tp2-pp1.safetensors: extra rank file: tp=2,pp=2,dp=1 has no shard tp2-pp1");
   CHECK(store->snapshot()->steps.empty());
   CHECK(blob_files(data).empty());
@@ -185,7 +185,7 @@ TEST_CASE("a rank file with truncated data fails as corrupt naming it and import
   auto r = import_checkpoint(*store, ckpt, "gpt", "100");
   REQUIRE_FALSE(r.is_ok());
   INFO(r.status().to_string());
-  CHECK(r.status().code() == ptc::Code::kCorrupt);
+  CHECK(r.status().code() == Code::kCorrupt);
   CHECK_THAT(r.status().message(), Catch::Contains(path));
   CHECK(store->snapshot()->steps.empty());
   CHECK(blob_files(data).empty());
@@ -199,14 +199,14 @@ TEST_CASE("a bad ptc.json or job name fails before anything is read", "[store]")
 
   auto bad_job = import_checkpoint(*store, ckpt, "../evil", "100");
   REQUIRE_FALSE(bad_job.is_ok());
-  CHECK(bad_job.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(bad_job.status().code() == Code::kInvalidArgument);
   CHECK_THAT(bad_job.status().message(), Catch::Contains("job name '../evil'"));
 
   write_file(ckpt + "/ptc.json", R"({"parallelism": {"tp": 3, "pp": 2, "dp": 1}, "num_layers": 2,
       "tensors": {"w": {"dtype": "F32", "shape": [4], "tp_dim": 0}}})");
   auto r = import_checkpoint(*store, ckpt, "gpt", "100");
   REQUIRE_FALSE(r.is_ok());
-  CHECK(r.status().code() == ptc::Code::kInvalidArgument);
+  CHECK(r.status().code() == Code::kInvalidArgument);
   CHECK_THAT(r.status().message(), Catch::Contains(ckpt + "/ptc.json"));
   CHECK_THAT(r.status().message(), Catch::Contains("tensor 'w'"));
   CHECK(store->snapshot()->steps.empty());
@@ -225,7 +225,7 @@ TEST_CASE("importing the same job and step twice fails with already_exists and k
 
   auto again = import_checkpoint(*store, other, "gpt", "100");
   REQUIRE_FALSE(again.is_ok());
-  CHECK(again.status().code() == ptc::Code::kAlreadyExists);
+  CHECK(again.status().code() == Code::kAlreadyExists);
   CHECK_THAT(again.status().message(), Catch::Contains("gpt/100"));
   CHECK(blob_files(data) == blobs);
   CHECK(store->snapshot()->steps.size() == 1);
@@ -303,11 +303,11 @@ TEST_CASE("a metadata scan stops at its callback's first error and returns it", 
     b.put("q/a", "4");
     REQUIRE(kv->write(b).is_ok());
     std::vector<std::string> seen;
-    const auto st = kv->scan("p/", [&](std::string_view key, std::string_view) -> ptc::Status {
+    const auto st = kv->scan("p/", [&](std::string_view key, std::string_view) -> Status {
       seen.emplace_back(key);
-      return key == "p/b" ? ptc::corrupt("stop at b") : ptc::Status::ok();
+      return key == "p/b" ? corrupt("stop at b") : Status::ok();
     });
-    CHECK(st.code() == ptc::Code::kCorrupt);
+    CHECK(st.code() == Code::kCorrupt);
     CHECK(st.message() == "stop at b");
     CHECK(seen == std::vector<std::string>{"p/a", "p/b"});
   }

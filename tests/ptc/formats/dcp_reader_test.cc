@@ -17,7 +17,9 @@
 #include "ptc/formats/torch_archive.h"
 #include "ptc/formats/torch_item.h"
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
+using namespace ptcfs::formats;
 using json = nlohmann::json;
 
 namespace {

@@ -4,7 +4,9 @@
 
 #include "ptc/model.h"
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
+using namespace ptcfs::formats;
 
 TEST_CASE("config.json: integers kept by name, key/value heads and head_dim derived as transformers does",
           "[hf_config]") {

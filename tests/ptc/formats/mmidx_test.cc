@@ -5,7 +5,8 @@
 #include <string>
 #include <vector>
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::formats;
 
 TEST_CASE("MMIDIDX indexes round-trip and malformed ones are refused with the reason", "[dataset]") {
   const std::string idx = render_mmidx(4, {8, 0, 12});  // int32: 2, 0 and 3 elements

@@ -4,7 +4,9 @@
 
 #include <string>
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
+using namespace ptcfs::formats;
 
 namespace {
 

@@ -8,7 +8,8 @@
 
 #include "ptc/formats/pickle_writer.h"
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::formats;
 using namespace std::string_literals;
 
 namespace {

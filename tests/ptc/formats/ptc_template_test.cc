@@ -5,7 +5,9 @@
 #include "ptc/formats/hf_checkpoint.h"
 #include "ptc/layout.h"
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
+using namespace ptcfs::formats;
 
 namespace {
 

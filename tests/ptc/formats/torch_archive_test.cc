@@ -11,7 +11,9 @@
 #include "ptc/formats/dcp_metadata.h"
 #include "ptc/formats/pickle_writer.h"
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::ptc;
+using namespace ptcfs::formats;
 
 TEST_CASE("crc32 is ZIP's CRC-32") {
   const std::string check = "123456789";

@@ -6,7 +6,8 @@
 
 #include "model_fixtures.h"
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::planner;
 
 namespace {
 
@@ -116,7 +117,7 @@ TEST_CASE("a modelled job gets the planner's configuration without interleaving"
   m.spec.name = "m";
   m.spec.min_gpus = 4;
   m.spec.max_gpus = 4;
-  m.spec.model = ptc::testing::small_model();
+  m.spec.model = ptcfs::planner::testing::small_model();
   m.daemon = "h:1";
   const auto d = decide({m}, 4);
   REQUIRE(d.size() == 1);

@@ -10,9 +10,10 @@
 
 #include "model_fixtures.h"
 
-using namespace ptc;
-using ptc::testing::gpt;
-using ptc::testing::small_model;
+using namespace ptcfs;
+using namespace ptcfs::planner;
+using ptcfs::planner::testing::gpt;
+using ptcfs::planner::testing::small_model;
 
 TEST_CASE("parameters: Narayanan et al. 2021's formula plus the final LayerNorm, for every model of their Table 1",
           "[cost_model]") {

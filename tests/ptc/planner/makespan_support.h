@@ -12,7 +12,7 @@
 
 #include "ptc/planner/makespan.h"
 
-namespace ptc::testing {
+namespace ptcfs::planner::testing {
 
 inline TimedOption timed(int gpus, double seconds) { return {JobOption{gpus, 1.0 / seconds, std::nullopt}, seconds}; }
 
@@ -67,4 +67,4 @@ inline double brute_force_makespan(const std::vector<std::vector<TimedOption>>& 
   return best;
 }
 
-}  // namespace ptc::testing
+}  // namespace ptcfs::planner::testing

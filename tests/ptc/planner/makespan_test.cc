@@ -6,9 +6,10 @@
 
 #include "makespan_support.h"
 
-using namespace ptc;
-using ptc::testing::expect_valid_schedule;
-using ptc::testing::timed;
+using namespace ptcfs;
+using namespace ptcfs::planner;
+using ptcfs::planner::testing::expect_valid_schedule;
+using ptcfs::planner::testing::timed;
 
 TEST_CASE("timed_options: run time is samples over rate; options beaten on GPUs and time are dropped", "[makespan]") {
   JobSpec j;

@@ -5,7 +5,7 @@
 
 #include "ptc/planner/model_spec.h"
 
-namespace ptc::testing {
+namespace ptcfs::planner::testing {
 
 // A GPT of Narayanan et al. 2021, Table 1 (ffn = 4h, V = 51,200, s = 2,048) on their
 // cluster: A100 80 GB, 312 TFLOP/s dense BF16, 8 per node on NVSwitch (300 GB/s = 2,400
@@ -80,4 +80,4 @@ inline ModelSpec small_model() {
   return m;
 }
 
-}  // namespace ptc::testing
+}  // namespace ptcfs::planner::testing

@@ -5,7 +5,8 @@
 #include <initializer_list>
 #include <string>
 
-using namespace ptc;
+using namespace ptcfs;
+using namespace ptcfs::planner;
 
 namespace {
 

@@ -9,11 +9,12 @@
 
 #include "model_fixtures.h"
 
-using namespace ptc;
-using ptc::testing::gpt;
-using ptc::testing::h100;
-using ptc::testing::llama;
-using ptc::testing::nemotron4;
+using namespace ptcfs;
+using namespace ptcfs::planner;
+using ptcfs::planner::testing::gpt;
+using ptcfs::planner::testing::h100;
+using ptcfs::planner::testing::llama;
+using ptcfs::planner::testing::nemotron4;
 
 namespace {
 

@@ -10,8 +10,9 @@
 
 #include "model_fixtures.h"
 
-using namespace ptc;
-using ptc::testing::small_model;
+using namespace ptcfs;
+using namespace ptcfs::planner;
+using ptcfs::planner::testing::small_model;
 
 namespace {
 
