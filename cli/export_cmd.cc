@@ -17,6 +17,7 @@
 #include "cli/output.h"
 #include "cli/python_cmd.h"
 #include "cli/size_arg.h"
+#include "cli/step_files.h"
 #include "ptc/formats/hf_config.h"
 #include "ptc/formats/npy.h"
 #include "ptc/formats/rank_file.h"
@@ -29,22 +30,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-// An open file descriptor, closed on destruction.
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd, o.fd);
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // Appends [offset, offset + n) of `from` to `to`, counting bytes with `advance`.
 Status copy_range(int from, const std::string& from_path, uint64_t offset, uint64_t n, int to,
@@ -170,82 +155,18 @@ Result<json> export_hf(const Source& src, const std::string& dir, uint64_t max_s
       {"files", files}, {"tensors", src.ptc.tensors.size()}, {"bytes", total}, {"config", !src.ptc.hf_config.empty()}};
 }
 
-// A file of the step, open, and its size.
-struct OpenFile {
-  std::string name;
-  Fd fd;
-  uint64_t size = 0;
-};
-
-Result<OpenFile> open_in(const std::string& dir, const std::string& name) {
-  const std::string path = dir + "/" + name;
-  Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (in.fd < 0 && errno == ENOENT) return not_found(path + ": no such file");
-  if (in.fd < 0) return io_error("opening " + path, errno);
-  struct stat st {};
-  if (::fstat(in.fd, &st) != 0) return io_error(path, errno);
-  return OpenFile{name, std::move(in), static_cast<uint64_t>(st.st_size)};
-}
-
-// The step's ptc.json and every rank file of the layout it states, all open before a byte is
-// copied: an open view keeps the version it opened, whatever commits meanwhile. Each rank
-// file's header is checked against that layout, so that a repartition that switched the
-// mount between two opens shows (kFailedPrecondition: a rank file of the layout missing, or
-// one that does not match it) instead of being written out as a mix of two layouts; any other
-// error is returned as it is.
-Result<std::vector<OpenFile>> open_step(const std::string& dir) {
-  std::vector<OpenFile> files;
-  PTC_ASSIGN_OR_RETURN(OpenFile pj, open_in(dir, "ptc.json"));
-  std::string text(pj.size, '\0');
-  if (::pread(pj.fd.fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
-    return io_error("reading " + dir + "/ptc.json", errno);
-  PTC_ASSIGN_OR_RETURN(const ptc::Ptc ptc, ptc::parse_ptc_json(text, dir + "/ptc.json"));
-  PTC_ASSIGN_OR_RETURN(const ptc::Layout layout, ptc::Layout::make(ptc, ptc.parallelism));
-  files.push_back(std::move(pj));
-  for (const ptc::ShardId& shard : layout.shards()) {
-    const std::string name = fmt::format("tp{}-pp{}.safetensors", shard.t, shard.p);
-    auto f = open_in(dir, name);
-    if (!f && f.status().code() == Code::kNotFound) return error(Code::kFailedPrecondition, f.status().message());
-    if (!f) return f.status();
-    const int fd = f->fd.fd;
-    auto header = formats::read_safetensors_header(
-        f->size,
-        [fd](uint64_t off, void* buf, size_t len) -> Result<size_t> {
-          const ssize_t n = ::pread(fd, buf, len, static_cast<off_t>(off));
-          if (n < 0) return io_error("reading", errno);
-          return static_cast<size_t>(n);
-        },
-        dir + "/" + name);
-    if (!header) return header.status();
-    if (auto m = formats::match_rank_header(layout, shard, *header, dir + "/" + name); !m)
-      return error(Code::kFailedPrecondition, m.status().message());
-    files.push_back(std::move(*f));
-  }
-  std::sort(files.begin(), files.end(), [](const OpenFile& a, const OpenFile& b) { return a.name < b.name; });
-  return files;
-}
-
 Result<json> export_ptc(const Source& src, const std::string& dir) {
-  // A repartition that commits while the files are opened: opened again, from ptc.json.
-  Result<std::vector<OpenFile>> opened = internal("not opened");
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    opened = open_step(src.dir);
-    if (opened || opened.status().code() != Code::kFailedPrecondition) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  if (!opened && opened.status().code() == Code::kFailedPrecondition)
-    return opened.status().with_context("the step changed while export opened its files (a repartition?); 5 tries");
-  if (!opened) return opened.status();
+  PTC_ASSIGN_OR_RETURN(std::vector<OpenFile> opened, open_step_files(src.dir));
   uint64_t total = 0;
   json names = json::array();
-  for (const auto& f : *opened) {
+  for (const auto& f : opened) {
     total += f.size;
     names.push_back(f.name);
   }
   ProgressLine line("exporting");
   uint64_t done = 0;
   auto advance = [&](uint64_t n) { line.update(done += n, total); };
-  for (const auto& f : *opened) {
+  for (const auto& f : opened) {
     const std::string from = src.dir + "/" + f.name, to = dir + "/" + f.name;
     Fd out{::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644)};
     if (out.fd < 0) return io_error("creating " + to, errno);
@@ -264,11 +185,20 @@ CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g) {
                                  "shards with an index) or ptc (ptc.json and rank files, as import reads); "
                                  "reads the daemon's mount");
   cmd->add_option("JOB/STEP", a.step_path, "The step")->required();
-  cmd->add_option("DIR", a.dir, "A new or empty directory to write")->required();
+  cmd->add_option("DIR", a.dir,
+                  "A new or empty directory to write, or s3://BUCKET/PREFIX (empty; --format ptc; docs/OPERATIONS.md "
+                  "\"The S3 tier\")")
+      ->required();
   cmd->add_option("--format", a.format,
-                  "hf, ptc, or dcp (a PyTorch Distributed Checkpoint directory, through the Python package)")
-      ->check(CLI::IsMember({"hf", "ptc", "dcp"}))
-      ->capture_default_str();
+                  "hf, ptc, or dcp (a PyTorch Distributed Checkpoint directory, through the Python package); "
+                  "default hf, and ptc to s3://")
+      ->check(CLI::IsMember({"hf", "ptc", "dcp"}));
+  cmd->add_option("--s3-endpoint", a.s3.endpoint,
+                  "S3 endpoint http(s)://HOST[:PORT] (default: AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL)");
+  cmd->add_option("--s3-region", a.s3.region, "S3 region (default: AWS_REGION, AWS_DEFAULT_REGION, us-east-1)");
+  cmd->add_option("--s3-credentials", a.s3.credentials,
+                  "AWS shared-credentials file (default: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)");
+  cmd->add_option("--s3-ca-file", a.s3.ca_file, "CA bundle for an https S3 endpoint");
   cmd->add_option("--max-shard-size", a.max_shard_size,
                   "hf: the largest file (5GB = 5x10^9 bytes, 100kB, 2GiB, ...; units ignore case)")
       ->capture_default_str();
@@ -277,11 +207,29 @@ CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g) {
   return cmd;
 }
 
-int run_export(const ExportArgs& a, const Globals& g) {
+int run_export(const ExportArgs& args, const Globals& g) {
+  ExportArgs a = args;
+  const bool s3 = a.dir.rfind("s3://", 0) == 0;
+  if (a.format.empty()) a.format = s3 ? "ptc" : "hf";
+  if (s3 && a.format != "ptc")
+    return fail(invalid("export to s3:// writes --format ptc (ptc.json and rank files); for " + a.format +
+                        ", export to a folder"));
   auto max_shard = parse_size(a.max_shard_size);
   if (!max_shard) return fail(max_shard.status().with_context("--max-shard-size"));
   auto src = source_of(a, g);
   if (!src) return fail(src.status());
+  if (s3) {
+    auto r = export_ptc_s3(src->dir, a.dir, a.s3);
+    if (!r) return fail(r.status().with_context("exporting " + a.step_path + " to " + a.dir));
+    (*r)["format"] = a.format;
+    (*r)["dir"] = a.dir;
+    (*r)["tensors"] = src->ptc.tensors.size();
+    if (g.json) return print_json(*r);
+    fmt::print("exported {} to {} ({}): {} objects and {}, {} tensors, {}\n", a.step_path, a.dir, a.format,
+               (*r)["files"].size(), kExportManifest, src->ptc.tensors.size(),
+               human_bytes((*r)["bytes"].get<uint64_t>()));
+    return 0;
+  }
   if (a.format == "dcp") return exec_python(g, {"export-dcp", src->dir, a.dir}, false);
   std::error_code ec;
   const bool existed = fs::exists(a.dir, ec);

@@ -1,4 +1,4 @@
-// `ptcfs export JOB/STEP --format hf|ptc DIR`: writes a committed step out of ptcfs, reading
+// `ptcfs export JOB/STEP --format hf|ptc DIR|s3://BUCKET/PREFIX`: writes a committed step out of ptcfs, reading
 // the daemon's mount (so it works for any step a node's mount shows, remote shards included):
 // `ptc` copies ptc.json and the rank files (the directory `ptcfs import` reads); `hf` writes
 // the full logical tensors as Hugging Face safetensors shards with model.safetensors.index.json.
@@ -10,11 +10,13 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/client.h"
+#include "cli/export_s3.h"
 
 namespace ptcfs::cli {
 
 struct ExportArgs {
-  std::string step_path, format = "hf", dir, max_shard_size = "5GB", mount;
+  std::string step_path, format, dir, max_shard_size = "5GB", mount;  // format "": hf, or ptc to s3://
+  S3Flags s3;
 };
 
 CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g);

@@ -127,9 +127,13 @@ struct ImportFormat {
 int cmd_import(const Globals& g, const std::string& dir, const std::string& job, const std::string& step,
                const std::vector<std::string>& nodes, const ImportFormat& f) {
   std::error_code ec;
-  const auto abs = std::filesystem::absolute(dir, ec);
+  const bool s3 = dir.rfind("s3://", 0) == 0;  // read by the daemon with its own S3 access
+  if (s3 && f.format != "ptc")
+    return fail(ptcfs::invalid("from s3:// the daemon imports --format ptc (ptc.json and rank files); for " + f.format +
+                               ", download the folder first"));
+  const auto abs = s3 ? std::filesystem::path(dir) : std::filesystem::absolute(dir, ec);
   if (ec) return fail(ptcfs::invalid(dir + ": " + ec.message()));
-  json req = {{"op", "import"}, {"dir", abs.lexically_normal().string()}, {"job", job}, {"step", step}};
+  json req = {{"op", "import"}, {"dir", s3 ? dir : abs.lexically_normal().string()}, {"job", job}, {"step", step}};
   if (f.format == "dcp") {
     if (!f.template_name.empty() || !f.to.empty())
       return fail(ptcfs::invalid("--template and --to go with --format hf"));
@@ -327,7 +331,8 @@ int main(int argc, char** argv) {
   ImportFormat import_format;
   auto* imp = app.add_subcommand("import",
                                  "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors, or a "
-                                 "Hugging Face safetensors checkpoint with --format hf)");
+                                 "Hugging Face safetensors checkpoint with --format hf); DIR may be "
+                                 "s3://BUCKET/PREFIX (--format ptc, read by the daemon with its --s3-* access)");
   imp->add_option("--format", import_format.format,
                   "ptc (ptc.json and rank files), hf (Hugging Face safetensors) or dcp (a PyTorch "
                   "Distributed Checkpoint directory, through the Python package); megatron says which "

@@ -12,6 +12,7 @@
 #include "daemon/daemon_config.h"
 #include "daemon/listen_checks.h"
 #include "daemon/node.h"
+#include "transport/s3_client.h"
 #include "ptc/base/log.h"
 
 namespace {
@@ -19,6 +20,7 @@ namespace {
 struct Options {
   std::string data, mount, listen = "127.0.0.1:7070", cluster, node, secret_file, etcd, log_level = "info";
   std::string log_format = "text";
+  std::string s3_endpoint, s3_region, s3_credentials, s3_ca_file;
   ptcfs::transport::EtcdTls etcd_tls;
   ptcfs::NodeOptions node_opts;
 };
@@ -47,6 +49,16 @@ int run(const Options& o, bool listen_given) {
     log::error("{}", s.message());
     return 2;
   }
+  auto s3 = transport::resolve_s3_access(o.s3_endpoint, o.s3_region, o.s3_credentials, o.s3_ca_file);
+  if (!s3) {
+    log::error("{}", s3.status().message());
+    return 2;
+  }
+  Options with = o;
+  with.node_opts.s3 = *s3;
+  if (*s3)
+    log::info("S3: {} (region {}, {})", (*s3)->endpoint.url(), (*s3)->region,
+              (*s3)->credentials.anonymous() ? "anonymous" : "signed with SigV4");
   raise_fd_limit();
   // Signals are taken by sigwait in this thread only; every thread the node starts inherits the mask.
   sigset_t stop_signals;
@@ -56,7 +68,7 @@ int run(const Options& o, bool listen_given) {
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  auto node = Node::start(*cfg, o.node_opts);
+  auto node = Node::start(*cfg, with.node_opts);
   if (!node) {
     log::error("{}", node.status().message());
     return 1;
@@ -136,6 +148,15 @@ int main(int argc, char** argv) {
   app.add_option("--direct-socket", o.node_opts.direct_socket,
                  "Unix socket of the direct data path: processes of this uid (or root) on the node read files of "
                  "the mount without FUSE (ptcfs.direct); default DATA/direct.sock, `none` for no socket");
+  app.add_option("--s3-endpoint", o.s3_endpoint,
+                 "S3 endpoint, http(s)://HOST[:PORT] (default: AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL): `ptcfs "
+                 "import s3://BUCKET/PREFIX` reads from it (docs/OPERATIONS.md \"The S3 tier\")");
+  app.add_option("--s3-region", o.s3_region,
+                 "S3 region for SigV4 (default: AWS_REGION, AWS_DEFAULT_REGION, us-east-1)");
+  app.add_option("--s3-credentials", o.s3_credentials,
+                 "A file in the AWS shared-credentials format ([default] aws_access_key_id, aws_secret_access_key); "
+                 "without it AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, else anonymous. Never on the command line");
+  app.add_option("--s3-ca-file", o.s3_ca_file, "CA bundle that the https S3 endpoint's certificate is checked against");
   app.add_flag("--fuse-debug", o.node_opts.fuse_debug, "Log every FUSE request (libfuse's -d)");
   app.add_flag("--no-allow-other{false}", o.node_opts.allow_other, "Only the mounting user may read the mount");
   app.set_version_flag("--version", PTCFS_VERSION);

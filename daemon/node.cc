@@ -54,7 +54,7 @@ bool transient(const Status& s, const std::string& endpoints) {
 
 }  // namespace
 
-Node::Node(DaemonConfig cfg, NodeOptions opts) : cfg_(std::move(cfg)), opts_(std::move(opts)) {}
+Node::Node(DaemonConfig cfg, NodeOptions opts) : cfg_(std::move(cfg)), opts_(std::move(opts)), sources_(opts_.s3) {}
 
 Result<std::unique_ptr<Node>> Node::start(const DaemonConfig& cfg, const NodeOptions& opts) {
   std::unique_ptr<Node> n(new Node(cfg, opts));
@@ -114,12 +114,13 @@ Status Node::open_store() {
       abort_change(*store_, k.change);
       forget_prepared(*store_, k.tx);
     }
-    local_runner_ = std::make_unique<LocalRunner>(*store_, *saves_, policy);
+    local_runner_ = std::make_unique<LocalRunner>(*store_, *saves_, policy, sources_);
     runner_ = local_runner_.get();
     return Status::ok();
   }
   PrepareOptions prep;
   prep.policy = policy;
+  prep.sources = &sources_;
   participant_ = std::make_unique<Participant>(*store_, *membership_, *saves_, node_id(*peers_->cluster(), cfg_.node));
   peer_service_ =
       std::make_unique<PeerService>(*store_, *peers_, cfg_.node, *membership_, *saves_, *participant_, prep);

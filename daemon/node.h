@@ -24,6 +24,7 @@
 #include "daemon/change/runner.h"
 #include "daemon/daemon_config.h"
 #include "daemon/reshard/compactor.h"
+#include "daemon/reshard/source_dir.h"
 #include "daemon/ticker.h"
 #include "ptc/base/status.h"
 
@@ -64,6 +65,7 @@ struct NodeOptions {
   double peer_timeout_s = 10;
   bool fuse_debug = false;
   bool allow_other = true;
+  std::optional<transport::S3Access> s3;  // --s3-endpoint and the rest: imports from s3://
 };
 
 class Node {
@@ -92,6 +94,7 @@ class Node {
 
   const DaemonConfig cfg_;
   const NodeOptions opts_;
+  const SourceDirs sources_;  // where imports read from: local folders, and S3 with --s3-endpoint
   // Declared in the order start() builds them.
   std::unique_ptr<transport::PeerBackend> peers_;  // a cluster only, like reader_ and membership_
   std::unique_ptr<PeerReader> reader_;

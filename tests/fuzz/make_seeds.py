@@ -132,6 +132,19 @@ def main(out):
     put(out, "hf_index", "index.json", json.dumps({"metadata": {"total_size": 64}, "weight_map": {
         "a.weight": "model-00001-of-00002.safetensors", "b.weight": "model-00002-of-00002.safetensors"}}))
 
+    # S3 replies, as SeaweedFS writes them.
+    ns = ' xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+    put(out, "s3_xml", "list.xml", '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult' + ns +
+        '><Name>ckpt</Name><Prefix>a</Prefix><IsTruncated>true</IsTruncated><NextContinuationToken>t1'
+        '</NextContinuationToken><Contents><Key>a b/c+d.txt</Key><ETag>&#34;b1946ac9&#34;</ETag><Size>6</Size>'
+        '</Contents></ListBucketResult>')
+    put(out, "s3_xml", "upload.xml", '<InitiateMultipartUploadResult' + ns + '><Bucket>ckpt</Bucket><Key>big</Key>'
+        '<UploadId>95c4bea1_2149da14</UploadId></InitiateMultipartUploadResult>')
+    put(out, "s3_xml", "parts.xml", '<ListPartsResult><IsTruncated>false</IsTruncated><Part><PartNumber>1'
+        '</PartNumber><ETag>"e1"</ETag><Size>5242880</Size></Part></ListPartsResult>')
+    put(out, "s3_xml", "error.xml", '<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+        '<Message>Please reduce your request rate.</Message><Resource>/b/k</Resource></Error>')
+
     # What stock torch.distributed.checkpoint wrote (tests/fixtures/dcp/make_fixtures.py): each
     # .metadata, and each tensor chunk's item (a torch.save archive) cut out of its .distcp file.
     fixtures = os.path.join(os.path.dirname(HERE), "fixtures", "dcp")

@@ -35,8 +35,9 @@ Result<PreparedChange> prepare_part(const PartContext& ctx, const ImportChange& 
     for (const auto& h : holders) p.held.push_back(std::find(h.begin(), h.end(), ctx.self) != h.end());
     return p;
   };
-  PTC_ASSIGN_OR_RETURN(PreparedChange change,
-                       ptcfs::prepare_import(ctx.store, node_dir(c.dir, ctx.id), c.job, c.step, place, sum));
+  const SourceDirs local;
+  PTC_ASSIGN_OR_RETURN(auto src, (ctx.options.sources ? *ctx.options.sources : local).open(node_dir(c.dir, ctx.id)));
+  PTC_ASSIGN_OR_RETURN(PreparedChange change, ptcfs::prepare_import(ctx.store, *src, c.job, c.step, place, sum));
   const std::string text = ptc::ptc_to_json(seen);
   reply.shards = sum.shards;
   reply.bytes = sum.bytes;

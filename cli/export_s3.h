@@ -1,0 +1,28 @@
+// `ptcfs export JOB/STEP s3://BUCKET/PREFIX` (docs/OPERATIONS.md "The S3 tier"): the step's ptc
+// folder (ptc.json and its rank files, as `--format ptc` writes to a directory) as objects under
+// the prefix, read from the daemon's mount. Large files go up in 64 MiB multipart parts. The
+// rank files go first, then ptcfs-export.json (each file's size and XXH3-64, which `ptcfs import
+// s3://...` checks), then ptc.json: a prefix whose export was cut short has no ptc.json, so it is
+// never imported as a whole step. The prefix must be empty; on an error what was uploaded is
+// removed again.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ptc/base/status.h"
+
+namespace ptcfs::cli {
+
+// The --s3-* flags of the CLI (each falls back to the environment, transport::resolve_s3_access).
+struct S3Flags {
+  std::string endpoint, region, credentials, ca_file;
+};
+
+// The name of the export's manifest in the folder.
+inline constexpr const char* kExportManifest = "ptcfs-export.json";
+
+Result<nlohmann::json> export_ptc_s3(const std::string& step_dir, const std::string& url, const S3Flags& flags);
+
+}  // namespace ptcfs::cli
