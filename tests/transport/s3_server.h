@@ -13,9 +13,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -153,10 +155,15 @@ class S3Server {
       int status = 0;
       if (::waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
-        return;  // it exited (see weed.log)
+        break;  // it exited
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
+    // Why, for the test's output: the binary tried and the end of its log.
+    std::ifstream log_in(log);
+    std::string text((std::istreambuf_iterator<char>(log_in)), std::istreambuf_iterator<char>());
+    std::fprintf(stderr, "S3Server: %s (%s) did not answer; the end of weed.log:\n%s\n", binary().c_str(),
+                 pid_ < 0 ? "exited" : "timed out", text.substr(text.size() > 4000 ? text.size() - 4000 : 0).c_str());
   }
 
   bool tls_;
