@@ -271,9 +271,11 @@ void Node::catch_up_before_serving() {
     if (etcd_->synced()) {
       behind = follower_->catch_up_records(stopping);
       if (behind.empty()) {
-        if (now - t0 > std::chrono::seconds(1))
+        // Timed after the catch-up: the first pass may do all of it itself (`now` is from before it).
+        const auto took = std::chrono::steady_clock::now() - t0;
+        if (took > std::chrono::seconds(1))
           log::info("caught up with etcd's records in {:.1f} s; the mount answers",
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                    std::chrono::duration<double>(took).count());
         return;
       }
     }
