@@ -166,7 +166,9 @@ Status Participant::finish(const std::string& tx, bool commit, const std::string
     log::info("aborted the change of {} (transaction {}){}", name, tx, why.empty() ? "" : ": " + why);
     return Status::ok();
   }
+  auto replaced = held->change.next ? held->change.replaced : nullptr;
   const Status committed = commit_change(store_, held->change).with_context("node " + self_);
+  if (committed && replaced && replaced_) replaced_(std::move(replaced));
   if (held->kept) forget_prepared(store_, tx);  // committed, or (the commit failed) aborted
   {
     std::lock_guard lock(mu_);

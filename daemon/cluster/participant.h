@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -89,6 +90,11 @@ class Participant {
   // `self`: this node's id, for messages. Everything must outlive this object.
   Participant(Store& store, Membership& members, SaveService& saves, std::string self)
       : store_(store), members_(members), saves_(saves), self_(std::move(self)) {}
+
+  // Called after each commit here that replaced a step's version with a new one (not a
+  // removal), with the version replaced: the peer service holds it a while for the nodes still
+  // behind (daemon/cluster/read_leases.h). Set before the first change comes, or cleared.
+  void on_replaced(std::function<void(std::shared_ptr<const StepVersion>)> f) { replaced_ = std::move(f); }
 
   // Phase one starts: kAlreadyExists when `tx` is preparing or prepared here already,
   // kFailedPrecondition when its coordinator aborted it already.
@@ -155,6 +161,7 @@ class Participant {
   Membership& members_;
   SaveService& saves_;
   const std::string self_;
+  std::function<void(std::shared_ptr<const StepVersion>)> replaced_;
 
   mutable std::mutex mu_;             // guards everything below
   std::set<std::string> preparing_;   // phase one under way

@@ -38,7 +38,17 @@ class PeerService {
   // part there: SaveService::note_ready); `parts` holds this node's prepared parts.
   PeerService(Store& store, transport::PeerBackend& peers, int self, Membership& members, SaveService& saves,
               Participant& parts, PrepareOptions options)
-      : store_(store), peers_(peers), self_(self), members_(members), saves_(saves), parts_(parts), options_(options) {}
+      : store_(store), peers_(peers), self_(self), members_(members), saves_(saves), parts_(parts), options_(options) {
+    parts_.on_replaced([this](std::shared_ptr<const StepVersion> v) { leases_.hold(std::move(v), kReplacedHold); });
+  }
+  ~PeerService() { parts_.on_replaced({}); }
+  PeerService(const PeerService&) = delete;
+  PeerService& operator=(const PeerService&) = delete;
+
+  // How long a version this node replaced stays readable by peers that did not read it before:
+  // a node stopped or slow through the commit reads on at the old version until it applies the
+  // new one (the soak's SIGSTOP of 1-4 s; the coordinator waits --peer-timeout for it).
+  static constexpr std::chrono::seconds kReplacedHold{10};
 
   // Every `peer.*` operation, dispatched by its "op" (the table in peer_service.cc).
   Result<transport::Reply> handle(const nlohmann::json& request);
@@ -78,7 +88,8 @@ class PeerService {
   PrepareOptions options_;
   std::atomic<uint64_t> sent_{0};
   SlabDigests digests_;  // of the windows peer.read served lately
-  // The versions peer.read served lately, held for 60 s after each read (daemon/cluster/read_leases.h).
+  // The versions peer.read served lately, held for 60 s after each read, and the versions this
+  // node replaced, for kReplacedHold (daemon/cluster/read_leases.h).
   ReadLeases leases_{std::chrono::seconds(60)};
 };
 

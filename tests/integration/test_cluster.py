@@ -116,9 +116,10 @@ def test_shrinking_pulls_the_leaving_nodes_bytes_then_leaves_them_empty(tmp_path
         assert after["n2"][0] > before["n2"][0] and after["n3"][0] > before["n3"][0], (before, after)
         for d in c.nodes:
             verify_step(d, "j", "1", oracles((2, 1, 1)), full_views=False)
-        # n2 and n3 hold nothing now: their blobs are gone.
+        # n2 and n3 hold nothing now: their blobs go once the replaced version's short hold for
+        # nodes still behind ends (docs/ARCHITECTURE.md, the errno table).
         for d in c.nodes[2:]:
-            assert os.listdir(os.path.join(d.data, "blobs")) == []
+            wait_for(lambda: os.listdir(os.path.join(d.data, "blobs")) == [], 30, f"{d.data}: the old blobs to go")
 
 
 def test_a_dead_node_is_replaced_by_its_replica(tmp_path):

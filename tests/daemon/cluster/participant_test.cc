@@ -352,4 +352,45 @@ TEST_CASE("a commit and the record racing commit once; both answer after the ste
   }
 }
 
+TEST_CASE("a commit that replaced a version hands the replaced one to on_replaced; a removal does not",
+          "[participant]") {
+  TempDir tmp;
+  Node n(tmp.path());
+  std::vector<uint64_t> replaced;
+  n.parts->on_replaced([&](std::shared_ptr<const StepVersion> v) { replaced.push_back(v->version()); });
+  run_line(n, "begin t1 =ok");
+  run_line(n, "prepared t1 =ok");
+  run_line(n, "commit t1 =ok");
+  CHECK(replaced.empty());  // an import replaced nothing
+
+  // Version 2 of job/1: the same layout and slices (what a repartition to the same layout makes).
+  const auto v1 = n.store->find_version("job", "1", 1);
+  REQUIRE(v1);
+  std::vector<std::vector<StoredSlice>> stored;
+  for (const auto& sh : v1->layout().shards()) {
+    stored.emplace_back();
+    if (v1->holds(sh))
+      for (size_t i = 0; i < v1->layout().slices(sh).size(); ++i) stored.back().push_back(v1->stored(sh, i));
+  }
+  PreparedChange change;
+  REQUIRE(change.claim(*n.store, Claim::kChangeStep, "job", "1").is_ok());
+  change.replaced = v1;
+  change.next = n.store->new_version("job", "1", 2, v1->layout(), std::move(stored), v1->placement());
+  auto p = n.parts->begin("t2");
+  REQUIRE(p.is_ok());
+  REQUIRE(n.parts->prepared(std::move(p).value(), std::move(change), Participant::Decider{kKey, "n0", 7}).is_ok());
+  REQUIRE(n.parts->finish("t2", true).is_ok());
+  CHECK(replaced == std::vector<uint64_t>{1});
+
+  auto removal = prepare_removal(*n.store, "job", "1");
+  REQUIRE(removal.is_ok());
+  auto q = n.parts->begin("t3");
+  REQUIRE(q.is_ok());
+  REQUIRE(
+      n.parts->prepared(std::move(q).value(), std::move(removal).value(), Participant::Decider{kKey, "n0", 7}).is_ok());
+  REQUIRE(n.parts->finish("t3", true).is_ok());
+  CHECK(replaced == std::vector<uint64_t>{1});
+  CHECK(!n.serves());
+}
+
 }  // namespace ptcfs::testing

@@ -48,3 +48,23 @@ TEST_CASE("a version peers read is held for the grace after its last read, then 
   leases.touch(nullptr, t0);
   CHECK(leases.size() == 0);
 }
+
+TEST_CASE("a version just replaced is held for its own while, longer when peers read it", "[read_leases]") {
+  ReadLeases leases(60s);
+  const auto t0 = ReadLeases::Clock::time_point{} + 1000s;
+  auto v1 = version(1), v2 = version(2);
+  std::weak_ptr<const StepVersion> w1 = v1, w2 = v2;
+  leases.hold(v1, 10s, t0);
+  leases.hold(v2, 10s, t0);
+  leases.touch(v2, t0 + 5s);      // read by a peer: held 60 s from then
+  leases.hold(v2, 10s, t0 + 6s);  // a shorter hold does not cut the read's lease short
+  v1.reset();
+  v2.reset();
+  CHECK(leases.expire(t0 + 9s) == 2);
+  CHECK(leases.expire(t0 + 10s) == 1);
+  CHECK(w1.expired());
+  CHECK(!w2.expired());
+  CHECK(leases.expire(t0 + 64s) == 1);
+  CHECK(leases.expire(t0 + 65s) == 0);
+  CHECK(w2.expired());
+}
