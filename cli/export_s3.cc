@@ -98,7 +98,7 @@ Result<json> export_ptc_s3(const std::string& step_dir, const std::string& url, 
   auto run = [&]() -> Status {
     // Rank files, then the manifest, then ptc.json (files are sorted by name: ptc.json is one of them).
     const OpenFile* ptc_json = nullptr;
-    json manifest_files = json::array();
+    formats::ExportManifest manifest;
     for (const auto& f : files) {
       if (f.name == "ptc.json") {
         ptc_json = &f;
@@ -106,17 +106,15 @@ Result<json> export_ptc_s3(const std::string& step_dir, const std::string& url, 
       }
       PTC_ASSIGN_OR_RETURN(const uint64_t digest, upload(*client, step_dir, f, buf, advance));
       uploaded.push_back(f.name);
-      manifest_files.push_back({{"name", f.name}, {"size", f.size}, {"xxh3", fmt::format("{:016x}", digest)}});
+      manifest.files.push_back({f.name, f.size, digest});
       names.push_back(f.name);
     }
     if (!ptc_json) return internal("the step's files have no ptc.json");
-    // ptc.json's digest is known before it goes up last.
     if (ptc_json->size > buf.size()) return invalid(step_dir + "/ptc.json is larger than " + human_bytes(buf.size()));
-    const json manifest = {{"format", "ptcfs-export/1"}, {"files", manifest_files}};
-    PTC_RETURN_IF_ERROR(client->put(kExportManifest, S3Body::of(manifest.dump(1) + "\n")));
+    const std::string manifest_text = formats::export_manifest_text(manifest);
+    PTC_RETURN_IF_ERROR(client->put(kExportManifest, S3Body::of(manifest_text)));
     uploaded.push_back(kExportManifest);
-    PTC_ASSIGN_OR_RETURN(const uint64_t digest, upload(*client, step_dir, *ptc_json, buf, advance));
-    (void)digest;
+    PTC_RETURN_IF_ERROR(upload(*client, step_dir, *ptc_json, buf, advance).status());
     uploaded.push_back("ptc.json");
     names.push_back("ptc.json");
     return Status::ok();

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ptc/base/status.h"
+#include "ptc/formats/export_manifest.h"
 
 namespace ptcfs::cli {
 
@@ -20,8 +21,8 @@ struct S3Flags {
   std::string endpoint, region, credentials, ca_file;
 };
 
-// The name of the export's manifest in the folder.
-inline constexpr const char* kExportManifest = "ptcfs-export.json";
+// The name of the export's manifest in the folder (ptc/formats/export_manifest.h).
+inline constexpr const char* kExportManifest = formats::kExportManifest;
 
 Result<nlohmann::json> export_ptc_s3(const std::string& step_dir, const std::string& url, const S3Flags& flags);
 

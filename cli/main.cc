@@ -42,6 +42,8 @@ int cmd_status(const Globals& g) {
   fmt::print("mount    {}\n", j["mount"].get<std::string>());
   fmt::print("stored   {} jobs, {} steps, {}\n", j["jobs"].get<size_t>(), j["steps"].get<size_t>(),
              human_bytes(j["bytes_stored"].get<uint64_t>()));
+  if (j.contains("s3_durable"))
+    fmt::print("s3       committed steps written through to {}\n", j["s3_durable"].get<std::string>());
   if (j.contains("node")) {
     std::string nodes;
     for (const auto& n : j["cluster"]["nodes"]) nodes += (nodes.empty() ? "" : ", ") + n["id"].get<std::string>();
@@ -64,6 +66,17 @@ int cmd_status(const Globals& g) {
     }
   }
   return 0;
+}
+
+// A committed step's durability in the write-through S3 tier (docs/OPERATIONS.md "The S3 tier").
+void print_durable(const json& d) {
+  const std::string state = d.value("state", "");
+  std::string line = "  s3  " + state;
+  if (state == "uploading" || state == "waiting")
+    line += fmt::format(": {} of {} from this node", human_bytes(d.value("bytes_uploaded", uint64_t{0})),
+                        human_bytes(d.value("bytes_total", uint64_t{0})));
+  fmt::print("{}  {}\n", line, d.value("where", ""));
+  if (d.contains("note")) fmt::print("      {}\n", d["note"].get<std::string>());
 }
 
 int cmd_ls(const Globals& g, const std::string& path) {
@@ -94,9 +107,17 @@ int cmd_ls(const Globals& g, const std::string& path) {
     for (const auto& s : j["shards"])
       fmt::print("  {:<12} {:>6} tensors  {:>10}\n", s["name"].get<std::string>(), s["tensors"].get<size_t>(),
                  human_bytes(s["bytes"].get<uint64_t>()));
+    if (j.contains("durable")) print_durable(j["durable"]);
   } else {
     // A job: its steps, then its datasets (a job may hold only datasets, or nothing yet).
-    for (const auto& s : j["steps"]) fmt::print("{}\n", s.get<std::string>());
+    const json durable = j.value("durable", json::object());
+    for (const auto& s : j["steps"]) {
+      const std::string step = s.get<std::string>();
+      if (durable.contains(step))
+        fmt::print("{:<16} {}\n", step, durable[step].get<std::string>());
+      else
+        fmt::print("{}\n", step);
+    }
     std::string datasets;
     for (const auto& s : j.value("datasets", json::array())) datasets += " " + s.get<std::string>();
     if (!datasets.empty()) fmt::print("datasets:{}\n", datasets);

@@ -54,6 +54,17 @@ int run(const Options& o, bool listen_given) {
     log::error("{}", s3.status().message());
     return 2;
   }
+  if (!o.node_opts.s3_durable.empty()) {
+    auto at = transport::parse_s3_url(o.node_opts.s3_durable);
+    if (!at) {
+      log::error("--s3-durable: {}", at.status().message());
+      return 2;
+    }
+    if (!*s3) {
+      log::error("--s3-durable {} needs an S3 endpoint: --s3-endpoint or AWS_ENDPOINT_URL", o.node_opts.s3_durable);
+      return 2;
+    }
+  }
   Options with = o;
   with.node_opts.s3 = *s3;
   if (*s3)
@@ -157,6 +168,14 @@ int main(int argc, char** argv) {
                  "A file in the AWS shared-credentials format ([default] aws_access_key_id, aws_secret_access_key); "
                  "without it AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, else anonymous. Never on the command line");
   app.add_option("--s3-ca-file", o.s3_ca_file, "CA bundle that the https S3 endpoint's certificate is checked against");
+  app.add_option("--s3-durable", o.node_opts.s3_durable,
+                 "s3://BUCKET/PREFIX: write every committed step through to S3 in the background, as "
+                 "PREFIX/JOB/STEP/ (the `ptcfs export` format); needs an S3 endpoint (docs/OPERATIONS.md \"The S3 "
+                 "tier\")");
+  app.add_option("--s3-part-mib", o.node_opts.s3_part_mib,
+                 "Size of the write-through tier's multipart parts in MiB (a file up to this size is one PUT)")
+      ->check(CLI::Range(5, 5 * 1024))
+      ->capture_default_str();
   app.add_flag("--fuse-debug", o.node_opts.fuse_debug, "Log every FUSE request (libfuse's -d)");
   app.add_flag("--no-allow-other{false}", o.node_opts.allow_other, "Only the mounting user may read the mount");
   app.set_version_flag("--version", PTCFS_VERSION);

@@ -20,6 +20,7 @@
 #include "daemon/cluster/peer_service.h"
 #include "daemon/control/control.h"
 #include "daemon/direct/direct_server.h"
+#include "daemon/durable/durable_tier.h"
 #include "daemon/metrics_exporter.h"
 #include "daemon/node_gauges.h"
 #include "daemon/save/save_service.h"
@@ -60,6 +61,7 @@ Result<std::unique_ptr<Node>> Node::start(const DaemonConfig& cfg, const NodeOpt
   std::unique_ptr<Node> n(new Node(cfg, opts));
   PTC_RETURN_IF_ERROR(n->join_cluster());
   PTC_RETURN_IF_ERROR(n->open_store());
+  PTC_RETURN_IF_ERROR(n->open_tier());
   PTC_RETURN_IF_ERROR(n->mount());
   PTC_RETURN_IF_ERROR(n->serve());
   n->run();
@@ -136,6 +138,33 @@ Status Node::open_store() {
   return Status::ok();
 }
 
+Status Node::open_tier() {
+  if (opts_.s3_durable.empty()) return Status::ok();
+  if (!opts_.s3) return invalid("--s3-durable needs an S3 endpoint (--s3-endpoint or AWS_ENDPOINT_URL)");
+  PTC_ASSIGN_OR_RETURN(const auto at, transport::parse_s3_url(opts_.s3_durable), "--s3-durable");
+  auto client = transport::S3Client::make(opts_.s3->options(at));
+  if (!client) return failed("--s3-durable " + opts_.s3_durable, client.status());
+  durable::TierOptions o;
+  o.part_bytes = opts_.s3_part_mib << 20;
+  if (cfg_.cluster) {
+    o.self = node_id(*peers_->cluster(), cfg_.node);
+    // The first holder of each shard writes its file (daemon/durable/durable_plan.h).
+    o.holders = [this](const StepVersion& v) -> Result<std::vector<std::vector<std::string>>> {
+      PTC_ASSIGN_OR_RETURN(auto held, reader_->holders(v));
+      const auto table = peers_->cluster();
+      std::vector<std::vector<std::string>> ids;
+      for (const auto& nodes : *held) {
+        ids.emplace_back();
+        for (int n : nodes) ids.back().push_back(node_id(*table, n));
+      }
+      return ids;
+    };
+  }
+  tier_ = std::make_unique<durable::DurableTier>(*store_, std::move(client).value(), std::move(o));
+  log::info("writing committed steps through to {}", tier_->where());
+  return Status::ok();
+}
+
 Status Node::mount() {
   // The direct data path (daemon/direct/direct_server.h): its socket, which the mount names to
   // clients in its hidden file .ptcfs-direct.
@@ -181,7 +210,7 @@ Status Node::serve() {
   if (!server) return failed("", server.status());
   server_ = std::move(server).value();
   control_ = std::make_unique<ControlService>(*store_, *runner_, *saves_,
-                                              DaemonInfo{cfg_.data, cfg_.mount, server_->address()});
+                                              DaemonInfo{cfg_.data, cfg_.mount, server_->address()}, tier_.get());
   // Peer operations go to the peer service, everything else to the control service.
   transport::RpcServer::Handler peer_handler = [this](const nlohmann::json& req, const transport::ProgressSink&) {
     if (!peer_service_)
@@ -320,6 +349,7 @@ void Node::commit_saves(unsigned tick) {
 }
 
 void Node::refresh_mount() {
+  if (tier_) tier_->notice();
   // Changes made before the mount exists (restoring prepared changes) need no refresh.
   if (!fs_) return;
   failpoint("mount.refresh");
@@ -343,7 +373,8 @@ Node::~Node() {
   if (etcd_) etcd_->stop();  // leaves the cluster at once; its watch calls the coordinator no more
   if (fs_) fs_->stop();
   if (fuse_thread_.joinable()) fuse_thread_.join();
-  fs_.reset();  // unmounts
+  fs_.reset();    // unmounts
+  tier_.reset();  // no change commits any more: an upload under way stops between its parts
   // The rest goes in the reverse order of construction (the members' order).
 }
 

@@ -38,6 +38,9 @@ class PeerBackend;
 class RpcServer;
 }  // namespace transport
 class Coordinator;
+namespace durable {
+class DurableTier;
+}
 class DcpSavePeers;
 class Follower;
 class LocalRunner;
@@ -66,6 +69,8 @@ struct NodeOptions {
   bool fuse_debug = false;
   bool allow_other = true;
   std::optional<transport::S3Access> s3;  // --s3-endpoint and the rest: imports from s3://
+  std::string s3_durable;                 // --s3-durable s3://BUCKET/PREFIX: the write-through tier
+  uint64_t s3_part_mib = 64;              // --s3-part-mib: its multipart parts
 };
 
 class Node {
@@ -81,6 +86,7 @@ class Node {
   Node(DaemonConfig cfg, NodeOptions opts);
   Status join_cluster();  // the peer backend, the reader of peers' data, the membership
   Status open_store();    // and the save service, the peer service and the runner
+  Status open_tier();     // the write-through S3 tier, with --s3-durable
   Status mount();         // the filesystem and the direct socket
   Status serve();         // the control server and the metrics
   void run();             // the cluster's watch and catch-up, FUSE, the tickers
@@ -110,7 +116,8 @@ class Node {
   std::unique_ptr<LocalRunner> local_runner_;     // one node
   std::unique_ptr<Coordinator> coordinator_;      // a cluster, with follower_
   std::unique_ptr<Follower> follower_;
-  ChangeRunner* runner_ = nullptr;  // local_runner_ or coordinator_
+  std::unique_ptr<durable::DurableTier> tier_;  // --s3-durable
+  ChangeRunner* runner_ = nullptr;              // local_runner_ or coordinator_
   std::unique_ptr<fs::Filesystem> fs_;
   std::unique_ptr<DirectServer> direct_;
   std::unique_ptr<transport::RpcServer> server_;

@@ -33,13 +33,14 @@ class PeerReader final : public RemoteSlices, public RemoteSamples {
   Status read(const StepVersion& v, const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
               fs::ReadBuffer& out) const override;
   const std::string& self_id() const override;
+  using Holders = std::vector<std::vector<int>>;  // per shard of the version's layout: node indices
+  // The nodes holding each shard of `v`, in the cluster table's order (the write-through tier's
+  // first holders, daemon/durable/durable_plan.h).
+  Result<std::shared_ptr<const Holders>> holders(const StepVersion& v) const;
   Status read_samples(const DatasetVersion& v, const std::vector<fs::DatasetContent::Piece>& pieces,
                       fs::ReadBuffer& out) const override;
 
  private:
-  using Holders = std::vector<std::vector<int>>;  // per shard of the version's layout: node indices
-  Result<std::shared_ptr<const Holders>> holders(const StepVersion& v) const;
-
   transport::PeerBackend& peers_;
   int self_;
   std::string self_id_;

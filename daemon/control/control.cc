@@ -97,6 +97,7 @@ Result<json> ControlService::status() const {
               {"listen", info_.listen},   {"jobs", jobs.size()}, {"steps", snap->steps.size()},
               {"bytes_stored", bytes},    {"uptime_s", up}};
   add_status(runner_.status(), out);
+  if (tier_) out["s3_durable"] = tier_->where();
   return out;
 }
 
@@ -120,7 +121,15 @@ Result<json> ControlService::ls(const json& req) const {
   }
   for (auto& [_, steps] : jobs) std::sort(steps.begin(), steps.end(), step_less);
   auto job_json = [&](const std::string& job, const std::vector<std::string>& steps) {
-    return json{{"job", job}, {"steps", steps}, {"datasets", datasets[job]}, {"pending", pending[job]}};
+    json j{{"job", job}, {"steps", steps}, {"datasets", datasets[job]}, {"pending", pending[job]}};
+    if (tier_) {  // each committed step's durability (the write-through S3 tier)
+      json d = json::object();
+      for (const auto& step : steps)
+        if (snap->steps.count({job, step}))
+          d[step] = durable::state_name(tier_->state(job, step).value_or(durable::StepDurability{}).state);
+      j["durable"] = std::move(d);
+    }
+    return j;
   };
   if (path.empty()) {
     json out = json::array();
@@ -137,6 +146,10 @@ Result<json> ControlService::ls(const json& req) const {
   if (sit != snap->steps.end()) {
     json out = step_json(*sit->second);
     out["state"] = "committed";
+    if (tier_) {
+      out["durable"] = durable::to_json(tier_->state(job, step).value_or(durable::StepDurability{}));
+      out["durable"]["where"] = tier_->where() + durable::step_prefix(job, step);
+    }
     return out;
   }
   if (auto p = saves_.progress(job, step))

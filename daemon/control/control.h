@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/change/runner.h"
+#include "daemon/durable/durable_tier.h"
 #include "daemon/save/save_service.h"
 #include "daemon/store/store.h"
 #include "transport/rpc.h"
@@ -31,9 +32,11 @@ struct DaemonInfo {
 class ControlService {
  public:
   // Everything given must outlive this object. `saves` are the steps being saved through the
-  // mount: `ls` shows them and `rm` removes them.
-  ControlService(Store& store, ChangeRunner& runner, SaveService& saves, DaemonInfo info)
-      : store_(store), runner_(runner), saves_(saves), info_(std::move(info)) {}
+  // mount: `ls` shows them and `rm` removes them. `tier` (may be null): the write-through S3
+  // tier, whose state of each step `ls` shows.
+  ControlService(Store& store, ChangeRunner& runner, SaveService& saves, DaemonInfo info,
+                 const durable::DurableTier* tier = nullptr)
+      : store_(store), runner_(runner), saves_(saves), info_(std::move(info)), tier_(tier) {}
 
   Result<transport::Reply> handle(const nlohmann::json& request, const transport::ProgressSink& progress);
 
@@ -53,6 +56,7 @@ class ControlService {
   ChangeRunner& runner_;
   SaveService& saves_;
   const DaemonInfo info_;
+  const durable::DurableTier* tier_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <optional>
 #include <cstring>
 #include <ctime>
@@ -27,13 +26,12 @@
 #include "daemon/store/file_util.h"
 #include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
+#include "ptc/formats/export_manifest.h"
 #include "ptc/formats/safetensors.h"
 #include "ptc/plan.h"
 
 namespace ptcfs {
 namespace {
-
-constexpr const char* kExportManifestName = "ptcfs-export.json";  // cli/export_s3.h kExportManifest
 
 // A rank file whose header has been validated against the layout.
 struct RankFile {
@@ -47,28 +45,17 @@ struct RankFile {
   std::optional<std::pair<uint64_t, uint64_t>> exported;
 };
 
-// The folder's ptcfs-export.json (written by `ptcfs export`, docs/OPERATIONS.md "The S3 tier"):
-// per rank file, its size and XXH3-64. Empty when the folder has none.
+// The folder's ptcfs-export.json (written by `ptcfs export` and the write-through tier,
+// docs/OPERATIONS.md "The S3 tier"): per rank file, its size and XXH3-64. Empty when the folder
+// has none.
 Result<std::map<std::string, std::pair<uint64_t, uint64_t>>> read_export_manifest(
     SourceDir& src, const std::vector<std::string>& names) {
   std::map<std::string, std::pair<uint64_t, uint64_t>> out;
-  if (std::find(names.begin(), names.end(), kExportManifestName) == names.end()) return out;
-  const std::string where = src.where(kExportManifestName);
-  PTC_ASSIGN_OR_RETURN(const std::string text, src.read_small(kExportManifestName, 16 << 20));
-  PTC_ASSIGN_OR_RETURN(const nlohmann::json j, parse_json(text, where));
-  if (!j.is_object() || j.value("format", std::string()) != "ptcfs-export/1" || !j.contains("files") ||
-      !j["files"].is_array())
-    return invalid(where + ": not a ptcfs-export/1 manifest");
-  for (const auto& f : j["files"]) {
-    PTC_ASSIGN_OR_RETURN(const std::string name, member_string(f, "name", where));
-    PTC_ASSIGN_OR_RETURN(const uint64_t size, member_u64(f, "size", where));
-    PTC_ASSIGN_OR_RETURN(const std::string hex, member_string(f, "xxh3", where));
-    uint64_t digest = 0;
-    auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), digest, 16);
-    if (hex.size() != 16 || ec != std::errc() || end != hex.data() + hex.size())
-      return invalid(where + ": '" + name + "' has a bad xxh3 '" + hex + "'");
-    out[name] = {size, digest};
-  }
+  if (std::find(names.begin(), names.end(), formats::kExportManifest) == names.end()) return out;
+  const std::string where = src.where(formats::kExportManifest);
+  PTC_ASSIGN_OR_RETURN(const std::string text, src.read_small(formats::kExportManifest, 16 << 20));
+  PTC_ASSIGN_OR_RETURN(const formats::ExportManifest m, formats::parse_export_manifest(text, where));
+  for (const auto& f : m.files) out[f.name] = {f.size, f.xxh3};
   return out;
 }
 
@@ -177,7 +164,7 @@ Result<std::vector<StoredSlice>> copy_rank_file(BlobStore& blobs, SourceDir& src
   }
   if (rf.exported && whole.digest() != rf.exported->second) {
     return corrupt(where + ": its bytes are not the ones `ptcfs export` wrote (XXH3-64 differs from " +
-                   kExportManifestName + "): the object was changed or damaged since; nothing was imported");
+                   formats::kExportManifest + "): the object was changed or damaged since; nothing was imported");
   }
   PTC_RETURN_IF_ERROR(w.finish());
   std::vector<StoredSlice> stored;
@@ -278,11 +265,12 @@ Result<PreparedChange> prepare_import(Store& store, SourceDir& src, const std::s
     if (!exported.empty()) {
       auto it = exported.find(paths[i]);
       if (it == exported.end())
-        return corrupt(src.where(paths[i]) + ": not listed in " + kExportManifestName + " (the folder was changed)");
+        return corrupt(src.where(paths[i]) + ": not listed in " + formats::kExportManifest +
+                       " (the folder was changed)");
       PTC_ASSIGN_OR_RETURN(const uint64_t size, src.size(paths[i]));
       if (size != it->second.first)
-        return corrupt(src.where(paths[i]) + ": " + std::to_string(size) + " bytes, " + kExportManifestName + " says " +
-                       std::to_string(it->second.first) + " (the object was changed or cut short)");
+        return corrupt(src.where(paths[i]) + ": " + std::to_string(size) + " bytes, " + formats::kExportManifest +
+                       " says " + std::to_string(it->second.first) + " (the object was changed or cut short)");
       rf.exported = it->second;
     }
     for (const auto& e : rf.header.entries) total += e.end - e.begin;

@@ -15,6 +15,7 @@
 //   coordinator.decided   the change is decided (in etcd); no node was told to commit
 //   daemon.serving  ptcfsd answers requests; metrics, the etcd watch and catch-up are not started
 //   mount.refresh   a change is published; the mount's tree does not show it yet
+//   s3.part.sent    the write-through tier sent a part of a multipart upload; the next is not sent
 //
 // Armed the same way, a switch changes what the daemon does instead of stopping it:
 //

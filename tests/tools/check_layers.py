@@ -3,7 +3,7 @@
 
 Modules, bottom to top: ptc/base < ptc (the partition math) < ptc/formats, ptc/planner < fs, transport
 < client (the client SDK, libptcfs_client) < daemon/store, daemon/direct < daemon/dataset < daemon/reshard
-< daemon/save < daemon/change < daemon/cluster, daemon/control < daemon (main.cc, the node, its config); cli uses
+< daemon/save < daemon/change < daemon/durable < daemon/cluster, daemon/control < daemon (main.cc, the node, its config); cli uses
 the four ptc libraries
 and transport only. ptc/formats and ptc/planner do not see each other, and ptc/planner is for cli
 alone (no other module may include it). client is the client library's own: neither the daemon nor
@@ -30,6 +30,7 @@ RANK = {
     "daemon/reshard": 6,
     "daemon/save": 7,
     "daemon/change": 8,
+    "daemon/durable": 8.5,
     "daemon/cluster": 9,
     "daemon/control": 9,
     "daemon": 10,

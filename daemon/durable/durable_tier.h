@@ -1,0 +1,139 @@
+// The write-through S3 tier (docs/OPERATIONS.md "The S3 tier"): every committed step (saved,
+// imported, repartitioned) is written to S3 in the background as a durable copy
+// (daemon/durable/durable_plan.h), this node writing the rank files of the shards it is the
+// first holder of. Nothing here is on a read's or a save's path: a slow, stopped or refusing
+// S3 only delays the copy, and the step's state says why (`ptcfs ls`).
+//
+// One worker thread looks at the store's steps after every published change and every
+// `poll`. A step is durable on this node once ptc.json of a copy holding this node's files,
+// byte for byte, is in S3; it stays durable through repartitions (the copy holds the same
+// tensors at its own layout) and across restarts (a record in the store's metadata,
+// durable/<job>/<step>). A step without that record is checked against S3: a copy at the
+// step's layout counts when every file this node would write has the XXH3 its manifest states
+// (so a copy of another step once saved under the same name is never taken for it), a copy
+// at another layout counts as it is. Otherwise the node writes its files, resuming: a file
+// whose part record states its size and XXH3 is not sent again, and a multipart upload cut
+// short goes on from the parts S3 holds. Each failure is tried again after a capped backoff.
+// `ptcfs rm` leaves the copy in S3 (a checkpoint removed from the nodes can still be imported
+// from it).
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "daemon/durable/durable_plan.h"
+#include "ptc/base/status.h"
+#include "transport/s3_client.h"
+
+namespace ptcfs {
+
+class Store;
+class StepVersion;
+
+namespace durable {
+
+// A step's durability on this node.
+struct StepDurability {
+  enum class State {
+    kLocal,      // not written yet (or waiting to try again: `note` says why)
+    kUploading,  // this node is writing its files
+    kWaiting,    // this node's files are written; the copy waits for others' or its commit
+    kDurable,    // a whole copy is in S3
+  };
+  State state = State::kLocal;
+  uint64_t version = 0;                      // of the step the copy is cut from
+  uint64_t bytes_done = 0, bytes_total = 0;  // of this node's files
+  std::string note;                          // what it waits for, or the last error
+  int failures = 0;                          // in a row
+};
+std::string_view state_name(StepDurability::State s);
+nlohmann::json to_json(const StepDurability& d);
+
+struct TierOptions {
+  std::string self;  // this node's id ("" on one node)
+  // The ids of the nodes holding each shard of a version, in layout().shards() order, the first
+  // writing it. Unset: this node holds every shard.
+  std::function<Result<std::vector<std::vector<std::string>>>(const StepVersion&)> holders;
+  std::chrono::milliseconds poll{1000};
+  std::chrono::milliseconds retry_base{1000}, retry_cap{30000};
+  uint64_t part_bytes = uint64_t{64} << 20;  // multipart parts (and the largest single PUT)
+};
+
+class DurableTier {
+ public:
+  // `store` must outlive this object; the worker starts at once.
+  DurableTier(Store& store, std::unique_ptr<transport::S3Client> s3, TierOptions o);
+  ~DurableTier();  // stops the worker (an upload under way stops between parts)
+  DurableTier(const DurableTier&) = delete;
+  DurableTier& operator=(const DurableTier&) = delete;
+
+  // The store published a change: look at the steps again.
+  void notice();
+  // The step's durability on this node; nullopt for a step this node does not have.
+  std::optional<StepDurability> state(const std::string& job, const std::string& step) const;
+  // s3://bucket/prefix of the copies.
+  std::string where() const;
+  // The metadata key of a step's durable record.
+  static std::string record_key(const std::string& job, const std::string& step);
+
+ private:
+  using Key = std::pair<std::string, std::string>;
+  struct Work {
+    StepDurability d;
+    std::chrono::steady_clock::time_point next_try{};
+    std::optional<std::string> upload_id;  // a multipart upload of this node's current file
+    std::string upload_file;
+    bool checked = false;         // the copy in S3 was compared with this node's files (no record)
+    std::vector<FilePart> parts;  // this node's files, written
+    std::optional<std::chrono::steady_clock::time_point> started;  // the first upload of this version
+  };
+  void run();
+  void pass();
+  // One step forward for a step that is not durable: ok when it needs nothing more now
+  // (durable, or waiting), an error to try again later.
+  Status advance(const Key& key, const std::shared_ptr<const StepVersion>& v, Work& w);
+  Status check_existing(const Key& key, const std::shared_ptr<const StepVersion>& v, const UploadPlan& plan,
+                        bool& durable);
+  // This node's file of `shard`: its size and XXH3 (a read of the local bytes).
+  Result<FilePart> digest(const std::shared_ptr<const StepVersion>& v, const ptc::ShardId& shard);
+  Status upload(const Key& key, const std::shared_ptr<const StepVersion>& v, const ptc::ShardId& shard, Work& w,
+                FilePart& part);
+  Status commit(const Key& key, const std::shared_ptr<const StepVersion>& v, Work& w, bool& done);
+  Status mark_durable(const Key& key, Work& w);
+  Result<std::vector<std::vector<std::string>>> holders_of(const StepVersion& v) const;
+  bool stopping() const;
+  void set(const Key& key, const Work& w);
+
+  Store& store_;
+  std::unique_ptr<transport::S3Client> s3_;
+  const TierOptions o_;
+
+  mutable std::mutex mu_;  // guards shown_, stop_, wake_
+  std::condition_variable cv_;
+  std::map<Key, StepDurability> shown_;  // what state() answers, copied from the worker's
+  bool stop_ = false, wake_ = false;
+
+  // The worker's own (no lock).
+  std::map<Key, Work> work_;
+  std::set<Key> recorded_;  // steps with a durable record
+  std::thread worker_;
+};
+
+}  // namespace durable
+}  // namespace ptcfs

@@ -1,0 +1,244 @@
+"""The write-through S3 tier (ptcfsd --s3-durable, docs/OPERATIONS.md "The S3 tier") against a real S3
+server (SeaweedFS, s3_util.py): every committed step is written to S3 in the background as the export
+format, ptc.json last; `ptcfs ls` says how far it is; a copy is imported back bit for bit by a daemon
+that never saw the step; a repartition or a restart keeps a step durable without sending it again;
+a stopped, killed or refusing server delays the copy but never a read or a save, and the copy is
+finished (a multipart upload going on from the parts S3 holds) once the server answers again."""
+
+import contextlib
+import json
+import os
+import time
+
+import pytest
+
+from cluster_util import Cluster
+from ptcfs_harness import Checkpoint, Daemon, assert_error, require_binaries, verify_step
+from repartition_util import Oracles, wait_for
+from s3_util import READER, S3Server, credentials_file
+
+BUCKET = "tier"
+
+
+@pytest.fixture
+def s3(tmp_path):
+    s = S3Server(str(tmp_path / "s3"))
+    s.start()
+    s.bucket(BUCKET)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def tier_flags(tmp_path, s3, key=None, prefix="ck", part_mib=None):
+    creds = credentials_file(str(tmp_path / f"aws-{(key or ('w',))[0]}"), *([key] if key else []))
+    flags = ["--s3-endpoint", s3.endpoint, "--s3-credentials", creds, "--s3-durable", f"s3://{BUCKET}/{prefix}"]
+    return flags + (["--s3-part-mib", str(part_mib)] if part_mib else [])
+
+
+@contextlib.contextmanager
+def tier_daemon(tmp_path, s3, name="d", env=None, **flags):
+    """A started daemon writing through to s3://tier/ck, stopped (and unmounted) however the block ends."""
+    d = Daemon(str(tmp_path / name), extra_flags=tier_flags(tmp_path, s3, **flags))
+    d.env.update(env or {})
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop(cleanup_mount=True)
+
+
+def durable(d, job, step):
+    return d.cli_json("ls", f"{job}/{step}", "--json")["durable"]
+
+
+def wait_durable(d, job, step, timeout=90):
+    wait_for(lambda: durable(d, job, step)["state"] == "durable", timeout,
+             lambda: f"{job}/{step} on {d.root} to be durable: {durable(d, job, step)}\n{d.log_tail(3000)}")
+
+
+def folder_export(d, job, step, path):
+    d.cli("export", f"{job}/{step}", path, "--format", "ptc")
+    return {n: open(os.path.join(path, n), "rb").read() for n in sorted(os.listdir(path))}
+
+
+def copy_of(s3, prefix):
+    """The copy's files (rank files, ptc.json) and its manifest, from S3 as boto3 reads them."""
+    got = s3.objects(BUCKET, prefix)
+    files = {k[len(prefix):]: v for k, v in got.items() if "/" not in k[len(prefix):]}
+    manifest = json.loads(files.pop("ptcfs-export.json"))
+    return files, manifest
+
+
+def import_elsewhere(tmp_path, s3, url, job, step, ck, name="reader"):
+    """A daemon that never had the step imports the copy (a new cluster starting from the bucket)."""
+    creds = credentials_file(str(tmp_path / f"aws-{name}"), READER)
+    d = Daemon(str(tmp_path / name), extra_flags=["--s3-endpoint", s3.endpoint, "--s3-credentials", creds])
+    d.start()
+    try:
+        d.cli("import", url, "--job", job, "--step", step)
+        verify_step(d, job, step, ck)
+    finally:
+        d.stop(cleanup_mount=True)
+
+
+def test_a_committed_step_is_written_through_and_a_new_daemon_imports_it_bit_for_bit(tmp_path, s3):
+    require_binaries()
+    ck = Checkpoint(str(tmp_path / "ckpt"), tp=2, pp=2)
+    with tier_daemon(tmp_path, s3) as d:
+        assert d.cli_json("status", "--json")["s3_durable"] == f"s3://{BUCKET}/ck/"
+        d.cli("import", ck.path, "--job", "gpt", "--step", "100")
+        wait_durable(d, "gpt", "100")
+        st = durable(d, "gpt", "100")
+        assert st["version"] == 1 and st["bytes_uploaded"] == st["bytes_total"] > 0, st
+        assert st["where"] == f"s3://{BUCKET}/ck/gpt/100/", st
+        assert d.cli_json("ls", "gpt", "--json")["durable"] == {"100": "durable"}
+        text = d.cli("ls", "gpt/100").stdout
+        assert f"s3  durable  s3://{BUCKET}/ck/gpt/100/" in text, text
+
+        want = folder_export(d, "gpt", "100", str(tmp_path / "folder"))
+        files, manifest = copy_of(s3, "ck/gpt/100/")
+        assert files == want  # the rank files and ptc.json, byte for byte
+        assert manifest["format"] == "ptcfs-export/1" and manifest["version"] == 1
+        assert {f["name"]: f["size"] for f in manifest["files"]} == {
+            n: len(b) for n, b in want.items() if n != "ptc.json"}
+        assert st["bytes_total"] == sum(f["size"] for f in manifest["files"])
+    import_elsewhere(tmp_path, s3, f"s3://{BUCKET}/ck/gpt/100", "gpt", "100", ck)
+
+
+def test_a_repartition_or_a_restart_keeps_a_step_durable_without_sending_it_again(tmp_path, s3):
+    require_binaries()
+    ck = Checkpoint(str(tmp_path / "ckpt"), tp=2, pp=2)
+    oracles = Oracles(str(tmp_path), ck, 0)
+    with tier_daemon(tmp_path, s3) as d:
+        d.cli("import", ck.path, "--job", "gpt", "--step", "1")
+        wait_durable(d, "gpt", "1")
+        c = s3.client()
+        before = {o["Key"]: o["ETag"] for o in c.list_objects_v2(Bucket=BUCKET, Prefix="ck/")["Contents"]}
+        d.cli("repartition", "--job", "gpt", "--step", "1", "--to", "tp=1,pp=2,dp=1")
+        st = durable(d, "gpt", "1")
+        assert st["state"] == "durable", st
+        verify_step(d, "gpt", "1", oracles((1, 2, 1)))
+        d.restart()
+        assert durable(d, "gpt", "1")["state"] in ("durable", "local")  # the tier's first pass may not have run
+        wait_durable(d, "gpt", "1", 10)
+        time.sleep(1.5)  # a pass or two more: nothing is sent
+        after = {o["Key"]: o["ETag"] for o in c.list_objects_v2(Bucket=BUCKET, Prefix="ck/")["Contents"]}
+        assert after == before
+        assert "is durable in" not in d.log_tail(100000).split("===== start #2")[1]
+    # The copy is at the layout it was written at; imported, it is that layout's bytes.
+    import_elsewhere(tmp_path, s3, f"s3://{BUCKET}/ck/gpt/1", "gpt", "1", ck)
+
+
+def test_a_stopped_server_delays_the_copy_never_a_read_or_a_save(tmp_path, s3):
+    require_binaries()
+    ck = Checkpoint(str(tmp_path / "ckpt"), tp=2, pp=1)
+    with tier_daemon(tmp_path, s3) as d:
+        s3.stop()  # SIGSTOP: requests hang until the client's stall timeout
+        try:
+            t0 = time.monotonic()
+            d.cli("import", ck.path, "--job", "gpt", "--step", "7")
+            verify_step(d, "gpt", "7", ck)
+            st = durable(d, "gpt", "7")
+            assert st["state"] in ("local", "uploading"), st
+            assert time.monotonic() - t0 < 15, "the import or the reads waited for S3"
+        finally:
+            s3.cont()
+        wait_durable(d, "gpt", "7", 180)
+    import_elsewhere(tmp_path, s3, f"s3://{BUCKET}/ck/gpt/7", "gpt", "7", ck)
+
+
+def test_a_bucket_refusing_writes_leaves_the_step_local_saying_why_and_a_restart_with_rights_finishes_it(
+        tmp_path, s3):
+    require_binaries()
+    ck = Checkpoint(str(tmp_path / "ckpt"), tp=1, pp=2)
+    with tier_daemon(tmp_path, s3, key=READER) as d:
+        d.cli("import", ck.path, "--job", "gpt", "--step", "3")
+        wait_for(lambda: durable(d, "gpt", "3").get("failures", 0) >= 1, 60,
+                 lambda: f"a refused upload: {durable(d, 'gpt', '3')}")
+        st = durable(d, "gpt", "3")
+        assert st["state"] == "local", st
+        assert "AccessDenied" in st["note"] or "permission" in st["note"].lower(), st
+        assert READER[1] not in d.log_tail(100000)  # the secret is never logged
+        verify_step(d, "gpt", "3", ck)  # reads go on
+        assert "ck/gpt/3/ptc.json" not in s3.objects(BUCKET, "ck/")
+        d.stop(cleanup_mount=True)
+        d.extra_flags = tier_flags(tmp_path, s3)
+        d.start()
+        wait_durable(d, "gpt", "3")
+    import_elsewhere(tmp_path, s3, f"s3://{BUCKET}/ck/gpt/3", "gpt", "3", ck)
+
+
+def test_a_server_killed_mid_upload_is_gone_on_with_from_the_parts_it_holds(tmp_path, s3):
+    require_binaries()
+    # One rank file of ~18 MB: four parts of 5 MiB.
+    ck = Checkpoint(str(tmp_path / "ckpt"), tp=1, pp=1, layers=2, hidden=512, vocab=1000)
+    with tier_daemon(tmp_path, s3, part_mib=5, env={"PTCFS_FAILPOINT": "s3.part.sent:0.7"}) as d:
+        d.cli("import", ck.path, "--job", "gpt", "--step", "9")
+        wait_for(lambda: durable(d, "gpt", "9")["bytes_uploaded"] >= 2 * (5 << 20), 60,
+                 lambda: f"two parts sent: {durable(d, 'gpt', '9')}")
+        s3.kill()
+        wait_for(lambda: durable(d, "gpt", "9").get("failures", 0) >= 1, 120,
+                 lambda: f"the upload to fail: {durable(d, 'gpt', '9')}")
+        assert durable(d, "gpt", "9")["state"] == "local"
+        verify_step(d, "gpt", "9", ck)
+        s3.start()
+        wait_durable(d, "gpt", "9", 180)
+        d.wait_log("going on with the upload of tp0-pp0.safetensors")
+    import_elsewhere(tmp_path, s3, f"s3://{BUCKET}/ck/gpt/9", "gpt", "9", ck)
+
+
+def test_a_copy_damaged_or_cut_behind_ptcfs_is_refused_on_import(tmp_path, s3):
+    require_binaries()
+    ck = Checkpoint(str(tmp_path / "ckpt"), tp=2, pp=1)
+    with tier_daemon(tmp_path, s3) as d:
+        d.cli("import", ck.path, "--job", "gpt", "--step", "5")
+        wait_durable(d, "gpt", "5")
+    c = s3.client()
+    key = "ck/gpt/5/tp1-pp0.safetensors"
+    body = bytearray(c.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    body[-3] ^= 0x40
+    c.put_object(Bucket=BUCKET, Key=key, Body=bytes(body))
+    creds = credentials_file(str(tmp_path / "aws-r"), READER)
+    r = Daemon(str(tmp_path / "r"), extra_flags=["--s3-endpoint", s3.endpoint, "--s3-credentials", creds])
+    r.start()
+    try:
+        res = r.cli("import", f"s3://{BUCKET}/ck/gpt/5", "--job", "gpt", "--step", "5", check=False)
+        assert_error(res, "tp1-pp0.safetensors", "nothing was imported")
+        c.delete_object(Bucket=BUCKET, Key=key)
+        res = r.cli("import", f"s3://{BUCKET}/ck/gpt/5", "--job", "gpt", "--step", "5", check=False)
+        assert_error(res, "tp1-pp0.safetensors")
+        assert r.cli_json("ls", "--json")["jobs"] == []
+    finally:
+        r.stop(cleanup_mount=True)
+
+
+def test_a_new_step_saved_under_a_removed_steps_name_is_written_anew(tmp_path, s3):
+    require_binaries()
+    a = Checkpoint(str(tmp_path / "a"), tp=2, pp=1, seed=1)
+    b = Checkpoint(str(tmp_path / "b"), tp=2, pp=1, seed=2)
+    with tier_daemon(tmp_path, s3) as d:
+        d.cli("import", a.path, "--job", "gpt", "--step", "1")
+        wait_durable(d, "gpt", "1")
+        d.cli("rm", "gpt/1")
+        d.cli("import", b.path, "--job", "gpt", "--step", "1")
+        wait_durable(d, "gpt", "1")
+        d.wait_log("holds a copy whose files differ from this step's")
+    import_elsewhere(tmp_path, s3, f"s3://{BUCKET}/ck/gpt/1", "gpt", "1", b)
+
+
+def test_on_a_cluster_each_shard_is_written_once_by_its_first_holder(tmp_path, s3):
+    require_binaries()
+    ck = Checkpoint(str(tmp_path / "ckpt"), tp=2, pp=2)
+    with Cluster(str(tmp_path / "c"), 3, extra_flags=tier_flags(tmp_path, s3)) as c:
+        c[0].cli("import", ck.path, "--job", "gpt", "--step", "2")
+        for d in c.nodes:
+            wait_durable(d, "gpt", "2")
+        sent = [durable(d, "gpt", "2")["bytes_total"] for d in c.nodes]
+        files, manifest = copy_of(s3, "ck/gpt/2/")
+        assert sum(sent) == sum(f["size"] for f in manifest["files"]), (sent, manifest)
+        assert sorted(files) == ["ptc.json", "tp0-pp0.safetensors", "tp0-pp1.safetensors", "tp1-pp0.safetensors",
+                                 "tp1-pp1.safetensors"]
+        assert files == folder_export(c[1], "gpt", "2", str(tmp_path / "folder"))
+    import_elsewhere(tmp_path, s3, f"s3://{BUCKET}/ck/gpt/2", "gpt", "2", ck)
