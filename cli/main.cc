@@ -149,8 +149,8 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
                const std::vector<std::string>& nodes, const ImportFormat& f) {
   std::error_code ec;
   const bool s3 = dir.rfind("s3://", 0) == 0;  // read by the daemon with its own S3 access
-  if (s3 && f.format != "ptc")
-    return fail(ptcfs::invalid("from s3:// the daemon imports --format ptc (ptc.json and rank files); for " + f.format +
+  if (s3 && f.format != "ptc" && f.format != "hf")
+    return fail(ptcfs::invalid("from s3:// the daemon imports --format ptc or hf; for " + f.format +
                                ", download the folder first"));
   const auto abs = s3 ? std::filesystem::path(dir) : std::filesystem::absolute(dir, ec);
   if (ec) return fail(ptcfs::invalid(dir + ": " + ec.message()));
@@ -353,7 +353,7 @@ int main(int argc, char** argv) {
   auto* imp = app.add_subcommand("import",
                                  "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors, or a "
                                  "Hugging Face safetensors checkpoint with --format hf); DIR may be "
-                                 "s3://BUCKET/PREFIX (--format ptc, read by the daemon with its --s3-* access)");
+                                 "s3://BUCKET/PREFIX (--format ptc or hf, read by the daemon with its --s3-* access)");
   imp->add_option("--format", import_format.format,
                   "ptc (ptc.json and rank files), hf (Hugging Face safetensors) or dcp (a PyTorch "
                   "Distributed Checkpoint directory, through the Python package); megatron says which "

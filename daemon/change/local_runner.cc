@@ -32,13 +32,7 @@ ImportResult result_of(const ImportSummary& s) {
 
 Result<ImportResult> LocalRunner::import(const ImportRequest& req, const PhaseProgress& progress) {
   PTC_RETURN_IF_ERROR(no_nodes(req.nodes));
-  if (req.hf) {
-    if (req.dir.rfind("s3://", 0) == 0)
-      return error(Code::kFailedPrecondition, "importing " + req.dir +
-                                                  ": --format hf reads a local folder (from S3: --format ptc, "
-                                                  "or download the folder first)");
-    return import_hf(req, progress);
-  }
+  if (req.hf) return import_hf(req, progress);
   PTC_ASSIGN_OR_RETURN(auto src, sources_.open(req.dir));
   PTC_ASSIGN_OR_RETURN(ImportSummary s,
                        import_checkpoint(store_, *src, req.job, req.step, [&](uint64_t done, uint64_t total) {
@@ -48,7 +42,8 @@ Result<ImportResult> LocalRunner::import(const ImportRequest& req, const PhasePr
 }
 
 Result<ImportResult> LocalRunner::import_hf(const ImportRequest& req, const PhaseProgress& progress) {
-  PTC_ASSIGN_OR_RETURN(ImportSummary s, ptcfs::import_hf(store_, req.dir, *req.hf, req.job, req.step, req.then,
+  PTC_ASSIGN_OR_RETURN(auto src, sources_.open(req.dir));
+  PTC_ASSIGN_OR_RETURN(ImportSummary s, ptcfs::import_hf(store_, *src, *req.hf, req.job, req.step, req.then,
                                                          [&](uint64_t done, uint64_t total) {
                                                            if (progress) progress("copy", done, total);
                                                          }));

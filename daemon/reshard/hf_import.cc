@@ -25,14 +25,12 @@ struct SliceSource {
 
 // Copies the tensors of one file into a new blob: each slice's bytes in order, the source's
 // bytes between the padding ranges and zeros in them.
-Result<std::vector<std::pair<size_t, StoredSlice>>> copy_file(BlobStore& blobs, const std::string& path,
-                                                              const formats::SafetensorsHeader& header,
-                                                              std::vector<SliceSource> sources,
-                                                              std::vector<BlobWriter>& finished,
-                                                              const std::function<void(uint64_t)>& advance) {
+Result<std::vector<std::pair<size_t, StoredSlice>>> copy_file(
+    BlobStore& blobs, SourceDir& src_dir, const std::string& name, const formats::SafetensorsHeader& header,
+    std::vector<SliceSource> sources, std::vector<BlobWriter>& finished, const std::function<void(uint64_t)>& advance) {
   std::sort(sources.begin(), sources.end(),
             [](const SliceSource& a, const SliceSource& b) { return a.entry->begin < b.entry->begin; });
-  PTC_ASSIGN_OR_RETURN(auto file, File::open_read(path));
+  const std::string path = src_dir.where(name);
   PTC_ASSIGN_OR_RETURN(BlobWriter w, blobs.create());
   constexpr uint64_t kChunk = 4 << 20;
   std::vector<char> buf(kChunk);
@@ -45,7 +43,7 @@ Result<std::vector<std::pair<size_t, StoredSlice>>> copy_file(BlobStore& blobs, 
     auto copy = [&](uint64_t n) -> Status {
       while (n > 0) {
         const size_t k = static_cast<size_t>(std::min(kChunk, n));
-        PTC_ASSIGN_OR_RETURN(size_t got, file.read_at(src, buf.data(), k));
+        PTC_ASSIGN_OR_RETURN(size_t got, src_dir.read_at(name, src, buf.data(), k));
         if (got != k) return corrupt(path + ": file shrank while importing (tensor " + s.entry->name + ")");
         hash.update(buf.data(), k);
         PTC_RETURN_IF_ERROR(w.append(buf.data(), k));
@@ -81,11 +79,17 @@ Result<std::vector<std::pair<size_t, StoredSlice>>> copy_file(BlobStore& blobs, 
   return out;
 }
 
-// The checkpoint in `dir`, read with the daemon's file utilities.
-Result<formats::HfCheckpoint> read_hf_checkpoint(const std::string& dir) {
-  formats::HfReader io{[&] { return list_dir(dir); },
-                       [&](const std::string& name) { return read_small_file(dir + "/" + name, 64 << 20); },
-                       [&](const std::string& name) { return read_safetensors_header(dir + "/" + name); }};
+// The checkpoint in `src`: its listing, the index and config.json read whole, each header with
+// ranged reads.
+Result<formats::HfCheckpoint> read_hf_checkpoint(SourceDir& src, const std::string& dir) {
+  formats::HfReader io{
+      [&] { return src.list(); }, [&](const std::string& name) { return src.read_small(name, 64 << 20); },
+      [&](const std::string& name) -> Result<formats::SafetensorsHeader> {
+        PTC_ASSIGN_OR_RETURN(const uint64_t size, src.size(name));
+        return formats::read_safetensors_header(
+            size, [&](uint64_t off, void* buf, size_t len) { return src.read_at(name, off, buf, len); },
+            src.where(name));
+      }};
   return formats::read_hf_checkpoint(dir, io);
 }
 
@@ -94,10 +98,19 @@ Result<formats::HfCheckpoint> read_hf_checkpoint(const std::string& dir) {
 Result<ImportSummary> import_hf(Store& store, const std::string& dir, const formats::PtcTemplate& tmpl,
                                 const std::string& job, const std::string& step,
                                 const std::optional<ptc::Parallelism>& then, const ProgressFn& progress) {
+  PTC_ASSIGN_OR_RETURN(auto src, kLocalSources.open(dir));
+  return import_hf(store, *src, tmpl, job, step, then, progress);
+}
+
+Result<ImportSummary> import_hf(Store& store, SourceDir& src, const formats::PtcTemplate& tmpl, const std::string& job,
+                                const std::string& step, const std::optional<ptc::Parallelism>& then,
+                                const ProgressFn& progress) {
+  std::string dir = src.where("");
+  if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const auto t0 = std::chrono::steady_clock::now();
   PreparedChange change(store);
   PTC_RETURN_IF_ERROR(change.claim(store, Claim::kNewStep, job, step));
-  PTC_ASSIGN_OR_RETURN(formats::HfCheckpoint ck, read_hf_checkpoint(dir));
+  PTC_ASSIGN_OR_RETURN(formats::HfCheckpoint ck, read_hf_checkpoint(src, dir));
   std::vector<std::string> skipped;
   PTC_ASSIGN_OR_RETURN(ptc::Ptc ptc, formats::infer_ptc(tmpl, ck.infos(), ptc::Parallelism{}, dir,
                                                         ck.config ? &*ck.config : nullptr, &skipped));
@@ -134,8 +147,8 @@ Result<ImportSummary> import_hf(Store& store, const std::string& dir, const form
       store, ck.files.size(), total, progress,
       [&](size_t f, std::vector<BlobWriter>& mine, const std::function<void(uint64_t)>& advance) -> Status {
         if (per_file[f].empty()) return Status::ok();  // every tensor of it skipped
-        PTC_ASSIGN_OR_RETURN(auto r, copy_file(store.blobs(), dir + "/" + ck.files[f].name, ck.files[f].header,
-                                               per_file[f], mine, advance));
+        PTC_ASSIGN_OR_RETURN(
+            auto r, copy_file(store.blobs(), src, ck.files[f].name, ck.files[f].header, per_file[f], mine, advance));
         std::lock_guard lock(mu);
         for (auto& [j, s] : r) stored[j] = std::move(s);
         return Status::ok();

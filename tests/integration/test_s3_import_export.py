@@ -133,3 +133,39 @@ def test_a_daemon_without_s3_access_says_so(tmp_path, daemon):
     r = daemon.cli("import", "s3://ckpt/runs/a", "--job", "gpt", "--step", "1", check=False)
     assert_error(r)
     assert "no S3 access" in r.stderr and "--s3-endpoint" in r.stderr
+
+
+def test_a_hugging_face_folder_in_s3_imports_as_the_local_one_does(tmp_path, s3, s3_daemon):
+    """`--format hf` from s3://: the listing, the index and config.json, each header by ranged GETs, then
+    each file's tensors; the step is bit for bit the one a local import of the same folder makes, at
+    the asked layout. A file cut short behind ptcfs's back is refused naming its object."""
+    from test_formats import CONFIG, expected_ptc, write_hf
+
+    d = s3_daemon
+    ck = Checkpoint(str(tmp_path / "oracle"), ptc=expected_ptc(2, 1))
+    hf = str(tmp_path / "hf")
+    write_hf(hf, ck.full)
+    s3.bucket("models")
+    c = s3.client()
+    for name in os.listdir(hf):
+        c.upload_file(os.path.join(hf, name), "models", f"llama/{name}")
+    r = d.cli_json("import", "s3://models/llama", "--format", "hf", "--template", "llama", "--job", "j", "--step",
+                   "1", "--to", "tp=2,pp=1,dp=1", "--json")
+    assert r["format"] == "hf" and r["shards"] == 2, r
+    verify_step(d, "j", "1", ck, hf_config=CONFIG)
+    d.cli("import", hf, "--format", "hf", "--template", "llama", "--job", "j", "--step", "2", "--to",
+          "tp=2,pp=1,dp=1")
+    for name in sorted(os.listdir(os.path.join(d.mnt, "j", "1"))):
+        a, b = os.path.join(d.mnt, "j", "1", name), os.path.join(d.mnt, "j", "2", name)
+        if os.path.isfile(a):
+            with open(a, "rb") as fa, open(b, "rb") as fb:
+                assert fa.read() == fb.read(), name
+
+    key = "llama/model-00002-of-00002.safetensors"
+    body = c.get_object(Bucket="models", Key=key)["Body"].read()
+    c.put_object(Bucket="models", Key=key, Body=body[:-100])
+    before = d.cli_json("ls", "--json")
+    r = d.cli("import", "s3://models/llama", "--format", "hf", "--template", "llama", "--job", "j", "--step", "3",
+              check=False)
+    assert_error(r, "s3://models/llama/model-00002-of-00002.safetensors")
+    assert d.cli_json("ls", "--json") == before
