@@ -16,7 +16,8 @@ on the local disk), elastic_llama (the torch 2.x example at length), many_tensor
 strided over its blob: time and bytes read from the disk),
 cluster (three daemons), reconfig (end to end on 3 namespaced nodes with 2 Gbit/s links: ptcfs vs central torch vs
 the limit, plot docs/reconfiguration.png), dcp_cluster (a 2 GB DCP checkpoint loaded at a new mesh on the same 3
-nodes: ptcfs.dcp.prepare + stock dcp.load vs the folder copied to every node vs the limit), etcd, soak (32 readers for 10 minutes under changes), chaos (the seeded chaos soak of
+nodes: ptcfs.dcp.prepare + stock dcp.load vs the folder copied to every node vs the limit), s3 (a 2 GB step written
+through to a SeaweedFS S3 server by 3 daemons and restored into a new 3-node cluster, vs boto3), etcd, soak (32 readers for 10 minutes under changes), chaos (the seeded chaos soak of
 tests/integration/chaos_util.py for 10 minutes: promises broken under faults). Ratios are baseline time / ptcfs time (above 1: ptcfs is faster),
 except bytes_moved / bytes_min.
 """
@@ -34,7 +35,7 @@ import tempfile
 from bench_lib import BUILD, REPO, print_rows, row, secs
 
 SECTIONS = ["mount", "repartition", "plan", "planner", "simulate", "formats", "hf", "torch", "live", "live_dtensor",
-            "elastic_llama", "many_tensors", "strided", "cluster", "reconfig", "dcp_cluster", "etcd", "soak", "chaos"]
+            "elastic_llama", "many_tensors", "strided", "cluster", "reconfig", "dcp_cluster", "s3", "etcd", "soak", "chaos"]
 
 
 def cpp_repartition(gib: float, root: str) -> tuple:
@@ -152,6 +153,7 @@ def main() -> int:
     import bench_cluster
     import bench_chaos
     import bench_dcp_cluster
+    import bench_s3
     import bench_etcd
     import bench_formats
     import bench_hf
@@ -242,6 +244,11 @@ def main() -> int:
             r, raw["dcp_cluster"] = bench_dcp_cluster.run(0.2 if a.quick else 2.0, "2gbit",
                                                           os.path.join(root, "dcp_cluster"),
                                                           "" if a.quick else os.path.join(REPO, "docs", "dcp-cluster.png"))
+            rows += r
+        if "s3" in only:
+            print("== s3: the write-through tier and a restore into a new 3-node cluster vs boto3 on the same S3 server",
+                  flush=True)
+            r, raw["s3"] = bench_s3.run(300 if a.quick else 2000, os.path.join(root, "s3"))
             rows += r
         if "simulate" in only:
             print("== simulate: the allocation policies on a job trace (ptcfs allocate, ptcfs plan's cost model)",

@@ -171,7 +171,8 @@ int main(int argc, char** argv) {
   app.add_option("--s3-durable", o.node_opts.s3_durable,
                  "s3://BUCKET/PREFIX: write every committed step through to S3 in the background, as "
                  "PREFIX/JOB/STEP/ (the `ptcfs export` format); needs an S3 endpoint (docs/OPERATIONS.md \"The S3 "
-                 "tier\")");
+                 "tier\"); default PTCFS_S3_DURABLE")
+      ->envname("PTCFS_S3_DURABLE");
   app.add_option("--s3-part-mib", o.node_opts.s3_part_mib,
                  "Size of the write-through tier's multipart parts in MiB (a file up to this size is one PUT)")
       ->check(CLI::Range(5, 5 * 1024))

@@ -234,6 +234,11 @@ S3Client::~S3Client() {
   for (void* h : pool_) curl_easy_cleanup(static_cast<CURL*>(h));
 }
 
+S3Client::Counters& S3Client::totals() {
+  static Counters all;
+  return all;
+}
+
 std::string S3Client::where(std::string_view rel) const {
   return "s3://" + o_.bucket + "/" + o_.prefix + std::string(rel);
 }
@@ -325,6 +330,7 @@ Status S3Client::run(Request& r) {
     }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     counters_.requests.fetch_add(1, std::memory_order_relaxed);
+    totals().requests.fetch_add(1, std::memory_order_relaxed);
     const CURLcode rc = curl_easy_perform(h);
     curl_slist_free_all(headers);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r.status);
@@ -338,6 +344,8 @@ Status S3Client::run(Request& r) {
                        std::to_string(r.buf_len) + " were asked for");
       counters_.bytes_sent.fetch_add(r.sent, std::memory_order_relaxed);
       counters_.bytes_received.fetch_add(r.got, std::memory_order_relaxed);
+      totals().bytes_sent.fetch_add(r.sent, std::memory_order_relaxed);
+      totals().bytes_received.fetch_add(r.got, std::memory_order_relaxed);
       return Status::ok();
     }
     if (r.overflow)
@@ -360,6 +368,7 @@ Status S3Client::run(Request& r) {
     if (attempt >= o_.attempts)
       return error(Code::kUnavailable, what + ": " + last + " (gave up after " + std::to_string(attempt) + " tries)");
     counters_.retries.fetch_add(1, std::memory_order_relaxed);
+    totals().retries.fetch_add(1, std::memory_order_relaxed);
     std::this_thread::sleep_for(s3_backoff(attempt, o_.backoff_base, o_.backoff_cap, jitter()));
   }
 }

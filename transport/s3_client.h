@@ -117,6 +117,8 @@ class S3Client {
     std::atomic<uint64_t> requests{0}, retries{0}, bytes_sent{0}, bytes_received{0};
   };
   const Counters& counters() const { return counters_; }
+  // Every client's of this process together (`ptcfs status`: what the daemon moved to and from S3).
+  static Counters& totals();
 
   struct Request;  // s3_client.cc
 

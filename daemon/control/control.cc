@@ -98,6 +98,11 @@ Result<json> ControlService::status() const {
               {"bytes_stored", bytes},    {"uptime_s", up}};
   add_status(runner_.status(), out);
   if (tier_) out["s3_durable"] = tier_->where();
+  if (const auto& s3 = transport::S3Client::totals(); s3.requests.load())
+    out["s3"] = json{{"requests", s3.requests.load()},
+                     {"retries", s3.retries.load()},
+                     {"bytes_sent", s3.bytes_sent.load()},
+                     {"bytes_received", s3.bytes_received.load()}};
   return out;
 }
 

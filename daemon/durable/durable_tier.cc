@@ -184,8 +184,14 @@ Status DurableTier::advance(const Key& key, const std::shared_ptr<const StepVers
   if (!w.checked) {
     bool durable = false;
     PTC_RETURN_IF_ERROR(check_existing(key, v, plan, durable));
+    if (durable) {
+      w.checked = true;
+      return mark_durable(key, w);
+    }
+    // Part records of other files may be another step's, once saved under this name: the node that
+    // commits takes them back before it counts any (their writers write theirs again, below).
+    if (plan.commits) PTC_RETURN_IF_ERROR(drop_parts_of_others(dir, plan));
     w.checked = true;
-    if (durable) return mark_durable(key, w);
   }
   if (w.d.state == StepDurability::State::kLocal || w.d.state == StepDurability::State::kUploading) {
     if (!w.started) w.started = Clock::now();
@@ -207,7 +213,13 @@ Status DurableTier::advance(const Key& key, const std::shared_ptr<const StepVers
     PTC_RETURN_IF_ERROR(commit(key, v, w, done));
     return done ? mark_durable(key, w) : Status::ok();
   }
-  // Another node commits: durable once a copy whose manifest holds this node's files is in S3.
+  // Another node commits: durable once a copy whose manifest holds this node's files is in S3. This
+  // node's part records stay there until then (the committing node may have taken them back).
+  for (const auto& p : w.parts) {
+    const std::string rec = dir + kPartsDir + p.name + ".json";
+    PTC_ASSIGN_OR_RETURN(const auto there, s3_->head(rec));
+    if (!there) PTC_RETURN_IF_ERROR(s3_->put(rec, transport::S3Body::of(to_json(p).dump())));
+  }
   PTC_ASSIGN_OR_RETURN(const auto head, s3_->head(dir + kPtcJson));
   std::string committer = holders.empty() || holders.front().empty() ? "?" : holders.front().front();
   if (head) {
@@ -254,6 +266,15 @@ Status DurableTier::check_existing(const Key& key, const std::shared_ptr<const S
   // takes it back (its ptc.json first), and the copy is written anew.
   log::warn("{} holds a copy whose files differ from this step's: writing the step anew", s3_->where(dir));
   if (plan.commits) PTC_RETURN_IF_ERROR(s3_->remove(dir + kPtcJson));
+  return Status::ok();
+}
+
+Status DurableTier::drop_parts_of_others(const std::string& dir, const UploadPlan& plan) {
+  std::set<std::string> mine;
+  for (const auto& sh : plan.shards) mine.insert(rank_file(sh) + ".json");
+  PTC_ASSIGN_OR_RETURN(const auto records, s3_->list(dir + kPartsDir));
+  for (const auto& o : records)
+    if (!mine.count(o.key.substr(o.key.rfind('/') + 1))) PTC_RETURN_IF_ERROR(s3_->remove(o.key));
   return Status::ok();
 }
 

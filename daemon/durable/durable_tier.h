@@ -13,7 +13,10 @@
 // (so a copy of another step once saved under the same name is never taken for it), a copy
 // at another layout counts as it is. Otherwise the node writes its files, resuming: a file
 // whose part record states its size and XXH3 is not sent again, and a multipart upload cut
-// short goes on from the parts S3 holds. Each failure is tried again after a capped backoff.
+// short goes on from the parts S3 holds. The committing node takes back the other files' part
+// records before it first counts them (records of another step once saved under this name would
+// otherwise count), and their writers write them again while they wait for the commit. Each
+// failure is tried again after a capped backoff.
 // `ptcfs rm` leaves the copy in S3 (a checkpoint removed from the nodes can still be imported
 // from it).
 //
@@ -110,6 +113,9 @@ class DurableTier {
   Status advance(const Key& key, const std::shared_ptr<const StepVersion>& v, Work& w);
   Status check_existing(const Key& key, const std::shared_ptr<const StepVersion>& v, const UploadPlan& plan,
                         bool& durable);
+  // Removes the part records of the files other nodes write (the committing node, before its first
+  // count of a version: records another step once saved under this name left).
+  Status drop_parts_of_others(const std::string& dir, const UploadPlan& plan);
   // This node's file of `shard`: its size and XXH3 (a read of the local bytes).
   Result<FilePart> digest(const std::shared_ptr<const StepVersion>& v, const ptc::ShardId& shard);
   Status upload(const Key& key, const std::shared_ptr<const StepVersion>& v, const ptc::ShardId& shard, Work& w,

@@ -15,8 +15,10 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 import zipfile
+from typing import Optional
 
 import pytest
 import yaml
@@ -76,21 +78,36 @@ def expand(value: str, env: dict) -> str:
     return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), value)
 
 
-def container_env(c: dict, downward: dict) -> dict:
+def container_env(c: dict, downward: dict, secrets: Optional[dict] = None, config: Optional[dict] = None) -> dict:
+    """The container's environment as the kubelet sets it: values, the Downward API, keys of the
+    shipped ConfigMaps (or of `config`, {name: data}, as an operator filled them in), and keys of
+    `secrets` ({name: {key: value}}; an optional key not there is left unset, a required one fails)."""
     env = {}
     for e in c["env"]:
         if "value" in e:
             env[e["name"]] = expand(e["value"], env)
+            continue
+        src = e["valueFrom"]
+        if "fieldRef" in src:
+            env[e["name"]] = downward[src["fieldRef"]["fieldPath"]]
+        elif "configMapKeyRef" in src:
+            ref = src["configMapKeyRef"]
+            data = (config or {}).get(ref["name"]) or find("ConfigMap", ref["name"])["data"]
+            env[e["name"]] = data[ref["key"]]
         else:
-            env[e["name"]] = downward[e["valueFrom"]["fieldRef"]["fieldPath"]]
+            ref = src["secretKeyRef"]
+            value = (secrets or {}).get(ref["name"], {}).get(ref["key"])
+            assert value is not None or ref.get("optional"), f"{e['name']}: Secret {ref['name']} has no {ref['key']}"
+            if value is not None:
+                env[e["name"]] = value
     return env
 
 
 def test_every_manifest_validates_against_the_kubernetes_schemas():
     objects = [{**o, "_source": f"deploy/k8s/{f}"} for f, o in manifests()]
     kinds = sorted(f"{o['kind']}/{o['metadata']['name']}" for _, o in manifests())
-    assert kinds == ["DaemonSet/ptcfsd", "Job/ptcfs-read-example", "Namespace/ptcfs", "NetworkPolicy/etcd",
-                     "Service/etcd", "StatefulSet/etcd"]
+    assert kinds == ["ConfigMap/ptcfs-s3", "DaemonSet/ptcfsd", "Job/ptcfs-read-example", "Namespace/ptcfs",
+                     "NetworkPolicy/etcd", "Service/etcd", "StatefulSet/etcd"]
     assert k8s_validate.validate(objects) == []
     # The validator is live: a port given as a string, a missing selector, an unknown propagation
     # mode, an unknown field and an unknown kind are each refused, naming the object and the field.
@@ -120,7 +137,7 @@ def test_every_manifest_validates_against_the_kubernetes_schemas():
 def test_kustomization_applies_the_deployment_and_not_the_example():
     with open(os.path.join(K8S, "kustomization.yaml")) as f:
         k = yaml.safe_load(f)
-    assert k["resources"] == ["namespace.yaml", "etcd.yaml", "networkpolicy.yaml", "daemonset.yaml"]
+    assert k["resources"] == ["namespace.yaml", "etcd.yaml", "networkpolicy.yaml", "s3.yaml", "daemonset.yaml"]
     for r in k["resources"]:
         assert os.path.isfile(os.path.join(K8S, r)), r
     namespaces = {o["metadata"].get("namespace") for _, o in manifests() if o["kind"] != "Namespace"}
@@ -192,6 +209,15 @@ def test_daemonset_wiring():
         sv = volumes[m["name"]]["secret"]
         assert sv["secretName"] == "ptcfs-etcd-client" and {"key": key, "path": key} in sv["items"], flag
         assert sv["defaultMode"] == 0o400
+    # The S3 tier: endpoint and durable prefix from the ConfigMap ptcfs-s3 (empty as shipped: no S3) as
+    # the environment ptcfsd reads for --s3-endpoint and --s3-durable, the keys from the Secret ptcfs-s3
+    # as AWS's tools read them, optional; none of it in the args.
+    assert not any(a.startswith("--s3") for a in c["args"])
+    assert env["AWS_ENDPOINT_URL_S3"]["valueFrom"]["configMapKeyRef"] == {"name": "ptcfs-s3", "key": "endpoint"}
+    assert env["PTCFS_S3_DURABLE"]["valueFrom"]["configMapKeyRef"] == {"name": "ptcfs-s3", "key": "durable"}
+    assert find("ConfigMap", "ptcfs-s3")["data"] == {"endpoint": "", "durable": ""}
+    for var, key in (("AWS_ACCESS_KEY_ID", "access_key_id"), ("AWS_SECRET_ACCESS_KEY", "secret_access_key")):
+        assert env[var]["valueFrom"]["secretKeyRef"] == {"name": "ptcfs-s3", "key": key, "optional": True}
 
 
 def test_etcd_demands_tls_client_certificates_and_admits_only_ptcfs():
@@ -245,6 +271,51 @@ def test_etcd_demands_tls_client_certificates_and_admits_only_ptcfs():
         doc = f.read()
     assert "deploy/etcd-certs.sh" in doc
     assert "create secret generic etcd-tls" in doc and "create secret generic ptcfs-etcd-client" in doc
+
+
+def test_the_s3_settings_of_the_manifests_write_a_step_through(tmp_path):
+    """The ConfigMap ptcfs-s3 filled in with a real S3 server (SeaweedFS) and the Secret ptcfs-s3 with its
+    keys: the DaemonSet's env, as the kubelet sets it, gives a daemon that writes an imported step
+    through to the bucket; as shipped (empty), a daemon with no S3."""
+    from s3_util import WRITER, S3Server
+
+    require_binaries()
+    c = daemon_container()
+    s3 = S3Server(str(tmp_path / "s3"))
+    s3.start()
+    try:
+        s3.bucket("ckpts")
+        config = {"ptcfs-s3": {"endpoint": s3.endpoint, "durable": "s3://ckpts/cluster-a"}}
+        secrets = {"ptcfs-s3": {"access_key_id": WRITER[0], "secret_access_key": WRITER[1]}}
+        env = container_env(c, {"spec.nodeName": "n", "status.podIP": "127.0.0.1"}, secrets, config)
+        s3_env = {k: v for k, v in env.items() if k.startswith(("AWS_", "PTCFS_S3_"))}
+        assert s3_env == {"AWS_ENDPOINT_URL_S3": s3.endpoint, "PTCFS_S3_DURABLE": "s3://ckpts/cluster-a",
+                          "AWS_ACCESS_KEY_ID": WRITER[0], "AWS_SECRET_ACCESS_KEY": WRITER[1]}
+        shipped = container_env(c, {"spec.nodeName": "n", "status.podIP": "127.0.0.1"})
+        off = Daemon(str(tmp_path / "off"))
+        off.env = {k: v for k, v in shipped.items() if k.startswith(("AWS_", "PTCFS_S3_"))}
+        assert off.env == {"AWS_ENDPOINT_URL_S3": "", "PTCFS_S3_DURABLE": ""}
+        off.start()
+        try:
+            assert "s3_durable" not in off.cli_json("status", "--json")
+        finally:
+            off.stop(cleanup_mount=True)
+        d = Daemon(str(tmp_path / "node"))
+        d.env = s3_env
+        d.start()
+        try:
+            ck = Checkpoint(str(tmp_path / "ck"), tp=1, pp=2)
+            d.cli("import", ck.path, "--job", "j", "--step", "1")
+            deadline = time.monotonic() + 60
+            while d.cli_json("ls", "j/1", "--json")["durable"]["state"] != "durable":
+                assert time.monotonic() < deadline, d.log_tail()
+                time.sleep(0.1)
+            assert "cluster-a/j/1/ptc.json" in s3.objects("ckpts", "cluster-a/")
+            assert WRITER[1] not in d.log_tail(100000)
+        finally:
+            d.stop(cleanup_mount=True)
+    finally:
+        s3.close()
 
 
 def test_daemonset_command_line_starts_a_daemon_the_probes_find_ready(tmp_path):
