@@ -174,10 +174,10 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
     req["format"] = "hf";
     req["template"] = f.template_name;
     if (!text.empty()) req["template_text"] = text;
-    if (!f.to.empty()) req["to"] = f.to;
-  } else if (!f.template_name.empty() || !f.to.empty()) {
-    return fail(ptcfs::invalid("--template and --to go with --format hf"));
+  } else if (!f.template_name.empty()) {
+    return fail(ptcfs::invalid("--template goes with --format hf"));
   }
+  if (!f.to.empty()) req["to"] = f.to;
   ptcfs::cli::ProgressLine line("importing " + job + "/" + step);
   add_nodes(req, nodes);
   auto r = call(g, req, [&](const json& p) {
@@ -362,7 +362,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   imp->add_option("--template", import_format.template_name,
                   "With --format hf: a shipped PTC template (ptcfs ptc templates) or a template file");
-  imp->add_option("--to", import_format.to, "With --format hf: go straight to this layout, e.g. tp=2,pp=2,dp=1");
+  imp->add_option("--to", import_format.to,
+                  "Go straight on to this layout, e.g. tp=2,pp=2,dp=1 (the new step is repartitioned into it; "
+                  "--format ptc or hf)");
   imp->add_option("DIR", dir, "Checkpoint directory, readable by the daemon")->required();
   imp->add_option("--job", job, "Job name")->required();
   imp->add_option("--step", step, "Step name (e.g. the iteration)")->required();

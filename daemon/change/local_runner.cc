@@ -38,7 +38,23 @@ Result<ImportResult> LocalRunner::import(const ImportRequest& req, const PhasePr
                        import_checkpoint(store_, *src, req.job, req.step, [&](uint64_t done, uint64_t total) {
                          if (progress) progress("copy", done, total);
                        }));
-  return result_of(s);
+  ImportResult r = result_of(s);
+  PTC_RETURN_IF_ERROR(then_repartition(req, "the layout of " + req.dir, r, progress));
+  return r;
+}
+
+Status LocalRunner::then_repartition(const ImportRequest& req, const std::string& imported_at, ImportResult& r,
+                                     const PhaseProgress& progress) {
+  if (!req.then) return Status::ok();
+  // Straight into the asked layout: a repartition of the new step, which remaps (no copy).
+  auto res =
+      ptcfs::repartition(store_, RepartitionRequest{req.job, req.step, *req.then, false, {}, 0}, policy_, progress);
+  if (!res)
+    return res.status().with_context("imported " + req.job + "/" + req.step + " in " + imported_at + ", but " +
+                                     "the repartition to " + req.then->to_string() + " failed");
+  r.repartition = std::move(res).value();
+  r.shards = static_cast<size_t>(req.then->tp * req.then->pp);
+  return Status::ok();
 }
 
 Result<ImportResult> LocalRunner::import_hf(const ImportRequest& req, const PhaseProgress& progress) {
@@ -50,15 +66,7 @@ Result<ImportResult> LocalRunner::import_hf(const ImportRequest& req, const Phas
   ImportResult r = result_of(s);
   r.format = "hf";
   r.template_name = req.hf->name;
-  if (!req.then) return r;
-  // Straight into the asked layout: a repartition of the new step, which remaps (no copy).
-  auto res =
-      ptcfs::repartition(store_, RepartitionRequest{req.job, req.step, *req.then, false, {}, 0}, policy_, progress);
-  if (!res)
-    return res.status().with_context("imported " + req.job + "/" + req.step + " in the layout tp=1,pp=1,dp=1, but " +
-                                     "the repartition to " + req.then->to_string() + " failed");
-  r.repartition = std::move(res).value();
-  r.shards = static_cast<size_t>(req.then->tp * req.then->pp);
+  PTC_RETURN_IF_ERROR(then_repartition(req, "the layout tp=1,pp=1,dp=1", r, progress));
   return r;
 }
 

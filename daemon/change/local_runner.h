@@ -27,6 +27,10 @@ class LocalRunner final : public ChangeRunner {
   RunnerStatus status() override { return RunnerStatus{}; }
 
  private:
+  // With req.then (`--to`): the new step repartitioned into it; `imported_at` names the layout it
+  // was imported in, for the error.
+  Status then_repartition(const ImportRequest& req, const std::string& imported_at, ImportResult& r,
+                          const PhaseProgress& progress);
   Result<ImportResult> import_hf(const ImportRequest& req, const PhaseProgress& progress);
 
   Store& store_;

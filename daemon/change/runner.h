@@ -40,7 +40,7 @@ struct ImportRequest {
   std::string dir, job, step;
   std::vector<std::string> nodes;          // ids to place the ranks on (empty: every member)
   std::optional<formats::PtcTemplate> hf;  // set: --format hf with this template
-  std::optional<ptc::Parallelism> then;    // with hf: --to
+  std::optional<ptc::Parallelism> then;    // --to: the layout to repartition the new step into
 };
 
 struct ImportResult {

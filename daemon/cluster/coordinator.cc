@@ -85,6 +85,15 @@ Result<ImportResult> Coordinator::import(const ImportRequest& req, const PhasePr
   }
   res.seconds = since(t0);
   log::info("imported {} on {} nodes: {} shard copies, {} bytes", name, done.nodes.size(), res.shards, res.bytes);
+  if (!req.then) return res;
+  // Straight on into the asked layout (a restore at a new layout): the nodes pull from each other
+  // only what their new shards lack.
+  auto moved = repartition(RepartitionRequest{req.job, req.step, *req.then, false, req.nodes, 0}, progress);
+  if (!moved)
+    return moved.status().with_context("imported " + name + " at the layout of " + req.dir +
+                                       ", but the repartition to " + req.then->to_string() + " failed");
+  res.repartition = std::move(moved).value();
+  res.seconds = since(t0);
   return res;
 }
 

@@ -210,7 +210,7 @@ static Result<ImportRequest> parse_import(const json& req) {
   if (format != "ptc" && format != "hf") return invalid("unknown import format '" + format + "' (ptc or hf)");
   if (format == "hf" && req.contains("nodes")) return invalid("--nodes does not go with --format hf");
   if (format == "ptc")
-    for (const char* k : {"template", "template_text", "to"})
+    for (const char* k : {"template", "template_text"})
       if (req.contains(k)) return invalid(std::string("'") + k + "' needs --format hf");
   ImportRequest r;
   PTC_ASSIGN_OR_RETURN(r.dir, member_string(req, "dir"));
@@ -223,10 +223,10 @@ static Result<ImportRequest> parse_import(const json& req) {
     return invalid("import directory must be an absolute path or s3://bucket/prefix, got '" + r.dir + "'");
   if (format == "hf") {
     PTC_ASSIGN_OR_RETURN(r.hf, template_of(req));
-    PTC_ASSIGN_OR_RETURN(std::string to, member_string_or(req, "to", ""));
-    if (!to.empty()) {
-      PTC_ASSIGN_OR_RETURN(r.then, ptc::parse_parallelism(to));
-    }
+  }
+  PTC_ASSIGN_OR_RETURN(std::string to, member_string_or(req, "to", ""));
+  if (!to.empty()) {
+    PTC_ASSIGN_OR_RETURN(r.then, ptc::parse_parallelism(to));
   }
   return r;
 }

@@ -49,6 +49,13 @@ def tier_daemon(tmp_path, s3, name="d", env=None, **flags):
         d.stop(cleanup_mount=True)
 
 
+def write_through(tmp_path, s3, ck, job, step):
+    """Imports `ck` as job/step on a daemon writing through, and stops it once the step is durable."""
+    with tier_daemon(tmp_path, s3) as d:
+        d.cli("import", ck.path, "--job", job, "--step", step)
+        wait_durable(d, job, step)
+
+
 def durable(d, job, step):
     return d.cli_json("ls", f"{job}/{step}", "--json")["durable"]
 
@@ -192,9 +199,7 @@ def test_a_server_killed_mid_upload_is_gone_on_with_from_the_parts_it_holds(tmp_
 def test_a_copy_damaged_or_cut_behind_ptcfs_is_refused_on_import(tmp_path, s3):
     require_binaries()
     ck = Checkpoint(str(tmp_path / "ckpt"), tp=2, pp=1)
-    with tier_daemon(tmp_path, s3) as d:
-        d.cli("import", ck.path, "--job", "gpt", "--step", "5")
-        wait_durable(d, "gpt", "5")
+    write_through(tmp_path, s3, ck, "gpt", "5")
     c = s3.client()
     key = "ck/gpt/5/tp1-pp0.safetensors"
     body = bytearray(c.get_object(Bucket=BUCKET, Key=key)["Body"].read())
@@ -242,3 +247,28 @@ def test_on_a_cluster_each_shard_is_written_once_by_its_first_holder(tmp_path, s
                                  "tp1-pp1.safetensors"]
         assert files == folder_export(c[1], "gpt", "2", str(tmp_path / "folder"))
     import_elsewhere(tmp_path, s3, f"s3://{BUCKET}/ck/gpt/2", "gpt", "2", ck)
+
+
+def test_a_new_cluster_restores_a_durable_step_at_a_new_layout_fetching_the_copy_once(tmp_path, s3):
+    """A step written through at tp=2,pp=2 from one daemon; a new 3-node cluster that never had it imports
+    the copy with --to tp=1,pp=2,dp=3: each node reads only its old shards' rank files from S3 (the copy
+    once in all), then the nodes pull from each other exactly the minimum the new layout lacks."""
+    require_binaries()
+    ck = Checkpoint(str(tmp_path / "ckpt"), tp=2, pp=2)
+    write_through(tmp_path, s3, ck, "gpt", "4")
+    files, manifest = copy_of(s3, "ck/gpt/4/")
+    copy_bytes = sum(f["size"] for f in manifest["files"])
+    creds = credentials_file(str(tmp_path / "aws-restore"), READER)
+    with Cluster(str(tmp_path / "c"), 3, extra_flags=["--s3-endpoint", s3.endpoint, "--s3-credentials", creds]) as c:
+        r = c[1].cli_json("import", f"s3://{BUCKET}/ck/gpt/4", "--job", "gpt", "--step", "4", "--to",
+                          "tp=1,pp=2,dp=3", "--json")
+        rep = r["repartition"]
+        assert rep["to"] == {"tp": 1, "pp": 2, "dp": 3} and rep["version"] == 2, rep
+        assert rep["bytes_moved"] == rep["bytes_min"], rep
+        received = [d.cli_json("status", "--json").get("s3", {}).get("bytes_received", 0) for d in c.nodes]
+        # Each rank file once (its header read first: a few KB more), by the node holding its shard.
+        assert copy_bytes <= sum(received) < copy_bytes + 64 * 1024 * len(files), (received, copy_bytes)
+        assert received[2] < 64 * 1024 * len(files), received  # n2 held no shard of the copy's layout
+        want = Oracles(str(tmp_path), ck, 0)((1, 2, 3))
+        for i, node in enumerate(c.nodes):
+            verify_step(node, "gpt", "4", want, full_views=(i == 2))

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from ptcfs_harness import Checkpoint, Daemon, assert_error, ls_jobs, require_binaries, verify_step
+from repartition_util import Oracles
 from s3_util import READER, S3Server, credentials_file
 
 
@@ -61,6 +62,10 @@ def test_export_is_the_folder_export_and_imports_back_bit_for_bit(tmp_path, s3, 
     r = d.cli_json("import", "s3://ckpt/runs/a", "--job", "gpt", "--step", "200", "--json")
     assert r["shards"] == 4 and r["bytes"] == ck.summary["bytes"]
     verify_step(d, "gpt", "200", ck)
+    # Straight into another layout (one daemon: the repartition remaps the imported blobs).
+    r = d.cli_json("import", "s3://ckpt/runs/a", "--job", "gpt", "--step", "300", "--to", "tp=1,pp=2,dp=1", "--json")
+    assert r["shards"] == 2 and r["repartition"]["version"] == 2, r
+    verify_step(d, "gpt", "300", Oracles(str(tmp_path), ck, 0)((1, 2, 1)))
 
 
 def test_import_reads_a_folder_uploaded_by_another_tool(tmp_path, s3, s3_daemon):
