@@ -186,12 +186,12 @@ CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g) {
                                  "reads the daemon's mount");
   cmd->add_option("JOB/STEP", a.step_path, "The step")->required();
   cmd->add_option("DIR", a.dir,
-                  "A new or empty directory to write, or s3://BUCKET/PREFIX (empty; --format ptc; docs/OPERATIONS.md "
+                  "A new or empty directory to write, or s3://BUCKET/PREFIX (empty; ptc, hf or dcp; docs/OPERATIONS.md "
                   "\"The S3 tier\")")
       ->required();
   cmd->add_option("--format", a.format,
                   "hf, ptc, or dcp (a PyTorch Distributed Checkpoint directory, through the Python package); "
-                  "default hf, and ptc to s3://")
+                  "default hf, and ptc to s3://, where hf and dcp upload the mount's hf/ or dcp/ view as it is")
       ->check(CLI::IsMember({"hf", "ptc", "dcp"}));
   cmd->add_option("--s3-endpoint", a.s3.endpoint,
                   "S3 endpoint http(s)://HOST[:PORT] (default: AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL)");
@@ -211,23 +211,35 @@ int run_export(const ExportArgs& args, const Globals& g) {
   ExportArgs a = args;
   const bool s3 = a.dir.rfind("s3://", 0) == 0;
   if (a.format.empty()) a.format = s3 ? "ptc" : "hf";
-  if (s3 && a.format != "ptc")
-    return fail(invalid("export to s3:// writes --format ptc (ptc.json and rank files); for " + a.format +
-                        ", export to a folder"));
+
   auto max_shard = parse_size(a.max_shard_size);
   if (!max_shard) return fail(max_shard.status().with_context("--max-shard-size"));
   auto src = source_of(a, g);
   if (!src) return fail(src.status());
   if (s3) {
-    auto r = export_ptc_s3(src->dir, a.dir, a.s3);
+    Result<json> r = internal("not exported");
+    if (a.format == "ptc") {
+      r = export_ptc_s3(src->dir, a.dir, a.s3);
+    } else {
+      // A view of the mount as it is (docs/FORMATS.md): hf/ (the daemon's --hf-shard-bytes shards it) or dcp/.
+      const bool hf = a.format == "hf";
+      const std::string view = src->dir + (hf ? "/hf" : "/dcp");
+      std::error_code ec;
+      if (hf && !fs::is_directory(view, ec))
+        return fail(invalid(a.step_path + " has no Hugging Face view (hf/): its ptc.json carries no config.json "
+                                          "(a step imported with --format hf or saved with save_pretrained has one)"));
+      r = export_view_s3(view, a.dir, a.s3,
+                         hf ? std::vector<std::string>{"model.safetensors.index.json", "config.json"}
+                            : std::vector<std::string>{".metadata"});
+    }
     if (!r) return fail(r.status().with_context("exporting " + a.step_path + " to " + a.dir));
     (*r)["format"] = a.format;
     (*r)["dir"] = a.dir;
     (*r)["tensors"] = src->ptc.tensors.size();
     if (g.json) return print_json(*r);
-    fmt::print("exported {} to {} ({}): {} objects and {}, {} tensors, {}\n", a.step_path, a.dir, a.format,
-               (*r)["files"].size(), kExportManifest, src->ptc.tensors.size(),
-               human_bytes((*r)["bytes"].get<uint64_t>()));
+    fmt::print("exported {} to {} ({}): {} objects{}, {} tensors, {}\n", a.step_path, a.dir, a.format,
+               (*r)["files"].size(), r->contains("manifest") ? std::string(" and ") + kExportManifest : "",
+               src->ptc.tensors.size(), human_bytes((*r)["bytes"].get<uint64_t>()));
     return 0;
   }
   if (a.format == "dcp") return exec_python(g, {"export-dcp", src->dir, a.dir}, false);

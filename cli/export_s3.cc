@@ -5,7 +5,10 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "cli/output.h"
@@ -73,9 +76,8 @@ Result<uint64_t> upload(S3Client& c, const std::string& dir, const OpenFile& f, 
   return XXH3_64bits_digest(st);
 }
 
-}  // namespace
-
-Result<json> export_ptc_s3(const std::string& step_dir, const std::string& url, const S3Flags& flags) {
+// The client of an export's prefix, which must be empty.
+Result<std::unique_ptr<S3Client>> empty_prefix(const std::string& url, const S3Flags& flags) {
   PTC_ASSIGN_OR_RETURN(auto access,
                        transport::resolve_s3_access(flags.endpoint, flags.region, flags.credentials, flags.ca_file));
   if (!access) return invalid("exporting to " + url + " needs an S3 endpoint: --s3-endpoint or AWS_ENDPOINT_URL");
@@ -85,46 +87,85 @@ Result<json> export_ptc_s3(const std::string& step_dir, const std::string& url, 
   if (!existing.empty())
     return invalid(url + " is not empty (" + std::to_string(existing.size()) + " objects under it, e.g. " +
                    existing.front().key + ")");
-  PTC_ASSIGN_OR_RETURN(std::vector<OpenFile> files, open_step_files(step_dir));
+  return client;
+}
 
+// Uploads `files` in their order through `client`, each file's XXH3-64 into `digests`; `between`
+// (may be empty) runs before the last file. On an error what was uploaded is removed again.
+Status upload_all(S3Client& client, const std::string& dir, const std::vector<const OpenFile*>& files,
+                  std::vector<uint64_t>& digests, const std::function<Status(std::vector<std::string>&)>& between) {
   uint64_t total = 0;
-  for (const auto& f : files) total += f.size;
+  for (const auto* f : files) total += f->size;
   ProgressLine line("exporting");
   uint64_t done = 0;
   auto advance = [&](uint64_t n) { line.update(done += n, total); };
   std::vector<char> buf(kPart);
   std::vector<std::string> uploaded;
-  json listed = json::array(), names = json::array();
   auto run = [&]() -> Status {
-    // Rank files, then the manifest, then ptc.json (files are sorted by name: ptc.json is one of them).
-    const OpenFile* ptc_json = nullptr;
-    formats::ExportManifest manifest;
-    for (const auto& f : files) {
-      if (f.name == "ptc.json") {
-        ptc_json = &f;
-        continue;
-      }
-      PTC_ASSIGN_OR_RETURN(const uint64_t digest, upload(*client, step_dir, f, buf, advance));
-      uploaded.push_back(f.name);
-      manifest.files.push_back({f.name, f.size, digest});
-      names.push_back(f.name);
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (i + 1 == files.size() && between) PTC_RETURN_IF_ERROR(between(uploaded));
+      PTC_ASSIGN_OR_RETURN(const uint64_t digest, upload(client, dir, *files[i], buf, advance));
+      uploaded.push_back(files[i]->name);
+      digests.push_back(digest);
     }
-    if (!ptc_json) return internal("the step's files have no ptc.json");
-    if (ptc_json->size > buf.size()) return invalid(step_dir + "/ptc.json is larger than " + human_bytes(buf.size()));
-    const std::string manifest_text = formats::export_manifest_text(manifest);
-    PTC_RETURN_IF_ERROR(client->put(kExportManifest, S3Body::of(manifest_text)));
-    uploaded.push_back(kExportManifest);
-    PTC_RETURN_IF_ERROR(upload(*client, step_dir, *ptc_json, buf, advance).status());
-    uploaded.push_back("ptc.json");
-    names.push_back("ptc.json");
     return Status::ok();
   };
   if (Status s = run(); !s) {
-    for (const auto& name : uploaded) (void)client->remove(name);  // leave the prefix as it was
+    for (const auto& name : uploaded) (void)client.remove(name);  // leave the prefix as it was
     return s;
   }
   line.finish();
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<json> export_ptc_s3(const std::string& step_dir, const std::string& url, const S3Flags& flags) {
+  PTC_ASSIGN_OR_RETURN(auto client, empty_prefix(url, flags));
+  PTC_ASSIGN_OR_RETURN(std::vector<OpenFile> files, open_step_files(step_dir));
+  // Rank files, then the manifest, then ptc.json.
+  std::vector<const OpenFile*> order;
+  const OpenFile* ptc_json = nullptr;
+  uint64_t total = 0;
+  for (const auto& f : files) {
+    total += f.size;
+    if (f.name == "ptc.json")
+      ptc_json = &f;
+    else
+      order.push_back(&f);
+  }
+  if (!ptc_json) return internal("the step's files have no ptc.json");
+  order.push_back(ptc_json);
+  std::vector<uint64_t> digests;
+  PTC_RETURN_IF_ERROR(upload_all(*client, step_dir, order, digests, [&](std::vector<std::string>& uploaded) {
+    formats::ExportManifest manifest;
+    for (size_t i = 0; i < digests.size(); ++i) manifest.files.push_back({order[i]->name, order[i]->size, digests[i]});
+    PTC_RETURN_IF_ERROR(client->put(kExportManifest, S3Body::of(formats::export_manifest_text(manifest))));
+    uploaded.push_back(kExportManifest);
+    return Status::ok();
+  }));
+  json names = json::array();
+  for (const auto* f : order) names.push_back(f->name);
   return json{{"files", names}, {"bytes", total}, {"manifest", kExportManifest}};
+}
+
+Result<json> export_view_s3(const std::string& view_dir, const std::string& url, const S3Flags& flags,
+                            const std::vector<std::string>& last) {
+  PTC_ASSIGN_OR_RETURN(auto client, empty_prefix(url, flags));
+  PTC_ASSIGN_OR_RETURN(std::vector<OpenFile> files, open_view_files(view_dir));
+  std::vector<const OpenFile*> order;
+  uint64_t total = 0;
+  for (const auto& f : files)
+    if (std::find(last.begin(), last.end(), f.name) == last.end()) order.push_back(&f);
+  for (const auto& name : last)
+    for (const auto& f : files)
+      if (f.name == name) order.push_back(&f);
+  for (const auto* f : order) total += f->size;
+  std::vector<uint64_t> digests;
+  PTC_RETURN_IF_ERROR(upload_all(*client, view_dir, order, digests, {}));
+  json names = json::array();
+  for (const auto* f : order) names.push_back(f->name);
+  return json{{"files", names}, {"bytes", total}};
 }
 
 }  // namespace ptcfs::cli

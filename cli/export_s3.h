@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,5 +26,13 @@ struct S3Flags {
 inline constexpr const char* kExportManifest = formats::kExportManifest;
 
 Result<nlohmann::json> export_ptc_s3(const std::string& step_dir, const std::string& url, const S3Flags& flags);
+
+// `ptcfs export JOB/STEP s3://... --format hf|dcp`: the files of one of the step's views in the mount
+// (MNT/JOB/STEP/hf/ or dcp/, docs/FORMATS.md), all opened first (they keep their version), uploaded
+// by name with `last` (in its order) at the end: the files a reader looks for first
+// (config.json, .metadata), so that an export cut short is not taken for a whole one. The prefix
+// must be empty; on an error what was uploaded is removed again.
+Result<nlohmann::json> export_view_s3(const std::string& view_dir, const std::string& url, const S3Flags& flags,
+                                      const std::vector<std::string>& last);
 
 }  // namespace ptcfs::cli

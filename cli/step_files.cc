@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "ptc/formats/rank_file.h"
@@ -67,7 +68,36 @@ Result<std::vector<OpenFile>> open_step(const std::string& dir) {
   return files;
 }
 
+// The names of the regular files directly in `dir`, sorted.
+Result<std::vector<std::string>> file_names(const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    if (it->is_regular_file(ec)) names.push_back(it->path().filename().string());
+  if (ec) return error(ec.value() == ENOENT ? Code::kNotFound : Code::kIo, dir + ": " + ec.message());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 }  // namespace
+
+Result<std::vector<OpenFile>> open_view_files(const std::string& dir) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    PTC_ASSIGN_OR_RETURN(const auto names, file_names(dir));
+    std::vector<OpenFile> files;
+    for (const auto& name : names) {
+      PTC_ASSIGN_OR_RETURN(OpenFile f, open_in(dir, name));
+      files.push_back(std::move(f));
+    }
+    // The names follow the layout's shards: the same names, the same layout (a change of dp only).
+    PTC_ASSIGN_OR_RETURN(const auto again, file_names(dir));
+    if (again == names) return files;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return error(Code::kFailedPrecondition,
+               "the files of " + dir + " changed while export opened them (a repartition?); 5 tries");
+}
 
 Result<std::vector<OpenFile>> open_step_files(const std::string& dir) {
   // A repartition that commits while the files are opened: opened again, from ptc.json.

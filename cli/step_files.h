@@ -42,4 +42,9 @@ struct OpenFile {
 // is retried (5 times, 200 ms apart) rather than written out as a mix of two layouts. Sorted by name.
 Result<std::vector<OpenFile>> open_step_files(const std::string& dir);
 
+// Every regular file directly in `dir` (a view folder of the step: hf/, dcp/), all open at once and
+// sorted by name; opened again (5 tries) when the folder's names changed meanwhile (a repartition that
+// changed tp or pp: the view's names follow its shards).
+Result<std::vector<OpenFile>> open_view_files(const std::string& dir);
+
 }  // namespace ptcfs::cli

@@ -4,6 +4,8 @@ folder export's bytes, an import of them is bit for bit the step, and damaged, c
 or foreign uploads are told apart with clear errors that leave the store as it was."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -129,7 +131,8 @@ def test_export_refusals_leave_the_bucket_as_it_was(tmp_path, s3, s3_daemon):
     assert set(s3.objects("guarded")) == {"taken/ptc.json"}
 
     r = d.cli("export", "gpt/1", "s3://guarded/new", "--format", "hf", *d.s3_flags, check=False)
-    assert r.returncode != 0 and "writes --format ptc" in r.stderr
+    assert_error(r, "gpt/1 has no Hugging Face view (hf/)")
+    assert set(s3.objects("guarded")) == {"taken/ptc.json"}
     r = d.cli("export", "gpt/1", "s3://guarded/new", check=False)  # no endpoint for the CLI
     assert r.returncode != 0 and "needs an S3 endpoint" in r.stderr
 
@@ -174,3 +177,60 @@ def test_a_hugging_face_folder_in_s3_imports_as_the_local_one_does(tmp_path, s3,
               check=False)
     assert_error(r, "s3://models/llama/model-00002-of-00002.safetensors")
     assert d.cli_json("ls", "--json") == before
+
+
+
+def view_files(path: str) -> dict:
+    return {n: open(os.path.join(path, n), "rb").read() for n in sorted(os.listdir(path))
+            if os.path.isfile(os.path.join(path, n))}
+
+
+def test_hf_and_dcp_exports_upload_the_mounts_views_which_import_and_load_back(tmp_path, s3, s3_daemon):
+    """`ptcfs export --format hf|dcp` to s3:// uploads the step's hf/ or dcp/ view byte for byte; the hf
+    export imports back (`--format hf` from s3://) as the same step, and stock torch.distributed.checkpoint
+    loads the dcp export straight from S3 (FsspecReader over s3fs) at the tensors' full shapes."""
+    from test_formats import CONFIG, expected_ptc, write_hf
+
+    d = s3_daemon
+    ck = Checkpoint(str(tmp_path / "oracle"), ptc=expected_ptc(2, 1))
+    write_hf(str(tmp_path / "hf"), ck.full)
+    d.cli("import", str(tmp_path / "hf"), "--format", "hf", "--template", "llama", "--job", "j", "--step", "1",
+          "--to", "tp=2,pp=1,dp=1")
+    s3.bucket("views")
+    r = d.cli_json("export", "j/1", "s3://views/hf", "--format", "hf", *d.s3_flags, "--json")
+    assert r["format"] == "hf" and r["files"][-1] == "config.json", r
+    step = os.path.join(d.mnt, "j", "1")
+    got = {k.removeprefix("hf/"): v for k, v in s3.objects("views", "hf/").items()}
+    assert got == view_files(os.path.join(step, "hf"))
+    d.cli("import", "s3://views/hf", "--format", "hf", "--template", "llama", "--job", "j", "--step", "2", "--to",
+          "tp=2,pp=1,dp=1")
+    verify_step(d, "j", "2", ck, hf_config=CONFIG)
+
+    r = d.cli_json("export", "j/1", "s3://views/dcp", "--format", "dcp", *d.s3_flags, "--json")
+    assert r["files"][-1] == ".metadata", r
+    got = {k.removeprefix("dcp/"): v for k, v in s3.objects("views", "dcp/").items()}
+    assert got == view_files(os.path.join(step, "dcp"))
+    script = """
+import os, sys, torch, torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FsspecReader
+endpoint, key, secret, out = sys.argv[1:]
+reader = FsspecReader("s3://views/dcp", key=key, secret=secret, client_kwargs={"endpoint_url": endpoint})
+meta = reader.read_metadata()
+sd = {name: torch.empty(m.size, dtype=m.properties.dtype) for name, m in meta.state_dict_metadata.items()
+      if hasattr(m, "size")}
+dcp.load(sd, storage_reader=reader)
+torch.save(sd, out)
+"""
+    from s3_util import WRITER
+    out = str(tmp_path / "loaded.pt")
+    p = subprocess.run([sys.executable, "-c", script, s3.endpoint, WRITER[0], WRITER[1], out], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    import torch
+    loaded = torch.load(out)
+    assert set(loaded) == set(ck.full)
+    for name, want in ck.full.items():
+        got_t = loaded[name]
+        if got_t.dtype == torch.bfloat16:
+            got_t = got_t.view(torch.int16)
+        assert got_t.numpy().tobytes() == want.tobytes(), name
