@@ -47,8 +47,9 @@ std::string export_manifest_text(const ExportManifest& m) {
 
 Result<ExportManifest> parse_export_manifest(std::string_view text, const std::string& where) {
   const json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", std::string()) != "ptcfs-export/1" ||
-      !j.contains("files") || !j["files"].is_array())
+  // (json::value would throw on a "format" of another type: every member's type is checked first.)
+  if (j.is_discarded() || !j.is_object() || !j.contains("format") || !j["format"].is_string() ||
+      j["format"].get<std::string>() != "ptcfs-export/1" || !j.contains("files") || !j["files"].is_array())
     return invalid(where + ": not a ptcfs-export/1 manifest");
   ExportManifest m;
   PTC_ASSIGN_OR_RETURN(m.version, member_u64_or(j, "version", 0, where));

@@ -145,6 +145,13 @@ def main(out):
     put(out, "s3_xml", "error.xml", '<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
         '<Message>Please reduce your request rate.</Message><Resource>/b/k</Resource></Error>')
 
+    # ptcfs-export.json as `ptcfs export` and the write-through tier write it.
+    put(out, "export_manifest", "export.json", json.dumps({"format": "ptcfs-export/1", "files": [
+        {"name": "tp0-pp0.safetensors", "size": 123456, "xxh3": "0123456789abcdef"}]}))
+    put(out, "export_manifest", "tier.json", json.dumps({"format": "ptcfs-export/1", "version": 3, "files": [
+        {"name": "tp0-pp0.safetensors", "size": 1, "xxh3": "00000000000000ff"},
+        {"name": "tp1-pp0.safetensors", "size": 2, "xxh3": "ffffffffffffffff"}]}))
+
     # What stock torch.distributed.checkpoint wrote (tests/fixtures/dcp/make_fixtures.py): each
     # .metadata, and each tensor chunk's item (a torch.save archive) cut out of its .distcp file.
     fixtures = os.path.join(os.path.dirname(HERE), "fixtures", "dcp")

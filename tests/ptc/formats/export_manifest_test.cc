@@ -43,6 +43,10 @@ TEST_CASE("malformed manifests are refused naming the object and the fault", "[e
   CHECK(refusal("{") == "s3://b/p/ptcfs-export.json: not a ptcfs-export/1 manifest");
   CHECK(refusal(R"({"format": "other", "files": []})").find("not a ptcfs-export/1 manifest") != std::string::npos);
   CHECK(refusal(R"({"format": "ptcfs-export/1"})").find("not a ptcfs-export/1 manifest") != std::string::npos);
+  // Found by the fuzz target export_manifest: a "format" of another type threw from json::value.
+  CHECK(refusal(R"({"format": 3, "files": [{"name": "f"}]})").find("not a ptcfs-export/1 manifest") !=
+        std::string::npos);
+  CHECK(refusal(R"({"format": null, "files": []})").find("not a ptcfs-export/1 manifest") != std::string::npos);
   CHECK(refusal(R"({"format": "ptcfs-export/1", "files": [{"name": "a", "size": 1, "xxh3": "0000000000000001"},
                    {"name": "a", "size": 1, "xxh3": "0000000000000001"}]})")
             .find("file 'a' is listed twice") != std::string::npos);
