@@ -30,13 +30,16 @@ UploadPlan plan_upload(const ptc::Layout& layout, const std::vector<std::vector<
 json to_json(const FilePart& p) {
   json j = formats::to_json(p.entry());
   j["version"] = p.version;
+  j["written"] = p.written;
   return j;
 }
 
 Result<FilePart> part_from_json(const json& j, const std::string& where) {
   PTC_ASSIGN_OR_RETURN(const formats::ExportFile f, formats::export_file_from_json(j, where));
   PTC_ASSIGN_OR_RETURN(const uint64_t version, member_u64(j, "version", where));
-  return FilePart{f.name, f.size, f.xxh3, version};
+  PTC_ASSIGN_OR_RETURN(const uint64_t written, member_u64_or(j, "written", 0, where));
+  if (written > uint64_t{1} << 40) return invalid(where + ": 'written' is not a time");
+  return FilePart{f.name, f.size, f.xxh3, version, static_cast<int64_t>(written)};
 }
 
 std::vector<std::string> missing_parts(const ptc::Layout& layout, uint64_t version,

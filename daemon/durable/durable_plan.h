@@ -42,12 +42,14 @@ struct UploadPlan {
 UploadPlan plan_upload(const ptc::Layout& layout, const std::vector<std::vector<std::string>>& holders,
                        const std::string& self);
 
-// One rank file of a copy as its writer left it (the part record): the manifest's entry and the
-// version of the step it was cut from.
+// One rank file of a copy as its writer left it (the part record): the manifest's entry, the
+// version of the step it was cut from, and when the record was written (a record older than the
+// version's commit is another step's, once saved under the same name).
 struct FilePart {
   std::string name;
   uint64_t size = 0, xxh3 = 0;
   uint64_t version = 0;
+  int64_t written = 0;  // when the record was written, seconds since the epoch (its writer's clock)
   bool operator==(const FilePart&) const = default;
   formats::ExportFile entry() const { return {name, size, xxh3}; }
 };

@@ -1,6 +1,7 @@
 #include "daemon/durable/durable_tier.h"
 
 #include <algorithm>
+#include <ctime>
 
 #include <nlohmann/json.hpp>
 
@@ -18,9 +19,10 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-constexpr std::string_view kRecordPrefix = "durable/";
 constexpr uint64_t kMaxSmallObject = 16 << 20;  // manifests, part records, ptc.json
 constexpr uint64_t kMinPart = 5 << 20;          // S3's smallest part but the last
+// How far a part record's time (its writer's clock) may lie before the version's commit here.
+constexpr int64_t kClockSlack = 1;
 }  // namespace
 
 std::string_view state_name(StepDurability::State s) {
@@ -48,14 +50,14 @@ json to_json(const StepDurability& d) {
 }
 
 std::string DurableTier::record_key(const std::string& job, const std::string& step) {
-  return std::string(kRecordPrefix) + job + "/" + step;
+  return Store::durable_key(job, step);
 }
 
 DurableTier::DurableTier(Store& store, std::unique_ptr<transport::S3Client> s3, TierOptions o)
     : store_(store), s3_(std::move(s3)), o_(std::move(o)) {
   // The steps made durable before this run (a repartition since keeps them durable).
-  auto s = store_.scan_meta(kRecordPrefix, [&](std::string_view key, std::string_view) {
-    const std::string rest(key.substr(kRecordPrefix.size()));
+  auto s = store_.scan_meta(Store::kDurablePrefix, [&](std::string_view key, std::string_view) {
+    const std::string rest(key.substr(Store::kDurablePrefix.size()));
     const size_t slash = rest.find('/');
     if (slash != std::string::npos) recorded_.insert({rest.substr(0, slash), rest.substr(slash + 1)});
     return Status::ok();
@@ -112,18 +114,9 @@ void DurableTier::run() {
 
 void DurableTier::pass() {
   const auto snap = store_.snapshot();
-  // Steps gone (removed): forget them, and their records.
-  for (auto it = recorded_.begin(); it != recorded_.end();) {
-    if (snap->steps.count(*it)) {
-      ++it;
-      continue;
-    }
-    WriteBatch b;
-    b.del(record_key(it->first, it->second));
-    if (auto s = store_.write_meta(b); !s)
-      log::warn("forgetting the durable record of a removed step: {}", s.to_string());
-    it = recorded_.erase(it);
-  }
+  // Steps gone (removed; the store removed their records with them): forgotten.
+  for (auto it = recorded_.begin(); it != recorded_.end();)
+    it = snap->steps.count(*it) ? std::next(it) : recorded_.erase(it);
   for (auto it = work_.begin(); it != work_.end();) {
     if (snap->steps.count(it->first)) {
       ++it;
@@ -139,9 +132,23 @@ void DurableTier::pass() {
   for (const auto& [key, v] : snap->steps) {
     if (stopping()) return;
     Work& w = work_[key];
+    if (recorded_.count(key) && w.serial != v->serial()) {
+      // A new version: a repartition keeps the record, but a step removed and saved again under
+      // the name (between two passes) lost it with the removal.
+      bool still = false;
+      auto s = store_.scan_meta(Store::durable_key(key.first, key.second), [&](std::string_view k, std::string_view) {
+        still = still || k == Store::durable_key(key.first, key.second);
+        return Status::ok();
+      });
+      if (s && !still) {
+        recorded_.erase(key);
+        w = Work{};
+      }
+    }
     if (recorded_.count(key)) {
-      if (w.d.state != StepDurability::State::kDurable) {
-        w.d = StepDurability{};
+      if (w.d.state != StepDurability::State::kDurable || w.serial != v->serial()) {
+        w = Work{};
+        w.serial = v->serial();
         w.d.state = StepDurability::State::kDurable;
         w.d.version = v->version();
         set(key, w);
@@ -152,6 +159,11 @@ void DurableTier::pass() {
     const Status s = advance(key, v, w);
     if (s) {
       w.d.failures = 0;
+      if (w.d.state == StepDurability::State::kWaiting) {
+        // Polled again later and later while it waits for other nodes (up to retry_cap).
+        const int shift = std::min(w.waits++, 10);
+        w.next_try = Clock::now() + std::min<std::chrono::milliseconds>(o_.retry_cap, o_.poll * (1 << shift));
+      }
     } else if (!stopping()) {
       ++w.d.failures;
       w.d.note = s.to_string();
@@ -175,23 +187,12 @@ Status DurableTier::advance(const Key& key, const std::shared_ptr<const StepVers
   PTC_ASSIGN_OR_RETURN(const auto holders, holders_of(*v));
   const UploadPlan plan = plan_upload(v->layout(), holders, o_.self);
   const std::string dir = step_prefix(key.first, key.second);
-  if (w.d.version != v->version()) {  // a new step, or repartitioned before its copy was whole
+  if (w.serial != v->serial()) {  // a new step, or repartitioned before its copy was whole
     if (w.upload_id) (void)s3_->abort_multipart(dir + w.upload_file, *w.upload_id);
     w = Work{};
+    w.serial = v->serial();
     w.d.version = v->version();
     for (const auto& sh : plan.shards) w.d.bytes_total += fs::shard_safetensors_view(v, sh)->size();
-  }
-  if (!w.checked) {
-    bool durable = false;
-    PTC_RETURN_IF_ERROR(check_existing(key, v, plan, durable));
-    if (durable) {
-      w.checked = true;
-      return mark_durable(key, w);
-    }
-    // Part records of other files may be another step's, once saved under this name: the node that
-    // commits takes them back before it counts any (their writers write theirs again, below).
-    if (plan.commits) PTC_RETURN_IF_ERROR(drop_parts_of_others(dir, plan));
-    w.checked = true;
   }
   if (w.d.state == StepDurability::State::kLocal || w.d.state == StepDurability::State::kUploading) {
     if (!w.started) w.started = Clock::now();
@@ -202,6 +203,9 @@ Status DurableTier::advance(const Key& key, const std::shared_ptr<const StepVers
     for (const auto& shard : plan.shards) {
       FilePart part;
       PTC_RETURN_IF_ERROR(upload(key, v, shard, w, part));
+      PTC_RETURN_IF_ERROR(current(key, v));  // a record only for the step as it is
+      part.written = std::time(nullptr);
+      w.parts.back() = part;
       PTC_RETURN_IF_ERROR(s3_->put(dir + kPartsDir + part.name + ".json", transport::S3Body::of(to_json(part).dump())));
       if (stopping()) return unavailable("the daemon is stopping");
     }
@@ -213,13 +217,7 @@ Status DurableTier::advance(const Key& key, const std::shared_ptr<const StepVers
     PTC_RETURN_IF_ERROR(commit(key, v, w, done));
     return done ? mark_durable(key, w) : Status::ok();
   }
-  // Another node commits: durable once a copy whose manifest holds this node's files is in S3. This
-  // node's part records stay there until then (the committing node may have taken them back).
-  for (const auto& p : w.parts) {
-    const std::string rec = dir + kPartsDir + p.name + ".json";
-    PTC_ASSIGN_OR_RETURN(const auto there, s3_->head(rec));
-    if (!there) PTC_RETURN_IF_ERROR(s3_->put(rec, transport::S3Body::of(to_json(p).dump())));
-  }
+  // Another node commits: durable once a copy whose manifest holds this node's files is in S3.
   PTC_ASSIGN_OR_RETURN(const auto head, s3_->head(dir + kPtcJson));
   std::string committer = holders.empty() || holders.front().empty() ? "?" : holders.front().front();
   if (head) {
@@ -237,44 +235,11 @@ Status DurableTier::advance(const Key& key, const std::shared_ptr<const StepVers
   return Status::ok();
 }
 
-Status DurableTier::check_existing(const Key& key, const std::shared_ptr<const StepVersion>& v, const UploadPlan& plan,
-                                   bool& durable) {
-  const std::string dir = step_prefix(key.first, key.second);
-  PTC_ASSIGN_OR_RETURN(const auto head, s3_->head(dir + kPtcJson));
-  if (!head) return Status::ok();
-  PTC_ASSIGN_OR_RETURN(const std::string ptc_text, s3_->get(dir + kPtcJson, kMaxSmallObject));
-  if (ptc_text != ptc::ptc_to_json(v->layout().ptc())) {
-    // A copy at another layout: the step repartitioned since (its tensors are the same).
-    durable = true;
-    return Status::ok();
-  }
-  PTC_ASSIGN_OR_RETURN(const std::string text, s3_->get(dir + kManifest, kMaxSmallObject));
-  PTC_ASSIGN_OR_RETURN(const formats::ExportManifest m,
-                       formats::parse_export_manifest(text, s3_->where(dir + kManifest)));
-  bool same = true;
-  for (const auto& shard : plan.shards) {
-    PTC_ASSIGN_OR_RETURN(const FilePart mine, digest(v, shard));
-    const formats::ExportFile* f = m.find(mine.name);
-    same = same && f && f->size == mine.size && f->xxh3 == mine.xxh3;
-    if (stopping()) return unavailable("the daemon is stopping");
-  }
-  if (same) {
-    durable = true;
-    return Status::ok();
-  }
-  // Another step's copy once saved under this name: it is not this step's. The committing node
-  // takes it back (its ptc.json first), and the copy is written anew.
-  log::warn("{} holds a copy whose files differ from this step's: writing the step anew", s3_->where(dir));
-  if (plan.commits) PTC_RETURN_IF_ERROR(s3_->remove(dir + kPtcJson));
-  return Status::ok();
-}
-
-Status DurableTier::drop_parts_of_others(const std::string& dir, const UploadPlan& plan) {
-  std::set<std::string> mine;
-  for (const auto& sh : plan.shards) mine.insert(rank_file(sh) + ".json");
-  PTC_ASSIGN_OR_RETURN(const auto records, s3_->list(dir + kPartsDir));
-  for (const auto& o : records)
-    if (!mine.count(o.key.substr(o.key.rfind('/') + 1))) PTC_RETURN_IF_ERROR(s3_->remove(o.key));
+Status DurableTier::current(const Key& key, const std::shared_ptr<const StepVersion>& v) const {
+  const auto snap = store_.snapshot();
+  auto it = snap->steps.find(key);
+  if (it == snap->steps.end() || it->second->serial() != v->serial())
+    return unavailable(key.first + "/" + key.second + " changed while its copy was written (repartitioned or removed)");
   return Status::ok();
 }
 
@@ -291,6 +256,7 @@ Result<FilePart> DurableTier::digest(const std::shared_ptr<const StepVersion>& v
     PTC_RETURN_IF_ERROR(rb.copy_to(reinterpret_cast<std::byte*>(buf.data())));
     h.update(buf.data(), n);
     off += n;
+    if (stopping()) return unavailable("the daemon is stopping");
   }
   p.xxh3 = h.digest();
   return p;
@@ -302,20 +268,26 @@ Status DurableTier::upload(const Key& key, const std::shared_ptr<const StepVersi
   const std::string name = rank_file(shard);
   auto view = fs::shard_safetensors_view(v, shard);
   const uint64_t size = view->size();
-  // Written already (an earlier try, or an earlier run): its part record states these bytes.
-  auto record = s3_->get(dir + kPartsDir + name + ".json", kMaxSmallObject);
-  if (record) {
+  // Written already (an earlier try or run, or the copy this step was restored from): its part
+  // record, or the copy's manifest, states these bytes (size and XXH3) for the object there.
+  std::optional<uint64_t> stated;
+  if (auto record = s3_->get(dir + kPartsDir + name + ".json", kMaxSmallObject)) {
     json j = json::parse(*record, nullptr, false);
     auto had = j.is_discarded() ? Result<FilePart>(invalid("")) : part_from_json(j, s3_->where(dir + kPartsDir + name));
-    if (had && had->size == size) {
-      PTC_ASSIGN_OR_RETURN(FilePart mine, digest(v, shard));
-      auto obj = s3_->head(dir + name);
-      if (mine.xxh3 == had->xxh3 && obj && *obj && (*obj)->size == size) {
-        part = mine;
-        w.parts.push_back(part);
-        w.d.bytes_done += size;
-        return Status::ok();
-      }
+    if (had && had->size == size) stated = had->xxh3;
+  }
+  if (!stated)
+    if (auto text = s3_->get(dir + kManifest, kMaxSmallObject))
+      if (auto m = formats::parse_export_manifest(*text, s3_->where(dir + kManifest)))
+        if (const auto* f = m->find(name); f && f->size == size) stated = f->xxh3;
+  if (stated) {
+    PTC_ASSIGN_OR_RETURN(FilePart mine, digest(v, shard));
+    auto obj = s3_->head(dir + name);
+    if (mine.xxh3 == *stated && obj && *obj && (*obj)->size == size) {
+      part = mine;
+      w.parts.push_back(part);
+      w.d.bytes_done += size;
+      return Status::ok();
     }
   }
   part = FilePart{name, size, 0, v->version()};
@@ -374,6 +346,7 @@ Status DurableTier::upload(const Key& key, const std::shared_ptr<const StepVersi
       w.d.bytes_done += n;
       set(key, w);
       if (stopping()) return unavailable("the daemon is stopping");
+      PTC_RETURN_IF_ERROR(current(key, v));
     }
     PTC_RETURN_IF_ERROR(s3_->complete_multipart(dir + name, *w.upload_id, parts));
     w.upload_id.reset();
@@ -386,6 +359,9 @@ Status DurableTier::upload(const Key& key, const std::shared_ptr<const StepVersi
 
 Status DurableTier::commit(const Key& key, const std::shared_ptr<const StepVersion>& v, Work& w, bool& done) {
   const std::string dir = step_prefix(key.first, key.second);
+  PTC_RETURN_IF_ERROR(current(key, v));
+  // The part records of this version, written since it was committed here (a record of another step
+  // once saved under this name, of the same version number, is older: it does not count).
   PTC_ASSIGN_OR_RETURN(const auto records, s3_->list(dir + kPartsDir));
   std::vector<FilePart> parts;
   for (const auto& o : records) {
@@ -393,7 +369,8 @@ Status DurableTier::commit(const Key& key, const std::shared_ptr<const StepVersi
     json j = json::parse(text, nullptr, false);
     if (j.is_discarded()) continue;  // cut short: its writer writes it again
     auto p = part_from_json(j, s3_->where(o.key));
-    if (p) parts.push_back(std::move(p).value());
+    if (p && p->version == v->version() && p->written + kClockSlack >= v->mtime())
+      parts.push_back(std::move(p).value());
   }
   const auto missing = missing_parts(v->layout(), v->version(), parts);
   if (!missing.empty()) {
@@ -402,9 +379,33 @@ Status DurableTier::commit(const Key& key, const std::shared_ptr<const StepVersi
     w.d.note = "waiting for the holders of " + names;
     return Status::ok();
   }
-  // Rank files another layout left here go first: the copy holds exactly its layout's files.
   std::set<std::string> wanted;
   for (const auto& s : v->layout().shards()) wanted.insert(rank_file(s));
+  formats::ExportManifest m;
+  m.version = v->version();
+  for (const auto& p : parts)
+    if (wanted.count(p.name)) m.files.push_back(p.entry());
+  std::sort(m.files.begin(), m.files.end(),
+            [](const formats::ExportFile& a, const formats::ExportFile& b) { return a.name < b.name; });
+  const std::string ptc_text = ptc::ptc_to_json(v->layout().ptc());
+  // A whole copy there already (a restart, or the copy this step was restored from): kept as it is
+  // when its ptc.json and manifest state exactly these files.
+  PTC_ASSIGN_OR_RETURN(const auto head, s3_->head(dir + kPtcJson));
+  if (head) {
+    auto there = s3_->get(dir + kPtcJson, kMaxSmallObject);
+    auto text = s3_->get(dir + kManifest, kMaxSmallObject);
+    auto had = text ? formats::parse_export_manifest(*text, s3_->where(dir + kManifest))
+                    : Result<formats::ExportManifest>(text.status());
+    if (there && *there == ptc_text && had && had->files == m.files) {
+      done = true;
+      return Status::ok();
+    }
+    // Another copy: of this step at another layout, or of another step once saved under the name.
+    // Taken back first (its ptc.json), so that it is never read as this step's.
+    log::info("{} holds another copy than this step's files: writing it anew", s3_->where(dir));
+    PTC_RETURN_IF_ERROR(s3_->remove(dir + kPtcJson));
+  }
+  // Rank files another layout left here go: the copy holds exactly its layout's files.
   PTC_ASSIGN_OR_RETURN(const auto objects, s3_->list(dir));
   for (const auto& o : objects) {
     if (o.key.find('/', dir.size()) != std::string::npos) continue;  // under .ptcfs-parts/
@@ -412,14 +413,9 @@ Status DurableTier::commit(const Key& key, const std::shared_ptr<const StepVersi
     if (name.size() > 12 && name.ends_with(".safetensors") && !wanted.count(name))
       PTC_RETURN_IF_ERROR(s3_->remove(o.key));
   }
-  formats::ExportManifest m;
-  m.version = v->version();
-  for (const auto& p : parts)
-    if (p.version == v->version() && wanted.count(p.name)) m.files.push_back(p.entry());
-  std::sort(m.files.begin(), m.files.end(),
-            [](const formats::ExportFile& a, const formats::ExportFile& b) { return a.name < b.name; });
   PTC_RETURN_IF_ERROR(s3_->put(dir + kManifest, transport::S3Body::of(formats::export_manifest_text(m))));
-  PTC_RETURN_IF_ERROR(s3_->put(dir + kPtcJson, transport::S3Body::of(ptc::ptc_to_json(v->layout().ptc()))));
+  PTC_RETURN_IF_ERROR(current(key, v));
+  PTC_RETURN_IF_ERROR(s3_->put(dir + kPtcJson, transport::S3Body::of(ptc_text)));
   done = true;
   return Status::ok();
 }

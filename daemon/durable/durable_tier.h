@@ -4,21 +4,20 @@
 // first holder of. Nothing here is on a read's or a save's path: a slow, stopped or refusing
 // S3 only delays the copy, and the step's state says why (`ptcfs ls`).
 //
-// One worker thread looks at the store's steps after every published change and every
-// `poll`. A step is durable on this node once ptc.json of a copy holding this node's files,
-// byte for byte, is in S3; it stays durable through repartitions (the copy holds the same
-// tensors at its own layout) and across restarts (a record in the store's metadata,
-// durable/<job>/<step>). A step without that record is checked against S3: a copy at the
-// step's layout counts when every file this node would write has the XXH3 its manifest states
-// (so a copy of another step once saved under the same name is never taken for it), a copy
-// at another layout counts as it is. Otherwise the node writes its files, resuming: a file
-// whose part record states its size and XXH3 is not sent again, and a multipart upload cut
-// short goes on from the parts S3 holds. The committing node takes back the other files' part
-// records before it first counts them (records of another step once saved under this name would
-// otherwise count), and their writers write them again while they wait for the commit. Each
-// failure is tried again after a capped backoff.
-// `ptcfs rm` leaves the copy in S3 (a checkpoint removed from the nodes can still be imported
-// from it).
+// One worker thread looks at the store's steps after every published change and every `poll`.
+// A step is durable on this node once S3 holds a whole copy with this node's files, byte for byte.
+// It stays durable through repartitions (the copy holds the same tensors at its own layout) and
+// across restarts: a record in the store's metadata (Store::durable_key), which goes with the step
+// when it is removed. A step without that record is written: each node writes its files, or finds
+// them there already (a part record or the copy's manifest stating the same size and XXH3 as its
+// own bytes: nothing is sent again, as after a restart or a restore from this copy), and writes a
+// fresh part record. The committing node counts only records written since the version was
+// committed (so records of another step once saved under the name do not count), and keeps a copy
+// whose ptc.json and manifest state exactly those files; another copy (another layout, another
+// step) is taken back, ptc.json first, and written anew. A multipart upload cut short goes on from
+// the parts S3 holds. A failure is tried again after a capped backoff; a step waiting for other
+// nodes is polled less and less often (up to retry_cap). `ptcfs rm` leaves the copy in S3 (a
+// checkpoint removed from the nodes can still be imported from it).
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
@@ -102,7 +101,8 @@ class DurableTier {
     std::chrono::steady_clock::time_point next_try{};
     std::optional<std::string> upload_id;  // a multipart upload of this node's current file
     std::string upload_file;
-    bool checked = false;         // the copy in S3 was compared with this node's files (no record)
+    uint64_t serial = 0;          // of the step version being written (StepVersion::serial)
+    int waits = 0;                // passes spent waiting for other nodes
     std::vector<FilePart> parts;  // this node's files, written
     std::optional<std::chrono::steady_clock::time_point> started;  // the first upload of this version
   };
@@ -111,11 +111,8 @@ class DurableTier {
   // One step forward for a step that is not durable: ok when it needs nothing more now
   // (durable, or waiting), an error to try again later.
   Status advance(const Key& key, const std::shared_ptr<const StepVersion>& v, Work& w);
-  Status check_existing(const Key& key, const std::shared_ptr<const StepVersion>& v, const UploadPlan& plan,
-                        bool& durable);
-  // Removes the part records of the files other nodes write (the committing node, before its first
-  // count of a version: records another step once saved under this name left).
-  Status drop_parts_of_others(const std::string& dir, const UploadPlan& plan);
+  // kUnavailable when the store's current version of the step is no longer `v`.
+  Status current(const Key& key, const std::shared_ptr<const StepVersion>& v) const;
   // This node's file of `shard`: its size and XXH3 (a read of the local bytes).
   Result<FilePart> digest(const std::shared_ptr<const StepVersion>& v, const ptc::ShardId& shard);
   Status upload(const Key& key, const std::shared_ptr<const StepVersion>& v, const ptc::ShardId& shard, Work& w,

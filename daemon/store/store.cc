@@ -156,6 +156,10 @@ std::shared_ptr<StepVersion> Store::new_version(std::string job, std::string ste
                                        remote_);
 }
 
+std::string Store::durable_key(const std::string& job, const std::string& step) {
+  return "durable/" + job + "/" + step;
+}
+
 Status Store::remove_step(std::shared_ptr<const StepVersion> current) {
   std::lock_guard commit_lock(commit_mu_);
   const std::string job = current->job(), step = current->step();
@@ -168,6 +172,7 @@ Status Store::remove_step(std::shared_ptr<const StepVersion> current) {
   WriteBatch batch;
   current->delete_slice_records(batch);
   batch.del(StepVersion::meta_key(job, step));
+  batch.del(durable_key(job, step));  // a step saved later under this name is another step
   PTC_RETURN_IF_ERROR(kv_->write(batch));
   {
     std::lock_guard lock(mu_);

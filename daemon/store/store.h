@@ -121,6 +121,12 @@ class Store {
   // Records under this prefix are prepared changes; each is JSON whose "blobs" lists the blob
   // ids it holds, which open() keeps pending (garbage collection leaves them alone).
   static constexpr std::string_view kPreparedPrefix = "prepared/";
+  // The record of a step whose durable copy this node knows is whole (the S3 tier,
+  // daemon/durable/durable_tier.h): it lives as long as the step, through its repartitions, and
+  // goes with it in remove_step's write (so that a step saved later under the name is not taken
+  // for it).
+  static std::string durable_key(const std::string& job, const std::string& step);
+  static constexpr std::string_view kDurablePrefix = "durable/";
 
  private:
   // commit and remove_step are the store's half of the one commit path: commit_change
