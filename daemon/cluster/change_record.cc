@@ -62,6 +62,7 @@ json to_json(const StepState& s) {
   json j = {{"version", s.version}, {"nodes", s.nodes}, {"held", s.held}, {"ptc", ptc_json(s.ptc)}};
   if (!s.gpus.empty()) j["gpus"] = s.gpus;
   if (!s.holders.empty()) j["holders"] = s.holders;
+  if (!s.origin.empty()) j["origin"] = s.origin;
   return j;
 }
 
@@ -75,6 +76,7 @@ Result<StepState> step_state_from_json(const json& j, const std::string& where) 
   if (j.contains("holders")) {
     PTC_ASSIGN_OR_RETURN(s.holders, member_string_lists(j, "holders", where));
   }
+  PTC_ASSIGN_OR_RETURN(s.origin, member_string_or(j, "origin", "", where));
   return s;
 }
 

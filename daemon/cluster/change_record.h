@@ -42,6 +42,7 @@ struct StepState {
   // Per shard, the nodes holding it when not the rank placement's (a step saved into the
   // mounts: where it was written); empty otherwise. A node catching up must read from them.
   std::vector<std::vector<std::string>> holders{};
+  std::string origin{};  // StepVersion::origin; empty from a peer that does not send it
 };
 nlohmann::json to_json(const StepState& s);
 Result<StepState> step_state_from_json(const nlohmann::json& j, const std::string& where);

@@ -62,6 +62,7 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
   const size_t nshards = layout->shards().size();
   PreparedChange change(store_);
   change.replaced = v;
+  change.origin = newest->origin;  // the version the others committed, under its own identity
   change.next = store_.new_version(job, step, newest->version, std::move(layout).value(),
                                    std::vector<std::vector<StoredSlice>>(nshards), std::move(placement));
   if (auto s = change.claim(store_, v ? Claim::kChangeStep : Claim::kNewStep, job, step); !s) {

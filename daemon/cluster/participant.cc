@@ -167,6 +167,7 @@ Status Participant::finish(const std::string& tx, bool commit, const std::string
     return Status::ok();
   }
   auto replaced = held->change.next ? held->change.replaced : nullptr;
+  held->change.origin = tx;  // every node commits the version under this transaction
   const Status committed = commit_change(store_, held->change).with_context("node " + self_);
   if (committed && replaced && replaced_) replaced_(std::move(replaced));
   if (held->kept) forget_prepared(store_, tx);  // committed, or (the commit failed) aborted

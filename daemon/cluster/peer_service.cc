@@ -111,7 +111,8 @@ Result<transport::Reply> PeerService::state(const json& j) {
   auto it = snap->steps.find({req.job, req.step});
   if (it == snap->steps.end()) return not_found("no step " + req.job + "/" + req.step + " on node " + id());
   const StepVersion& v = *it->second;
-  StepState s{v.version(), v.placement().nodes, v.placement().gpus, {}, v.layout().ptc(), v.placement().holders};
+  StepState s{v.version(),      v.placement().nodes,   v.placement().gpus, {},
+              v.layout().ptc(), v.placement().holders, v.origin()};
   for (const auto& sh : v.layout().shards())
     if (v.holds(sh)) s.held.push_back(sh.name());
   return transport::Reply(to_json(s));

@@ -31,6 +31,7 @@ json to_json(const FilePart& p) {
   json j = formats::to_json(p.entry());
   j["version"] = p.version;
   j["written"] = p.written;
+  if (!p.origin.empty()) j["origin"] = p.origin;
   return j;
 }
 
@@ -39,14 +40,21 @@ Result<FilePart> part_from_json(const json& j, const std::string& where) {
   PTC_ASSIGN_OR_RETURN(const uint64_t version, member_u64(j, "version", where));
   PTC_ASSIGN_OR_RETURN(const uint64_t written, member_u64_or(j, "written", 0, where));
   if (written > uint64_t{1} << 40) return invalid(where + ": 'written' is not a time");
-  return FilePart{f.name, f.size, f.xxh3, version, static_cast<int64_t>(written)};
+  PTC_ASSIGN_OR_RETURN(std::string origin, member_string_or(j, "origin", "", where));
+  return FilePart{f.name, f.size, f.xxh3, version, static_cast<int64_t>(written), std::move(origin)};
 }
 
-std::vector<std::string> missing_parts(const ptc::Layout& layout, uint64_t version,
+bool of_version(const FilePart& p, const VersionId& v) {
+  if (p.version != v.version || p.origin != v.origin) return false;
+  constexpr int64_t kClockSlack = 1;
+  return !v.origin.empty() || p.written + kClockSlack >= v.committed;
+}
+
+std::vector<std::string> missing_parts(const ptc::Layout& layout, const VersionId& v,
                                        const std::vector<FilePart>& parts) {
   std::set<std::string> have;
   for (const auto& p : parts)
-    if (p.version == version) have.insert(p.name);
+    if (of_version(p, v)) have.insert(p.name);
   std::vector<std::string> out;
   for (const auto& s : layout.shards())
     if (!have.count(rank_file(s))) out.push_back(rank_file(s));

@@ -43,22 +43,36 @@ UploadPlan plan_upload(const ptc::Layout& layout, const std::vector<std::vector<
                        const std::string& self);
 
 // One rank file of a copy as its writer left it (the part record): the manifest's entry, the
-// version of the step it was cut from, and when the record was written (a record older than the
-// version's commit is another step's, once saved under the same name).
+// version of the step it was cut from and that version's origin (StepVersion::origin, the same
+// on every node), and when the record was written.
 struct FilePart {
   std::string name;
   uint64_t size = 0, xxh3 = 0;
   uint64_t version = 0;
   int64_t written = 0;  // when the record was written, seconds since the epoch (its writer's clock)
+  std::string origin{};
   bool operator==(const FilePart&) const = default;
   formats::ExportFile entry() const { return {name, size, xxh3}; }
 };
+
+// The version a part record or manifest is of: its number, its origin and when this node
+// committed it (seconds since the epoch).
+struct VersionId {
+  uint64_t version = 0;
+  std::string origin;
+  int64_t committed = 0;
+};
+// Whether a part record was cut from `v`. Told apart by origin: two steps once saved under one
+// name have the same version number but never the same origin. A version an older ptcfsd stored
+// has none; then a record written before its commit (a second's slack for clocks) is another's.
+bool of_version(const FilePart& p, const VersionId& v);
 nlohmann::json to_json(const FilePart& p);
 // `where` names the object in errors.
 Result<FilePart> part_from_json(const nlohmann::json& j, const std::string& where);
 
-// Whether the parts cover every rank file of `layout` cut from `version`; the missing names
+// Whether the parts cover every rank file of `layout` cut from `v`; the missing names
 // otherwise (for the state's "waiting for" message).
-std::vector<std::string> missing_parts(const ptc::Layout& layout, uint64_t version, const std::vector<FilePart>& parts);
+std::vector<std::string> missing_parts(const ptc::Layout& layout, const VersionId& v,
+                                       const std::vector<FilePart>& parts);
 
 }  // namespace ptcfs::durable

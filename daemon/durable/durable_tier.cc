@@ -21,8 +21,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 constexpr uint64_t kMaxSmallObject = 16 << 20;  // manifests, part records, ptc.json
 constexpr uint64_t kMinPart = 5 << 20;          // S3's smallest part but the last
-// How far a part record's time (its writer's clock) may lie before the version's commit here.
-constexpr int64_t kClockSlack = 1;
+
+VersionId id_of(const StepVersion& v) { return {v.version(), v.origin(), v.mtime()}; }
 }  // namespace
 
 std::string_view state_name(StepDurability::State s) {
@@ -205,6 +205,7 @@ Status DurableTier::advance(const Key& key, const std::shared_ptr<const StepVers
       PTC_RETURN_IF_ERROR(upload(key, v, shard, w, part));
       PTC_RETURN_IF_ERROR(current(key, v));  // a record only for the step as it is
       part.written = std::time(nullptr);
+      part.origin = v->origin();
       w.parts.back() = part;
       PTC_RETURN_IF_ERROR(s3_->put(dir + kPartsDir + part.name + ".json", transport::S3Body::of(to_json(part).dump())));
       if (stopping()) return unavailable("the daemon is stopping");
@@ -224,7 +225,7 @@ Status DurableTier::advance(const Key& key, const std::shared_ptr<const StepVers
     PTC_ASSIGN_OR_RETURN(const std::string text, s3_->get(dir + kManifest, kMaxSmallObject));
     PTC_ASSIGN_OR_RETURN(const formats::ExportManifest m,
                          formats::parse_export_manifest(text, s3_->where(dir + kManifest)));
-    bool mine = m.version == v->version();
+    bool mine = m.version == v->version() && m.origin == v->origin();
     for (const auto& p : w.parts) {
       const formats::ExportFile* f = m.find(p.name);
       mine = mine && f && f->size == p.size && f->xxh3 == p.xxh3;
@@ -245,7 +246,7 @@ Status DurableTier::current(const Key& key, const std::shared_ptr<const StepVers
 
 Result<FilePart> DurableTier::digest(const std::shared_ptr<const StepVersion>& v, const ptc::ShardId& shard) {
   auto view = fs::shard_safetensors_view(v, shard);
-  FilePart p{rank_file(shard), view->size(), 0, v->version()};
+  FilePart p{rank_file(shard), view->size(), 0, v->version(), 0, v->origin()};
   Xxh3Stream h;
   std::string buf;
   for (uint64_t off = 0; off < p.size;) {
@@ -290,7 +291,7 @@ Status DurableTier::upload(const Key& key, const std::shared_ptr<const StepVersi
       return Status::ok();
     }
   }
-  part = FilePart{name, size, 0, v->version()};
+  part = FilePart{name, size, 0, v->version(), 0, v->origin()};
   Xxh3Stream h;
   std::string buf;
   auto read = [&](uint64_t off, uint64_t n) -> Status {
@@ -360,8 +361,9 @@ Status DurableTier::upload(const Key& key, const std::shared_ptr<const StepVersi
 Status DurableTier::commit(const Key& key, const std::shared_ptr<const StepVersion>& v, Work& w, bool& done) {
   const std::string dir = step_prefix(key.first, key.second);
   PTC_RETURN_IF_ERROR(current(key, v));
-  // The part records of this version, written since it was committed here (a record of another step
-  // once saved under this name, of the same version number, is older: it does not count).
+  // The part records of this version (a record of another step once saved under this name, of the
+  // same version number, has another origin: it does not count).
+  const VersionId id = id_of(*v);
   PTC_ASSIGN_OR_RETURN(const auto records, s3_->list(dir + kPartsDir));
   std::vector<FilePart> parts;
   for (const auto& o : records) {
@@ -369,10 +371,9 @@ Status DurableTier::commit(const Key& key, const std::shared_ptr<const StepVersi
     json j = json::parse(text, nullptr, false);
     if (j.is_discarded()) continue;  // cut short: its writer writes it again
     auto p = part_from_json(j, s3_->where(o.key));
-    if (p && p->version == v->version() && p->written + kClockSlack >= v->mtime())
-      parts.push_back(std::move(p).value());
+    if (p && of_version(*p, id)) parts.push_back(std::move(p).value());
   }
-  const auto missing = missing_parts(v->layout(), v->version(), parts);
+  const auto missing = missing_parts(v->layout(), id, parts);
   if (!missing.empty()) {
     std::string names;
     for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m;
@@ -383,6 +384,7 @@ Status DurableTier::commit(const Key& key, const std::shared_ptr<const StepVersi
   for (const auto& s : v->layout().shards()) wanted.insert(rank_file(s));
   formats::ExportManifest m;
   m.version = v->version();
+  m.origin = v->origin();
   for (const auto& p : parts)
     if (wanted.count(p.name)) m.files.push_back(p.entry());
   std::sort(m.files.begin(), m.files.end(),
@@ -397,6 +399,10 @@ Status DurableTier::commit(const Key& key, const std::shared_ptr<const StepVersi
     auto had = text ? formats::parse_export_manifest(*text, s3_->where(dir + kManifest))
                     : Result<formats::ExportManifest>(text.status());
     if (there && *there == ptc_text && had && had->files == m.files) {
+      // The same bytes cut from another version (a restore, a step saved again alike): only the
+      // manifest's identity changes, which the other nodes wait for.
+      if (had->version != m.version || had->origin != m.origin)
+        PTC_RETURN_IF_ERROR(s3_->put(dir + kManifest, transport::S3Body::of(formats::export_manifest_text(m))));
       done = true;
       return Status::ok();
     }

@@ -1,5 +1,9 @@
 #include "daemon/store/prepared.h"
 
+#include <random>
+
+#include <fmt/format.h>
+
 #include "daemon/store/failpoint.h"
 #include "daemon/store/file_util.h"
 #include "ptc/base/log.h"
@@ -94,7 +98,18 @@ std::string describe(const PreparedChange& c) {
   return out.empty() ? "an empty change" : out;
 }
 
+namespace {
+// 128 random bits as 32 hex digits: the origin of a version committed by one node alone.
+std::string new_origin() {
+  std::random_device rd;
+  std::string out;
+  for (int i = 0; i < 4; ++i) out += fmt::format("{:08x}", static_cast<uint32_t>(rd()));
+  return out;
+}
+}  // namespace
+
 Status commit_change(Store& store, PreparedChange& c) {
+  if (c.next && c.next->origin().empty()) c.next->set_origin(c.origin.empty() ? new_origin() : c.origin);
   if (!c.blobs.empty()) {
     if (auto s = sync_dir(store.blobs().dir()); !s) {
       abort_change(store, c);

@@ -52,6 +52,9 @@ struct PreparedChange {
   bool removes_step = false;
   // Recorded for a restart (keep_prepared, restore_prepared): destroyed undecided, its blobs stay.
   bool kept = false;
+  // The identity `next` is committed with (StepVersion::origin): on a cluster, the transaction
+  // every node commits it under; empty on one node, where commit_change draws a new one.
+  std::string origin;
 };
 
 // A removal of the current version of a step: claims it as changing (a repartition of it is
@@ -62,7 +65,8 @@ Result<PreparedChange> prepare_removal(Store& store, const std::string& job, con
 std::string describe(const PreparedChange& change);
 // The one commit path of every change (import, repartition, dataset changes, on one node
 // or as a cluster's second phase), and the only caller of Store::commit and
-// Store::remove_step: syncs the blob folder, commits the new version (and dataset versions)
+// Store::remove_step: gives the new version its origin, syncs the blob folder, commits the new
+// version (and dataset versions)
 // in one metadata write, releases the claims, drops the change's hold on the replaced
 // versions and collects the blobs nobody uses any more. On error the change is aborted.
 Status commit_change(Store& store, PreparedChange& change);

@@ -283,6 +283,7 @@ void StepVersion::to_records(WriteBatch& batch) const {
     batch.put(slices_key(job_, step_, version_, shards[i].name()), rec);
   }
   json step = {{"version", version_}, {"created", created_}};
+  if (!origin_.empty()) step["origin"] = origin_;
   if (!placement_.nodes.empty()) {
     step["nodes"] = placement_.nodes;
     if (!placement_.gpus.empty()) step["gpus"] = placement_.gpus;
@@ -380,8 +381,13 @@ Result<std::shared_ptr<StepVersion>> StepVersion::load(KvStore& kv, const std::s
       }
       stored.push_back(std::move(ss));
     }
-    return std::make_shared<StepVersion>(job, step, static_cast<uint64_t>(version), created, std::move(layout),
-                                         std::move(stored), blobs, std::move(placement), remote);
+    auto v = std::make_shared<StepVersion>(job, step, static_cast<uint64_t>(version), created, std::move(layout),
+                                           std::move(stored), blobs, std::move(placement), remote);
+    if (rec.contains("origin")) {
+      if (!rec.at("origin").is_string()) return corrupt(where + ": malformed origin");
+      v->set_origin(rec.at("origin").get<std::string>());
+    }
+    return v;
   } catch (const json::exception& e) {
     return corrupt(where + ": malformed slice record: " + e.what());
   }

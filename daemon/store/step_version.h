@@ -3,6 +3,7 @@
 //
 // Metadata records (values are JSON):
 //   step/<job>/<step>                      {"version": v, "created": unix seconds, "ptc": <ptc.json object>,
+//                                           "origin": the change that committed it (origin()),
 //                                           in a cluster also "nodes": [node ids in rank order],
 //                                           "held": [names of the shards this node holds]}
 //   slices/<job>/<step>/<v as 20 digits>/<shard>  {"<tensor>": {"x": [[blob, offset, len], ...], "h": xxh3}}
@@ -164,6 +165,13 @@ class StepVersion final : public fs::StepContent {
 
   const std::string& job() const { return job_; }
   const std::string& step() const { return step_; }
+  // The identity of the change that committed this version, the same on every node of a cluster
+  // (its transaction) and never reused: two steps saved under one name, or two versions of one
+  // number, have different origins. Empty only for a version an older ptcfsd stored, or one not
+  // committed yet. Set once by commit_change (daemon/store/prepared.h), before the version is
+  // published: the one exception to "immutable once made".
+  const std::string& origin() const { return origin_; }
+  void set_origin(std::string origin) { origin_ = std::move(origin); }
   const ptc::Layout& layout() const override { return layout_; }
   uint64_t version() const override { return version_; }
   int64_t mtime() const override { return created_; }
@@ -206,6 +214,7 @@ class StepVersion final : public fs::StepContent {
   StepPlacement placement_;
   const RemoteSlices* remote_;
   uint64_t serial_;
+  std::string origin_;
 };
 
 }  // namespace ptcfs

@@ -42,6 +42,7 @@ std::string export_manifest_text(const ExportManifest& m) {
   for (const auto& f : m.files) files.push_back(to_json(f));
   json j{{"format", "ptcfs-export/1"}, {"files", std::move(files)}};
   if (m.version) j["version"] = m.version;
+  if (!m.origin.empty()) j["origin"] = m.origin;
   return j.dump(1) + "\n";
 }
 
@@ -53,6 +54,7 @@ Result<ExportManifest> parse_export_manifest(std::string_view text, const std::s
     return invalid(where + ": not a ptcfs-export/1 manifest");
   ExportManifest m;
   PTC_ASSIGN_OR_RETURN(m.version, member_u64_or(j, "version", 0, where));
+  PTC_ASSIGN_OR_RETURN(m.origin, member_string_or(j, "origin", "", where));
   std::set<std::string> seen;
   for (const auto& e : j["files"]) {
     PTC_ASSIGN_OR_RETURN(ExportFile f, export_file_from_json(e, where));

@@ -25,6 +25,7 @@ struct ExportFile {
 
 struct ExportManifest {
   uint64_t version = 0;           // of the step the files were cut from (0: not stated; `ptcfs export` states none)
+  std::string origin;             // that version's identity (the S3 tier's; empty: not stated)
   std::vector<ExportFile> files;  // sorted by name
   const ExportFile* find(std::string_view name) const;
 };

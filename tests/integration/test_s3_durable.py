@@ -290,10 +290,9 @@ def test_on_a_cluster_a_step_saved_under_a_removed_ones_name_with_one_shard_chan
         c[0].cli("import", a.path, "--job", "gpt", "--step", "6")
         for d in c.nodes:
             wait_durable(d, "gpt", "6")
-        # Part records are told apart from a removed step's by the second they were written in: a
-        # save under the name within a second of the old copy's last record is the known gap
-        # (docs/OPERATIONS.md "The S3 tier").
-        time.sleep(2.1)
+        a_manifest = copy_of(s3, "ck/gpt/6/")[1]
+        # At once: part records are told apart from the removed step's by the version's origin (the
+        # transaction that committed it), not by when they were written.
         c[0].cli("rm", "gpt/6")
         c[0].cli("import", b, "--job", "gpt", "--step", "6")
         for d in c.nodes:
@@ -302,3 +301,5 @@ def test_on_a_cluster_a_step_saved_under_a_removed_ones_name_with_one_shard_chan
         want = {n: open(os.path.join(b, n), "rb").read() for n in os.listdir(b) if n.endswith(".safetensors")}
         assert {n: v for n, v in files.items() if n.endswith(".safetensors")} == want
         assert {f["name"]: f["size"] for f in manifest["files"]} == {n: len(v) for n, v in want.items()}
+        assert manifest["version"] == a_manifest["version"] == 1
+        assert a_manifest["origin"] and manifest["origin"] not in ("", a_manifest["origin"])  # their transactions

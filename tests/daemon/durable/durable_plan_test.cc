@@ -50,17 +50,35 @@ TEST_CASE("the first holder of each shard writes its file; the first shard's wri
 
 TEST_CASE("a commit waits for a part record of every file, cut from its version", "[durable]") {
   const auto l = layout(2, 1);
-  std::vector<FilePart> parts{{"tp0-pp0.safetensors", 10, 1, 3}, {"tp1-pp0.safetensors", 10, 2, 2}};
-  CHECK(missing_parts(l, 3, parts) == std::vector<std::string>{"tp1-pp0.safetensors"});
+  std::vector<FilePart> parts{{"tp0-pp0.safetensors", 10, 1, 3, 0, "tx-a"},
+                              {"tp1-pp0.safetensors", 10, 2, 2, 0, "tx-a"}};
+  const VersionId v3{3, "tx-a", 1000};
+  CHECK(missing_parts(l, v3, parts) == std::vector<std::string>{"tp1-pp0.safetensors"});
   parts[1].version = 3;
-  CHECK(missing_parts(l, 3, parts).empty());
-  CHECK(missing_parts(l, 4, parts).size() == 2);
+  CHECK(missing_parts(l, v3, parts).empty());
+  CHECK(missing_parts(l, VersionId{4, "tx-a", 1000}, parts).size() == 2);
+}
+
+TEST_CASE("records of another step once saved under the name are told apart by origin, not by time", "[durable]") {
+  // Removed and saved again within the same second: the same version number, the same time.
+  const FilePart old_step{"tp0-pp0.safetensors", 10, 1, 1, 1000, "tx-old"};
+  const FilePart new_step{"tp0-pp0.safetensors", 10, 2, 1, 1000, "tx-new"};
+  CHECK(!of_version(old_step, VersionId{1, "tx-new", 1000}));
+  CHECK(of_version(new_step, VersionId{1, "tx-new", 1000}));
+  // A record's writer whose clock runs behind counts: its time is not looked at.
+  CHECK(of_version(FilePart{"a", 1, 1, 1, 10, "tx-new"}, VersionId{1, "tx-new", 1000}));
+  // A version an older ptcfsd stored has no origin: records written before its commit (a second's
+  // slack) are another step's; a record with an origin is never of it.
+  CHECK(of_version(FilePart{"a", 1, 1, 1, 999}, VersionId{1, "", 1000}));
+  CHECK(!of_version(FilePart{"a", 1, 1, 1, 998}, VersionId{1, "", 1000}));
+  CHECK(!of_version(FilePart{"a", 1, 1, 1, 2000, "tx-new"}, VersionId{1, "", 1000}));
 }
 
 TEST_CASE("part records read back as written, with the version they were cut from", "[durable]") {
-  const FilePart p{"tp0-pp0.safetensors", 1, 0xfedcba9876543210ull, 3};
+  const FilePart p{"tp0-pp0.safetensors", 1, 0xfedcba9876543210ull, 3, 1700000000, "0123abcd"};
   const auto j = to_json(p);
   CHECK(j["xxh3"] == "fedcba9876543210");
+  CHECK(j["origin"] == "0123abcd");
   auto back = part_from_json(nlohmann::json::parse(j.dump()), "rec");
   REQUIRE(back.is_ok());
   CHECK(*back == p);

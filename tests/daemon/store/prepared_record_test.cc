@@ -136,3 +136,30 @@ TEST_CASE("a kept change whose base moved on, or a malformed one, is dropped wit
   CHECK(store->snapshot()->steps.empty());
   CHECK(store->claim(Claim::kNewStep, "gpt", "100").is_ok());  // nothing holds the name
 }
+
+TEST_CASE("a committed version keeps the origin it was committed under across a restart", "[prepared]") {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", ckpt = tmp.path() + "/ckpt";
+  write_checkpoint(ckpt, kPtcJson);
+  std::string drawn;
+  {
+    auto store = open_store(data);
+    auto a = prepare(*store, ckpt);
+    REQUIRE(a.is_ok());
+    a->origin = "tx-cluster-7";  // a cluster's transaction
+    REQUIRE(commit_change(*store, *a).is_ok());
+    CHECK(store->snapshot()->steps.at({"gpt", "100"})->origin() == "tx-cluster-7");
+    // One node alone: commit_change draws an origin no other version has.
+    auto removal = prepare_removal(*store, "gpt", "100");
+    REQUIRE(removal.is_ok());
+    REQUIRE(commit_change(*store, *removal).is_ok());
+    auto b = prepare(*store, ckpt);
+    REQUIRE(b.is_ok());
+    REQUIRE(commit_change(*store, *b).is_ok());
+    drawn = store->snapshot()->steps.at({"gpt", "100"})->origin();
+    CHECK(drawn.size() == 32);
+    CHECK(drawn != "tx-cluster-7");
+  }
+  auto store = open_store(data);
+  CHECK(store->snapshot()->steps.at({"gpt", "100"})->origin() == drawn);
+}

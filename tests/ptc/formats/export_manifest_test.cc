@@ -20,6 +20,7 @@ std::string refusal(std::string_view text) {
 TEST_CASE("a manifest reads back as written, sorted by name, its digests as 16 hex digits", "[export_manifest]") {
   ExportManifest m;
   m.version = 7;
+  m.origin = "5f1e";
   m.files = {{"tp1-pp0.safetensors", 5, 9}, {"tp0-pp0.safetensors", 123, 0xfedcba9876543210ull}};
   const std::string text = export_manifest_text(m);
   CHECK(text.find("\"xxh3\": \"fedcba9876543210\"") != std::string::npos);
@@ -27,6 +28,7 @@ TEST_CASE("a manifest reads back as written, sorted by name, its digests as 16 h
   auto back = parse_export_manifest(text, "m");
   REQUIRE(back.is_ok());
   CHECK(back->version == 7);
+  CHECK(back->origin == "5f1e");
   REQUIRE(back->files.size() == 2);
   CHECK(back->files[0] == ExportFile{"tp0-pp0.safetensors", 123, 0xfedcba9876543210ull});
   CHECK(back->files[1] == ExportFile{"tp1-pp0.safetensors", 5, 9});
@@ -36,7 +38,10 @@ TEST_CASE("a manifest reads back as written, sorted by name, its digests as 16 h
   auto plain = parse_export_manifest(R"({"format": "ptcfs-export/1", "files": []})", "m");
   REQUIRE(plain.is_ok());
   CHECK(plain->version == 0);
+  CHECK(plain->origin.empty());
   CHECK(export_manifest_text(*plain).find("version") == std::string::npos);
+  CHECK(export_manifest_text(*plain).find("origin") == std::string::npos);
+  CHECK(refusal(R"({"format": "ptcfs-export/1", "files": [], "origin": 3})").find("origin") != std::string::npos);
 }
 
 TEST_CASE("malformed manifests are refused naming the object and the fault", "[export_manifest]") {
