@@ -1,8 +1,11 @@
 // One ptcfs node: the store, the mount, the control server and, on a cluster, the peer parts,
 // built complete and in order by start() and torn down in the reverse order by the destructor
 // (docs/ARCHITECTURE.md "A node"). ptcfsd's main parses flags and holds a Node until a
-// signal. No part is wired to another after construction (the follower's wake-up raises a
-// signal of the node's, which the catch-up ticker, started later, waits on).
+// signal. Parts are wired at construction, with two exceptions where the parts form a circle:
+// the save service is handed the DCP save peers after it (saves -> peer client -> peer service
+// -> saves: SaveService::set_dcp_peers), and the peer service registers a hook with the
+// participant (Participant::on_replaced, cleared by its destructor). The follower's wake-up
+// raises a signal of the node's, which the catch-up ticker, started later, waits on.
 //
 // What differs between one node and a cluster is decided once, here: which ChangeRunner the
 // control service and the save committer call (daemon/change/runner.h), and whether the peer

@@ -137,7 +137,7 @@ Result<transport::Reply> PeerService::prepare(const json& j) {
   }
   failpoint("peer.prepared");
   std::optional<Participant::SavePart> save;
-  if (const auto* c = std::get_if<SaveChange>(&req.change)) save = Participant::SavePart{c->job, c->step};
+  if (auto saved = saved_step(req.change)) save = Participant::SavePart{saved->first, saved->second};
   PTC_RETURN_IF_ERROR(parts_.prepared(std::move(preparing), std::move(change).value(),
                                       Participant::Decider{record_key(req.change), req.coordinator, req.lease},
                                       std::move(save)));

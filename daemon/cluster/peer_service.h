@@ -50,7 +50,11 @@ class PeerService {
   // new one (the soak's SIGSTOP of 1-4 s; the coordinator waits --peer-timeout for it).
   static constexpr std::chrono::seconds kReplacedHold{10};
 
-  // Every `peer.*` operation, dispatched by its "op" (the table in peer_service.cc).
+  // Every `peer.*` operation, dispatched by its "op" (the table in peer_service.cc). Errors: a
+  // request without a string "op", or with an op no handler has, is kInvalidArgument; otherwise
+  // the handler's own error (not_found for a step this node does not have, failed_precondition
+  // from a fenced node), which goes back to the asking node as the reply's code and message
+  // (docs/FORMATS.md "Data frames and peer operations").
   Result<transport::Reply> handle(const nlohmann::json& request);
 
   // Forgets the read leases of versions nobody read for a while (daemon/cluster/read_leases.h).

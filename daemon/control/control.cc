@@ -152,7 +152,7 @@ Result<json> ControlService::ls(const json& req) const {
     json out = step_json(*sit->second);
     out["state"] = "committed";
     if (tier_) {
-      out["durable"] = durable::to_json(tier_->state(job, step).value_or(durable::StepDurability{}));
+      out["durable"] = to_json(tier_->state(job, step).value_or(durable::StepDurability{}));
       out["durable"]["where"] = tier_->where() + durable::step_prefix(job, step);
     }
     return out;

@@ -123,4 +123,14 @@ void add_status(const RunnerStatus& s, json& out) {
   out["cluster"] = {{"nodes", std::move(nodes)}, {"membership", s.membership}};
 }
 
+json to_json(const durable::StepDurability& d) {
+  json j{{"state", durable::state_name(d.state)},
+         {"version", d.version},
+         {"bytes_uploaded", d.bytes_done},
+         {"bytes_total", d.bytes_total}};
+  if (!d.note.empty()) j["note"] = d.note;
+  if (d.failures) j["failures"] = d.failures;
+  return j;
+}
+
 }  // namespace ptcfs

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/change/runner.h"
+#include "daemon/durable/durable_tier.h"
 
 namespace ptcfs {
 
@@ -15,6 +16,8 @@ nlohmann::json step_json(const StepVersion& v);
 // A dataset version's state, as in its state.json, with its job and name (`ptcfs dataset ...`).
 nlohmann::json dataset_json(const DatasetVersion& v);
 nlohmann::json to_json(const DatasetAddResult& r);
+// A step's durable copy as `ls JOB/STEP --json` shows it (without "where", the control service's).
+nlohmann::json to_json(const durable::StepDurability& d);
 // The "node" and "cluster" members of `ptcfs status` on a cluster (nothing on one node), and
 // this node's byte counters.
 void add_status(const RunnerStatus& s, nlohmann::json& out);

@@ -39,20 +39,6 @@ std::string_view state_name(StepDurability::State s) {
   return "local";
 }
 
-json to_json(const StepDurability& d) {
-  json j{{"state", state_name(d.state)},
-         {"version", d.version},
-         {"bytes_uploaded", d.bytes_done},
-         {"bytes_total", d.bytes_total}};
-  if (!d.note.empty()) j["note"] = d.note;
-  if (d.failures) j["failures"] = d.failures;
-  return j;
-}
-
-std::string DurableTier::record_key(const std::string& job, const std::string& step) {
-  return Store::durable_key(job, step);
-}
-
 DurableTier::DurableTier(Store& store, std::unique_ptr<transport::S3Client> s3, TierOptions o)
     : store_(store), s3_(std::move(s3)), o_(std::move(o)) {
   // The steps made durable before this run (a repartition since keeps them durable).
@@ -428,7 +414,7 @@ Status DurableTier::commit(const Key& key, const std::shared_ptr<const StepVersi
 
 Status DurableTier::mark_durable(const Key& key, Work& w) {
   WriteBatch b;
-  b.put(record_key(key.first, key.second), json{{"version", w.d.version}}.dump());
+  b.put(Store::durable_key(key.first, key.second), json{{"version", w.d.version}}.dump());
   PTC_RETURN_IF_ERROR(store_.write_meta(b), "recording the durable copy");
   recorded_.insert(key);
   if (w.started) {

@@ -37,8 +37,6 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include "daemon/durable/durable_plan.h"
 #include "ptc/base/status.h"
 #include "transport/s3_client.h"
@@ -65,7 +63,6 @@ struct StepDurability {
   int failures = 0;                          // in a row
 };
 std::string_view state_name(StepDurability::State s);
-nlohmann::json to_json(const StepDurability& d);
 
 struct TierOptions {
   std::string self;  // this node's id ("" on one node)
@@ -91,8 +88,6 @@ class DurableTier {
   std::optional<StepDurability> state(const std::string& job, const std::string& step) const;
   // s3://bucket/prefix of the copies.
   std::string where() const;
-  // The metadata key of a step's durable record.
-  static std::string record_key(const std::string& job, const std::string& step);
 
  private:
   using Key = std::pair<std::string, std::string>;

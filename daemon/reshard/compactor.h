@@ -30,7 +30,7 @@ struct CompactionPolicy {
 };
 
 // Which slices to compact, indexed like `stored`; pure over its inputs. `blob_size(id)`
-// gives a blob file's size.
+// gives a blob file's size; its error (a blob that cannot be stat'ed: kIo) is the only one.
 using Selection = std::vector<std::vector<bool>>;
 Result<Selection> select_compaction(const std::vector<std::vector<StoredSlice>>& stored, const CompactionPolicy& policy,
                                     const std::function<Result<uint64_t>(uint64_t)>& blob_size);
@@ -51,7 +51,9 @@ struct CompactionResult {
 
 // Rewrites in place the extents of every selected slice of `stored` (indexed by shard,
 // then slice) to point at new blobs. Selected slices with identical extents share one copy. `progress(done, total)`
-// reports bytes copied.
+// reports bytes copied. Errors: the blob store's (kIo naming the blob, kResourceExhausted for a
+// full disk), kCorrupt for a source blob shorter than its extents; `stored` is then unchanged
+// and the new blobs are removed.
 Result<CompactionResult> compact(BlobStore& blobs, std::vector<std::vector<StoredSlice>>& stored,
                                  const Selection& selection, const CompactionPolicy& policy,
                                  const std::function<void(uint64_t, uint64_t)>& progress);

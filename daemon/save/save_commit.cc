@@ -7,13 +7,13 @@
 #include <map>
 #include <thread>
 
-#include "daemon/reshard/rank_file.h"
 #include "daemon/save/save_service.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/prepared.h"
 #include "fs/read_buffer.h"
 #include "ptc/base/log.h"
 #include "ptc/base/metrics.h"
+#include "ptc/formats/rank_file.h"
 
 namespace ptcfs {
 

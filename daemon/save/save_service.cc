@@ -4,12 +4,12 @@
 #include <ctime>
 #include <thread>
 
-#include "daemon/reshard/rank_file.h"
 #include "daemon/save/dcp_staged.h"
 #include "daemon/save/hf_save.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/prepared.h"
 #include "ptc/base/log.h"
+#include "ptc/formats/rank_file.h"
 #include "ptc/model.h"
 
 namespace ptcfs {

@@ -3,6 +3,10 @@
 // Blobs that no metadata refers to (left by a crash during an import) are removed by
 // Store::open.
 //
+// Errors: a failed system call is kIo naming the blob's path and errno's text; a full disk
+// while writing is kResourceExhausted (write_at); create() is kInternal only if no fresh id
+// could be drawn.
+//
 // Thread-safety: all methods may be called concurrently.
 #pragma once
 

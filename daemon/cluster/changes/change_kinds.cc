@@ -33,6 +33,17 @@ std::string datasets_of(const AnyChange& c) {
   return std::visit([](const auto& k) { return k.datasets_of(); }, c);
 }
 
+std::optional<std::pair<std::string, std::string>> saved_step(const AnyChange& c) {
+  return std::visit(
+      [](const auto& k) -> std::optional<std::pair<std::string, std::string>> {
+        if constexpr (requires { k.saved_step(); })
+          return k.saved_step();
+        else
+          return std::nullopt;
+      },
+      c);
+}
+
 nlohmann::json to_json(const PrepareRequest& r) {
   nlohmann::json j = {{"op", "peer.prepare"}, {"tx", r.tx}, {"kind", kind_of(r.change)}};
   if (!r.coordinator.empty()) j["coordinator"] = r.coordinator;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,8 @@ struct SaveChange {
 
   std::string record_key() const;
   std::string datasets_of() const { return {}; }
+  // The step its nodes wrote into their mounts: each node's save service hears how its part went.
+  std::pair<std::string, std::string> saved_step() const { return {job, step}; }
   void write(nlohmann::json& j) const;
   static Result<SaveChange> read(const nlohmann::json& j, const std::string& where);
 };

@@ -75,7 +75,7 @@ TEST_CASE("every kind of change decodes to what was sent, member for member", "[
   CHECK(kinds.size() == all.size());  // one name per kind
 }
 
-TEST_CASE("a change's record and the datasets it may change are its kind's", "[changes]") {
+TEST_CASE("a change's record, the datasets it may change and the step it saved are its kind's", "[changes]") {
   const auto all = one_of_each();
   const std::vector<std::string> keys = {etcd_step_key("j", "s"),    etcd_step_key("j", "s"),
                                          etcd_dataset_key("j", "d"), etcd_dataset_key("j", "d"),
@@ -85,6 +85,8 @@ TEST_CASE("a change's record and the datasets it may change are its kind's", "[c
     INFO(kind_of(all[i]));
     CHECK(record_key(all[i]) == keys[i]);
     CHECK(datasets_of(all[i]) == datasets[i]);
+    const bool save = std::string(kind_of(all[i])) == "save";
+    CHECK(saved_step(all[i]) == (save ? std::optional<std::pair<std::string, std::string>>({"j", "s"}) : std::nullopt));
   }
 }
 
