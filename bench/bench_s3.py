@@ -11,7 +11,9 @@ and a SeaweedFS S3 server (the tests' s3_util.S3Server) on loopback, on the same
 - restore: a new cluster with empty data directories imports the durable copy (each node reads only the
   rank files of its own shards, with ranged GETs), against boto3 downloading the same objects (one
   process, 8 threads: the server's own throughput to a client), and against every node downloading the
-  whole copy (three boto3 downloads at once, what a job without ptcfs does before it re-shards). Bytes
+  whole copy (three boto3 downloads at once, what a job without ptcfs does before it re-shards). Then
+  the same copy imported at a new layout (`--to tp=1,pp=2,dp=3`): each node reads its shards of the
+  copy's layout, then the nodes pull from each other the minimum the new layout lacks. Bytes
   are the daemons' own count of what they sent to and received from S3 (`ptcfs status`: s3).
 
     $PTCFS_PYTHON bench/bench_s3.py [--mb 2000] [--json FILE]
@@ -31,6 +33,7 @@ import boto3.s3.transfer  # noqa: E402
 SECTION = "s3"
 BUCKET = "bench"
 THREADS = 8
+NEW_LAYOUT = "tp=1,pp=2,dp=3"
 
 
 def s3_bytes(c: Cluster, key: str) -> int:
@@ -92,6 +95,15 @@ def run(mb: float, root: str) -> tuple:
             raw["restore_s"] = timed(
                 lambda: b[0].cli("import", f"s3://{BUCKET}/tier/bench/1", "--job", "bench", "--step", "1"))
             raw["restore_received"] = s3_bytes(b, "bytes_received")
+            # At a new layout: each node reads its shards of the copy's layout, then the nodes pull the
+            # minimum the new one lacks from each other.
+            t0 = time.perf_counter()
+            r = b[1].cli_json("import", f"s3://{BUCKET}/tier/bench/1", "--job", "bench", "--step", "2", "--to",
+                              NEW_LAYOUT, "--json")
+            raw["restore_to_s"] = time.perf_counter() - t0
+            raw["restore_to_received"] = s3_bytes(b, "bytes_received") - raw["restore_received"]
+            raw["restore_to_moved"] = r["repartition"]["bytes_moved"]
+            raw["restore_to_min"] = r["repartition"]["bytes_min"]
         raw["boto_download_s"] = timed(lambda: boto_download(s3, keys, os.path.join(root, "dl")))
         shutil.rmtree(os.path.join(root, "dl"), ignore_errors=True)
 
@@ -116,6 +128,16 @@ def run(mb: float, root: str) -> tuple:
             gbps(copy_bytes, bd), bd / rs, ">= 0.5", bd / rs >= 0.5),
         row(SECTION, "restore vs every node downloading the whole copy", f"{rs:.2f} s", f"{ev:.2f} s", ev / rs, "> 1",
             ev / rs > 1),
+        row(SECTION, f"restore at a new layout ({NEW_LAYOUT}) vs boto3 downloading the copy once",
+            gbps(copy_bytes, raw["restore_to_s"]), gbps(copy_bytes, bd), bd / raw["restore_to_s"], ">= 0.5",
+            bd / raw["restore_to_s"] >= 0.5),
+        row(SECTION, "restore at a new layout: bytes from S3 / the copy's rank files",
+            f"{raw['restore_to_received'] / 1e6:.0f} MB", f"{copy_bytes / 1e6:.0f} MB",
+            raw["restore_to_received"] / copy_bytes, "~1.00", raw["restore_to_received"] / copy_bytes < 1.01),
+        row(SECTION, "restore at a new layout: bytes moved between nodes / the plan's minimum",
+            f"{raw['restore_to_moved'] / 1e6:.0f} MB", f"{raw['restore_to_min'] / 1e6:.0f} MB",
+            raw["restore_to_moved"] / max(raw["restore_to_min"], 1), "1.00",
+            raw["restore_to_moved"] == raw["restore_to_min"]),
         row(SECTION, "write-through: bytes sent to S3 / the copy's rank files", f"{raw['write_through_sent'] / 1e6:.0f} MB",
             f"{copy_bytes / 1e6:.0f} MB", raw["write_through_sent"] / copy_bytes, "~1.00",
             raw["write_through_sent"] / copy_bytes < 1.01),

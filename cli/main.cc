@@ -149,13 +149,19 @@ int cmd_import(const Globals& g, const std::string& dir, const std::string& job,
                const std::vector<std::string>& nodes, const ImportFormat& f) {
   std::error_code ec;
   const bool s3 = dir.rfind("s3://", 0) == 0;  // read by the daemon with its own S3 access
-  if (s3 && f.format != "ptc" && f.format != "hf")
-    return fail(ptcfs::invalid("from s3:// the daemon imports --format ptc or hf; for " + f.format +
-                               ", download the folder first"));
+  if (s3 && f.format == "megatron")
+    return fail(
+        ptcfs::invalid("from s3:// the daemon imports --format ptc, hf or dcp; for a Megatron-LM "
+                       "checkpoint, download the folder first"));
   const auto abs = s3 ? std::filesystem::path(dir) : std::filesystem::absolute(dir, ec);
   if (ec) return fail(ptcfs::invalid(dir + ": " + ec.message()));
   json req = {{"op", "import"}, {"dir", s3 ? dir : abs.lexically_normal().string()}, {"job", job}, {"step", step}};
-  if (f.format == "dcp") {
+  if (f.format == "dcp" && s3) {
+    // A stock DCP folder in S3: the daemon writes it through its save path (docs/OPERATIONS.md).
+    if (!f.template_name.empty()) return fail(ptcfs::invalid("--template goes with --format hf"));
+    if (!nodes.empty()) return fail(ptcfs::invalid("--nodes does not go with --format dcp"));
+    req["format"] = "dcp";
+  } else if (f.format == "dcp") {
     if (!f.template_name.empty() || !f.to.empty())
       return fail(ptcfs::invalid("--template and --to go with --format hf"));
     if (!nodes.empty()) return fail(ptcfs::invalid("--format dcp imports through this daemon's mount (no --nodes)"));
@@ -350,10 +356,12 @@ int main(int argc, char** argv) {
   std::string dir, job, step, path;
   std::vector<std::string> nodes;
   ImportFormat import_format;
-  auto* imp = app.add_subcommand("import",
-                                 "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors, or a "
-                                 "Hugging Face safetensors checkpoint with --format hf); DIR may be "
-                                 "s3://BUCKET/PREFIX (--format ptc or hf, read by the daemon with its --s3-* access)");
+  auto* imp = app.add_subcommand(
+      "import",
+      "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors, or a "
+      "Hugging Face safetensors checkpoint with --format hf); DIR may be "
+      "s3://BUCKET/PREFIX (--format ptc, hf or dcp: a stock DCP folder; read by the daemon with its --s3-* "
+      "access)");
   imp->add_option("--format", import_format.format,
                   "ptc (ptc.json and rank files), hf (Hugging Face safetensors) or dcp (a PyTorch "
                   "Distributed Checkpoint directory, through the Python package); megatron says which "
@@ -364,7 +372,7 @@ int main(int argc, char** argv) {
                   "With --format hf: a shipped PTC template (ptcfs ptc templates) or a template file");
   imp->add_option("--to", import_format.to,
                   "Go straight on to this layout, e.g. tp=2,pp=2,dp=1 (the new step is repartitioned into it; "
-                  "--format ptc or hf)");
+                  "--format ptc or hf, or dcp from s3://)");
   imp->add_option("DIR", dir, "Checkpoint directory, readable by the daemon")->required();
   imp->add_option("--job", job, "Job name")->required();
   imp->add_option("--step", step, "Step name (e.g. the iteration)")->required();

@@ -209,8 +209,8 @@ Status Node::serve() {
   auto server = transport::RpcServer::bind(cfg_.listen, transport::ServerLimits{}, cfg_.secret);
   if (!server) return failed("", server.status());
   server_ = std::move(server).value();
-  control_ = std::make_unique<ControlService>(*store_, *runner_, *saves_,
-                                              DaemonInfo{cfg_.data, cfg_.mount, server_->address()}, tier_.get());
+  control_ = std::make_unique<ControlService>(
+      *store_, *runner_, *saves_, DaemonInfo{cfg_.data, cfg_.mount, server_->address()}, tier_.get(), &sources_);
   // Peer operations go to the peer service, everything else to the control service.
   transport::RpcServer::Handler peer_handler = [this](const nlohmann::json& req, const transport::ProgressSink&) {
     if (!peer_service_)

@@ -45,7 +45,7 @@ struct ImportRequest {
 
 struct ImportResult {
   std::string job, step;
-  std::string format = "ptc";      // "ptc" or "hf"
+  std::string format = "ptc";      // "ptc", "hf" or "dcp"
   std::string template_name;       // with hf
   size_t shards = 0, tensors = 0;  // on a cluster: shard copies over every node
   uint64_t bytes = 0;              // tensor bytes copied (every node together)

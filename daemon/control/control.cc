@@ -12,6 +12,7 @@
 #include "daemon/control/progress.h"
 #include "daemon/control/results.h"
 #include "daemon/reshard/repartition.h"
+#include "daemon/save/dcp_import.h"
 #include "ptc/formats/ptc_template.h"
 #include "ptc/base/json_util.h"
 #include "ptc/base/log.h"
@@ -202,14 +203,16 @@ static Result<formats::PtcTemplate> template_of(const json& req) {
   return formats::builtin_template(name);
 }
 
-// An import request: a ptc.json checkpoint directory, or with format hf a Hugging Face one.
-static Result<ImportRequest> parse_import(const json& req) {
+// An import request: a ptc.json checkpoint directory, with format hf a Hugging Face one, with
+// format dcp a stock DCP folder.
+static Result<ImportRequest> parse_import(const json& req, std::string& format) {
   PTC_RETURN_IF_ERROR(check_members(
       req, {"op", "dir", "job", "step", "nodes", "format", "template", "template_text", "to"}, "import request"));
-  PTC_ASSIGN_OR_RETURN(std::string format, member_string_or(req, "format", "ptc"));
-  if (format != "ptc" && format != "hf") return invalid("unknown import format '" + format + "' (ptc or hf)");
-  if (format == "hf" && req.contains("nodes")) return invalid("--nodes does not go with --format hf");
-  if (format == "ptc")
+  PTC_ASSIGN_OR_RETURN(format, member_string_or(req, "format", "ptc"));
+  if (format != "ptc" && format != "hf" && format != "dcp")
+    return invalid("unknown import format '" + format + "' (ptc, hf or dcp)");
+  if (format != "ptc" && req.contains("nodes")) return invalid("--nodes does not go with --format " + format);
+  if (format != "hf")
     for (const char* k : {"template", "template_text"})
       if (req.contains(k)) return invalid(std::string("'") + k + "' needs --format hf");
   ImportRequest r;
@@ -231,10 +234,41 @@ static Result<ImportRequest> parse_import(const json& req) {
   return r;
 }
 
+Result<ImportResult> ControlService::import_dcp(const ImportRequest& r, const PhaseProgress& progress) {
+  PTC_ASSIGN_OR_RETURN(auto src, sources_.open(r.dir));
+  PTC_ASSIGN_OR_RETURN(const DcpImportSummary sum,
+                       import_dcp_folder(
+                           saves_, *src, r.job, r.step,
+                           [this](const std::string& j, const std::string& s) { return saves_.remove(j, s); },
+                           [&](uint64_t done, uint64_t total) {
+                             if (progress) progress("copy", done, total);
+                           }));
+  PTC_ASSIGN_OR_RETURN(auto v, current_version(store_, r.job, r.step));
+  ImportResult out;
+  out.job = r.job;
+  out.step = r.step;
+  out.format = "dcp";
+  out.shards = v->layout().shards().size();
+  out.tensors = v->layout().ptc().tensors.size();
+  out.bytes = sum.bytes;
+  out.seconds = sum.seconds;
+  if (r.then) {
+    // Straight into the asked layout, as the other formats' --to (on a cluster: the minimum moves).
+    auto rep = runner_.repartition(RepartitionRequest{r.job, r.step, *r.then, false, {}, 0}, progress);
+    if (!rep)
+      return rep.status().with_context("imported " + r.job + "/" + r.step + " from " + r.dir + ", but " +
+                                       "the repartition to " + r.then->to_string() + " failed");
+    out.repartition = std::move(rep).value();
+    out.shards = static_cast<size_t>(r.then->tp * r.then->pp);
+  }
+  return out;
+}
+
 Result<json> ControlService::import(const json& req, const transport::ProgressSink& progress) {
-  PTC_ASSIGN_OR_RETURN(ImportRequest r, parse_import(req));
+  std::string format;
+  PTC_ASSIGN_OR_RETURN(ImportRequest r, parse_import(req, format));
   ThrottledProgress report(progress);
-  auto res = runner_.import(r, report.fn());
+  auto res = format == "dcp" ? import_dcp(r, report.fn()) : runner_.import(r, report.fn());
   if (!res) {
     log::warn("import of {} as {}/{} refused: {}", r.dir, r.job, r.step, res.status().to_string());
     return res.status();

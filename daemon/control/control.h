@@ -18,6 +18,7 @@
 
 #include "daemon/change/runner.h"
 #include "daemon/durable/durable_tier.h"
+#include "daemon/reshard/source_dir.h"
 #include "daemon/save/save_service.h"
 #include "daemon/store/store.h"
 #include "transport/rpc.h"
@@ -33,10 +34,16 @@ class ControlService {
  public:
   // Everything given must outlive this object. `saves` are the steps being saved through the
   // mount: `ls` shows them and `rm` removes them. `tier` (may be null): the write-through S3
-  // tier, whose state of each step `ls` shows.
+  // tier, whose state of each step `ls` shows. `sources` (null: local folders only): where a DCP
+  // import reads from (an import of another format reads through the runner's).
   ControlService(Store& store, ChangeRunner& runner, SaveService& saves, DaemonInfo info,
-                 const durable::DurableTier* tier = nullptr)
-      : store_(store), runner_(runner), saves_(saves), info_(std::move(info)), tier_(tier) {}
+                 const durable::DurableTier* tier = nullptr, const SourceDirs* sources = nullptr)
+      : store_(store),
+        runner_(runner),
+        saves_(saves),
+        info_(std::move(info)),
+        tier_(tier),
+        sources_(sources ? *sources : kLocalSources) {}
 
   Result<transport::Reply> handle(const nlohmann::json& request, const transport::ProgressSink& progress);
 
@@ -45,6 +52,8 @@ class ControlService {
   Result<nlohmann::json> ls(const nlohmann::json& req) const;
   Result<nlohmann::json> rm(const nlohmann::json& req);
   Result<nlohmann::json> import(const nlohmann::json& req, const transport::ProgressSink& progress);
+  // --format dcp: a stock DCP folder through the save path (daemon/save/dcp_import.h).
+  Result<ImportResult> import_dcp(const ImportRequest& r, const PhaseProgress& progress);
   Result<nlohmann::json> repartition(const nlohmann::json& req, const transport::ProgressSink& progress);
   // daemon/control/dataset.cc
   Result<DatasetAddRequest> parse_dataset_add(const nlohmann::json& req) const;
@@ -57,6 +66,7 @@ class ControlService {
   SaveService& saves_;
   const DaemonInfo info_;
   const durable::DurableTier* tier_;
+  const SourceDirs& sources_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

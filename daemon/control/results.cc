@@ -78,10 +78,8 @@ json dataset_json(const DatasetVersion& v) {
 json to_json(const ImportResult& r) {
   json out = {{"job", r.job},         {"step", r.step},   {"shards", r.shards},
               {"tensors", r.tensors}, {"bytes", r.bytes}, {"seconds", r.seconds}};
-  if (r.format != "ptc") {
-    out["format"] = r.format;
-    out["template"] = r.template_name;
-  }
+  if (r.format != "ptc") out["format"] = r.format;
+  if (r.format == "hf") out["template"] = r.template_name;
   if (r.repartition) out["repartition"] = to_json(*r.repartition);
   if (!r.nodes.empty()) {
     json nodes = json::array();

@@ -23,6 +23,12 @@ constexpr uint64_t kMaxSmallObject = 16 << 20;  // manifests, part records, ptc.
 constexpr uint64_t kMinPart = 5 << 20;          // S3's smallest part but the last
 
 VersionId id_of(const StepVersion& v) { return {v.version(), v.origin(), v.mtime()}; }
+
+// The metadata record of a multipart upload under way: {"file", "upload_id", "version", "origin"}.
+constexpr std::string_view kUploadPrefix = "durable-upload/";
+std::string upload_key(const std::string& job, const std::string& step) {
+  return std::string(kUploadPrefix) + job + "/" + step;
+}
 }  // namespace
 
 std::string_view state_name(StepDurability::State s) {
@@ -49,6 +55,25 @@ DurableTier::DurableTier(Store& store, std::unique_ptr<transport::S3Client> s3, 
     return Status::ok();
   });
   if (!s) log::warn("reading the durable records: {}", s.to_string());
+  s = store_.scan_meta(kUploadPrefix, [&](std::string_view key, std::string_view value) {
+    const std::string rest(key.substr(kUploadPrefix.size()));
+    const size_t slash = rest.find('/');
+    const json j = json::parse(value, nullptr, false);
+    LeftUpload u;
+    if (slash == std::string::npos || !j.is_object() || !j.contains("file") || !j["file"].is_string() ||
+        !j.contains("upload_id") || !j["upload_id"].is_string() || !j.contains("version") ||
+        !j["version"].is_number_unsigned() || !j.contains("origin") || !j["origin"].is_string()) {
+      log::warn("ignoring a malformed record of an upload under way: {}", key);
+      return Status::ok();
+    }
+    u.file = j["file"].get<std::string>();
+    u.upload_id = j["upload_id"].get<std::string>();
+    u.version = j["version"].get<uint64_t>();
+    u.origin = j["origin"].get<std::string>();
+    left_[{rest.substr(0, slash), rest.substr(slash + 1)}] = std::move(u);
+    return Status::ok();
+  });
+  if (!s) log::warn("reading the records of uploads under way: {}", s.to_string());
   worker_ = std::thread([this] { run(); });
 }
 
@@ -103,14 +128,28 @@ void DurableTier::pass() {
   // Steps gone (removed; the store removed their records with them): forgotten.
   for (auto it = recorded_.begin(); it != recorded_.end();)
     it = snap->steps.count(*it) ? std::next(it) : recorded_.erase(it);
+  if (first_pass_) {
+    // Uploads an earlier run left open for steps gone or durable since: aborted (the others are
+    // taken, or aborted, when their step's work starts).
+    first_pass_ = false;
+    for (auto it = left_.begin(); it != left_.end();) {
+      if (snap->steps.count(it->first) && !recorded_.count(it->first)) {
+        ++it;
+        continue;
+      }
+      Work w;
+      w.upload_id = it->second.upload_id;
+      w.upload_file = it->second.file;
+      end_upload(it->first, w, true);
+      it = left_.erase(it);
+    }
+  }
   for (auto it = work_.begin(); it != work_.end();) {
     if (snap->steps.count(it->first)) {
       ++it;
       continue;
     }
-    if (it->second.upload_id)
-      (void)s3_->abort_multipart(step_prefix(it->first.first, it->first.second) + it->second.upload_file,
-                                 *it->second.upload_id);
+    end_upload(it->first, it->second, true);
     std::lock_guard lock(mu_);
     shown_.erase(it->first);
     it = work_.erase(it);
@@ -174,8 +213,9 @@ Status DurableTier::advance(const Key& key, const std::shared_ptr<const StepVers
   const UploadPlan plan = plan_upload(v->layout(), holders, o_.self);
   const std::string dir = step_prefix(key.first, key.second);
   if (w.serial != v->serial()) {  // a new step, or repartitioned before its copy was whole
-    if (w.upload_id) (void)s3_->abort_multipart(dir + w.upload_file, *w.upload_id);
+    if (w.upload_id) end_upload(key, w, true);
     w = Work{};
+    take_left_upload(key, *v, w);
     w.serial = v->serial();
     w.d.version = v->version();
     for (const auto& sh : plan.shards) w.d.bytes_total += fs::shard_safetensors_view(v, sh)->size();
@@ -308,13 +348,13 @@ Status DurableTier::upload(const Key& key, const std::shared_ptr<const StepVersi
         return listed.status();  // S3 does not answer: the upload goes on once it does
       }
     } else if (w.upload_id) {
-      (void)s3_->abort_multipart(dir + w.upload_file, *w.upload_id);
-      w.upload_id.reset();
+      end_upload(key, w, true);
     }
     if (!w.upload_id) {
       PTC_ASSIGN_OR_RETURN(std::string id, s3_->start_multipart(dir + name));
       w.upload_id = std::move(id);
       w.upload_file = name;
+      PTC_RETURN_IF_ERROR(keep_upload(key, w, *v));
     }
     std::vector<transport::S3Part> parts;
     int number = 1;
@@ -336,7 +376,7 @@ Status DurableTier::upload(const Key& key, const std::shared_ptr<const StepVersi
       PTC_RETURN_IF_ERROR(current(key, v));
     }
     PTC_RETURN_IF_ERROR(s3_->complete_multipart(dir + name, *w.upload_id, parts));
-    w.upload_id.reset();
+    end_upload(key, w, false);
   }
   part.xxh3 = h.digest();
   w.parts.push_back(part);
@@ -410,6 +450,40 @@ Status DurableTier::commit(const Key& key, const std::shared_ptr<const StepVersi
   PTC_RETURN_IF_ERROR(s3_->put(dir + kPtcJson, transport::S3Body::of(ptc_text)));
   done = true;
   return Status::ok();
+}
+
+Status DurableTier::keep_upload(const Key& key, const Work& w, const StepVersion& v) {
+  WriteBatch b;
+  b.put(upload_key(key.first, key.second),
+        json{{"file", w.upload_file}, {"upload_id", *w.upload_id}, {"version", v.version()}, {"origin", v.origin()}}
+            .dump());
+  return store_.write_meta(b).with_context("recording the upload of " + w.upload_file);
+}
+
+void DurableTier::end_upload(const Key& key, Work& w, bool abort) {
+  if (!w.upload_id) return;
+  const std::string object = step_prefix(key.first, key.second) + w.upload_file;
+  if (abort)
+    if (Status s = s3_->abort_multipart(object, *w.upload_id); !s && s.code() != Code::kNotFound)
+      log::warn("aborting the upload of {}: {}", s3_->where(object), s.to_string());
+  w.upload_id.reset();
+  WriteBatch b;
+  b.del(upload_key(key.first, key.second));
+  if (Status s = store_.write_meta(b); !s) log::warn("forgetting the upload of {}: {}", object, s.to_string());
+}
+
+void DurableTier::take_left_upload(const Key& key, const StepVersion& v, Work& w) {
+  auto it = left_.find(key);
+  if (it == left_.end()) return;
+  w.upload_id = it->second.upload_id;
+  w.upload_file = it->second.file;
+  // Only the same version (by origin: the same bytes) goes on where the earlier run stopped.
+  if (v.origin().empty() || it->second.origin != v.origin() || it->second.version != v.version())
+    end_upload(key, w, true);
+  else
+    log::info("an upload of {} left by an earlier run goes on",
+              s3_->where(step_prefix(key.first, key.second) + w.upload_file));
+  left_.erase(it);
 }
 
 Status DurableTier::mark_durable(const Key& key, Work& w) {

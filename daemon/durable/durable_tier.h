@@ -114,6 +114,13 @@ class DurableTier {
                 FilePart& part);
   Status commit(const Key& key, const std::shared_ptr<const StepVersion>& v, Work& w, bool& done);
   Status mark_durable(const Key& key, Work& w);
+  // A multipart upload this node started is recorded in its metadata (so that a run after a
+  // crash goes on with it, or aborts it) until it completes or is aborted.
+  Status keep_upload(const Key& key, const Work& w, const StepVersion& v);
+  // Aborts w's multipart upload (when `abort`) and forgets it, record included.
+  void end_upload(const Key& key, Work& w, bool abort);
+  // A new version's work: goes on with the upload an earlier run left open for it, or aborts that.
+  void take_left_upload(const Key& key, const StepVersion& v, Work& w);
   Result<std::vector<std::vector<std::string>>> holders_of(const StepVersion& v) const;
   bool stopping() const;
   void set(const Key& key, const Work& w);
@@ -130,6 +137,12 @@ class DurableTier {
   // The worker's own (no lock).
   std::map<Key, Work> work_;
   std::set<Key> recorded_;  // steps with a durable record
+  struct LeftUpload {
+    std::string file, upload_id, origin;
+    uint64_t version = 0;
+  };
+  std::map<Key, LeftUpload> left_;  // multipart uploads an earlier run left open, not yet taken
+  bool first_pass_ = true;
   std::thread worker_;
 };
 

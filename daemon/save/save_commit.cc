@@ -1,7 +1,6 @@
 // Committing a pending step (daemon/save/save_service.h): the version it becomes, committed
 // here on one node, or as this node's part of a cluster's two-phase commit.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <map>
@@ -9,6 +8,7 @@
 
 #include "daemon/save/save_service.h"
 #include "daemon/store/checksum.h"
+#include "daemon/store/parallel.h"
 #include "daemon/store/prepared.h"
 #include "fs/read_buffer.h"
 #include "ptc/base/log.h"
@@ -21,20 +21,105 @@ namespace {
 // The commit hashes a step's slices on up to this many threads, one per this many bytes.
 constexpr size_t kHashThreads = 4;
 constexpr uint64_t kHashBytesPerThread = 64 << 20;
+
+// Where a held slice's bytes are: a blob, an offset and a length.
+struct SliceBytes {
+  std::shared_ptr<BlobWriter> blob;
+  uint64_t off = 0, len = 0;
+};
+
+// The bytes of every slice of the shards `placement` holds (indexed like the layout's shards, then
+// slices), and every blob the step's files use, each once (a pack holds many files).
+void gather(const PendingStep& s, const StepPlacement& placement, std::vector<std::vector<SliceBytes>>& bytes,
+            std::map<uint64_t, std::shared_ptr<BlobWriter>>& writers) PTC_REQUIRES(s.mu) {
+  const ptc::Layout& layout = *s.layout;
+  bytes.resize(layout.shards().size());
+  for (size_t si = 0; si < layout.shards().size(); ++si) {
+    if (!placement.holds(si)) continue;
+    const auto& shard = layout.shards()[si];
+    const auto& slices = layout.slices(shard);
+    const auto whole_it = s.files.find(shard.name() + ".safetensors");
+    const PendingFile* whole = whole_it == s.files.end() ? nullptr : whole_it->second.get();
+    if (whole) mine(s, *whole);
+    for (size_t j = 0; j < slices.size(); ++j) {
+      const PendingFile& f = whole ? *whole : *s.files.at(shard.name() + "/" + layout.tensor(slices[j]).name + ".npy");
+      mine(s, f);
+      SliceBytes& sb = bytes[si].emplace_back();
+      sb.blob = f.place.blob;
+      if (whole) {
+        const auto& e = f.check.header.entries[f.check.entry_of_slice[j]];
+        sb.off = f.place.base + f.check.header.data_start + e.begin;
+        sb.len = e.end - e.begin;
+      } else {
+        sb.off = f.place.base + f.check.npy.data_start;  // its region of its own blob or of its shard's pack
+        sb.len = f.check.npy.data_bytes;
+      }
+    }
+  }
+  for (const auto& [rel, f] : s.files) {
+    mine(s, *f);
+    if (f->place.blob) writers.emplace(f->place.blob->id(), f->place.blob);
+  }
+}
+
+// The slices' extents, their padding zeroed in place first unless that was done (`sealed`).
+Result<std::vector<std::vector<StoredSlice>>> extents_of(const ptc::Layout& layout,
+                                                         const std::vector<std::vector<SliceBytes>>& bytes,
+                                                         bool sealed) {
+  PTC_ASSIGN_OR_RETURN(auto padding, formats::layout_padding(layout));
+  std::vector<std::vector<StoredSlice>> stored(layout.shards().size());
+  for (size_t si = 0; si < bytes.size(); ++si)
+    for (size_t j = 0; j < bytes[si].size(); ++j) {
+      const SliceBytes& sb = bytes[si][j];
+      if (!sealed)
+        for (const auto& [poff, plen] : padding[si][j])
+          for (uint64_t done = 0; done < plen;) {
+            const uint64_t n = std::min<uint64_t>(plen - done, fs::kZeroBlock);
+            PTC_RETURN_IF_ERROR(sb.blob->write_at(sb.off + poff + done, fs::zero_block(), n));
+            done += n;
+          }
+      stored[si].push_back(StoredSlice{{Extent{sb.blob->id(), sb.off, sb.len, 0}}, std::nullopt, 1});
+    }
+  return stored;
+}
+
+// Checksums, as import computes them, from the synced blobs' mappings: the slices, largest
+// first, shared out between a few threads when there are many bytes.
+Status hash_slices(BlobStore& blobs, std::vector<std::vector<StoredSlice>>& stored, const std::string& name) {
+  std::vector<std::pair<StoredSlice*, std::shared_ptr<const BlobFile>>> todo;
+  uint64_t total = 0;
+  for (auto& shard : stored)
+    for (auto& sl : shard) {
+      const Extent& x = sl.extents.front();
+      auto b = blobs.file(x.blob);
+      if (!b || !(*b)->data() || x.offset + x.len > (*b)->mapped_size())
+        return b ? corrupt("blob of " + name + " is shorter than written") : b.status();
+      todo.emplace_back(&sl, *b);
+      total += x.len;
+    }
+  std::sort(todo.begin(), todo.end(),
+            [](const auto& a, const auto& b) { return a.first->extents[0].len > b.first->extents[0].len; });
+  const size_t threads =
+      std::clamp<size_t>(total / kHashBytesPerThread, 1,
+                         std::min<size_t>(kHashThreads, std::max(1u, std::thread::hardware_concurrency())));
+  return parallel_for(todo.size(), static_cast<unsigned>(threads), [&]() -> Worker {
+    return [&](size_t i) {
+      const Extent& x = todo[i].first->extents[0];
+      todo[i].first->xxh3 = xxh3_of(todo[i].second->data() + x.offset, x.len);
+      return Status::ok();
+    };
+  });
+}
 }  // namespace
 
 // The version a pending step becomes: every held shard's slices as extents of its files'
 // blobs (padding zeroed in place), the blobs synced, every slice hashed. Marks the step as
 // committing (no more writes); on error the step is marked failed.
 Result<PreparedChange> SaveService::build_change(const std::shared_ptr<PendingStep>& s, StepPlacement placement) {
-  // Where each held slice's bytes are: a blob, an offset and a length (taken under the lock;
-  // the step is committing from then on, so no file changes until the commit ends).
-  struct SliceBytes {
-    std::shared_ptr<BlobWriter> blob;
-    uint64_t off = 0, len = 0;
-  };
+  // Taken under the lock; the step is committing from then on, so no file changes until the
+  // commit ends.
   std::vector<std::vector<SliceBytes>> bytes;
-  std::map<uint64_t, std::shared_ptr<BlobWriter>> writers;  // each blob once: a pack holds many files
+  std::map<uint64_t, std::shared_ptr<BlobWriter>> writers;
   ptc::Layout layout;
   bool sealed = false;  // prepared before: the padding is zeroed and the blobs closed
   {
@@ -44,58 +129,16 @@ Result<PreparedChange> SaveService::build_change(const std::shared_ptr<PendingSt
     s->committing = true;  // no more writes, creates or removals
     layout = *s->layout;
     sealed = s->sealed;
-    bytes.resize(layout.shards().size());
-    for (size_t si = 0; si < layout.shards().size(); ++si) {
-      if (!placement.holds(si)) continue;
-      const auto& shard = layout.shards()[si];
-      const auto& slices = layout.slices(shard);
-      const auto whole_it = s->files.find(shard.name() + ".safetensors");
-      const PendingFile* whole = whole_it == s->files.end() ? nullptr : whole_it->second.get();
-      if (whole) mine(*s, *whole);
-      for (size_t j = 0; j < slices.size(); ++j) {
-        const PendingFile& f =
-            whole ? *whole : *s->files.at(shard.name() + "/" + layout.tensor(slices[j]).name + ".npy");
-        mine(*s, f);
-        SliceBytes& sb = bytes[si].emplace_back();
-        sb.blob = f.place.blob;
-        if (whole) {
-          const auto& e = f.check.header.entries[f.check.entry_of_slice[j]];
-          sb.off = f.place.base + f.check.header.data_start + e.begin;
-          sb.len = e.end - e.begin;
-        } else {
-          sb.off = f.place.base + f.check.npy.data_start;  // its region of its own blob or of its shard's pack
-          sb.len = f.check.npy.data_bytes;
-        }
-      }
-    }
-    for (const auto& [rel, f] : s->files) {
-      mine(*s, *f);
-      if (f->place.blob) writers.emplace(f->place.blob->id(), f->place.blob);
-    }
+    gather(*s, placement, bytes, writers);
   }
-  const std::string name = s->name();
   auto fail = [&](const Status& st) -> Status {
     MutexLock lock(s->mu);
     s->failure = "the commit failed: " + st.message();
     s->committing = false;
     return st;
   };
-  auto padding = formats::layout_padding(layout);
-  if (!padding) return fail(padding.status());
-
-  std::vector<std::vector<StoredSlice>> stored(layout.shards().size());
-  for (size_t si = 0; si < bytes.size(); ++si)
-    for (size_t j = 0; j < bytes[si].size(); ++j) {
-      const SliceBytes& sb = bytes[si][j];
-      if (!sealed)
-        for (const auto& [poff, plen] : (*padding)[si][j])
-          for (uint64_t done = 0; done < plen;) {
-            const uint64_t n = std::min<uint64_t>(plen - done, fs::kZeroBlock);
-            if (auto st = sb.blob->write_at(sb.off + poff + done, fs::zero_block(), n); !st) return fail(st);
-            done += n;
-          }
-      stored[si].push_back(StoredSlice{{Extent{sb.blob->id(), sb.off, sb.len, 0}}, std::nullopt, 1});
-    }
+  auto stored = extents_of(layout, bytes, sealed);
+  if (!stored) return fail(stored.status());
   // The change takes the blobs at the end: until then they are the step's (a failed commit
   // leaves the step pending, its blobs with it).
   std::vector<uint64_t> blobs;
@@ -107,35 +150,9 @@ Result<PreparedChange> SaveService::build_change(const std::shared_ptr<PendingSt
     MutexLock lock(s->mu);
     s->sealed = true;
   }
-  // Checksums, as import computes them, from the synced blobs' mappings: the slices, largest
-  // first, shared out between a few threads when there are many bytes.
-  std::vector<std::pair<StoredSlice*, std::shared_ptr<const BlobFile>>> todo;
-  for (auto& shard : stored)
-    for (auto& sl : shard) {
-      const Extent& x = sl.extents.front();
-      auto b = store_.blobs().file(x.blob);
-      if (!b || !(*b)->data() || x.offset + x.len > (*b)->mapped_size())
-        return fail(b ? corrupt("blob of " + name + " is shorter than written") : b.status());
-      todo.emplace_back(&sl, *b);
-    }
-  std::sort(todo.begin(), todo.end(),
-            [](const auto& a, const auto& b) { return a.first->extents[0].len > b.first->extents[0].len; });
-  uint64_t total = 0;
-  for (const auto& [sl, blob] : todo) total += sl->extents[0].len;
-  std::atomic<size_t> next{0};
-  auto hash = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < todo.size();)
-      todo[i].first->xxh3 =
-          xxh3_of(todo[i].second->data() + todo[i].first->extents[0].offset, todo[i].first->extents[0].len);
-  };
-  const size_t threads =
-      std::min<size_t>({kHashThreads, std::max(1u, std::thread::hardware_concurrency()), total / kHashBytesPerThread});
-  std::vector<std::thread> helpers;
-  for (size_t i = 1; i < threads; ++i) helpers.emplace_back(hash);
-  hash();
-  for (auto& t : helpers) t.join();
+  if (auto st = hash_slices(store_.blobs(), *stored, s->name()); !st) return fail(st);
   PreparedChange change(store_);
-  change.next = store_.new_version(s->job, s->step, 1, layout, std::move(stored), std::move(placement));
+  change.next = store_.new_version(s->job, s->step, 1, layout, std::move(stored).value(), std::move(placement));
   change.blobs = std::move(blobs);
   {
     MutexLock lock(s->mu);

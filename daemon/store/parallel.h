@@ -1,7 +1,7 @@
-// The daemon's worker-pool loop for copies (import copies rank files, compaction copies slices, a
-// cluster prepare pulls chunks from peers; PeerClient, the save commit and GPU uploads keep
-// pools of their own): items [0, n) go one at a time to the next free
-// thread. It sits at the bottom of daemon/ so that every layer can use it.
+// The daemon's worker-pool loop (import copies rank files, compaction copies slices, a cluster
+// prepare pulls chunks from peers, a save's commit hashes its slices, a DCP import copies its
+// files; PeerClient and GPU uploads keep pools of their own): items [0, n) go one at a time to
+// the next free thread. It sits at the bottom of daemon/ so that every layer can use it.
 #pragma once
 
 #include <cstddef>

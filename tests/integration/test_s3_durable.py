@@ -8,13 +8,14 @@ finished (a multipart upload going on from the parts S3 holds) once the server a
 import contextlib
 import json
 import os
+import re
 import shutil
 import time
 
 import pytest
 
 from cluster_util import Cluster
-from ptcfs_harness import Checkpoint, Daemon, assert_error, require_binaries, verify_step
+from ptcfs_harness import Checkpoint, Daemon, assert_error, force_unmount, require_binaries, verify_step
 from repartition_util import Oracles, wait_for
 from s3_util import READER, S3Server, credentials_file
 
@@ -195,6 +196,30 @@ def test_a_server_killed_mid_upload_is_gone_on_with_from_the_parts_it_holds(tmp_
         wait_durable(d, "gpt", "9", 180)
         d.wait_log("going on with the upload of tp0-pp0.safetensors")
     import_elsewhere(tmp_path, s3, f"s3://{BUCKET}/ck/gpt/9", "gpt", "9", ck)
+
+
+def test_a_daemon_killed_mid_upload_goes_on_with_it_after_a_restart_and_leaves_no_upload_open(tmp_path, s3):
+    """The daemon SIGKILLed between two parts of a multipart upload: it kept the upload's id in its
+    metadata, so the restarted daemon goes on from the parts S3 holds instead of starting the file again,
+    and once the step is durable no multipart upload is left open in the bucket (none orphaned)."""
+    require_binaries()
+    ck = Checkpoint(str(tmp_path / "ckpt"), tp=1, pp=1, layers=2, hidden=512, vocab=1000)
+    with tier_daemon(tmp_path, s3, part_mib=5, env={"PTCFS_FAILPOINT": "s3.part.sent:0.7"}) as d:
+        d.cli("import", ck.path, "--job", "gpt", "--step", "10")
+        wait_for(lambda: durable(d, "gpt", "10")["bytes_uploaded"] >= 2 * (5 << 20), 60,
+                 lambda: f"two parts sent: {durable(d, 'gpt', '10')}")
+        d.kill9()
+        (left,) = s3.client().list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])
+        assert left["Key"] == "ck/gpt/10/tp0-pp0.safetensors", left
+        force_unmount(d.mnt)
+        d.start()
+        wait_durable(d, "gpt", "10", 180)
+        d.wait_log("an upload of s3://tier/ck/gpt/10/tp0-pp0.safetensors left by an earlier run goes on")
+        m = re.search(r"going on with the upload of tp0-pp0.safetensors to \S+: (\d+) of its parts are there",
+                      d.log_tail(100000))
+        assert m and int(m.group(1)) >= 2, d.log_tail(3000)
+    assert s3.client().list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
+    import_elsewhere(tmp_path, s3, f"s3://{BUCKET}/ck/gpt/10", "gpt", "10", ck)
 
 
 def test_a_copy_damaged_or_cut_behind_ptcfs_is_refused_on_import(tmp_path, s3):

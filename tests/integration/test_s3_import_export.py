@@ -4,6 +4,7 @@ folder export's bytes, an import of them is bit for bit the step, and damaged, c
 or foreign uploads are told apart with clear errors that leave the store as it was."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -234,3 +235,94 @@ torch.save(sd, out)
         if got_t.dtype == torch.bfloat16:
             got_t = got_t.view(torch.int16)
         assert got_t.numpy().tobytes() == want.tobytes(), name
+
+
+def _stock_dcp_folder(path):
+    """A folder as stock `dcp.save` writes it in one process (torch's own FileSystemWriter): tensors
+    of several dtypes, one of them saved transposed (other strides), and a bytes item; and the values."""
+    import io
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    g = torch.Generator().manual_seed(7)
+    sd = {
+        "model": {"embed": torch.randn(40, 16, generator=g),
+                  "w": torch.randn(16, 24, generator=g).to(torch.bfloat16),
+                  "wt": torch.randn(24, 16, generator=g).t(),
+                  "pos": torch.arange(30, dtype=torch.int64).reshape(5, 6)},
+        "step": torch.tensor(12.0),
+        "extra": io.BytesIO(b"loader position 3"),
+    }
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(path))
+    return sd
+
+
+def _upload(s3, bucket, prefix, folder):
+    c = s3.client()
+    for name in os.listdir(folder):
+        c.upload_file(os.path.join(folder, name), bucket, f"{prefix}/{name}")
+
+
+def test_a_stock_dcp_folder_in_s3_imports_through_the_save_path_and_stock_dcp_loads_it(tmp_path, s3, s3_daemon):
+    """`ptcfs import s3://... --format dcp`: the daemon reads a folder stock `dcp.save` wrote (uploaded with
+    boto3) through its own S3 client into the save path, as a `dcp.save` into the mount writes it;
+    the step commits, and stock `dcp.load` of the mount's step folder returns every tensor bit for bit
+    and the bytes item as saved. Refusals (a file DCP does not write, a .metadata that would run code,
+    a .distcp cut short) leave no step and no pending save."""
+    import io
+    import pickle
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    d = s3_daemon
+    folder = str(tmp_path / "dcp")
+    saved = _stock_dcp_folder(folder)
+    s3.bucket("dcp")
+    _upload(s3, "dcp", "runs/1", folder)
+    r = d.cli_json("import", "s3://dcp/runs/1", "--format", "dcp", "--job", "llama", "--step", "1", "--json")
+    sizes = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))
+    assert r["format"] == "dcp" and r["bytes"] == sizes and r["shards"] == 1, r
+    assert d.cli_json("ls", "llama/1", "--json")["state"] == "committed"
+    step = os.path.join(d.mnt, "llama", "1")
+    got = {"model": {k: torch.zeros_like(v) for k, v in saved["model"].items()}, "step": torch.tensor(0.0),
+           "extra": io.BytesIO()}
+    dcp.load(got, storage_reader=dcp.FileSystemReader(step))
+    for k, v in saved["model"].items():
+        assert got["model"][k].dtype == v.dtype and torch.equal(got["model"][k], v), k
+    assert got["step"].item() == 12.0
+    got["extra"].seek(0)
+    assert got["extra"].read() == b"loader position 3"
+
+    # Refused before a byte is written: a file stock DCP does not write (Megatron's common.pt).
+    _upload(s3, "dcp", "runs/2", folder)
+    s3.client().put_object(Bucket="dcp", Key="runs/2/common.pt", Body=b"x")
+    assert_error(d.cli("import", "s3://dcp/runs/2", "--format", "dcp", "--job", "llama", "--step", "2",
+                       check=False), "s3://dcp/runs/2/common.pt: not a file of a stock DCP save")
+    # A .metadata whose unpickling would run code: refused at the conversion, nothing runs.
+    hostile = str(tmp_path / "hostile")
+    shutil.copytree(folder, hostile)
+    marker = str(tmp_path / "ran")
+
+    class Run:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+    with open(os.path.join(hostile, ".metadata"), "wb") as f:
+        pickle.dump(Run(), f)
+    _upload(s3, "dcp", "runs/3", hostile)
+    assert_error(d.cli("import", "s3://dcp/runs/3", "--format", "dcp", "--job", "llama", "--step", "3",
+                       check=False), "system")
+    assert not os.path.exists(marker)
+    # A .distcp object cut short behind the writer's back: the chunk records no longer fit.
+    short = str(tmp_path / "short")
+    shutil.copytree(folder, short)
+    (name,) = [n for n in os.listdir(short) if n.endswith(".distcp")]
+    with open(os.path.join(short, name), "r+b") as f:
+        f.truncate(os.path.getsize(os.path.join(short, name)) // 2)
+    _upload(s3, "dcp", "runs/4", short)
+    assert_error(d.cli("import", "s3://dcp/runs/4", "--format", "dcp", "--job", "llama", "--step", "4",
+                       check=False), name, "s3://dcp/runs/4/")
+    assert ls_jobs(d) == {"llama": ["1"]}
+    (llama,) = [j for j in d.cli_json("ls", "--json")["jobs"] if j["job"] == "llama"]
+    assert llama["pending"] == [], llama
+    for n in ("2", "3", "4"):  # neither committed nor left pending
+        assert d.cli("ls", f"llama/{n}", check=False).returncode != 0
