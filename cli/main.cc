@@ -336,6 +336,77 @@ int usage_error(const CLI::App& app, const CLI::ParseError& e, int argc, char** 
   return 2;
 }
 
+// `ptcfs import`: its options.
+struct ImportArgs {
+  std::string dir, job, step;
+  std::vector<std::string> nodes;
+  ImportFormat format;
+};
+
+CLI::App* add_import_command(CLI::App& app, ImportArgs& a, Globals& g) {
+  auto* imp = app.add_subcommand(
+      "import",
+      "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors, or a "
+      "Hugging Face safetensors checkpoint with --format hf); DIR may be "
+      "s3://BUCKET/PREFIX (--format ptc, hf or dcp: a stock DCP folder; read by the daemon with its --s3-* "
+      "access)");
+  imp->add_option("--format", a.format.format,
+                  "ptc (ptc.json and rank files), hf (Hugging Face safetensors) or dcp (a PyTorch "
+                  "Distributed Checkpoint directory: a local one through the Python package, s3:// by the "
+                  "daemon); megatron says which "
+                  "Python command imports a Megatron-LM checkpoint")
+      ->check(CLI::IsMember({"ptc", "hf", "dcp", "megatron"}))
+      ->capture_default_str();
+  imp->add_option("--template", a.format.template_name,
+                  "With --format hf: a shipped PTC template (ptcfs ptc templates) or a template file");
+  imp->add_option("--to", a.format.to,
+                  "Go straight on to this layout, e.g. tp=2,pp=2,dp=1 (the new step is repartitioned into it; "
+                  "--format ptc or hf, or dcp from s3://)");
+  imp->add_option("DIR", a.dir, "Checkpoint directory, readable by the daemon")->required();
+  imp->add_option("--job", a.job, "Job name")->required();
+  imp->add_option("--step", a.step, "Step name (e.g. the iteration)")->required();
+  imp->add_option("--nodes", a.nodes,
+                  "In a cluster: the node ids to place the ranks on, in order (default: every node). Each node reads "
+                  "DIR on its own filesystem; '{node}' in DIR stands for its id")
+      ->delimiter(',');
+  imp->add_flag("--json", g.json, "Print the result as JSON");
+  return imp;
+}
+
+// `ptcfs repartition`: its options.
+struct RepartitionArgs {
+  std::string job, step;
+  std::vector<std::string> nodes;
+  Target target;
+  bool dry_run = false;
+};
+
+CLI::App* add_repartition_command(CLI::App& app, RepartitionArgs& a, Globals& g) {
+  auto* rep = app.add_subcommand("repartition", "Re-split a step for a new parallel configuration");
+  rep->add_option("--job", a.job, "Job name")->required();
+  rep->add_option("--step", a.step, "Step name")->required();
+  rep->add_option("--to", a.target.to, "New configuration, e.g. tp=2,pp=4,dp=1");
+  rep->add_option("--chunks", a.target.chunks,
+                  "Instead of --to: a JSON file {\"TENSOR\": [[lo, hi], ...]} of the boxes a job at a new mesh "
+                  "will load; the tp whose slices are those boxes is taken, pp and dp kept (docs/FORMATS.md "
+                  "\"Layouts from chunks\")");
+  rep->add_option("--gpus", a.target.gpus,
+                  "Instead of --to: the planner's best configuration for N GPUs (with --model)")
+      ->check(ptcfs::cli::non_negative());
+  rep->add_option("--model", a.target.model, "MODEL.json for --gpus (docs/PLANNER.md)");
+  rep->add_option("--global-batch", a.target.global_batch,
+                  "A new global batch for the job's datasets, in the same commit: the sample order continues at "
+                  "the samples consumed (docs/FORMATS.md \"A new global batch\"); dp must divide it")
+      ->check(ptcfs::cli::positive());
+  rep->add_flag("--dry-run", a.dry_run, "Print the plan summary without changing anything");
+  rep->add_option("--nodes", a.nodes,
+                  "In a cluster: the node ids to place the new ranks on, in order (default: every node); leave out "
+                  "a node to shrink, add one to grow")
+      ->delimiter(',');
+  rep->add_flag("--json", g.json, "Print the result as JSON");
+  return rep;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -353,62 +424,15 @@ int main(int argc, char** argv) {
                  "The cluster secret, when the daemon requires it (default: $PTCFS_SECRET_FILE)");
   app.set_version_flag("--version", PTCFS_VERSION);
 
-  std::string dir, job, step, path;
-  std::vector<std::string> nodes;
-  ImportFormat import_format;
-  auto* imp = app.add_subcommand(
-      "import",
-      "Import a checkpoint directory (ptc.json + tp{t}-pp{p}.safetensors, or a "
-      "Hugging Face safetensors checkpoint with --format hf); DIR may be "
-      "s3://BUCKET/PREFIX (--format ptc, hf or dcp: a stock DCP folder; read by the daemon with its --s3-* "
-      "access)");
-  imp->add_option("--format", import_format.format,
-                  "ptc (ptc.json and rank files), hf (Hugging Face safetensors) or dcp (a PyTorch "
-                  "Distributed Checkpoint directory, through the Python package); megatron says which "
-                  "Python command imports a Megatron-LM checkpoint")
-      ->check(CLI::IsMember({"ptc", "hf", "dcp", "megatron"}))
-      ->capture_default_str();
-  imp->add_option("--template", import_format.template_name,
-                  "With --format hf: a shipped PTC template (ptcfs ptc templates) or a template file");
-  imp->add_option("--to", import_format.to,
-                  "Go straight on to this layout, e.g. tp=2,pp=2,dp=1 (the new step is repartitioned into it; "
-                  "--format ptc or hf, or dcp from s3://)");
-  imp->add_option("DIR", dir, "Checkpoint directory, readable by the daemon")->required();
-  imp->add_option("--job", job, "Job name")->required();
-  imp->add_option("--step", step, "Step name (e.g. the iteration)")->required();
-  imp->add_option("--nodes", nodes,
-                  "In a cluster: the node ids to place the ranks on, in order (default: every node). Each node reads "
-                  "DIR on its own filesystem; '{node}' in DIR stands for its id")
-      ->delimiter(',');
-  imp->add_flag("--json", g.json, "Print the result as JSON");
-
+  std::string path;
+  ImportArgs import_args;
+  auto* imp = add_import_command(app, import_args, g);
   auto* ls = app.add_subcommand("ls", "List jobs, the steps of a job, or the shards of a step");
   ls->add_option("PATH", path, "JOB or JOB/STEP");
   ls->add_flag("--json", g.json, "Print the result as JSON");
 
-  Target target;
-  bool dry_run = false;
-  auto* rep = app.add_subcommand("repartition", "Re-split a step for a new parallel configuration");
-  rep->add_option("--job", job, "Job name")->required();
-  rep->add_option("--step", step, "Step name")->required();
-  rep->add_option("--to", target.to, "New configuration, e.g. tp=2,pp=4,dp=1");
-  rep->add_option("--chunks", target.chunks,
-                  "Instead of --to: a JSON file {\"TENSOR\": [[lo, hi], ...]} of the boxes a job at a new mesh "
-                  "will load; the tp whose slices are those boxes is taken, pp and dp kept (docs/FORMATS.md "
-                  "\"Layouts from chunks\")");
-  rep->add_option("--gpus", target.gpus, "Instead of --to: the planner's best configuration for N GPUs (with --model)")
-      ->check(ptcfs::cli::non_negative());
-  rep->add_option("--model", target.model, "MODEL.json for --gpus (docs/PLANNER.md)");
-  rep->add_option("--global-batch", target.global_batch,
-                  "A new global batch for the job's datasets, in the same commit: the sample order continues at "
-                  "the samples consumed (docs/FORMATS.md \"A new global batch\"); dp must divide it")
-      ->check(ptcfs::cli::positive());
-  rep->add_flag("--dry-run", dry_run, "Print the plan summary without changing anything");
-  rep->add_option("--nodes", nodes,
-                  "In a cluster: the node ids to place the new ranks on, in order (default: every node); leave out "
-                  "a node to shrink, add one to grow")
-      ->delimiter(',');
-  rep->add_flag("--json", g.json, "Print the result as JSON");
+  RepartitionArgs rep_args;
+  auto* rep = add_repartition_command(app, rep_args, g);
 
   auto* rm = app.add_subcommand("rm", "Remove a step, committed or still being saved (files open keep reading it)");
   rm->add_option("JOB/STEP", path, "The step")->required();
@@ -441,13 +465,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return usage_error(app, e, argc, argv);
   }
-  if (imp->parsed()) return cmd_import(g, dir, job, step, nodes, import_format);
+  if (imp->parsed())
+    return cmd_import(g, import_args.dir, import_args.job, import_args.step, import_args.nodes, import_args.format);
   if (ptc_cmd->parsed()) return ptcfs::cli::run_ptc_command(*ptc_cmd, ptc_args, g);
   if (export_cmd->parsed()) return ptcfs::cli::run_export(export_args, g);
   if (ls->parsed()) return cmd_ls(g, path);
   if (rm->parsed()) return cmd_rm(g, path);
   if (status->parsed()) return cmd_status(g);
-  if (rep->parsed()) return cmd_repartition(g, job, step, target, dry_run, nodes);
+  if (rep->parsed())
+    return cmd_repartition(g, rep_args.job, rep_args.step, rep_args.target, rep_args.dry_run, rep_args.nodes);
   if (plan->parsed()) return ptcfs::cli::run_plan(plan_args, g);
   if (allocate->parsed()) return ptcfs::cli::run_allocate(allocate_args, g);
   if (autoscale->parsed()) return ptcfs::cli::run_autoscale(autoscale_args, g);

@@ -69,10 +69,27 @@ int64_t i64(const json& j, const char* key) {
   return 0;
 }
 
+// A member of an etcd reply: a string, or `fallback` when absent or of another type (json::value
+// would throw on another type; a reply never makes the client throw).
+std::string str_of(const json& j, const char* key, std::string fallback = {}) {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+bool flag_of(const json& j, const char* key) {
+  if (!j.is_object()) return false;
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+
 Result<EtcdKv> kv_from(const json& j) {
+  if (!j.is_object()) return invalid("etcd: a key-value in a reply is not an object");
+  for (const char* k : {"key", "value"})
+    if (j.contains(k) && !j[k].is_string())
+      return invalid(std::string("etcd: a key-value's '") + k + "' is not a string");
   EtcdKv kv;
-  PTC_ASSIGN_OR_RETURN(kv.key, unb64(j.value("key", std::string())));
-  PTC_ASSIGN_OR_RETURN(kv.value, unb64(j.value("value", std::string())));
+  PTC_ASSIGN_OR_RETURN(kv.key, unb64(str_of(j, "key")));
+  PTC_ASSIGN_OR_RETURN(kv.value, unb64(str_of(j, "value")));
   kv.create_revision = i64(j, "create_revision");
   kv.mod_revision = i64(j, "mod_revision");
   kv.version = i64(j, "version");
@@ -83,8 +100,8 @@ Result<EtcdKv> kv_from(const json& j) {
 // etcd's error body ({"error", "code" (a gRPC code), "message"}) as a Status.
 Status etcd_error(const std::string& body, unsigned http_status) {
   json j = parse_json_lenient(body);
-  const std::string msg = j.is_object() ? j.value("message", body) : body;
-  const int code = j.is_object() ? j.value("code", 0) : 0;
+  const std::string msg = str_of(j, "message", body);
+  const int code = static_cast<int>(i64(j, "code"));
   const std::string text = "etcd: " + msg;
   switch (code) {
     case 3:
@@ -285,7 +302,7 @@ Result<bool> EtcdClient::txn(const std::vector<EtcdCompare>& compares, const std
     ops.push_back({{"requestPut", std::move(put)}});
   }
   PTC_ASSIGN_OR_RETURN(json r, impl_->post("/v3/kv/txn", json{{"compare", cmp}, {"success", ops}}, false));
-  return r.value("succeeded", false);
+  return flag_of(r, "succeeded");
 }
 
 namespace {
@@ -321,18 +338,18 @@ class WatchLines {
       return;
     }
     const json& res = j.contains("result") ? j["result"] : j;
-    if (res.value("canceled", false)) {
+    if (flag_of(res, "canceled")) {
       if (i64(res, "compact_revision") > 0)
         failed_ = error(Code::kOutOfRange, "etcd compacted the revisions the watch of " + prefix_ + " needs");
       else
-        failed_ = unavailable("etcd cancelled the watch of " + prefix_ + ": " + res.value("cancel_reason", ""));
+        failed_ = unavailable("etcd cancelled the watch of " + prefix_ + ": " + str_of(res, "cancel_reason"));
       return;
     }
-    if (!res.contains("events")) return;
+    if (!res.is_object() || !res.contains("events") || !res["events"].is_array()) return;
     for (const auto& e : res["events"]) {
       EtcdEvent ev;
-      ev.deleted = e.value("type", std::string()) == "DELETE";
-      auto kv = kv_from(e.value("kv", json::object()));
+      ev.deleted = str_of(e, "type") == "DELETE";
+      auto kv = kv_from(e.is_object() && e.contains("kv") ? e["kv"] : json::object());
       if (!kv) {
         failed_ = kv.status();
         return;

@@ -185,9 +185,9 @@ void DurableTier::pass() {
     if (s) {
       w.d.failures = 0;
       if (w.d.state == StepDurability::State::kWaiting) {
-        // Polled again later and later while it waits for other nodes (up to retry_cap).
+        // Polled again later and later while it waits for other nodes (up to wait_cap).
         const int shift = std::min(w.waits++, 10);
-        w.next_try = Clock::now() + std::min<std::chrono::milliseconds>(o_.retry_cap, o_.poll * (1 << shift));
+        w.next_try = Clock::now() + std::min<std::chrono::milliseconds>(o_.wait_cap, o_.poll * (1 << shift));
       }
     } else if (!stopping()) {
       ++w.d.failures;

@@ -11,12 +11,13 @@
 // when it is removed. A step without that record is written: each node writes its files, or finds
 // them there already (a part record or the copy's manifest stating the same size and XXH3 as its
 // own bytes: nothing is sent again, as after a restart or a restore from this copy), and writes a
-// fresh part record. The committing node counts only records written since the version was
-// committed (so records of another step once saved under the name do not count), and keeps a copy
-// whose ptc.json and manifest state exactly those files; another copy (another layout, another
-// step) is taken back, ptc.json first, and written anew. A multipart upload cut short goes on from
-// the parts S3 holds. A failure is tried again after a capped backoff; a step waiting for other
-// nodes is polled less and less often (up to retry_cap). `ptcfs rm` leaves the copy in S3 (a
+// fresh part record. The committing node counts only records of the version's number and origin
+// (so records of another step once saved under the name do not count), and keeps a copy whose
+// ptc.json and manifest state exactly those files; another copy (another layout, another step) is
+// taken back, ptc.json first, and written anew. A multipart upload cut short goes on from the
+// parts S3 holds, after a restart too (its id is kept in the metadata). A failure is tried again
+// after a capped backoff; a step waiting for other nodes is polled less and less often (up to
+// wait_cap: a HEAD, and a GET of the manifest once there is one). `ptcfs rm` leaves the copy in S3 (a
 // checkpoint removed from the nodes can still be imported from it).
 //
 // Thread-safety: every public method may be called from any thread.
@@ -71,6 +72,9 @@ struct TierOptions {
   std::function<Result<std::vector<std::vector<std::string>>>(const StepVersion&)> holders;
   std::chrono::milliseconds poll{1000};
   std::chrono::milliseconds retry_base{1000}, retry_cap{30000};
+  // The longest pause between two looks at a step waiting for other nodes: how late a node at
+  // most says durable after the copy's commit.
+  std::chrono::milliseconds wait_cap{4000};
   uint64_t part_bytes = uint64_t{64} << 20;  // multipart parts (and the largest single PUT)
 };
 

@@ -47,6 +47,34 @@ Result<ptc::Layout> start_result(const RepartitionRequest& req, const StepVersio
   return to;
 }
 
+namespace {
+// dp alone changed: dp places replicas of the same shards, which this node holds already. The
+// new version's slices are the old ones, extent for extent; nothing is copied or planned.
+// Counted as the plan would count it: a copy per piece of each slice, its padding a fill.
+std::vector<std::vector<StoredSlice>> same_split_slices(const StepVersion& old, const ptc::Layout& to,
+                                                        RepartitionResult& res) {
+  std::vector<std::vector<StoredSlice>> stored(to.shards().size());
+  for (size_t i = 0; i < to.shards().size(); ++i) {
+    const auto& slices = to.slices(to.shards()[i]);
+    stored[i].reserve(slices.size());
+    for (size_t j = 0; j < slices.size(); ++j) {
+      stored[i].push_back(old.stored(to.shards()[i], j));
+      const uint64_t bytes = to.bytes(slices[j]);
+      uint64_t data = 0;
+      for (const auto& pc : slices[j].pieces)
+        data += static_cast<uint64_t>(pc.local.num_elements()) * ptc::dtype_size(to.tensor(slices[j]).dtype);
+      res.copies += slices[j].pieces.size();
+      res.bytes_total += bytes;
+      if (data < bytes) {
+        ++res.fills;
+        res.bytes_fill += bytes - data;
+      }
+    }
+  }
+  return stored;
+}
+}  // namespace
+
 Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& req, const CompactionPolicy& policy,
                                       const PhaseProgress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -79,27 +107,7 @@ Result<RepartitionResult> repartition(Store& store, const RepartitionRequest& re
 
   std::vector<std::vector<StoredSlice>> stored;
   if (ptc::Layout::same_split(from, to)) {
-    // dp alone changed: dp places replicas of the same shards, which this node holds already. The
-    // new version's slices are the old ones, extent for extent; nothing is copied or planned.
-    // Counted as the plan would count it: a copy per piece of each slice, its padding a fill.
-    stored.resize(to.shards().size());
-    for (size_t i = 0; i < to.shards().size(); ++i) {
-      const auto& slices = to.slices(to.shards()[i]);
-      stored[i].reserve(slices.size());
-      for (size_t j = 0; j < slices.size(); ++j) {
-        stored[i].push_back(old->stored(to.shards()[i], j));
-        const uint64_t bytes = to.bytes(slices[j]);
-        uint64_t data = 0;
-        for (const auto& pc : slices[j].pieces)
-          data += static_cast<uint64_t>(pc.local.num_elements()) * ptc::dtype_size(to.tensor(slices[j]).dtype);
-        res.copies += slices[j].pieces.size();
-        res.bytes_total += bytes;
-        if (data < bytes) {
-          ++res.fills;
-          res.bytes_fill += bytes - data;
-        }
-      }
-    }
+    stored = same_split_slices(*old, to, res);
   } else {
     report("plan", 0, 1);
     PTC_ASSIGN_OR_RETURN(ptc::Plan plan, ptc::make_plan(from, to, ptc::Holdings::single_node(from, to)));

@@ -7,9 +7,9 @@
 #include <set>
 #include <thread>
 
-#include "daemon/save/dcp_staged.h"
 #include "daemon/save/hf_save.h"
 #include "daemon/save/save_service.h"
+#include "daemon/save/staged_file.h"
 #include "ptc/base/log.h"
 
 namespace ptcfs {
@@ -44,7 +44,7 @@ Status fail_part(PendingStep& s, const Status& st) {
 // Reads a .distcp file of the save at `where` (job/step): from this node's staged files
 // (`staged`, looked up once), or from the node `file_nodes` names (through `peers`).
 DcpFileReader save_reader(const std::string& where, const std::string& job, const std::string& step,
-                          std::map<std::string, std::shared_ptr<DcpStagedFile>> staged,
+                          std::map<std::string, std::shared_ptr<StagedFile>> staged,
                           const std::map<std::string, std::string>& file_nodes, const std::string& self,
                           DcpPeers* peers) {
   return [=, &file_nodes, staged = std::move(staged)](const std::string& file, uint64_t off,
@@ -139,7 +139,7 @@ Status SaveService::wait_committed(const std::shared_ptr<PendingStep>& s) const 
 }
 
 Result<DcpSave> SaveService::convert_dcp(const std::shared_ptr<PendingStep>& s, std::vector<std::string>& peers) {
-  std::map<std::string, std::shared_ptr<DcpStagedFile>> staged;
+  std::map<std::string, std::shared_ptr<StagedFile>> staged;
   {
     MutexLock lock(s->mu);
     staged = s->staged;
@@ -223,7 +223,7 @@ Result<std::optional<std::map<std::string, uint64_t>>> SaveService::staged_files
                                                                                  const std::string& step) {
   auto s = find(job, step);
   if (!s) return std::optional<std::map<std::string, uint64_t>>();
-  std::map<std::string, std::shared_ptr<DcpStagedFile>> staged;
+  std::map<std::string, std::shared_ptr<StagedFile>> staged;
   {
     MutexLock lock(s->mu);
     if (s->committing || s->removed || s->converting)
@@ -247,7 +247,7 @@ Result<std::string> SaveService::read_staged(const std::string& job, const std::
                                              uint64_t off, uint64_t len) const {
   auto s = find(job, step);
   if (!s) return not_found("no step " + job + "/" + step + " is being saved here");
-  std::shared_ptr<DcpStagedFile> f;
+  std::shared_ptr<StagedFile> f;
   {
     MutexLock lock(s->mu);
     auto it = s->staged.find(file);
@@ -276,7 +276,7 @@ Status SaveService::convert_part(const std::shared_ptr<PendingStep>& s, const Dc
   const std::string self = dcp_peers_ ? dcp_peers_->self() : std::string();
   auto fail = [&](const Status& st) { return fail_part(*s, st); };
   if (!dcp_peers_) return fail(internal(where + ": this node has no peers to read the save from"));
-  std::map<std::string, std::shared_ptr<DcpStagedFile>> staged;
+  std::map<std::string, std::shared_ptr<StagedFile>> staged;
   {
     MutexLock lock(s->mu);
     staged = s->staged;

@@ -2,9 +2,9 @@
 // of each temporary to its safetensors name, the check at each close, and the conversion.
 #include <cstring>
 
-#include "daemon/save/dcp_staged.h"
 #include "daemon/save/hf_save.h"
 #include "daemon/save/save_service.h"
+#include "daemon/save/staged_file.h"
 #include "ptc/base/log.h"
 
 namespace ptcfs {
@@ -51,7 +51,7 @@ Status SaveService::hf_closed(const std::shared_ptr<PendingStep>& s) {
 }
 
 Result<DcpSave> SaveService::convert_hf(const std::shared_ptr<PendingStep>& s) {
-  std::map<std::string, std::shared_ptr<DcpStagedFile>> staged;
+  std::map<std::string, std::shared_ptr<StagedFile>> staged;
   {
     MutexLock lock(s->mu);
     staged = s->staged;
@@ -62,7 +62,7 @@ Result<DcpSave> SaveService::convert_hf(const std::shared_ptr<PendingStep>& s) {
     PTC_RETURN_IF_ERROR(f->seal().status());
     names.push_back(rel);
   }
-  auto file = [&](const std::string& name) -> Result<std::shared_ptr<DcpStagedFile>> {
+  auto file = [&](const std::string& name) -> Result<std::shared_ptr<StagedFile>> {
     auto it = staged.find(name);
     if (it == staged.end()) return not_found(where + "/" + name + " was not written");
     return it->second;

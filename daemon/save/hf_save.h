@@ -2,7 +2,7 @@
 // mount"): model.save_pretrained("MNT/<job>/<step>") writes config.json, generation_config.json,
 // each safetensors file as a hidden temporary (.tmpXXXXXX: made, sized with ftruncate, written
 // front to back, renamed to its name while open, closed) and, when sharded,
-// model.safetensors.index.json last. The files are staged as they come (daemon/save/dcp_staged.h);
+// model.safetensors.index.json last. The files are staged as they come (daemon/save/staged_file.h);
 // when the last of a complete save closes, the save becomes the step's tensors in the unsharded
 // layout (tp=1, pp=1, dp=1), partitioned by the shipped template of the config's model_type,
 // with config.json kept as ptc.json's hf_config, and commits before that close returns.

@@ -64,7 +64,7 @@
 namespace ptcfs {
 
 class PendingFile;
-class DcpStagedFile;
+class StagedFile;
 
 // What one file adds to its step's tally (PendingStep::note).
 struct FileCount {
@@ -92,8 +92,8 @@ class PendingStep : public std::enable_shared_from_this<PendingStep> {
   std::shared_ptr<const void> stamp PTC_GUARDED_BY(mu) = std::make_shared<int>(0);  // new on every add or remove
   std::set<std::string> dirs PTC_GUARDED_BY(mu);
   std::map<std::string, std::shared_ptr<PendingFile>> files PTC_GUARDED_BY(mu);
-  // The files of a stock DCP save, until its .metadata lands (daemon/save/dcp_staged.h).
-  std::map<std::string, std::shared_ptr<DcpStagedFile>> staged PTC_GUARDED_BY(mu);
+  // The files of a stock DCP save, until its .metadata lands (daemon/save/staged_file.h).
+  std::map<std::string, std::shared_ptr<StagedFile>> staged PTC_GUARDED_BY(mu);
   bool converting PTC_GUARDED_BY(mu) = false;  // its .metadata landed: the save becomes tensor files
   std::optional<ptc::Layout> layout PTC_GUARDED_BY(mu);
   std::string ptc_text PTC_GUARDED_BY(mu);  // of the parsed ptc.json

@@ -4,8 +4,8 @@
 #include <ctime>
 #include <thread>
 
-#include "daemon/save/dcp_staged.h"
 #include "daemon/save/hf_save.h"
+#include "daemon/save/staged_file.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/prepared.h"
 #include "ptc/base/log.h"
@@ -214,7 +214,7 @@ Result<std::shared_ptr<fs::WriteFile>> SaveService::create_staged(const std::sha
     if (is_hf_save_file(other) != hf)
       return invalid(where + ": " + s->name() + " is being written by a stock " +
                      (hf ? "DCP save (" : "save_pretrained (") + other + ")");
-  auto f = std::make_shared<DcpStagedFile>(where, std::move(blob));
+  auto f = std::make_shared<StagedFile>(where, std::move(blob));
   if (hf)  // the close of a save's last file converts it (daemon/save/hf_save.h)
     f->on_close([this, w = std::weak_ptr<PendingStep>(s)] {
       auto step = w.lock();

@@ -1,4 +1,4 @@
-#include "daemon/save/dcp_staged.h"
+#include "daemon/save/staged_file.h"
 
 #include <cstring>
 
@@ -12,12 +12,12 @@ Status busy(const std::string& why) { return error(Code::kFailedPrecondition, wh
 
 }  // namespace
 
-uint64_t DcpStagedFile::size() const {
+uint64_t StagedFile::size() const {
   std::lock_guard lock(mu_);
   return end_;
 }
 
-Result<uint64_t> DcpStagedFile::open_writer() {
+Result<uint64_t> StagedFile::open_writer() {
   std::lock_guard lock(mu_);
   if (dead_ || sealed_) return error(Code::kPermissionDenied, where_ + " is no longer written");
   // A writer that closed it and opens it again before the kernel's release of the first handle
@@ -28,7 +28,7 @@ Result<uint64_t> DcpStagedFile::open_writer() {
   return owner_;
 }
 
-Status DcpStagedFile::write(uint64_t writer, uint64_t off, const void* data, size_t len) {
+Status StagedFile::write(uint64_t writer, uint64_t off, const void* data, size_t len) {
   std::unique_lock lock(mu_);
   if (dead_ || sealed_) return error(Code::kPermissionDenied, where_ + " is no longer written");
   if (writer != owner_) return busy(where_ + ": a write through a handle that no longer holds the file");
@@ -49,7 +49,7 @@ Status DcpStagedFile::write(uint64_t writer, uint64_t off, const void* data, siz
   return Status::ok();
 }
 
-Status DcpStagedFile::truncate(uint64_t writer, uint64_t size) {
+Status StagedFile::truncate(uint64_t writer, uint64_t size) {
   std::lock_guard lock(mu_);
   if (dead_ || sealed_) return error(Code::kPermissionDenied, where_ + " is no longer written");
   if (writer != 0 && writer != owner_) return busy(where_ + ": truncated through a handle that does not hold it");
@@ -68,7 +68,7 @@ Status DcpStagedFile::truncate(uint64_t writer, uint64_t size) {
   return Status::ok();
 }
 
-Status DcpStagedFile::flush(uint64_t writer) {
+Status StagedFile::flush(uint64_t writer) {
   {
     std::lock_guard lock(mu_);
     if (writer != owner_ || dead_ || sealed_) return Status::ok();
@@ -77,12 +77,12 @@ Status DcpStagedFile::flush(uint64_t writer) {
   return on_close_ ? on_close_() : Status::ok();
 }
 
-bool DcpStagedFile::closed() const {
+bool StagedFile::closed() const {
   std::lock_guard lock(mu_);
   return owner_ == 0 || closed_;
 }
 
-void DcpStagedFile::release(uint64_t writer) {
+void StagedFile::release(uint64_t writer) {
   std::lock_guard lock(mu_);
   if (writer == owner_) {
     owner_ = 0;
@@ -91,7 +91,7 @@ void DcpStagedFile::release(uint64_t writer) {
   if (dead_ && owner_ == 0) blob_.reset();
 }
 
-Result<uint64_t> DcpStagedFile::seal() {
+Result<uint64_t> StagedFile::seal() {
   std::lock_guard lock(mu_);
   if (dead_) return error(Code::kPermissionDenied, where_ + " was removed");
   if (owner_ != 0 && !closed_) return busy(where_ + " is still open for writing");
@@ -102,7 +102,7 @@ Result<uint64_t> DcpStagedFile::seal() {
   return end_;
 }
 
-Result<std::string> DcpStagedFile::read(uint64_t off, uint64_t len) const {
+Result<std::string> StagedFile::read(uint64_t off, uint64_t len) const {
   std::shared_ptr<BlobWriter> blob;
   {
     std::lock_guard lock(mu_);
@@ -119,13 +119,13 @@ Result<std::string> DcpStagedFile::read(uint64_t off, uint64_t len) const {
   return out;
 }
 
-void DcpStagedFile::kill() {
+void StagedFile::kill() {
   std::lock_guard lock(mu_);
   dead_ = true;
   if (owner_ == 0) blob_.reset();
 }
 
-std::string DcpStagedFile::text() const {
+std::string StagedFile::text() const {
   std::lock_guard lock(mu_);
   return text_;
 }

@@ -1,5 +1,6 @@
-// A file of a stock PyTorch DCP save written into a pending step (docs/FORMATS.md "Stock
-// dcp.save into the mount"), kept as it is written until the save's .metadata lands:
+// A file staged in a pending step as it is written, before a conversion makes the step's tensors
+// of it: a stock PyTorch DCP save's files (docs/FORMATS.md "Stock dcp.save into the mount"), kept
+// until the save's .metadata lands,
 //
 //   <name>.distcp    a rank's data file (torch's FileSystemWriter names it __<rank>_<i>.distcp):
 //                    written by one writer at a time, straight into a blob of its own
@@ -30,11 +31,10 @@ namespace ptcfs {
 inline constexpr const char* kDcpMetadataTmp = ".metadata.tmp";
 inline constexpr const char* kDcpMetadata = ".metadata";
 
-class DcpStagedFile final : public fs::WriteFile {
+class StagedFile final : public fs::WriteFile {
  public:
   // `blob`: where a data file's bytes go; null for the metadata (kept in memory).
-  DcpStagedFile(std::string where, std::shared_ptr<BlobWriter> blob)
-      : where_(std::move(where)), blob_(std::move(blob)) {}
+  StagedFile(std::string where, std::shared_ptr<BlobWriter> blob) : where_(std::move(where)), blob_(std::move(blob)) {}
 
   uint64_t size() const override;
   Result<uint64_t> open_writer() override;
