@@ -21,13 +21,9 @@
 #include <vector>
 
 #include "ptc/base/status.h"
+#include "transport/etcd_reply.h"
 
 namespace ptcfs::transport {
-
-struct EtcdKv {
-  std::string key, value;
-  int64_t create_revision = 0, mod_revision = 0, version = 0, lease = 0;
-};
 
 // One condition of a transaction (etcd's Compare, with result EQUAL).
 struct EtcdCompare {
@@ -49,11 +45,6 @@ struct EtcdWrite {
   int64_t lease = 0;
   static EtcdWrite put(std::string key, std::string value, int64_t lease = 0);
   static EtcdWrite erase(std::string key);
-};
-
-struct EtcdEvent {
-  bool deleted = false;
-  EtcdKv kv;  // for a delete: the key and mod_revision only
 };
 
 // A range's keys and the store's revision when it was read (a watch from revision + 1

@@ -63,6 +63,7 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
   PreparedChange change(store_);
   change.replaced = v;
   change.origin = newest->origin;  // the version the others committed, under its own identity
+  change.as_peers = true;          // (none when theirs has none: an older ptcfsd's)
   change.next = store_.new_version(job, step, newest->version, std::move(layout).value(),
                                    std::vector<std::vector<StoredSlice>>(nshards), std::move(placement));
   if (auto s = change.claim(store_, v ? Claim::kChangeStep : Claim::kNewStep, job, step); !s) {

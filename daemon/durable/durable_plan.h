@@ -63,9 +63,12 @@ struct VersionId {
   int64_t committed = 0;
 };
 // Whether a part record was cut from `v`. Told apart by origin: two steps once saved under one
-// name have the same version number but never the same origin. A version an older ptcfsd stored
-// has none; then a record written before its commit (a second's slack for clocks) is another's.
+// name have the same version number but never the same origin. Where either has none (a version an
+// older ptcfsd stored, a record an older one wrote), a record written before the version's commit
+// (a second's slack for clocks) is another's.
 bool of_version(const FilePart& p, const VersionId& v);
+// Whether two origins may be the same version's: equal, or one of them unknown (empty).
+bool same_origin(const std::string& a, const std::string& b);
 nlohmann::json to_json(const FilePart& p);
 // `where` names the object in errors.
 Result<FilePart> part_from_json(const nlohmann::json& j, const std::string& where);

@@ -70,6 +70,8 @@ DurableTier::DurableTier(Store& store, std::unique_ptr<transport::S3Client> s3, 
     u.upload_id = j["upload_id"].get<std::string>();
     u.version = j["version"].get<uint64_t>();
     u.origin = j["origin"].get<std::string>();
+    u.part_bytes =
+        j.contains("part_bytes") && j["part_bytes"].is_number_unsigned() ? j["part_bytes"].get<uint64_t>() : 0;
     left_[{rest.substr(0, slash), rest.substr(slash + 1)}] = std::move(u);
     return Status::ok();
   });
@@ -251,7 +253,7 @@ Status DurableTier::advance(const Key& key, const std::shared_ptr<const StepVers
     PTC_ASSIGN_OR_RETURN(const std::string text, s3_->get(dir + kManifest, kMaxSmallObject));
     PTC_ASSIGN_OR_RETURN(const formats::ExportManifest m,
                          formats::parse_export_manifest(text, s3_->where(dir + kManifest)));
-    bool mine = m.version == v->version() && m.origin == v->origin();
+    bool mine = m.version == v->version() && same_origin(m.origin, v->origin());
     for (const auto& p : w.parts) {
       const formats::ExportFile* f = m.find(p.name);
       mine = mine && f && f->size == p.size && f->xxh3 == p.xxh3;
@@ -354,7 +356,12 @@ Status DurableTier::upload(const Key& key, const std::shared_ptr<const StepVersi
       PTC_ASSIGN_OR_RETURN(std::string id, s3_->start_multipart(dir + name));
       w.upload_id = std::move(id);
       w.upload_file = name;
-      PTC_RETURN_IF_ERROR(keep_upload(key, w, *v));
+      if (Status kept = keep_upload(key, w, *v); !kept) {
+        // Unrecorded, a crash would leave it open in the bucket: not used.
+        (void)s3_->abort_multipart(dir + name, *w.upload_id);
+        w.upload_id.reset();
+        return kept;
+      }
     }
     std::vector<transport::S3Part> parts;
     int number = 1;
@@ -454,19 +461,26 @@ Status DurableTier::commit(const Key& key, const std::shared_ptr<const StepVersi
 
 Status DurableTier::keep_upload(const Key& key, const Work& w, const StepVersion& v) {
   WriteBatch b;
-  b.put(upload_key(key.first, key.second),
-        json{{"file", w.upload_file}, {"upload_id", *w.upload_id}, {"version", v.version()}, {"origin", v.origin()}}
-            .dump());
+  b.put(upload_key(key.first, key.second), json{{"file", w.upload_file},
+                                                {"upload_id", *w.upload_id},
+                                                {"version", v.version()},
+                                                {"origin", v.origin()},
+                                                {"part_bytes", std::max(o_.part_bytes, kMinPart)}}
+                                               .dump());
   return store_.write_meta(b).with_context("recording the upload of " + w.upload_file);
 }
 
 void DurableTier::end_upload(const Key& key, Work& w, bool abort) {
   if (!w.upload_id) return;
   const std::string object = step_prefix(key.first, key.second) + w.upload_file;
-  if (abort)
-    if (Status s = s3_->abort_multipart(object, *w.upload_id); !s && s.code() != Code::kNotFound)
-      log::warn("aborting the upload of {}: {}", s3_->where(object), s.to_string());
+  const std::string id = *w.upload_id;
   w.upload_id.reset();
+  if (abort)
+    if (Status s = s3_->abort_multipart(object, id); !s && s.code() != Code::kNotFound) {
+      // Its record stays: the next run tries again (a lifecycle rule on the bucket is the backstop).
+      log::warn("aborting the upload of {}: {}", s3_->where(object), s.to_string());
+      return;
+    }
   WriteBatch b;
   b.del(upload_key(key.first, key.second));
   if (Status s = store_.write_meta(b); !s) log::warn("forgetting the upload of {}: {}", object, s.to_string());
@@ -477,8 +491,10 @@ void DurableTier::take_left_upload(const Key& key, const StepVersion& v, Work& w
   if (it == left_.end()) return;
   w.upload_id = it->second.upload_id;
   w.upload_file = it->second.file;
-  // Only the same version (by origin: the same bytes) goes on where the earlier run stopped.
-  if (v.origin().empty() || it->second.origin != v.origin() || it->second.version != v.version())
+  // Only the same version (by origin: the same bytes), cut into the same parts, goes on where the
+  // earlier run stopped.
+  if (v.origin().empty() || it->second.origin != v.origin() || it->second.version != v.version() ||
+      it->second.part_bytes != std::max(o_.part_bytes, kMinPart))
     end_upload(key, w, true);
   else
     log::info("an upload of {} left by an earlier run goes on",

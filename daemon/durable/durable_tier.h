@@ -143,7 +143,7 @@ class DurableTier {
   std::set<Key> recorded_;  // steps with a durable record
   struct LeftUpload {
     std::string file, upload_id, origin;
-    uint64_t version = 0;
+    uint64_t version = 0, part_bytes = 0;
   };
   std::map<Key, LeftUpload> left_;  // multipart uploads an earlier run left open, not yet taken
   bool first_pass_ = true;

@@ -109,7 +109,8 @@ std::string new_origin() {
 }  // namespace
 
 Status commit_change(Store& store, PreparedChange& c) {
-  if (c.next && c.next->origin().empty()) c.next->set_origin(c.origin.empty() ? new_origin() : c.origin);
+  if (c.next && c.next->origin().empty() && !(c.origin.empty() && c.as_peers))
+    c.next->set_origin(c.origin.empty() ? new_origin() : c.origin);
   if (!c.blobs.empty()) {
     if (auto s = sync_dir(store.blobs().dir()); !s) {
       abort_change(store, c);

@@ -55,6 +55,9 @@ struct PreparedChange {
   // The identity `next` is committed with (StepVersion::origin): on a cluster, the transaction
   // every node commits it under; empty on one node, where commit_change draws a new one.
   std::string origin;
+  // `next` is another node's version taken as it is (a catch-up): an empty origin stays empty (the
+  // other nodes have none either), never drawn.
+  bool as_peers = false;
 };
 
 // A removal of the current version of a step: claims it as changing (a repartition of it is

@@ -6,6 +6,7 @@
 Usage: $PTCFS_PYTHON tests/fuzz/make_seeds.py OUTDIR
 """
 
+import base64
 import io
 import json
 import os
@@ -151,6 +152,23 @@ def main(out):
     put(out, "export_manifest", "tier.json", json.dumps({"format": "ptcfs-export/1", "version": 3, "files": [
         {"name": "tp0-pp0.safetensors", "size": 1, "xxh3": "00000000000000ff"},
         {"name": "tp1-pp0.safetensors", "size": 2, "xxh3": "ffffffffffffffff"}]}))
+
+    put(out, "export_manifest", "origin.json", json.dumps({"format": "ptcfs-export/1", "version": 1,
+                                                            "origin": "5f1e0c2a9b3d4e6f", "files": []}))
+
+    # etcd's JSON gateway: a watch stream's lines (events, a cancel), a range's key-value, an error.
+    b64 = lambda t: base64.b64encode(t.encode()).decode()  # noqa: E731
+    kv = {"key": b64("/ptcfs/steps/gpt/100"), "value": b64('{"version": 1}'), "create_revision": "7",
+          "mod_revision": "9", "version": "2", "lease": "694d7b2c"}
+    put(out, "etcd_reply", "watch.jsonl", json.dumps({"result": {"header": {"revision": "9"}, "events": [
+        {"kv": kv}, {"type": "DELETE", "kv": {"key": b64("/ptcfs/nodes/n1"), "mod_revision": "10"}}]}}) + "\n" +
+        json.dumps({"result": {"canceled": True, "compact_revision": "3"}}) + "\n")
+    put(out, "etcd_reply", "kv.json", json.dumps(kv))
+    # Members of other types than the gateway writes (json::value threw on these before 2026-11-30).
+    put(out, "etcd_reply", "types.jsonl", json.dumps({"message": 5, "code": "x", "key": 3}) + "\n" +
+        json.dumps({"result": {"canceled": "yes", "cancel_reason": 1, "events": {"type": 2, "kv": []}}}) + "\n")
+    put(out, "etcd_reply", "error.json", json.dumps({"error": "etcdserver: requested lease not found", "code": 5,
+                                                     "message": "etcdserver: requested lease not found"}))
 
     # What stock torch.distributed.checkpoint wrote (tests/fixtures/dcp/make_fixtures.py): each
     # .metadata, and each tensor chunk's item (a torch.save archive) cut out of its .distcp file.

@@ -67,11 +67,18 @@ TEST_CASE("records of another step once saved under the name are told apart by o
   CHECK(of_version(new_step, VersionId{1, "tx-new", 1000}));
   // A record's writer whose clock runs behind counts: its time is not looked at.
   CHECK(of_version(FilePart{"a", 1, 1, 1, 10, "tx-new"}, VersionId{1, "tx-new", 1000}));
-  // A version an older ptcfsd stored has no origin: records written before its commit (a second's
-  // slack) are another step's; a record with an origin is never of it.
+  // An origin unknown on either side (a version or a record of an older ptcfsd): records written
+  // before the version's commit (a second's slack) are another step's.
   CHECK(of_version(FilePart{"a", 1, 1, 1, 999}, VersionId{1, "", 1000}));
   CHECK(!of_version(FilePart{"a", 1, 1, 1, 998}, VersionId{1, "", 1000}));
-  CHECK(!of_version(FilePart{"a", 1, 1, 1, 2000, "tx-new"}, VersionId{1, "", 1000}));
+  CHECK(of_version(FilePart{"a", 1, 1, 1, 2000, "tx-new"}, VersionId{1, "", 1000}));
+  CHECK(!of_version(FilePart{"a", 1, 1, 1, 998, "tx-new"}, VersionId{1, "", 1000}));
+  CHECK(of_version(FilePart{"a", 1, 1, 1, 1000}, VersionId{1, "tx-new", 1000}));
+  CHECK(!of_version(FilePart{"a", 1, 1, 2, 1000, "tx-new"}, VersionId{1, "tx-new", 1000}));
+  CHECK(same_origin("tx-a", "tx-a"));
+  CHECK(same_origin("", "tx-a"));
+  CHECK(same_origin("tx-a", ""));
+  CHECK(!same_origin("tx-a", "tx-b"));
 }
 
 TEST_CASE("part records read back as written, with the version they were cut from", "[durable]") {
