@@ -330,7 +330,7 @@ Status DurableTier::upload(const Key& key, const std::shared_ptr<const StepVersi
     h.update(buf.data(), n);
     return Status::ok();
   };
-  const uint64_t part_bytes = std::max(o_.part_bytes, kMinPart);
+  const uint64_t part_bytes = part_size();
   if (size <= part_bytes) {
     PTC_RETURN_IF_ERROR(read(0, size));
     PTC_RETURN_IF_ERROR(s3_->put(dir + name, transport::S3Body::of(buf)));
@@ -459,13 +459,15 @@ Status DurableTier::commit(const Key& key, const std::shared_ptr<const StepVersi
   return Status::ok();
 }
 
+uint64_t DurableTier::part_size() const { return std::max(o_.part_bytes, kMinPart); }
+
 Status DurableTier::keep_upload(const Key& key, const Work& w, const StepVersion& v) {
   WriteBatch b;
   b.put(upload_key(key.first, key.second), json{{"file", w.upload_file},
                                                 {"upload_id", *w.upload_id},
                                                 {"version", v.version()},
                                                 {"origin", v.origin()},
-                                                {"part_bytes", std::max(o_.part_bytes, kMinPart)}}
+                                                {"part_bytes", part_size()}}
                                                .dump());
   return store_.write_meta(b).with_context("recording the upload of " + w.upload_file);
 }
@@ -494,7 +496,7 @@ void DurableTier::take_left_upload(const Key& key, const StepVersion& v, Work& w
   // Only the same version (by origin: the same bytes), cut into the same parts, goes on where the
   // earlier run stopped.
   if (v.origin().empty() || it->second.origin != v.origin() || it->second.version != v.version() ||
-      it->second.part_bytes != std::max(o_.part_bytes, kMinPart))
+      it->second.part_bytes != part_size())
     end_upload(key, w, true);
   else
     log::info("an upload of {} left by an earlier run goes on",

@@ -121,6 +121,8 @@ class DurableTier {
   // A multipart upload this node started is recorded in its metadata (so that a run after a
   // crash goes on with it, or aborts it) until it completes or is aborted.
   Status keep_upload(const Key& key, const Work& w, const StepVersion& v);
+  // The multipart part size: --s3-part-mib, at least S3's smallest part.
+  uint64_t part_size() const;
   // Aborts w's multipart upload (when `abort`) and forgets it, record included.
   void end_upload(const Key& key, Work& w, bool abort);
   // A new version's work: goes on with the upload an earlier run left open for it, or aborts that.
