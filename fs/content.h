@@ -29,6 +29,13 @@ class StepContent {
   virtual const ptc::Layout& layout() const = 0;
   // Increases with every new version of the same step.
   virtual uint64_t version() const = 0;
+  // The identity of the change that committed this version (empty where unknown). Two versions
+  // of one number differ in it (the step removed and saved again under its name), and so do the
+  // inodes of their files: the kernel never serves one's cached pages for the other's.
+  virtual const std::string& origin() const {
+    static const std::string none;
+    return none;
+  }
   // When this version was committed, in seconds since the epoch (the files' mtime).
   virtual int64_t mtime() const = 0;
   // Appends bytes [off, off + len) of the stored slice `slice` (an index into

@@ -223,7 +223,7 @@ std::shared_ptr<SubTree> new_subtree(std::shared_ptr<const void> content, const 
   return st;
 }
 
-// A pending step: inode tags "pending", so that the committed files (tag "v<version>")
+// A pending step: inode tags "pending", so that the committed files (tag "v<version>.<origin>")
 // get new inodes and the kernel drops what it cached of the pending ones.
 Result<std::shared_ptr<const SubTree>> build_pending(const PendingEntry& e, uint64_t job_ino) {
   const std::string sp = "/" + e.job + "/" + e.step;
@@ -256,7 +256,7 @@ Result<std::shared_ptr<const SubTree>> build_step(const StepEntry& e, uint64_t j
   const auto& c = e.content;
   const auto& layout = c->layout();
   const int64_t mtime = c->mtime();
-  const std::string tag = "v" + std::to_string(c->version());
+  const std::string tag = "v" + std::to_string(c->version()) + (c->origin().empty() ? "" : "." + c->origin());
   const std::string sp = "/" + e.job + "/" + e.step;
   auto st = new_subtree(c, sp, job_ino, mtime);
   st->nodes.reserve(2 * layout.shards().size() + 64);  // and the DCP files

@@ -21,10 +21,14 @@ std::vector<int> Follower::others() const {
   return out;
 }
 
-bool Follower::catch_up_step(const std::string& job, const std::string& step, uint64_t at_least) {
+bool Follower::catch_up_step(const std::string& job, const std::string& step, uint64_t at_least,
+                              const std::string& origin) {
   const std::string name = job + "/" + step;
   const std::shared_ptr<const StepVersion> v = current_version(store_, job, step).value_or(nullptr);
   const uint64_t have = v ? v->version() : 0;
+  // etcd records a version of the number this node has but another origin: the step was removed
+  // and saved again under its name while this node was away. A peer serving that origin replaces it.
+  const bool replaced = v && !origin.empty() && !v->origin().empty() && v->origin() != origin;
   const std::vector<int> peers = others();
   auto answers = peers_.state(peers, StateRequest{job, step});
   std::optional<StepState> newest;
@@ -33,7 +37,9 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
       if (s.status().code() == Code::kInvalidArgument) log::warn("catching up {}: {}", name, s.status().to_string());
       continue;
     }
-    if (s->version > std::max(have, newest ? newest->version : 0)) newest = std::move(s).value();
+    const bool same_number_theirs = replaced && !newest && s->version == have && s->origin == origin;
+    if (same_number_theirs || s->version > std::max(have, newest ? newest->version : 0))
+      newest = std::move(s).value();
   }
   if (!newest || newest->version < at_least) return false;
   auto layout = ptc::Layout::make(newest->ptc, newest->ptc.parallelism);
@@ -81,7 +87,12 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
     log::warn("catching up {}: {}", name, s.to_string());
     return false;
   }
-  log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name, newest->version);
+  if (replaced && newest->version == have)
+    log::info("{} was removed and saved again as version {} while this node was away; caught up (this node holds "
+              "none of it)",
+              name, have);
+  else
+    log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name, newest->version);
   if (!lost.empty())
     log::error(
         "{} names this node a holder of {}, but it has none of those bytes (lost with a restart?); "
@@ -143,13 +154,13 @@ void Follower::on_record(const KeyedRecord& rec) {
   behind();
 }
 
-uint64_t Follower::served(const RecordMark& m) const {
+ServedVersion Follower::served(const RecordMark& m) const {
   if (m.step) {
     auto v = current_version(store_, m.job, m.name);
-    return v ? (*v)->version() : 0;
+    return v ? ServedVersion{(*v)->version(), (*v)->origin()} : ServedVersion{};
   }
   auto d = current_dataset(store_, m.job, m.name);
-  return d ? (*d)->version() : 0;
+  return {d ? (*d)->version() : 0, {}};
 }
 
 void Follower::remove_recorded(const std::string& job, const std::string& step) {
@@ -173,7 +184,7 @@ std::vector<RecordMark> Follower::catch_up_records(const std::function<bool()>& 
     else if (m.removed)
       remove_recorded(m.job, m.name);
     else
-      catch_up_step(m.job, m.name, m.version);
+      catch_up_step(m.job, m.name, m.version, m.tx);
   }
   if (datasets) catch_up_datasets(stopping);
   return ledger_.behind(served);

@@ -57,10 +57,12 @@ class Follower {
 
  private:
   std::vector<int> others() const;
-  uint64_t served(const RecordMark& m) const;  // the version this node serves of it; 0: none
+  ServedVersion served(const RecordMark& m) const;  // what this node serves of it
   // Brings job/step to the newest version its peers have (at least `at_least`), holding none
-  // of it; whether it moved.
-  bool catch_up_step(const std::string& job, const std::string& step, uint64_t at_least);
+  // of it; whether it moved. `origin` (may be empty): the origin etcd's record names; a peer
+  // serving it replaces a version of the same number and another origin.
+  bool catch_up_step(const std::string& job, const std::string& step, uint64_t at_least,
+                     const std::string& origin = {});
   void remove_recorded(const std::string& job, const std::string& step);  // etcd records it removed
   void behind();                                                          // tries counted afresh, the ticker woken
 

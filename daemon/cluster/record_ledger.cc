@@ -8,13 +8,18 @@ std::string RecordMark::what() const {
   return kind + job + "/" + name + " version " + std::to_string(version);
 }
 
-bool RecordMark::lags(uint64_t have) const {
-  if (removed) return step && have != 0;
-  return step ? have < version : have != 0 && have < version;
+bool RecordMark::replaces(const ServedVersion& have) const {
+  return step && !removed && have.version == version && !tx.empty() && !have.origin.empty() && tx != have.origin;
+}
+
+bool RecordMark::lags(const ServedVersion& have) const {
+  if (removed) return step && have.version != 0;
+  if (!step) return have.version != 0 && have.version < version;
+  return have.version < version || replaces(have);
 }
 
 RecordMark mark_of(const KeyedRecord& record) {
-  return {record.job, record.name, record.is_step(), record.version(), record.removed()};
+  return {record.job, record.name, record.is_step(), record.version(), record.removed(), record.tx()};
 }
 
 void RecordLedger::note(const KeyedRecord& record) {

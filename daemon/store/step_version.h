@@ -170,7 +170,7 @@ class StepVersion final : public fs::StepContent {
   // number, have different origins. Empty only for a version an older ptcfsd stored, or one not
   // committed yet. Set once by commit_change (daemon/store/prepared.h), before the version is
   // published: the one exception to "immutable once made".
-  const std::string& origin() const { return origin_; }
+  const std::string& origin() const override { return origin_; }
   void set_origin(std::string origin) { origin_ = std::move(origin); }
   const ptc::Layout& layout() const override { return layout_; }
   uint64_t version() const override { return version_; }

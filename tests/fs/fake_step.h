@@ -110,14 +110,16 @@ inline std::string read_all(const View& v) {
 
 class FakeStep final : public StepContent {
  public:
-  explicit FakeStep(uint64_t version, int64_t mtime = 1700000000, const std::string& hf_config = "")
-      : layout_(test_layout(hf_config)), version_(version), mtime_(mtime) {
+  explicit FakeStep(uint64_t version, int64_t mtime = 1700000000, const std::string& hf_config = "",
+                    std::string origin = "")
+      : layout_(test_layout(hf_config)), version_(version), mtime_(mtime), origin_(std::move(origin)) {
     for (int t = 0; t < 2; ++t)
       for (size_t k = 0; k < layout_.ptc().tensors.size(); ++k) stored_[{t, k}] = stored_slice(t, k);
   }
 
   const ptc::Layout& layout() const override { return layout_; }
   uint64_t version() const override { return version_; }
+  const std::string& origin() const override { return origin_; }
   int64_t mtime() const override { return mtime_; }
   Status read_slice(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len,
                     ReadBuffer& out) const override {
@@ -143,6 +145,7 @@ class FakeStep final : public StepContent {
   ptc::Layout layout_;
   uint64_t version_;
   int64_t mtime_;
+  std::string origin_;
   // By (TP rank, tensor); both stages' shards of a rank hold different tensors.
   std::map<std::pair<int, size_t>, std::optional<std::string>> stored_;
 };

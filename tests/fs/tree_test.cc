@@ -303,6 +303,25 @@ TEST_CASE("inode numbers are hashes of the path, and of the step's version for f
   CHECK(Tree::pending_file_ino("/gpt/300/ptc.json") == xxh3(tagged("/gpt/300/ptc.json", "pending")));
 }
 
+TEST_CASE("a version of the same number and another origin gives a step's files new inode numbers") {
+  // The step removed and saved again under its name: version 1 again, other bytes.
+  auto web = small_jsonl(5);
+  auto s100 = std::make_shared<FakeStep>(1);
+  auto first = walk(*build(two_steps_and_a_dataset(s100, std::make_shared<FakeStep>(1, 1700000000, "", "t1"), web)));
+  auto again = walk(*build(two_steps_and_a_dataset(s100, std::make_shared<FakeStep>(1, 1700000000, "", "t2"), web)));
+  REQUIRE(keys(first) == keys(again));
+  size_t changed = 0;
+  for (const auto& [path, ino] : first) {
+    INFO(path);
+    const bool new_file = path.rfind("gpt/200/", 0) == 0 && path.back() != '/';
+    CHECK((again.at(path) != ino) == new_file);
+    changed += new_file;
+  }
+  CHECK(changed == 30);
+  auto t = build(two_steps_and_a_dataset(s100, std::make_shared<FakeStep>(1, 1700000000, "", "t2"), web));
+  CHECK(lookup(*t, "gpt/200/ptc.json")->ino == xxh3(tagged("/gpt/200/ptc.json", "v1.t2")));
+}
+
 TEST_CASE("two builds of the same contents give every path the same inode number") {
   auto a = walk(
       *build(two_steps_and_a_dataset(std::make_shared<FakeStep>(1), std::make_shared<FakeStep>(2), small_jsonl(5))));

@@ -529,6 +529,36 @@ def test_a_step_saved_while_a_node_was_away_reads_through_it_when_it_is_back(tmp
         verify_step(c[2], "w", "1", ck, full_views=True)
 
 
+def test_a_step_removed_and_imported_again_while_a_node_was_away_is_the_new_one_when_it_is_back(tmp_path):
+    """n2 is down while j/1 is removed and another checkpoint is imported under the same name: etcd's
+    record says version 1 again, and n2 still holds the old version 1. Back, it went on serving the
+    old step's bytes (its version number was the record's); it now sees that the record's transaction
+    is not its version's origin, takes the others' version 1, and reads the new bytes."""
+    require_binaries()
+    root = str(tmp_path)
+    old = small_checkpoint(root)
+    new = Checkpoint(os.path.join(root, "ck2"), tp=2, pp=2, layers=2, hidden=128, vocab=512, seed=7)
+    with Etcd(root) as etcd, EtcdCluster(root, etcd, 3, lease_ttl=LEASE_S) as c:
+        c.start(0, 1, 2)
+        c[0].cli("import", old.path, "--job", "j", "--step", "1")
+        first_tx = etcd.get_json("/ptcfs/steps/j/1")["tx"]
+        verify_step(c[2], "j", "1", old, full_views=False)
+        c[2].stop()  # a clean stop leaves etcd at once
+        wait_for(lambda: live_ids(c[0]) == ["n0", "n1"], 15, lambda: f"live: {live_ids(c[0])}")
+        c[0].cli("rm", "j/1")
+        c[0].cli("import", new.path, "--job", "j", "--step", "1")
+        rec = etcd.get_json("/ptcfs/steps/j/1")
+        assert rec["version"] == 1 and rec["tx"] != first_tx, rec
+        c.start(2)
+        wait_for(lambda: "was removed and saved again as version 1" in open(c[2].log_path).read(), 30,
+                 lambda: f"n2 did not catch up:\n{c[2].log_tail()}")
+        assert version(c[2]) == 1
+        verify_step(c[2], "j", "1", new, full_views=True)
+        c[2].stop()  # and after a restart: etcd's record and n2's version agree
+        c.start(2)
+        verify_step(c[2], "j", "1", new, full_views=False)
+
+
 def test_a_node_restarted_while_a_holder_was_away_reads_from_it_once_it_is_back(tmp_path):
     """Found by the chaos soak (CI, seed 1): n2 restarted while n1, the only holder of a shard n1
     saved, was out of etcd, so n2's node table lacked n1. A read of that shard through n2's mount

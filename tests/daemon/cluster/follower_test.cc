@@ -41,7 +41,9 @@ ptc::ClusterConfig pair(const std::string& n1_addr) {
   return c;
 }
 
-KeyedRecord step_record(uint64_t version, bool removed = false) { return step_record_of("job", "1", version, removed); }
+KeyedRecord step_record(uint64_t version, bool removed = false, const std::string& tx = "") {
+  return step_record_of("job", "1", version, removed, tx);
+}
 
 struct Pair {
   explicit Pair(const std::string& root)
@@ -82,7 +84,7 @@ TEST_CASE("a follower brings a step to the version a record names, from the node
   TempDir tmp;
   Pair p(tmp.path());
   REQUIRE(p.n1.runner.repartition(RepartitionRequest{"job", "1", ptc::Parallelism{1, 2, 2}, false, {}, 0}, {}).is_ok());
-  p.follower.on_record(step_record(2));
+  p.follower.on_record(step_record(2, false, find_step(*p.n1.store, "job", "1")->origin()));
   CHECK(p.woken == 1);  // the watch thread asks no peer: the catch-up ticker does
   CHECK(find_step(*p.n0.store, "job", "1")->version() == 1);
   CHECK(p.follower.catch_up_records().empty());
@@ -105,6 +107,36 @@ TEST_CASE("a follower names the records no node serves yet, and applies a remova
   p.follower.on_record(step_record(0, true));
   CHECK(p.n0.store->snapshot()->steps.count({"job", "1"}) == 0);
   CHECK(p.follower.catch_up_records().empty());
+}
+
+}  // namespace ptcfs::testing
+
+namespace ptcfs::testing {
+
+TEST_CASE("a follower replaces a step removed and saved again under its name while it was away", "[follower]") {
+  // Both nodes hold version 1 of job/1, each under its own origin (each imported it alone): etcd's
+  // record names n1's. n0's version has the record's number and another origin: it is behind, and
+  // takes n1's version 1 (holding none of it).
+  TempDir tmp;
+  Pair p(tmp.path());
+  const auto mine = find_step(*p.n0.store, "job", "1");
+  const auto theirs = find_step(*p.n1.store, "job", "1");
+  REQUIRE(mine->origin() != theirs->origin());
+  p.follower.on_record(step_record(1, false, theirs->origin()));
+  CHECK(p.woken == 1);
+  CHECK(find_step(*p.n0.store, "job", "1") == mine);  // not on the watch thread
+  CHECK(p.follower.catch_up_records().empty());
+  const auto v = find_step(*p.n0.store, "job", "1");
+  CHECK(v != mine);
+  CHECK(v->version() == 1);
+  CHECK(v->origin() == theirs->origin());
+  CHECK(v->placement().nodes == theirs->placement().nodes);
+  // A record that names an origin no node serves leaves the step as it is, and is named.
+  p.follower.on_record(step_record(1, false, "nobody"));
+  const auto left = p.follower.catch_up_records();
+  REQUIRE(left.size() == 1);
+  CHECK(left[0].what() == "step job/1 version 1");
+  CHECK(find_step(*p.n0.store, "job", "1") == v);
 }
 
 }  // namespace ptcfs::testing

@@ -10,13 +10,14 @@
 
 namespace ptcfs::testing {
 
-// The record of job/step at `version` (a repartition), or its removal.
+// The record of job/step at `version` (a repartition), or its removal, written by transaction
+// `tx` ("t<version>" where empty).
 inline KeyedRecord step_record_of(const std::string& job, const std::string& step, uint64_t version,
-                                  bool removed = false) {
+                                  bool removed = false, const std::string& tx = "") {
   StepRecord r;
   r.kind = removed ? "remove" : "repartition";
   r.version = removed ? 0 : version;
-  r.tx = "t" + std::to_string(version);
+  r.tx = tx.empty() ? "t" + std::to_string(version) : tx;
   r.coordinator = "n1";
   r.removed = removed;
   auto k = keyed_record(etcd_step_key(job, step), to_json(r));
