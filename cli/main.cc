@@ -75,6 +75,8 @@ void print_durable(const json& d) {
   if (state == "uploading" || state == "waiting")
     line += fmt::format(": {} of {} from this node", human_bytes(d.value("bytes_uploaded", uint64_t{0})),
                         human_bytes(d.value("bytes_total", uint64_t{0})));
+  const uint64_t evicted = d.value("bytes_evicted", uint64_t{0});
+  if (evicted) line += fmt::format(" ({} evicted from this node's disk)", human_bytes(evicted));
   fmt::print("{}  {}\n", line, d.value("where", ""));
   if (d.contains("note")) fmt::print("      {}\n", d["note"].get<std::string>());
 }

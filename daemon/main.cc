@@ -177,6 +177,12 @@ int main(int argc, char** argv) {
                  "Size of the write-through tier's multipart parts in MiB (a file up to this size is one PUT)")
       ->check(CLI::Range(5, 5 * 1024))
       ->capture_default_str();
+  app.add_option("--disk-budget-mib", o.node_opts.disk_budget_mib,
+                 "With --s3-durable: while the blobs under DATA take more than this many MiB, evict those of the "
+                 "durable steps used least recently; a read fetches them back from S3 (docs/OPERATIONS.md \"A disk "
+                 "budget\"). 0: never; default PTCFS_DISK_BUDGET_MIB")
+      ->envname("PTCFS_DISK_BUDGET_MIB")
+      ->capture_default_str();
   app.add_flag("--fuse-debug", o.node_opts.fuse_debug, "Log every FUSE request (libfuse's -d)");
   app.add_flag("--no-allow-other{false}", o.node_opts.allow_other, "Only the mounting user may read the mount");
   app.set_version_flag("--version", PTCFS_VERSION);

@@ -139,13 +139,25 @@ Status Node::open_store() {
 }
 
 Status Node::open_tier() {
-  if (opts_.s3_durable.empty()) return Status::ok();
+  if (opts_.s3_durable.empty())
+    return opts_.disk_budget_mib ? invalid(
+                                       "--disk-budget-mib needs --s3-durable (evicted blobs are fetched back from "
+                                       "the durable copy)")
+                                 : Status::ok();
   if (!opts_.s3) return invalid("--s3-durable needs an S3 endpoint (--s3-endpoint or AWS_ENDPOINT_URL)");
   PTC_ASSIGN_OR_RETURN(const auto at, transport::parse_s3_url(opts_.s3_durable), "--s3-durable");
   auto client = transport::S3Client::make(opts_.s3->options(at));
   if (!client) return failed("--s3-durable " + opts_.s3_durable, client.status());
+  // A read waits on a fetch back: a stopped S3 fails it in about 20 s (3 tries of 5 s without a
+  // byte), not the uploads' two minutes.
+  transport::S3Options read_opts = opts_.s3->options(at);
+  read_opts.stall_timeout = std::chrono::seconds(5);
+  read_opts.attempts = 3;
+  auto reads = transport::S3Client::make(std::move(read_opts));
+  if (!reads) return failed("--s3-durable " + opts_.s3_durable, reads.status());
   durable::TierOptions o;
   o.part_bytes = opts_.s3_part_mib << 20;
+  o.disk_budget = opts_.disk_budget_mib << 20;
   if (cfg_.cluster) {
     o.self = node_id(*peers_->cluster(), cfg_.node);
     // The first holder of each shard writes its file (daemon/durable/durable_plan.h).
@@ -160,7 +172,8 @@ Status Node::open_tier() {
       return ids;
     };
   }
-  tier_ = std::make_unique<durable::DurableTier>(*store_, std::move(client).value(), std::move(o));
+  tier_ = std::make_unique<durable::DurableTier>(*store_, std::move(client).value(), std::move(reads).value(),
+                                                 std::move(o));
   log::info("writing committed steps through to {}", tier_->where());
   return Status::ok();
 }

@@ -74,6 +74,7 @@ struct NodeOptions {
   std::optional<transport::S3Access> s3;  // --s3-endpoint and the rest: imports from s3://
   std::string s3_durable;                 // --s3-durable s3://BUCKET/PREFIX: the write-through tier
   uint64_t s3_part_mib = 64;              // --s3-part-mib: its multipart parts
+  uint64_t disk_budget_mib = 0;           // --disk-budget-mib: evict durable steps' blobs above it (0: never)
 };
 
 class Node {

@@ -96,13 +96,7 @@ class SafetensorsView final : public View {
   // The file's layout, built once; null when it cannot be (built_ says why).
   const formats::SafetensorsLayout* layout() const {
     std::call_once(once_, [&] {
-      const auto& layout = c_->layout();
-      std::vector<formats::TensorDecl> decls;
-      for (const auto& sl : layout.slices(shard_)) {
-        const auto& spec = layout.tensor(sl);
-        decls.push_back(formats::TensorDecl{spec.name, spec.dtype, sl.local_shape});
-      }
-      built_ = formats::layout_safetensors(decls);
+      built_ = shard_safetensors_layout(c_->layout(), shard_);
       if (!built_) log::error("{}.safetensors: {}", shard_.name(), built_.status().to_string());
     });
     return built_ ? &*built_ : nullptr;
@@ -222,6 +216,15 @@ std::shared_ptr<const View> bytes_view(std::string bytes) { return std::make_sha
 
 std::shared_ptr<const View> lazy_bytes_view(std::function<std::string()> make) {
   return std::make_shared<LazyBytesView>(std::move(make));
+}
+
+Result<formats::SafetensorsLayout> shard_safetensors_layout(const ptc::Layout& layout, const ptc::ShardId& shard) {
+  std::vector<formats::TensorDecl> decls;
+  for (const auto& sl : layout.slices(shard)) {
+    const auto& spec = layout.tensor(sl);
+    decls.push_back(formats::TensorDecl{spec.name, spec.dtype, sl.local_shape});
+  }
+  return formats::layout_safetensors(decls);
 }
 
 std::shared_ptr<const View> shard_safetensors_view(std::shared_ptr<const StepContent> c, const ptc::ShardId& shard) {

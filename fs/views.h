@@ -17,6 +17,7 @@
 
 #include "fs/content.h"
 #include "ptc/base/metrics.h"
+#include "ptc/formats/safetensors.h"
 
 namespace ptcfs::fs {
 
@@ -38,6 +39,9 @@ std::shared_ptr<const View> lazy_bytes_view(std::function<std::string()> make);
 // A shard as one safetensors file; its header is built on first use (a layout it cannot be built
 // for is a 1-byte file whose read fails, EIO, and the log says why).
 std::shared_ptr<const View> shard_safetensors_view(std::shared_ptr<const StepContent> c, const ptc::ShardId& shard);
+// That file's layout: its header, and each slice's range in its data area (in the layout's
+// slice order).
+Result<formats::SafetensorsLayout> shard_safetensors_layout(const ptc::Layout& layout, const ptc::ShardId& shard);
 std::shared_ptr<const View> slice_npy_view(std::shared_ptr<const StepContent> c, const ptc::ShardId& shard,
                                            size_t slice);
 std::shared_ptr<const View> full_npy_view(std::shared_ptr<const StepContent> c, size_t tensor);

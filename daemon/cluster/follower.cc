@@ -22,7 +22,7 @@ std::vector<int> Follower::others() const {
 }
 
 bool Follower::catch_up_step(const std::string& job, const std::string& step, uint64_t at_least,
-                              const std::string& origin) {
+                             const std::string& origin) {
   const std::string name = job + "/" + step;
   const std::shared_ptr<const StepVersion> v = current_version(store_, job, step).value_or(nullptr);
   const uint64_t have = v ? v->version() : 0;
@@ -38,8 +38,7 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
       continue;
     }
     const bool same_number_theirs = replaced && !newest && s->version == have && s->origin == origin;
-    if (same_number_theirs || s->version > std::max(have, newest ? newest->version : 0))
-      newest = std::move(s).value();
+    if (same_number_theirs || s->version > std::max(have, newest ? newest->version : 0)) newest = std::move(s).value();
   }
   if (!newest || newest->version < at_least) return false;
   auto layout = ptc::Layout::make(newest->ptc, newest->ptc.parallelism);
@@ -88,9 +87,10 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
     return false;
   }
   if (replaced && newest->version == have)
-    log::info("{} was removed and saved again as version {} while this node was away; caught up (this node holds "
-              "none of it)",
-              name, have);
+    log::info(
+        "{} was removed and saved again as version {} while this node was away; caught up (this node holds "
+        "none of it)",
+        name, have);
   else
     log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name, newest->version);
   if (!lost.empty())

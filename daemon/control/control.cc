@@ -155,6 +155,11 @@ Result<json> ControlService::ls(const json& req) const {
     if (tier_) {
       out["durable"] = to_json(tier_->state(job, step).value_or(durable::StepDurability{}));
       out["durable"]["where"] = tier_->where() + durable::step_prefix(job, step);
+      // Its blobs the disk budget evicted (docs/OPERATIONS.md "A disk budget"): in S3 only.
+      uint64_t evicted = 0;
+      for (uint64_t b : sit->second->blobs_used())
+        if (store_.blobs().is_evicted(b)) evicted += store_.blobs().size_of(b).value_or(0);
+      out["durable"]["bytes_evicted"] = evicted;
     }
     return out;
   }

@@ -45,13 +45,21 @@ std::string_view state_name(StepDurability::State s) {
   return "local";
 }
 
-DurableTier::DurableTier(Store& store, std::unique_ptr<transport::S3Client> s3, TierOptions o)
-    : store_(store), s3_(std::move(s3)), o_(std::move(o)) {
-  // The steps made durable before this run (a repartition since keeps them durable).
-  auto s = store_.scan_meta(Store::kDurablePrefix, [&](std::string_view key, std::string_view) {
+DurableTier::DurableTier(Store& store, std::unique_ptr<transport::S3Client> s3,
+                         std::unique_ptr<transport::S3Client> reads, TierOptions o)
+    : store_(store),
+      s3_(std::move(s3)),
+      o_(std::move(o)),
+      budget_(std::make_unique<DiskBudget>(store, std::move(reads), o_.disk_budget)) {
+  // The steps made durable before this run (a repartition since keeps them durable), with the
+  // origin of the version their copy is of (none in a record an older ptcfsd wrote).
+  auto s = store_.scan_meta(Store::kDurablePrefix, [&](std::string_view key, std::string_view value) {
     const std::string rest(key.substr(Store::kDurablePrefix.size()));
     const size_t slash = rest.find('/');
-    if (slash != std::string::npos) recorded_.insert({rest.substr(0, slash), rest.substr(slash + 1)});
+    const json j = json::parse(value, nullptr, false);
+    const std::string origin =
+        j.is_object() && j.contains("origin") && j["origin"].is_string() ? j["origin"].get<std::string>() : "";
+    if (slash != std::string::npos) recorded_[{rest.substr(0, slash), rest.substr(slash + 1)}] = origin;
     return Status::ok();
   });
   if (!s) log::warn("reading the durable records: {}", s.to_string());
@@ -118,6 +126,12 @@ void DurableTier::set(const Key& key, const Work& w) {
 void DurableTier::run() {
   while (true) {
     pass();
+    // The disk budget evicts only blobs of steps whose copy is of the version served.
+    if (!stopping())
+      budget_->pass([this](const StepVersion& v) {
+        auto it = recorded_.find({v.job(), v.step()});
+        return it != recorded_.end() && !it->second.empty() && it->second == v.origin();
+      });
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, o_.poll, [this] { return stop_ || wake_; });
     if (stop_) return;
@@ -129,7 +143,7 @@ void DurableTier::pass() {
   const auto snap = store_.snapshot();
   // Steps gone (removed; the store removed their records with them): forgotten.
   for (auto it = recorded_.begin(); it != recorded_.end();)
-    it = snap->steps.count(*it) ? std::next(it) : recorded_.erase(it);
+    it = snap->steps.count(it->first) ? std::next(it) : recorded_.erase(it);
   if (first_pass_) {
     // Uploads an earlier run left open for steps gone or durable since: aborted (the others are
     // taken, or aborted, when their step's work starts).
@@ -244,7 +258,7 @@ Status DurableTier::advance(const Key& key, const std::shared_ptr<const StepVers
   if (plan.commits) {
     bool done = false;
     PTC_RETURN_IF_ERROR(commit(key, v, w, done));
-    return done ? mark_durable(key, w) : Status::ok();
+    return done ? mark_durable(key, *v, w) : Status::ok();
   }
   // Another node commits: durable once a copy whose manifest holds this node's files is in S3.
   PTC_ASSIGN_OR_RETURN(const auto head, s3_->head(dir + kPtcJson));
@@ -258,7 +272,7 @@ Status DurableTier::advance(const Key& key, const std::shared_ptr<const StepVers
       const formats::ExportFile* f = m.find(p.name);
       mine = mine && f && f->size == p.size && f->xxh3 == p.xxh3;
     }
-    if (mine) return mark_durable(key, w);
+    if (mine) return mark_durable(key, *v, w);
   }
   w.d.note = "this node's files are written; node " + committer + " writes the copy's ptc.json once every file is";
   return Status::ok();
@@ -504,11 +518,11 @@ void DurableTier::take_left_upload(const Key& key, const StepVersion& v, Work& w
   left_.erase(it);
 }
 
-Status DurableTier::mark_durable(const Key& key, Work& w) {
+Status DurableTier::mark_durable(const Key& key, const StepVersion& v, Work& w) {
   WriteBatch b;
-  b.put(Store::durable_key(key.first, key.second), json{{"version", w.d.version}}.dump());
+  b.put(Store::durable_key(key.first, key.second), json{{"version", w.d.version}, {"origin", v.origin()}}.dump());
   PTC_RETURN_IF_ERROR(store_.write_meta(b), "recording the durable copy");
-  recorded_.insert(key);
+  recorded_[key] = v.origin();
   if (w.started) {
     const double seconds = std::chrono::duration<double>(Clock::now() - *w.started).count();
     metrics::operation("s3_upload", true, seconds, w.d.bytes_done);

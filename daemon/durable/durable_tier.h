@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/durable/disk_budget.h"
 #include "daemon/durable/durable_plan.h"
 #include "ptc/base/status.h"
 #include "transport/s3_client.h"
@@ -76,12 +77,17 @@ struct TierOptions {
   // most says durable after the copy's commit.
   std::chrono::milliseconds wait_cap{4000};
   uint64_t part_bytes = uint64_t{64} << 20;  // multipart parts (and the largest single PUT)
+  // The disk budget (daemon/durable/disk_budget.h): blobs of durable steps are evicted while
+  // the blobs take more. 0: none (blobs an earlier run evicted are still fetched back).
+  uint64_t disk_budget = 0;
 };
 
 class DurableTier {
  public:
-  // `store` must outlive this object; the worker starts at once.
-  DurableTier(Store& store, std::unique_ptr<transport::S3Client> s3, TierOptions o);
+  // `store` must outlive this object; the worker starts at once. `reads` (the same endpoint
+  // and prefix as `s3`) fetches evicted blobs back, apart from the uploads.
+  DurableTier(Store& store, std::unique_ptr<transport::S3Client> s3, std::unique_ptr<transport::S3Client> reads,
+              TierOptions o);
   ~DurableTier();  // stops the worker (an upload under way stops between parts)
   DurableTier(const DurableTier&) = delete;
   DurableTier& operator=(const DurableTier&) = delete;
@@ -117,7 +123,7 @@ class DurableTier {
   Status upload(const Key& key, const std::shared_ptr<const StepVersion>& v, const ptc::ShardId& shard, Work& w,
                 FilePart& part);
   Status commit(const Key& key, const std::shared_ptr<const StepVersion>& v, Work& w, bool& done);
-  Status mark_durable(const Key& key, Work& w);
+  Status mark_durable(const Key& key, const StepVersion& v, Work& w);
   // A multipart upload this node started is recorded in its metadata (so that a run after a
   // crash goes on with it, or aborts it) until it completes or is aborted.
   Status keep_upload(const Key& key, const Work& w, const StepVersion& v);
@@ -142,13 +148,14 @@ class DurableTier {
 
   // The worker's own (no lock).
   std::map<Key, Work> work_;
-  std::set<Key> recorded_;  // steps with a durable record
+  std::map<Key, std::string> recorded_;  // steps with a durable record -> the origin of the copy's version
   struct LeftUpload {
     std::string file, upload_id, origin;
     uint64_t version = 0, part_bytes = 0;
   };
   std::map<Key, LeftUpload> left_;  // multipart uploads an earlier run left open, not yet taken
   bool first_pass_ = true;
+  std::unique_ptr<DiskBudget> budget_;
   std::thread worker_;
 };
 

@@ -147,7 +147,71 @@ bool BlobStore::is_pending(uint64_t id) const {
 }
 
 Result<std::shared_ptr<const BlobFile>> BlobStore::file(uint64_t id) {
+  std::shared_ptr<Refilling> one;
+  std::shared_ptr<const Refill> refill;
+  uint64_t tries = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (!evicted_.count(id)) return open_locked(id);
+    refill = refill_;
+    auto& r = refills_[id];
+    if (!r) r = std::make_shared<Refilling>();
+    one = r;
+    tries = one->tries;  // written under mu_ too
+  }
+  if (!refill) return unavailable("blob " + path(id) + " is evicted to S3, and this daemon has no S3 tier");
+  std::lock_guard refilling(one->m);
+  {
+    std::lock_guard lock(mu_);
+    if (!evicted_.count(id)) return open_locked(id);  // fetched back by the reader before this one
+    // A reader that waited for a try that failed fails with it (the kernel sends a file's reads
+    // at once: each trying again would make a stopped S3 cost them one after the other).
+    if (one->tries != tries) return one->failed;
+  }
+  const Status s = (*refill)(id);
   std::lock_guard lock(mu_);
+  ++one->tries;
+  if (!s) {
+    one->failed = s;
+    return s;
+  }
+  evicted_.erase(id);
+  refills_.erase(id);  // the waiters hold theirs
+  return open_locked(id);
+}
+
+void BlobStore::set_refill(std::shared_ptr<const Refill> refill) {
+  std::lock_guard lock(mu_);
+  refill_ = std::move(refill);
+}
+
+Status BlobStore::evict(uint64_t id, uint64_t size) {
+  std::lock_guard lock(mu_);  // a file() either opened it before, or finds it evicted
+  const std::string p = path(id);
+  if (::unlink(p.c_str()) != 0) return io_error("evicting blob " + p, errno);
+  open_.erase(id);
+  evicted_[id] = size;
+  return Status::ok();
+}
+
+void BlobStore::note_evicted(uint64_t id, uint64_t size) {
+  std::lock_guard lock(mu_);
+  evicted_[id] = size;
+}
+
+bool BlobStore::is_evicted(uint64_t id) const {
+  std::lock_guard lock(mu_);
+  return evicted_.count(id) > 0;
+}
+
+std::vector<uint64_t> BlobStore::evicted() const {
+  std::lock_guard lock(mu_);
+  std::vector<uint64_t> out;
+  for (const auto& [id, _] : evicted_) out.push_back(id);
+  return out;
+}
+
+Result<std::shared_ptr<const BlobFile>> BlobStore::open_locked(uint64_t id) {
   if (auto it = open_.find(id); it != open_.end()) return it->second;
   const std::string p = path(id);
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
@@ -167,6 +231,7 @@ Status BlobStore::remove(uint64_t id) {
   {
     std::lock_guard lock(mu_);
     open_.erase(id);  // readers holding the shared_ptr keep the fd until they finish
+    evicted_.erase(id);
   }
   const std::string p = path(id);
   if (::unlink(p.c_str()) != 0 && errno != ENOENT) return io_error("removing blob " + p, errno);
@@ -189,6 +254,10 @@ Result<std::vector<uint64_t>> BlobStore::list() const {
 }
 
 Result<uint64_t> BlobStore::size_of(uint64_t id) const {
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = evicted_.find(id); it != evicted_.end()) return it->second;
+  }
   struct stat st {};
   const std::string p = path(id);
   if (::stat(p.c_str(), &st) != 0) return io_error("stat " + p, errno);

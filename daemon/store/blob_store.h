@@ -3,16 +3,21 @@
 // Blobs that no metadata refers to (left by a crash during an import) are removed by
 // Store::open.
 //
+// A blob may be evicted (the S3 tier's disk budget, docs/OPERATIONS.md "A disk budget"): its
+// file goes, and the next file() of it fetches it back through the refill function before it
+// opens it; readers never see the difference, but for the wait.
+//
 // Errors: a failed system call is kIo naming the blob's path and errno's text; a full disk
 // while writing is kResourceExhausted (write_at); create() is kInternal only if no fresh id
-// could be drawn.
+// could be drawn; file() of an evicted blob fails as its refill does.
 //
 // Thread-safety: all methods may be called concurrently.
 #pragma once
 
-#include <cstdint>
-#include <memory>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -98,20 +103,43 @@ class BlobStore {
   // Marks an existing blob pending again (a prepared change restored after a restart).
   void hold_pending(uint64_t id);
   bool is_pending(uint64_t id) const;
-  // The open blob (cached).
+  // The open blob (cached). An evicted one is fetched back first (one refill at a time per
+  // blob; readers of it wait for that one, and fail with it).
   Result<std::shared_ptr<const BlobFile>> file(uint64_t id);
   Status remove(uint64_t id);
+  // The blobs with a file (evicted ones are not listed).
   Result<std::vector<uint64_t>> list() const;
-  Result<uint64_t> size_of(uint64_t id) const;
+  Result<uint64_t> size_of(uint64_t id) const;  // an evicted blob's: its size when evicted
   std::string path(uint64_t id) const;
   const std::string& dir() const { return dir_; }
 
+  // Writes an evicted blob's file at path(id) again (renamed into place once whole), or fails.
+  using Refill = std::function<Status(uint64_t id)>;
+  // Set by the S3 tier; null: evicted blobs cannot be read (kUnavailable).
+  void set_refill(std::shared_ptr<const Refill> refill);
+  // Removes the blob's file and remembers it evicted, `size` bytes, at once for every reader: a
+  // file() from now on fetches it back (readers holding the open file keep it).
+  Status evict(uint64_t id, uint64_t size);
+  // Remembers a blob evicted by an earlier run (its file is gone).
+  void note_evicted(uint64_t id, uint64_t size);
+  bool is_evicted(uint64_t id) const;
+  std::vector<uint64_t> evicted() const;
+
  private:
   explicit BlobStore(std::string dir) : dir_(std::move(dir)) {}
+  Result<std::shared_ptr<const BlobFile>> open_locked(uint64_t id);
   std::string dir_;
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<const BlobFile>> open_;
   std::unordered_set<uint64_t> pending_;
+  std::unordered_map<uint64_t, uint64_t> evicted_;  // id -> size
+  struct Refilling {
+    std::mutex m;                  // held by the reader fetching the blob back
+    uint64_t tries = 0;            // guarded by mu_, as is:
+    Status failed = Status::ok();  // the last try's error
+  };
+  std::unordered_map<uint64_t, std::shared_ptr<Refilling>> refills_;  // one refill at a time per blob
+  std::shared_ptr<const Refill> refill_;
 };
 
 }  // namespace ptcfs

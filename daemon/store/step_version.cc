@@ -3,8 +3,9 @@
 #include "daemon/store/read_ahead.h"
 
 #include <algorithm>
-#include <charconv>
 #include <atomic>
+#include <charconv>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <set>
@@ -203,6 +204,9 @@ Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uint64_t
     if (!remote_) return error(Code::kUnavailable, "shard " + shard.name() + " is not held on this node");
     return remote_->read(*this, shard, slice, off, len, out);
   }
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (last_read_.load(std::memory_order_relaxed) != now) last_read_.store(now, std::memory_order_relaxed);
   ReplySink sink(*blobs_, out);
   return pieces(shard, slice, off, len, sink);
 }

@@ -13,6 +13,7 @@
 // others has none until its bytes are read in full (a peer transfer hashes what it sends).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -190,6 +191,9 @@ class StepVersion final : public fs::StepContent {
   bool holds(const ptc::ShardId& shard) const override { return placement_.holds(shard_index(shard)); }
   size_t shard_index(const ptc::ShardId& s) const;
   uint64_t total_bytes() const;  // of all stored slices (held here)
+  // When a read last asked this version for bytes it holds, in seconds since the epoch; 0:
+  // never. The S3 tier's disk budget evicts the least recently used first.
+  int64_t last_read() const { return last_read_.load(std::memory_order_relaxed); }
   std::vector<uint64_t> blobs_used() const;
 
   // Adds this version's records to a batch.
@@ -215,6 +219,7 @@ class StepVersion final : public fs::StepContent {
   const RemoteSlices* remote_;
   uint64_t serial_;
   std::string origin_;
+  mutable std::atomic<int64_t> last_read_{0};
 };
 
 }  // namespace ptcfs

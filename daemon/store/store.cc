@@ -266,6 +266,20 @@ Result<size_t> Store::collect_garbage() {
   return removed;
 }
 
+std::set<uint64_t> Store::pinned_blobs() const {
+  std::set<uint64_t> out;
+  std::lock_guard lock(mu_);
+  for (const auto& w : retired_)
+    if (auto v = w.lock())
+      for (uint64_t b : v->blobs_used()) out.insert(b);
+  for (const auto& [_, d] : snap_->datasets)
+    for (uint64_t b : d->blobs_used()) out.insert(b);
+  for (const auto& w : retired_datasets_)
+    if (auto d = w.lock())
+      for (uint64_t b : d->blobs_used()) out.insert(b);
+  return out;
+}
+
 fs::Contents mount_contents(const Store& store) {
   fs::Contents c;
   const auto snap = store.snapshot();

@@ -113,6 +113,9 @@ class Store {
   // Removes blob files that no live version refers to (current, or replaced but still held
   // by a reader) and that are not pending. Returns how many were removed.
   Result<size_t> collect_garbage();
+  // The blobs that versions replaced but still held by a reader use, and every dataset's: what
+  // must stay on disk whatever the current steps' durable copies hold (the S3 tier's budget).
+  std::set<uint64_t> pinned_blobs() const;
 
   // Metadata records of other kinds than versions (prepared changes kept across a restart,
   // daemon/store/prepared_record.h): written atomically and durably, scanned by prefix.

@@ -20,7 +20,6 @@ import urllib.request
 import zipfile
 from typing import Optional
 
-import pytest
 import yaml
 
 import k8s_validate
@@ -215,7 +214,9 @@ def test_daemonset_wiring():
     assert not any(a.startswith("--s3") for a in c["args"])
     assert env["AWS_ENDPOINT_URL_S3"]["valueFrom"]["configMapKeyRef"] == {"name": "ptcfs-s3", "key": "endpoint"}
     assert env["PTCFS_S3_DURABLE"]["valueFrom"]["configMapKeyRef"] == {"name": "ptcfs-s3", "key": "durable"}
-    assert find("ConfigMap", "ptcfs-s3")["data"] == {"endpoint": "", "durable": ""}
+    assert env["PTCFS_DISK_BUDGET_MIB"]["valueFrom"]["configMapKeyRef"] == {"name": "ptcfs-s3",
+                                                                             "key": "disk-budget-mib"}
+    assert find("ConfigMap", "ptcfs-s3")["data"] == {"endpoint": "", "durable": "", "disk-budget-mib": "0"}
     for var, key in (("AWS_ACCESS_KEY_ID", "access_key_id"), ("AWS_SECRET_ACCESS_KEY", "secret_access_key")):
         assert env[var]["valueFrom"]["secretKeyRef"] == {"name": "ptcfs-s3", "key": key, "optional": True}
 
@@ -285,16 +286,18 @@ def test_the_s3_settings_of_the_manifests_write_a_step_through(tmp_path):
     s3.start()
     try:
         s3.bucket("ckpts")
-        config = {"ptcfs-s3": {"endpoint": s3.endpoint, "durable": "s3://ckpts/cluster-a"}}
+        config = {"ptcfs-s3": {"endpoint": s3.endpoint, "durable": "s3://ckpts/cluster-a", "disk-budget-mib": "64"}}
         secrets = {"ptcfs-s3": {"access_key_id": WRITER[0], "secret_access_key": WRITER[1]}}
         env = container_env(c, {"spec.nodeName": "n", "status.podIP": "127.0.0.1"}, secrets, config)
-        s3_env = {k: v for k, v in env.items() if k.startswith(("AWS_", "PTCFS_S3_"))}
+        tier = ("AWS_", "PTCFS_S3_", "PTCFS_DISK_")
+        s3_env = {k: v for k, v in env.items() if k.startswith(tier)}
         assert s3_env == {"AWS_ENDPOINT_URL_S3": s3.endpoint, "PTCFS_S3_DURABLE": "s3://ckpts/cluster-a",
+                          "PTCFS_DISK_BUDGET_MIB": "64",
                           "AWS_ACCESS_KEY_ID": WRITER[0], "AWS_SECRET_ACCESS_KEY": WRITER[1]}
         shipped = container_env(c, {"spec.nodeName": "n", "status.podIP": "127.0.0.1"})
         off = Daemon(str(tmp_path / "off"))
-        off.env = {k: v for k, v in shipped.items() if k.startswith(("AWS_", "PTCFS_S3_"))}
-        assert off.env == {"AWS_ENDPOINT_URL_S3": "", "PTCFS_S3_DURABLE": ""}
+        off.env = {k: v for k, v in shipped.items() if k.startswith(tier)}
+        assert off.env == {"AWS_ENDPOINT_URL_S3": "", "PTCFS_S3_DURABLE": "", "PTCFS_DISK_BUDGET_MIB": "0"}
         off.start()
         try:
             assert "s3_durable" not in off.cli_json("status", "--json")

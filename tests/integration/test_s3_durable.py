@@ -22,8 +22,8 @@ from s3_util import READER, S3Server, credentials_file
 BUCKET = "tier"
 
 
-@pytest.fixture
-def s3(tmp_path):
+def tier_server(tmp_path):
+    """A started S3 server holding the tier's bucket, closed after the test (the fixture `s3`)."""
     s = S3Server(str(tmp_path / "s3"))
     s.start()
     s.bucket(BUCKET)
@@ -33,9 +33,13 @@ def s3(tmp_path):
         s.close()
 
 
-def tier_flags(tmp_path, s3, key=None, prefix="ck", part_mib=None):
+s3 = pytest.fixture(tier_server, name="s3")
+
+
+def tier_flags(tmp_path, s3, key=None, prefix="ck", part_mib=None, budget_mib=None):
     creds = credentials_file(str(tmp_path / f"aws-{(key or ('w',))[0]}"), *([key] if key else []))
     flags = ["--s3-endpoint", s3.endpoint, "--s3-credentials", creds, "--s3-durable", f"s3://{BUCKET}/{prefix}"]
+    flags += ["--disk-budget-mib", str(budget_mib)] if budget_mib is not None else []
     return flags + (["--s3-part-mib", str(part_mib)] if part_mib else [])
 
 

@@ -86,7 +86,8 @@ TEST_CASE("a step of the record's version number and another origin is behind; a
   RecordLedger ledger;
   ledger.note(step_record("1", 1));  // written by transaction "t1"
   CHECK(whats(ledger.behind(serving({{"s:1", 1}}))).empty());
-  CHECK(whats(ledger.behind(serving({{"s:1", 1}}, {{"s:1", "old"}}))) == std::vector<std::string>{"step j/1 version 1"});
+  CHECK(whats(ledger.behind(serving({{"s:1", 1}}, {{"s:1", "old"}}))) ==
+        std::vector<std::string>{"step j/1 version 1"});
   // A version an older ptcfsd committed (no origin) counts as the record's.
   CHECK(whats(ledger.behind(serving({{"s:1", 1}}, {{"s:1", ""}}))).empty());
   // Ahead of the record: not behind, whatever the origin.
