@@ -28,6 +28,7 @@ namespace {
 
 constexpr uint64_t kChunk = uint64_t{16} << 20;  // the largest ranged GET of a refill
 constexpr unsigned kInFlight = 4;
+constexpr int64_t kMinIdleSeconds = 10;  // a step read or committed more recently is not evicted
 
 std::string refill_path(const BlobStore& blobs, uint64_t id) { return blobs.path(id) + ".refill"; }
 
@@ -205,7 +206,13 @@ void DiskBudget::pass(const std::function<bool(const StepVersion&)>& copy_of) {
   // the one a job reads next).
   const auto used = [](const StepVersion& v) { return std::max(v.last_read(), v.mtime()); };
   std::stable_sort(durable.begin(), durable.end(), [&](const auto& a, const auto& b) { return used(*a) < used(*b); });
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
   for (const auto& v : durable) {
+    // A step in use is kept whatever the budget: evicting what a reader is going through would
+    // have it fetch back what the next pass evicts again.
+    if (now - used(*v) < kMinIdleSeconds) continue;
     uint64_t freed = 0;
     size_t n = 0;
     for (uint64_t id : v->blobs_used()) {

@@ -5,7 +5,8 @@
 // - Evicting a blob: its bytes are mapped into the copy's rank files (evicted_blob.h) and
 //   hashed, the record is written to the metadata, then the file goes (BlobStore::evict).
 //   Never evicted: a blob a dataset uses, or a version replaced but still held by a reader, or a
-//   step whose copy is not of its version (repartitioned or changed since the copy was made).
+//   step whose copy is not of its version (repartitioned or changed since the copy was made), or
+//   a step read or committed in the last 10 s (in use: the budget is exceeded meanwhile).
 // - Fetching back (BlobStore's refill, on the reading thread): ranged GETs of exactly the
 //   mapped bytes, 4 in flight, into DATA/blobs/<id>.refill, checked against the record's XXH3,
 //   synced, renamed into place; then the record goes. A copy changed or damaged since is never

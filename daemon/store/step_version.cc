@@ -140,6 +140,9 @@ Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, const Op
 }
 
 Status StepVersion::pieces(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len, PieceSink& sink) const {
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (last_read_.load(std::memory_order_relaxed) != now) last_read_.store(now, std::memory_order_relaxed);
   const StoredSlice& ss = stored(shard, slice);
   if (off + len > slice_bytes(ss)) return internal("read past the end of a stored slice");
   return walk_slice(
@@ -204,9 +207,6 @@ Status StepVersion::read_slice(const ptc::ShardId& shard, size_t slice, uint64_t
     if (!remote_) return error(Code::kUnavailable, "shard " + shard.name() + " is not held on this node");
     return remote_->read(*this, shard, slice, off, len, out);
   }
-  const int64_t now =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  if (last_read_.load(std::memory_order_relaxed) != now) last_read_.store(now, std::memory_order_relaxed);
   ReplySink sink(*blobs_, out);
   return pieces(shard, slice, off, len, sink);
 }

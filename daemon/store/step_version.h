@@ -191,8 +191,9 @@ class StepVersion final : public fs::StepContent {
   bool holds(const ptc::ShardId& shard) const override { return placement_.holds(shard_index(shard)); }
   size_t shard_index(const ptc::ShardId& s) const;
   uint64_t total_bytes() const;  // of all stored slices (held here)
-  // When a read last asked this version for bytes it holds, in seconds since the epoch; 0:
-  // never. The S3 tier's disk budget evicts the least recently used first.
+  // When a read (through the mount, or a peer's) last asked this version for bytes it holds, in
+  // seconds since the epoch; 0: never. The S3 tier's disk budget evicts the least recently used
+  // first.
   int64_t last_read() const { return last_read_.load(std::memory_order_relaxed); }
   std::vector<uint64_t> blobs_used() const;
 
