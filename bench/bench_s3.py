@@ -15,6 +15,10 @@ and a SeaweedFS S3 server (the tests' s3_util.S3Server) on loopback, on the same
   the same copy imported at a new layout (`--to tp=1,pp=2,dp=3`): each node reads its shards of the
   copy's layout, then the nodes pull from each other the minimum the new layout lacks. Bytes
   are the daemons' own count of what they sent to and received from S3 (`ptcfs status`: s3).
+- fetch back: one daemon writing through to the copy's prefix with a disk budget of 1 MiB restores the
+  copy (already there: nothing is sent), evicts its blobs once it is idle, then four readers (one per
+  rank file, as four ranks loading it) read every rank file through the mount, each read fetching its
+  blob back from S3; against boto3 downloading the copy once.
 
     $PTCFS_PYTHON bench/bench_s3.py [--mb 2000] [--json FILE]
 """
@@ -26,6 +30,7 @@ import time
 
 from bench_lib import gbps, ptcgen, row, standalone  # noqa: E402  (also puts tests/ on the path)
 from cluster_util import Cluster  # noqa: E402
+from ptcfs_harness import Daemon  # noqa: E402
 from s3_util import S3Server, credentials_file  # noqa: E402
 
 import boto3.s3.transfer  # noqa: E402
@@ -53,6 +58,37 @@ def boto_download(s3: S3Server, keys: list, out: str) -> None:
     os.makedirs(out, exist_ok=True)
     for k in keys:
         c.download_file(BUCKET, k, os.path.join(out, k.replace("/", "_")), Config=cfg)
+
+
+def read_whole(path: str) -> None:
+    with open(path, "rb", buffering=0) as f:
+        while f.read(16 << 20):
+            pass
+
+
+def fetch_back(raw: dict, root: str, flags: list, rank_files: list) -> None:
+    d = Daemon(os.path.join(root, "e"),
+               extra_flags=flags + ["--s3-durable", f"s3://{BUCKET}/tier", "--disk-budget-mib", "1"])
+    d.start()
+    try:
+        d.cli("import", f"s3://{BUCKET}/tier/bench/1", "--job", "bench", "--step", "1")
+        deadline = time.monotonic() + 300
+        while d.cli_json("ls", "bench/1", "--json")["durable"].get("bytes_evicted", 0) < 0.99 * raw["bytes"]:
+            assert time.monotonic() < deadline, d.log_tail()
+            time.sleep(0.2)
+        before = d.cli_json("status", "--json")["s3"]["bytes_received"]
+        readers = [threading.Thread(target=read_whole, args=(os.path.join(d.step_dir("bench", "1"), n),))
+                   for n in rank_files]
+        t0 = time.perf_counter()
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
+        raw["fetch_back_s"] = time.perf_counter() - t0
+        raw["fetch_back_received"] = d.cli_json("status", "--json")["s3"]["bytes_received"] - before
+        assert d.log_tail(100000).count("fetched back evicted blob") == len(rank_files)
+    finally:
+        d.stop(cleanup_mount=True)
 
 
 def run(mb: float, root: str) -> tuple:
@@ -104,6 +140,7 @@ def run(mb: float, root: str) -> tuple:
             raw["restore_to_received"] = s3_bytes(b, "bytes_received") - raw["restore_received"]
             raw["restore_to_moved"] = r["repartition"]["bytes_moved"]
             raw["restore_to_min"] = r["repartition"]["bytes_min"]
+        fetch_back(raw, root, flags, rank_files)
         raw["boto_download_s"] = timed(lambda: boto_download(s3, keys, os.path.join(root, "dl")))
         shutil.rmtree(os.path.join(root, "dl"), ignore_errors=True)
 
@@ -138,6 +175,12 @@ def run(mb: float, root: str) -> tuple:
             f"{raw['restore_to_moved'] / 1e6:.0f} MB", f"{raw['restore_to_min'] / 1e6:.0f} MB",
             raw["restore_to_moved"] / max(raw["restore_to_min"], 1), "1.00",
             raw["restore_to_moved"] == raw["restore_to_min"]),
+        row(SECTION, "fetch back of an evicted step (4 readers through the mount) vs boto3 downloading the copy once",
+            gbps(copy_bytes, raw["fetch_back_s"]), gbps(copy_bytes, bd), bd / raw["fetch_back_s"], ">= 0.5",
+            bd / raw["fetch_back_s"] >= 0.5),
+        row(SECTION, "fetch back: bytes from S3 / the copy's rank files", f"{raw['fetch_back_received'] / 1e6:.0f} MB",
+            f"{copy_bytes / 1e6:.0f} MB", raw["fetch_back_received"] / copy_bytes, "~1.00",
+            raw["fetch_back_received"] / copy_bytes < 1.01),
         row(SECTION, "write-through: bytes sent to S3 / the copy's rank files", f"{raw['write_through_sent'] / 1e6:.0f} MB",
             f"{copy_bytes / 1e6:.0f} MB", raw["write_through_sent"] / copy_bytes, "~1.00",
             raw["write_through_sent"] / copy_bytes < 1.01),
