@@ -86,6 +86,12 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
     log::warn("catching up {}: {}", name, s.to_string());
     return false;
   }
+  if (replaced && newest->version == have) {
+    // The durable record (the S3 tier's) was the old step's: the copy of this one is not known yet.
+    WriteBatch b;
+    b.del(Store::durable_key(job, step));
+    if (auto s = store_.write_meta(b); !s) log::warn("catching up {}: {}", name, s.to_string());
+  }
   if (replaced && newest->version == have)
     log::info(
         "{} was removed and saved again as version {} while this node was away; caught up (this node holds "

@@ -76,6 +76,10 @@ struct DiskBudget::Refiller {
     if (fd < 0) return io_error("fetching back blob " + tmp, errno);
     Status s = fill(fd, e, tmp);
     ::close(fd);
+    // A read sees EIO whatever S3 said (an object gone is not a file gone, a refused key not the
+    // reader's permission), but for S3 not answering (EHOSTUNREACH: try again later).
+    if (!s && s.code() != Code::kCorrupt && s.code() != Code::kUnavailable && s.code() != Code::kIo)
+      s = Status(Code::kIo, s.message());
     if (s)
       s = ::rename(tmp.c_str(), blobs.path(id).c_str()) == 0 ? sync_dir(blobs.dir())
                                                              : io_error("fetching back blob " + tmp, errno);
@@ -162,8 +166,11 @@ void DiskBudget::forget_unused() {
   BlobStore& blobs = store_.blobs();
   const auto evicted = blobs.evicted();
   if (evicted.empty()) return;
+  // The snapshot first: a version it holds that a commit retires meanwhile is in the pinned set
+  // read after (while a reader still holds it).
+  const auto snap = store_.snapshot();
   std::set<uint64_t> used = store_.pinned_blobs();
-  for (const auto& [_, v] : store_.snapshot()->steps)
+  for (const auto& [_, v] : snap->steps)
     for (uint64_t b : v->blobs_used()) used.insert(b);
   WriteBatch b;
   std::vector<uint64_t> gone;
@@ -180,7 +187,7 @@ void DiskBudget::forget_unused() {
   for (uint64_t id : gone) (void)blobs.remove(id);
 }
 
-void DiskBudget::pass(const std::function<bool(const StepVersion&)>& copy_of) {
+void DiskBudget::pass(const std::function<bool(const StepVersion&)>& copy_of, const std::function<bool()>& stopping) {
   forget_unused();
   if (budget_ == 0) return;
   BlobStore& blobs = store_.blobs();
@@ -206,9 +213,8 @@ void DiskBudget::pass(const std::function<bool(const StepVersion&)>& copy_of) {
   // the one a job reads next).
   const auto used = [](const StepVersion& v) { return std::max(v.last_read(), v.mtime()); };
   std::stable_sort(durable.begin(), durable.end(), [&](const auto& a, const auto& b) { return used(*a) < used(*b); });
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (const auto& v : durable) {
     // A step in use is kept whatever the budget: evicting what a reader is going through would
     // have it fetch back what the next pass evicts again.
@@ -216,7 +222,7 @@ void DiskBudget::pass(const std::function<bool(const StepVersion&)>& copy_of) {
     uint64_t freed = 0;
     size_t n = 0;
     for (uint64_t id : v->blobs_used()) {
-      if (total <= budget_) break;
+      if (total <= budget_ || stopping()) break;
       if (kept.count(id) || blobs.is_pending(id) || blobs.is_evicted(id) || !ranges.count(id)) continue;
       uint64_t f = 0;
       if (auto s = evict(id, merge_ranges(std::move(ranges[id])), f); !s) {

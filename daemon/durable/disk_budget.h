@@ -44,8 +44,9 @@ class DiskBudget {
   DiskBudget& operator=(const DiskBudget&) = delete;
 
   // Evicts until the blobs take at most the budget; `copy_of(v)` says whether the durable copy
-  // of v's step is of v. Forgets evicted blobs no version uses any more.
-  void pass(const std::function<bool(const StepVersion&)>& copy_of);
+  // of v's step is of v; `stopping()` ends it between two blobs. Forgets evicted blobs no version
+  // uses any more.
+  void pass(const std::function<bool(const StepVersion&)>& copy_of, const std::function<bool()>& stopping);
 
  private:
   struct Refiller;

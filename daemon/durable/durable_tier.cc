@@ -128,10 +128,12 @@ void DurableTier::run() {
     pass();
     // The disk budget evicts only blobs of steps whose copy is of the version served.
     if (!stopping())
-      budget_->pass([this](const StepVersion& v) {
-        auto it = recorded_.find({v.job(), v.step()});
-        return it != recorded_.end() && !it->second.empty() && it->second == v.origin();
-      });
+      budget_->pass(
+          [this](const StepVersion& v) {
+            auto it = recorded_.find({v.job(), v.step()});
+            return it != recorded_.end() && !it->second.empty() && it->second == v.origin();
+          },
+          [this] { return stopping(); });
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, o_.poll, [this] { return stop_ || wake_; });
     if (stop_) return;

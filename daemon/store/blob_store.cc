@@ -147,37 +147,42 @@ bool BlobStore::is_pending(uint64_t id) const {
 }
 
 Result<std::shared_ptr<const BlobFile>> BlobStore::file(uint64_t id) {
-  std::shared_ptr<Refilling> one;
-  std::shared_ptr<const Refill> refill;
-  uint64_t tries = 0;
-  {
+  for (;;) {
+    std::shared_ptr<Refilling> one;
+    std::shared_ptr<const Refill> refill;
+    uint64_t tries = 0;
+    {
+      std::lock_guard lock(mu_);
+      if (!evicted_.count(id)) return open_locked(id);
+      refill = refill_;
+      if (!refill) return unavailable("blob " + path(id) + " is evicted to S3, and this daemon has no S3 tier");
+      // One per blob for as long as it lives (remove() drops it): every fetch of it, across
+      // evictions, goes through the same lock, so two never write its file at once.
+      auto& r = refills_[id];
+      if (!r) r = std::make_shared<Refilling>();
+      one = r;
+      tries = one->tries;
+    }
+    std::lock_guard refilling(one->m);
+    {
+      std::lock_guard lock(mu_);
+      if (one->tries != tries) {
+        // A try ran while this reader waited. It failed: so does this read (the kernel sends a
+        // file's reads at once; each trying again would make a stopped S3 cost them one after
+        // the other). It succeeded: open it, or start over if it was evicted again since.
+        if (!one->failed.is_ok()) return one->failed;
+        continue;
+      }
+      if (!evicted_.count(id)) return open_locked(id);
+    }
+    const Status s = (*refill)(id);
     std::lock_guard lock(mu_);
-    if (!evicted_.count(id)) return open_locked(id);
-    refill = refill_;
-    auto& r = refills_[id];
-    if (!r) r = std::make_shared<Refilling>();
-    one = r;
-    tries = one->tries;  // written under mu_ too
-  }
-  if (!refill) return unavailable("blob " + path(id) + " is evicted to S3, and this daemon has no S3 tier");
-  std::lock_guard refilling(one->m);
-  {
-    std::lock_guard lock(mu_);
-    if (!evicted_.count(id)) return open_locked(id);  // fetched back by the reader before this one
-    // A reader that waited for a try that failed fails with it (the kernel sends a file's reads
-    // at once: each trying again would make a stopped S3 cost them one after the other).
-    if (one->tries != tries) return one->failed;
-  }
-  const Status s = (*refill)(id);
-  std::lock_guard lock(mu_);
-  ++one->tries;
-  if (!s) {
+    ++one->tries;
     one->failed = s;
-    return s;
+    if (!s) return s;
+    evicted_.erase(id);
+    return open_locked(id);
   }
-  evicted_.erase(id);
-  refills_.erase(id);  // the waiters hold theirs
-  return open_locked(id);
 }
 
 void BlobStore::set_refill(std::shared_ptr<const Refill> refill) {
@@ -232,6 +237,7 @@ Status BlobStore::remove(uint64_t id) {
     std::lock_guard lock(mu_);
     open_.erase(id);  // readers holding the shared_ptr keep the fd until they finish
     evicted_.erase(id);
+    refills_.erase(id);
   }
   const std::string p = path(id);
   if (::unlink(p.c_str()) != 0 && errno != ENOENT) return io_error("removing blob " + p, errno);

@@ -136,7 +136,7 @@ class BlobStore {
   struct Refilling {
     std::mutex m;                  // held by the reader fetching the blob back
     uint64_t tries = 0;            // guarded by mu_, as is:
-    Status failed = Status::ok();  // the last try's error
+    Status failed = Status::ok();  // the last try's outcome
   };
   std::unordered_map<uint64_t, std::shared_ptr<Refilling>> refills_;  // one refill at a time per blob
   std::shared_ptr<const Refill> refill_;

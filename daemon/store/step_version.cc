@@ -139,14 +139,20 @@ Status walk_slice(const StoredSlice& slice, uint64_t off, uint64_t len, const Op
   return len > 0 ? walk_pieces(slice, off, len, blobs, sink) : Status::ok();
 }
 
-Status StepVersion::pieces(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len, PieceSink& sink) const {
+void StepVersion::touch() const {
   const int64_t now =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   if (last_read_.load(std::memory_order_relaxed) != now) last_read_.store(now, std::memory_order_relaxed);
+}
+
+Status StepVersion::pieces(const ptc::ShardId& shard, size_t slice, uint64_t off, uint64_t len, PieceSink& sink) const {
+  touch();
   const StoredSlice& ss = stored(shard, slice);
   if (off + len > slice_bytes(ss)) return internal("read past the end of a stored slice");
-  return walk_slice(
+  const Status s = walk_slice(
       ss, off, len, [this](uint64_t id) { return blobs_->file(id); }, sink);
+  touch();  // again after a blob's fetch back, which may take longer than the budget's idle time
+  return s;
 }
 
 namespace {

@@ -221,6 +221,7 @@ class StepVersion final : public fs::StepContent {
   uint64_t serial_;
   std::string origin_;
   mutable std::atomic<int64_t> last_read_{0};
+  void touch() const;  // last_read_ = now
 };
 
 }  // namespace ptcfs

@@ -214,8 +214,10 @@ def test_daemonset_wiring():
     assert not any(a.startswith("--s3") for a in c["args"])
     assert env["AWS_ENDPOINT_URL_S3"]["valueFrom"]["configMapKeyRef"] == {"name": "ptcfs-s3", "key": "endpoint"}
     assert env["PTCFS_S3_DURABLE"]["valueFrom"]["configMapKeyRef"] == {"name": "ptcfs-s3", "key": "durable"}
+    # Optional: a ConfigMap made before the key existed still starts the pods (no budget).
     assert env["PTCFS_DISK_BUDGET_MIB"]["valueFrom"]["configMapKeyRef"] == {"name": "ptcfs-s3",
-                                                                             "key": "disk-budget-mib"}
+                                                                             "key": "disk-budget-mib",
+                                                                             "optional": True}
     assert find("ConfigMap", "ptcfs-s3")["data"] == {"endpoint": "", "durable": "", "disk-budget-mib": "0"}
     for var, key in (("AWS_ACCESS_KEY_ID", "access_key_id"), ("AWS_SECRET_ACCESS_KEY", "secret_access_key")):
         assert env[var]["valueFrom"]["secretKeyRef"] == {"name": "ptcfs-s3", "key": key, "optional": True}

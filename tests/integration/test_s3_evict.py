@@ -119,8 +119,8 @@ def test_a_step_repartitioned_since_its_copy_is_never_evicted(tmp_path, s3):
         d.cli("import", ck2.path, "--job", "gpt", "--step", "2")
         wait_durable(d, "gpt", "2")
         wait_for(lambda: "of gpt/2, read least recently" in d.log_tail(20000), 30, lambda: d.log_tail(3000))
-        # Evicted as soon as it was durable, gpt/1's blobs came back for the repartition (it read
-        # them), and stay: the version served is not the copy's.
+        # Repartitioned at once (before 10 s idle made it evictable): the version served is not the
+        # copy's, and its blobs stay on disk whatever the budget.
         log = d.log_tail(20000).split("repartitioned gpt/1")[1]
         assert "of gpt/1, read least recently" not in log, log
         assert blob_bytes(d) >= ck.summary["bytes"]  # gpt/1's blobs all stay
