@@ -175,6 +175,26 @@ Status Node::open_tier() {
   tier_ = std::make_unique<durable::DurableTier>(*store_, std::move(client).value(), std::move(reads).value(),
                                                  std::move(o));
   log::info("writing committed steps through to {}", tier_->where());
+  if (follower_) {
+    // A node caught up on a step holds again, over its durable copy, the shards no other node
+    // holds (docs/OPERATIONS.md "A node that lost its data directory").
+    follower_->set_restore([this](const StepVersion& next, const std::string& origin,
+                                  const std::string& copy_origin) -> Result<std::optional<Follower::RestoredShards>> {
+      PTC_ASSIGN_OR_RETURN(const auto held, reader_->holders(next));
+      std::vector<size_t> mine;
+      for (size_t s = 0; s < held->size(); ++s)
+        if ((*held)[s] == std::vector<int>{cfg_.node}) mine.push_back(s);
+      if (mine.empty()) return std::optional<Follower::RestoredShards>{};
+      PTC_ASSIGN_OR_RETURN(
+          auto r, tier_->restore(next.job(), next.step(), next.version(), origin, copy_origin, next.layout(), mine));
+      if (!r) return std::optional<Follower::RestoredShards>{};
+      Follower::RestoredShards out;
+      out.stored = std::move(r->shards.stored);
+      for (const auto& e : r->shards.blobs) out.blobs.push_back(e.blob);
+      out.undo = std::move(r->undo);
+      return std::optional<Follower::RestoredShards>{std::move(out)};
+    });
+  }
   return Status::ok();
 }
 

@@ -63,6 +63,7 @@ json to_json(const StepState& s) {
   if (!s.gpus.empty()) j["gpus"] = s.gpus;
   if (!s.holders.empty()) j["holders"] = s.holders;
   if (!s.origin.empty()) j["origin"] = s.origin;
+  if (!s.copy_origin.empty()) j["copy_origin"] = s.copy_origin;
   return j;
 }
 
@@ -77,6 +78,7 @@ Result<StepState> step_state_from_json(const json& j, const std::string& where) 
     PTC_ASSIGN_OR_RETURN(s.holders, member_string_lists(j, "holders", where));
   }
   PTC_ASSIGN_OR_RETURN(s.origin, member_string_or(j, "origin", "", where));
+  PTC_ASSIGN_OR_RETURN(s.copy_origin, member_string_or(j, "copy_origin", "", where));
   return s;
 }
 

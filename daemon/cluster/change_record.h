@@ -43,6 +43,9 @@ struct StepState {
   // mounts: where it was written); empty otherwise. A node catching up must read from them.
   std::vector<std::vector<std::string>> holders{};
   std::string origin{};  // StepVersion::origin; empty from a peer that does not send it
+  // The origin of the version its S3 tier's durable copy is of, when that node knows the copy
+  // whole (a repartition keeps it: the same tensors at the copy's layout); empty otherwise.
+  std::string copy_origin{};
 };
 nlohmann::json to_json(const StepState& s);
 Result<StepState> step_state_from_json(const nlohmann::json& j, const std::string& where);

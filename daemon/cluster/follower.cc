@@ -57,13 +57,6 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
     }
     placement.holders = newest->holders;
   }
-  // Only a save this node wrote names it a holder, and its own commit (or its kept prepared part,
-  // on restart) brings those bytes: caught up here, it has none, and reads of them fail.
-  std::string lost;
-  const std::string self = peers_.name_of(peers_.self());
-  for (size_t s = 0; s < placement.holders.size(); ++s)
-    if (std::find(placement.holders[s].begin(), placement.holders[s].end(), self) != placement.holders[s].end())
-      lost += (lost.empty() ? "" : ", ") + layout->shards()[s].name();
   const size_t nshards = layout->shards().size();
   PreparedChange change(store_);
   change.replaced = v;
@@ -82,11 +75,28 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
     log::info("catching up {}: committed here meanwhile; nothing to catch up", name);
     return false;
   }
+  std::vector<std::string> undo;
+  const bool restored = restore_ && !newest->origin.empty() && restore_shards(change, name, newest->copy_origin, undo);
   if (auto s = commit_change(store_, change); !s) {
     log::warn("catching up {}: {}", name, s.to_string());
+    if (!undo.empty()) {
+      WriteBatch b;
+      for (const auto& k : undo) b.del(k);
+      (void)store_.write_meta(b);
+    }
     return false;
   }
-  if (replaced && newest->version == have) {
+  // Only a save this node wrote names it a holder, and its own commit (or its kept prepared part,
+  // on restart) brings those bytes: caught up here, it has none (but what its copy restored), and
+  // reads of them fail.
+  std::string lost;
+  const std::string self = peers_.name_of(peers_.self());
+  const StepPlacement& placed = change.next->placement();
+  for (size_t s = 0; s < placed.holders.size(); ++s)
+    if (!placed.holds(s) &&
+        std::find(placed.holders[s].begin(), placed.holders[s].end(), self) != placed.holders[s].end())
+      lost += (lost.empty() ? "" : ", ") + change.next->layout().shards()[s].name();
+  if (replaced && newest->version == have && !restored) {
     // The durable record (the S3 tier's) was the old step's: the copy of this one is not known yet.
     WriteBatch b;
     b.del(Store::durable_key(job, step));
@@ -97,13 +107,44 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
         "{} was removed and saved again as version {} while this node was away; caught up (this node holds "
         "none of it)",
         name, have);
-  else
+  else if (!restored)
     log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name, newest->version);
   if (!lost.empty())
     log::error(
         "{} names this node a holder of {}, but it has none of those bytes (lost with a restart?); "
         "reads of them fail until the step is removed",
         name, lost);
+  return true;
+}
+
+bool Follower::restore_shards(PreparedChange& change, const std::string& name, const std::string& copy_origin,
+                              std::vector<std::string>& undo) {
+  const StepVersion& next = *change.next;
+  auto r = restore_(next, change.origin, copy_origin);
+  if (!r) {
+    log::warn("catching up {}: restoring its bytes from the durable copy: {}", name, r.status().to_string());
+    return false;
+  }
+  if (!*r) return false;
+  RestoredShards& got = **r;
+  const size_t nshards = next.layout().shards().size();
+  std::vector<std::vector<StoredSlice>> stored(nshards);
+  StepPlacement placement = next.placement();
+  if (placement.held.size() != nshards) placement.held.assign(nshards, false);
+  std::string names;
+  for (auto& [s, slices] : got.stored) {
+    stored.at(s) = std::move(slices);
+    placement.held[s] = true;
+    names += (names.empty() ? "" : ", ") + next.layout().shards()[s].name();
+  }
+  change.next = store_.new_version(next.job(), next.step(), next.version(), next.layout(), std::move(stored),
+                                   std::move(placement));
+  change.blobs = std::move(got.blobs);
+  undo = std::move(got.undo);
+  log::info(
+      "{} is at version {} on the other nodes, and no other node holds {}: caught up over its durable copy in S3 "
+      "(read from there on first use)",
+      name, change.next->version(), names);
   return true;
 }
 

@@ -19,6 +19,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,23 @@ class Follower {
   // is called when on_record finds this node behind: it wakes the node's catch-up ticker.
   Follower(Store& store, PeerClient& peers, Participant& local, Membership& members, std::function<void()> wake)
       : store_(store), peers_(peers), local_(local), members_(members), wake_(std::move(wake)) {}
+
+  // Shards a caught-up version names this node the only holder of, restored over the S3 tier's
+  // durable copy (docs/OPERATIONS.md "A node that lost its data directory"): per shard index,
+  // its slices; `blobs` are evicted and pending; `undo`, the metadata keys to delete when the
+  // catch-up does not commit.
+  struct RestoredShards {
+    std::map<size_t, std::vector<StoredSlice>> stored;
+    std::vector<uint64_t> blobs;
+    std::vector<std::string> undo;
+  };
+  // Given the version about to be committed (holding nothing), its origin, and the origin of the
+  // version its durable copy is of by the peers' word (StepState::copy_origin; may be empty):
+  // nullopt when there is nothing to restore or no copy of those tensors.
+  using RestoreFn = std::function<Result<std::optional<RestoredShards>>(
+      const StepVersion& next, const std::string& origin, const std::string& copy_origin)>;
+  // Set once, before the first catch-up (with the S3 tier only).
+  void set_restore(RestoreFn restore) { restore_ = std::move(restore); }
 
   // A record written in etcd (EtcdMembership's watch; on start, every record there is).
   void on_record(const KeyedRecord& record);
@@ -65,6 +84,10 @@ class Follower {
                      const std::string& origin = {});
   void remove_recorded(const std::string& job, const std::string& step);  // etcd records it removed
   void behind();                                                          // tries counted afresh, the ticker woken
+  // Restores what restore_ finds for change.next and rebuilds it holding those shards; whether
+  // it did (its metadata keys then in `undo`).
+  bool restore_shards(PreparedChange& change, const std::string& name, const std::string& copy_origin,
+                      std::vector<std::string>& undo);
 
   Store& store_;
   PeerClient& peers_;
@@ -73,6 +96,7 @@ class Follower {
   const std::function<void()> wake_;
   std::atomic<int> behind_tries_{0};
   RecordLedger ledger_;  // the newest record of each key the watch delivered
+  RestoreFn restore_;
 };
 
 }  // namespace ptcfs

@@ -24,7 +24,7 @@ constexpr auto kRetryAfterTimeout = std::chrono::milliseconds(10);
 }  // namespace
 
 Result<std::shared_ptr<const PeerReader::Holders>> PeerReader::holders(const StepVersion& v) const {
-  const auto key = std::make_tuple(v.job(), v.step(), v.version());
+  const uint64_t key = v.serial();  // not the version number: a step saved again under its name reuses it
   {
     std::lock_guard lock(mu_);
     if (auto it = holders_.find(key); it != holders_.end()) return it->second;

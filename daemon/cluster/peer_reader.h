@@ -15,7 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "daemon/store/dataset_version.h"
@@ -54,7 +53,7 @@ class PeerReader final : public RemoteSlices, public RemoteSamples {
     Status why;
   };
   mutable std::map<int, Silent> silent_;
-  mutable std::map<std::tuple<std::string, std::string, uint64_t>, std::shared_ptr<const Holders>> holders_;
+  mutable std::map<uint64_t, std::shared_ptr<const Holders>> holders_;  // by StepVersion::serial
 };
 
 }  // namespace ptcfs

@@ -115,6 +115,7 @@ Result<transport::Reply> PeerService::state(const json& j) {
               v.layout().ptc(), v.placement().holders, v.origin()};
   for (const auto& sh : v.layout().shards())
     if (v.holds(sh)) s.held.push_back(sh.name());
+  s.copy_origin = store_.durable_origin(req.job, req.step);
   return transport::Reply(to_json(s));
 }
 

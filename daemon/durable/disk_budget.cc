@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "daemon/store/store.h"
 #include "ptc/base/log.h"
 #include "ptc/base/metrics.h"
+#include "ptc/model.h"
 
 namespace ptcfs::durable {
 
@@ -28,7 +30,8 @@ namespace {
 
 constexpr uint64_t kChunk = uint64_t{16} << 20;  // the largest ranged GET of a refill
 constexpr unsigned kInFlight = 4;
-constexpr int64_t kMinIdleSeconds = 10;  // a step read or committed more recently is not evicted
+constexpr int64_t kMinIdleSeconds = 10;                // a step read or committed more recently is not evicted
+constexpr uint64_t kMaxManifest = uint64_t{16} << 20;  // a copy's ptcfs-export.json, read whole
 
 std::string refill_path(const BlobStore& blobs, uint64_t id) { return blobs.path(id) + ".refill"; }
 
@@ -162,6 +165,52 @@ DiskBudget::DiskBudget(Store& store, std::unique_ptr<transport::S3Client> s3, ui
 
 DiskBudget::~DiskBudget() { store_.blobs().set_refill(nullptr); }
 
+Result<std::optional<DiskBudget::FromCopy>> DiskBudget::restore(const std::string& job, const std::string& step,
+                                                                uint64_t version, const std::string& origin,
+                                                                const std::string& copy_origin,
+                                                                const ptc::Layout& layout,
+                                                                const std::vector<size_t>& shards, WriteBatch& b) {
+  transport::S3Client& s3 = *refiller_->s3;
+  const std::string dir = step_prefix(job, step);
+  PTC_ASSIGN_OR_RETURN(const auto head, s3.head(dir + kPtcJson));
+  if (!head) {
+    log::info("{} holds no whole copy of {}/{}; not restored from it", s3.where(dir), job, step);
+    return std::optional<FromCopy>{};
+  }
+  PTC_ASSIGN_OR_RETURN(const std::string text, s3.get(dir + kManifest, kMaxManifest));
+  PTC_ASSIGN_OR_RETURN(const formats::ExportManifest m,
+                       formats::parse_export_manifest(text, s3.where(dir + kManifest)));
+  const bool same = !origin.empty() && m.origin == origin && m.version == version;
+  if (!same && (copy_origin.empty() || m.origin != copy_origin)) {
+    log::info(
+        "{} is a copy of another step of that name, or of a version the other nodes do not know "
+        "(version {}); not restored from it",
+        s3.where(dir), m.version);
+    return std::optional<FromCopy>{};
+  }
+  // An older version of these tensors (the step repartitioned since): at the copy's own layout.
+  std::optional<ptc::Layout> copy_layout;
+  if (!same) {
+    PTC_ASSIGN_OR_RETURN(const std::string ptc_text, s3.get(dir + kPtcJson, kMaxManifest));
+    PTC_ASSIGN_OR_RETURN(const ptc::Ptc ptc, ptc::parse_ptc_json(ptc_text, s3.where(dir + kPtcJson)));
+    PTC_ASSIGN_OR_RETURN(copy_layout, ptc::Layout::make(ptc, ptc.parallelism), s3.where(dir + kPtcJson));
+  }
+  BlobStore& blobs = store_.blobs();
+  std::vector<uint64_t> made;
+  auto r =
+      plan_copy_restore(same ? layout : *copy_layout, m, dir, layout, shards, [&](uint64_t size) -> Result<uint64_t> {
+        PTC_ASSIGN_OR_RETURN(const uint64_t id, blobs.create_evicted(size));
+        made.push_back(id);
+        return id;
+      });
+  if (!r) {
+    for (uint64_t id : made) (void)blobs.remove(id);
+    return r.status();
+  }
+  for (const auto& e : r->blobs) b.put(evicted_key(e.blob), evicted_json(e));
+  return std::optional<FromCopy>{FromCopy{std::move(r).value(), VersionId{m.version, m.origin, 0}}};
+}
+
 void DiskBudget::forget_unused() {
   BlobStore& blobs = store_.blobs();
   const auto evicted = blobs.evicted();
@@ -175,7 +224,7 @@ void DiskBudget::forget_unused() {
   WriteBatch b;
   std::vector<uint64_t> gone;
   for (uint64_t id : evicted)
-    if (!used.count(id)) {
+    if (!used.count(id) && !blobs.is_pending(id)) {  // pending: a catch-up's, not committed yet
       b.del(evicted_key(id));
       gone.push_back(id);
     }

@@ -20,9 +20,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "daemon/durable/copy_restore.h"
+#include "daemon/durable/durable_plan.h"
 #include "daemon/durable/evicted_blob.h"
+#include "daemon/store/kv.h"
 #include "ptc/base/status.h"
 #include "transport/s3_client.h"
 
@@ -47,6 +52,20 @@ class DiskBudget {
   // of v's step is of v; `stopping()` ends it between two blobs. Forgets evicted blobs no version
   // uses any more.
   void pass(const std::function<bool(const StepVersion&)>& copy_of, const std::function<bool()>& stopping);
+
+  // Shards `shards` (indices in layout.shards()) of version `version` of job/step, whose origin
+  // is `origin`, over the step's durable copy (copy_restore.h), asked with this object's client
+  // (a stopped S3 costs about 20 s). The copy must be whole (its ptc.json there) and of that
+  // version, or of `copy_origin`'s (the version the peers' durable records name: the same tensors
+  // at the copy's own layout, read from its ptc.json); nullopt otherwise. The blobs are evicted
+  // and pending (BlobStore::create_evicted) and their records put in `b`; on an error none is left.
+  struct FromCopy {
+    CopyRestore shards;
+    VersionId copy;  // the version the copy is of (its manifest's)
+  };
+  Result<std::optional<FromCopy>> restore(const std::string& job, const std::string& step, uint64_t version,
+                                          const std::string& origin, const std::string& copy_origin,
+                                          const ptc::Layout& layout, const std::vector<size_t>& shards, WriteBatch& b);
 
  private:
   struct Refiller;

@@ -113,6 +113,27 @@ std::optional<StepDurability> DurableTier::state(const std::string& job, const s
 
 std::string DurableTier::where() const { return s3_->where(""); }
 
+Result<std::optional<DurableTier::Restored>> DurableTier::restore(const std::string& job, const std::string& step,
+                                                                  uint64_t version, const std::string& origin,
+                                                                  const std::string& copy_origin,
+                                                                  const ptc::Layout& layout,
+                                                                  const std::vector<size_t>& shards) {
+  WriteBatch b;
+  PTC_ASSIGN_OR_RETURN(auto r, budget_->restore(job, step, version, origin, copy_origin, layout, shards, b));
+  if (!r) return std::optional<Restored>{};
+  Restored out{std::move(r->shards), {}};
+  for (const auto& e : out.shards.blobs) out.undo.push_back(evicted_key(e.blob));
+  // The tier takes the step as durable when it sees the version (pass()), as the other nodes do
+  // (their records name the copy's version, kept through repartitions).
+  b.put(Store::durable_key(job, step), json{{"version", r->copy.version}, {"origin", r->copy.origin}}.dump());
+  out.undo.push_back(Store::durable_key(job, step));
+  if (auto s = store_.write_meta(b); !s) {
+    for (const auto& e : out.shards.blobs) (void)store_.blobs().remove(e.blob);
+    return detail::add_context(std::move(s), "recording the blobs restored from " + s3_->where(step_prefix(job, step)));
+  }
+  return std::optional<Restored>{std::move(out)};
+}
+
 bool DurableTier::stopping() const {
   std::lock_guard lock(mu_);
   return stop_;
@@ -187,6 +208,12 @@ void DurableTier::pass() {
         recorded_.erase(key);
         w = Work{};
       }
+    }
+    if (!recorded_.count(key) && w.serial != v->serial()) {
+      // A version seen for the first time with a durable record: restored from its copy by a
+      // catch-up (restore()), which wrote the record before the commit.
+      if (std::string origin = store_.durable_origin(key.first, key.second); !origin.empty())
+        recorded_[key] = std::move(origin);
     }
     if (recorded_.count(key)) {
       if (w.d.state != StepDurability::State::kDurable || w.serial != v->serial()) {

@@ -99,6 +99,21 @@ class DurableTier {
   // s3://bucket/prefix of the copies.
   std::string where() const;
 
+  // A node catching up on a step it lost the bytes of (docs/OPERATIONS.md "A node that lost its
+  // data directory"): shards `shards` of version `version` (of origin `origin`, at `layout`) over
+  // the step's durable copy, when S3 holds a whole copy of that version or of `copy_origin`'s
+  // (DiskBudget::restore; nullopt otherwise). Their blobs are evicted from the start and pending;
+  // their records are written, with the step's durable record naming the copy's version (the
+  // tier never reads those bytes to upload them: the copy is there).
+  // `undo` lists the metadata keys written, for a catch-up that does not commit. Any thread.
+  struct Restored {
+    CopyRestore shards;
+    std::vector<std::string> undo;
+  };
+  Result<std::optional<Restored>> restore(const std::string& job, const std::string& step, uint64_t version,
+                                          const std::string& origin, const std::string& copy_origin,
+                                          const ptc::Layout& layout, const std::vector<size_t>& shards);
+
  private:
   using Key = std::pair<std::string, std::string>;
   struct Work {

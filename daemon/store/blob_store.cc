@@ -131,6 +131,22 @@ Result<BlobWriter> BlobStore::create() {
   return internal("could not pick a fresh blob id");
 }
 
+Result<uint64_t> BlobStore::create_evicted(uint64_t size) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const uint64_t id = rng();
+    if (id == 0) continue;  // the zero blob
+    std::lock_guard lock(mu_);
+    if (pending_.count(id) || evicted_.count(id) || open_.count(id)) continue;
+    struct stat st;
+    if (::stat(path(id).c_str(), &st) == 0 || errno != ENOENT) continue;  // a file of that id (or no answer)
+    pending_.insert(id);
+    evicted_[id] = size;
+    return id;
+  }
+  return internal("could not pick a fresh blob id");
+}
+
 void BlobStore::settle(uint64_t id) {
   std::lock_guard lock(mu_);
   pending_.erase(id);

@@ -122,6 +122,9 @@ class BlobStore {
   Status evict(uint64_t id, uint64_t size);
   // Remembers a blob evicted by an earlier run (its file is gone).
   void note_evicted(uint64_t id, uint64_t size);
+  // A new blob of `size` bytes that was never here: a fresh id, evicted from the start (its
+  // bytes are in the durable copy; the first file() fetches them) and pending, as create()'s.
+  Result<uint64_t> create_evicted(uint64_t size);
   bool is_evicted(uint64_t id) const;
   std::vector<uint64_t> evicted() const;
 

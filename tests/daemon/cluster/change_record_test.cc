@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include "ptc/base/json_util.h"
+#include "ptc/model.h"
+#include "tests/daemon/store/store_fixture.h"
 
 using namespace ptcfs;
 using nlohmann::json;
@@ -76,4 +78,20 @@ TEST_CASE("a peer read asks its version to be held only for a mount's read") {
   auto j = to_json(pull);
   j["hold"] = "yes";
   CHECK_FALSE(read_request_from_json(j).is_ok());
+}
+
+TEST_CASE("a step's state names the origin of its durable copy only when the node knows one") {
+  auto ptc = ptc::parse_ptc_json(testing::kPtcJson, "ptc.json");
+  REQUIRE(ptc.is_ok());
+  StepState s{2, {"n0", "n1"}, {2, 2}, {"tp0-pp0"}, *ptc, {}, "o2"};
+  CHECK_FALSE(to_json(s).contains("copy_origin"));
+  CHECK(step_state_from_json(to_json(s), "state")->copy_origin.empty());
+  s.copy_origin = "o1";  // repartitioned since its copy was written: the copy is version o1's
+  auto back = step_state_from_json(to_json(s), "state");
+  REQUIRE(back.is_ok());
+  CHECK(back->copy_origin == "o1");
+  CHECK(back->origin == "o2");
+  auto j = to_json(s);
+  j["copy_origin"] = 7;
+  CHECK_FALSE(step_state_from_json(j, "state").is_ok());
 }

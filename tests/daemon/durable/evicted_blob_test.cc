@@ -15,6 +15,7 @@
 #include "daemon/store/file_util.h"
 #include "fs/views.h"
 #include "tests/daemon/store/store_fixture.h"
+#include "tests/fs/fake_step.h"
 #include "tests/daemon/temp_dir.h"
 
 using namespace ptcfs;
@@ -22,21 +23,13 @@ using namespace ptcfs::durable;
 
 namespace {
 
-std::string read_view(const fs::View& v) {
-  fs::ReadBuffer b;
-  REQUIRE(v.read(0, v.size(), b).is_ok());
-  std::string out(b.size(), '\0');
-  REQUIRE(b.copy_to(reinterpret_cast<std::byte*>(out.data())).is_ok());
-  return out;
-}
-
 // Every mapped byte of every blob equals the byte of the rank file it names; returns the bytes mapped.
 uint64_t check_map(Store& store, const std::shared_ptr<const StepVersion>& v) {
   std::map<uint64_t, std::vector<CopyRange>> ranges;
   REQUIRE(copy_ranges(*v, step_prefix(v->job(), v->step()), ranges).is_ok());
   std::map<std::string, std::string> files;  // object -> bytes
   for (const auto& shard : v->layout().shards())
-    files[step_prefix(v->job(), v->step()) + rank_file(shard)] = read_view(*fs::shard_safetensors_view(v, shard));
+    files[step_prefix(v->job(), v->step()) + rank_file(shard)] = fs::testing::read_all(*fs::shard_safetensors_view(v, shard));
   uint64_t mapped = 0;
   for (auto& [blob, rs] : ranges) {
     auto f = store.blobs().file(blob);
