@@ -183,7 +183,7 @@ Status Node::open_tier() {
       PTC_ASSIGN_OR_RETURN(const auto held, reader_->holders(next));
       std::vector<size_t> mine;
       for (size_t s = 0; s < held->size(); ++s)
-        if ((*held)[s] == std::vector<int>{cfg_.node}) mine.push_back(s);
+        if ((*held)[s] == std::vector<int>{cfg_.node} && !next.holds(next.layout().shards()[s])) mine.push_back(s);
       if (mine.empty()) return std::optional<Follower::RestoredShards>{};
       PTC_ASSIGN_OR_RETURN(
           auto r, tier_->restore(next.job(), next.step(), next.version(), origin, copy_origin, next.layout(), mine));

@@ -14,6 +14,10 @@
 
 namespace ptcfs {
 
+namespace {
+constexpr std::chrono::seconds kRetryUnrestored{15};
+}  // namespace
+
 std::vector<int> Follower::others() const {
   std::vector<int> out;
   for (int n : members_.members())
@@ -23,6 +27,18 @@ std::vector<int> Follower::others() const {
 
 bool Follower::catch_up_step(const std::string& job, const std::string& step, uint64_t at_least,
                              const std::string& origin) {
+  {
+    std::lock_guard lock(catching_mu_);
+    if (!catching_.insert({job, step}).second) return false;  // under way on another thread
+  }
+  const bool moved = catch_up_step_alone(job, step, at_least, origin);
+  std::lock_guard lock(catching_mu_);
+  catching_.erase({job, step});
+  return moved;
+}
+
+bool Follower::catch_up_step_alone(const std::string& job, const std::string& step, uint64_t at_least,
+                                   const std::string& origin) {
   const std::string name = job + "/" + step;
   const std::shared_ptr<const StepVersion> v = current_version(store_, job, step).value_or(nullptr);
   const uint64_t have = v ? v->version() : 0;
@@ -32,15 +48,23 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
   const std::vector<int> peers = others();
   auto answers = peers_.state(peers, StateRequest{job, step});
   std::optional<StepState> newest;
+  std::string copy_origin;  // of this node's version's durable copy, by a peer serving it too
   for (auto& s : answers) {
     if (!s) {
       if (s.status().code() == Code::kInvalidArgument) log::warn("catching up {}: {}", name, s.status().to_string());
       continue;
     }
+    if (v && s->version == have && s->origin == v->origin() && copy_origin.empty()) copy_origin = s->copy_origin;
     const bool same_number_theirs = replaced && !newest && s->version == have && s->origin == origin;
     if (same_number_theirs || s->version > std::max(have, newest ? newest->version : 0)) newest = std::move(s).value();
   }
-  if (!newest || newest->version < at_least) return false;
+  if (!newest) {
+    // Serving the newest version, but perhaps lacking shards no other node holds (a catch-up
+    // while S3 could not be reached): held again over the durable copy, when it answers.
+    if (v && restore_ && !v->origin().empty()) hold_again(v, copy_origin);
+    return false;
+  }
+  if (newest->version < at_least) return false;
   auto layout = ptc::Layout::make(newest->ptc, newest->ptc.parallelism);
   if (!layout) return false;
   StepPlacement placement;
@@ -76,14 +100,11 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
     return false;
   }
   std::vector<std::string> undo;
-  const bool restored = restore_ && !newest->origin.empty() && restore_shards(change, name, newest->copy_origin, undo);
+  const std::optional<std::string> restored =
+      restore_ && !newest->origin.empty() ? restore_shards(change, name, newest->copy_origin, undo) : std::nullopt;
   if (auto s = commit_change(store_, change); !s) {
     log::warn("catching up {}: {}", name, s.to_string());
-    if (!undo.empty()) {
-      WriteBatch b;
-      for (const auto& k : undo) b.del(k);
-      (void)store_.write_meta(b);
-    }
+    drop_meta(undo);
     return false;
   }
   // Only a save this node wrote names it a holder, and its own commit (or its kept prepared part,
@@ -102,12 +123,14 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
     b.del(Store::durable_key(job, step));
     if (auto s = store_.write_meta(b); !s) log::warn("catching up {}: {}", name, s.to_string());
   }
-  if (replaced && newest->version == have)
+  if (restored)
+    log_restored(name, newest->version, *restored);
+  else if (replaced && newest->version == have)
     log::info(
         "{} was removed and saved again as version {} while this node was away; caught up (this node holds "
         "none of it)",
         name, have);
-  else if (!restored)
+  else
     log::info("{} is at version {} on the other nodes; caught up (this node holds none of it)", name, newest->version);
   if (!lost.empty())
     log::error(
@@ -117,20 +140,70 @@ bool Follower::catch_up_step(const std::string& job, const std::string& step, ui
   return true;
 }
 
-bool Follower::restore_shards(PreparedChange& change, const std::string& name, const std::string& copy_origin,
-                              std::vector<std::string>& undo) {
+void Follower::hold_again(const std::shared_ptr<const StepVersion>& v, const std::string& copy_origin) {
+  const std::string name = v->job() + "/" + v->step();
+  PreparedChange change(store_);
+  change.replaced = v;
+  change.origin = v->origin();
+  change.as_peers = true;
+  change.next = store_.new_version(v->job(), v->step(), v->version(), v->layout(),
+                                   std::vector<std::vector<StoredSlice>>(v->layout().shards().size()), v->placement());
+  // Asked before the claim: S3 may take a while not to answer, and a change of the step meanwhile
+  // (a repartition preparing here) must not be refused for it.
+  std::vector<std::string> undo;
+  const auto restored = restore_shards(change, name, copy_origin, undo, v.get());
+  if (!restored) return;
+  if (!change.claim(store_, Claim::kChangeStep, v->job(), v->step()) ||
+      current_version(store_, v->job(), v->step()).value_or(nullptr) != v) {
+    drop_meta(undo);  // changed meanwhile (its blobs go with `change`): tried again on the next catch-up
+    std::lock_guard lock(unrestored_mu_);
+    unrestored_.insert({v->job(), v->step()});
+    return;
+  }
+  if (auto s = commit_change(store_, change); !s) {
+    log::warn("holding {} again: {}", name, s.to_string());
+    drop_meta(undo);
+    return;
+  }
+  log_restored(name, v->version(), *restored);
+}
+
+void Follower::drop_meta(const std::vector<std::string>& keys) {
+  if (keys.empty()) return;
+  WriteBatch b;
+  for (const auto& k : keys) b.del(k);
+  if (auto s = store_.write_meta(b); !s) log::warn("dropping the records of a change not committed: {}", s.to_string());
+}
+
+std::optional<std::string> Follower::restore_shards(PreparedChange& change, const std::string& name,
+                                                    const std::string& copy_origin, std::vector<std::string>& undo,
+                                                    const StepVersion* held) {
   const StepVersion& next = *change.next;
   auto r = restore_(next, change.origin, copy_origin);
-  if (!r) {
-    log::warn("catching up {}: restoring its bytes from the durable copy: {}", name, r.status().to_string());
-    return false;
+  {
+    std::lock_guard lock(unrestored_mu_);
+    if (r)
+      unrestored_.erase({next.job(), next.step()});
+    else if (unrestored_.insert({next.job(), next.step()}).second)
+      unrestored_tried_ = std::chrono::steady_clock::now();  // the next try in kRetryUnrestored
   }
-  if (!*r) return false;
+  if (!r) {
+    log::warn("{}: restoring the bytes no other node holds from its durable copy (tried again in {} s): {}", name,
+              kRetryUnrestored.count(), r.status().to_string());
+    return std::nullopt;
+  }
+  if (!*r) return std::nullopt;
   RestoredShards& got = **r;
-  const size_t nshards = next.layout().shards().size();
+  const auto& shards = next.layout().shards();
+  const size_t nshards = shards.size();
   std::vector<std::vector<StoredSlice>> stored(nshards);
   StepPlacement placement = next.placement();
-  if (placement.held.size() != nshards) placement.held.assign(nshards, false);
+  if (placement.held.size() != nshards) placement.held.assign(nshards, !held);
+  if (held)  // what this node holds of its current version stays
+    for (size_t s = 0; s < nshards; ++s)
+      if (held->holds(shards[s]))
+        for (size_t j = 0; j < next.layout().slices(shards[s]).size(); ++j)
+          stored[s].push_back(held->stored(shards[s], j));
   std::string names;
   for (auto& [s, slices] : got.stored) {
     stored.at(s) = std::move(slices);
@@ -141,11 +214,14 @@ bool Follower::restore_shards(PreparedChange& change, const std::string& name, c
                                    std::move(placement));
   change.blobs = std::move(got.blobs);
   undo = std::move(got.undo);
+  return names;
+}
+
+void Follower::log_restored(const std::string& name, uint64_t version, const std::string& shards) {
   log::info(
-      "{} is at version {} on the other nodes, and no other node holds {}: caught up over its durable copy in S3 "
-      "(read from there on first use)",
-      name, change.next->version(), names);
-  return true;
+      "{} version {}: no other node holds {}, and this node had none of it: held again over its durable copy in "
+      "S3 (read from there on first use)",
+      name, version, shards);
 }
 
 size_t Follower::catch_up(const std::function<bool()>& stopping) {
@@ -163,7 +239,28 @@ void Follower::behind() {
   if (wake_) wake_();
 }
 
+void Follower::retry_unrestored(const std::function<bool()>& stopping) {
+  std::set<std::pair<std::string, std::string>> retry;
+  {
+    std::lock_guard lock(unrestored_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (unrestored_.empty() || now - unrestored_tried_ < kRetryUnrestored) return;
+    unrestored_tried_ = now;
+    retry = unrestored_;
+  }
+  for (const auto& [job, step] : retry) {
+    if (stopping && stopping()) return;
+    if (!current_version(store_, job, step)) {  // removed meanwhile
+      std::lock_guard lock(unrestored_mu_);
+      unrestored_.erase({job, step});
+      continue;
+    }
+    catch_up_step(job, step, 0);  // no newer version: hold_again
+  }
+}
+
 bool Follower::catch_up_if_behind(const std::function<bool()>& stopping) {
+  retry_unrestored(stopping);
   int tries = behind_tries_.load();
   while (tries > 0 && !behind_tries_.compare_exchange_weak(tries, tries - 1)) {
   }

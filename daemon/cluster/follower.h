@@ -17,11 +17,15 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/cluster/etcd_record.h"
@@ -62,7 +66,8 @@ class Follower {
   void on_record(const KeyedRecord& record);
   // On the catch-up ticker: after on_record found this node behind, a few of its next ticks
   // catch up on the records and the datasets (the others may commit just after their record
-  // appears). Whether one was made.
+  // appears). Whether one was made. First, every 15 s, it tries again the steps whose restore
+  // from the durable copy failed (set_restore).
   bool catch_up_if_behind(const std::function<bool()>& stopping = {});
   // Brings this node to every record the watch delivered that it is behind on (a step at an
   // older version or missing, a step removed, a dataset's older position); what it is still
@@ -82,12 +87,21 @@ class Follower {
   // serving it replaces a version of the same number and another origin.
   bool catch_up_step(const std::string& job, const std::string& step, uint64_t at_least,
                      const std::string& origin = {});
+  bool catch_up_step_alone(const std::string& job, const std::string& step, uint64_t at_least,
+                           const std::string& origin);
   void remove_recorded(const std::string& job, const std::string& step);  // etcd records it removed
   void behind();                                                          // tries counted afresh, the ticker woken
-  // Restores what restore_ finds for change.next and rebuilds it holding those shards; whether
-  // it did (its metadata keys then in `undo`).
-  bool restore_shards(PreparedChange& change, const std::string& name, const std::string& copy_origin,
-                      std::vector<std::string>& undo);
+  // Restores what restore_ finds for change.next and rebuilds it holding those shards (and,
+  // with `held`, what that version holds): the shards' names (its metadata keys then in
+  // `undo`), or nullopt when nothing was restored.
+  std::optional<std::string> restore_shards(PreparedChange& change, const std::string& name,
+                                            const std::string& copy_origin, std::vector<std::string>& undo,
+                                            const StepVersion* held = nullptr);
+  static void log_restored(const std::string& name, uint64_t version, const std::string& shards);
+  // v, the newest version, again, holding what restore_ finds of the shards it lacks.
+  void hold_again(const std::shared_ptr<const StepVersion>& v, const std::string& copy_origin);
+  void drop_meta(const std::vector<std::string>& keys);  // a change not committed: its records
+  void retry_unrestored(const std::function<bool()>& stopping);
 
   Store& store_;
   PeerClient& peers_;
@@ -97,6 +111,15 @@ class Follower {
   std::atomic<int> behind_tries_{0};
   RecordLedger ledger_;  // the newest record of each key the watch delivered
   RestoreFn restore_;
+  // Steps whose restore failed (S3 not answering, a damaged manifest): tried again on the
+  // catch-up ticker every kRetryUnrestored.
+  std::mutex unrestored_mu_;
+  std::set<std::pair<std::string, std::string>> unrestored_;
+  std::chrono::steady_clock::time_point unrestored_tried_{};
+  // One catch-up of a step at a time: another one (the start's, the records', the ticker's)
+  // leaves it to the one under way, which may wait on S3 for a while, and is tried again later.
+  std::mutex catching_mu_;
+  std::set<std::pair<std::string, std::string>> catching_;
 };
 
 }  // namespace ptcfs

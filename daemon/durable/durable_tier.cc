@@ -125,8 +125,11 @@ Result<std::optional<DurableTier::Restored>> DurableTier::restore(const std::str
   for (const auto& e : out.shards.blobs) out.undo.push_back(evicted_key(e.blob));
   // The tier takes the step as durable when it sees the version (pass()), as the other nodes do
   // (their records name the copy's version, kept through repartitions).
-  b.put(Store::durable_key(job, step), json{{"version", r->copy.version}, {"origin", r->copy.origin}}.dump());
-  out.undo.push_back(Store::durable_key(job, step));
+  // A record this node had already (a version it holds part of, caught up again) stays if the
+  // catch-up does not commit.
+  if (store_.durable_origin(job, step).empty()) out.undo.push_back(Store::durable_key(job, step));
+  b.put(Store::durable_key(job, step),
+        json{{"version", r->copy.version}, {"origin", r->copy.origin}, {"restored_for", origin}}.dump());
   if (auto s = store_.write_meta(b); !s) {
     for (const auto& e : out.shards.blobs) (void)store_.blobs().remove(e.blob);
     return detail::add_context(std::move(s), "recording the blobs restored from " + s3_->where(step_prefix(job, step)));
@@ -209,10 +212,13 @@ void DurableTier::pass() {
         w = Work{};
       }
     }
-    if (!recorded_.count(key) && w.serial != v->serial()) {
-      // A version seen for the first time with a durable record: restored from its copy by a
-      // catch-up (restore()), which wrote the record before the commit.
-      if (std::string origin = store_.durable_origin(key.first, key.second); !origin.empty())
+    if (!recorded_.count(key) && w.serial != v->serial() && !v->origin().empty()) {
+      // A version seen for the first time with a durable record written for it: restored from
+      // its copy by a catch-up (restore()), which wrote the record before the commit. (A record
+      // left by a catch-up that never committed, a crash between the two, names another version.)
+      std::string origin = store_.durable_origin(key.first, key.second);
+      if (!origin.empty() &&
+          (origin == v->origin() || store_.durable_origin(key.first, key.second, "restored_for") == v->origin()))
         recorded_[key] = std::move(origin);
     }
     if (recorded_.count(key)) {

@@ -130,9 +130,10 @@ class Store {
   // for it).
   static std::string durable_key(const std::string& job, const std::string& step);
   static constexpr std::string_view kDurablePrefix = "durable/";
-  // The origin of the version that record says the copy is of ({"version", "origin"}): ""
-  // without a record, or one an older ptcfsd wrote (no origin), or one that cannot be read.
-  std::string durable_origin(const std::string& job, const std::string& step);
+  // The origin of the version that record says the copy is of ({"version", "origin"}; or
+  // another string member of it, `member`): "" without a record, or one an older ptcfsd wrote
+  // (no origin), or one that cannot be read.
+  std::string durable_origin(const std::string& job, const std::string& step, const char* member = "origin");
 
  private:
   // commit and remove_step are the store's half of the one commit path: commit_change

@@ -67,7 +67,7 @@ def test_a_node_that_lost_its_data_directory_holds_its_shards_again_over_the_dur
         import_durable(c, ck)
         files, _ = copy_of(s3, "ck/gpt/1/")
         lose_data_directory(c, 1)
-        c[1].wait_log("caught up over its durable copy in S3", 30)
+        c[1].wait_log("held again over its durable copy in S3", 30)
         wait_durable(c[1], "gpt", "1")  # the copy is there: nothing is read to be sent again
         assert "bytes from this node" not in this_run(c[1])
         assert fetched(c[1]) == 0  # nothing read yet
@@ -117,10 +117,35 @@ def test_a_step_repartitioned_since_its_copy_was_written_is_restored_from_the_co
             wait_durable(d, "gpt", "1")
         assert copy_of(s3, "ck/gpt/1/") == (files, manifest)  # still the tp=2,pp=2 copy
         lose_data_directory(c, 1)
-        c[1].wait_log("caught up over its durable copy in S3", 30)
+        c[1].wait_log("held again over its durable copy in S3", 30)
         wait_durable(c[1], "gpt", "1")
         want = Oracles(root, ck, 0)((4, 1, 1))
         verify_step(c[1], "gpt", "1", want, full_views=True)
         assert fetched(c[1]) == len(files["tp1-pp0.safetensors"]) + len(files["tp1-pp1.safetensors"])
         verify_step(c[0], "gpt", "1", want, full_views=False)
         assert durable(c[1], "gpt", "1")["state"] == "durable"
+
+
+def test_a_node_that_lost_its_data_while_s3_was_stopped_holds_its_shards_again_once_s3_answers(tmp_path, s3):
+    """The catch-up asks S3 with the fetch-back client (3 tries of 5 s without a byte): n1 serves the step
+    within about 20 s, holding none of its shards (reads of them fail, never hang), and tries again every
+    15 s; once S3 answers it holds them over the copy, without a restart."""
+    require_binaries()
+    require_etcd()
+    root = str(tmp_path)
+    ck, etcd, cluster = durable_cluster(root, s3, tmp_path)
+    with etcd, cluster() as c:
+        import_durable(c, ck)
+        s3.stop()
+        try:
+            lose_data_directory(c, 1)
+            c[1].wait_log("restoring the bytes no other node holds from its durable copy (tried again in 15 s)", 60)
+            with pytest.raises(OSError) as e:
+                read_all(os.path.join(c[1].step_dir("gpt", "1"), "tp0-pp1.safetensors"))
+            assert e.value.errno in (errno.EIO, errno.EHOSTUNREACH), e.value
+        finally:
+            s3.cont()
+        c[1].wait_log("held again over its durable copy in S3", 60)
+        wait_durable(c[1], "gpt", "1")
+        verify_step(c[1], "gpt", "1", ck, full_views=False)
+        assert "bytes from this node" not in this_run(c[1])
