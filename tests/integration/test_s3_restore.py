@@ -15,7 +15,7 @@ import pytest
 from cluster_util import rank_nodes
 from etcd_util import Etcd, EtcdCluster, require_etcd
 from ptcfs_harness import Checkpoint, read_all, require_binaries, verify_step
-from repartition_util import Oracles, wait_for
+from repartition_util import Oracles
 from test_s3_durable import BUCKET, copy_of, durable, tier_flags, tier_server, wait_durable
 
 s3 = pytest.fixture(tier_server, name="s3")
