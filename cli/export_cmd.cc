@@ -179,6 +179,15 @@ Result<json> export_ptc(const Source& src, const std::string& dir) {
 
 }  // namespace
 
+void add_s3_flags(CLI::App& cmd, S3Flags& s3) {
+  cmd.add_option("--s3-endpoint", s3.endpoint,
+                 "S3 endpoint http(s)://HOST[:PORT] (default: AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL)");
+  cmd.add_option("--s3-region", s3.region, "S3 region (default: AWS_REGION, AWS_DEFAULT_REGION, us-east-1)");
+  cmd.add_option("--s3-credentials", s3.credentials,
+                 "AWS shared-credentials file (default: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)");
+  cmd.add_option("--s3-ca-file", s3.ca_file, "CA bundle for an https S3 endpoint");
+}
+
 CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g) {
   auto* cmd = app.add_subcommand("export",
                                  "Write a committed step out: hf (full tensors as Hugging Face safetensors "
@@ -193,12 +202,7 @@ CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g) {
                   "hf, ptc, or dcp (a PyTorch Distributed Checkpoint directory, through the Python package); "
                   "default hf, and ptc to s3://, where hf and dcp upload the mount's hf/ or dcp/ view as it is")
       ->check(CLI::IsMember({"hf", "ptc", "dcp"}));
-  cmd->add_option("--s3-endpoint", a.s3.endpoint,
-                  "S3 endpoint http(s)://HOST[:PORT] (default: AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL)");
-  cmd->add_option("--s3-region", a.s3.region, "S3 region (default: AWS_REGION, AWS_DEFAULT_REGION, us-east-1)");
-  cmd->add_option("--s3-credentials", a.s3.credentials,
-                  "AWS shared-credentials file (default: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)");
-  cmd->add_option("--s3-ca-file", a.s3.ca_file, "CA bundle for an https S3 endpoint");
+  add_s3_flags(*cmd, a.s3);
   cmd->add_option("--max-shard-size", a.max_shard_size,
                   "hf: the largest file (5GB = 5x10^9 bytes, 100kB, 2GiB, ...; units ignore case)")
       ->capture_default_str();

@@ -20,6 +20,8 @@ struct ExportArgs {
 };
 
 CLI::App* add_export_command(CLI::App& app, ExportArgs& a, Globals& g);
+// The --s3-endpoint, --s3-region, --s3-credentials and --s3-ca-file options of a command.
+void add_s3_flags(CLI::App& cmd, S3Flags& s3);
 int run_export(const ExportArgs& a, const Globals& g);
 
 }  // namespace ptcfs::cli

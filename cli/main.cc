@@ -13,6 +13,7 @@
 #include "cli/allocate_cmd.h"
 #include "cli/autoscale_cmd.h"
 #include "cli/export_cmd.h"
+#include "cli/ls_s3.h"
 #include "cli/ptc_cmd.h"
 #include "cli/client.h"
 #include "cli/dataset_cmd.h"
@@ -79,6 +80,27 @@ void print_durable(const json& d) {
   if (evicted) line += fmt::format(" ({} evicted from this node's disk)", human_bytes(evicted));
   fmt::print("{}  {}\n", line, d.value("where", ""));
   if (d.contains("note")) fmt::print("      {}\n", d["note"].get<std::string>());
+}
+
+// The step copies under an S3 prefix (cli/ls_s3.h).
+int cmd_ls_s3(const Globals& g, const std::string& url, const ptcfs::cli::S3Flags& s3) {
+  auto r = ptcfs::cli::ls_s3(url, s3);
+  if (!r) return fail(r.status());
+  if (g.json) return print_json(*r);
+  const json& j = *r;
+  if (j["copies"].empty()) fmt::print("no step copies under {}\n", j["where"].get<std::string>());
+  for (const auto& c : j["copies"]) {
+    std::string par;
+    if (c.contains("parallelism"))
+      par = fmt::format("tp={},pp={},dp={}", c["parallelism"]["tp"].get<int>(), c["parallelism"]["pp"].get<int>(),
+                        c["parallelism"]["dp"].get<int>());
+    const std::string version = c.contains("version") ? fmt::format("version {}", c["version"].get<uint64_t>()) : "";
+    fmt::print("{:<24} {:<11} {:<16} {:>4} files {:>10}  {}\n", c["url"].get<std::string>(),
+               c["state"].get<std::string>(), par, c["files"].get<size_t>(), human_bytes(c["bytes"].get<uint64_t>()),
+               version);
+    if (c.contains("note")) fmt::print("  {}\n", c["note"].get<std::string>());
+  }
+  return 0;
 }
 
 int cmd_ls(const Globals& g, const std::string& path) {
@@ -429,9 +451,13 @@ int main(int argc, char** argv) {
   std::string path;
   ImportArgs import_args;
   auto* imp = add_import_command(app, import_args, g);
-  auto* ls = app.add_subcommand("ls", "List jobs, the steps of a job, or the shards of a step");
-  ls->add_option("PATH", path, "JOB or JOB/STEP");
+  auto* ls = app.add_subcommand("ls", "List jobs, the steps of a job, the shards of a step, or the step copies in S3");
+  ls->add_option("PATH", path,
+                 "JOB or JOB/STEP; or s3://BUCKET/PREFIX: the step copies under it (the S3 tier's, `ptcfs export`s), "
+                 "read by this command");
   ls->add_flag("--json", g.json, "Print the result as JSON");
+  ptcfs::cli::S3Flags ls_s3;
+  ptcfs::cli::add_s3_flags(*ls, ls_s3);
 
   RepartitionArgs rep_args;
   auto* rep = add_repartition_command(app, rep_args, g);
@@ -471,7 +497,7 @@ int main(int argc, char** argv) {
     return cmd_import(g, import_args.dir, import_args.job, import_args.step, import_args.nodes, import_args.format);
   if (ptc_cmd->parsed()) return ptcfs::cli::run_ptc_command(*ptc_cmd, ptc_args, g);
   if (export_cmd->parsed()) return ptcfs::cli::run_export(export_args, g);
-  if (ls->parsed()) return cmd_ls(g, path);
+  if (ls->parsed()) return path.rfind("s3://", 0) == 0 ? cmd_ls_s3(g, path, ls_s3) : cmd_ls(g, path);
   if (rm->parsed()) return cmd_rm(g, path);
   if (status->parsed()) return cmd_status(g);
   if (rep->parsed())

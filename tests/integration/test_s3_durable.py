@@ -10,12 +10,13 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 
 import pytest
 
 from cluster_util import Cluster
-from ptcfs_harness import Checkpoint, Daemon, assert_error, force_unmount, require_binaries, verify_step
+from ptcfs_harness import PTCFS, Checkpoint, Daemon, assert_error, force_unmount, require_binaries, verify_step
 from repartition_util import Oracles, wait_for
 from s3_util import READER, S3Server, credentials_file
 
@@ -332,3 +333,38 @@ def test_on_a_cluster_a_step_saved_under_a_removed_ones_name_with_one_shard_chan
         assert {f["name"]: f["size"] for f in manifest["files"]} == {n: len(v) for n, v in want.items()}
         assert manifest["version"] == a_manifest["version"] == 1
         assert a_manifest["origin"] and manifest["origin"] not in ("", a_manifest["origin"])  # their transactions
+
+
+def test_ls_s3_lists_the_copies_under_a_prefix_and_says_which_are_whole(tmp_path, s3):
+    """What a new cluster started against the bucket sees: `ptcfs ls s3://BUCKET/PREFIX` (no daemon) lists
+    each copy with its layout, files, bytes and version, and tells a whole copy from one cut short (no
+    ptc.json) and one damaged (a rank file gone), from one listing and the copies' small files."""
+    require_binaries()
+    ck = Checkpoint(str(tmp_path / "ckpt"), tp=2, pp=2)
+    write_through(tmp_path, s3, ck, "gpt", "1")
+    files, manifest = copy_of(s3, "ck/gpt/1/")
+    c = s3.client()
+    for name, body in files.items():
+        if name != "ptc.json":
+            c.put_object(Bucket=BUCKET, Key=f"ck/gpt/2/{name}", Body=body)  # cut short: no ptc.json
+        if name != "tp1-pp1.safetensors":
+            c.put_object(Bucket=BUCKET, Key=f"ck/gpt/3/{name}", Body=body)  # a rank file gone
+    for step in ("2", "3"):
+        c.put_object(Bucket=BUCKET, Key=f"ck/gpt/{step}/ptcfs-export.json", Body=json.dumps(manifest).encode())
+    creds = credentials_file(str(tmp_path / "aws-ls"), READER)
+    cmd = [PTCFS, "ls", f"s3://{BUCKET}/ck", "--s3-endpoint", s3.endpoint, "--s3-credentials", creds]
+    got = json.loads(subprocess.run(cmd + ["--json"], check=True, capture_output=True, text=True).stdout)
+    rank_bytes = sum(f["size"] for f in manifest["files"])
+    common = {"files": 4, "bytes": rank_bytes, "version": 1, "origin": manifest["origin"]}
+    assert got == {"where": f"s3://{BUCKET}/ck/", "copies": [
+        {"path": "gpt/1", "url": f"s3://{BUCKET}/ck/gpt/1", "state": "whole",
+         "parallelism": {"tp": 2, "pp": 2, "dp": 1}, **common},
+        {"path": "gpt/2", "url": f"s3://{BUCKET}/ck/gpt/2", "state": "incomplete",
+         "note": "no ptc.json: being written, or cut short (never imported as a whole step)", **common},
+        {"path": "gpt/3", "url": f"s3://{BUCKET}/ck/gpt/3", "state": "damaged",
+         "note": "tp1-pp1.safetensors is missing", "parallelism": {"tp": 2, "pp": 2, "dp": 1}, **common},
+    ]}, got
+    text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    assert re.search(rf"s3://{BUCKET}/ck/gpt/1 +whole +tp=2,pp=2,dp=1 +4 files .* version 1", text), text
+    empty = subprocess.run([*cmd[:2], f"s3://{BUCKET}/none", *cmd[3:]], check=True, capture_output=True, text=True)
+    assert empty.stdout == f"no step copies under s3://{BUCKET}/none/\n"
