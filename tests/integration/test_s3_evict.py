@@ -103,6 +103,19 @@ def test_a_copy_damaged_behind_ptcfs_is_never_served_and_a_stopped_server_fails_
             s3.cont()
         with open(ck.shard_path(1, 0), "rb") as f:
             assert read_all(path) == f.read()
+        # An object deleted behind ptcfs's back fails the read (EIO, the log naming it); put back, it reads.
+        evicted_to_budget(d)
+        key = "ck/gpt/1/tp1-pp1.safetensors"
+        good = c.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        c.delete_object(Bucket=BUCKET, Key=key)
+        path = os.path.join(d.step_dir("gpt", "1"), "tp1-pp1.safetensors")
+        with pytest.raises(OSError) as e:
+            read_all(path)
+        assert e.value.errno == errno.EIO, e.value
+        assert f"s3://{BUCKET}/{key}" in d.log_tail(3000).split("fetching back evicted blob")[-1], d.log_tail(3000)
+        c.put_object(Bucket=BUCKET, Key=key, Body=good)
+        with open(ck.shard_path(1, 1), "rb") as f:
+            assert read_all(path) == f.read()
 
 
 def test_a_step_repartitioned_since_its_copy_is_never_evicted(tmp_path, s3):
