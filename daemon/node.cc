@@ -187,7 +187,9 @@ Status Node::open_tier() {
       if (mine.empty()) return std::optional<Follower::RestoredShards>{};
       PTC_ASSIGN_OR_RETURN(
           auto r, tier_->restore(next.job(), next.step(), next.version(), origin, copy_origin, next.layout(), mine));
-      if (!r) return std::optional<Follower::RestoredShards>{};
+      if (!r)  // tried again: the copy may be whole later (its upload under way when the node lost its data)
+        return not_found(tier_->where() + " holds no whole copy of " + next.job() + "/" + next.step() + " version " +
+                         std::to_string(next.version()) + " or of the version the other nodes' records name (yet)");
       Follower::RestoredShards out;
       out.stored = std::move(r->shards.stored);
       for (const auto& e : r->shards.blobs) out.blobs.push_back(e.blob);

@@ -48,20 +48,22 @@ bool Follower::catch_up_step_alone(const std::string& job, const std::string& st
   const std::vector<int> peers = others();
   auto answers = peers_.state(peers, StateRequest{job, step});
   std::optional<StepState> newest;
-  std::string copy_origin;  // of this node's version's durable copy, by a peer serving it too
+  // Per version served (number, origin): the origin of its durable copy, by the first peer serving
+  // it that knows one (a peer whose copy is not whole yet knows none).
+  std::map<std::pair<uint64_t, std::string>, std::string> copy_origins;
   for (auto& s : answers) {
     if (!s) {
       if (s.status().code() == Code::kInvalidArgument) log::warn("catching up {}: {}", name, s.status().to_string());
       continue;
     }
-    if (v && s->version == have && s->origin == v->origin() && copy_origin.empty()) copy_origin = s->copy_origin;
+    if (!s->copy_origin.empty()) copy_origins.emplace(std::pair{s->version, s->origin}, s->copy_origin);
     const bool same_number_theirs = replaced && !newest && s->version == have && s->origin == origin;
     if (same_number_theirs || s->version > std::max(have, newest ? newest->version : 0)) newest = std::move(s).value();
   }
   if (!newest) {
     // Serving the newest version, but perhaps lacking shards no other node holds (a catch-up
     // while S3 could not be reached): held again over the durable copy, when it answers.
-    if (v && restore_ && !v->origin().empty()) hold_again(v, copy_origin);
+    if (v && restore_ && !v->origin().empty()) hold_again(v, copy_origins[{have, v->origin()}]);
     return false;
   }
   if (newest->version < at_least) return false;
@@ -88,8 +90,16 @@ bool Follower::catch_up_step_alone(const std::string& job, const std::string& st
   change.as_peers = true;          // (none when theirs has none: an older ptcfsd's)
   change.next = store_.new_version(job, step, newest->version, std::move(layout).value(),
                                    std::vector<std::vector<StoredSlice>>(nshards), std::move(placement));
+  // The shards no other node holds, over the durable copy: asked before the claim (S3 may take a
+  // while not to answer, and a change of the step meanwhile must not be refused for it).
+  WriteBatch undo;
+  const std::optional<std::string> restored =
+      restore_ && !newest->origin.empty()
+          ? restore_shards(change, name, copy_origins[{newest->version, newest->origin}], undo)
+          : std::nullopt;
   if (auto s = change.claim(store_, v ? Claim::kChangeStep : Claim::kNewStep, job, step); !s) {
     log::warn("catching up {}: {}", name, s.to_string());
+    drop_meta(undo);  // (the blobs go with `change`)
     return false;
   }
   // Planned against `v`: a commit since (this node's own part of the step, a kept change that
@@ -97,11 +107,9 @@ bool Follower::catch_up_step_alone(const std::string& job, const std::string& st
   // and holds what this node wrote; replacing it would leave the node holding none of it.
   if (current_version(store_, job, step).value_or(nullptr) != v) {
     log::info("catching up {}: committed here meanwhile; nothing to catch up", name);
+    drop_meta(undo);
     return false;
   }
-  std::vector<std::string> undo;
-  const std::optional<std::string> restored =
-      restore_ && !newest->origin.empty() ? restore_shards(change, name, newest->copy_origin, undo) : std::nullopt;
   if (auto s = commit_change(store_, change); !s) {
     log::warn("catching up {}: {}", name, s.to_string());
     drop_meta(undo);
@@ -150,48 +158,63 @@ void Follower::hold_again(const std::shared_ptr<const StepVersion>& v, const std
                                    std::vector<std::vector<StoredSlice>>(v->layout().shards().size()), v->placement());
   // Asked before the claim: S3 may take a while not to answer, and a change of the step meanwhile
   // (a repartition preparing here) must not be refused for it.
-  std::vector<std::string> undo;
+  WriteBatch undo;
   const auto restored = restore_shards(change, name, copy_origin, undo, v.get());
   if (!restored) return;
-  if (!change.claim(store_, Claim::kChangeStep, v->job(), v->step()) ||
-      current_version(store_, v->job(), v->step()).value_or(nullptr) != v) {
-    drop_meta(undo);  // changed meanwhile (its blobs go with `change`): tried again on the next catch-up
+  Status s = change.claim(store_, Claim::kChangeStep, v->job(), v->step());
+  if (s && current_version(store_, v->job(), v->step()).value_or(nullptr) != v)
+    s = error(Code::kFailedPrecondition, "it changed meanwhile");
+  if (s) s = commit_change(store_, change);
+  if (!s) {
+    log::info("holding {} again: {}; tried again later", name, s.to_string());
+    drop_meta(undo);  // (the blobs go with `change`)
     std::lock_guard lock(unrestored_mu_);
-    unrestored_.insert({v->job(), v->step()});
-    return;
-  }
-  if (auto s = commit_change(store_, change); !s) {
-    log::warn("holding {} again: {}", name, s.to_string());
-    drop_meta(undo);
+    unrestored_.emplace(std::pair{v->job(), v->step()}, s.to_string());
     return;
   }
   log_restored(name, v->version(), *restored);
 }
 
-void Follower::drop_meta(const std::vector<std::string>& keys) {
-  if (keys.empty()) return;
-  WriteBatch b;
-  for (const auto& k : keys) b.del(k);
-  if (auto s = store_.write_meta(b); !s) log::warn("dropping the records of a change not committed: {}", s.to_string());
+void Follower::drop_meta(const WriteBatch& undo) {
+  if (undo.empty()) return;
+  if (auto s = store_.write_meta(undo); !s)
+    log::warn("undoing the records of a change not committed: {}", s.to_string());
+}
+
+bool Follower::note_restore(const std::pair<std::string, std::string>& key, const std::string& name,
+                            std::chrono::steady_clock::time_point now, const Status& st) {
+  std::lock_guard lock(unrestored_mu_);
+  if (st) {
+    unrestored_.erase(key);
+    return true;
+  }
+  const std::string why = st.to_string();
+  if (st.code() == Code::kUnavailable && now >= s3_silent_until_)
+    s3_silent_until_ = std::chrono::steady_clock::now() + kRetryUnrestored;
+  auto [it, fresh] = unrestored_.emplace(key, why);
+  if (fresh) unrestored_tried_ = now;  // the next try in kRetryUnrestored
+  if (fresh || it->second != why)      // said once, and again when the reason changes
+    log::warn("{}: restoring the bytes no other node holds from its durable copy (tried again within {} s): {}", name,
+              kRetryUnrestored.count(), why);
+  it->second = why;
+  return false;
 }
 
 std::optional<std::string> Follower::restore_shards(PreparedChange& change, const std::string& name,
-                                                    const std::string& copy_origin, std::vector<std::string>& undo,
+                                                    const std::string& copy_origin, WriteBatch& undo,
                                                     const StepVersion* held) {
   const StepVersion& next = *change.next;
-  auto r = restore_(next, change.origin, copy_origin);
+  const auto key = std::pair{next.job(), next.step()};
+  const auto now = std::chrono::steady_clock::now();
+  Result<std::optional<RestoredShards>> r = std::optional<RestoredShards>{};
   {
     std::lock_guard lock(unrestored_mu_);
-    if (r)
-      unrestored_.erase({next.job(), next.step()});
-    else if (unrestored_.insert({next.job(), next.step()}).second)
-      unrestored_tried_ = std::chrono::steady_clock::now();  // the next try in kRetryUnrestored
+    // S3 did not answer a moment ago: the other steps wait for the next round (one silent S3
+    // costs about 20 s a round, not 20 s a step).
+    if (now < s3_silent_until_) r = error(Code::kUnavailable, "S3 did not answer another step's restore a moment ago");
   }
-  if (!r) {
-    log::warn("{}: restoring the bytes no other node holds from its durable copy (tried again in {} s): {}", name,
-              kRetryUnrestored.count(), r.status().to_string());
-    return std::nullopt;
-  }
+  if (r) r = restore_(next, change.origin, copy_origin);
+  if (!note_restore(key, name, now, r.status())) return std::nullopt;
   if (!*r) return std::nullopt;
   RestoredShards& got = **r;
   const auto& shards = next.layout().shards();
@@ -240,13 +263,13 @@ void Follower::behind() {
 }
 
 void Follower::retry_unrestored(const std::function<bool()>& stopping) {
-  std::set<std::pair<std::string, std::string>> retry;
+  std::vector<std::pair<std::string, std::string>> retry;
   {
     std::lock_guard lock(unrestored_mu_);
     const auto now = std::chrono::steady_clock::now();
     if (unrestored_.empty() || now - unrestored_tried_ < kRetryUnrestored) return;
     unrestored_tried_ = now;
-    retry = unrestored_;
+    for (const auto& [key, _] : unrestored_) retry.push_back(key);
   }
   for (const auto& [job, step] : retry) {
     if (stopping && stopping()) return;

@@ -47,16 +47,17 @@ class Follower {
 
   // Shards a caught-up version names this node the only holder of, restored over the S3 tier's
   // durable copy (docs/OPERATIONS.md "A node that lost its data directory"): per shard index,
-  // its slices; `blobs` are evicted and pending; `undo`, the metadata keys to delete when the
+  // its slices; `blobs` are evicted and pending; `undo` puts the metadata back as it was when the
   // catch-up does not commit.
   struct RestoredShards {
     std::map<size_t, std::vector<StoredSlice>> stored;
     std::vector<uint64_t> blobs;
-    std::vector<std::string> undo;
+    WriteBatch undo;
   };
   // Given the version about to be committed (holding nothing), its origin, and the origin of the
   // version its durable copy is of by the peers' word (StepState::copy_origin; may be empty):
-  // nullopt when there is nothing to restore or no copy of those tensors.
+  // nullopt when there is nothing to restore; an error (tried again every 15 s) when there is but
+  // it cannot be now: S3 not answering (kUnavailable), no whole copy of those tensors yet.
   using RestoreFn = std::function<Result<std::optional<RestoredShards>>(
       const StepVersion& next, const std::string& origin, const std::string& copy_origin)>;
   // Set once, before the first catch-up (with the S3 tier only).
@@ -95,12 +96,15 @@ class Follower {
   // with `held`, what that version holds): the shards' names (its metadata keys then in
   // `undo`), or nullopt when nothing was restored.
   std::optional<std::string> restore_shards(PreparedChange& change, const std::string& name,
-                                            const std::string& copy_origin, std::vector<std::string>& undo,
+                                            const std::string& copy_origin, WriteBatch& undo,
                                             const StepVersion* held = nullptr);
+  // Notes a restore's outcome for the retries: false when it failed (said in the log once per reason).
+  bool note_restore(const std::pair<std::string, std::string>& key, const std::string& name,
+                    std::chrono::steady_clock::time_point now, const Status& st);
   static void log_restored(const std::string& name, uint64_t version, const std::string& shards);
   // v, the newest version, again, holding what restore_ finds of the shards it lacks.
   void hold_again(const std::shared_ptr<const StepVersion>& v, const std::string& copy_origin);
-  void drop_meta(const std::vector<std::string>& keys);  // a change not committed: its records
+  void drop_meta(const WriteBatch& undo);  // a change not committed: its records as they were
   void retry_unrestored(const std::function<bool()>& stopping);
 
   Store& store_;
@@ -114,8 +118,9 @@ class Follower {
   // Steps whose restore failed (S3 not answering, a damaged manifest): tried again on the
   // catch-up ticker every kRetryUnrestored.
   std::mutex unrestored_mu_;
-  std::set<std::pair<std::string, std::string>> unrestored_;
+  std::map<std::pair<std::string, std::string>, std::string> unrestored_;  // -> why (logged when it changes)
   std::chrono::steady_clock::time_point unrestored_tried_{};
+  std::chrono::steady_clock::time_point s3_silent_until_{};  // a restore found S3 not answering
   // One catch-up of a step at a time: another one (the start's, the records', the ticker's)
   // leaves it to the one under way, which may wait on S3 for a while, and is tried again later.
   std::mutex catching_mu_;

@@ -204,7 +204,10 @@ Result<std::optional<DiskBudget::FromCopy>> DiskBudget::restore(const std::strin
         return id;
       });
   if (!r) {
-    for (uint64_t id : made) (void)blobs.remove(id);
+    for (uint64_t id : made) {
+      (void)blobs.remove(id);
+      blobs.settle(id);
+    }
     return r.status();
   }
   for (const auto& e : r->blobs) b.put(evicted_key(e.blob), evicted_json(e));
@@ -215,7 +218,12 @@ void DiskBudget::forget_unused() {
   BlobStore& blobs = store_.blobs();
   const auto evicted = blobs.evicted();
   if (evicted.empty()) return;
-  // The snapshot first: a version it holds that a commit retires meanwhile is in the pinned set
+  // Pending blobs first (a catch-up's restore, not committed yet): a commit publishes its version
+  // before it settles them, so one settled after this is in the snapshot taken next.
+  std::set<uint64_t> pending;
+  for (uint64_t id : evicted)
+    if (blobs.is_pending(id)) pending.insert(id);
+  // The snapshot next: a version it holds that a commit retires meanwhile is in the pinned set
   // read after (while a reader still holds it).
   const auto snap = store_.snapshot();
   std::set<uint64_t> used = store_.pinned_blobs();
@@ -224,7 +232,7 @@ void DiskBudget::forget_unused() {
   WriteBatch b;
   std::vector<uint64_t> gone;
   for (uint64_t id : evicted)
-    if (!used.count(id) && !blobs.is_pending(id)) {  // pending: a catch-up's, not committed yet
+    if (!used.count(id) && !pending.count(id)) {
       b.del(evicted_key(id));
       gone.push_back(id);
     }

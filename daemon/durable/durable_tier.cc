@@ -53,13 +53,24 @@ DurableTier::DurableTier(Store& store, std::unique_ptr<transport::S3Client> s3,
       budget_(std::make_unique<DiskBudget>(store, std::move(reads), o_.disk_budget)) {
   // The steps made durable before this run (a repartition since keeps them durable), with the
   // origin of the version their copy is of (none in a record an older ptcfsd wrote).
+  const auto snap = store_.snapshot();
   auto s = store_.scan_meta(Store::kDurablePrefix, [&](std::string_view key, std::string_view value) {
     const std::string rest(key.substr(Store::kDurablePrefix.size()));
     const size_t slash = rest.find('/');
+    if (slash == std::string::npos) return Status::ok();
+    const Key k{rest.substr(0, slash), rest.substr(slash + 1)};
     const json j = json::parse(value, nullptr, false);
-    const std::string origin =
-        j.is_object() && j.contains("origin") && j["origin"].is_string() ? j["origin"].get<std::string>() : "";
-    if (slash != std::string::npos) recorded_[{rest.substr(0, slash), rest.substr(slash + 1)}] = origin;
+    const auto member = [&](const char* m) {
+      return j.is_object() && j.contains(m) && j[m].is_string() ? j[m].get<std::string>() : std::string();
+    };
+    // A restore's record whose catch-up never committed (a crash between the two) is not this
+    // version's (restore()).
+    const std::string restored_for = member("restored_for");
+    auto it = snap->steps.find(k);
+    if (!restored_for.empty() &&
+        (it == snap->steps.end() || (it->second->origin() != restored_for && it->second->origin() != member("origin"))))
+      return Status::ok();
+    recorded_[k] = member("origin");
     return Status::ok();
   });
   if (!s) log::warn("reading the durable records: {}", s.to_string());
@@ -122,16 +133,23 @@ Result<std::optional<DurableTier::Restored>> DurableTier::restore(const std::str
   PTC_ASSIGN_OR_RETURN(auto r, budget_->restore(job, step, version, origin, copy_origin, layout, shards, b));
   if (!r) return std::optional<Restored>{};
   Restored out{std::move(r->shards), {}};
-  for (const auto& e : out.shards.blobs) out.undo.push_back(evicted_key(e.blob));
+  for (const auto& e : out.shards.blobs) out.undo.del(evicted_key(e.blob));
   // The tier takes the step as durable when it sees the version (pass()), as the other nodes do
   // (their records name the copy's version, kept through repartitions).
-  // A record this node had already (a version it holds part of, caught up again) stays if the
-  // catch-up does not commit.
-  if (store_.durable_origin(job, step).empty()) out.undo.push_back(Store::durable_key(job, step));
+  // A record this node had already (a version it holds part of, caught up again) is put back if
+  // the catch-up does not commit.
+  PTC_ASSIGN_OR_RETURN(auto had, store_.read_meta(Store::durable_key(job, step)));
+  if (had)
+    out.undo.put(Store::durable_key(job, step), std::move(*had));
+  else
+    out.undo.del(Store::durable_key(job, step));
   b.put(Store::durable_key(job, step),
         json{{"version", r->copy.version}, {"origin", r->copy.origin}, {"restored_for", origin}}.dump());
   if (auto s = store_.write_meta(b); !s) {
-    for (const auto& e : out.shards.blobs) (void)store_.blobs().remove(e.blob);
+    for (const auto& e : out.shards.blobs) {
+      (void)store_.blobs().remove(e.blob);
+      store_.blobs().settle(e.blob);
+    }
     return detail::add_context(std::move(s), "recording the blobs restored from " + s3_->where(step_prefix(job, step)));
   }
   return std::optional<Restored>{std::move(out)};

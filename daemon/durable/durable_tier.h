@@ -105,10 +105,10 @@ class DurableTier {
   // (DiskBudget::restore; nullopt otherwise). Their blobs are evicted from the start and pending;
   // their records are written, with the step's durable record naming the copy's version (the
   // tier never reads those bytes to upload them: the copy is there).
-  // `undo` lists the metadata keys written, for a catch-up that does not commit. Any thread.
+  // `undo` puts the metadata back as it was, for a catch-up that does not commit. Any thread.
   struct Restored {
     CopyRestore shards;
-    std::vector<std::string> undo;
+    WriteBatch undo;
   };
   Result<std::optional<Restored>> restore(const std::string& job, const std::string& step, uint64_t version,
                                           const std::string& origin, const std::string& copy_origin,

@@ -161,16 +161,11 @@ std::string Store::durable_key(const std::string& job, const std::string& step) 
 }
 
 std::string Store::durable_origin(const std::string& job, const std::string& step, const char* member) {
-  const std::string key = durable_key(job, step);
-  std::string origin;
-  auto s = scan_meta(key, [&](std::string_view k, std::string_view text) {
-    if (k != key) return Status::ok();
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_object() && j.contains(member) && j[member].is_string()) origin = j[member].get<std::string>();
-    return Status::ok();
-  });
-  if (!s) log::warn("reading the durable record of {}/{}: {}", job, step, s.to_string());
-  return origin;
+  auto text = read_meta(durable_key(job, step));
+  if (!text) log::warn("reading the durable record of {}/{}: {}", job, step, text.status().to_string());
+  if (!text || !*text) return "";
+  const nlohmann::json j = nlohmann::json::parse(**text, nullptr, false);
+  return j.is_object() && j.contains(member) && j[member].is_string() ? j[member].get<std::string>() : "";
 }
 
 Status Store::remove_step(std::shared_ptr<const StepVersion> current) {

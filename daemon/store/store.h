@@ -121,6 +121,7 @@ class Store {
   // daemon/store/prepared_record.h): written atomically and durably, scanned by prefix.
   Status write_meta(const WriteBatch& batch) { return kv_->write(batch); }
   Status scan_meta(std::string_view prefix, const KvStore::ScanFn& fn) { return kv_->scan(prefix, fn); }
+  Result<std::optional<std::string>> read_meta(std::string_view key) { return kv_->get(key); }  // nullopt: absent
   // Records under this prefix are prepared changes; each is JSON whose "blobs" lists the blob
   // ids it holds, which open() keeps pending (garbage collection leaves them alone).
   static constexpr std::string_view kPreparedPrefix = "prepared/";

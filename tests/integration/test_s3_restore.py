@@ -139,7 +139,7 @@ def test_a_node_that_lost_its_data_while_s3_was_stopped_holds_its_shards_again_o
         s3.stop()
         try:
             lose_data_directory(c, 1)
-            c[1].wait_log("restoring the bytes no other node holds from its durable copy (tried again in 15 s)", 60)
+            c[1].wait_log("restoring the bytes no other node holds from its durable copy (tried again within 15 s)", 60)
             with pytest.raises(OSError) as e:
                 read_all(os.path.join(c[1].step_dir("gpt", "1"), "tp0-pp1.safetensors"))
             assert e.value.errno in (errno.EIO, errno.EHOSTUNREACH), e.value

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -104,9 +105,25 @@ TEST_CASE("shards restored over a copy read as the version's rank files, at its 
     for (size_t s = 0; s < to.shards().size(); ++s) all.push_back(s);
     auto r = plan_copy_restore(v1->layout(), m, dir, to, all, new_blob);
     REQUIRE(r.is_ok());
-    CHECK(r->blobs.size() <= v1->layout().shards().size());  // each copy file once
+    CHECK(r->blobs.size() == v1->layout().shards().size());  // each copy file once: both tp files of each stage
     for (size_t s = 0; s < to.shards().size(); ++s)
       CHECK(rank_file_of(to, s, *r, files) == fs::testing::read_all(*fs::shard_safetensors_view(v2, to.shards()[s])));
+  }
+  SECTION("a shard at another layout reads only the files its TP-split tensors are in") {
+    // tp=4,pp=1: tp2-pp0 holds half of tp1's split tensors of both stages; its replicated tensors
+    // (in every file of their stage) come from those two files too, not from tp0's.
+    auto to = ptc::Layout::make(v1->layout().ptc(), ptc::Parallelism{4, 1, 1});
+    REQUIRE(to.is_ok());
+    size_t tp2 = to->shards().size();
+    for (size_t s = 0; s < to->shards().size(); ++s)
+      if (to->shards()[s].name() == "tp2-pp0") tp2 = s;
+    REQUIRE(tp2 < to->shards().size());
+    auto r = plan_copy_restore(v1->layout(), m, dir, *to, {tp2}, new_blob);
+    REQUIRE(r.is_ok());
+    std::set<std::string> objects;
+    for (const auto& b : r->blobs) objects.insert(b.ranges.at(0).object);
+    CHECK(objects == std::set<std::string>{dir + "tp1-pp0.safetensors", dir + "tp1-pp1.safetensors"});
+    CHECK(r->stored.size() == 1);
   }
   SECTION("a manifest that lacks a file or states another size is refused naming the file") {
     const auto& layout = v1->layout();

@@ -100,3 +100,27 @@ TEST_CASE("readers waiting on a failing refill fail with it rather than each try
   CHECK_FALSE(b.file(id).is_ok());
   CHECK(calls == before + 1);
 }
+
+TEST_CASE("a blob created evicted has a fresh id, no file, and stays pending until settled", "[blob_store]") {
+  testing::TempDir tmp;
+  auto blobs = BlobStore::open(tmp.path() + "/blobs");
+  REQUIRE(blobs.is_ok());
+  const uint64_t kept = write_blob(**blobs, "abc");
+  auto id = (*blobs)->create_evicted(4096);
+  REQUIRE(id.is_ok());
+  CHECK(*id != kept);
+  CHECK(*id != 0);
+  CHECK((*blobs)->is_evicted(*id));
+  CHECK((*blobs)->is_pending(*id));
+  CHECK(*(*blobs)->size_of(*id) == 4096);
+  CHECK(*(*blobs)->list() == std::vector<uint64_t>{kept});  // no file
+  // Its first read runs the refill, which writes the file.
+  (*blobs)->set_refill(std::make_shared<const BlobStore::Refill>([&](uint64_t b) {
+    std::ofstream(blobs.value()->path(b), std::ios::binary) << std::string(4096, 'x');
+    return Status::ok();
+  }));
+  CHECK(read_blob(**blobs, *id) == std::string(4096, 'x'));
+  CHECK_FALSE((*blobs)->is_evicted(*id));
+  (*blobs)->settle(*id);
+  CHECK_FALSE((*blobs)->is_pending(*id));
+}
