@@ -180,20 +180,26 @@ Status Node::open_tier() {
     // holds (docs/OPERATIONS.md "A node that lost its data directory").
     follower_->set_restore([this](const StepVersion& next, const std::string& origin,
                                   const std::string& copy_origin) -> Result<std::optional<Follower::RestoredShards>> {
-      PTC_ASSIGN_OR_RETURN(const auto held, reader_->holders(next));
+      auto held = reader_->holders(next);
+      if (!held)  // not S3's silence (the follower stops asking S3 for a while on kUnavailable)
+        return Status(Code::kFailedPrecondition, held.status().message());
       std::vector<size_t> mine;
-      for (size_t s = 0; s < held->size(); ++s)
-        if ((*held)[s] == std::vector<int>{cfg_.node} && !next.holds(next.layout().shards()[s])) mine.push_back(s);
+      for (size_t s = 0; s < (*held)->size(); ++s)
+        if ((**held)[s] == std::vector<int>{cfg_.node} && !next.holds(next.layout().shards()[s])) mine.push_back(s);
       if (mine.empty()) return std::optional<Follower::RestoredShards>{};
       PTC_ASSIGN_OR_RETURN(
           auto r, tier_->restore(next.job(), next.step(), next.version(), origin, copy_origin, next.layout(), mine));
-      if (!r)  // tried again: the copy may be whole later (its upload under way when the node lost its data)
-        return not_found(tier_->where() + " holds no whole copy of " + next.job() + "/" + next.step() + " version " +
-                         std::to_string(next.version()) + " or of the version the other nodes' records name (yet)");
+      if (!r) return std::optional<Follower::RestoredShards>{};
+      auto restored = std::make_shared<durable::DurableTier::Restored>(std::move(*r));
       Follower::RestoredShards out;
-      out.stored = std::move(r->shards.stored);
-      for (const auto& e : r->shards.blobs) out.blobs.push_back(e.blob);
-      out.undo = std::move(r->undo);
+      out.stored = std::move(restored->shards.stored);
+      for (const auto& e : restored->shards.blobs) out.blobs.push_back(e.blob);
+      out.record = [this, restored, job = next.job(), step = next.step()] {
+        return tier_->record_restore(job, step, *restored);
+      };
+      out.committed = [this, restored, job = next.job(), step = next.step()] {
+        tier_->restore_committed(job, step, *restored);
+      };
       return std::optional<Follower::RestoredShards>{std::move(out)};
     });
   }

@@ -92,14 +92,13 @@ bool Follower::catch_up_step_alone(const std::string& job, const std::string& st
                                    std::vector<std::vector<StoredSlice>>(nshards), std::move(placement));
   // The shards no other node holds, over the durable copy: asked before the claim (S3 may take a
   // while not to answer, and a change of the step meanwhile must not be refused for it).
-  WriteBatch undo;
-  const std::optional<std::string> restored =
+  // Its blobs go with `change` if it does not commit.
+  std::optional<Restoring> restored =
       restore_ && !newest->origin.empty()
-          ? restore_shards(change, name, copy_origins[{newest->version, newest->origin}], undo)
+          ? restore_shards(change, name, copy_origins[{newest->version, newest->origin}])
           : std::nullopt;
   if (auto s = change.claim(store_, v ? Claim::kChangeStep : Claim::kNewStep, job, step); !s) {
     log::warn("catching up {}: {}", name, s.to_string());
-    drop_meta(undo);  // (the blobs go with `change`)
     return false;
   }
   // Planned against `v`: a commit since (this node's own part of the step, a kept change that
@@ -107,14 +106,9 @@ bool Follower::catch_up_step_alone(const std::string& job, const std::string& st
   // and holds what this node wrote; replacing it would leave the node holding none of it.
   if (current_version(store_, job, step).value_or(nullptr) != v) {
     log::info("catching up {}: committed here meanwhile; nothing to catch up", name);
-    drop_meta(undo);
     return false;
   }
-  if (auto s = commit_change(store_, change); !s) {
-    log::warn("catching up {}: {}", name, s.to_string());
-    drop_meta(undo);
-    return false;
-  }
+  if (!commit_restored(change, "catching up " + name, restored)) return false;
   // Only a save this node wrote names it a holder, and its own commit (or its kept prepared part,
   // on restart) brings those bytes: caught up here, it has none (but what its copy restored), and
   // reads of them fail.
@@ -132,7 +126,7 @@ bool Follower::catch_up_step_alone(const std::string& job, const std::string& st
     if (auto s = store_.write_meta(b); !s) log::warn("catching up {}: {}", name, s.to_string());
   }
   if (restored)
-    log_restored(name, newest->version, *restored);
+    log_restored(name, newest->version, restored->shards);
   else if (replaced && newest->version == have)
     log::info(
         "{} was removed and saved again as version {} while this node was away; caught up (this node holds "
@@ -158,27 +152,39 @@ void Follower::hold_again(const std::shared_ptr<const StepVersion>& v, const std
                                    std::vector<std::vector<StoredSlice>>(v->layout().shards().size()), v->placement());
   // Asked before the claim: S3 may take a while not to answer, and a change of the step meanwhile
   // (a repartition preparing here) must not be refused for it.
-  WriteBatch undo;
-  const auto restored = restore_shards(change, name, copy_origin, undo, v.get());
+  std::optional<Restoring> restored = restore_shards(change, name, copy_origin, v.get());
   if (!restored) return;
   Status s = change.claim(store_, Claim::kChangeStep, v->job(), v->step());
   if (s && current_version(store_, v->job(), v->step()).value_or(nullptr) != v)
     s = error(Code::kFailedPrecondition, "it changed meanwhile");
-  if (s) s = commit_change(store_, change);
-  if (!s) {
-    log::info("holding {} again: {}; tried again later", name, s.to_string());
-    drop_meta(undo);  // (the blobs go with `change`)
-    std::lock_guard lock(unrestored_mu_);
-    unrestored_.emplace(std::pair{v->job(), v->step()}, s.to_string());
+  if (!s) log::info("holding {} again: {}; tried again later", name, s.to_string());
+  if (!s || !commit_restored(change, "holding " + name + " again", restored)) {
+    std::lock_guard lock(unrestored_mu_);  // (its blobs go with `change`)
+    unrestored_.emplace(std::pair{v->job(), v->step()}, "not committed");
     return;
   }
-  log_restored(name, v->version(), *restored);
+  log_restored(name, v->version(), restored->shards);
 }
 
-void Follower::drop_meta(const WriteBatch& undo) {
-  if (undo.empty()) return;
-  if (auto s = store_.write_meta(undo); !s)
-    log::warn("undoing the records of a change not committed: {}", s.to_string());
+bool Follower::commit_restored(PreparedChange& change, const std::string& what, std::optional<Restoring>& restored) {
+  WriteBatch undo;
+  if (restored) {
+    auto u = restored->record();
+    if (!u) {
+      log::warn("{}: {}", what, u.status().to_string());
+      return false;
+    }
+    undo = std::move(u).value();
+  }
+  if (auto s = commit_change(store_, change); !s) {
+    log::warn("{}: {}", what, s.to_string());
+    if (!undo.empty())
+      if (auto u = store_.write_meta(undo); !u)
+        log::warn("{}: undoing the records of the restore: {}", what, u.to_string());
+    return false;
+  }
+  if (restored) restored->committed();
+  return true;
 }
 
 bool Follower::note_restore(const std::pair<std::string, std::string>& key, const std::string& name,
@@ -189,8 +195,10 @@ bool Follower::note_restore(const std::pair<std::string, std::string>& key, cons
     return true;
   }
   const std::string why = st.to_string();
-  if (st.code() == Code::kUnavailable && now >= s3_silent_until_)
-    s3_silent_until_ = std::chrono::steady_clock::now() + kRetryUnrestored;
+  // S3 not answering (the tier's kUnavailable; the node's own faults come as other codes): the
+  // other steps do not ask it until just before the next round.
+  if (st.code() == Code::kUnavailable)
+    s3_silent_until_ = std::chrono::steady_clock::now() + kRetryUnrestored - std::chrono::seconds(1);
   auto [it, fresh] = unrestored_.emplace(key, why);
   if (fresh) unrestored_tried_ = now;  // the next try in kRetryUnrestored
   if (fresh || it->second != why)      // said once, and again when the reason changes
@@ -200,20 +208,25 @@ bool Follower::note_restore(const std::pair<std::string, std::string>& key, cons
   return false;
 }
 
-std::optional<std::string> Follower::restore_shards(PreparedChange& change, const std::string& name,
-                                                    const std::string& copy_origin, WriteBatch& undo,
-                                                    const StepVersion* held) {
+std::optional<Follower::Restoring> Follower::restore_shards(PreparedChange& change, const std::string& name,
+                                                            const std::string& copy_origin, const StepVersion* held) {
   const StepVersion& next = *change.next;
   const auto key = std::pair{next.job(), next.step()};
   const auto now = std::chrono::steady_clock::now();
-  Result<std::optional<RestoredShards>> r = std::optional<RestoredShards>{};
   {
     std::lock_guard lock(unrestored_mu_);
-    // S3 did not answer a moment ago: the other steps wait for the next round (one silent S3
-    // costs about 20 s a round, not 20 s a step).
-    if (now < s3_silent_until_) r = error(Code::kUnavailable, "S3 did not answer another step's restore a moment ago");
+    // S3 did not answer a moment ago: this step waits for the next round (one silent S3 costs
+    // about 20 s a round, not 20 s a step). Its reason, if it has one, stays.
+    if (now < s3_silent_until_) {
+      if (unrestored_.emplace(key, "S3 not answering").second)
+        log::warn(
+            "{}: restoring the bytes no other node holds from its durable copy: S3 did not answer another "
+            "step's restore a moment ago; tried again within {} s",
+            name, kRetryUnrestored.count());
+      return std::nullopt;
+    }
   }
-  if (r) r = restore_(next, change.origin, copy_origin);
+  auto r = restore_(next, change.origin, copy_origin);
   if (!note_restore(key, name, now, r.status())) return std::nullopt;
   if (!*r) return std::nullopt;
   RestoredShards& got = **r;
@@ -236,8 +249,7 @@ std::optional<std::string> Follower::restore_shards(PreparedChange& change, cons
   change.next = store_.new_version(next.job(), next.step(), next.version(), next.layout(), std::move(stored),
                                    std::move(placement));
   change.blobs = std::move(got.blobs);
-  undo = std::move(got.undo);
-  return names;
+  return Restoring{std::move(names), std::move(got.record), std::move(got.committed)};
 }
 
 void Follower::log_restored(const std::string& name, uint64_t version, const std::string& shards) {
@@ -280,6 +292,8 @@ void Follower::retry_unrestored(const std::function<bool()>& stopping) {
     }
     catch_up_step(job, step, 0);  // no newer version: hold_again
   }
+  std::lock_guard lock(unrestored_mu_);
+  unrestored_tried_ = std::chrono::steady_clock::now();  // the next round kRetryUnrestored after this one ends
 }
 
 bool Follower::catch_up_if_behind(const std::function<bool()>& stopping) {

@@ -47,12 +47,14 @@ class Follower {
 
   // Shards a caught-up version names this node the only holder of, restored over the S3 tier's
   // durable copy (docs/OPERATIONS.md "A node that lost its data directory"): per shard index,
-  // its slices; `blobs` are evicted and pending; `undo` puts the metadata back as it was when the
-  // catch-up does not commit.
+  // its slices; `blobs` are evicted and pending. Nothing is written until `record` (under the
+  // step's claim, just before the commit), which gives the batch putting the metadata back as it
+  // was, for a commit that fails; `committed` runs after the commit.
   struct RestoredShards {
     std::map<size_t, std::vector<StoredSlice>> stored;
     std::vector<uint64_t> blobs;
-    WriteBatch undo;
+    std::function<Result<WriteBatch>()> record;
+    std::function<void()> committed;
   };
   // Given the version about to be committed (holding nothing), its origin, and the origin of the
   // version its durable copy is of by the peers' word (StepState::copy_origin; may be empty):
@@ -92,19 +94,25 @@ class Follower {
                            const std::string& origin);
   void remove_recorded(const std::string& job, const std::string& step);  // etcd records it removed
   void behind();                                                          // tries counted afresh, the ticker woken
-  // Restores what restore_ finds for change.next and rebuilds it holding those shards (and,
-  // with `held`, what that version holds): the shards' names (its metadata keys then in
-  // `undo`), or nullopt when nothing was restored.
-  std::optional<std::string> restore_shards(PreparedChange& change, const std::string& name,
-                                            const std::string& copy_origin, WriteBatch& undo,
-                                            const StepVersion* held = nullptr);
+  // What restore_shards found: the shards' names, and RestoredShards' record and committed.
+  struct Restoring {
+    std::string shards;
+    std::function<Result<WriteBatch>()> record;
+    std::function<void()> committed;
+  };
+  // Asks restore_ for change.next and rebuilds it holding those shards (and, with `held`, what
+  // that version holds); nullopt when nothing was restored.
+  std::optional<Restoring> restore_shards(PreparedChange& change, const std::string& name,
+                                          const std::string& copy_origin, const StepVersion* held = nullptr);
+  // Under the step's claim, the current version still the one planned against: writes the
+  // restore's records and commits `change`; whether it committed (the log says why not).
+  bool commit_restored(PreparedChange& change, const std::string& name, std::optional<Restoring>& restored);
   // Notes a restore's outcome for the retries: false when it failed (said in the log once per reason).
   bool note_restore(const std::pair<std::string, std::string>& key, const std::string& name,
                     std::chrono::steady_clock::time_point now, const Status& st);
   static void log_restored(const std::string& name, uint64_t version, const std::string& shards);
   // v, the newest version, again, holding what restore_ finds of the shards it lacks.
   void hold_again(const std::shared_ptr<const StepVersion>& v, const std::string& copy_origin);
-  void drop_meta(const WriteBatch& undo);  // a change not committed: its records as they were
   void retry_unrestored(const std::function<bool()>& stopping);
 
   Store& store_;

@@ -173,10 +173,8 @@ Result<std::optional<DiskBudget::FromCopy>> DiskBudget::restore(const std::strin
   transport::S3Client& s3 = *refiller_->s3;
   const std::string dir = step_prefix(job, step);
   PTC_ASSIGN_OR_RETURN(const auto head, s3.head(dir + kPtcJson));
-  if (!head) {
-    log::info("{} holds no whole copy of {}/{}; not restored from it", s3.where(dir), job, step);
-    return std::optional<FromCopy>{};
-  }
+  if (!head)  // none yet, or one being written: asked again later
+    return not_found(s3.where(dir) + " holds no whole copy (no ptc.json) yet");
   PTC_ASSIGN_OR_RETURN(const std::string text, s3.get(dir + kManifest, kMaxManifest));
   PTC_ASSIGN_OR_RETURN(const formats::ExportManifest m,
                        formats::parse_export_manifest(text, s3.where(dir + kManifest)));

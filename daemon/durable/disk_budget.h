@@ -57,8 +57,10 @@ class DiskBudget {
   // is `origin`, over the step's durable copy (copy_restore.h), asked with this object's client
   // (a stopped S3 costs about 20 s). The copy must be whole (its ptc.json there) and of that
   // version, or of `copy_origin`'s (the version the peers' durable records name: the same tensors
-  // at the copy's own layout, read from its ptc.json); nullopt otherwise. The blobs are evicted
-  // and pending (BlobStore::create_evicted) and their records put in `b`; on an error none is left.
+  // at the copy's own layout, read from its ptc.json); nullopt for a copy of other tensors (another
+  // step once saved under the name), kNotFound while there is no whole copy (no ptc.json). The
+  // blobs are evicted and pending (BlobStore::create_evicted) and their records put in `b`; on an
+  // error none is left.
   struct FromCopy {
     CopyRestore shards;
     VersionId copy;  // the version the copy is of (its manifest's)

@@ -129,30 +129,37 @@ Result<std::optional<DurableTier::Restored>> DurableTier::restore(const std::str
                                                                   const std::string& copy_origin,
                                                                   const ptc::Layout& layout,
                                                                   const std::vector<size_t>& shards) {
-  WriteBatch b;
-  PTC_ASSIGN_OR_RETURN(auto r, budget_->restore(job, step, version, origin, copy_origin, layout, shards, b));
+  Restored out;
+  PTC_ASSIGN_OR_RETURN(auto r, budget_->restore(job, step, version, origin, copy_origin, layout, shards, out.records));
   if (!r) return std::optional<Restored>{};
-  Restored out{std::move(r->shards), {}};
-  for (const auto& e : out.shards.blobs) out.undo.del(evicted_key(e.blob));
+  out.shards = std::move(r->shards);
+  out.copy = r->copy;
   // The tier takes the step as durable when it sees the version (pass()), as the other nodes do
-  // (their records name the copy's version, kept through repartitions).
-  // A record this node had already (a version it holds part of, caught up again) is put back if
-  // the catch-up does not commit.
-  PTC_ASSIGN_OR_RETURN(auto had, store_.read_meta(Store::durable_key(job, step)));
-  if (had)
-    out.undo.put(Store::durable_key(job, step), std::move(*had));
-  else
-    out.undo.del(Store::durable_key(job, step));
-  b.put(Store::durable_key(job, step),
-        json{{"version", r->copy.version}, {"origin", r->copy.origin}, {"restored_for", origin}}.dump());
-  if (auto s = store_.write_meta(b); !s) {
-    for (const auto& e : out.shards.blobs) {
-      (void)store_.blobs().remove(e.blob);
-      store_.blobs().settle(e.blob);
-    }
-    return detail::add_context(std::move(s), "recording the blobs restored from " + s3_->where(step_prefix(job, step)));
-  }
+  // (their records name the copy's version, kept through repartitions): `restored_for` until the
+  // commit (restore_committed), so that a record left by a catch-up that never committed is not
+  // taken for another version's.
+  out.records.put(Store::durable_key(job, step),
+                  json{{"version", out.copy.version}, {"origin", out.copy.origin}, {"restored_for", origin}}.dump());
   return std::optional<Restored>{std::move(out)};
+}
+
+Result<WriteBatch> DurableTier::record_restore(const std::string& job, const std::string& step, const Restored& r) {
+  WriteBatch undo;
+  for (const auto& e : r.shards.blobs) undo.del(evicted_key(e.blob));
+  PTC_ASSIGN_OR_RETURN(auto had, store_.read_meta(Store::durable_key(job, step)));
+  if (had)  // a version this node holds part of, held again: its record is put back
+    undo.put(Store::durable_key(job, step), std::move(*had));
+  else
+    undo.del(Store::durable_key(job, step));
+  PTC_RETURN_IF_ERROR(store_.write_meta(r.records),
+                      "recording the blobs restored from " + s3_->where(step_prefix(job, step)));
+  return undo;
+}
+
+void DurableTier::restore_committed(const std::string& job, const std::string& step, const Restored& r) {
+  WriteBatch b;
+  b.put(Store::durable_key(job, step), json{{"version", r.copy.version}, {"origin", r.copy.origin}}.dump());
+  if (auto s = store_.write_meta(b); !s) log::warn("recording the durable copy of {}/{}: {}", job, step, s.to_string());
 }
 
 bool DurableTier::stopping() const {

@@ -102,17 +102,23 @@ class DurableTier {
   // A node catching up on a step it lost the bytes of (docs/OPERATIONS.md "A node that lost its
   // data directory"): shards `shards` of version `version` (of origin `origin`, at `layout`) over
   // the step's durable copy, when S3 holds a whole copy of that version or of `copy_origin`'s
-  // (DiskBudget::restore; nullopt otherwise). Their blobs are evicted from the start and pending;
-  // their records are written, with the step's durable record naming the copy's version (the
-  // tier never reads those bytes to upload them: the copy is there).
-  // `undo` puts the metadata back as it was, for a catch-up that does not commit. Any thread.
+  // (DiskBudget::restore: kNotFound while no copy is whole; nullopt for a copy of other tensors).
+  // Their blobs are evicted from the start and pending; nothing is written yet: `records` holds
+  // their evicted/ records and the step's durable record naming the copy's version (the tier
+  // never reads those bytes to upload them: the copy is there). Any thread.
   struct Restored {
     CopyRestore shards;
-    WriteBatch undo;
+    WriteBatch records;
+    VersionId copy;
   };
   Result<std::optional<Restored>> restore(const std::string& job, const std::string& step, uint64_t version,
                                           const std::string& origin, const std::string& copy_origin,
                                           const ptc::Layout& layout, const std::vector<size_t>& shards);
+  // Writes r.records (under the step's claim, before the commit): the batch that puts the
+  // metadata back as it was, for a commit that fails.
+  Result<WriteBatch> record_restore(const std::string& job, const std::string& step, const Restored& r);
+  // After the commit: the step's durable record as any other's (kept through repartitions).
+  void restore_committed(const std::string& job, const std::string& step, const Restored& r);
 
  private:
   using Key = std::pair<std::string, std::string>;

@@ -96,6 +96,12 @@ def test_a_node_that_lost_its_data_directory_holds_its_shards_again_over_the_dur
         want = Oracles(root, ck, 0)((1, 2, 3))
         for i, node in enumerate(c.nodes):
             verify_step(node, "gpt", "1", want, full_views=(i == 1))
+        # Its durable record is the others' (the copy's version), kept through the repartition and a
+        # restart: the step stays durable, nothing sent.
+        c[1].stop()
+        c.start(1)
+        wait_durable(c[1], "gpt", "1")
+        assert "bytes from this node" not in this_run(c[1])
 
 
 def test_a_step_repartitioned_since_its_copy_was_written_is_restored_from_the_copy_at_its_own_layout(
