@@ -29,7 +29,8 @@ uint64_t check_map(Store& store, const std::shared_ptr<const StepVersion>& v) {
   REQUIRE(copy_ranges(*v, step_prefix(v->job(), v->step()), ranges).is_ok());
   std::map<std::string, std::string> files;  // object -> bytes
   for (const auto& shard : v->layout().shards())
-    files[step_prefix(v->job(), v->step()) + rank_file(shard)] = fs::testing::read_all(*fs::shard_safetensors_view(v, shard));
+    files[step_prefix(v->job(), v->step()) + rank_file(shard)] =
+        fs::testing::read_all(*fs::shard_safetensors_view(v, shard));
   uint64_t mapped = 0;
   for (auto& [blob, rs] : ranges) {
     auto f = store.blobs().file(blob);
