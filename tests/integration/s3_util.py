@@ -52,6 +52,16 @@ class S3Server:
         self.proc = None
 
     def start(self, timeout: float = 60.0) -> None:
+        # The first start takes other ports if weed exits (a port another process took between
+        # free_port() and weed's bind); a restart keeps its own.
+        for attempt in range(3 if self.proc is None else 1):
+            if attempt:
+                self.ports = [free_port() for _ in range(8)]
+                self.endpoint = f"http://127.0.0.1:{self.ports[0]}"
+            if self._start(timeout, last=attempt == 2 or self.proc is not None):
+                return
+
+    def _start(self, timeout: float, last: bool) -> bool:
         p = self.ports
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
@@ -68,9 +78,12 @@ class S3Server:
         while True:
             try:
                 c.list_buckets()
-                return
+                return True
             except Exception as e:  # not up yet
-                if self.proc.poll() is not None or time.monotonic() > deadline:
+                exited = self.proc.poll() is not None
+                if exited and not last:
+                    return False
+                if exited or time.monotonic() > deadline:
                     pytest.fail(f"weed did not start ({e}):\n{tail(self.log_path)}", pytrace=False)
                 time.sleep(0.2)
 

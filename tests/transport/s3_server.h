@@ -50,7 +50,14 @@ class S3Server {
                               (dir_ / "tls").string() + " 127.0.0.1 localhost > /dev/null";
       if (std::system(cmd.c_str()) != 0) return;
     }
-    start();
+    // A port another process took between free_port() and weed's bind (weed exits): other ports.
+    for (int attempt = 0; attempt < 3 && !ready_; ++attempt) {
+      if (attempt) {
+        kill();
+        for (int& p : ports_) p = free_port();
+      }
+      start();
+    }
   }
   ~S3Server() {
     kill();
